@@ -1,0 +1,55 @@
+use crate::{Decision, DecodeError, Ticks};
+
+/// A rate-limiting algorithm: validated parameters and a pure transition.
+///
+/// `decide` never reads a clock and never writes: hosts pass the key's state in
+/// (`None` for a fresh key) and store the state it returns (`None` means the state is
+/// fresh again and the key may be deleted). Requests whose `now` is earlier than one the
+/// state has seen are decided as if at that later time, or more strictly; never as a
+/// negative interval.
+pub trait Algorithm {
+    /// The per-key state.
+    type State: Clone + core::fmt::Debug + PartialEq + Eq;
+
+    /// Decides a request of `cost` units at `now`.
+    fn decide(
+        &self,
+        state: Option<Self::State>,
+        now: Ticks,
+        cost: u64,
+    ) -> (Decision, Option<Self::State>);
+
+    /// What a request of `cost` would get at `now`, without changing anything.
+    fn peek(&self, state: Option<Self::State>, now: Ticks, cost: u64) -> Decision {
+        self.decide(state, now, cost).0
+    }
+
+    /// Appends the canonical encoding of `state`.
+    fn encode<E: Extend<u8>>(&self, state: &Self::State, out: &mut E);
+
+    /// Reads a state written by [`encode`](Self::encode), with the same parameters,
+    /// in any host. Bytes that no valid state encodes are an error, never a panic.
+    fn decode(&self, bytes: &[u8]) -> Result<Self::State, DecodeError>;
+
+    /// The canonical encoding of `state` as a new vector.
+    #[cfg(feature = "alloc")]
+    fn encode_to_vec(&self, state: &Self::State) -> alloc::vec::Vec<u8> {
+        let mut out = alloc::vec::Vec::new();
+        self.encode(state, &mut out);
+        out
+    }
+}
+
+/// Algorithms that can admit a request ahead of time: the caller waits `delay` once
+/// instead of retrying ("wait in line").
+pub trait Reserve: Algorithm {
+    /// Admits `cost` if it can act within `max_wait` ticks of `now`, booking its slot.
+    /// The decision's `delay` says how long to wait before acting.
+    fn reserve(
+        &self,
+        state: Option<Self::State>,
+        now: Ticks,
+        cost: u64,
+        max_wait: Ticks,
+    ) -> (Decision, Option<Self::State>);
+}

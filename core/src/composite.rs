@@ -1,0 +1,128 @@
+use alloc::vec::Vec;
+
+use crate::encoding::{self, tag, Reader};
+use crate::{Algorithm, Decision, DecodeError, ParamError, Reserve, Ticks};
+
+/// Several limits on one key (say 10 per second and 1000 per hour), decided as one:
+/// a request is admitted only if every member admits it, and only then does any
+/// member's state change.
+///
+/// The decision reports the member with the fewest units remaining; `retry_after`,
+/// `reset_after` and `delay` are the largest of the members'.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Composite<A> {
+    members: Vec<A>,
+}
+
+impl<A: Algorithm> Composite<A> {
+    /// All of `members` at once; at least one, at most 255.
+    pub fn new(members: Vec<A>) -> Result<Self, ParamError> {
+        match members.len() {
+            0 => Err(ParamError::EmptyComposite),
+            n => {
+                let n = u64::try_from(n).unwrap_or(u64::MAX);
+                ParamError::check("members", n, 1, 255)?;
+                Ok(Self { members })
+            }
+        }
+    }
+
+    /// The member limits.
+    pub fn members(&self) -> &[A] {
+        &self.members
+    }
+
+    /// Decides every member with `decide`, committing only if all admit.
+    fn decide_all(
+        &self,
+        state: Option<Vec<Option<A::State>>>,
+        decide: impl Fn(&A, Option<A::State>) -> (Decision, Option<A::State>),
+    ) -> (Decision, Option<Vec<Option<A::State>>>) {
+        let old = state.unwrap_or_else(|| alloc::vec![None; self.members.len()]);
+        let mut combined: Option<Decision> = None;
+        let mut new = Vec::with_capacity(old.len());
+        for (member, state) in self.members.iter().zip(&old) {
+            let (d, s) = decide(member, state.clone());
+            new.push(s);
+            combined = Some(match combined {
+                None => d,
+                Some(c) => Decision {
+                    allowed: c.allowed && d.allowed,
+                    limit: if d.remaining < c.remaining {
+                        d.limit
+                    } else {
+                        c.limit
+                    },
+                    remaining: c.remaining.min(d.remaining),
+                    retry_after: c.retry_after.zip(d.retry_after).map(|(a, b)| a.max(b)),
+                    reset_after: c.reset_after.max(d.reset_after),
+                    delay: c.delay.max(d.delay),
+                },
+            });
+        }
+        // `new` has one entry per member and there is at least one member.
+        let decision = combined.unwrap_or(Decision::deny(0, 0, None, 0));
+        let states = if decision.allowed { new } else { old };
+        let fresh = states.iter().all(Option::is_none);
+        (decision, (!fresh).then_some(states))
+    }
+}
+
+impl<A: Algorithm> Algorithm for Composite<A> {
+    type State = Vec<Option<A::State>>;
+
+    fn decide(
+        &self,
+        state: Option<Self::State>,
+        now: Ticks,
+        cost: u64,
+    ) -> (Decision, Option<Self::State>) {
+        self.decide_all(state, |member, s| member.decide(s, now, cost))
+    }
+
+    fn encode<E: Extend<u8>>(&self, state: &Self::State, out: &mut E) {
+        let len = state.len() as u64;
+        encoding::write(out, tag::COMPOSITE, &[len]);
+        for (member, state) in self.members.iter().zip(state) {
+            let bytes = state
+                .as_ref()
+                .map(|s| member.encode_to_vec(s))
+                .unwrap_or_default();
+            out.extend((bytes.len() as u64).to_be_bytes());
+            out.extend(bytes);
+        }
+    }
+
+    fn decode(&self, bytes: &[u8]) -> Result<Self::State, DecodeError> {
+        let mut reader = Reader::new(bytes, tag::COMPOSITE)?;
+        let members = self.members.len() as u64;
+        reader.u64_where("len", |n| n == members)?;
+        let mut states = Vec::with_capacity(self.members.len());
+        for member in &self.members {
+            let len = reader.u64()?;
+            let len = usize::try_from(len).map_err(|_| DecodeError::InvalidField {
+                field: "member_len",
+            })?;
+            let bytes = reader.take(len)?;
+            states.push(if bytes.is_empty() {
+                None
+            } else {
+                Some(member.decode(bytes)?)
+            });
+        }
+        reader.finish()?;
+        Ok(states)
+    }
+}
+
+impl<A: Reserve> Reserve for Composite<A> {
+    fn reserve(
+        &self,
+        state: Option<Self::State>,
+        now: Ticks,
+        cost: u64,
+        max_wait: Ticks,
+    ) -> (Decision, Option<Self::State>) {
+        self.decide_all(state, |member, s| member.reserve(s, now, cost, max_wait))
+    }
+}

@@ -1,0 +1,60 @@
+use crate::Ticks;
+
+/// The outcome of one request: whether it is admitted, and everything a caller needs
+/// for `RateLimit-*` and `Retry-After` headers and for waiting.
+///
+/// Denial is a value, not an error.
+#[must_use = "a decision says whether the request may proceed"]
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct Decision {
+    /// Whether the request is admitted.
+    pub allowed: bool,
+    /// The most cost the limit admits at once from a fresh state.
+    pub limit: u64,
+    /// Whole units of cost still admissible right now, after this decision.
+    pub remaining: u64,
+    /// How long until this same request would be admitted if nothing else arrives:
+    /// `Some(0)` when admitted, `None` when its cost can never fit.
+    pub retry_after: Option<Ticks>,
+    /// How long until the state is fresh again (and the key may be forgotten).
+    pub reset_after: Ticks,
+    /// How long an admitted caller must wait before acting: its slot in a pacing queue
+    /// or a reservation. Zero for plain policing and for denials.
+    pub delay: Ticks,
+}
+
+impl Decision {
+    pub(crate) const fn admit(
+        limit: u64,
+        remaining: u64,
+        reset_after: Ticks,
+        delay: Ticks,
+    ) -> Self {
+        Self {
+            allowed: true,
+            limit,
+            remaining,
+            retry_after: Some(0),
+            reset_after,
+            delay,
+        }
+    }
+
+    pub(crate) const fn deny(
+        limit: u64,
+        remaining: u64,
+        retry_after: Option<Ticks>,
+        reset_after: Ticks,
+    ) -> Self {
+        Self {
+            allowed: false,
+            limit,
+            remaining,
+            retry_after,
+            reset_after,
+            delay: 0,
+        }
+    }
+}

@@ -1,0 +1,106 @@
+//! The canonical state encoding: a version byte, an algorithm tag, then fixed-width
+//! big-endian fields. The same bytes in every host.
+
+use crate::DecodeError;
+
+/// The encoding version every state starts with.
+pub(crate) const VERSION: u8 = 1;
+
+/// Algorithm tags, the second byte of every encoded state.
+pub(crate) mod tag {
+    pub const FIXED_WINDOW: u8 = 1;
+    #[cfg(feature = "alloc")]
+    pub const SLIDING_LOG: u8 = 2;
+    pub const SLIDING_COUNTER: u8 = 3;
+    pub const TOKEN_BUCKET: u8 = 4;
+    pub const LEAKY_BUCKET: u8 = 5;
+    pub const PACING: u8 = 6;
+    pub const BAN: u8 = 7;
+    #[cfg(feature = "alloc")]
+    pub const COMPOSITE: u8 = 8;
+}
+
+/// Writes the header and then `fields` as big-endian u64s.
+pub(crate) fn write<E: Extend<u8>>(out: &mut E, tag: u8, fields: &[u64]) {
+    out.extend([VERSION, tag]);
+    for field in fields {
+        out.extend(field.to_be_bytes());
+    }
+}
+
+/// Reads an encoded state front to back; every read is bounds-checked.
+pub(crate) struct Reader<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    /// Checks the version and the tag.
+    pub fn new(bytes: &'a [u8], tag: u8) -> Result<Self, DecodeError> {
+        let mut reader = Self { bytes, pos: 0 };
+        let version = reader.u8()?;
+        if version != VERSION {
+            return Err(DecodeError::UnsupportedVersion(version));
+        }
+        let found = reader.u8()?;
+        if found != tag {
+            return Err(DecodeError::WrongAlgorithm {
+                expected: tag,
+                found,
+            });
+        }
+        Ok(reader)
+    }
+
+    pub fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|&end| end <= self.bytes.len())
+            .ok_or(DecodeError::Truncated {
+                len: self.bytes.len(),
+            })?;
+        let slice = &self.bytes[self.pos..end];
+        self.pos = end;
+        Ok(slice)
+    }
+
+    pub fn u8(&mut self) -> Result<u8, DecodeError> {
+        Ok(self.take(1)?[0])
+    }
+
+    pub fn u64(&mut self) -> Result<u64, DecodeError> {
+        let mut buf = [0; 8];
+        buf.copy_from_slice(self.take(8)?);
+        Ok(u64::from_be_bytes(buf))
+    }
+
+    /// A u64 that must satisfy `valid`, else [`DecodeError::InvalidField`].
+    pub fn u64_where(
+        &mut self,
+        field: &'static str,
+        valid: impl FnOnce(u64) -> bool,
+    ) -> Result<u64, DecodeError> {
+        let value = self.u64()?;
+        if valid(value) {
+            Ok(value)
+        } else {
+            Err(DecodeError::InvalidField { field })
+        }
+    }
+
+    /// The bytes not read yet.
+    pub fn rest(&mut self) -> &'a [u8] {
+        let rest = &self.bytes[self.pos..];
+        self.pos = self.bytes.len();
+        rest
+    }
+
+    /// Fails if any byte is left unread.
+    pub fn finish(self) -> Result<(), DecodeError> {
+        match self.bytes.len() - self.pos {
+            0 => Ok(()),
+            extra => Err(DecodeError::TrailingBytes { extra }),
+        }
+    }
+}

@@ -1,0 +1,145 @@
+use crate::encoding::{self, tag, Reader};
+use crate::limits::{MAX_LIMIT, MAX_PERIOD};
+use crate::{Algorithm, Decision, DecodeError, ParamError, Ticks, MAX_TICKS};
+
+/// Parameters of the window algorithms: at most `limit` units of cost per `period` ticks.
+///
+/// Ranges: `limit` in `1..=10^9` (the sliding log: `1..=10^5`), `period` in
+/// `1..=366 days`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct WindowParams {
+    /// Units of cost admitted per window.
+    pub limit: u64,
+    /// The window's length, in ticks.
+    pub period: Ticks,
+}
+
+impl WindowParams {
+    pub(crate) fn new(limit: u64, period: Ticks, max_limit: u64) -> Result<Self, ParamError> {
+        Ok(Self {
+            limit: ParamError::check("limit", limit, 1, max_limit)?,
+            period: ParamError::check("period", period, 1, MAX_PERIOD)?,
+        })
+    }
+
+    /// The index of the window holding `now`, windows aligned to tick 0.
+    pub(crate) const fn window_of(&self, now: Ticks) -> u64 {
+        now / self.period
+    }
+
+    /// The first tick of window `index`.
+    pub(crate) const fn start_of(&self, index: u64) -> Ticks {
+        index.saturating_mul(self.period)
+    }
+
+    /// Whether a stored window index could have come from a valid `now`.
+    pub(crate) const fn valid_window(&self, index: u64) -> bool {
+        index <= MAX_TICKS / self.period
+    }
+}
+
+/// Fixed window: windows `[k·period, (k+1)·period)` aligned to tick 0; a request of cost
+/// `c` is admitted iff `count + c <= limit`, and adds `c` to the window's count.
+///
+/// A denied request changes nothing, unless built with
+/// [`counting_denied`](Self::counting_denied), which counts denied cost too (so a client
+/// that keeps hammering stays blocked), as some peers do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FixedWindow {
+    params: WindowParams,
+    count_denied: bool,
+}
+
+/// The state of a [`FixedWindow`]: the current window and the cost counted in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FixedWindowState {
+    window: u64,
+    count: u64,
+}
+
+impl FixedWindow {
+    /// At most `limit` per aligned window of `period` ticks.
+    pub fn new(limit: u64, period: Ticks) -> Result<Self, ParamError> {
+        Ok(Self {
+            params: WindowParams::new(limit, period, MAX_LIMIT)?,
+            count_denied: false,
+        })
+    }
+
+    /// The same limit, counting denied cost as well as admitted cost.
+    pub const fn counting_denied(self) -> Self {
+        Self {
+            count_denied: true,
+            ..self
+        }
+    }
+
+    /// The parameters this was built from.
+    pub const fn params(&self) -> WindowParams {
+        self.params
+    }
+}
+
+impl TryFrom<WindowParams> for FixedWindow {
+    type Error = ParamError;
+    fn try_from(params: WindowParams) -> Result<Self, ParamError> {
+        Self::new(params.limit, params.period)
+    }
+}
+
+impl Algorithm for FixedWindow {
+    type State = FixedWindowState;
+
+    fn decide(
+        &self,
+        state: Option<FixedWindowState>,
+        now: Ticks,
+        cost: u64,
+    ) -> (Decision, Option<FixedWindowState>) {
+        let WindowParams { limit, period } = self.params;
+        let now = now.min(MAX_TICKS);
+        let mut window = self.params.window_of(now);
+        let mut count = 0;
+        if let Some(s) = state {
+            // A window later than now's means now went backwards: use the stored one.
+            if s.window >= window {
+                window = s.window;
+                count = s.count;
+            }
+        }
+        let now = now.max(self.params.start_of(window));
+        let until_end = self.params.start_of(window).saturating_add(period) - now;
+        let allowed = cost <= limit.saturating_sub(count);
+        if allowed || self.count_denied {
+            count = count.saturating_add(cost);
+        }
+        let remaining = limit.saturating_sub(count);
+        let reset_after = if count > 0 { until_end } else { 0 };
+        let state = (count > 0).then_some(FixedWindowState { window, count });
+        let decision = if allowed {
+            Decision::admit(limit, remaining, reset_after, 0)
+        } else {
+            let retry_after = (cost <= limit).then_some(until_end);
+            Decision::deny(limit, remaining, retry_after, reset_after)
+        };
+        (decision, state)
+    }
+
+    fn encode<E: Extend<u8>>(&self, state: &FixedWindowState, out: &mut E) {
+        encoding::write(out, tag::FIXED_WINDOW, &[state.window, state.count]);
+    }
+
+    fn decode(&self, bytes: &[u8]) -> Result<FixedWindowState, DecodeError> {
+        let mut reader = Reader::new(bytes, tag::FIXED_WINDOW)?;
+        let window = reader.u64_where("window", |w| self.params.valid_window(w))?;
+        let max_count = if self.count_denied {
+            u64::MAX
+        } else {
+            self.params.limit
+        };
+        let count = reader.u64_where("count", |c| (1..=max_count).contains(&c))?;
+        reader.finish()?;
+        Ok(FixedWindowState { window, count })
+    }
+}

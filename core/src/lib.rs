@@ -1,0 +1,86 @@
+//! Exact, deterministic rate-limiting algorithms as pure state transitions.
+//!
+//! Every algorithm is a value holding its validated parameters. It decides a request
+//! from the key's current state, the current time and the request's cost, and returns
+//! the [`Decision`] and the new state; it never reads a clock and never writes anywhere.
+//! Hosts (in memory, Redis, sled, wasm) store the state, using the one canonical byte
+//! encoding of [`Algorithm::encode`] and [`Algorithm::decode`].
+//!
+//! ```
+//! use tollgate_core::{Algorithm, TokenBucket, SECOND};
+//!
+//! // 10 requests at once, refilled at 5 per second.
+//! let bucket = TokenBucket::new(10, 5, SECOND)?;
+//! let (decision, state) = bucket.decide(None, 0, 4);
+//! assert!(decision.allowed);
+//! assert_eq!(decision.remaining, 6);
+//!
+//! let (decision, _) = bucket.decide(state, 0, 7);
+//! assert!(!decision.allowed);
+//! // One token is missing; it arrives after 200 ms.
+//! assert_eq!(decision.retry_after, Some(200_000));
+//! # Ok::<(), tollgate_core::ParamError>(())
+//! ```
+//!
+//! Time is an integer count of [`Ticks`] (microseconds); no decision uses floating point,
+//! and remainders are carried so the long-run admitted rate is exactly the configured one.
+//!
+//! # Features
+//! - `std` (default): [`SystemClock`]; implies `alloc`.
+//! - `alloc`: [`SlidingLog`], [`Composite`] and encoding to a `Vec`.
+//! - `serde`: `Serialize`/`Deserialize` for parameters and decisions.
+#![no_std]
+#![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_auto_cfg))]
+
+#[cfg(feature = "alloc")]
+extern crate alloc;
+#[cfg(feature = "std")]
+extern crate std;
+
+mod algorithm;
+mod ban;
+mod bucket;
+mod clock;
+#[cfg(feature = "alloc")]
+mod composite;
+mod decision;
+mod encoding;
+mod error;
+mod exact;
+mod fixed_window;
+mod sliding_counter;
+#[cfg(feature = "alloc")]
+mod sliding_log;
+
+pub use algorithm::{Algorithm, Reserve};
+pub use ban::{Ban, BanState};
+pub use bucket::{BucketParams, BucketState, LeakyBucket, Pacing, TokenBucket};
+#[cfg(target_has_atomic = "64")]
+pub use clock::ManualClock;
+#[cfg(feature = "std")]
+pub use clock::SystemClock;
+pub use clock::{Clock, Ticks, MAX_TICKS, MILLISECOND, SECOND};
+#[cfg(feature = "alloc")]
+pub use composite::Composite;
+pub use decision::Decision;
+pub use error::{DecodeError, ParamError};
+pub use fixed_window::{FixedWindow, FixedWindowState, WindowParams};
+pub use sliding_counter::{SlidingCounter, SlidingCounterState};
+#[cfg(feature = "alloc")]
+pub use sliding_log::{SlidingLog, SlidingLogState};
+
+/// Limits on parameters, shared by every algorithm.
+pub mod limits {
+    use crate::Ticks;
+
+    /// The largest limit, capacity or rate any algorithm accepts.
+    pub const MAX_LIMIT: u64 = 1_000_000_000;
+    /// The largest period or duration: 366 days.
+    pub const MAX_PERIOD: Ticks = 366 * 24 * 3600 * crate::SECOND;
+    /// The largest limit of a [`SlidingLog`](crate::SlidingLog), whose memory grows with it.
+    pub const MAX_LOG_LIMIT: u64 = 100_000;
+    /// The longest time a bucket may take to refill from empty, `capacity × period / rate`:
+    /// 2^53 ticks (about 285 years), so every instant a bucket stores is exact in a double.
+    pub const MAX_HORIZON: Ticks = 1 << 53;
+}

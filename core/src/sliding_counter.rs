@@ -1,0 +1,138 @@
+use crate::encoding::{self, tag, Reader};
+use crate::fixed_window::WindowParams;
+use crate::limits::MAX_LIMIT;
+use crate::{Algorithm, Decision, DecodeError, ParamError, Ticks, MAX_TICKS};
+
+/// Sliding window counter: the two-window estimate `prev · (period − e) / period + cur`,
+/// where `e` is the time elapsed in the current aligned window; a request of cost `c` is
+/// admitted iff `estimate + c <= limit`, compared exactly in integers.
+///
+/// O(1) state. It assumes the previous window's traffic was spread evenly: for even
+/// traffic it matches the exact [`SlidingLog`](crate::SlidingLog); it never admits more
+/// than `limit` in an aligned window, but when the previous window's traffic was bunched
+/// at its end it can admit up to (not including) `2 × limit` in a sliding window of one
+/// period, and when it was bunched at its start it admits less than the log would.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlidingCounter {
+    params: WindowParams,
+}
+
+/// The state of a [`SlidingCounter`]: the current window and the cost admitted in it
+/// and in the one before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SlidingCounterState {
+    window: u64,
+    prev: u64,
+    cur: u64,
+}
+
+impl SlidingCounter {
+    /// At most `limit` per sliding `period` ticks, estimated from two counters.
+    pub fn new(limit: u64, period: Ticks) -> Result<Self, ParamError> {
+        Ok(Self {
+            params: WindowParams::new(limit, period, MAX_LIMIT)?,
+        })
+    }
+
+    /// The parameters this was built from.
+    pub const fn params(&self) -> WindowParams {
+        self.params
+    }
+
+    /// How long from `elapsed` into the current window until `cost` fits, or `None` if
+    /// it never does. Only called when it does not fit now.
+    fn wait(&self, elapsed: Ticks, prev: u64, cur: u64, cost: u64) -> Option<Ticks> {
+        let WindowParams { limit, period } = self.params;
+        // The first elapsed time at which `weight · (period − e) <= room · period`.
+        let first_fit = |weight: u64, room: u64| {
+            if weight == 0 {
+                return 0;
+            }
+            let fits = u128::from(room) * u128::from(period) / u128::from(weight);
+            period - u64::try_from(fits).unwrap_or(u64::MAX).min(period)
+        };
+        if cost > limit {
+            None
+        } else if cur + cost <= limit {
+            Some(first_fit(prev, limit - cur - cost) - elapsed)
+        } else {
+            // Only in the next window, where `cur` becomes the previous count.
+            Some(period - elapsed + first_fit(cur, limit - cost))
+        }
+    }
+}
+
+impl TryFrom<WindowParams> for SlidingCounter {
+    type Error = ParamError;
+    fn try_from(params: WindowParams) -> Result<Self, ParamError> {
+        Self::new(params.limit, params.period)
+    }
+}
+
+impl Algorithm for SlidingCounter {
+    type State = SlidingCounterState;
+
+    fn decide(
+        &self,
+        state: Option<SlidingCounterState>,
+        now: Ticks,
+        cost: u64,
+    ) -> (Decision, Option<SlidingCounterState>) {
+        let WindowParams { limit, period } = self.params;
+        let now = now.min(MAX_TICKS);
+        let mut window = self.params.window_of(now);
+        let (prev, mut cur) = match state {
+            Some(s) if s.window >= window => {
+                window = s.window;
+                (s.prev, s.cur)
+            }
+            Some(s) if s.window + 1 == window => (s.cur, 0),
+            _ => (0, 0),
+        };
+        let start = self.params.start_of(window);
+        let elapsed = now.max(start) - start;
+        // prev · (period − elapsed) / period, as a numerator over `period`.
+        let carried = u128::from(prev) * u128::from(period - elapsed);
+        let fits = |cur: u64, cost: u64| {
+            carried + u128::from(cur + cost) * u128::from(period)
+                <= u128::from(limit) * u128::from(period)
+        };
+        let allowed = cost <= limit && fits(cur, cost);
+        if allowed {
+            cur += cost;
+        }
+        let carried_units = u64::try_from(carried.div_ceil(u128::from(period))).unwrap_or(u64::MAX);
+        let remaining = limit.saturating_sub(cur).saturating_sub(carried_units);
+        let reset_after = match (prev, cur) {
+            (0, 0) => 0,
+            (_, 0) => period - elapsed,
+            _ => 2 * period - elapsed,
+        };
+        let state = (reset_after > 0).then_some(SlidingCounterState { window, prev, cur });
+        let decision = if allowed {
+            Decision::admit(limit, remaining, reset_after, 0)
+        } else {
+            let retry_after = self.wait(elapsed, prev, cur, cost);
+            Decision::deny(limit, remaining, retry_after, reset_after)
+        };
+        (decision, state)
+    }
+
+    fn encode<E: Extend<u8>>(&self, state: &SlidingCounterState, out: &mut E) {
+        encoding::write(
+            out,
+            tag::SLIDING_COUNTER,
+            &[state.window, state.prev, state.cur],
+        );
+    }
+
+    fn decode(&self, bytes: &[u8]) -> Result<SlidingCounterState, DecodeError> {
+        let limit = self.params.limit;
+        let mut reader = Reader::new(bytes, tag::SLIDING_COUNTER)?;
+        let window = reader.u64_where("window", |w| self.params.valid_window(w))?;
+        let prev = reader.u64_where("prev", |p| p <= limit)?;
+        let cur = reader.u64_where("cur", |c| c <= limit && prev + c > 0)?;
+        reader.finish()?;
+        Ok(SlidingCounterState { window, prev, cur })
+    }
+}

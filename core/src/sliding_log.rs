@@ -1,0 +1,122 @@
+use alloc::vec::Vec;
+
+use crate::encoding::{self, tag, Reader};
+use crate::fixed_window::WindowParams;
+use crate::limits::MAX_LOG_LIMIT;
+use crate::{Algorithm, Decision, DecodeError, ParamError, Ticks, MAX_TICKS};
+
+/// Sliding window log: a request of cost `c` at `now` is admitted iff the cost admitted
+/// at instants `t > now − period`, plus `c`, is at most `limit`. Exact; memory grows with
+/// the entries in one period (at most `limit`, as entries at one instant are merged), so
+/// `limit` is capped at 10^5.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlidingLog {
+    params: WindowParams,
+}
+
+/// The state of a [`SlidingLog`]: admitted cost per instant, oldest first.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct SlidingLogState {
+    entries: Vec<Entry>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Entry {
+    at: Ticks,
+    cost: u64,
+}
+
+impl SlidingLog {
+    /// At most `limit` (up to 10^5) per sliding `period` ticks, exactly.
+    pub fn new(limit: u64, period: Ticks) -> Result<Self, ParamError> {
+        Ok(Self {
+            params: WindowParams::new(limit, period, MAX_LOG_LIMIT)?,
+        })
+    }
+
+    /// The parameters this was built from.
+    pub const fn params(&self) -> WindowParams {
+        self.params
+    }
+}
+
+impl TryFrom<WindowParams> for SlidingLog {
+    type Error = ParamError;
+    fn try_from(params: WindowParams) -> Result<Self, ParamError> {
+        Self::new(params.limit, params.period)
+    }
+}
+
+impl Algorithm for SlidingLog {
+    type State = SlidingLogState;
+
+    fn decide(
+        &self,
+        state: Option<SlidingLogState>,
+        now: Ticks,
+        cost: u64,
+    ) -> (Decision, Option<SlidingLogState>) {
+        let WindowParams { limit, period } = self.params;
+        let mut entries = state.map(|s| s.entries).unwrap_or_default();
+        let now = now.min(MAX_TICKS).max(entries.last().map_or(0, |e| e.at));
+        // Entries at or before `now − period` have left the window.
+        let live_from = entries.partition_point(|e| e.at.saturating_add(period) <= now);
+        entries.drain(..live_from);
+        let used: u64 = entries.iter().map(|e| e.cost).sum();
+        let allowed = cost <= limit - used;
+        if allowed && cost > 0 {
+            match entries.last_mut() {
+                Some(last) if last.at == now => last.cost += cost,
+                _ => entries.push(Entry { at: now, cost }),
+            }
+        }
+        let remaining = limit - used - if allowed { cost } else { 0 };
+        let reset_after = entries.last().map_or(0, |e| e.at + period - now);
+        let decision = if allowed {
+            Decision::admit(limit, remaining, reset_after, 0)
+        } else {
+            // Wait for the oldest entries to leave until `cost` fits.
+            let retry_after = (cost <= limit).then(|| {
+                let mut freed = limit - used;
+                let last_needed = entries
+                    .iter()
+                    .find(|e| {
+                        freed += e.cost;
+                        freed >= cost
+                    })
+                    .map_or(now, |e| e.at + period);
+                last_needed - now
+            });
+            Decision::deny(limit, remaining, retry_after, reset_after)
+        };
+        let state = (!entries.is_empty()).then_some(SlidingLogState { entries });
+        (decision, state)
+    }
+
+    fn encode<E: Extend<u8>>(&self, state: &SlidingLogState, out: &mut E) {
+        let len = state.entries.len() as u64;
+        encoding::write(out, tag::SLIDING_LOG, &[len]);
+        for entry in &state.entries {
+            out.extend(entry.at.to_be_bytes());
+            out.extend(entry.cost.to_be_bytes());
+        }
+    }
+
+    fn decode(&self, bytes: &[u8]) -> Result<SlidingLogState, DecodeError> {
+        let limit = self.params.limit;
+        let mut reader = Reader::new(bytes, tag::SLIDING_LOG)?;
+        let len = reader.u64_where("len", |n| (1..=limit).contains(&n))?;
+        // `len <= limit <= 10^5`, so this allocation is bounded whatever the bytes say.
+        let mut entries = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+        let mut used = 0;
+        for _ in 0..len {
+            let after = entries.last().map(|e: &Entry| e.at);
+            let at = reader.u64_where("at", |t| t <= MAX_TICKS && after.is_none_or(|a| t > a))?;
+            let cost = reader.u64_where("cost", |c| c >= 1 && c <= limit - used)?;
+            used += cost;
+            entries.push(Entry { at, cost });
+        }
+        reader.finish()?;
+        Ok(SlidingLogState { entries })
+    }
+}
