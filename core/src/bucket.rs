@@ -105,6 +105,8 @@ impl Gcra {
     ) -> (Decision, Option<BucketState>) {
         let rate = self.params.rate;
         let now = Exact::whole(now.min(MAX_TICKS));
+        // A state whose arrival time has passed is fresh: return it as `None`.
+        let state = state.filter(|s| s.tat > now);
         let tat = state.map_or(now, |s| s.tat);
         let start = tat.max(now);
         let full_at = now.add(self.tolerance, rate);

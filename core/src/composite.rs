@@ -36,33 +36,37 @@ impl<A: Algorithm> Composite<A> {
     fn decide_all(
         &self,
         state: Option<Vec<Option<A::State>>>,
+        now: Ticks,
         decide: impl Fn(&A, Option<A::State>) -> (Decision, Option<A::State>),
     ) -> (Decision, Option<Vec<Option<A::State>>>) {
         let old = state.unwrap_or_else(|| alloc::vec![None; self.members.len()]);
-        let mut combined: Option<Decision> = None;
-        let mut new = Vec::with_capacity(old.len());
-        for (member, state) in self.members.iter().zip(&old) {
-            let (d, s) = decide(member, state.clone());
-            new.push(s);
-            combined = Some(match combined {
-                None => d,
-                Some(c) => Decision {
-                    allowed: c.allowed && d.allowed,
-                    limit: if d.remaining < c.remaining {
-                        d.limit
-                    } else {
-                        c.limit
-                    },
-                    remaining: c.remaining.min(d.remaining),
-                    retry_after: c.retry_after.zip(d.retry_after).map(|(a, b)| a.max(b)),
-                    reset_after: c.reset_after.max(d.reset_after),
-                    delay: c.delay.max(d.delay),
-                },
-            });
-        }
-        // `new` has one entry per member and there is at least one member.
-        let decision = combined.unwrap_or(Decision::deny(0, 0, None, 0));
-        let states = if decision.allowed { new } else { old };
+        let (decisions, new): (Vec<_>, Vec<_>) = self
+            .members
+            .iter()
+            .zip(&old)
+            .map(|(member, state)| decide(member, state.clone()))
+            .unzip();
+        let allowed = decisions.iter().all(|d| d.allowed);
+        let retry_after = decisions
+            .iter()
+            .try_fold(0, |wait, d| d.retry_after.map(|r| r.max(wait)));
+        let delay = decisions.iter().map(|d| d.delay).max().unwrap_or(0);
+        // On denial nothing moves: a zero-cost decision reports the stored states (and
+        // forgets the ones that are fresh by now).
+        let (reported, states): (Vec<_>, Vec<_>) = if allowed {
+            (decisions, new)
+        } else {
+            self.members.iter().zip(old).map(|(m, s)| m.decide(s, now, 0)).unzip()
+        };
+        let binding = reported.iter().min_by_key(|d| d.remaining);
+        let decision = Decision {
+            allowed,
+            limit: binding.map_or(0, |d| d.limit),
+            remaining: binding.map_or(0, |d| d.remaining),
+            retry_after,
+            reset_after: reported.iter().map(|d| d.reset_after).max().unwrap_or(0),
+            delay,
+        };
         let fresh = states.iter().all(Option::is_none);
         (decision, (!fresh).then_some(states))
     }
@@ -77,7 +81,7 @@ impl<A: Algorithm> Algorithm for Composite<A> {
         now: Ticks,
         cost: u64,
     ) -> (Decision, Option<Self::State>) {
-        self.decide_all(state, |member, s| member.decide(s, now, cost))
+        self.decide_all(state, now, |member, s| member.decide(s, now, cost))
     }
 
     fn encode<E: Extend<u8>>(&self, state: &Self::State, out: &mut E) {
@@ -123,6 +127,6 @@ impl<A: Reserve> Reserve for Composite<A> {
         cost: u64,
         max_wait: Ticks,
     ) -> (Decision, Option<Self::State>) {
-        self.decide_all(state, |member, s| member.reserve(s, now, cost, max_wait))
+        self.decide_all(state, now, |member, s| member.reserve(s, now, cost, max_wait))
     }
 }

@@ -1,0 +1,149 @@
+//! Shared by the algorithm tests: random arrival sequences and the checks every
+//! algorithm's decisions must pass whatever its definition.
+#![allow(dead_code)]
+
+use proptest::prelude::*;
+use tollgate_core::limits::MAX_PERIOD;
+use tollgate_core::{Algorithm, Decision, Ticks};
+
+/// One random request: a gap before it and a cost, as raw numbers that [`arrivals`]
+/// scales to the parameters under test.
+pub type RawArrival = (u8, u64, u8, u64);
+
+pub fn raw_arrivals() -> impl Strategy<Value = Vec<RawArrival>> {
+    prop::collection::vec(any::<RawArrival>(), 1..120)
+}
+
+/// A limit across the whole range, with small values over-represented.
+pub fn limit(max: u64) -> impl Strategy<Value = u64> {
+    prop_oneof![1..=4u64, 1..=100u64, 1..=max]
+}
+
+/// A period across the whole range, with small values over-represented.
+pub fn period() -> impl Strategy<Value = Ticks> {
+    prop_oneof![1..=10u64, 1..=10_000u64, 1..=MAX_PERIOD]
+}
+
+/// Turns raw arrivals into `(now, cost)` pairs with non-decreasing `now`: gaps of zero,
+/// a few ticks, a fraction of the period or several periods; costs of zero, one, a
+/// fraction of `limit`, or just above it.
+pub fn arrivals(raw: &[RawArrival], period: Ticks, limit: u64) -> Vec<(Ticks, u64)> {
+    let mut now: Ticks = raw.first().map_or(0, |r| r.1 % (1 << 50));
+    raw.iter()
+        .map(|&(gap_kind, gap, cost_kind, cost)| {
+            now += match gap_kind % 5 {
+                0 => 0,
+                1 => gap % 4,
+                2 => gap % (period / 8 + 1),
+                3 => gap % (period + 1),
+                _ => gap % (3 * period + 1),
+            };
+            let cost = match cost_kind % 6 {
+                0 => 0,
+                1 | 2 => 1,
+                3 => cost % (limit / 4 + 1),
+                4 => cost % (limit + 1),
+                _ => limit + 1 + cost % 2,
+            };
+            (now, cost)
+        })
+        .collect()
+}
+
+/// Checks what every decision promises, using the algorithm itself on the state it
+/// returned (a denial may change it: a ban, or a window counting denied hits):
+/// - `retry_after` is exact: the same request is admitted then, and not one tick before;
+///   `None` means it is not admitted even ten periods later.
+/// - `reset_after` is exact: the state is fresh then, and not one tick before.
+/// - `remaining` is exact: that much cost is admitted right after, and one unit more is not.
+pub fn check_promises<A: Algorithm>(
+    alg: &A,
+    horizon: Ticks,
+    now: Ticks,
+    cost: u64,
+    decision: &Decision,
+    after: &Option<A::State>,
+) {
+    if decision.allowed {
+        assert_eq!(decision.retry_after, Some(0));
+    } else {
+        match decision.retry_after {
+            Some(wait) => {
+                assert!(wait > 0, "denied with zero wait: {decision:?}");
+                assert!(alg.peek(after.clone(), now + wait, cost).allowed, "not admitted after retry_after: {decision:?}");
+                assert!(!alg.peek(after.clone(), now + wait - 1, cost).allowed, "admitted before retry_after: {decision:?}");
+            }
+            None => assert!(!alg.peek(after.clone(), now + horizon, cost).allowed),
+        }
+    }
+    let reset = decision.reset_after;
+    assert_eq!(alg.decide(after.clone(), now + reset, 0).1, None, "not fresh after reset_after: {decision:?}");
+    if reset > 0 {
+        assert!(alg.decide(after.clone(), now + reset - 1, 0).1.is_some(), "fresh before reset_after: {decision:?}");
+    }
+    assert_eq!(after.is_none(), reset == 0);
+    let remaining = decision.remaining;
+    assert!(remaining <= decision.limit);
+    if remaining > 0 {
+        assert!(alg.peek(after.clone(), now, remaining).allowed, "remaining not admitted: {decision:?}");
+    }
+    assert!(!alg.peek(after.clone(), now, remaining + 1).allowed, "more than remaining admitted: {decision:?}");
+    if let Some(state) = after {
+        let bytes = alg.encode_to_vec(state);
+        assert_eq!(alg.decode(&bytes).as_ref(), Ok(state), "encoding does not round-trip");
+    }
+}
+
+/// Runs `alg` over `arrivals`, checking [`check_promises`] at every step, and returns
+/// the decisions.
+pub fn run<A: Algorithm>(alg: &A, horizon: Ticks, arrivals: &[(Ticks, u64)]) -> Vec<Decision> {
+    let mut state = None;
+    arrivals
+        .iter()
+        .map(|&(now, cost)| {
+            let (decision, next) = alg.decide(state.clone(), now, cost);
+            check_promises(alg, horizon, now, cost, &decision, &next);
+            state = next;
+            decision
+        })
+        .collect()
+}
+
+/// Admitted `(now, cost)` pairs.
+pub fn admitted(arrivals: &[(Ticks, u64)], decisions: &[Decision]) -> Vec<(Ticks, u64)> {
+    arrivals
+        .iter()
+        .zip(decisions)
+        .filter(|(_, d)| d.allowed)
+        .map(|(&a, _)| a)
+        .collect()
+}
+
+/// Bucket parameters across the whole range; `None` where they exceed the horizon,
+/// which the constructor must then refuse.
+pub fn bucket_params() -> impl Strategy<Value = (u64, u64, Ticks)> {
+    use tollgate_core::limits::MAX_LIMIT;
+    (limit(MAX_LIMIT), limit(MAX_LIMIT), period())
+}
+
+/// Whether `capacity × period / rate` is within the documented horizon.
+pub fn within_horizon(capacity: u64, rate: u64, period: Ticks) -> bool {
+    u128::from(capacity) * u128::from(period) <= u128::from(tollgate_core::limits::MAX_HORIZON) * u128::from(rate)
+}
+
+/// A bucket's level by the definition, as an exact rational in units of
+/// `1 / period`: `rate` units per `period` ticks flow in (tokens) or out (water).
+#[derive(Debug, Clone, Copy)]
+pub struct Level {
+    pub scaled: u128,
+    pub at: Ticks,
+}
+
+impl Level {
+    /// Moves the level to `now`, adding `elapsed · rate` and clamping to `[0, cap]`.
+    pub fn flow(&mut self, now: Ticks, rate: u64, cap: u128, filling: bool) {
+        let flow = u128::from(now - self.at) * u128::from(rate);
+        self.scaled = if filling { (self.scaled + flow).min(cap) } else { self.scaled.saturating_sub(flow) };
+        self.at = now;
+    }
+}

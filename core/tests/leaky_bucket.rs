@@ -1,0 +1,88 @@
+mod common;
+
+use common::*;
+use proptest::prelude::*;
+use tollgate_core::{Algorithm, LeakyBucket, Ticks, SECOND};
+
+/// The definition with exact rationals: water `max(0, w − elapsed · R / P)`, starting
+/// empty; admit iff `w + cost <= C`, then pour `cost` in. Water is kept in units of `1 / P`.
+fn reference(capacity: u64, rate: u64, period: Ticks, arrivals: &[(Ticks, u64)]) -> Vec<(bool, u64)> {
+    let p = u128::from(period);
+    let cap = u128::from(capacity) * p;
+    let mut water = Level { scaled: 0, at: arrivals[0].0 };
+    arrivals
+        .iter()
+        .map(|&(now, cost)| {
+            water.flow(now, rate, cap, false);
+            let allowed = water.scaled + u128::from(cost) * p <= cap;
+            if allowed {
+                water.scaled += u128::from(cost) * p;
+            }
+            (allowed, u64::try_from((cap - water.scaled) / p).unwrap())
+        })
+        .collect()
+}
+
+proptest! {
+    #[test]
+    fn matches_definition((capacity, rate, period) in bucket_params(), raw in raw_arrivals()) {
+        let alg = LeakyBucket::new(capacity, rate, period);
+        prop_assert_eq!(alg.is_ok(), within_horizon(capacity, rate, period));
+        let Ok(alg) = alg else { return Ok(()) };
+        let arrivals = arrivals(&raw, period, capacity);
+        let decisions = run(&alg, 10 * period, &arrivals);
+        let got: Vec<_> = decisions.iter().map(|d| (d.allowed, d.remaining)).collect();
+        prop_assert_eq!(got, reference(capacity, rate, period, &arrivals));
+    }
+
+    /// In any interval `[a, b]` at most `C + (b − a) · R / P` is admitted.
+    #[test]
+    fn never_more_than_capacity_plus_rate(capacity in 1..20u64, rate in 1..20u64, period in 1..1000u64, raw in raw_arrivals()) {
+        let alg = LeakyBucket::new(capacity, rate, period).unwrap();
+        let arrivals = arrivals(&raw, period, capacity);
+        let admitted = admitted(&arrivals, &run(&alg, 10 * period, &arrivals));
+        for &(a, _) in &admitted {
+            for &(b, _) in admitted.iter().filter(|x| x.0 >= a) {
+                let total: u64 = admitted.iter().filter(|x| x.0 >= a && x.0 <= b).map(|x| x.1).sum();
+                prop_assert!(u128::from(total) * u128::from(period) <= u128::from(capacity) * u128::from(period) + u128::from(b - a) * u128::from(rate));
+            }
+        }
+    }
+}
+
+/// Seed 002's funnel: capacity 15 leaking 0.5 per second, called 20 times at once.
+#[test]
+fn seed_funnel_of_fifteen() {
+    let funnel = LeakyBucket::new(15, 1, 2 * SECOND).unwrap();
+    let mut state = None;
+    let mut allowed = Vec::new();
+    for _ in 0..20 {
+        let (d, s) = funnel.decide(state, 0, 1);
+        allowed.push(d.allowed);
+        state = s;
+    }
+    assert_eq!(allowed, [vec![true; 15], vec![false; 5]].concat());
+    // One unit leaks out every 2 s.
+    let d = funnel.peek(state, 0, 1);
+    assert_eq!(d.retry_after, Some(2 * SECOND));
+    assert_eq!(d.reset_after, 30 * SECOND);
+}
+
+/// Seed 002's `CL.THROTTLE laoqian:reply 15 30 60`: limit 16, remaining 15, reset 2 s,
+/// exact to the microsecond.
+#[test]
+fn seed_cl_throttle() {
+    let cell = LeakyBucket::redis_cell(15, 30, 60 * SECOND).unwrap();
+    let (d, mut state) = cell.decide(None, 0, 1);
+    assert_eq!(d.cl_throttle_reply(), [0, 16, 15, -1, 2 * SECOND as i64]);
+    for _ in 1..16 {
+        state = cell.decide(state, 0, 1).1;
+    }
+    let (d, _) = cell.decide(state.clone(), 0, 1);
+    assert_eq!(d.cl_throttle_reply(), [1, 16, 0, 2 * SECOND as i64, 32 * SECOND as i64]);
+    // Half a second later the retry counts down exactly, not in whole seconds.
+    let (d, _) = cell.decide(state, SECOND / 2, 1);
+    assert_eq!(d.cl_throttle_reply(), [1, 16, 0, 1_500_000, 31_500_000]);
+    // A quantity above the limit can never pass: redis-cell reports -1.
+    assert_eq!(cell.peek(None, 0, 17).cl_throttle_reply()[3], -1);
+}

@@ -1,0 +1,92 @@
+mod common;
+
+use common::*;
+use proptest::prelude::*;
+use tollgate_core::{Algorithm, Pacing, Reserve, Ticks, SECOND};
+
+/// The definition with exact rationals (instants in units of `1 / R` tick): requests are
+/// served in order, each starting at `max(now, previous start + previous cost · P / R)`;
+/// one is admitted iff the units waiting ahead of it, `(start − now) · R / P`, are at
+/// most `C + 1 − cost` (so with unit costs, at most `C` wait); its delay is
+/// `start − now`, rounded up to a tick.
+fn reference(capacity: u64, rate: u64, period: Ticks, arrivals: &[(Ticks, u64)]) -> Vec<(bool, u64, Ticks)> {
+    let (r, p) = (u128::from(rate), u128::from(period));
+    let mut next_free = 0u128;
+    arrivals
+        .iter()
+        .map(|&(now, cost)| {
+            let now_scaled = u128::from(now) * r;
+            let start = next_free.max(now_scaled);
+            let ahead = start - now_scaled;
+            let allowed = cost <= capacity + 1 && ahead + u128::from(cost) * p <= u128::from(capacity + 1) * p;
+            let delay = if allowed { u64::try_from((start - now_scaled).div_ceil(r)).unwrap() } else { 0 };
+            if allowed {
+                next_free = start + u128::from(cost) * p;
+            }
+            let busy = next_free.max(now_scaled) - now_scaled;
+            let remaining = u64::try_from((u128::from(capacity + 1) * p).saturating_sub(busy) / p).unwrap();
+            (allowed, remaining, delay)
+        })
+        .collect()
+}
+
+proptest! {
+    #[test]
+    fn matches_definition((capacity, rate, period) in bucket_params(), raw in raw_arrivals()) {
+        let Ok(alg) = Pacing::new(capacity, rate, period) else {
+            prop_assert!(!within_horizon(capacity + 1, rate, period));
+            return Ok(());
+        };
+        let arrivals = arrivals(&raw, period, capacity);
+        let decisions = run(&alg, 10 * period, &arrivals);
+        let got: Vec<_> = decisions.iter().map(|d| (d.allowed, d.remaining, d.delay)).collect();
+        prop_assert_eq!(got, reference(capacity, rate, period, &arrivals));
+    }
+
+    /// Admitted unit requests act exactly `P / R` apart while the queue is busy: the
+    /// k-th act of a saturated queue is at `ceil(k · P / R)`.
+    #[test]
+    fn spaced_exactly(capacity in 0..20u64, rate in 1..50u64, period in 1..100_000u64, per_slot in 1..4u64) {
+        let alg = Pacing::new(capacity, rate, period).unwrap();
+        let (mut state, mut acts, mut now) = (None, Vec::new(), 0);
+        while acts.len() < 200 {
+            for _ in 0..per_slot {
+                let (d, s) = alg.decide(state.clone(), now, 1);
+                if d.allowed {
+                    acts.push(now + d.delay);
+                    state = s;
+                }
+            }
+            now += period / rate / 2 + 1;
+        }
+        // No act is ever earlier than its slot on the grid.
+        for (k, &act) in acts.iter().enumerate() {
+            prop_assert!(act >= (k as u64 * period).div_ceil(rate));
+        }
+        // Saturated (several arrivals per slot): every act is exactly on the grid.
+        if per_slot >= 2 && capacity >= 1 {
+            for (k, &act) in acts.iter().enumerate() {
+                prop_assert_eq!(act, (k as u64 * period).div_ceil(rate));
+            }
+        }
+    }
+}
+
+#[test]
+fn queue_of_three_spaced_a_quarter_second_apart() {
+    let queue = Pacing::new(3, 4, SECOND).unwrap();
+    let mut state = None;
+    let mut delays = Vec::new();
+    for _ in 0..5 {
+        let (d, s) = queue.decide(state, 0, 1);
+        delays.push(d.allowed.then_some(d.delay));
+        state = s;
+    }
+    let q = SECOND / 4;
+    assert_eq!(delays, [Some(0), Some(q), Some(2 * q), Some(3 * q), None]);
+    // The fifth fits once the first has left the queue.
+    assert_eq!(queue.peek(state.clone(), 0, 1).retry_after, Some(q));
+    // A reservation can refuse to wait as long as the queue would make it.
+    assert!(!queue.reserve(state.clone(), q, 1, q - 1).0.allowed);
+    assert_eq!(queue.reserve(state, q, 1, 3 * q).0.delay, 3 * q);
+}

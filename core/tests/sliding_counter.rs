@@ -1,0 +1,80 @@
+mod common;
+
+use common::*;
+use proptest::prelude::*;
+use tollgate_core::limits::MAX_LIMIT;
+use tollgate_core::{Algorithm, SlidingCounter, Ticks, SECOND};
+
+/// The definition, by brute force over every admitted request: with `prev` and `cur`
+/// the cost admitted in the previous and current aligned windows and `e` the time into
+/// the current one, admit iff `prev · (period − e) / period + cur + cost <= limit`.
+/// `remaining` is the largest cost that would still pass.
+fn reference(limit: u64, period: Ticks, arrivals: &[(Ticks, u64)]) -> Vec<(bool, u64)> {
+    let mut admitted: Vec<(Ticks, u64)> = Vec::new();
+    arrivals
+        .iter()
+        .map(|&(now, cost)| {
+            let window = now / period;
+            let sum = |w: u64| -> u64 { admitted.iter().filter(|a| a.0 / period == w).map(|a| a.1).sum() };
+            let prev = if window > 0 { sum(window - 1) } else { 0 };
+            let cur = sum(window);
+            let weight = u128::from(period - now % period);
+            let passes = |c: u64| u128::from(prev) * weight + u128::from(cur + c) * u128::from(period) <= u128::from(limit) * u128::from(period);
+            let allowed = passes(cost);
+            if allowed {
+                admitted.push((now, cost));
+            }
+            let base = if allowed { cost } else { 0 };
+            let remaining = (0..=limit).rev().find(|&r| r <= limit - cur - base && passes(base + r)).unwrap_or(0);
+            (allowed, remaining)
+        })
+        .collect()
+}
+
+proptest! {
+    #[test]
+    fn matches_definition(limit in prop_oneof![1..=4u64, 1..=100u64], period in period(), raw in raw_arrivals()) {
+        let alg = SlidingCounter::new(limit, period).unwrap();
+        let arrivals = arrivals(&raw, period, limit);
+        let decisions = run(&alg, 10 * period, &arrivals);
+        let got: Vec<_> = decisions.iter().map(|d| (d.allowed, d.remaining)).collect();
+        prop_assert_eq!(got, reference(limit, period, &arrivals));
+    }
+
+    #[test]
+    fn promises_hold_across_the_range(limit in limit(MAX_LIMIT), period in period(), raw in raw_arrivals()) {
+        let alg = SlidingCounter::new(limit, period).unwrap();
+        run(&alg, 10 * period, &arrivals(&raw, period, limit));
+    }
+
+    /// The documented error bound: at most `limit` per aligned window, and under
+    /// `2 × limit` in any sliding window of one period.
+    #[test]
+    fn error_bound(limit in 1..50u64, period in 1..1000u64, raw in raw_arrivals()) {
+        let alg = SlidingCounter::new(limit, period).unwrap();
+        let arrivals = arrivals(&raw, period, limit);
+        let admitted = admitted(&arrivals, &run(&alg, 10 * period, &arrivals));
+        for &(end, _) in &admitted {
+            let aligned: u64 = admitted.iter().filter(|a| a.0 / period == end / period).map(|a| a.1).sum();
+            prop_assert!(aligned <= limit);
+            let sliding: u64 = admitted.iter().filter(|a| a.0 <= end && a.0 + period > end).map(|a| a.1).sum();
+            prop_assert!(sliding < 2 * limit);
+        }
+    }
+}
+
+#[test]
+fn weighs_the_previous_window() {
+    let alg = SlidingCounter::new(10, SECOND).unwrap();
+    let (d, state) = alg.decide(None, 0, 10);
+    assert!(d.allowed);
+    assert_eq!(d.reset_after, 2 * SECOND);
+    // A quarter into the next window, the previous 10 count as 7.5: 2 more fit, not 3.
+    let quarter = SECOND + SECOND / 4;
+    assert!(alg.peek(state.clone(), quarter, 2).allowed);
+    let d = alg.peek(state.clone(), quarter, 3);
+    assert!(!d.allowed);
+    // 3 fit once the previous window weighs 7: 30% into the window.
+    assert_eq!(d.retry_after, Some(SECOND * 3 / 10 - SECOND / 4));
+    assert_eq!(d.remaining, 2);
+}

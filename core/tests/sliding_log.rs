@@ -1,0 +1,83 @@
+mod common;
+
+use common::*;
+use proptest::prelude::*;
+use tollgate_core::limits::MAX_LOG_LIMIT;
+use tollgate_core::{Algorithm, SlidingLog, Ticks, SECOND};
+
+/// The definition, by brute force: the cost admitted at instants `t > now − period`,
+/// plus `cost`, must be at most `limit`.
+fn reference(limit: u64, period: Ticks, arrivals: &[(Ticks, u64)]) -> Vec<(bool, u64)> {
+    let mut admitted: Vec<(Ticks, u64)> = Vec::new();
+    arrivals
+        .iter()
+        .map(|&(now, cost)| {
+            let used: u64 = admitted.iter().filter(|a| a.0 + period > now).map(|a| a.1).sum();
+            let allowed = used + cost <= limit;
+            if allowed {
+                admitted.push((now, cost));
+            }
+            (allowed, limit - used - if allowed { cost } else { 0 })
+        })
+        .collect()
+}
+
+proptest! {
+    #[test]
+    fn matches_definition(limit in limit(MAX_LOG_LIMIT), period in period(), raw in raw_arrivals()) {
+        let alg = SlidingLog::new(limit, period).unwrap();
+        let arrivals = arrivals(&raw, period, limit);
+        let decisions = run(&alg, 10 * period, &arrivals);
+        let got: Vec<_> = decisions.iter().map(|d| (d.allowed, d.remaining)).collect();
+        prop_assert_eq!(got, reference(limit, period, &arrivals));
+    }
+
+    #[test]
+    fn never_more_than_limit_in_any_window(limit in 1..50u64, period in 1..1000u64, raw in raw_arrivals()) {
+        let alg = SlidingLog::new(limit, period).unwrap();
+        let arrivals = arrivals(&raw, period, limit);
+        let admitted = admitted(&arrivals, &run(&alg, 10 * period, &arrivals));
+        // Any window of length `period` with the most admitted cost ends at an admission.
+        for &(end, _) in &admitted {
+            let total: u64 = admitted.iter().filter(|a| a.0 <= end && a.0 + period > end).map(|a| a.1).sum();
+            prop_assert!(total <= limit);
+        }
+    }
+}
+
+#[test]
+fn retry_waits_for_the_oldest_entries_to_leave() {
+    let alg = SlidingLog::new(3, SECOND).unwrap();
+    let mut state = None;
+    for (now, cost) in [(0, 1), (100, 2)] {
+        let (d, s) = alg.decide(state, now, cost);
+        assert!(d.allowed);
+        state = s;
+    }
+    let (d, _) = alg.decide(state.clone(), 500, 1);
+    assert!(!d.allowed);
+    assert_eq!(d.retry_after, Some(SECOND - 500));
+    // Cost 2 needs the entry at 100 gone too.
+    let (d, _) = alg.decide(state.clone(), 500, 2);
+    assert_eq!(d.retry_after, Some(SECOND + 100 - 500));
+    assert_eq!(d.reset_after, SECOND + 100 - 500);
+    let (d, _) = alg.decide(state, 500, 4);
+    assert_eq!(d.retry_after, None);
+}
+
+#[test]
+fn state_is_bounded_by_the_limit() {
+    let alg = SlidingLog::new(100, SECOND).unwrap();
+    let mut state = None;
+    for now in 0..10_000 {
+        state = alg.decide(state, now * 7, 1).1;
+    }
+    let bytes = alg.encode_to_vec(&state.unwrap());
+    assert!(bytes.len() <= 10 + 100 * 16);
+}
+
+#[test]
+fn limit_is_capped() {
+    assert!(SlidingLog::new(MAX_LOG_LIMIT, SECOND).is_ok());
+    assert!(SlidingLog::new(MAX_LOG_LIMIT + 1, SECOND).is_err());
+}

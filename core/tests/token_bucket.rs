@@ -1,0 +1,122 @@
+mod common;
+
+use common::*;
+use proptest::prelude::*;
+use tollgate_core::{Algorithm, ParamError, Ticks, TokenBucket, MILLISECOND, SECOND};
+
+/// The definition with exact rationals: tokens `min(B, tokens + elapsed · R / P)`,
+/// starting full; admit iff tokens ≥ cost, then subtract. Tokens are kept in units of
+/// `1 / P`.
+fn reference(capacity: u64, rate: u64, period: Ticks, arrivals: &[(Ticks, u64)]) -> Vec<(bool, u64)> {
+    let p = u128::from(period);
+    let cap = u128::from(capacity) * p;
+    let mut tokens = Level { scaled: cap, at: arrivals[0].0 };
+    arrivals
+        .iter()
+        .map(|&(now, cost)| {
+            tokens.flow(now, rate, cap, true);
+            let allowed = tokens.scaled >= u128::from(cost) * p;
+            if allowed {
+                tokens.scaled -= u128::from(cost) * p;
+            }
+            (allowed, u64::try_from(tokens.scaled / p).unwrap())
+        })
+        .collect()
+}
+
+proptest! {
+    #[test]
+    fn matches_definition((capacity, rate, period) in bucket_params(), raw in raw_arrivals()) {
+        let alg = TokenBucket::new(capacity, rate, period);
+        prop_assert_eq!(alg.is_ok(), within_horizon(capacity, rate, period));
+        let Ok(alg) = alg else { return Ok(()) };
+        let arrivals = arrivals(&raw, period, capacity);
+        let decisions = run(&alg, 10 * period, &arrivals);
+        let got: Vec<_> = decisions.iter().map(|d| (d.allowed, d.remaining)).collect();
+        prop_assert_eq!(got, reference(capacity, rate, period, &arrivals));
+    }
+
+    /// In any interval `[a, b]` at most `B + (b − a) · R / P` is admitted.
+    #[test]
+    fn never_more_than_burst_plus_rate(capacity in 1..20u64, rate in 1..20u64, period in 1..1000u64, raw in raw_arrivals()) {
+        let alg = TokenBucket::new(capacity, rate, period).unwrap();
+        let arrivals = arrivals(&raw, period, capacity);
+        let admitted = admitted(&arrivals, &run(&alg, 10 * period, &arrivals));
+        for &(a, _) in &admitted {
+            for &(b, _) in admitted.iter().filter(|x| x.0 >= a) {
+                let total: u64 = admitted.iter().filter(|x| x.0 >= a && x.0 <= b).map(|x| x.1).sum();
+                prop_assert!(u128::from(total) * u128::from(period) <= u128::from(capacity) * u128::from(period) + u128::from(b - a) * u128::from(rate));
+            }
+        }
+    }
+
+    /// A reservation is admitted iff the request would be admitted by waiting at most
+    /// `max_wait`, and its delay is exactly the wait a plain decision would report.
+    #[test]
+    fn reservations_wait_exactly((capacity, rate, period) in bucket_params(), raw in raw_arrivals(), max_wait in prop_oneof![0..10u64, 0..=10 * SECOND]) {
+        use tollgate_core::Reserve;
+        let Ok(alg) = TokenBucket::new(capacity, rate, period) else { return Ok(()) };
+        let mut state = None;
+        for (now, cost) in arrivals(&raw, period, capacity) {
+            let plain = alg.peek(state.clone(), now, cost);
+            let (d, next) = alg.reserve(state.clone(), now, cost, max_wait);
+            match plain.retry_after {
+                Some(wait) if wait <= max_wait => {
+                    prop_assert!(d.allowed);
+                    prop_assert_eq!(d.delay, wait);
+                }
+                _ => prop_assert!(!d.allowed),
+            }
+            if !d.allowed {
+                // The reservation is admitted at exactly `now + retry_after`.
+                if let Some(retry) = d.retry_after {
+                    prop_assert!(alg.reserve(state.clone(), now + retry, cost, max_wait).0.allowed);
+                    prop_assert!(!alg.reserve(state.clone(), now + retry - 1, cost, max_wait).0.allowed);
+                }
+            }
+            state = next;
+        }
+    }
+}
+
+/// Seed 000's multi-permit acquire: `max_permits` 10 refilled at 5 per second.
+#[test]
+fn seed_multi_permit_acquire() {
+    let bucket = TokenBucket::new(10, 5, SECOND).unwrap();
+    let (d, state) = bucket.decide(None, 0, 4);
+    assert!(d.allowed);
+    assert_eq!(d.remaining, 6);
+    assert_eq!(d.reset_after, 800 * MILLISECOND);
+    let (d, same) = bucket.decide(state.clone(), 0, 7);
+    assert!(!d.allowed);
+    assert_eq!(same, state);
+    assert_eq!(d.retry_after, Some(200 * MILLISECOND));
+    let (d, state) = bucket.decide(state, 200 * MILLISECOND, 7);
+    assert!(d.allowed);
+    assert_eq!(d.remaining, 0);
+    // More than the bucket holds can never be had.
+    assert_eq!(bucket.decide(state, SECOND, 11).0.retry_after, None);
+}
+
+#[test]
+fn refill_is_exact_at_fractional_intervals() {
+    // 3 tokens per second: one every 333 333.33 µs. Emptied at 0 and never full again,
+    // so no fraction is lost to the cap.
+    let bucket = TokenBucket::new(2, 3, SECOND).unwrap();
+    let (_, mut state) = bucket.decide(None, 0, 2);
+    for k in 1..=30u64 {
+        let due = (k * SECOND).div_ceil(3);
+        assert!(!bucket.peek(state.clone(), due - 1, 1).allowed);
+        let (d, next) = bucket.decide(state, due, 1);
+        assert!(d.allowed, "token {k} not there at {due}");
+        state = next;
+    }
+}
+
+#[test]
+fn horizon_is_enforced() {
+    assert!(matches!(TokenBucket::new(1_000_000_000, 1, 366 * 24 * 3600 * SECOND), Err(ParamError::HorizonTooLong { .. })));
+    assert!(TokenBucket::new(1_000_000_000, 1_000_000_000, 366 * 24 * 3600 * SECOND).is_ok());
+    assert!(TokenBucket::new(0, 1, SECOND).is_err());
+    assert!(TokenBucket::new(1, 0, SECOND).is_err());
+}
