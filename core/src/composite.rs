@@ -56,7 +56,11 @@ impl<A: Algorithm> Composite<A> {
         let (reported, states): (Vec<_>, Vec<_>) = if allowed {
             (decisions, new)
         } else {
-            self.members.iter().zip(old).map(|(m, s)| m.decide(s, now, 0)).unzip()
+            self.members
+                .iter()
+                .zip(old)
+                .map(|(m, s)| m.decide(s, now, 0))
+                .unzip()
         };
         let binding = reported.iter().min_by_key(|d| d.remaining);
         let decision = Decision {
@@ -127,6 +131,8 @@ impl<A: Reserve> Reserve for Composite<A> {
         cost: u64,
         max_wait: Ticks,
     ) -> (Decision, Option<Self::State>) {
-        self.decide_all(state, now, |member, s| member.reserve(s, now, cost, max_wait))
+        self.decide_all(state, now, |member, s| {
+            member.reserve(s, now, cost, max_wait)
+        })
     }
 }

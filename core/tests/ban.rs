@@ -7,7 +7,14 @@ use tollgate_core::{Algorithm, Ban, FixedWindow, Ticks, TokenBucket, SECOND};
 /// The definition: the inner limiter decides unless the key is banned; once the cost
 /// denied within one aligned ban window exceeds the threshold, every request is denied
 /// until `duration` after the denial that crossed it, and changes nothing meanwhile.
-fn reference(limit: u64, period: Ticks, threshold: u64, window: Ticks, duration: Ticks, arrivals: &[(Ticks, u64)]) -> Vec<bool> {
+fn reference(
+    limit: u64,
+    period: Ticks,
+    threshold: u64,
+    window: Ticks,
+    duration: Ticks,
+    arrivals: &[(Ticks, u64)],
+) -> Vec<bool> {
     let mut admitted: Vec<(Ticks, u64)> = Vec::new();
     let mut denied: Vec<(Ticks, u64)> = Vec::new();
     let mut banned_until = 0;
@@ -17,13 +24,21 @@ fn reference(limit: u64, period: Ticks, threshold: u64, window: Ticks, duration:
             if now < banned_until {
                 return false;
             }
-            let used: u64 = admitted.iter().filter(|a| a.0 / period == now / period).map(|a| a.1).sum();
+            let used: u64 = admitted
+                .iter()
+                .filter(|a| a.0 / period == now / period)
+                .map(|a| a.1)
+                .sum();
             if used + cost <= limit {
                 admitted.push((now, cost));
                 return true;
             }
             denied.push((now, cost));
-            let in_window: u64 = denied.iter().filter(|d| d.0 / window == now / window).map(|d| d.1).sum();
+            let in_window: u64 = denied
+                .iter()
+                .filter(|d| d.0 / window == now / window)
+                .map(|d| d.1)
+                .sum();
             if in_window > threshold {
                 banned_until = now + duration;
             }
@@ -52,7 +67,13 @@ proptest! {
 /// Seed 001: a client far over its limit is shut out for a while.
 #[test]
 fn seed_ban_after_hammering() {
-    let alg = Ban::new(FixedWindow::new(5, SECOND).unwrap(), 10, 60 * SECOND, 600 * SECOND).unwrap();
+    let alg = Ban::new(
+        FixedWindow::new(5, SECOND).unwrap(),
+        10,
+        60 * SECOND,
+        600 * SECOND,
+    )
+    .unwrap();
     let mut state = None;
     let mut admitted = 0;
     for i in 0..20 {

@@ -18,7 +18,7 @@ proptest! {
             let (d, next) = alg.decide(state.clone(), now, cost);
             check_promises(&alg, 10 * period, now, cost, &d, &next);
             let members_state = state.clone().unwrap_or_else(|| vec![None; buckets.len()]);
-            let alone: Vec<_> = buckets.iter().zip(&members_state).map(|(b, s)| b.decide(s.clone(), now, cost)).collect();
+            let alone: Vec<_> = buckets.iter().zip(&members_state).map(|(b, s)| b.decide(*s, now, cost)).collect();
             prop_assert_eq!(d.allowed, alone.iter().all(|(d, _)| d.allowed));
             // On denial each member keeps its state (forgotten if fresh by now).
             let expected: Vec<_> = if d.allowed {
@@ -61,7 +61,10 @@ fn ten_per_second_and_thirty_per_minute() {
     let (d, _) = alg.decide(state.clone(), 10 * SECOND, 1);
     assert!(!d.allowed);
     // The minute bucket binds: its next token is due at 12 s.
-    assert_eq!((d.limit, d.remaining, d.retry_after), (30, 0, Some(2 * SECOND)));
+    assert_eq!(
+        (d.limit, d.remaining, d.retry_after),
+        (30, 0, Some(2 * SECOND))
+    );
     let (d, _) = alg.reserve(state, 10 * SECOND, 1, 2 * SECOND);
     assert_eq!((d.allowed, d.delay), (true, 2 * SECOND));
     assert!(Composite::<TokenBucket>::new(vec![]).is_err());

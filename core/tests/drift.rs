@@ -26,8 +26,14 @@ fn buckets_admit_capacity_plus_exact_refill() {
     let (capacity, rate, period) = (5, 3, 1000);
     let end = PERIODS * period;
     let expected = capacity + PERIODS * rate;
-    assert_eq!(admitted(&TokenBucket::new(capacity, rate, period).unwrap(), 100, end), expected);
-    assert_eq!(admitted(&LeakyBucket::new(capacity, rate, period).unwrap(), 100, end), expected);
+    assert_eq!(
+        admitted(&TokenBucket::new(capacity, rate, period).unwrap(), 100, end),
+        expected
+    );
+    assert_eq!(
+        admitted(&LeakyBucket::new(capacity, rate, period).unwrap(), 100, end),
+        expected
+    );
 }
 
 #[test]
@@ -35,12 +41,18 @@ fn pacing_acts_on_an_exact_grid() {
     // Slots at ceil(k · 7000 / 3): the last one by `end` is k = 3 · 10^6.
     let (rate, period) = (3, 7000);
     let end = PERIODS * period;
-    assert_eq!(admitted(&Pacing::new(2, rate, period).unwrap(), 500, end), PERIODS * rate + 1);
+    assert_eq!(
+        admitted(&Pacing::new(2, rate, period).unwrap(), 500, end),
+        PERIODS * rate + 1
+    );
 }
 
 #[test]
 fn windows_admit_their_limit_every_period() {
     let (limit, period) = (7, 1000);
     let end = PERIODS * period - 1;
-    assert_eq!(admitted(&FixedWindow::new(limit, period).unwrap(), 100, end), PERIODS * limit);
+    assert_eq!(
+        admitted(&FixedWindow::new(limit, period).unwrap(), 100, end),
+        PERIODS * limit
+    );
 }

@@ -18,7 +18,10 @@ fn every_algorithm(bytes: &[u8]) {
     decode_is_total(&Pacing::new(10, 3, SECOND).unwrap(), bytes);
     let ban = Ban::new(TokenBucket::new(10, 3, SECOND).unwrap(), 5, SECOND, SECOND).unwrap();
     decode_is_total(&ban, bytes);
-    decode_is_total(&Composite::new(vec![SlidingLog::new(3, SECOND).unwrap(); 2]).unwrap(), bytes);
+    decode_is_total(
+        &Composite::new(vec![SlidingLog::new(3, SECOND).unwrap(); 2]).unwrap(),
+        bytes,
+    );
 }
 
 proptest! {
@@ -41,32 +44,69 @@ fn corrupt_states_are_typed_errors() {
     let (_, state) = bucket.decide(None, 1_000, 4);
     let good = bucket.encode_to_vec(&state.unwrap());
     assert_eq!(good.len(), 18, "a bucket state is 18 bytes");
-    assert_eq!(bucket.decode(&good[..10]), Err(DecodeError::Truncated { len: 10 }));
-    assert_eq!(bucket.decode(&[good.clone(), vec![0]].concat()), Err(DecodeError::TrailingBytes { extra: 1 }));
+    assert_eq!(
+        bucket.decode(&good[..10]),
+        Err(DecodeError::Truncated { len: 10 })
+    );
+    assert_eq!(
+        bucket.decode(&[good.clone(), vec![0]].concat()),
+        Err(DecodeError::TrailingBytes { extra: 1 })
+    );
     let mut newer = good.clone();
     newer[0] = 2;
-    assert_eq!(bucket.decode(&newer), Err(DecodeError::UnsupportedVersion(2)));
+    assert_eq!(
+        bucket.decode(&newer),
+        Err(DecodeError::UnsupportedVersion(2))
+    );
     let window = FixedWindow::new(10, SECOND).unwrap();
-    assert_eq!(window.decode(&good), Err(DecodeError::WrongAlgorithm { expected: 1, found: 4 }));
+    assert_eq!(
+        window.decode(&good),
+        Err(DecodeError::WrongAlgorithm {
+            expected: 1,
+            found: 4
+        })
+    );
     // A fraction of a tick at or beyond the rate is no state this bucket can be in.
     let mut bad_frac = good.clone();
     bad_frac[17] = 3;
-    assert_eq!(bucket.decode(&bad_frac), Err(DecodeError::InvalidField { field: "tat_frac" }));
+    assert_eq!(
+        bucket.decode(&bad_frac),
+        Err(DecodeError::InvalidField { field: "tat_frac" })
+    );
     // A fixed window counting more than its limit is corrupt, not "allow everything".
     let mut over = window.encode_to_vec(&window.decide(None, 0, 1).1.unwrap());
     over[17] = 11;
-    assert_eq!(window.decode(&over), Err(DecodeError::InvalidField { field: "count" }));
+    assert_eq!(
+        window.decode(&over),
+        Err(DecodeError::InvalidField { field: "count" })
+    );
     // A sliding log claiming 2^60 entries is refused before anything is allocated.
     let log = SlidingLog::new(10, SECOND).unwrap();
     let huge = [vec![1, 2], (1u64 << 60).to_be_bytes().to_vec()].concat();
-    assert_eq!(log.decode(&huge), Err(DecodeError::InvalidField { field: "len" }));
+    assert_eq!(
+        log.decode(&huge),
+        Err(DecodeError::InvalidField { field: "len" })
+    );
 }
 
 #[test]
 fn encodings_are_fixed_and_versioned() {
     let window = FixedWindow::new(10, SECOND).unwrap();
     let (_, state) = window.decide(None, 5 * SECOND + 1, 3);
-    assert_eq!(window.encode_to_vec(&state.unwrap()), [vec![1, 1], 5u64.to_be_bytes().to_vec(), 3u64.to_be_bytes().to_vec()].concat());
+    assert_eq!(
+        window.encode_to_vec(&state.unwrap()),
+        [
+            vec![1, 1],
+            5u64.to_be_bytes().to_vec(),
+            3u64.to_be_bytes().to_vec()
+        ]
+        .concat()
+    );
     let counter = SlidingCounter::new(10, SECOND).unwrap();
-    assert_eq!(counter.encode_to_vec(&counter.decide(None, 0, 1).1.unwrap()).len(), 26);
+    assert_eq!(
+        counter
+            .encode_to_vec(&counter.decide(None, 0, 1).1.unwrap())
+            .len(),
+        26
+    );
 }

@@ -13,7 +13,11 @@ fn reference(limit: u64, period: Ticks, arrivals: &[(Ticks, u64)]) -> Vec<(bool,
         .iter()
         .map(|&(now, cost)| {
             let in_window = |t: Ticks| t / period == now / period;
-            let used: u64 = admitted.iter().filter(|a| in_window(a.0)).map(|a| a.1).sum();
+            let used: u64 = admitted
+                .iter()
+                .filter(|a| in_window(a.0))
+                .map(|a| a.1)
+                .sum();
             let allowed = used + cost <= limit;
             if allowed {
                 admitted.push((now, cost));
@@ -72,7 +76,7 @@ fn counts_per_aligned_window() {
         assert_eq!(d.reset_after, 500_000 - i);
         state = s;
     }
-    let (d, _) = alg.decide(state.clone(), 999_999, 1);
+    let (d, _) = alg.decide(state, 999_999, 1);
     assert!(!d.allowed);
     assert_eq!(d.retry_after, Some(1));
     // The boundary burst the seeds warn about: the next window starts afresh.
@@ -95,8 +99,14 @@ fn never_for_cost_above_limit_and_time_going_backwards() {
 
 #[test]
 fn invalid_parameters_are_errors() {
-    assert!(matches!(FixedWindow::new(0, SECOND), Err(ParamError::OutOfRange { name: "limit", .. })));
-    assert!(matches!(FixedWindow::new(1, 0), Err(ParamError::OutOfRange { name: "period", .. })));
+    assert!(matches!(
+        FixedWindow::new(0, SECOND),
+        Err(ParamError::OutOfRange { name: "limit", .. })
+    ));
+    assert!(matches!(
+        FixedWindow::new(1, 0),
+        Err(ParamError::OutOfRange { name: "period", .. })
+    ));
     assert!(FixedWindow::new(MAX_LIMIT + 1, SECOND).is_err());
     assert!(FixedWindow::new(MAX_LIMIT, tollgate_core::limits::MAX_PERIOD).is_ok());
 }

@@ -6,10 +6,18 @@ use tollgate_core::{Algorithm, LeakyBucket, Ticks, SECOND};
 
 /// The definition with exact rationals: water `max(0, w − elapsed · R / P)`, starting
 /// empty; admit iff `w + cost <= C`, then pour `cost` in. Water is kept in units of `1 / P`.
-fn reference(capacity: u64, rate: u64, period: Ticks, arrivals: &[(Ticks, u64)]) -> Vec<(bool, u64)> {
+fn reference(
+    capacity: u64,
+    rate: u64,
+    period: Ticks,
+    arrivals: &[(Ticks, u64)],
+) -> Vec<(bool, u64)> {
     let p = u128::from(period);
     let cap = u128::from(capacity) * p;
-    let mut water = Level { scaled: 0, at: arrivals[0].0 };
+    let mut water = Level {
+        scaled: 0,
+        at: arrivals[0].0,
+    };
     arrivals
         .iter()
         .map(|&(now, cost)| {
@@ -78,8 +86,11 @@ fn seed_cl_throttle() {
     for _ in 1..16 {
         state = cell.decide(state, 0, 1).1;
     }
-    let (d, _) = cell.decide(state.clone(), 0, 1);
-    assert_eq!(d.cl_throttle_reply(), [1, 16, 0, 2 * SECOND as i64, 32 * SECOND as i64]);
+    let (d, _) = cell.decide(state, 0, 1);
+    assert_eq!(
+        d.cl_throttle_reply(),
+        [1, 16, 0, 2 * SECOND as i64, 32 * SECOND as i64]
+    );
     // Half a second later the retry counts down exactly, not in whole seconds.
     let (d, _) = cell.decide(state, SECOND / 2, 1);
     assert_eq!(d.cl_throttle_reply(), [1, 16, 0, 1_500_000, 31_500_000]);

@@ -9,7 +9,12 @@ use tollgate_core::{Algorithm, Pacing, Reserve, Ticks, SECOND};
 /// one is admitted iff the units waiting ahead of it, `(start − now) · R / P`, are at
 /// most `C + 1 − cost` (so with unit costs, at most `C` wait); its delay is
 /// `start − now`, rounded up to a tick.
-fn reference(capacity: u64, rate: u64, period: Ticks, arrivals: &[(Ticks, u64)]) -> Vec<(bool, u64, Ticks)> {
+fn reference(
+    capacity: u64,
+    rate: u64,
+    period: Ticks,
+    arrivals: &[(Ticks, u64)],
+) -> Vec<(bool, u64, Ticks)> {
     let (r, p) = (u128::from(rate), u128::from(period));
     let mut next_free = 0u128;
     arrivals
@@ -18,13 +23,19 @@ fn reference(capacity: u64, rate: u64, period: Ticks, arrivals: &[(Ticks, u64)])
             let now_scaled = u128::from(now) * r;
             let start = next_free.max(now_scaled);
             let ahead = start - now_scaled;
-            let allowed = cost <= capacity + 1 && ahead + u128::from(cost) * p <= u128::from(capacity + 1) * p;
-            let delay = if allowed { u64::try_from((start - now_scaled).div_ceil(r)).unwrap() } else { 0 };
+            let allowed = cost <= capacity + 1
+                && ahead + u128::from(cost) * p <= u128::from(capacity + 1) * p;
+            let delay = if allowed {
+                u64::try_from((start - now_scaled).div_ceil(r)).unwrap()
+            } else {
+                0
+            };
             if allowed {
                 next_free = start + u128::from(cost) * p;
             }
             let busy = next_free.max(now_scaled) - now_scaled;
-            let remaining = u64::try_from((u128::from(capacity + 1) * p).saturating_sub(busy) / p).unwrap();
+            let remaining =
+                u64::try_from((u128::from(capacity + 1) * p).saturating_sub(busy) / p).unwrap();
             (allowed, remaining, delay)
         })
         .collect()
@@ -51,7 +62,7 @@ proptest! {
         let (mut state, mut acts, mut now) = (None, Vec::new(), 0);
         while acts.len() < 200 {
             for _ in 0..per_slot {
-                let (d, s) = alg.decide(state.clone(), now, 1);
+                let (d, s) = alg.decide(state, now, 1);
                 if d.allowed {
                     acts.push(now + d.delay);
                     state = s;
@@ -85,8 +96,8 @@ fn queue_of_three_spaced_a_quarter_second_apart() {
     let q = SECOND / 4;
     assert_eq!(delays, [Some(0), Some(q), Some(2 * q), Some(3 * q), None]);
     // The fifth fits once the first has left the queue.
-    assert_eq!(queue.peek(state.clone(), 0, 1).retry_after, Some(q));
+    assert_eq!(queue.peek(state, 0, 1).retry_after, Some(q));
     // A reservation can refuse to wait as long as the queue would make it.
-    assert!(!queue.reserve(state.clone(), q, 1, q - 1).0.allowed);
+    assert!(!queue.reserve(state, q, 1, q - 1).0.allowed);
     assert_eq!(queue.reserve(state, q, 1, 3 * q).0.delay, 3 * q);
 }

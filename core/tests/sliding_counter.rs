@@ -15,17 +15,29 @@ fn reference(limit: u64, period: Ticks, arrivals: &[(Ticks, u64)]) -> Vec<(bool,
         .iter()
         .map(|&(now, cost)| {
             let window = now / period;
-            let sum = |w: u64| -> u64 { admitted.iter().filter(|a| a.0 / period == w).map(|a| a.1).sum() };
+            let sum = |w: u64| -> u64 {
+                admitted
+                    .iter()
+                    .filter(|a| a.0 / period == w)
+                    .map(|a| a.1)
+                    .sum()
+            };
             let prev = if window > 0 { sum(window - 1) } else { 0 };
             let cur = sum(window);
             let weight = u128::from(period - now % period);
-            let passes = |c: u64| u128::from(prev) * weight + u128::from(cur + c) * u128::from(period) <= u128::from(limit) * u128::from(period);
+            let passes = |c: u64| {
+                u128::from(prev) * weight + u128::from(cur + c) * u128::from(period)
+                    <= u128::from(limit) * u128::from(period)
+            };
             let allowed = passes(cost);
             if allowed {
                 admitted.push((now, cost));
             }
             let base = if allowed { cost } else { 0 };
-            let remaining = (0..=limit).rev().find(|&r| r <= limit - cur - base && passes(base + r)).unwrap_or(0);
+            let remaining = (0..=limit)
+                .rev()
+                .find(|&r| r <= limit - cur - base && passes(base + r))
+                .unwrap_or(0);
             (allowed, remaining)
         })
         .collect()
@@ -71,8 +83,8 @@ fn weighs_the_previous_window() {
     assert_eq!(d.reset_after, 2 * SECOND);
     // A quarter into the next window, the previous 10 count as 7.5: 2 more fit, not 3.
     let quarter = SECOND + SECOND / 4;
-    assert!(alg.peek(state.clone(), quarter, 2).allowed);
-    let d = alg.peek(state.clone(), quarter, 3);
+    assert!(alg.peek(state, quarter, 2).allowed);
+    let d = alg.peek(state, quarter, 3);
     assert!(!d.allowed);
     // 3 fit once the previous window weighs 7: 30% into the window.
     assert_eq!(d.retry_after, Some(SECOND * 3 / 10 - SECOND / 4));

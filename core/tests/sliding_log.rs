@@ -12,7 +12,11 @@ fn reference(limit: u64, period: Ticks, arrivals: &[(Ticks, u64)]) -> Vec<(bool,
     arrivals
         .iter()
         .map(|&(now, cost)| {
-            let used: u64 = admitted.iter().filter(|a| a.0 + period > now).map(|a| a.1).sum();
+            let used: u64 = admitted
+                .iter()
+                .filter(|a| a.0 + period > now)
+                .map(|a| a.1)
+                .sum();
             let allowed = used + cost <= limit;
             if allowed {
                 admitted.push((now, cost));

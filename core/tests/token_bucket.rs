@@ -7,10 +7,18 @@ use tollgate_core::{Algorithm, ParamError, Ticks, TokenBucket, MILLISECOND, SECO
 /// The definition with exact rationals: tokens `min(B, tokens + elapsed · R / P)`,
 /// starting full; admit iff tokens ≥ cost, then subtract. Tokens are kept in units of
 /// `1 / P`.
-fn reference(capacity: u64, rate: u64, period: Ticks, arrivals: &[(Ticks, u64)]) -> Vec<(bool, u64)> {
+fn reference(
+    capacity: u64,
+    rate: u64,
+    period: Ticks,
+    arrivals: &[(Ticks, u64)],
+) -> Vec<(bool, u64)> {
     let p = u128::from(period);
     let cap = u128::from(capacity) * p;
-    let mut tokens = Level { scaled: cap, at: arrivals[0].0 };
+    let mut tokens = Level {
+        scaled: cap,
+        at: arrivals[0].0,
+    };
     arrivals
         .iter()
         .map(|&(now, cost)| {
@@ -58,8 +66,8 @@ proptest! {
         let Ok(alg) = TokenBucket::new(capacity, rate, period) else { return Ok(()) };
         let mut state = None;
         for (now, cost) in arrivals(&raw, period, capacity) {
-            let plain = alg.peek(state.clone(), now, cost);
-            let (d, next) = alg.reserve(state.clone(), now, cost, max_wait);
+            let plain = alg.peek(state, now, cost);
+            let (d, next) = alg.reserve(state, now, cost, max_wait);
             match plain.retry_after {
                 Some(wait) if wait <= max_wait => {
                     prop_assert!(d.allowed);
@@ -70,8 +78,8 @@ proptest! {
             if !d.allowed {
                 // The reservation is admitted at exactly `now + retry_after`.
                 if let Some(retry) = d.retry_after {
-                    prop_assert!(alg.reserve(state.clone(), now + retry, cost, max_wait).0.allowed);
-                    prop_assert!(!alg.reserve(state.clone(), now + retry - 1, cost, max_wait).0.allowed);
+                    prop_assert!(alg.reserve(state, now + retry, cost, max_wait).0.allowed);
+                    prop_assert!(!alg.reserve(state, now + retry - 1, cost, max_wait).0.allowed);
                 }
             }
             state = next;
@@ -87,7 +95,7 @@ fn seed_multi_permit_acquire() {
     assert!(d.allowed);
     assert_eq!(d.remaining, 6);
     assert_eq!(d.reset_after, 800 * MILLISECOND);
-    let (d, same) = bucket.decide(state.clone(), 0, 7);
+    let (d, same) = bucket.decide(state, 0, 7);
     assert!(!d.allowed);
     assert_eq!(same, state);
     assert_eq!(d.retry_after, Some(200 * MILLISECOND));
@@ -106,7 +114,7 @@ fn refill_is_exact_at_fractional_intervals() {
     let (_, mut state) = bucket.decide(None, 0, 2);
     for k in 1..=30u64 {
         let due = (k * SECOND).div_ceil(3);
-        assert!(!bucket.peek(state.clone(), due - 1, 1).allowed);
+        assert!(!bucket.peek(state, due - 1, 1).allowed);
         let (d, next) = bucket.decide(state, due, 1);
         assert!(d.allowed, "token {k} not there at {due}");
         state = next;
@@ -115,7 +123,10 @@ fn refill_is_exact_at_fractional_intervals() {
 
 #[test]
 fn horizon_is_enforced() {
-    assert!(matches!(TokenBucket::new(1_000_000_000, 1, 366 * 24 * 3600 * SECOND), Err(ParamError::HorizonTooLong { .. })));
+    assert!(matches!(
+        TokenBucket::new(1_000_000_000, 1, 366 * 24 * 3600 * SECOND),
+        Err(ParamError::HorizonTooLong { .. })
+    ));
     assert!(TokenBucket::new(1_000_000_000, 1_000_000_000, 366 * 24 * 3600 * SECOND).is_ok());
     assert!(TokenBucket::new(0, 1, SECOND).is_err());
     assert!(TokenBucket::new(1, 0, SECOND).is_err());

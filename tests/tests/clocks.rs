@@ -5,9 +5,13 @@ use tollgate_core::{Algorithm, Clock, ManualClock, SystemClock, TokenBucket, SEC
 
 #[test]
 fn system_clock_counts_microseconds_since_the_epoch() {
-    let before = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
     let now = SystemClock.now();
-    let after = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+    let after = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
     assert!(u128::from(now) >= before.as_micros() && u128::from(now) <= after.as_micros());
 }
 

@@ -70,27 +70,50 @@ pub fn check_promises<A: Algorithm>(
         match decision.retry_after {
             Some(wait) => {
                 assert!(wait > 0, "denied with zero wait: {decision:?}");
-                assert!(alg.peek(after.clone(), now + wait, cost).allowed, "not admitted after retry_after: {decision:?}");
-                assert!(!alg.peek(after.clone(), now + wait - 1, cost).allowed, "admitted before retry_after: {decision:?}");
+                assert!(
+                    alg.peek(after.clone(), now + wait, cost).allowed,
+                    "not admitted after retry_after: {decision:?}"
+                );
+                assert!(
+                    !alg.peek(after.clone(), now + wait - 1, cost).allowed,
+                    "admitted before retry_after: {decision:?}"
+                );
             }
             None => assert!(!alg.peek(after.clone(), now + horizon, cost).allowed),
         }
     }
     let reset = decision.reset_after;
-    assert_eq!(alg.decide(after.clone(), now + reset, 0).1, None, "not fresh after reset_after: {decision:?}");
+    assert_eq!(
+        alg.decide(after.clone(), now + reset, 0).1,
+        None,
+        "not fresh after reset_after: {decision:?}"
+    );
     if reset > 0 {
-        assert!(alg.decide(after.clone(), now + reset - 1, 0).1.is_some(), "fresh before reset_after: {decision:?}");
+        assert!(
+            alg.decide(after.clone(), now + reset - 1, 0).1.is_some(),
+            "fresh before reset_after: {decision:?}"
+        );
     }
     assert_eq!(after.is_none(), reset == 0);
     let remaining = decision.remaining;
     assert!(remaining <= decision.limit);
     if remaining > 0 {
-        assert!(alg.peek(after.clone(), now, remaining).allowed, "remaining not admitted: {decision:?}");
+        assert!(
+            alg.peek(after.clone(), now, remaining).allowed,
+            "remaining not admitted: {decision:?}"
+        );
     }
-    assert!(!alg.peek(after.clone(), now, remaining + 1).allowed, "more than remaining admitted: {decision:?}");
+    assert!(
+        !alg.peek(after.clone(), now, remaining + 1).allowed,
+        "more than remaining admitted: {decision:?}"
+    );
     if let Some(state) = after {
         let bytes = alg.encode_to_vec(state);
-        assert_eq!(alg.decode(&bytes).as_ref(), Ok(state), "encoding does not round-trip");
+        assert_eq!(
+            alg.decode(&bytes).as_ref(),
+            Ok(state),
+            "encoding does not round-trip"
+        );
     }
 }
 
@@ -128,7 +151,8 @@ pub fn bucket_params() -> impl Strategy<Value = (u64, u64, Ticks)> {
 
 /// Whether `capacity × period / rate` is within the documented horizon.
 pub fn within_horizon(capacity: u64, rate: u64, period: Ticks) -> bool {
-    u128::from(capacity) * u128::from(period) <= u128::from(tollgate_core::limits::MAX_HORIZON) * u128::from(rate)
+    u128::from(capacity) * u128::from(period)
+        <= u128::from(tollgate_core::limits::MAX_HORIZON) * u128::from(rate)
 }
 
 /// A bucket's level by the definition, as an exact rational in units of
@@ -143,7 +167,11 @@ impl Level {
     /// Moves the level to `now`, adding `elapsed · rate` and clamping to `[0, cap]`.
     pub fn flow(&mut self, now: Ticks, rate: u64, cap: u128, filling: bool) {
         let flow = u128::from(now - self.at) * u128::from(rate);
-        self.scaled = if filling { (self.scaled + flow).min(cap) } else { self.scaled.saturating_sub(flow) };
+        self.scaled = if filling {
+            (self.scaled + flow).min(cap)
+        } else {
+            self.scaled.saturating_sub(flow)
+        };
         self.at = now;
     }
 }
