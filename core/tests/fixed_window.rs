@@ -8,23 +8,7 @@ use tollgate_core::{Algorithm, FixedWindow, ParamError, Ticks, SECOND};
 /// The definition, by brute force over every admitted request: the cost admitted in
 /// `now`'s aligned window plus `cost` must be at most `limit`.
 fn reference(limit: u64, period: Ticks, arrivals: &[(Ticks, u64)]) -> Vec<(bool, u64)> {
-    let mut admitted: Vec<(Ticks, u64)> = Vec::new();
-    arrivals
-        .iter()
-        .map(|&(now, cost)| {
-            let in_window = |t: Ticks| t / period == now / period;
-            let used: u64 = admitted
-                .iter()
-                .filter(|a| in_window(a.0))
-                .map(|a| a.1)
-                .sum();
-            let allowed = used + cost <= limit;
-            if allowed {
-                admitted.push((now, cost));
-            }
-            (allowed, limit - used - if allowed { cost } else { 0 })
-        })
-        .collect()
+    window_reference(limit, arrivals, |now, t| t / period == now / period)
 }
 
 proptest! {
@@ -33,8 +17,7 @@ proptest! {
         let alg = FixedWindow::new(limit, period).unwrap();
         let arrivals = arrivals(&raw, period, limit);
         let decisions = run(&alg, 10 * period, &arrivals);
-        let got: Vec<_> = decisions.iter().map(|d| (d.allowed, d.remaining)).collect();
-        prop_assert_eq!(got, reference(limit, period, &arrivals));
+        prop_assert_eq!(outcomes(&decisions), reference(limit, period, &arrivals));
     }
 
     #[test]

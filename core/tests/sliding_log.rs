@@ -8,22 +8,7 @@ use tollgate_core::{Algorithm, SlidingLog, Ticks, SECOND};
 /// The definition, by brute force: the cost admitted at instants `t > now − period`,
 /// plus `cost`, must be at most `limit`.
 fn reference(limit: u64, period: Ticks, arrivals: &[(Ticks, u64)]) -> Vec<(bool, u64)> {
-    let mut admitted: Vec<(Ticks, u64)> = Vec::new();
-    arrivals
-        .iter()
-        .map(|&(now, cost)| {
-            let used: u64 = admitted
-                .iter()
-                .filter(|a| a.0 + period > now)
-                .map(|a| a.1)
-                .sum();
-            let allowed = used + cost <= limit;
-            if allowed {
-                admitted.push((now, cost));
-            }
-            (allowed, limit - used - if allowed { cost } else { 0 })
-        })
-        .collect()
+    window_reference(limit, arrivals, |now, t| t + period > now)
 }
 
 proptest! {
@@ -32,8 +17,7 @@ proptest! {
         let alg = SlidingLog::new(limit, period).unwrap();
         let arrivals = arrivals(&raw, period, limit);
         let decisions = run(&alg, 10 * period, &arrivals);
-        let got: Vec<_> = decisions.iter().map(|d| (d.allowed, d.remaining)).collect();
-        prop_assert_eq!(got, reference(limit, period, &arrivals));
+        prop_assert_eq!(outcomes(&decisions), reference(limit, period, &arrivals));
     }
 
     #[test]

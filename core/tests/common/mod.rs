@@ -175,3 +175,53 @@ impl Level {
         self.at = now;
     }
 }
+
+/// `(allowed, remaining)` of each decision: what the reference models predict.
+pub fn outcomes(decisions: &[Decision]) -> Vec<(bool, u64)> {
+    decisions.iter().map(|d| (d.allowed, d.remaining)).collect()
+}
+
+/// The window definitions by brute force: a request is admitted iff the cost admitted
+/// at the instants `counts(now, t)` selects, plus its own, is at most `limit`.
+pub fn window_reference(
+    limit: u64,
+    arrivals: &[(Ticks, u64)],
+    counts: impl Fn(Ticks, Ticks) -> bool,
+) -> Vec<(bool, u64)> {
+    let mut admitted: Vec<(Ticks, u64)> = Vec::new();
+    arrivals
+        .iter()
+        .map(|&(now, cost)| {
+            let used: u64 = admitted
+                .iter()
+                .filter(|a| counts(now, a.0))
+                .map(|a| a.1)
+                .sum();
+            let allowed = used + cost <= limit;
+            if allowed {
+                admitted.push((now, cost));
+            }
+            (allowed, limit - used - if allowed { cost } else { 0 })
+        })
+        .collect()
+}
+
+/// The bucket invariant: in any interval `[a, b]` at most `capacity + (b − a) · rate / period`
+/// is admitted.
+pub fn assert_rate_bound(admitted: &[(Ticks, u64)], capacity: u64, rate: u64, period: Ticks) {
+    for &(a, _) in admitted {
+        for &(b, _) in admitted.iter().filter(|x| x.0 >= a) {
+            let total: u64 = admitted
+                .iter()
+                .filter(|x| x.0 >= a && x.0 <= b)
+                .map(|x| x.1)
+                .sum();
+            let bound =
+                u128::from(capacity) * u128::from(period) + u128::from(b - a) * u128::from(rate);
+            assert!(
+                u128::from(total) * u128::from(period) <= bound,
+                "{total} admitted in [{a}, {b}]"
+            );
+        }
+    }
+}
