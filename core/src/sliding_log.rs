@@ -1,4 +1,4 @@
-use alloc::vec::Vec;
+use alloc::collections::VecDeque;
 
 use crate::encoding::{self, tag, Reader};
 use crate::fixed_window::WindowParams;
@@ -17,7 +17,9 @@ pub struct SlidingLog {
 /// The state of a [`SlidingLog`]: admitted cost per instant, oldest first.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct SlidingLogState {
-    entries: Vec<Entry>,
+    entries: VecDeque<Entry>,
+    /// The sum of the entries' costs, kept so a decision is O(1) amortized.
+    used: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -57,27 +59,38 @@ impl Algorithm for SlidingLog {
         cost: u64,
     ) -> (Decision, Option<SlidingLogState>) {
         let WindowParams { limit, period } = self.params;
-        let mut entries = state.map(|s| s.entries).unwrap_or_default();
-        let now = now.min(MAX_TICKS).max(entries.last().map_or(0, |e| e.at));
+        let SlidingLogState {
+            mut entries,
+            mut used,
+        } = state.unwrap_or_default();
+        let now = now.min(MAX_TICKS).max(entries.back().map_or(0, |e| e.at));
         // Entries at or before `now − period` have left the window.
-        let live_from = entries.partition_point(|e| e.at.saturating_add(period) <= now);
-        entries.drain(..live_from);
-        let used: u64 = entries.iter().map(|e| e.cost).sum();
+        while let Some(oldest) = entries
+            .front()
+            .filter(|e| e.at.saturating_add(period) <= now)
+        {
+            used -= oldest.cost;
+            entries.pop_front();
+        }
         let allowed = cost <= limit - used;
         if allowed && cost > 0 {
-            match entries.last_mut() {
+            match entries.back_mut() {
                 Some(last) if last.at == now => last.cost += cost,
-                _ => entries.push(Entry { at: now, cost }),
+                _ => entries.push_back(Entry { at: now, cost }),
             }
         }
-        let remaining = limit - used - if allowed { cost } else { 0 };
-        let reset_after = entries.last().map_or(0, |e| e.at + period - now);
+        let before = used;
+        if allowed {
+            used += cost;
+        }
+        let remaining = limit - used;
+        let reset_after = entries.back().map_or(0, |e| e.at + period - now);
         let decision = if allowed {
             Decision::admit(limit, remaining, reset_after, 0)
         } else {
             // Wait for the oldest entries to leave until `cost` fits.
             let retry_after = (cost <= limit).then(|| {
-                let mut freed = limit - used;
+                let mut freed = limit - before;
                 let last_needed = entries
                     .iter()
                     .find(|e| {
@@ -89,7 +102,7 @@ impl Algorithm for SlidingLog {
             });
             Decision::deny(limit, remaining, retry_after, reset_after)
         };
-        let state = (!entries.is_empty()).then_some(SlidingLogState { entries });
+        let state = (!entries.is_empty()).then_some(SlidingLogState { entries, used });
         (decision, state)
     }
 
@@ -107,16 +120,16 @@ impl Algorithm for SlidingLog {
         let mut reader = Reader::new(bytes, tag::SLIDING_LOG)?;
         let len = reader.u64_where("len", |n| (1..=limit).contains(&n))?;
         // `len <= limit <= 10^5`, so this allocation is bounded whatever the bytes say.
-        let mut entries = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+        let mut entries = VecDeque::with_capacity(usize::try_from(len).unwrap_or(0));
         let mut used = 0;
         for _ in 0..len {
-            let after = entries.last().map(|e: &Entry| e.at);
+            let after = entries.back().map(|e: &Entry| e.at);
             let at = reader.u64_where("at", |t| t <= MAX_TICKS && after.is_none_or(|a| t > a))?;
             let cost = reader.u64_where("cost", |c| c >= 1 && c <= limit - used)?;
             used += cost;
-            entries.push(Entry { at, cost });
+            entries.push_back(Entry { at, cost });
         }
         reader.finish()?;
-        Ok(SlidingLogState { entries })
+        Ok(SlidingLogState { entries, used })
     }
 }
