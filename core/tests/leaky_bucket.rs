@@ -33,22 +33,14 @@ fn reference(
 
 proptest! {
     #[test]
-    fn matches_definition((capacity, rate, period) in bucket_params(), raw in raw_arrivals()) {
-        let alg = LeakyBucket::new(capacity, rate, period);
-        prop_assert_eq!(alg.is_ok(), within_horizon(capacity, rate, period));
-        let Ok(alg) = alg else { return Ok(()) };
-        let arrivals = arrivals(&raw, period, capacity);
-        let decisions = run(&alg, 10 * period, &arrivals);
-        prop_assert_eq!(outcomes(&decisions), reference(capacity, rate, period, &arrivals));
+    fn matches_definition(params in bucket_params(), raw in raw_arrivals()) {
+        bucket_matches(LeakyBucket::new(params.0, params.1, params.2), params, &raw, reference);
     }
 
     /// In any interval `[a, b]` at most `C + (b − a) · R / P` is admitted.
     #[test]
     fn never_more_than_capacity_plus_rate(capacity in 1..20u64, rate in 1..20u64, period in 1..1000u64, raw in raw_arrivals()) {
-        let alg = LeakyBucket::new(capacity, rate, period).unwrap();
-        let arrivals = arrivals(&raw, period, capacity);
-        let admitted = admitted(&arrivals, &run(&alg, 10 * period, &arrivals));
-        assert_rate_bound(&admitted, capacity, rate, period);
+        bucket_bounded(&LeakyBucket::new(capacity, rate, period).unwrap(), (capacity, rate, period), &raw);
     }
 }
 

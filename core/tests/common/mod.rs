@@ -225,3 +225,33 @@ pub fn assert_rate_bound(admitted: &[(Ticks, u64)], capacity: u64, rate: u64, pe
         }
     }
 }
+
+/// A bucket against its reference model: built iff within the horizon, and then the
+/// same `(allowed, remaining)` for every arrival.
+pub fn bucket_matches<A: Algorithm>(
+    built: Result<A, tollgate_core::ParamError>,
+    (capacity, rate, period): (u64, u64, Ticks),
+    raw: &[RawArrival],
+    reference: impl Fn(u64, u64, Ticks, &[(Ticks, u64)]) -> Vec<(bool, u64)>,
+) {
+    assert_eq!(built.is_ok(), within_horizon(capacity, rate, period));
+    if let Ok(alg) = built {
+        let arrivals = arrivals(raw, period, capacity);
+        let decisions = run(&alg, 10 * period, &arrivals);
+        assert_eq!(
+            outcomes(&decisions),
+            reference(capacity, rate, period, &arrivals)
+        );
+    }
+}
+
+/// A bucket's rate bound ([`assert_rate_bound`]) over random arrivals.
+pub fn bucket_bounded<A: Algorithm>(
+    alg: &A,
+    (capacity, rate, period): (u64, u64, Ticks),
+    raw: &[RawArrival],
+) {
+    let arrivals = arrivals(raw, period, capacity);
+    let admitted = admitted(&arrivals, &run(alg, 10 * period, &arrivals));
+    assert_rate_bound(&admitted, capacity, rate, period);
+}
