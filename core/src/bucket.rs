@@ -171,8 +171,18 @@ impl Gcra {
 
 /// Implements [`Algorithm`] and [`Reserve`] for a newtype over [`Gcra`].
 macro_rules! gcra_algorithm {
-    ($name:ident, $default_wait:expr) => {
+    ($name:ident, $tag:expr, $min_capacity:expr, $default_wait:expr, $new_doc:literal) => {
         impl $name {
+            #[doc = $new_doc]
+            pub fn new(capacity: u64, rate: u64, period: Ticks) -> Result<Self, ParamError> {
+                let params = BucketParams {
+                    capacity,
+                    rate,
+                    period,
+                };
+                Gcra::new(params, $tag, $min_capacity).map(Self)
+            }
+
             /// The parameters this was built from.
             pub const fn params(&self) -> BucketParams {
                 self.0.params
@@ -227,18 +237,13 @@ macro_rules! gcra_algorithm {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TokenBucket(Gcra);
 
-impl TokenBucket {
-    /// A bucket of `capacity` tokens refilled at `rate` per `period` ticks.
-    pub fn new(capacity: u64, rate: u64, period: Ticks) -> Result<Self, ParamError> {
-        let params = BucketParams {
-            capacity,
-            rate,
-            period,
-        };
-        Gcra::new(params, tag::TOKEN_BUCKET, 1).map(Self)
-    }
-}
-gcra_algorithm!(TokenBucket, 0);
+gcra_algorithm!(
+    TokenBucket,
+    tag::TOKEN_BUCKET,
+    1,
+    0,
+    "A bucket of `capacity` tokens refilled at `rate` per `period` ticks."
+);
 
 /// Leaky bucket as a meter (the "funnel"): holds up to `capacity` units of water, starts
 /// empty, leaks `rate` units per `period`; a request of cost `c` is admitted iff
@@ -247,16 +252,6 @@ gcra_algorithm!(TokenBucket, 0);
 pub struct LeakyBucket(Gcra);
 
 impl LeakyBucket {
-    /// A funnel of `capacity` leaking `rate` per `period` ticks.
-    pub fn new(capacity: u64, rate: u64, period: Ticks) -> Result<Self, ParamError> {
-        let params = BucketParams {
-            capacity,
-            rate,
-            period,
-        };
-        Gcra::new(params, tag::LEAKY_BUCKET, 1).map(Self)
-    }
-
     /// The funnel redis-cell's `CL.THROTTLE key max_burst count period` uses: capacity
     /// `max_burst + 1`, leaking `count` per `period`. Report its decisions with
     /// [`Decision::cl_throttle_reply`].
@@ -264,7 +259,13 @@ impl LeakyBucket {
         Self::new(max_burst.saturating_add(1), count, period)
     }
 }
-gcra_algorithm!(LeakyBucket, 0);
+gcra_algorithm!(
+    LeakyBucket,
+    tag::LEAKY_BUCKET,
+    1,
+    0,
+    "A funnel of `capacity` leaking `rate` per `period` ticks."
+);
 
 /// Leaky bucket as a queue: admitted requests act exactly `period / rate` apart (a
 /// request of cost `c` holds `c` slots); a request is admitted, with a `delay` until its
@@ -274,18 +275,13 @@ gcra_algorithm!(LeakyBucket, 0);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Pacing(Gcra);
 
-impl Pacing {
-    /// A queue of `capacity` waiting units drained at `rate` per `period` ticks.
-    pub fn new(capacity: u64, rate: u64, period: Ticks) -> Result<Self, ParamError> {
-        let params = BucketParams {
-            capacity,
-            rate,
-            period,
-        };
-        Gcra::new(params, tag::PACING, 0).map(Self)
-    }
-}
-gcra_algorithm!(Pacing, Ticks::MAX);
+gcra_algorithm!(
+    Pacing,
+    tag::PACING,
+    0,
+    Ticks::MAX,
+    "A queue of `capacity` waiting units drained at `rate` per `period` ticks."
+);
 
 impl Decision {
     /// The 5-field reply of redis-cell's `CL.THROTTLE`: limited (0 or 1), limit,
