@@ -3,12 +3,17 @@
 //! All three are one computation, the generic cell rate algorithm (GCRA): the state is
 //! the theoretical arrival time `tat` at which the bucket is back to full (token bucket)
 //! or empty (leaky bucket); one unit of cost moves it by the emission interval
-//! `T = period / rate`, kept as an exact fraction. A token bucket of capacity `B` holding
-//! `B - (tat - now) / T` tokens and a leaky bucket of capacity `B` holding
-//! `(tat - now) / T` water are the same state seen from two sides.
+//! `T = period / rate`. A token bucket of capacity `B` holding `B - (tat - now) / T`
+//! tokens and a leaky bucket of capacity `B` holding `(tat - now) / T` water are the same
+//! state seen from two sides.
+//!
+//! Instants are counted in units of `1 / rate` tick ("scaled"), where `T` is exactly
+//! `period`: every step is integer addition, nothing rounds, and only the reported
+//! durations are divided back into ticks (rounded up, so a retry is never early).
+
+use core::num::NonZeroU128;
 
 use crate::encoding::{self, tag, Reader};
-use crate::exact::{div_wide, Exact};
 use crate::limits::{MAX_HORIZON, MAX_LIMIT, MAX_PERIOD};
 use crate::{Algorithm, Decision, DecodeError, ParamError, Reserve, Ticks, MAX_TICKS};
 
@@ -31,7 +36,24 @@ pub struct BucketParams {
 /// The state of a bucket: its theoretical arrival time, exact to a fraction of a tick.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct BucketState {
-    tat: Exact,
+    /// The arrival time in units of `1 / rate` tick; always after the last decision's
+    /// `now`, so never zero.
+    tat: NonZeroU128,
+}
+
+impl BucketState {
+    /// The state as one 128-bit word, never zero (for hosts that store it atomically).
+    pub const fn to_word(self) -> u128 {
+        self.tat.get()
+    }
+
+    /// The state [`to_word`](Self::to_word) returned; `None` for zero.
+    pub const fn from_word(word: u128) -> Option<Self> {
+        match NonZeroU128::new(word) {
+            Some(tat) => Some(Self { tat }),
+            None => None,
+        }
+    }
 }
 
 /// The shared GCRA engine behind the three bucket algorithms.
@@ -41,10 +63,10 @@ struct Gcra {
     tag: u8,
     /// Units admitted at once from a fresh state.
     burst: u64,
-    /// `period / rate`.
-    interval: Exact,
-    /// `burst × interval`.
-    tolerance: Exact,
+    /// `burst × period`: the scaled time a full burst occupies.
+    tolerance: u128,
+    rate: Divisor,
+    period: Divisor,
 }
 
 impl Gcra {
@@ -58,42 +80,41 @@ impl Gcra {
         } else {
             capacity
         };
-        if u128::from(burst) * u128::from(period) > u128::from(MAX_HORIZON) * u128::from(rate) {
+        let tolerance = u128::from(burst) * u128::from(period);
+        if tolerance > u128::from(MAX_HORIZON) * u128::from(rate) {
             return Err(ParamError::HorizonTooLong {
                 capacity,
                 rate,
                 period,
             });
         }
-        let interval = Exact {
-            ticks: period / rate,
-            frac: period % rate,
-        };
-        let mut gcra = Self {
+        Ok(Self {
             params,
             tag,
             burst,
-            interval,
-            tolerance: Exact::default(),
-        };
-        gcra.tolerance = gcra.times(burst);
-        Ok(gcra)
+            tolerance,
+            rate: Divisor::new(rate),
+            period: Divisor::new(period),
+        })
     }
 
-    /// `n × interval`, for `n <= burst` (so it stays within the horizon).
-    fn times(&self, n: u64) -> Exact {
-        let rate = self.params.rate;
-        let spill = n * self.interval.frac;
-        Exact {
-            ticks: n * self.interval.ticks + spill / rate,
-            frac: spill % rate,
+    /// `ticks` as a scaled instant, saturating at [`MAX_TICKS`].
+    fn scaled(&self, ticks: Ticks) -> u128 {
+        u128::from(ticks.min(MAX_TICKS)) * u128::from(self.params.rate)
+    }
+
+    /// `a + b`, saturating at [`MAX_TICKS`].
+    fn add(&self, a: u128, b: u128) -> u128 {
+        (a + b).min(self.scaled(MAX_TICKS))
+    }
+
+    /// A scaled duration in whole ticks, rounded up.
+    fn ticks(&self, scaled: u128) -> Ticks {
+        if scaled == 0 {
+            return 0;
         }
-    }
-
-    /// Whole intervals in `span`.
-    fn units_in(&self, span: Exact) -> u64 {
-        let scaled = u128::from(span.ticks) * u128::from(self.params.rate) + u128::from(span.frac);
-        u64::try_from(div_wide(scaled, self.params.period)).unwrap_or(u64::MAX)
+        let (ticks, frac) = self.rate.div_rem(scaled);
+        u64::try_from(ticks + u128::from(frac != 0)).unwrap_or(Ticks::MAX)
     }
 
     fn decide(
@@ -103,43 +124,45 @@ impl Gcra {
         cost: u64,
         max_wait: Ticks,
     ) -> (Decision, Option<BucketState>) {
-        let rate = self.params.rate;
-        let now = Exact::whole(now.min(MAX_TICKS));
+        let now = self.scaled(now);
         // A state whose arrival time has passed is fresh: return it as `None`.
-        let state = state.filter(|s| s.tat > now);
-        let tat = state.map_or(now, |s| s.tat);
-        let start = tat.max(now);
-        let full_at = now.add(self.tolerance, rate);
-        let remaining = |tat: Exact| self.units_in(full_at.saturating_sub(tat.max(now), rate));
-        let reset_after = |tat: Exact| tat.saturating_sub(now, rate).ceil();
+        let state = state.filter(|s| s.tat.get() > now);
+        let tat = state.map_or(now, BucketState::to_word);
+        let full_at = self.add(now, self.tolerance);
+        let remaining = |tat: u128| {
+            let free = full_at.saturating_sub(tat.max(now));
+            u64::try_from(self.period.div_rem(free).0).unwrap_or(u64::MAX)
+        };
+        let reset_after = |tat: u128| self.ticks(tat.saturating_sub(now));
         if cost > self.burst {
             return (
                 Decision::deny(self.burst, remaining(tat), None, reset_after(tat)),
                 state,
             );
         }
-        let wait = Exact::whole(max_wait);
-        let new_tat = start.add(self.times(cost), rate);
+        let wait = u128::from(max_wait) * u128::from(self.params.rate);
+        let new_tat = self.add(tat, u128::from(cost) * u128::from(self.params.period));
         // The meter acts once the bucket has room; a pacing request acts at its slot.
         let (act_at, latest_tat) = if self.tag == tag::PACING {
-            (start, full_at)
+            (tat, full_at)
         } else {
             (
-                new_tat.saturating_sub(self.tolerance, rate),
-                full_at.add(wait, rate),
+                new_tat.saturating_sub(self.tolerance),
+                self.add(full_at, wait),
             )
         };
-        if new_tat <= latest_tat && act_at <= now.add(wait, rate) {
-            let delay = act_at.saturating_sub(now, rate).ceil();
+        if new_tat <= latest_tat && act_at <= now + wait {
+            let delay = self.ticks(act_at.saturating_sub(now));
             let decision =
                 Decision::admit(self.burst, remaining(new_tat), reset_after(new_tat), delay);
-            let state = (new_tat > now).then_some(BucketState { tat: new_tat });
+            // `new_tat > now >= 0`, so a kept state is never zero.
+            let state = BucketState::from_word(new_tat).filter(|_| new_tat > now);
             (decision, state)
         } else {
             let admissible_at = new_tat
-                .saturating_sub(latest_tat.saturating_sub(now, rate), rate)
-                .max(act_at.saturating_sub(wait, rate));
-            let retry_after = admissible_at.saturating_sub(now, rate).ceil();
+                .saturating_sub(latest_tat - now)
+                .max(act_at.saturating_sub(wait));
+            let retry_after = self.ticks(admissible_at.saturating_sub(now));
             (
                 Decision::deny(
                     self.burst,
@@ -153,7 +176,10 @@ impl Gcra {
     }
 
     fn encode<E: Extend<u8>>(&self, state: &BucketState, out: &mut E) {
-        encoding::write(out, self.tag, &[state.tat.ticks, state.tat.frac]);
+        let (ticks, frac) = self.rate.div_rem(state.tat.get());
+        // Stored states are at most `MAX_TICKS × rate`, so the ticks fit.
+        let ticks = u64::try_from(ticks).unwrap_or(MAX_TICKS);
+        encoding::write(out, self.tag, &[ticks, frac]);
     }
 
     fn decode(&self, bytes: &[u8]) -> Result<BucketState, DecodeError> {
@@ -163,9 +189,8 @@ impl Gcra {
             f < self.params.rate && (ticks < MAX_TICKS || f == 0)
         })?;
         reader.finish()?;
-        Ok(BucketState {
-            tat: Exact { ticks, frac },
-        })
+        BucketState::from_word(self.scaled(ticks) + u128::from(frac))
+            .ok_or(DecodeError::InvalidField { field: "tat" })
     }
 }
 
@@ -300,5 +325,58 @@ impl Decision {
             retry,
             signed(self.reset_after),
         ]
+    }
+}
+
+/// Division by a divisor fixed at construction: the hot path divides by the rate and the
+/// period on every decision, and a multiplication by a precomputed reciprocal is several
+/// times cheaper than the hardware divider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Divisor {
+    d: u64,
+    /// `⌊(2^64 − 1) / d⌋`.
+    inverse: u64,
+}
+
+impl Divisor {
+    const fn new(d: u64) -> Self {
+        Self {
+            d,
+            inverse: u64::MAX / d,
+        }
+    }
+
+    /// `(n / d, n % d)`.
+    fn div_rem(self, n: u128) -> (u128, u64) {
+        let Ok(n) = u64::try_from(n) else {
+            let d = u128::from(self.d);
+            // The remainder is below `d`, which is a u64.
+            return (n / d, u64::try_from(n % d).unwrap_or(0));
+        };
+        // `inverse / 2^64` lies within `2 / 2^64` below `1 / d`, so for `n < 2^64` the
+        // estimate is at most 2 below the quotient; the loop corrects it.
+        let mut q = u64::try_from((u128::from(n) * u128::from(self.inverse)) >> 64).unwrap_or(0);
+        let mut r = n - q * self.d;
+        while r >= self.d {
+            q += 1;
+            r -= self.d;
+        }
+        (u128::from(q), r)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Divisor;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn divisor_matches_hardware_division(d in 1..=u64::MAX, n: u128, small: u64) {
+            for n in [n, u128::from(small), u128::from(u64::MAX), 0] {
+                let (q, r) = Divisor::new(d).div_rem(n);
+                prop_assert_eq!((q, u128::from(r)), (n / u128::from(d), n % u128::from(d)));
+            }
+        }
     }
 }

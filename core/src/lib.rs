@@ -47,7 +47,6 @@ mod composite;
 mod decision;
 mod encoding;
 mod error;
-mod exact;
 mod fixed_window;
 mod sliding_counter;
 #[cfg(feature = "alloc")]
