@@ -42,17 +42,22 @@ pub struct BucketState {
 }
 
 impl BucketState {
-    /// The state as one 128-bit word, never zero (for hosts that store it atomically).
-    pub const fn to_word(self) -> u128 {
-        self.tat.get()
-    }
-
-    /// The state [`to_word`](Self::to_word) returned; `None` for zero.
-    pub const fn from_word(word: u128) -> Option<Self> {
-        match NonZeroU128::new(word) {
+    const fn new(tat: u128) -> Option<Self> {
+        match NonZeroU128::new(tat) {
             Some(tat) => Some(Self { tat }),
             None => None,
         }
+    }
+}
+
+#[cfg(feature = "std")]
+impl crate::memory::WordState for BucketState {
+    fn to_word(self) -> u128 {
+        self.tat.get()
+    }
+
+    fn from_word(word: u128) -> Option<Self> {
+        Self::new(word)
     }
 }
 
@@ -127,7 +132,7 @@ impl Gcra {
         let now = self.scaled(now);
         // A state whose arrival time has passed is fresh: return it as `None`.
         let state = state.filter(|s| s.tat.get() > now);
-        let tat = state.map_or(now, BucketState::to_word);
+        let tat = state.map_or(now, |s| s.tat.get());
         let full_at = self.add(now, self.tolerance);
         let remaining = |tat: u128| {
             let free = full_at.saturating_sub(tat.max(now));
@@ -156,7 +161,7 @@ impl Gcra {
             let decision =
                 Decision::admit(self.burst, remaining(new_tat), reset_after(new_tat), delay);
             // `new_tat > now >= 0`, so a kept state is never zero.
-            let state = BucketState::from_word(new_tat).filter(|_| new_tat > now);
+            let state = BucketState::new(new_tat).filter(|_| new_tat > now);
             (decision, state)
         } else {
             let admissible_at = new_tat
@@ -189,7 +194,7 @@ impl Gcra {
             f < self.params.rate && (ticks < MAX_TICKS || f == 0)
         })?;
         reader.finish()?;
-        BucketState::from_word(self.scaled(ticks) + u128::from(frac))
+        BucketState::new(self.scaled(ticks) + u128::from(frac))
             .ok_or(DecodeError::InvalidField { field: "tat" })
     }
 }

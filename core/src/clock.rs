@@ -66,3 +66,29 @@ impl Clock for SystemClock {
             .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(MAX_TICKS))
     }
 }
+
+/// Microseconds since the Unix epoch that never go backwards: the wall clock read once,
+/// then advanced by the monotonic clock. Every `MonotonicClock` in a process shares the
+/// same anchor, so they agree with each other; states stay portable between hosts.
+///
+/// Costs one `Instant::now()` per reading (see the `clock` benchmark group); the wall
+/// clock being stepped later (NTP) does not move it.
+#[cfg(feature = "std")]
+#[derive(Debug, Default, Clone, Copy)]
+pub struct MonotonicClock;
+
+#[cfg(feature = "std")]
+impl Clock for MonotonicClock {
+    fn now(&self) -> Ticks {
+        static ANCHOR: std::sync::OnceLock<(std::time::Instant, Ticks)> =
+            std::sync::OnceLock::new();
+        let (instant, epoch) =
+            ANCHOR.get_or_init(|| (std::time::Instant::now(), SystemClock.now()));
+        let elapsed = instant.elapsed();
+        // Seconds and microseconds separately: cheaper than a 128-bit `as_micros`.
+        epoch
+            .saturating_add(elapsed.as_secs().saturating_mul(SECOND))
+            .saturating_add(u64::from(elapsed.subsec_micros()))
+            .min(MAX_TICKS)
+    }
+}

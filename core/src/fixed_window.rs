@@ -58,6 +58,19 @@ pub struct FixedWindowState {
     count: u64,
 }
 
+/// Window index in the high word, count (never zero in a stored state) in the low one.
+#[cfg(feature = "std")]
+impl crate::memory::WordState for FixedWindowState {
+    fn to_word(self) -> u128 {
+        u128::from(self.window) << 64 | u128::from(self.count)
+    }
+
+    fn from_word(word: u128) -> Option<Self> {
+        let (window, count) = crate::memory::split_word(word);
+        (count > 0).then_some(Self { window, count })
+    }
+}
+
 impl FixedWindow {
     /// At most `limit` per aligned window of `period` ticks.
     pub fn new(limit: u64, period: Ticks) -> Result<Self, ParamError> {

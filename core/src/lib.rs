@@ -26,7 +26,9 @@
 //! and remainders are carried so the long-run admitted rate is exactly the configured one.
 //!
 //! # Features
-//! - `std` (default): [`SystemClock`]; implies `alloc`.
+//! - `std` (default): the clocks [`SystemClock`] and [`MonotonicClock`] and the
+//!   in-process limiters of [`memory`]; implies `alloc`.
+//! - `tokio`: `acquire_async` on the in-process limiters; implies `std`.
 //! - `alloc`: [`SlidingLog`], [`Composite`] and encoding to a `Vec`.
 //! - `serde`: `Serialize`/`Deserialize` for parameters and decisions.
 #![no_std]
@@ -48,6 +50,8 @@ mod decision;
 mod encoding;
 mod error;
 mod fixed_window;
+#[cfg(feature = "std")]
+pub mod memory;
 mod sliding_counter;
 #[cfg(feature = "alloc")]
 mod sliding_log;
@@ -57,9 +61,9 @@ pub use ban::{Ban, BanState};
 pub use bucket::{BucketParams, BucketState, LeakyBucket, Pacing, TokenBucket};
 #[cfg(target_has_atomic = "64")]
 pub use clock::ManualClock;
-#[cfg(feature = "std")]
-pub use clock::SystemClock;
 pub use clock::{Clock, Ticks, MAX_TICKS, MILLISECOND, SECOND};
+#[cfg(feature = "std")]
+pub use clock::{MonotonicClock, SystemClock};
 #[cfg(feature = "alloc")]
 pub use composite::Composite;
 pub use decision::Decision;

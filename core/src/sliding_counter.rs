@@ -26,6 +26,27 @@ pub struct SlidingCounterState {
     cur: u64,
 }
 
+/// A presence bit and the window index in the high word; both counts, each at most the
+/// limit (below 2^32), in the low one.
+#[cfg(feature = "std")]
+impl crate::memory::WordState for SlidingCounterState {
+    fn to_word(self) -> u128 {
+        1 << 127
+            | u128::from(self.window) << 64
+            | u128::from(self.prev) << 32
+            | u128::from(self.cur)
+    }
+
+    fn from_word(word: u128) -> Option<Self> {
+        let (high, low) = crate::memory::split_word(word);
+        (high >> 63 == 1).then_some(Self {
+            window: high & !(1 << 63),
+            prev: low >> 32,
+            cur: low & u64::from(u32::MAX),
+        })
+    }
+}
+
 impl SlidingCounter {
     /// At most `limit` per sliding `period` ticks, estimated from two counters.
     pub fn new(limit: u64, period: Ticks) -> Result<Self, ParamError> {

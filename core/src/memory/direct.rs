@@ -1,0 +1,101 @@
+use std::time::Duration;
+
+use super::cell::{InMemory, StateCell};
+use super::wait;
+use crate::{Clock, Decision, MonotonicClock, Reserve, Ticks};
+
+/// One limit shared by every caller: a whole service, one downstream API.
+///
+/// Decides with one compare-and-swap for the buckets and windows (whose state fits a
+/// 128-bit word) and under a mutex for the sliding log, bans and composites.
+#[derive(Debug)]
+pub struct DirectLimiter<A: InMemory, C = MonotonicClock> {
+    algorithm: A,
+    cell: A::Cell,
+    clock: C,
+}
+
+impl<A: InMemory> DirectLimiter<A> {
+    /// A limiter on the process's [`MonotonicClock`].
+    pub fn new(algorithm: A) -> Self {
+        Self::with_clock(algorithm, MonotonicClock)
+    }
+}
+
+impl<A: InMemory, C: Clock> DirectLimiter<A, C> {
+    /// A limiter reading `clock` (a [`ManualClock`](crate::ManualClock) in tests).
+    pub fn with_clock(algorithm: A, clock: C) -> Self {
+        Self {
+            algorithm,
+            cell: A::Cell::default(),
+            clock,
+        }
+    }
+
+    /// Decides a request of `cost` now: the "reject" strategy.
+    pub fn check(&self, cost: u64) -> Decision {
+        let now = self.clock.now();
+        self.cell
+            .update(|state| self.algorithm.decide(state, now, cost))
+    }
+
+    /// Runs `admitted` if a request of `cost` is admitted now, else `denied` with the
+    /// decision: the "degrade" strategy (serve from a cache, a cheaper path, a default).
+    pub fn check_or_else<T>(
+        &self,
+        cost: u64,
+        admitted: impl FnOnce() -> T,
+        denied: impl FnOnce(Decision) -> T,
+    ) -> T {
+        wait::degrade(self.check(cost), admitted, denied)
+    }
+
+    /// What a request of `cost` would get now, changing nothing.
+    pub fn peek(&self, cost: u64) -> Decision {
+        self.algorithm
+            .peek(self.cell.load(), self.clock.now(), cost)
+    }
+
+    /// Forgets all history: the next request finds the limit fresh.
+    pub fn reset(&self) {
+        self.cell.clear();
+    }
+
+    /// The state now, for inspection or for moving it to another host.
+    pub fn state(&self) -> Option<A::State> {
+        self.cell.load()
+    }
+
+    /// The algorithm deciding.
+    pub const fn algorithm(&self) -> &A {
+        &self.algorithm
+    }
+
+    /// The clock read for every decision.
+    pub const fn clock(&self) -> &C {
+        &self.clock
+    }
+}
+
+impl<A: InMemory + Reserve, C: Clock> DirectLimiter<A, C> {
+    /// Books a slot for `cost` if it can act within `max_wait` ticks; the decision's
+    /// `delay` says how long the caller must wait before acting.
+    pub fn reserve(&self, cost: u64, max_wait: Ticks) -> Decision {
+        let now = self.clock.now();
+        self.cell
+            .update(|state| self.algorithm.reserve(state, now, cost, max_wait))
+    }
+
+    /// Waits in line: books a slot within `timeout` and sleeps once until it, or returns
+    /// the denial at once if no slot is that close. Blocks the thread.
+    pub fn acquire(&self, cost: u64, timeout: Duration) -> Result<Decision, Decision> {
+        wait::blocking(self.reserve(cost, wait::ticks(timeout)))
+    }
+
+    /// [`acquire`](Self::acquire) as a future, sleeping on the tokio timer. Dropping the
+    /// future after it has booked its slot gives the slot up unused.
+    #[cfg(feature = "tokio")]
+    pub async fn acquire_async(&self, cost: u64, timeout: Duration) -> Result<Decision, Decision> {
+        wait::sleep(self.reserve(cost, wait::ticks(timeout))).await
+    }
+}

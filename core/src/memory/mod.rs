@@ -1,0 +1,30 @@
+//! In-process limiting: a [`DirectLimiter`] for one shared limit and a [`KeyedLimiter`]
+//! for a limit per user, IP or route, both reading a [`Clock`](crate::Clock) at the edge and deciding
+//! with the pure algorithms.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tollgate_core::memory::{DirectLimiter, KeyedLimiter};
+//! use tollgate_core::{FixedWindow, TokenBucket, SECOND};
+//!
+//! // One shared limit: 100 requests at once, refilled at 100 per second.
+//! let api = DirectLimiter::new(TokenBucket::new(100, 100, SECOND)?);
+//! assert!(api.check(1).allowed);
+//! // Wait in line for up to 50 ms rather than fail.
+//! assert!(api.acquire(1, Duration::from_millis(50)).is_ok());
+//!
+//! // A limit per user, holding at most 10 000 users.
+//! let per_user = KeyedLimiter::new(FixedWindow::new(10, SECOND)?, 10_000);
+//! assert!(per_user.check(&"alice", 1).allowed);
+//! # Ok::<(), tollgate_core::ParamError>(())
+//! ```
+
+mod cell;
+mod direct;
+mod keyed;
+mod wait;
+
+pub(crate) use cell::split_word;
+pub use cell::{AtomicCell, InMemory, LockedCell, StateCell, WordState};
+pub use direct::DirectLimiter;
+pub use keyed::KeyedLimiter;

@@ -1,0 +1,111 @@
+//! The direct limiter: the same decisions as the core, and exact under many threads.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use proptest::prelude::*;
+use tollgate_core::memory::{DirectLimiter, InMemory};
+use tollgate_core::{
+    Ban, Clock, FixedWindow, LeakyBucket, ManualClock, MonotonicClock, Pacing, SlidingCounter,
+    SlidingLog, SystemClock, Ticks, TokenBucket, SECOND,
+};
+
+/// Drives a limiter on a manual clock and the bare algorithm through the same trace:
+/// the stored state must round-trip exactly (the atomic cells pack it into a word).
+fn same_as_core<A: InMemory + Clone>(alg: A, trace: &[(Ticks, u64)]) {
+    let limiter = DirectLimiter::with_clock(alg.clone(), ManualClock::new(trace[0].0));
+    let mut state = None;
+    for &(now, cost) in trace {
+        limiter.clock().set(now);
+        let (expected, next) = alg.decide(state, now, cost);
+        assert_eq!(limiter.check(cost), expected, "at {now}, cost {cost}");
+        assert_eq!(limiter.state(), next);
+        state = next;
+    }
+}
+
+proptest! {
+    #[test]
+    fn decides_as_the_core(
+        limit in limit(1_000_000_000),
+        rate in limit(1_000_000_000),
+        period in period(),
+        raw in raw_arrivals(),
+    ) {
+        let trace = arrivals(&raw, period, limit);
+        same_as_core(FixedWindow::new(limit, period).unwrap(), &trace);
+        same_as_core(FixedWindow::new(limit, period).unwrap().counting_denied(), &trace);
+        same_as_core(SlidingCounter::new(limit, period).unwrap(), &trace);
+        same_as_core(SlidingLog::new(limit.min(1000), period).unwrap(), &trace);
+        if let Ok(bucket) = TokenBucket::new(limit, rate, period) {
+            same_as_core(bucket, &trace);
+            same_as_core(Ban::new(bucket, 3, period, period).unwrap(), &trace);
+        }
+        if let Ok(funnel) = LeakyBucket::new(limit, rate, period) {
+            same_as_core(funnel, &trace);
+        }
+        if let Ok(queue) = Pacing::new(limit, rate, period) {
+            same_as_core(queue, &trace);
+        }
+    }
+}
+
+/// Eight threads hammer one limiter on a frozen clock: exactly `bound` are admitted.
+fn exact_under_threads<A: InMemory + Send + Sync + 'static>(alg: A, bound: u64)
+where
+    A::Cell: Send + Sync,
+{
+    const THREADS: u64 = 8;
+    let attempts = bound / 2 + 50;
+    let limiter = Arc::new(DirectLimiter::with_clock(alg, ManualClock::new(SECOND)));
+    let handles: Vec<_> = (0..THREADS)
+        .map(|_| {
+            let limiter = Arc::clone(&limiter);
+            std::thread::spawn(move || (0..attempts).filter(|_| limiter.check(1).allowed).count())
+        })
+        .collect();
+    let admitted: usize = handles.into_iter().map(|h| h.join().unwrap()).sum();
+    assert!(
+        THREADS * attempts > bound,
+        "the test must offer more than the bound"
+    );
+    assert_eq!(u64::try_from(admitted).unwrap(), bound);
+    assert!(!limiter.check(1).allowed);
+}
+
+#[test]
+fn eight_threads_admit_exactly_the_bound() {
+    exact_under_threads(TokenBucket::new(1000, 1, SECOND).unwrap(), 1000);
+    exact_under_threads(LeakyBucket::new(777, 10, SECOND).unwrap(), 777);
+    exact_under_threads(Pacing::new(500, 1, SECOND).unwrap(), 501);
+    exact_under_threads(FixedWindow::new(1000, 60 * SECOND).unwrap(), 1000);
+    exact_under_threads(SlidingCounter::new(999, 60 * SECOND).unwrap(), 999);
+    exact_under_threads(SlidingLog::new(600, 60 * SECOND).unwrap(), 600);
+}
+
+#[test]
+fn degrade_runs_the_fallback_when_denied() {
+    let limiter =
+        DirectLimiter::with_clock(FixedWindow::new(2, SECOND).unwrap(), ManualClock::new(0));
+    let served: Vec<&str> = (0..4)
+        .map(|_| limiter.check_or_else(1, || "fresh", |_| "cached"))
+        .collect();
+    assert_eq!(served, ["fresh", "fresh", "cached", "cached"]);
+    assert_eq!(limiter.peek(1).retry_after, Some(SECOND));
+    limiter.reset();
+    assert!(limiter.check(1).allowed);
+}
+
+#[test]
+fn monotonic_clock_is_unix_time_and_never_goes_back() {
+    let wall = SystemClock.now();
+    let mut last = MonotonicClock.now();
+    assert!(last.abs_diff(wall) < SECOND, "{last} vs {wall}");
+    for _ in 0..100_000 {
+        let now = MonotonicClock.now();
+        assert!(now >= last);
+        last = now;
+    }
+}

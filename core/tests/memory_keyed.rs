@@ -1,0 +1,173 @@
+//! The keyed limiter: per-key decisions as the core's, exact under threads, bounded memory.
+
+mod common;
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::Arc;
+
+use common::*;
+use proptest::prelude::*;
+use tollgate_core::memory::KeyedLimiter;
+use tollgate_core::{Algorithm, FixedWindow, ManualClock, SlidingLog, Ticks, TokenBucket, SECOND};
+
+fn same_as_core<A: Algorithm + Clone>(alg: A, trace: &[(Ticks, u64)], keys: &[u8]) {
+    let limiter = KeyedLimiter::with_clock(alg.clone(), 1_000, ManualClock::new(trace[0].0));
+    let mut states: HashMap<u8, Option<A::State>> = HashMap::new();
+    for (&(now, cost), key) in trace.iter().zip(keys) {
+        limiter.clock().set(now);
+        let state = states.remove(key).flatten();
+        let (expected, next) = alg.decide(state, now, cost);
+        assert_eq!(limiter.peek(key, cost), expected);
+        assert_eq!(limiter.check(key, cost), expected, "key {key} at {now}");
+        states.insert(*key, next);
+    }
+}
+
+proptest! {
+    #[test]
+    fn decides_each_key_as_the_core(
+        limit in limit(1_000_000_000),
+        period in period(),
+        raw in raw_arrivals(),
+        keys in prop::collection::vec(0..4u8, 120),
+    ) {
+        let trace = arrivals(&raw, period, limit);
+        same_as_core(FixedWindow::new(limit, period).unwrap(), &trace, &keys);
+        same_as_core(SlidingLog::new(limit.min(1000), period).unwrap(), &trace, &keys);
+        if let Ok(bucket) = TokenBucket::new(limit, limit, period) {
+            same_as_core(bucket, &trace, &keys);
+        }
+    }
+}
+
+#[test]
+fn eight_threads_admit_exactly_the_bound_per_key() {
+    const KEYS: usize = 64;
+    const LIMIT: u64 = 100;
+    let limiter = Arc::new(KeyedLimiter::with_clock(
+        TokenBucket::new(LIMIT, 1, SECOND).unwrap(),
+        10_000,
+        ManualClock::new(SECOND),
+    ));
+    let handles: Vec<_> = (0..8)
+        .map(|thread| {
+            let limiter = Arc::clone(&limiter);
+            std::thread::spawn(move || {
+                let mut admitted = vec![0u64; KEYS];
+                for round in 0..30 * KEYS {
+                    // Each thread walks the keys in its own order.
+                    let key = (round * (2 * thread + 1)) % KEYS;
+                    admitted[key] += u64::from(limiter.check(&key, 1).allowed);
+                }
+                admitted
+            })
+        })
+        .collect();
+    let mut total = vec![0u64; KEYS];
+    for handle in handles {
+        for (sum, n) in total.iter_mut().zip(handle.join().unwrap()) {
+            *sum += n;
+        }
+    }
+    assert_eq!(total, vec![LIMIT; KEYS]);
+    assert_eq!(limiter.len(), KEYS);
+}
+
+#[test]
+fn fresh_keys_are_dropped() {
+    let limiter = KeyedLimiter::with_clock(
+        FixedWindow::new(5, SECOND).unwrap(),
+        1_000,
+        ManualClock::new(0),
+    );
+    for key in 0..500u32 {
+        assert!(limiter.check(&key, 1).allowed);
+    }
+    assert_eq!(limiter.len(), 500);
+    // A zero-cost check of a fresh key stores nothing.
+    assert!(limiter.check(&9999, 0).allowed);
+    assert_eq!(limiter.len(), 500);
+    limiter.clock().advance(SECOND);
+    assert_eq!(limiter.sweep(), 500);
+    assert!(limiter.is_empty());
+    assert_eq!(limiter.evicted(), 0);
+}
+
+/// Sends every key to one shard, so the test sees that shard's eviction order.
+#[derive(Debug, Clone, Copy, Default)]
+struct OneShard;
+
+impl BuildHasher for OneShard {
+    type Hasher = OneShard;
+    fn build_hasher(&self) -> OneShard {
+        OneShard
+    }
+}
+
+impl Hasher for OneShard {
+    fn finish(&self) -> u64 {
+        0
+    }
+    fn write(&mut self, _: &[u8]) {}
+}
+
+#[test]
+fn a_full_limiter_evicts_the_keys_closest_to_fresh() {
+    // All keys land in one shard, which holds a share of `max_keys`.
+    let max_keys = 1000;
+    let limiter = KeyedLimiter::with_hasher(
+        TokenBucket::new(1000, 1000, SECOND).unwrap(),
+        max_keys,
+        ManualClock::new(0),
+        OneShard,
+    );
+    let shard_capacity = max_keys / limiter.shard_count();
+    // Key k takes k + 1 tokens: the larger the key, the later it is fresh again.
+    for key in 0..shard_capacity as u64 {
+        assert!(limiter.check(&key, key + 1).allowed);
+    }
+    assert_eq!(limiter.len(), shard_capacity);
+    assert!(limiter.check(&1000, 1).allowed);
+    // The shard was full: it evicted its eighth closest to fresh, keys 0, 1, ...
+    let evicted = (shard_capacity / 8).max(1);
+    assert_eq!(limiter.evicted(), evicted as u64);
+    assert_eq!(limiter.len(), shard_capacity - evicted + 1);
+    for key in 0..shard_capacity as u64 {
+        let fresh = limiter.peek(&key, 0).remaining == 1000;
+        assert_eq!(fresh, key < evicted as u64, "key {key}");
+    }
+}
+
+#[test]
+fn a_key_spray_never_grows_past_the_cap() {
+    const CAP: usize = 100_000;
+    const SPRAY: u64 = 10_000_000;
+    let limiter = KeyedLimiter::with_clock(
+        TokenBucket::new(10, 1, SECOND).unwrap(),
+        CAP,
+        ManualClock::new(SECOND),
+    );
+    for key in 0..SPRAY {
+        // Every key stays far from fresh, so only eviction can make room.
+        assert!(limiter.check(&key, 5).allowed);
+        if key % 1_000_000 == 0 {
+            assert!(limiter.len() <= CAP);
+        }
+    }
+    let held = limiter.len();
+    assert!(held <= CAP && held > CAP / 2, "{held} keys held");
+    assert!(limiter.evicted() >= SPRAY - CAP as u64);
+    println!("{SPRAY} keys sprayed, {held} held, peak RSS {}", peak_rss());
+}
+
+fn peak_rss() -> String {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM"))
+                .map(str::to_owned)
+        })
+        .unwrap_or_else(|| "unknown".into())
+}
