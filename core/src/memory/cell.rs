@@ -69,7 +69,7 @@ impl<S: WordState> StateCell<S> for AtomicCell<S> {
             if next == current {
                 return decision;
             }
-            match self.word.compare_exchange_weak(
+            match self.word.compare_exchange(
                 current,
                 next,
                 Ordering::AcqRel,

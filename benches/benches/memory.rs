@@ -1,0 +1,125 @@
+//! In-process limiting beside governor: same quota, same kind of clock, same run.
+//!
+//! Both limiters read `std::time::Instant` (tollgate's `MonotonicClock`, governor's
+//! `MonotonicClock`); `memory_direct/governor_quanta` adds governor on its default
+//! TSC clock for reference. The `clock` group prices the clocks alone.
+
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use governor::clock::{Clock as _, MonotonicClock as GovernorMonotonic, QuantaClock};
+use governor::{Quota, RateLimiter};
+use tollgate_core::memory::{DirectLimiter, KeyedLimiter};
+use tollgate_core::{Clock, MonotonicClock, SystemClock, TokenBucket, SECOND};
+
+/// A billion per second: a tight loop is always admitted.
+const DIRECT_RATE: u32 = 1_000_000_000;
+/// Per key: 1000 per second with a burst of 1000.
+const KEYED_RATE: u32 = 1_000;
+const KEYS: u64 = 100_000;
+
+fn quota(rate: u32) -> Quota {
+    Quota::per_second(NonZeroU32::new(rate).unwrap())
+}
+
+fn bucket(rate: u32) -> TokenBucket {
+    TokenBucket::new(rate.into(), rate.into(), SECOND).unwrap()
+}
+
+fn clock(c: &mut Criterion) {
+    let mut group = c.benchmark_group("clock");
+    group.bench_function("tollgate_monotonic", |b| b.iter(|| MonotonicClock.now()));
+    group.bench_function("tollgate_system", |b| b.iter(|| SystemClock.now()));
+    group.bench_function("instant_now", |b| b.iter(Instant::now));
+    let quanta = QuantaClock::default();
+    group.bench_function("governor_quanta", |b| b.iter(|| quanta.now()));
+    group.finish();
+}
+
+fn memory_direct(c: &mut Criterion) {
+    let mut group = c.benchmark_group("memory_direct");
+    let tollgate = DirectLimiter::new(bucket(DIRECT_RATE));
+    group.bench_function("tollgate", |b| b.iter(|| tollgate.check(1).allowed));
+    let governor = RateLimiter::direct_with_clock(quota(DIRECT_RATE), GovernorMonotonic);
+    group.bench_function("governor", |b| b.iter(|| governor.check().is_ok()));
+    let quanta = RateLimiter::direct_with_clock(quota(DIRECT_RATE), QuantaClock::default());
+    group.bench_function("governor_quanta", |b| b.iter(|| quanta.check().is_ok()));
+    group.finish();
+}
+
+/// A fixed pseudo-random walk over the keys, the same for both limiters.
+fn random_keys() -> Vec<u64> {
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    (0..1 << 20)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % KEYS
+        })
+        .collect()
+}
+
+fn memory_keyed(c: &mut Criterion) {
+    let mut group = c.benchmark_group("memory_keyed");
+    let keys = random_keys();
+    let tollgate = KeyedLimiter::new(bucket(KEYED_RATE), 2 * KEYS as usize);
+    let governor = RateLimiter::dashmap_with_clock(quota(KEYED_RATE), GovernorMonotonic);
+    for key in 0..KEYS {
+        let _ = tollgate.check(&key, 1);
+        let _ = governor.check_key(&key);
+    }
+    let mut i = 0;
+    group.bench_function("tollgate", |b| {
+        b.iter(|| {
+            i = (i + 1) & (keys.len() - 1);
+            tollgate.check(&keys[i], 1).allowed
+        })
+    });
+    group.bench_function("governor", |b| {
+        b.iter(|| {
+            i = (i + 1) & (keys.len() - 1);
+            governor.check_key(&keys[i]).is_ok()
+        })
+    });
+    group.finish();
+}
+
+/// Time per decision with two threads deciding on one limiter at once.
+fn contended(iters: u64, decide: &(impl Fn() -> bool + Sync)) -> Duration {
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| {
+                for _ in 0..iters / 2 {
+                    black_box(decide());
+                }
+            });
+        }
+    });
+    start.elapsed()
+}
+
+fn memory_direct_contended(c: &mut Criterion) {
+    let mut group = c.benchmark_group("memory_direct_contended");
+    let tollgate = DirectLimiter::new(bucket(DIRECT_RATE));
+    group.bench_function("tollgate", |b| {
+        b.iter_custom(|iters| contended(iters, &|| tollgate.check(1).allowed))
+    });
+    let governor = RateLimiter::direct_with_clock(quota(DIRECT_RATE), GovernorMonotonic);
+    group.bench_function("governor", |b| {
+        b.iter_custom(|iters| contended(iters, &|| governor.check().is_ok()))
+    });
+    group.finish();
+}
+
+criterion_group!(
+    benches,
+    clock,
+    memory_direct,
+    memory_keyed,
+    memory_direct_contended
+);
+criterion_main!(benches);
