@@ -69,12 +69,10 @@ impl<S: WordState> StateCell<S> for AtomicCell<S> {
             if next == current {
                 return decision;
             }
-            match self.word.compare_exchange(
-                current,
-                next,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
+            match self
+                .word
+                .compare_exchange(current, next, Ordering::AcqRel, Ordering::Acquire)
+            {
                 Ok(_) => return decision,
                 Err(actual) => current = actual,
             }
