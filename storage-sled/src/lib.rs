@@ -1,0 +1,285 @@
+//! Durable, embedded rate limiting: every tollgate algorithm over a [`sled::Tree`].
+//!
+//! A decision is one atomic read-modify-write of one record: the key's state in the
+//! core's canonical encoding, under a prefix. The transition is pure, so when another
+//! thread or process changed the record in between, the decision is simply made again
+//! on the new state (compare-and-swap). Composite limits are one algorithm with one
+//! combined record, so they are atomic the same way, with no transaction.
+//!
+//! ```
+//! use tollgate_core::{FixedWindow, SECOND};
+//! use tollgate_sled::{Durability, SledLimiter};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let db = sled::open(dir.path())?;
+//! // A daily quota that survives restarts: flushed before each decision returns.
+//! let quota = SledLimiter::new(
+//!     db.open_tree("quotas")?,
+//!     FixedWindow::new(1000, 24 * 3600 * SECOND)?,
+//!     Durability::EveryDecision,
+//! );
+//! let decision = quota.check(b"customer-42", 1)?;
+//! assert!(decision.allowed);
+//! assert_eq!(decision.remaining, 999);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+#![deny(missing_docs)]
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use sled::{CompareAndSwapError, IVec, Tree};
+use tollgate_core::{Algorithm, Clock, Decision, DecodeError, MonotonicClock, Reserve, Ticks};
+
+/// What can go wrong deciding over sled.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// sled failed: I/O, a corrupt database file, or the database being closed.
+    #[error("sled: {0}")]
+    Storage(#[from] sled::Error),
+    /// A record holds bytes no state of this algorithm encodes (written by something
+    /// else, or by a limiter with other parameters). The record is left as it is.
+    #[error("record for key {key:?} is not a valid state: {source}")]
+    Corrupt {
+        /// The key as given (without the prefix).
+        key: Vec<u8>,
+        /// Why the bytes were refused.
+        source: DecodeError,
+    },
+}
+
+/// When a decision's new state reaches the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Durability {
+    /// Flush before a state-changing decision returns: after a crash, nothing admitted
+    /// is forgotten. Costs one fsync per admission.
+    EveryDecision,
+    /// Leave flushing to sled's background flusher (`sled::Config::flush_every_ms`,
+    /// 500 ms by default). After a crash, the changes of at most the last flush
+    /// interval are lost, so a key may be admitted again up to what its limit admits in
+    /// that interval (for a bucket: the interval's refill, plus the burst if it was full).
+    Background,
+}
+
+/// One algorithm's limits over a sled tree, a record per key.
+#[derive(Debug, Clone)]
+pub struct SledLimiter<A, C = MonotonicClock> {
+    tree: Tree,
+    algorithm: A,
+    prefix: Vec<u8>,
+    durability: Durability,
+    clock: C,
+}
+
+impl<A: Algorithm> SledLimiter<A> {
+    /// A limiter over `tree`, with no key prefix, on the process's [`MonotonicClock`].
+    pub fn new(tree: Tree, algorithm: A, durability: Durability) -> Self {
+        Self {
+            tree,
+            algorithm,
+            prefix: Vec::new(),
+            durability,
+            clock: MonotonicClock,
+        }
+    }
+}
+
+impl<A: Algorithm, C: Clock> SledLimiter<A, C> {
+    /// Stores every key under `prefix`, so several limiters can share one tree.
+    /// [`collect_expired`](Self::collect_expired) only touches keys under it.
+    pub fn with_prefix(self, prefix: impl Into<Vec<u8>>) -> Self {
+        Self {
+            prefix: prefix.into(),
+            ..self
+        }
+    }
+
+    /// Reads time from `clock` instead.
+    pub fn with_clock<D: Clock>(self, clock: D) -> SledLimiter<A, D> {
+        SledLimiter {
+            tree: self.tree,
+            algorithm: self.algorithm,
+            prefix: self.prefix,
+            durability: self.durability,
+            clock,
+        }
+    }
+
+    /// Decides a request of `cost` for `key` now.
+    pub fn check(&self, key: &[u8], cost: u64) -> Result<Decision, Error> {
+        self.check_at(key, self.clock.now(), cost)
+    }
+
+    /// Decides a request of `cost` for `key` at `now` (replays, tests, a shared clock).
+    pub fn check_at(&self, key: &[u8], now: Ticks, cost: u64) -> Result<Decision, Error> {
+        self.update(key, |state| self.algorithm.decide(state, now, cost))
+    }
+
+    /// What a request of `cost` for `key` would get at `now`, changing nothing.
+    pub fn peek_at(&self, key: &[u8], now: Ticks, cost: u64) -> Result<Decision, Error> {
+        Ok(self.algorithm.peek(self.state(key)?, now, cost))
+    }
+
+    /// The stored state of `key`, decoded.
+    pub fn state(&self, key: &[u8]) -> Result<Option<A::State>, Error> {
+        let record = self.tree.get(self.record_key(key))?;
+        record.map(|bytes| self.decode(key, &bytes)).transpose()
+    }
+
+    /// Forgets `key`: its next request finds it fresh.
+    pub fn reset(&self, key: &[u8]) -> Result<(), Error> {
+        self.tree.remove(self.record_key(key))?;
+        self.flush_if_durable()
+    }
+
+    /// Removes the records under this limiter's prefix whose state is fresh at `now`,
+    /// returning how many. A record that does not decode is left for an operator (and
+    /// reported by [`state`](Self::state)); it does not stop the sweep.
+    pub fn collect_expired(&self, now: Ticks) -> Result<usize, Error> {
+        let mut removed = 0;
+        for record in self.tree.scan_prefix(&self.prefix) {
+            let (record_key, bytes) = record?;
+            let Ok(state) = self.algorithm.decode(&bytes) else {
+                continue;
+            };
+            if self.algorithm.decide(Some(state), now, 0).1.is_none()
+                // Only if nobody changed it meanwhile.
+                && self
+                    .tree
+                    .compare_and_swap(&record_key, Some(&bytes), None::<&[u8]>)?
+                    .is_ok()
+            {
+                removed += 1;
+            }
+        }
+        if removed > 0 {
+            self.flush_if_durable()?;
+        }
+        Ok(removed)
+    }
+
+    /// The algorithm deciding.
+    pub const fn algorithm(&self) -> &A {
+        &self.algorithm
+    }
+
+    /// The tree the records live in.
+    pub const fn tree(&self) -> &Tree {
+        &self.tree
+    }
+
+    fn record_key(&self, key: &[u8]) -> Vec<u8> {
+        [self.prefix.as_slice(), key].concat()
+    }
+
+    fn decode(&self, key: &[u8], bytes: &[u8]) -> Result<A::State, Error> {
+        self.algorithm
+            .decode(bytes)
+            .map_err(|source| Error::Corrupt {
+                key: key.to_vec(),
+                source,
+            })
+    }
+
+    fn flush_if_durable(&self) -> Result<(), Error> {
+        if self.durability == Durability::EveryDecision {
+            self.tree.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Applies `transition` to `key`'s record atomically: read, decide, and swap in the
+    /// new encoding only if the record is still what was read; else decide again.
+    fn update(
+        &self,
+        key: &[u8],
+        transition: impl Fn(Option<A::State>) -> (Decision, Option<A::State>),
+    ) -> Result<Decision, Error> {
+        let record_key = self.record_key(key);
+        let mut current: Option<IVec> = self.tree.get(&record_key)?;
+        loop {
+            let state = current
+                .as_ref()
+                .map(|bytes| self.decode(key, bytes))
+                .transpose()?;
+            let (decision, next) = transition(state);
+            let next = next.map(|s| self.algorithm.encode_to_vec(&s));
+            if next.as_deref() == current.as_deref() {
+                return Ok(decision);
+            }
+            match self
+                .tree
+                .compare_and_swap(&record_key, current.as_ref(), next)?
+            {
+                Ok(()) => {
+                    self.flush_if_durable()?;
+                    return Ok(decision);
+                }
+                Err(CompareAndSwapError {
+                    current: actual, ..
+                }) => current = actual,
+            }
+        }
+    }
+}
+
+impl<A: Reserve, C: Clock> SledLimiter<A, C> {
+    /// Books a slot for `cost` for `key` at `now` if it can act within `max_wait` ticks.
+    pub fn reserve_at(
+        &self,
+        key: &[u8],
+        now: Ticks,
+        cost: u64,
+        max_wait: Ticks,
+    ) -> Result<Decision, Error> {
+        self.update(key, |state| {
+            self.algorithm.reserve(state, now, cost, max_wait)
+        })
+    }
+}
+
+impl<A, C> SledLimiter<A, C>
+where
+    A: Algorithm + Clone + Send + 'static,
+    C: Clock + Clone + Send + 'static,
+{
+    /// Runs [`collect_expired`](Self::collect_expired) every `interval` on a background
+    /// thread until the returned [`Sweeper`] is dropped.
+    pub fn spawn_sweeper(&self, interval: Duration) -> Sweeper {
+        let limiter = self.clone();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            while !stopped.load(Ordering::Acquire) {
+                // A failed sweep is retried at the next interval; decisions report errors.
+                let _ = limiter.collect_expired(limiter.clock.now());
+                std::thread::park_timeout(interval);
+            }
+        });
+        Sweeper {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+/// A background sweeper; dropping it stops the thread and waits for it.
+#[derive(Debug)]
+pub struct Sweeper {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for Sweeper {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(thread) = self.thread.take() {
+            thread.thread().unpark();
+            let _ = thread.join();
+        }
+    }
+}

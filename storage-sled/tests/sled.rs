@@ -1,0 +1,227 @@
+//! tollgate-sled against the core and against a real sled database in a temp dir.
+
+use std::sync::Arc;
+
+use proptest::prelude::*;
+use tollgate_core::{
+    Algorithm, Ban, Composite, DecodeError, FixedWindow, LeakyBucket, Pacing, SlidingCounter,
+    SlidingLog, Ticks, TokenBucket, SECOND,
+};
+use tollgate_sled::{Durability, Error, SledLimiter};
+
+fn temp_tree() -> (tempfile::TempDir, sled::Db, sled::Tree) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = sled::Config::new().path(dir.path()).open().unwrap();
+    let tree = db.open_tree("limits").unwrap();
+    (dir, db, tree)
+}
+
+/// Decides the same trace through sled and through the bare algorithm: the same
+/// decisions, and after every step the record holds exactly the core's encoding.
+fn same_as_core<A: Algorithm + Clone>(alg: A, trace: &[(Ticks, u64, u8)]) {
+    let (_dir, _db, tree) = temp_tree();
+    let limiter =
+        SledLimiter::new(tree.clone(), alg.clone(), Durability::Background).with_prefix("p/");
+    let mut states = std::collections::HashMap::new();
+    for &(now, cost, key) in trace {
+        let key = [key];
+        let state = states.remove(&key).flatten();
+        let (expected, next) = alg.decide(state, now, cost);
+        assert_eq!(limiter.check_at(&key, now, cost).unwrap(), expected);
+        let stored = tree.get([b"p/".as_slice(), &key].concat()).unwrap();
+        let encoded = next.as_ref().map(|s| alg.encode_to_vec(s));
+        assert_eq!(stored.as_deref(), encoded.as_deref());
+        states.insert(key, next);
+    }
+}
+
+fn trace() -> impl Strategy<Value = Vec<(Ticks, u64, u8)>> {
+    prop::collection::vec((0..3 * SECOND, 0..12u64, 0..3u8), 1..60).prop_map(|steps| {
+        let mut now = 1_700_000_000 * SECOND;
+        steps
+            .into_iter()
+            .map(|(gap, cost, key)| {
+                now += gap / 4;
+                (now, cost, key)
+            })
+            .collect()
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn decides_and_stores_as_the_core(
+        limit in 1..20u64,
+        rate in 1..20u64,
+        period in prop_oneof![Just(SECOND), 1..5 * SECOND],
+        trace in trace(),
+    ) {
+        same_as_core(FixedWindow::new(limit, period).unwrap(), &trace);
+        same_as_core(SlidingCounter::new(limit, period).unwrap(), &trace);
+        same_as_core(SlidingLog::new(limit, period).unwrap(), &trace);
+        same_as_core(TokenBucket::new(limit, rate, period).unwrap(), &trace);
+        same_as_core(LeakyBucket::new(limit, rate, period).unwrap(), &trace);
+        same_as_core(Pacing::new(limit, rate, period).unwrap(), &trace);
+        same_as_core(
+            Ban::new(TokenBucket::new(limit, rate, period).unwrap(), 5, period, period).unwrap(),
+            &trace,
+        );
+        same_as_core(
+            Composite::new(vec![
+                FixedWindow::new(limit, period).unwrap(),
+                FixedWindow::new(3 * limit, 10 * period).unwrap(),
+            ])
+            .unwrap(),
+            &trace,
+        );
+    }
+}
+
+fn exact_under_threads<A: Algorithm + Clone + Send + Sync + 'static>(alg: A, bound: u64) {
+    let (_dir, _db, tree) = temp_tree();
+    let limiter = Arc::new(SledLimiter::new(tree, alg, Durability::Background));
+    let now = 1_700_000_000 * SECOND;
+    let handles: Vec<_> = (0..8)
+        .map(|_| {
+            let limiter = Arc::clone(&limiter);
+            std::thread::spawn(move || {
+                (0..bound / 4 + 10)
+                    .filter(|_| limiter.check_at(b"hot", now, 1).unwrap().allowed)
+                    .count()
+            })
+        })
+        .collect();
+    let admitted: usize = handles.into_iter().map(|h| h.join().unwrap()).sum();
+    assert_eq!(u64::try_from(admitted).unwrap(), bound);
+}
+
+#[test]
+fn eight_threads_on_one_key_admit_exactly_the_bound() {
+    exact_under_threads(TokenBucket::new(300, 1, SECOND).unwrap(), 300);
+    exact_under_threads(FixedWindow::new(250, SECOND).unwrap(), 250);
+    exact_under_threads(SlidingLog::new(200, SECOND).unwrap(), 200);
+    exact_under_threads(
+        Composite::new(vec![
+            FixedWindow::new(500, SECOND).unwrap(),
+            FixedWindow::new(150, 60 * SECOND).unwrap(),
+        ])
+        .unwrap(),
+        150,
+    );
+}
+
+#[test]
+fn expired_keys_are_collected() {
+    let (_dir, _db, tree) = temp_tree();
+    let limiter = SledLimiter::new(
+        tree.clone(),
+        TokenBucket::new(10, 10, SECOND).unwrap(),
+        Durability::Background,
+    )
+    .with_prefix("k/");
+    let now = 1_700_000_000 * SECOND;
+    // 100 000 keys take one token each (fresh again 100 ms later); 10 take all ten.
+    for key in 0..100_000u32 {
+        assert!(
+            limiter
+                .check_at(&key.to_be_bytes(), now, 1)
+                .unwrap()
+                .allowed
+        );
+    }
+    for key in 0..10u32 {
+        let key = [b"live-".as_slice(), &key.to_be_bytes()].concat();
+        assert!(limiter.check_at(&key, now, 10).unwrap().allowed);
+    }
+    // Another limiter's key in the same tree is not this limiter's to collect.
+    tree.insert(b"other", b"not a state".as_slice()).unwrap();
+    assert_eq!(limiter.collect_expired(now + SECOND / 10 - 1).unwrap(), 0);
+    assert_eq!(limiter.collect_expired(now + SECOND / 10).unwrap(), 100_000);
+    assert_eq!(tree.scan_prefix("k/").count(), 10);
+    assert_eq!(tree.len(), 11);
+    assert_eq!(limiter.collect_expired(now + SECOND).unwrap(), 10);
+}
+
+#[test]
+fn a_corrupt_record_is_a_typed_error_and_harms_no_other_key() {
+    let (_dir, _db, tree) = temp_tree();
+    let limiter = SledLimiter::new(
+        tree.clone(),
+        FixedWindow::new(5, SECOND).unwrap(),
+        Durability::Background,
+    );
+    tree.insert(b"garbage", b"\x01\x01 not a state".as_slice())
+        .unwrap();
+    for _ in 0..2 {
+        match limiter.check_at(b"garbage", 0, 1) {
+            Err(Error::Corrupt { key, source }) => {
+                assert_eq!(key, b"garbage");
+                assert!(matches!(
+                    source,
+                    DecodeError::TrailingBytes { .. }
+                        | DecodeError::Truncated { .. }
+                        | DecodeError::InvalidField { .. }
+                ));
+            }
+            other => panic!("expected a corrupt-record error, got {other:?}"),
+        }
+    }
+    // The bad record is untouched, and other keys work.
+    assert_eq!(
+        tree.get(b"garbage").unwrap().unwrap().as_ref(),
+        b"\x01\x01 not a state"
+    );
+    assert!(limiter.check_at(b"fine", 0, 1).unwrap().allowed);
+    assert!(limiter.state(b"garbage").is_err());
+    limiter.reset(b"garbage").unwrap();
+    assert!(limiter.check_at(b"garbage", 0, 1).unwrap().allowed);
+}
+
+#[test]
+fn state_survives_reopening_the_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let window = FixedWindow::new(3, 3600 * SECOND).unwrap();
+    {
+        let db = sled::open(dir.path()).unwrap();
+        let limiter = SledLimiter::new(
+            db.open_tree("q").unwrap(),
+            window,
+            Durability::EveryDecision,
+        );
+        assert!(limiter.check_at(b"daily", 0, 2).unwrap().allowed);
+    }
+    let db = sled::open(dir.path()).unwrap();
+    let limiter = SledLimiter::new(
+        db.open_tree("q").unwrap(),
+        window,
+        Durability::EveryDecision,
+    );
+    // Two of three were used before the restart: one more fits.
+    let peek = limiter.peek_at(b"daily", 1, 1).unwrap();
+    assert!(peek.allowed && peek.remaining == 0);
+    assert!(limiter.check_at(b"daily", 1, 1).unwrap().allowed);
+    assert!(!limiter.check_at(b"daily", 2, 1).unwrap().allowed);
+}
+
+#[test]
+fn the_sweeper_collects_in_the_background() {
+    let (_dir, _db, tree) = temp_tree();
+    let limiter = SledLimiter::new(
+        tree.clone(),
+        TokenBucket::new(10, 1000, SECOND).unwrap(),
+        Durability::Background,
+    );
+    for key in 0..100u32 {
+        assert!(limiter.check(&key.to_be_bytes(), 1).unwrap().allowed);
+    }
+    let sweeper = limiter.spawn_sweeper(std::time::Duration::from_millis(10));
+    // Each state is fresh a millisecond later; the sweeper should empty the tree soon.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !tree.is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    drop(sweeper);
+    assert!(tree.is_empty());
+}
