@@ -73,11 +73,6 @@ pub use sliding_counter::{SlidingCounter, SlidingCounterState};
 #[cfg(feature = "alloc")]
 pub use sliding_log::{SlidingLog, SlidingLogState};
 
-/// The README's examples, compiled and run as doc tests.
-#[cfg(doctest)]
-#[doc = include_str!("../../README.md")]
-struct ReadmeDoctests;
-
 /// Limits on parameters, shared by every algorithm.
 pub mod limits {
     use crate::Ticks;

@@ -1,1 +1,20 @@
-//! Workspace-level tests live in `tests/`; this library is empty.
+//! Shared by the workspace tests and their helper binaries.
+
+use tollgate_core::{FixedWindow, SECOND};
+
+/// The limit the crash test's child decides against: far more than it can reach.
+pub fn crash_limit() -> FixedWindow {
+    FixedWindow::new(1_000_000_000, 24 * 3600 * SECOND).unwrap()
+}
+
+/// The key the crash test's child hammers.
+pub const CRASH_KEY: &[u8] = b"quota";
+
+/// The frozen instant the crash test's child decides at.
+pub const CRASH_NOW: u64 = 1_700_000_000 * SECOND;
+
+/// The README's examples, compiled and run as doc tests (here, where every crate they
+/// use is a dependency).
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeDoctests;
