@@ -65,7 +65,7 @@ fn random_keys() -> Vec<u64> {
 fn memory_keyed(c: &mut Criterion) {
     let mut group = c.benchmark_group("memory_keyed");
     let keys = random_keys();
-    let tollgate = KeyedLimiter::new(bucket(KEYED_RATE), 2 * KEYS as usize);
+    let tollgate = KeyedLimiter::new(bucket(KEYED_RATE), 200_000);
     let governor = RateLimiter::dashmap_with_clock(quota(KEYED_RATE), GovernorMonotonic);
     for key in 0..KEYS {
         let _ = tollgate.check(&key, 1);
