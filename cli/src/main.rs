@@ -132,6 +132,13 @@ pub enum Failure {
     Backend(String),
 }
 
+/// A message about bad input.
+impl From<String> for Failure {
+    fn from(message: String) -> Self {
+        Self::Input(message)
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli.command) {
@@ -158,7 +165,7 @@ fn run(command: Command) -> Result<ExitCode, Failure> {
             chart,
         } => {
             let (policy, name) = policy.load()?;
-            policy.limiter().map_err(Failure::Input)?.run(Simulate {
+            policy.limiter()?.run(Simulate {
                 policy: &policy,
                 name,
                 traffic: &traffic,
@@ -173,7 +180,7 @@ fn run(command: Command) -> Result<ExitCode, Failure> {
             backend,
         } => {
             let (policy, _) = policy.load()?;
-            policy.limiter().map_err(Failure::Input)?.run(Replay {
+            policy.limiter()?.run(Replay {
                 trace: &trace,
                 backend: &backend.backend,
             })
@@ -264,7 +271,7 @@ enum Action {
 impl KeyArgs {
     fn run(self, action: Action) -> Result<ExitCode, Failure> {
         let (policy, _) = self.policy.load()?;
-        policy.limiter().map_err(Failure::Input)?.run(OnKey {
+        policy.limiter()?.run(OnKey {
             args: &self,
             action,
         })

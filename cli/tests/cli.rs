@@ -147,122 +147,58 @@ fn bad_files_are_reported_with_their_line() {
             "case {i}: {message}"
         );
     }
-    let trace = write(dir.path(), "back.csv", "t_us,key,cost\n5,a,1\n4,a,1\n");
-    let out = tollgate(&[
-        "replay",
-        "--trace",
-        &trace,
-        "--algorithm",
-        "fixed-window",
-        "--limit",
-        "1",
-        "--period",
-        "1s",
-    ]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        stderr(&out).contains("back.csv:3: t_us goes backwards"),
-        "{}",
-        stderr(&out)
-    );
-    let trace = write(dir.path(), "header.csv", "time,key,cost\n5,a,1\n");
-    let out = tollgate(&[
-        "replay",
-        "--trace",
-        &trace,
-        "--algorithm",
-        "fixed-window",
-        "--limit",
-        "1",
-        "--period",
-        "1s",
-    ]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("t_us,key,cost"));
+    let bad_traces = [
+        (
+            "back.csv",
+            "t_us,key,cost\n5,a,1\n4,a,1\n",
+            "back.csv:3: t_us goes backwards",
+        ),
+        (
+            "header.csv",
+            "time,key,cost\n5,a,1\n",
+            "header.csv:1: the header must be t_us,key,cost",
+        ),
+        (
+            "cost.csv",
+            "t_us,key,cost\n5,a,-1\n",
+            "cost.csv:2: cost must be a whole number",
+        ),
+    ];
+    for (name, text, message) in bad_traces {
+        let trace = write(dir.path(), name, text);
+        let out = tollgate(&[
+            "replay",
+            "--trace",
+            &trace,
+            "--algorithm",
+            "fixed-window",
+            "--limit",
+            "1",
+            "--period",
+            "1s",
+        ]);
+        assert_eq!(out.status.code(), Some(2));
+        assert!(stderr(&out).contains(message), "{}", stderr(&out));
+    }
 }
 
 #[test]
 fn bad_flags_exit_2_with_a_message() {
+    let window = "--algorithm fixed-window --limit 1 --period 1s";
     for args in [
-        vec![
-            "replay",
-            "--trace",
-            "x.csv",
-            "--algorithm",
-            "fixed-window",
-            "--limit",
-            "1",
-        ],
-        vec![
-            "check",
-            "k",
-            "--algorithm",
-            "fixed-window",
-            "--limit",
-            "1",
-            "--period",
-            "1 s",
-        ],
-        vec![
-            "check",
-            "k",
-            "--algorithm",
-            "fixed-window",
-            "--capacity",
-            "1",
-            "--period",
-            "1s",
-        ],
-        vec![
-            "check",
-            "k",
-            "--algorithm",
-            "fixed-window",
-            "--limit",
-            "1",
-            "--period",
-            "1s",
-            "--backend",
-            "ftp://x",
-        ],
-        vec![
-            "check",
-            "k",
-            "--algorithm",
-            "fixed-window",
-            "--limit",
-            "1",
-            "--period",
-            "1s",
-            "--backend",
-            "redis://127.0.0.1:6379",
-        ],
-        vec![
-            "simulate",
-            "--algorithm",
-            "fixed-window",
-            "--limit",
-            "1",
-            "--period",
-            "1s",
-            "--traffic",
-            "steady",
-            "--duration",
-            "1s",
-        ],
-        vec![
-            "check",
-            "k",
-            "--config",
-            "/nonexistent.toml",
-            "--policy",
-            "a",
-        ],
-        vec!["frobnicate"],
+        "replay --trace x.csv --algorithm fixed-window --limit 1".to_owned(),
+        "check k --algorithm fixed-window --limit 1 --period 1sec".to_owned(),
+        "check k --algorithm fixed-window --capacity 1 --period 1s".to_owned(),
+        format!("check k {window} --backend ftp://x"),
+        format!("check k {window} --backend redis://127.0.0.1:6379"),
+        format!("simulate {window} --traffic steady --duration 1s"),
+        format!("simulate {window} --traffic steady:rate=1,jitter=2 --duration 1s"),
+        "check k --config /nonexistent.toml --policy a".to_owned(),
+        "frobnicate".to_owned(),
     ] {
-        let out = tollgate(&args);
-        assert_eq!(out.status.code(), Some(2), "{args:?}");
-        assert!(!stderr(&out).trim().is_empty(), "{args:?}");
+        let out = tollgate(&args.split_whitespace().collect::<Vec<_>>());
+        assert_eq!(out.status.code(), Some(2), "{args}");
+        assert!(!stderr(&out).trim().is_empty(), "{args}");
     }
 }
 
