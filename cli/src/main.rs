@@ -19,7 +19,7 @@ use tollgate_core::memory::InMemory;
 use tollgate_core::{Algorithm, Clock, Decision, MonotonicClock, Ticks};
 
 use backend::{Backend, Store};
-use policy::{Duration, Job, Kind, Policy};
+use policy::{Duration, Job, Kind, Limiter, Policy};
 use traffic::Traffic;
 
 #[derive(Debug, Parser)]
@@ -164,8 +164,8 @@ fn run(command: Command) -> Result<ExitCode, Failure> {
             backend,
             chart,
         } => {
-            let (policy, name) = policy.load()?;
-            policy.limiter()?.run(Simulate {
+            let (policy, limiter, name) = policy.load()?;
+            limiter.run(Simulate {
                 policy: &policy,
                 name,
                 traffic: &traffic,
@@ -179,8 +179,8 @@ fn run(command: Command) -> Result<ExitCode, Failure> {
             policy,
             backend,
         } => {
-            let (policy, _) = policy.load()?;
-            policy.limiter()?.run(Replay {
+            let (_, limiter, _) = policy.load()?;
+            limiter.run(Replay {
                 trace: &trace,
                 backend: &backend.backend,
             })
@@ -194,8 +194,8 @@ fn run(command: Command) -> Result<ExitCode, Failure> {
 
 impl PolicyArgs {
     /// The policy from --config/--policy or from the algorithm flags, if this app may use it.
-    fn load(&self) -> Result<(Policy, String), Failure> {
-        let (policy, name) = match (&self.config, &self.policy, self.algorithm) {
+    fn load(&self) -> Result<(Policy, Limiter, String), Failure> {
+        let ((policy, limiter), name) = match (&self.config, &self.policy, self.algorithm) {
             (Some(config), Some(name), _) => (policy::load(config, name)?, name.clone()),
             (_, _, Some(kind)) => {
                 let period = self
@@ -221,7 +221,7 @@ impl PolicyArgs {
                     .map_or("an unnamed app".into(), |a| format!("{a:?}"))
             )));
         }
-        Ok((policy, name))
+        Ok((policy, limiter, name))
     }
 }
 
@@ -270,8 +270,8 @@ enum Action {
 
 impl KeyArgs {
     fn run(self, action: Action) -> Result<ExitCode, Failure> {
-        let (policy, _) = self.policy.load()?;
-        policy.limiter()?.run(OnKey {
+        let (_, limiter, _) = self.policy.load()?;
+        limiter.run(OnKey {
             args: &self,
             action,
         })
@@ -483,9 +483,7 @@ impl Job for Simulate<'_> {
 }
 
 fn describe(policy: &Policy) -> String {
-    let kind = clap::ValueEnum::to_possible_value(&policy.algorithm)
-        .map(|v| v.get_name().to_owned())
-        .unwrap_or_default();
+    let kind = policy.algorithm.name();
     match (policy.limit, policy.capacity, policy.rate) {
         (Some(limit), _, _) => format!("{kind}, {limit} per {}", ms(policy.period())),
         (_, Some(capacity), Some(rate)) => format!(

@@ -25,6 +25,15 @@ pub enum Kind {
     LeakyPacing,
 }
 
+impl Kind {
+    /// The name used in files and flags, e.g. `token-bucket`.
+    pub fn name(self) -> String {
+        clap::ValueEnum::to_possible_value(&self)
+            .map(|v| v.get_name().to_owned())
+            .unwrap_or_default()
+    }
+}
+
 /// One policy: an algorithm and its parameters, and seed 000's metadata.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -92,8 +101,8 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         })
 }
 
-/// Reads the policy `name` from the TOML file at `path`.
-pub fn load(path: &str, name: &str) -> Result<Policy, Failure> {
+/// Reads the policy `name` from the TOML file at `path`, and builds its limiter.
+pub fn load(path: &str, name: &str) -> Result<(Policy, Limiter), Failure> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| Failure::Input(format!("cannot read {path}: {e}")))?;
     let file: File = toml::from_str(&text).map_err(|e| {
@@ -111,14 +120,14 @@ pub fn load(path: &str, name: &str) -> Result<Policy, Failure> {
         ))
     })?;
     let policy = spanned.get_ref().clone();
-    // Build it once now, so a bad parameter is reported with its line.
-    policy.limiter().map_err(|e| {
+    // A bad parameter is reported with the policy's line.
+    let limiter = policy.limiter().map_err(|e| {
         Failure::Input(format!(
             "{path}{}: policy {name:?}: {e}",
             line_of(&text, spanned.span())
         ))
     })?;
-    Ok(policy)
+    Ok((policy, limiter))
 }
 
 fn line_of(text: &str, span: Range<usize>) -> String {
@@ -160,14 +169,14 @@ impl Limiter {
 }
 
 impl Policy {
-    /// A policy from `--algorithm` and its parameter flags.
+    /// A policy from `--algorithm` and its parameter flags, and its limiter.
     pub fn from_flags(
         algorithm: Kind,
         limit: Option<u64>,
         capacity: Option<u64>,
         rate: Option<u64>,
         period: Duration,
-    ) -> Result<Self, Failure> {
+    ) -> Result<(Self, Limiter), Failure> {
         let policy = Self {
             algorithm,
             limit,
@@ -178,10 +187,8 @@ impl Policy {
             description: String::new(),
             owner: String::new(),
         };
-        policy
-            .limiter()
-            .map_err(|e| Failure::Input(e.to_string()))?;
-        Ok(policy)
+        let limiter = policy.limiter()?;
+        Ok((policy, limiter))
     }
 
     /// The policy's window of time: the period for every algorithm.
@@ -192,22 +199,22 @@ impl Policy {
     pub fn limiter(&self) -> Result<Limiter, String> {
         let period = self.period.0;
         let need = |value: Option<u64>, name: &str| {
-            value.ok_or_else(|| format!("{} needs `{name}`", self.algorithm_name()))
+            value.ok_or_else(|| format!("{} needs `{name}`", self.algorithm.name()))
         };
-        let window = |name| -> Result<u64, String> {
+        let window = || -> Result<u64, String> {
             if self.capacity.is_some() || self.rate.is_some() {
                 return Err(format!(
                     "{} takes `limit` and `period`, not `capacity` or `rate`",
-                    self.algorithm_name()
+                    self.algorithm.name()
                 ));
             }
-            need(self.limit, name)
+            need(self.limit, "limit")
         };
         let bucket = || -> Result<(u64, u64), String> {
             if self.limit.is_some() {
                 return Err(format!(
                     "{} takes `capacity`, `rate` and `period`, not `limit`",
-                    self.algorithm_name()
+                    self.algorithm.name()
                 ));
             }
             Ok((need(self.capacity, "capacity")?, need(self.rate, "rate")?))
@@ -215,14 +222,14 @@ impl Policy {
         let param = |e: ParamError| e.to_string();
         Ok(match self.algorithm {
             Kind::FixedWindow => {
-                Limiter::FixedWindow(FixedWindow::new(window("limit")?, period).map_err(param)?)
+                Limiter::FixedWindow(FixedWindow::new(window()?, period).map_err(param)?)
             }
             Kind::SlidingLog => {
-                Limiter::SlidingLog(SlidingLog::new(window("limit")?, period).map_err(param)?)
+                Limiter::SlidingLog(SlidingLog::new(window()?, period).map_err(param)?)
             }
-            Kind::SlidingCounter => Limiter::SlidingCounter(
-                SlidingCounter::new(window("limit")?, period).map_err(param)?,
-            ),
+            Kind::SlidingCounter => {
+                Limiter::SlidingCounter(SlidingCounter::new(window()?, period).map_err(param)?)
+            }
             Kind::TokenBucket => {
                 let (c, r) = bucket()?;
                 Limiter::TokenBucket(TokenBucket::new(c, r, period).map_err(param)?)
@@ -236,12 +243,6 @@ impl Policy {
                 Limiter::Pacing(Pacing::new(c, r, period).map_err(param)?)
             }
         })
-    }
-
-    fn algorithm_name(&self) -> String {
-        clap::ValueEnum::to_possible_value(&self.algorithm)
-            .map(|v| v.get_name().to_owned())
-            .unwrap_or_default()
     }
 
     /// Whether `app` may use this policy (seed 000's allow-list).

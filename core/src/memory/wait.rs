@@ -9,25 +9,27 @@ pub(super) fn ticks(duration: Duration) -> Ticks {
     Ticks::try_from(duration.as_micros()).unwrap_or(Ticks::MAX)
 }
 
+/// How long an admitted reservation must wait; a denial as the error.
+fn delay(decision: &Decision) -> Result<Duration, Decision> {
+    if decision.allowed {
+        Ok(Duration::from_micros(decision.delay))
+    } else {
+        Err(*decision)
+    }
+}
+
 /// Sleeps the thread for an admitted reservation's delay.
 pub(super) fn blocking(decision: Decision) -> Result<Decision, Decision> {
-    if !decision.allowed {
-        return Err(decision);
-    }
-    if decision.delay > 0 {
-        std::thread::sleep(Duration::from_micros(decision.delay));
-    }
+    std::thread::sleep(delay(&decision)?);
     Ok(decision)
 }
 
 /// Sleeps the task for an admitted reservation's delay.
 #[cfg(feature = "tokio")]
 pub(super) async fn sleep(decision: Decision) -> Result<Decision, Decision> {
-    if !decision.allowed {
-        return Err(decision);
-    }
-    if decision.delay > 0 {
-        tokio::time::sleep(Duration::from_micros(decision.delay)).await;
+    let wait = delay(&decision)?;
+    if !wait.is_zero() {
+        tokio::time::sleep(wait).await;
     }
     Ok(decision)
 }
