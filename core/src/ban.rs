@@ -46,6 +46,21 @@ impl<A: Algorithm> Ban<A> {
     pub const fn inner(&self) -> &A {
         &self.inner
     }
+
+    /// Denied units within one window that trigger a ban (more than this many).
+    pub const fn threshold(&self) -> u64 {
+        self.threshold
+    }
+
+    /// The window, in ticks, over which denied units are counted.
+    pub const fn window(&self) -> Ticks {
+        self.window
+    }
+
+    /// How long, in ticks, a ban lasts.
+    pub const fn duration(&self) -> Ticks {
+        self.duration
+    }
 }
 
 impl<A: Algorithm> Algorithm for Ban<A> {

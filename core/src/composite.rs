@@ -50,7 +50,12 @@ impl<A: Algorithm> Composite<A> {
         let retry_after = decisions
             .iter()
             .try_fold(0, |wait, d| d.retry_after.map(|r| r.max(wait)));
-        let delay = decisions.iter().map(|d| d.delay).max().unwrap_or(0);
+        // A denial has no delay, whatever the members would have waited.
+        let delay = if allowed {
+            decisions.iter().map(|d| d.delay).max().unwrap_or(0)
+        } else {
+            0
+        };
         // On denial nothing moves: a zero-cost decision reports the stored states (and
         // forgets the ones that are fresh by now).
         let (reported, states): (Vec<_>, Vec<_>) = if allowed {

@@ -26,12 +26,8 @@ pub struct Decision {
 }
 
 impl Decision {
-    pub(crate) const fn admit(
-        limit: u64,
-        remaining: u64,
-        reset_after: Ticks,
-        delay: Ticks,
-    ) -> Self {
+    /// An admission; for hosts that decide elsewhere (a Lua script) and report here.
+    pub const fn admit(limit: u64, remaining: u64, reset_after: Ticks, delay: Ticks) -> Self {
         Self {
             allowed: true,
             limit,
@@ -42,7 +38,8 @@ impl Decision {
         }
     }
 
-    pub(crate) const fn deny(
+    /// A denial; for hosts that decide elsewhere (a Lua script) and report here.
+    pub const fn deny(
         limit: u64,
         remaining: u64,
         retry_after: Option<Ticks>,

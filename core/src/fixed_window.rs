@@ -92,6 +92,11 @@ impl FixedWindow {
     pub const fn params(&self) -> WindowParams {
         self.params
     }
+
+    /// Whether denied cost counts too (see [`FixedWindow::counting_denied`]).
+    pub const fn counts_denied(&self) -> bool {
+        self.count_denied
+    }
 }
 
 impl TryFrom<WindowParams> for FixedWindow {

@@ -67,6 +67,7 @@ pub fn check_promises<A: Algorithm>(
     if decision.allowed {
         assert_eq!(decision.retry_after, Some(0));
     } else {
+        assert_eq!(decision.delay, 0, "a denial has no delay: {decision:?}");
         match decision.retry_after {
             Some(wait) => {
                 assert!(wait > 0, "denied with zero wait: {decision:?}");

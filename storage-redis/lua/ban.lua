@@ -1,0 +1,40 @@
+-- Ban: wraps another algorithm; more than `threshold` denied units within one ban window
+-- bans the key for `duration`. Tag 7, fields (window, denied, banned_until), then the
+-- inner algorithm's state, if any.
+algorithms.ban = function(argv, i)
+  local threshold, ban_window, duration = tonumber(argv[i]), tonumber(argv[i + 1]), tonumber(argv[i + 2])
+  local inner, next_i = build(argv, i + 3)
+  local decide = function(bytes, now, cost)
+    local window, denied, banned_until, inner_bytes = 0, 0, 0, nil
+    if bytes then
+      window, denied, banned_until, inner_bytes = read(bytes, 7, 3)
+      if window * ban_window > MAX_NOW then corrupt('window') end
+      if denied > MAX_NOW then corrupt('denied') end
+      if banned_until > MAX_NOW * 2 then corrupt('banned_until') end
+      if inner_bytes == '' then inner_bytes = nil end
+    end
+    local current = divmod(now, ban_window)
+    if window < current then window, denied = current, 0 end
+    local d, inner_new = inner(inner_bytes, now, cost)
+    if now < banned_until then
+      local stored = inner(inner_bytes, now, 0)
+      d = deny(d.limit, 0, d.retry, stored.reset)
+    elseif d.allowed then
+      inner_bytes = inner_new
+    else
+      denied = denied + cost
+      if denied > MAX_NOW then corrupt('denied beyond 2^52') end
+      if denied > threshold then
+        banned_until = now + duration
+        d.remaining = 0
+      end
+    end
+    local ban_left = math.max(banned_until - now, 0)
+    if not d.allowed and d.retry >= 0 then d.retry = math.max(d.retry, ban_left) end
+    local window_left = denied > 0 and (window + 1) * ban_window - now or 0
+    d.reset = math.max(d.reset, ban_left, window_left)
+    if inner_bytes == nil and denied == 0 and ban_left == 0 then return d, nil end
+    return d, write(7, window, denied, banned_until) .. (inner_bytes or '')
+  end
+  return decide, next_i
+end

@@ -1,0 +1,34 @@
+-- Composite: every member must admit; member k keeps its state in KEYS[k]. A denial
+-- changes no member and reports each at cost 0; the decision reports the member with the
+-- fewest remaining, the longest retry, reset and delay.
+local function composite(argv, i, now, cost, wait, store)
+  local n = tonumber(argv[i])
+  local members, old, decisions, new = {}, {}, {}, {}
+  i = i + 1
+  for k = 1, n do
+    members[k], i = build(argv, i)
+    old[k] = redis.call('GET', KEYS[k])
+    if not old[k] then old[k] = nil end
+    decisions[k], new[k] = members[k](old[k], now, cost, wait)
+  end
+  local allowed, retry, delay = true, 0, 0
+  for k = 1, n do
+    local d = decisions[k]
+    allowed = allowed and d.allowed
+    if retry >= 0 then retry = d.retry < 0 and -1 or math.max(retry, d.retry) end
+    delay = math.max(delay, d.delay)
+  end
+  if not allowed then
+    delay = 0
+    for k = 1, n do decisions[k], new[k] = members[k](old[k], now, 0) end
+  end
+  local binding, reset = decisions[1], 0
+  for k = 1, n do
+    local d = decisions[k]
+    if d.remaining < binding.remaining then binding = d end
+    reset = math.max(reset, d.reset)
+    store(KEYS[k], old[k], new[k], d.reset)
+  end
+  local d = decision(allowed, binding.limit, binding.remaining, retry, reset, delay)
+  return d
+end

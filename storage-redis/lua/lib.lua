@@ -1,0 +1,109 @@
+-- tollgate: helpers shared by every script. Lua numbers are doubles, exact for integers
+-- below 2^53; the one wider product the algorithms need is split so every step stays
+-- below it. The Rust side keeps inputs in this range (see `LuaRange` in src/range.rs).
+local floor = math.floor
+local SPLIT = 1048576 -- 2^20: small factors (limits, rates, counts) are at most this
+local MAX_NOW = 4503599627370496 -- 2^52 microseconds: the year 2112
+
+local function corrupt(what)
+  error({ err = 'TOLLGATE corrupt state: ' .. what })
+end
+
+-- a * b + c as (hi, lo) = hi * 2^20 + lo, exact for a <= 2^20, b <= 2^52, c < 2^52.
+local function wide(a, b, c)
+  local bh = floor(b / SPLIT)
+  local lo = a * (b - bh * SPLIT) + c
+  local carry = floor(lo / SPLIT)
+  return a * bh + carry, lo - carry * SPLIT
+end
+
+-- a * b as (hi, lo), the smaller factor at most 2^20.
+local function times(a, b)
+  if a <= SPLIT then return wide(a, b, 0) end
+  return wide(b, a, 0)
+end
+
+local function wide_le(h1, l1, h2, l2)
+  return h1 < h2 or (h1 == h2 and l1 <= l2)
+end
+
+-- a * b <= c * d, each product with one factor at most 2^20.
+local function product_le(a, b, c, d)
+  local h1, l1 = times(a, b)
+  local h2, l2 = times(c, d)
+  return wide_le(h1, l1, h2, l2)
+end
+
+-- floor((a * b + c) / d) for a <= 2^20: the floating estimate is off by at most a few
+-- units, and exact comparisons correct it.
+local function muldiv(a, b, c, d)
+  local q = floor((a * b + c) / d)
+  local h, l = wide(a, b, c)
+  while q > 0 do
+    local qh, ql = times(q, d)
+    if wide_le(qh, ql, h, l) then break end
+    q = q - 1
+  end
+  while true do
+    local qh, ql = times(q + 1, d)
+    if not wide_le(qh, ql, h, l) then break end
+    q = q + 1
+  end
+  return q
+end
+
+-- (floor(a / d), a % d) for 0 <= a <= 2^52, exact.
+local function divmod(a, d)
+  local q = floor(a / d)
+  local r = a - q * d
+  if r < 0 then return q - 1, r + d end
+  if r >= d then return q + 1, r - d end
+  return q, r
+end
+
+-- Reads a state: version 1, `tag`, then `n` big-endian u64 fields; returns the fields
+-- and the bytes after them. Fields are exact up to 2^53; larger ones read as >= 2^53.
+local function read(bytes, tag, n)
+  if #bytes < 2 + 8 * n then corrupt('truncated') end
+  local fields = { struct.unpack('>BB' .. string.rep('I8', n), bytes) }
+  if fields[1] ~= 1 then corrupt('unsupported version') end
+  if fields[2] ~= tag then corrupt('wrong algorithm') end
+  local rest = string.sub(bytes, 3 + 8 * n)
+  return fields[3], fields[4], fields[5], rest
+end
+
+-- Reads a state that must have no bytes after its fields.
+local function read_exact(bytes, tag, n)
+  local a, b, c, rest = read(bytes, tag, n)
+  if rest ~= '' then corrupt('trailing bytes') end
+  return a, b, c
+end
+
+local function write(tag, ...)
+  return struct.pack('>BB' .. string.rep('I8', select('#', ...)), 1, tag, ...)
+end
+
+-- A decision as the scripts return it: retry -1 means "never".
+local function decision(allowed, limit, remaining, retry, reset, delay)
+  return { allowed = allowed, limit = limit, remaining = remaining, retry = retry,
+    reset = reset, delay = delay }
+end
+
+local function deny(limit, remaining, retry, reset)
+  return decision(false, limit, remaining, retry, reset, 0)
+end
+
+local function admit(limit, remaining, reset, delay)
+  return decision(true, limit, remaining, 0, reset, delay)
+end
+
+-- Algorithm constructors by name: each reads its parameters from ARGV at `i` and returns
+-- decide(bytes or nil, now, cost, wait or nil) -> decision, new bytes or nil, and the
+-- index after its parameters.
+local algorithms = {}
+
+local function build(argv, i)
+  local make = algorithms[argv[i]]
+  if not make then error({ err = 'TOLLGATE unknown algorithm ' .. tostring(argv[i]) }) end
+  return make(argv, i + 1)
+end

@@ -1,0 +1,52 @@
+-- Sliding window counter (limit L per period P): tag 3, fields (window, prev, cur); the
+-- previous window counts with weight (P - elapsed) / P.
+algorithms.sliding_counter = function(argv, i)
+  local limit, period = tonumber(argv[i]), tonumber(argv[i + 1])
+
+  -- Ticks until `room * P >= weight * (P - e)`, i.e. until a weighted window fits.
+  local function first_fit(weight, room)
+    if weight == 0 or room >= weight then return 0 end
+    return period - muldiv(room, period, 0, weight)
+  end
+
+  local decide = function(bytes, now, cost)
+    local window = divmod(now, period)
+    local prev, cur = 0, 0
+    if bytes then
+      local w, p, c = read_exact(bytes, 3, 3)
+      if w * period > MAX_NOW then corrupt('window') end
+      if p > limit then corrupt('prev') end
+      if c > limit or p + c == 0 then corrupt('cur') end
+      if w >= window then
+        window, prev, cur = w, p, c
+      elseif w + 1 == window then
+        prev = c
+      end
+    end
+    local start = window * period
+    local elapsed = math.max(now, start) - start
+    local room = limit - cur - cost
+    local allowed = cost <= limit and room >= 0 and product_le(prev, period - elapsed, room, period)
+    if allowed then cur = cur + cost end
+    local carried = muldiv(prev, period - elapsed, period - 1, period)
+    local remaining = math.max(limit - cur - carried, 0)
+    local reset = 0
+    if cur > 0 then
+      reset = 2 * period - elapsed
+    elseif prev > 0 then
+      reset = period - elapsed
+    end
+    local state = reset > 0 and write(3, window, prev, cur) or nil
+    if allowed then return admit(limit, remaining, reset, 0), state end
+    local retry = -1
+    if cost > limit then
+      retry = -1
+    elseif cur + cost <= limit then
+      retry = first_fit(prev, limit - cur - cost) - elapsed
+    else
+      retry = period - elapsed + first_fit(cur, limit - cost)
+    end
+    return deny(limit, remaining, retry, reset), state
+  end
+  return decide, i + 2
+end

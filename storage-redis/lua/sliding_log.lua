@@ -1,0 +1,59 @@
+-- Sliding log (limit L per period P): tag 2, a count then (at, cost) entries, oldest first.
+algorithms.sliding_log = function(argv, i)
+  local limit, period = tonumber(argv[i]), tonumber(argv[i + 1])
+
+  local function parse(bytes)
+    local n, _, _, rest = read(bytes, 2, 1)
+    if n < 1 or n > limit then corrupt('len') end
+    if #rest ~= 16 * n then corrupt(#rest < 16 * n and 'truncated' or 'trailing bytes') end
+    local at, costs, used = {}, {}, 0
+    for k = 1, n do
+      local t, c = struct.unpack('>I8I8', rest, 16 * k - 15)
+      if t > MAX_NOW or (k > 1 and t <= at[k - 1]) then corrupt('at') end
+      if c < 1 or c > limit - used then corrupt('cost') end
+      at[k], costs[k], used = t, c, used + c
+    end
+    return at, costs, n, used
+  end
+
+  local decide = function(bytes, now, cost)
+    local at, costs, last, used = {}, {}, 0, 0
+    if bytes then at, costs, last, used = parse(bytes) end
+    if last > 0 and at[last] > now then now = at[last] end
+    local first = 1
+    while first <= last and at[first] + period <= now do
+      used = used - costs[first]
+      first = first + 1
+    end
+    local before = used
+    local allowed = cost <= limit - used
+    if allowed and cost > 0 then
+      if last >= first and at[last] == now then
+        costs[last] = costs[last] + cost
+      else
+        last = last + 1
+        at[last], costs[last] = now, cost
+      end
+      used = used + cost
+    end
+    local reset = last >= first and at[last] + period - now or 0
+    local state = nil
+    if last >= first then
+      local parts = { write(2, last - first + 1) }
+      for k = first, last do parts[#parts + 1] = struct.pack('>I8I8', at[k], costs[k]) end
+      state = table.concat(parts)
+    end
+    if allowed then return admit(limit, limit - used, reset, 0), state end
+    local retry = -1
+    if cost <= limit then
+      local freed, ready = limit - before, now
+      for k = first, last do
+        freed = freed + costs[k]
+        if freed >= cost then ready = at[k] + period break end
+      end
+      retry = ready - now
+    end
+    return deny(limit, limit - used, retry, reset), state
+  end
+  return decide, i + 2
+end

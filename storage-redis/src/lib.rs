@@ -1,0 +1,483 @@
+//! Distributed rate limiting: tollgate's algorithms as Redis Lua scripts.
+//!
+//! Each decision is one `EVALSHA` (the script is sent with `EVAL` once a server answers
+//! `NOSCRIPT`): the script reads the key, decides with the core's exact integer math,
+//! writes the core's canonical encoding back with a TTL equal to the time until the
+//! state is fresh (so idle keys vanish), and replies with the decision. Time is the
+//! server's `TIME` (no client clock skew) unless the caller passes `now`.
+//!
+//! ```no_run
+//! use tollgate_core::{TokenBucket, SECOND};
+//! use tollgate_redis::{Reconnecting, RedisLimiter};
+//!
+//! let limiter = RedisLimiter::new(TokenBucket::new(10, 5, SECOND)?)?.with_prefix("rl:");
+//! let mut con = Reconnecting::new(redis::Client::open("redis://127.0.0.1/")?);
+//! let decision = limiter.check(&mut con, b"user:42", 1)?;
+//! println!("allowed: {}, retry after {:?} µs", decision.allowed, decision.retry_after);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! Keys: the prefix then the caller's key, binary-safe. A composite keeps each member in
+//! `prefix{key}:i`, one hash tag, so Redis Cluster sends the decision to one node.
+//!
+//! The scripts' exact range is narrower than the core's: see [`LuaAlgorithm`].
+
+mod connection;
+mod error;
+mod lua;
+
+use redis::{aio, Cmd, ConnectionLike, Pipeline, ServerErrorKind, Value};
+use tollgate_core::memory::KeyedLimiter;
+use tollgate_core::{Decision, Reserve, Ticks};
+
+pub use connection::{connect_async, Reconnecting, DEFAULT_TIMEOUT};
+pub use error::Error;
+pub use lua::{LuaAlgorithm, MAX_LUA_HORIZON, MAX_LUA_LIMIT, MAX_LUA_TICKS};
+
+/// What a limiter answers when Redis cannot be reached (see [`RedisLimiter::decide`]).
+#[derive(Debug)]
+pub enum FailPolicy<A: tollgate_core::Algorithm> {
+    /// Deny: protect the service behind the limit at the cost of its callers.
+    Closed,
+    /// Admit: keep serving at the cost of the limit.
+    Open,
+    /// Decide with a limiter in this process: each replica enforces the limit alone, so
+    /// a fleet of `n` admits up to `n` times the limit while Redis is away.
+    Local(KeyedLimiter<Vec<u8>, A>),
+}
+
+/// A decision under a [`FailPolicy`], saying where it came from.
+#[derive(Debug)]
+pub enum Outcome {
+    /// Redis decided.
+    Redis(Decision),
+    /// Redis was unreachable; the local limiter decided.
+    Local(Decision, Error),
+    /// Redis was unreachable; admitted by [`FailPolicy::Open`].
+    Open(Error),
+    /// Redis was unreachable; denied by [`FailPolicy::Closed`].
+    Closed(Error),
+}
+
+impl Outcome {
+    /// Whether the request may proceed.
+    pub fn allowed(&self) -> bool {
+        match self {
+            Self::Redis(d) | Self::Local(d, _) => d.allowed,
+            Self::Open(_) => true,
+            Self::Closed(_) => false,
+        }
+    }
+}
+
+/// One decision to send: a key, a cost, and optionally the time and the longest wait.
+#[derive(Debug, Clone, Copy)]
+struct Call<'a> {
+    key: &'a [u8],
+    cost: u64,
+    now: Option<Ticks>,
+    max_wait: Option<Ticks>,
+}
+
+/// A rate limiter whose state lives in Redis, shared by every process using the same
+/// keys, prefix and algorithm.
+#[derive(Debug)]
+pub struct RedisLimiter<A: LuaAlgorithm> {
+    algorithm: A,
+    /// The script's text and SHA-1.
+    script: redis::Script,
+    source: String,
+    prefix: Vec<u8>,
+    min_ttl_ms: u64,
+    on_unavailable: FailPolicy<A>,
+}
+
+impl<A: LuaAlgorithm> RedisLimiter<A> {
+    /// A limiter for `algorithm`, failing closed; an error if its parameters are outside
+    /// the range the scripts compute exactly.
+    pub fn new(algorithm: A) -> Result<Self, Error> {
+        algorithm.lua_range()?;
+        let source = lua::script(&algorithm);
+        Ok(Self {
+            algorithm,
+            script: redis::Script::new(&source),
+            source,
+            prefix: Vec::new(),
+            min_ttl_ms: 0,
+            on_unavailable: FailPolicy::Closed,
+        })
+    }
+
+    /// Puts `prefix` before every key.
+    pub fn with_prefix(mut self, prefix: impl Into<Vec<u8>>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Keeps every written key at least `min_ttl` (rounded up to milliseconds), instead
+    /// of exactly until its state is fresh. Expiry runs on the server's clock, so when
+    /// `now` is passed explicitly and advances slower than real time (replays, tests) a
+    /// key could vanish before its state is fresh; a floor prevents that. Harmless
+    /// otherwise: a stale state decides exactly like a missing one.
+    pub fn with_min_ttl(mut self, min_ttl: std::time::Duration) -> Self {
+        self.min_ttl_ms = u64::try_from(min_ttl.as_micros().div_ceil(1000)).unwrap_or(u64::MAX);
+        self
+    }
+
+    /// What [`RedisLimiter::decide`] answers when Redis cannot be reached.
+    pub fn on_unavailable(mut self, policy: FailPolicy<A>) -> Self {
+        self.on_unavailable = policy;
+        self
+    }
+
+    /// The algorithm.
+    pub fn algorithm(&self) -> &A {
+        &self.algorithm
+    }
+
+    /// The script every decision runs (for inspection, or `SCRIPT LOAD` ahead of time).
+    pub fn script(&self) -> &str {
+        &self.source
+    }
+
+    /// The Redis keys holding `key`'s state: one, or one per composite member.
+    pub fn redis_keys(&self, key: &[u8]) -> Result<Vec<Vec<u8>>, Error> {
+        let members = self.algorithm.lua_keys();
+        if members == 1 {
+            return Ok(vec![[&self.prefix[..], key].concat()]);
+        }
+        // An empty hash tag would hash each member's whole name, scattering them.
+        if key.is_empty() {
+            return Err(Error::EmptyKey);
+        }
+        Ok((0..members)
+            .map(|i| [&self.prefix[..], b"{", key, b"}:", i.to_string().as_bytes()].concat())
+            .collect())
+    }
+
+    /// Decides a request of `cost` on `key` at the server's time.
+    pub fn check<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+        cost: u64,
+    ) -> Result<Decision, Error> {
+        self.one(con, Call::new(key, cost, None))
+    }
+
+    /// Decides at an explicit time `now` (replay, tests) instead of the server's.
+    pub fn check_at<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+        cost: u64,
+        now: Ticks,
+    ) -> Result<Decision, Error> {
+        self.one(con, Call::new(key, cost, Some(now)))
+    }
+
+    /// Like [`RedisLimiter::check`], applying the [`FailPolicy`] when Redis cannot be
+    /// reached; other errors (a corrupt state, bad input) are returned.
+    pub fn decide<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+        cost: u64,
+    ) -> Result<Outcome, Error> {
+        self.apply_policy(key, cost, self.check(con, key, cost))
+    }
+
+    /// Decides many requests in one pipelined round trip (one connection, so one node:
+    /// on Redis Cluster use [`RedisLimiter::check_batch_async`]). The outer error is the
+    /// connection's; each request has its own result.
+    pub fn check_batch<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        requests: &[(&[u8], u64)],
+    ) -> Result<Vec<Result<Decision, Error>>, Error> {
+        let calls: Vec<_> = requests
+            .iter()
+            .map(|&(key, cost)| Call::new(key, cost, None))
+            .collect();
+        self.run(con, &calls)
+    }
+
+    /// Asynchronous [`RedisLimiter::check`], on a multiplexed connection, a connection
+    /// manager or a cluster connection.
+    pub async fn check_async<C: aio::ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+        cost: u64,
+    ) -> Result<Decision, Error> {
+        self.one_async(con, Call::new(key, cost, None)).await
+    }
+
+    /// Asynchronous [`RedisLimiter::check_at`].
+    pub async fn check_at_async<C: aio::ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+        cost: u64,
+        now: Ticks,
+    ) -> Result<Decision, Error> {
+        self.one_async(con, Call::new(key, cost, Some(now))).await
+    }
+
+    /// Asynchronous [`RedisLimiter::decide`].
+    pub async fn decide_async<C: aio::ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+        cost: u64,
+    ) -> Result<Outcome, Error> {
+        let result = self.check_async(con, key, cost).await;
+        self.apply_policy(key, cost, result)
+    }
+
+    /// Decides many requests at once: all are sent before any reply is read (a
+    /// multiplexed connection pipelines them), each routed by its own key on a cluster.
+    pub async fn check_batch_async<C: aio::ConnectionLike + Clone>(
+        &self,
+        con: &C,
+        requests: &[(&[u8], u64)],
+    ) -> Vec<Result<Decision, Error>> {
+        let calls = requests.iter().map(|&(key, cost)| {
+            let mut con = con.clone();
+            async move { self.one_async(&mut con, Call::new(key, cost, None)).await }
+        });
+        futures_util::future::join_all(calls).await
+    }
+
+    /// The state stored for `key`, decoded by the core; `None` when fresh.
+    pub fn state<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+    ) -> Result<Option<A::State>, Error> {
+        let keys = self.redis_keys(key)?;
+        let values: Vec<Option<Vec<u8>>> = redis::cmd("MGET")
+            .arg(&keys)
+            .query(con)
+            .map_err(|e| Error::from_redis(e, key))?;
+        self.algorithm
+            .lua_decode(&values)
+            .map_err(|e| Error::Corrupt {
+                key: key.to_vec(),
+                reason: e.to_string(),
+            })
+    }
+
+    /// Forgets `key`: its next request finds a fresh state.
+    pub fn reset<C: ConnectionLike>(&self, con: &mut C, key: &[u8]) -> Result<(), Error> {
+        let keys = self.redis_keys(key)?;
+        redis::cmd("DEL")
+            .arg(&keys)
+            .exec(con)
+            .map_err(|e| Error::from_redis(e, key))
+    }
+
+    fn apply_policy(
+        &self,
+        key: &[u8],
+        cost: u64,
+        result: Result<Decision, Error>,
+    ) -> Result<Outcome, Error> {
+        match result {
+            Ok(decision) => Ok(Outcome::Redis(decision)),
+            Err(error @ Error::Unavailable(_)) => Ok(match &self.on_unavailable {
+                FailPolicy::Closed => Outcome::Closed(error),
+                FailPolicy::Open => Outcome::Open(error),
+                FailPolicy::Local(local) => Outcome::Local(local.check(key, cost), error),
+            }),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// The `EVALSHA` (or, with `eval`, `EVAL`) command for `call`.
+    fn command(&self, call: &Call, eval: bool) -> Result<Cmd, Error> {
+        for (what, value) in [("cost", Some(call.cost)), ("now", call.now)] {
+            if let Some(value) = value.filter(|&v| v > MAX_LUA_TICKS) {
+                return Err(Error::OutOfRange {
+                    what,
+                    value,
+                    max: MAX_LUA_TICKS,
+                });
+            }
+        }
+        let keys = self.redis_keys(call.key)?;
+        let mut cmd = if eval {
+            redis::cmd("EVAL").arg(&self.source).to_owned()
+        } else {
+            redis::cmd("EVALSHA").arg(self.script.get_hash()).to_owned()
+        };
+        // Any wait beyond 2^53 ticks admits the same requests as an unbounded one.
+        let max_wait = call.max_wait.map(|w| w.min(2 * MAX_LUA_TICKS));
+        cmd.arg(keys.len()).arg(&keys);
+        cmd.arg(Arg(call.now)).arg(call.cost).arg(Arg(max_wait));
+        cmd.arg(self.min_ttl_ms.min(MAX_LUA_TICKS));
+        self.algorithm.lua_args(call.cost, &mut cmd);
+        Ok(cmd)
+    }
+
+    fn one<C: ConnectionLike>(&self, con: &mut C, call: Call) -> Result<Decision, Error> {
+        let mut results = self.run(con, &[call])?;
+        results.pop().unwrap_or(Err(Error::Reply))
+    }
+
+    /// Sends `calls` in one pipeline; calls the server had no script for go again as
+    /// `EVAL`, which also caches the script.
+    fn run<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        calls: &[Call],
+    ) -> Result<Vec<Result<Decision, Error>>, Error> {
+        let mut results = Vec::with_capacity(calls.len());
+        let mut pipe = Pipeline::with_capacity(calls.len());
+        let mut sent = Vec::new();
+        for (i, call) in calls.iter().enumerate() {
+            match self.command(call, false) {
+                Ok(cmd) => {
+                    pipe.add_command(cmd);
+                    sent.push(i);
+                    results.push(Err(Error::Reply));
+                }
+                Err(e) => results.push(Err(e)),
+            }
+        }
+        if sent.is_empty() {
+            return Ok(results);
+        }
+        let replies: Vec<Value> = pipe
+            .ignore_errors()
+            .query(con)
+            .map_err(|e| Error::from_redis(e, b""))?;
+        let mut missing = Vec::new();
+        for (&i, reply) in sent.iter().zip(replies) {
+            if no_script(&reply) {
+                missing.push(i);
+            } else {
+                results[i] = parse(reply, calls[i].key);
+            }
+        }
+        for i in missing {
+            let reply = self.command(&calls[i], true)?.query::<Value>(con);
+            results[i] = reply
+                .map_err(|e| Error::from_redis(e, calls[i].key))
+                .and_then(|reply| parse(reply, calls[i].key));
+        }
+        Ok(results)
+    }
+
+    async fn one_async<C: aio::ConnectionLike>(
+        &self,
+        con: &mut C,
+        call: Call<'_>,
+    ) -> Result<Decision, Error> {
+        let reply = self.command(&call, false)?.query_async::<Value>(con).await;
+        let reply = match reply {
+            Err(e) if e.kind() == redis::ErrorKind::Server(ServerErrorKind::NoScript) => {
+                self.command(&call, true)?.query_async(con).await
+            }
+            reply => reply,
+        };
+        parse(reply.map_err(|e| Error::from_redis(e, call.key))?, call.key)
+    }
+}
+
+impl<A: LuaAlgorithm + Reserve> RedisLimiter<A> {
+    /// Reserves `cost` if it can act within `max_wait` ticks: admitted with the `delay`
+    /// to wait before acting, or denied with the exact retry.
+    pub fn reserve<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+        cost: u64,
+        max_wait: Ticks,
+    ) -> Result<Decision, Error> {
+        self.one(con, Call::new(key, cost, None).waiting(max_wait))
+    }
+
+    /// [`RedisLimiter::reserve`] at an explicit time `now`.
+    pub fn reserve_at<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+        cost: u64,
+        max_wait: Ticks,
+        now: Ticks,
+    ) -> Result<Decision, Error> {
+        self.one(con, Call::new(key, cost, Some(now)).waiting(max_wait))
+    }
+
+    /// Asynchronous [`RedisLimiter::reserve`].
+    pub async fn reserve_async<C: aio::ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+        cost: u64,
+        max_wait: Ticks,
+    ) -> Result<Decision, Error> {
+        let call = Call::new(key, cost, None).waiting(max_wait);
+        self.one_async(con, call).await
+    }
+}
+
+impl<'a> Call<'a> {
+    fn new(key: &'a [u8], cost: u64, now: Option<Ticks>) -> Self {
+        Self {
+            key,
+            cost,
+            now,
+            max_wait: None,
+        }
+    }
+
+    fn waiting(self, max_wait: Ticks) -> Self {
+        Self {
+            max_wait: Some(max_wait),
+            ..self
+        }
+    }
+}
+
+/// An optional script argument: empty when absent.
+struct Arg(Option<u64>);
+
+impl redis::ToRedisArgs for Arg {
+    fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
+        match self.0 {
+            Some(value) => value.write_redis_args(out),
+            None => out.write_arg(b""),
+        }
+    }
+}
+
+impl redis::ToSingleRedisArg for Arg {}
+
+fn no_script(reply: &Value) -> bool {
+    matches!(reply, Value::ServerError(e) if e.kind() == Some(ServerErrorKind::NoScript))
+}
+
+/// The script's reply: allowed, limit, remaining, retry (-1: never), reset, delay, now.
+fn parse(reply: Value, key: &[u8]) -> Result<Decision, Error> {
+    if let Value::ServerError(e) = reply {
+        return Err(Error::from_redis(e.into(), key));
+    }
+    let fields: Vec<i64> = redis::from_redis_value(reply).map_err(|_| Error::Reply)?;
+    let &[allowed, limit, remaining, retry, reset, delay, _now] = &fields[..] else {
+        return Err(Error::Reply);
+    };
+    let unsigned = |v: i64| u64::try_from(v).map_err(|_| Error::Reply);
+    let (limit, remaining, reset) = (unsigned(limit)?, unsigned(remaining)?, unsigned(reset)?);
+    Ok(if allowed == 1 {
+        Decision::admit(limit, remaining, reset, unsigned(delay)?)
+    } else {
+        let retry = if retry < 0 {
+            None
+        } else {
+            Some(unsigned(retry)?)
+        };
+        Decision::deny(limit, remaining, retry, reset)
+    })
+}

@@ -1,0 +1,244 @@
+//! The Lua side: each core algorithm names its script file and passes its parameters in
+//! `ARGV`; a limiter's script is the shared helpers, the files its algorithm needs, and
+//! the entry point.
+
+use redis::Cmd;
+use tollgate_core::{
+    Algorithm, Ban, BucketParams, Composite, DecodeError, FixedWindow, LeakyBucket, Pacing,
+    SlidingCounter, SlidingLog, Ticks, TokenBucket,
+};
+
+use crate::Error;
+
+static LIB: &str = include_str!("../lua/lib.lua");
+static FIXED_WINDOW: &str = include_str!("../lua/fixed_window.lua");
+static SLIDING_COUNTER: &str = include_str!("../lua/sliding_counter.lua");
+static SLIDING_LOG: &str = include_str!("../lua/sliding_log.lua");
+static BUCKET: &str = include_str!("../lua/bucket.lua");
+static BAN: &str = include_str!("../lua/ban.lua");
+static COMPOSITE: &str = include_str!("../lua/composite.lua");
+static MAIN: &str = include_str!("../lua/main.lua");
+
+/// The largest limit, capacity or rate the scripts take: their products with periods
+/// must split into exact halves of a Lua double.
+pub const MAX_LUA_LIMIT: u64 = 1_000_000;
+/// The longest bucket horizon (`capacity × period / rate`) the scripts take, in ticks
+/// (about 71 years): instants plus horizons stay below 2^53.
+pub const MAX_LUA_HORIZON: Ticks = 1 << 51;
+/// The latest time, and the largest cost, the scripts take: 2^52 µs is the year 2112.
+pub const MAX_LUA_TICKS: Ticks = 1 << 52;
+
+/// An algorithm the Redis scripts implement: every algorithm of the core.
+///
+/// The scripts reproduce the core's integer math exactly within the Lua range, which is
+/// narrower than the core's: limits, capacities and rates up to [`MAX_LUA_LIMIT`],
+/// bucket horizons up to [`MAX_LUA_HORIZON`], times and costs up to [`MAX_LUA_TICKS`].
+pub trait LuaAlgorithm: Algorithm {
+    /// Appends the Lua files this algorithm needs to `files`.
+    fn lua_files(&self, files: &mut Vec<&'static str>);
+
+    /// Appends this algorithm's name and parameters to the script's arguments, for a
+    /// decision of `cost` (at most [`MAX_LUA_TICKS`]).
+    fn lua_args(&self, cost: u64, cmd: &mut Cmd);
+
+    /// Fails if a parameter is outside the Lua range.
+    fn lua_range(&self) -> Result<(), Error>;
+
+    /// How many keys a decision touches: one, or one per member of a composite.
+    fn lua_keys(&self) -> usize {
+        1
+    }
+
+    /// Decodes the values of this algorithm's keys (`None`: no such key).
+    fn lua_decode(&self, values: &[Option<Vec<u8>>]) -> Result<Option<Self::State>, DecodeError> {
+        match values {
+            [Some(bytes)] => self.decode(bytes).map(Some),
+            _ => Ok(None),
+        }
+    }
+}
+
+/// The whole script for `algorithm`.
+pub(crate) fn script<A: LuaAlgorithm>(algorithm: &A) -> String {
+    let mut files = vec![LIB];
+    algorithm.lua_files(&mut files);
+    files.extend([COMPOSITE, MAIN]);
+    let mut seen = Vec::new();
+    files.retain(|file| {
+        let new = !seen.contains(file);
+        seen.push(*file);
+        new
+    });
+    files.concat()
+}
+
+fn in_range(what: &'static str, value: u64, max: u64) -> Result<(), Error> {
+    if value <= max {
+        Ok(())
+    } else {
+        Err(Error::OutOfRange { what, value, max })
+    }
+}
+
+fn window_args(name: &str, limit: u64, period: Ticks, cmd: &mut Cmd) {
+    cmd.arg(name).arg(limit).arg(period);
+}
+
+impl LuaAlgorithm for FixedWindow {
+    fn lua_files(&self, files: &mut Vec<&'static str>) {
+        files.push(FIXED_WINDOW);
+    }
+
+    fn lua_args(&self, _cost: u64, cmd: &mut Cmd) {
+        let params = self.params();
+        window_args("fixed_window", params.limit, params.period, cmd);
+        cmd.arg(u8::from(self.counts_denied()));
+    }
+
+    fn lua_range(&self) -> Result<(), Error> {
+        in_range("limit", self.params().limit, MAX_LUA_LIMIT)
+    }
+}
+
+impl LuaAlgorithm for SlidingCounter {
+    fn lua_files(&self, files: &mut Vec<&'static str>) {
+        files.push(SLIDING_COUNTER);
+    }
+
+    fn lua_args(&self, _cost: u64, cmd: &mut Cmd) {
+        let params = self.params();
+        window_args("sliding_counter", params.limit, params.period, cmd);
+    }
+
+    fn lua_range(&self) -> Result<(), Error> {
+        in_range("limit", self.params().limit, MAX_LUA_LIMIT)
+    }
+}
+
+impl LuaAlgorithm for SlidingLog {
+    fn lua_files(&self, files: &mut Vec<&'static str>) {
+        files.push(SLIDING_LOG);
+    }
+
+    fn lua_args(&self, _cost: u64, cmd: &mut Cmd) {
+        let params = self.params();
+        window_args("sliding_log", params.limit, params.period, cmd);
+    }
+
+    fn lua_range(&self) -> Result<(), Error> {
+        in_range("limit", self.params().limit, MAX_LUA_LIMIT)
+    }
+}
+
+/// A bucket's script arguments: the burst, rate and period, then `burst × period / rate`
+/// and `cost × period / rate` as (ticks, remainder), which need 128-bit products.
+fn bucket_args(name: &str, params: BucketParams, burst: u64, cost: u64, cmd: &mut Cmd) {
+    let BucketParams {
+        rate, period: p, ..
+    } = params;
+    let scaled = |units: u64| {
+        let product = u128::from(units) * u128::from(p);
+        let ticks = u64::try_from(product / u128::from(rate)).unwrap_or(u64::MAX);
+        // The remainder is below the rate, a u64.
+        let frac = u64::try_from(product % u128::from(rate)).unwrap_or(0);
+        (ticks, frac)
+    };
+    // A cost above the burst is denied before its scaled size is used.
+    let cost = if cost > burst { 0 } else { cost };
+    cmd.arg(name).arg(burst).arg(rate).arg(p);
+    for (ticks, frac) in [scaled(burst), scaled(cost)] {
+        cmd.arg(ticks).arg(frac);
+    }
+}
+
+fn bucket_range(params: BucketParams, burst: u64) -> Result<(), Error> {
+    in_range("capacity", params.capacity, MAX_LUA_LIMIT)?;
+    in_range("rate", params.rate, MAX_LUA_LIMIT)?;
+    let horizon = u128::from(burst) * u128::from(params.period) / u128::from(params.rate);
+    let horizon = u64::try_from(horizon).unwrap_or(u64::MAX);
+    in_range("capacity × period / rate", horizon, MAX_LUA_HORIZON)
+}
+
+/// Implements [`LuaAlgorithm`] for a bucket whose burst is `capacity + $extra`.
+macro_rules! lua_bucket {
+    ($type:ty, $name:literal, $extra:literal) => {
+        impl LuaAlgorithm for $type {
+            fn lua_files(&self, files: &mut Vec<&'static str>) {
+                files.push(BUCKET);
+            }
+
+            fn lua_args(&self, cost: u64, cmd: &mut Cmd) {
+                let params = self.params();
+                bucket_args($name, params, params.capacity + $extra, cost, cmd);
+            }
+
+            fn lua_range(&self) -> Result<(), Error> {
+                let params = self.params();
+                bucket_range(params, params.capacity + $extra)
+            }
+        }
+    };
+}
+
+lua_bucket!(TokenBucket, "token_bucket", 0);
+lua_bucket!(LeakyBucket, "leaky_bucket", 0);
+// A pacing queue of capacity C admits C + 1 at once: one acts now, C wait.
+lua_bucket!(Pacing, "pacing", 1);
+
+impl<A: LuaAlgorithm> LuaAlgorithm for Ban<A> {
+    fn lua_files(&self, files: &mut Vec<&'static str>) {
+        self.inner().lua_files(files);
+        files.push(BAN);
+    }
+
+    fn lua_args(&self, cost: u64, cmd: &mut Cmd) {
+        cmd.arg("ban")
+            .arg(self.threshold())
+            .arg(self.window())
+            .arg(self.duration());
+        self.inner().lua_args(cost, cmd);
+    }
+
+    fn lua_range(&self) -> Result<(), Error> {
+        in_range("ban threshold", self.threshold(), MAX_LUA_TICKS)?;
+        in_range("keys of a banned limit", self.inner().lua_keys() as u64, 1)?;
+        self.inner().lua_range()
+    }
+}
+
+impl<A: LuaAlgorithm> LuaAlgorithm for Composite<A> {
+    fn lua_files(&self, files: &mut Vec<&'static str>) {
+        for member in self.members() {
+            member.lua_files(files);
+        }
+    }
+
+    fn lua_args(&self, cost: u64, cmd: &mut Cmd) {
+        cmd.arg("composite").arg(self.members().len());
+        for member in self.members() {
+            member.lua_args(cost, cmd);
+        }
+    }
+
+    fn lua_range(&self) -> Result<(), Error> {
+        for member in self.members() {
+            in_range("keys of a composite member", member.lua_keys() as u64, 1)?;
+            member.lua_range()?;
+        }
+        Ok(())
+    }
+
+    fn lua_keys(&self) -> usize {
+        self.members().len()
+    }
+
+    fn lua_decode(&self, values: &[Option<Vec<u8>>]) -> Result<Option<Self::State>, DecodeError> {
+        let states = self
+            .members()
+            .iter()
+            .zip(values)
+            .map(|(member, value)| value.as_deref().map(|b| member.decode(b)).transpose())
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(states.iter().any(Option::is_some).then_some(states))
+    }
+}

@@ -1,0 +1,292 @@
+//! The scripts against the core, on a real `redis-server`: random parameters within the
+//! Lua range and random traces with explicit `now`; after every step the decisions are
+//! identical, every key holds exactly the core's encoding (or is gone when the core's
+//! state is fresh), and a key's `PTTL` is its `reset_after`, to the millisecond.
+
+mod common;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use proptest::prelude::*;
+use tollgate_core::limits::MAX_PERIOD;
+use tollgate_core::{
+    Algorithm, Ban, Composite, Decision, FixedWindow, LeakyBucket, Pacing, Reserve, SlidingCounter,
+    SlidingLog, Ticks, TokenBucket, SECOND,
+};
+use tollgate_redis::{Error, LuaAlgorithm, RedisLimiter, MAX_LUA_LIMIT, MAX_LUA_TICKS};
+
+use common::Server;
+
+/// Traces move `now` slower than real time: keep keys until the case is over.
+const MIN_TTL: Duration = Duration::from_secs(600);
+
+/// Around 2026 in µs since the Unix epoch.
+const EPOCH: Ticks = 1_790_000_000_000_000;
+
+fn server() -> &'static Server {
+    static SERVER: OnceLock<Server> = OnceLock::new();
+    SERVER.get_or_init(Server::start)
+}
+
+/// A fresh key prefix per case, so cases never see each other's keys.
+fn prefix() -> String {
+    static CASE: AtomicU64 = AtomicU64::new(0);
+    format!("case{}:", CASE.fetch_add(1, Ordering::Relaxed))
+}
+
+/// One request: which of three keys, the gap before it, its cost, and the longest wait
+/// for reservations (`None`: a plain check).
+#[derive(Debug, Clone)]
+struct Step {
+    key: u8,
+    gap: Ticks,
+    cost: u64,
+    max_wait: Option<Ticks>,
+}
+
+fn steps(period: Ticks, limit: u64) -> impl Strategy<Value = Vec<Step>> {
+    let gap = prop_oneof![Just(0), 0..4u64, 0..=period / 8, 0..=period, 0..=3 * period];
+    let cost = prop_oneof![
+        Just(0),
+        Just(1),
+        0..=limit / 4 + 1,
+        0..=limit + 2,
+        Just(1 << 40)
+    ];
+    let wait = prop_oneof![
+        Just(None),
+        Just(Some(0)),
+        (0..=2 * period).prop_map(Some),
+        Just(Some(u64::MAX))
+    ];
+    prop::collection::vec(
+        (0..3u8, gap, cost, wait).prop_map(|(key, gap, cost, max_wait)| Step {
+            key,
+            gap,
+            cost,
+            max_wait,
+        }),
+        1..60,
+    )
+}
+
+fn limit() -> impl Strategy<Value = u64> {
+    prop_oneof![1..=4u64, 1..=100u64, 1..=MAX_LUA_LIMIT]
+}
+
+fn period() -> impl Strategy<Value = Ticks> {
+    prop_oneof![1..=10u64, 1..=10_000u64, 1..=SECOND * 3600, 1..=MAX_PERIOD]
+}
+
+/// The bytes each of an algorithm's keys should hold for a core state.
+type Expected<A> = fn(&A, Option<&<A as Algorithm>::State>) -> Vec<Option<Vec<u8>>>;
+
+fn one_key<A: Algorithm>(alg: &A, state: Option<&A::State>) -> Vec<Option<Vec<u8>>> {
+    vec![state.map(|s| alg.encode_to_vec(s))]
+}
+
+fn member_keys<A: Algorithm>(
+    alg: &Composite<A>,
+    state: Option<&Vec<Option<A::State>>>,
+) -> Vec<Option<Vec<u8>>> {
+    alg.members()
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            state
+                .and_then(|s| s[i].as_ref())
+                .map(|s| m.encode_to_vec(s))
+        })
+        .collect()
+}
+
+/// Runs `steps` through the core (`decide`) and Redis (`redis`) side by side.
+fn differential<A: LuaAlgorithm + Clone>(
+    alg: A,
+    steps: &[Step],
+    expected: Expected<A>,
+    decide: impl Fn(&A, Option<A::State>, Ticks, &Step) -> (Decision, Option<A::State>),
+    redis: impl Fn(
+        &RedisLimiter<A>,
+        &mut redis::Connection,
+        &[u8],
+        Ticks,
+        &Step,
+    ) -> Result<Decision, Error>,
+) -> Result<(), TestCaseError> {
+    let mut con = server().connection();
+    let limiter = RedisLimiter::new(alg.clone())
+        .expect("parameters in the Lua range")
+        .with_prefix(prefix())
+        .with_min_ttl(MIN_TTL);
+    let mut states: [Option<A::State>; 3] = Default::default();
+    let mut now = EPOCH;
+    for step in steps {
+        now = (now + step.gap).min(MAX_LUA_TICKS);
+        let key = [b'k', step.key];
+        let state = states[usize::from(step.key)].take();
+        let (want, new) = decide(&alg, state, now, step);
+        let got = redis(&limiter, &mut con, &key, now, step)
+            .map_err(|e| TestCaseError::fail(format!("{e}")))?;
+        prop_assert_eq!(got, want, "at {} {:?}", now - EPOCH, step);
+        let keys = limiter.redis_keys(&key).expect("keys");
+        let stored: Vec<Option<Vec<u8>>> =
+            redis::cmd("MGET").arg(&keys).query(&mut con).expect("MGET");
+        prop_assert_eq!(stored, expected(&alg, new.as_ref()), "bytes at {:?}", step);
+        if keys.len() == 1 {
+            let pttl: i64 = redis::cmd("PTTL")
+                .arg(&keys[0])
+                .query(&mut con)
+                .expect("PTTL");
+            let want_ms = i64::try_from(want.reset_after.div_ceil(1000)).expect("small");
+            let want_ms = want_ms.max(i64::try_from(MIN_TTL.as_millis()).expect("small"));
+            if new.is_some() {
+                prop_assert!(
+                    (want_ms - 100..=want_ms).contains(&pttl),
+                    "PTTL {} for reset_after {} µs",
+                    pttl,
+                    want.reset_after
+                );
+            } else {
+                prop_assert_eq!(pttl, -2, "a fresh state leaves no key");
+            }
+        }
+        states[usize::from(step.key)] = new;
+    }
+    Ok(())
+}
+
+fn check<A: Algorithm>(
+    alg: &A,
+    state: Option<A::State>,
+    now: Ticks,
+    step: &Step,
+) -> (Decision, Option<A::State>) {
+    alg.decide(state, now, step.cost)
+}
+
+fn check_redis<A: LuaAlgorithm>(
+    limiter: &RedisLimiter<A>,
+    con: &mut redis::Connection,
+    key: &[u8],
+    now: Ticks,
+    step: &Step,
+) -> Result<Decision, Error> {
+    limiter.check_at(con, key, step.cost, now)
+}
+
+fn reserve<A: Reserve>(
+    alg: &A,
+    state: Option<A::State>,
+    now: Ticks,
+    step: &Step,
+) -> (Decision, Option<A::State>) {
+    match step.max_wait {
+        Some(wait) => alg.reserve(state, now, step.cost, wait),
+        None => alg.decide(state, now, step.cost),
+    }
+}
+
+fn reserve_redis<A: LuaAlgorithm + Reserve>(
+    limiter: &RedisLimiter<A>,
+    con: &mut redis::Connection,
+    key: &[u8],
+    now: Ticks,
+    step: &Step,
+) -> Result<Decision, Error> {
+    match step.max_wait {
+        Some(wait) => limiter.reserve_at(con, key, step.cost, wait, now),
+        None => limiter.check_at(con, key, step.cost, now),
+    }
+}
+
+/// Bucket parameters within the Lua range, as (capacity, rate, period).
+fn bucket() -> impl Strategy<Value = (u64, u64, Ticks)> {
+    (limit(), limit(), period()).prop_filter("horizon within the Lua range", |&(c, r, p)| {
+        TokenBucket::new(c, r, p).is_ok_and(|b| RedisLimiter::new(b).is_ok())
+    })
+}
+
+/// Pacing parameters within the Lua range; the capacity may be zero.
+fn pacing_bucket() -> impl Strategy<Value = (u64, u64, Ticks)> {
+    (prop_oneof![Just(0), limit()], limit(), period())
+        .prop_filter("horizon within the Lua range", |&(c, r, p)| {
+            Pacing::new(c, r, p).is_ok_and(|b| RedisLimiter::new(b).is_ok())
+        })
+}
+
+/// Parameters and a trace shaped by them: `shape` gives the period and limit the gaps and
+/// costs are drawn around.
+fn with_steps<P: Clone + std::fmt::Debug>(
+    params: impl Strategy<Value = P>,
+    shape: impl Fn(&P) -> (Ticks, u64),
+) -> impl Strategy<Value = (P, Vec<Step>)> {
+    params.prop_flat_map(move |p| {
+        let (period, limit) = shape(&p);
+        (Just(p), steps(period, limit))
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn fixed_window(((limit, period, counting), steps) in with_steps((limit(), period(), any::<bool>()), |&(l, p, _)| (p, l))) {
+        let mut alg = FixedWindow::new(limit, period).unwrap();
+        if counting {
+            alg = alg.counting_denied();
+        }
+        differential(alg, &steps, one_key, check, check_redis)?;
+    }
+
+    #[test]
+    fn sliding_counter(((limit, period), steps) in with_steps((limit(), period()), |&(l, p)| (p, l))) {
+        differential(SlidingCounter::new(limit, period).unwrap(), &steps, one_key, check, check_redis)?;
+    }
+
+    #[test]
+    fn sliding_log(((limit, period), steps) in with_steps((prop_oneof![1..=4u64, 1..=100u64], period()), |&(l, p)| (p, l))) {
+        differential(SlidingLog::new(limit, period).unwrap(), &steps, one_key, check, check_redis)?;
+    }
+
+    #[test]
+    fn token_bucket(((capacity, rate, period), steps) in with_steps(bucket(), |&(c, _, p)| (p, c))) {
+        differential(TokenBucket::new(capacity, rate, period).unwrap(), &steps, one_key, reserve, reserve_redis)?;
+    }
+
+    #[test]
+    fn leaky_bucket(((capacity, rate, period), steps) in with_steps(bucket(), |&(c, _, p)| (p, c))) {
+        differential(LeakyBucket::new(capacity, rate, period).unwrap(), &steps, one_key, reserve, reserve_redis)?;
+    }
+
+    #[test]
+    fn pacing(((capacity, rate, period), steps) in with_steps(pacing_bucket(), |&(c, _, p)| (p, c + 1))) {
+        differential(Pacing::new(capacity, rate, period).unwrap(), &steps, one_key, reserve, reserve_redis)?;
+    }
+
+    #[test]
+    fn ban(((limit, period, threshold, window, duration), steps) in with_steps((1..=20u64, period(), 0..=8u64, period(), period()), |&(l, p, _, w, _)| (p.min(w), l))) {
+        let alg = Ban::new(FixedWindow::new(limit, period).unwrap(), threshold, window, duration).unwrap();
+        differential(alg, &steps, one_key, check, check_redis)?;
+    }
+
+    #[test]
+    fn ban_bucket((((capacity, rate, period), threshold, window, duration), steps) in with_steps((bucket(), 0..=8u64, period(), period()), |&((c, _, p), _, _, _)| (p, c))) {
+        let alg = Ban::new(TokenBucket::new(capacity, rate, period).unwrap(), threshold, window, duration).unwrap();
+        differential(alg, &steps, one_key, check, check_redis)?;
+    }
+
+    #[test]
+    fn composite_windows((limits, steps) in with_steps(prop::collection::vec((limit(), period()), 1..4), |m| (m[0].1, m[0].0))) {
+        let members = limits.iter().map(|&(l, p)| SlidingCounter::new(l, p).unwrap()).collect();
+        differential(Composite::new(members).unwrap(), &steps, member_keys, check, check_redis)?;
+    }
+
+    #[test]
+    fn composite_pacing((buckets, steps) in with_steps(prop::collection::vec(pacing_bucket(), 1..4), |m| (m[0].2, m[0].0 + 1))) {
+        let members = buckets.iter().map(|&(c, r, p)| Pacing::new(c, r, p).unwrap()).collect();
+        differential(Composite::new(members).unwrap(), &steps, member_keys, reserve, reserve_redis)?;
+    }
+}
