@@ -321,8 +321,11 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
     }
 
     fn one<C: ConnectionLike>(&self, con: &mut C, call: Call) -> Result<Decision, Error> {
-        let mut results = self.run(con, &[call])?;
-        results.pop().unwrap_or(Err(Error::Reply))
+        let reply = match self.command(&call, false)?.query::<Value>(con) {
+            Err(e) if no_script_error(&e) => self.command(&call, true)?.query(con),
+            reply => reply,
+        };
+        parse(reply.map_err(|e| Error::from_redis(e, call.key))?, call.key)
     }
 
     /// Sends `calls` in one pipeline; calls the server had no script for go again as
@@ -374,11 +377,8 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         con: &mut C,
         call: Call<'_>,
     ) -> Result<Decision, Error> {
-        let reply = self.command(&call, false)?.query_async::<Value>(con).await;
-        let reply = match reply {
-            Err(e) if e.kind() == redis::ErrorKind::Server(ServerErrorKind::NoScript) => {
-                self.command(&call, true)?.query_async(con).await
-            }
+        let reply = match self.command(&call, false)?.query_async::<Value>(con).await {
+            Err(e) if no_script_error(&e) => self.command(&call, true)?.query_async(con).await,
             reply => reply,
         };
         parse(reply.map_err(|e| Error::from_redis(e, call.key))?, call.key)
@@ -454,6 +454,10 @@ impl redis::ToRedisArgs for Arg {
 }
 
 impl redis::ToSingleRedisArg for Arg {}
+
+fn no_script_error(error: &redis::RedisError) -> bool {
+    error.kind() == redis::ErrorKind::Server(ServerErrorKind::NoScript)
+}
 
 fn no_script(reply: &Value) -> bool {
     matches!(reply, Value::ServerError(e) if e.kind() == Some(ServerErrorKind::NoScript))

@@ -6,10 +6,10 @@
 mod common;
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use proptest::prelude::*;
+use proptest::test_runner::TestRunner;
 use tollgate_core::limits::MAX_PERIOD;
 use tollgate_core::{
     Algorithm, Ban, Composite, Decision, FixedWindow, LeakyBucket, Pacing, Reserve, SlidingCounter,
@@ -25,9 +25,13 @@ const MIN_TTL: Duration = Duration::from_secs(600);
 /// Around 2026 in µs since the Unix epoch.
 const EPOCH: Ticks = 1_790_000_000_000_000;
 
-fn server() -> &'static Server {
-    static SERVER: OnceLock<Server> = OnceLock::new();
-    SERVER.get_or_init(Server::start)
+/// Runs 48 random cases of `test` against a server of their own.
+fn cases<S: Strategy>(strategy: S, test: impl Fn(&Server, S::Value) -> Result<(), TestCaseError>) {
+    let server = Server::start();
+    let mut runner = TestRunner::new(ProptestConfig::with_cases(48));
+    if let Err(e) = runner.run(&strategy, |value| test(&server, value)) {
+        panic!("{e}");
+    }
 }
 
 /// A fresh key prefix per case, so cases never see each other's keys.
@@ -104,6 +108,7 @@ fn member_keys<A: Algorithm>(
 
 /// Runs `steps` through the core (`decide`) and Redis (`redis`) side by side.
 fn differential<A: LuaAlgorithm + Clone>(
+    server: &Server,
     alg: A,
     steps: &[Step],
     expected: Expected<A>,
@@ -116,7 +121,7 @@ fn differential<A: LuaAlgorithm + Clone>(
         &Step,
     ) -> Result<Decision, Error>,
 ) -> Result<(), TestCaseError> {
-    let mut con = server().connection();
+    let mut con = server.connection();
     let limiter = RedisLimiter::new(alg.clone())
         .expect("parameters in the Lua range")
         .with_prefix(prefix())
@@ -229,64 +234,189 @@ fn with_steps<P: Clone + std::fmt::Debug>(
     })
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(48))]
+#[test]
+fn fixed_window() {
+    cases(
+        with_steps((limit(), period(), any::<bool>()), |&(l, p, _)| (p, l)),
+        |server, ((limit, period, counting), steps)| {
+            let mut alg = FixedWindow::new(limit, period).unwrap();
+            if counting {
+                alg = alg.counting_denied();
+            }
+            differential(server, alg, &steps, one_key, check, check_redis)
+        },
+    );
+}
 
-    #[test]
-    fn fixed_window(((limit, period, counting), steps) in with_steps((limit(), period(), any::<bool>()), |&(l, p, _)| (p, l))) {
-        let mut alg = FixedWindow::new(limit, period).unwrap();
-        if counting {
-            alg = alg.counting_denied();
-        }
-        differential(alg, &steps, one_key, check, check_redis)?;
-    }
+#[test]
+fn sliding_counter() {
+    cases(
+        with_steps((limit(), period()), |&(l, p)| (p, l)),
+        |server, ((limit, period), steps)| {
+            differential(
+                server,
+                SlidingCounter::new(limit, period).unwrap(),
+                &steps,
+                one_key,
+                check,
+                check_redis,
+            )
+        },
+    );
+}
 
-    #[test]
-    fn sliding_counter(((limit, period), steps) in with_steps((limit(), period()), |&(l, p)| (p, l))) {
-        differential(SlidingCounter::new(limit, period).unwrap(), &steps, one_key, check, check_redis)?;
-    }
+#[test]
+fn sliding_log() {
+    cases(
+        with_steps((prop_oneof![1..=4u64, 1..=100u64], period()), |&(l, p)| {
+            (p, l)
+        }),
+        |server, ((limit, period), steps)| {
+            differential(
+                server,
+                SlidingLog::new(limit, period).unwrap(),
+                &steps,
+                one_key,
+                check,
+                check_redis,
+            )
+        },
+    );
+}
 
-    #[test]
-    fn sliding_log(((limit, period), steps) in with_steps((prop_oneof![1..=4u64, 1..=100u64], period()), |&(l, p)| (p, l))) {
-        differential(SlidingLog::new(limit, period).unwrap(), &steps, one_key, check, check_redis)?;
-    }
+#[test]
+fn token_bucket() {
+    cases(
+        with_steps(bucket(), |&(c, _, p)| (p, c)),
+        |server, ((capacity, rate, period), steps)| {
+            differential(
+                server,
+                TokenBucket::new(capacity, rate, period).unwrap(),
+                &steps,
+                one_key,
+                reserve,
+                reserve_redis,
+            )
+        },
+    );
+}
 
-    #[test]
-    fn token_bucket(((capacity, rate, period), steps) in with_steps(bucket(), |&(c, _, p)| (p, c))) {
-        differential(TokenBucket::new(capacity, rate, period).unwrap(), &steps, one_key, reserve, reserve_redis)?;
-    }
+#[test]
+fn leaky_bucket() {
+    cases(
+        with_steps(bucket(), |&(c, _, p)| (p, c)),
+        |server, ((capacity, rate, period), steps)| {
+            differential(
+                server,
+                LeakyBucket::new(capacity, rate, period).unwrap(),
+                &steps,
+                one_key,
+                reserve,
+                reserve_redis,
+            )
+        },
+    );
+}
 
-    #[test]
-    fn leaky_bucket(((capacity, rate, period), steps) in with_steps(bucket(), |&(c, _, p)| (p, c))) {
-        differential(LeakyBucket::new(capacity, rate, period).unwrap(), &steps, one_key, reserve, reserve_redis)?;
-    }
+#[test]
+fn pacing() {
+    cases(
+        with_steps(pacing_bucket(), |&(c, _, p)| (p, c + 1)),
+        |server, ((capacity, rate, period), steps)| {
+            differential(
+                server,
+                Pacing::new(capacity, rate, period).unwrap(),
+                &steps,
+                one_key,
+                reserve,
+                reserve_redis,
+            )
+        },
+    );
+}
 
-    #[test]
-    fn pacing(((capacity, rate, period), steps) in with_steps(pacing_bucket(), |&(c, _, p)| (p, c + 1))) {
-        differential(Pacing::new(capacity, rate, period).unwrap(), &steps, one_key, reserve, reserve_redis)?;
-    }
+#[test]
+fn ban() {
+    cases(
+        with_steps(
+            (1..=20u64, period(), 0..=8u64, period(), period()),
+            |&(l, p, _, w, _)| (p.min(w), l),
+        ),
+        |server, ((limit, period, threshold, window, duration), steps)| {
+            let alg = Ban::new(
+                FixedWindow::new(limit, period).unwrap(),
+                threshold,
+                window,
+                duration,
+            )
+            .unwrap();
+            differential(server, alg, &steps, one_key, check, check_redis)
+        },
+    );
+}
 
-    #[test]
-    fn ban(((limit, period, threshold, window, duration), steps) in with_steps((1..=20u64, period(), 0..=8u64, period(), period()), |&(l, p, _, w, _)| (p.min(w), l))) {
-        let alg = Ban::new(FixedWindow::new(limit, period).unwrap(), threshold, window, duration).unwrap();
-        differential(alg, &steps, one_key, check, check_redis)?;
-    }
+#[test]
+fn ban_bucket() {
+    cases(
+        with_steps(
+            (bucket(), 0..=8u64, period(), period()),
+            |&((c, _, p), _, _, _)| (p, c),
+        ),
+        |server, (((capacity, rate, period), threshold, window, duration), steps)| {
+            let alg = Ban::new(
+                TokenBucket::new(capacity, rate, period).unwrap(),
+                threshold,
+                window,
+                duration,
+            )
+            .unwrap();
+            differential(server, alg, &steps, one_key, check, check_redis)
+        },
+    );
+}
 
-    #[test]
-    fn ban_bucket((((capacity, rate, period), threshold, window, duration), steps) in with_steps((bucket(), 0..=8u64, period(), period()), |&((c, _, p), _, _, _)| (p, c))) {
-        let alg = Ban::new(TokenBucket::new(capacity, rate, period).unwrap(), threshold, window, duration).unwrap();
-        differential(alg, &steps, one_key, check, check_redis)?;
-    }
+#[test]
+fn composite_windows() {
+    cases(
+        with_steps(prop::collection::vec((limit(), period()), 1..4), |m| {
+            (m[0].1, m[0].0)
+        }),
+        |server, (limits, steps)| {
+            let members = limits
+                .iter()
+                .map(|&(l, p)| SlidingCounter::new(l, p).unwrap())
+                .collect();
+            differential(
+                server,
+                Composite::new(members).unwrap(),
+                &steps,
+                member_keys,
+                check,
+                check_redis,
+            )
+        },
+    );
+}
 
-    #[test]
-    fn composite_windows((limits, steps) in with_steps(prop::collection::vec((limit(), period()), 1..4), |m| (m[0].1, m[0].0))) {
-        let members = limits.iter().map(|&(l, p)| SlidingCounter::new(l, p).unwrap()).collect();
-        differential(Composite::new(members).unwrap(), &steps, member_keys, check, check_redis)?;
-    }
-
-    #[test]
-    fn composite_pacing((buckets, steps) in with_steps(prop::collection::vec(pacing_bucket(), 1..4), |m| (m[0].2, m[0].0 + 1))) {
-        let members = buckets.iter().map(|&(c, r, p)| Pacing::new(c, r, p).unwrap()).collect();
-        differential(Composite::new(members).unwrap(), &steps, member_keys, reserve, reserve_redis)?;
-    }
+#[test]
+fn composite_pacing() {
+    cases(
+        with_steps(prop::collection::vec(pacing_bucket(), 1..4), |m| {
+            (m[0].2, m[0].0 + 1)
+        }),
+        |server, (buckets, steps)| {
+            let members = buckets
+                .iter()
+                .map(|&(c, r, p)| Pacing::new(c, r, p).unwrap())
+                .collect();
+            differential(
+                server,
+                Composite::new(members).unwrap(),
+                &steps,
+                member_keys,
+                reserve,
+                reserve_redis,
+            )
+        },
+    );
 }

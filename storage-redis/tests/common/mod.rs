@@ -62,6 +62,25 @@ impl Server {
         }
     }
 
+    /// Stops the server process (SIGSTOP): connections are accepted, nothing answers.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Continues a paused server.
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let pid = self.child.as_ref().expect("running").id().to_string();
+        let status = Command::new("kill")
+            .args([signal, &pid])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+    }
+
     /// Starts the server again on the same port, waiting until it answers `PING`.
     pub fn restart(&mut self) {
         self.kill();

@@ -1,0 +1,512 @@
+//! The Redis host on a real `redis-server`: expiry, corrupt states, many processes on one
+//! key, batches, async clients, faults and a 3-node cluster.
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use proptest::prelude::*;
+use proptest::test_runner::TestRunner;
+use redis::ConnectionLike;
+use tollgate_core::memory::KeyedLimiter;
+use tollgate_core::{
+    Composite, FixedWindow, LeakyBucket, SlidingLog, Ticks, TokenBucket, MILLISECOND, SECOND,
+};
+use tollgate_redis::{
+    connect_async, Error, FailPolicy, LuaAlgorithm, Outcome, Reconnecting, RedisLimiter,
+};
+
+use common::{Cluster, Server};
+
+const NOW: Ticks = 1_790_000_000_000_000;
+
+fn pttl(con: &mut impl ConnectionLike, key: &[u8]) -> i64 {
+    redis::cmd("PTTL").arg(key).query(con).expect("PTTL")
+}
+
+#[test]
+fn keys_expire_exactly_when_their_state_is_fresh() {
+    let server = Server::start();
+    let mut con = server.connection();
+    let bucket = RedisLimiter::new(TokenBucket::new(3, 10, SECOND).unwrap()).unwrap();
+    let window = RedisLimiter::new(FixedWindow::new(3, 300 * MILLISECOND).unwrap()).unwrap();
+    let log = RedisLimiter::new(SlidingLog::new(3, 250 * MILLISECOND).unwrap()).unwrap();
+    for _ in 0..3 {
+        let decisions = [
+            (
+                b"bucket".as_slice(),
+                bucket.check(&mut con, b"bucket", 1).unwrap(),
+            ),
+            (b"window", window.check(&mut con, b"window", 1).unwrap()),
+            (b"log", log.check(&mut con, b"log", 1).unwrap()),
+        ];
+        for (key, decision) in decisions {
+            let want = i64::try_from(decision.reset_after.div_ceil(1000)).unwrap();
+            let got = pttl(&mut con, key);
+            // A millisecond or two may pass between the script and PTTL.
+            assert!(
+                (want - 2..=want).contains(&got),
+                "PTTL {got} ms, reset_after {decision:?}"
+            );
+        }
+    }
+    // Three tokens refill at 10/s: fresh 300 ms later; the others within their periods.
+    sleep(Duration::from_millis(320));
+    for key in [b"bucket".as_slice(), b"window", b"log"] {
+        assert_eq!(
+            pttl(&mut con, key),
+            -2,
+            "{} still there",
+            String::from_utf8_lossy(key)
+        );
+    }
+}
+
+#[test]
+fn a_corrupt_state_is_a_typed_error_and_stays_untouched() {
+    let server = Server::start();
+    let mut con = server.connection();
+    let limiter = RedisLimiter::new(TokenBucket::new(3, 1, SECOND).unwrap()).unwrap();
+    for garbage in [
+        b"garbage".as_slice(),
+        b"",
+        &[1, 4, 0, 0],
+        &[1, 5, 0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 0],
+    ] {
+        redis::cmd("SET")
+            .arg("k")
+            .arg(garbage)
+            .exec(&mut con)
+            .unwrap();
+        match limiter.check(&mut con, b"k", 1) {
+            Err(Error::Corrupt { key, reason }) => {
+                assert_eq!(key, b"k");
+                assert!(!reason.is_empty());
+            }
+            other => panic!("{garbage:?}: expected a corrupt state, got {other:?}"),
+        }
+        let stored: Vec<u8> = redis::cmd("GET").arg("k").query(&mut con).unwrap();
+        assert_eq!(stored, garbage);
+        assert!(limiter.state(&mut con, b"k").is_err());
+    }
+    assert!(limiter.check(&mut con, b"other", 1).unwrap().allowed);
+    limiter.reset(&mut con, b"k").unwrap();
+    assert!(limiter.check(&mut con, b"k", 1).unwrap().allowed);
+}
+
+/// Random bodies behind a valid header: the script refuses exactly what the core refuses,
+/// and decides exactly like the core on the rest.
+#[test]
+fn scripts_refuse_exactly_the_states_the_core_refuses() {
+    let server = Server::start();
+    let con = std::cell::RefCell::new(server.connection());
+    let bucket = TokenBucket::new(5, 3, 1000).unwrap();
+    let log = SlidingLog::new(4, 1000).unwrap();
+    let body = prop_oneof![
+        prop::collection::vec(any::<u8>(), 0..40),
+        (0..=NOW + 2000, 0..4u64).prop_map(|(t, f)| [t.to_be_bytes(), f.to_be_bytes()].concat()),
+        prop::collection::vec((NOW - 2000..=NOW, 0..3u64), 0..6).prop_map(|entries| {
+            let mut out = (entries.len() as u64).to_be_bytes().to_vec();
+            for (at, cost) in entries {
+                out.extend(at.to_be_bytes());
+                out.extend(cost.to_be_bytes());
+            }
+            out
+        }),
+    ];
+    let mut runner = TestRunner::new(ProptestConfig::with_cases(400));
+    let result = runner.run(&(body, 0..4u8, 0..3u64), |(body, header, cost)| {
+        let (version, tag) = [(1, 4), (1, 2), (2, 4), (1, 3)][usize::from(header)];
+        let bytes = [&[version, tag][..], &body].concat();
+        let con = &mut con.borrow_mut();
+        same_verdict(con, RedisLimiter::new(bucket).unwrap(), &bytes, cost)?;
+        same_verdict(con, RedisLimiter::new(log).unwrap(), &bytes, cost)
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
+
+fn same_verdict<A: LuaAlgorithm>(
+    con: &mut redis::Connection,
+    limiter: RedisLimiter<A>,
+    bytes: &[u8],
+    cost: u64,
+) -> Result<(), TestCaseError> {
+    redis::cmd("SET").arg("k").arg(bytes).exec(con).unwrap();
+    let got = limiter.check_at(con, b"k", cost, NOW);
+    match limiter.algorithm().decode(bytes) {
+        Ok(state) => {
+            let want = limiter.algorithm().decide(Some(state), NOW, cost).0;
+            prop_assert_eq!(got.ok(), Some(want));
+        }
+        Err(_) => {
+            prop_assert!(matches!(got, Err(Error::Corrupt { .. })), "{:?}", got);
+            let stored: Vec<u8> = redis::cmd("GET").arg("k").query(con).unwrap();
+            prop_assert_eq!(stored, bytes);
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn the_seed_funnel_replies_like_cl_throttle() {
+    let server = Server::start();
+    let mut con = server.connection();
+    // CL.THROTTLE laoqian:reply 15 30 60: capacity 16, 30 per 60 s.
+    let limiter = RedisLimiter::new(LeakyBucket::redis_cell(15, 30, 60 * SECOND).unwrap()).unwrap();
+    let first = limiter
+        .check_at(&mut con, b"laoqian:reply", 1, NOW)
+        .unwrap();
+    assert_eq!(
+        first.cl_throttle_reply(),
+        [0, 16, 15, -1, 2 * SECOND as i64]
+    );
+    for _ in 0..15 {
+        assert!(
+            limiter
+                .check_at(&mut con, b"laoqian:reply", 1, NOW)
+                .unwrap()
+                .allowed
+        );
+    }
+    let denied = limiter
+        .check_at(&mut con, b"laoqian:reply", 1, NOW)
+        .unwrap();
+    assert_eq!(
+        denied.cl_throttle_reply(),
+        [1, 16, 0, 2 * SECOND as i64, 32 * SECOND as i64]
+    );
+}
+
+#[test]
+fn bad_input_is_refused_before_reaching_redis() {
+    let huge = RedisLimiter::new(FixedWindow::new(2_000_000, SECOND).unwrap());
+    assert!(matches!(huge, Err(Error::OutOfRange { what: "limit", .. })));
+    let long = RedisLimiter::new(TokenBucket::new(1_000_000, 1, 3600 * SECOND).unwrap());
+    assert!(matches!(long, Err(Error::OutOfRange { .. })));
+    let server = Server::start();
+    let mut con = server.connection();
+    let limiter = RedisLimiter::new(TokenBucket::new(3, 1, SECOND).unwrap()).unwrap();
+    let cost = limiter.check(&mut con, b"k", u64::MAX);
+    assert!(matches!(cost, Err(Error::OutOfRange { what: "cost", .. })));
+    let time = limiter.check_at(&mut con, b"k", 1, u64::MAX);
+    assert!(matches!(time, Err(Error::OutOfRange { what: "now", .. })));
+    let both = Composite::new(vec![FixedWindow::new(1, SECOND).unwrap(); 2]).unwrap();
+    let composite = RedisLimiter::new(both).unwrap();
+    assert!(matches!(
+        composite.check(&mut con, b"", 1),
+        Err(Error::EmptyKey)
+    ));
+    // Empty and large keys are fine for a single key.
+    assert!(limiter.check(&mut con, b"", 1).unwrap().allowed);
+    assert!(
+        limiter
+            .check(&mut con, &vec![7; 1 << 20], 1)
+            .unwrap()
+            .allowed
+    );
+}
+
+/// Runs four copies of this test binary, each deciding with eight threads on one key at
+/// a frozen `now`, and returns the admissions they report.
+fn admitted_by_four_processes(server: &Server, algorithm: &str) -> u64 {
+    let children: Vec<_> = (0..4)
+        .map(|_| {
+            Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "hammer_child",
+                    "--exact",
+                    "--ignored",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env("TOLLGATE_HAMMER", format!("{} {algorithm}", server.port))
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("spawn a child")
+        })
+        .collect();
+    children
+        .into_iter()
+        .map(|child| {
+            let output = child.wait_with_output().expect("the child runs");
+            assert!(output.status.success());
+            String::from_utf8_lossy(&output.stdout)
+                .split_once("admitted ")
+                .and_then(|(_, rest)| rest.split_whitespace().next()?.parse::<u64>().ok())
+                .expect("the child reports its admissions")
+        })
+        .sum()
+}
+
+#[test]
+fn four_processes_of_eight_threads_admit_exactly_the_bound() {
+    let server = Server::start();
+    for algorithm in ["token_bucket", "fixed_window", "sliding_log", "composite"] {
+        assert_eq!(
+            admitted_by_four_processes(&server, algorithm),
+            100,
+            "{algorithm}"
+        );
+    }
+}
+
+#[test]
+#[ignore = "run by four_processes_of_eight_threads_admit_exactly_the_bound"]
+fn hammer_child() {
+    let spec = std::env::var("TOLLGATE_HAMMER").expect("started by the concurrency test");
+    let (port, algorithm) = spec.split_once(' ').unwrap();
+    let url = format!("redis://127.0.0.1:{port}/");
+    let admitted = match algorithm {
+        "token_bucket" => hammer(&url, algorithm, TokenBucket::new(100, 1, SECOND).unwrap()),
+        "fixed_window" => hammer(&url, algorithm, FixedWindow::new(100, SECOND).unwrap()),
+        "sliding_log" => hammer(&url, algorithm, SlidingLog::new(100, SECOND).unwrap()),
+        _ => hammer(
+            &url,
+            algorithm,
+            Composite::new(vec![
+                TokenBucket::new(100, 1, SECOND).unwrap(),
+                TokenBucket::new(150, 1, SECOND).unwrap(),
+            ])
+            .unwrap(),
+        ),
+    };
+    println!("admitted {admitted}");
+}
+
+/// Eight threads, 20 decisions each, on one key at a frozen time.
+fn hammer<A: LuaAlgorithm>(url: &str, prefix: &str, algorithm: A) -> u64
+where
+    RedisLimiter<A>: Sync,
+{
+    let limiter = RedisLimiter::new(algorithm)
+        .unwrap()
+        .with_prefix(prefix)
+        .with_min_ttl(Duration::from_secs(60));
+    std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
+                    (0..20)
+                        .filter(|_| limiter.check_at(&mut con, b"hot", 1, NOW).unwrap().allowed)
+                        .count() as u64
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).sum()
+    })
+}
+
+#[test]
+fn batches_decide_every_request_in_one_round_trip() {
+    let server = Server::start();
+    let mut con = server.connection();
+    let limiter = RedisLimiter::new(TokenBucket::new(2, 1, SECOND).unwrap()).unwrap();
+    // The first batch finds no script on the server and falls back to EVAL.
+    redis::cmd("SCRIPT").arg("FLUSH").exec(&mut con).unwrap();
+    let keys: Vec<Vec<u8>> = (0..64)
+        .map(|i| format!("user:{}", i % 16).into_bytes())
+        .collect();
+    let requests: Vec<(&[u8], u64)> = keys.iter().map(|k| (k.as_slice(), 1)).collect();
+    let results = limiter.check_batch(&mut con, &requests).unwrap();
+    let admitted = results
+        .iter()
+        .filter(|r| r.as_ref().unwrap().allowed)
+        .count();
+    assert_eq!(admitted, 16 * 2);
+    // A bad request fails alone.
+    let mixed = [(b"a".as_slice(), 1), (b"b", u64::MAX), (b"c", 1)];
+    let results = limiter.check_batch(&mut con, &mixed).unwrap();
+    assert!(results[0].as_ref().unwrap().allowed && results[2].as_ref().unwrap().allowed);
+    assert!(matches!(results[1], Err(Error::OutOfRange { .. })));
+}
+
+#[tokio::test]
+async fn the_async_client_decides_like_the_sync_one() {
+    let server = Server::start();
+    let mut con = server
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let limiter = RedisLimiter::new(TokenBucket::new(2, 1, SECOND).unwrap()).unwrap();
+    let mut allowed = Vec::new();
+    for _ in 0..3 {
+        allowed.push(
+            limiter
+                .check_at_async(&mut con, b"k", 1, NOW)
+                .await
+                .unwrap()
+                .allowed,
+        );
+    }
+    assert_eq!(allowed, [true, true, false]);
+    let first = limiter.reserve_async(&mut con, b"r", 2, 0).await.unwrap();
+    assert!(first.allowed && first.delay == 0);
+    let later = limiter
+        .reserve_async(&mut con, b"r", 2, 10 * SECOND)
+        .await
+        .unwrap();
+    assert!(later.allowed && later.delay > SECOND, "{later:?}");
+    let keys: Vec<Vec<u8>> = (0..40)
+        .map(|i| format!("b{}", i % 10).into_bytes())
+        .collect();
+    let requests: Vec<(&[u8], u64)> = keys.iter().map(|k| (k.as_slice(), 1)).collect();
+    let results = limiter.check_batch_async(&con, &requests).await;
+    assert_eq!(
+        results
+            .iter()
+            .filter(|r| r.as_ref().unwrap().allowed)
+            .count(),
+        20
+    );
+}
+
+/// Expects `result` to fail as unavailable within `timeout` (plus scheduling slack).
+fn assert_unavailable_within<T: std::fmt::Debug>(
+    started: Instant,
+    timeout: Duration,
+    result: Result<T, Error>,
+) {
+    let elapsed = started.elapsed();
+    assert!(matches!(result, Err(Error::Unavailable(_))), "{result:?}");
+    assert!(
+        elapsed < timeout + Duration::from_millis(300),
+        "took {elapsed:?}"
+    );
+}
+
+#[test]
+fn an_unreachable_server_is_a_typed_error_and_the_fail_policy_holds() {
+    let timeout = Duration::from_millis(200);
+    let mut server = Server::start();
+    let mut con = Reconnecting::new(server.client()).with_timeout(timeout);
+    let bucket = TokenBucket::new(2, 1, SECOND).unwrap();
+    let closed = RedisLimiter::new(bucket).unwrap();
+    let open = RedisLimiter::new(bucket)
+        .unwrap()
+        .on_unavailable(FailPolicy::Open);
+    let local = RedisLimiter::new(bucket)
+        .unwrap()
+        .on_unavailable(FailPolicy::Local(KeyedLimiter::new(bucket, 1000)));
+    assert!(matches!(closed.decide(&mut con, b"k", 1).unwrap(), Outcome::Redis(d) if d.allowed));
+
+    // A server that accepts connections but never answers: the reply times out.
+    server.pause();
+    let started = Instant::now();
+    assert_unavailable_within(started, timeout, closed.check(&mut con, b"k", 1));
+    server.resume();
+
+    // A dead server: refused at once, and each policy answers.
+    server.kill();
+    let started = Instant::now();
+    assert_unavailable_within(started, timeout, closed.check(&mut con, b"k", 1));
+    assert!(matches!(
+        closed.decide(&mut con, b"k", 1).unwrap(),
+        Outcome::Closed(Error::Unavailable(_))
+    ));
+    assert!(matches!(
+        open.decide(&mut con, b"k", 1).unwrap(),
+        Outcome::Open(Error::Unavailable(_))
+    ));
+    let local_allowed: Vec<bool> = (0..3)
+        .map(|_| local.decide(&mut con, b"k", 1).unwrap().allowed())
+        .collect();
+    assert_eq!(
+        local_allowed,
+        [true, true, false],
+        "the local bucket of 2 holds"
+    );
+
+    server.restart();
+    assert!(matches!(closed.decide(&mut con, b"k", 1).unwrap(), Outcome::Redis(d) if d.allowed));
+}
+
+#[tokio::test]
+async fn the_async_connection_fails_within_the_timeout_and_reconnects() {
+    let timeout = Duration::from_millis(200);
+    let mut server = Server::start();
+    let mut con = connect_async(server.client(), timeout).unwrap();
+    let limiter = RedisLimiter::new(TokenBucket::new(2, 1, SECOND).unwrap()).unwrap();
+    assert!(
+        limiter
+            .check_async(&mut con, b"k", 1)
+            .await
+            .unwrap()
+            .allowed
+    );
+    server.kill();
+    for _ in 0..3 {
+        let started = Instant::now();
+        let result = limiter.check_async(&mut con, b"k", 1).await;
+        assert_unavailable_within(started, timeout, result);
+    }
+    server.restart();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match limiter.check_async(&mut con, b"k", 1).await {
+            Ok(decision) => break assert!(decision.allowed),
+            Err(Error::Unavailable(_)) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("no reconnection: {e}"),
+        }
+    }
+}
+
+#[test]
+fn a_cluster_takes_composites_and_batches_without_crossslot() {
+    let cluster = Cluster::start();
+    let client = redis::cluster::ClusterClient::new(cluster.urls()).unwrap();
+    let mut con = client.get_connection().unwrap();
+    let limits = Composite::new(vec![
+        FixedWindow::new(3, SECOND).unwrap(),
+        FixedWindow::new(5, 60 * SECOND).unwrap(),
+    ])
+    .unwrap();
+    let composite = RedisLimiter::new(limits).unwrap().with_prefix("rl:");
+    for user in 0..20 {
+        let key = format!("user:{user}").into_bytes();
+        let allowed: Vec<bool> = (0..4)
+            .map(|_| composite.check_at(&mut con, &key, 1, NOW).unwrap().allowed)
+            .collect();
+        assert_eq!(allowed, [true, true, true, false], "user {user}");
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let con = client.get_async_connection().await.unwrap();
+        let limiter = RedisLimiter::new(TokenBucket::new(2, 1, SECOND).unwrap()).unwrap();
+        let keys: Vec<Vec<u8>> = (0..200)
+            .map(|i| format!("ip:{}", i % 50).into_bytes())
+            .collect();
+        let requests: Vec<(&[u8], u64)> = keys.iter().map(|k| (k.as_slice(), 1)).collect();
+        let results = limiter.check_batch_async(&con, &requests).await;
+        let admitted = results
+            .iter()
+            .map(|r| r.as_ref().expect("no CROSSSLOT"))
+            .filter(|d| d.allowed)
+            .count();
+        assert_eq!(admitted, 50 * 2);
+        let buckets =
+            Composite::new(vec![TokenBucket::new(3, 1, 60 * SECOND).unwrap(); 2]).unwrap();
+        let composite = RedisLimiter::new(buckets).unwrap();
+        let keys: Vec<Vec<u8>> = (0..40)
+            .map(|i| format!("team:{}", i % 10).into_bytes())
+            .collect();
+        let requests: Vec<(&[u8], u64)> = keys.iter().map(|k| (k.as_slice(), 1)).collect();
+        let results = composite.check_batch_async(&con, &requests).await;
+        let admitted = results
+            .iter()
+            .map(|r| r.as_ref().expect("no CROSSSLOT"))
+            .filter(|d| d.allowed)
+            .count();
+        assert_eq!(admitted, 10 * 3);
+    });
+}
