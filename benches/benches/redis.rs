@@ -1,0 +1,129 @@
+//! tollgate-redis beside a plain `INCR` of the same keys on the same local redis-server,
+//! in the same run: `INCR` is the floor for a one-key round trip.
+//!
+//! `redis_pipelined`: pipelines of 64 decisions, one per connection on four threads.
+//! `redis_single`: one connection, one decision per round trip.
+
+#[path = "../../storage-redis/tests/common/mod.rs"]
+mod common;
+
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use redis::{Connection, Pipeline};
+use tollgate_core::{SlidingLog, TokenBucket, SECOND};
+use tollgate_redis::{LuaAlgorithm, RedisLimiter};
+
+const KEYS: usize = 1024;
+const BATCH: usize = 64;
+const CONNECTIONS: usize = 4;
+
+fn keys() -> Vec<Vec<u8>> {
+    (0..KEYS)
+        .map(|i| format!("user:{i}").into_bytes())
+        .collect()
+}
+
+/// Runs `iters` pipelines split over [`CONNECTIONS`] threads, each on its own connection;
+/// returns the wall time.
+fn pipelined(
+    server: &common::Server,
+    iters: u64,
+    run: impl Fn(&mut Connection, usize) + Sync,
+) -> Duration {
+    let per_thread = iters.div_ceil(CONNECTIONS as u64);
+    let mut connections: Vec<Connection> = (0..CONNECTIONS).map(|_| server.connection()).collect();
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        for (t, con) in connections.iter_mut().enumerate() {
+            let run = &run;
+            scope.spawn(move || {
+                let mut start = t * 7919;
+                for _ in 0..per_thread {
+                    start = (start + BATCH) % KEYS;
+                    run(con, start);
+                }
+            });
+        }
+    });
+    started.elapsed()
+}
+
+fn decide_batch<A: LuaAlgorithm>(
+    limiter: &RedisLimiter<A>,
+    con: &mut Connection,
+    keys: &[Vec<u8>],
+    start: usize,
+) {
+    let requests: Vec<(&[u8], u64)> = (0..BATCH)
+        .map(|j| (keys[(start + j) % KEYS].as_slice(), 1))
+        .collect();
+    for result in limiter.check_batch(con, &requests).unwrap() {
+        assert!(result.unwrap().allowed);
+    }
+}
+
+fn incr_batch(con: &mut Connection, keys: &[Vec<u8>], start: usize) {
+    let mut pipe = Pipeline::with_capacity(BATCH);
+    for j in 0..BATCH {
+        pipe.incr(&keys[(start + j) % KEYS], 1);
+    }
+    let _: Vec<i64> = pipe.query(con).unwrap();
+}
+
+fn redis_benches(c: &mut Criterion) {
+    let server = common::Server::start();
+    let keys = keys();
+    // Mostly admitted: a bucket of 10^6 refilled at 10^6/s, a log of 1000 per second.
+    let bucket = RedisLimiter::new(TokenBucket::new(1_000_000, 1_000_000, SECOND).unwrap())
+        .unwrap()
+        .with_prefix("tb:");
+    let log = RedisLimiter::new(SlidingLog::new(1000, SECOND).unwrap())
+        .unwrap()
+        .with_prefix("log:");
+
+    let mut group = c.benchmark_group("redis_pipelined");
+    group.throughput(Throughput::Elements(BATCH as u64));
+    group.bench_function("tollgate_token_bucket", |b| {
+        b.iter_custom(|iters| {
+            pipelined(&server, iters, |con, start| {
+                decide_batch(&bucket, con, &keys, start)
+            })
+        })
+    });
+    group.bench_function("tollgate_sliding_log", |b| {
+        b.iter_custom(|iters| {
+            pipelined(&server, iters, |con, start| {
+                decide_batch(&log, con, &keys, start)
+            })
+        })
+    });
+    group.bench_function("incr", |b| {
+        b.iter_custom(|iters| pipelined(&server, iters, |con, start| incr_batch(con, &keys, start)))
+    });
+    group.finish();
+
+    let mut group = c.benchmark_group("redis_single");
+    group.throughput(Throughput::Elements(1));
+    let mut con = server.connection();
+    let mut i = 0;
+    group.bench_function("tollgate_token_bucket", |b| {
+        b.iter(|| {
+            i = (i + 1) % KEYS;
+            bucket.check(&mut con, &keys[i], 1).unwrap().allowed
+        })
+    });
+    group.bench_function("incr", |b| {
+        b.iter(|| {
+            i = (i + 1) % KEYS;
+            redis::cmd("INCR")
+                .arg(&keys[i])
+                .query::<i64>(&mut con)
+                .unwrap()
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, redis_benches);
+criterion_main!(benches);
