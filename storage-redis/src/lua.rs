@@ -80,55 +80,31 @@ fn in_range(what: &'static str, value: u64, max: u64) -> Result<(), Error> {
     }
 }
 
-fn window_args(name: &str, limit: u64, period: Ticks, cmd: &mut Cmd) {
-    cmd.arg(name).arg(limit).arg(period);
+/// Implements [`LuaAlgorithm`] for a window algorithm: its name, limit and period, then
+/// the flags named after them.
+macro_rules! lua_window {
+    ($type:ty, $name:literal, $file:expr $(, $flag:ident)?) => {
+        impl LuaAlgorithm for $type {
+            fn lua_files(&self, files: &mut Vec<&'static str>) {
+                files.push($file);
+            }
+
+            fn lua_args(&self, _cost: u64, cmd: &mut Cmd) {
+                let params = self.params();
+                cmd.arg($name).arg(params.limit).arg(params.period);
+                $(cmd.arg(u8::from(self.$flag()));)?
+            }
+
+            fn lua_range(&self) -> Result<(), Error> {
+                in_range("limit", self.params().limit, MAX_LUA_LIMIT)
+            }
+        }
+    };
 }
 
-impl LuaAlgorithm for FixedWindow {
-    fn lua_files(&self, files: &mut Vec<&'static str>) {
-        files.push(FIXED_WINDOW);
-    }
-
-    fn lua_args(&self, _cost: u64, cmd: &mut Cmd) {
-        let params = self.params();
-        window_args("fixed_window", params.limit, params.period, cmd);
-        cmd.arg(u8::from(self.counts_denied()));
-    }
-
-    fn lua_range(&self) -> Result<(), Error> {
-        in_range("limit", self.params().limit, MAX_LUA_LIMIT)
-    }
-}
-
-impl LuaAlgorithm for SlidingCounter {
-    fn lua_files(&self, files: &mut Vec<&'static str>) {
-        files.push(SLIDING_COUNTER);
-    }
-
-    fn lua_args(&self, _cost: u64, cmd: &mut Cmd) {
-        let params = self.params();
-        window_args("sliding_counter", params.limit, params.period, cmd);
-    }
-
-    fn lua_range(&self) -> Result<(), Error> {
-        in_range("limit", self.params().limit, MAX_LUA_LIMIT)
-    }
-}
-
-impl LuaAlgorithm for SlidingLog {
-    fn lua_files(&self, files: &mut Vec<&'static str>) {
-        files.push(SLIDING_LOG);
-    }
-
-    fn lua_args(&self, _cost: u64, cmd: &mut Cmd) {
-        let params = self.params();
-        window_args("sliding_log", params.limit, params.period, cmd);
-    }
-
-    fn lua_range(&self) -> Result<(), Error> {
-        in_range("limit", self.params().limit, MAX_LUA_LIMIT)
-    }
-}
+lua_window!(FixedWindow, "fixed_window", FIXED_WINDOW, counts_denied);
+lua_window!(SlidingCounter, "sliding_counter", SLIDING_COUNTER);
+lua_window!(SlidingLog, "sliding_log", SLIDING_LOG);
 
 /// A bucket's script arguments: the burst, rate and period, then `burst × period / rate`
 /// and `cost × period / rate` as (ticks, remainder), which need 128-bit products.
