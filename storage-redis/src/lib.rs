@@ -84,9 +84,9 @@ struct Call<'a> {
 #[derive(Debug)]
 pub struct RedisLimiter<A: LuaAlgorithm> {
     algorithm: A,
-    /// The script's text and SHA-1.
-    script: redis::Script,
+    /// The script's text and its SHA-1, the name `EVALSHA` calls it by.
     source: String,
+    sha1: String,
     prefix: Vec<u8>,
     min_ttl_ms: u64,
     on_unavailable: FailPolicy<A>,
@@ -100,7 +100,7 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         let source = lua::script(&algorithm);
         Ok(Self {
             algorithm,
-            script: redis::Script::new(&source),
+            sha1: redis::Script::new(&source).get_hash().to_owned(),
             source,
             prefix: Vec::new(),
             min_ttl_ms: 0,
@@ -309,7 +309,7 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         let mut cmd = if eval {
             redis::cmd("EVAL").arg(&self.source).to_owned()
         } else {
-            redis::cmd("EVALSHA").arg(self.script.get_hash()).to_owned()
+            redis::cmd("EVALSHA").arg(&self.sha1).to_owned()
         };
         // Any wait beyond 2^53 ticks admits the same requests as an unbounded one.
         let max_wait = call.max_wait.map(|w| w.min(2 * MAX_LUA_TICKS));

@@ -60,15 +60,15 @@ pub trait LuaAlgorithm: Algorithm {
 
 /// The whole script for `algorithm`.
 pub(crate) fn script<A: LuaAlgorithm>(algorithm: &A) -> String {
+    let mut needed = Vec::new();
+    algorithm.lua_files(&mut needed);
     let mut files = vec![LIB];
-    algorithm.lua_files(&mut files);
-    files.extend([COMPOSITE, MAIN]);
-    let mut seen = Vec::new();
-    files.retain(|file| {
-        let new = !seen.contains(file);
-        seen.push(*file);
-        new
-    });
+    for file in needed.into_iter().chain([COMPOSITE, MAIN]) {
+        // A composite's members name the same file once each.
+        if !files.contains(&file) {
+            files.push(file);
+        }
+    }
     files.concat()
 }
 
