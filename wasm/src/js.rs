@@ -1,0 +1,553 @@
+//! The JS-facing types: newtypes over [`Limit`] and [`Scheduler`], the clock read at the
+//! edge, options read from JS objects, and errors turned into thrown `Error`s.
+
+use std::cell::RefCell;
+use std::rc::{Rc, Weak};
+
+use js_sys::{Array, Function, Promise, Reflect};
+use tollgate_core::{Decision, Ticks};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+
+use crate::feedback;
+use crate::limit::Limit;
+use crate::options::{algorithm, Fields};
+use crate::scheduler::{Next, Scheduler};
+use crate::units::{ms_from_ticks, ticks_from_ms, whole};
+
+#[wasm_bindgen(typescript_custom_section)]
+const TYPES: &str = r#"
+/** A decision: whether the request may proceed, and what to tell or wait. */
+export interface Decision {
+  allowed: boolean;
+  /** The most cost the limit admits at once from a fresh state. */
+  limit: number;
+  /** Whole units still admissible right now. */
+  remaining: number;
+  /** Milliseconds until this request would be admitted; 0 when admitted, null if never. */
+  retryAfterMs: number | null;
+  /** Milliseconds until the limit is fresh again. */
+  resetAfterMs: number;
+  /** Milliseconds an admitted caller waits before acting (pacing, reservations). */
+  delayMs: number;
+}
+
+/** Bans a caller whose denied cost within `windowMs` exceeds `threshold`. */
+export interface BanOptions { threshold: number; windowMs: number; durationMs: number }
+
+/** At most `limit` per `periodMs`. */
+export interface WindowOptions {
+  algorithm: "fixed-window" | "sliding-log" | "sliding-counter";
+  limit: number;
+  periodMs: number;
+  /** Fixed window only: count denied cost too. */
+  countDenied?: boolean;
+  ban?: BanOptions;
+}
+
+/** `capacity` at once, `rate` per `periodMs` in the long run. */
+export interface BucketOptions {
+  algorithm: "token-bucket" | "leaky-bucket" | "leaky-pacing";
+  capacity: number;
+  rate: number;
+  periodMs: number;
+  ban?: BanOptions;
+}
+
+/** Several limits at once: admitted only if every member admits. */
+export interface CompositeOptions {
+  algorithm: "composite";
+  members: LimiterOptions[];
+  ban?: BanOptions;
+}
+
+export type LimiterOptions = WindowOptions | BucketOptions | CompositeOptions;
+
+/** A limiter's options and the most calls that may wait (default 1000). */
+export type ThrottleOptions = LimiterOptions & { maxQueued?: number };
+
+/** A call's cost (default 1) and a signal that withdraws it. */
+export interface ScheduleOptions { cost?: number; signal?: AbortSignal }
+
+/** A fetch `Response`, or anything with its `headers.get` (or the `Headers` alone). */
+export type ResponseLike = { headers: { get(name: string): string | null } } | { get(name: string): string | null };
+"#;
+
+#[wasm_bindgen(inline_js = r#"
+const origin = Date.now() - performance.now();
+export function nowMs() { return origin + performance.now(); }
+export function decision(allowed, limit, remaining, retryAfterMs, resetAfterMs, delayMs) {
+  return { allowed, limit, remaining, retryAfterMs: retryAfterMs ?? null, resetAfterMs, delayMs };
+}
+"#)]
+extern "C" {
+    /// Milliseconds since the Unix epoch: `performance.now()`, monotonic, anchored once
+    /// to `Date.now()`.
+    #[wasm_bindgen(js_name = nowMs)]
+    fn now_ms() -> f64;
+
+    /// A plain JS object in one call across the boundary.
+    #[wasm_bindgen(js_name = decision)]
+    fn decision_object(
+        allowed: bool,
+        limit: f64,
+        remaining: f64,
+        retry_after_ms: Option<f64>,
+        reset_after_ms: f64,
+        delay_ms: f64,
+    ) -> JsValue;
+
+    #[wasm_bindgen(js_name = setTimeout)]
+    fn set_timeout(callback: &Function, ms: f64) -> JsValue;
+
+    #[wasm_bindgen(js_name = clearTimeout)]
+    fn clear_timeout(handle: &JsValue);
+
+    type AbortSignal;
+
+    #[wasm_bindgen(method, getter)]
+    fn aborted(this: &AbortSignal) -> bool;
+
+    #[wasm_bindgen(method, getter)]
+    fn reason(this: &AbortSignal) -> JsValue;
+
+    #[wasm_bindgen(method, js_name = addEventListener)]
+    fn add_event_listener(this: &AbortSignal, kind: &str, listener: &Function);
+
+    #[wasm_bindgen(method, js_name = removeEventListener)]
+    fn remove_event_listener(this: &AbortSignal, kind: &str, listener: &Function);
+}
+
+fn error(message: impl AsRef<str>) -> JsError {
+    JsError::new(message.as_ref())
+}
+
+/// The current time in ticks. `now_ms` is always a valid time, so the fallback is moot.
+fn clock() -> Ticks {
+    ticks_from_ms("now", now_ms()).unwrap_or_default()
+}
+
+/// An explicit `nowMs`, or the clock.
+fn now_or_clock(now_ms: Option<f64>) -> Result<Ticks, JsError> {
+    now_ms.map_or(Ok(clock()), |ms| ticks_from_ms("nowMs", ms).map_err(error))
+}
+
+fn cost_or_one(cost: Option<f64>) -> Result<u64, JsError> {
+    whole("cost", cost.unwrap_or(1.0)).map_err(error)
+}
+
+fn to_js(decision: Decision) -> JsValue {
+    // Limits are at most 10^9 and times below 2^53 µs: exact as JS numbers.
+    #[allow(clippy::cast_precision_loss)]
+    let number = |n: u64| n as f64;
+    decision_object(
+        decision.allowed,
+        number(decision.limit),
+        number(decision.remaining),
+        decision.retry_after.map(ms_from_ticks),
+        ms_from_ticks(decision.reset_after),
+        ms_from_ticks(decision.delay),
+    )
+}
+
+/// An options object as [`Fields`]; `undefined` and `null` fields are absent.
+struct JsFields(JsValue);
+
+impl JsFields {
+    fn get(&self, name: &str) -> Result<Option<JsValue>, String> {
+        if !self.0.is_object() {
+            return Err("options must be an object".to_owned());
+        }
+        let value = Reflect::get(&self.0, &JsValue::from_str(name))
+            .map_err(|_| format!("cannot read options.{name}"))?;
+        Ok((!value.is_undefined() && !value.is_null()).then_some(value))
+    }
+
+    fn typed<T>(
+        &self,
+        name: &str,
+        expected: &str,
+        read: impl FnOnce(JsValue) -> Option<T>,
+    ) -> Result<Option<T>, String> {
+        self.get(name)?
+            .map(|value| read(value).ok_or_else(|| format!("options.{name} must be {expected}")))
+            .transpose()
+    }
+}
+
+impl Fields for JsFields {
+    fn number(&self, name: &str) -> Result<Option<f64>, String> {
+        self.typed(name, "a number", |v| v.as_f64())
+    }
+
+    fn text(&self, name: &str) -> Result<Option<String>, String> {
+        self.typed(name, "a string", |v| v.as_string())
+    }
+
+    fn flag(&self, name: &str) -> Result<Option<bool>, String> {
+        self.typed(name, "a boolean", |v| v.as_bool())
+    }
+
+    fn object(&self, name: &str) -> Result<Option<Self>, String> {
+        self.typed(name, "an object", |v| v.is_object().then_some(Self(v)))
+    }
+
+    fn list(&self, name: &str) -> Result<Option<Vec<Self>>, String> {
+        self.typed(name, "an array", |v| {
+            Array::is_array(&v).then(|| Array::from(&v).iter().map(Self).collect())
+        })
+    }
+}
+
+fn limit_from(options: &JsValue) -> Result<Limit, JsError> {
+    algorithm(&JsFields(options.clone()))
+        .map(Limit::new)
+        .map_err(error)
+}
+
+/// A limit this client keeps for itself: `check` before acting, `reserve` to book a
+/// slot, `save` / `load` to keep the state across page loads.
+///
+/// Times are milliseconds since the Unix epoch (fractions allowed, exact to the
+/// microsecond); leave `nowMs` out to read `performance.now()`.
+#[wasm_bindgen]
+#[derive(Debug)]
+pub struct Limiter(Limit);
+
+#[wasm_bindgen]
+impl Limiter {
+    /// A fresh limiter. Throws an `Error` naming the first invalid option.
+    #[wasm_bindgen(constructor)]
+    pub fn new(
+        #[wasm_bindgen(unchecked_param_type = "LimiterOptions")] options: JsValue,
+    ) -> Result<Limiter, JsError> {
+        limit_from(&options).map(Self)
+    }
+
+    /// Decides a request of `cost` (default 1) and, if admitted, counts it.
+    #[wasm_bindgen(unchecked_return_type = "Decision")]
+    pub fn check(
+        &mut self,
+        cost: Option<f64>,
+        #[wasm_bindgen(js_name = nowMs)] now_ms: Option<f64>,
+    ) -> Result<JsValue, JsError> {
+        Ok(to_js(
+            self.0.check(now_or_clock(now_ms)?, cost_or_one(cost)?),
+        ))
+    }
+
+    /// What `check` would answer, changing nothing.
+    #[wasm_bindgen(unchecked_return_type = "Decision")]
+    pub fn peek(
+        &self,
+        cost: Option<f64>,
+        #[wasm_bindgen(js_name = nowMs)] now_ms: Option<f64>,
+    ) -> Result<JsValue, JsError> {
+        Ok(to_js(
+            self.0.peek(now_or_clock(now_ms)?, cost_or_one(cost)?),
+        ))
+    }
+
+    /// Books a slot within `maxWaitMs`: if admitted, act after `delayMs`. Buckets,
+    /// pacing and composites of them only; throws for windows and bans.
+    #[wasm_bindgen(unchecked_return_type = "Decision")]
+    pub fn reserve(
+        &mut self,
+        cost: f64,
+        #[wasm_bindgen(js_name = maxWaitMs)] max_wait_ms: f64,
+        #[wasm_bindgen(js_name = nowMs)] now_ms: Option<f64>,
+    ) -> Result<JsValue, JsError> {
+        let max_wait = ticks_from_ms("maxWaitMs", max_wait_ms).map_err(error)?;
+        let now = now_or_clock(now_ms)?;
+        let decision = self
+            .0
+            .reserve(now, whole("cost", cost).map_err(error)?, max_wait);
+        decision.map(to_js).map_err(error)
+    }
+
+    /// The state in tollgate's canonical encoding (empty when fresh); the same bytes
+    /// the Rust hosts store.
+    pub fn save(&self) -> Vec<u8> {
+        self.0.save()
+    }
+
+    /// Restores a state `save` returned. Throws, keeping the current state, if the bytes
+    /// are not a state of this limiter.
+    pub fn load(&mut self, bytes: &[u8]) -> Result<(), JsError> {
+        self.0.load(bytes).map_err(error)
+    }
+
+    /// Forgets everything: the limiter is fresh again.
+    pub fn reset(&mut self) {
+        self.0.reset();
+    }
+}
+
+/// A queued call and how to settle its promise.
+struct Call {
+    id: u64,
+    task: Function,
+    resolve: Function,
+    reject: Function,
+    abort: Option<AbortHook>,
+}
+
+/// The abort listener of a call scheduled with a signal, removed once the call settles.
+struct AbortHook {
+    signal: AbortSignal,
+    listener: Closure<dyn FnMut()>,
+}
+
+impl Call {
+    /// Runs the task and settles the promise with its result (a promise result is
+    /// adopted) or the exception it threw.
+    fn run(self) {
+        self.detach();
+        let settle = match self.task.call0(&JsValue::UNDEFINED) {
+            Ok(value) => self.resolve.call1(&JsValue::UNDEFINED, &value),
+            Err(thrown) => self.reject.call1(&JsValue::UNDEFINED, &thrown),
+        };
+        // Settling a promise cannot throw.
+        drop(settle);
+    }
+
+    fn refuse(self, reason: &JsValue) {
+        self.detach();
+        drop(self.reject.call1(&JsValue::UNDEFINED, reason));
+    }
+
+    fn detach(&self) {
+        if let Some(hook) = &self.abort {
+            let listener = hook.listener.as_ref().unchecked_ref();
+            hook.signal.remove_event_listener("abort", listener);
+        }
+    }
+}
+
+/// A pending `setTimeout`, cleared when dropped.
+struct Timer {
+    at: Ticks,
+    handle: JsValue,
+    _callback: Closure<dyn FnMut()>,
+}
+
+impl Drop for Timer {
+    fn drop(&mut self) {
+        clear_timeout(&self.handle);
+    }
+}
+
+struct Queue {
+    scheduler: Scheduler<Call>,
+    timer: Option<Timer>,
+    next_id: u64,
+}
+
+type Shared = Rc<RefCell<Queue>>;
+
+/// Runs every call that may run now, then sets one timer for the next instant one may.
+/// The queue is never borrowed while a task runs, so tasks may schedule more calls.
+fn pump(queue: &Shared) {
+    loop {
+        let next = queue.borrow_mut().scheduler.next(clock());
+        match next {
+            Next::Run(call) => call.run(),
+            Next::WaitUntil(at) => return wake_at(queue, at),
+            Next::Idle => {
+                queue.borrow_mut().timer = None;
+                return;
+            }
+        }
+    }
+}
+
+fn wake_at(queue: &Shared, at: Ticks) {
+    if queue.borrow().timer.as_ref().is_some_and(|t| t.at == at) {
+        return;
+    }
+    // The timer holds the queue: calls still waiting keep their throttle alive.
+    let owner = Rc::clone(queue);
+    let callback = Closure::<dyn FnMut()>::new(move || {
+        let fired = owner.borrow_mut().timer.take();
+        pump(&owner);
+        drop(fired);
+    });
+    let wait = ms_from_ticks(at.saturating_sub(clock())).ceil();
+    let handle = set_timeout(callback.as_ref().unchecked_ref(), wait);
+    queue.borrow_mut().timer = Some(Timer {
+        at,
+        handle,
+        _callback: callback,
+    });
+}
+
+fn abort(queue: &Weak<RefCell<Queue>>, id: u64) {
+    let Some(queue) = queue.upgrade() else {
+        return;
+    };
+    let removed = queue.borrow_mut().scheduler.remove(|call| call.id == id);
+    if let Some(call) = removed {
+        let reason = call.abort.as_ref().map(|hook| hook.signal.reason());
+        call.refuse(&reason.unwrap_or(JsValue::UNDEFINED));
+        pump(&queue);
+    }
+}
+
+/// Queues calls and runs them, in order, as the limit allows; obeys the server's
+/// `Retry-After` and `RateLimit` headers.
+///
+/// Calls still waiting keep the throttle alive until they run.
+#[wasm_bindgen]
+pub struct Throttle(Shared);
+
+impl core::fmt::Debug for Throttle {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Throttle")
+            .field("queued", &self.queued())
+            .finish_non_exhaustive()
+    }
+}
+
+#[wasm_bindgen]
+impl Throttle {
+    /// A throttle over a fresh limiter. Throws an `Error` naming the first invalid
+    /// option.
+    #[wasm_bindgen(constructor)]
+    pub fn new(
+        #[wasm_bindgen(unchecked_param_type = "ThrottleOptions")] options: JsValue,
+    ) -> Result<Throttle, JsError> {
+        let limit = limit_from(&options)?;
+        let max_queued = JsFields(options).number("maxQueued").map_err(error)?;
+        let max_queued = whole("maxQueued", max_queued.unwrap_or(1000.0)).map_err(error)?;
+        let max_queued = usize::try_from(max_queued)
+            .ok()
+            .filter(|&n| n > 0)
+            .ok_or_else(|| error(format!("maxQueued must be at least 1, got {max_queued}")))?;
+        Ok(Self(Rc::new(RefCell::new(Queue {
+            scheduler: Scheduler::new(limit, max_queued),
+            timer: None,
+            next_id: 0,
+        }))))
+    }
+
+    /// Runs `task` when the limit (and the server) allow, after every call scheduled
+    /// before it. The promise settles with the task's result, or rejects with its
+    /// exception, with the signal's reason if aborted first, or with an `Error` if the
+    /// queue is full or the cost can never fit.
+    #[wasm_bindgen(unchecked_return_type = "Promise<unknown>")]
+    pub fn schedule(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "() => unknown")] task: Function,
+        #[wasm_bindgen(unchecked_param_type = "ScheduleOptions")] options: Option<JsValue>,
+    ) -> Result<Promise, JsError> {
+        let options = options.map(JsFields);
+        let cost = match &options {
+            Some(options) => options.number("cost").map_err(error)?,
+            None => None,
+        };
+        let cost = cost_or_one(cost)?;
+        let signal = match &options {
+            Some(options) => options.get("signal").map_err(error)?,
+            None => None,
+        };
+        let signal: Option<AbortSignal> = signal.map(JsCast::unchecked_into);
+
+        let mut settle = None;
+        let promise = Promise::new(&mut |resolve, reject| settle = Some((resolve, reject)));
+        let Some((resolve, reject)) = settle else {
+            return Err(error("the Promise executor did not run"));
+        };
+        if let Some(signal) = signal.as_ref().filter(|s| s.aborted()) {
+            drop(reject.call1(&JsValue::UNDEFINED, &signal.reason()));
+            return Ok(promise);
+        }
+        let id = {
+            let mut queue = self.0.borrow_mut();
+            queue.next_id += 1;
+            queue.next_id
+        };
+        let abort = signal.map(|signal| {
+            let queue = Rc::downgrade(&self.0);
+            let listener = Closure::<dyn FnMut()>::new(move || abort(&queue, id));
+            signal.add_event_listener("abort", listener.as_ref().unchecked_ref());
+            AbortHook { signal, listener }
+        });
+        let call = Call {
+            id,
+            task,
+            resolve,
+            reject,
+            abort,
+        };
+        let pushed = self.0.borrow_mut().scheduler.push(call, cost);
+        match pushed {
+            Ok(()) => pump(&self.0),
+            Err((call, reason)) => call.refuse(&error(reason).into()),
+        }
+        Ok(promise)
+    }
+
+    /// Reads a server response (or its `Headers`): `Retry-After` (seconds or an HTTP
+    /// date) pauses the queue until then; `RateLimit` (with `RateLimit-Policy`) caps
+    /// what runs until the server's window ends. Cross-origin responses expose these
+    /// headers only if the server lists them in `Access-Control-Expose-Headers`.
+    pub fn observe(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "ResponseLike")] response: JsValue,
+    ) -> Result<(), JsError> {
+        let get = |target: &JsValue| {
+            Reflect::get(target, &JsValue::from_str("get"))
+                .ok()
+                .and_then(|f| f.dyn_into::<Function>().ok())
+        };
+        let (headers, get) = match get(&response) {
+            Some(f) => (response, f),
+            None => {
+                let headers = Reflect::get(&response, &JsValue::from_str("headers"))
+                    .unwrap_or(JsValue::UNDEFINED);
+                let f = get(&headers).ok_or_else(|| {
+                    error(
+                        "observe needs a fetch Response or its Headers (an object with get(name))",
+                    )
+                })?;
+                (headers, f)
+            }
+        };
+        let header = |name: &str| {
+            get.call1(&headers, &JsValue::from_str(name))
+                .ok()
+                .and_then(|v| v.as_string())
+        };
+        let feedback = feedback::read(header, clock());
+        {
+            let mut queue = self.0.borrow_mut();
+            if let Some(at) = feedback.resume_at {
+                queue.scheduler.pause_until(at);
+            }
+            if let Some(budget) = feedback.budget {
+                queue.scheduler.set_budget(budget);
+            }
+        }
+        pump(&self.0);
+        Ok(())
+    }
+
+    /// How many calls are waiting.
+    #[wasm_bindgen(getter)]
+    pub fn queued(&self) -> usize {
+        self.0.borrow().scheduler.len()
+    }
+
+    /// The limiter's state, as [`Limiter::save`].
+    pub fn save(&self) -> Vec<u8> {
+        self.0.borrow_mut().scheduler.limit().save()
+    }
+
+    /// Restores a state, as [`Limiter::load`].
+    pub fn load(&self, bytes: &[u8]) -> Result<(), JsError> {
+        let loaded = self.0.borrow_mut().scheduler.limit().load(bytes);
+        loaded.map_err(error)?;
+        pump(&self.0);
+        Ok(())
+    }
+}

@@ -1,0 +1,18 @@
+//! Client-side rate limiting for browsers and JS apps: tollgate's core compiled to
+//! WebAssembly, with a `Limiter` for every algorithm and a `Throttle` that queues calls,
+//! waits politely and obeys the server's `Retry-After` and `RateLimit` headers.
+//!
+//! The decisions are the core's, exact and in integer microseconds; this crate only
+//! reads JS options, reads the clock at the edge and turns decisions into JS objects.
+//! Everything except the bindings in `js` is plain Rust, tested natively.
+#![deny(missing_docs)]
+
+mod any;
+mod feedback;
+mod js;
+mod limit;
+mod options;
+mod scheduler;
+mod units;
+
+pub use js::{Limiter, Throttle};

@@ -1,0 +1,160 @@
+//! One limit and the state it governs: what a client holds for itself.
+
+use tollgate_core::{Algorithm, Decision, Reserve, Ticks};
+
+use crate::any::{Any, AnyState};
+
+/// An algorithm and the one state it governs (a client limits only itself, so there is
+/// one key).
+#[derive(Debug, Clone)]
+pub struct Limit {
+    algorithm: Any,
+    state: Option<AnyState>,
+}
+
+impl Limit {
+    /// A fresh limit.
+    pub fn new(algorithm: Any) -> Self {
+        Self {
+            algorithm,
+            state: None,
+        }
+    }
+
+    /// Decides a request and keeps the new state.
+    pub fn check(&mut self, now: Ticks, cost: u64) -> Decision {
+        let (decision, state) = self.algorithm.decide(self.state.take(), now, cost);
+        self.state = state;
+        decision
+    }
+
+    /// What [`check`](Self::check) would answer, changing nothing.
+    pub fn peek(&self, now: Ticks, cost: u64) -> Decision {
+        self.algorithm.peek(self.state.clone(), now, cost)
+    }
+
+    /// Whether a request of `cost` can ever be admitted, however long it waits.
+    pub fn fits(&self, cost: u64) -> bool {
+        self.algorithm.peek(None, 0, cost).retry_after.is_some()
+    }
+
+    /// Books a slot within `max_wait`; refused for algorithms that cannot book ahead.
+    pub fn reserve(&mut self, now: Ticks, cost: u64, max_wait: Ticks) -> Result<Decision, String> {
+        if !self.algorithm.can_reserve() {
+            return Err(
+                "reserve needs a token bucket, leaky bucket, leaky pacing, or a \
+                        composite of them (windows and bans cannot book ahead): use check"
+                    .to_owned(),
+            );
+        }
+        let (decision, state) = self
+            .algorithm
+            .reserve(self.state.take(), now, cost, max_wait);
+        self.state = state;
+        Ok(decision)
+    }
+
+    /// The state's canonical encoding; empty when the state is fresh.
+    pub fn save(&self) -> Vec<u8> {
+        self.state
+            .as_ref()
+            .map(|state| self.algorithm.encode_to_vec(state))
+            .unwrap_or_default()
+    }
+
+    /// Replaces the state with one [`save`](Self::save) wrote (empty: fresh). Bytes that
+    /// are not a state of this algorithm are an error, and the state stays as it was.
+    pub fn load(&mut self, bytes: &[u8]) -> Result<(), String> {
+        self.state = if bytes.is_empty() {
+            None
+        } else {
+            let state = self
+                .algorithm
+                .decode(bytes)
+                .map_err(|e| format!("cannot load the saved state: {e}"))?;
+            Some(state)
+        };
+        Ok(())
+    }
+
+    /// Forgets the state: the limit is fresh again.
+    pub fn reset(&mut self) {
+        self.state = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use tollgate_core::{TokenBucket, MILLISECOND};
+
+    use super::*;
+    use crate::options::{algorithm, tests::bucket, tests::window};
+
+    #[test]
+    fn save_and_load_round_trip_and_refuse_garbage() {
+        let mut limit = Limit::new(algorithm(&bucket("token-bucket", 3.0, 1.0, 1000.0)).unwrap());
+        assert!(limit.save().is_empty());
+        assert!(limit.check(0, 2).allowed);
+        let saved = limit.save();
+        // The bytes are the core's canonical encoding.
+        let core = TokenBucket::new(3, 1, 1000 * MILLISECOND).unwrap();
+        let (_, core_state) = core.decide(None, 0, 2);
+        assert_eq!(saved, core.encode_to_vec(&core_state.unwrap()));
+
+        let mut reloaded =
+            Limit::new(algorithm(&bucket("token-bucket", 3.0, 1.0, 1000.0)).unwrap());
+        reloaded.load(&saved).unwrap();
+        assert_eq!(reloaded.peek(0, 1).remaining, 0);
+
+        for garbage in [&saved[..saved.len() - 1], &[1, 2, 3][..], &[9; 40][..]] {
+            assert!(reloaded
+                .load(garbage)
+                .unwrap_err()
+                .starts_with("cannot load"));
+            assert_eq!(reloaded.save(), saved, "a failed load keeps the state");
+        }
+        reloaded.reset();
+        assert_eq!(reloaded.peek(0, 1).remaining, 2);
+    }
+
+    #[test]
+    fn reserve_is_refused_where_nothing_can_be_booked() {
+        let mut limit = Limit::new(algorithm(&window("sliding-log", 3.0, 1000.0)).unwrap());
+        assert!(limit.reserve(0, 1, 0).unwrap_err().contains("use check"));
+        let mut limit = Limit::new(algorithm(&bucket("token-bucket", 1.0, 1.0, 1000.0)).unwrap());
+        assert_eq!(limit.reserve(0, 1, 0).unwrap().delay, 0);
+        let booked = limit.reserve(0, 1, 2_000_000).unwrap();
+        assert!(booked.allowed);
+        assert_eq!(booked.delay, 1_000_000);
+    }
+
+    proptest! {
+        /// Any algorithm, through `Limit`, decides and stores exactly as the core does.
+        #[test]
+        fn limit_matches_the_core(
+            capacity in 1u64..20,
+            rate in 1u64..10,
+            period_ms in 1u64..5_000,
+            steps in proptest::collection::vec((0u64..2_000_000, 0u64..25, any::<bool>()), 1..60),
+        ) {
+            let core = TokenBucket::new(capacity, rate, period_ms * MILLISECOND).unwrap();
+            #[allow(clippy::cast_precision_loss)]
+            let options = bucket("token-bucket", capacity as f64, rate as f64, period_ms as f64);
+            let mut limit = Limit::new(algorithm(&options).unwrap());
+            let (mut now, mut state) = (0, None);
+            for (gap, cost, reserve) in steps {
+                now += gap;
+                let (expected, next) = if reserve {
+                    core.reserve(state, now, cost, gap)
+                } else {
+                    core.decide(state, now, cost)
+                };
+                state = next;
+                let got = if reserve { limit.reserve(now, cost, gap).unwrap() } else { limit.check(now, cost) };
+                prop_assert_eq!(got, expected);
+                prop_assert_eq!(limit.save(), state.as_ref().map(|s| core.encode_to_vec(s)).unwrap_or_default());
+            }
+        }
+    }
+}

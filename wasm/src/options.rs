@@ -1,0 +1,363 @@
+//! Limiter options as JS passes them, read into an [`Any`] with clear messages.
+//!
+//! The reading is written against [`Fields`], so it runs (and is tested) without a JS
+//! engine; the bindings implement `Fields` for JS objects.
+
+use tollgate_core::{
+    Ban, Composite, FixedWindow, LeakyBucket, Pacing, ParamError, SlidingCounter, SlidingLog,
+    Ticks, TokenBucket,
+};
+
+use crate::any::Any;
+use crate::units::{ms_from_ticks, ticks_from_ms, whole};
+
+/// The `algorithm` values, named as in the command line's policies.
+pub const ALGORITHMS: &str = "\"fixed-window\", \"sliding-log\", \"sliding-counter\", \
+    \"token-bucket\", \"leaky-bucket\", \"leaky-pacing\" or \"composite\"";
+
+/// Named fields of an options object. Each getter is `Ok(None)` when the field is
+/// absent (or `undefined`) and an error when it holds the wrong type.
+pub trait Fields: Sized {
+    /// A number field.
+    fn number(&self, name: &str) -> Result<Option<f64>, String>;
+    /// A string field.
+    fn text(&self, name: &str) -> Result<Option<String>, String>;
+    /// A boolean field.
+    fn flag(&self, name: &str) -> Result<Option<bool>, String>;
+    /// A nested options object.
+    fn object(&self, name: &str) -> Result<Option<Self>, String>;
+    /// An array of options objects.
+    fn list(&self, name: &str) -> Result<Option<Vec<Self>>, String>;
+}
+
+/// The algorithm `options` describe:
+/// `{ algorithm, limit, periodMs, countDenied? }` for windows,
+/// `{ algorithm, capacity, rate, periodMs }` for buckets and pacing,
+/// `{ algorithm: "composite", members: [options, ...] }`, each with an optional
+/// `ban: { threshold, windowMs, durationMs }`.
+pub fn algorithm(options: &impl Fields) -> Result<Any, String> {
+    let name = options
+        .text("algorithm")?
+        .ok_or_else(|| format!("options.algorithm is required: {ALGORITHMS}"))?;
+    let window = || -> Result<(u64, Ticks), String> {
+        Ok((required_whole(options, "limit")?, period(options)?))
+    };
+    let bucket = || -> Result<(u64, u64, Ticks), String> {
+        Ok((
+            required_whole(options, "capacity")?,
+            required_whole(options, "rate")?,
+            period(options)?,
+        ))
+    };
+    let any = match name.as_str() {
+        "fixed-window" => {
+            let (limit, period) = window()?;
+            let fixed = FixedWindow::new(limit, period).map_err(describe)?;
+            let counting = options.flag("countDenied")?.unwrap_or(false);
+            Any::FixedWindow(if counting {
+                fixed.counting_denied()
+            } else {
+                fixed
+            })
+        }
+        "sliding-log" => {
+            let (limit, period) = window()?;
+            Any::SlidingLog(SlidingLog::new(limit, period).map_err(describe)?)
+        }
+        "sliding-counter" => {
+            let (limit, period) = window()?;
+            Any::SlidingCounter(SlidingCounter::new(limit, period).map_err(describe)?)
+        }
+        "token-bucket" => {
+            let (capacity, rate, period) = bucket()?;
+            Any::TokenBucket(TokenBucket::new(capacity, rate, period).map_err(describe)?)
+        }
+        "leaky-bucket" => {
+            let (capacity, rate, period) = bucket()?;
+            Any::LeakyBucket(LeakyBucket::new(capacity, rate, period).map_err(describe)?)
+        }
+        "leaky-pacing" => {
+            let (capacity, rate, period) = bucket()?;
+            Any::Pacing(Pacing::new(capacity, rate, period).map_err(describe)?)
+        }
+        "composite" => {
+            let members = options
+                .list("members")?
+                .ok_or("options.members is required for a composite: an array of options")?;
+            let members = members.iter().map(algorithm).collect::<Result<_, _>>()?;
+            Any::Composite(Composite::new(members).map_err(describe)?)
+        }
+        other => {
+            return Err(format!(
+                "unknown algorithm {other:?}: expected {ALGORITHMS}"
+            ))
+        }
+    };
+    let Some(ban) = options.object("ban")? else {
+        return Ok(any);
+    };
+    let threshold = required_whole(&ban, "threshold")?;
+    let window = required_ms(&ban, "windowMs")?;
+    let duration = required_ms(&ban, "durationMs")?;
+    let ban = Ban::new(Box::new(any), threshold, window, duration).map_err(describe)?;
+    Ok(Any::Ban(ban))
+}
+
+fn period(options: &impl Fields) -> Result<Ticks, String> {
+    required_ms(options, "periodMs")
+}
+
+fn required_whole(options: &impl Fields, name: &str) -> Result<u64, String> {
+    let value = options
+        .number(name)?
+        .ok_or_else(|| format!("options.{name} is required"))?;
+    whole(name, value)
+}
+
+fn required_ms(options: &impl Fields, name: &str) -> Result<Ticks, String> {
+    let value = options
+        .number(name)?
+        .ok_or_else(|| format!("options.{name} is required (milliseconds)"))?;
+    ticks_from_ms(name, value)
+}
+
+/// The core's message, with durations in the milliseconds JS passed them in.
+fn describe(error: ParamError) -> String {
+    match error {
+        ParamError::OutOfRange {
+            name,
+            value,
+            min,
+            max,
+        } if matches!(name, "period" | "window" | "duration") => format!(
+            "{name}Ms must be between {} and {} milliseconds, got {}",
+            ms_from_ticks(min),
+            ms_from_ticks(max),
+            ms_from_ticks(value)
+        ),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::collections::BTreeMap;
+
+    use tollgate_core::{Algorithm, SECOND};
+
+    use super::*;
+
+    /// Options as a test writes them.
+    #[derive(Debug, Clone)]
+    pub enum Value {
+        Number(f64),
+        Text(&'static str),
+        Flag(bool),
+        Object(Options),
+        List(Vec<Options>),
+    }
+
+    /// An options object for tests.
+    #[derive(Debug, Clone, Default)]
+    pub struct Options(BTreeMap<&'static str, Value>);
+
+    impl Options {
+        pub fn new(algorithm: &'static str) -> Self {
+            Self::default().with("algorithm", Value::Text(algorithm))
+        }
+
+        pub fn with(mut self, name: &'static str, value: Value) -> Self {
+            self.0.insert(name, value);
+            self
+        }
+
+        pub fn number(self, name: &'static str, value: f64) -> Self {
+            self.with(name, Value::Number(value))
+        }
+    }
+
+    fn wrong(name: &str, expected: &str) -> String {
+        format!("options.{name} must be {expected}")
+    }
+
+    impl Fields for Options {
+        fn number(&self, name: &str) -> Result<Option<f64>, String> {
+            match self.0.get(name) {
+                None => Ok(None),
+                Some(Value::Number(n)) => Ok(Some(*n)),
+                Some(_) => Err(wrong(name, "a number")),
+            }
+        }
+        fn text(&self, name: &str) -> Result<Option<String>, String> {
+            match self.0.get(name) {
+                None => Ok(None),
+                Some(Value::Text(t)) => Ok(Some((*t).to_owned())),
+                Some(_) => Err(wrong(name, "a string")),
+            }
+        }
+        fn flag(&self, name: &str) -> Result<Option<bool>, String> {
+            match self.0.get(name) {
+                None => Ok(None),
+                Some(Value::Flag(f)) => Ok(Some(*f)),
+                Some(_) => Err(wrong(name, "a boolean")),
+            }
+        }
+        fn object(&self, name: &str) -> Result<Option<Self>, String> {
+            match self.0.get(name) {
+                None => Ok(None),
+                Some(Value::Object(o)) => Ok(Some(o.clone())),
+                Some(_) => Err(wrong(name, "an object")),
+            }
+        }
+        fn list(&self, name: &str) -> Result<Option<Vec<Self>>, String> {
+            match self.0.get(name) {
+                None => Ok(None),
+                Some(Value::List(l)) => Ok(Some(l.clone())),
+                Some(_) => Err(wrong(name, "an array")),
+            }
+        }
+    }
+
+    pub fn bucket(algorithm: &'static str, capacity: f64, rate: f64, period_ms: f64) -> Options {
+        Options::new(algorithm)
+            .number("capacity", capacity)
+            .number("rate", rate)
+            .number("periodMs", period_ms)
+    }
+
+    pub fn window(algorithm: &'static str, limit: f64, period_ms: f64) -> Options {
+        Options::new(algorithm)
+            .number("limit", limit)
+            .number("periodMs", period_ms)
+    }
+
+    #[test]
+    fn every_algorithm_decides_like_the_core() {
+        let cases: Vec<(Options, Box<dyn Fn(u64) -> bool>)> = vec![
+            (window("fixed-window", 3.0, 1000.0), {
+                let core = FixedWindow::new(3, SECOND).unwrap();
+                Box::new(move |n| run(&core, n))
+            }),
+            (window("sliding-log", 3.0, 1000.0), {
+                let core = SlidingLog::new(3, SECOND).unwrap();
+                Box::new(move |n| run(&core, n))
+            }),
+            (window("sliding-counter", 3.0, 1000.0), {
+                let core = SlidingCounter::new(3, SECOND).unwrap();
+                Box::new(move |n| run(&core, n))
+            }),
+            (bucket("token-bucket", 3.0, 1.0, 1000.0), {
+                let core = TokenBucket::new(3, 1, SECOND).unwrap();
+                Box::new(move |n| run(&core, n))
+            }),
+            (bucket("leaky-bucket", 3.0, 1.0, 1000.0), {
+                let core = LeakyBucket::new(3, 1, SECOND).unwrap();
+                Box::new(move |n| run(&core, n))
+            }),
+            (bucket("leaky-pacing", 3.0, 1.0, 1000.0), {
+                let core = Pacing::new(3, 1, SECOND).unwrap();
+                Box::new(move |n| run(&core, n))
+            }),
+        ];
+        for (options, core_admits) in cases {
+            let any = algorithm(&options).unwrap();
+            for n in 1..8 {
+                assert_eq!(run(&any, n), core_admits(n), "{options:?} {n}");
+            }
+        }
+    }
+
+    /// Whether the `n`th of `n` requests at time 0 is admitted.
+    fn run<A: Algorithm>(algorithm: &A, n: u64) -> bool {
+        let mut state = None;
+        let mut last = false;
+        for _ in 0..n {
+            let (decision, next) = algorithm.decide(state, 0, 1);
+            state = next;
+            last = decision.allowed;
+        }
+        last
+    }
+
+    #[test]
+    fn composite_and_ban_nest() {
+        let options = Options::new("composite")
+            .with(
+                "members",
+                Value::List(vec![
+                    window("fixed-window", 2.0, 1000.0),
+                    bucket("token-bucket", 5.0, 5.0, 1000.0),
+                ]),
+            )
+            .with(
+                "ban",
+                Value::Object(
+                    Options::default()
+                        .number("threshold", 1.0)
+                        .number("windowMs", 1000.0)
+                        .number("durationMs", 60_000.0),
+                ),
+            );
+        let any = algorithm(&options).unwrap();
+        assert!(!any.can_reserve());
+        let (mut admitted, mut state) = (0, None);
+        for _ in 0..5 {
+            let (decision, next) = any.decide(state, 0, 1);
+            admitted += u32::from(decision.allowed);
+            state = next;
+        }
+        assert_eq!(admitted, 2);
+        // Three denied (more than the threshold of 1): banned for a minute.
+        let (decision, _) = any.decide(state, 2 * SECOND, 1);
+        assert!(!decision.allowed);
+        assert_eq!(decision.retry_after, Some(58 * SECOND));
+    }
+
+    #[test]
+    fn bad_options_say_what_is_wrong() {
+        let cases = [
+            (Options::default(), "options.algorithm is required"),
+            (
+                Options::new("token_bucket"),
+                "unknown algorithm \"token_bucket\"",
+            ),
+            (
+                Options::new("token-bucket").with("capacity", Value::Text("5")),
+                "options.capacity must be a number",
+            ),
+            (
+                window("fixed-window", 5.0, 1000.0).with("countDenied", Value::Number(1.0)),
+                "options.countDenied must be a boolean",
+            ),
+            (
+                bucket("token-bucket", 5.0, 1.0, 1000.0).number("capacity", 0.0),
+                "capacity must be between 1",
+            ),
+            (
+                window("sliding-log", 1.5, 1000.0),
+                "limit must be a whole number",
+            ),
+            (
+                window("fixed-window", 5.0, 0.0),
+                "periodMs must be between 0.001 and",
+            ),
+            (
+                Options::new("fixed-window").number("limit", 5.0),
+                "options.periodMs is required",
+            ),
+            (Options::new("composite"), "options.members is required"),
+            (
+                Options::new("composite").with("members", Value::List(vec![])),
+                "at least one member",
+            ),
+            (
+                window("fixed-window", 5.0, 1000.0).with("ban", Value::Object(Options::default())),
+                "options.threshold is required",
+            ),
+        ];
+        for (options, message) in cases {
+            let err = algorithm(&options).unwrap_err();
+            assert!(err.contains(message), "{err:?} should contain {message:?}");
+        }
+    }
+}

@@ -1,0 +1,80 @@
+//! JS numbers in and out: whole units, and milliseconds (JS's unit of time) to and from
+//! the core's microsecond ticks.
+
+use tollgate_core::{Ticks, MAX_TICKS};
+
+/// The largest integer a JS number holds exactly (`Number.MAX_SAFE_INTEGER`).
+const MAX_SAFE_INTEGER: f64 = 9_007_199_254_740_991.0;
+
+/// A whole, non-negative, exactly representable number: costs, limits, rates.
+pub fn whole(name: &str, value: f64) -> Result<u64, String> {
+    if value.fract() == 0.0 && (0.0..=MAX_SAFE_INTEGER).contains(&value) {
+        Ok(to_u64(value))
+    } else {
+        Err(format!(
+            "{name} must be a whole number from 0 to 2^53 - 1, got {value}"
+        ))
+    }
+}
+
+/// Milliseconds (fractions allowed, rounded to the microsecond) as ticks.
+pub fn ticks_from_ms(name: &str, ms: f64) -> Result<Ticks, String> {
+    let ticks = (ms * 1000.0).round();
+    #[allow(clippy::cast_precision_loss)] // 2^62 is a power of two: exact as a double.
+    let max = MAX_TICKS as f64;
+    if ms.is_finite() && (0.0..=max).contains(&ticks) {
+        Ok(to_u64(ticks))
+    } else {
+        Err(format!(
+            "{name} must be a number of milliseconds from 0 to {}, got {ms}",
+            MAX_TICKS / 1000
+        ))
+    }
+}
+
+/// Ticks as milliseconds; they read back exactly below 2^52 µs (the year 2112).
+pub fn ms_from_ticks(ticks: Ticks) -> f64 {
+    #[allow(clippy::cast_precision_loss)] // Reported times are below 2^53 µs.
+    let ticks = ticks as f64;
+    ticks / 1000.0
+}
+
+/// A whole number from 0 to 2^62, already checked, as an integer.
+fn to_u64(value: f64) -> u64 {
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let whole = value as u64;
+    whole
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn whole_numbers() {
+        assert_eq!(whole("cost", 0.0), Ok(0));
+        assert_eq!(whole("cost", 42.0), Ok(42));
+        assert_eq!(whole("cost", MAX_SAFE_INTEGER), Ok((1 << 53) - 1));
+        for bad in [-1.0, 1.5, f64::NAN, f64::INFINITY, MAX_SAFE_INTEGER + 1.0] {
+            let err = whole("cost", bad).unwrap_err();
+            assert!(err.starts_with("cost must be a whole number"), "{err}");
+        }
+    }
+
+    #[test]
+    fn milliseconds() {
+        assert_eq!(ticks_from_ms("periodMs", 1000.0), Ok(1_000_000));
+        assert_eq!(ticks_from_ms("periodMs", 0.0015), Ok(2));
+        assert_eq!(ms_from_ticks(1_500), 1.5);
+        for bad in [-1.0, f64::NAN, f64::INFINITY, 1e20] {
+            assert!(ticks_from_ms("nowMs", bad).is_err(), "{bad}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn milliseconds_round_trip_exactly_until_2112(ticks in 0..=(1u64 << 52)) {
+            proptest::prop_assert_eq!(ticks_from_ms("t", ms_from_ticks(ticks)), Ok(ticks));
+        }
+    }
+}
