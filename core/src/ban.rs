@@ -127,9 +127,9 @@ impl<A: Algorithm> Algorithm for Ban<A> {
 
     fn decode(&self, bytes: &[u8]) -> Result<Self::State, DecodeError> {
         let mut reader = Reader::new(bytes, tag::BAN)?;
-        let window = reader.u64_where("window", |w| w <= MAX_TICKS / self.window)?;
+        let window = reader.u64_where("window", &|w| w <= MAX_TICKS / self.window)?;
         let denied = reader.u64()?;
-        let banned_until = reader.u64_where("banned_until", |t| {
+        let banned_until = reader.u64_where("banned_until", &|t| {
             t <= MAX_TICKS.saturating_add(MAX_PERIOD)
         })?;
         let rest = reader.rest();

@@ -189,8 +189,8 @@ impl Gcra {
 
     fn decode(&self, bytes: &[u8]) -> Result<BucketState, DecodeError> {
         let mut reader = Reader::new(bytes, self.tag)?;
-        let ticks = reader.u64_where("tat", |t| t <= MAX_TICKS)?;
-        let frac = reader.u64_where("tat_frac", |f| {
+        let ticks = reader.u64_where("tat", &|t| t <= MAX_TICKS)?;
+        let frac = reader.u64_where("tat_frac", &|f| {
             f < self.params.rate && (ticks < MAX_TICKS || f == 0)
         })?;
         reader.finish()?;

@@ -32,12 +32,13 @@ impl<A: Algorithm> Composite<A> {
         &self.members
     }
 
-    /// Decides every member with `decide`, committing only if all admit.
+    /// Decides every member with `decide`, committing only if all admit. (A trait
+    /// object, not a generic: deciding and reserving share one copy of this code.)
     fn decide_all(
         &self,
         state: Option<Vec<Option<A::State>>>,
         now: Ticks,
-        decide: impl Fn(&A, Option<A::State>) -> (Decision, Option<A::State>),
+        decide: &dyn Fn(&A, Option<A::State>) -> (Decision, Option<A::State>),
     ) -> (Decision, Option<Vec<Option<A::State>>>) {
         let old = state.unwrap_or_else(|| alloc::vec![None; self.members.len()]);
         let (decisions, new): (Vec<_>, Vec<_>) = self
@@ -90,7 +91,7 @@ impl<A: Algorithm> Algorithm for Composite<A> {
         now: Ticks,
         cost: u64,
     ) -> (Decision, Option<Self::State>) {
-        self.decide_all(state, now, |member, s| member.decide(s, now, cost))
+        self.decide_all(state, now, &|member, s| member.decide(s, now, cost))
     }
 
     fn encode<E: Extend<u8>>(&self, state: &Self::State, out: &mut E) {
@@ -109,7 +110,7 @@ impl<A: Algorithm> Algorithm for Composite<A> {
     fn decode(&self, bytes: &[u8]) -> Result<Self::State, DecodeError> {
         let mut reader = Reader::new(bytes, tag::COMPOSITE)?;
         let members = self.members.len() as u64;
-        reader.u64_where("len", |n| n == members)?;
+        reader.u64_where("len", &|n| n == members)?;
         let mut states = Vec::with_capacity(self.members.len());
         for member in &self.members {
             let len = reader.u64()?;
@@ -136,7 +137,7 @@ impl<A: Reserve> Reserve for Composite<A> {
         cost: u64,
         max_wait: Ticks,
     ) -> (Decision, Option<Self::State>) {
-        self.decide_all(state, now, |member, s| {
+        self.decide_all(state, now, &|member, s| {
             member.reserve(s, now, cost, max_wait)
         })
     }

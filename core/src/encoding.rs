@@ -75,11 +75,12 @@ impl<'a> Reader<'a> {
         Ok(u64::from_be_bytes(buf))
     }
 
-    /// A u64 that must satisfy `valid`, else [`DecodeError::InvalidField`].
+    /// A u64 that must satisfy `valid`, else [`DecodeError::InvalidField`]. (A trait
+    /// object, not a generic: one copy of this code serves every field.)
     pub fn u64_where(
         &mut self,
         field: &'static str,
-        valid: impl FnOnce(u64) -> bool,
+        valid: &dyn Fn(u64) -> bool,
     ) -> Result<u64, DecodeError> {
         let value = self.u64()?;
         if valid(value) {

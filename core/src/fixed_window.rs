@@ -150,13 +150,13 @@ impl Algorithm for FixedWindow {
 
     fn decode(&self, bytes: &[u8]) -> Result<FixedWindowState, DecodeError> {
         let mut reader = Reader::new(bytes, tag::FIXED_WINDOW)?;
-        let window = reader.u64_where("window", |w| self.params.valid_window(w))?;
+        let window = reader.u64_where("window", &|w| self.params.valid_window(w))?;
         let max_count = if self.count_denied {
             u64::MAX
         } else {
             self.params.limit
         };
-        let count = reader.u64_where("count", |c| (1..=max_count).contains(&c))?;
+        let count = reader.u64_where("count", &|c| (1..=max_count).contains(&c))?;
         reader.finish()?;
         Ok(FixedWindowState { window, count })
     }

@@ -150,9 +150,9 @@ impl Algorithm for SlidingCounter {
     fn decode(&self, bytes: &[u8]) -> Result<SlidingCounterState, DecodeError> {
         let limit = self.params.limit;
         let mut reader = Reader::new(bytes, tag::SLIDING_COUNTER)?;
-        let window = reader.u64_where("window", |w| self.params.valid_window(w))?;
-        let prev = reader.u64_where("prev", |p| p <= limit)?;
-        let cur = reader.u64_where("cur", |c| c <= limit && prev + c > 0)?;
+        let window = reader.u64_where("window", &|w| self.params.valid_window(w))?;
+        let prev = reader.u64_where("prev", &|p| p <= limit)?;
+        let cur = reader.u64_where("cur", &|c| c <= limit && prev + c > 0)?;
         reader.finish()?;
         Ok(SlidingCounterState { window, prev, cur })
     }

@@ -118,14 +118,14 @@ impl Algorithm for SlidingLog {
     fn decode(&self, bytes: &[u8]) -> Result<SlidingLogState, DecodeError> {
         let limit = self.params.limit;
         let mut reader = Reader::new(bytes, tag::SLIDING_LOG)?;
-        let len = reader.u64_where("len", |n| (1..=limit).contains(&n))?;
+        let len = reader.u64_where("len", &|n| (1..=limit).contains(&n))?;
         // `len <= limit <= 10^5`, so this allocation is bounded whatever the bytes say.
         let mut entries = VecDeque::with_capacity(usize::try_from(len).unwrap_or(0));
         let mut used = 0;
         for _ in 0..len {
             let after = entries.back().map(|e: &Entry| e.at);
-            let at = reader.u64_where("at", |t| t <= MAX_TICKS && after.is_none_or(|a| t > a))?;
-            let cost = reader.u64_where("cost", |c| c >= 1 && c <= limit - used)?;
+            let at = reader.u64_where("at", &|t| t <= MAX_TICKS && after.is_none_or(|a| t > a))?;
+            let cost = reader.u64_where("cost", &|c| c >= 1 && c <= limit - used)?;
             used += cost;
             entries.push_back(Entry { at, cost });
         }

@@ -9,7 +9,7 @@ use tollgate_core::{
 };
 
 use crate::any::Any;
-use crate::units::{ms_from_ticks, ticks_from_ms, whole};
+use crate::units::{ms_text, ticks_from_ms, whole};
 
 /// The `algorithm` values, named as in the command line's policies.
 pub const ALGORITHMS: &str = "\"fixed-window\", \"sliding-log\", \"sliding-counter\", \
@@ -131,9 +131,9 @@ fn describe(error: ParamError) -> String {
             max,
         } if matches!(name, "period" | "window" | "duration") => format!(
             "{name}Ms must be between {} and {} milliseconds, got {}",
-            ms_from_ticks(min),
-            ms_from_ticks(max),
-            ms_from_ticks(value)
+            ms_text(min),
+            ms_text(max),
+            ms_text(value)
         ),
         other => other.to_string(),
     }

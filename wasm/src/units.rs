@@ -12,7 +12,8 @@ pub fn whole(name: &str, value: f64) -> Result<u64, String> {
         Ok(to_u64(value))
     } else {
         Err(format!(
-            "{name} must be a whole number from 0 to 2^53 - 1, got {value}"
+            "{name} must be a whole number from 0 to 2^53 - 1, got {}",
+            show(value)
         ))
     }
 }
@@ -26,8 +27,9 @@ pub fn ticks_from_ms(name: &str, ms: f64) -> Result<Ticks, String> {
         Ok(to_u64(ticks))
     } else {
         Err(format!(
-            "{name} must be a number of milliseconds from 0 to {}, got {ms}",
-            MAX_TICKS / 1000
+            "{name} must be a number of milliseconds from 0 to {}, got {}",
+            MAX_TICKS / 1000,
+            show(ms)
         ))
     }
 }
@@ -37,6 +39,31 @@ pub fn ms_from_ticks(ticks: Ticks) -> f64 {
     #[allow(clippy::cast_precision_loss)] // Reported times are below 2^53 µs.
     let ticks = ticks as f64;
     ticks / 1000.0
+}
+
+/// Ticks as milliseconds in decimal, written with integers only: `1500` is `"1.5"`.
+pub fn ms_text(ticks: Ticks) -> String {
+    let (ms, micros) = (ticks / 1000, ticks % 1000);
+    if micros == 0 {
+        format!("{ms}")
+    } else {
+        format!("{ms}.{micros:03}").trim_end_matches('0').to_owned()
+    }
+}
+
+/// A JS number as JS prints it: Rust's float formatting would add 20 KB to the wasm.
+#[cfg(target_arch = "wasm32")]
+fn show(value: f64) -> String {
+    js_sys::Number::from(value)
+        .to_string_with_radix(10)
+        .map(String::from)
+        .unwrap_or_default()
+}
+
+/// A JS number as JS prints it (natively, for tests).
+#[cfg(not(target_arch = "wasm32"))]
+fn show(value: f64) -> String {
+    value.to_string()
 }
 
 /// A whole number from 0 to 2^62, already checked, as an integer.
@@ -66,6 +93,9 @@ mod tests {
         assert_eq!(ticks_from_ms("periodMs", 1000.0), Ok(1_000_000));
         assert_eq!(ticks_from_ms("periodMs", 0.0015), Ok(2));
         assert_eq!(ms_from_ticks(1_500), 1.5);
+        assert_eq!(ms_text(1_500), "1.5");
+        assert_eq!(ms_text(1), "0.001");
+        assert_eq!(ms_text(31_622_400_000_000), "31622400000");
         for bad in [-1.0, f64::NAN, f64::INFINITY, 1e20] {
             assert!(ticks_from_ms("nowMs", bad).is_err(), "{bad}");
         }
