@@ -96,7 +96,10 @@ extern "C" {
         reset_after_ms: f64,
         delay_ms: f64,
     ) -> JsValue;
+}
 
+#[wasm_bindgen]
+extern "C" {
     #[wasm_bindgen(js_name = setTimeout)]
     fn set_timeout(callback: &Function, ms: f64) -> JsValue;
 

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Builds tollgate-wasm's two packages: wasm/pkg/web (an ES module for browsers and
+# bundlers) and wasm/pkg/nodejs (CommonJS for Node.js), each with TypeScript types,
+# then checks the gzipped size of the optimized module.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/wasm-tools.sh
+install_wasm_tools
+
+cargo build -q -p tollgate-wasm --target wasm32-unknown-unknown --profile wasm
+module=target/wasm32-unknown-unknown/wasm/tollgate_wasm.wasm
+# The features rustc's wasm32 target enables by default.
+features="--enable-bulk-memory --enable-mutable-globals --enable-nontrapping-float-to-int
+  --enable-sign-ext --enable-reference-types --enable-multivalue"
+for target in web nodejs; do
+  out=wasm/pkg/$target
+  rm -rf "$out"
+  wasm-bindgen --target "$target" --out-dir "$out" "$module"
+  # shellcheck disable=SC2086
+  wasm/node_modules/.bin/wasm-opt -Oz $features "$out/tollgate_wasm_bg.wasm" -o "$out/tollgate_wasm_bg.wasm"
+  type=commonjs
+  if [ "$target" = web ]; then type=module; fi
+  # wasm-bindgen writes inline JS snippets as ES modules, which the CommonJS glue
+  # `require`s: mark them as modules (Node.js 20.19 or later loads them).
+  echo '{ "type": "module" }' >"$out/snippets/package.json"
+  cat >"$out/package.json" <<JSON
+{
+  "name": "tollgate-wasm",
+  "version": "$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -1)",
+  "description": "Client-side rate limiting for browsers and JS apps",
+  "license": "MIT OR Apache-2.0",
+  "type": "$type",
+  "main": "tollgate_wasm.js",
+  "types": "tollgate_wasm.d.ts"
+}
+JSON
+done
+
+raw=$(wc -c <wasm/pkg/web/tollgate_wasm_bg.wasm)
+gzipped=$(gzip -9 -c wasm/pkg/web/tollgate_wasm_bg.wasm | wc -c)
+echo "tollgate_wasm_bg.wasm: $raw bytes, $gzipped gzipped (budget 40000)"
+if [ "$gzipped" -gt 40000 ]; then
+  echo "the gzipped module is over its 40 KB budget" >&2
+  exit 1
+fi
