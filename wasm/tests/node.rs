@@ -1,0 +1,186 @@
+//! The bindings in a real JS engine (Node.js, through wasm-bindgen-test-runner): options
+//! read from JS objects, decisions as plain objects, errors as JS `Error`s, and the
+//! throttle's promises, timers and abort signals.
+#![cfg(target_arch = "wasm32")]
+
+use js_sys::{Date, Function, Promise, Reflect, JSON};
+use tollgate_core::{Algorithm, SlidingLog, TokenBucket, MILLISECOND};
+use tollgate_wasm::{Limiter, Throttle};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::JsFuture;
+use wasm_bindgen_test::wasm_bindgen_test;
+
+fn json(text: &str) -> JsValue {
+    JSON::parse(text).expect("test JSON parses")
+}
+
+fn field(object: &JsValue, name: &str) -> JsValue {
+    Reflect::get(object, &JsValue::from_str(name)).expect("field reads")
+}
+
+fn number(object: &JsValue, name: &str) -> f64 {
+    field(object, name).as_f64().expect("a number")
+}
+
+fn message(error: JsError) -> String {
+    field(&JsValue::from(error), "message").as_string().unwrap_or_default()
+}
+
+#[wasm_bindgen_test]
+fn decisions_are_plain_objects_with_the_cores_values() {
+    let mut limiter = Limiter::new(json(
+        r#"{"algorithm":"token-bucket","capacity":10,"rate":5,"periodMs":1000}"#,
+    ))
+    .unwrap();
+    let core = TokenBucket::new(10, 5, 1000 * MILLISECOND).unwrap();
+    let mut state = None;
+    for (now_ms, cost) in [(0.0, 4.0), (0.0, 7.0), (100.5, 1.0), (2000.0, 10.0)] {
+        let got = limiter.check(Some(cost), Some(now_ms)).unwrap();
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let (now, cost) = ((now_ms * 1000.0) as u64, cost as u64);
+        let (want, next) = core.decide(state, now, cost);
+        state = next;
+        let keys: Vec<String> = js_sys::Object::keys(got.unchecked_ref::<js_sys::Object>())
+            .iter()
+            .filter_map(|k| k.as_string())
+            .collect();
+        assert_eq!(
+            keys,
+            ["allowed", "limit", "remaining", "retryAfterMs", "resetAfterMs", "delayMs"]
+        );
+        assert_eq!(field(&got, "allowed").as_bool(), Some(want.allowed));
+        assert_eq!(number(&got, "remaining"), want.remaining as f64);
+        let retry = field(&got, "retryAfterMs").as_f64();
+        assert_eq!(retry, want.retry_after.map(|t| t as f64 / 1000.0));
+        assert_eq!(number(&got, "resetAfterMs"), want.reset_after as f64 / 1000.0);
+    }
+}
+
+#[wasm_bindgen_test]
+fn a_cost_that_never_fits_reports_null() {
+    let mut limiter =
+        Limiter::new(json(r#"{"algorithm":"sliding-log","limit":3,"periodMs":1000}"#)).unwrap();
+    let decision = limiter.check(Some(4.0), Some(0.0)).unwrap();
+    assert!(field(&decision, "retryAfterMs").is_null());
+    // The sliding log's saved bytes are the core's encoding.
+    limiter.check(Some(2.0), Some(5.0)).unwrap();
+    let core = SlidingLog::new(3, 1000 * MILLISECOND).unwrap();
+    let (_, state) = core.decide(None, 5000, 2);
+    assert_eq!(limiter.save(), core.encode_to_vec(&state.unwrap()));
+}
+
+#[wasm_bindgen_test]
+fn invalid_input_is_an_error_with_a_message_never_a_trap() {
+    let cases = [
+        (json("null"), "options must be an object"),
+        (json(r#"{"algorithm":"leaky"}"#), "unknown algorithm \"leaky\""),
+        (
+            json(r#"{"algorithm":"fixed-window","limit":"10","periodMs":1000}"#),
+            "options.limit must be a number",
+        ),
+        (
+            json(r#"{"algorithm":"token-bucket","capacity":1e12,"rate":1,"periodMs":1000}"#),
+            "capacity must be between 1 and 1000000000",
+        ),
+        (
+            json(r#"{"algorithm":"composite","members":{}}"#),
+            "options.members must be an array",
+        ),
+    ];
+    for (options, expected) in cases {
+        let error = Limiter::new(options).unwrap_err();
+        let got = message(error);
+        assert!(got.contains(expected), "{got:?} should contain {expected:?}");
+    }
+    let mut limiter =
+        Limiter::new(json(r#"{"algorithm":"fixed-window","limit":2,"periodMs":1000}"#)).unwrap();
+    for (cost, now) in [(-1.0, None), (f64::NAN, None), (1.0, Some(-5.0))] {
+        assert!(limiter.check(Some(cost), now).is_err());
+    }
+    assert!(message(limiter.reserve(1.0, 100.0, None).unwrap_err()).contains("use check"));
+}
+
+#[wasm_bindgen_test]
+fn load_refuses_foreign_bytes_and_keeps_the_state() {
+    let options = r#"{"algorithm":"leaky-bucket","capacity":3,"rate":1,"periodMs":1000}"#;
+    let mut limiter = Limiter::new(json(options)).unwrap();
+    limiter.check(Some(3.0), Some(0.0)).unwrap();
+    let saved = limiter.save();
+    let mut other = Limiter::new(json(options)).unwrap();
+    other.load(&saved).unwrap();
+    let decision = other.peek(Some(1.0), Some(0.0)).unwrap();
+    assert_eq!(field(&decision, "allowed").as_bool(), Some(false));
+    assert!(message(other.load(&[1, 4, 0]).unwrap_err()).starts_with("cannot load"));
+    assert_eq!(other.save(), saved);
+}
+
+fn task(body: &str) -> Function {
+    Function::new_no_args(body)
+}
+
+async fn settle(promise: Promise) -> Result<JsValue, JsValue> {
+    JsFuture::from(promise).await
+}
+
+#[wasm_bindgen_test]
+async fn scheduled_calls_run_in_order_spaced_by_the_limit() {
+    let throttle = Throttle::new(json(
+        r#"{"algorithm":"token-bucket","capacity":1,"rate":1,"periodMs":40}"#,
+    ))
+    .unwrap();
+    let promises: Vec<Promise> = (0..4)
+        .map(|_| throttle.schedule(task("return Date.now()"), None).unwrap())
+        .collect();
+    let mut times = Vec::new();
+    for promise in promises {
+        times.push(settle(promise).await.unwrap().as_f64().unwrap());
+    }
+    for pair in times.windows(2) {
+        // Timers never fire early; the clock is whole milliseconds.
+        assert!(pair[1] - pair[0] >= 39.0, "{times:?}");
+    }
+}
+
+#[wasm_bindgen_test]
+async fn abort_withdraws_a_waiting_call_and_a_full_queue_refuses() {
+    let throttle = Throttle::new(json(
+        r#"{"algorithm":"fixed-window","limit":1,"periodMs":60000,"maxQueued":2}"#,
+    ))
+    .unwrap();
+    let first = throttle.schedule(task("return 1"), None).unwrap();
+    assert_eq!(settle(first).await.unwrap().as_f64(), Some(1.0));
+
+    let controller = js_sys::eval("new AbortController()").unwrap();
+    let options = js_sys::Object::new();
+    Reflect::set(&options, &"signal".into(), &field(&controller, "signal")).unwrap();
+    let waiting = throttle.schedule(task("return 2"), Some(options.into())).unwrap();
+    let _queued = throttle.schedule(task("return 3"), None).unwrap();
+    let full = throttle.schedule(task("return 4"), None).unwrap();
+    let refused = settle(full).await.unwrap_err();
+    assert!(field(&refused, "message").as_string().unwrap().contains("queue is full"));
+
+    let abort: Function = field(&controller, "abort").unchecked_into();
+    abort.call0(&controller).unwrap();
+    let reason = settle(waiting).await.unwrap_err();
+    assert_eq!(field(&reason, "name").as_string().as_deref(), Some("AbortError"));
+    assert_eq!(throttle.queued(), 1);
+}
+
+#[wasm_bindgen_test]
+async fn retry_after_pauses_the_queue() {
+    let throttle = Throttle::new(json(
+        r#"{"algorithm":"token-bucket","capacity":100,"rate":100,"periodMs":1000}"#,
+    ))
+    .unwrap();
+    let response = js_sys::eval("new Response(null, { status: 429, headers: { 'Retry-After': '1' } })")
+        .unwrap();
+    throttle.observe(response).unwrap();
+    let start = Date::now();
+    let ran_at = settle(throttle.schedule(task("return Date.now()"), None).unwrap())
+        .await
+        .unwrap()
+        .as_f64()
+        .unwrap();
+    assert!(ran_at - start >= 990.0, "ran {} ms after a 1 s Retry-After", ran_at - start);
+    assert!(throttle.observe(JsValue::from(5)).is_err());
+}
