@@ -18,7 +18,19 @@ if ! cargo nextest --version >/dev/null 2>&1; then
   cargo install cargo-nextest --locked
 fi
 
+# The wasm build tools (target, wasm-bindgen CLI, wasm-opt) and the browser for its e2e.
+source scripts/wasm-tools.sh
+install_wasm_tools
+install_browser
+
 # Doc tests (including the README's examples), which nextest does not run.
 cargo test --workspace --all-features --doc
 # Unit, integration and property tests (proptest regressions are committed next to them).
 cargo nextest run --workspace --all-features --no-fail-fast
+
+# tollgate-wasm in a real JS engine: the bindings under Node.js (wasm-bindgen-test), then
+# the built packages (size budget checked) and the demo page in headless Chromium.
+CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=wasm-bindgen-test-runner \
+  cargo test -p tollgate-wasm --target wasm32-unknown-unknown --test node
+bash scripts/build-wasm.sh
+node wasm/e2e/e2e.mjs

@@ -1,0 +1,174 @@
+// End-to-end: the demo page in real headless Chromium, driven over WebDriver by
+// chromedriver, served with the web package from a loopback server this script runs.
+// Run after scripts/build-wasm.sh: `node wasm/e2e/e2e.mjs`.
+import { spawn } from "node:child_process";
+import { readFile } from "node:fs/promises";
+import { createServer } from "node:http";
+import { extname, join, normalize } from "node:path";
+import { fileURLToPath } from "node:url";
+import assert from "node:assert/strict";
+
+const root = fileURLToPath(new URL("..", import.meta.url));
+const types = { ".html": "text/html", ".js": "text/javascript", ".wasm": "application/wasm" };
+
+// The demo, the package, and two endpoints: /api/ping answers 200; /api/busy answers
+// 429 with `Retry-After: 1` the first time.
+let busyHits = 0;
+const server = createServer(async (request, response) => {
+  const path = new URL(request.url, "http://loopback").pathname;
+  if (path === "/api/ping") return response.end("pong");
+  if (path === "/api/busy") {
+    busyHits += 1;
+    response.writeHead(busyHits === 1 ? 429 : 200, { "Retry-After": "1" });
+    return response.end();
+  }
+  const file = normalize(join(root, path));
+  if (!file.startsWith(root)) return response.writeHead(403).end();
+  try {
+    const body = await readFile(file);
+    response.writeHead(200, { "Content-Type": types[extname(file)] ?? "application/octet-stream" });
+    response.end(body);
+  } catch {
+    response.writeHead(404).end();
+  }
+});
+await new Promise((ready) => server.listen(0, "127.0.0.1", ready));
+const site = `http://127.0.0.1:${server.address().port}`;
+
+// chromedriver on a free port (it picks one with --port=0 only in recent versions, so
+// take one from a throwaway listener).
+const driverPort = await new Promise((found) => {
+  const probe = createServer().listen(0, "127.0.0.1", () => {
+    const { port } = probe.address();
+    probe.close(() => found(port));
+  });
+});
+const driver = spawn("chromedriver", [`--port=${driverPort}`, "--allowed-ips=127.0.0.1"], {
+  stdio: "ignore",
+});
+const base = `http://127.0.0.1:${driverPort}`;
+
+async function webdriver(method, path, body) {
+  const response = await fetch(base + path, {
+    method,
+    headers: { "Content-Type": "application/json" },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const reply = await response.json();
+  if (!response.ok) throw new Error(`${method} ${path}: ${JSON.stringify(reply.value)}`);
+  return reply.value;
+}
+
+let session;
+try {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      if ((await webdriver("GET", "/status")).ready) break;
+    } catch (error) {
+      if (attempt > 100) throw error;
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  session = (
+    await webdriver("POST", "/session", {
+      capabilities: {
+        alwaysMatch: {
+          "goog:chromeOptions": {
+            binary: "/usr/bin/chromium",
+            args: [
+              "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+              "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            ],
+          },
+        },
+      },
+    })
+  ).sessionId;
+
+  /** Runs `body` (an async function's source, given `demo`) in the page. */
+  const run = (body) =>
+    webdriver("POST", `/session/${session}/execute/async`, {
+      script: `const done = arguments[arguments.length - 1];
+        (async (demo) => { ${body} })(window.demo).then(done, (e) => done({ error: String(e) }));`,
+      args: [],
+    });
+  const open = async () => {
+    await webdriver("POST", `/session/${session}/url`, { url: `${site}/demo/index.html` });
+    await run("while (!window.demo) await new Promise((r) => setTimeout(r, 10)); return true;");
+  };
+
+  await open();
+  await run("localStorage.clear(); return true;");
+  await open();
+
+  // 1. Five calls through a bucket of 2 refilled 2/s: two at once, then one each time a
+  // token is back, so call k (from 0) runs (k - 1) × 500 ms after the first.
+  const times = await run(`return Promise.all(Array.from({ length: 5 }, () => demo.call("/api/ping")));`);
+  const offsets = times.map((t) => t - times[0]);
+  console.log("runs after the first (ms):", offsets.map((g) => g.toFixed(1)).join(", "));
+  assert.ok(offsets[1] < 100, `the first two run together: ${offsets}`);
+  offsets.slice(2).forEach((offset, i) => {
+    const due = (i + 1) * 500;
+    assert.ok(offset >= due - 1 && offset < due + 200, `call ${i + 2} due at ${due} ms: ${offsets}`);
+  });
+
+  // 2. Abort: waiting calls reject with the signal's reason and never run.
+  const aborted = await run(`
+    const calls = Array.from({ length: 4 }, () => demo.call("/api/ping").then(() => "ran", (e) => e.name));
+    demo.cancel();
+    return [await Promise.all(calls), demo.throttle.queued];`);
+  console.log("abort:", JSON.stringify(aborted));
+  assert.deepEqual(aborted[1], 0);
+  assert.ok(aborted[0].filter((r) => r === "AbortError").length >= 2, JSON.stringify(aborted));
+
+  // 3. A 429 with Retry-After: 1 pauses the queue for a second.
+  await run("await new Promise((r) => setTimeout(r, 1100)); return true;");
+  const pause = await run(`
+    const hit = await demo.call("/api/busy");
+    const next = await demo.call("/api/ping");
+    return next - hit;`);
+  console.log("pause after 429 (ms):", pause.toFixed(1));
+  assert.ok(pause >= 990 && pause < 1500, `paused ${pause} ms`);
+
+  // 4. The state survives a reload: drain the bucket, reload, and the next call waits.
+  const before = await run(`
+    await Promise.all([demo.call("/api/ping"), demo.call("/api/ping")]);
+    return Array.from(demo.throttle.save());`);
+  await open();
+  const after = await run(`
+    const loaded = Array.from(demo.throttle.save());
+    const start = performance.now();
+    await demo.call("/api/ping");
+    return [loaded, performance.now() - start];`);
+  console.log("reload: waited (ms):", after[1].toFixed(1));
+  assert.ok(before.length > 0);
+  assert.deepEqual(after[0], before, "the reloaded page restores the saved bytes");
+  assert.ok(after[1] >= 100, `an empty bucket after reload makes the call wait: ${after[1]} ms`);
+
+  // 5. Invalid input from JS throws an Error with a message; the module keeps working.
+  const thrown = await run(`
+    const { Limiter } = await import("/pkg/web/tollgate_wasm.js");
+    const messages = [];
+    for (const attempt of [
+      () => new Limiter({ algorithm: "token-bucket", capacity: -1, rate: 1, periodMs: 1000 }),
+      () => new Limiter("fixed-window"),
+      () => new Limiter({ algorithm: "fixed-window", limit: 1, periodMs: 1000 }).check(0.5),
+      () => demo.throttle.load(new Uint8Array([1, 4, 0])),
+    ]) {
+      try { attempt(); messages.push("no error"); }
+      catch (e) { messages.push(e instanceof Error ? e.message : "not an Error"); }
+    }
+    messages.push(new Limiter({ algorithm: "fixed-window", limit: 1, periodMs: 1000 }).check().allowed);
+    return messages;`);
+  console.log("errors:", JSON.stringify(thrown));
+  assert.match(thrown[0], /capacity must be a whole number/);
+  assert.match(thrown[1], /options must be an object/);
+  assert.match(thrown[2], /cost must be a whole number/);
+  assert.match(thrown[3], /cannot load the saved state/);
+  assert.equal(thrown[4], true);
+  console.log("e2e: all passed");
+} finally {
+  if (session) await webdriver("DELETE", `/session/${session}`).catch(() => {});
+  driver.kill();
+  server.close();
+}
