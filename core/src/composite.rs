@@ -3,6 +3,10 @@ use alloc::vec::Vec;
 use crate::encoding::{self, tag, Reader};
 use crate::{Algorithm, Decision, DecodeError, ParamError, Reserve, Ticks};
 
+/// One member's transition (decide or reserve) from its state.
+type MemberTransition<'a, A> =
+    dyn Fn(&A, Option<<A as Algorithm>::State>) -> (Decision, Option<<A as Algorithm>::State>) + 'a;
+
 /// Several limits on one key (say 10 per second and 1000 per hour), decided as one:
 /// a request is admitted only if every member admits it, and only then does any
 /// member's state change.
@@ -38,7 +42,7 @@ impl<A: Algorithm> Composite<A> {
         &self,
         state: Option<Vec<Option<A::State>>>,
         now: Ticks,
-        decide: &dyn Fn(&A, Option<A::State>) -> (Decision, Option<A::State>),
+        decide: &MemberTransition<'_, A>,
     ) -> (Decision, Option<Vec<Option<A::State>>>) {
         let old = state.unwrap_or_else(|| alloc::vec![None; self.members.len()]);
         let (decisions, new): (Vec<_>, Vec<_>) = self

@@ -23,7 +23,9 @@ fn number(object: &JsValue, name: &str) -> f64 {
 }
 
 fn message(error: JsError) -> String {
-    field(&JsValue::from(error), "message").as_string().unwrap_or_default()
+    field(&JsValue::from(error), "message")
+        .as_string()
+        .unwrap_or_default()
 }
 
 #[wasm_bindgen_test]
@@ -46,20 +48,32 @@ fn decisions_are_plain_objects_with_the_cores_values() {
             .collect();
         assert_eq!(
             keys,
-            ["allowed", "limit", "remaining", "retryAfterMs", "resetAfterMs", "delayMs"]
+            [
+                "allowed",
+                "limit",
+                "remaining",
+                "retryAfterMs",
+                "resetAfterMs",
+                "delayMs"
+            ]
         );
         assert_eq!(field(&got, "allowed").as_bool(), Some(want.allowed));
         assert_eq!(number(&got, "remaining"), want.remaining as f64);
         let retry = field(&got, "retryAfterMs").as_f64();
         assert_eq!(retry, want.retry_after.map(|t| t as f64 / 1000.0));
-        assert_eq!(number(&got, "resetAfterMs"), want.reset_after as f64 / 1000.0);
+        assert_eq!(
+            number(&got, "resetAfterMs"),
+            want.reset_after as f64 / 1000.0
+        );
     }
 }
 
 #[wasm_bindgen_test]
 fn a_cost_that_never_fits_reports_null() {
-    let mut limiter =
-        Limiter::new(json(r#"{"algorithm":"sliding-log","limit":3,"periodMs":1000}"#)).unwrap();
+    let mut limiter = Limiter::new(json(
+        r#"{"algorithm":"sliding-log","limit":3,"periodMs":1000}"#,
+    ))
+    .unwrap();
     let decision = limiter.check(Some(4.0), Some(0.0)).unwrap();
     assert!(field(&decision, "retryAfterMs").is_null());
     // The sliding log's saved bytes are the core's encoding.
@@ -73,7 +87,10 @@ fn a_cost_that_never_fits_reports_null() {
 fn invalid_input_is_an_error_with_a_message_never_a_trap() {
     let cases = [
         (json("null"), "options must be an object"),
-        (json(r#"{"algorithm":"leaky"}"#), "unknown algorithm \"leaky\""),
+        (
+            json(r#"{"algorithm":"leaky"}"#),
+            "unknown algorithm \"leaky\"",
+        ),
         (
             json(r#"{"algorithm":"fixed-window","limit":"10","periodMs":1000}"#),
             "options.limit must be a number",
@@ -90,10 +107,15 @@ fn invalid_input_is_an_error_with_a_message_never_a_trap() {
     for (options, expected) in cases {
         let error = Limiter::new(options).unwrap_err();
         let got = message(error);
-        assert!(got.contains(expected), "{got:?} should contain {expected:?}");
+        assert!(
+            got.contains(expected),
+            "{got:?} should contain {expected:?}"
+        );
     }
-    let mut limiter =
-        Limiter::new(json(r#"{"algorithm":"fixed-window","limit":2,"periodMs":1000}"#)).unwrap();
+    let mut limiter = Limiter::new(json(
+        r#"{"algorithm":"fixed-window","limit":2,"periodMs":1000}"#,
+    ))
+    .unwrap();
     for (cost, now) in [(-1.0, None), (f64::NAN, None), (1.0, Some(-5.0))] {
         assert!(limiter.check(Some(cost), now).is_err());
     }
@@ -153,16 +175,24 @@ async fn abort_withdraws_a_waiting_call_and_a_full_queue_refuses() {
     let controller = js_sys::eval("new AbortController()").unwrap();
     let options = js_sys::Object::new();
     Reflect::set(&options, &"signal".into(), &field(&controller, "signal")).unwrap();
-    let waiting = throttle.schedule(task("return 2"), Some(options.into())).unwrap();
+    let waiting = throttle
+        .schedule(task("return 2"), Some(options.into()))
+        .unwrap();
     let _queued = throttle.schedule(task("return 3"), None).unwrap();
     let full = throttle.schedule(task("return 4"), None).unwrap();
     let refused = settle(full).await.unwrap_err();
-    assert!(field(&refused, "message").as_string().unwrap().contains("queue is full"));
+    assert!(field(&refused, "message")
+        .as_string()
+        .unwrap()
+        .contains("queue is full"));
 
     let abort: Function = field(&controller, "abort").unchecked_into();
     abort.call0(&controller).unwrap();
     let reason = settle(waiting).await.unwrap_err();
-    assert_eq!(field(&reason, "name").as_string().as_deref(), Some("AbortError"));
+    assert_eq!(
+        field(&reason, "name").as_string().as_deref(),
+        Some("AbortError")
+    );
     assert_eq!(throttle.queued(), 1);
 }
 
@@ -172,8 +202,9 @@ async fn retry_after_pauses_the_queue() {
         r#"{"algorithm":"token-bucket","capacity":100,"rate":100,"periodMs":1000}"#,
     ))
     .unwrap();
-    let response = js_sys::eval("new Response(null, { status: 429, headers: { 'Retry-After': '1' } })")
-        .unwrap();
+    let response =
+        js_sys::eval("new Response(null, { status: 429, headers: { 'Retry-After': '1' } })")
+            .unwrap();
     throttle.observe(response).unwrap();
     let start = Date::now();
     let ran_at = settle(throttle.schedule(task("return Date.now()"), None).unwrap())
@@ -181,6 +212,10 @@ async fn retry_after_pauses_the_queue() {
         .unwrap()
         .as_f64()
         .unwrap();
-    assert!(ran_at - start >= 990.0, "ran {} ms after a 1 s Retry-After", ran_at - start);
+    assert!(
+        ran_at - start >= 990.0,
+        "ran {} ms after a 1 s Retry-After",
+        ran_at - start
+    );
     assert!(throttle.observe(JsValue::from(5)).is_err());
 }
