@@ -212,7 +212,7 @@ impl Reserve for Any {
     }
 }
 
-/// A ban holds its inner limiter and state inline, so a ban inside [`Any`] holds them
+/// A ban holds its inner limiter and state inline, so a ban inside `Any` holds them
 /// boxed to keep the types finite.
 impl Algorithm for Box<Any> {
     type State = Box<AnyState>;
