@@ -111,36 +111,27 @@ impl Transition {
     }
 }
 
-/// Reservation where the algorithm has it; see [`Any::can_reserve`].
+/// Reservation where the algorithm has it; see [`Any::can_reserve`]. By default an
+/// algorithm books nothing ahead and decides at `now` (windows and bans).
 trait Reservable: Algorithm {
     fn reserve_or_decide(
         &self,
         state: Option<Self::State>,
         now: Ticks,
         cost: u64,
-        max_wait: Ticks,
-    ) -> (Decision, Option<Self::State>);
+        _max_wait: Ticks,
+    ) -> (Decision, Option<Self::State>) {
+        self.decide(state, now, cost)
+    }
 }
 
-/// Windows book nothing ahead: they decide at `now`.
-macro_rules! decides_now {
-    ($($algorithm:ty),*) => {$(
-        impl Reservable for $algorithm {
-            fn reserve_or_decide(
-                &self,
-                state: Option<Self::State>,
-                now: Ticks,
-                cost: u64,
-                _max_wait: Ticks,
-            ) -> (Decision, Option<Self::State>) {
-                self.decide(state, now, cost)
-            }
-        }
-    )*};
-}
-decides_now!(FixedWindow, SlidingLog, SlidingCounter, Ban<Box<Any>>);
+impl Reservable for FixedWindow {}
+impl Reservable for SlidingLog {}
+impl Reservable for SlidingCounter {}
+impl Reservable for Ban<Box<Any>> {}
 
-macro_rules! reserves {
+/// Buckets, pacing and composites book their slot.
+macro_rules! books_ahead {
     ($($algorithm:ty),*) => {$(
         impl Reservable for $algorithm {
             fn reserve_or_decide(
@@ -155,7 +146,7 @@ macro_rules! reserves {
         }
     )*};
 }
-reserves!(TokenBucket, LeakyBucket, Pacing, Composite<Any>);
+books_ahead!(TokenBucket, LeakyBucket, Pacing, Composite<Any>);
 
 impl Any {
     /// Whether [`Reserve::reserve`] books ahead: buckets, pacing and composites of them.
