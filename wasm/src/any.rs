@@ -46,8 +46,16 @@ macro_rules! any {
                     })*
                 }
             }
+        }
 
-            fn encode_any<E: Extend<u8>>(&self, state: &AnyState, out: &mut E) {
+        impl Algorithm for Any {
+            type State = AnyState;
+
+            fn decide(&self, state: Option<AnyState>, now: Ticks, cost: u64) -> (Decision, Option<AnyState>) {
+                self.lift(state, Transition::Decide { now, cost })
+            }
+
+            fn encode<E: Extend<u8>>(&self, state: &AnyState, out: &mut E) {
                 match (self, state) {
                     $((Self::$variant(algorithm), AnyState::$variant(state)) => {
                         algorithm.encode(state, out)
@@ -58,7 +66,7 @@ macro_rules! any {
                 }
             }
 
-            fn decode_any(&self, bytes: &[u8]) -> Result<AnyState, DecodeError> {
+            fn decode(&self, bytes: &[u8]) -> Result<AnyState, DecodeError> {
                 match self {
                     $(Self::$variant(algorithm) => {
                         algorithm.decode(bytes).map(AnyState::$variant)
@@ -160,27 +168,6 @@ impl Any {
                 false
             }
         }
-    }
-}
-
-impl Algorithm for Any {
-    type State = AnyState;
-
-    fn decide(
-        &self,
-        state: Option<AnyState>,
-        now: Ticks,
-        cost: u64,
-    ) -> (Decision, Option<AnyState>) {
-        self.lift(state, Transition::Decide { now, cost })
-    }
-
-    fn encode<E: Extend<u8>>(&self, state: &AnyState, out: &mut E) {
-        self.encode_any(state, out);
-    }
-
-    fn decode(&self, bytes: &[u8]) -> Result<AnyState, DecodeError> {
-        self.decode_any(bytes)
     }
 }
 

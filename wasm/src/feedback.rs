@@ -7,7 +7,7 @@ use tollgate_core::{Ticks, SECOND};
 use crate::scheduler::Budget;
 
 /// What a response asks of the client.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Feedback {
     /// Send nothing before this instant (`Retry-After`).
     pub resume_at: Option<Ticks>,

@@ -443,16 +443,14 @@ impl Throttle {
         #[wasm_bindgen(unchecked_param_type = "() => unknown")] task: Function,
         #[wasm_bindgen(unchecked_param_type = "ScheduleOptions")] options: Option<JsValue>,
     ) -> Result<Promise, JsError> {
-        let options = options.map(JsFields);
-        let cost = match &options {
-            Some(options) => options.number("cost").map_err(error)?,
-            None => None,
+        let (cost, signal) = match options.map(JsFields) {
+            Some(options) => (
+                options.number("cost").map_err(error)?,
+                options.get("signal").map_err(error)?,
+            ),
+            None => (None, None),
         };
         let cost = cost_or_one(cost)?;
-        let signal = match &options {
-            Some(options) => options.get("signal").map_err(error)?,
-            None => None,
-        };
         let signal: Option<AbortSignal> = signal.map(JsCast::unchecked_into);
 
         let mut settle = None;

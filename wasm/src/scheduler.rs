@@ -127,13 +127,12 @@ impl<J> Scheduler<J> {
                 Next::WaitUntil(ready_at)
             };
         }
-        if self.budget.is_some_and(|budget| now >= budget.until) {
-            self.budget = None;
-        }
-        if let Some(budget) = self.budget {
-            if front.cost > budget.remaining {
+        match self.budget {
+            Some(budget) if now >= budget.until => self.budget = None,
+            Some(budget) if front.cost > budget.remaining => {
                 return Next::WaitUntil(budget.until);
             }
+            _ => {}
         }
         let decision = self.limit.check(now, front.cost);
         if !decision.allowed {
