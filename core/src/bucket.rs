@@ -70,6 +70,8 @@ struct Gcra {
     burst: u64,
     /// `burst × period`: the scaled time a full burst occupies.
     tolerance: u128,
+    /// [`MAX_TICKS`] scaled: where instants saturate.
+    latest: u128,
     rate: Divisor,
     period: Divisor,
 }
@@ -98,6 +100,7 @@ impl Gcra {
             tag,
             burst,
             tolerance,
+            latest: u128::from(MAX_TICKS) * u128::from(rate),
             rate: Divisor::new(rate),
             period: Divisor::new(period),
         })
@@ -110,7 +113,7 @@ impl Gcra {
 
     /// `a + b`, saturating at [`MAX_TICKS`].
     fn add(&self, a: u128, b: u128) -> u128 {
-        (a + b).min(self.scaled(MAX_TICKS))
+        (a + b).min(self.latest)
     }
 
     /// A scaled duration in whole ticks, rounded up.
