@@ -1,20 +1,27 @@
-//! Where states live during a command: process memory or a sled database. Every backend
-//! decides at an explicit time, so the same trace gives the same answers on each.
+//! Where states live during a command: process memory, a sled database or Redis. Every
+//! backend decides at an explicit time, so the same trace gives the same answers on each.
 
+use std::cell::RefCell;
 use std::str::FromStr;
 
 use tollgate_core::memory::{InMemory, KeyedLimiter};
 use tollgate_core::{Algorithm, Decision, ManualClock, Ticks};
+use tollgate_redis::{LuaAlgorithm, Reconnecting, RedisLimiter};
 use tollgate_sled::{Durability, SledLimiter};
 
 use crate::Failure;
 
-/// `--backend`: `memory`, `sled:PATH`.
+/// `--backend`: `memory`, `sled:PATH`, `redis://HOST[:PORT][/DB]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Backend {
     Memory,
     Sled(String),
+    Redis(String),
 }
+
+/// An algorithm every backend holds: in process memory, in sled and in Redis.
+pub trait Hosted: InMemory + LuaAlgorithm + Clone + Send + Sync + 'static {}
+impl<A: InMemory + LuaAlgorithm + Clone + Send + Sync + 'static> Hosted for A {}
 
 impl FromStr for Backend {
     type Err = String;
@@ -24,9 +31,13 @@ impl FromStr for Backend {
         } else if let Some(path) = text.strip_prefix("sled:").filter(|p| !p.is_empty()) {
             Ok(Self::Sled(path.to_owned()))
         } else if text.starts_with("redis://") {
-            Err("the Redis backend is not in this build yet (tollgate-redis has not landed); use memory or sled:PATH".into())
+            // Checked here so a bad URL is a flag error, not a backend failure.
+            redis::Client::open(text).map_err(|e| format!("bad Redis URL {text:?}: {e}"))?;
+            Ok(Self::Redis(text.to_owned()))
         } else {
-            Err(format!("unknown backend {text:?}: use memory or sled:PATH"))
+            Err(format!(
+                "unknown backend {text:?}: use memory, sled:PATH or redis://HOST[:PORT]"
+            ))
         }
     }
 }
@@ -43,7 +54,7 @@ pub trait Store<A: Algorithm> {
 impl Backend {
     pub fn open<A>(&self, algorithm: A) -> Result<Box<dyn Store<A>>, Failure>
     where
-        A: Algorithm + InMemory + Clone + Send + Sync + 'static,
+        A: Hosted,
         A::State: Send,
     {
         Ok(match self {
@@ -60,6 +71,16 @@ impl Backend {
                     .open_tree("tollgate")
                     .map_err(|e| Failure::Backend(e.to_string()))?;
                 Box::new(SledLimiter::new(tree, algorithm, Durability::EveryDecision))
+            }
+            Self::Redis(url) => {
+                let client = redis::Client::open(url.as_str())
+                    .map_err(|e| Failure::Input(format!("bad Redis URL {url:?}: {e}")))?;
+                let limiter = RedisLimiter::new(algorithm)
+                    .map_err(|e| Failure::Input(format!("this policy cannot run on Redis: {e}")))?;
+                Box::new(RedisStore {
+                    limiter,
+                    con: RefCell::new(Reconnecting::new(client)),
+                })
             }
         })
     }
@@ -83,7 +104,7 @@ impl<A: Algorithm> Store<A> for KeyedLimiter<String, A, ManualClock> {
 
     fn state(&self, _key: &str) -> Result<Option<A::State>, Failure> {
         Err(Failure::Input(
-            "inspect needs a stored backend (sled:PATH); memory forgets at exit".into(),
+            "inspect needs a stored backend (sled:PATH or redis://); memory forgets at exit".into(),
         ))
     }
 }
@@ -110,4 +131,47 @@ impl<A: Algorithm> Store<A> for SledLimiter<A> {
 
 fn sled_failure(e: tollgate_sled::Error) -> Failure {
     Failure::Backend(e.to_string())
+}
+
+/// A Redis limiter and its one connection (a command runs on one thread).
+struct RedisStore<A: LuaAlgorithm> {
+    limiter: RedisLimiter<A>,
+    con: RefCell<Reconnecting>,
+}
+
+impl<A: LuaAlgorithm> Store<A> for RedisStore<A> {
+    fn decide(&self, key: &str, now: Ticks, cost: u64) -> Result<Decision, Failure> {
+        let con = &mut *self.con.borrow_mut();
+        self.limiter
+            .check_at(con, key.as_bytes(), cost, now)
+            .map_err(redis_failure)
+    }
+
+    /// The scripts only decide, so a peek reads the stored state and lets the core
+    /// answer: the same math, nothing written.
+    fn peek(&self, key: &str, now: Ticks, cost: u64) -> Result<Decision, Failure> {
+        let state = self.state(key)?;
+        Ok(self.limiter.algorithm().peek(state, now, cost))
+    }
+
+    fn reset(&self, key: &str) -> Result<(), Failure> {
+        let con = &mut *self.con.borrow_mut();
+        self.limiter
+            .reset(con, key.as_bytes())
+            .map_err(redis_failure)
+    }
+
+    fn state(&self, key: &str) -> Result<Option<A::State>, Failure> {
+        let con = &mut *self.con.borrow_mut();
+        self.limiter
+            .state(con, key.as_bytes())
+            .map_err(redis_failure)
+    }
+}
+
+fn redis_failure(e: tollgate_redis::Error) -> Failure {
+    match e {
+        e @ tollgate_redis::Error::OutOfRange { .. } => Failure::Input(e.to_string()),
+        e => Failure::Backend(e.to_string()),
+    }
 }

@@ -15,10 +15,9 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 use serde::Serialize;
-use tollgate_core::memory::InMemory;
-use tollgate_core::{Algorithm, Clock, Decision, MonotonicClock, Ticks};
+use tollgate_core::{Clock, Decision, MonotonicClock, Ticks};
 
-use backend::{Backend, Store};
+use backend::{Backend, Hosted, Store};
 use policy::{Duration, Job, Kind, Limiter, Policy};
 use traffic::Traffic;
 
@@ -104,7 +103,7 @@ struct PolicyArgs {
 
 #[derive(Debug, Args)]
 struct BackendArgs {
-    /// memory or sled:PATH.
+    /// memory, sled:PATH or redis://HOST[:PORT][/DB].
     #[arg(long, default_value = "memory")]
     backend: Backend,
 }
@@ -287,7 +286,7 @@ impl Job for OnKey<'_> {
     type Output = Result<ExitCode, Failure>;
     fn run<A>(self, algorithm: A) -> Self::Output
     where
-        A: Algorithm + InMemory + Clone + Send + Sync + 'static,
+        A: Hosted,
         A::State: Debug + Send,
     {
         let args = self.args;
@@ -335,7 +334,7 @@ impl Job for Replay<'_> {
     type Output = Result<ExitCode, Failure>;
     fn run<A>(self, algorithm: A) -> Self::Output
     where
-        A: Algorithm + InMemory + Clone + Send + Sync + 'static,
+        A: Hosted,
         A::State: Debug + Send,
     {
         let store = self.backend.open(algorithm)?;
@@ -392,7 +391,7 @@ impl Job for Simulate<'_> {
     type Output = Result<ExitCode, Failure>;
     fn run<A>(self, algorithm: A) -> Self::Output
     where
-        A: Algorithm + InMemory + Clone + Send + Sync + 'static,
+        A: Hosted,
         A::State: Debug + Send,
     {
         let store: Box<dyn Store<A>> = self.backend.open(algorithm)?;
@@ -496,7 +495,7 @@ fn describe(policy: &Policy) -> String {
 
 /// A duration for people: `1500 ms`, `2.5 ms`, `0 ms`.
 fn ms(ticks: Ticks) -> String {
-    if ticks % 1000 == 0 {
+    if ticks.is_multiple_of(1000) {
         format!("{} ms", ticks / 1000)
     } else {
         format!("{}.{:03} ms", ticks / 1000, ticks % 1000)

@@ -4,11 +4,10 @@ use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::ops::Range;
 
+use crate::backend::Hosted;
 use serde::Deserialize;
-use tollgate_core::memory::InMemory;
 use tollgate_core::{
-    Algorithm, FixedWindow, LeakyBucket, Pacing, ParamError, SlidingCounter, SlidingLog, Ticks,
-    TokenBucket,
+    FixedWindow, LeakyBucket, Pacing, ParamError, SlidingCounter, SlidingLog, Ticks, TokenBucket,
 };
 
 use crate::Failure;
@@ -151,7 +150,7 @@ pub trait Job {
     type Output;
     fn run<A>(self, algorithm: A) -> Self::Output
     where
-        A: Algorithm + InMemory + Clone + Send + Sync + 'static,
+        A: Hosted,
         A::State: Debug + Send;
 }
 

@@ -2,6 +2,11 @@
 
 use std::path::Path;
 use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+/// A real `redis-server` on a free loopback port, shared with tollgate-redis's tests.
+#[path = "../../storage-redis/tests/common/mod.rs"]
+mod common;
 
 fn tollgate(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_tollgate"))
@@ -72,8 +77,9 @@ fn replay_prints_exact_json_lines() {
 }
 
 #[test]
-fn replay_is_byte_identical_on_memory_and_sled() {
+fn replay_is_byte_identical_on_memory_sled_and_redis() {
     let dir = tempfile::tempdir().unwrap();
+    let redis = common::Server::start();
     let mut trace = String::from("t_us,key,cost\n");
     let mut t = 1_700_000_000_000_000u64;
     for i in 0..2000u64 {
@@ -81,7 +87,7 @@ fn replay_is_byte_identical_on_memory_and_sled() {
         trace += &format!("{t},user-{},{}\n", i % 7, 1 + i % 3);
     }
     let trace = write(dir.path(), "trace.csv", &trace);
-    for policy in ["api", "login", "reports", "daily"] {
+    for (db, policy) in ["api", "login", "reports", "daily"].into_iter().enumerate() {
         let run = |backend: &str| {
             let out = tollgate(&[
                 "replay",
@@ -104,9 +110,12 @@ fn replay_is_byte_identical_on_memory_and_sled() {
             out.stdout
         };
         let sled = format!("sled:{}", dir.path().join(policy).display());
+        // One database per policy: the trace's keys are the same in each.
+        let redis = format!("{}{db}", redis.url());
         let memory = run("memory");
         assert_eq!(memory.iter().filter(|&&b| b == b'\n').count(), 2000);
         assert!(memory == run(&sled), "{policy}: memory and sled differ");
+        assert!(memory == run(&redis), "{policy}: memory and Redis differ");
     }
 }
 
@@ -190,7 +199,7 @@ fn bad_flags_exit_2_with_a_message() {
         "check k --algorithm fixed-window --limit 1 --period 1sec".to_owned(),
         "check k --algorithm fixed-window --capacity 1 --period 1s".to_owned(),
         format!("check k {window} --backend ftp://x"),
-        format!("check k {window} --backend redis://127.0.0.1:6379"),
+        format!("check k {window} --backend redis://127.0.0.1:port"),
         format!("simulate {window} --traffic steady --duration 1s"),
         format!("simulate {window} --traffic steady:rate=1,jitter=2 --duration 1s"),
         "check k --config /nonexistent.toml --policy a".to_owned(),
@@ -225,9 +234,16 @@ fn a_policy_refuses_apps_it_does_not_serve() {
 }
 
 #[test]
-fn check_peek_reset_inspect_on_sled() {
+fn check_peek_reset_inspect_on_sled_and_redis() {
     let dir = tempfile::tempdir().unwrap();
-    let backend = format!("sled:{}", dir.path().join("db").display());
+    let redis = common::Server::start();
+    let sled = format!("sled:{}", dir.path().join("db").display());
+    for backend in [sled, redis.url()] {
+        check_peek_reset_inspect(&backend);
+    }
+}
+
+fn check_peek_reset_inspect(backend: &str) {
     let run = |command: &str| {
         tollgate(&[
             command,
@@ -239,7 +255,7 @@ fn check_peek_reset_inspect_on_sled() {
             "--period",
             "1h",
             "--backend",
-            &backend,
+            backend,
             "--now",
             "7200000000",
         ])
@@ -258,6 +274,52 @@ fn check_peek_reset_inspect_on_sled() {
     assert_eq!(run("peek").status.code(), Some(1));
     assert_eq!(run("reset").status.code(), Some(0));
     assert_eq!(run("peek").status.code(), Some(0));
+}
+
+#[test]
+fn an_unreachable_redis_fails_with_exit_code_4_within_the_timeout() {
+    let backend = format!("redis://127.0.0.1:{}/", common::free_port());
+    let start = Instant::now();
+    let out = tollgate(&[
+        "check",
+        "k",
+        "--algorithm",
+        "token-bucket",
+        "--capacity",
+        "1",
+        "--rate",
+        "1",
+        "--period",
+        "1s",
+        "--backend",
+        &backend,
+    ]);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    assert!(stderr(&out).contains("unavailable"), "{}", stderr(&out));
+    assert!(start.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn a_policy_beyond_the_lua_range_is_refused_on_redis() {
+    let redis = common::Server::start();
+    let out = tollgate(&[
+        "check",
+        "k",
+        "--algorithm",
+        "fixed-window",
+        "--limit",
+        "2000000",
+        "--period",
+        "1s",
+        "--backend",
+        &redis.url(),
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("cannot run on Redis"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]
