@@ -3,6 +3,11 @@
 //!
 //! `redis_pipelined`: pipelines of 64 decisions, one per connection on four threads.
 //! `redis_single`: one connection, one decision per round trip.
+//!
+//! `script_floor` prices what any exact decision script must do, with no math: an
+//! `EVALSHA` with the token bucket's twelve arguments that reads `TIME`, `GET`s the key,
+//! `SET`s it with a TTL and returns seven numbers. No script can beat it, so it bounds
+//! the ratio to `INCR` a Lua limiter can reach on this server.
 
 #[path = "../../storage-redis/tests/common/mod.rs"]
 mod common;
@@ -18,9 +23,9 @@ const KEYS: usize = 1024;
 const BATCH: usize = 64;
 const CONNECTIONS: usize = 4;
 
-fn keys() -> Vec<Vec<u8>> {
+fn named_keys(prefix: &str) -> Vec<Vec<u8>> {
     (0..KEYS)
-        .map(|i| format!("user:{i}").into_bytes())
+        .map(|i| format!("{prefix}user:{i}").into_bytes())
         .collect()
 }
 
@@ -63,6 +68,32 @@ fn decide_batch<A: LuaAlgorithm>(
     }
 }
 
+/// The floor script: the Redis calls and reply of a decision, without its arithmetic.
+const FLOOR: &str = "local t = redis.call('TIME')
+redis.call('GET', KEYS[1])
+redis.call('SET', KEYS[1], 'tollgate', 'PX', 1000)
+return { 1, 0, 0, 0, 0, 0, tonumber(t[1]) }";
+
+/// An `EVALSHA` of the floor script with as many arguments as a token bucket decision.
+fn floor_call(sha: &str, key: &[u8]) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(sha).arg(1).arg(key).arg("").arg(1).arg("").arg(0);
+    cmd.arg("token_bucket")
+        .arg(1_000_000)
+        .arg(1_000_000)
+        .arg(SECOND);
+    cmd.arg(1_000_000).arg(0).arg(1).arg(0);
+    cmd
+}
+
+fn floor_batch(sha: &str, con: &mut Connection, keys: &[Vec<u8>], start: usize) {
+    let mut pipe = Pipeline::with_capacity(BATCH);
+    for j in 0..BATCH {
+        pipe.add_command(floor_call(sha, &keys[(start + j) % KEYS]));
+    }
+    let _: Vec<Vec<i64>> = pipe.query(con).unwrap();
+}
+
 fn incr_batch(con: &mut Connection, keys: &[Vec<u8>], start: usize) {
     let mut pipe = Pipeline::with_capacity(BATCH);
     for j in 0..BATCH {
@@ -73,7 +104,9 @@ fn incr_batch(con: &mut Connection, keys: &[Vec<u8>], start: usize) {
 
 fn redis_benches(c: &mut Criterion) {
     let server = common::Server::start();
-    let keys = keys();
+    let keys = named_keys("");
+    // The floor's keys hold strings, so they must not be the ones `INCR` counts.
+    let floor_keys = named_keys("floor:");
     // Mostly admitted: a bucket of 10^6 refilled at 10^6/s, a log of 1000 per second.
     let bucket = RedisLimiter::new(TokenBucket::new(1_000_000, 1_000_000, SECOND).unwrap())
         .unwrap()
@@ -81,6 +114,11 @@ fn redis_benches(c: &mut Criterion) {
     let log = RedisLimiter::new(SlidingLog::new(1000, SECOND).unwrap())
         .unwrap()
         .with_prefix("log:");
+    let sha: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(FLOOR)
+        .query(&mut server.connection())
+        .unwrap();
 
     let mut group = c.benchmark_group("redis_pipelined");
     group.throughput(Throughput::Elements(BATCH as u64));
@@ -98,6 +136,13 @@ fn redis_benches(c: &mut Criterion) {
             })
         })
     });
+    group.bench_function("script_floor", |b| {
+        b.iter_custom(|iters| {
+            pipelined(&server, iters, |con, start| {
+                floor_batch(&sha, con, &floor_keys, start)
+            })
+        })
+    });
     group.bench_function("incr", |b| {
         b.iter_custom(|iters| pipelined(&server, iters, |con, start| incr_batch(con, &keys, start)))
     });
@@ -111,6 +156,14 @@ fn redis_benches(c: &mut Criterion) {
         b.iter(|| {
             i = (i + 1) % KEYS;
             bucket.check(&mut con, &keys[i], 1).unwrap().allowed
+        })
+    });
+    group.bench_function("script_floor", |b| {
+        b.iter(|| {
+            i = (i + 1) % KEYS;
+            floor_call(&sha, &floor_keys[i])
+                .query::<Vec<i64>>(&mut con)
+                .unwrap()
         })
     });
     group.bench_function("incr", |b| {
