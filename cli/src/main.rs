@@ -103,7 +103,7 @@ struct PolicyArgs {
 
 #[derive(Debug, Args)]
 struct BackendArgs {
-    /// memory, sled:PATH or redis://HOST[:PORT][/DB].
+    /// memory, sled:PATH or a redis:// URL (redis://HOST:PORT/DB).
     #[arg(long, default_value = "memory")]
     backend: Backend,
 }
