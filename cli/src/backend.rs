@@ -12,11 +12,12 @@ use tollgate_sled::{Durability, SledLimiter};
 use crate::Failure;
 
 /// `--backend`: `memory`, `sled:PATH`, `redis://HOST[:PORT][/DB]`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum Backend {
     Memory,
     Sled(String),
-    Redis(String),
+    /// Parsed when the flag is read, so a bad URL is a flag error.
+    Redis(redis::Client),
 }
 
 /// An algorithm every backend holds: in process memory, in sled and in Redis.
@@ -31,9 +32,9 @@ impl FromStr for Backend {
         } else if let Some(path) = text.strip_prefix("sled:").filter(|p| !p.is_empty()) {
             Ok(Self::Sled(path.to_owned()))
         } else if text.starts_with("redis://") {
-            // Checked here so a bad URL is a flag error, not a backend failure.
-            redis::Client::open(text).map_err(|e| format!("bad Redis URL {text:?}: {e}"))?;
-            Ok(Self::Redis(text.to_owned()))
+            redis::Client::open(text)
+                .map(Self::Redis)
+                .map_err(|e| format!("bad Redis URL {text:?}: {e}"))
         } else {
             Err(format!(
                 "unknown backend {text:?}: use memory, sled:PATH or redis://HOST[:PORT]"
@@ -72,14 +73,12 @@ impl Backend {
                     .map_err(|e| Failure::Backend(e.to_string()))?;
                 Box::new(SledLimiter::new(tree, algorithm, Durability::EveryDecision))
             }
-            Self::Redis(url) => {
-                let client = redis::Client::open(url.as_str())
-                    .map_err(|e| Failure::Input(format!("bad Redis URL {url:?}: {e}")))?;
+            Self::Redis(client) => {
                 let limiter = RedisLimiter::new(algorithm)
                     .map_err(|e| Failure::Input(format!("this policy cannot run on Redis: {e}")))?;
                 Box::new(RedisStore {
                     limiter,
-                    con: RefCell::new(Reconnecting::new(client)),
+                    con: RefCell::new(Reconnecting::new(client.clone())),
                 })
             }
         })
