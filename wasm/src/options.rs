@@ -89,7 +89,7 @@ pub fn algorithm(options: &impl Fields) -> Result<Any, String> {
         }
         other => {
             return Err(format!(
-                "unknown algorithm {other:?}: expected {ALGORITHMS}"
+                "unknown algorithm \"{other}\": expected {ALGORITHMS}"
             ))
         }
     };
