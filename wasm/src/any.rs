@@ -10,7 +10,7 @@ use tollgate_core::{
 
 /// Declares [`Any`] and [`AnyState`] with one variant per algorithm, and dispatches a
 /// transition to the variant's own algorithm. A state is only ever produced by the same
-/// `Any` that reads it back, so a state of another variant cannot reach `lift`; it would
+/// `Any` that reads it back, so a state of another variant cannot reach `run`; it would
 /// be decided as fresh.
 macro_rules! any {
     ($($variant:ident($algorithm:ty, $state:ty)),* $(,)?) => {
@@ -33,16 +33,19 @@ macro_rules! any {
         }
 
         impl Any {
-            /// Runs `transition` (decide or reserve) on the variant's own algorithm.
-            fn lift(&self, state: Option<AnyState>, transition: Transition) -> (Decision, Option<AnyState>) {
+            /// Runs `transition` (decide or reserve) on the variant's own algorithm, updating
+            /// the state in its slot. In place, because moving the state in and out by
+            /// value costs copies the browser build makes as calls.
+            pub fn run(&self, slot: &mut Option<AnyState>, transition: Transition) -> Decision {
                 match self {
                     $(Self::$variant(algorithm) => {
-                        let state = match state {
+                        let state = match slot.take() {
                             Some(AnyState::$variant(state)) => Some(state),
                             _ => None,
                         };
                         let (decision, state) = transition.apply(algorithm, state);
-                        (decision, state.map(AnyState::$variant))
+                        *slot = state.map(AnyState::$variant);
+                        decision
                     })*
                 }
             }
@@ -51,8 +54,9 @@ macro_rules! any {
         impl Algorithm for Any {
             type State = AnyState;
 
-            fn decide(&self, state: Option<AnyState>, now: Ticks, cost: u64) -> (Decision, Option<AnyState>) {
-                self.lift(state, Transition::Decide { now, cost })
+            fn decide(&self, mut state: Option<AnyState>, now: Ticks, cost: u64) -> (Decision, Option<AnyState>) {
+                let decision = self.run(&mut state, Transition::Decide { now, cost });
+                (decision, state)
             }
 
             fn encode<E: Extend<u8>>(&self, state: &AnyState, out: &mut E) {
@@ -90,11 +94,8 @@ any! {
 
 /// A transition to run on whichever algorithm an [`Any`] holds.
 #[derive(Debug, Clone, Copy)]
-enum Transition {
-    Decide {
-        now: Ticks,
-        cost: u64,
-    },
+pub enum Transition {
+    Decide { now: Ticks, cost: u64 },
     Reserve {
         now: Ticks,
         cost: u64,
@@ -174,19 +175,18 @@ impl Any {
 impl Reserve for Any {
     fn reserve(
         &self,
-        state: Option<AnyState>,
+        mut state: Option<AnyState>,
         now: Ticks,
         cost: u64,
         max_wait: Ticks,
     ) -> (Decision, Option<AnyState>) {
-        self.lift(
-            state,
-            Transition::Reserve {
-                now,
-                cost,
-                max_wait,
-            },
-        )
+        let transition = Transition::Reserve {
+            now,
+            cost,
+            max_wait,
+        };
+        let decision = self.run(&mut state, transition);
+        (decision, state)
     }
 }
 

@@ -1,8 +1,8 @@
 //! One limit and the state it governs: what a client holds for itself.
 
-use tollgate_core::{Algorithm, Decision, Reserve, Ticks};
+use tollgate_core::{Algorithm, Decision, Ticks};
 
-use crate::any::{Any, AnyState};
+use crate::any::{Any, AnyState, Transition};
 
 /// An algorithm and the one state it governs (a client limits only itself, so there is
 /// one key).
@@ -23,9 +23,8 @@ impl Limit {
 
     /// Decides a request and keeps the new state.
     pub fn check(&mut self, now: Ticks, cost: u64) -> Decision {
-        let (decision, state) = self.algorithm.decide(self.state.take(), now, cost);
-        self.state = state;
-        decision
+        let transition = Transition::Decide { now, cost };
+        self.algorithm.run(&mut self.state, transition)
     }
 
     /// What [`check`](Self::check) would answer, changing nothing.
@@ -47,11 +46,12 @@ impl Limit {
                     .to_owned(),
             );
         }
-        let (decision, state) = self
-            .algorithm
-            .reserve(self.state.take(), now, cost, max_wait);
-        self.state = state;
-        Ok(decision)
+        let transition = Transition::Reserve {
+            now,
+            cost,
+            max_wait,
+        };
+        Ok(self.algorithm.run(&mut self.state, transition))
     }
 
     /// The state's canonical encoding; empty when the state is fresh.
@@ -86,7 +86,7 @@ impl Limit {
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
-    use tollgate_core::{TokenBucket, MILLISECOND};
+    use tollgate_core::{Reserve, TokenBucket, MILLISECOND};
 
     use super::*;
     use crate::options::{algorithm, tests::bucket, tests::window};
