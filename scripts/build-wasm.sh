@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Builds tollgate-wasm's two packages: wasm/pkg/web (an ES module for browsers and
-# bundlers) and wasm/pkg/nodejs (CommonJS for Node.js), each with TypeScript types,
-# then checks the gzipped size of the optimized module.
+# Builds tollgate-wasm's two packages: wasm/pkg/web (ES modules for browsers and
+# bundlers) and wasm/pkg/nodejs (wasm-bindgen's CommonJS for Node.js under an ES module
+# entry), each with TypeScript types, then checks the gzipped size of the optimized
+# module. Both export `Limiter` from wasm/js/limiter.js (over the module's LimiterCore)
+# and `Throttle` from the module.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/wasm-tools.sh
@@ -18,8 +20,13 @@ for target in web nodejs; do
   wasm-bindgen --target "$target" --out-dir "$out" "$module"
   # shellcheck disable=SC2086
   wasm/node_modules/.bin/wasm-opt -Oz $features "$out/tollgate_wasm_bg.wasm" -o "$out/tollgate_wasm_bg.wasm"
-  type=commonjs
-  if [ "$target" = web ]; then type=module; fi
+  # The entry and the JS half of Limiter; `.mjs` where the package is CommonJS.
+  type=commonjs js=mjs
+  if [ "$target" = web ]; then type=module js=js; fi
+  cp wasm/js/limiter.js "$out/limiter.$js"
+  cp wasm/js/limiter.d.ts "$out/limiter.d.ts"
+  cp "wasm/js/$target.$js" "$out/index.$js"
+  cp "wasm/js/$target.d.ts" "$out/index.d.ts"
   # wasm-bindgen writes inline JS snippets as ES modules, which the CommonJS glue
   # `require`s: mark them as modules (Node.js 20.19 or later loads them).
   echo '{ "type": "module" }' >"$out/snippets/package.json"
@@ -30,8 +37,8 @@ for target in web nodejs; do
   "description": "Client-side rate limiting for browsers and JS apps",
   "license": "MIT OR Apache-2.0",
   "type": "$type",
-  "main": "tollgate_wasm.js",
-  "types": "tollgate_wasm.d.ts"
+  "main": "index.$js",
+  "types": "index.d.ts"
 }
 JSON
 done

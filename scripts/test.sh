@@ -29,8 +29,10 @@ cargo test --workspace --all-features --doc
 cargo nextest run --workspace --all-features --no-fail-fast
 
 # tollgate-wasm in a real JS engine: the bindings under Node.js (wasm-bindgen-test), then
-# the built packages (size budget checked) and the demo page in headless Chromium.
+# the built packages (size budget checked) as users import them, and the demo page in
+# headless Chromium.
 CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=wasm-bindgen-test-runner \
   cargo test -p tollgate-wasm --target wasm32-unknown-unknown --test node
 bash scripts/build-wasm.sh
+node --test wasm/tests/limiter.test.mjs
 node wasm/e2e/e2e.mjs

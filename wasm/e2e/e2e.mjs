@@ -147,7 +147,7 @@ try {
 
   // 5. Invalid input from JS throws an Error with a message; the module keeps working.
   const thrown = await run(`
-    const { Limiter } = await import("/pkg/web/tollgate_wasm.js");
+    const { Limiter } = await import("/pkg/web/index.js");
     const messages = [];
     for (const attempt of [
       () => new Limiter({ algorithm: "token-bucket", capacity: -1, rate: 1, periodMs: 1000 }),

@@ -95,7 +95,10 @@ any! {
 /// A transition to run on whichever algorithm an [`Any`] holds.
 #[derive(Debug, Clone, Copy)]
 pub enum Transition {
-    Decide { now: Ticks, cost: u64 },
+    Decide {
+        now: Ticks,
+        cost: u64,
+    },
     Reserve {
         now: Ticks,
         cost: u64,

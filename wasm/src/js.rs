@@ -76,9 +76,16 @@ export type ResponseLike = { headers: { get(name: string): string | null } } | {
 #[wasm_bindgen(inline_js = r#"
 const origin = Date.now() - performance.now();
 export function nowMs() { return origin + performance.now(); }
-export function decision(allowed, limit, remaining, retryAfterMs, resetAfterMs, delayMs) {
-  return { allowed, limit, remaining, retryAfterMs: retryAfterMs ?? null, resetAfterMs, delayMs };
+const slots = new Float64Array(6);
+export function store(allowed, limit, remaining, retryAfterMs, resetAfterMs, delayMs) {
+  slots[0] = allowed;
+  slots[1] = limit;
+  slots[2] = remaining;
+  slots[3] = retryAfterMs;
+  slots[4] = resetAfterMs;
+  slots[5] = delayMs;
 }
+export function shared() { return { nowMs, slots }; }
 "#)]
 extern "C" {
     /// Milliseconds since the Unix epoch: `performance.now()`, monotonic, anchored once
@@ -86,16 +93,19 @@ extern "C" {
     #[wasm_bindgen(js_name = nowMs)]
     fn now_ms() -> f64;
 
-    /// A plain JS object in one call across the boundary.
-    #[wasm_bindgen(js_name = decision)]
-    fn decision_object(
+    /// Writes a decision into the slots `limiter.js` reads (`retryAfterMs` is -1 for
+    /// never): six numbers in one call, nothing allocated.
+    fn store(
         allowed: bool,
         limit: f64,
         remaining: f64,
-        retry_after_ms: Option<f64>,
+        retry_after_ms: f64,
         reset_after_ms: f64,
         delay_ms: f64,
-    ) -> JsValue;
+    );
+
+    /// `{ nowMs, slots }`: the clock and the decision slots, for `limiter.js`.
+    fn shared() -> JsValue;
 }
 
 #[wasm_bindgen]
@@ -130,27 +140,23 @@ fn clock() -> Ticks {
     ticks_from_ms("now", now_ms()).unwrap_or_default()
 }
 
-/// An explicit `nowMs`, or the clock.
-fn now_or_clock(now_ms: Option<f64>) -> Result<Ticks, JsError> {
-    now_ms.map_or(Ok(clock()), |ms| ticks_from_ms("nowMs", ms).map_err(error))
-}
-
 fn cost_or_one(cost: Option<f64>) -> Result<u64, JsError> {
     whole("cost", cost.unwrap_or(1.0)).map_err(error)
 }
 
-fn to_js(decision: Decision) -> JsValue {
+/// Sends a decision to the slots.
+fn land(decision: &Decision) {
     // Limits are at most 10^9 and times below 2^53 µs: exact as JS numbers.
     #[allow(clippy::cast_precision_loss)]
     let number = |n: u64| n as f64;
-    decision_object(
+    store(
         decision.allowed,
         number(decision.limit),
         number(decision.remaining),
-        decision.retry_after.map(ms_from_ticks),
+        decision.retry_after.map_or(-1.0, ms_from_ticks),
         ms_from_ticks(decision.reset_after),
         ms_from_ticks(decision.delay),
-    )
+    );
 }
 
 /// An options object as [`Fields`]; `undefined` and `null` fields are absent.
@@ -208,81 +214,110 @@ fn limit_from(options: &JsValue) -> Result<Limit, JsError> {
         .map_err(error)
 }
 
-/// A limit this client keeps for itself: `check` before acting, `reserve` to book a
-/// slot, `save` / `load` to keep the state across page loads.
+/// The wasm half of `Limiter`, the class the packages export (`limiter.js`, which
+/// builds each decision object in JS): a decision lands in shared slots instead of
+/// coming back as a `Result` holding an object, which costs an allocation and a table
+/// slot per call, more than the decision itself. Not meant to be used directly.
 ///
-/// Times are milliseconds since the Unix epoch (fractions allowed, exact to the
-/// microsecond); leave `nowMs` out to read `performance.now()`.
+/// `check`, `peek` and `reserve` return `false` for invalid input and keep the message
+/// for [`rejection`](Self::rejection): throwing from inside the call would leave the
+/// limiter borrowed. Times are milliseconds since the Unix epoch (fractions allowed,
+/// exact to the microsecond).
 #[wasm_bindgen]
 #[derive(Debug)]
-pub struct Limiter(Limit);
+pub struct LimiterCore {
+    limit: Limit,
+    rejection: String,
+}
+
+impl LimiterCore {
+    /// Lands an accepted decision, or keeps the rejection's message.
+    fn answer(&mut self, decision: Result<Decision, String>) -> bool {
+        match decision {
+            Ok(decision) => {
+                land(&decision);
+                true
+            }
+            Err(message) => {
+                self.rejection = message;
+                false
+            }
+        }
+    }
+}
+
+/// A request's cost and time, checked.
+fn request(cost: f64, now_ms: f64) -> Result<(u64, Ticks), String> {
+    Ok((whole("cost", cost)?, ticks_from_ms("nowMs", now_ms)?))
+}
 
 #[wasm_bindgen]
-impl Limiter {
+impl LimiterCore {
     /// A fresh limiter. Throws an `Error` naming the first invalid option.
     #[wasm_bindgen(constructor)]
     pub fn new(
         #[wasm_bindgen(unchecked_param_type = "LimiterOptions")] options: JsValue,
-    ) -> Result<Limiter, JsError> {
-        limit_from(&options).map(Self)
+    ) -> Result<LimiterCore, JsError> {
+        let limit = limit_from(&options)?;
+        Ok(Self {
+            limit,
+            rejection: String::new(),
+        })
     }
 
-    /// Decides a request of `cost` (default 1) and, if admitted, counts it.
-    #[wasm_bindgen(unchecked_return_type = "Decision")]
-    pub fn check(
-        &mut self,
-        cost: Option<f64>,
-        #[wasm_bindgen(js_name = nowMs)] now_ms: Option<f64>,
-    ) -> Result<JsValue, JsError> {
-        Ok(to_js(
-            self.0.check(now_or_clock(now_ms)?, cost_or_one(cost)?),
-        ))
+    /// Decides a request of `cost` and, if admitted, counts it.
+    pub fn check(&mut self, cost: f64, #[wasm_bindgen(js_name = nowMs)] now_ms: f64) -> bool {
+        let decision = request(cost, now_ms).map(|(cost, now)| self.limit.check(now, cost));
+        self.answer(decision)
     }
 
     /// What `check` would answer, changing nothing.
-    #[wasm_bindgen(unchecked_return_type = "Decision")]
-    pub fn peek(
-        &self,
-        cost: Option<f64>,
-        #[wasm_bindgen(js_name = nowMs)] now_ms: Option<f64>,
-    ) -> Result<JsValue, JsError> {
-        Ok(to_js(
-            self.0.peek(now_or_clock(now_ms)?, cost_or_one(cost)?),
-        ))
+    pub fn peek(&mut self, cost: f64, #[wasm_bindgen(js_name = nowMs)] now_ms: f64) -> bool {
+        let decision = request(cost, now_ms).map(|(cost, now)| self.limit.peek(now, cost));
+        self.answer(decision)
     }
 
     /// Books a slot within `maxWaitMs`: if admitted, act after `delayMs`. Buckets,
-    /// pacing and composites of them only; throws for windows and bans.
-    #[wasm_bindgen(unchecked_return_type = "Decision")]
+    /// pacing and composites of them only.
     pub fn reserve(
         &mut self,
         cost: f64,
         #[wasm_bindgen(js_name = maxWaitMs)] max_wait_ms: f64,
-        #[wasm_bindgen(js_name = nowMs)] now_ms: Option<f64>,
-    ) -> Result<JsValue, JsError> {
-        let max_wait = ticks_from_ms("maxWaitMs", max_wait_ms).map_err(error)?;
-        let now = now_or_clock(now_ms)?;
-        let decision = self
-            .0
-            .reserve(now, whole("cost", cost).map_err(error)?, max_wait);
-        decision.map(to_js).map_err(error)
+        #[wasm_bindgen(js_name = nowMs)] now_ms: f64,
+    ) -> bool {
+        let decision = request(cost, now_ms).and_then(|(cost, now)| {
+            let max_wait = ticks_from_ms("maxWaitMs", max_wait_ms)?;
+            self.limit.reserve(now, cost, max_wait)
+        });
+        self.answer(decision)
+    }
+
+    /// Why the last `check`, `peek` or `reserve` returned `false`.
+    pub fn rejection(&mut self) -> String {
+        core::mem::take(&mut self.rejection)
+    }
+
+    /// `{ nowMs, slots }`: the clock `Throttle` reads and the six slots a decision
+    /// lands in (`allowed` as 1 or 0, `retryAfterMs` as -1 for never).
+    pub fn shared() -> JsValue {
+        shared()
     }
 
     /// The state in tollgate's canonical encoding (empty when fresh); the same bytes
     /// the Rust hosts store.
     pub fn save(&self) -> Vec<u8> {
-        self.0.save()
+        self.limit.save()
     }
 
     /// Restores a state `save` returned. Throws, keeping the current state, if the bytes
     /// are not a state of this limiter.
     pub fn load(&mut self, bytes: &[u8]) -> Result<(), JsError> {
-        self.0.load(bytes).map_err(error)
+        self.limit.load(bytes).map_err(error)
     }
 
     /// Forgets everything: the limiter is fresh again.
     pub fn reset(&mut self) {
-        self.0.reset();
+        self.limit.reset();
     }
 }
 
@@ -539,12 +574,12 @@ impl Throttle {
         self.0.borrow().scheduler.len()
     }
 
-    /// The limiter's state, as [`Limiter::save`].
+    /// The limiter's state, as [`LimiterCore::save`].
     pub fn save(&self) -> Vec<u8> {
         self.0.borrow_mut().scheduler.limit().save()
     }
 
-    /// Restores a state, as [`Limiter::load`].
+    /// Restores a state, as [`LimiterCore::load`].
     pub fn load(&self, bytes: &[u8]) -> Result<(), JsError> {
         let loaded = self.0.borrow_mut().scheduler.limit().load(bytes);
         loaded.map_err(error)?;

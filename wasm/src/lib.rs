@@ -3,7 +3,9 @@
 //! waits politely and obeys the server's `Retry-After` and `RateLimit` headers.
 //!
 //! The decisions are the core's, exact and in integer microseconds; this crate only
-//! reads JS options, reads the clock at the edge and turns decisions into JS objects.
+//! reads JS options, reads the clock at the edge and hands decisions to JS. `Limiter` is
+//! two halves: [`LimiterCore`] here, and `wasm/js/limiter.js`, which the packages export
+//! and which builds each decision object in JS (see [`LimiterCore`] for why).
 //! Everything except the bindings in `js` is plain Rust, tested natively.
 #![deny(missing_docs)]
 
@@ -15,7 +17,7 @@ mod options;
 mod scheduler;
 mod units;
 
-pub use js::{Limiter, Throttle};
+pub use js::{LimiterCore, Throttle};
 
 #[cfg(target_arch = "wasm32")]
 #[global_allocator]

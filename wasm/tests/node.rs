@@ -1,11 +1,12 @@
 //! The bindings in a real JS engine (Node.js, through wasm-bindgen-test-runner): options
-//! read from JS objects, decisions as plain objects, errors as JS `Error`s, and the
-//! throttle's promises, timers and abort signals.
+//! read from JS objects, decisions landing in the shared slots, errors as messages or JS
+//! `Error`s, and the throttle's promises, timers and abort signals. The JS half of
+//! `Limiter` (the decision objects) is tested on the built package, in `limiter.test.mjs`.
 #![cfg(target_arch = "wasm32")]
 
-use js_sys::{Date, Function, Promise, Reflect, JSON};
-use tollgate_core::{Algorithm, SlidingLog, TokenBucket, MILLISECOND};
-use tollgate_wasm::{Limiter, Throttle};
+use js_sys::{Date, Float64Array, Function, Promise, Reflect, JSON};
+use tollgate_core::{Algorithm, Decision, Reserve, SlidingLog, TokenBucket, MILLISECOND};
+use tollgate_wasm::{LimiterCore, Throttle};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 use wasm_bindgen_test::wasm_bindgen_test;
@@ -18,66 +19,74 @@ fn field(object: &JsValue, name: &str) -> JsValue {
     Reflect::get(object, &JsValue::from_str(name)).expect("field reads")
 }
 
-fn number(object: &JsValue, name: &str) -> f64 {
-    field(object, name).as_f64().expect("a number")
-}
-
 fn message(error: JsError) -> String {
     field(&JsValue::from(error), "message")
         .as_string()
         .unwrap_or_default()
 }
 
+/// The decision the last `check`, `peek` or `reserve` landed in the shared slots.
+fn landed() -> [f64; 6] {
+    let slots: Float64Array = field(&LimiterCore::shared(), "slots").unchecked_into();
+    let mut out = [0.0; 6];
+    slots.copy_to(&mut out);
+    out
+}
+
+/// A core decision as the slots hold it.
+#[allow(clippy::cast_precision_loss)]
+fn slots_of(decision: &Decision) -> [f64; 6] {
+    let ms = |ticks: u64| ticks as f64 / 1000.0;
+    [
+        f64::from(u8::from(decision.allowed)),
+        decision.limit as f64,
+        decision.remaining as f64,
+        decision.retry_after.map_or(-1.0, ms),
+        ms(decision.reset_after),
+        ms(decision.delay),
+    ]
+}
+
 #[wasm_bindgen_test]
-fn decisions_are_plain_objects_with_the_cores_values() {
-    let mut limiter = Limiter::new(json(
+fn decisions_land_in_the_slots_with_the_cores_values() {
+    let mut limiter = LimiterCore::new(json(
         r#"{"algorithm":"token-bucket","capacity":10,"rate":5,"periodMs":1000}"#,
     ))
     .unwrap();
     let core = TokenBucket::new(10, 5, 1000 * MILLISECOND).unwrap();
     let mut state = None;
-    for (now_ms, cost) in [(0.0, 4.0), (0.0, 7.0), (100.5, 1.0), (2000.0, 10.0)] {
-        let got = limiter.check(Some(cost), Some(now_ms)).unwrap();
+    for (now_ms, cost) in [
+        (0.0, 4.0),
+        (0.0, 7.0),
+        (100.5, 1.0),
+        (2000.0, 10.0),
+        (2000.0, 11.0),
+    ] {
+        assert!(limiter.peek(cost, now_ms));
         #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-        let (now, cost) = ((now_ms * 1000.0) as u64, cost as u64);
-        let (want, next) = core.decide(state, now, cost);
+        let (now, cost_units) = ((now_ms * 1000.0) as u64, cost as u64);
+        let (want, next) = core.decide(state, now, cost_units);
+        assert_eq!(landed(), slots_of(&want), "peek at {now_ms} ms");
+        assert!(limiter.check(cost, now_ms));
+        assert_eq!(landed(), slots_of(&want), "check at {now_ms} ms");
         state = next;
-        let keys: Vec<String> = js_sys::Object::keys(got.unchecked_ref::<js_sys::Object>())
-            .iter()
-            .filter_map(|k| k.as_string())
-            .collect();
-        assert_eq!(
-            keys,
-            [
-                "allowed",
-                "limit",
-                "remaining",
-                "retryAfterMs",
-                "resetAfterMs",
-                "delayMs"
-            ]
-        );
-        assert_eq!(field(&got, "allowed").as_bool(), Some(want.allowed));
-        assert_eq!(number(&got, "remaining"), want.remaining as f64);
-        let retry = field(&got, "retryAfterMs").as_f64();
-        assert_eq!(retry, want.retry_after.map(|t| t as f64 / 1000.0));
-        assert_eq!(
-            number(&got, "resetAfterMs"),
-            want.reset_after as f64 / 1000.0
-        );
     }
+    // A cost that never fits lands -1 (`null` in the decision object).
+    assert_eq!(landed()[3], -1.0);
+    // Reservations book ahead exactly as the core does.
+    let (want, _) = core.reserve(state, 2_000_000, 3, 5_000_000);
+    assert!(limiter.reserve(3.0, 5000.0, 2000.0));
+    assert_eq!(landed(), slots_of(&want));
 }
 
 #[wasm_bindgen_test]
-fn a_cost_that_never_fits_reports_null() {
-    let mut limiter = Limiter::new(json(
+fn saved_bytes_are_the_cores_encoding() {
+    let mut limiter = LimiterCore::new(json(
         r#"{"algorithm":"sliding-log","limit":3,"periodMs":1000}"#,
     ))
     .unwrap();
-    let decision = limiter.check(Some(4.0), Some(0.0)).unwrap();
-    assert!(field(&decision, "retryAfterMs").is_null());
-    // The sliding log's saved bytes are the core's encoding.
-    limiter.check(Some(2.0), Some(5.0)).unwrap();
+    assert!(limiter.save().is_empty());
+    assert!(limiter.check(2.0, 5.0));
     let core = SlidingLog::new(3, 1000 * MILLISECOND).unwrap();
     let (_, state) = core.decide(None, 5000, 2);
     assert_eq!(limiter.save(), core.encode_to_vec(&state.unwrap()));
@@ -105,33 +114,49 @@ fn invalid_input_is_an_error_with_a_message_never_a_trap() {
         ),
     ];
     for (options, expected) in cases {
-        let error = Limiter::new(options).unwrap_err();
+        let error = LimiterCore::new(options).unwrap_err();
         let got = message(error);
         assert!(
             got.contains(expected),
             "{got:?} should contain {expected:?}"
         );
     }
-    let mut limiter = Limiter::new(json(
+    let mut limiter = LimiterCore::new(json(
         r#"{"algorithm":"fixed-window","limit":2,"periodMs":1000}"#,
     ))
     .unwrap();
-    for (cost, now) in [(-1.0, None), (f64::NAN, None), (1.0, Some(-5.0))] {
-        assert!(limiter.check(Some(cost), now).is_err());
+    let cases = [
+        (-1.0, 0.0, "cost must be a whole number"),
+        (f64::NAN, 0.0, "cost must be a whole number"),
+        (1.5, 0.0, "got 1.5"),
+        (1.0, -5.0, "nowMs must be a number of milliseconds"),
+        (1.0, f64::INFINITY, "got Infinity"),
+    ];
+    for (cost, now_ms, expected) in cases {
+        assert!(!limiter.check(cost, now_ms));
+        let got = limiter.rejection();
+        assert!(
+            got.contains(expected),
+            "{got:?} should contain {expected:?}"
+        );
     }
-    assert!(message(limiter.reserve(1.0, 100.0, None).unwrap_err()).contains("use check"));
+    assert!(!limiter.reserve(1.0, 100.0, 0.0));
+    assert!(limiter.rejection().contains("use check"));
+    // Nothing was counted, and the limiter still decides.
+    assert!(limiter.check(2.0, 0.0));
+    assert_eq!(landed()[2], 0.0);
 }
 
 #[wasm_bindgen_test]
 fn load_refuses_foreign_bytes_and_keeps_the_state() {
     let options = r#"{"algorithm":"leaky-bucket","capacity":3,"rate":1,"periodMs":1000}"#;
-    let mut limiter = Limiter::new(json(options)).unwrap();
-    limiter.check(Some(3.0), Some(0.0)).unwrap();
+    let mut limiter = LimiterCore::new(json(options)).unwrap();
+    assert!(limiter.check(3.0, 0.0));
     let saved = limiter.save();
-    let mut other = Limiter::new(json(options)).unwrap();
+    let mut other = LimiterCore::new(json(options)).unwrap();
     other.load(&saved).unwrap();
-    let decision = other.peek(Some(1.0), Some(0.0)).unwrap();
-    assert_eq!(field(&decision, "allowed").as_bool(), Some(false));
+    assert!(other.peek(1.0, 0.0));
+    assert_eq!(landed()[0], 0.0, "the loaded bucket is full");
     assert!(message(other.load(&[1, 4, 0]).unwrap_err()).starts_with("cannot load"));
     assert_eq!(other.save(), saved);
 }

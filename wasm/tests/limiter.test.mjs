@@ -1,0 +1,104 @@
+// The packages' `Limiter` (wasm/js/limiter.js over the module's LimiterCore), as users
+// load it: both entries of the Node.js package and the web package's. Run after
+// scripts/build-wasm.sh: `node --test wasm/tests/limiter.test.mjs`.
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { createRequire } from "node:module";
+import { test } from "node:test";
+
+import { Limiter, Throttle } from "../pkg/nodejs/index.mjs";
+import * as web from "../pkg/web/index.js";
+
+const bucket = { algorithm: "token-bucket", capacity: 3, rate: 1, periodMs: 1000 };
+const window = { algorithm: "fixed-window", limit: 2, periodMs: 1000 };
+
+test("decisions are plain objects with the six fields, in order", () => {
+  const limiter = new Limiter(bucket);
+  const admitted = limiter.check(1, 0);
+  assert.deepEqual(Object.keys(admitted), [
+    "allowed", "limit", "remaining", "retryAfterMs", "resetAfterMs", "delayMs",
+  ]);
+  assert.equal(Object.getPrototypeOf(admitted), Object.prototype);
+  assert.deepEqual(admitted, {
+    allowed: true, limit: 3, remaining: 2, retryAfterMs: 0, resetAfterMs: 1000, delayMs: 0,
+  });
+  // Three more do not fit until one more unit has refilled, a second later.
+  assert.deepEqual(limiter.check(3, 0), {
+    allowed: false, limit: 3, remaining: 2, retryAfterMs: 1000, resetAfterMs: 1000, delayMs: 0,
+  });
+  // More than the capacity never fits: null, not a number.
+  assert.equal(limiter.check(4, 0).retryAfterMs, null);
+  // Fractions of a millisecond are exact to the microsecond.
+  assert.deepEqual(limiter.peek(1, 500.25), {
+    allowed: true, limit: 3, remaining: 1, retryAfterMs: 0, resetAfterMs: 1499.75, delayMs: 0,
+  });
+  // Each call returns its own object.
+  assert.notEqual(limiter.peek(1, 0), limiter.peek(1, 0));
+});
+
+test("cost defaults to 1 and time to the clock", () => {
+  const limiter = new Limiter(bucket);
+  const first = limiter.check();
+  assert.equal(first.remaining, 2);
+  assert.ok(first.resetAfterMs > 900 && first.resetAfterMs <= 1000, `${first.resetAfterMs}`);
+  assert.equal(limiter.peek(null, undefined).remaining, 1, "null and undefined are absent");
+  assert.equal(limiter.check(2).allowed, true);
+  assert.equal(limiter.check().allowed, false);
+});
+
+test("reserve books ahead on buckets and throws on windows", () => {
+  const limiter = new Limiter(bucket);
+  limiter.check(3, 0);
+  assert.deepEqual(limiter.reserve(1, 2000, 0), {
+    allowed: true, limit: 3, remaining: 0, retryAfterMs: 0, resetAfterMs: 4000, delayMs: 1000,
+  });
+  assert.equal(limiter.reserve(1, 500, 0).allowed, false);
+  assert.throws(() => new Limiter(window).reserve(1, 100, 0), /windows and bans cannot book ahead/);
+});
+
+test("invalid input throws an Error with a message, counts nothing, and leaves the limiter usable", () => {
+  const limiter = new Limiter(window);
+  for (const [attempt, message] of [
+    [() => limiter.check(0.5, 0), /cost must be a whole number from 0 to 2\^53 - 1, got 0.5/],
+    [() => limiter.check(-1, 0), /cost must be a whole number/],
+    [() => limiter.check("many", 0), /got NaN/],
+    [() => limiter.peek(1, -5), /nowMs must be a number of milliseconds/],
+    [() => limiter.reserve(1, Number.NaN, 0), /maxWaitMs must be a number of milliseconds/],
+    [() => new Limiter({ ...window, limit: 0.5 }), /limit must be a whole number/],
+    [() => new Limiter("fixed-window"), /options must be an object/],
+  ]) {
+    assert.throws(attempt, (error) => error instanceof Error && message.test(error.message));
+  }
+  assert.equal(limiter.check(2, 0).allowed, true, "nothing was counted");
+  assert.equal(limiter.check(1, 0).allowed, false);
+});
+
+test("save and load carry the state; foreign bytes throw and keep it", () => {
+  const limiter = new Limiter(bucket);
+  limiter.check(3, 0);
+  const saved = limiter.save();
+  assert.ok(saved instanceof Uint8Array && saved.length > 0);
+  const reloaded = new Limiter(bucket);
+  reloaded.load(saved);
+  assert.equal(reloaded.peek(1, 0).allowed, false);
+  assert.throws(() => reloaded.load(new Uint8Array([1, 4, 0])), /cannot load the saved state/);
+  assert.deepEqual(reloaded.save(), saved);
+  reloaded.reset();
+  assert.equal(reloaded.save().length, 0);
+  assert.equal(reloaded.peek(3, 0).allowed, true);
+  reloaded.free();
+});
+
+test("require() loads the Node.js package too", () => {
+  const required = createRequire(import.meta.url)("../pkg/nodejs");
+  assert.equal(required.Limiter, Limiter);
+  assert.equal(required.Throttle, Throttle);
+});
+
+test("the web package decides the same once initialized", () => {
+  const wasm = new URL("../pkg/web/tollgate_wasm_bg.wasm", import.meta.url);
+  web.initSync({ module: readFileSync(wasm) });
+  const limiter = new web.Limiter(bucket);
+  assert.deepEqual(limiter.check(1, 0), new Limiter(bucket).check(1, 0));
+  assert.equal(typeof web.Throttle, "function");
+});
