@@ -26,4 +26,5 @@ export declare class Limiter {
   reset(): void;
   /** Frees the wasm memory now instead of when the limiter is garbage collected. */
   free(): void;
+  [Symbol.dispose](): void;
 }

@@ -78,3 +78,4 @@ export class Limiter {
     return decision();
   }
 }
+if (Symbol.dispose) Limiter.prototype[Symbol.dispose] = Limiter.prototype.free;

@@ -86,7 +86,8 @@ test("save and load carry the state; foreign bytes throw and keep it", () => {
   reloaded.reset();
   assert.equal(reloaded.save().length, 0);
   assert.equal(reloaded.peek(3, 0).allowed, true);
-  reloaded.free();
+  reloaded[Symbol.dispose]();
+  assert.throws(() => reloaded.check(1, 0), "a freed limiter decides nothing");
 });
 
 test("require() loads the Node.js package too", () => {

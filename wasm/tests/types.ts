@@ -1,0 +1,33 @@
+// The packages' TypeScript types, checked by `tsc` (scripts/test.sh): what a user writes
+// must type-check, and misuse must not (each `@ts-expect-error` fails the check if the
+// line below it compiles).
+import init, { Limiter, Throttle, type Decision, type LimiterOptions } from "../pkg/web/index.js";
+import * as node from "../pkg/nodejs/index.js";
+
+export async function usage(): Promise<void> {
+  await init();
+  const options: LimiterOptions = { algorithm: "token-bucket", capacity: 5, rate: 5, periodMs: 1000 };
+  const limiter = new Limiter(options);
+  const decision: Decision = limiter.check();
+  const retry: number | null = decision.retryAfterMs;
+  limiter.peek(2, Date.now());
+  limiter.reserve(1, 500);
+  limiter.load(limiter.save());
+  limiter.reset();
+  using disposed = new Limiter(options);
+
+  const throttle = new Throttle({ ...options, maxQueued: 10 });
+  const result: unknown = await throttle.schedule(() => fetch("/api"), { cost: 1 });
+  throttle.observe(new Headers());
+  const queued: number = throttle.queued;
+
+  const nodeDecision: Decision = new node.Limiter({ algorithm: "sliding-log", limit: 3, periodMs: 1000 }).check();
+  void [retry, result, queued, nodeDecision, disposed];
+
+  // @ts-expect-error: an unknown algorithm
+  new Limiter({ algorithm: "leaky", capacity: 1, rate: 1, periodMs: 1 });
+  // @ts-expect-error: reserve needs its cost and wait
+  limiter.reserve();
+  // @ts-expect-error: the wasm half is not exported
+  node.LimiterCore;
+}
