@@ -176,45 +176,53 @@ pub(crate) mod tests {
         }
     }
 
-    fn wrong(name: &str, expected: &str) -> String {
-        format!("options.{name} must be {expected}")
+    impl Options {
+        /// The field `name` read by `read`; any other kind of value is an error.
+        fn typed<T>(
+            &self,
+            name: &str,
+            expected: &str,
+            read: impl FnOnce(&Value) -> Option<T>,
+        ) -> Result<Option<T>, String> {
+            self.0
+                .get(name)
+                .map(|value| {
+                    read(value).ok_or_else(|| format!("options.{name} must be {expected}"))
+                })
+                .transpose()
+        }
     }
 
     impl Fields for Options {
         fn number(&self, name: &str) -> Result<Option<f64>, String> {
-            match self.0.get(name) {
-                None => Ok(None),
-                Some(Value::Number(n)) => Ok(Some(*n)),
-                Some(_) => Err(wrong(name, "a number")),
-            }
+            self.typed(name, "a number", |v| match v {
+                Value::Number(n) => Some(*n),
+                _ => None,
+            })
         }
         fn text(&self, name: &str) -> Result<Option<String>, String> {
-            match self.0.get(name) {
-                None => Ok(None),
-                Some(Value::Text(t)) => Ok(Some((*t).to_owned())),
-                Some(_) => Err(wrong(name, "a string")),
-            }
+            self.typed(name, "a string", |v| match v {
+                Value::Text(t) => Some((*t).to_owned()),
+                _ => None,
+            })
         }
         fn flag(&self, name: &str) -> Result<Option<bool>, String> {
-            match self.0.get(name) {
-                None => Ok(None),
-                Some(Value::Flag(f)) => Ok(Some(*f)),
-                Some(_) => Err(wrong(name, "a boolean")),
-            }
+            self.typed(name, "a boolean", |v| match v {
+                Value::Flag(f) => Some(*f),
+                _ => None,
+            })
         }
         fn object(&self, name: &str) -> Result<Option<Self>, String> {
-            match self.0.get(name) {
-                None => Ok(None),
-                Some(Value::Object(o)) => Ok(Some(o.clone())),
-                Some(_) => Err(wrong(name, "an object")),
-            }
+            self.typed(name, "an object", |v| match v {
+                Value::Object(o) => Some(o.clone()),
+                _ => None,
+            })
         }
         fn list(&self, name: &str) -> Result<Option<Vec<Self>>, String> {
-            match self.0.get(name) {
-                None => Ok(None),
-                Some(Value::List(l)) => Ok(Some(l.clone())),
-                Some(_) => Err(wrong(name, "an array")),
-            }
+            self.typed(name, "an array", |v| match v {
+                Value::List(l) => Some(l.clone()),
+                _ => None,
+            })
         }
     }
 
