@@ -25,21 +25,27 @@ pub const MAX_LUA_LIMIT: u64 = 1_000_000;
 /// The longest bucket horizon (`capacity × period / rate`) the scripts take, in ticks
 /// (about 71 years): instants plus horizons stay below 2^53.
 pub const MAX_LUA_HORIZON: Ticks = 1 << 51;
-/// The latest time, and the largest cost, the scripts take: 2^52 µs is the year 2112.
+/// The latest time the scripts take: 2^52 µs is the year 2112. (Costs are clamped to
+/// [`LuaAlgorithm::lua_cost_cap`], so any cost works.)
 pub const MAX_LUA_TICKS: Ticks = 1 << 52;
 
 /// An algorithm the Redis scripts implement: every algorithm of the core.
 ///
 /// The scripts reproduce the core's integer math exactly within the Lua range, which is
 /// narrower than the core's: limits, capacities and rates up to [`MAX_LUA_LIMIT`],
-/// bucket horizons up to [`MAX_LUA_HORIZON`], times and costs up to [`MAX_LUA_TICKS`].
+/// bucket horizons up to [`MAX_LUA_HORIZON`], ban thresholds and times up to
+/// [`MAX_LUA_TICKS`]; any cost.
 pub trait LuaAlgorithm: Algorithm {
     /// Appends the Lua files this algorithm needs to `files`.
     fn lua_files(&self, files: &mut Vec<&'static str>);
 
     /// Appends this algorithm's name and parameters to the script's arguments, for a
-    /// decision of `cost` (at most [`MAX_LUA_TICKS`]).
+    /// decision of `cost` (at most [`lua_cost_cap`](Self::lua_cost_cap)).
     fn lua_args(&self, cost: u64, cmd: &mut Cmd);
+
+    /// A cost every larger cost decides and stores exactly like: one past every limit,
+    /// burst and ban threshold. Clients clamp costs to it, so any `u64` cost works.
+    fn lua_cost_cap(&self) -> u64;
 
     /// Fails if a parameter is outside the Lua range.
     fn lua_range(&self) -> Result<(), Error>;
@@ -95,6 +101,10 @@ macro_rules! lua_window {
                 $(cmd.arg(u8::from(self.$flag()));)?
             }
 
+            fn lua_cost_cap(&self) -> u64 {
+                self.params().limit + 1
+            }
+
             fn lua_range(&self) -> Result<(), Error> {
                 in_range("limit", self.params().limit, MAX_LUA_LIMIT)
             }
@@ -148,6 +158,10 @@ macro_rules! lua_bucket {
                 bucket_args($name, params, params.capacity + $extra, cost, cmd);
             }
 
+            fn lua_cost_cap(&self) -> u64 {
+                self.params().capacity + $extra + 1
+            }
+
             fn lua_range(&self) -> Result<(), Error> {
                 let params = self.params();
                 bucket_range(params, params.capacity + $extra)
@@ -175,6 +189,11 @@ impl<A: LuaAlgorithm> LuaAlgorithm for Ban<A> {
         self.inner().lua_args(cost, cmd);
     }
 
+    fn lua_cost_cap(&self) -> u64 {
+        // Denied cost saturates at threshold + 1 (below 2^52 + 2, exact in Lua).
+        self.inner().lua_cost_cap().max(self.threshold() + 1)
+    }
+
     fn lua_range(&self) -> Result<(), Error> {
         in_range("ban threshold", self.threshold(), MAX_LUA_TICKS)?;
         in_range("keys of a banned limit", self.inner().lua_keys() as u64, 1)?;
@@ -194,6 +213,14 @@ impl<A: LuaAlgorithm> LuaAlgorithm for Composite<A> {
         for member in self.members() {
             member.lua_args(cost, cmd);
         }
+    }
+
+    fn lua_cost_cap(&self) -> u64 {
+        self.members()
+            .iter()
+            .map(LuaAlgorithm::lua_cost_cap)
+            .max()
+            .unwrap_or(1)
     }
 
     fn lua_range(&self) -> Result<(), Error> {

@@ -12,7 +12,7 @@ use proptest::test_runner::TestRunner;
 use redis::ConnectionLike;
 use tollgate_core::memory::KeyedLimiter;
 use tollgate_core::{
-    Composite, FixedWindow, LeakyBucket, SlidingLog, Ticks, TokenBucket, MILLISECOND, SECOND,
+    Algorithm, Composite, FixedWindow, LeakyBucket, SlidingLog, Ticks, TokenBucket, MILLISECOND, SECOND,
 };
 use tollgate_redis::{
     connect_async, Error, FailPolicy, LuaAlgorithm, Outcome, Reconnecting, RedisLimiter,
@@ -64,36 +64,116 @@ fn keys_expire_exactly_when_their_state_is_fresh() {
     }
 }
 
+/// Every library call on `key`, each reduced to its error (or `None`).
+fn every_call<A: LuaAlgorithm>(
+    limiter: &RedisLimiter<A>,
+    con: &mut redis::Connection,
+    key: &[u8],
+) -> Vec<(&'static str, Option<String>)>
+where
+    A: tollgate_core::Reserve,
+{
+    fn err<T>(result: Result<T, Error>) -> Option<String> {
+        result.err().map(|e| e.to_string())
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let url = format!("redis://{}/", con_addr(con));
+    let (check_async, batch_async) = runtime.block_on(async {
+        let client = redis::Client::open(url).unwrap();
+        let mut con = client.get_multiplexed_async_connection().await.unwrap();
+        let one = limiter.check_async(&mut con, key, 1).await;
+        let batch = limiter.check_batch_async(&con, &[(key, 1)]).await;
+        (err(one), err(batch.into_iter().next().unwrap()))
+    });
+    vec![
+        ("check", err(limiter.check(con, key, 1))),
+        ("check_at", err(limiter.check_at(con, key, 1, NOW))),
+        ("reserve", err(limiter.reserve(con, key, 1, SECOND))),
+        ("state", err(limiter.state(con, key))),
+        ("reset", err(limiter.reset(con, key))),
+        (
+            "check_batch",
+            err(limiter.check_batch(con, &[(key, 1)]).unwrap().remove(0)),
+        ),
+        ("check_async", check_async),
+        ("check_batch_async", batch_async),
+    ]
+}
+
+/// The address a connection's server listens on (the tests' servers are on loopback).
+fn con_addr(con: &mut redis::Connection) -> String {
+    let info: String = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("port")
+        .query::<Vec<String>>(con)
+        .unwrap()
+        .remove(1);
+    format!("127.0.0.1:{info}")
+}
+
+/// Issue 16, item 4: a key holding something tollgate did not write is, for every call,
+/// a typed error naming the key, worded by the core's decoder (the same words from every
+/// call), never "fresh" and never a raw script error; nothing is changed or deleted.
 #[test]
-fn a_corrupt_state_is_a_typed_error_and_stays_untouched() {
+fn a_foreign_or_corrupt_key_is_the_same_typed_error_from_every_call() {
     let server = Server::start();
     let mut con = server.connection();
-    let limiter = RedisLimiter::new(TokenBucket::new(3, 1, SECOND).unwrap()).unwrap();
-    for garbage in [
-        b"garbage".as_slice(),
-        b"",
-        &[1, 4, 0, 0],
-        &[1, 5, 0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 0],
-    ] {
-        redis::cmd("SET")
-            .arg("k")
-            .arg(garbage)
-            .exec(&mut con)
-            .unwrap();
-        match limiter.check(&mut con, b"k", 1) {
-            Err(Error::Corrupt { key, reason }) => {
-                assert_eq!(key, b"k");
-                assert!(!reason.is_empty());
-            }
-            other => panic!("{garbage:?}: expected a corrupt state, got {other:?}"),
+    let bucket = TokenBucket::new(3, 1, SECOND).unwrap();
+    let limiter = RedisLimiter::new(bucket).unwrap();
+    let header = [1u8, 4];
+    let cases: Vec<(&[u8], Vec<u8>, String)> = vec![
+        (b"plain", b"hello".to_vec(), String::new()),
+        (b"empty", Vec::new(), String::new()),
+        (b"\xffbin", vec![0xff, 0x00, 0x13, 0x37], String::new()),
+        (b"tail", [&header[..], &[7; 20]].concat(), String::new()),
+        (b"short", [&header[..], &[0; 4]].concat(), String::new()),
+        (b"other", [1, 5, 0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 0].to_vec(), String::new()),
+    ];
+    for (key, bytes, _) in &cases {
+        redis::cmd("SET").arg(key).arg(bytes).exec(&mut con).unwrap();
+        let reason = bucket.decode(bytes).unwrap_err().to_string();
+        let want = format!(
+            "key {} holds a state tollgate cannot read: {reason}",
+            tollgate_core::KeyDisplay(key)
+        );
+        for (call, got) in every_call(&limiter, &mut con, key) {
+            assert_eq!(got.as_deref(), Some(want.as_str()), "{call} on {bytes:?}");
+            let stored: Vec<u8> = redis::cmd("GET").arg(key).query(&mut con).unwrap();
+            assert_eq!(&stored, bytes, "{call} changed the key");
         }
-        let stored: Vec<u8> = redis::cmd("GET").arg("k").query(&mut con).unwrap();
-        assert_eq!(stored, garbage);
-        assert!(limiter.state(&mut con, b"k").is_err());
+        assert!(matches!(limiter.check(&mut con, key, 1), Err(Error::Corrupt { key: k, .. }) if &k == key));
     }
-    assert!(limiter.check(&mut con, b"other", 1).unwrap().allowed);
-    limiter.reset(&mut con, b"k").unwrap();
-    assert!(limiter.check(&mut con, b"k", 1).unwrap().allowed);
+    // A key of another type: named by its type, never read as fresh.
+    redis::cmd("LPUSH").arg("foreign").arg("x").exec(&mut con).unwrap();
+    redis::cmd("HSET").arg("hash").arg("f").arg("v").exec(&mut con).unwrap();
+    for (key, found) in [(b"foreign".as_slice(), "list"), (b"hash", "hash")] {
+        let want = format!(
+            "key {} holds a Redis {found}, not a tollgate state",
+            tollgate_core::KeyDisplay(key)
+        );
+        for (call, got) in every_call(&limiter, &mut con, key) {
+            assert_eq!(got.as_deref(), Some(want.as_str()), "{call} on a {found}");
+        }
+        assert!(matches!(limiter.state(&mut con, key), Err(Error::Foreign { .. })));
+        let kind: String = redis::cmd("TYPE").arg(key).query(&mut con).unwrap();
+        assert_eq!(kind, found, "still there");
+    }
+    // Other keys keep working; a valid state resets.
+    assert!(limiter.check(&mut con, b"fine", 1).unwrap().allowed);
+    limiter.reset(&mut con, b"fine").unwrap();
+    assert_eq!(pttl(&mut con, b"fine"), -2);
+    // A composite refuses the reset as a whole if any member's key is foreign.
+    let composite =
+        RedisLimiter::new(Composite::new(vec![bucket; 2]).unwrap()).unwrap();
+    assert!(composite.check(&mut con, b"team", 1).unwrap().allowed);
+    let keys = composite.redis_keys(b"team").unwrap();
+    redis::cmd("DEL").arg(&keys[1]).exec(&mut con).unwrap();
+    redis::cmd("LPUSH").arg(&keys[1]).arg("x").exec(&mut con).unwrap();
+    assert!(matches!(composite.reset(&mut con, b"team"), Err(Error::Foreign { .. })));
+    assert!(pttl(&mut con, &keys[0]) > 0, "the valid member was not deleted");
 }
 
 /// Random bodies behind a valid header: the script refuses exactly what the core refuses,
@@ -190,8 +270,9 @@ fn bad_input_is_refused_before_reaching_redis() {
     let server = Server::start();
     let mut con = server.connection();
     let limiter = RedisLimiter::new(TokenBucket::new(3, 1, SECOND).unwrap()).unwrap();
-    let cost = limiter.check(&mut con, b"k", u64::MAX);
-    assert!(matches!(cost, Err(Error::OutOfRange { what: "cost", .. })));
+    // Any cost works: above the capacity it can never fit.
+    let cost = limiter.check(&mut con, b"k", u64::MAX).unwrap();
+    assert!(!cost.allowed && cost.retry_after.is_none());
     let time = limiter.check_at(&mut con, b"k", 1, u64::MAX);
     assert!(matches!(time, Err(Error::OutOfRange { what: "now", .. })));
     let both = Composite::new(vec![FixedWindow::new(1, SECOND).unwrap(); 2]).unwrap();
@@ -282,10 +363,7 @@ fn hammer<A: LuaAlgorithm>(url: &str, prefix: &str, algorithm: A) -> u64
 where
     RedisLimiter<A>: Sync,
 {
-    let limiter = RedisLimiter::new(algorithm)
-        .unwrap()
-        .with_prefix(prefix)
-        .with_min_ttl(Duration::from_secs(60));
+    let limiter = RedisLimiter::new(algorithm).unwrap().with_prefix(prefix);
     std::thread::scope(|scope| {
         let threads: Vec<_> = (0..8)
             .map(|_| {
@@ -318,11 +396,16 @@ fn batches_decide_every_request_in_one_round_trip() {
         .filter(|r| r.as_ref().unwrap().allowed)
         .count();
     assert_eq!(admitted, 16 * 2);
-    // A bad request fails alone.
-    let mixed = [(b"a".as_slice(), 1), (b"b", u64::MAX), (b"c", 1)];
+    // A request on a corrupt key fails alone, with the core's reason.
+    redis::cmd("SET").arg("b").arg("hello").exec(&mut con).unwrap();
+    let mixed = [(b"a".as_slice(), 1), (b"b", 1), (b"c", 1)];
     let results = limiter.check_batch(&mut con, &mixed).unwrap();
     assert!(results[0].as_ref().unwrap().allowed && results[2].as_ref().unwrap().allowed);
-    assert!(matches!(results[1], Err(Error::OutOfRange { .. })));
+    assert_eq!(
+        results[1].as_ref().unwrap_err().to_string(),
+        "key \"b\" holds a state tollgate cannot read: \
+         state encoding version 104 is not supported (this build reads version 1)"
+    );
 }
 
 #[tokio::test]
