@@ -593,3 +593,133 @@ fn a_cluster_takes_composites_and_batches_without_crossslot() {
         assert_eq!(admitted, 10 * 3);
     });
 }
+
+/// Issue 16, item 1: a key written at an explicit time does not expire on the server's
+/// clock. A window of 1 per millisecond checked at 0, then 200 ms of real time later at
+/// 10 µs: still the same window, denied (as in memory and sled).
+#[test]
+fn explicit_time_state_outlives_real_time() {
+    let server = Server::start();
+    let mut con = server.connection();
+    let limiter = RedisLimiter::new(FixedWindow::new(1, MILLISECOND).unwrap()).unwrap();
+    assert!(limiter.check_at(&mut con, b"a", 1, 0).unwrap().allowed);
+    assert_eq!(pttl(&mut con, b"a"), -1, "no expiry");
+    sleep(Duration::from_millis(200));
+    let later = limiter.check_at(&mut con, b"a", 1, 10).unwrap();
+    assert!(!later.allowed, "{later:?}");
+    assert_eq!(later.retry_after, Some(MILLISECOND - 10));
+}
+
+/// A trace replayed far slower than its explicit clock (5 ms of real time between steps
+/// whose explicit periods are 1 ms) decides exactly as the core, for every algorithm.
+#[test]
+fn a_slow_replay_decides_as_the_core() {
+    let server = Server::start();
+    let mut con = server.connection();
+    let window = FixedWindow::new(2, MILLISECOND).unwrap();
+    let log = SlidingLog::new(2, MILLISECOND).unwrap();
+    let bucket = TokenBucket::new(2, 1, MILLISECOND).unwrap();
+    let banned = tollgate_core::Ban::new(window, 1, MILLISECOND, 3 * MILLISECOND).unwrap();
+    // (now, cost): bursts within one explicit millisecond, then gaps of a few hundred µs.
+    let trace: Vec<(Ticks, u64)> = (0..40u64).map(|i| (i * 150, 1 + i % 2)).collect();
+    fn replay<A: LuaAlgorithm>(
+        con: &mut redis::Connection,
+        alg: A,
+        trace: &[(Ticks, u64)],
+        slow: bool,
+    ) {
+        let limiter = RedisLimiter::new(alg).unwrap().with_prefix("slow:");
+        let mut state = None;
+        for &(now, cost) in trace {
+            let (want, next) = limiter.algorithm().decide(state, now, cost);
+            state = next;
+            assert_eq!(limiter.check_at(con, b"k", cost, now).unwrap(), want, "at {now}");
+            if slow {
+                sleep(Duration::from_millis(5));
+            }
+        }
+        limiter.reset(con, b"k").unwrap();
+    }
+    replay(&mut con, window, &trace, true);
+    replay(&mut con, log, &trace, true);
+    replay(&mut con, bucket, &trace, true);
+    replay(&mut con, banned, &trace, true);
+    // The trace denies some requests: it tests something.
+    let denied = trace
+        .iter()
+        .scan(None, |s, &(now, cost)| {
+            let (d, next) = window.decide(s.take(), now, cost);
+            *s = next;
+            Some(!d.allowed)
+        })
+        .filter(|&denied| denied)
+        .count();
+    assert!(denied > 5, "{denied}");
+}
+
+/// `purge` deletes every state of the algorithm under the prefix, in several batches,
+/// and leaves everything else: foreign values, other algorithms' states, other prefixes.
+#[test]
+fn purge_deletes_the_prefix_states_and_nothing_else() {
+    let server = Server::start();
+    let mut con = server.connection();
+    // A prefix with glob characters, which SCAN's pattern must match literally.
+    let prefix = "rl*[1]?:";
+    let limiter = RedisLimiter::new(FixedWindow::new(5, SECOND).unwrap())
+        .unwrap()
+        .with_prefix(prefix);
+    let keys = tollgate_redis::PURGE_BATCH * 2 + 17;
+    for i in 0..keys {
+        let now = NOW + i as u64;
+        limiter.check_at(&mut con, format!("u{i}").as_bytes(), 1, now).unwrap();
+    }
+    limiter.check(&mut con, b"server-time", 1).unwrap();
+    let other = RedisLimiter::new(TokenBucket::new(5, 1, SECOND).unwrap())
+        .unwrap()
+        .with_prefix(prefix);
+    other.check_at(&mut con, b"bucket", 1, NOW).unwrap();
+    let keep = [
+        format!("{prefix}plain"),
+        format!("{prefix}list"),
+        format!("{prefix}bucket"),
+        "rlx1y:u1".to_owned(),
+    ];
+    redis::cmd("SET").arg(&keep[0]).arg("hello").exec(&mut con).unwrap();
+    redis::cmd("LPUSH").arg(&keep[1]).arg("x").exec(&mut con).unwrap();
+    redis::cmd("SET").arg(&keep[3]).arg("not ours").exec(&mut con).unwrap();
+    assert_eq!(limiter.purge(&mut con).unwrap(), keys as u64 + 1);
+    let left: u64 = redis::cmd("DBSIZE").query(&mut con).unwrap();
+    assert_eq!(left, keep.len() as u64);
+    for key in &keep {
+        let exists: u64 = redis::cmd("EXISTS").arg(key).query(&mut con).unwrap();
+        assert_eq!(exists, 1, "{key}");
+    }
+    assert_eq!(limiter.purge(&mut con).unwrap(), 0);
+}
+
+/// Issue 16, item 3: a fixed window counting denied cost, hit with a cost of 2^52 (and
+/// then `u64::MAX`), stores what the core stores and keeps deciding as the core; a ban
+/// likewise. Before, later calls failed with `Corrupt("count beyond 2^52")`.
+#[test]
+fn huge_costs_decide_and_store_as_the_core() {
+    let server = Server::start();
+    let mut con = server.connection();
+    fn same<A: LuaAlgorithm>(con: &mut redis::Connection, alg: A, costs: &[u64]) {
+        let limiter = RedisLimiter::new(alg).unwrap().with_prefix("huge:");
+        let mut state = None;
+        for (i, &cost) in costs.iter().enumerate() {
+            let now = NOW + i as u64;
+            let (want, next) = limiter.algorithm().decide(state, now, cost);
+            assert_eq!(limiter.check_at(con, b"k", cost, now).unwrap(), want);
+            let stored: Option<Vec<u8>> = redis::cmd("GET").arg("huge:k").query(con).unwrap();
+            assert_eq!(stored, next.as_ref().map(|s| limiter.algorithm().encode_to_vec(s)));
+            state = next;
+        }
+    }
+    let costs = [1 << 52, 1, u64::MAX, 0, 3];
+    let window = FixedWindow::new(10, SECOND).unwrap().counting_denied();
+    same(&mut con, window, &costs);
+    let ban = tollgate_core::Ban::new(window, 1 << 40, SECOND, SECOND).unwrap();
+    same(&mut con, ban, &costs);
+    same(&mut con, TokenBucket::new(10, 1, SECOND).unwrap(), &costs);
+}
