@@ -715,6 +715,7 @@ fn huge_costs_decide_and_store_as_the_core() {
             assert_eq!(stored, next.as_ref().map(|s| limiter.algorithm().encode_to_vec(s)));
             state = next;
         }
+        limiter.reset(con, b"k").unwrap();
     }
     let costs = [1 << 52, 1, u64::MAX, 0, 3];
     let window = FixedWindow::new(10, SECOND).unwrap().counting_denied();
