@@ -32,7 +32,7 @@ use tollgate_core::{Decision, Reserve, Ticks};
 
 pub use connection::{connect_async, Reconnecting, ReconnectingAsync, DEFAULT_TIMEOUT};
 pub use error::Error;
-pub use lua::{LuaAlgorithm, MAX_LUA_HORIZON, MAX_LUA_LIMIT, MAX_LUA_TICKS};
+pub use lua::{LuaAlgorithm, MAX_LUA_HORIZON, MAX_LUA_LIMIT, MAX_LUA_LOG_LIMIT, MAX_LUA_TICKS};
 
 /// What a limiter answers when Redis cannot be reached (see [`RedisLimiter::decide`]).
 #[derive(Debug)]

@@ -265,6 +265,14 @@ fn the_seed_funnel_replies_like_cl_throttle() {
 fn bad_input_is_refused_before_reaching_redis() {
     let huge = RedisLimiter::new(FixedWindow::new(2_000_000, SECOND).unwrap());
     assert!(matches!(huge, Err(Error::OutOfRange { what: "limit", .. })));
+    // A sliding log's script reads every entry: its limit is capped lower.
+    let log = SlidingLog::new(tollgate_redis::MAX_LUA_LOG_LIMIT, SECOND).unwrap();
+    assert!(RedisLimiter::new(log).is_ok());
+    let log = SlidingLog::new(tollgate_redis::MAX_LUA_LOG_LIMIT + 1, SECOND).unwrap();
+    assert!(matches!(
+        RedisLimiter::new(log),
+        Err(Error::OutOfRange { what: "limit", max: 2000, .. })
+    ));
     let long = RedisLimiter::new(TokenBucket::new(1_000_000, 1, 3600 * SECOND).unwrap());
     assert!(matches!(long, Err(Error::OutOfRange { .. })));
     let server = Server::start();
@@ -668,9 +676,9 @@ fn purge_deletes_the_prefix_states_and_nothing_else() {
     let keys = tollgate_redis::PURGE_BATCH * 2 + 17;
     for i in 0..keys {
         let now = NOW + i as u64;
-        limiter.check_at(&mut con, format!("u{i}").as_bytes(), 1, now).unwrap();
+        let _ = limiter.check_at(&mut con, format!("u{i}").as_bytes(), 1, now).unwrap();
     }
-    limiter.check(&mut con, b"server-time", 1).unwrap();
+    let _ = limiter.check(&mut con, b"server-time", 1).unwrap();
     let other = RedisLimiter::new(TokenBucket::new(5, 1, SECOND).unwrap())
         .unwrap()
         .with_prefix(prefix);
@@ -855,4 +863,45 @@ fn timeouts_bound_the_whole_call_and_say_what_happened() {
     fails_within(timeout, &want, || limiter.check(&mut fresh, b"k", 1));
     server.resume();
     assert!(limiter.check(&mut con, b"k", 0).unwrap().allowed);
+}
+
+/// The worst decision on a full sliding log, one entry per unit (the script parses and
+/// checks every entry): the slowest of 50 decisions per limit, as the server timed it
+/// (`SLOWLOG`, the time the server was blocked), and as the client saw it.
+#[test]
+#[ignore = "a measurement: cargo test -p tollgate-redis --test redis full_log -- --ignored --nocapture"]
+fn full_log_decision_time() {
+    let server = Server::start();
+    let mut con = server.connection();
+    redis::cmd("CONFIG").arg("SET").arg("slowlog-log-slower-than").arg(0).exec(&mut con).unwrap();
+    redis::cmd("CONFIG").arg("SET").arg("slowlog-max-len").arg(1000).exec(&mut con).unwrap();
+    // The script is compiled on its first call: not part of a decision's time.
+    let warm = RedisLimiter::new(SlidingLog::new(1, 1).unwrap()).unwrap();
+    let _ = warm.check_at(&mut con, b"warm", 1, 0).unwrap();
+    for limit in [100u64, 1000, tollgate_redis::MAX_LUA_LOG_LIMIT] {
+        let alg = SlidingLog::new(limit, 10 * limit).unwrap();
+        let mut state = None;
+        for i in 0..limit {
+            state = alg.decide(state, i, 1).1;
+        }
+        let bytes = alg.encode_to_vec(&state.unwrap());
+        let limiter = RedisLimiter::new(alg).unwrap();
+        let mut worst = Duration::ZERO;
+        let mut worst_server = 0;
+        for i in 0..50 {
+            redis::cmd("SET").arg("log").arg(&bytes).exec(&mut con).unwrap();
+            redis::cmd("SLOWLOG").arg("RESET").exec(&mut con).unwrap();
+            let started = Instant::now();
+            let d = limiter.check_at(&mut con, b"log", 1, limit + i).unwrap();
+            worst = worst.max(started.elapsed());
+            assert!(!d.allowed);
+            let log: Vec<redis::Value> = redis::cmd("SLOWLOG").arg("GET").query(&mut con).unwrap();
+            for entry in log {
+                let fields: Vec<redis::Value> = redis::from_redis_value(entry).unwrap();
+                let micros: u64 = redis::from_redis_value(fields[2].clone()).unwrap();
+                worst_server = worst_server.max(micros);
+            }
+        }
+        println!("limit {limit}: worst decision {worst_server} µs on the server, {worst:?} at the client");
+    }
 }
