@@ -135,7 +135,7 @@ fn a_huge_denied_cost_stores_the_limit() {
     let (d, state) = alg.decide(None, 0, 1 << 52);
     assert!(!d.allowed);
     assert_eq!(d.retry_after, None);
-    let bytes = alg.encode_to_vec(&state.clone().unwrap());
+    let bytes = alg.encode_to_vec(&state.unwrap());
     assert_eq!(bytes[10..18], 10u64.to_be_bytes());
     let (d, _) = alg.decide(state, 1, 1);
     assert!(!d.allowed);

@@ -69,4 +69,3 @@ fn limit_is_capped() {
     assert!(SlidingLog::new(MAX_LOG_LIMIT, SECOND).is_ok());
     assert!(SlidingLog::new(MAX_LOG_LIMIT + 1, SECOND).is_err());
 }
-

@@ -57,9 +57,9 @@ impl Reconnecting {
         if settings.db() != 0 {
             handshake.cmd("SELECT").arg(settings.db());
         }
-        let bare = info.clone().set_redis_settings(
-            redis::RedisConnectionInfo::default().set_skip_set_lib_name(),
-        );
+        let bare = info
+            .clone()
+            .set_redis_settings(redis::RedisConnectionInfo::default().set_skip_set_lib_name());
         Self {
             server: info.addr().to_string(),
             // A `ConnectionInfo` is always a valid target: this only re-wraps it.
@@ -96,15 +96,25 @@ impl Reconnecting {
         result.map_err(|e| describe(&self.server, self.timeout, e))
     }
 
-    fn within(&mut self, deadline: Instant, bytes: &[u8], replies: usize) -> RedisResult<Vec<Value>> {
+    fn within(
+        &mut self,
+        deadline: Instant,
+        bytes: &[u8],
+        replies: usize,
+    ) -> RedisResult<Vec<Value>> {
         let con = match &mut self.con {
             Some(con) => con,
             empty => {
                 let mut con = self.bare.get_connection_with_timeout(self.timeout)?;
                 if let Some(handshake) = &self.handshake {
-                    exchange(&mut con, deadline, &handshake.get_packed_pipeline(), handshake.len())?
-                        .into_iter()
-                        .try_for_each(|reply| reply.extract_error().map(drop))?;
+                    exchange(
+                        &mut con,
+                        deadline,
+                        &handshake.get_packed_pipeline(),
+                        handshake.len(),
+                    )?
+                    .into_iter()
+                    .try_for_each(|reply| reply.extract_error().map(drop))?;
                 }
                 empty.insert(con)
             }
@@ -167,9 +177,10 @@ fn describe(server: &str, timeout: Duration, error: RedisError) -> RedisError {
 
 impl ConnectionLike for Reconnecting {
     fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
-        let value = self.request(cmd, 1)?.pop().ok_or_else(|| {
-            RedisError::from((ErrorKind::Client, "no reply"))
-        })?;
+        let value = self
+            .request(cmd, 1)?
+            .pop()
+            .ok_or_else(|| RedisError::from((ErrorKind::Client, "no reply")))?;
         value.extract_error()
     }
 

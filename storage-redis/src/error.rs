@@ -79,7 +79,9 @@ impl Error {
             }
         }
         if error.kind() == redis::ErrorKind::Parse {
-            let detail = error.detail().unwrap_or("its reply is not Redis's protocol");
+            let detail = error
+                .detail()
+                .unwrap_or("its reply is not Redis's protocol");
             return Self::NotRedis(detail.to_owned());
         }
         if error.is_io_error()

@@ -371,7 +371,10 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         // Any wait beyond 2^53 ticks admits the same requests as an unbounded one.
         let max_wait = call.max_wait.map(|w| w.min(2 * MAX_LUA_TICKS));
         cmd.arg(keys.len()).arg(keys);
-        cmd.arg(call.mode.name()).arg(Arg(call.now)).arg(cost).arg(Arg(max_wait));
+        cmd.arg(call.mode.name())
+            .arg(Arg(call.now))
+            .arg(cost)
+            .arg(Arg(max_wait));
         self.algorithm.lua_args(cost, &mut cmd);
         Ok(cmd)
     }
@@ -501,7 +504,9 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         let Err(Error::Corrupt { reason, .. }) = result else {
             return result;
         };
-        let read = self.query_async(con, &Call::mode(call.key, Mode::Read)).await;
+        let read = self
+            .query_async(con, &Call::mode(call.key, Mode::Read))
+            .await;
         Err(match read.and_then(values) {
             Ok(values) => self.diagnose(call.key, &values, reason),
             Err(e) => e,

@@ -118,8 +118,19 @@ macro_rules! lua_window {
     };
 }
 
-lua_window!(FixedWindow, "fixed_window", FIXED_WINDOW, MAX_LUA_LIMIT, counts_denied);
-lua_window!(SlidingCounter, "sliding_counter", SLIDING_COUNTER, MAX_LUA_LIMIT);
+lua_window!(
+    FixedWindow,
+    "fixed_window",
+    FIXED_WINDOW,
+    MAX_LUA_LIMIT,
+    counts_denied
+);
+lua_window!(
+    SlidingCounter,
+    "sliding_counter",
+    SLIDING_COUNTER,
+    MAX_LUA_LIMIT
+);
 lua_window!(SlidingLog, "sliding_log", SLIDING_LOG, MAX_LUA_LOG_LIMIT);
 
 /// A bucket's script arguments: the burst, rate and period, then `burst × period / rate`

@@ -168,7 +168,12 @@ fn differential<A: LuaAlgorithm + Clone>(
         }
         let stored: Vec<Option<Vec<u8>>> =
             redis::cmd("MGET").arg(&keys).query(&mut con).expect("MGET");
-        prop_assert_eq!(stored, expected(&alg, states[slot].as_ref()), "bytes at {:?}", step);
+        prop_assert_eq!(
+            stored,
+            expected(&alg, states[slot].as_ref()),
+            "bytes at {:?}",
+            step
+        );
         for key in &keys {
             let pttl: i64 = redis::cmd("PTTL").arg(key).query(&mut con).expect("PTTL");
             // A state written at an explicit time has no expiry; a fresh one no key.

@@ -12,7 +12,8 @@ use proptest::test_runner::TestRunner;
 use redis::ConnectionLike;
 use tollgate_core::memory::KeyedLimiter;
 use tollgate_core::{
-    Algorithm, Composite, FixedWindow, LeakyBucket, SlidingLog, Ticks, TokenBucket, MILLISECOND, SECOND,
+    Algorithm, Composite, FixedWindow, LeakyBucket, SlidingLog, Ticks, TokenBucket, MILLISECOND,
+    SECOND,
 };
 use tollgate_redis::{
     connect_async, Error, FailPolicy, LuaAlgorithm, Outcome, Reconnecting, RedisLimiter,
@@ -65,14 +66,11 @@ fn keys_expire_exactly_when_their_state_is_fresh() {
 }
 
 /// Every library call on `key`, each reduced to its error (or `None`).
-fn every_call<A: LuaAlgorithm>(
+fn every_call<A: LuaAlgorithm + tollgate_core::Reserve>(
     limiter: &RedisLimiter<A>,
     con: &mut redis::Connection,
     key: &[u8],
-) -> Vec<(&'static str, Option<String>)>
-where
-    A: tollgate_core::Reserve,
-{
+) -> Vec<(&'static str, Option<String>)> {
     fn err<T>(result: Result<T, Error>) -> Option<String> {
         result.err().map(|e| e.to_string())
     }
@@ -130,10 +128,18 @@ fn a_foreign_or_corrupt_key_is_the_same_typed_error_from_every_call() {
         (b"\xffbin", vec![0xff, 0x00, 0x13, 0x37], String::new()),
         (b"tail", [&header[..], &[7; 20]].concat(), String::new()),
         (b"short", [&header[..], &[0; 4]].concat(), String::new()),
-        (b"other", [1, 5, 0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 0].to_vec(), String::new()),
+        (
+            b"other",
+            [1, 5, 0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 0].to_vec(),
+            String::new(),
+        ),
     ];
     for (key, bytes, _) in &cases {
-        redis::cmd("SET").arg(key).arg(bytes).exec(&mut con).unwrap();
+        redis::cmd("SET")
+            .arg(key)
+            .arg(bytes)
+            .exec(&mut con)
+            .unwrap();
         let reason = bucket.decode(bytes).unwrap_err().to_string();
         let want = format!(
             "key {} holds a state tollgate cannot read: {reason}",
@@ -144,11 +150,22 @@ fn a_foreign_or_corrupt_key_is_the_same_typed_error_from_every_call() {
             let stored: Vec<u8> = redis::cmd("GET").arg(key).query(&mut con).unwrap();
             assert_eq!(&stored, bytes, "{call} changed the key");
         }
-        assert!(matches!(limiter.check(&mut con, key, 1), Err(Error::Corrupt { key: k, .. }) if &k == key));
+        assert!(
+            matches!(limiter.check(&mut con, key, 1), Err(Error::Corrupt { key: k, .. }) if &k == key)
+        );
     }
     // A key of another type: named by its type, never read as fresh.
-    redis::cmd("LPUSH").arg("foreign").arg("x").exec(&mut con).unwrap();
-    redis::cmd("HSET").arg("hash").arg("f").arg("v").exec(&mut con).unwrap();
+    redis::cmd("LPUSH")
+        .arg("foreign")
+        .arg("x")
+        .exec(&mut con)
+        .unwrap();
+    redis::cmd("HSET")
+        .arg("hash")
+        .arg("f")
+        .arg("v")
+        .exec(&mut con)
+        .unwrap();
     for (key, found) in [(b"foreign".as_slice(), "list"), (b"hash", "hash")] {
         let want = format!(
             "key {} holds a Redis {found}, not a tollgate state",
@@ -157,7 +174,10 @@ fn a_foreign_or_corrupt_key_is_the_same_typed_error_from_every_call() {
         for (call, got) in every_call(&limiter, &mut con, key) {
             assert_eq!(got.as_deref(), Some(want.as_str()), "{call} on a {found}");
         }
-        assert!(matches!(limiter.state(&mut con, key), Err(Error::Foreign { .. })));
+        assert!(matches!(
+            limiter.state(&mut con, key),
+            Err(Error::Foreign { .. })
+        ));
         let kind: String = redis::cmd("TYPE").arg(key).query(&mut con).unwrap();
         assert_eq!(kind, found, "still there");
     }
@@ -166,14 +186,23 @@ fn a_foreign_or_corrupt_key_is_the_same_typed_error_from_every_call() {
     limiter.reset(&mut con, b"fine").unwrap();
     assert_eq!(pttl(&mut con, b"fine"), -2);
     // A composite refuses the reset as a whole if any member's key is foreign.
-    let composite =
-        RedisLimiter::new(Composite::new(vec![bucket; 2]).unwrap()).unwrap();
+    let composite = RedisLimiter::new(Composite::new(vec![bucket; 2]).unwrap()).unwrap();
     assert!(composite.check(&mut con, b"team", 1).unwrap().allowed);
     let keys = composite.redis_keys(b"team").unwrap();
     redis::cmd("DEL").arg(&keys[1]).exec(&mut con).unwrap();
-    redis::cmd("LPUSH").arg(&keys[1]).arg("x").exec(&mut con).unwrap();
-    assert!(matches!(composite.reset(&mut con, b"team"), Err(Error::Foreign { .. })));
-    assert!(pttl(&mut con, &keys[0]) > 0, "the valid member was not deleted");
+    redis::cmd("LPUSH")
+        .arg(&keys[1])
+        .arg("x")
+        .exec(&mut con)
+        .unwrap();
+    assert!(matches!(
+        composite.reset(&mut con, b"team"),
+        Err(Error::Foreign { .. })
+    ));
+    assert!(
+        pttl(&mut con, &keys[0]) > 0,
+        "the valid member was not deleted"
+    );
 }
 
 /// Random bodies behind a valid header: the script refuses exactly what the core refuses,
@@ -271,7 +300,11 @@ fn bad_input_is_refused_before_reaching_redis() {
     let log = SlidingLog::new(tollgate_redis::MAX_LUA_LOG_LIMIT + 1, SECOND).unwrap();
     assert!(matches!(
         RedisLimiter::new(log),
-        Err(Error::OutOfRange { what: "limit", max: 2000, .. })
+        Err(Error::OutOfRange {
+            what: "limit",
+            max: 2000,
+            ..
+        })
     ));
     let long = RedisLimiter::new(TokenBucket::new(1_000_000, 1, 3600 * SECOND).unwrap());
     assert!(matches!(long, Err(Error::OutOfRange { .. })));
@@ -405,7 +438,11 @@ fn batches_decide_every_request_in_one_round_trip() {
         .count();
     assert_eq!(admitted, 16 * 2);
     // A request on a corrupt key fails alone, with the core's reason.
-    redis::cmd("SET").arg("b").arg("hello").exec(&mut con).unwrap();
+    redis::cmd("SET")
+        .arg("b")
+        .arg("hello")
+        .exec(&mut con)
+        .unwrap();
     let mixed = [(b"a".as_slice(), 1), (b"b", 1), (b"c", 1)];
     let results = limiter.check_batch(&mut con, &mixed).unwrap();
     assert!(results[0].as_ref().unwrap().allowed && results[2].as_ref().unwrap().allowed);
@@ -638,7 +675,11 @@ fn a_slow_replay_decides_as_the_core() {
         for &(now, cost) in trace {
             let (want, next) = limiter.algorithm().decide(state, now, cost);
             state = next;
-            assert_eq!(limiter.check_at(con, b"k", cost, now).unwrap(), want, "at {now}");
+            assert_eq!(
+                limiter.check_at(con, b"k", cost, now).unwrap(),
+                want,
+                "at {now}"
+            );
             if slow {
                 sleep(Duration::from_millis(5));
             }
@@ -676,22 +717,36 @@ fn purge_deletes_the_prefix_states_and_nothing_else() {
     let keys = tollgate_redis::PURGE_BATCH * 2 + 17;
     for i in 0..keys {
         let now = NOW + i as u64;
-        let _ = limiter.check_at(&mut con, format!("u{i}").as_bytes(), 1, now).unwrap();
+        let _ = limiter
+            .check_at(&mut con, format!("u{i}").as_bytes(), 1, now)
+            .unwrap();
     }
     let _ = limiter.check(&mut con, b"server-time", 1).unwrap();
     let other = RedisLimiter::new(TokenBucket::new(5, 1, SECOND).unwrap())
         .unwrap()
         .with_prefix(prefix);
-    other.check_at(&mut con, b"bucket", 1, NOW).unwrap();
+    assert!(other.check_at(&mut con, b"bucket", 1, NOW).unwrap().allowed);
     let keep = [
         format!("{prefix}plain"),
         format!("{prefix}list"),
         format!("{prefix}bucket"),
         "rlx1y:u1".to_owned(),
     ];
-    redis::cmd("SET").arg(&keep[0]).arg("hello").exec(&mut con).unwrap();
-    redis::cmd("LPUSH").arg(&keep[1]).arg("x").exec(&mut con).unwrap();
-    redis::cmd("SET").arg(&keep[3]).arg("not ours").exec(&mut con).unwrap();
+    redis::cmd("SET")
+        .arg(&keep[0])
+        .arg("hello")
+        .exec(&mut con)
+        .unwrap();
+    redis::cmd("LPUSH")
+        .arg(&keep[1])
+        .arg("x")
+        .exec(&mut con)
+        .unwrap();
+    redis::cmd("SET")
+        .arg(&keep[3])
+        .arg("not ours")
+        .exec(&mut con)
+        .unwrap();
     assert_eq!(limiter.purge(&mut con).unwrap(), keys as u64 + 1);
     let left: u64 = redis::cmd("DBSIZE").query(&mut con).unwrap();
     assert_eq!(left, keep.len() as u64);
@@ -717,7 +772,10 @@ fn huge_costs_decide_and_store_as_the_core() {
             let (want, next) = limiter.algorithm().decide(state, now, cost);
             assert_eq!(limiter.check_at(con, b"k", cost, now).unwrap(), want);
             let stored: Option<Vec<u8>> = redis::cmd("GET").arg("huge:k").query(con).unwrap();
-            assert_eq!(stored, next.as_ref().map(|s| limiter.algorithm().encode_to_vec(s)));
+            assert_eq!(
+                stored,
+                next.as_ref().map(|s| limiter.algorithm().encode_to_vec(s))
+            );
             state = next;
         }
         limiter.reset(con, b"k").unwrap();
@@ -813,11 +871,12 @@ fn timeouts_bound_the_whole_call_and_say_what_happened() {
     let timeout = Duration::from_millis(250);
     let limiter = RedisLimiter::new(TokenBucket::new(2, 1, SECOND).unwrap()).unwrap();
     let silent = Listener::start(None);
-    let http = Listener::start(Some(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n"));
+    let http = Listener::start(Some(
+        b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n",
+    ));
     let server = Server::start();
     let refused = common::free_port();
-    let refused_client =
-        redis::Client::open(format!("redis://127.0.0.1:{refused}/")).unwrap();
+    let refused_client = redis::Client::open(format!("redis://127.0.0.1:{refused}/")).unwrap();
     let cases = [
         (
             silent.client(),
@@ -852,9 +911,17 @@ fn timeouts_bound_the_whole_call_and_say_what_happened() {
     let mut con = Reconnecting::new(server.client()).with_timeout(timeout);
     let mut con_async = connect_async(server.client(), timeout).unwrap();
     assert!(limiter.check(&mut con, b"k", 1).unwrap().allowed);
-    assert!(runtime.block_on(limiter.check_async(&mut con_async, b"k", 1)).unwrap().allowed);
+    assert!(
+        runtime
+            .block_on(limiter.check_async(&mut con_async, b"k", 1))
+            .unwrap()
+            .allowed
+    );
     server.pause();
-    let want = format!("redis is unavailable: no reply from 127.0.0.1:{} within 250 ms", server.port);
+    let want = format!(
+        "redis is unavailable: no reply from 127.0.0.1:{} within 250 ms",
+        server.port
+    );
     fails_within(timeout, &want, || limiter.check(&mut con, b"k", 1));
     fails_within(timeout, &want, || {
         runtime.block_on(limiter.check_async(&mut con_async, b"k", 1))
@@ -873,8 +940,18 @@ fn timeouts_bound_the_whole_call_and_say_what_happened() {
 fn full_log_decision_time() {
     let server = Server::start();
     let mut con = server.connection();
-    redis::cmd("CONFIG").arg("SET").arg("slowlog-log-slower-than").arg(0).exec(&mut con).unwrap();
-    redis::cmd("CONFIG").arg("SET").arg("slowlog-max-len").arg(1000).exec(&mut con).unwrap();
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("slowlog-log-slower-than")
+        .arg(0)
+        .exec(&mut con)
+        .unwrap();
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("slowlog-max-len")
+        .arg(1000)
+        .exec(&mut con)
+        .unwrap();
     // The script is compiled on its first call: not part of a decision's time.
     let warm = RedisLimiter::new(SlidingLog::new(1, 1).unwrap()).unwrap();
     let _ = warm.check_at(&mut con, b"warm", 1, 0).unwrap();
@@ -889,7 +966,11 @@ fn full_log_decision_time() {
         let mut worst = Duration::ZERO;
         let mut worst_server = 0;
         for i in 0..50 {
-            redis::cmd("SET").arg("log").arg(&bytes).exec(&mut con).unwrap();
+            redis::cmd("SET")
+                .arg("log")
+                .arg(&bytes)
+                .exec(&mut con)
+                .unwrap();
             redis::cmd("SLOWLOG").arg("RESET").exec(&mut con).unwrap();
             let started = Instant::now();
             let d = limiter.check_at(&mut con, b"log", 1, limit + i).unwrap();
