@@ -2,9 +2,22 @@
 //!
 //! Each decision is one `EVALSHA` (the script is sent with `EVAL` once a server answers
 //! `NOSCRIPT`): the script reads the key, decides with the core's exact integer math,
-//! writes the core's canonical encoding back with a TTL equal to the time until the
-//! state is fresh (so idle keys vanish), and replies with the decision. Time is the
+//! writes the core's canonical encoding back, and replies with the decision. Time is the
 //! server's `TIME` (no client clock skew) unless the caller passes `now`.
+//!
+//! Expiry: a state written at the server's time expires exactly when it is fresh again
+//! (TTL = `reset_after`, rounded up to a millisecond), so idle keys vanish. A state
+//! written at an explicit `now` (`check_at`, `reserve_at`: replays, tests) has no
+//! expiry: the server cannot know how fast the caller's clock runs, and a TTL on its
+//! own clock would forget state a slow replay still needs. Such keys stay until a
+//! decision returns them to fresh (then they are deleted), [`RedisLimiter::reset`], or
+//! [`RedisLimiter::purge`], which deletes every state of the limiter's algorithm under
+//! its prefix.
+//!
+//! Keys holding anything else (a list, a string tollgate did not write) are refused by
+//! every call with a typed error naming the key ([`Error::Foreign`], [`Error::Corrupt`],
+//! the latter worded by the core's decoder, as in every host); nothing is admitted and
+//! nothing changed.
 //!
 //! ```no_run
 //! use tollgate_core::{TokenBucket, SECOND};
@@ -194,7 +207,9 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         self.one(con, Call::new(key, cost, None))
     }
 
-    /// Decides at an explicit time `now` (replay, tests) instead of the server's.
+    /// Decides at an explicit time `now` (replay, tests) instead of the server's. The
+    /// state written has no expiry (see the crate's docs: clean up with
+    /// [`RedisLimiter::purge`]).
     pub fn check_at<C: ConnectionLike>(
         &self,
         con: &mut C,
