@@ -986,3 +986,34 @@ fn full_log_decision_time() {
         println!("limit {limit}: worst decision {worst_server} µs on the server, {worst:?} at the client");
     }
 }
+
+/// `Reconnecting` sends the handshake the URL asks for (a password, a database) itself,
+/// under the call's deadline.
+#[test]
+fn reconnecting_authenticates_and_selects_the_database() {
+    let server = Server::start();
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("requirepass")
+        .arg("s3cret")
+        .exec(&mut server.connection())
+        .unwrap();
+    let url = format!("redis://:s3cret@127.0.0.1:{}/2", server.port);
+    let mut con = Reconnecting::new(redis::Client::open(url).unwrap());
+    let limiter = RedisLimiter::new(FixedWindow::new(1, SECOND).unwrap()).unwrap();
+    assert!(limiter.check_at(&mut con, b"k", 1, NOW).unwrap().allowed);
+    assert!(!limiter.check_at(&mut con, b"k", 1, NOW).unwrap().allowed);
+    let direct = format!("redis://:s3cret@127.0.0.1:{}/2", server.port);
+    let mut direct = redis::Client::open(direct)
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let exists: u64 = redis::cmd("EXISTS").arg("k").query(&mut direct).unwrap();
+    assert_eq!(exists, 1, "the key is in database 2");
+    let wrong = format!("redis://:wrong@127.0.0.1:{}/", server.port);
+    let mut con = Reconnecting::new(redis::Client::open(wrong).unwrap());
+    assert!(matches!(
+        limiter.check(&mut con, b"k", 1),
+        Err(Error::Redis(_))
+    ));
+}
