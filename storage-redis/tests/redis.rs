@@ -154,6 +154,12 @@ fn a_foreign_or_corrupt_key_is_the_same_typed_error_from_every_call() {
             matches!(limiter.check(&mut con, key, 1), Err(Error::Corrupt { key: k, .. }) if &k == key)
         );
     }
+    // A key that is not UTF-8 is shown escaped.
+    let err = limiter
+        .check(&mut con, b"\xffbin", 1)
+        .unwrap_err()
+        .to_string();
+    assert!(err.starts_with(r#"key "\xffbin" holds"#), "{err}");
     // A key of another type: named by its type, never read as fresh.
     redis::cmd("LPUSH")
         .arg("foreign")
