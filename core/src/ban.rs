@@ -27,7 +27,8 @@ pub struct BanState<S> {
 
 impl<A: Algorithm> Ban<A> {
     /// Bans a key for `duration` once more than `threshold` cost is denied within one
-    /// window of `window` ticks. `window` and `duration` are in `1..=366 days`.
+    /// window of `window` ticks. `threshold` is below `u64::MAX` (the state keeps
+    /// `threshold + 1` for "over"); `window` and `duration` are in `1..=366 days`.
     pub fn new(
         inner: A,
         threshold: u64,
@@ -36,7 +37,7 @@ impl<A: Algorithm> Ban<A> {
     ) -> Result<Self, ParamError> {
         Ok(Self {
             inner,
-            threshold,
+            threshold: ParamError::check("threshold", threshold, 0, u64::MAX - 1)?,
             window: ParamError::check("window", window, 1, MAX_PERIOD)?,
             duration: ParamError::check("duration", duration, 1, MAX_PERIOD)?,
         })
@@ -60,6 +61,11 @@ impl<A: Algorithm> Ban<A> {
     /// How long, in ticks, a ban lasts.
     pub const fn duration(&self) -> Ticks {
         self.duration
+    }
+
+    /// The most denied cost a state holds: one unit past the threshold already bans.
+    const fn max_denied(&self) -> u64 {
+        self.threshold.saturating_add(1)
     }
 }
 
@@ -94,7 +100,8 @@ impl<A: Algorithm> Algorithm for Ban<A> {
         } else if decision.allowed {
             state.inner = inner;
         } else {
-            state.denied = state.denied.saturating_add(cost);
+            // Beyond `threshold + 1` no decision differs: denied cost saturates there.
+            state.denied = state.denied.saturating_add(cost).min(self.max_denied());
             if state.denied > self.threshold {
                 state.banned_until = now.saturating_add(self.duration);
                 decision.remaining = 0;
@@ -128,7 +135,7 @@ impl<A: Algorithm> Algorithm for Ban<A> {
     fn decode(&self, bytes: &[u8]) -> Result<Self::State, DecodeError> {
         let mut reader = Reader::new(bytes, tag::BAN)?;
         let window = reader.u64_where("window", &|w| w <= MAX_TICKS / self.window)?;
-        let denied = reader.u64()?;
+        let denied = reader.u64_where("denied", &|d| d <= self.max_denied())?;
         let banned_until = reader.u64_where("banned_until", &|t| {
             t <= MAX_TICKS.saturating_add(MAX_PERIOD)
         })?;

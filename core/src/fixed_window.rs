@@ -44,7 +44,10 @@ impl WindowParams {
 ///
 /// A denied request changes nothing, unless built with
 /// [`counting_denied`](Self::counting_denied), which counts denied cost too (so a client
-/// that keeps hammering stays blocked), as some peers do.
+/// that keeps hammering stays blocked), as some peers do. The count never exceeds
+/// `limit`: beyond it no decision differs (no positive cost fits, a cost of zero always
+/// does, and the window ends at the same time), so counted cost saturates there and
+/// every host stores the same bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FixedWindow {
     params: WindowParams,
@@ -130,7 +133,8 @@ impl Algorithm for FixedWindow {
         let until_end = self.params.start_of(window).saturating_add(period) - now;
         let allowed = cost <= limit.saturating_sub(count);
         if allowed || self.count_denied {
-            count = count.saturating_add(cost);
+            // Counted cost saturates at the limit: a larger count decides the same.
+            count = count.saturating_add(cost).min(limit);
         }
         let remaining = limit.saturating_sub(count);
         let reset_after = if count > 0 { until_end } else { 0 };
@@ -151,12 +155,9 @@ impl Algorithm for FixedWindow {
     fn decode(&self, bytes: &[u8]) -> Result<FixedWindowState, DecodeError> {
         let mut reader = Reader::new(bytes, tag::FIXED_WINDOW)?;
         let window = reader.u64_where("window", &|w| self.params.valid_window(w))?;
-        let max_count = if self.count_denied {
-            u64::MAX
-        } else {
-            self.params.limit
-        };
-        let count = reader.u64_where("count", &|c| (1..=max_count).contains(&c))?;
+        // Counted cost saturates at the limit, so no count beyond it is ever written.
+        let limit = self.params.limit;
+        let count = reader.u64_where("count", &|c| (1..=limit).contains(&c))?;
         reader.finish()?;
         Ok(FixedWindowState { window, count })
     }

@@ -50,6 +50,7 @@ mod decision;
 mod encoding;
 mod error;
 mod fixed_window;
+mod key;
 #[cfg(feature = "std")]
 pub mod memory;
 mod sliding_counter;
@@ -69,6 +70,7 @@ pub use composite::Composite;
 pub use decision::Decision;
 pub use error::{DecodeError, ParamError};
 pub use fixed_window::{FixedWindow, FixedWindowState, WindowParams};
+pub use key::KeyDisplay;
 pub use sliding_counter::{SlidingCounter, SlidingCounterState};
 #[cfg(feature = "alloc")]
 pub use sliding_log::{SlidingLog, SlidingLogState};

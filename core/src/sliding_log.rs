@@ -22,6 +22,11 @@ pub struct SlidingLogState {
     used: u64,
 }
 
+/// The bytes before the entries: version, tag and length.
+const HEADER_BYTES: usize = 10;
+/// The bytes of one encoded entry: its instant and its cost.
+const ENTRY_BYTES: usize = 16;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct Entry {
     at: Ticks,
@@ -119,8 +124,7 @@ impl Algorithm for SlidingLog {
         let limit = self.params.limit;
         let mut reader = Reader::new(bytes, tag::SLIDING_LOG)?;
         let len = reader.u64_where("len", &|n| (1..=limit).contains(&n))?;
-        // `len <= limit <= 10^5`, so this allocation is bounded whatever the bytes say.
-        let mut entries = VecDeque::with_capacity(usize::try_from(len).unwrap_or(0));
+        let mut entries = VecDeque::with_capacity(entries_to_reserve(len, bytes.len()));
         let mut used = 0;
         for _ in 0..len {
             let after = entries.back().map(|e: &Entry| e.at);
@@ -131,5 +135,24 @@ impl Algorithm for SlidingLog {
         }
         reader.finish()?;
         Ok(SlidingLogState { entries, used })
+    }
+}
+
+/// How many entries to reserve for a log whose header says `len`, read from `bytes`
+/// bytes: no more than those bytes can hold, so a short input claiming a long log
+/// allocates nothing for it.
+fn entries_to_reserve(len: u64, bytes: usize) -> usize {
+    let fits = bytes.saturating_sub(HEADER_BYTES) / ENTRY_BYTES;
+    usize::try_from(len).map_or(fits, |len| len.min(fits))
+}
+
+#[cfg(test)]
+mod tests {
+    /// Issue 16, item 10: 26 bytes claiming 10^5 entries reserved 1.6 MB.
+    #[test]
+    fn a_short_input_reserves_what_it_holds() {
+        assert_eq!(super::entries_to_reserve(100_000, 26), 1);
+        assert_eq!(super::entries_to_reserve(100_000, 2), 0);
+        assert_eq!(super::entries_to_reserve(3, 10 + 16 * 100), 3);
     }
 }

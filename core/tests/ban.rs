@@ -24,22 +24,22 @@ fn reference(
             if now < banned_until {
                 return false;
             }
-            let used: u64 = admitted
+            let used: u128 = admitted
                 .iter()
                 .filter(|a| a.0 / period == now / period)
-                .map(|a| a.1)
+                .map(|a| u128::from(a.1))
                 .sum();
-            if used + cost <= limit {
+            if used + u128::from(cost) <= u128::from(limit) {
                 admitted.push((now, cost));
                 return true;
             }
             denied.push((now, cost));
-            let in_window: u64 = denied
+            let in_window: u128 = denied
                 .iter()
                 .filter(|d| d.0 / window == now / window)
-                .map(|d| d.1)
+                .map(|d| u128::from(d.1))
                 .sum();
-            if in_window > threshold {
+            if in_window > u128::from(threshold) {
                 banned_until = now + duration;
             }
             false
@@ -54,6 +54,32 @@ proptest! {
         let arrivals = arrivals(&raw, period, limit);
         let decisions = run(&alg, 10 * (period + duration), &arrivals);
         let got: Vec<_> = decisions.iter().map(|d| d.allowed).collect();
+        prop_assert_eq!(got, reference(limit, period, threshold, window, duration, &arrivals));
+    }
+
+    /// Costs up to `u64::MAX`: the denied cost the state keeps saturates at
+    /// `threshold + 1`, and the decisions are still the definition's.
+    #[test]
+    fn huge_costs_saturate_without_changing_decisions(limit in 1..10u64, period in 1..1000u64, threshold in prop_oneof![0..10u64, Just(u64::MAX - 1)], window in 1..3000u64, duration in 1..5000u64, raw in raw_arrivals(), huge in prop::collection::vec(prop_oneof![Just(u64::MAX), 1u64 << 52.., Just(0)], 120)) {
+        let alg = Ban::new(FixedWindow::new(limit, period).unwrap(), threshold, window, duration).unwrap();
+        let arrivals: Vec<_> = arrivals(&raw, period, limit)
+            .into_iter()
+            .zip(&huge)
+            .map(|((now, cost), &h)| (now, if h > 0 && cost > limit { h } else { cost }))
+            .collect();
+        let mut state = None;
+        let mut got = Vec::new();
+        for &(now, cost) in &arrivals {
+            let (d, next) = alg.decide(state, now, cost);
+            if let Some(s) = &next {
+                let bytes = alg.encode_to_vec(s);
+                let denied = u64::from_be_bytes(bytes[10..18].try_into().unwrap());
+                prop_assert!(denied <= threshold.saturating_add(1));
+                prop_assert_eq!(&alg.decode(&bytes).unwrap(), s);
+            }
+            got.push(d.allowed);
+            state = next;
+        }
         prop_assert_eq!(got, reference(limit, period, threshold, window, duration, &arrivals));
     }
 
@@ -87,4 +113,28 @@ fn seed_ban_after_hammering() {
     assert!(!d.allowed);
     assert_eq!(d.retry_after, Some(600 * SECOND + 15 - 5 * SECOND));
     assert!(alg.decide(state, 600 * SECOND + 15, 1).0.allowed);
+}
+
+/// Denied cost is stored up to `threshold + 1`, and a state holding more is refused.
+#[test]
+fn denied_cost_saturates_one_past_the_threshold() {
+    let alg = Ban::new(FixedWindow::new(1, SECOND).unwrap(), 5, SECOND, SECOND).unwrap();
+    let (d, state) = alg.decide(None, 0, 1 << 52);
+    assert!(!d.allowed);
+    let mut bytes = alg.encode_to_vec(&state.unwrap());
+    assert_eq!(bytes[10..18], 6u64.to_be_bytes());
+    assert!(alg.decode(&bytes).is_ok());
+    bytes[10..18].copy_from_slice(&7u64.to_be_bytes());
+    assert_eq!(
+        alg.decode(&bytes),
+        Err(tollgate_core::DecodeError::InvalidField { field: "denied" })
+    );
+}
+
+/// `threshold + 1` must be representable: a threshold of `u64::MAX` is refused.
+#[test]
+fn the_largest_threshold_is_one_below_u64_max() {
+    let inner = FixedWindow::new(1, SECOND).unwrap();
+    assert!(Ban::new(inner, u64::MAX - 1, SECOND, SECOND).is_ok());
+    assert!(Ban::new(inner, u64::MAX, SECOND, SECOND).is_err());
 }

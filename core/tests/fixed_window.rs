@@ -31,6 +31,39 @@ proptest! {
         }
     }
 
+    /// Costs up to `u64::MAX`, counting denied cost: the stored count saturates at the
+    /// limit and every decision is the one an unbounded count gives (a cost of zero is
+    /// always admitted).
+    #[test]
+    fn counted_cost_saturates_at_the_limit(limit in limit(MAX_LIMIT), period in period(), raw in raw_arrivals(), huge in prop::collection::vec(prop_oneof![Just(u64::MAX), 1u64 << 52.., Just(0)], 120)) {
+        let alg = FixedWindow::new(limit, period).unwrap().counting_denied();
+        let arrivals: Vec<_> = arrivals(&raw, period, limit)
+            .into_iter()
+            .zip(&huge)
+            .map(|((now, cost), &h)| (now, if h > 0 && cost > limit { h } else { cost }))
+            .collect();
+        let (mut state, mut window, mut count) = (None, u64::MAX, 0u128);
+        for &(now, cost) in &arrivals {
+            let (d, next) = alg.decide(state, now, cost);
+            if now / period != window {
+                (window, count) = (now / period, 0);
+            }
+            let allowed = cost == 0 || count + u128::from(cost) <= u128::from(limit);
+            count += u128::from(cost);
+            let end = (window + 1) * period - now;
+            prop_assert_eq!(d.allowed, allowed);
+            prop_assert_eq!(u128::from(d.remaining), u128::from(limit).saturating_sub(count));
+            prop_assert_eq!(d.reset_after, if count > 0 { end } else { 0 });
+            prop_assert_eq!(d.retry_after, if allowed { Some(0) } else { (cost <= limit).then_some(end) });
+            if let Some(s) = &next {
+                let bytes = alg.encode_to_vec(s);
+                prop_assert!(u64::from_be_bytes(bytes[10..18].try_into().unwrap()) <= limit);
+                prop_assert_eq!(&alg.decode(&bytes).unwrap(), s);
+            }
+            state = next;
+        }
+    }
+
     #[test]
     fn counting_denied_blocks_until_the_window_ends(limit in 1..20u64, period in 1..1000u64, raw in raw_arrivals()) {
         let alg = FixedWindow::new(limit, period).unwrap().counting_denied();
@@ -92,4 +125,24 @@ fn invalid_parameters_are_errors() {
     ));
     assert!(FixedWindow::new(MAX_LIMIT + 1, SECOND).is_err());
     assert!(FixedWindow::new(MAX_LIMIT, tollgate_core::limits::MAX_PERIOD).is_ok());
+}
+
+/// Issue 16, item 3: a cost of 2^52 counted as denied stores the limit, not the cost,
+/// and a count above the limit is refused in both modes (no host can have written it).
+#[test]
+fn a_huge_denied_cost_stores_the_limit() {
+    let alg = FixedWindow::new(10, SECOND).unwrap().counting_denied();
+    let (d, state) = alg.decide(None, 0, 1 << 52);
+    assert!(!d.allowed);
+    assert_eq!(d.retry_after, None);
+    let bytes = alg.encode_to_vec(&state.unwrap());
+    assert_eq!(bytes[10..18], 10u64.to_be_bytes());
+    let (d, _) = alg.decide(state, 1, 1);
+    assert!(!d.allowed);
+    assert_eq!((d.remaining, d.retry_after), (0, Some(SECOND - 1)));
+    let invalid = Err(tollgate_core::DecodeError::InvalidField { field: "count" });
+    let mut over = bytes;
+    over[10..18].copy_from_slice(&11u64.to_be_bytes());
+    assert_eq!(alg.decode(&over), invalid);
+    assert_eq!(FixedWindow::new(10, SECOND).unwrap().decode(&over), invalid);
 }

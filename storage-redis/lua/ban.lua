@@ -9,7 +9,7 @@ algorithms.ban = function(argv, i)
     if bytes then
       window, denied, banned_until, inner_bytes = read(bytes, 7, 3)
       if window * ban_window > MAX_NOW then corrupt('window') end
-      if denied > MAX_NOW then corrupt('denied') end
+      if denied > threshold + 1 then corrupt('denied') end
       if banned_until > MAX_NOW * 2 then corrupt('banned_until') end
       if inner_bytes == '' then inner_bytes = nil end
     end
@@ -22,8 +22,8 @@ algorithms.ban = function(argv, i)
     elseif d.allowed then
       inner_bytes = inner_new
     else
-      denied = denied + cost
-      if denied > MAX_NOW then corrupt('denied beyond 2^52') end
+      -- Saturates one past the threshold, where every larger count decides the same.
+      denied = math.min(denied + cost, threshold + 1)
       if denied > threshold then
         banned_until = now + duration
         d.remaining = 0

@@ -1,14 +1,11 @@
 -- Composite: every member must admit; member k keeps its state in KEYS[k]. A denial
 -- changes no member and reports each at cost 0; the decision reports the member with the
 -- fewest remaining, the longest retry, reset and delay.
-local function composite(argv, i, now, cost, wait, store)
-  local n = tonumber(argv[i])
-  local members, old, decisions, new = {}, {}, {}, {}
-  i = i + 1
+local function decide_all(members, now, cost, wait, store)
+  local n = #members
+  local old, decisions, new = {}, {}, {}
   for k = 1, n do
-    members[k], i = build(argv, i)
-    old[k] = redis.call('GET', KEYS[k])
-    if not old[k] then old[k] = nil end
+    old[k] = get(KEYS[k])
     decisions[k], new[k] = members[k](old[k], now, cost, wait)
   end
   local allowed, retry, delay = true, 0, 0

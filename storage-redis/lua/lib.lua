@@ -1,12 +1,22 @@
 -- tollgate: helpers shared by every script. Lua numbers are doubles, exact for integers
 -- below 2^53; the one wider product the algorithms need is split so every step stays
--- below it. The Rust side keeps inputs in this range (see `LuaRange` in src/range.rs).
+-- below it. The Rust side keeps inputs in this range (see `LuaAlgorithm` in src/lua.rs).
 local floor = math.floor
 local SPLIT = 1048576 -- 2^20: small factors (limits, rates, counts) are at most this
 local MAX_NOW = 4503599627370496 -- 2^52 microseconds: the year 2112
 
 local function corrupt(what)
   error({ err = 'TOLLGATE corrupt state: ' .. what })
+end
+
+-- The string at `key`, or nil if there is none; a key of another type (a list, a hash)
+-- is refused naming its type, never read as a fresh state.
+local function get(key)
+  local value = redis.pcall('GET', key)
+  if type(value) == 'table' and value.err then
+    error({ err = 'TOLLGATE foreign ' .. redis.call('TYPE', key).ok })
+  end
+  return value or nil
 end
 
 -- a * b + c as (hi, lo) = hi * 2^20 + lo, exact for a <= 2^20, b <= 2^52, c < 2^52.

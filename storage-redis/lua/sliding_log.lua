@@ -1,4 +1,6 @@
 -- Sliding log (limit L per period P): tag 2, a count then (at, cost) entries, oldest first.
+local CHUNK = 64
+local CHUNK_FORMAT = '>' .. string.rep('I8I8', CHUNK)
 algorithms.sliding_log = function(argv, i)
   local limit, period = tonumber(argv[i]), tonumber(argv[i + 1])
 
@@ -6,19 +8,28 @@ algorithms.sliding_log = function(argv, i)
     local n, _, _, rest = read(bytes, 2, 1)
     if n < 1 or n > limit then corrupt('len') end
     if #rest ~= 16 * n then corrupt(#rest < 16 * n and 'truncated' or 'trailing bytes') end
-    local at, costs, used = {}, {}, 0
-    for k = 1, n do
-      local t, c = struct.unpack('>I8I8', rest, 16 * k - 15)
-      if t > MAX_NOW or (k > 1 and t <= at[k - 1]) then corrupt('at') end
-      if c < 1 or c > limit - used then corrupt('cost') end
-      at[k], costs[k], used = t, c, used + c
+    local at, costs, used, k = {}, {}, 0, 0
+    -- Entries are unpacked CHUNK at a time: one call instead of CHUNK.
+    while k < n do
+      local m = math.min(CHUNK, n - k)
+      local fields = { struct.unpack(m == CHUNK and CHUNK_FORMAT or '>' .. string.rep('I8I8', m), rest, 16 * k + 1) }
+      for j = 1, m do
+        local t, c = fields[2 * j - 1], fields[2 * j]
+        if t > MAX_NOW or (k > 0 and t <= at[k]) then corrupt('at') end
+        if c < 1 or c > limit - used then corrupt('cost') end
+        k = k + 1
+        at[k], costs[k], used = t, c, used + c
+      end
     end
-    return at, costs, n, used
+    return at, costs, n, used, rest
   end
 
   local decide = function(bytes, now, cost)
-    local at, costs, last, used = {}, {}, 0, 0
-    if bytes then at, costs, last, used = parse(bytes) end
+    local at, costs, last, used, rest = {}, {}, 0, 0, ''
+    if bytes then at, costs, last, used, rest = parse(bytes) end
+    -- Entries first..kept stay as they are in `rest`; only a merged or new last entry
+    -- is packed again.
+    local kept = last
     if last > 0 and at[last] > now then now = at[last] end
     local first = 1
     while first <= last and at[first] + period <= now do
@@ -30,6 +41,7 @@ algorithms.sliding_log = function(argv, i)
     if allowed and cost > 0 then
       if last >= first and at[last] == now then
         costs[last] = costs[last] + cost
+        kept = last - 1
       else
         last = last + 1
         at[last], costs[last] = now, cost
@@ -39,8 +51,10 @@ algorithms.sliding_log = function(argv, i)
     local reset = last >= first and at[last] + period - now or 0
     local state = nil
     if last >= first then
-      local parts = { write(2, last - first + 1) }
-      for k = first, last do parts[#parts + 1] = struct.pack('>I8I8', at[k], costs[k]) end
+      local parts = { write(2, last - first + 1), string.sub(rest, 16 * first - 15, 16 * kept) }
+      for k = math.max(kept + 1, first), last do
+        parts[#parts + 1] = struct.pack('>I8I8', at[k], costs[k])
+      end
       state = table.concat(parts)
     end
     if allowed then return admit(limit, limit - used, reset, 0), state end

@@ -1,4 +1,5 @@
 use redis::RedisError;
+use tollgate_core::KeyDisplay;
 
 /// What can go wrong deciding through Redis.
 #[derive(Debug, thiserror::Error)]
@@ -7,17 +8,31 @@ pub enum Error {
     /// Redis could not be reached, or did not answer within the timeout.
     #[error("redis is unavailable: {0}")]
     Unavailable(#[source] RedisError),
+    /// The server answered with something that is not Redis's protocol (an HTTP server,
+    /// say): the address is wrong.
+    #[error("not a Redis server: {0}")]
+    NotRedis(String),
     /// Redis answered with an error.
     #[error("redis: {0}")]
     Redis(#[source] RedisError),
-    /// The key holds bytes that are not a state of this algorithm (or a state outside the
-    /// scripts' range). Nothing was admitted and the key is unchanged.
-    #[error("key {key:?} holds a state tollgate cannot read: {reason}", key = String::from_utf8_lossy(.key))]
+    /// The key holds bytes that are not a state of this algorithm (`reason` is the core
+    /// decoder's, the same in every host), or a state outside the scripts' range.
+    /// Nothing was admitted and the key is unchanged.
+    #[error("key {} holds a state tollgate cannot read: {reason}", KeyDisplay(.key))]
     Corrupt {
         /// The caller's key.
         key: Vec<u8>,
         /// What is wrong with it.
         reason: String,
+    },
+    /// The key holds a Redis value that is not a string (a list, a hash...): something
+    /// other than tollgate wrote it. Nothing was admitted and the key is unchanged.
+    #[error("key {} holds a Redis {found}, not a tollgate state", KeyDisplay(.key))]
+    Foreign {
+        /// The caller's key.
+        key: Vec<u8>,
+        /// The value's Redis type.
+        found: String,
     },
     /// A parameter or input outside the range the scripts compute exactly.
     #[error("{what} is {value}, beyond {max}, the most the Redis scripts compute exactly")]
@@ -38,18 +53,36 @@ pub enum Error {
 }
 
 impl Error {
+    /// Whether Redis could not be reached (what a [`FailPolicy`](crate::FailPolicy)
+    /// applies to).
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, Self::Unavailable(_))
+    }
+
     /// Classifies an error from Redis about `key`.
     pub(crate) fn from_redis(error: RedisError, key: &[u8]) -> Self {
         if error.code() == Some("TOLLGATE") {
+            // Redis appends the script's location after the message.
             let detail = error.detail().unwrap_or_default();
+            let detail = detail.split(" script:").next().unwrap_or(detail);
             if let Some(reason) = detail.strip_prefix("corrupt state: ") {
-                // Redis appends the script's location after the message.
-                let reason = reason.split(" script:").next().unwrap_or(reason);
                 return Self::Corrupt {
                     key: key.to_vec(),
                     reason: reason.to_owned(),
                 };
             }
+            if let Some(found) = detail.strip_prefix("foreign ") {
+                return Self::Foreign {
+                    key: key.to_vec(),
+                    found: found.to_owned(),
+                };
+            }
+        }
+        if error.kind() == redis::ErrorKind::Parse {
+            let detail = error
+                .detail()
+                .unwrap_or("its reply is not Redis's protocol");
+            return Self::NotRedis(detail.to_owned());
         }
         if error.is_io_error()
             || error.is_timeout()

@@ -2,9 +2,22 @@
 //!
 //! Each decision is one `EVALSHA` (the script is sent with `EVAL` once a server answers
 //! `NOSCRIPT`): the script reads the key, decides with the core's exact integer math,
-//! writes the core's canonical encoding back with a TTL equal to the time until the
-//! state is fresh (so idle keys vanish), and replies with the decision. Time is the
+//! writes the core's canonical encoding back, and replies with the decision. Time is the
 //! server's `TIME` (no client clock skew) unless the caller passes `now`.
+//!
+//! Expiry: a state written at the server's time expires exactly when it is fresh again
+//! (TTL = `reset_after`, rounded up to a millisecond), so idle keys vanish. A state
+//! written at an explicit `now` (`check_at`, `reserve_at`: replays, tests) has no
+//! expiry: the server cannot know how fast the caller's clock runs, and a TTL on its
+//! own clock would forget state a slow replay still needs. Such keys stay until a
+//! decision returns them to fresh (then they are deleted), [`RedisLimiter::reset`], or
+//! [`RedisLimiter::purge`], which deletes every state of the limiter's algorithm under
+//! its prefix.
+//!
+//! Keys holding anything else (a list, a string tollgate did not write) are refused by
+//! every call with a typed error naming the key ([`Error::Foreign`], [`Error::Corrupt`],
+//! the latter worded by the core's decoder, as in every host); nothing is admitted and
+//! nothing changed.
 //!
 //! ```no_run
 //! use tollgate_core::{TokenBucket, SECOND};
@@ -30,9 +43,9 @@ use redis::{aio, Cmd, ConnectionLike, Pipeline, ServerErrorKind, Value};
 use tollgate_core::memory::KeyedLimiter;
 use tollgate_core::{Decision, Reserve, Ticks};
 
-pub use connection::{connect_async, Reconnecting, DEFAULT_TIMEOUT};
+pub use connection::{connect_async, Reconnecting, ReconnectingAsync, DEFAULT_TIMEOUT};
 pub use error::Error;
-pub use lua::{LuaAlgorithm, MAX_LUA_HORIZON, MAX_LUA_LIMIT, MAX_LUA_TICKS};
+pub use lua::{LuaAlgorithm, MAX_LUA_HORIZON, MAX_LUA_LIMIT, MAX_LUA_LOG_LIMIT, MAX_LUA_TICKS};
 
 /// What a limiter answers when Redis cannot be reached (see [`RedisLimiter::decide`]).
 #[derive(Debug)]
@@ -70,13 +83,54 @@ impl Outcome {
     }
 }
 
-/// One decision to send: a key, a cost, and optionally the time and the longest wait.
+/// One script call: what it does, a key, a cost, and optionally the time and the
+/// longest wait.
 #[derive(Debug, Clone, Copy)]
 struct Call<'a> {
+    mode: Mode,
     key: &'a [u8],
     cost: u64,
     now: Option<Ticks>,
     max_wait: Option<Ticks>,
+}
+
+/// What a script call does (its first argument; see `lua/main.lua`).
+#[derive(Debug, Clone, Copy)]
+enum Mode {
+    /// Decide a request and store the new state.
+    Decide,
+    /// Return the keys' values, refusing keys of other types.
+    Read,
+    /// Delete the keys if each is absent or a valid state, else refuse.
+    Reset,
+    /// Delete the keys holding a valid state.
+    Purge,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Decide => "decide",
+            Self::Read => "read",
+            Self::Reset => "reset",
+            Self::Purge => "purge",
+        }
+    }
+}
+
+/// How many keys [`RedisLimiter::purge`] asks `SCAN` for, and checks in one script call.
+pub const PURGE_BATCH: usize = 500;
+
+/// The reply of a `read`: each key's value or nothing.
+fn values(reply: Value) -> Result<Vec<Option<Vec<u8>>>, Error> {
+    redis::from_redis_value(reply).map_err(|_| Error::Reply)
+}
+
+fn corrupt(key: &[u8], reason: String) -> Error {
+    Error::Corrupt {
+        key: key.to_vec(),
+        reason,
+    }
 }
 
 /// A rate limiter whose state lives in Redis, shared by every process using the same
@@ -88,7 +142,6 @@ pub struct RedisLimiter<A: LuaAlgorithm> {
     source: String,
     sha1: String,
     prefix: Vec<u8>,
-    min_ttl_ms: u64,
     on_unavailable: FailPolicy<A>,
 }
 
@@ -103,7 +156,6 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
             sha1: redis::Script::new(&source).get_hash().to_owned(),
             source,
             prefix: Vec::new(),
-            min_ttl_ms: 0,
             on_unavailable: FailPolicy::Closed,
         })
     }
@@ -111,16 +163,6 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
     /// Puts `prefix` before every key.
     pub fn with_prefix(mut self, prefix: impl Into<Vec<u8>>) -> Self {
         self.prefix = prefix.into();
-        self
-    }
-
-    /// Keeps every written key at least `min_ttl` (rounded up to milliseconds), instead
-    /// of exactly until its state is fresh. Expiry runs on the server's clock, so when
-    /// `now` is passed explicitly and advances slower than real time (replays, tests) a
-    /// key could vanish before its state is fresh; a floor prevents that. Harmless
-    /// otherwise: a stale state decides exactly like a missing one.
-    pub fn with_min_ttl(mut self, min_ttl: std::time::Duration) -> Self {
-        self.min_ttl_ms = u64::try_from(min_ttl.as_micros().div_ceil(1000)).unwrap_or(u64::MAX);
         self
     }
 
@@ -165,7 +207,9 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         self.one(con, Call::new(key, cost, None))
     }
 
-    /// Decides at an explicit time `now` (replay, tests) instead of the server's.
+    /// Decides at an explicit time `now` (replay, tests) instead of the server's. The
+    /// state written has no expiry (see the crate's docs: clean up with
+    /// [`RedisLimiter::purge`]).
     pub fn check_at<C: ConnectionLike>(
         &self,
         con: &mut C,
@@ -249,32 +293,61 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         futures_util::future::join_all(calls).await
     }
 
-    /// The state stored for `key`, decoded by the core; `None` when fresh.
+    /// The state stored for `key`, decoded by the core; `None` when fresh. A key holding
+    /// anything but a state of this algorithm is an error ([`Error::Foreign`],
+    /// [`Error::Corrupt`]), never "fresh".
     pub fn state<C: ConnectionLike>(
         &self,
         con: &mut C,
         key: &[u8],
     ) -> Result<Option<A::State>, Error> {
-        let keys = self.redis_keys(key)?;
-        let values: Vec<Option<Vec<u8>>> = redis::cmd("MGET")
-            .arg(&keys)
-            .query(con)
-            .map_err(|e| Error::from_redis(e, key))?;
+        let values = self.read(con, key)?;
         self.algorithm
             .lua_decode(&values)
-            .map_err(|e| Error::Corrupt {
-                key: key.to_vec(),
-                reason: e.to_string(),
-            })
+            .map_err(|e| corrupt(key, e.to_string()))
     }
 
-    /// Forgets `key`: its next request finds a fresh state.
+    /// Forgets `key`: its next request finds a fresh state. Atomically refuses, deleting
+    /// nothing, if a key holds anything but a valid state of this algorithm.
     pub fn reset<C: ConnectionLike>(&self, con: &mut C, key: &[u8]) -> Result<(), Error> {
-        let keys = self.redis_keys(key)?;
-        redis::cmd("DEL")
-            .arg(&keys)
-            .exec(con)
-            .map_err(|e| Error::from_redis(e, key))
+        let result = self.query(con, &Call::mode(key, Mode::Reset), &self.redis_keys(key)?);
+        self.explained(con, key, result.map(drop))
+    }
+
+    /// Deletes every state of this algorithm under the limiter's prefix (any member's,
+    /// for a composite) and returns how many keys went; keys holding anything else stay.
+    /// States written at explicit times never expire (see [`RedisLimiter::check_at`]):
+    /// this is their clean-up. The keyspace is scanned in batches of [`PURGE_BATCH`],
+    /// each checked and deleted by one script call, so the server is never blocked for
+    /// long. One server: on a cluster, run it against each primary.
+    pub fn purge<C: ConnectionLike>(&self, con: &mut C) -> Result<u64, Error> {
+        let mut pattern = Vec::with_capacity(self.prefix.len() + 1);
+        for &b in &self.prefix {
+            if matches!(b, b'*' | b'?' | b'[' | b']' | b'\\') {
+                pattern.push(b'\\');
+            }
+            pattern.push(b);
+        }
+        pattern.push(b'*');
+        let (mut cursor, mut deleted) = (0u64, 0);
+        loop {
+            let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(PURGE_BATCH)
+                .query(con)
+                .map_err(|e| Error::from_redis(e, &self.prefix))?;
+            if !keys.is_empty() {
+                let reply = self.query(con, &Call::mode(&self.prefix, Mode::Purge), &keys)?;
+                deleted += redis::from_redis_value::<u64>(reply).map_err(|_| Error::Reply)?;
+            }
+            if next == 0 {
+                return Ok(deleted);
+            }
+            cursor = next;
+        }
     }
 
     fn apply_policy(
@@ -294,18 +367,17 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         }
     }
 
-    /// The `EVALSHA` (or, with `eval`, `EVAL`) command for `call`.
-    fn command(&self, call: &Call, eval: bool) -> Result<Cmd, Error> {
-        for (what, value) in [("cost", Some(call.cost)), ("now", call.now)] {
-            if let Some(value) = value.filter(|&v| v > MAX_LUA_TICKS) {
-                return Err(Error::OutOfRange {
-                    what,
-                    value,
-                    max: MAX_LUA_TICKS,
-                });
-            }
+    /// The `EVALSHA` (or, with `eval`, `EVAL`) command for `call` on `keys`.
+    fn command(&self, call: &Call, keys: &[Vec<u8>], eval: bool) -> Result<Cmd, Error> {
+        if let Some(now) = call.now.filter(|&now| now > MAX_LUA_TICKS) {
+            return Err(Error::OutOfRange {
+                what: "now",
+                value: now,
+                max: MAX_LUA_TICKS,
+            });
         }
-        let keys = self.redis_keys(call.key)?;
+        // Every cost above the cap decides and stores like the cap.
+        let cost = call.cost.min(self.algorithm.lua_cost_cap());
         let mut cmd = if eval {
             redis::cmd("EVAL").arg(&self.source).to_owned()
         } else {
@@ -313,19 +385,70 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         };
         // Any wait beyond 2^53 ticks admits the same requests as an unbounded one.
         let max_wait = call.max_wait.map(|w| w.min(2 * MAX_LUA_TICKS));
-        cmd.arg(keys.len()).arg(&keys);
-        cmd.arg(Arg(call.now)).arg(call.cost).arg(Arg(max_wait));
-        cmd.arg(self.min_ttl_ms.min(MAX_LUA_TICKS));
-        self.algorithm.lua_args(call.cost, &mut cmd);
+        cmd.arg(keys.len()).arg(keys);
+        cmd.arg(call.mode.name())
+            .arg(Arg(call.now))
+            .arg(cost)
+            .arg(Arg(max_wait));
+        self.algorithm.lua_args(cost, &mut cmd);
         Ok(cmd)
     }
 
-    fn one<C: ConnectionLike>(&self, con: &mut C, call: Call) -> Result<Decision, Error> {
-        let reply = match self.command(&call, false)?.query::<Value>(con) {
-            Err(e) if no_script_error(&e) => self.command(&call, true)?.query(con),
+    /// Runs the script for `call` on `keys`, sending its text if the server lacks it.
+    fn query<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        call: &Call,
+        keys: &[Vec<u8>],
+    ) -> Result<Value, Error> {
+        let reply = match self.command(call, keys, false)?.query::<Value>(con) {
+            Err(e) if no_script_error(&e) => self.command(call, keys, true)?.query(con),
             reply => reply,
         };
-        parse(reply.map_err(|e| Error::from_redis(e, call.key))?, call.key)
+        reply.map_err(|e| Error::from_redis(e, call.key))
+    }
+
+    /// The values of `key`'s Redis keys (`None`: absent), refusing other types.
+    fn read<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+    ) -> Result<Vec<Option<Vec<u8>>>, Error> {
+        values(self.query(con, &Call::mode(key, Mode::Read), &self.redis_keys(key)?)?)
+    }
+
+    /// Replaces a script's report of a corrupt state by the core decoder's verdict on
+    /// the same bytes, so every call (and every host) words it the same way.
+    fn explained<C: ConnectionLike, T>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+        result: Result<T, Error>,
+    ) -> Result<T, Error> {
+        match result {
+            Err(Error::Corrupt { reason, .. }) => Err(match self.read(con, key) {
+                Ok(values) => self.diagnose(key, &values, reason),
+                Err(e) => e,
+            }),
+            result => result,
+        }
+    }
+
+    /// The core's reason why `values` are no state of this algorithm; if the core reads
+    /// them, they are beyond the scripts' range, as the script said.
+    fn diagnose(&self, key: &[u8], values: &[Option<Vec<u8>>], script: String) -> Error {
+        match self.algorithm.lua_decode(values) {
+            Err(e) => corrupt(key, e.to_string()),
+            Ok(_) => corrupt(key, format!("beyond the Redis scripts' range ({script})")),
+        }
+    }
+
+    fn one<C: ConnectionLike>(&self, con: &mut C, call: Call) -> Result<Decision, Error> {
+        let keys = self.redis_keys(call.key)?;
+        let result = self
+            .query(con, &call, &keys)
+            .and_then(|reply| parse(reply, call.key));
+        self.explained(con, call.key, result)
     }
 
     /// Sends `calls` in one pipeline; calls the server had no script for go again as
@@ -339,7 +462,10 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         let mut pipe = Pipeline::with_capacity(calls.len());
         let mut sent = Vec::new();
         for (i, call) in calls.iter().enumerate() {
-            match self.command(call, false) {
+            match self
+                .redis_keys(call.key)
+                .and_then(|keys| self.command(call, &keys, false))
+            {
                 Ok(cmd) => {
                     pipe.add_command(cmd);
                     sent.push(i);
@@ -355,21 +481,30 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
             .ignore_errors()
             .query(con)
             .map_err(|e| Error::from_redis(e, b""))?;
-        let mut missing = Vec::new();
         for (&i, reply) in sent.iter().zip(replies) {
-            if no_script(&reply) {
-                missing.push(i);
+            results[i] = if no_script(&reply) {
+                self.one(con, calls[i])
             } else {
-                results[i] = parse(reply, calls[i].key);
-            }
-        }
-        for i in missing {
-            let reply = self.command(&calls[i], true)?.query::<Value>(con);
-            results[i] = reply
-                .map_err(|e| Error::from_redis(e, calls[i].key))
-                .and_then(|reply| parse(reply, calls[i].key));
+                let result = parse(reply, calls[i].key);
+                self.explained(con, calls[i].key, result)
+            };
         }
         Ok(results)
+    }
+
+    async fn query_async<C: aio::ConnectionLike>(
+        &self,
+        con: &mut C,
+        call: &Call<'_>,
+    ) -> Result<Value, Error> {
+        let keys = self.redis_keys(call.key)?;
+        let reply = match self.command(call, &keys, false)?.query_async(con).await {
+            Err(e) if no_script_error(&e) => {
+                self.command(call, &keys, true)?.query_async(con).await
+            }
+            reply => reply,
+        };
+        reply.map_err(|e| Error::from_redis(e, call.key))
     }
 
     async fn one_async<C: aio::ConnectionLike>(
@@ -377,11 +512,20 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         con: &mut C,
         call: Call<'_>,
     ) -> Result<Decision, Error> {
-        let reply = match self.command(&call, false)?.query_async::<Value>(con).await {
-            Err(e) if no_script_error(&e) => self.command(&call, true)?.query_async(con).await,
-            reply => reply,
+        let result = self
+            .query_async(con, &call)
+            .await
+            .and_then(|reply| parse(reply, call.key));
+        let Err(Error::Corrupt { reason, .. }) = result else {
+            return result;
         };
-        parse(reply.map_err(|e| Error::from_redis(e, call.key))?, call.key)
+        let read = self
+            .query_async(con, &Call::mode(call.key, Mode::Read))
+            .await;
+        Err(match read.and_then(values) {
+            Ok(values) => self.diagnose(call.key, &values, reason),
+            Err(e) => e,
+        })
     }
 }
 
@@ -426,10 +570,19 @@ impl<A: LuaAlgorithm + Reserve> RedisLimiter<A> {
 impl<'a> Call<'a> {
     fn new(key: &'a [u8], cost: u64, now: Option<Ticks>) -> Self {
         Self {
+            mode: Mode::Decide,
             key,
             cost,
             now,
             max_wait: None,
+        }
+    }
+
+    /// A call that decides nothing: cost 0 at the server's time.
+    fn mode(key: &'a [u8], mode: Mode) -> Self {
+        Self {
+            mode,
+            ..Self::new(key, 0, None)
         }
     }
 

@@ -1,12 +1,14 @@
 //! The scripts against the core, on a real `redis-server`: random parameters within the
 //! Lua range and random traces with explicit `now`; after every step the decisions are
 //! identical, every key holds exactly the core's encoding (or is gone when the core's
-//! state is fresh), and a key's `PTTL` is its `reset_after`, to the millisecond.
+//! state is fresh) with no expiry (explicit times never expire on the server's clock).
+//! Traces start in 2026 or in the last periods before [`MAX_LUA_TICKS`], and may step
+//! past it: such a call is `Error::OutOfRange` and changes nothing. Costs go up to
+//! `u64::MAX`.
 
 mod common;
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
@@ -18,9 +20,6 @@ use tollgate_core::{
 use tollgate_redis::{Error, LuaAlgorithm, RedisLimiter, MAX_LUA_LIMIT, MAX_LUA_TICKS};
 
 use common::Server;
-
-/// Traces move `now` slower than real time: keep keys until the case is over.
-const MIN_TTL: Duration = Duration::from_secs(600);
 
 /// Around 2026 in µs since the Unix epoch.
 const EPOCH: Ticks = 1_790_000_000_000_000;
@@ -50,14 +49,28 @@ struct Step {
     max_wait: Option<Ticks>,
 }
 
-fn steps(period: Ticks, limit: u64) -> impl Strategy<Value = Vec<Step>> {
+/// Where a trace starts, and its requests.
+#[derive(Debug, Clone)]
+struct Trace {
+    start: Ticks,
+    steps: Vec<Step>,
+}
+
+fn steps(period: Ticks, limit: u64) -> impl Strategy<Value = Trace> {
+    // In 2026, or within the last few periods before the scripts' last instant.
+    let start = prop_oneof![
+        2 => Just(EPOCH),
+        1 => (0..=4 * period.min(MAX_LUA_TICKS / 8)).prop_map(|back| MAX_LUA_TICKS - back),
+    ];
     let gap = prop_oneof![Just(0), 0..4u64, 0..=period / 8, 0..=period, 0..=3 * period];
     let cost = prop_oneof![
         Just(0),
         Just(1),
         0..=limit / 4 + 1,
         0..=limit + 2,
-        Just(1 << 40)
+        Just(1 << 40),
+        Just(u64::MAX),
+        any::<u64>()
     ];
     let wait = prop_oneof![
         Just(None),
@@ -65,7 +78,7 @@ fn steps(period: Ticks, limit: u64) -> impl Strategy<Value = Vec<Step>> {
         (0..=2 * period).prop_map(Some),
         Just(Some(u64::MAX))
     ];
-    prop::collection::vec(
+    let steps = prop::collection::vec(
         (0..3u8, gap, cost, wait).prop_map(|(key, gap, cost, max_wait)| Step {
             key,
             gap,
@@ -73,11 +86,17 @@ fn steps(period: Ticks, limit: u64) -> impl Strategy<Value = Vec<Step>> {
             max_wait,
         }),
         1..60,
-    )
+    );
+    (start, steps).prop_map(|(start, steps)| Trace { start, steps })
 }
 
 fn limit() -> impl Strategy<Value = u64> {
     prop_oneof![1..=4u64, 1..=100u64, 1..=MAX_LUA_LIMIT]
+}
+
+/// A ban threshold: small, or the largest the scripts take.
+fn threshold() -> impl Strategy<Value = u64> {
+    prop_oneof![4 => 0..=8u64, 1 => Just(MAX_LUA_TICKS)]
 }
 
 fn period() -> impl Strategy<Value = Ticks> {
@@ -110,7 +129,7 @@ fn member_keys<A: Algorithm>(
 fn differential<A: LuaAlgorithm + Clone>(
     server: &Server,
     alg: A,
-    steps: &[Step],
+    trace: &Trace,
     expected: Expected<A>,
     decide: impl Fn(&A, Option<A::State>, Ticks, &Step) -> (Decision, Option<A::State>),
     redis: impl Fn(
@@ -124,41 +143,42 @@ fn differential<A: LuaAlgorithm + Clone>(
     let mut con = server.connection();
     let limiter = RedisLimiter::new(alg.clone())
         .expect("parameters in the Lua range")
-        .with_prefix(prefix())
-        .with_min_ttl(MIN_TTL);
+        .with_prefix(prefix());
     let mut states: [Option<A::State>; 3] = Default::default();
-    let mut now = EPOCH;
-    for step in steps {
-        now = (now + step.gap).min(MAX_LUA_TICKS);
+    let mut now = trace.start;
+    for step in &trace.steps {
+        now += step.gap;
         let key = [b'k', step.key];
-        let state = states[usize::from(step.key)].take();
-        let (want, new) = decide(&alg, state, now, step);
-        let got = redis(&limiter, &mut con, &key, now, step)
-            .map_err(|e| TestCaseError::fail(format!("{e}")))?;
-        prop_assert_eq!(got, want, "at {} {:?}", now - EPOCH, step);
         let keys = limiter.redis_keys(&key).expect("keys");
+        let slot = usize::from(step.key);
+        let got = redis(&limiter, &mut con, &key, now, step);
+        if now > MAX_LUA_TICKS {
+            // Beyond the scripts' range: refused before reaching Redis.
+            prop_assert!(
+                matches!(got, Err(Error::OutOfRange { what: "now", .. })),
+                "{:?} at {}",
+                got,
+                now
+            );
+        } else {
+            let (want, new) = decide(&alg, states[slot].take(), now, step);
+            let got = got.map_err(|e| TestCaseError::fail(format!("{e}")))?;
+            prop_assert_eq!(got, want, "at {} {:?}", now, step);
+            states[slot] = new;
+        }
         let stored: Vec<Option<Vec<u8>>> =
             redis::cmd("MGET").arg(&keys).query(&mut con).expect("MGET");
-        prop_assert_eq!(stored, expected(&alg, new.as_ref()), "bytes at {:?}", step);
-        if keys.len() == 1 {
-            let pttl: i64 = redis::cmd("PTTL")
-                .arg(&keys[0])
-                .query(&mut con)
-                .expect("PTTL");
-            let want_ms = i64::try_from(want.reset_after.div_ceil(1000)).expect("small");
-            let want_ms = want_ms.max(i64::try_from(MIN_TTL.as_millis()).expect("small"));
-            if new.is_some() {
-                prop_assert!(
-                    (want_ms - 100..=want_ms).contains(&pttl),
-                    "PTTL {} for reset_after {} µs",
-                    pttl,
-                    want.reset_after
-                );
-            } else {
-                prop_assert_eq!(pttl, -2, "a fresh state leaves no key");
-            }
+        prop_assert_eq!(
+            stored,
+            expected(&alg, states[slot].as_ref()),
+            "bytes at {:?}",
+            step
+        );
+        for key in &keys {
+            let pttl: i64 = redis::cmd("PTTL").arg(key).query(&mut con).expect("PTTL");
+            // A state written at an explicit time has no expiry; a fresh one no key.
+            prop_assert!(pttl == -1 || pttl == -2, "PTTL {}", pttl);
         }
-        states[usize::from(step.key)] = new;
     }
     Ok(())
 }
@@ -227,7 +247,7 @@ fn pacing_bucket() -> impl Strategy<Value = (u64, u64, Ticks)> {
 fn with_steps<P: Clone + std::fmt::Debug>(
     params: impl Strategy<Value = P>,
     shape: impl Fn(&P) -> (Ticks, u64),
-) -> impl Strategy<Value = (P, Vec<Step>)> {
+) -> impl Strategy<Value = (P, Trace)> {
     params.prop_flat_map(move |p| {
         let (period, limit) = shape(&p);
         (Just(p), steps(period, limit))
@@ -339,7 +359,7 @@ fn pacing() {
 fn ban() {
     cases(
         with_steps(
-            (1..=20u64, period(), 0..=8u64, period(), period()),
+            (1..=20u64, period(), threshold(), period(), period()),
             |&(l, p, _, w, _)| (p.min(w), l),
         ),
         |server, ((limit, period, threshold, window, duration), steps)| {
@@ -359,7 +379,7 @@ fn ban() {
 fn ban_bucket() {
     cases(
         with_steps(
-            (bucket(), 0..=8u64, period(), period()),
+            (bucket(), threshold(), period(), period()),
             |&((c, _, p), _, _, _)| (p, c),
         ),
         |server, (((capacity, rate, period), threshold, window, duration), steps)| {
