@@ -18,6 +18,8 @@ pub(crate) mod tag {
     pub const BAN: u8 = 7;
     #[cfg(feature = "alloc")]
     pub const COMPOSITE: u8 = 8;
+    #[cfg(feature = "alloc")]
+    pub const LEASES: u8 = 9;
 }
 
 /// Writes the header and then `fields` as big-endian u64s.

@@ -29,7 +29,8 @@
 //! - `std` (default): the clocks [`SystemClock`] and [`MonotonicClock`] and the
 //!   in-process limiters of [`memory`]; implies `alloc`.
 //! - `tokio`: `acquire_async` on the in-process limiters; implies `std`.
-//! - `alloc`: [`SlidingLog`], [`Composite`] and encoding to a `Vec`.
+//! - `alloc`: [`SlidingLog`], [`Composite`], the leases of [`Concurrency`] and encoding
+//!   to a `Vec`.
 //! - `serde`: `Serialize`/`Deserialize` for parameters and decisions.
 #![no_std]
 #![deny(missing_docs)]
@@ -51,6 +52,8 @@ mod encoding;
 mod error;
 mod fixed_window;
 mod key;
+#[cfg(feature = "alloc")]
+mod lease;
 #[cfg(feature = "std")]
 pub mod memory;
 mod sliding_counter;
@@ -71,6 +74,8 @@ pub use decision::Decision;
 pub use error::{DecodeError, ParamError};
 pub use fixed_window::{FixedWindow, FixedWindowState, WindowParams};
 pub use key::KeyDisplay;
+#[cfg(feature = "alloc")]
+pub use lease::{Acquired, Concurrency, Grant, Lease, LeaseError, LeaseState};
 pub use sliding_counter::{SlidingCounter, SlidingCounterState};
 #[cfg(feature = "alloc")]
 pub use sliding_log::{SlidingLog, SlidingLogState};
@@ -85,6 +90,11 @@ pub mod limits {
     pub const MAX_PERIOD: Ticks = 366 * 24 * 3600 * crate::SECOND;
     /// The largest limit of a [`SlidingLog`](crate::SlidingLog), whose memory grows with it.
     pub const MAX_LOG_LIMIT: u64 = 100_000;
+    /// The most leases a [`Concurrency`](crate::Concurrency) limit holds per key: its
+    /// state (and the work to check it) grows with them.
+    pub const MAX_LEASES: u64 = 1024;
+    /// The longest owner of a lease, in bytes (a UUID and a thread id fit).
+    pub const MAX_OWNER_LEN: u64 = 128;
     /// The longest time a bucket may take to refill from empty, `capacity × period / rate`:
     /// 2^53 ticks (about 285 years), so every instant a bucket stores is exact in a double.
     pub const MAX_HORIZON: Ticks = 1 << 53;
