@@ -179,7 +179,7 @@ impl<A: Algorithm> Store<A> for MemoryStore<A> {
         let evicted = self.0.evicted();
         (evicted > 0).then(|| {
             format!(
-                "warning: more keys were limited at once than --max-keys holds; {evicted} keys were forgotten before their state was fresh, and decided as new when they came back (raise --max-keys, or use --backend sled:PATH)"
+                "warning: more keys were limited at once than --max-keys holds; {evicted} keys were forgotten before their state was fresh (any that came back were decided as new) (raise --max-keys, or use --backend sled:PATH)"
             )
         })
     }

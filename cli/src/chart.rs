@@ -86,7 +86,7 @@ pub fn bin_width(duration: Ticks, period: Ticks) -> Ticks {
     if duration / period >= 10 {
         ROUND
             .into_iter()
-            .filter(|&bin| bin % period == 0)
+            .filter(|&bin| bin.is_multiple_of(period))
             .chain(multiples)
             .filter(|&bin| fits(bin))
             .min()
@@ -94,23 +94,20 @@ pub fn bin_width(duration: Ticks, period: Ticks) -> Ticks {
     } else {
         ROUND
             .into_iter()
-            .filter(|&bin| period % bin == 0 && fits(bin))
+            .filter(|&bin| period.is_multiple_of(bin) && fits(bin))
             .min()
             .unwrap_or(period)
     }
 }
 
-/// The policy's sustained limit in units per bin, and its label.
-pub fn limit_per_bin(policy: &Policy, bin: Ticks) -> Option<(f64, String)> {
+/// The policy's sustained limit in units per bin, and its label. With several keys, each
+/// key has the limit: the line is per key.
+pub fn limit_per_bin(policy: &Policy, bin: Ticks, keys: u64) -> Option<(f64, String)> {
+    let each = if keys > 1 { " per key" } else { "" };
+    let period = human(policy.period());
     let (per_period, what) = match (policy.limit, policy.rate) {
-        (Some(limit), _) => (
-            limit,
-            format!("limit: {limit} per {}", human(policy.period())),
-        ),
-        (None, Some(rate)) => (
-            rate,
-            format!("sustained rate: {rate} per {}", human(policy.period())),
-        ),
+        (Some(limit), _) => (limit, format!("limit: {limit} per {period}{each}")),
+        (None, Some(rate)) => (rate, format!("sustained rate: {rate} per {period}{each}")),
         _ => return None,
     };
     #[allow(clippy::cast_precision_loss)]

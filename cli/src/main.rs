@@ -786,7 +786,7 @@ impl Job for Simulate<'_> {
                 duration: self.duration,
                 bin: run.bin,
                 bins: &run.bins,
-                limit_per_bin: chart::limit_per_bin(self.policy, run.bin),
+                limit_per_bin: chart::limit_per_bin(self.policy, run.bin, self.traffic.keys()),
             });
             std::fs::write(path, svg)
                 .map_err(|e| Failure::Output(format!("cannot write {path}: {e}")))?;

@@ -110,6 +110,11 @@ impl std::str::FromStr for Traffic {
 }
 
 impl Traffic {
+    /// How many keys the traffic is spread over.
+    pub const fn keys(&self) -> u64 {
+        self.keys
+    }
+
     /// How many requests `duration` offers (for Poisson traffic, on average), computed
     /// without generating them, so a run too large is refused before it starts.
     pub fn expected(&self, duration: Ticks) -> u128 {

@@ -283,12 +283,12 @@ fn check_peek_reset_inspect(backend: &str) {
             "7200000000",
         ])
     };
-    if backend.starts_with("sled:") {
+    if let Some(path) = backend.strip_prefix("sled:") {
         // Reading never creates a database.
         let out = run("inspect");
         assert_eq!(out.status.code(), Some(2));
         assert!(stderr(&out).contains("no database at"), "{}", stderr(&out));
-        assert!(!Path::new(&backend["sled:".len()..]).exists());
+        assert!(!Path::new(path).exists());
     } else {
         assert_eq!(run("inspect").status.code(), Some(0));
         assert!(stdout(&run("inspect")).contains("state      fresh (nothing stored)"));
@@ -1078,4 +1078,41 @@ fn a_memory_replay_holds_at_most_max_keys_and_warns_if_it_forgot_a_limited_key()
         "{}",
         stderr(&tight)
     );
+}
+
+#[test]
+fn the_readme_shows_what_its_first_command_prints() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .current_dir(dir.path())
+        .args([
+            "simulate",
+            "--config",
+            &examples(),
+            "--policy",
+            "api",
+            "--app",
+            "web",
+            "--traffic",
+            "steady:rate=20",
+            "--duration",
+            "10s",
+            "--chart",
+            "api.svg",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .unwrap();
+    let shown = readme
+        .split("```text\n")
+        .nth(1)
+        .and_then(|block| block.split("```").next())
+        .unwrap();
+    assert_eq!(stdout(&out), shown);
+    assert!(readme.contains(
+        "cargo run -p tollgate -- simulate --config examples/policies.toml --policy api --app web --traffic steady:rate=20 --duration 10s --chart api.svg"
+    ));
 }
