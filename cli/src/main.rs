@@ -47,7 +47,7 @@ enum Command {
         #[arg(long)]
         traffic: Traffic,
         /// How long to simulate, e.g. 10s (more than zero).
-        #[arg(long, value_parser = policy::parse_duration)]
+        #[arg(long, value_parser = policy::parse_duration, allow_hyphen_values = true)]
         duration: Duration,
         #[command(flatten)]
         backend: BackendArgs,
@@ -105,7 +105,7 @@ struct PolicyArgs {
     #[arg(long, value_parser = whole, allow_negative_numbers = true)]
     rate: Option<u64>,
     /// The period, e.g. 1s, 250ms, 1500us.
-    #[arg(long, value_parser = policy::parse_duration)]
+    #[arg(long, value_parser = policy::parse_duration, allow_hyphen_values = true)]
     period: Option<Duration>,
 }
 
@@ -126,7 +126,7 @@ struct BackendArgs {
     durability: SledDurability,
     /// memory only: the most keys held at once. Keys whose state is fresh are dropped
     /// first; beyond this, limited keys are forgotten (with a warning).
-    #[arg(long, value_parser = whole, default_value = "1000000")]
+    #[arg(long, value_parser = whole, default_value = "1000000", allow_negative_numbers = true)]
     max_keys: u64,
 }
 

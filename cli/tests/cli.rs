@@ -361,6 +361,30 @@ fn a_policy_beyond_the_lua_range_is_refused_on_redis() {
         "{}",
         stderr(&out)
     );
+    // A time within the core's range but beyond the scripts' exact range.
+    let url = redis.url();
+    let out = tollgate(
+        &with(
+            &[
+                "check",
+                "k",
+                "--backend",
+                &url,
+                "--now",
+                "4611686018427387904",
+            ],
+            &BUCKET,
+        )
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>(),
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("now is 4611686018427387904, beyond 4503599627370496"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]
@@ -605,6 +629,17 @@ fn negative_numbers_and_times_out_of_range_say_what_is_wanted() {
                 "1s",
             ]),
             "'--capacity <CAPACITY>': must be a non-negative integer, got \"-10\"",
+        ),
+        (
+            with(&["check", "k", "--now", "0"], &[
+                "--algorithm",
+                "fixed-window",
+                "--limit",
+                "1",
+                "--period",
+                "-5s",
+            ]),
+            "'--period <PERIOD>': bad duration \"-5s\": use a whole number with us, ms, s, m, h or d",
         ),
         (
             with(&["check", "k", "--cost", "-1"], &BUCKET),
