@@ -149,7 +149,13 @@ pub fn svg(chart: &Chart<'_>) -> String {
         .max()
         .unwrap_or(0)
         .max(1) as f64;
-    let peak = peak.max(chart.limit_per_bin.as_ref().map_or(0.0, |l| l.0));
+    // The limit joins the scale unless it would flatten the bars; then the legend says
+    // it is above the plot.
+    let limit = chart
+        .limit_per_bin
+        .as_ref()
+        .filter(|(limit, _)| *limit <= 2.0 * peak);
+    let peak = peak.max(limit.map_or(0.0, |l| l.0));
     let y_step = count_step(peak, 5.0);
     let y_top = (peak / y_step).ceil() * y_step;
     let y = |v: f64| base - v / y_top * plot_h;
@@ -238,7 +244,7 @@ pub fn svg(chart: &Chart<'_>) -> String {
     }
 
     // The limit as a dashed reference line.
-    if let Some((limit, _)) = &chart.limit_per_bin {
+    if let Some((limit, _)) = limit {
         let _ = writeln!(
             out,
             r#"<line class="limit" x1="{LEFT}" y1="{0:.1}" x2="{1:.1}" y2="{0:.1}" stroke="black" stroke-width="2" stroke-dasharray="8 4"/>"#,
@@ -286,6 +292,11 @@ pub fn svg(chart: &Chart<'_>) -> String {
         LEFT + 120.0
     );
     if let Some((_, label)) = &chart.limit_per_bin {
+        let label = if limit.is_some() {
+            label.clone()
+        } else {
+            format!("{label} (above the plot)")
+        };
         let _ = writeln!(
             out,
             r#"<line x1="{0}" y1="{1}" x2="{2}" y2="{1}" stroke="black" stroke-width="2" stroke-dasharray="8 4"/><text x="{3}" y="{ly}">{4}</text>"#,
@@ -293,7 +304,7 @@ pub fn svg(chart: &Chart<'_>) -> String {
             ly - 4.0,
             LEFT + 220.0,
             LEFT + 226.0,
-            escape(label)
+            escape(&label)
         );
     }
     out.push_str("</svg>\n");

@@ -1151,3 +1151,34 @@ fn the_readme_shows_what_its_first_command_prints() {
         "cargo run -p tollgate -- simulate --config examples/policies.toml --policy api --app web --traffic steady:rate=20 --duration 10s --chart api.svg"
     ));
 }
+
+#[test]
+fn a_limit_far_above_the_traffic_does_not_flatten_the_bars() {
+    let dir = tempfile::tempdir().unwrap();
+    let chart = dir.path().join("c.svg");
+    let out = tollgate(&[
+        "simulate",
+        "--algorithm",
+        "fixed-window",
+        "--limit",
+        "1000000",
+        "--period",
+        "1s",
+        "--traffic",
+        "steady:rate=10",
+        "--duration",
+        "10s",
+        "--chart",
+        chart.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let svg = std::fs::read_to_string(&chart).unwrap();
+    let doc = roxmltree::Document::parse(&svg).unwrap();
+    assert!(!doc
+        .descendants()
+        .any(|n| n.attribute("class") == Some("limit")));
+    let texts: Vec<&str> = doc.descendants().filter_map(|n| n.text()).collect();
+    assert!(texts.contains(&"limit: 1000000 per 1 s (above the plot)"));
+    // The bars reach the top tick: the axis is scaled to them.
+    assert!(texts.contains(&"10"), "{texts:?}");
+}
