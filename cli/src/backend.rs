@@ -6,7 +6,7 @@ use std::path::Path;
 use std::str::FromStr;
 
 use tollgate_core::memory::{InMemory, KeyedLimiter};
-use tollgate_core::{Algorithm, Decision, ManualClock, Ticks};
+use tollgate_core::{Algorithm, Decision, DecodeError, ManualClock, Ticks};
 use tollgate_redis::{LuaAlgorithm, Reconnecting, RedisLimiter};
 use tollgate_sled::{Durability, SledLimiter};
 
@@ -219,14 +219,39 @@ impl<A: Algorithm> Store<A> for SledStore<A> {
     }
 }
 
-/// sled's errors, with keys shown as text.
+/// sled's errors, with keys shown as text and algorithms by name.
 fn sled_failure(e: tollgate_sled::Error) -> Failure {
     match e {
-        tollgate_sled::Error::Corrupt { key, source } => Failure::Backend(format!(
-            "the record for key {:?} is not a state of this policy: {source}",
-            String::from_utf8_lossy(&key)
-        )),
+        tollgate_sled::Error::Corrupt { key, source } => {
+            let why = match source {
+                DecodeError::WrongAlgorithm { expected, found } => format!(
+                    "it holds a {} state, not a {} one",
+                    algorithm_name(found),
+                    algorithm_name(expected)
+                ),
+                other => other.to_string(),
+            };
+            Failure::Backend(format!(
+                "the record for key {:?} is not a state of this policy: {why}",
+                String::from_utf8_lossy(&key)
+            ))
+        }
         e => Failure::Backend(e.to_string()),
+    }
+}
+
+/// The algorithm a state's tag byte names, as the canonical encoding numbers them.
+fn algorithm_name(tag: u8) -> String {
+    match tag {
+        1 => "fixed-window".into(),
+        2 => "sliding-log".into(),
+        3 => "sliding-counter".into(),
+        4 => "token-bucket".into(),
+        5 => "leaky-bucket".into(),
+        6 => "leaky-pacing".into(),
+        7 => "ban".into(),
+        8 => "composite".into(),
+        other => format!("unknown (tag {other})"),
     }
 }
 

@@ -1182,3 +1182,48 @@ fn a_limit_far_above_the_traffic_does_not_flatten_the_bars() {
     // The bars reach the top tick: the axis is scaled to them.
     assert!(texts.contains(&"10"), "{texts:?}");
 }
+
+#[test]
+fn a_state_of_another_algorithm_is_named_with_its_key_as_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = format!("sled:{}", dir.path().join("db").display());
+    // Crafted prefixes put a sliding-log state where the bucket looks.
+    let out = tollgate(&[
+        "check",
+        "token-bucket-10-5-1s:alice",
+        "--config",
+        &examples(),
+        "--policy",
+        "login",
+        "--prefix",
+        "",
+        "--backend",
+        &backend,
+        "--now",
+        "0",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = tollgate(
+        &with(
+            &[
+                "check",
+                "alice",
+                "--prefix",
+                "login:",
+                "--backend",
+                &backend,
+                "--now",
+                "0",
+            ],
+            &BUCKET,
+        )
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>(),
+    );
+    assert_eq!(out.status.code(), Some(4));
+    assert_eq!(
+        stderr(&out),
+        "tollgate: the record for key \"alice\" is not a state of this policy: it holds a sliding-log state, not a token-bucket one\n"
+    );
+}
