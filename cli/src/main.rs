@@ -92,7 +92,8 @@ struct PolicyArgs {
     /// The application asking (checked against the policy's `apps`).
     #[arg(long)]
     app: Option<String>,
-    /// Instead of --config: the algorithm.
+    /// Instead of --config: the algorithm; windows take --limit and --period, buckets
+    /// --capacity, --rate and --period.
     #[arg(long)]
     algorithm: Option<Kind>,
     /// Windows: units per period.
@@ -120,7 +121,7 @@ struct BackendArgs {
     #[arg(long, default_value = "tollgate:")]
     prefix: String,
     /// sled only: every-decision flushes before each state-changing decision returns
-    /// (nothing admitted is lost in a crash; one fsync each, about 8 000 decisions per
+    /// (nothing admitted is lost in a crash; one fsync each, about 11 000 decisions per
     /// second); background flushes every 500 ms (a crash forgets at most that interval).
     #[arg(long, value_enum, default_value = "every-decision")]
     durability: SledDurability,
@@ -132,6 +133,7 @@ struct BackendArgs {
 
 #[derive(Debug, Args)]
 struct KeyArgs {
+    /// The key (a user, an IP, a route); stored as PREFIX + policy + ":" + KEY.
     key: String,
     #[command(flatten)]
     policy: PolicyArgs,
