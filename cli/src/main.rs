@@ -2,7 +2,7 @@
 //!
 //! Exit codes: 0 success (for `check`: admitted), 1 `check` denied, 2 bad flags or
 //! input (a message says what and where), 3 the policy does not serve this `--app`,
-//! 4 the backend failed, 5 the output could not be written.
+//! 4 the backend failed, 5 the output could not be written (silently for a closed pipe).
 
 mod backend;
 mod chart;
@@ -177,6 +177,9 @@ pub enum Failure {
     /// Standard output or an output file could not be written (a full disk, a closed
     /// pipe): not bad input, so a code of its own.
     Output(String),
+    /// Standard output is a pipe whose reader has gone (`tollgate ... | head`): exit 5
+    /// without a message, as the reader asked for no more.
+    ClosedPipe,
 }
 
 /// A message about bad input.
@@ -188,12 +191,24 @@ impl From<String> for Failure {
 
 /// Every write of every command goes through this: one message, one exit code.
 fn output(e: std::io::Error) -> Failure {
-    Failure::Output(format!("cannot write the output: {e}"))
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        Failure::ClosedPipe
+    } else {
+        Failure::Output(format!("cannot write the output: {e}"))
+    }
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    match run(cli.command) {
+    let result = match Cli::try_parse() {
+        Ok(cli) => run(cli.command),
+        // Help, version and flag errors, printed by clap: its exit code (0 or 2), unless
+        // printing them fails like any other output.
+        Err(e) => e
+            .print()
+            .map_err(output)
+            .map(|()| ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2))),
+    };
+    match result {
         Ok(code) => code,
         Err(failure) => {
             let (code, message) = match failure {
@@ -201,6 +216,7 @@ fn main() -> ExitCode {
                 Failure::NoPolicyForApp(m) => (3, m),
                 Failure::Backend(m) => (4, m),
                 Failure::Output(m) => (5, m),
+                Failure::ClosedPipe => return ExitCode::from(5),
             };
             let _ = writeln!(std::io::stderr(), "tollgate: {message}");
             ExitCode::from(code)

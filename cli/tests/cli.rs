@@ -598,7 +598,10 @@ fn every_command_reports_a_full_disk_the_same_way() {
             &BUCKET,
         ),
     ];
-    for args in commands {
+    let help = vec!["--help".to_owned()];
+    let version = vec!["--version".to_owned()];
+    let check_help = vec!["check".to_owned(), "--help".to_owned()];
+    for args in commands.into_iter().chain([help, version, check_help]) {
         let out = Command::new(env!("CARGO_BIN_EXE_tollgate"))
             .args(&args)
             .stdout(std::fs::File::create("/dev/full").unwrap())
@@ -1226,4 +1229,28 @@ fn a_state_of_another_algorithm_is_named_with_its_key_as_text() {
         stderr(&out),
         "tollgate: the record for key \"alice\" is not a state of this policy: it holds a sliding-log state, not a token-bucket one\n"
     );
+}
+
+#[test]
+fn a_reader_that_stops_early_ends_the_command_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut trace = String::from("t_us,key,cost\n");
+    for i in 0..200_000u64 {
+        trace += &format!("{i},k{},1\n", i % 100);
+    }
+    let trace = write(dir.path(), "t.csv", &trace);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(with(&["replay", "--trace", &trace], &BUCKET))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Read;
+        let mut first = [0u8; 100];
+        child.stdout.take().unwrap().read_exact(&mut first).unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(5));
+    assert_eq!(stderr(&out), "");
 }
