@@ -16,9 +16,9 @@ fi
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
   apt_install nodejs npm
 fi
-# The CLI's progress test gives the command a terminal with `script` (util-linux).
+# The CLI's progress test gives the command a terminal with `script`.
 if ! command -v script >/dev/null 2>&1; then
-  apt_install util-linux
+  apt_install bsdutils
 fi
 # The package starts a system service; the tests do not use it.
 if command -v systemctl >/dev/null 2>&1; then systemctl stop redis-server >/dev/null 2>&1 || true; fi
