@@ -741,6 +741,9 @@ impl Job for Simulate<'_> {
             progress.show(request.at);
         }
         progress.finish();
+        if let Some(warning) = store.warning() {
+            let _ = writeln!(std::io::stderr(), "tollgate: {warning}");
+        }
         let summary = run.summary(period);
         let mut out = BufWriter::new(std::io::stdout().lock());
         let about = [&self.policy.description, &self.policy.owner]
