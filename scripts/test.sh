@@ -1,15 +1,24 @@
 #!/usr/bin/env bash
 # Runs every test of the workspace. Installs what the tests need on a fresh machine
-# first (only what is missing), so this one command works anywhere with rustup.
+# first (only what is missing, with apt-get: as root or through sudo), so this one
+# command works on Debian or Ubuntu with rustup.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# apt_install, install_wasm_tools, install_browser.
+source scripts/wasm-tools.sh
+
 # The Redis tests start their own redis-server (and a 3-node cluster) on loopback ports.
 if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
-  sudo=""
-  if [ "$(id -u)" != 0 ]; then sudo=sudo; fi
-  $sudo apt-get update -qq
-  $sudo apt-get install -y -qq redis-server >/dev/null
+  apt_install redis-server
+fi
+# Node.js runs the wasm packages' tests; npm installs their tools (wasm-opt, tsc).
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  apt_install nodejs npm
+fi
+# The CLI's progress test gives the command a terminal with `script`.
+if ! command -v script >/dev/null 2>&1; then
+  apt_install bsdutils
 fi
 # The package starts a system service; the tests do not use it.
 if command -v systemctl >/dev/null 2>&1; then systemctl stop redis-server >/dev/null 2>&1 || true; fi
@@ -19,7 +28,6 @@ if ! cargo nextest --version >/dev/null 2>&1; then
 fi
 
 # The wasm build tools (target, wasm-bindgen CLI, wasm-opt) and the browser for its e2e.
-source scripts/wasm-tools.sh
 install_wasm_tools
 install_browser
 

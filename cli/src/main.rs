@@ -2,23 +2,24 @@
 //!
 //! Exit codes: 0 success (for `check`: admitted), 1 `check` denied, 2 bad flags or
 //! input (a message says what and where), 3 the policy does not serve this `--app`,
-//! 4 the backend failed.
+//! 4 the backend failed, 5 the output could not be written (silently for a closed pipe).
 
 mod backend;
 mod chart;
 mod policy;
+mod stats;
 mod traffic;
 
 use std::fmt::Debug;
-use std::io::{BufWriter, IsTerminal, Write};
+use std::io::{BufWriter, IsTerminal, Read, Write};
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 use serde::Serialize;
-use tollgate_core::{Clock, Decision, MonotonicClock, Ticks};
+use tollgate_core::{Clock, Decision, MonotonicClock, Ticks, MAX_TICKS};
 
-use backend::{Backend, Hosted, Store};
-use policy::{Duration, Job, Kind, Limiter, Policy};
+use backend::{Backend, Hosted, Open, SledDurability, Store};
+use policy::{human, list, Duration, Job, Kind, Limiter, Policy, Style};
 use traffic::Traffic;
 
 #[derive(Debug, Parser)]
@@ -28,7 +29,7 @@ use traffic::Traffic;
     about = "Simulate, replay and inspect rate limits on any tollgate host"
 )]
 #[command(
-    after_help = "Exit codes: 0 success (check: admitted), 1 check denied, 2 bad flags or input, 3 no such policy for this app, 4 backend failure."
+    after_help = "Exit codes: 0 success (check: admitted), 1 check denied, 2 bad flags or input, 3 no such policy for this app, 4 backend failure, 5 the output could not be written."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -42,10 +43,11 @@ enum Command {
         #[command(flatten)]
         policy: PolicyArgs,
         /// steady:rate=R | poisson:rate=R,seed=S | burst:size=N,every=D; add keys=K, cost=C.
+        /// At most 10 000 000 requests per run.
         #[arg(long)]
         traffic: Traffic,
-        /// How long to simulate, e.g. 10s.
-        #[arg(long, value_parser = policy::parse_duration)]
+        /// How long to simulate, e.g. 10s (more than zero).
+        #[arg(long, value_parser = policy::parse_duration, allow_hyphen_values = true)]
         duration: Duration,
         #[command(flatten)]
         backend: BackendArgs,
@@ -55,7 +57,7 @@ enum Command {
     },
     /// Decide a CSV trace (header t_us,key,cost) and print one JSON line per request.
     Replay {
-        /// The trace; t_us must not decrease.
+        /// The trace, or - for standard input; t_us must not decrease.
         #[arg(long)]
         trace: String,
         #[command(flatten)]
@@ -69,58 +71,101 @@ enum Command {
     Peek(KeyArgs),
     /// Forget KEY's state.
     Reset(KeyArgs),
-    /// Print KEY's stored state, decoded.
-    Inspect(KeyArgs),
+    /// Print KEY's stored state in the policy's units (--json for JSON).
+    Inspect {
+        #[command(flatten)]
+        key: KeyArgs,
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Args)]
 struct PolicyArgs {
-    /// A TOML file of policies.
-    #[arg(long, requires = "policy")]
+    /// A TOML file of policies (with --policy).
+    #[arg(long)]
     config: Option<String>,
     /// The policy's name in --config.
-    #[arg(long, requires = "config")]
+    #[arg(long)]
     policy: Option<String>,
     /// The application asking (checked against the policy's `apps`).
     #[arg(long)]
     app: Option<String>,
-    /// Instead of --config: the algorithm.
-    #[arg(long, conflicts_with = "config", required_unless_present = "config")]
+    /// Instead of --config: the algorithm; windows take --limit and --period, buckets
+    /// --capacity, --rate and --period.
+    #[arg(long)]
     algorithm: Option<Kind>,
     /// Windows: units per period.
-    #[arg(long)]
+    #[arg(long, value_parser = whole, allow_negative_numbers = true)]
     limit: Option<u64>,
     /// Buckets: the most units held.
-    #[arg(long)]
+    #[arg(long, value_parser = whole, allow_negative_numbers = true)]
     capacity: Option<u64>,
     /// Buckets: units refilled or leaked per period.
-    #[arg(long)]
+    #[arg(long, value_parser = whole, allow_negative_numbers = true)]
     rate: Option<u64>,
     /// The period, e.g. 1s, 250ms, 1500us.
-    #[arg(long, value_parser = policy::parse_duration)]
+    #[arg(long, value_parser = policy::parse_duration, allow_hyphen_values = true)]
     period: Option<Duration>,
 }
 
 #[derive(Debug, Args)]
 struct BackendArgs {
-    /// memory, sled:PATH or a redis:// URL (redis://HOST:PORT/DB).
+    /// memory, sled:PATH or a redis:// URL (redis://HOST:PORT/DB). A sled database is
+    /// created only by commands that write, and only in an existing directory.
     #[arg(long, default_value = "memory")]
     backend: Backend,
+    /// Stored keys are PREFIX + policy name + ":" + KEY (with flags instead of a policy
+    /// file, the algorithm and its parameters name the policy).
+    #[arg(long, default_value = "tollgate:")]
+    prefix: String,
+    /// sled only: every-decision flushes before each state-changing decision returns
+    /// (nothing admitted is lost in a crash; one fsync each, about 11 000 decisions per
+    /// second); background flushes every 500 ms (a crash forgets at most that interval).
+    #[arg(long, value_enum, default_value = "every-decision")]
+    durability: SledDurability,
+    /// memory only: the most keys held at once. Keys whose state is fresh are dropped
+    /// first; beyond this, limited keys are forgotten (with a warning).
+    #[arg(long, value_parser = whole, default_value = "1000000", allow_negative_numbers = true)]
+    max_keys: u64,
 }
 
 #[derive(Debug, Args)]
 struct KeyArgs {
+    /// The key (a user, an IP, a route); stored as PREFIX + policy + ":" + KEY.
     key: String,
     #[command(flatten)]
     policy: PolicyArgs,
     #[command(flatten)]
     backend: BackendArgs,
     /// The request's cost.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = whole, allow_negative_numbers = true)]
     cost: u64,
-    /// Decide at this time (µs since the Unix epoch) instead of now.
-    #[arg(long)]
+    /// Decide at this time (µs since the Unix epoch, at most 2^62) instead of now.
+    #[arg(long, value_parser = instant, allow_negative_numbers = true)]
     now: Option<Ticks>,
+}
+
+/// A count or a cost: a non-negative integer.
+fn whole(text: &str) -> Result<u64, String> {
+    text.trim()
+        .parse()
+        .map_err(|_| format!("must be a non-negative integer, got {text:?}"))
+}
+
+/// An instant in the core's range: 0 to `MAX_TICKS` µs.
+fn instant(text: &str) -> Result<Ticks, String> {
+    let range = || {
+        format!(
+            "must be a non-negative integer of µs since the Unix epoch, at most {MAX_TICKS} (2^62), got {text:?}"
+        )
+    };
+    let now: Ticks = text.trim().parse().map_err(|_| range())?;
+    if now > MAX_TICKS {
+        return Err(range());
+    }
+    Ok(now)
 }
 
 /// Why a command failed, and its exit code.
@@ -129,6 +174,12 @@ pub enum Failure {
     Input(String),
     NoPolicyForApp(String),
     Backend(String),
+    /// Standard output or an output file could not be written (a full disk, a closed
+    /// pipe): not bad input, so a code of its own.
+    Output(String),
+    /// Standard output is a pipe whose reader has gone (`tollgate ... | head`): exit 5
+    /// without a message, as the reader asked for no more.
+    ClosedPipe,
 }
 
 /// A message about bad input.
@@ -138,17 +189,36 @@ impl From<String> for Failure {
     }
 }
 
+/// Every write of every command goes through this: one message, one exit code.
+fn output(e: std::io::Error) -> Failure {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        Failure::ClosedPipe
+    } else {
+        Failure::Output(format!("cannot write the output: {e}"))
+    }
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    match run(cli.command) {
+    let result = match Cli::try_parse() {
+        Ok(cli) => run(cli.command),
+        // Help, version and flag errors, printed by clap: its exit code (0 or 2), unless
+        // printing them fails like any other output.
+        Err(e) => e
+            .print()
+            .map_err(output)
+            .map(|()| ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2))),
+    };
+    match result {
         Ok(code) => code,
         Err(failure) => {
             let (code, message) = match failure {
                 Failure::Input(m) => (2, m),
                 Failure::NoPolicyForApp(m) => (3, m),
                 Failure::Backend(m) => (4, m),
+                Failure::Output(m) => (5, m),
+                Failure::ClosedPipe => return ExitCode::from(5),
             };
-            eprintln!("tollgate: {message}");
+            let _ = writeln!(std::io::stderr(), "tollgate: {message}");
             ExitCode::from(code)
         }
     }
@@ -163,13 +233,28 @@ fn run(command: Command) -> Result<ExitCode, Failure> {
             backend,
             chart,
         } => {
-            let (policy, limiter, name) = policy.load()?;
-            limiter.run(Simulate {
-                policy: &policy,
-                name,
+            let loaded = policy.load()?;
+            if duration.0 == 0 {
+                return Err(Failure::Input(
+                    "--duration must be more than 0: a simulation of no time offers nothing".into(),
+                ));
+            }
+            let offered = traffic.expected(duration.0);
+            if offered > u128::from(stats::MAX_OFFERED) {
+                return Err(Failure::Input(format!(
+                    "--traffic {traffic} over --duration {} offers about {offered} requests, more than the {} a simulation decides; shorten --duration or lower the rate or burst size",
+                    human(duration.0),
+                    stats::MAX_OFFERED
+                )));
+            }
+            let open = backend.open(&loaded.name, true);
+            loaded.limiter.run(Simulate {
+                policy: &loaded.policy,
+                name: &loaded.name,
                 traffic: &traffic,
                 duration: duration.0,
                 backend: &backend.backend,
+                open,
                 chart: chart.as_deref(),
             })
         }
@@ -178,37 +263,89 @@ fn run(command: Command) -> Result<ExitCode, Failure> {
             policy,
             backend,
         } => {
-            let (_, limiter, _) = policy.load()?;
-            limiter.run(Replay {
+            let loaded = policy.load()?;
+            loaded.limiter.run(Replay {
                 trace: &trace,
                 backend: &backend.backend,
+                open: backend.open(&loaded.name, true),
             })
         }
         Command::Check(args) => args.run(Action::Check),
         Command::Peek(args) => args.run(Action::Peek),
         Command::Reset(args) => args.run(Action::Reset),
-        Command::Inspect(args) => args.run(Action::Inspect),
+        Command::Inspect { key, json } => key.run(Action::Inspect { json }),
     }
 }
 
+impl BackendArgs {
+    /// How to open the store for policy `name`: its keys are `PREFIX name:KEY`.
+    fn open(&self, name: &str, writes: bool) -> Open {
+        Open {
+            namespace: format!("{}{name}:", self.prefix),
+            writes,
+            durability: self.durability,
+            max_keys: usize::try_from(self.max_keys).unwrap_or(usize::MAX),
+        }
+    }
+}
+
+/// A policy ready to run: what it says, its algorithm and its name.
+struct Loaded {
+    policy: Policy,
+    limiter: Limiter,
+    name: String,
+}
+
 impl PolicyArgs {
-    /// The policy from --config/--policy or from the algorithm flags, if this app may use it.
-    fn load(&self) -> Result<(Policy, Limiter, String), Failure> {
-        let ((policy, limiter), name) = match (&self.config, &self.policy, self.algorithm) {
-            (Some(config), Some(name), _) => (policy::load(config, name)?, name.clone()),
-            (_, _, Some(kind)) => {
-                let period = self
-                    .period
-                    .ok_or_else(|| Failure::Input("--algorithm needs --period".into()))?;
-                (
-                    Policy::from_flags(kind, self.limit, self.capacity, self.rate, period)?,
-                    "(flags)".into(),
-                )
+    /// The policy from --config/--policy or from the algorithm flags, if this app may use
+    /// it. Everything missing is reported at once.
+    fn load(&self) -> Result<Loaded, Failure> {
+        let flags: Vec<String> = [
+            ("--algorithm", self.algorithm.is_some()),
+            ("--limit", self.limit.is_some()),
+            ("--capacity", self.capacity.is_some()),
+            ("--rate", self.rate.is_some()),
+            ("--period", self.period.is_some()),
+        ]
+        .iter()
+        .filter(|(_, given)| *given)
+        .map(|(name, _)| (*name).to_owned())
+        .collect();
+        let (policy, limiter, name) = match (&self.config, &self.policy) {
+            (Some(_), Some(_)) | (None, Some(_)) | (Some(_), None) if !flags.is_empty() => {
+                return Err(Failure::Input(format!(
+                    "give either --config FILE --policy NAME or --algorithm with its parameters, not both ({} with {})",
+                    list(&flags),
+                    if self.config.is_some() { "--config" } else { "--policy" }
+                )))
             }
-            _ => {
-                return Err(Failure::Input(
-                    "give --config and --policy, or --algorithm".into(),
-                ))
+            (Some(config), Some(name)) => {
+                let (policy, limiter) = policy::load(config, name)?;
+                (policy, limiter, name.clone())
+            }
+            (None, Some(name)) => {
+                return Err(Failure::Input(format!(
+                    "--policy {name} needs --config FILE, the policy file that defines it"
+                )))
+            }
+            (Some(config), None) => {
+                return Err(Failure::Input(format!(
+                    "--config {config} needs --policy NAME, the policy to use from it"
+                )))
+            }
+            (None, None) => {
+                let Some(kind) = self.algorithm else {
+                    return Err(Failure::Input(
+                        "no policy given: use --config FILE --policy NAME, or --algorithm with --limit N --period D (fixed-window, sliding-log, sliding-counter) or --capacity N --rate N --period D (token-bucket, leaky-bucket, leaky-pacing)".into(),
+                    ));
+                };
+                let policy =
+                    Policy::from_flags(kind, self.limit, self.capacity, self.rate, self.period);
+                let limiter = policy
+                    .limiter(Style::Flags)
+                    .map_err(|p| Failure::Input(p.message))?;
+                let name = flag_name(&policy);
+                (policy, limiter, name)
             }
         };
         if !policy.admits_app(self.app.as_deref()) {
@@ -220,8 +357,28 @@ impl PolicyArgs {
                     .map_or("an unnamed app".into(), |a| format!("{a:?}"))
             )));
         }
-        Ok((policy, limiter, name))
+        Ok(Loaded {
+            policy,
+            limiter,
+            name,
+        })
     }
+}
+
+/// The name of a policy given by flags: its algorithm and parameters, e.g.
+/// `token-bucket-10-5-1s`, so different flags never share keys.
+fn flag_name(policy: &Policy) -> String {
+    let numbers: Vec<String> = [policy.limit, policy.capacity, policy.rate]
+        .iter()
+        .flatten()
+        .map(ToString::to_string)
+        .collect();
+    format!(
+        "{}-{}-{}",
+        policy.algorithm.name(),
+        numbers.join("-"),
+        policy::short(policy.period())
+    )
 }
 
 /// One decision as a JSON line: replay's output format.
@@ -252,11 +409,12 @@ impl<'a> Record<'a> {
             delay_us: d.delay,
         }
     }
+}
 
-    fn write(&self, out: &mut impl Write) -> Result<(), Failure> {
-        serde_json::to_writer(&mut *out, self).map_err(|e| Failure::Input(e.to_string()))?;
-        writeln!(out).map_err(|e| Failure::Input(e.to_string()))
-    }
+/// Writes `value` as one JSON line.
+fn json_line(out: &mut impl Write, value: &impl Serialize) -> Result<(), Failure> {
+    serde_json::to_writer(&mut *out, value).map_err(|e| output(e.into()))?;
+    writeln!(out).map_err(output)
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -264,14 +422,19 @@ enum Action {
     Check,
     Peek,
     Reset,
-    Inspect,
+    Inspect { json: bool },
 }
 
 impl KeyArgs {
     fn run(self, action: Action) -> Result<ExitCode, Failure> {
-        let (_, limiter, _) = self.policy.load()?;
-        limiter.run(OnKey {
+        let loaded = self.policy.load()?;
+        loaded.limiter.run(OnKey {
             args: &self,
+            policy: &loaded.policy,
+            open: self.backend.open(
+                &loaded.name,
+                matches!(action, Action::Check | Action::Reset),
+            ),
             action,
         })
     }
@@ -279,6 +442,8 @@ impl KeyArgs {
 
 struct OnKey<'a> {
     args: &'a KeyArgs,
+    policy: &'a Policy,
+    open: Open,
     action: Action,
 }
 
@@ -290,37 +455,164 @@ impl Job for OnKey<'_> {
         A::State: Debug + Send,
     {
         let args = self.args;
-        let store = args.backend.backend.open(algorithm.clone())?;
+        let store = args.backend.backend.open(algorithm.clone(), &self.open)?;
         let now = args.now.unwrap_or_else(|| MonotonicClock.now());
-        let mut out = std::io::stdout().lock();
-        match self.action {
+        let mut out = BufWriter::new(std::io::stdout().lock());
+        let code = match self.action {
             Action::Check | Action::Peek => {
                 let decision = if matches!(self.action, Action::Check) {
                     store.decide(&args.key, now, args.cost)?
                 } else {
                     store.peek(&args.key, now, args.cost)?
                 };
-                Record::new(now, &args.key, args.cost, &decision).write(&mut out)?;
-                Ok(ExitCode::from(u8::from(!decision.allowed)))
+                json_line(&mut out, &Record::new(now, &args.key, args.cost, &decision))?;
+                ExitCode::from(u8::from(!decision.allowed))
             }
             Action::Reset => {
                 store.reset(&args.key)?;
-                Ok(ExitCode::SUCCESS)
+                writeln!(out, "{}: reset (its next request starts fresh)", args.key)
+                    .map_err(output)?;
+                ExitCode::SUCCESS
             }
-            Action::Inspect => {
-                match store.state(&args.key)? {
-                    None => println!("{}: fresh (no stored state)", args.key),
-                    Some(state) => {
-                        let bytes: String = algorithm
-                            .encode_to_vec(&state)
-                            .iter()
-                            .map(|b| format!("{b:02x}"))
-                            .collect();
-                        println!("{}: {state:?}\nencoded: {bytes}", args.key);
-                    }
+            Action::Inspect { json } => {
+                let state = store.state(&args.key)?;
+                let view = inspect::View::new(
+                    &algorithm,
+                    self.policy,
+                    &args.key,
+                    &format!("{}{}", self.open.namespace, args.key),
+                    state,
+                    now,
+                );
+                if json {
+                    json_line(&mut out, &view)?;
+                } else {
+                    view.write_text(&mut out).map_err(output)?;
                 }
-                Ok(ExitCode::SUCCESS)
+                ExitCode::SUCCESS
             }
+        };
+        out.flush().map_err(output)?;
+        Ok(code)
+    }
+}
+
+mod inspect {
+    //! `inspect`: a stored state in the policy's units.
+
+    use std::io::Write;
+
+    use serde::Serialize;
+    use tollgate_core::{Algorithm, Ticks};
+
+    use crate::policy::{human, Kind, Policy};
+
+    /// What `inspect` prints; `--json` prints these fields.
+    #[derive(Debug, Serialize)]
+    pub struct View {
+        /// The key as given.
+        key: String,
+        /// The key in the store: the namespace and the key.
+        stored_key: String,
+        algorithm: String,
+        /// Whether anything is stored (false: the key is fresh).
+        stored: bool,
+        /// The instant the state is read at.
+        now_us: Ticks,
+        /// The policy's limit or capacity.
+        limit: u64,
+        /// What the state holds, named by `measure`, in units.
+        used: u64,
+        /// `window count`, `weighted count`, `admitted in the last period`,
+        /// `tokens available`, `water level` or `queue room`.
+        measure: &'static str,
+        /// Sliding log only: the instants it remembers.
+        entries: Option<u64>,
+        /// Whole units a request could take now.
+        remaining: u64,
+        /// Until the state is fresh again (0: fresh).
+        fresh_after_us: Ticks,
+        /// The canonical encoding, in hex (null when fresh).
+        encoded: Option<String>,
+    }
+
+    impl View {
+        pub fn new<A: Algorithm>(
+            algorithm: &A,
+            policy: &Policy,
+            key: &str,
+            stored_key: &str,
+            state: Option<A::State>,
+            now: Ticks,
+        ) -> Self {
+            let bytes = state.as_ref().map(|s| algorithm.encode_to_vec(s));
+            let decision = algorithm.peek(state, now, 0);
+            let limit = policy.limit();
+            let left = limit.saturating_sub(decision.remaining);
+            let (measure, used) = match policy.algorithm {
+                Kind::FixedWindow => ("window count", left),
+                Kind::SlidingCounter => ("weighted count", left),
+                Kind::SlidingLog => ("admitted in the last period", left),
+                Kind::TokenBucket => ("tokens available", decision.remaining),
+                Kind::LeakyBucket => ("water level", left),
+                Kind::LeakyPacing => ("queue room", decision.remaining),
+            };
+            // Version, tag and length (10 bytes), then 16 bytes per instant.
+            let entries = (policy.algorithm == Kind::SlidingLog).then(|| {
+                bytes.as_ref().map_or(0, |b| {
+                    u64::try_from(b.len().saturating_sub(10) / 16).unwrap_or(0)
+                })
+            });
+            Self {
+                key: key.to_owned(),
+                stored_key: stored_key.to_owned(),
+                algorithm: policy.algorithm.name(),
+                stored: bytes.is_some(),
+                now_us: now,
+                limit,
+                used,
+                measure,
+                entries,
+                remaining: decision.remaining,
+                fresh_after_us: decision.reset_after,
+                encoded: bytes.map(|b| b.iter().map(|b| format!("{b:02x}")).collect()),
+            }
+        }
+
+        pub fn write_text(&self, out: &mut impl Write) -> std::io::Result<()> {
+            let mut rows = vec![
+                ("key", self.key.clone()),
+                ("stored as", self.stored_key.clone()),
+                ("algorithm", self.algorithm.clone()),
+            ];
+            if let Some(encoded) = &self.encoded {
+                rows.push((self.measure, format!("{} of {}", self.used, self.limit)));
+                if let Some(entries) = self.entries {
+                    rows.push(("entries", entries.to_string()));
+                }
+                rows.push(("remaining", self.remaining.to_string()));
+                rows.push((
+                    "fresh again",
+                    format!(
+                        "in {} (at {} µs)",
+                        human(self.fresh_after_us),
+                        self.now_us.saturating_add(self.fresh_after_us)
+                    ),
+                ));
+                rows.push(("encoded", encoded.clone()));
+            } else {
+                rows.push(("state", "fresh (nothing stored)".into()));
+                rows.push(("remaining", self.remaining.to_string()));
+            }
+            let width = rows
+                .iter()
+                .map(|(n, _)| n.chars().count())
+                .max()
+                .unwrap_or(0);
+            for (name, value) in rows {
+                writeln!(out, "{name:<width$}  {value}")?;
+            }
+            Ok(())
         }
     }
 }
@@ -328,6 +620,7 @@ impl Job for OnKey<'_> {
 struct Replay<'a> {
     trace: &'a str,
     backend: &'a Backend,
+    open: Open,
 }
 
 impl Job for Replay<'_> {
@@ -337,55 +630,92 @@ impl Job for Replay<'_> {
         A: Hosted,
         A::State: Debug + Send,
     {
-        let store = self.backend.open(algorithm)?;
-        let mut reader = csv::Reader::from_path(self.trace)
-            .map_err(|e| Failure::Input(format!("{}: {e}", self.trace)))?;
-        let headers = reader
-            .headers()
-            .map_err(|e| Failure::Input(format!("{}: {e}", self.trace)))?;
-        if headers != vec!["t_us", "key", "cost"] {
-            return Err(Failure::Input(format!(
-                "{}:1: the header must be t_us,key,cost",
-                self.trace
-            )));
-        }
+        let (name, input): (&str, Box<dyn Read>) = if self.trace == "-" {
+            ("stdin", Box::new(std::io::stdin().lock()))
+        } else {
+            let file = std::fs::File::open(self.trace)
+                .map_err(|e| Failure::Input(format!("cannot read {}: {e}", self.trace)))?;
+            (self.trace, Box::new(std::io::BufReader::new(file)))
+        };
+        let store = self.backend.open(algorithm, &self.open)?;
+        let mut reader = csv::ReaderBuilder::new()
+            .flexible(true)
+            .has_headers(false)
+            .from_reader(input);
+        // Every error in a trace reads `FILE:LINE: what`.
+        let bad = |line: u64, what: String| Failure::Input(format!("{name}:{line}: {what}"));
         let mut out = BufWriter::new(std::io::stdout().lock());
         let mut last = 0;
-        for row in reader.records() {
-            let row = row.map_err(|e| Failure::Input(format!("{}: {e}", self.trace)))?;
-            let line = row.position().map_or(0, |p| p.line());
-            let bad = |what: &str| Failure::Input(format!("{}:{line}: {what}", self.trace));
-            let t_us: Ticks = row[0]
-                .trim()
+        let mut row = csv::StringRecord::new();
+        let mut line = 0;
+        loop {
+            let more = reader.read_record(&mut row).map_err(|e| {
+                let at = e.position().map_or(line + 1, csv::Position::line);
+                match e.kind() {
+                    csv::ErrorKind::Utf8 { .. } => bad(at, "not UTF-8 text".into()),
+                    _ => bad(at, e.to_string()),
+                }
+            })?;
+            if !more {
+                break;
+            }
+            line = row.position().map_or(line + 1, csv::Position::line);
+            let fields: Vec<&str> = row.iter().map(str::trim).collect();
+            if line == 1 {
+                if fields != ["t_us", "key", "cost"] {
+                    return Err(bad(line, "the header must be t_us,key,cost".into()));
+                }
+                continue;
+            }
+            let [t_us, key, cost] = fields[..] else {
+                return Err(bad(
+                    line,
+                    format!("expected 3 fields (t_us,key,cost), found {}", fields.len()),
+                ));
+            };
+            let t_us: Ticks =
+                t_us.parse()
+                    .ok()
+                    .filter(|&t| t <= MAX_TICKS)
+                    .ok_or_else(|| {
+                        bad(
+                    line,
+                    format!("t_us must be a whole number of microseconds up to 2^62, got {t_us:?}"),
+                )
+                    })?;
+            let cost: u64 = cost
                 .parse()
-                .map_err(|_| bad("t_us must be a whole number of microseconds"))?;
-            let cost: u64 = row[2]
-                .trim()
-                .parse()
-                .map_err(|_| bad("cost must be a whole number"))?;
+                .map_err(|_| bad(line, format!("cost must be a whole number, got {cost:?}")))?;
             if t_us < last {
-                return Err(bad("t_us goes backwards"));
+                return Err(bad(
+                    line,
+                    format!("t_us goes backwards ({t_us} after {last})"),
+                ));
             }
             last = t_us;
-            let decision = store.decide(&row[1], t_us, cost)?;
-            Record::new(t_us, &row[1], cost, &decision).write(&mut out)?;
+            let decision = store.decide(key, t_us, cost)?;
+            json_line(&mut out, &Record::new(t_us, key, cost, &decision))?;
         }
-        out.flush().map_err(|e| Failure::Input(e.to_string()))?;
+        if line == 0 {
+            return Err(bad(1, "the header must be t_us,key,cost".into()));
+        }
+        out.flush().map_err(output)?;
+        if let Some(warning) = store.warning() {
+            let _ = writeln!(std::io::stderr(), "tollgate: {warning}");
+        }
         Ok(ExitCode::SUCCESS)
     }
 }
 
 struct Simulate<'a> {
     policy: &'a Policy,
-    name: String,
+    name: &'a str,
     traffic: &'a Traffic,
     duration: Ticks,
     backend: &'a Backend,
+    open: Open,
     chart: Option<&'a str>,
 }
-
-/// Columns in the chart.
-const COLUMNS: u64 = 60;
 
 impl Job for Simulate<'_> {
     type Output = Result<ExitCode, Failure>;
@@ -394,126 +724,118 @@ impl Job for Simulate<'_> {
         A: Hosted,
         A::State: Debug + Send,
     {
-        let store: Box<dyn Store<A>> = self.backend.open(algorithm)?;
-        let duration = self.duration.max(1);
-        let mut columns = vec![(0u64, 0u64); usize::try_from(COLUMNS).unwrap_or(60)];
-        let mut admitted_at: Vec<(Ticks, u64)> = Vec::new();
-        let mut delays: Vec<Ticks> = Vec::new();
-        let (mut offered, mut denied) = (0u64, 0u64);
-        let mut progress = Progress::new(duration);
-        for request in self.traffic.requests(duration) {
-            let decision = store.decide(&request.key, request.at, request.cost)?;
-            offered += 1;
-            let column = usize::try_from(
-                u128::from(request.at) * u128::from(COLUMNS) / u128::from(duration),
-            )
-            .unwrap_or(0);
-            if decision.allowed {
-                columns[column].0 += 1;
-                // When it acts: a paced request acts after its delay.
-                admitted_at.push((request.at.saturating_add(decision.delay), request.cost));
-                delays.push(decision.delay);
-            } else {
-                columns[column].1 += 1;
-                denied += 1;
+        let store: Box<dyn Store<A>> = self.backend.open(algorithm, &self.open)?;
+        let period = self.policy.period();
+        let mut run = stats::Run::new(self.duration, chart::bin_width(self.duration, period));
+        let mut progress = Progress::new(self.duration);
+        for request in self.traffic.requests(self.duration) {
+            if run.offered >= stats::MAX_OFFERED {
+                return Err(Failure::Input(format!(
+                    "--traffic {} offers more than the {} requests a simulation decides; shorten --duration or lower the rate",
+                    self.traffic,
+                    stats::MAX_OFFERED
+                )));
             }
+            let decision = store.decide(&request.key(), request.at, request.cost)?;
+            run.record(&request, &decision);
             progress.show(request.at);
         }
         progress.finish();
-        delays.sort_unstable();
-        admitted_at.sort_unstable();
-        let percentile = |p: usize| {
-            delays
-                .get((delays.len() * p / 100).min(delays.len().saturating_sub(1)))
-                .copied()
-                .unwrap_or(0)
-        };
-        let period = self.policy.period();
-        let admitted = offered - denied;
-        #[allow(clippy::cast_precision_loss)]
-        let share = if offered == 0 {
-            0.0
-        } else {
-            100.0 * admitted as f64 / offered as f64
-        };
-        let mut out = std::io::stdout().lock();
+        if let Some(warning) = store.warning() {
+            let _ = writeln!(std::io::stderr(), "tollgate: {warning}");
+        }
+        let summary = run.summary(period);
+        let mut out = BufWriter::new(std::io::stdout().lock());
         let about = [&self.policy.description, &self.policy.owner]
             .iter()
             .filter(|s| !s.is_empty())
             .map(|s| s.as_str())
             .collect::<Vec<_>>()
             .join(", owner ");
-        let rows = [
+        let share = |part: u64| {
+            let tenths = (u128::from(part) * 1000 + u128::from(summary.offered) / 2)
+                / u128::from(summary.offered.max(1));
+            format!("{}.{}%", tenths / 10, tenths % 10)
+        };
+        let window = human(period);
+        let mut rows = vec![
             (
-                "policy",
+                "policy".to_owned(),
                 format!("{} ({})", self.name, describe(self.policy)),
             ),
-            ("about", about),
-            ("backend", format!("{:?}", self.backend).to_lowercase()),
-            ("offered", offered.to_string()),
-            ("admitted", format!("{admitted} ({share:.1}%)")),
-            ("denied", denied.to_string()),
+            ("about".to_owned(), about),
             (
-                &*format!("most acting in any {} window", ms(period)),
-                max_in_window(&admitted_at, period).to_string(),
+                "backend".to_owned(),
+                match self.backend {
+                    Backend::Memory => "memory".to_owned(),
+                    Backend::Sled(path) => format!("sled:{path}"),
+                    Backend::Redis(client) => {
+                        format!("redis://{}", client.get_connection_info().addr())
+                    }
+                },
             ),
             (
-                "delay p50 / p90 / p99 / max",
-                format!(
-                    "{} / {} / {} / {}",
-                    ms(percentile(50)),
-                    ms(percentile(90)),
-                    ms(percentile(99)),
-                    ms(delays.last().copied().unwrap_or(0))
-                ),
+                "offered".to_owned(),
+                format!("{} over {}", summary.offered, human(self.duration)),
+            ),
+            (
+                "admitted".to_owned(),
+                format!("{} ({})", summary.admitted, share(summary.admitted)),
+            ),
+            (
+                "denied".to_owned(),
+                format!("{} ({})", summary.denied, share(summary.denied)),
+            ),
+            (
+                format!("most units acting in any {window}, one key"),
+                summary.max_one_key.to_string(),
+            ),
+            (
+                format!("most units acting in any {window}, all keys"),
+                summary.max_all_keys.to_string(),
+            ),
+            (
+                "delay p50 / p90 / p99 / max".to_owned(),
+                summary.delays.map(human).join(" / "),
             ),
         ];
-        for (name, value) in rows {
-            writeln!(out, "{name:<36} {value}").map_err(|e| Failure::Input(e.to_string()))?;
-        }
+        rows.retain(|(_, value)| !value.is_empty());
         if let Some(path) = self.chart {
             let title = format!("{}: {}", self.name, describe(self.policy));
-            std::fs::write(path, chart::svg(&title, duration, &columns))
-                .map_err(|e| Failure::Input(format!("cannot write {path}: {e}")))?;
-            writeln!(out, "{:<36} {path}", "chart").map_err(|e| Failure::Input(e.to_string()))?;
+            let svg = chart::svg(&chart::Chart {
+                title: &title,
+                duration: self.duration,
+                bin: run.bin,
+                bins: &run.bins,
+                limit_per_bin: chart::limit_per_bin(self.policy, run.bin, self.traffic.keys()),
+            });
+            std::fs::write(path, svg)
+                .map_err(|e| Failure::Output(format!("cannot write {path}: {e}")))?;
+            rows.push(("chart".to_owned(), path.to_owned()));
         }
+        let width = rows
+            .iter()
+            .map(|(name, _)| name.chars().count())
+            .max()
+            .unwrap_or(0);
+        for (name, value) in rows {
+            writeln!(out, "{name:<width$}  {value}").map_err(output)?;
+        }
+        out.flush().map_err(output)?;
         Ok(ExitCode::SUCCESS)
     }
 }
 
 fn describe(policy: &Policy) -> String {
     let kind = policy.algorithm.name();
+    let period = human(policy.period());
     match (policy.limit, policy.capacity, policy.rate) {
-        (Some(limit), _, _) => format!("{kind}, {limit} per {}", ms(policy.period())),
-        (_, Some(capacity), Some(rate)) => format!(
-            "{kind}, capacity {capacity}, {rate} per {}",
-            ms(policy.period())
-        ),
+        (Some(limit), _, _) => format!("{kind}, {limit} per {period}"),
+        (_, Some(capacity), Some(rate)) => {
+            format!("{kind}, capacity {capacity}, {rate} per {period}")
+        }
         _ => kind,
     }
-}
-
-/// A duration for people: `1500 ms`, `2.5 ms`, `0 ms`.
-fn ms(ticks: Ticks) -> String {
-    if ticks.is_multiple_of(1000) {
-        format!("{} ms", ticks / 1000)
-    } else {
-        format!("{}.{:03} ms", ticks / 1000, ticks % 1000)
-    }
-}
-
-/// The most cost acting within any `period` ticks (`at` in time order).
-fn max_in_window(admitted: &[(Ticks, u64)], period: Ticks) -> u64 {
-    let (mut start, mut sum, mut best) = (0, 0, 0);
-    for &(at, cost) in admitted {
-        sum += cost;
-        while admitted[start].0 + period <= at {
-            sum -= admitted[start].1;
-            start += 1;
-        }
-        best = best.max(sum);
-    }
-    best
 }
 
 /// A progress bar on stderr, only when it is a terminal.
@@ -526,7 +848,7 @@ struct Progress {
 impl Progress {
     fn new(total: Ticks) -> Self {
         Self {
-            total,
+            total: total.max(1),
             shown: 0,
             enabled: std::io::stderr().is_terminal(),
         }
@@ -537,13 +859,17 @@ impl Progress {
         if self.enabled && percent > self.shown {
             self.shown = percent;
             let filled = usize::try_from(percent / 2).unwrap_or(50);
-            eprint!("\r[{:<50}] {percent:>3}%", "#".repeat(filled));
+            let _ = write!(
+                std::io::stderr(),
+                "\r[{:<50}] {percent:>3}% simulated",
+                "#".repeat(filled)
+            );
         }
     }
 
     fn finish(&self) {
         if self.enabled && self.shown > 0 {
-            eprintln!("\r{:<58}\r", "");
+            let _ = write!(std::io::stderr(), "\r{:<70}\r", "");
         }
     }
 }

@@ -1,4 +1,4 @@
-//! Policies from TOML, durations like "250ms", and the algorithm each one builds.
+//! Policies from TOML or flags, durations like "250ms", and the algorithm each one builds.
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -31,6 +31,14 @@ impl Kind {
             .map(|v| v.get_name().to_owned())
             .unwrap_or_default()
     }
+
+    /// Windows take a limit; buckets a capacity and a rate.
+    const fn is_window(self) -> bool {
+        matches!(
+            self,
+            Self::FixedWindow | Self::SlidingLog | Self::SlidingCounter
+        )
+    }
 }
 
 /// One policy: an algorithm and its parameters, and seed 000's metadata.
@@ -44,7 +52,7 @@ pub struct Policy {
     pub capacity: Option<u64>,
     /// Buckets: units refilled or leaked per period.
     pub rate: Option<u64>,
-    pub period: Duration,
+    pub period: Option<Duration>,
     /// Applications allowed to use the policy; empty means any.
     #[serde(default)]
     pub apps: Vec<String>,
@@ -57,7 +65,21 @@ pub struct Policy {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct File {
-    policies: BTreeMap<String, toml::Spanned<Policy>>,
+    policies: BTreeMap<String, Policy>,
+}
+
+/// Where each parameter of a policy is written, read once the file is known to be valid.
+#[derive(Debug, Deserialize)]
+struct SpanFile {
+    policies: BTreeMap<String, toml::Spanned<Spans>>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Spans {
+    limit: Option<toml::Spanned<toml::Value>>,
+    capacity: Option<toml::Spanned<toml::Value>>,
+    rate: Option<toml::Spanned<toml::Value>>,
+    period: Option<toml::Spanned<toml::Value>>,
 }
 
 /// A duration in microseconds, written `"1500us"`, `"250ms"`, `"1s"`, `"5m"`, `"1h"`,
@@ -72,32 +94,95 @@ impl<'de> Deserialize<'de> for Duration {
     }
 }
 
+/// Units a duration is written in, largest first: (suffix, ticks, name for people).
+const UNITS: [(&str, Ticks, &str); 6] = [
+    ("d", 86_400_000_000, "days"),
+    ("h", 3_600_000_000, "h"),
+    ("m", 60_000_000, "min"),
+    ("s", 1_000_000, "s"),
+    ("ms", 1_000, "ms"),
+    ("us", 1, "µs"),
+];
+
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let bad = || format!("bad duration {text:?}: use a whole number with us, ms, s, m, h or d");
     let split = text
         .find(|c: char| !c.is_ascii_digit())
         .unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
-    let scale: Ticks = match unit {
-        "us" => 1,
-        "ms" => 1_000,
-        "s" => 1_000_000,
-        "m" => 60_000_000,
-        "h" => 3_600_000_000,
-        "d" => 86_400_000_000,
-        _ => {
-            return Err(format!(
-                "bad duration {text:?}: use a whole number with us, ms, s, m, h or d"
-            ))
-        }
-    };
+    let scale = UNITS
+        .iter()
+        .find(|(suffix, _, _)| *suffix == unit)
+        .map(|&(_, scale, _)| scale)
+        .ok_or_else(bad)?;
     number
         .parse::<Ticks>()
         .ok()
         .and_then(|n| n.checked_mul(scale))
         .map(Duration)
-        .ok_or_else(|| {
-            format!("bad duration {text:?}: use a whole number with us, ms, s, m, h or d")
-        })
+        .ok_or_else(bad)
+}
+
+/// A duration as the flags and files write it, in its largest exact unit: `1s`, `1500ms`.
+pub fn short(ticks: Ticks) -> String {
+    let (suffix, scale, _) = UNITS
+        .iter()
+        .find(|(_, scale, _)| ticks.is_multiple_of(*scale))
+        .copied()
+        .unwrap_or(UNITS[5]);
+    format!("{}{suffix}", ticks / scale)
+}
+
+/// A duration for people, in the largest unit it reaches, to at most three decimals:
+/// `2 days`, `1.5 s`, `250 ms`, `0 s`.
+pub fn human(ticks: Ticks) -> String {
+    if ticks == 0 {
+        return "0 s".into();
+    }
+    let (_, scale, name) = UNITS
+        .iter()
+        .find(|(_, scale, _)| ticks >= *scale)
+        .copied()
+        .unwrap_or(UNITS[5]);
+    let whole = ticks / scale;
+    // Thousandths of the unit, rounded to nearest.
+    let milli = (u128::from(ticks % scale) * 1000 + u128::from(scale) / 2) / u128::from(scale);
+    let (whole, milli) = if milli == 1000 {
+        (whole + 1, 0)
+    } else {
+        (whole, milli)
+    };
+    let name = if name == "days" && whole == 1 && milli == 0 {
+        "day"
+    } else {
+        name
+    };
+    if milli == 0 {
+        format!("{whole} {name}")
+    } else {
+        let fraction = format!("{milli:03}");
+        format!("{whole}.{} {name}", fraction.trim_end_matches('0'))
+    }
+}
+
+/// `ticks` in the largest unit `step` is a whole number of, for the ticks of an axis:
+/// `0`, `6 h`, `12 h`, `18 h`, `24 h`.
+pub fn in_unit_of(ticks: Ticks, step: Ticks) -> String {
+    if ticks == 0 {
+        return "0".into();
+    }
+    let (_, scale, name) = UNITS
+        .iter()
+        .find(|(_, scale, _)| step.is_multiple_of(*scale) && ticks.is_multiple_of(*scale))
+        .copied()
+        .unwrap_or(UNITS[5]);
+    let count = ticks / scale;
+    let name = if name == "days" && count == 1 {
+        "day"
+    } else {
+        name
+    };
+    format!("{count} {name}")
 }
 
 /// Reads the policy `name` from the TOML file at `path`, and builds its limiter.
@@ -107,31 +192,46 @@ pub fn load(path: &str, name: &str) -> Result<(Policy, Limiter), Failure> {
     let file: File = toml::from_str(&text).map_err(|e| {
         let at = e
             .span()
-            .map(|span| line_of(&text, span))
+            .map(|span| position(&text, &span))
             .unwrap_or_default();
-        Failure::Input(format!("{path}{at}: {}", e.message()))
+        Failure::Input(format!("{path}{at}: {}", e.message().trim_end()))
     })?;
-    let spanned = file.policies.get(name).ok_or_else(|| {
+    let policy = file.policies.get(name).cloned().ok_or_else(|| {
         let known: Vec<&str> = file.policies.keys().map(String::as_str).collect();
         Failure::Input(format!(
             "{path}: no policy {name:?} (it has: {})",
             known.join(", ")
         ))
     })?;
-    let policy = spanned.get_ref().clone();
-    // A bad parameter is reported with the policy's line.
-    let limiter = policy.limiter().map_err(|e| {
-        Failure::Input(format!(
-            "{path}{}: policy {name:?}: {e}",
-            line_of(&text, spanned.span())
-        ))
+    let limiter = policy.limiter(Style::File).map_err(|problem| {
+        // Point at the value at fault, else at the policy's table.
+        let spans: Option<toml::Spanned<Spans>> = toml::from_str::<SpanFile>(&text)
+            .ok()
+            .and_then(|mut f| f.policies.remove(name));
+        let at = spans.map_or_else(String::new, |spans| {
+            let field = problem.field.and_then(|field| match field {
+                "limit" => spans.get_ref().limit.as_ref(),
+                "capacity" => spans.get_ref().capacity.as_ref(),
+                "rate" => spans.get_ref().rate.as_ref(),
+                "period" => spans.get_ref().period.as_ref(),
+                _ => None,
+            });
+            position(
+                &text,
+                &field.map_or_else(|| spans.span(), toml::Spanned::span),
+            )
+        });
+        Failure::Input(format!("{path}{at}: policy {name:?}: {}", problem.message))
     })?;
     Ok((policy, limiter))
 }
 
-fn line_of(text: &str, span: Range<usize>) -> String {
-    let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
-    format!(":{line}")
+/// `:LINE:COLUMN` of the start of `span` in `text`, both counted from 1.
+fn position(text: &str, span: &Range<usize>) -> String {
+    let before = text.get(..span.start).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().unwrap_or("").chars().count() + 1;
+    format!(":{line}:{column}")
 }
 
 /// The algorithms a policy builds, as one value the commands can hand to generic code.
@@ -167,16 +267,48 @@ impl Limiter {
     }
 }
 
+/// How parameters are named in messages: as flags or as keys of a policy file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Style {
+    Flags,
+    File,
+}
+
+impl Style {
+    fn name(self, field: &str) -> String {
+        match self {
+            Self::Flags => format!("--{field}"),
+            Self::File => format!("`{field}`"),
+        }
+    }
+}
+
+/// What is wrong with a policy, and the parameter at fault if it is one.
+#[derive(Debug)]
+pub struct Problem {
+    pub field: Option<&'static str>,
+    pub message: String,
+}
+
+/// `a`, `a and b`, `a, b and c`.
+pub fn list(items: &[String]) -> String {
+    match items {
+        [] => String::new(),
+        [one] => one.clone(),
+        [init @ .., last] => format!("{} and {last}", init.join(", ")),
+    }
+}
+
 impl Policy {
-    /// A policy from `--algorithm` and its parameter flags, and its limiter.
+    /// A policy from `--algorithm` and its parameter flags.
     pub fn from_flags(
         algorithm: Kind,
         limit: Option<u64>,
         capacity: Option<u64>,
         rate: Option<u64>,
-        period: Duration,
-    ) -> Result<(Self, Limiter), Failure> {
-        let policy = Self {
+        period: Option<Duration>,
+    ) -> Self {
+        Self {
             algorithm,
             limit,
             capacity,
@@ -185,67 +317,157 @@ impl Policy {
             apps: Vec::new(),
             description: String::new(),
             owner: String::new(),
-        };
-        let limiter = policy.limiter()?;
-        Ok((policy, limiter))
+        }
     }
 
     /// The policy's window of time: the period for every algorithm.
-    pub const fn period(&self) -> Ticks {
-        self.period.0
+    pub fn period(&self) -> Ticks {
+        self.period.map_or(0, |p| p.0)
     }
 
-    pub fn limiter(&self) -> Result<Limiter, String> {
-        let period = self.period.0;
-        let need = |value: Option<u64>, name: &str| {
-            value.ok_or_else(|| format!("{} needs `{name}`", self.algorithm.name()))
+    /// The most units the policy admits at once: the limit or the capacity.
+    pub fn limit(&self) -> u64 {
+        self.limit.or(self.capacity).unwrap_or(0)
+    }
+
+    /// The parameters this algorithm takes, and those it does not.
+    fn check_fields(&self, style: Style) -> Result<(), Problem> {
+        let kind = self.algorithm.name();
+        let wanted: &[(&str, bool)] = if self.algorithm.is_window() {
+            &[
+                ("limit", self.limit.is_some()),
+                ("period", self.period.is_some()),
+            ]
+        } else {
+            &[
+                ("capacity", self.capacity.is_some()),
+                ("rate", self.rate.is_some()),
+                ("period", self.period.is_some()),
+            ]
         };
-        let window = || -> Result<u64, String> {
-            if self.capacity.is_some() || self.rate.is_some() {
-                return Err(format!(
-                    "{} takes `limit` and `period`, not `capacity` or `rate`",
-                    self.algorithm.name()
-                ));
-            }
-            need(self.limit, "limit")
+        let missing: Vec<String> = wanted
+            .iter()
+            .filter(|(_, given)| !given)
+            .map(|(name, _)| style.name(name))
+            .collect();
+        let given = [
+            ("limit", self.limit.is_some()),
+            ("capacity", self.capacity.is_some()),
+            ("rate", self.rate.is_some()),
+        ];
+        let extra: Vec<String> = given
+            .iter()
+            .filter(|(name, present)| *present && !wanted.iter().any(|(w, _)| w == name))
+            .map(|(name, _)| style.name(name))
+            .collect();
+        let takes: Vec<String> = wanted.iter().map(|(name, _)| style.name(name)).collect();
+        let mut problems = Vec::new();
+        if !missing.is_empty() {
+            problems.push(format!("{kind} needs {}", list(&missing)));
+        }
+        if !extra.is_empty() {
+            problems.push(format!(
+                "{kind} takes {}, not {}",
+                list(&takes),
+                list(&extra)
+            ));
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(Problem {
+                field: None,
+                message: problems.join("; "),
+            })
+        }
+    }
+
+    /// The algorithm this policy builds, or every missing parameter at once, or the
+    /// parameter out of its range in the units it was written in.
+    pub fn limiter(&self, style: Style) -> Result<Limiter, Problem> {
+        self.check_fields(style)?;
+        let period = self.period();
+        let (l, c, r) = (
+            self.limit.unwrap_or(0),
+            self.capacity.unwrap_or(0),
+            self.rate.unwrap_or(0),
+        );
+        let built = match self.algorithm {
+            Kind::FixedWindow => FixedWindow::new(l, period).map(Limiter::FixedWindow),
+            Kind::SlidingLog => SlidingLog::new(l, period).map(Limiter::SlidingLog),
+            Kind::SlidingCounter => SlidingCounter::new(l, period).map(Limiter::SlidingCounter),
+            Kind::TokenBucket => TokenBucket::new(c, r, period).map(Limiter::TokenBucket),
+            Kind::LeakyBucket => LeakyBucket::new(c, r, period).map(Limiter::LeakyBucket),
+            Kind::LeakyPacing => Pacing::new(c, r, period).map(Limiter::Pacing),
         };
-        let bucket = || -> Result<(u64, u64), String> {
-            if self.limit.is_some() {
-                return Err(format!(
-                    "{} takes `capacity`, `rate` and `period`, not `limit`",
-                    self.algorithm.name()
-                ));
-            }
-            Ok((need(self.capacity, "capacity")?, need(self.rate, "rate")?))
-        };
-        let param = |e: ParamError| e.to_string();
-        Ok(match self.algorithm {
-            Kind::FixedWindow => {
-                Limiter::FixedWindow(FixedWindow::new(window()?, period).map_err(param)?)
-            }
-            Kind::SlidingLog => {
-                Limiter::SlidingLog(SlidingLog::new(window()?, period).map_err(param)?)
-            }
-            Kind::SlidingCounter => {
-                Limiter::SlidingCounter(SlidingCounter::new(window()?, period).map_err(param)?)
-            }
-            Kind::TokenBucket => {
-                let (c, r) = bucket()?;
-                Limiter::TokenBucket(TokenBucket::new(c, r, period).map_err(param)?)
-            }
-            Kind::LeakyBucket => {
-                let (c, r) = bucket()?;
-                Limiter::LeakyBucket(LeakyBucket::new(c, r, period).map_err(param)?)
-            }
-            Kind::LeakyPacing => {
-                let (c, r) = bucket()?;
-                Limiter::Pacing(Pacing::new(c, r, period).map_err(param)?)
-            }
-        })
+        built.map_err(|e| param_problem(&e, style))
     }
 
     /// Whether `app` may use this policy (seed 000's allow-list).
     pub fn admits_app(&self, app: Option<&str>) -> bool {
         self.apps.is_empty() || app.is_some_and(|app| self.apps.iter().any(|a| a == app))
+    }
+}
+
+/// A parameter error in the units the user wrote: durations as durations.
+fn param_problem(e: &ParamError, style: Style) -> Problem {
+    match *e {
+        ParamError::OutOfRange {
+            name,
+            value,
+            min,
+            max,
+        } => {
+            let (value, min, max) = if name == "period" {
+                (human(value), human(min), human(max))
+            } else {
+                (value.to_string(), min.to_string(), max.to_string())
+            };
+            Problem {
+                field: Some(name),
+                message: format!(
+                    "{} must be between {min} and {max}, got {value}",
+                    style.name(name)
+                ),
+            }
+        }
+        ParamError::HorizonTooLong {
+            capacity,
+            rate,
+            period,
+        } => Problem {
+            field: Some("capacity"),
+            message: format!(
+                "a bucket of capacity {capacity} refilled {rate} per {} takes more than 2^53 µs (285 years) to refill; raise {} or lower {}",
+                human(period),
+                style.name("rate"),
+                style.name("capacity")
+            ),
+        },
+        ref other => Problem {
+            field: None,
+            message: other.to_string(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_for_people() {
+        assert_eq!(human(0), "0 s");
+        assert_eq!(human(1), "1 µs");
+        assert_eq!(human(1_500_000), "1.5 s");
+        assert_eq!(human(250_000), "250 ms");
+        assert_eq!(human(86_400_000_000), "1 day");
+        assert_eq!(human(2 * 86_400_000_000), "2 days");
+        assert_eq!(human(366 * 86_400_000_000), "366 days");
+        assert_eq!(human(59_999_999), "60 s");
+        assert!(human(u64::MAX).ends_with(" days"));
+        assert_eq!(short(1_000_000), "1s");
+        assert_eq!(short(1_500_000), "1500ms");
+        assert_eq!(short(0), "0d");
     }
 }

@@ -7,9 +7,17 @@ use crate::policy::parse_duration;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Traffic {
+    /// As written, for messages.
+    spec: String,
     shape: Shape,
     keys: u64,
     cost: u64,
+}
+
+impl std::fmt::Display for Traffic {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.spec)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -26,8 +34,16 @@ enum Shape {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Request {
     pub at: Ticks,
-    pub key: String,
+    /// The key's number: the key is `key-N`.
+    pub index: u64,
     pub cost: u64,
+}
+
+impl Request {
+    /// The key as the store sees it.
+    pub fn key(&self) -> String {
+        format!("key-{}", self.index)
+    }
 }
 
 impl std::str::FromStr for Traffic {
@@ -84,11 +100,32 @@ impl std::str::FromStr for Traffic {
         if keys == 0 {
             return Err("keys must be at least 1".into());
         }
-        Ok(Self { shape, keys, cost })
+        Ok(Self {
+            spec: spec.to_owned(),
+            shape,
+            keys,
+            cost,
+        })
     }
 }
 
 impl Traffic {
+    /// How many keys the traffic is spread over.
+    pub const fn keys(&self) -> u64 {
+        self.keys
+    }
+
+    /// How many requests `duration` offers (for Poisson traffic, on average), computed
+    /// without generating them, so a run too large is refused before it starts.
+    pub fn expected(&self, duration: Ticks) -> u128 {
+        let duration = u128::from(duration);
+        match self.shape {
+            Shape::Steady { rate } => (duration * u128::from(rate)).div_ceil(u128::from(SECOND)),
+            Shape::Poisson { rate, .. } => duration * u128::from(rate) / u128::from(SECOND),
+            Shape::Burst { size, every } => duration.div_ceil(u128::from(every)) * u128::from(size),
+        }
+    }
+
     /// The requests offered in `[0, duration)`, in time order.
     pub fn requests(&self, duration: Ticks) -> impl Iterator<Item = Request> + '_ {
         let mut random = XorShift(match self.shape {
@@ -122,7 +159,7 @@ impl Traffic {
                 };
                 Request {
                     at,
-                    key: format!("key-{key}"),
+                    index: key,
                     cost: self.cost,
                 }
             })

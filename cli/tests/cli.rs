@@ -129,7 +129,15 @@ fn bad_files_are_reported_with_their_line() {
         ),
         (
             "[policies.a]\nalgorithm = \"token-bucket\"\ncapacity = 0\nrate = 1\nperiod = \"1s\"\n",
-            ":1",
+            ":3:12: policy \"a\": `capacity` must be between 1 and 1000000000, got 0",
+        ),
+        (
+            "[policies.a]\nalgorithm = \"fixed-window\"\nlimit = 3\n  period = \"400d\"\n",
+            ":4:12: policy \"a\": `period` must be between 1 µs and 366 days, got 400 days",
+        ),
+        (
+            "[policies.a]\nalgorithm = \"token-bucket\"\nperiod = \"1s\"\n",
+            ":1:1: policy \"a\": token-bucket needs `capacity` and `rate`",
         ),
         (
             "\n\n[policies.a]\nalgorithm = \"fixed-window\"\nlimit = 3\nperiod = \"1 second\"\n",
@@ -137,7 +145,7 @@ fn bad_files_are_reported_with_their_line() {
         ),
         (
             "[policies.a]\nalgorithm = \"token-bucket\"\nlimit = 3\nperiod = \"1s\"\n",
-            ":1",
+            ":1:1: policy \"a\": token-bucket needs `capacity` and `rate`; token-bucket takes `capacity`, `rate` and `period`, not `limit`",
         ),
         (
             "[policies.a]\nalgorithm = \"sliding-window\"\nlimit = 3\nperiod = \"1s\"\n",
@@ -160,7 +168,22 @@ fn bad_files_are_reported_with_their_line() {
         (
             "back.csv",
             "t_us,key,cost\n5,a,1\n4,a,1\n",
-            "back.csv:3: t_us goes backwards",
+            "back.csv:3: t_us goes backwards (4 after 5)",
+        ),
+        (
+            "fields.csv",
+            "t_us,key,cost\n5,a,1\n6,a\n",
+            "fields.csv:3: expected 3 fields (t_us,key,cost), found 2",
+        ),
+        (
+            "empty.csv",
+            "",
+            "empty.csv:1: the header must be t_us,key,cost",
+        ),
+        (
+            "time.csv",
+            "t_us,key,cost\n-5,a,1\n",
+            "time.csv:2: t_us must be a whole number of microseconds up to 2^62, got \"-5\"",
         ),
         (
             "header.csv",
@@ -170,7 +193,7 @@ fn bad_files_are_reported_with_their_line() {
         (
             "cost.csv",
             "t_us,key,cost\n5,a,-1\n",
-            "cost.csv:2: cost must be a whole number",
+            "cost.csv:2: cost must be a whole number, got \"-1\"",
         ),
     ];
     for (name, text, message) in bad_traces {
@@ -260,8 +283,16 @@ fn check_peek_reset_inspect(backend: &str) {
             "7200000000",
         ])
     };
-    assert_eq!(run("inspect").status.code(), Some(0));
-    assert!(stdout(&run("inspect")).contains("fresh"));
+    if let Some(path) = backend.strip_prefix("sled:") {
+        // Reading never creates a database.
+        let out = run("inspect");
+        assert_eq!(out.status.code(), Some(2));
+        assert!(stderr(&out).contains("no database at"), "{}", stderr(&out));
+        assert!(!Path::new(path).exists());
+    } else {
+        assert_eq!(run("inspect").status.code(), Some(0));
+        assert!(stdout(&run("inspect")).contains("state      fresh (nothing stored)"));
+    }
     assert_eq!(run("check").status.code(), Some(0));
     assert_eq!(run("check").status.code(), Some(0));
     let denied = run("check");
@@ -269,11 +300,21 @@ fn check_peek_reset_inspect(backend: &str) {
     assert!(stdout(&denied).contains(r#""allowed":false"#));
     assert!(stdout(&denied).contains(r#""retry_after_us":3600000000"#));
     let inspected = stdout(&run("inspect"));
-    assert!(inspected.contains("count: 2"), "{inspected}");
-    assert!(inspected.contains("encoded: 0101"), "{inspected}");
+    assert!(inspected.contains("window count  2 of 2\n"), "{inspected}");
+    assert!(
+        inspected.contains("fresh again   in 1 h (at 10800000000 µs)\n"),
+        "{inspected}"
+    );
+    assert!(inspected.contains("encoded       0101"), "{inspected}");
     assert_eq!(run("peek").status.code(), Some(1));
-    assert_eq!(run("reset").status.code(), Some(0));
+    let reset = run("reset");
+    assert_eq!(reset.status.code(), Some(0));
+    assert_eq!(
+        stdout(&reset),
+        "alice: reset (its next request starts fresh)\n"
+    );
     assert_eq!(run("peek").status.code(), Some(0));
+    assert!(stdout(&run("inspect")).contains("state      fresh (nothing stored)"));
 }
 
 #[test]
@@ -320,6 +361,30 @@ fn a_policy_beyond_the_lua_range_is_refused_on_redis() {
         "{}",
         stderr(&out)
     );
+    // A time within the core's range but beyond the scripts' exact range.
+    let url = redis.url();
+    let out = tollgate(
+        &with(
+            &[
+                "check",
+                "k",
+                "--backend",
+                &url,
+                "--now",
+                "4611686018427387904",
+            ],
+            &BUCKET,
+        )
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>(),
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("now is 4611686018427387904, beyond 4503599627370496"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]
@@ -343,19 +408,17 @@ fn simulate_prints_a_summary_and_a_valid_chart() {
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
     let summary = stdout(&out);
-    // 10 at once, then 5 per second for the rest of the 10 s.
-    assert!(
-        summary.contains("offered                              200"),
-        "{summary}"
-    );
-    assert!(
-        summary.contains("admitted                             59 (29.5%)"),
-        "{summary}"
-    );
-    assert!(
-        summary.contains("most acting in any 1000 ms window    14"),
-        "{summary}"
-    );
+    // 10 at once, then 5 per second for the rest of the 10 s; the summary aligned.
+    for row in [
+        "offered                                 200 over 10 s\n",
+        "admitted                                59 (29.5%)\n",
+        "denied                                  141 (70.5%)\n",
+        "most units acting in any 1 s, one key   14\n",
+        "most units acting in any 1 s, all keys  14\n",
+        "delay p50 / p90 / p99 / max             0 s / 0 s / 0 s / 0 s\n",
+    ] {
+        assert!(summary.contains(row), "{row}{summary}");
+    }
     let svg = std::fs::read_to_string(&chart).unwrap();
     let doc = roxmltree::Document::parse(&svg).expect("the chart is well-formed XML");
     let root = doc.root_element();
@@ -365,15 +428,87 @@ fn simulate_prints_a_summary_and_a_valid_chart() {
         Some("http://www.w3.org/2000/svg")
     );
     let texts: Vec<&str> = doc.descendants().filter_map(|n| n.text()).collect();
-    for label in ["admitted", "denied", "time", "0 s", "10.000 s"] {
+    // Round ticks in one unit, axis labels, a legend naming the limit.
+    for label in [
+        "admitted",
+        "denied",
+        "sustained rate: 5 per 1 s",
+        "time",
+        "requests per 1 s",
+        "0",
+        "2 s",
+        "10 s",
+        "5",
+        "20",
+    ] {
         assert!(texts.contains(&label), "missing {label}: {texts:?}");
     }
-    assert_eq!(
-        doc.descendants().filter(|n| n.has_tag_name("line")).count(),
-        2
+    let class = |name: &str| {
+        doc.descendants()
+            .filter(|n| n.attribute("class") == Some(name))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(class("axis").len(), 2);
+    assert_eq!(class("limit").len(), 1);
+    // Gridlines: y at 0, 5, 10, 15, 20; x every 2 s.
+    assert_eq!(class("grid").len(), 5 + 6);
+    // Bins of one period: ten of them, each admitting what the bucket refills.
+    let heights = |name: &str| -> Vec<f64> {
+        class(name)
+            .iter()
+            .map(|n| n.attribute("height").unwrap().parse().unwrap())
+            .collect()
+    };
+    let admitted = heights("admitted");
+    assert_eq!(admitted.len(), 10);
+    assert!(
+        admitted[1..].iter().all(|&h| h == admitted[1]),
+        "{admitted:?}"
     );
-    let bars = doc.descendants().filter(|n| n.has_tag_name("rect")).count();
-    assert_eq!(bars, 2 * 60 + 2);
+    assert!(admitted[0] > admitted[1]);
+    // Denied is hatched, not a second flat colour.
+    assert!(class("denied")
+        .iter()
+        .all(|n| n.attribute("fill") == Some("url(#hatch)")));
+}
+
+#[test]
+fn steady_traffic_fills_every_bin_alike_on_any_run_length() {
+    let dir = tempfile::tempdir().unwrap();
+    for (duration, bins, tick) in [("10s", 10, "4 s"), ("2d", 96, "24 h")] {
+        let chart = dir.path().join(format!("{duration}.svg"));
+        let out = tollgate(&[
+            "simulate",
+            "--algorithm",
+            "fixed-window",
+            "--limit",
+            "10",
+            "--period",
+            "1s",
+            "--traffic",
+            "steady:rate=20",
+            "--duration",
+            duration,
+            "--chart",
+            chart.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let svg = std::fs::read_to_string(&chart).unwrap();
+        let doc = roxmltree::Document::parse(&svg).unwrap();
+        let admitted: Vec<&str> = doc
+            .descendants()
+            .filter(|n| n.attribute("class") == Some("admitted"))
+            .map(|n| n.attribute("height").unwrap())
+            .collect();
+        assert_eq!(admitted.len(), bins, "{duration}");
+        assert!(
+            admitted.iter().all(|&h| h == admitted[0]),
+            "{duration}: {admitted:?}"
+        );
+        let texts: Vec<&str> = doc.descendants().filter_map(|n| n.text()).collect();
+        assert!(texts.contains(&tick), "{duration}: {texts:?}");
+        assert!(texts.contains(&"limit: 10 per 1 s"), "{duration}");
+    }
 }
 
 #[test]
@@ -385,4 +520,737 @@ fn every_command_has_help() {
     }
     let out = tollgate(&["--help"]);
     assert!(stdout(&out).contains("Exit codes"));
+}
+
+fn tollgate_with_stdin(args: &[&str], input: &str) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+const BUCKET: [&str; 8] = [
+    "--algorithm",
+    "token-bucket",
+    "--capacity",
+    "10",
+    "--rate",
+    "5",
+    "--period",
+    "1s",
+];
+
+fn with(prefix: &[&str], rest: &[&str]) -> Vec<String> {
+    prefix.iter().chain(rest).map(|s| (*s).to_owned()).collect()
+}
+
+#[test]
+fn every_command_reports_a_full_disk_the_same_way() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = write(dir.path(), "t.csv", "t_us,key,cost\n0,a,1\n");
+    let sled = format!("sled:{}", dir.path().join("db").display());
+    let chart = dir.path().join("c.svg");
+    let chart = chart.to_str().unwrap();
+    let commands: Vec<Vec<String>> = vec![
+        with(&["check", "a", "--backend", &sled, "--now", "0"], &BUCKET),
+        with(&["peek", "a", "--backend", &sled, "--now", "0"], &BUCKET),
+        with(&["inspect", "a", "--backend", &sled, "--now", "0"], &BUCKET),
+        with(&["inspect", "a", "--json", "--backend", &sled], &BUCKET),
+        with(&["reset", "a", "--backend", &sled], &BUCKET),
+        with(&["replay", "--trace", &trace], &BUCKET),
+        with(
+            &["simulate", "--traffic", "steady:rate=5", "--duration", "1s"],
+            &BUCKET,
+        ),
+        with(
+            &[
+                "simulate",
+                "--traffic",
+                "steady:rate=5",
+                "--duration",
+                "1s",
+                "--chart",
+                "/dev/full",
+            ],
+            &BUCKET,
+        ),
+        with(
+            &[
+                "simulate",
+                "--traffic",
+                "steady:rate=5",
+                "--duration",
+                "1s",
+                "--chart",
+                chart,
+            ],
+            &BUCKET,
+        ),
+    ];
+    let help = vec!["--help".to_owned()];
+    let version = vec!["--version".to_owned()];
+    let check_help = vec!["check".to_owned(), "--help".to_owned()];
+    for args in commands.into_iter().chain([help, version, check_help]) {
+        let out = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .args(&args)
+            .stdout(std::fs::File::create("/dev/full").unwrap())
+            .output()
+            .unwrap();
+        let message = stderr(&out);
+        assert_eq!(out.status.code(), Some(5), "{args:?}: {message}");
+        assert!(
+            message.starts_with("tollgate: cannot write") && message.contains("No space left"),
+            "{args:?}: {message}"
+        );
+        assert!(!message.contains("panicked"), "{args:?}: {message}");
+    }
+}
+
+#[test]
+fn negative_numbers_and_times_out_of_range_say_what_is_wanted() {
+    for (args, wanted) in [
+        (
+            with(&["check", "k", "--now", "0"], &[
+                "--algorithm",
+                "token-bucket",
+                "--capacity",
+                "-10",
+                "--rate",
+                "1",
+                "--period",
+                "1s",
+            ]),
+            "'--capacity <CAPACITY>': must be a non-negative integer, got \"-10\"",
+        ),
+        (
+            with(&["check", "k", "--now", "0"], &[
+                "--algorithm",
+                "fixed-window",
+                "--limit",
+                "1",
+                "--period",
+                "-5s",
+            ]),
+            "'--period <PERIOD>': bad duration \"-5s\": use a whole number with us, ms, s, m, h or d",
+        ),
+        (
+            with(&["check", "k", "--cost", "-1"], &BUCKET),
+            "'--cost <COST>': must be a non-negative integer, got \"-1\"",
+        ),
+        (
+            with(&["check", "k", "--now", "-5"], &BUCKET),
+            "must be a non-negative integer of µs since the Unix epoch, at most 4611686018427387904 (2^62), got \"-5\"",
+        ),
+        (
+            with(&["check", "k", "--now", "18446744073709551615"], &BUCKET),
+            "at most 4611686018427387904 (2^62), got \"18446744073709551615\"",
+        ),
+        (
+            with(&["check", "k", "--now", "4611686018427387905"], &BUCKET),
+            "at most 4611686018427387904 (2^62)",
+        ),
+    ] {
+        let out = tollgate(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let message = stderr(&out);
+        assert!(message.contains(wanted), "{args:?}: {message}");
+        assert!(!message.contains("tip:"), "{message}");
+    }
+    // The top of the range itself is accepted.
+    let out = tollgate(
+        &with(&["check", "k", "--now", "4611686018427387904"], &BUCKET)
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+#[test]
+fn everything_missing_from_a_policy_is_reported_at_once() {
+    let config = examples();
+    for (args, wanted) in [
+        (
+            "check k --algorithm token-bucket".to_owned(),
+            "tollgate: token-bucket needs --capacity, --rate and --period\n",
+        ),
+        (
+            "check k --algorithm fixed-window --capacity 3".to_owned(),
+            "tollgate: fixed-window needs --limit and --period; fixed-window takes --limit and --period, not --capacity\n",
+        ),
+        (
+            "check alice --policy api".to_owned(),
+            "tollgate: --policy api needs --config FILE, the policy file that defines it\n",
+        ),
+        (
+            format!("check alice --config {config}"),
+            "needs --policy NAME",
+        ),
+        (
+            format!("check alice --config {config} --policy api --algorithm fixed-window"),
+            "give either --config FILE --policy NAME or --algorithm with its parameters, not both",
+        ),
+        (
+            "check alice".to_owned(),
+            "tollgate: no policy given: use --config FILE --policy NAME, or --algorithm with --limit N --period D",
+        ),
+    ] {
+        let out = tollgate(&args.split_whitespace().collect::<Vec<_>>());
+        assert_eq!(out.status.code(), Some(2), "{args}");
+        assert!(stderr(&out).contains(wanted), "{args}: {}", stderr(&out));
+    }
+}
+
+#[test]
+fn policies_on_one_store_never_share_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let redis = common::Server::start();
+    let sled = format!("sled:{}", dir.path().join("db").display());
+    for backend in [sled, redis.url()] {
+        let check = |policy: &str, extra: &[&str]| {
+            let mut args = vec![
+                "check",
+                "alice",
+                "--config",
+                &*examples(),
+                "--policy",
+                policy,
+                "--app",
+                "web",
+                "--now",
+                "1000000",
+                "--backend",
+                &backend,
+            ]
+            .into_iter()
+            .map(str::to_owned)
+            .collect::<Vec<_>>();
+            args.extend(extra.iter().map(|s| (*s).to_owned()));
+            tollgate(&args.iter().map(String::as_str).collect::<Vec<_>>())
+        };
+        for policy in ["login", "api", "login", "reports", "daily", "api"] {
+            let out = check(policy, &[]);
+            assert_eq!(
+                out.status.code(),
+                Some(0),
+                "{policy} on {backend}: {}",
+                stderr(&out)
+            );
+        }
+        // api twice: 8 tokens left; login twice: 3 of 5.
+        assert!(stdout(&check("api", &[])).contains(r#""remaining":7"#));
+        assert!(stdout(&check("login", &[])).contains(r#""remaining":2"#));
+        // Another prefix is another namespace.
+        assert!(stdout(&check("api", &["--prefix", "other:"])).contains(r#""remaining":9"#));
+        // Flags name their own namespace, by algorithm and parameters.
+        let inspect = |args: &[&str]| {
+            let mut all = vec![
+                "inspect",
+                "alice",
+                "--backend",
+                &*backend,
+                "--now",
+                "1000000",
+            ];
+            all.extend(args);
+            stdout(&tollgate(&all))
+        };
+        assert!(inspect(&BUCKET).contains("stored as  tollgate:token-bucket-10-5-1s:alice\n"));
+    }
+    // In Redis the keys are there under their names, as text.
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut con = client.get_connection().unwrap();
+    let mut keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut con).unwrap();
+    keys.sort();
+    assert_eq!(
+        keys,
+        [
+            "other:api:alice",
+            "tollgate:api:alice",
+            "tollgate:daily:alice",
+            "tollgate:login:alice",
+            "tollgate:reports:alice"
+        ]
+    );
+}
+
+#[test]
+fn a_sled_database_is_created_only_by_a_write_in_an_existing_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |command: &str, path: &Path| {
+        let backend = format!("sled:{}", path.display());
+        tollgate(
+            &with(
+                &[command, "a", "--backend", &backend, "--now", "0"],
+                &BUCKET,
+            )
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+        )
+    };
+    let missing = dir.path().join("no/such/dir/db");
+    for command in ["check", "peek", "inspect", "reset"] {
+        let out = run(command, &missing);
+        assert_eq!(out.status.code(), Some(2), "{command}");
+        assert!(stderr(&out).contains("no database at"), "{}", stderr(&out));
+    }
+    assert!(!dir.path().join("no").exists());
+    let new = dir.path().join("db");
+    for command in ["peek", "inspect"] {
+        let out = run(command, &new);
+        assert_eq!(out.status.code(), Some(2));
+        assert!(stderr(&out).contains("commands that only read never create one"));
+        assert!(!new.exists());
+    }
+    assert_eq!(run("check", &new).status.code(), Some(0));
+    assert!(new.exists());
+    assert_eq!(run("peek", &new).status.code(), Some(0));
+}
+
+#[test]
+fn a_sled_database_in_use_by_another_process_is_said_plainly() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = format!("sled:{}", dir.path().join("db").display());
+    // A replay reading standard input holds the database until its input ends.
+    let mut holder = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(with(
+            &["replay", "--trace", "-", "--backend", &backend],
+            &BUCKET,
+        ))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while !dir.path().join("db").join("conf").exists() {
+        assert!(start.elapsed() < Duration::from_secs(10));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let out = tollgate(
+        &with(
+            &["check", "a", "--backend", &backend, "--now", "0"],
+            &BUCKET,
+        )
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>(),
+    );
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "tollgate: the sled database at {} is in use by another process; sled allows one process at a time\n",
+            &backend["sled:".len()..]
+        )
+    );
+    {
+        use std::io::Write;
+        let mut input = holder.stdin.take().unwrap();
+        input.write_all(b"t_us,key,cost\n0,a,1\n").unwrap();
+    }
+    let held = holder.wait_with_output().unwrap();
+    assert!(held.status.success());
+    assert!(String::from_utf8_lossy(&held.stdout).contains(r#""remaining":9"#));
+}
+
+#[test]
+fn sled_replays_alike_with_either_durability() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut trace = String::from("t_us,key,cost\n");
+    for i in 0..300u64 {
+        trace += &format!("{},user-{},1\n", i * 37_000, i % 4);
+    }
+    let trace = write(dir.path(), "t.csv", &trace);
+    let run = |backend: &str, durability: &str| {
+        let out = tollgate(
+            &with(
+                &[
+                    "replay",
+                    "--trace",
+                    &trace,
+                    "--backend",
+                    backend,
+                    "--durability",
+                    durability,
+                ],
+                &BUCKET,
+            )
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+        );
+        assert!(out.status.success(), "{}", stderr(&out));
+        out.stdout
+    };
+    let memory = run("memory", "every-decision");
+    for durability in ["every-decision", "background"] {
+        let sled = format!("sled:{}", dir.path().join(durability).display());
+        assert!(memory == run(&sled, durability), "{durability}");
+    }
+    let out = tollgate(&["replay", "--trace", &trace, "--durability", "sometimes"]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn inspect_prints_json_in_the_policy_units() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = format!("sled:{}", dir.path().join("db").display());
+    let run = |command: &str, extra: &[&str]| {
+        let mut args = with(
+            &[command, "alice", "--backend", &backend, "--now", "1000000"],
+            &BUCKET,
+        );
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        tollgate(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    assert_eq!(run("check", &["--cost", "3"]).status.code(), Some(0));
+    let json: serde_json::Value =
+        serde_json::from_slice(&run("inspect", &["--json"]).stdout).unwrap();
+    assert_eq!(
+        json,
+        serde_json::json!({
+            "key": "alice",
+            "stored_key": "tollgate:token-bucket-10-5-1s:alice",
+            "algorithm": "token-bucket",
+            "stored": true,
+            "now_us": 1_000_000,
+            "limit": 10,
+            "used": 7,
+            "measure": "tokens available",
+            "entries": null,
+            "remaining": 7,
+            "fresh_after_us": 600_000,
+            "encoded": "01040000000000186a000000000000000000",
+        })
+    );
+    let text = stdout(&run("inspect", &[]));
+    assert!(text.contains("tokens available  7 of 10\n"), "{text}");
+    assert!(
+        text.contains("fresh again       in 600 ms (at 1600000 µs)\n"),
+        "{text}"
+    );
+    assert!(!text.contains("BucketState"), "{text}");
+}
+
+#[test]
+fn traces_trim_keys_and_read_standard_input() {
+    let trace = "t_us,key,cost\n 0 , alice ,1\n0,alice, 1\n\n";
+    let out = tollgate_with_stdin(
+        &with(&["replay", "--trace", "-"], &BUCKET)
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+        trace,
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let lines: Vec<&str> = std::str::from_utf8(&out.stdout).unwrap().lines().collect();
+    assert_eq!(lines.len(), 2);
+    assert!(lines[0].contains(r#""key":"alice","cost":1,"allowed":true,"limit":10,"remaining":9"#));
+    assert!(lines[1].contains(r#""key":"alice","cost":1,"allowed":true,"limit":10,"remaining":8"#));
+    let out = tollgate_with_stdin(
+        &with(&["replay", "--trace", "-"], &BUCKET)
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+        "t_us,key,cost\n0,a,1\n1,a\n",
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stderr(&out),
+        "tollgate: stdin:3: expected 3 fields (t_us,key,cost), found 2\n"
+    );
+}
+
+#[test]
+fn simulations_too_large_or_empty_are_refused_at_once() {
+    for (traffic, duration, wanted) in [
+        (
+            "steady:rate=1",
+            "300000d",
+            "offers about 25920000000 requests",
+        ),
+        ("steady:rate=1000000000", "1000d", "offers about"),
+        (
+            "burst:size=18446744073709551615,every=1us",
+            "1s",
+            "offers about",
+        ),
+        ("burst:size=2,every=1us", "18446744073709ms", "offers about"),
+        ("poisson:rate=1000000000,seed=1", "1h", "offers about"),
+        ("steady:rate=1", "0s", "--duration must be more than 0"),
+    ] {
+        let start = Instant::now();
+        let out = tollgate(
+            &with(
+                &["simulate", "--traffic", traffic, "--duration", duration],
+                &BUCKET,
+            )
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+        );
+        assert!(start.elapsed() < Duration::from_secs(5), "{traffic}");
+        assert_eq!(out.status.code(), Some(2), "{traffic}: {}", stderr(&out));
+        assert!(stderr(&out).contains(wanted), "{traffic}: {}", stderr(&out));
+        if wanted.starts_with("offers") {
+            assert!(
+                stderr(&out).contains("shorten --duration"),
+                "{}",
+                stderr(&out)
+            );
+        }
+    }
+    // Huge bursts and periods within the cap: exact figures, no overflow.
+    let out = tollgate(&[
+        "simulate",
+        "--algorithm",
+        "fixed-window",
+        "--limit",
+        "1000000000",
+        "--period",
+        "366d",
+        "--traffic",
+        "burst:size=1000,every=366d,cost=1000000000",
+        "--duration",
+        "732d",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out)
+            .lines()
+            .any(|l| l.split_whitespace().eq(["admitted", "2", "(0.1%)"])),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn memory_state_does_not_outlive_the_command_and_commands_say_so() {
+    for command in ["inspect", "reset"] {
+        let out = tollgate(
+            &with(&[command, "a"], &BUCKET)
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>(),
+        );
+        assert_eq!(out.status.code(), Some(2), "{command}");
+        assert!(
+            stderr(&out).contains("the memory backend keeps states only while one command runs"),
+            "{command}: {}",
+            stderr(&out)
+        );
+    }
+}
+
+#[test]
+fn a_long_simulation_shows_progress_on_a_terminal_only() {
+    let args = with(
+        &[
+            "simulate",
+            "--traffic",
+            "steady:rate=100000",
+            "--duration",
+            "20s",
+        ],
+        &BUCKET,
+    );
+    let quoted: Vec<String> = std::iter::once(env!("CARGO_BIN_EXE_tollgate").to_owned())
+        .chain(args.iter().cloned())
+        .collect();
+    // `script` gives the command a terminal; its output is what the terminal showed.
+    let out = Command::new("script")
+        .args(["-qec", &quoted.join(" "), "/dev/null"])
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(shown.contains("50% simulated"), "{shown}");
+    assert!(shown.contains("offered"), "{shown}");
+    let piped = tollgate(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(!stderr(&piped).contains("simulated"));
+}
+
+#[test]
+fn a_memory_replay_holds_at_most_max_keys_and_warns_if_it_forgot_a_limited_key() {
+    let dir = tempfile::tempdir().unwrap();
+    // 2000 distinct keys, each fresh again 200 ms after its one request.
+    let mut trace = String::from("t_us,key,cost\n");
+    for i in 0..2000u64 {
+        trace += &format!("{},k{i},1\n", i * 1000);
+    }
+    let trace = write(dir.path(), "t.csv", &trace);
+    let replay = |max_keys: &str| {
+        tollgate(
+            &with(
+                &["replay", "--trace", &trace, "--max-keys", max_keys],
+                &BUCKET,
+            )
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+        )
+    };
+    let unbounded = replay("1000000");
+    // 200 keys are limited at any time: room for them loses nothing.
+    let bounded = replay("1000");
+    assert!(bounded.status.success());
+    assert_eq!(bounded.stdout, unbounded.stdout);
+    assert_eq!(stderr(&bounded), "");
+    // Too little room: the same decisions here (one request per key), but a warning.
+    let tight = replay("10");
+    assert!(tight.status.success());
+    assert!(
+        stderr(&tight).contains("keys were forgotten before their state was fresh"),
+        "{}",
+        stderr(&tight)
+    );
+}
+
+#[test]
+fn the_readme_shows_what_its_first_command_prints() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .current_dir(dir.path())
+        .args([
+            "simulate",
+            "--config",
+            &examples(),
+            "--policy",
+            "api",
+            "--app",
+            "web",
+            "--traffic",
+            "steady:rate=20",
+            "--duration",
+            "10s",
+            "--chart",
+            "api.svg",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .unwrap();
+    let shown = readme
+        .split("```text\n")
+        .nth(1)
+        .and_then(|block| block.split("```").next())
+        .unwrap();
+    assert_eq!(stdout(&out), shown);
+    assert!(readme.contains(
+        "cargo run -p tollgate -- simulate --config examples/policies.toml --policy api --app web --traffic steady:rate=20 --duration 10s --chart api.svg"
+    ));
+}
+
+#[test]
+fn a_limit_far_above_the_traffic_does_not_flatten_the_bars() {
+    let dir = tempfile::tempdir().unwrap();
+    let chart = dir.path().join("c.svg");
+    let out = tollgate(&[
+        "simulate",
+        "--algorithm",
+        "fixed-window",
+        "--limit",
+        "1000000",
+        "--period",
+        "1s",
+        "--traffic",
+        "steady:rate=10",
+        "--duration",
+        "10s",
+        "--chart",
+        chart.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let svg = std::fs::read_to_string(&chart).unwrap();
+    let doc = roxmltree::Document::parse(&svg).unwrap();
+    assert!(!doc
+        .descendants()
+        .any(|n| n.attribute("class") == Some("limit")));
+    let texts: Vec<&str> = doc.descendants().filter_map(|n| n.text()).collect();
+    assert!(texts.contains(&"limit: 1000000 per 1 s (above the plot)"));
+    // The bars reach the top tick: the axis is scaled to them.
+    assert!(texts.contains(&"10"), "{texts:?}");
+}
+
+#[test]
+fn a_state_of_another_algorithm_is_named_with_its_key_as_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = format!("sled:{}", dir.path().join("db").display());
+    // Crafted prefixes put a sliding-log state where the bucket looks.
+    let out = tollgate(&[
+        "check",
+        "token-bucket-10-5-1s:alice",
+        "--config",
+        &examples(),
+        "--policy",
+        "login",
+        "--prefix",
+        "",
+        "--backend",
+        &backend,
+        "--now",
+        "0",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = tollgate(
+        &with(
+            &[
+                "check",
+                "alice",
+                "--prefix",
+                "login:",
+                "--backend",
+                &backend,
+                "--now",
+                "0",
+            ],
+            &BUCKET,
+        )
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>(),
+    );
+    assert_eq!(out.status.code(), Some(4));
+    assert_eq!(
+        stderr(&out),
+        "tollgate: the record for key \"alice\" is not a state of this policy: it holds a sliding-log state, not a token-bucket one\n"
+    );
+}
+
+#[test]
+fn a_reader_that_stops_early_ends_the_command_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut trace = String::from("t_us,key,cost\n");
+    for i in 0..200_000u64 {
+        trace += &format!("{i},k{},1\n", i % 100);
+    }
+    let trace = write(dir.path(), "t.csv", &trace);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(with(&["replay", "--trace", &trace], &BUCKET))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Read;
+        let mut first = [0u8; 100];
+        child.stdout.take().unwrap().read_exact(&mut first).unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(5));
+    assert_eq!(stderr(&out), "");
 }
