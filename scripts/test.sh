@@ -43,6 +43,7 @@ CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=wasm-bindgen-test-runner \
   cargo test -p tollgate-wasm --target wasm32-unknown-unknown --test node
 bash scripts/build-wasm.sh
 node --test wasm/tests/limiter.test.mjs
+node wasm/examples/throttle.mjs   # the README's example runs as shown
 wasm/node_modules/.bin/tsc --noEmit --strict --target es2022 --module es2022 \
   --moduleResolution bundler --lib esnext,dom wasm/tests/types.ts
 node wasm/e2e/e2e.mjs
