@@ -66,6 +66,22 @@ fn corrupt_states_are_typed_errors() {
             found: 4
         })
     );
+    // Messages name the algorithms, not their tags.
+    assert_eq!(
+        window.decode(&good).unwrap_err().to_string(),
+        "state is a token bucket's, expected a fixed window's"
+    );
+    let log = SlidingLog::new(10, SECOND).unwrap();
+    let log_state = log.encode_to_vec(&log.decide(None, 0, 1).1.unwrap());
+    assert_eq!(
+        bucket.decode(&log_state).unwrap_err().to_string(),
+        "state is a sliding log's, expected a token bucket's"
+    );
+    let unknown = [&[1, 42][..], &good[2..]].concat();
+    assert_eq!(
+        bucket.decode(&unknown).unwrap_err().to_string(),
+        "state is for an unknown algorithm (tag 42), expected a token bucket's"
+    );
     // A fraction of a tick at or beyond the rate is no state this bucket can be in.
     let mut bad_frac = good.clone();
     bad_frac[17] = 3;
