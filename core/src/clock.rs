@@ -13,9 +13,10 @@ pub const SECOND: Ticks = 1_000_000;
 /// `MAX_TICKS`; hosts that take an explicit time refuse it with [`check_now`].
 pub const MAX_TICKS: Ticks = 1 << 62;
 
-/// `now` if it is at most [`MAX_TICKS`], else [`ParamError::OutOfRange`] named `"now"`:
-/// the one check every host applies to a time given by its caller, so that a time
-/// beyond the range is an error rather than a decision at `MAX_TICKS`.
+/// `now` if it is at most [`MAX_TICKS`], else
+/// [`ParamError::OutOfRange`](crate::ParamError::OutOfRange) named `"now"`: the one check
+/// every host applies to a time given by its caller, so that a time beyond the range is
+/// an error rather than a decision at `MAX_TICKS`.
 ///
 /// ```
 /// use tollgate_core::{check_now, ParamError, MAX_TICKS};
