@@ -6,7 +6,9 @@ use crate::{Decision, DecodeError, Ticks};
 /// (`None` for a fresh key) and store the state it returns (`None` means the state is
 /// fresh again and the key may be deleted). Requests whose `now` is earlier than one the
 /// state has seen are decided as if at that later time, or more strictly; never as a
-/// negative interval.
+/// negative interval. Every decision at a `now` up to [`MAX_TICKS`](crate::MAX_TICKS) is
+/// exact; a later `now` is decided as at `MAX_TICKS` (hosts taking a time from their
+/// caller refuse it first with [`check_now`](crate::check_now)).
 pub trait Algorithm {
     /// The per-key state.
     type State: Clone + core::fmt::Debug + PartialEq + Eq;
@@ -44,7 +46,8 @@ pub trait Algorithm {
 /// instead of retrying ("wait in line").
 pub trait Reserve: Algorithm {
     /// Admits `cost` if it can act within `max_wait` ticks of `now`, booking its slot.
-    /// The decision's `delay` says how long to wait before acting.
+    /// The decision's `delay` says how long to wait before acting. A `max_wait` beyond
+    /// [`MAX_WAIT`](crate::limits::MAX_WAIT) (about 285 years) is taken as `MAX_WAIT`.
     fn reserve(
         &self,
         state: Option<Self::State>,

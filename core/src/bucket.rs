@@ -10,11 +10,16 @@
 //! Instants are counted in units of `1 / rate` tick ("scaled"), where `T` is exactly
 //! `period`: every step is integer addition, nothing rounds, and only the reported
 //! durations are divided back into ticks (rounded up, so a retry is never early).
+//!
+//! Nothing saturates for a `now` up to [`MAX_TICKS`]: a state may lie up to the bucket's
+//! horizon (`capacity × period / rate`) plus the longest booked wait ([`MAX_WAIT`])
+//! beyond it, which 128 bits hold with room to spare, and the decoder accepts exactly
+//! that range.
 
 use core::num::NonZeroU128;
 
 use crate::encoding::{self, tag, Reader};
-use crate::limits::{MAX_HORIZON, MAX_LIMIT, MAX_PERIOD};
+use crate::limits::{MAX_HORIZON, MAX_LIMIT, MAX_PERIOD, MAX_WAIT};
 use crate::{Algorithm, Decision, DecodeError, ParamError, Reserve, Ticks, MAX_TICKS};
 
 /// Parameters of a bucket: `rate` units of cost refill (or leak) every `period` ticks, up
@@ -70,7 +75,9 @@ struct Gcra {
     burst: u64,
     /// `burst × period`: the scaled time a full burst occupies.
     tolerance: u128,
-    /// [`MAX_TICKS`] scaled: where instants saturate.
+    /// The latest scaled instant a state of this bucket can hold: [`MAX_TICKS`] plus
+    /// the horizon, plus [`MAX_WAIT`] for the algorithms whose reservations book
+    /// beyond the horizon (a pacing queue books within it).
     latest: u128,
     rate: Divisor,
     period: Divisor,
@@ -100,7 +107,13 @@ impl Gcra {
             tag,
             burst,
             tolerance,
-            latest: u128::from(MAX_TICKS) * u128::from(rate),
+            latest: wide(MAX_TICKS, rate)
+                + tolerance
+                + if tag == tag::PACING {
+                    0
+                } else {
+                    wide(MAX_WAIT, rate)
+                },
             rate: Divisor::new(rate),
             period: Divisor::new(period),
         })
@@ -109,16 +122,10 @@ impl Gcra {
     // The helpers of `decide` are inlined even where the build optimizes for size (the
     // browser's), where calling them cost about a tenth of a `check()` from JS.
 
-    /// `ticks` as a scaled instant, saturating at [`MAX_TICKS`].
+    /// `now` as a scaled instant; a `now` beyond [`MAX_TICKS`] is decided as at it.
     #[inline(always)]
-    fn scaled(&self, ticks: Ticks) -> u128 {
-        wide(ticks.min(MAX_TICKS), self.params.rate)
-    }
-
-    /// `a + b`, saturating at [`MAX_TICKS`].
-    #[inline(always)]
-    fn add(&self, a: u128, b: u128) -> u128 {
-        (a + b).min(self.latest)
+    fn scaled(&self, now: Ticks) -> u128 {
+        wide(now.min(MAX_TICKS), self.params.rate)
     }
 
     /// A scaled duration in whole ticks, rounded up.
@@ -142,7 +149,8 @@ impl Gcra {
         // A state whose arrival time has passed is fresh: return it as `None`.
         let state = state.filter(|s| s.tat.get() > now);
         let tat = state.map_or(now, |s| s.tat.get());
-        let full_at = self.add(now, self.tolerance);
+        // No sum below overflows: `now` ≤ 2^92, the horizon and the wait ≤ 2^83.
+        let full_at = now + self.tolerance;
         let remaining = |tat: u128| {
             let free = full_at.saturating_sub(tat.max(now));
             u64::try_from(self.period.div_rem(free).0).unwrap_or(u64::MAX)
@@ -154,16 +162,13 @@ impl Gcra {
                 state,
             );
         }
-        let wait = wide(max_wait, self.params.rate);
-        let new_tat = self.add(tat, wide(cost, self.params.period));
+        let wait = wide(max_wait.min(MAX_WAIT), self.params.rate);
+        let new_tat = tat + wide(cost, self.params.period);
         // The meter acts once the bucket has room; a pacing request acts at its slot.
         let (act_at, latest_tat) = if self.tag == tag::PACING {
             (tat, full_at)
         } else {
-            (
-                new_tat.saturating_sub(self.tolerance),
-                self.add(full_at, wait),
-            )
+            (new_tat.saturating_sub(self.tolerance), full_at + wait)
         };
         if new_tat <= latest_tat && act_at <= now + wait {
             let delay = self.ticks(act_at.saturating_sub(now));
@@ -191,20 +196,20 @@ impl Gcra {
 
     fn encode<E: Extend<u8>>(&self, state: &BucketState, out: &mut E) {
         let (ticks, frac) = self.rate.div_rem(state.tat.get());
-        // Stored states are at most `MAX_TICKS × rate`, so the ticks fit.
-        let ticks = u64::try_from(ticks).unwrap_or(MAX_TICKS);
+        // States are at most `latest`, below 2^63 ticks, so the ticks fit.
+        let ticks = u64::try_from(ticks).unwrap_or(u64::MAX);
         encoding::write(out, self.tag, &[ticks, frac]);
     }
 
     fn decode(&self, bytes: &[u8]) -> Result<BucketState, DecodeError> {
         let mut reader = Reader::new(bytes, self.tag)?;
-        let ticks = reader.u64_where("tat", &|t| t <= MAX_TICKS)?;
+        let ticks = reader.u64_where("tat", &|t| wide(t, self.params.rate) <= self.latest)?;
+        let tat = wide(ticks, self.params.rate);
         let frac = reader.u64_where("tat_frac", &|f| {
-            f < self.params.rate && (ticks < MAX_TICKS || f == 0)
+            f < self.params.rate && tat + u128::from(f) <= self.latest
         })?;
         reader.finish()?;
-        BucketState::new(self.scaled(ticks) + u128::from(frac))
-            .ok_or(DecodeError::InvalidField { field: "tat" })
+        BucketState::new(tat + u128::from(frac)).ok_or(DecodeError::InvalidField { field: "tat" })
     }
 }
 

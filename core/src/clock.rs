@@ -9,8 +9,24 @@ pub const MILLISECOND: Ticks = 1_000;
 /// Ticks in one second.
 pub const SECOND: Ticks = 1_000_000;
 /// The latest instant the algorithms are defined for (2^62 ticks, about 146 000 years).
-/// Arithmetic saturates beyond it rather than wrapping.
+/// Every decision at a `now` up to it is exact. A later `now` is decided as at
+/// `MAX_TICKS`; hosts that take an explicit time refuse it with [`check_now`].
 pub const MAX_TICKS: Ticks = 1 << 62;
+
+/// `now` if it is at most [`MAX_TICKS`], else
+/// [`ParamError::OutOfRange`](crate::ParamError::OutOfRange) named `"now"`: the one check
+/// every host applies to a time given by its caller, so that a time beyond the range is
+/// an error rather than a decision at `MAX_TICKS`.
+///
+/// ```
+/// use tollgate_core::{check_now, ParamError, MAX_TICKS};
+///
+/// assert_eq!(check_now(MAX_TICKS), Ok(MAX_TICKS));
+/// assert!(matches!(check_now(u64::MAX), Err(ParamError::OutOfRange { name: "now", .. })));
+/// ```
+pub fn check_now(now: Ticks) -> Result<Ticks, crate::ParamError> {
+    crate::ParamError::check("now", now, 0, MAX_TICKS)
+}
 
 /// A source of the current time. Algorithms never read one; hosts do, at the edge.
 pub trait Clock {

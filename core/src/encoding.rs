@@ -20,6 +20,22 @@ pub(crate) mod tag {
     pub const COMPOSITE: u8 = 8;
     #[cfg(feature = "alloc")]
     pub const LEASES: u8 = 9;
+
+    /// The algorithm a tag stands for, as messages name it.
+    pub fn name(tag: u8) -> Option<&'static str> {
+        Some(match tag {
+            1 => "fixed window",
+            2 => "sliding log",
+            3 => "sliding window counter",
+            4 => "token bucket",
+            5 => "leaky bucket",
+            6 => "pacing queue",
+            7 => "ban",
+            8 => "composite limit",
+            9 => "lease table",
+            _ => return None,
+        })
+    }
 }
 
 /// Writes the header and then `fields` as big-endian u64s.

@@ -47,6 +47,18 @@ impl ParamError {
     }
 }
 
+/// An algorithm named by its tag in a message: "a token bucket's".
+struct Whose(u8);
+
+impl core::fmt::Display for Whose {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match crate::encoding::tag::name(self.0) {
+            Some(name) => write!(f, "a {name}'s"),
+            None => write!(f, "for an unknown algorithm (tag {})", self.0),
+        }
+    }
+}
+
 /// Bytes that are not a valid state of the algorithm decoding them.
 ///
 /// Returned for truncated, corrupt, foreign or newer-version bytes; decoding never
@@ -69,8 +81,8 @@ pub enum DecodeError {
     /// The version byte is not one this build reads.
     #[error("state encoding version {0} is not supported (this build reads version 1)")]
     UnsupportedVersion(u8),
-    /// The state belongs to another algorithm.
-    #[error("state is for algorithm tag {found}, expected tag {expected}")]
+    /// The state belongs to another algorithm. The message names both algorithms.
+    #[error("state is {}, expected {}", Whose(*found), Whose(*expected))]
     WrongAlgorithm {
         /// The tag this algorithm writes.
         expected: u8,

@@ -65,7 +65,7 @@ pub use ban::{Ban, BanState};
 pub use bucket::{BucketParams, BucketState, LeakyBucket, Pacing, TokenBucket};
 #[cfg(target_has_atomic = "64")]
 pub use clock::ManualClock;
-pub use clock::{Clock, Ticks, MAX_TICKS, MILLISECOND, SECOND};
+pub use clock::{check_now, Clock, Ticks, MAX_TICKS, MILLISECOND, SECOND};
 #[cfg(feature = "std")]
 pub use clock::{MonotonicClock, SystemClock};
 #[cfg(feature = "alloc")]
@@ -98,4 +98,7 @@ pub mod limits {
     /// The longest time a bucket may take to refill from empty, `capacity × period / rate`:
     /// 2^53 ticks (about 285 years), so every instant a bucket stores is exact in a double.
     pub const MAX_HORIZON: Ticks = 1 << 53;
+    /// The longest wait a reservation books (2^53 ticks, about 285 years): a larger
+    /// `max_wait` is taken as this one.
+    pub const MAX_WAIT: Ticks = 1 << 53;
 }

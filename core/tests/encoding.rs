@@ -66,6 +66,22 @@ fn corrupt_states_are_typed_errors() {
             found: 4
         })
     );
+    // Messages name the algorithms, not their tags.
+    assert_eq!(
+        window.decode(&good).unwrap_err().to_string(),
+        "state is a token bucket's, expected a fixed window's"
+    );
+    let log = SlidingLog::new(10, SECOND).unwrap();
+    let log_state = log.encode_to_vec(&log.decide(None, 0, 1).1.unwrap());
+    assert_eq!(
+        bucket.decode(&log_state).unwrap_err().to_string(),
+        "state is a sliding log's, expected a token bucket's"
+    );
+    let unknown = [&[1, 42][..], &good[2..]].concat();
+    assert_eq!(
+        bucket.decode(&unknown).unwrap_err().to_string(),
+        "state is for an unknown algorithm (tag 42), expected a token bucket's"
+    );
     // A fraction of a tick at or beyond the rate is no state this bucket can be in.
     let mut bad_frac = good.clone();
     bad_frac[17] = 3;
@@ -109,23 +125,4 @@ fn encodings_are_fixed_and_versioned() {
             .len(),
         26
     );
-}
-
-#[cfg(feature = "serde")]
-#[test]
-fn parameters_and_decisions_serialize() {
-    let params: BucketParams =
-        serde_json::from_str(r#"{"capacity":10,"rate":5,"period":1000000}"#).unwrap();
-    let bucket = TokenBucket::try_from(params).unwrap();
-    assert_eq!(bucket.params(), params);
-    let window: WindowParams = serde_json::from_str(r#"{"limit":0,"period":1000000}"#).unwrap();
-    // Deserialized parameters are data; building the algorithm validates them.
-    assert!(FixedWindow::try_from(window).is_err());
-    let decision = bucket.decide(None, 0, 11).0;
-    let json = serde_json::to_string(&decision).unwrap();
-    assert_eq!(
-        json,
-        r#"{"allowed":false,"limit":10,"remaining":10,"retry_after":null,"reset_after":0,"delay":0}"#
-    );
-    assert_eq!(serde_json::from_str::<Decision>(&json).unwrap(), decision);
 }

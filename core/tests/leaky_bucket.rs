@@ -34,7 +34,13 @@ fn reference(
 proptest! {
     #[test]
     fn matches_definition(params in bucket_params(), raw in raw_arrivals()) {
-        bucket_matches(LeakyBucket::new(params.0, params.1, params.2), params, &raw, reference);
+        bucket_matches(LeakyBucket::new(params.0, params.1, params.2), params, &raw, None, reference);
+    }
+
+    /// The same in the last periods before `MAX_TICKS`: nothing saturates there.
+    #[test]
+    fn matches_definition_at_the_top(params in bucket_params(), raw in raw_arrivals(), end in top_end()) {
+        bucket_matches(LeakyBucket::new(params.0, params.1, params.2), params, &raw, Some(end), reference);
     }
 
     /// In any interval `[a, b]` at most `C + (b − a) · R / P` is admitted.

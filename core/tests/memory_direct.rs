@@ -26,6 +26,27 @@ fn same_as_core<A: InMemory + Clone>(alg: A, trace: &[(Ticks, u64)]) {
     }
 }
 
+/// Every algorithm through [`same_as_core`].
+fn every_algorithm_as_the_core(limit: u64, rate: u64, period: Ticks, trace: &[(Ticks, u64)]) {
+    same_as_core(FixedWindow::new(limit, period).unwrap(), trace);
+    same_as_core(
+        FixedWindow::new(limit, period).unwrap().counting_denied(),
+        trace,
+    );
+    same_as_core(SlidingCounter::new(limit, period).unwrap(), trace);
+    same_as_core(SlidingLog::new(limit.min(1000), period).unwrap(), trace);
+    if let Ok(bucket) = TokenBucket::new(limit, rate, period) {
+        same_as_core(bucket, trace);
+        same_as_core(Ban::new(bucket, 3, period, period).unwrap(), trace);
+    }
+    if let Ok(funnel) = LeakyBucket::new(limit, rate, period) {
+        same_as_core(funnel, trace);
+    }
+    if let Ok(queue) = Pacing::new(limit, rate, period) {
+        same_as_core(queue, trace);
+    }
+}
+
 proptest! {
     #[test]
     fn decides_as_the_core(
@@ -34,21 +55,21 @@ proptest! {
         period in period(),
         raw in raw_arrivals(),
     ) {
-        let trace = arrivals(&raw, period, limit);
-        same_as_core(FixedWindow::new(limit, period).unwrap(), &trace);
-        same_as_core(FixedWindow::new(limit, period).unwrap().counting_denied(), &trace);
-        same_as_core(SlidingCounter::new(limit, period).unwrap(), &trace);
-        same_as_core(SlidingLog::new(limit.min(1000), period).unwrap(), &trace);
-        if let Ok(bucket) = TokenBucket::new(limit, rate, period) {
-            same_as_core(bucket, &trace);
-            same_as_core(Ban::new(bucket, 3, period, period).unwrap(), &trace);
-        }
-        if let Ok(funnel) = LeakyBucket::new(limit, rate, period) {
-            same_as_core(funnel, &trace);
-        }
-        if let Ok(queue) = Pacing::new(limit, rate, period) {
-            same_as_core(queue, &trace);
-        }
+        every_algorithm_as_the_core(limit, rate, period, &arrivals(&raw, period, limit));
+    }
+
+    /// The same in the last periods before `MAX_TICKS`, where the cells pack the
+    /// largest instants into their words.
+    #[test]
+    fn decides_as_the_core_at_the_top(
+        limit in limit(1_000_000_000),
+        rate in limit(1_000_000_000),
+        period in period(),
+        raw in raw_arrivals(),
+        end in top_end(),
+    ) {
+        let trace = at_the_top(&arrivals(&raw, period, limit), 1, period, end);
+        every_algorithm_as_the_core(limit, rate, period, &trace);
     }
 }
 

@@ -32,12 +32,33 @@ proptest! {
         raw in raw_arrivals(),
         keys in prop::collection::vec(0..4u8, 120),
     ) {
-        let trace = arrivals(&raw, period, limit);
-        same_as_core(FixedWindow::new(limit, period).unwrap(), &trace, &keys);
-        same_as_core(SlidingLog::new(limit.min(1000), period).unwrap(), &trace, &keys);
-        if let Ok(bucket) = TokenBucket::new(limit, limit, period) {
-            same_as_core(bucket, &trace, &keys);
-        }
+        every_algorithm_as_the_core(limit, period, &arrivals(&raw, period, limit), &keys);
+    }
+
+    /// The same in the last periods before `MAX_TICKS`.
+    #[test]
+    fn decides_each_key_as_the_core_at_the_top(
+        limit in limit(1_000_000_000),
+        period in period(),
+        raw in raw_arrivals(),
+        keys in prop::collection::vec(0..4u8, 120),
+        end in top_end(),
+    ) {
+        let trace = at_the_top(&arrivals(&raw, period, limit), 1, period, end);
+        every_algorithm_as_the_core(limit, period, &trace, &keys);
+    }
+}
+
+/// A window, a log and a bucket through [`same_as_core`].
+fn every_algorithm_as_the_core(limit: u64, period: Ticks, trace: &[(Ticks, u64)], keys: &[u8]) {
+    same_as_core(FixedWindow::new(limit, period).unwrap(), trace, keys);
+    same_as_core(
+        SlidingLog::new(limit.min(1000), period).unwrap(),
+        trace,
+        keys,
+    );
+    if let Ok(bucket) = TokenBucket::new(limit, limit, period) {
+        same_as_core(bucket, trace, keys);
     }
 }
 

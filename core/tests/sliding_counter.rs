@@ -52,6 +52,15 @@ proptest! {
         prop_assert_eq!(outcomes(&decisions), reference(limit, period, &arrivals));
     }
 
+    /// The same in the last periods before `MAX_TICKS`, windows still aligned to tick 0.
+    #[test]
+    fn matches_definition_at_the_top(limit in prop_oneof![1..=4u64, 1..=100u64], period in period(), raw in raw_arrivals(), end in top_end()) {
+        let alg = SlidingCounter::new(limit, period).unwrap();
+        let arrivals = at_the_top(&arrivals(&raw, period, limit), 1, period, end);
+        let decisions = run(&alg, 10 * period, &arrivals);
+        prop_assert_eq!(outcomes(&decisions), reference(limit, period, &arrivals));
+    }
+
     #[test]
     fn promises_hold_across_the_range(limit in limit(MAX_LIMIT), period in period(), raw in raw_arrivals()) {
         let alg = SlidingCounter::new(limit, period).unwrap();

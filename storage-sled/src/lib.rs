@@ -1,5 +1,12 @@
 //! Durable, embedded rate limiting: every tollgate algorithm over a [`sled::Tree`].
 //!
+//! [`sled::Tree`]: https://docs.rs/sled/0.34/sled/struct.Tree.html
+//!
+//! **One process at a time**: sled locks its database file, so while one process has a
+//! database open, another process opening it gets an error ([`open`] reports it as
+//! [`Error::InUse`]). Threads of the one process share it freely. To share limits
+//! between processes, use one process as the server, or Redis.
+//!
 //! A decision is one atomic read-modify-write of one record: the key's state in the
 //! core's canonical encoding, under a prefix. The transition is pure, so when another
 //! thread or process changed the record in between, the decision is simply made again
@@ -8,10 +15,10 @@
 //!
 //! ```
 //! use tollgate_core::{FixedWindow, SECOND};
-//! use tollgate_sled::{Durability, SledLimiter};
+//! use tollgate_sled::{Create, Durability, SledLimiter};
 //!
 //! let dir = tempfile::tempdir()?;
-//! let db = sled::open(dir.path())?;
+//! let db = tollgate_sled::open(&dir.path().join("limits"), Create::InExistingDir)?;
 //! // A daily quota that survives restarts: flushed before each decision returns.
 //! let quota = SledLimiter::new(
 //!     db.open_tree("quotas")?,
@@ -25,13 +32,17 @@
 //! ```
 #![deny(missing_docs)]
 
+use std::fmt;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use sled::{CompareAndSwapError, IVec, Tree};
-use tollgate_core::{Algorithm, Clock, Decision, DecodeError, MonotonicClock, Reserve, Ticks};
+use tollgate_core::{
+    check_now, Algorithm, Clock, Decision, DecodeError, MonotonicClock, ParamError, Reserve, Ticks,
+};
 
 /// What can go wrong deciding over sled.
 #[derive(Debug, thiserror::Error)]
@@ -41,14 +52,100 @@ pub enum Error {
     #[error("sled: {0}")]
     Storage(#[from] sled::Error),
     /// A record holds bytes no state of this algorithm encodes (written by something
-    /// else, or by a limiter with other parameters). The record is left as it is.
-    #[error("record for key {key:?} is not a valid state: {source}")]
+    /// else, or by a limiter with other parameters). The record is left as it is. The
+    /// message shows the key as text where it is UTF-8.
+    #[error("record for key {} is not a valid state: {source}", KeyText(.key))]
     Corrupt {
         /// The key as given (without the prefix).
         key: Vec<u8>,
         /// Why the bytes were refused.
         source: DecodeError,
     },
+    /// A time given by the caller is beyond [`MAX_TICKS`](https://docs.rs/tollgate-core/0.1/tollgate_core/constant.MAX_TICKS.html)
+    /// (see [`check_now`](https://docs.rs/tollgate-core/0.1/tollgate_core/fn.check_now.html)): nothing was decided.
+    #[error("{0}")]
+    Time(ParamError),
+    /// Another process has the database open: sled allows one process at a time.
+    #[error("the sled database at {} is in use by another process (sled allows one process at a time)", .path.display())]
+    InUse {
+        /// The database's directory.
+        path: PathBuf,
+    },
+    /// [`open`] was asked not to create a database, and there is none at the path.
+    #[error("no sled database at {}", .path.display())]
+    NotFound {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// [`open`] was asked to create a database where the parent directory is missing.
+    #[error("cannot create a sled database at {}: the directory {} does not exist", .path.display(), .parent.display())]
+    NoParentDir {
+        /// The path given.
+        path: PathBuf,
+        /// Its parent directory, which does not exist.
+        parent: PathBuf,
+    },
+}
+
+/// A key in a message: quoted text where it is UTF-8, else escaped bytes (`b"\xff"`).
+struct KeyText<'a>(&'a [u8]);
+
+impl fmt::Display for KeyText<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match std::str::from_utf8(self.0) {
+            Ok(text) => write!(f, "{text:?}"),
+            Err(_) => write!(f, "b\"{}\"", self.0.escape_ascii()),
+        }
+    }
+}
+
+/// Whether [`open`] may create a database that does not exist yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Create {
+    /// Never: a missing database is [`Error::NotFound`], and nothing is created (for
+    /// commands that only read).
+    Never,
+    /// Create the database's directory if its parent directory exists, else
+    /// [`Error::NoParentDir`] (a mistyped path is not silently created).
+    InExistingDir,
+}
+
+/// Opens the sled database at `path`, with typed errors for what a user meets: the
+/// database in use by another process ([`Error::InUse`]), no database there
+/// ([`Error::NotFound`], with [`Create::Never`]), or a missing parent directory
+/// ([`Error::NoParentDir`]).
+pub fn open(path: &Path, create: Create) -> Result<sled::Db, Error> {
+    open_with(sled::Config::new().path(path), create)
+}
+
+/// [`open`] with sled's other settings from `config` (its path included).
+pub fn open_with(config: sled::Config, create: Create) -> Result<sled::Db, Error> {
+    let path = config.path.clone();
+    // sled keeps its settings in `conf` beside its data: a database has one.
+    if !path.join("conf").is_file() {
+        match create {
+            Create::Never => return Err(Error::NotFound { path }),
+            Create::InExistingDir => {
+                let parent = match path.parent() {
+                    Some(p) if p.as_os_str().is_empty() => Path::new("."),
+                    Some(p) => p,
+                    None => Path::new("/"),
+                };
+                if !parent.is_dir() {
+                    let parent = parent.to_path_buf();
+                    return Err(Error::NoParentDir { path, parent });
+                }
+            }
+        }
+    }
+    config.open().map_err(|e| match e {
+        // sled 0.34 reports its file lock held elsewhere only as this text.
+        sled::Error::Io(io) if io.to_string().starts_with("could not acquire lock") => {
+            Error::InUse { path }
+        }
+        e => Error::Storage(e),
+    })
 }
 
 /// When a decision's new state reaches the disk.
@@ -76,7 +173,8 @@ pub struct SledLimiter<A, C = MonotonicClock> {
 }
 
 impl<A: Algorithm> SledLimiter<A> {
-    /// A limiter over `tree`, with no key prefix, on the process's [`MonotonicClock`].
+    /// A limiter over `tree`, with no key prefix, on the process's
+    /// [`MonotonicClock`](https://docs.rs/tollgate-core/0.1/tollgate_core/struct.MonotonicClock.html).
     pub fn new(tree: Tree, algorithm: A, durability: Durability) -> Self {
         Self {
             tree,
@@ -115,12 +213,16 @@ impl<A: Algorithm, C: Clock> SledLimiter<A, C> {
     }
 
     /// Decides a request of `cost` for `key` at `now` (replays, tests, a shared clock).
+    /// A `now` beyond [`MAX_TICKS`](https://docs.rs/tollgate-core/0.1/tollgate_core/constant.MAX_TICKS.html) is [`Error::Time`].
     pub fn check_at(&self, key: &[u8], now: Ticks, cost: u64) -> Result<Decision, Error> {
+        let now = check_now(now).map_err(Error::Time)?;
         self.update(key, |state| self.algorithm.decide(state, now, cost))
     }
 
     /// What a request of `cost` for `key` would get at `now`, changing nothing.
+    /// A `now` beyond [`MAX_TICKS`](https://docs.rs/tollgate-core/0.1/tollgate_core/constant.MAX_TICKS.html) is [`Error::Time`].
     pub fn peek_at(&self, key: &[u8], now: Ticks, cost: u64) -> Result<Decision, Error> {
+        let now = check_now(now).map_err(Error::Time)?;
         Ok(self.algorithm.peek(self.state(key)?, now, cost))
     }
 
@@ -130,16 +232,31 @@ impl<A: Algorithm, C: Clock> SledLimiter<A, C> {
         record.map(|bytes| self.decode(key, &bytes)).transpose()
     }
 
-    /// Forgets `key`: its next request finds it fresh.
+    /// Forgets `key`: its next request finds it fresh. Only a record holding a state of
+    /// this algorithm is deleted: anything else is [`Error::Corrupt`] and left as it is.
     pub fn reset(&self, key: &[u8]) -> Result<(), Error> {
-        self.tree.remove(self.record_key(key))?;
-        self.flush_if_durable()
+        let record_key = self.record_key(key);
+        let mut current = self.tree.get(&record_key)?;
+        while let Some(bytes) = current {
+            self.decode(key, &bytes)?;
+            match self
+                .tree
+                .compare_and_swap(&record_key, Some(&bytes), None::<&[u8]>)?
+            {
+                Ok(()) => return self.flush_if_durable(),
+                // Changed meanwhile: check what is there now.
+                Err(CompareAndSwapError { current: now, .. }) => current = now,
+            }
+        }
+        Ok(())
     }
 
     /// Removes the records under this limiter's prefix whose state is fresh at `now`,
     /// returning how many. A record that does not decode is left for an operator (and
-    /// reported by [`state`](Self::state)); it does not stop the sweep.
+    /// reported by [`state`](Self::state)); it does not stop the sweep. A `now` beyond
+    /// [`MAX_TICKS`](https://docs.rs/tollgate-core/0.1/tollgate_core/constant.MAX_TICKS.html) is [`Error::Time`].
     pub fn collect_expired(&self, now: Ticks) -> Result<usize, Error> {
+        let now = check_now(now).map_err(Error::Time)?;
         let mut removed = 0;
         for record in self.tree.scan_prefix(&self.prefix) {
             let (record_key, bytes) = record?;
@@ -229,6 +346,7 @@ impl<A: Algorithm, C: Clock> SledLimiter<A, C> {
 
 impl<A: Reserve, C: Clock> SledLimiter<A, C> {
     /// Books a slot for `cost` for `key` at `now` if it can act within `max_wait` ticks.
+    /// A `now` beyond [`MAX_TICKS`](https://docs.rs/tollgate-core/0.1/tollgate_core/constant.MAX_TICKS.html) is [`Error::Time`].
     pub fn reserve_at(
         &self,
         key: &[u8],
@@ -236,6 +354,7 @@ impl<A: Reserve, C: Clock> SledLimiter<A, C> {
         cost: u64,
         max_wait: Ticks,
     ) -> Result<Decision, Error> {
+        let now = check_now(now).map_err(Error::Time)?;
         self.update(key, |state| {
             self.algorithm.reserve(state, now, cost, max_wait)
         })

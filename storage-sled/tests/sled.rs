@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 use tollgate_core::{
-    Algorithm, Ban, Composite, DecodeError, FixedWindow, LeakyBucket, Pacing, SlidingCounter,
-    SlidingLog, Ticks, TokenBucket, SECOND,
+    Algorithm, Ban, Composite, DecodeError, FixedWindow, LeakyBucket, Pacing, ParamError,
+    SlidingCounter, SlidingLog, Ticks, TokenBucket, MAX_TICKS, SECOND,
 };
 use tollgate_sled::{Durability, Error, SledLimiter};
 
@@ -58,15 +58,43 @@ proptest! {
         period in prop_oneof![Just(SECOND), 1..5 * SECOND],
         trace in trace(),
     ) {
-        same_as_core(FixedWindow::new(limit, period).unwrap(), &trace);
-        same_as_core(SlidingCounter::new(limit, period).unwrap(), &trace);
-        same_as_core(SlidingLog::new(limit, period).unwrap(), &trace);
-        same_as_core(TokenBucket::new(limit, rate, period).unwrap(), &trace);
-        same_as_core(LeakyBucket::new(limit, rate, period).unwrap(), &trace);
-        same_as_core(Pacing::new(limit, rate, period).unwrap(), &trace);
+        every_algorithm_as_the_core(limit, rate, period, &trace);
+    }
+
+    /// The same in the last seconds before `MAX_TICKS`.
+    #[test]
+    fn decides_and_stores_as_the_core_at_the_top(
+        limit in 1..20u64,
+        rate in 1..20u64,
+        period in prop_oneof![Just(SECOND), 1..5 * SECOND],
+        trace in trace(),
+        end in prop_oneof![Just(0), Just(1), 0..3 * SECOND],
+    ) {
+        let last = trace.last().unwrap().0;
+        let shift = MAX_TICKS - end - last;
+        let trace: Vec<_> = trace.into_iter().map(|(now, cost, key)| (now + shift, cost, key)).collect();
+        every_algorithm_as_the_core(limit, rate, period, &trace);
+    }
+}
+
+/// Every algorithm through [`same_as_core`].
+fn every_algorithm_as_the_core(limit: u64, rate: u64, period: Ticks, trace: &[(Ticks, u64, u8)]) {
+    {
+        same_as_core(FixedWindow::new(limit, period).unwrap(), trace);
+        same_as_core(SlidingCounter::new(limit, period).unwrap(), trace);
+        same_as_core(SlidingLog::new(limit, period).unwrap(), trace);
+        same_as_core(TokenBucket::new(limit, rate, period).unwrap(), trace);
+        same_as_core(LeakyBucket::new(limit, rate, period).unwrap(), trace);
+        same_as_core(Pacing::new(limit, rate, period).unwrap(), trace);
         same_as_core(
-            Ban::new(TokenBucket::new(limit, rate, period).unwrap(), 5, period, period).unwrap(),
-            &trace,
+            Ban::new(
+                TokenBucket::new(limit, rate, period).unwrap(),
+                5,
+                period,
+                period,
+            )
+            .unwrap(),
+            trace,
         );
         same_as_core(
             Composite::new(vec![
@@ -74,7 +102,7 @@ proptest! {
                 FixedWindow::new(3 * limit, 10 * period).unwrap(),
             ])
             .unwrap(),
-            &trace,
+            trace,
         );
     }
 }
@@ -175,8 +203,98 @@ fn a_corrupt_record_is_a_typed_error_and_harms_no_other_key() {
     );
     assert!(limiter.check_at(b"fine", 0, 1).unwrap().allowed);
     assert!(limiter.state(b"garbage").is_err());
-    limiter.reset(b"garbage").unwrap();
+    // `reset` deletes only a state of its algorithm: this one stays for an operator.
+    assert!(matches!(
+        limiter.reset(b"garbage"),
+        Err(Error::Corrupt { .. })
+    ));
+    tree.remove(b"garbage").unwrap();
     assert!(limiter.check_at(b"garbage", 0, 1).unwrap().allowed);
+}
+
+#[test]
+fn reset_deletes_only_states_of_its_algorithm() {
+    let (_dir, _db, tree) = temp_tree();
+    let window = FixedWindow::new(5, SECOND).unwrap();
+    let limiter =
+        SledLimiter::new(tree.clone(), window, Durability::EveryDecision).with_prefix("w/");
+    assert!(limiter.check_at(b"alice", 0, 5).unwrap().allowed);
+    assert!(!limiter.check_at(b"alice", 0, 1).unwrap().allowed);
+    limiter.reset(b"alice").unwrap();
+    assert!(tree.get(b"w/alice").unwrap().is_none());
+    assert!(limiter.check_at(b"alice", 0, 1).unwrap().allowed);
+    // A missing key is already fresh.
+    limiter.reset(b"nobody").unwrap();
+    // An application's own value, and another algorithm's state, are refused by name.
+    tree.insert(b"w/session:42", b"user=alice".as_slice())
+        .unwrap();
+    let bucket = TokenBucket::new(3, 1, SECOND).unwrap();
+    let other = bucket.encode_to_vec(&bucket.decide(None, 0, 1).1.unwrap());
+    tree.insert(b"w/bob", other.clone()).unwrap();
+    tree.insert(b"w/\xff\x00", b"x".as_slice()).unwrap();
+    let refused = |key: &[u8]| match limiter.reset(key) {
+        Err(e @ Error::Corrupt { .. }) => e.to_string(),
+        other => panic!("reset of {key:?} gave {other:?}"),
+    };
+    assert_eq!(
+        refused(b"session:42"),
+        "record for key \"session:42\" is not a valid state: state encoding version 117 is not supported (this build reads version 1)"
+    );
+    assert_eq!(
+        refused(b"bob"),
+        "record for key \"bob\" is not a valid state: state is a token bucket's, expected a fixed window's"
+    );
+    assert!(refused(b"\xff\x00").starts_with("record for key b\"\\xff\\x00\" is not"));
+    assert_eq!(
+        tree.get(b"w/session:42").unwrap().unwrap().as_ref(),
+        b"user=alice"
+    );
+    assert_eq!(
+        tree.get(b"w/bob").unwrap().unwrap().as_ref(),
+        other.as_slice()
+    );
+    assert_eq!(tree.len(), 4);
+}
+
+/// Issue 16: a time beyond `MAX_TICKS` is refused before anything is read or written.
+#[test]
+fn times_beyond_the_range_are_typed_errors() {
+    let (_dir, _db, tree) = temp_tree();
+    let limiter = SledLimiter::new(
+        tree.clone(),
+        Pacing::new(0, 1, SECOND).unwrap(),
+        Durability::Background,
+    );
+    fn refused<T: std::fmt::Debug>(result: Result<T, Error>, late: Ticks) {
+        match result {
+            Err(Error::Time(ParamError::OutOfRange {
+                name: "now", value, ..
+            })) => assert_eq!(value, late),
+            other => panic!("expected a time error, got {other:?}"),
+        }
+    }
+    for late in [MAX_TICKS + 1, Ticks::MAX] {
+        refused(limiter.check_at(b"k", late, 1), late);
+        refused(limiter.peek_at(b"k", late, 1), late);
+        refused(limiter.reserve_at(b"k", late, 1, 0), late);
+        refused(limiter.collect_expired(late), late);
+    }
+    assert!(tree.is_empty());
+    // At the top itself: one unit, admitted once.
+    for now in [MAX_TICKS - 1, MAX_TICKS] {
+        assert!(
+            limiter
+                .check_at(&now.to_be_bytes(), now, 1)
+                .unwrap()
+                .allowed
+        );
+        assert!(
+            !limiter
+                .check_at(&now.to_be_bytes(), now, 1)
+                .unwrap()
+                .allowed
+        );
+    }
 }
 
 #[test]

@@ -4,7 +4,7 @@
 
 use proptest::prelude::*;
 use tollgate_core::limits::MAX_PERIOD;
-use tollgate_core::{Algorithm, Decision, Ticks};
+use tollgate_core::{Algorithm, Decision, Ticks, MAX_TICKS};
 
 /// One random request: a gap before it and a cost, as raw numbers that [`arrivals`]
 /// scales to the parameters under test.
@@ -50,8 +50,34 @@ pub fn arrivals(raw: &[RawArrival], period: Ticks, limit: u64) -> Vec<(Ticks, u6
         .collect()
 }
 
+/// `arrivals` moved by a multiple of `align` (an algorithm's alignment: 1 for the
+/// buckets and the log, the period for the windows), as late as they go with the last
+/// one at most `end % (3 · period + 1)` ticks before `MAX_TICKS`: the last periods of
+/// the time range.
+pub fn at_the_top(
+    arrivals: &[(Ticks, u64)],
+    align: Ticks,
+    period: Ticks,
+    end: u64,
+) -> Vec<(Ticks, u64)> {
+    let last = arrivals.last().map_or(0, |a| a.0);
+    let shift = (MAX_TICKS - end % (3 * period + 1) - last) / align * align;
+    arrivals
+        .iter()
+        .map(|&(now, cost)| (now + shift, cost))
+        .collect()
+}
+
+/// The `end` of [`at_the_top`]: the last arrival at `MAX_TICKS`, a tick before it, or
+/// anywhere in the last few periods.
+pub fn top_end() -> impl Strategy<Value = u64> {
+    prop_oneof![Just(0), Just(1), any::<u64>()]
+}
+
 /// Checks what every decision promises, using the algorithm itself on the state it
-/// returned (a denial may change it: a ban, or a window counting denied hits):
+/// returned (a denial may change it: a ban, or a window counting denied hits).
+/// Promises about instants beyond `MAX_TICKS`, where every `now` is decided as at
+/// `MAX_TICKS`, are not checked here (translation tests cover them):
 /// - `retry_after` is exact: the same request is admitted then, and not one tick before;
 ///   `None` means it is not admitted even ten periods later.
 /// - `reset_after` is exact: the state is fresh then, and not one tick before.
@@ -71,29 +97,36 @@ pub fn check_promises<A: Algorithm>(
         match decision.retry_after {
             Some(wait) => {
                 assert!(wait > 0, "denied with zero wait: {decision:?}");
-                assert!(
-                    alg.peek(after.clone(), now + wait, cost).allowed,
-                    "not admitted after retry_after: {decision:?}"
-                );
-                assert!(
-                    !alg.peek(after.clone(), now + wait - 1, cost).allowed,
-                    "admitted before retry_after: {decision:?}"
-                );
+                if now + wait <= MAX_TICKS {
+                    assert!(
+                        alg.peek(after.clone(), now + wait, cost).allowed,
+                        "not admitted after retry_after: {decision:?}"
+                    );
+                    assert!(
+                        !alg.peek(after.clone(), now + wait - 1, cost).allowed,
+                        "admitted before retry_after: {decision:?}"
+                    );
+                }
             }
-            None => assert!(!alg.peek(after.clone(), now + horizon, cost).allowed),
+            None => {
+                let later = (now + horizon).min(MAX_TICKS);
+                assert!(!alg.peek(after.clone(), later, cost).allowed);
+            }
         }
     }
     let reset = decision.reset_after;
-    assert_eq!(
-        alg.decide(after.clone(), now + reset, 0).1,
-        None,
-        "not fresh after reset_after: {decision:?}"
-    );
-    if reset > 0 {
-        assert!(
-            alg.decide(after.clone(), now + reset - 1, 0).1.is_some(),
-            "fresh before reset_after: {decision:?}"
+    if now + reset <= MAX_TICKS {
+        assert_eq!(
+            alg.decide(after.clone(), now + reset, 0).1,
+            None,
+            "not fresh after reset_after: {decision:?}"
         );
+        if reset > 0 {
+            assert!(
+                alg.decide(after.clone(), now + reset - 1, 0).1.is_some(),
+                "fresh before reset_after: {decision:?}"
+            );
+        }
     }
     assert_eq!(after.is_none(), reset == 0);
     let remaining = decision.remaining;
@@ -228,16 +261,21 @@ pub fn assert_rate_bound(admitted: &[(Ticks, u64)], capacity: u64, rate: u64, pe
 }
 
 /// A bucket against its reference model: built iff within the horizon, and then the
-/// same `(allowed, remaining)` for every arrival.
+/// same `(allowed, remaining)` for every arrival; with `top`, over arrivals moved to
+/// the top of the time range by [`at_the_top`].
 pub fn bucket_matches<A: Algorithm>(
     built: Result<A, tollgate_core::ParamError>,
     (capacity, rate, period): (u64, u64, Ticks),
     raw: &[RawArrival],
+    top: Option<u64>,
     reference: impl Fn(u64, u64, Ticks, &[(Ticks, u64)]) -> Vec<(bool, u64)>,
 ) {
     assert_eq!(built.is_ok(), within_horizon(capacity, rate, period));
     if let Ok(alg) = built {
-        let arrivals = arrivals(raw, period, capacity);
+        let mut arrivals = arrivals(raw, period, capacity);
+        if let Some(end) = top {
+            arrivals = at_the_top(&arrivals, 1, period, end);
+        }
         let decisions = run(&alg, 10 * period, &arrivals);
         assert_eq!(
             outcomes(&decisions),
