@@ -6,9 +6,9 @@ use std::path::Path;
 use std::str::FromStr;
 
 use tollgate_core::memory::{InMemory, KeyedLimiter};
-use tollgate_core::{Algorithm, Decision, DecodeError, ManualClock, Ticks};
+use tollgate_core::{Algorithm, Decision, ManualClock, Ticks};
 use tollgate_redis::{LuaAlgorithm, Reconnecting, RedisLimiter};
-use tollgate_sled::{Durability, SledLimiter};
+use tollgate_sled::{Create, Durability, SledLimiter};
 
 use crate::Failure;
 
@@ -58,6 +58,8 @@ pub trait Store<A: Algorithm> {
     fn decide(&self, key: &str, now: Ticks, cost: u64) -> Result<Decision, Failure>;
     fn peek(&self, key: &str, now: Ticks, cost: u64) -> Result<Decision, Failure>;
     fn reset(&self, key: &str) -> Result<(), Failure>;
+    /// Deletes every state of this algorithm in the namespace; returns how many.
+    fn purge(&self) -> Result<u64, Failure>;
     /// The stored state, decoded, for `inspect`.
     fn state(&self, key: &str) -> Result<Option<A::State>, Failure>;
     /// After a run: a warning if the store had to forget states that were not fresh.
@@ -71,15 +73,16 @@ pub trait Store<A: Algorithm> {
 pub struct Open {
     /// Every stored key is `namespace + key`.
     pub namespace: String,
-    /// Whether the command writes: only then may a sled database be created.
-    pub writes: bool,
+    /// Whether the command records decisions: only then may a sled database be created
+    /// (reading or deleting needs none).
+    pub creates: bool,
     pub durability: SledDurability,
     /// The memory backend's most keys held at once.
     pub max_keys: usize,
 }
 
 /// The message for memory state, which no other command can see.
-pub const MEMORY_FORGETS: &str = "the memory backend keeps states only while one command runs, so there is nothing stored to inspect or reset; use --backend sled:PATH or redis://HOST";
+pub const MEMORY_FORGETS: &str = "the memory backend keeps states only while one command runs, so there is nothing stored to inspect, reset or purge; use --backend sled:PATH or redis://HOST";
 
 impl Backend {
     pub fn open<A>(&self, algorithm: A, how: &Open) -> Result<Box<dyn Store<A>>, Failure>
@@ -94,7 +97,7 @@ impl Backend {
                 ManualClock::new(0),
             ))),
             Self::Sled(path) => {
-                let db = open_sled(path, how.writes)?;
+                let db = open_sled(path, how.creates)?;
                 let tree = db
                     .open_tree("tollgate")
                     .map_err(|e| Failure::Backend(format!("sled at {path}: {e}")))?;
@@ -122,33 +125,25 @@ impl Backend {
 }
 
 /// Opens the sled database at `path`: an existing one always, a new one only for a
-/// command that writes and only inside an existing directory, so a mistyped path is an
-/// error instead of a new empty database.
-fn open_sled(path: &str, writes: bool) -> Result<sled::Db, Failure> {
-    let at = Path::new(path);
-    if !at.exists() {
-        if !writes {
-            return Err(Failure::Input(format!(
-                "no database at {path} (commands that only read never create one)"
-            )));
-        }
-        let parent = at
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        if !parent.is_dir() {
-            return Err(Failure::Input(format!(
-                "no database at {path}, and no directory {} to create it in",
-                parent.display()
-            )));
-        }
-    }
-    sled::open(path).map_err(|e| match e {
-        sled::Error::Io(ref io) if io.to_string().contains("could not acquire lock") => {
-            Failure::Backend(format!(
-                "the sled database at {path} is in use by another process; sled allows one process at a time"
-            ))
-        }
+/// command that records decisions and only inside an existing directory, so a mistyped
+/// path is an error instead of a new empty database.
+pub fn open_sled(path: &str, creates: bool) -> Result<sled::Db, Failure> {
+    let create = if creates {
+        Create::InExistingDir
+    } else {
+        Create::Never
+    };
+    tollgate_sled::open(Path::new(path), create).map_err(|e| match e {
+        tollgate_sled::Error::NotFound { .. } => Failure::Input(format!(
+            "no database at {path} (commands that only read or delete never create one)"
+        )),
+        tollgate_sled::Error::NoParentDir { parent, .. } => Failure::Input(format!(
+            "no database at {path}, and no directory {} to create it in",
+            parent.display()
+        )),
+        tollgate_sled::Error::InUse { .. } => Failure::Backend(format!(
+            "the sled database at {path} is in use by another process; sled allows one process at a time"
+        )),
         e => Failure::Backend(format!("sled at {path}: {e}")),
     })
 }
@@ -168,6 +163,10 @@ impl<A: Algorithm> Store<A> for MemoryStore<A> {
     }
 
     fn reset(&self, _key: &str) -> Result<(), Failure> {
+        Err(Failure::Input(MEMORY_FORGETS.into()))
+    }
+
+    fn purge(&self) -> Result<u64, Failure> {
         Err(Failure::Input(MEMORY_FORGETS.into()))
     }
 
@@ -214,44 +213,22 @@ impl<A: Algorithm> Store<A> for SledStore<A> {
         self.limiter.reset(key.as_bytes()).map_err(sled_failure)
     }
 
+    fn purge(&self) -> Result<u64, Failure> {
+        let purged = self.limiter.purge().map_err(sled_failure)?;
+        Ok(u64::try_from(purged).unwrap_or(u64::MAX))
+    }
+
     fn state(&self, key: &str) -> Result<Option<A::State>, Failure> {
         self.limiter.state(key.as_bytes()).map_err(sled_failure)
     }
 }
 
-/// sled's errors, with keys shown as text and algorithms by name.
+/// sled's errors: their messages are the library's (a record tollgate cannot read is
+/// worded by the core's decoder, its key shown by `KeyDisplay`, as on Redis).
 fn sled_failure(e: tollgate_sled::Error) -> Failure {
     match e {
-        tollgate_sled::Error::Corrupt { key, source } => {
-            let why = match source {
-                DecodeError::WrongAlgorithm { expected, found } => format!(
-                    "it holds a {} state, not a {} one",
-                    algorithm_name(found),
-                    algorithm_name(expected)
-                ),
-                other => other.to_string(),
-            };
-            Failure::Backend(format!(
-                "the record for key {:?} is not a state of this policy: {why}",
-                String::from_utf8_lossy(&key)
-            ))
-        }
+        e @ tollgate_sled::Error::Time(_) => Failure::Input(e.to_string()),
         e => Failure::Backend(e.to_string()),
-    }
-}
-
-/// The algorithm a state's tag byte names, as the canonical encoding numbers them.
-fn algorithm_name(tag: u8) -> String {
-    match tag {
-        1 => "fixed-window".into(),
-        2 => "sliding-log".into(),
-        3 => "sliding-counter".into(),
-        4 => "token-bucket".into(),
-        5 => "leaky-bucket".into(),
-        6 => "leaky-pacing".into(),
-        7 => "ban".into(),
-        8 => "composite".into(),
-        other => format!("unknown (tag {other})"),
     }
 }
 
@@ -281,6 +258,11 @@ impl<A: LuaAlgorithm> Store<A> for RedisStore<A> {
         self.limiter
             .reset(con, key.as_bytes())
             .map_err(redis_failure)
+    }
+
+    fn purge(&self) -> Result<u64, Failure> {
+        let con = &mut *self.con.borrow_mut();
+        self.limiter.purge(con).map_err(redis_failure)
     }
 
     fn state(&self, key: &str) -> Result<Option<A::State>, Failure> {

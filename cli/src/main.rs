@@ -2,7 +2,9 @@
 //!
 //! Exit codes: 0 success (for `check`: admitted), 1 `check` denied, 2 bad flags or
 //! input (a message says what and where), 3 the policy does not serve this `--app`,
-//! 4 the backend failed, 5 the output could not be written (silently for a closed pipe).
+//! 4 the backend failed (unreachable, in use, or a key holding something tollgate
+//! cannot read, left as it is), 5 the output could not be written (silently for a
+//! closed pipe).
 
 mod backend;
 mod chart;
@@ -16,7 +18,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 use serde::Serialize;
-use tollgate_core::{Clock, Decision, MonotonicClock, Ticks, MAX_TICKS};
+use tollgate_core::{check_now, Clock, Decision, MonotonicClock, Ticks, MAX_TICKS};
 
 use backend::{Backend, Hosted, Open, SledDurability, Store};
 use policy::{human, list, Duration, Job, Kind, Limiter, Policy, Style};
@@ -29,7 +31,7 @@ use traffic::Traffic;
     about = "Simulate, replay and inspect rate limits on any tollgate host"
 )]
 #[command(
-    after_help = "Exit codes: 0 success (check: admitted), 1 check denied, 2 bad flags or input, 3 no such policy for this app, 4 backend failure, 5 the output could not be written."
+    after_help = "Exit codes: 0 success (check: admitted), 1 check denied, 2 bad flags or input, 3 no such policy for this app, 4 backend failure (unreachable, in use, or a key holding something tollgate cannot read), 5 the output could not be written."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -71,6 +73,15 @@ enum Command {
     Peek(KeyArgs),
     /// Forget KEY's state.
     Reset(KeyArgs),
+    /// Delete every state of the policy in its namespace (PREFIX + policy + ":"), e.g.
+    /// after a replay or `check --now`, whose states on Redis never expire. Keys holding
+    /// anything else are kept.
+    Purge {
+        #[command(flatten)]
+        policy: PolicyArgs,
+        #[command(flatten)]
+        backend: BackendArgs,
+    },
     /// Print KEY's stored state in the policy's units (--json for JSON).
     Inspect {
         #[command(flatten)]
@@ -113,7 +124,7 @@ struct PolicyArgs {
 #[derive(Debug, Args)]
 struct BackendArgs {
     /// memory, sled:PATH or a redis:// URL (redis://HOST:PORT/DB). A sled database is
-    /// created only by commands that write, and only in an existing directory.
+    /// created only by commands that record decisions, and only in an existing directory.
     #[arg(long, default_value = "memory")]
     backend: Backend,
     /// Stored keys are PREFIX + policy name + ":" + KEY (with flags instead of a policy
@@ -154,18 +165,18 @@ fn whole(text: &str) -> Result<u64, String> {
         .map_err(|_| format!("must be a non-negative integer, got {text:?}"))
 }
 
-/// An instant in the core's range: 0 to `MAX_TICKS` µs.
+/// An instant in the core's range: 0 to `MAX_TICKS` µs, checked by the core's own
+/// `check_now`, the one check every host applies to a time it is given.
 fn instant(text: &str) -> Result<Ticks, String> {
-    let range = || {
-        format!(
-            "must be a non-negative integer of µs since the Unix epoch, at most {MAX_TICKS} (2^62), got {text:?}"
-        )
-    };
-    let now: Ticks = text.trim().parse().map_err(|_| range())?;
-    if now > MAX_TICKS {
-        return Err(range());
-    }
-    Ok(now)
+    text.trim()
+        .parse()
+        .ok()
+        .and_then(|now| check_now(now).ok())
+        .ok_or_else(|| {
+            format!(
+                "must be a non-negative integer of µs since the Unix epoch, at most {MAX_TICKS} (2^62), got {text:?}"
+            )
+        })
 }
 
 /// Why a command failed, and its exit code.
@@ -274,15 +285,23 @@ fn run(command: Command) -> Result<ExitCode, Failure> {
         Command::Peek(args) => args.run(Action::Peek),
         Command::Reset(args) => args.run(Action::Reset),
         Command::Inspect { key, json } => key.run(Action::Inspect { json }),
+        Command::Purge { policy, backend } => {
+            let loaded = policy.load()?;
+            loaded.limiter.run(Purge {
+                backend: &backend.backend,
+                open: backend.open(&loaded.name, false),
+                name: &loaded.name,
+            })
+        }
     }
 }
 
 impl BackendArgs {
     /// How to open the store for policy `name`: its keys are `PREFIX name:KEY`.
-    fn open(&self, name: &str, writes: bool) -> Open {
+    fn open(&self, name: &str, creates: bool) -> Open {
         Open {
             namespace: format!("{}{name}:", self.prefix),
-            writes,
+            creates,
             durability: self.durability,
             max_keys: usize::try_from(self.max_keys).unwrap_or(usize::MAX),
         }
@@ -431,10 +450,9 @@ impl KeyArgs {
         loaded.limiter.run(OnKey {
             args: &self,
             policy: &loaded.policy,
-            open: self.backend.open(
-                &loaded.name,
-                matches!(action, Action::Check | Action::Reset),
-            ),
+            open: self
+                .backend
+                .open(&loaded.name, matches!(action, Action::Check)),
             action,
         })
     }
@@ -617,6 +635,35 @@ mod inspect {
     }
 }
 
+/// `purge`: every state of one policy, gone.
+struct Purge<'a> {
+    backend: &'a Backend,
+    open: Open,
+    name: &'a str,
+}
+
+impl Job for Purge<'_> {
+    type Output = Result<ExitCode, Failure>;
+    fn run<A>(self, algorithm: A) -> Self::Output
+    where
+        A: Hosted,
+        A::State: Debug + Send,
+    {
+        let purged = self.backend.open(algorithm, &self.open)?.purge()?;
+        let mut out = std::io::stdout().lock();
+        writeln!(
+            out,
+            "{}: purged {purged} {} (keys {}*)",
+            self.name,
+            if purged == 1 { "state" } else { "states" },
+            self.open.namespace
+        )
+        .and_then(|()| out.flush())
+        .map_err(output)?;
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
 struct Replay<'a> {
     trace: &'a str,
     backend: &'a Backend,
@@ -673,16 +720,18 @@ impl Job for Replay<'_> {
                     format!("expected 3 fields (t_us,key,cost), found {}", fields.len()),
                 ));
             };
-            let t_us: Ticks =
-                t_us.parse()
-                    .ok()
-                    .filter(|&t| t <= MAX_TICKS)
-                    .ok_or_else(|| {
-                        bad(
-                    line,
-                    format!("t_us must be a whole number of microseconds up to 2^62, got {t_us:?}"),
-                )
-                    })?;
+            let t_us: Ticks = t_us
+                .parse()
+                .ok()
+                .and_then(|t| check_now(t).ok())
+                .ok_or_else(|| {
+                    bad(
+                        line,
+                        format!(
+                            "t_us must be a whole number of microseconds up to 2^62, got {t_us:?}"
+                        ),
+                    )
+                })?;
             let cost: u64 = cost
                 .parse()
                 .map_err(|_| bad(line, format!("cost must be a whole number, got {cost:?}")))?;

@@ -811,7 +811,7 @@ fn a_sled_database_is_created_only_by_a_write_in_an_existing_directory() {
     for command in ["peek", "inspect"] {
         let out = run(command, &new);
         assert_eq!(out.status.code(), Some(2));
-        assert!(stderr(&out).contains("commands that only read never create one"));
+        assert!(stderr(&out).contains("commands that only read or delete never create one"));
         assert!(!new.exists());
     }
     assert_eq!(run("check", &new).status.code(), Some(0));
@@ -1227,7 +1227,7 @@ fn a_state_of_another_algorithm_is_named_with_its_key_as_text() {
     assert_eq!(out.status.code(), Some(4));
     assert_eq!(
         stderr(&out),
-        "tollgate: the record for key \"alice\" is not a state of this policy: it holds a sliding-log state, not a token-bucket one\n"
+        "tollgate: key \"alice\" holds a state tollgate cannot read: state is a sliding log's, expected a token bucket's\n"
     );
 }
 
@@ -1253,4 +1253,290 @@ fn a_reader_that_stops_early_ends_the_command_quietly() {
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(5));
     assert_eq!(stderr(&out), "");
+}
+
+/// Runs `tollgate` with `args` as owned strings.
+fn run_all(args: &[String]) -> Output {
+    tollgate(&args.iter().map(String::as_str).collect::<Vec<_>>())
+}
+
+/// `redis-cli` against the test's server: how an operator or another app writes a key.
+fn redis_cli(server: &common::Server, args: &[&[u8]]) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let out = Command::new("redis-cli")
+        .args(["-p", &server.port.to_string()])
+        .args(args.iter().map(|a| std::ffi::OsStr::from_bytes(a)))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    stdout(&out)
+}
+
+/// Writes `value` under `key` in the sled database at `path`, in the CLI's tree, as
+/// another program might; the database is closed again before returning.
+fn sled_put(path: &Path, key: &[u8], value: &[u8]) {
+    let db = sled::open(path).unwrap();
+    db.open_tree("tollgate")
+        .unwrap()
+        .insert(key, value)
+        .unwrap();
+    db.flush().unwrap();
+}
+
+fn sled_get(path: &Path, key: &[u8]) -> Option<Vec<u8>> {
+    let db = sled::open(path).unwrap();
+    let value = db.open_tree("tollgate").unwrap().get(key).unwrap();
+    value.map(|v| v.to_vec())
+}
+
+/// Not a state: version 1, a token bucket's tag, then bytes that do not fit it.
+const GARBAGE: &[u8] = b"\x01\x04not a bucket";
+const ALICE: &str = "tollgate:token-bucket-10-5-1s:alice";
+
+/// Issue 16 item 4: the same garbage bytes give the same message and exit code from
+/// `check`, `peek`, `inspect` and `reset`, on sled and on Redis (the libraries' words,
+/// the core decoder's reason, the key as text); a Redis list is named as such by every
+/// command; nothing is changed or deleted.
+#[test]
+fn a_key_tollgate_cannot_read_gives_one_message_from_every_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let redis = common::Server::start();
+    let path = dir.path().join("db");
+    let sled = format!("sled:{}", path.display());
+    // A database with one state in it, then the garbage under alice's key.
+    assert_eq!(
+        run_all(&with(
+            &["check", "bob", "--backend", &sled, "--now", "0"],
+            &BUCKET
+        ))
+        .status
+        .code(),
+        Some(0)
+    );
+    sled_put(&path, ALICE.as_bytes(), GARBAGE);
+    redis_cli(&redis, &[b"SET", ALICE.as_bytes(), GARBAGE]);
+    let mut messages = Vec::new();
+    for backend in [sled.as_str(), &redis.url()] {
+        for command in ["check", "peek", "inspect", "reset"] {
+            let out = run_all(&with(
+                &[command, "alice", "--backend", backend, "--now", "0"],
+                &BUCKET,
+            ));
+            assert_eq!(
+                out.status.code(),
+                Some(4),
+                "{command} on {backend}: {}",
+                stderr(&out)
+            );
+            assert_eq!(stdout(&out), "", "{command} on {backend}");
+            messages.push(stderr(&out));
+        }
+    }
+    assert_eq!(
+        messages[0],
+        "tollgate: key \"alice\" holds a state tollgate cannot read: state field tat is invalid for these parameters\n"
+    );
+    assert!(messages.iter().all(|m| *m == messages[0]), "{messages:#?}");
+    assert_eq!(sled_get(&path, ALICE.as_bytes()).as_deref(), Some(GARBAGE));
+    assert_eq!(
+        redis_cli(&redis, &[b"STRLEN", ALICE.as_bytes()]).trim(),
+        GARBAGE.len().to_string()
+    );
+    // A Redis list under the key: a typed message naming the key from every command.
+    redis_cli(&redis, &[b"DEL", ALICE.as_bytes()]);
+    redis_cli(&redis, &[b"LPUSH", ALICE.as_bytes(), b"x"]);
+    for command in ["check", "peek", "inspect", "reset"] {
+        let out = run_all(&with(
+            &[command, "alice", "--backend", &redis.url(), "--now", "0"],
+            &BUCKET,
+        ));
+        assert_eq!(out.status.code(), Some(4), "{command}");
+        assert_eq!(
+            stderr(&out),
+            "tollgate: key \"alice\" holds a Redis list, not a tollgate state\n",
+            "{command}"
+        );
+    }
+    assert_eq!(
+        redis_cli(&redis, &[b"LRANGE", ALICE.as_bytes(), b"0", b"-1"]),
+        "x\n"
+    );
+}
+
+/// Issue 17 item 2: `reset` deletes only tollgate states inside the policy's namespace:
+/// an application's string or list under the namespaced key is refused and kept, and a
+/// key outside the namespace (`session:42`) is never touched.
+#[test]
+fn reset_touches_only_tollgate_states_inside_the_namespace() {
+    let dir = tempfile::tempdir().unwrap();
+    let redis = common::Server::start();
+    let path = dir.path().join("db");
+    let sled = format!("sled:{}", path.display());
+    let reset =
+        |key: &str, backend: &str| run_all(&with(&["reset", key, "--backend", backend], &BUCKET));
+    let outside = b"session:42".as_slice();
+    let session = "tollgate:token-bucket-10-5-1s:session:42";
+    assert_eq!(
+        run_all(&with(
+            &["check", "bob", "--backend", &sled, "--now", "0"],
+            &BUCKET
+        ))
+        .status
+        .code(),
+        Some(0)
+    );
+    sled_put(&path, outside, b"user=alice");
+    sled_put(&path, ALICE.as_bytes(), b"user=alice");
+    redis_cli(&redis, &[b"SET", outside, b"user=alice"]);
+    redis_cli(&redis, &[b"SET", ALICE.as_bytes(), b"user=alice"]);
+    redis_cli(&redis, &[b"LPUSH", session.as_bytes(), b"x"]);
+    for backend in [sled.as_str(), &redis.url()] {
+        let out = reset("alice", backend);
+        assert_eq!(out.status.code(), Some(4), "{backend}");
+        assert_eq!(
+            stderr(&out),
+            "tollgate: key \"alice\" holds a state tollgate cannot read: state encoding version 117 is not supported (this build reads version 1)\n"
+        );
+        // `reset session:42` is about tollgate's own key for it, absent here.
+        let out = reset("session:42", backend);
+        if backend == sled {
+            assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        } else {
+            assert_eq!(out.status.code(), Some(4));
+            assert_eq!(
+                stderr(&out),
+                "tollgate: key \"session:42\" holds a Redis list, not a tollgate state\n"
+            );
+        }
+    }
+    assert_eq!(
+        sled_get(&path, outside).as_deref(),
+        Some(b"user=alice".as_slice())
+    );
+    assert_eq!(
+        sled_get(&path, ALICE.as_bytes()).as_deref(),
+        Some(b"user=alice".as_slice())
+    );
+    assert_eq!(redis_cli(&redis, &[b"GET", outside]), "user=alice\n");
+    assert_eq!(
+        redis_cli(&redis, &[b"GET", ALICE.as_bytes()]),
+        "user=alice\n"
+    );
+    assert_eq!(
+        redis_cli(&redis, &[b"LRANGE", session.as_bytes(), b"0", b"-1"]),
+        "x\n"
+    );
+}
+
+/// Issue 16 item 1's clean-up: `purge` deletes every state of the policy in its
+/// namespace, on Redis (where states written at explicit times never expire) and on
+/// sled, and keeps anything else; memory explains that it forgets at exit.
+#[test]
+fn purge_deletes_the_policys_states_and_nothing_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let redis = common::Server::start();
+    let path = dir.path().join("db");
+    let sled = format!("sled:{}", path.display());
+    for backend in [sled.as_str(), &redis.url()] {
+        for key in ["a", "b", "c"] {
+            let out = run_all(&with(
+                &["check", key, "--backend", backend, "--now", "1000000"],
+                &BUCKET,
+            ));
+            assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        }
+        // Another policy's state, in its own namespace.
+        let out = run_all(&with(
+            &["check", "a", "--backend", backend, "--now", "1000000"],
+            &[
+                "--algorithm",
+                "fixed-window",
+                "--limit",
+                "5",
+                "--period",
+                "1s",
+            ],
+        ));
+        assert_eq!(out.status.code(), Some(0));
+    }
+    sled_put(&path, ALICE.as_bytes(), b"user=alice");
+    sled_put(&path, b"session:42", b"user=alice");
+    redis_cli(&redis, &[b"SET", ALICE.as_bytes(), b"user=alice"]);
+    redis_cli(&redis, &[b"SET", b"session:42", b"user=alice"]);
+    redis_cli(
+        &redis,
+        &[b"LPUSH", b"tollgate:token-bucket-10-5-1s:list", b"x"],
+    );
+    for backend in [sled.as_str(), &redis.url()] {
+        let out = run_all(&with(&["purge", "--backend", backend], &BUCKET));
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        assert_eq!(
+            stdout(&out),
+            "token-bucket-10-5-1s: purged 3 states (keys tollgate:token-bucket-10-5-1s:*)\n"
+        );
+        let again = run_all(&with(&["purge", "--backend", backend], &BUCKET));
+        assert!(
+            stdout(&again).contains("purged 0 states"),
+            "{}",
+            stdout(&again)
+        );
+        // Purged keys are fresh; the other policy's state is still there.
+        let out = run_all(&with(
+            &["inspect", "b", "--backend", backend, "--now", "1000000"],
+            &BUCKET,
+        ));
+        assert!(
+            stdout(&out).contains("fresh (nothing stored)"),
+            "{}",
+            stdout(&out)
+        );
+        let out = run_all(&with(
+            &["inspect", "a", "--backend", backend, "--now", "1000000"],
+            &[
+                "--algorithm",
+                "fixed-window",
+                "--limit",
+                "5",
+                "--period",
+                "1s",
+            ],
+        ));
+        assert!(
+            stdout(&out).contains("window count  1 of 5"),
+            "{}",
+            stdout(&out)
+        );
+    }
+    assert_eq!(
+        sled_get(&path, ALICE.as_bytes()).as_deref(),
+        Some(b"user=alice".as_slice())
+    );
+    assert_eq!(
+        sled_get(&path, b"session:42").as_deref(),
+        Some(b"user=alice".as_slice())
+    );
+    let mut con = redis.connection();
+    let mut keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut con).unwrap();
+    keys.sort();
+    assert_eq!(
+        keys,
+        [
+            "session:42",
+            "tollgate:fixed-window-5-1s:a",
+            "tollgate:token-bucket-10-5-1s:alice",
+            "tollgate:token-bucket-10-5-1s:list"
+        ]
+    );
+    let out = run_all(&with(&["purge"], &BUCKET));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("nothing stored to inspect, reset or purge"));
+    // Purging never creates a database.
+    let missing = format!("sled:{}", dir.path().join("none").display());
+    assert_eq!(
+        run_all(&with(&["purge", "--backend", &missing], &BUCKET))
+            .status
+            .code(),
+        Some(2)
+    );
+    assert!(!dir.path().join("none").exists());
 }
