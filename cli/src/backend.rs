@@ -4,11 +4,14 @@
 use std::cell::RefCell;
 use std::path::Path;
 use std::str::FromStr;
+use std::time::Instant;
 
 use tollgate_core::memory::{InMemory, KeyedLimiter};
-use tollgate_core::{Algorithm, Decision, ManualClock, Ticks};
+use tollgate_core::{
+    Acquired, Algorithm, Concurrency, Decision, Grant, LeaseError, LeaseState, ManualClock, Ticks,
+};
 use tollgate_redis::{LuaAlgorithm, Reconnecting, RedisLimiter};
-use tollgate_sled::{Create, Durability, SledLimiter};
+use tollgate_sled::{Create, Durability, SledLeases, SledLimiter};
 
 use crate::Failure;
 
@@ -68,6 +71,16 @@ pub trait Store<A: Algorithm> {
     }
 }
 
+/// One lease table per key in one backend: the core's [`Concurrency`] model, stored.
+/// A backend hosts leases by implementing this (Redis will, once its lease host lands).
+pub trait LeaseStore {
+    fn acquire(&self, key: &str, now: Ticks, owner: &str, ttl: Ticks) -> Result<Acquired, Failure>;
+    fn release(&self, key: &str, now: Ticks, owner: &str) -> Result<Grant, Failure>;
+    fn renew(&self, key: &str, now: Ticks, owner: &str, ttl: Ticks) -> Result<Grant, Failure>;
+    /// The stored table, for `inspect`.
+    fn state(&self, key: &str) -> Result<Option<LeaseState>, Failure>;
+}
+
 /// How a command opens its store.
 #[derive(Debug, Clone)]
 pub struct Open {
@@ -79,6 +92,9 @@ pub struct Open {
     pub durability: SledDurability,
     /// The memory backend's most keys held at once.
     pub max_keys: usize,
+    /// How long to keep trying a sled database in use by another process (zero: fail at
+    /// once). Lease commands hold it for milliseconds, so they wait for each other.
+    pub in_use_wait: std::time::Duration,
 }
 
 /// The message for memory state, which no other command can see.
@@ -97,14 +113,7 @@ impl Backend {
                 ManualClock::new(0),
             ))),
             Self::Sled(path) => {
-                let db = open_sled(path, how.creates)?;
-                let tree = db
-                    .open_tree("tollgate")
-                    .map_err(|e| Failure::Backend(format!("sled at {path}: {e}")))?;
-                let durability = match how.durability {
-                    SledDurability::EveryDecision => Durability::EveryDecision,
-                    SledDurability::Background => Durability::Background,
-                };
+                let (db, tree, durability) = open_tree(path, how)?;
                 Box::new(SledStore {
                     limiter: SledLimiter::new(tree, algorithm, durability)
                         .with_prefix(how.namespace.as_bytes()),
@@ -122,6 +131,51 @@ impl Backend {
             }
         })
     }
+
+    /// The lease tables of `model` in this backend.
+    pub fn open_leases(
+        &self,
+        model: Concurrency,
+        how: &Open,
+    ) -> Result<Box<dyn LeaseStore>, Failure> {
+        match self {
+            Self::Memory => Err(Failure::Input(
+                "the memory backend forgets leases when the command ends, so the next command would find every lease free; use --backend sled:PATH".into(),
+            )),
+            Self::Sled(path) => {
+                let (db, tree, durability) = open_tree(path, how)?;
+                Ok(Box::new(SledLeaseStore {
+                    leases: SledLeases::new(tree, model, durability)
+                        .with_prefix(how.namespace.as_bytes()),
+                    _db: db,
+                }))
+            }
+            Self::Redis(_) => Err(Failure::Input(
+                "leases on Redis are not in the command line yet; use --backend sled:PATH".into(),
+            )),
+        }
+    }
+}
+
+/// The database at `path`, the command line's tree in it, and the durability asked for.
+fn open_tree(path: &str, how: &Open) -> Result<(sled::Db, sled::Tree, Durability), Failure> {
+    let deadline = Instant::now() + how.in_use_wait;
+    let db = loop {
+        match open_sled(path, how.creates) {
+            Err(Failure::InUse(_)) if Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            result => break result?,
+        }
+    };
+    let tree = db
+        .open_tree("tollgate")
+        .map_err(|e| Failure::Backend(format!("sled at {path}: {e}")))?;
+    let durability = match how.durability {
+        SledDurability::EveryDecision => Durability::EveryDecision,
+        SledDurability::Background => Durability::Background,
+    };
+    Ok((db, tree, durability))
 }
 
 /// Opens the sled database at `path`: an existing one always, a new one only for a
@@ -141,7 +195,7 @@ pub fn open_sled(path: &str, creates: bool) -> Result<sled::Db, Failure> {
             "no database at {path}, and no directory {} to create it in",
             parent.display()
         )),
-        tollgate_sled::Error::InUse { .. } => Failure::Backend(format!(
+        tollgate_sled::Error::InUse { .. } => Failure::InUse(format!(
             "the sled database at {path} is in use by another process; sled allows one process at a time"
         )),
         e => Failure::Backend(format!("sled at {path}: {e}")),
@@ -227,8 +281,40 @@ impl<A: Algorithm> Store<A> for SledStore<A> {
 /// worded by the core's decoder, its key shown by `KeyDisplay`, as on Redis).
 fn sled_failure(e: tollgate_sled::Error) -> Failure {
     match e {
+        tollgate_sled::Error::Lease(e) => lease_failure(e),
         e @ tollgate_sled::Error::Time(_) => Failure::Input(e.to_string()),
         e => Failure::Backend(e.to_string()),
+    }
+}
+
+/// Leases over sled.
+struct SledLeaseStore {
+    leases: SledLeases,
+    /// Flushed on drop by sled itself; kept open while the store lives.
+    _db: sled::Db,
+}
+
+impl LeaseStore for SledLeaseStore {
+    fn acquire(&self, key: &str, now: Ticks, owner: &str, ttl: Ticks) -> Result<Acquired, Failure> {
+        self.leases
+            .acquire_at(key.as_bytes(), now, owner.as_bytes(), ttl)
+            .map_err(sled_failure)
+    }
+
+    fn release(&self, key: &str, now: Ticks, owner: &str) -> Result<Grant, Failure> {
+        self.leases
+            .release_at(key.as_bytes(), now, owner.as_bytes())
+            .map_err(sled_failure)
+    }
+
+    fn renew(&self, key: &str, now: Ticks, owner: &str, ttl: Ticks) -> Result<Grant, Failure> {
+        self.leases
+            .renew_at(key.as_bytes(), now, owner.as_bytes(), ttl)
+            .map_err(sled_failure)
+    }
+
+    fn state(&self, key: &str) -> Result<Option<LeaseState>, Failure> {
+        self.leases.state(key.as_bytes()).map_err(sled_failure)
     }
 }
 
@@ -270,6 +356,15 @@ impl<A: LuaAlgorithm> Store<A> for RedisStore<A> {
         self.limiter
             .state(con, key.as_bytes())
             .map_err(redis_failure)
+    }
+}
+
+/// A lease call refused: not held by that owner is exit 1 (a shell script's "no"),
+/// a bad owner or ttl is bad input. The caller names the key and owner.
+fn lease_failure(e: LeaseError) -> Failure {
+    match e {
+        LeaseError::NotHeld => Failure::NotHeld,
+        e => Failure::Input(e.to_string()),
     }
 }
 

@@ -1,13 +1,15 @@
 //! `tollgate`: simulate, replay and inspect rate limits on any host.
 //!
-//! Exit codes: 0 success (for `check`: admitted), 1 `check` denied, 2 bad flags or
-//! input (a message says what and where), 3 the policy does not serve this `--app`,
-//! 4 the backend failed (unreachable, in use, or a key holding something tollgate
-//! cannot read, left as it is), 5 the output could not be written (silently for a
-//! closed pipe).
+//! Exit codes: 0 success (check: admitted; lock and lease: done), 1 check denied, or a
+//! lock or lease held by another owner (acquire) or not held by this owner (release,
+//! renew), 2 bad flags or input, 3 no such policy for this app, 4 backend failure
+//! (unreachable, a sled database in use, or a key holding something tollgate cannot
+//! read, left as it is), 5 the output could not be written (silently for a closed
+//! pipe).
 
 mod backend;
 mod chart;
+mod lease;
 mod policy;
 mod stats;
 mod traffic;
@@ -31,7 +33,7 @@ use traffic::Traffic;
     about = "Simulate, replay and inspect rate limits on any tollgate host"
 )]
 #[command(
-    after_help = "Exit codes: 0 success (check: admitted), 1 check denied, 2 bad flags or input, 3 no such policy for this app, 4 backend failure (unreachable, in use, or a key holding something tollgate cannot read), 5 the output could not be written."
+    after_help = "Exit codes: 0 success (check: admitted; lock and lease: done), 1 check denied, or a lock or lease held by another owner (acquire) or not held by this owner (release, renew), 2 bad flags or input, 3 no such policy for this app, 4 backend failure (unreachable, a sled database in use, or a key holding something tollgate cannot read, left as it is), 5 the output could not be written."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -82,7 +84,14 @@ enum Command {
         #[command(flatten)]
         backend: BackendArgs,
     },
-    /// Print KEY's stored state in the policy's units (--json for JSON).
+    /// Locks: one holder at a time, reentrant, with fencing tokens (on sled).
+    #[command(subcommand)]
+    Lock(lease::LockCommand),
+    /// Leases of a concurrency policy: at most `limit` held at once (on sled).
+    #[command(subcommand)]
+    Lease(lease::LeaseCommand),
+    /// Print KEY's stored state in the policy's units (--json for JSON); for a
+    /// concurrency policy its holders, their expiries and the last fencing token.
     Inspect {
         #[command(flatten)]
         key: KeyArgs,
@@ -188,6 +197,13 @@ pub enum Failure {
     /// Standard output or an output file could not be written (a full disk, a closed
     /// pipe): not bad input, so a code of its own.
     Output(String),
+    /// A lock or lease held by others (`acquire`), or not held by the owner (`release`,
+    /// `renew`): a shell script's "no", exit 1.
+    Refused(String),
+    /// The owner holds no lease on the key (`release`, `renew`): the caller names both.
+    NotHeld,
+    /// A sled database in use by another process.
+    InUse(String),
     /// Standard output is a pipe whose reader has gone (`tollgate ... | head`): exit 5
     /// without a message, as the reader asked for no more.
     ClosedPipe,
@@ -225,7 +241,9 @@ fn main() -> ExitCode {
             let (code, message) = match failure {
                 Failure::Input(m) => (2, m),
                 Failure::NoPolicyForApp(m) => (3, m),
-                Failure::Backend(m) => (4, m),
+                Failure::Refused(m) => (1, m),
+                Failure::NotHeld => (1, "the owner holds no lease on this key".into()),
+                Failure::Backend(m) | Failure::InUse(m) => (4, m),
                 Failure::Output(m) => (5, m),
                 Failure::ClosedPipe => return ExitCode::from(5),
             };
@@ -259,15 +277,18 @@ fn run(command: Command) -> Result<ExitCode, Failure> {
                 )));
             }
             let open = backend.open(&loaded.name, true);
-            loaded.limiter.run(Simulate {
-                policy: &loaded.policy,
-                name: &loaded.name,
-                traffic: &traffic,
-                duration: duration.0,
-                backend: &backend.backend,
-                open,
-                chart: chart.as_deref(),
-            })
+            loaded.limiter.run(
+                Simulate {
+                    policy: &loaded.policy,
+                    name: &loaded.name,
+                    traffic: &traffic,
+                    duration: duration.0,
+                    backend: &backend.backend,
+                    open,
+                    chart: chart.as_deref(),
+                },
+                &loaded.name,
+            )?
         }
         Command::Replay {
             trace,
@@ -275,11 +296,14 @@ fn run(command: Command) -> Result<ExitCode, Failure> {
             backend,
         } => {
             let loaded = policy.load()?;
-            loaded.limiter.run(Replay {
-                trace: &trace,
-                backend: &backend.backend,
-                open: backend.open(&loaded.name, true),
-            })
+            loaded.limiter.run(
+                Replay {
+                    trace: &trace,
+                    backend: &backend.backend,
+                    open: backend.open(&loaded.name, true),
+                },
+                &loaded.name,
+            )?
         }
         Command::Check(args) => args.run(Action::Check),
         Command::Peek(args) => args.run(Action::Peek),
@@ -287,12 +311,17 @@ fn run(command: Command) -> Result<ExitCode, Failure> {
         Command::Inspect { key, json } => key.run(Action::Inspect { json }),
         Command::Purge { policy, backend } => {
             let loaded = policy.load()?;
-            loaded.limiter.run(Purge {
-                backend: &backend.backend,
-                open: backend.open(&loaded.name, false),
-                name: &loaded.name,
-            })
+            loaded.limiter.run(
+                Purge {
+                    backend: &backend.backend,
+                    open: backend.open(&loaded.name, false),
+                    name: &loaded.name,
+                },
+                &loaded.name,
+            )?
         }
+        Command::Lock(command) => lease::lock(command),
+        Command::Lease(command) => lease::lease(command),
     }
 }
 
@@ -304,6 +333,7 @@ impl BackendArgs {
             creates,
             durability: self.durability,
             max_keys: usize::try_from(self.max_keys).unwrap_or(usize::MAX),
+            in_use_wait: std::time::Duration::ZERO,
         }
     }
 }
@@ -447,14 +477,30 @@ enum Action {
 impl KeyArgs {
     fn run(self, action: Action) -> Result<ExitCode, Failure> {
         let loaded = self.policy.load()?;
-        loaded.limiter.run(OnKey {
-            args: &self,
-            policy: &loaded.policy,
-            open: self
-                .backend
-                .open(&loaded.name, matches!(action, Action::Check)),
-            action,
-        })
+        let open = self
+            .backend
+            .open(&loaded.name, matches!(action, Action::Check));
+        if let (Limiter::Leases { model, .. }, Action::Inspect { json }) = (&loaded.limiter, action)
+        {
+            return lease::inspect(lease::Inspect {
+                key: &self.key,
+                model: *model,
+                what: format!("policy {:?}", loaded.name),
+                backend: &self.backend,
+                open,
+                now: self.now,
+                json,
+            });
+        }
+        loaded.limiter.run(
+            OnKey {
+                args: &self,
+                policy: &loaded.policy,
+                open,
+                action,
+            },
+            &loaded.name,
+        )?
     }
 }
 
@@ -574,6 +620,8 @@ mod inspect {
                 Kind::TokenBucket => ("tokens available", decision.remaining),
                 Kind::LeakyBucket => ("water level", left),
                 Kind::LeakyPacing => ("queue room", decision.remaining),
+                // Shown by the lease view; no rate algorithm has this kind.
+                Kind::Concurrency => ("leases held", left),
             };
             // Version, tag and length (10 bytes), then 16 bytes per instant.
             let entries = (policy.algorithm == Kind::SlidingLog).then(|| {

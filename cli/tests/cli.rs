@@ -1540,3 +1540,681 @@ fn purge_deletes_the_policys_states_and_nothing_else() {
     );
     assert!(!dir.path().join("none").exists());
 }
+
+/// The exit codes are one table: `--help`, the crate's doc and the README say the same.
+#[test]
+fn the_exit_code_table_is_the_same_everywhere() {
+    let normal = |text: &str| {
+        text.replace(['`', '*'], "")
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let help = stdout(&tollgate(&["--help"]));
+    let table = help
+        .split("Exit codes: ")
+        .nth(1)
+        .unwrap()
+        .trim()
+        .trim_end_matches('.');
+    assert!(table.contains("1 check denied, or a lock or lease held by another owner"));
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let doc: String = std::fs::read_to_string(manifest.join("src/main.rs"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.strip_prefix("//!"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let readme = std::fs::read_to_string(manifest.join("../README.md")).unwrap();
+    assert!(
+        normal(&doc).contains(&format!("Exit codes: {table}")),
+        "{doc}"
+    );
+    assert!(
+        normal(&readme).contains(&format!("- Exit codes: {table}")),
+        "the README's exit codes differ from --help: {table}"
+    );
+}
+
+fn lock(args: &[&str]) -> Output {
+    tollgate(&[&["lock"], args].concat())
+}
+
+/// A lock on sled, at explicit times: acquire prints its token and expiry; another owner
+/// gets exit 1; the holder re-enters; release and renew only by the holder (else exit
+/// 1); the token grows with every acquire/release cycle; `inspect` shows the holder.
+#[test]
+fn a_lock_on_sled_is_exclusive_reentrant_and_its_token_grows() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = format!("sled:{}", dir.path().join("db").display());
+    let b = ["--backend", backend.as_str()];
+    let at = |t: u64| t.to_string();
+    let out = lock(
+        &[
+            &[
+                "acquire",
+                "nightly",
+                "--owner",
+                "a",
+                "--ttl",
+                "30s",
+                "--now",
+                &at(1_000_000),
+            ],
+            &b[..],
+        ]
+        .concat(),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        "acquired token=1000000 expires_at_us=31000000 holds=1\n"
+    );
+    let out = lock(
+        &[
+            &[
+                "acquire",
+                "nightly",
+                "--owner",
+                "b",
+                "--ttl",
+                "30s",
+                "--now",
+                &at(2_000_000),
+            ],
+            &b[..],
+        ]
+        .concat(),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(stdout(&out), "");
+    assert_eq!(
+        stderr(&out),
+        "tollgate: lock \"nightly\" is held by another owner; the earliest expires in 29 s unless renewed\n"
+    );
+    for command in ["release", "renew"] {
+        let mut args = vec![command, "nightly", "--owner", "b", "--now", "2000000"];
+        if command == "renew" {
+            args.extend(["--ttl", "1m"]);
+        }
+        let out = lock(&[&args[..], &b[..]].concat());
+        assert_eq!(out.status.code(), Some(1), "{command}");
+        assert_eq!(
+            stderr(&out),
+            "tollgate: owner \"b\" holds no lease on lock \"nightly\" (never acquired, released, or expired)\n"
+        );
+    }
+    let out = lock(
+        &[
+            &[
+                "acquire",
+                "nightly",
+                "--owner",
+                "a",
+                "--ttl",
+                "30s",
+                "--now",
+                &at(3_000_000),
+            ],
+            &b[..],
+        ]
+        .concat(),
+    );
+    assert_eq!(
+        stdout(&out),
+        "acquired token=1000000 expires_at_us=33000000 holds=2\n"
+    );
+    let out = lock(
+        &[
+            &[
+                "renew",
+                "nightly",
+                "--owner",
+                "a",
+                "--ttl",
+                "1m",
+                "--now",
+                &at(4_000_000),
+            ],
+            &b[..],
+        ]
+        .concat(),
+    );
+    assert_eq!(
+        stdout(&out),
+        "renewed token=1000000 expires_at_us=64000000 holds=2\n"
+    );
+    let inspect = lock(&[&["inspect", "nightly", "--now", "4000000"], &b[..]].concat());
+    assert_eq!(
+        stdout(&inspect),
+        concat!(
+            "key         nightly\n",
+            "stored as   tollgate:lock:nightly\n",
+            "algorithm   lock\n",
+            "held        1 of 1\n",
+            "lease       owner \"a\", token 1000000, holds 2, expires in 1 min (at 64000000 µs)\n",
+            "last token  1000000\n",
+        )
+        .to_owned()
+            + "encoded     "
+            + &stdout(&inspect)
+                ["encoded     ".len() + stdout(&inspect).find("encoded     ").unwrap()..]
+    );
+    let json = stdout(&lock(
+        &[
+            &["inspect", "nightly", "--now", "4000000", "--json"],
+            &b[..],
+        ]
+        .concat(),
+    ));
+    assert!(json.starts_with(r#"{"key":"nightly","stored_key":"tollgate:lock:nightly","algorithm":"lock","stored":true,"now_us":4000000,"limit":1,"held":1,"leases":[{"owner":"a","token":1000000,"expires_at_us":64000000,"holds":2}],"last_token":1000000,"encoded":"01"#), "{json}");
+    let release = |owner: &str, t: u64| {
+        lock(
+            &[
+                &["release", "nightly", "--owner", owner, "--now", &at(t)],
+                &b[..],
+            ]
+            .concat(),
+        )
+    };
+    assert_eq!(
+        stdout(&release("a", 5_000_000)),
+        "released token=1000000 holds=1\n"
+    );
+    assert_eq!(
+        stdout(&release("a", 5_000_000)),
+        "released token=1000000 holds=0\n"
+    );
+    assert_eq!(release("a", 5_000_000).status.code(), Some(1));
+    // Acquire/release cycles, by turns of owners, even within one µs: tokens only grow.
+    let mut last = 1_000_000;
+    for (i, owner) in ["b", "a", "b", "c"].iter().enumerate() {
+        let t = 5_000_000 + (i as u64 / 2);
+        let out = lock(
+            &[
+                &[
+                    "acquire",
+                    "nightly",
+                    "--owner",
+                    owner,
+                    "--ttl",
+                    "1s",
+                    "--now",
+                    &at(t),
+                ],
+                &b[..],
+            ]
+            .concat(),
+        );
+        let token: u64 = stdout(&out)
+            .split_whitespace()
+            .find_map(|f| f.strip_prefix("token="))
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(token > last, "{token} after {last}");
+        last = token;
+        assert_eq!(release(owner, t).status.code(), Some(0));
+    }
+    // Nobody holds it; the record keeps the last token while the clock has not passed it
+    // (tokens ran ahead of the clock within one µs above).
+    let out = lock(&[&["inspect", "nightly", "--now", "9000000"], &b[..]].concat());
+    assert!(
+        stdout(&out).contains("held        0 of 1\nlast token  5000003\n"),
+        "{}",
+        stdout(&out)
+    );
+    // Released once the clock is past it: fresh again, the record is gone.
+    let out = lock(
+        &[
+            &[
+                "acquire", "nightly", "--owner", "a", "--ttl", "1s", "--now", "9000000",
+            ],
+            &b[..],
+        ]
+        .concat(),
+    );
+    assert_eq!(
+        stdout(&out),
+        "acquired token=9000000 expires_at_us=10000000 holds=1\n"
+    );
+    assert_eq!(release("a", 9_000_001).status.code(), Some(0));
+    let out = lock(&[&["inspect", "nightly", "--now", "9000001"], &b[..]].concat());
+    assert!(
+        stdout(&out).ends_with("held       0 of 1\nstate      fresh (nothing stored)\n"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+/// Two processes contend for one lock on the real clock: the second gets exit 1, then 0
+/// once the first released; eight started at once on one database: exactly one gets
+/// the lock, the others exit 1 (none fails on the database being in use).
+#[test]
+fn processes_contend_for_one_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = format!("sled:{}", dir.path().join("db").display());
+    let acquire = |owner: &str| {
+        lock(&[
+            "acquire",
+            "job",
+            "--owner",
+            owner,
+            "--ttl",
+            "1m",
+            "--backend",
+            &backend,
+        ])
+    };
+    let first = acquire("first");
+    assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
+    assert!(stdout(&first).starts_with("acquired token="));
+    let second = acquire("second");
+    assert_eq!(second.status.code(), Some(1), "{}", stderr(&second));
+    let out = lock(&["release", "job", "--owner", "first", "--backend", &backend]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let second = acquire("second");
+    assert_eq!(second.status.code(), Some(0), "{}", stderr(&second));
+    let token = |out: &Output| -> u64 {
+        stdout(out)
+            .split_whitespace()
+            .find_map(|f| f.strip_prefix("token="))
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    assert!(token(&second) > token(&first));
+    let children: Vec<_> = (0..8)
+        .map(|i| {
+            Command::new(env!("CARGO_BIN_EXE_tollgate"))
+                .args([
+                    "lock",
+                    "acquire",
+                    "race",
+                    "--owner",
+                    &format!("p{i}"),
+                    "--ttl",
+                    "1m",
+                    "--backend",
+                    &backend,
+                ])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let codes: Vec<Option<i32>> = children
+        .into_iter()
+        .map(|c| {
+            let out = c.wait_with_output().unwrap();
+            assert!(matches!(out.status.code(), Some(0 | 1)), "{}", stderr(&out));
+            out.status.code()
+        })
+        .collect();
+    assert_eq!(
+        codes.iter().filter(|&&c| c == Some(0)).count(),
+        1,
+        "{codes:?}"
+    );
+}
+
+/// `--wait` is bounded: a lock held for a minute is still refused (exit 1) after the
+/// wait; a waiter gets the lock soon after the holder releases it, and when its holder's
+/// lease expires.
+#[test]
+fn waiting_for_a_lock_is_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = format!("sled:{}", dir.path().join("db").display());
+    let acquire = |owner: &str, ttl: &str, wait: &str| {
+        let mut args = vec![
+            "acquire",
+            "job",
+            "--owner",
+            owner,
+            "--ttl",
+            ttl,
+            "--backend",
+            &backend,
+        ];
+        if !wait.is_empty() {
+            args.extend(["--wait", wait]);
+        }
+        lock(&args)
+    };
+    assert_eq!(acquire("holder", "1m", "").status.code(), Some(0));
+    let start = Instant::now();
+    let out = acquire("waiter", "1m", "400ms");
+    let waited = start.elapsed();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("is held by another owner (after waiting 400 ms)"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        waited >= Duration::from_millis(400) && waited < Duration::from_secs(3),
+        "{waited:?}"
+    );
+    // Released while a waiter waits: the waiter gets it within its polling interval.
+    let waiter = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args([
+            "lock",
+            "acquire",
+            "job",
+            "--owner",
+            "waiter",
+            "--ttl",
+            "1m",
+            "--wait",
+            "20s",
+            "--backend",
+            &backend,
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let out = lock(&["release", "job", "--owner", "holder", "--backend", &backend]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let released = Instant::now();
+    let out = waiter.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        released.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        released.elapsed()
+    );
+    // A holder that never releases: its lease expires, and the waiter gets it then.
+    let out = lock(&["release", "job", "--owner", "waiter", "--backend", &backend]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(acquire("crashed", "700ms", "").status.code(), Some(0));
+    let start = Instant::now();
+    let out = acquire("next", "1m", "10s");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        start.elapsed() >= Duration::from_millis(500),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+/// `lease` for a concurrency policy (`report-workers`: 3 in flight, lease 30s): three
+/// owners in, the fourth refused until one leaves; `inspect` shows the holders; the
+/// commands refuse rate policies, and rate commands refuse it; memory and Redis refuse.
+#[test]
+fn leases_of_a_concurrency_policy_on_sled() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = format!("sled:{}", dir.path().join("db").display());
+    let config = examples();
+    let lease = |command: &str, owner: &str, t: u64| {
+        tollgate(&[
+            "lease",
+            command,
+            "export",
+            "--config",
+            &config,
+            "--policy",
+            "report-workers",
+            "--owner",
+            owner,
+            "--now",
+            &t.to_string(),
+            "--backend",
+            &backend,
+        ])
+    };
+    for (i, owner) in ["w1", "w2", "w3"].iter().enumerate() {
+        let t = 1_000_000 * (i as u64 + 1);
+        let out = lease("acquire", owner, t);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        assert_eq!(
+            stdout(&out),
+            format!(
+                "acquired token={t} expires_at_us={} holds=1\n",
+                t + 30_000_000
+            )
+        );
+    }
+    let out = lease("acquire", "w4", 4_000_000);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        stderr(&out),
+        "tollgate: all 3 leases of key \"export\" of policy \"report-workers\" are held; the earliest expires in 27 s unless renewed\n"
+    );
+    let inspect = |args: &[&str]| {
+        stdout(&tollgate(
+            &[
+                &[
+                    "inspect",
+                    "export",
+                    "--config",
+                    &config,
+                    "--policy",
+                    "report-workers",
+                    "--backend",
+                    &backend,
+                ],
+                args,
+            ]
+            .concat(),
+        ))
+    };
+    let text = inspect(&["--now", "4000000"]);
+    assert!(
+        text.starts_with(concat!(
+            "key         export\n",
+            "stored as   tollgate:report-workers:export\n",
+            "algorithm   concurrency\n",
+            "held        3 of 3\n",
+            "lease       owner \"w1\", token 1000000, holds 1, expires in 27 s (at 31000000 µs)\n",
+            "lease       owner \"w2\", token 2000000, holds 1, expires in 28 s (at 32000000 µs)\n",
+            "lease       owner \"w3\", token 3000000, holds 1, expires in 29 s (at 33000000 µs)\n",
+            "last token  3000000\n",
+        )),
+        "{text}"
+    );
+    // Past w1's expiry it is no longer shown as held.
+    let json = inspect(&["--now", "31000000", "--json"]);
+    assert!(
+        json.contains(r#""held":2,"leases":[{"owner":"w2""#),
+        "{json}"
+    );
+    assert_eq!(lease("release", "w2", 5_000_000).status.code(), Some(0));
+    assert_eq!(lease("release", "w2", 5_000_000).status.code(), Some(1));
+    assert_eq!(
+        stdout(&lease("acquire", "w4", 5_000_000)),
+        "acquired token=5000000 expires_at_us=35000000 holds=1\n"
+    );
+    assert_eq!(
+        stdout(&lease("renew", "w1", 6_000_000)),
+        "renewed token=1000000 expires_at_us=36000000 holds=1\n"
+    );
+    // A crashed holder's slot comes back after its lease: w3's at 33 s.
+    assert_eq!(lease("acquire", "w5", 32_999_999).status.code(), Some(1));
+    assert_eq!(lease("acquire", "w5", 33_000_000).status.code(), Some(0));
+    // Rate commands refuse a concurrency policy, lease commands a rate policy.
+    let out = tollgate(&[
+        "check",
+        "export",
+        "--config",
+        &config,
+        "--policy",
+        "report-workers",
+        "--backend",
+        &backend,
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("is a concurrency limit, not a rate"),
+        "{}",
+        stderr(&out)
+    );
+    let out = tollgate(&[
+        "lease",
+        "acquire",
+        "export",
+        "--config",
+        &config,
+        "--policy",
+        "daily",
+        "--owner",
+        "w",
+        "--backend",
+        &backend,
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("is a rate limit, not a concurrency limit"),
+        "{}",
+        stderr(&out)
+    );
+    let redis = format!("redis://127.0.0.1:{}/", common::free_port());
+    for (backend, wanted) in [
+        ("memory", "the memory backend forgets leases"),
+        (
+            redis.as_str(),
+            "leases on Redis are not in the command line yet",
+        ),
+    ] {
+        let out = lock(&[
+            "acquire",
+            "x",
+            "--owner",
+            "a",
+            "--ttl",
+            "1s",
+            "--backend",
+            backend,
+        ]);
+        assert_eq!(out.status.code(), Some(2));
+        assert!(stderr(&out).contains(wanted), "{}", stderr(&out));
+    }
+}
+
+/// Bad lease input is exit 2 before anything is stored; another state under a lock's key
+/// is exit 4 with the library's message, and it is left as it is.
+#[test]
+fn bad_lease_input_and_foreign_states_change_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let backend = format!("sled:{}", path.display());
+    for (args, wanted) in [
+        (
+            vec!["--owner", "", "--ttl", "1s"],
+            "'--owner <OWNER>': must be 1 to 128 bytes, got 0",
+        ),
+        (
+            vec!["--owner", &"x".repeat(129), "--ttl", "1s"],
+            "must be 1 to 128 bytes, got 129",
+        ),
+        (
+            vec!["--owner", "a", "--ttl", "0s"],
+            "--ttl must be between 1 µs and 366 days, got 0 s",
+        ),
+        (
+            vec!["--owner", "a", "--ttl", "400d"],
+            "--ttl must be between 1 µs and 366 days, got 400 days",
+        ),
+        (
+            vec!["--owner", "a", "--ttl", "1s", "--now", "5", "--wait", "1s"],
+            "--wait retries on the clock, so it cannot be used with --now",
+        ),
+    ] {
+        let out = lock(&[&["acquire", "x", "--backend", &backend][..], &args[..]].concat());
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(stderr(&out).contains(wanted), "{args:?}: {}", stderr(&out));
+    }
+    assert!(!path.exists());
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(
+        &bad,
+        "[policies.p]\nalgorithm = \"concurrency\"\nlimit = 0\nlease = \"1s\"\nperiod = \"1s\"\n",
+    )
+    .unwrap();
+    let out = tollgate(&[
+        "lease",
+        "acquire",
+        "k",
+        "--config",
+        bad.to_str().unwrap(),
+        "--policy",
+        "p",
+        "--owner",
+        "a",
+        "--backend",
+        &backend,
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out)
+            .ends_with("policy \"p\": concurrency takes `limit` and `lease`, not `period`\n"),
+        "{}",
+        stderr(&out)
+    );
+    std::fs::write(
+        &bad,
+        "[policies.p]\nalgorithm = \"concurrency\"\nlimit = 0\nlease = \"1s\"\n",
+    )
+    .unwrap();
+    let out = tollgate(&[
+        "lease",
+        "acquire",
+        "k",
+        "--config",
+        bad.to_str().unwrap(),
+        "--policy",
+        "p",
+        "--owner",
+        "a",
+        "--backend",
+        &backend,
+    ]);
+    assert!(
+        stderr(&out)
+            .ends_with("bad.toml:3:9: policy \"p\": `limit` must be between 1 and 1024, got 0\n"),
+        "{}",
+        stderr(&out)
+    );
+    // A rate state and garbage where locks live: refused by every lease command, kept.
+    assert_eq!(
+        lock(&[
+            "acquire",
+            "y",
+            "--owner",
+            "a",
+            "--ttl",
+            "1s",
+            "--backend",
+            &backend
+        ])
+        .status
+        .code(),
+        Some(0)
+    );
+    sled_put(&path, b"tollgate:lock:x", GARBAGE);
+    for args in [
+        vec!["acquire", "x", "--owner", "a", "--ttl", "1s"],
+        vec!["release", "x", "--owner", "a"],
+        vec!["renew", "x", "--owner", "a", "--ttl", "1s"],
+        vec!["inspect", "x"],
+    ] {
+        let out = lock(&[&args[..], &["--backend", &backend]].concat());
+        assert_eq!(out.status.code(), Some(4), "{args:?}");
+        assert_eq!(
+            stderr(&out),
+            "tollgate: key \"x\" holds a state tollgate cannot read: state is a token bucket's, expected a lease table's\n",
+            "{args:?}"
+        );
+    }
+    assert_eq!(
+        sled_get(&path, b"tollgate:lock:x").as_deref(),
+        Some(GARBAGE)
+    );
+}
