@@ -513,10 +513,21 @@ fn steady_traffic_fills_every_bin_alike_on_any_run_length() {
 
 #[test]
 fn every_command_has_help() {
-    for command in ["simulate", "replay", "check", "peek", "reset", "inspect"] {
+    for command in [
+        "simulate", "replay", "check", "peek", "reset", "inspect", "purge", "lock", "lease",
+    ] {
         let out = tollgate(&[command, "--help"]);
         assert!(out.status.success());
         assert!(stdout(&out).contains("Usage: tollgate"), "{command}");
+    }
+    for command in ["acquire", "release", "renew"] {
+        for group in ["lock", "lease"] {
+            let out = tollgate(&[group, command, "--help"]);
+            assert!(
+                stdout(&out).contains("--owner <OWNER>"),
+                "{group} {command}"
+            );
+        }
     }
     let out = tollgate(&["--help"]);
     assert!(stdout(&out).contains("Exit codes"));
@@ -568,6 +579,48 @@ fn every_command_reports_a_full_disk_the_same_way() {
         with(&["inspect", "a", "--backend", &sled, "--now", "0"], &BUCKET),
         with(&["inspect", "a", "--json", "--backend", &sled], &BUCKET),
         with(&["reset", "a", "--backend", &sled], &BUCKET),
+        with(&["purge", "--backend", &sled], &BUCKET),
+        with(
+            &[
+                "lock",
+                "acquire",
+                "l",
+                "--owner",
+                "o",
+                "--ttl",
+                "1s",
+                "--backend",
+                &sled,
+            ],
+            &[],
+        ),
+        with(
+            &[
+                "lock",
+                "renew",
+                "l",
+                "--owner",
+                "o",
+                "--ttl",
+                "1s",
+                "--backend",
+                &sled,
+            ],
+            &[],
+        ),
+        with(
+            &["lock", "release", "l", "--owner", "o", "--backend", &sled],
+            &[],
+        ),
+        with(&["lock", "inspect", "l", "--backend", &sled], &[]),
+        with(
+            &["lease", "acquire", "k", "--owner", "o", "--backend", &sled],
+            &["--config", &examples(), "--policy", "report-workers"],
+        ),
+        with(
+            &["inspect", "k", "--backend", &sled],
+            &["--config", &examples(), "--policy", "report-workers"],
+        ),
         with(&["replay", "--trace", &trace], &BUCKET),
         with(
             &["simulate", "--traffic", "steady:rate=5", "--duration", "1s"],

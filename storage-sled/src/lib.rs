@@ -11,7 +11,8 @@
 //! core's canonical encoding, under a prefix. The transition is pure, so when another
 //! thread or process changed the record in between, the decision is simply made again
 //! on the new state (compare-and-swap). Composite limits are one algorithm with one
-//! combined record, so they are atomic the same way, with no transaction.
+//! combined record, so they are atomic the same way, with no transaction. Leases
+//! (concurrency limits and locks with fencing tokens) are [`SledLeases`], the same way.
 //!
 //! ```
 //! use tollgate_core::{FixedWindow, SECOND};
