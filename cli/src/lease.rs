@@ -166,7 +166,7 @@ pub fn lock(command: LockCommand) -> Result<ExitCode, Failure> {
             return inspect(Inspect {
                 key: &name,
                 model: Concurrency::lock(),
-                what: "lock".into(),
+                algorithm: "lock",
                 backend: &backend,
                 open,
                 now,
@@ -337,8 +337,8 @@ fn call(c: &Call) -> Result<ExitCode, Failure> {
 pub struct Inspect<'a> {
     pub key: &'a str,
     pub model: Concurrency,
-    /// `lock`, or `policy "p"`.
-    pub what: String,
+    /// `lock`, or `concurrency` for a policy's leases.
+    pub algorithm: &'static str,
     pub backend: &'a BackendArgs,
     pub open: Open,
     pub now: Option<Ticks>,
@@ -396,11 +396,7 @@ pub fn inspect(i: Inspect) -> Result<ExitCode, Failure> {
     let view = View {
         key: i.key.to_owned(),
         stored_key: format!("{}{}", i.open.namespace, i.key),
-        algorithm: if i.what == "lock" {
-            "lock"
-        } else {
-            "concurrency"
-        },
+        algorithm: i.algorithm,
         stored: state.is_some(),
         now_us: now,
         limit: i.model.max(),

@@ -485,7 +485,7 @@ impl KeyArgs {
             return lease::inspect(lease::Inspect {
                 key: &self.key,
                 model: *model,
-                what: format!("policy {:?}", loaded.name),
+                algorithm: "concurrency",
                 backend: &self.backend,
                 open,
                 now: self.now,
