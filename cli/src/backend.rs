@@ -4,11 +4,14 @@
 use std::cell::RefCell;
 use std::path::Path;
 use std::str::FromStr;
+use std::time::Instant;
 
 use tollgate_core::memory::{InMemory, KeyedLimiter};
-use tollgate_core::{Algorithm, Decision, DecodeError, ManualClock, Ticks};
+use tollgate_core::{
+    Acquired, Algorithm, Concurrency, Decision, Grant, LeaseError, LeaseState, ManualClock, Ticks,
+};
 use tollgate_redis::{LuaAlgorithm, Reconnecting, RedisLimiter};
-use tollgate_sled::{Durability, SledLimiter};
+use tollgate_sled::{Create, Durability, SledLeases, SledLimiter};
 
 use crate::Failure;
 
@@ -58,6 +61,8 @@ pub trait Store<A: Algorithm> {
     fn decide(&self, key: &str, now: Ticks, cost: u64) -> Result<Decision, Failure>;
     fn peek(&self, key: &str, now: Ticks, cost: u64) -> Result<Decision, Failure>;
     fn reset(&self, key: &str) -> Result<(), Failure>;
+    /// Deletes every state of this algorithm in the namespace; returns how many.
+    fn purge(&self) -> Result<u64, Failure>;
     /// The stored state, decoded, for `inspect`.
     fn state(&self, key: &str) -> Result<Option<A::State>, Failure>;
     /// After a run: a warning if the store had to forget states that were not fresh.
@@ -66,20 +71,34 @@ pub trait Store<A: Algorithm> {
     }
 }
 
+/// One lease table per key in one backend: the core's [`Concurrency`] model, stored.
+/// A backend hosts leases by implementing this (Redis will, once its lease host lands).
+pub trait LeaseStore {
+    fn acquire(&self, key: &str, now: Ticks, owner: &str, ttl: Ticks) -> Result<Acquired, Failure>;
+    fn release(&self, key: &str, now: Ticks, owner: &str) -> Result<Grant, Failure>;
+    fn renew(&self, key: &str, now: Ticks, owner: &str, ttl: Ticks) -> Result<Grant, Failure>;
+    /// The stored table, for `inspect`.
+    fn state(&self, key: &str) -> Result<Option<LeaseState>, Failure>;
+}
+
 /// How a command opens its store.
 #[derive(Debug, Clone)]
 pub struct Open {
     /// Every stored key is `namespace + key`.
     pub namespace: String,
-    /// Whether the command writes: only then may a sled database be created.
-    pub writes: bool,
+    /// Whether the command records decisions: only then may a sled database be created
+    /// (reading or deleting needs none).
+    pub creates: bool,
     pub durability: SledDurability,
     /// The memory backend's most keys held at once.
     pub max_keys: usize,
+    /// How long to keep trying a sled database in use by another process (zero: fail at
+    /// once). Lease commands hold it for milliseconds, so they wait for each other.
+    pub in_use_wait: std::time::Duration,
 }
 
 /// The message for memory state, which no other command can see.
-pub const MEMORY_FORGETS: &str = "the memory backend keeps states only while one command runs, so there is nothing stored to inspect or reset; use --backend sled:PATH or redis://HOST";
+pub const MEMORY_FORGETS: &str = "the memory backend keeps states only while one command runs, so there is nothing stored to inspect, reset or purge; use --backend sled:PATH or redis://HOST";
 
 impl Backend {
     pub fn open<A>(&self, algorithm: A, how: &Open) -> Result<Box<dyn Store<A>>, Failure>
@@ -94,14 +113,7 @@ impl Backend {
                 ManualClock::new(0),
             ))),
             Self::Sled(path) => {
-                let db = open_sled(path, how.writes)?;
-                let tree = db
-                    .open_tree("tollgate")
-                    .map_err(|e| Failure::Backend(format!("sled at {path}: {e}")))?;
-                let durability = match how.durability {
-                    SledDurability::EveryDecision => Durability::EveryDecision,
-                    SledDurability::Background => Durability::Background,
-                };
+                let (db, tree, durability) = open_tree(path, how)?;
                 Box::new(SledStore {
                     limiter: SledLimiter::new(tree, algorithm, durability)
                         .with_prefix(how.namespace.as_bytes()),
@@ -119,36 +131,73 @@ impl Backend {
             }
         })
     }
+
+    /// The lease tables of `model` in this backend.
+    pub fn open_leases(
+        &self,
+        model: Concurrency,
+        how: &Open,
+    ) -> Result<Box<dyn LeaseStore>, Failure> {
+        match self {
+            Self::Memory => Err(Failure::Input(
+                "the memory backend forgets leases when the command ends, so the next command would find every lease free; use --backend sled:PATH".into(),
+            )),
+            Self::Sled(path) => {
+                let (db, tree, durability) = open_tree(path, how)?;
+                Ok(Box::new(SledLeaseStore {
+                    leases: SledLeases::new(tree, model, durability)
+                        .with_prefix(how.namespace.as_bytes()),
+                    _db: db,
+                }))
+            }
+            Self::Redis(_) => Err(Failure::Input(
+                "leases on Redis are not in the command line yet; use --backend sled:PATH".into(),
+            )),
+        }
+    }
+}
+
+/// The database at `path`, the command line's tree in it, and the durability asked for.
+fn open_tree(path: &str, how: &Open) -> Result<(sled::Db, sled::Tree, Durability), Failure> {
+    let deadline = Instant::now() + how.in_use_wait;
+    let db = loop {
+        match open_sled(path, how.creates) {
+            Err(Failure::InUse(_)) if Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            result => break result?,
+        }
+    };
+    let tree = db
+        .open_tree("tollgate")
+        .map_err(|e| Failure::Backend(format!("sled at {path}: {e}")))?;
+    let durability = match how.durability {
+        SledDurability::EveryDecision => Durability::EveryDecision,
+        SledDurability::Background => Durability::Background,
+    };
+    Ok((db, tree, durability))
 }
 
 /// Opens the sled database at `path`: an existing one always, a new one only for a
-/// command that writes and only inside an existing directory, so a mistyped path is an
-/// error instead of a new empty database.
-fn open_sled(path: &str, writes: bool) -> Result<sled::Db, Failure> {
-    let at = Path::new(path);
-    if !at.exists() {
-        if !writes {
-            return Err(Failure::Input(format!(
-                "no database at {path} (commands that only read never create one)"
-            )));
-        }
-        let parent = at
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        if !parent.is_dir() {
-            return Err(Failure::Input(format!(
-                "no database at {path}, and no directory {} to create it in",
-                parent.display()
-            )));
-        }
-    }
-    sled::open(path).map_err(|e| match e {
-        sled::Error::Io(ref io) if io.to_string().contains("could not acquire lock") => {
-            Failure::Backend(format!(
-                "the sled database at {path} is in use by another process; sled allows one process at a time"
-            ))
-        }
+/// command that records decisions and only inside an existing directory, so a mistyped
+/// path is an error instead of a new empty database.
+pub fn open_sled(path: &str, creates: bool) -> Result<sled::Db, Failure> {
+    let create = if creates {
+        Create::InExistingDir
+    } else {
+        Create::Never
+    };
+    tollgate_sled::open(Path::new(path), create).map_err(|e| match e {
+        tollgate_sled::Error::NotFound { .. } => Failure::Input(format!(
+            "no database at {path} (commands that only read or delete never create one)"
+        )),
+        tollgate_sled::Error::NoParentDir { parent, .. } => Failure::Input(format!(
+            "no database at {path}, and no directory {} to create it in",
+            parent.display()
+        )),
+        tollgate_sled::Error::InUse { .. } => Failure::InUse(format!(
+            "the sled database at {path} is in use by another process; sled allows one process at a time"
+        )),
         e => Failure::Backend(format!("sled at {path}: {e}")),
     })
 }
@@ -168,6 +217,10 @@ impl<A: Algorithm> Store<A> for MemoryStore<A> {
     }
 
     fn reset(&self, _key: &str) -> Result<(), Failure> {
+        Err(Failure::Input(MEMORY_FORGETS.into()))
+    }
+
+    fn purge(&self) -> Result<u64, Failure> {
         Err(Failure::Input(MEMORY_FORGETS.into()))
     }
 
@@ -214,44 +267,54 @@ impl<A: Algorithm> Store<A> for SledStore<A> {
         self.limiter.reset(key.as_bytes()).map_err(sled_failure)
     }
 
+    fn purge(&self) -> Result<u64, Failure> {
+        let purged = self.limiter.purge().map_err(sled_failure)?;
+        Ok(u64::try_from(purged).unwrap_or(u64::MAX))
+    }
+
     fn state(&self, key: &str) -> Result<Option<A::State>, Failure> {
         self.limiter.state(key.as_bytes()).map_err(sled_failure)
     }
 }
 
-/// sled's errors, with keys shown as text and algorithms by name.
+/// sled's errors: their messages are the library's (a record tollgate cannot read is
+/// worded by the core's decoder, its key shown by `KeyDisplay`, as on Redis).
 fn sled_failure(e: tollgate_sled::Error) -> Failure {
     match e {
-        tollgate_sled::Error::Corrupt { key, source } => {
-            let why = match source {
-                DecodeError::WrongAlgorithm { expected, found } => format!(
-                    "it holds a {} state, not a {} one",
-                    algorithm_name(found),
-                    algorithm_name(expected)
-                ),
-                other => other.to_string(),
-            };
-            Failure::Backend(format!(
-                "the record for key {:?} is not a state of this policy: {why}",
-                String::from_utf8_lossy(&key)
-            ))
-        }
+        tollgate_sled::Error::Lease(e) => lease_failure(e),
+        e @ tollgate_sled::Error::Time(_) => Failure::Input(e.to_string()),
         e => Failure::Backend(e.to_string()),
     }
 }
 
-/// The algorithm a state's tag byte names, as the canonical encoding numbers them.
-fn algorithm_name(tag: u8) -> String {
-    match tag {
-        1 => "fixed-window".into(),
-        2 => "sliding-log".into(),
-        3 => "sliding-counter".into(),
-        4 => "token-bucket".into(),
-        5 => "leaky-bucket".into(),
-        6 => "leaky-pacing".into(),
-        7 => "ban".into(),
-        8 => "composite".into(),
-        other => format!("unknown (tag {other})"),
+/// Leases over sled.
+struct SledLeaseStore {
+    leases: SledLeases,
+    /// Flushed on drop by sled itself; kept open while the store lives.
+    _db: sled::Db,
+}
+
+impl LeaseStore for SledLeaseStore {
+    fn acquire(&self, key: &str, now: Ticks, owner: &str, ttl: Ticks) -> Result<Acquired, Failure> {
+        self.leases
+            .acquire_at(key.as_bytes(), now, owner.as_bytes(), ttl)
+            .map_err(sled_failure)
+    }
+
+    fn release(&self, key: &str, now: Ticks, owner: &str) -> Result<Grant, Failure> {
+        self.leases
+            .release_at(key.as_bytes(), now, owner.as_bytes())
+            .map_err(sled_failure)
+    }
+
+    fn renew(&self, key: &str, now: Ticks, owner: &str, ttl: Ticks) -> Result<Grant, Failure> {
+        self.leases
+            .renew_at(key.as_bytes(), now, owner.as_bytes(), ttl)
+            .map_err(sled_failure)
+    }
+
+    fn state(&self, key: &str) -> Result<Option<LeaseState>, Failure> {
+        self.leases.state(key.as_bytes()).map_err(sled_failure)
     }
 }
 
@@ -283,11 +346,25 @@ impl<A: LuaAlgorithm> Store<A> for RedisStore<A> {
             .map_err(redis_failure)
     }
 
+    fn purge(&self) -> Result<u64, Failure> {
+        let con = &mut *self.con.borrow_mut();
+        self.limiter.purge(con).map_err(redis_failure)
+    }
+
     fn state(&self, key: &str) -> Result<Option<A::State>, Failure> {
         let con = &mut *self.con.borrow_mut();
         self.limiter
             .state(con, key.as_bytes())
             .map_err(redis_failure)
+    }
+}
+
+/// A lease call refused: not held by that owner is exit 1 (a shell script's "no"),
+/// a bad owner or ttl is bad input. The caller names the key and owner.
+fn lease_failure(e: LeaseError) -> Failure {
+    match e {
+        LeaseError::NotHeld => Failure::NotHeld,
+        e => Failure::Input(e.to_string()),
     }
 }
 

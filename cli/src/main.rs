@@ -1,11 +1,15 @@
 //! `tollgate`: simulate, replay and inspect rate limits on any host.
 //!
-//! Exit codes: 0 success (for `check`: admitted), 1 `check` denied, 2 bad flags or
-//! input (a message says what and where), 3 the policy does not serve this `--app`,
-//! 4 the backend failed, 5 the output could not be written (silently for a closed pipe).
+//! Exit codes: 0 success (check: admitted; lock and lease: done), 1 check denied, or a
+//! lock or lease held by another owner (acquire) or not held by this owner (release,
+//! renew), 2 bad flags or input, 3 no such policy for this app, 4 backend failure
+//! (unreachable, a sled database in use, or a key holding something tollgate cannot
+//! read, left as it is), 5 the output could not be written (silently for a closed
+//! pipe).
 
 mod backend;
 mod chart;
+mod lease;
 mod policy;
 mod stats;
 mod traffic;
@@ -16,7 +20,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 use serde::Serialize;
-use tollgate_core::{Clock, Decision, MonotonicClock, Ticks, MAX_TICKS};
+use tollgate_core::{check_now, Clock, Decision, MonotonicClock, Ticks, MAX_TICKS};
 
 use backend::{Backend, Hosted, Open, SledDurability, Store};
 use policy::{human, list, Duration, Job, Kind, Limiter, Policy, Style};
@@ -29,7 +33,7 @@ use traffic::Traffic;
     about = "Simulate, replay and inspect rate limits on any tollgate host"
 )]
 #[command(
-    after_help = "Exit codes: 0 success (check: admitted), 1 check denied, 2 bad flags or input, 3 no such policy for this app, 4 backend failure, 5 the output could not be written."
+    after_help = "Exit codes: 0 success (check: admitted; lock and lease: done), 1 check denied, or a lock or lease held by another owner (acquire) or not held by this owner (release, renew), 2 bad flags or input, 3 no such policy for this app, 4 backend failure (unreachable, a sled database in use, or a key holding something tollgate cannot read, left as it is), 5 the output could not be written."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -71,7 +75,23 @@ enum Command {
     Peek(KeyArgs),
     /// Forget KEY's state.
     Reset(KeyArgs),
-    /// Print KEY's stored state in the policy's units (--json for JSON).
+    /// Delete every state of the policy in its namespace (PREFIX + policy + ":"), e.g.
+    /// after a replay or `check --now`, whose states on Redis never expire. Keys holding
+    /// anything else are kept.
+    Purge {
+        #[command(flatten)]
+        policy: PolicyArgs,
+        #[command(flatten)]
+        backend: BackendArgs,
+    },
+    /// Locks: one holder at a time, reentrant, with fencing tokens (on sled).
+    #[command(subcommand)]
+    Lock(lease::LockCommand),
+    /// Leases of a concurrency policy: at most `limit` held at once (on sled).
+    #[command(subcommand)]
+    Lease(lease::LeaseCommand),
+    /// Print KEY's stored state in the policy's units (--json for JSON); for a
+    /// concurrency policy its holders, their expiries and the last fencing token.
     Inspect {
         #[command(flatten)]
         key: KeyArgs,
@@ -113,7 +133,7 @@ struct PolicyArgs {
 #[derive(Debug, Args)]
 struct BackendArgs {
     /// memory, sled:PATH or a redis:// URL (redis://HOST:PORT/DB). A sled database is
-    /// created only by commands that write, and only in an existing directory.
+    /// created only by commands that record decisions, and only in an existing directory.
     #[arg(long, default_value = "memory")]
     backend: Backend,
     /// Stored keys are PREFIX + policy name + ":" + KEY (with flags instead of a policy
@@ -154,18 +174,18 @@ fn whole(text: &str) -> Result<u64, String> {
         .map_err(|_| format!("must be a non-negative integer, got {text:?}"))
 }
 
-/// An instant in the core's range: 0 to `MAX_TICKS` µs.
+/// An instant in the core's range: 0 to `MAX_TICKS` µs, checked by the core's own
+/// `check_now`, the one check every host applies to a time it is given.
 fn instant(text: &str) -> Result<Ticks, String> {
-    let range = || {
-        format!(
-            "must be a non-negative integer of µs since the Unix epoch, at most {MAX_TICKS} (2^62), got {text:?}"
-        )
-    };
-    let now: Ticks = text.trim().parse().map_err(|_| range())?;
-    if now > MAX_TICKS {
-        return Err(range());
-    }
-    Ok(now)
+    text.trim()
+        .parse()
+        .ok()
+        .and_then(|now| check_now(now).ok())
+        .ok_or_else(|| {
+            format!(
+                "must be a non-negative integer of µs since the Unix epoch, at most {MAX_TICKS} (2^62), got {text:?}"
+            )
+        })
 }
 
 /// Why a command failed, and its exit code.
@@ -177,6 +197,13 @@ pub enum Failure {
     /// Standard output or an output file could not be written (a full disk, a closed
     /// pipe): not bad input, so a code of its own.
     Output(String),
+    /// A lock or lease held by others (`acquire`), or not held by the owner (`release`,
+    /// `renew`): a shell script's "no", exit 1.
+    Refused(String),
+    /// The owner holds no lease on the key (`release`, `renew`): the caller names both.
+    NotHeld,
+    /// A sled database in use by another process.
+    InUse(String),
     /// Standard output is a pipe whose reader has gone (`tollgate ... | head`): exit 5
     /// without a message, as the reader asked for no more.
     ClosedPipe,
@@ -214,7 +241,9 @@ fn main() -> ExitCode {
             let (code, message) = match failure {
                 Failure::Input(m) => (2, m),
                 Failure::NoPolicyForApp(m) => (3, m),
-                Failure::Backend(m) => (4, m),
+                Failure::Refused(m) => (1, m),
+                Failure::NotHeld => (1, "the owner holds no lease on this key".into()),
+                Failure::Backend(m) | Failure::InUse(m) => (4, m),
                 Failure::Output(m) => (5, m),
                 Failure::ClosedPipe => return ExitCode::from(5),
             };
@@ -248,15 +277,18 @@ fn run(command: Command) -> Result<ExitCode, Failure> {
                 )));
             }
             let open = backend.open(&loaded.name, true);
-            loaded.limiter.run(Simulate {
-                policy: &loaded.policy,
-                name: &loaded.name,
-                traffic: &traffic,
-                duration: duration.0,
-                backend: &backend.backend,
-                open,
-                chart: chart.as_deref(),
-            })
+            loaded.limiter.run(
+                Simulate {
+                    policy: &loaded.policy,
+                    name: &loaded.name,
+                    traffic: &traffic,
+                    duration: duration.0,
+                    backend: &backend.backend,
+                    open,
+                    chart: chart.as_deref(),
+                },
+                &loaded.name,
+            )?
         }
         Command::Replay {
             trace,
@@ -264,27 +296,44 @@ fn run(command: Command) -> Result<ExitCode, Failure> {
             backend,
         } => {
             let loaded = policy.load()?;
-            loaded.limiter.run(Replay {
-                trace: &trace,
-                backend: &backend.backend,
-                open: backend.open(&loaded.name, true),
-            })
+            loaded.limiter.run(
+                Replay {
+                    trace: &trace,
+                    backend: &backend.backend,
+                    open: backend.open(&loaded.name, true),
+                },
+                &loaded.name,
+            )?
         }
         Command::Check(args) => args.run(Action::Check),
         Command::Peek(args) => args.run(Action::Peek),
         Command::Reset(args) => args.run(Action::Reset),
         Command::Inspect { key, json } => key.run(Action::Inspect { json }),
+        Command::Purge { policy, backend } => {
+            let loaded = policy.load()?;
+            loaded.limiter.run(
+                Purge {
+                    backend: &backend.backend,
+                    open: backend.open(&loaded.name, false),
+                    name: &loaded.name,
+                },
+                &loaded.name,
+            )?
+        }
+        Command::Lock(command) => lease::lock(command),
+        Command::Lease(command) => lease::lease(command),
     }
 }
 
 impl BackendArgs {
     /// How to open the store for policy `name`: its keys are `PREFIX name:KEY`.
-    fn open(&self, name: &str, writes: bool) -> Open {
+    fn open(&self, name: &str, creates: bool) -> Open {
         Open {
             namespace: format!("{}{name}:", self.prefix),
-            writes,
+            creates,
             durability: self.durability,
             max_keys: usize::try_from(self.max_keys).unwrap_or(usize::MAX),
+            in_use_wait: std::time::Duration::ZERO,
         }
     }
 }
@@ -428,15 +477,30 @@ enum Action {
 impl KeyArgs {
     fn run(self, action: Action) -> Result<ExitCode, Failure> {
         let loaded = self.policy.load()?;
-        loaded.limiter.run(OnKey {
-            args: &self,
-            policy: &loaded.policy,
-            open: self.backend.open(
-                &loaded.name,
-                matches!(action, Action::Check | Action::Reset),
-            ),
-            action,
-        })
+        let open = self
+            .backend
+            .open(&loaded.name, matches!(action, Action::Check));
+        if let (Limiter::Leases { model, .. }, Action::Inspect { json }) = (&loaded.limiter, action)
+        {
+            return lease::inspect(lease::Inspect {
+                key: &self.key,
+                model: *model,
+                algorithm: "concurrency",
+                backend: &self.backend,
+                open,
+                now: self.now,
+                json,
+            });
+        }
+        loaded.limiter.run(
+            OnKey {
+                args: &self,
+                policy: &loaded.policy,
+                open,
+                action,
+            },
+            &loaded.name,
+        )?
     }
 }
 
@@ -556,6 +620,8 @@ mod inspect {
                 Kind::TokenBucket => ("tokens available", decision.remaining),
                 Kind::LeakyBucket => ("water level", left),
                 Kind::LeakyPacing => ("queue room", decision.remaining),
+                // Shown by the lease view; no rate algorithm has this kind.
+                Kind::Concurrency => ("leases held", left),
             };
             // Version, tag and length (10 bytes), then 16 bytes per instant.
             let entries = (policy.algorithm == Kind::SlidingLog).then(|| {
@@ -617,6 +683,35 @@ mod inspect {
     }
 }
 
+/// `purge`: every state of one policy, gone.
+struct Purge<'a> {
+    backend: &'a Backend,
+    open: Open,
+    name: &'a str,
+}
+
+impl Job for Purge<'_> {
+    type Output = Result<ExitCode, Failure>;
+    fn run<A>(self, algorithm: A) -> Self::Output
+    where
+        A: Hosted,
+        A::State: Debug + Send,
+    {
+        let purged = self.backend.open(algorithm, &self.open)?.purge()?;
+        let mut out = std::io::stdout().lock();
+        writeln!(
+            out,
+            "{}: purged {purged} {} (keys {}*)",
+            self.name,
+            if purged == 1 { "state" } else { "states" },
+            self.open.namespace
+        )
+        .and_then(|()| out.flush())
+        .map_err(output)?;
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
 struct Replay<'a> {
     trace: &'a str,
     backend: &'a Backend,
@@ -673,16 +768,18 @@ impl Job for Replay<'_> {
                     format!("expected 3 fields (t_us,key,cost), found {}", fields.len()),
                 ));
             };
-            let t_us: Ticks =
-                t_us.parse()
-                    .ok()
-                    .filter(|&t| t <= MAX_TICKS)
-                    .ok_or_else(|| {
-                        bad(
-                    line,
-                    format!("t_us must be a whole number of microseconds up to 2^62, got {t_us:?}"),
-                )
-                    })?;
+            let t_us: Ticks = t_us
+                .parse()
+                .ok()
+                .and_then(|t| check_now(t).ok())
+                .ok_or_else(|| {
+                    bad(
+                        line,
+                        format!(
+                            "t_us must be a whole number of microseconds up to 2^62, got {t_us:?}"
+                        ),
+                    )
+                })?;
             let cost: u64 = cost
                 .parse()
                 .map_err(|_| bad(line, format!("cost must be a whole number, got {cost:?}")))?;

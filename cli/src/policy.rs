@@ -6,8 +6,10 @@ use std::ops::Range;
 
 use crate::backend::Hosted;
 use serde::Deserialize;
+use tollgate_core::limits::MAX_PERIOD;
 use tollgate_core::{
-    FixedWindow, LeakyBucket, Pacing, ParamError, SlidingCounter, SlidingLog, Ticks, TokenBucket,
+    Concurrency, FixedWindow, LeakyBucket, Pacing, ParamError, SlidingCounter, SlidingLog, Ticks,
+    TokenBucket,
 };
 
 use crate::Failure;
@@ -22,22 +24,34 @@ pub enum Kind {
     TokenBucket,
     LeakyBucket,
     LeakyPacing,
+    /// Leases: at most `limit` held at once, each for `lease`. Only in policy files: a
+    /// lock needs no policy (`tollgate lock`).
+    #[value(skip)]
+    Concurrency,
 }
 
 impl Kind {
     /// The name used in files and flags, e.g. `token-bucket`.
     pub fn name(self) -> String {
+        if self == Self::Concurrency {
+            // Not a flag value (skipped above), so clap has no name for it.
+            return "concurrency".to_owned();
+        }
         clap::ValueEnum::to_possible_value(&self)
             .map(|v| v.get_name().to_owned())
             .unwrap_or_default()
     }
 
-    /// Windows take a limit; buckets a capacity and a rate.
-    const fn is_window(self) -> bool {
-        matches!(
-            self,
-            Self::FixedWindow | Self::SlidingLog | Self::SlidingCounter
-        )
+    /// The parameters each algorithm takes: windows a limit and a period, buckets a
+    /// capacity, a rate and a period, leases a limit and a lease.
+    const fn fields(self) -> &'static [&'static str] {
+        match self {
+            Self::FixedWindow | Self::SlidingLog | Self::SlidingCounter => &["limit", "period"],
+            Self::TokenBucket | Self::LeakyBucket | Self::LeakyPacing => {
+                &["capacity", "rate", "period"]
+            }
+            Self::Concurrency => &["limit", "lease"],
+        }
     }
 }
 
@@ -53,6 +67,8 @@ pub struct Policy {
     /// Buckets: units refilled or leaked per period.
     pub rate: Option<u64>,
     pub period: Option<Duration>,
+    /// Leases: how long one is held unless renewed or released.
+    pub lease: Option<Duration>,
     /// Applications allowed to use the policy; empty means any.
     #[serde(default)]
     pub apps: Vec<String>,
@@ -80,6 +96,7 @@ struct Spans {
     capacity: Option<toml::Spanned<toml::Value>>,
     rate: Option<toml::Spanned<toml::Value>>,
     period: Option<toml::Spanned<toml::Value>>,
+    lease: Option<toml::Spanned<toml::Value>>,
 }
 
 /// A duration in microseconds, written `"1500us"`, `"250ms"`, `"1s"`, `"5m"`, `"1h"`,
@@ -214,6 +231,7 @@ pub fn load(path: &str, name: &str) -> Result<(Policy, Limiter), Failure> {
                 "capacity" => spans.get_ref().capacity.as_ref(),
                 "rate" => spans.get_ref().rate.as_ref(),
                 "period" => spans.get_ref().period.as_ref(),
+                "lease" => spans.get_ref().lease.as_ref(),
                 _ => None,
             });
             position(
@@ -243,6 +261,11 @@ pub enum Limiter {
     TokenBucket(TokenBucket),
     LeakyBucket(LeakyBucket),
     Pacing(Pacing),
+    /// Not a rate limit: leases, each held for `ttl` ticks.
+    Leases {
+        model: Concurrency,
+        ttl: Ticks,
+    },
 }
 
 /// Work that runs on any algorithm: [`Limiter::run`] calls it with the concrete one.
@@ -255,14 +278,30 @@ pub trait Job {
 }
 
 impl Limiter {
-    pub fn run<J: Job>(&self, job: J) -> J::Output {
-        match self {
+    /// Runs a rate-limit `job`; a concurrency policy has no rate to run it on.
+    pub fn run<J: Job>(&self, job: J, name: &str) -> Result<J::Output, Failure> {
+        Ok(match self {
             Self::FixedWindow(a) => job.run(*a),
             Self::SlidingLog(a) => job.run(*a),
             Self::SlidingCounter(a) => job.run(*a),
             Self::TokenBucket(a) => job.run(*a),
             Self::LeakyBucket(a) => job.run(*a),
             Self::Pacing(a) => job.run(*a),
+            Self::Leases { .. } => {
+                return Err(Failure::Input(format!(
+                    "policy {name:?} is a concurrency limit, not a rate: use `tollgate lease acquire|release|renew KEY` and `tollgate inspect KEY`"
+                )))
+            }
+        })
+    }
+
+    /// The lease model and ttl of a concurrency policy.
+    pub fn leases(&self, name: &str) -> Result<(Concurrency, Ticks), Failure> {
+        match *self {
+            Self::Leases { model, ttl } => Ok((model, ttl)),
+            _ => Err(Failure::Input(format!(
+                "policy {name:?} is a rate limit, not a concurrency limit: leases need a policy with algorithm = \"concurrency\", limit and lease"
+            ))),
         }
     }
 }
@@ -314,6 +353,7 @@ impl Policy {
             capacity,
             rate,
             period,
+            lease: None,
             apps: Vec::new(),
             description: String::new(),
             owner: String::new(),
@@ -333,34 +373,24 @@ impl Policy {
     /// The parameters this algorithm takes, and those it does not.
     fn check_fields(&self, style: Style) -> Result<(), Problem> {
         let kind = self.algorithm.name();
-        let wanted: &[(&str, bool)] = if self.algorithm.is_window() {
-            &[
-                ("limit", self.limit.is_some()),
-                ("period", self.period.is_some()),
-            ]
-        } else {
-            &[
-                ("capacity", self.capacity.is_some()),
-                ("rate", self.rate.is_some()),
-                ("period", self.period.is_some()),
-            ]
-        };
-        let missing: Vec<String> = wanted
-            .iter()
-            .filter(|(_, given)| !given)
-            .map(|(name, _)| style.name(name))
-            .collect();
+        let wanted = self.algorithm.fields();
         let given = [
             ("limit", self.limit.is_some()),
             ("capacity", self.capacity.is_some()),
             ("rate", self.rate.is_some()),
+            ("period", self.period.is_some()),
+            ("lease", self.lease.is_some()),
         ];
-        let extra: Vec<String> = given
-            .iter()
-            .filter(|(name, present)| *present && !wanted.iter().any(|(w, _)| w == name))
-            .map(|(name, _)| style.name(name))
-            .collect();
-        let takes: Vec<String> = wanted.iter().map(|(name, _)| style.name(name)).collect();
+        let names = |pick: &dyn Fn(&str, bool) -> bool| -> Vec<String> {
+            given
+                .iter()
+                .filter(|&&(name, present)| pick(name, present))
+                .map(|(name, _)| style.name(name))
+                .collect()
+        };
+        let missing = names(&|name, present| !present && wanted.contains(&name));
+        let extra = names(&|name, present| present && !wanted.contains(&name));
+        let takes: Vec<String> = wanted.iter().map(|name| style.name(name)).collect();
         let mut problems = Vec::new();
         if !missing.is_empty() {
             problems.push(format!("{kind} needs {}", list(&missing)));
@@ -399,6 +429,26 @@ impl Policy {
             Kind::TokenBucket => TokenBucket::new(c, r, period).map(Limiter::TokenBucket),
             Kind::LeakyBucket => LeakyBucket::new(c, r, period).map(Limiter::LeakyBucket),
             Kind::LeakyPacing => Pacing::new(c, r, period).map(Limiter::Pacing),
+            Kind::Concurrency => {
+                let ttl = self.lease.map_or(0, |d| d.0);
+                Concurrency::new(l)
+                    .map_err(|e| match e {
+                        // The core calls it `max`; the policy calls it `limit`.
+                        ParamError::OutOfRange {
+                            value, min, max, ..
+                        } => ParamError::OutOfRange {
+                            name: "limit",
+                            value,
+                            min,
+                            max,
+                        },
+                        e => e,
+                    })
+                    .and_then(|model| {
+                        check_lease(ttl)?;
+                        Ok(Limiter::Leases { model, ttl })
+                    })
+            }
         };
         built.map_err(|e| param_problem(&e, style))
     }
@@ -409,8 +459,22 @@ impl Policy {
     }
 }
 
+/// A lease's ttl in the core's range: 1 µs to `MAX_PERIOD`.
+pub fn check_lease(ttl: Ticks) -> Result<Ticks, ParamError> {
+    if (1..=MAX_PERIOD).contains(&ttl) {
+        Ok(ttl)
+    } else {
+        Err(ParamError::OutOfRange {
+            name: "lease",
+            value: ttl,
+            min: 1,
+            max: MAX_PERIOD,
+        })
+    }
+}
+
 /// A parameter error in the units the user wrote: durations as durations.
-fn param_problem(e: &ParamError, style: Style) -> Problem {
+pub fn param_problem(e: &ParamError, style: Style) -> Problem {
     match *e {
         ParamError::OutOfRange {
             name,
@@ -418,7 +482,7 @@ fn param_problem(e: &ParamError, style: Style) -> Problem {
             min,
             max,
         } => {
-            let (value, min, max) = if name == "period" {
+            let (value, min, max) = if matches!(name, "period" | "lease" | "ttl") {
                 (human(value), human(min), human(max))
             } else {
                 (value.to_string(), min.to_string(), max.to_string())

@@ -513,10 +513,21 @@ fn steady_traffic_fills_every_bin_alike_on_any_run_length() {
 
 #[test]
 fn every_command_has_help() {
-    for command in ["simulate", "replay", "check", "peek", "reset", "inspect"] {
+    for command in [
+        "simulate", "replay", "check", "peek", "reset", "inspect", "purge", "lock", "lease",
+    ] {
         let out = tollgate(&[command, "--help"]);
         assert!(out.status.success());
         assert!(stdout(&out).contains("Usage: tollgate"), "{command}");
+    }
+    for command in ["acquire", "release", "renew"] {
+        for group in ["lock", "lease"] {
+            let out = tollgate(&[group, command, "--help"]);
+            assert!(
+                stdout(&out).contains("--owner <OWNER>"),
+                "{group} {command}"
+            );
+        }
     }
     let out = tollgate(&["--help"]);
     assert!(stdout(&out).contains("Exit codes"));
@@ -568,6 +579,48 @@ fn every_command_reports_a_full_disk_the_same_way() {
         with(&["inspect", "a", "--backend", &sled, "--now", "0"], &BUCKET),
         with(&["inspect", "a", "--json", "--backend", &sled], &BUCKET),
         with(&["reset", "a", "--backend", &sled], &BUCKET),
+        with(&["purge", "--backend", &sled], &BUCKET),
+        with(
+            &[
+                "lock",
+                "acquire",
+                "l",
+                "--owner",
+                "o",
+                "--ttl",
+                "1s",
+                "--backend",
+                &sled,
+            ],
+            &[],
+        ),
+        with(
+            &[
+                "lock",
+                "renew",
+                "l",
+                "--owner",
+                "o",
+                "--ttl",
+                "1s",
+                "--backend",
+                &sled,
+            ],
+            &[],
+        ),
+        with(
+            &["lock", "release", "l", "--owner", "o", "--backend", &sled],
+            &[],
+        ),
+        with(&["lock", "inspect", "l", "--backend", &sled], &[]),
+        with(
+            &["lease", "acquire", "k", "--owner", "o", "--backend", &sled],
+            &["--config", &examples(), "--policy", "report-workers"],
+        ),
+        with(
+            &["inspect", "k", "--backend", &sled],
+            &["--config", &examples(), "--policy", "report-workers"],
+        ),
         with(&["replay", "--trace", &trace], &BUCKET),
         with(
             &["simulate", "--traffic", "steady:rate=5", "--duration", "1s"],
@@ -811,7 +864,7 @@ fn a_sled_database_is_created_only_by_a_write_in_an_existing_directory() {
     for command in ["peek", "inspect"] {
         let out = run(command, &new);
         assert_eq!(out.status.code(), Some(2));
-        assert!(stderr(&out).contains("commands that only read never create one"));
+        assert!(stderr(&out).contains("commands that only read or delete never create one"));
         assert!(!new.exists());
     }
     assert_eq!(run("check", &new).status.code(), Some(0));
@@ -1227,7 +1280,7 @@ fn a_state_of_another_algorithm_is_named_with_its_key_as_text() {
     assert_eq!(out.status.code(), Some(4));
     assert_eq!(
         stderr(&out),
-        "tollgate: the record for key \"alice\" is not a state of this policy: it holds a sliding-log state, not a token-bucket one\n"
+        "tollgate: key \"alice\" holds a state tollgate cannot read: state is a sliding log's, expected a token bucket's\n"
     );
 }
 
@@ -1253,4 +1306,968 @@ fn a_reader_that_stops_early_ends_the_command_quietly() {
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(5));
     assert_eq!(stderr(&out), "");
+}
+
+/// Runs `tollgate` with `args` as owned strings.
+fn run_all(args: &[String]) -> Output {
+    tollgate(&args.iter().map(String::as_str).collect::<Vec<_>>())
+}
+
+/// `redis-cli` against the test's server: how an operator or another app writes a key.
+fn redis_cli(server: &common::Server, args: &[&[u8]]) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let out = Command::new("redis-cli")
+        .args(["-p", &server.port.to_string()])
+        .args(args.iter().map(|a| std::ffi::OsStr::from_bytes(a)))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    stdout(&out)
+}
+
+/// Writes `value` under `key` in the sled database at `path`, in the CLI's tree, as
+/// another program might; the database is closed again before returning.
+fn sled_put(path: &Path, key: &[u8], value: &[u8]) {
+    let db = sled::open(path).unwrap();
+    db.open_tree("tollgate")
+        .unwrap()
+        .insert(key, value)
+        .unwrap();
+    db.flush().unwrap();
+}
+
+fn sled_get(path: &Path, key: &[u8]) -> Option<Vec<u8>> {
+    let db = sled::open(path).unwrap();
+    let value = db.open_tree("tollgate").unwrap().get(key).unwrap();
+    value.map(|v| v.to_vec())
+}
+
+/// Not a state: version 1, a token bucket's tag, then bytes that do not fit it.
+const GARBAGE: &[u8] = b"\x01\x04not a bucket";
+const ALICE: &str = "tollgate:token-bucket-10-5-1s:alice";
+
+/// Issue 16 item 4: the same garbage bytes give the same message and exit code from
+/// `check`, `peek`, `inspect` and `reset`, on sled and on Redis (the libraries' words,
+/// the core decoder's reason, the key as text); a Redis list is named as such by every
+/// command; nothing is changed or deleted.
+#[test]
+fn a_key_tollgate_cannot_read_gives_one_message_from_every_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let redis = common::Server::start();
+    let path = dir.path().join("db");
+    let sled = format!("sled:{}", path.display());
+    // A database with one state in it, then the garbage under alice's key.
+    assert_eq!(
+        run_all(&with(
+            &["check", "bob", "--backend", &sled, "--now", "0"],
+            &BUCKET
+        ))
+        .status
+        .code(),
+        Some(0)
+    );
+    sled_put(&path, ALICE.as_bytes(), GARBAGE);
+    redis_cli(&redis, &[b"SET", ALICE.as_bytes(), GARBAGE]);
+    let mut messages = Vec::new();
+    for backend in [sled.as_str(), &redis.url()] {
+        for command in ["check", "peek", "inspect", "reset"] {
+            let out = run_all(&with(
+                &[command, "alice", "--backend", backend, "--now", "0"],
+                &BUCKET,
+            ));
+            assert_eq!(
+                out.status.code(),
+                Some(4),
+                "{command} on {backend}: {}",
+                stderr(&out)
+            );
+            assert_eq!(stdout(&out), "", "{command} on {backend}");
+            messages.push(stderr(&out));
+        }
+    }
+    assert_eq!(
+        messages[0],
+        "tollgate: key \"alice\" holds a state tollgate cannot read: state field tat is invalid for these parameters\n"
+    );
+    assert!(messages.iter().all(|m| *m == messages[0]), "{messages:#?}");
+    assert_eq!(sled_get(&path, ALICE.as_bytes()).as_deref(), Some(GARBAGE));
+    assert_eq!(
+        redis_cli(&redis, &[b"STRLEN", ALICE.as_bytes()]).trim(),
+        GARBAGE.len().to_string()
+    );
+    // A Redis list under the key: a typed message naming the key from every command.
+    redis_cli(&redis, &[b"DEL", ALICE.as_bytes()]);
+    redis_cli(&redis, &[b"LPUSH", ALICE.as_bytes(), b"x"]);
+    for command in ["check", "peek", "inspect", "reset"] {
+        let out = run_all(&with(
+            &[command, "alice", "--backend", &redis.url(), "--now", "0"],
+            &BUCKET,
+        ));
+        assert_eq!(out.status.code(), Some(4), "{command}");
+        assert_eq!(
+            stderr(&out),
+            "tollgate: key \"alice\" holds a Redis list, not a tollgate state\n",
+            "{command}"
+        );
+    }
+    assert_eq!(
+        redis_cli(&redis, &[b"LRANGE", ALICE.as_bytes(), b"0", b"-1"]),
+        "x\n"
+    );
+}
+
+/// Issue 17 item 2: `reset` deletes only tollgate states inside the policy's namespace:
+/// an application's string or list under the namespaced key is refused and kept, and a
+/// key outside the namespace (`session:42`) is never touched.
+#[test]
+fn reset_touches_only_tollgate_states_inside_the_namespace() {
+    let dir = tempfile::tempdir().unwrap();
+    let redis = common::Server::start();
+    let path = dir.path().join("db");
+    let sled = format!("sled:{}", path.display());
+    let reset =
+        |key: &str, backend: &str| run_all(&with(&["reset", key, "--backend", backend], &BUCKET));
+    let outside = b"session:42".as_slice();
+    let session = "tollgate:token-bucket-10-5-1s:session:42";
+    assert_eq!(
+        run_all(&with(
+            &["check", "bob", "--backend", &sled, "--now", "0"],
+            &BUCKET
+        ))
+        .status
+        .code(),
+        Some(0)
+    );
+    sled_put(&path, outside, b"user=alice");
+    sled_put(&path, ALICE.as_bytes(), b"user=alice");
+    redis_cli(&redis, &[b"SET", outside, b"user=alice"]);
+    redis_cli(&redis, &[b"SET", ALICE.as_bytes(), b"user=alice"]);
+    redis_cli(&redis, &[b"LPUSH", session.as_bytes(), b"x"]);
+    for backend in [sled.as_str(), &redis.url()] {
+        let out = reset("alice", backend);
+        assert_eq!(out.status.code(), Some(4), "{backend}");
+        assert_eq!(
+            stderr(&out),
+            "tollgate: key \"alice\" holds a state tollgate cannot read: state encoding version 117 is not supported (this build reads version 1)\n"
+        );
+        // `reset session:42` is about tollgate's own key for it, absent here.
+        let out = reset("session:42", backend);
+        if backend == sled {
+            assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        } else {
+            assert_eq!(out.status.code(), Some(4));
+            assert_eq!(
+                stderr(&out),
+                "tollgate: key \"session:42\" holds a Redis list, not a tollgate state\n"
+            );
+        }
+    }
+    assert_eq!(
+        sled_get(&path, outside).as_deref(),
+        Some(b"user=alice".as_slice())
+    );
+    assert_eq!(
+        sled_get(&path, ALICE.as_bytes()).as_deref(),
+        Some(b"user=alice".as_slice())
+    );
+    assert_eq!(redis_cli(&redis, &[b"GET", outside]), "user=alice\n");
+    assert_eq!(
+        redis_cli(&redis, &[b"GET", ALICE.as_bytes()]),
+        "user=alice\n"
+    );
+    assert_eq!(
+        redis_cli(&redis, &[b"LRANGE", session.as_bytes(), b"0", b"-1"]),
+        "x\n"
+    );
+}
+
+/// Issue 16 item 1's clean-up: `purge` deletes every state of the policy in its
+/// namespace, on Redis (where states written at explicit times never expire) and on
+/// sled, and keeps anything else; memory explains that it forgets at exit.
+#[test]
+fn purge_deletes_the_policys_states_and_nothing_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let redis = common::Server::start();
+    let path = dir.path().join("db");
+    let sled = format!("sled:{}", path.display());
+    for backend in [sled.as_str(), &redis.url()] {
+        for key in ["a", "b", "c"] {
+            let out = run_all(&with(
+                &["check", key, "--backend", backend, "--now", "1000000"],
+                &BUCKET,
+            ));
+            assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        }
+        // Another policy's state, in its own namespace.
+        let out = run_all(&with(
+            &["check", "a", "--backend", backend, "--now", "1000000"],
+            &[
+                "--algorithm",
+                "fixed-window",
+                "--limit",
+                "5",
+                "--period",
+                "1s",
+            ],
+        ));
+        assert_eq!(out.status.code(), Some(0));
+    }
+    sled_put(&path, ALICE.as_bytes(), b"user=alice");
+    sled_put(&path, b"session:42", b"user=alice");
+    redis_cli(&redis, &[b"SET", ALICE.as_bytes(), b"user=alice"]);
+    redis_cli(&redis, &[b"SET", b"session:42", b"user=alice"]);
+    redis_cli(
+        &redis,
+        &[b"LPUSH", b"tollgate:token-bucket-10-5-1s:list", b"x"],
+    );
+    for backend in [sled.as_str(), &redis.url()] {
+        let out = run_all(&with(&["purge", "--backend", backend], &BUCKET));
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        assert_eq!(
+            stdout(&out),
+            "token-bucket-10-5-1s: purged 3 states (keys tollgate:token-bucket-10-5-1s:*)\n"
+        );
+        let again = run_all(&with(&["purge", "--backend", backend], &BUCKET));
+        assert!(
+            stdout(&again).contains("purged 0 states"),
+            "{}",
+            stdout(&again)
+        );
+        // Purged keys are fresh; the other policy's state is still there.
+        let out = run_all(&with(
+            &["inspect", "b", "--backend", backend, "--now", "1000000"],
+            &BUCKET,
+        ));
+        assert!(
+            stdout(&out).contains("fresh (nothing stored)"),
+            "{}",
+            stdout(&out)
+        );
+        let out = run_all(&with(
+            &["inspect", "a", "--backend", backend, "--now", "1000000"],
+            &[
+                "--algorithm",
+                "fixed-window",
+                "--limit",
+                "5",
+                "--period",
+                "1s",
+            ],
+        ));
+        assert!(
+            stdout(&out).contains("window count  1 of 5"),
+            "{}",
+            stdout(&out)
+        );
+    }
+    assert_eq!(
+        sled_get(&path, ALICE.as_bytes()).as_deref(),
+        Some(b"user=alice".as_slice())
+    );
+    assert_eq!(
+        sled_get(&path, b"session:42").as_deref(),
+        Some(b"user=alice".as_slice())
+    );
+    let mut con = redis.connection();
+    let mut keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut con).unwrap();
+    keys.sort();
+    assert_eq!(
+        keys,
+        [
+            "session:42",
+            "tollgate:fixed-window-5-1s:a",
+            "tollgate:token-bucket-10-5-1s:alice",
+            "tollgate:token-bucket-10-5-1s:list"
+        ]
+    );
+    let out = run_all(&with(&["purge"], &BUCKET));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("nothing stored to inspect, reset or purge"));
+    // Purging never creates a database.
+    let missing = format!("sled:{}", dir.path().join("none").display());
+    assert_eq!(
+        run_all(&with(&["purge", "--backend", &missing], &BUCKET))
+            .status
+            .code(),
+        Some(2)
+    );
+    assert!(!dir.path().join("none").exists());
+}
+
+/// The exit codes are one table: `--help`, the crate's doc and the README say the same.
+#[test]
+fn the_exit_code_table_is_the_same_everywhere() {
+    let normal = |text: &str| {
+        text.replace(['`', '*'], "")
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let help = stdout(&tollgate(&["--help"]));
+    let table = help
+        .split("Exit codes: ")
+        .nth(1)
+        .unwrap()
+        .trim()
+        .trim_end_matches('.');
+    assert!(table.contains("1 check denied, or a lock or lease held by another owner"));
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let doc: String = std::fs::read_to_string(manifest.join("src/main.rs"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.strip_prefix("//!"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let readme = std::fs::read_to_string(manifest.join("../README.md")).unwrap();
+    assert!(
+        normal(&doc).contains(&format!("Exit codes: {table}")),
+        "{doc}"
+    );
+    assert!(
+        normal(&readme).contains(&format!("- Exit codes: {table}")),
+        "the README's exit codes differ from --help: {table}"
+    );
+}
+
+fn lock(args: &[&str]) -> Output {
+    tollgate(&[&["lock"], args].concat())
+}
+
+/// A lock on sled, at explicit times: acquire prints its token and expiry; another owner
+/// gets exit 1; the holder re-enters; release and renew only by the holder (else exit
+/// 1); the token grows with every acquire/release cycle; `inspect` shows the holder.
+#[test]
+fn a_lock_on_sled_is_exclusive_reentrant_and_its_token_grows() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = format!("sled:{}", dir.path().join("db").display());
+    let b = ["--backend", backend.as_str()];
+    let at = |t: u64| t.to_string();
+    let out = lock(
+        &[
+            &[
+                "acquire",
+                "nightly",
+                "--owner",
+                "a",
+                "--ttl",
+                "30s",
+                "--now",
+                &at(1_000_000),
+            ],
+            &b[..],
+        ]
+        .concat(),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        "acquired token=1000000 expires_at_us=31000000 holds=1\n"
+    );
+    let out = lock(
+        &[
+            &[
+                "acquire",
+                "nightly",
+                "--owner",
+                "b",
+                "--ttl",
+                "30s",
+                "--now",
+                &at(2_000_000),
+            ],
+            &b[..],
+        ]
+        .concat(),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(stdout(&out), "");
+    assert_eq!(
+        stderr(&out),
+        "tollgate: lock \"nightly\" is held by another owner; the earliest expires in 29 s unless renewed\n"
+    );
+    for command in ["release", "renew"] {
+        let mut args = vec![command, "nightly", "--owner", "b", "--now", "2000000"];
+        if command == "renew" {
+            args.extend(["--ttl", "1m"]);
+        }
+        let out = lock(&[&args[..], &b[..]].concat());
+        assert_eq!(out.status.code(), Some(1), "{command}");
+        assert_eq!(
+            stderr(&out),
+            "tollgate: owner \"b\" holds no lease on lock \"nightly\" (never acquired, released, or expired)\n"
+        );
+    }
+    let out = lock(
+        &[
+            &[
+                "acquire",
+                "nightly",
+                "--owner",
+                "a",
+                "--ttl",
+                "30s",
+                "--now",
+                &at(3_000_000),
+            ],
+            &b[..],
+        ]
+        .concat(),
+    );
+    assert_eq!(
+        stdout(&out),
+        "acquired token=1000000 expires_at_us=33000000 holds=2\n"
+    );
+    let out = lock(
+        &[
+            &[
+                "renew",
+                "nightly",
+                "--owner",
+                "a",
+                "--ttl",
+                "1m",
+                "--now",
+                &at(4_000_000),
+            ],
+            &b[..],
+        ]
+        .concat(),
+    );
+    assert_eq!(
+        stdout(&out),
+        "renewed token=1000000 expires_at_us=64000000 holds=2\n"
+    );
+    let inspect = lock(&[&["inspect", "nightly", "--now", "4000000"], &b[..]].concat());
+    assert_eq!(
+        stdout(&inspect),
+        concat!(
+            "key         nightly\n",
+            "stored as   tollgate:lock:nightly\n",
+            "algorithm   lock\n",
+            "held        1 of 1\n",
+            "lease       owner \"a\", token 1000000, holds 2, expires in 1 min (at 64000000 µs)\n",
+            "last token  1000000\n",
+        )
+        .to_owned()
+            + "encoded     "
+            + &stdout(&inspect)
+                ["encoded     ".len() + stdout(&inspect).find("encoded     ").unwrap()..]
+    );
+    let json = stdout(&lock(
+        &[
+            &["inspect", "nightly", "--now", "4000000", "--json"],
+            &b[..],
+        ]
+        .concat(),
+    ));
+    assert!(json.starts_with(r#"{"key":"nightly","stored_key":"tollgate:lock:nightly","algorithm":"lock","stored":true,"now_us":4000000,"limit":1,"held":1,"leases":[{"owner":"a","token":1000000,"expires_at_us":64000000,"holds":2}],"last_token":1000000,"encoded":"01"#), "{json}");
+    let release = |owner: &str, t: u64| {
+        lock(
+            &[
+                &["release", "nightly", "--owner", owner, "--now", &at(t)],
+                &b[..],
+            ]
+            .concat(),
+        )
+    };
+    assert_eq!(
+        stdout(&release("a", 5_000_000)),
+        "released token=1000000 holds=1\n"
+    );
+    assert_eq!(
+        stdout(&release("a", 5_000_000)),
+        "released token=1000000 holds=0\n"
+    );
+    assert_eq!(release("a", 5_000_000).status.code(), Some(1));
+    // Acquire/release cycles, by turns of owners, even within one µs: tokens only grow.
+    let mut last = 1_000_000;
+    for (i, owner) in ["b", "a", "b", "c"].iter().enumerate() {
+        let t = 5_000_000 + (i as u64 / 2);
+        let out = lock(
+            &[
+                &[
+                    "acquire",
+                    "nightly",
+                    "--owner",
+                    owner,
+                    "--ttl",
+                    "1s",
+                    "--now",
+                    &at(t),
+                ],
+                &b[..],
+            ]
+            .concat(),
+        );
+        let token: u64 = stdout(&out)
+            .split_whitespace()
+            .find_map(|f| f.strip_prefix("token="))
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(token > last, "{token} after {last}");
+        last = token;
+        assert_eq!(release(owner, t).status.code(), Some(0));
+    }
+    // Nobody holds it; the record keeps the last token while the clock has not passed it
+    // (tokens ran ahead of the clock within one µs above).
+    let out = lock(&[&["inspect", "nightly", "--now", "9000000"], &b[..]].concat());
+    assert!(
+        stdout(&out).contains("held        0 of 1\nlast token  5000003\n"),
+        "{}",
+        stdout(&out)
+    );
+    // Released once the clock is past it: fresh again, the record is gone.
+    let out = lock(
+        &[
+            &[
+                "acquire", "nightly", "--owner", "a", "--ttl", "1s", "--now", "9000000",
+            ],
+            &b[..],
+        ]
+        .concat(),
+    );
+    assert_eq!(
+        stdout(&out),
+        "acquired token=9000000 expires_at_us=10000000 holds=1\n"
+    );
+    assert_eq!(release("a", 9_000_001).status.code(), Some(0));
+    let out = lock(&[&["inspect", "nightly", "--now", "9000001"], &b[..]].concat());
+    assert!(
+        stdout(&out).ends_with("held       0 of 1\nstate      fresh (nothing stored)\n"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+/// Two processes contend for one lock on the real clock: the second gets exit 1, then 0
+/// once the first released; eight started at once on one database: exactly one gets
+/// the lock, the others exit 1 (none fails on the database being in use).
+#[test]
+fn processes_contend_for_one_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = format!("sled:{}", dir.path().join("db").display());
+    let acquire = |owner: &str| {
+        lock(&[
+            "acquire",
+            "job",
+            "--owner",
+            owner,
+            "--ttl",
+            "1m",
+            "--backend",
+            &backend,
+        ])
+    };
+    let first = acquire("first");
+    assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
+    assert!(stdout(&first).starts_with("acquired token="));
+    let second = acquire("second");
+    assert_eq!(second.status.code(), Some(1), "{}", stderr(&second));
+    let out = lock(&["release", "job", "--owner", "first", "--backend", &backend]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let second = acquire("second");
+    assert_eq!(second.status.code(), Some(0), "{}", stderr(&second));
+    let token = |out: &Output| -> u64 {
+        stdout(out)
+            .split_whitespace()
+            .find_map(|f| f.strip_prefix("token="))
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    assert!(token(&second) > token(&first));
+    let children: Vec<_> = (0..8)
+        .map(|i| {
+            Command::new(env!("CARGO_BIN_EXE_tollgate"))
+                .args([
+                    "lock",
+                    "acquire",
+                    "race",
+                    "--owner",
+                    &format!("p{i}"),
+                    "--ttl",
+                    "1m",
+                    "--backend",
+                    &backend,
+                ])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let codes: Vec<Option<i32>> = children
+        .into_iter()
+        .map(|c| {
+            let out = c.wait_with_output().unwrap();
+            assert!(matches!(out.status.code(), Some(0 | 1)), "{}", stderr(&out));
+            out.status.code()
+        })
+        .collect();
+    assert_eq!(
+        codes.iter().filter(|&&c| c == Some(0)).count(),
+        1,
+        "{codes:?}"
+    );
+}
+
+/// `--wait` is bounded: a lock held for a minute is still refused (exit 1) after the
+/// wait; a waiter gets the lock soon after the holder releases it, and when its holder's
+/// lease expires.
+#[test]
+fn waiting_for_a_lock_is_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = format!("sled:{}", dir.path().join("db").display());
+    let acquire = |owner: &str, ttl: &str, wait: &str| {
+        let mut args = vec![
+            "acquire",
+            "job",
+            "--owner",
+            owner,
+            "--ttl",
+            ttl,
+            "--backend",
+            &backend,
+        ];
+        if !wait.is_empty() {
+            args.extend(["--wait", wait]);
+        }
+        lock(&args)
+    };
+    assert_eq!(acquire("holder", "1m", "").status.code(), Some(0));
+    let start = Instant::now();
+    let out = acquire("waiter", "1m", "400ms");
+    let waited = start.elapsed();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("is held by another owner (after waiting 400 ms)"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        waited >= Duration::from_millis(400) && waited < Duration::from_secs(3),
+        "{waited:?}"
+    );
+    // Released while a waiter waits: the waiter gets it within its polling interval.
+    let waiter = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args([
+            "lock",
+            "acquire",
+            "job",
+            "--owner",
+            "waiter",
+            "--ttl",
+            "1m",
+            "--wait",
+            "20s",
+            "--backend",
+            &backend,
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let out = lock(&["release", "job", "--owner", "holder", "--backend", &backend]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let released = Instant::now();
+    let out = waiter.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        released.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        released.elapsed()
+    );
+    // A holder that never releases: its lease expires, and the waiter gets it then.
+    let out = lock(&["release", "job", "--owner", "waiter", "--backend", &backend]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(acquire("crashed", "700ms", "").status.code(), Some(0));
+    let start = Instant::now();
+    let out = acquire("next", "1m", "10s");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        start.elapsed() >= Duration::from_millis(500),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+/// `lease` for a concurrency policy (`report-workers`: 3 in flight, lease 30s): three
+/// owners in, the fourth refused until one leaves; `inspect` shows the holders; the
+/// commands refuse rate policies, and rate commands refuse it; memory and Redis refuse.
+#[test]
+fn leases_of_a_concurrency_policy_on_sled() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = format!("sled:{}", dir.path().join("db").display());
+    let config = examples();
+    let lease = |command: &str, owner: &str, t: u64| {
+        tollgate(&[
+            "lease",
+            command,
+            "export",
+            "--config",
+            &config,
+            "--policy",
+            "report-workers",
+            "--owner",
+            owner,
+            "--now",
+            &t.to_string(),
+            "--backend",
+            &backend,
+        ])
+    };
+    for (i, owner) in ["w1", "w2", "w3"].iter().enumerate() {
+        let t = 1_000_000 * (i as u64 + 1);
+        let out = lease("acquire", owner, t);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        assert_eq!(
+            stdout(&out),
+            format!(
+                "acquired token={t} expires_at_us={} holds=1\n",
+                t + 30_000_000
+            )
+        );
+    }
+    let out = lease("acquire", "w4", 4_000_000);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        stderr(&out),
+        "tollgate: all 3 leases of key \"export\" of policy \"report-workers\" are held; the earliest expires in 27 s unless renewed\n"
+    );
+    let inspect = |args: &[&str]| {
+        stdout(&tollgate(
+            &[
+                &[
+                    "inspect",
+                    "export",
+                    "--config",
+                    &config,
+                    "--policy",
+                    "report-workers",
+                    "--backend",
+                    &backend,
+                ],
+                args,
+            ]
+            .concat(),
+        ))
+    };
+    let text = inspect(&["--now", "4000000"]);
+    assert!(
+        text.starts_with(concat!(
+            "key         export\n",
+            "stored as   tollgate:report-workers:export\n",
+            "algorithm   concurrency\n",
+            "held        3 of 3\n",
+            "lease       owner \"w1\", token 1000000, holds 1, expires in 27 s (at 31000000 µs)\n",
+            "lease       owner \"w2\", token 2000000, holds 1, expires in 28 s (at 32000000 µs)\n",
+            "lease       owner \"w3\", token 3000000, holds 1, expires in 29 s (at 33000000 µs)\n",
+            "last token  3000000\n",
+        )),
+        "{text}"
+    );
+    // Past w1's expiry it is no longer shown as held.
+    let json = inspect(&["--now", "31000000", "--json"]);
+    assert!(
+        json.contains(r#""held":2,"leases":[{"owner":"w2""#),
+        "{json}"
+    );
+    assert_eq!(lease("release", "w2", 5_000_000).status.code(), Some(0));
+    assert_eq!(lease("release", "w2", 5_000_000).status.code(), Some(1));
+    assert_eq!(
+        stdout(&lease("acquire", "w4", 5_000_000)),
+        "acquired token=5000000 expires_at_us=35000000 holds=1\n"
+    );
+    assert_eq!(
+        stdout(&lease("renew", "w1", 6_000_000)),
+        "renewed token=1000000 expires_at_us=36000000 holds=1\n"
+    );
+    // A crashed holder's slot comes back after its lease: w3's at 33 s.
+    assert_eq!(lease("acquire", "w5", 32_999_999).status.code(), Some(1));
+    assert_eq!(lease("acquire", "w5", 33_000_000).status.code(), Some(0));
+    // Rate commands refuse a concurrency policy, lease commands a rate policy.
+    let out = tollgate(&[
+        "check",
+        "export",
+        "--config",
+        &config,
+        "--policy",
+        "report-workers",
+        "--backend",
+        &backend,
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("is a concurrency limit, not a rate"),
+        "{}",
+        stderr(&out)
+    );
+    let out = tollgate(&[
+        "lease",
+        "acquire",
+        "export",
+        "--config",
+        &config,
+        "--policy",
+        "daily",
+        "--owner",
+        "w",
+        "--backend",
+        &backend,
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("is a rate limit, not a concurrency limit"),
+        "{}",
+        stderr(&out)
+    );
+    let redis = format!("redis://127.0.0.1:{}/", common::free_port());
+    for (backend, wanted) in [
+        ("memory", "the memory backend forgets leases"),
+        (
+            redis.as_str(),
+            "leases on Redis are not in the command line yet",
+        ),
+    ] {
+        let out = lock(&[
+            "acquire",
+            "x",
+            "--owner",
+            "a",
+            "--ttl",
+            "1s",
+            "--backend",
+            backend,
+        ]);
+        assert_eq!(out.status.code(), Some(2));
+        assert!(stderr(&out).contains(wanted), "{}", stderr(&out));
+    }
+}
+
+/// Bad lease input is exit 2 before anything is stored; another state under a lock's key
+/// is exit 4 with the library's message, and it is left as it is.
+#[test]
+fn bad_lease_input_and_foreign_states_change_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let backend = format!("sled:{}", path.display());
+    for (args, wanted) in [
+        (
+            vec!["--owner", "", "--ttl", "1s"],
+            "'--owner <OWNER>': must be 1 to 128 bytes, got 0",
+        ),
+        (
+            vec!["--owner", &"x".repeat(129), "--ttl", "1s"],
+            "must be 1 to 128 bytes, got 129",
+        ),
+        (
+            vec!["--owner", "a", "--ttl", "0s"],
+            "--ttl must be between 1 µs and 366 days, got 0 s",
+        ),
+        (
+            vec!["--owner", "a", "--ttl", "400d"],
+            "--ttl must be between 1 µs and 366 days, got 400 days",
+        ),
+        (
+            vec!["--owner", "a", "--ttl", "1s", "--now", "5", "--wait", "1s"],
+            "--wait retries on the clock, so it cannot be used with --now",
+        ),
+    ] {
+        let out = lock(&[&["acquire", "x", "--backend", &backend][..], &args[..]].concat());
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(stderr(&out).contains(wanted), "{args:?}: {}", stderr(&out));
+    }
+    assert!(!path.exists());
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(
+        &bad,
+        "[policies.p]\nalgorithm = \"concurrency\"\nlimit = 0\nlease = \"1s\"\nperiod = \"1s\"\n",
+    )
+    .unwrap();
+    let out = tollgate(&[
+        "lease",
+        "acquire",
+        "k",
+        "--config",
+        bad.to_str().unwrap(),
+        "--policy",
+        "p",
+        "--owner",
+        "a",
+        "--backend",
+        &backend,
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out)
+            .ends_with("policy \"p\": concurrency takes `limit` and `lease`, not `period`\n"),
+        "{}",
+        stderr(&out)
+    );
+    std::fs::write(
+        &bad,
+        "[policies.p]\nalgorithm = \"concurrency\"\nlimit = 0\nlease = \"1s\"\n",
+    )
+    .unwrap();
+    let out = tollgate(&[
+        "lease",
+        "acquire",
+        "k",
+        "--config",
+        bad.to_str().unwrap(),
+        "--policy",
+        "p",
+        "--owner",
+        "a",
+        "--backend",
+        &backend,
+    ]);
+    assert!(
+        stderr(&out)
+            .ends_with("bad.toml:3:9: policy \"p\": `limit` must be between 1 and 1024, got 0\n"),
+        "{}",
+        stderr(&out)
+    );
+    // A rate state and garbage where locks live: refused by every lease command, kept.
+    assert_eq!(
+        lock(&[
+            "acquire",
+            "y",
+            "--owner",
+            "a",
+            "--ttl",
+            "1s",
+            "--backend",
+            &backend
+        ])
+        .status
+        .code(),
+        Some(0)
+    );
+    sled_put(&path, b"tollgate:lock:x", GARBAGE);
+    for args in [
+        vec!["acquire", "x", "--owner", "a", "--ttl", "1s"],
+        vec!["release", "x", "--owner", "a"],
+        vec!["renew", "x", "--owner", "a", "--ttl", "1s"],
+        vec!["inspect", "x"],
+    ] {
+        let out = lock(&[&args[..], &["--backend", &backend]].concat());
+        assert_eq!(out.status.code(), Some(4), "{args:?}");
+        assert_eq!(
+            stderr(&out),
+            "tollgate: key \"x\" holds a state tollgate cannot read: state is a token bucket's, expected a lease table's\n",
+            "{args:?}"
+        );
+    }
+    assert_eq!(
+        sled_get(&path, b"tollgate:lock:x").as_deref(),
+        Some(GARBAGE)
+    );
 }

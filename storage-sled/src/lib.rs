@@ -11,7 +11,8 @@
 //! core's canonical encoding, under a prefix. The transition is pure, so when another
 //! thread or process changed the record in between, the decision is simply made again
 //! on the new state (compare-and-swap). Composite limits are one algorithm with one
-//! combined record, so they are atomic the same way, with no transaction.
+//! combined record, so they are atomic the same way, with no transaction. Leases
+//! (concurrency limits and locks with fencing tokens) are [`SledLeases`], the same way.
 //!
 //! ```
 //! use tollgate_core::{FixedWindow, SECOND};
@@ -32,7 +33,6 @@
 //! ```
 #![deny(missing_docs)]
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -41,8 +41,12 @@ use std::time::Duration;
 
 use sled::{CompareAndSwapError, IVec, Tree};
 use tollgate_core::{
-    check_now, Algorithm, Clock, Decision, DecodeError, MonotonicClock, ParamError, Reserve, Ticks,
+    check_now, Algorithm, Clock, Decision, DecodeError, KeyDisplay, MonotonicClock, ParamError,
+    Reserve, Ticks,
 };
+
+mod lease;
+pub use lease::SledLeases;
 
 /// What can go wrong deciding over sled.
 #[derive(Debug, thiserror::Error)]
@@ -53,8 +57,9 @@ pub enum Error {
     Storage(#[from] sled::Error),
     /// A record holds bytes no state of this algorithm encodes (written by something
     /// else, or by a limiter with other parameters). The record is left as it is. The
-    /// message shows the key as text where it is UTF-8.
-    #[error("record for key {} is not a valid state: {source}", KeyText(.key))]
+    /// message is worded as the Redis host's, the key shown by [`KeyDisplay`] and the
+    /// reason by the core's decoder, so every host says the same of the same bytes.
+    #[error("key {} holds a state tollgate cannot read: {source}", KeyDisplay(.key))]
     Corrupt {
         /// The key as given (without the prefix).
         key: Vec<u8>,
@@ -65,6 +70,10 @@ pub enum Error {
     /// (see [`check_now`](https://docs.rs/tollgate-core/0.1/tollgate_core/fn.check_now.html)): nothing was decided.
     #[error("{0}")]
     Time(ParamError),
+    /// A lease call that cannot be carried out (bad owner or ttl, a lease not held by
+    /// that owner): nothing was changed.
+    #[error("{0}")]
+    Lease(#[from] tollgate_core::LeaseError),
     /// Another process has the database open: sled allows one process at a time.
     #[error("the sled database at {} is in use by another process (sled allows one process at a time)", .path.display())]
     InUse {
@@ -85,18 +94,6 @@ pub enum Error {
         /// Its parent directory, which does not exist.
         parent: PathBuf,
     },
-}
-
-/// A key in a message: quoted text where it is UTF-8, else escaped bytes (`b"\xff"`).
-struct KeyText<'a>(&'a [u8]);
-
-impl fmt::Display for KeyText<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match std::str::from_utf8(self.0) {
-            Ok(text) => write!(f, "{text:?}"),
-            Err(_) => write!(f, "b\"{}\"", self.0.escape_ascii()),
-        }
-    }
 }
 
 /// Whether [`open`] may create a database that does not exist yet.
@@ -229,26 +226,15 @@ impl<A: Algorithm, C: Clock> SledLimiter<A, C> {
     /// The stored state of `key`, decoded.
     pub fn state(&self, key: &[u8]) -> Result<Option<A::State>, Error> {
         let record = self.tree.get(self.record_key(key))?;
-        record.map(|bytes| self.decode(key, &bytes)).transpose()
+        record
+            .map(|bytes| self.algorithm.decode(&bytes).map_err(|e| corrupt(key, e)))
+            .transpose()
     }
 
     /// Forgets `key`: its next request finds it fresh. Only a record holding a state of
     /// this algorithm is deleted: anything else is [`Error::Corrupt`] and left as it is.
     pub fn reset(&self, key: &[u8]) -> Result<(), Error> {
-        let record_key = self.record_key(key);
-        let mut current = self.tree.get(&record_key)?;
-        while let Some(bytes) = current {
-            self.decode(key, &bytes)?;
-            match self
-                .tree
-                .compare_and_swap(&record_key, Some(&bytes), None::<&[u8]>)?
-            {
-                Ok(()) => return self.flush_if_durable(),
-                // Changed meanwhile: check what is there now.
-                Err(CompareAndSwapError { current: now, .. }) => current = now,
-            }
-        }
-        Ok(())
+        self.update(key, |_| ((), None))
     }
 
     /// Removes the records under this limiter's prefix whose state is fresh at `now`,
@@ -257,14 +243,26 @@ impl<A: Algorithm, C: Clock> SledLimiter<A, C> {
     /// [`MAX_TICKS`](https://docs.rs/tollgate-core/0.1/tollgate_core/constant.MAX_TICKS.html) is [`Error::Time`].
     pub fn collect_expired(&self, now: Ticks) -> Result<usize, Error> {
         let now = check_now(now).map_err(Error::Time)?;
+        self.sweep(|state| self.algorithm.decide(Some(state), now, 0).1.is_none())
+    }
+
+    /// Deletes every state of this algorithm under the limiter's prefix, fresh or not,
+    /// returning how many: the clean-up after a replay or a test. Records holding
+    /// anything else (another algorithm's state, an application's value) stay.
+    pub fn purge(&self) -> Result<usize, Error> {
+        self.sweep(|_| true)
+    }
+
+    /// Deletes the records under the prefix that decode as this algorithm's state and
+    /// that `doomed` picks, each by compare-and-swap, so a record changed meanwhile stays.
+    fn sweep(&self, doomed: impl Fn(A::State) -> bool) -> Result<usize, Error> {
         let mut removed = 0;
         for record in self.tree.scan_prefix(&self.prefix) {
             let (record_key, bytes) = record?;
             let Ok(state) = self.algorithm.decode(&bytes) else {
                 continue;
             };
-            if self.algorithm.decide(Some(state), now, 0).1.is_none()
-                // Only if nobody changed it meanwhile.
+            if doomed(state)
                 && self
                     .tree
                     .compare_and_swap(&record_key, Some(&bytes), None::<&[u8]>)?
@@ -274,7 +272,7 @@ impl<A: Algorithm, C: Clock> SledLimiter<A, C> {
             }
         }
         if removed > 0 {
-            self.flush_if_durable()?;
+            flush_if(&self.tree, self.durability)?;
         }
         Ok(removed)
     }
@@ -293,53 +291,66 @@ impl<A: Algorithm, C: Clock> SledLimiter<A, C> {
         [self.prefix.as_slice(), key].concat()
     }
 
-    fn decode(&self, key: &[u8], bytes: &[u8]) -> Result<A::State, Error> {
-        self.algorithm
-            .decode(bytes)
-            .map_err(|source| Error::Corrupt {
-                key: key.to_vec(),
-                source,
-            })
-    }
-
-    fn flush_if_durable(&self) -> Result<(), Error> {
-        if self.durability == Durability::EveryDecision {
-            self.tree.flush()?;
-        }
-        Ok(())
-    }
-
-    /// Applies `transition` to `key`'s record atomically: read, decide, and swap in the
-    /// new encoding only if the record is still what was read; else decide again.
-    fn update(
+    /// Applies `transition` to `key`'s record atomically (see [`swap`]).
+    fn update<T>(
         &self,
         key: &[u8],
-        transition: impl Fn(Option<A::State>) -> (Decision, Option<A::State>),
-    ) -> Result<Decision, Error> {
-        let record_key = self.record_key(key);
-        let mut current: Option<IVec> = self.tree.get(&record_key)?;
-        loop {
-            let state = current
-                .as_ref()
-                .map(|bytes| self.decode(key, bytes))
-                .transpose()?;
-            let (decision, next) = transition(state);
-            let next = next.map(|s| self.algorithm.encode_to_vec(&s));
-            if next.as_deref() == current.as_deref() {
-                return Ok(decision);
+        transition: impl Fn(Option<A::State>) -> (T, Option<A::State>),
+    ) -> Result<T, Error> {
+        swap(
+            &self.tree,
+            &self.record_key(key),
+            self.durability,
+            |bytes| self.algorithm.decode(bytes).map_err(|e| corrupt(key, e)),
+            |state| self.algorithm.encode_to_vec(state),
+            |state| Ok(transition(state)),
+        )
+    }
+}
+
+fn corrupt(key: &[u8], source: DecodeError) -> Error {
+    Error::Corrupt {
+        key: key.to_vec(),
+        source,
+    }
+}
+
+fn flush_if(tree: &Tree, durability: Durability) -> Result<(), Error> {
+    if durability == Durability::EveryDecision {
+        tree.flush()?;
+    }
+    Ok(())
+}
+
+/// One record's atomic read-modify-write, shared by the limiters and the leases: read,
+/// decode, apply the pure `transition`, and swap in the new encoding (or delete the
+/// record when the state is fresh) only if the record is still what was read; else
+/// decide again on what is there now. A record that does not decode, or a transition
+/// that fails, changes nothing.
+fn swap<S, T>(
+    tree: &Tree,
+    record_key: &[u8],
+    durability: Durability,
+    decode: impl Fn(&[u8]) -> Result<S, Error>,
+    encode: impl Fn(&S) -> Vec<u8>,
+    transition: impl Fn(Option<S>) -> Result<(T, Option<S>), Error>,
+) -> Result<T, Error> {
+    let mut current: Option<IVec> = tree.get(record_key)?;
+    loop {
+        let state = current.as_deref().map(&decode).transpose()?;
+        let (answer, next) = transition(state)?;
+        let next = next.map(|s| encode(&s));
+        if next.as_deref() == current.as_deref() {
+            return Ok(answer);
+        }
+        match tree.compare_and_swap(record_key, current.as_ref(), next)? {
+            Ok(()) => {
+                flush_if(tree, durability)?;
+                return Ok(answer);
             }
-            match self
-                .tree
-                .compare_and_swap(&record_key, current.as_ref(), next)?
-            {
-                Ok(()) => {
-                    self.flush_if_durable()?;
-                    return Ok(decision);
-                }
-                Err(CompareAndSwapError {
-                    current: actual, ..
-                }) => current = actual,
-            }
+            Err(CompareAndSwapError {
+                current: actual, ..
+            }) => current = actual,
         }
     }
 }

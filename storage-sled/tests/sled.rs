@@ -238,13 +238,15 @@ fn reset_deletes_only_states_of_its_algorithm() {
     };
     assert_eq!(
         refused(b"session:42"),
-        "record for key \"session:42\" is not a valid state: state encoding version 117 is not supported (this build reads version 1)"
+        "key \"session:42\" holds a state tollgate cannot read: state encoding version 117 is not supported (this build reads version 1)"
     );
     assert_eq!(
         refused(b"bob"),
-        "record for key \"bob\" is not a valid state: state is a token bucket's, expected a fixed window's"
+        "key \"bob\" holds a state tollgate cannot read: state is a token bucket's, expected a fixed window's"
     );
-    assert!(refused(b"\xff\x00").starts_with("record for key b\"\\xff\\x00\" is not"));
+    assert!(
+        refused(b"\xff\x00").starts_with("key \"\\xff\\x00\" holds a state tollgate cannot read")
+    );
     assert_eq!(
         tree.get(b"w/session:42").unwrap().unwrap().as_ref(),
         b"user=alice"
@@ -342,4 +344,42 @@ fn the_sweeper_collects_in_the_background() {
     }
     drop(sweeper);
     assert!(tree.is_empty());
+}
+
+/// Issue 16 item 1's clean-up on sled: `purge` deletes every state of its algorithm under
+/// its prefix, fresh or not, and nothing else.
+#[test]
+fn purge_deletes_only_states_of_its_algorithm_under_its_prefix() {
+    let (_dir, _db, tree) = temp_tree();
+    let window = FixedWindow::new(5, SECOND).unwrap();
+    let limiter =
+        SledLimiter::new(tree.clone(), window, Durability::EveryDecision).with_prefix("w/");
+    for key in [b"a".as_slice(), b"b", b"c"] {
+        assert!(limiter.check_at(key, 0, 1).unwrap().allowed);
+    }
+    // An application's value and another algorithm's state under the prefix, and a
+    // state of this algorithm outside it.
+    tree.insert(b"w/session:42", b"user=alice".as_slice())
+        .unwrap();
+    let bucket = TokenBucket::new(3, 1, SECOND).unwrap();
+    let other = bucket.encode_to_vec(&bucket.decide(None, 0, 1).1.unwrap());
+    tree.insert(b"w/bob", other.clone()).unwrap();
+    let outside = window.encode_to_vec(&window.decide(None, 0, 1).1.unwrap());
+    tree.insert(b"v/a", outside.clone()).unwrap();
+    assert_eq!(limiter.purge().unwrap(), 3);
+    assert_eq!(limiter.purge().unwrap(), 0);
+    let mut left: Vec<Vec<u8>> = tree.iter().keys().map(|k| k.unwrap().to_vec()).collect();
+    left.sort();
+    assert_eq!(
+        left,
+        [b"v/a".to_vec(), b"w/bob".to_vec(), b"w/session:42".to_vec()]
+    );
+    assert_eq!(
+        tree.get(b"w/bob").unwrap().unwrap().as_ref(),
+        other.as_slice()
+    );
+    assert_eq!(
+        tree.get(b"v/a").unwrap().unwrap().as_ref(),
+        outside.as_slice()
+    );
 }

@@ -1,0 +1,225 @@
+//! Leases over a real sled database, against the core's pure model.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use proptest::prelude::*;
+use tollgate_core::{Algorithm, Concurrency, LeaseError, ParamError, Ticks, TokenBucket, SECOND};
+use tollgate_sled::{Durability, Error, SledLeases};
+
+fn temp_tree() -> (tempfile::TempDir, sled::Db, sled::Tree) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = sled::Config::new().path(dir.path()).open().unwrap();
+    let tree = db.open_tree("leases").unwrap();
+    (dir, db, tree)
+}
+
+/// One call: (advance, owner index, operation 0 acquire / 1 release / 2 renew, ttl).
+type Step = (Ticks, u8, u8, Ticks);
+
+fn steps() -> impl Strategy<Value = Vec<Step>> {
+    prop::collection::vec((0..40u64, 0..4u8, 0..3u8, 1..60u64), 1..120)
+}
+
+proptest! {
+    /// The same calls through sled and through the bare model: the same results, and
+    /// after every step the record is exactly the core's encoding (absent when fresh).
+    #[test]
+    fn leases_on_sled_are_the_core(max in 1..4u64, start in 0..1000u64, steps in steps()) {
+        let (_dir, _db, tree) = temp_tree();
+        let model = Concurrency::new(max).unwrap();
+        let sled = SledLeases::new(tree.clone(), model, Durability::Background).with_prefix("l/");
+        let mut state = None;
+        let mut now = start;
+        for (advance, owner, op, ttl) in steps {
+            now += advance;
+            let owner = [b'o', b'0' + owner];
+            match op {
+                0 => {
+                    let expected = model.acquire(state.clone(), now, &owner, ttl);
+                    let got = sled.acquire_at(b"k", now, &owner, ttl);
+                    let (answer, next) = expected.unwrap();
+                    prop_assert_eq!(got.unwrap(), answer);
+                    state = next;
+                }
+                1 => match model.release(state.clone(), now, &owner) {
+                    Ok((grant, next)) => {
+                        prop_assert_eq!(sled.release_at(b"k", now, &owner).unwrap(), grant);
+                        state = next;
+                    }
+                    Err(e) => prop_assert!(matches!(sled.release_at(b"k", now, &owner), Err(Error::Lease(got)) if got == e)),
+                },
+                _ => match model.renew(state.clone(), now, &owner, ttl) {
+                    Ok((grant, next)) => {
+                        prop_assert_eq!(sled.renew_at(b"k", now, &owner, ttl).unwrap(), grant);
+                        state = next;
+                    }
+                    Err(e) => prop_assert!(matches!(sled.renew_at(b"k", now, &owner, ttl), Err(Error::Lease(got)) if got == e)),
+                },
+            }
+            let stored = tree.get(b"l/k").unwrap().map(|b| b.to_vec());
+            prop_assert_eq!(stored, state.as_ref().map(|s| model.encode_to_vec(s)));
+            prop_assert_eq!(sled.state(b"k").unwrap(), state.clone());
+        }
+    }
+}
+
+/// 8 threads on one key at a frozen `now` (nothing expires): never more than `max` held,
+/// and every acquire and release goes through despite the races.
+#[test]
+fn eight_threads_never_hold_more_than_max() {
+    let (_dir, _db, tree) = temp_tree();
+    let max = 3;
+    let leases = SledLeases::new(tree, Concurrency::new(max).unwrap(), Durability::Background);
+    let in_flight = Arc::new(AtomicU64::new(0));
+    let peak = Arc::new(AtomicU64::new(0));
+    let granted = Arc::new(AtomicU64::new(0));
+    let now = 1_700_000_000 * SECOND;
+    let threads: Vec<_> = (0..8u8)
+        .map(|t| {
+            let (leases, in_flight, peak, granted) = (
+                leases.clone(),
+                in_flight.clone(),
+                peak.clone(),
+                granted.clone(),
+            );
+            std::thread::spawn(move || {
+                let owner = [b't', t];
+                for _ in 0..300 {
+                    let acquired = leases.acquire_at(b"k", now, &owner, 60 * SECOND).unwrap();
+                    if acquired.grant.is_some() {
+                        let held = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                        peak.fetch_max(held, Ordering::SeqCst);
+                        granted.fetch_add(1, Ordering::SeqCst);
+                        std::thread::yield_now();
+                        in_flight.fetch_sub(1, Ordering::SeqCst);
+                        assert_eq!(leases.release_at(b"k", now, &owner).unwrap().holds, 0);
+                    }
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    assert!(peak.load(Ordering::SeqCst) <= max);
+    assert!(granted.load(Ordering::SeqCst) > 0);
+    // Every grant took a new token: the last token counts them (tokens start at `now`).
+    let state = leases.state(b"k").unwrap().unwrap();
+    assert!(state.leases().is_empty());
+    assert_eq!(state.last_token(), now + granted.load(Ordering::SeqCst) - 1);
+}
+
+/// Bad input, a lease not held, and another algorithm's state under the key are typed
+/// errors, and the record is unchanged.
+#[test]
+fn bad_calls_are_typed_errors_that_change_nothing() {
+    let (_dir, _db, tree) = temp_tree();
+    let leases = SledLeases::new(tree.clone(), Concurrency::lock(), Durability::EveryDecision);
+    let grant = leases
+        .acquire_at(b"k", 100, b"a", 50)
+        .unwrap()
+        .grant
+        .unwrap();
+    assert_eq!(grant.token, 100);
+    let before = tree.get(b"k").unwrap().unwrap();
+    let param = |e: Result<_, Error>, name: &str| matches!(e, Err(Error::Lease(LeaseError::Param(ParamError::OutOfRange { name: n, .. }))) if n == name);
+    assert!(param(
+        leases.acquire_at(b"k", 110, b"", 50).map(drop),
+        "owner length"
+    ));
+    assert!(param(
+        leases.acquire_at(b"k", 110, &[b'x'; 129], 50).map(drop),
+        "owner length"
+    ));
+    assert!(param(
+        leases.acquire_at(b"k", 110, b"b", 0).map(drop),
+        "ttl"
+    ));
+    assert!(param(leases.renew_at(b"k", 110, b"a", 0).map(drop), "ttl"));
+    assert!(matches!(
+        leases.release_at(b"k", 110, b"b"),
+        Err(Error::Lease(LeaseError::NotHeld))
+    ));
+    assert!(matches!(
+        leases.renew_at(b"k", 110, b"b", 50),
+        Err(Error::Lease(LeaseError::NotHeld))
+    ));
+    assert!(matches!(
+        leases.acquire_at(b"k", u64::MAX, b"a", 50),
+        Err(Error::Time(_))
+    ));
+    assert_eq!(tree.get(b"k").unwrap().unwrap(), before);
+    // Another algorithm's state, and an application's value, are refused by name.
+    let bucket = TokenBucket::new(3, 1, SECOND).unwrap();
+    let other = bucket.encode_to_vec(&bucket.decide(None, 0, 1).1.unwrap());
+    tree.insert(b"bucket", other.clone()).unwrap();
+    tree.insert(b"app", b"user=alice".as_slice()).unwrap();
+    for (key, why) in [
+        (
+            b"bucket".as_slice(),
+            "state is a token bucket's, expected a lease table's",
+        ),
+        (b"app", "state encoding version 117 is not supported"),
+    ] {
+        for result in [
+            leases.acquire_at(key, 110, b"a", 50).map(drop),
+            leases.release_at(key, 110, b"a").map(drop),
+            leases.renew_at(key, 110, b"a", 50).map(drop),
+            leases.state(key).map(drop),
+        ] {
+            let message = result.unwrap_err().to_string();
+            assert!(message.contains(why), "{message}");
+        }
+    }
+    assert_eq!(
+        tree.get(b"bucket").unwrap().unwrap().as_ref(),
+        other.as_slice()
+    );
+    assert_eq!(tree.get(b"app").unwrap().unwrap().as_ref(), b"user=alice");
+}
+
+/// Releasing the last hold deletes the record once the clock has passed the last token;
+/// a later grant on the deleted key still gets a larger token; an expired lease is
+/// reclaimed by the next call.
+#[test]
+fn fresh_tables_are_deleted_and_tokens_still_grow() {
+    let (_dir, _db, tree) = temp_tree();
+    let lock = SledLeases::new(tree.clone(), Concurrency::lock(), Durability::EveryDecision);
+    let first = lock
+        .acquire_at(b"k", 1000, b"a", 10)
+        .unwrap()
+        .grant
+        .unwrap();
+    assert_eq!(
+        lock.acquire_at(b"k", 1001, b"a", 10)
+            .unwrap()
+            .grant
+            .unwrap()
+            .holds,
+        2
+    );
+    assert_eq!(lock.release_at(b"k", 1002, b"a").unwrap().holds, 1);
+    assert_eq!(lock.release_at(b"k", 1003, b"a").unwrap().holds, 0);
+    assert!(tree.get(b"k").unwrap().is_none());
+    let second = lock
+        .acquire_at(b"k", 1004, b"b", 10)
+        .unwrap()
+        .grant
+        .unwrap();
+    assert!(second.token > first.token);
+    // b crashes: its lease is free again at its expiry, not before.
+    let denied = lock.acquire_at(b"k", 1013, b"c", 10).unwrap();
+    assert!(denied.grant.is_none());
+    assert_eq!(denied.decision.retry_after, Some(1));
+    let third = lock
+        .acquire_at(b"k", 1014, b"c", 10)
+        .unwrap()
+        .grant
+        .unwrap();
+    assert!(third.token > second.token);
+    assert!(matches!(
+        lock.release_at(b"k", 1015, b"b"),
+        Err(Error::Lease(LeaseError::NotHeld))
+    ));
+}
