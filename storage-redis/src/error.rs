@@ -34,6 +34,11 @@ pub enum Error {
         /// The value's Redis type.
         found: String,
     },
+    /// TLS could not be set up: the server's certificate is not signed by a trusted CA
+    /// (see [`client`](crate::client)) or names another host, the server does not speak
+    /// TLS, or the CA given is not a PEM certificate. Retrying does not help.
+    #[error("TLS: {0}")]
+    Tls(String),
     /// A parameter or input outside the range the scripts compute exactly.
     #[error("{what} is {value}, beyond {max}, the most the Redis scripts compute exactly")]
     OutOfRange {
@@ -78,6 +83,9 @@ impl Error {
                 };
             }
         }
+        if let Some(reason) = tls_failure(&error) {
+            return Self::Tls(reason);
+        }
         if error.kind() == redis::ErrorKind::Parse {
             let detail = error
                 .detail()
@@ -95,4 +103,29 @@ impl Error {
             Self::Redis(error)
         }
     }
+}
+
+/// The TLS failure behind `error`, if it is one: rustls reports a refused certificate or
+/// a failed handshake as an I/O error wrapping a `rustls::Error`, which redis keeps in an
+/// `Arc`. Neither `Arc` nor `io::Error` returns what it wraps as its `source`, so each
+/// is opened here.
+fn tls_failure(error: &RedisError) -> Option<String> {
+    type Shared = std::sync::Arc<dyn std::error::Error + Send + Sync>;
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(mut e) = source {
+        source = e.source();
+        if let Some(shared) = e.downcast_ref::<Shared>() {
+            e = &**shared;
+        }
+        if let Some(inner) = e
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+        {
+            e = inner;
+        }
+        if let Some(tls) = e.downcast_ref::<rustls::Error>() {
+            return Some(tls.to_string());
+        }
+    }
+    None
 }

@@ -43,7 +43,7 @@ use redis::{aio, Cmd, ConnectionLike, Pipeline, ServerErrorKind, Value};
 use tollgate_core::memory::KeyedLimiter;
 use tollgate_core::{Decision, Reserve, Ticks};
 
-pub use connection::{connect_async, Reconnecting, ReconnectingAsync, DEFAULT_TIMEOUT};
+pub use connection::{client, connect_async, Reconnecting, ReconnectingAsync, DEFAULT_TIMEOUT};
 pub use error::Error;
 pub use lua::{LuaAlgorithm, MAX_LUA_HORIZON, MAX_LUA_LIMIT, MAX_LUA_LOG_LIMIT, MAX_LUA_TICKS};
 
