@@ -25,6 +25,7 @@ local function parse(bytes)
   local last, count = read(bytes, 9, 2)
   if last > MAX_EXACT then corrupt('token beyond 2^53') end
   if count > max then corrupt('count') end
+  state.last = last
   local at, after, owners = 19, 0, {}
   for k = 1, count do
     if #bytes < at + 31 then corrupt('truncated') end

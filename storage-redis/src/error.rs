@@ -1,5 +1,5 @@
 use redis::RedisError;
-use tollgate_core::KeyDisplay;
+use tollgate_core::{KeyDisplay, LeaseError};
 
 /// What can go wrong deciding through Redis.
 #[derive(Debug, thiserror::Error)]
@@ -52,6 +52,14 @@ pub enum Error {
     /// A composite's members share a hash tag made of the key, so it cannot be empty.
     #[error("a composite limit needs a non-empty key")]
     EmptyKey,
+    /// A lease call that cannot be carried out, nothing changed: the owner holds no
+    /// unexpired lease ([`LeaseError::NotHeld`]: never acquired, released, or expired, so
+    /// its holder must stop acting on it), or the owner or ttl is outside the core's range.
+    #[error(transparent)]
+    Lease(LeaseError),
+    /// A lease call on no key at all.
+    #[error("a lease call needs at least one key")]
+    NoKeys,
     /// The script's reply had an unexpected shape.
     #[error("unexpected reply from the script")]
     Reply,
@@ -75,6 +83,9 @@ impl Error {
                     key: key.to_vec(),
                     reason: reason.to_owned(),
                 };
+            }
+            if detail == "not held" {
+                return Self::Lease(LeaseError::NotHeld);
             }
             if let Some(found) = detail.strip_prefix("foreign ") {
                 return Self::Foreign {

@@ -37,6 +37,7 @@
 
 mod connection;
 mod error;
+mod lease;
 mod lua;
 
 use redis::{aio, Cmd, ConnectionLike, Pipeline, ServerErrorKind, Value};
@@ -45,6 +46,7 @@ use tollgate_core::{Decision, Reserve, Ticks};
 
 pub use connection::{client, connect_async, Reconnecting, ReconnectingAsync, DEFAULT_TIMEOUT};
 pub use error::Error;
+pub use lease::{Held, LeaseAcquired, RedisLeases};
 pub use lua::{LuaAlgorithm, MAX_LUA_HORIZON, MAX_LUA_LIMIT, MAX_LUA_LOG_LIMIT, MAX_LUA_TICKS};
 
 /// What a limiter answers when Redis cannot be reached (see [`RedisLimiter::decide`]).
