@@ -57,6 +57,16 @@ pub enum Error {
     /// its holder must stop acting on it), or the owner or ttl is outside the core's range.
     #[error(transparent)]
     Lease(LeaseError),
+    /// A [`FencedResource`](crate::FencedResource) refused a write: its token is below
+    /// the highest it has seen, so the writer's lease expired and a later holder wrote.
+    /// Nothing was written; the writer must stop.
+    #[error("stale fencing token {token}: the resource has seen {highest}")]
+    Stale {
+        /// The writer's token.
+        token: u64,
+        /// The highest token the resource has seen.
+        highest: u64,
+    },
     /// A lease call on no key at all.
     #[error("a lease call needs at least one key")]
     NoKeys,
