@@ -40,6 +40,7 @@ mod error;
 mod fence;
 mod lease;
 mod lua;
+mod watchdog;
 
 use redis::{aio, Cmd, ConnectionLike, Pipeline, ServerErrorKind, Value};
 use tollgate_core::memory::KeyedLimiter;
@@ -50,6 +51,7 @@ pub use error::Error;
 pub use fence::FencedResource;
 pub use lease::{Held, LeaseAcquired, RedisLeases};
 pub use lua::{LuaAlgorithm, MAX_LUA_HORIZON, MAX_LUA_LIMIT, MAX_LUA_LOG_LIMIT, MAX_LUA_TICKS};
+pub use watchdog::{AsyncLeaseGuard, LeaseGuard};
 
 /// What a limiter answers when Redis cannot be reached (see [`RedisLimiter::decide`]).
 #[derive(Debug)]
