@@ -221,6 +221,79 @@ impl RedisLeases {
         held(self.run(con, &cmd, keys)?)
     }
 
+    /// Acquires many leases, each `(key, owner, ttl)` on its own, in one pipelined round
+    /// trip (one connection, so one node on a cluster). The outer error is the
+    /// connection's; each request has its own result.
+    pub fn acquire_batch<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        requests: &[(&[u8], &[u8], Ticks)],
+    ) -> Result<Vec<Result<LeaseAcquired, Error>>, Error> {
+        let calls = requests.iter().map(|&(key, owner, ttl)| {
+            let cmd = self.command(Op::Acquire, &[key], owner, Some(ttl), None);
+            (cmd, key)
+        });
+        let replies = self.batch(con, calls.collect())?;
+        Ok(replies.into_iter().map(|r| r.and_then(acquired)).collect())
+    }
+
+    /// Releases many leases, each `(key, owner)`, in one pipelined round trip.
+    pub fn release_batch<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        requests: &[(&[u8], &[u8])],
+    ) -> Result<Vec<Result<Held, Error>>, Error> {
+        let calls = requests
+            .iter()
+            .map(|&(key, owner)| (self.command(Op::Release, &[key], owner, None, None), key));
+        let replies = self.batch(con, calls.collect())?;
+        Ok(replies
+            .into_iter()
+            .map(|r| r.and_then(held).map(first))
+            .collect())
+    }
+
+    /// Sends the valid commands of `calls` in one pipeline; a call the server had no
+    /// script for goes again alone, as `EVAL`.
+    fn batch<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        calls: Vec<(Result<Cmd, Error>, &[u8])>,
+    ) -> Result<Vec<Result<Value, Error>>, Error> {
+        let mut pipe = redis::Pipeline::with_capacity(calls.len());
+        for (cmd, _) in &calls {
+            if let Ok(cmd) = cmd {
+                pipe.add_command(cmd.clone());
+            }
+        }
+        let mut replies = if pipe.is_empty() {
+            Vec::new()
+        } else {
+            pipe.ignore_errors()
+                .query::<Vec<Value>>(con)
+                .map_err(|e| Error::from_redis(e, b""))?
+        }
+        .into_iter();
+        let mut results = Vec::with_capacity(calls.len());
+        for (cmd, key) in calls {
+            // Invalid calls were not sent: only valid ones take a reply.
+            let reply = cmd.map(|cmd| (replies.next(), cmd));
+            let result = match reply {
+                Err(e) => Err(e),
+                Ok((None, _)) => Err(Error::Reply),
+                Ok((Some(reply), cmd)) if crate::no_script(&reply) => self.run(con, &cmd, &[key]),
+                // A corrupt key is explained by the core's decoder, as in `run`.
+                Ok((Some(Value::ServerError(e)), cmd)) => match Error::from_redis(e.into(), key) {
+                    Error::Corrupt { .. } => self.run(con, &cmd, &[key]),
+                    e => Err(e),
+                },
+                Ok((Some(reply), _)) => Ok(reply),
+            };
+            results.push(result);
+        }
+        Ok(results)
+    }
+
     /// Asynchronous [`RedisLeases::acquire`].
     pub async fn acquire_async<C: aio::ConnectionLike>(
         &self,

@@ -396,3 +396,46 @@ fn multi_key(con: &mut impl redis::ConnectionLike) {
     assert!(now.decision.allowed);
     assert!(now.grants[1].token > both.grants[1].token);
 }
+
+#[test]
+fn batches_acquire_and_release_each_request_on_its_own() {
+    let server = Server::start();
+    let mut con = server.connection();
+    let lock = RedisLeases::new(Concurrency::lock());
+    let () = redis::cmd("SET")
+        .arg("corrupt")
+        .arg("x")
+        .query(&mut con)
+        .unwrap();
+    // The server has no script yet: every call is sent again as EVAL.
+    let requests: [(&[u8], &[u8], Ticks); 5] = [
+        (b"a", b"o1", SECOND),
+        (b"b", b"", SECOND),
+        (b"a", b"o2", SECOND),
+        (b"corrupt", b"o1", SECOND),
+        (b"c", b"o1", SECOND),
+    ];
+    let results = lock.acquire_batch(&mut con, &requests).unwrap();
+    assert!(results[0].as_ref().unwrap().decision.allowed);
+    assert!(matches!(
+        results[1],
+        Err(Error::Lease(LeaseError::Param(_)))
+    ));
+    assert!(!results[2].as_ref().unwrap().decision.allowed);
+    assert!(
+        matches!(&results[3], Err(Error::Corrupt { reason, .. }) if reason.contains("truncated") || reason.contains("version")),
+        "{:?}",
+        results[3]
+    );
+    assert!(results[4].as_ref().unwrap().decision.allowed);
+    // Loaded now: EVALSHA in one round trip.
+    let released = lock
+        .release_batch(&mut con, &[(b"a", b"o1"), (b"a", b"o1"), (b"c", b"o1")])
+        .unwrap();
+    assert_eq!(released[0].as_ref().unwrap().holds, 0);
+    assert!(matches!(
+        released[1],
+        Err(Error::Lease(LeaseError::NotHeld))
+    ));
+    assert_eq!(released[2].as_ref().unwrap().holds, 0);
+}
