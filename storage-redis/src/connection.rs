@@ -275,6 +275,9 @@ impl redis::aio::ConnectionLike for ReconnectingAsync {
 /// exactly those certificate authorities instead of the system's. Give the client to
 /// [`Reconnecting::new`] or [`connect_async`]; both then speak TLS.
 ///
+/// TLS needs a rustls crypto provider: this installs ring's as the process's default
+/// unless the application installed one.
+///
 /// A CA that is not PEM, or a `ca_pem` with a `redis://` URL (a certificate that would be
 /// silently unused), is [`Error::Tls`](crate::Error::Tls); so is, on the first request,
 /// a server whose certificate that CA did not sign.
