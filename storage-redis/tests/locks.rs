@@ -284,3 +284,48 @@ fn wait_for(
         sleep(Duration::from_micros(retry.max(100)));
     }
 }
+
+/// The lock's server killed and restarted without persistence, mid-run: calls meanwhile
+/// are `Unavailable` (no panic), the lost lock is granted again with a larger token (it
+/// comes from the server's clock), and the resource, on a server of its own, refuses the
+/// old holder's write.
+#[test]
+fn a_restarted_lock_server_grants_larger_tokens_and_stale_writes_stay_refused() {
+    let mut locks = Server::start();
+    let store = Server::start();
+    let (mut con, mut data) = (
+        tollgate_redis::Reconnecting::new(locks.client()),
+        store.connection(),
+    );
+    let lock = RedisLeases::new(Concurrency::lock());
+    let resource = FencedResource::new("resource");
+    let old = lock
+        .acquire(&mut con, b"lock", b"old", 10 * SECOND)
+        .unwrap();
+    let old = old.grant().unwrap().token;
+    resource.write(&mut data, old, b"old").unwrap();
+    locks.kill();
+    let down = lock.acquire(&mut con, b"lock", b"new", 10 * SECOND);
+    assert!(matches!(down, Err(ref e) if e.is_unavailable()), "{down:?}");
+    locks.restart();
+    // The restarted server forgot the lease: the old holder learns it on renewal...
+    assert!(matches!(
+        lock.renew(&mut con, b"lock", b"old", 10 * SECOND),
+        Err(Error::Lease(tollgate_core::LeaseError::NotHeld))
+    ));
+    // ...and a new holder's token is still larger.
+    let new = lock
+        .acquire(&mut con, b"lock", b"new", 10 * SECOND)
+        .unwrap();
+    let new = new.grant().unwrap().token;
+    assert!(new > old, "{new} after {old}");
+    resource.write(&mut data, new, b"new").unwrap();
+    assert!(matches!(
+        resource.write(&mut data, old, b"old again"),
+        Err(Error::Stale { token, highest }) if token == old && highest == new
+    ));
+    assert_eq!(
+        resource.read(&mut data).unwrap().unwrap(),
+        (new, b"new".to_vec())
+    );
+}
