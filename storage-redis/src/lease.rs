@@ -53,7 +53,7 @@ impl LeaseAcquired {
 ///
 /// Several keys given at once are decided together, all or nothing (a multi-key lock);
 /// on Redis Cluster they must share a hash tag (`{orders}:1`, `{orders}:2`), so one node
-/// holds them all.
+/// holds them all (and the prefix must hold no `{`, or its braces would be the tag).
 #[derive(Debug, Clone)]
 pub struct RedisLeases {
     concurrency: Concurrency,
