@@ -362,6 +362,7 @@ struct SledLeaseStore {
     _db: sled::Db,
 }
 
+/// sled has no clock of its own: without `--now`, this machine's.
 impl LeaseStore for SledLeaseStore {
     fn acquire(
         &self,
@@ -370,12 +371,11 @@ impl LeaseStore for SledLeaseStore {
         owner: &str,
         ttl: Ticks,
     ) -> Result<Acquired, Failure> {
-        let (key, owner) = (key.as_bytes(), owner.as_bytes());
-        let acquired = match now {
-            Some(now) => self.leases.acquire_at(key, now, owner, ttl),
-            None => self.leases.acquire(key, owner, ttl),
-        }
-        .map_err(sled_failure)?;
+        let now = now.unwrap_or_else(|| MonotonicClock.now());
+        let acquired = self
+            .leases
+            .acquire_at(key.as_bytes(), now, owner.as_bytes(), ttl)
+            .map_err(sled_failure)?;
         Ok(acquired
             .grant
             .map(held)
@@ -383,13 +383,11 @@ impl LeaseStore for SledLeaseStore {
     }
 
     fn release(&self, key: &str, now: Option<Ticks>, owner: &str) -> Result<Held, Failure> {
-        let (key, owner) = (key.as_bytes(), owner.as_bytes());
-        match now {
-            Some(now) => self.leases.release_at(key, now, owner),
-            None => self.leases.release(key, owner),
-        }
-        .map(held)
-        .map_err(sled_failure)
+        let now = now.unwrap_or_else(|| MonotonicClock.now());
+        self.leases
+            .release_at(key.as_bytes(), now, owner.as_bytes())
+            .map(held)
+            .map_err(sled_failure)
     }
 
     fn renew(
@@ -399,13 +397,11 @@ impl LeaseStore for SledLeaseStore {
         owner: &str,
         ttl: Ticks,
     ) -> Result<Held, Failure> {
-        let (key, owner) = (key.as_bytes(), owner.as_bytes());
-        match now {
-            Some(now) => self.leases.renew_at(key, now, owner, ttl),
-            None => self.leases.renew(key, owner, ttl),
-        }
-        .map(held)
-        .map_err(sled_failure)
+        let now = now.unwrap_or_else(|| MonotonicClock.now());
+        self.leases
+            .renew_at(key.as_bytes(), now, owner.as_bytes(), ttl)
+            .map(held)
+            .map_err(sled_failure)
     }
 
     fn state(&self, key: &str) -> Result<Option<LeaseState>, Failure> {

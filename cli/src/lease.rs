@@ -110,7 +110,8 @@ pub struct Holder {
     owner: String,
     #[command(flatten)]
     backend: BackendArgs,
-    /// Act at this time (µs since the Unix epoch, at most 2^62) instead of now.
+    /// Act at this time (µs since the Unix epoch, at most 2^62; 2^52 on Redis) instead of
+    /// now, the backend's clock (on Redis the server's).
     #[arg(long, value_parser = instant, allow_negative_numbers = true)]
     now: Option<Ticks>,
 }
@@ -449,14 +450,6 @@ impl View {
             }
             _ => rows.push(("state", "fresh (nothing stored)".into())),
         }
-        let width = rows
-            .iter()
-            .map(|(n, _)| n.chars().count())
-            .max()
-            .unwrap_or(0);
-        for (name, value) in rows {
-            writeln!(out, "{name:<width$}  {value}")?;
-        }
-        Ok(())
+        crate::write_rows(out, &rows)
     }
 }

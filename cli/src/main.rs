@@ -85,10 +85,10 @@ enum Command {
         #[command(flatten)]
         backend: BackendArgs,
     },
-    /// Locks: one holder at a time, reentrant, with fencing tokens (on sled).
+    /// Locks: one holder at a time, reentrant, with fencing tokens (on sled or Redis).
     #[command(subcommand)]
     Lock(lease::LockCommand),
-    /// Leases of a concurrency policy: at most `limit` held at once (on sled).
+    /// Leases of a concurrency policy: at most `limit` held at once (on sled or Redis).
     #[command(subcommand)]
     Lease(lease::LeaseCommand),
     /// Print KEY's stored state in the policy's units (--json for JSON); for a
@@ -477,6 +477,20 @@ impl<'a> Record<'a> {
     }
 }
 
+/// Writes `rows` as `name  value` lines, the values aligned after the longest name:
+/// what `simulate` and `inspect` print.
+fn write_rows<N: AsRef<str>>(out: &mut impl Write, rows: &[(N, String)]) -> std::io::Result<()> {
+    let width = rows
+        .iter()
+        .map(|(name, _)| name.as_ref().chars().count())
+        .max()
+        .unwrap_or(0);
+    for (name, value) in rows {
+        writeln!(out, "{:<width$}  {value}", name.as_ref())?;
+    }
+    Ok(())
+}
+
 /// Writes `value` as one JSON line.
 fn json_line(out: &mut impl Write, value: &impl Serialize) -> Result<(), Failure> {
     serde_json::to_writer(&mut *out, value).map_err(|e| output(e.into()))?;
@@ -686,15 +700,7 @@ mod inspect {
                 rows.push(("state", "fresh (nothing stored)".into()));
                 rows.push(("remaining", self.remaining.to_string()));
             }
-            let width = rows
-                .iter()
-                .map(|(n, _)| n.chars().count())
-                .max()
-                .unwrap_or(0);
-            for (name, value) in rows {
-                writeln!(out, "{name:<width$}  {value}")?;
-            }
-            Ok(())
+            crate::write_rows(out, &rows)
         }
     }
 }
@@ -914,14 +920,7 @@ impl Job for Simulate<'_> {
                 .map_err(|e| Failure::Output(format!("cannot write {path}: {e}")))?;
             rows.push(("chart".to_owned(), path.to_owned()));
         }
-        let width = rows
-            .iter()
-            .map(|(name, _)| name.chars().count())
-            .max()
-            .unwrap_or(0);
-        for (name, value) in rows {
-            writeln!(out, "{name:<width$}  {value}").map_err(output)?;
-        }
+        write_rows(&mut out, &rows).map_err(output)?;
         out.flush().map_err(output)?;
         Ok(ExitCode::SUCCESS)
     }

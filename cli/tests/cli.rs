@@ -258,12 +258,7 @@ fn a_policy_refuses_apps_it_does_not_serve() {
 
 #[test]
 fn check_peek_reset_inspect_on_sled_and_redis() {
-    let dir = tempfile::tempdir().unwrap();
-    let redis = common::Server::start();
-    let sled = format!("sled:{}", dir.path().join("db").display());
-    for backend in [sled, redis.url()] {
-        check_peek_reset_inspect(&backend);
-    }
+    on_sled_and_redis(|backend, _| check_peek_reset_inspect(backend));
 }
 
 fn check_peek_reset_inspect(backend: &str) {
@@ -1681,14 +1676,7 @@ fn token(out: &Output) -> u64 {
 /// acquire/release cycle; `inspect` shows the holder.
 #[test]
 fn a_lock_is_exclusive_reentrant_and_its_token_grows_on_sled_and_redis() {
-    let dir = tempfile::tempdir().unwrap();
-    let redis = common::Server::start();
-    for backend in [
-        format!("sled:{}", dir.path().join("db").display()),
-        redis.url(),
-    ] {
-        a_lock_is_exclusive_reentrant_and_its_token_grows(&backend);
-    }
+    on_sled_and_redis(|backend, _| a_lock_is_exclusive_reentrant_and_its_token_grows(backend));
 }
 
 fn a_lock_is_exclusive_reentrant_and_its_token_grows(backend: &str) {
@@ -1801,14 +1789,7 @@ fn a_lock_is_exclusive_reentrant_and_its_token_grows(backend: &str) {
 
 #[test]
 fn processes_contend_for_one_lock_on_sled_and_redis() {
-    let dir = tempfile::tempdir().unwrap();
-    let redis = common::Server::start();
-    for backend in [
-        format!("sled:{}", dir.path().join("db").display()),
-        redis.url(),
-    ] {
-        processes_contend_for_one_lock(&backend);
-    }
+    on_sled_and_redis(|backend, _| processes_contend_for_one_lock(backend));
 }
 
 /// Two processes contend for one lock on the real clock (Redis: the server's): the second
@@ -1875,14 +1856,7 @@ fn processes_contend_for_one_lock(backend: &str) {
 
 #[test]
 fn waiting_for_a_lock_is_bounded_on_sled_and_redis() {
-    let dir = tempfile::tempdir().unwrap();
-    let redis = common::Server::start();
-    for backend in [
-        format!("sled:{}", dir.path().join("db").display()),
-        redis.url(),
-    ] {
-        waiting_for_a_lock_is_bounded(&backend);
-    }
+    on_sled_and_redis(|backend, _| waiting_for_a_lock_is_bounded(backend));
 }
 
 /// `--wait` is bounded: a lock held for a minute is still refused (exit 1) after the
@@ -1965,14 +1939,7 @@ fn waiting_for_a_lock_is_bounded(backend: &str) {
 
 #[test]
 fn leases_of_a_concurrency_policy_on_sled_and_redis() {
-    let dir = tempfile::tempdir().unwrap();
-    let redis = common::Server::start();
-    for backend in [
-        format!("sled:{}", dir.path().join("db").display()),
-        redis.url(),
-    ] {
-        leases_of_a_concurrency_policy(&backend);
-    }
+    on_sled_and_redis(|backend, _| leases_of_a_concurrency_policy(backend));
 }
 
 /// `lease` for a concurrency policy (`report-workers`: 3 in flight, lease 30s): three
@@ -2098,6 +2065,16 @@ fn leases_of_a_concurrency_policy(backend: &str) {
     }
 }
 
+/// Runs `test` on a new sled database, then on a new Redis server: one test body, so
+/// both backends must give the same output and exit codes.
+fn on_sled_and_redis(test: impl Fn(&str, &Raw)) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    test(&format!("sled:{}", path.display()), &Raw::Sled(&path));
+    let redis = common::Server::start();
+    test(&redis.url(), &Raw::Redis(&redis));
+}
+
 /// Where a test puts bytes another program wrote, and reads them back.
 enum Raw<'a> {
     Sled(&'a Path),
@@ -2142,14 +2119,7 @@ impl Raw<'_> {
 
 #[test]
 fn bad_lease_input_and_foreign_states_change_nothing_on_sled_and_redis() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("db");
-    let redis = common::Server::start();
-    bad_lease_input_and_foreign_states_change_nothing(
-        &format!("sled:{}", path.display()),
-        &Raw::Sled(&path),
-    );
-    bad_lease_input_and_foreign_states_change_nothing(&redis.url(), &Raw::Redis(&redis));
+    on_sled_and_redis(bad_lease_input_and_foreign_states_change_nothing);
 }
 
 /// Bad lease input is exit 2 before anything is stored; another state under a lock's key
