@@ -20,8 +20,9 @@ use crate::Failure;
 pub enum Backend {
     Memory,
     Sled(String),
-    /// A client for the URL, trusting the `--redis-ca` certificates if given.
-    Redis(redis::Client),
+    /// A client for the URL, trusting the `--redis-ca` certificates if given (boxed: it
+    /// holds the TLS configuration).
+    Redis(Box<redis::Client>),
 }
 
 /// `--durability`: when sled writes a decision to disk.
@@ -59,7 +60,7 @@ impl Backend {
         } else if redis {
             let (file, pem) = ca.unzip();
             tollgate_redis::client(text, pem)
-                .map(Self::Redis)
+                .map(|client| Self::Redis(Box::new(client)))
                 .map_err(|e| match (e, file) {
                     (e @ tollgate_redis::Error::Tls(_), Some(file)) => {
                         format!("--redis-ca {file}: {e}")
@@ -196,7 +197,7 @@ impl Open {
                     .with_prefix(how.namespace.as_bytes());
                 Box::new(RedisStore {
                     limiter,
-                    con: RefCell::new(Reconnecting::new(client.clone())),
+                    con: RefCell::new(Reconnecting::new((**client).clone())),
                 })
             }
         })
@@ -219,7 +220,7 @@ impl Open {
             }
             Backend::Redis(client) => Ok(Box::new(RedisLeaseStore {
                 leases: RedisLeases::new(model).with_prefix(how.namespace.as_bytes()),
-                con: RefCell::new(Reconnecting::new(client.clone())),
+                con: RefCell::new(Reconnecting::new((**client).clone())),
             })),
         }
     }
