@@ -152,6 +152,7 @@ pub trait LeaseStore {
 /// How a command opens its store.
 #[derive(Debug, Clone)]
 pub struct Open {
+    /// Where the states live, with `--redis-ca` applied.
     pub backend: Backend,
     /// Every stored key is `namespace + key`.
     pub namespace: String,
