@@ -336,14 +336,16 @@ impl BackendArgs {
     /// How to open the store for policy `name`: its keys are `PREFIX name:KEY`. A CA
     /// file that cannot be read or is no PEM certificate is bad input.
     fn open(&self, name: &str, creates: bool) -> Result<Open, Failure> {
-        let ca =
-            match &self.redis_ca {
-                Some(file) => Some(std::fs::read(file).map_err(|e| {
+        let ca = match &self.redis_ca {
+            Some(file) => Some((
+                file.as_str(),
+                std::fs::read(file).map_err(|e| {
                     Failure::Input(format!("--redis-ca {file}: cannot read it: {e}"))
-                })?),
-                None => None,
-            };
-        let ca = self.redis_ca.as_deref().zip(ca.as_deref());
+                })?,
+            )),
+            None => None,
+        };
+        let ca = ca.as_ref().map(|(file, pem)| (*file, pem.as_slice()));
         Ok(Open {
             backend: Backend::new(&self.backend, ca)?,
             namespace: format!("{}{name}:", self.prefix),
