@@ -35,8 +35,12 @@ impl From<DecodeError> for Failure {
 }
 
 impl From<LeaseError> for Failure {
+    /// A parameter the core refuses is the caller's argument error, as for limits.
     fn from(e: LeaseError) -> Self {
-        Self::Lease(e)
+        match e {
+            LeaseError::Param(e) => Self::Arg(ArgError::Param(e)),
+            e => Self::Lease(e),
+        }
     }
 }
 
