@@ -206,13 +206,22 @@ fn trace(period: Ticks, limit: u64) -> impl Strategy<Value = Trace> {
     (start, prop::collection::vec(step, 1..40)).prop_map(|(start, steps)| Trace { start, steps })
 }
 
+/// The core's reservation: algorithm, state, now, cost, max wait.
+type ReserveFn<A> = fn(
+    &A,
+    Option<<A as tollgate_core::Algorithm>::State>,
+    Ticks,
+    u64,
+    Ticks,
+) -> (Decision, Option<<A as tollgate_core::Algorithm>::State>);
+
 /// Runs `trace` through the core and, step by step, the module or the script.
 /// `reserve`: the core's transition with a wait (buckets), else waits are dropped.
 fn differential<A: Words>(
     server: &Server,
     alg: A,
     trace: Trace,
-    reserve: Option<fn(&A, Option<A::State>, Ticks, u64, Ticks) -> (Decision, Option<A::State>)>,
+    reserve: Option<ReserveFn<A>>,
 ) -> Result<(), TestCaseError> {
     let mut con = server.connection();
     let limiter = RedisLimiter::new(alg.clone()).ok();
