@@ -54,10 +54,20 @@ impl<'a> Args<'a> {
         Ok(arg)
     }
 
-    /// The next argument as a lower-case word.
-    pub fn word(&mut self, what: &str) -> Result<String, ArgError> {
+    /// Which of `words` (any case) the next argument is; read without allocating, as
+    /// every decision parses its algorithm.
+    pub fn one_of(&mut self, what: &str, words: &[&str]) -> Result<usize, ArgError> {
         let arg = self.bytes(what)?;
-        Ok(String::from_utf8_lossy(arg).to_ascii_lowercase())
+        words
+            .iter()
+            .position(|w| w.as_bytes().eq_ignore_ascii_case(arg))
+            .ok_or_else(|| {
+                ArgError::Syntax(format!(
+                    "unexpected '{}' (expected {what}: {})",
+                    String::from_utf8_lossy(arg),
+                    words.join(", ")
+                ))
+            })
     }
 
     /// The next argument as a decimal `u64`.
@@ -90,16 +100,7 @@ impl<'a> Args<'a> {
     ) -> Result<[Option<u64>; N], ArgError> {
         let mut values = [None; N];
         while !self.is_empty() {
-            let word = self.word("an option")?;
-            let i = names
-                .iter()
-                .position(|n| n.eq_ignore_ascii_case(&word))
-                .ok_or_else(|| {
-                    ArgError::Syntax(format!(
-                        "unexpected '{word}' (options here: {})",
-                        names.join(", ")
-                    ))
-                })?;
+            let i = self.one_of("an option", &names)?;
             if values[i].is_some() {
                 return Err(ArgError::Syntax(format!("{} given twice", names[i])));
             }

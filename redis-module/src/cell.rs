@@ -9,9 +9,7 @@ use crate::engine::Write;
 
 /// A parsed `CL.THROTTLE`.
 #[derive(Debug)]
-pub struct Throttle<'a> {
-    /// The Redis key.
-    pub key: &'a [u8],
+pub struct Throttle {
     /// The funnel: capacity `max_burst + 1`, leaking `count` per `period` seconds.
     pub bucket: LeakyBucket,
     /// The request's cost.
@@ -22,12 +20,13 @@ pub struct Throttle<'a> {
 const USAGE: &str =
     "Cell error: Usage: cl.throttle <key> <max_burst> <count per period> <period> [<quantity>]";
 
-impl<'a> Throttle<'a> {
+impl Throttle {
     /// Parses the arguments after the command's name; errors worded as redis-cell's
     /// (`Cell error: ...`), parameters beyond the core's range in the core's words.
-    pub fn parse(args: &'a [&'a [u8]]) -> Result<Self, String> {
-        let (key, numbers) = match args {
-            [key, rest @ ..] if (3..=4).contains(&rest.len()) => (*key, rest),
+    /// (The key, the first argument, is opened by the command.)
+    pub fn parse(args: &[&[u8]]) -> Result<Self, String> {
+        let numbers = match args {
+            [_key, rest @ ..] if (3..=4).contains(&rest.len()) => rest,
             _ => return Err(USAGE.to_owned()),
         };
         let mut values = [0i64, 0, 0, 1];
@@ -60,7 +59,6 @@ impl<'a> Throttle<'a> {
         )
         .map_err(|e| format!("Cell error: {e}"))?;
         Ok(Self {
-            key,
             bucket,
             quantity: unsigned("quantity", quantity)?,
         })

@@ -247,8 +247,6 @@ pub fn signed(v: u64) -> i64 {
 /// The arguments of the lease commands: `key max owner [ttl] [NOW t]`.
 #[derive(Debug)]
 pub struct LeaseRequest<'a> {
-    /// The Redis key.
-    pub key: &'a [u8],
     /// The limit.
     pub leases: Concurrency,
     /// Who asks.
@@ -280,10 +278,11 @@ pub enum LeaseReply {
 }
 
 impl<'a> LeaseRequest<'a> {
-    /// Parses `key max owner ttl [NOW t]` (no `ttl` for a release).
+    /// Parses `key max owner ttl [NOW t]` (no `ttl` for a release); the command opens
+    /// the key.
     pub fn parse(args: &'a [&'a [u8]], op: LeaseOp) -> Result<Self, ArgError> {
         let mut args = Args::new(args);
-        let key = args.bytes("a key")?;
+        args.bytes("a key")?;
         let leases = Concurrency::new(args.u64("max")?)?;
         let owner = args.bytes("an owner")?;
         let ttl = match op {
@@ -292,7 +291,6 @@ impl<'a> LeaseRequest<'a> {
         };
         let [now] = args.options(["NOW"])?;
         Ok(Self {
-            key,
             leases,
             owner,
             ttl,

@@ -70,16 +70,15 @@ fn integers(fields: impl IntoIterator<Item = i64>) -> RedisValue {
     RedisValue::Array(fields.into_iter().map(RedisValue::Integer).collect())
 }
 
-/// A key opened for a decision: its name and handle.
-struct Key {
-    name: RedisString,
+/// A key opened for a decision: its name (the command's argument) and handle.
+struct Key<'a> {
+    name: &'a RedisString,
     handle: RedisKeyWritable,
 }
 
-impl Key {
-    fn open(ctx: &Context, name: &[u8]) -> Self {
-        let name = ctx.create_string(name);
-        let handle = ctx.open_key_writable(&name);
+impl<'a> Key<'a> {
+    fn open(ctx: &Context, name: &'a RedisString) -> Self {
+        let handle = ctx.open_key_writable(name);
         Self { name, handle }
     }
 
@@ -179,6 +178,15 @@ fn key_positions(ctx: &Context, args: &[RedisString]) -> bool {
     true
 }
 
+/// The keys of a `numkeys key...` command, opened by their arguments (from the third).
+fn open_keys<'a>(ctx: &Context, args: &'a [RedisString], n: usize) -> Vec<Key<'a>> {
+    args.iter()
+        .skip(2)
+        .take(n)
+        .map(|k| Key::open(ctx, k))
+        .collect()
+}
+
 fn check(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     decide(ctx, args, true)
 }
@@ -200,7 +208,7 @@ fn decide(ctx: &Context, args: Vec<RedisString>, write: bool) -> RedisResult {
         let (decision, _) = request.decide(&values, now).map_err(error)?;
         return Ok(integers(engine::reply(&decision, now)));
     }
-    let keys: Vec<Key> = request.keys.iter().map(|k| Key::open(ctx, k)).collect();
+    let keys = open_keys(ctx, &args, request.keys.len());
     let values = keys
         .iter()
         .map(Key::value)
@@ -224,7 +232,7 @@ fn reset(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if request.now.is_some() || request.cost != 1 {
         return Err(error("ERR TOLLGATE.RESET takes no COST or NOW"));
     }
-    let keys: Vec<Key> = request.keys.iter().map(|k| Key::open(ctx, k)).collect();
+    let keys = open_keys(ctx, &args, request.keys.len());
     let values = keys
         .iter()
         .map(Key::value)
@@ -241,11 +249,17 @@ fn reset(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     Ok(RedisValue::Integer(deleted))
 }
 
+/// The first argument after the command's name: the key of the one-key commands (their
+/// parsers have already required it).
+fn first_key(args: &[RedisString]) -> Result<&RedisString, RedisError> {
+    args.get(1).ok_or(RedisError::WrongArity)
+}
+
 fn lease(ctx: &Context, args: Vec<RedisString>, op: LeaseOp) -> RedisResult {
     let bytes = byte_args(&args);
     let request = LeaseRequest::parse(&bytes, op).map_err(|e| error(Failure::Arg(e)))?;
     let now = request.now.unwrap_or_else(server_now);
-    let key = Key::open(ctx, request.key);
+    let key = Key::open(ctx, first_key(&args)?);
     let value = key.value().map_err(error)?;
     let (reply, write) = request.run(op, value.as_deref(), now).map_err(error)?;
     key.store(ctx, value.is_some(), write, now, request.now.is_some())?;
@@ -269,7 +283,7 @@ fn throttle(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let bytes = byte_args(&args);
     let throttle = cell::Throttle::parse(&bytes).map_err(RedisError::String)?;
     let now = server_now();
-    let key = Key::open(ctx, throttle.key);
+    let key = Key::open(ctx, first_key(&args)?);
     let value = key.value().map_err(error)?;
     let (decision, write) = throttle
         .decide(value.as_deref(), now)

@@ -12,6 +12,17 @@ use tollgate_core::{
 
 use crate::args::{ArgError, Args};
 
+/// The algorithms' names, as the scripts name them.
+const ALGORITHMS: [&str; 7] = [
+    "fixed_window",
+    "sliding_log",
+    "sliding_counter",
+    "token_bucket",
+    "leaky_bucket",
+    "pacing",
+    "ban",
+];
+
 /// How deep bans may wrap bans.
 pub const MAX_BANS: usize = 4;
 
@@ -173,8 +184,8 @@ impl Spec {
     /// A ban wraps at most [`MAX_BANS`] levels deep, so no argument list can make the
     /// server recurse without bound.
     fn parse_nested(args: &mut Args<'_>, bans: usize) -> Result<Self, ArgError> {
-        let name = args.word("an algorithm")?;
-        Ok(match name.as_str() {
+        let name = args.one_of("an algorithm", &ALGORITHMS)?;
+        Ok(match ALGORITHMS[name] {
             "fixed_window" => {
                 let (limit, period) = (args.u64("limit")?, args.u64("period")?);
                 let window = FixedWindow::new(limit, period)?;
@@ -203,7 +214,8 @@ impl Spec {
                 let (c, r, p) = bucket(args)?;
                 Spec::Pacing(Pacing::new(c, r, p)?)
             }
-            "ban" => {
+            // "ban", the last of ALGORITHMS.
+            _ => {
                 let threshold = args.u64("threshold")?;
                 let window = args.u64("window")?;
                 let duration = args.u64("duration")?;
@@ -215,7 +227,6 @@ impl Spec {
                 let inner = Spec::parse_nested(args, bans + 1)?;
                 Spec::Ban(Box::new(Ban::new(inner, threshold, window, duration)?))
             }
-            _ => return Err(ArgError::Syntax(format!("unknown algorithm '{name}'"))),
         })
     }
 }
