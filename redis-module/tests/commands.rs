@@ -69,6 +69,15 @@ fn server_time_states_expire_when_fresh_and_fresh_ones_are_deleted() {
     assert_eq!(reply[..4], [1, 5, 4, 0]);
     assert_ttl(&mut con, "fw", reply[4]);
 
+    // A composite's keys each live until their own member is fresh, as in the scripts.
+    let line =
+        "TOLLGATE.CHECK 2 {c}:0 {c}:1 fixed_window 5 60000000 token_bucket 10 1 1000000 COST 3";
+    let reply = run(&mut con, line).unwrap();
+    assert_eq!(reply[..3], [1, 5, 2], "the window binds: 2 of 5 left");
+    assert_ttl(&mut con, "{c}:1", 3_000_000);
+    assert_ttl(&mut con, "{c}:0", reply[4]);
+    assert!(pttl(&mut con, "{c}:0") > 3100 || reply[4] <= 3_100_000);
+
     // A decision leaving the state fresh deletes the key (and writes none).
     run(
         &mut con,
