@@ -392,6 +392,47 @@ fn effects_replicate_and_replicas_never_decide() {
     assert!(run(&mut r, "TOLLGATE.PEEK 1 timed token_bucket 10 1 1000000").is_ok());
 }
 
+/// The AOF holds the effects (`SET ... PXAT`, `SET`, `DEL`), never a module command that
+/// a replay would decide again at another time.
+#[test]
+fn the_aof_holds_effects_not_commands() {
+    let server = Server::start_with(&["--appendonly", "yes"]);
+    let mut con = server.connection();
+    run(
+        &mut con,
+        "TOLLGATE.CHECK 1 timed token_bucket 10 1 1000000 COST 4",
+    )
+    .unwrap();
+    run(
+        &mut con,
+        "TOLLGATE.CHECK 1 explicit fixed_window 2 1000 NOW 5",
+    )
+    .unwrap();
+    run(&mut con, "TOLLGATE.LEASE.ACQUIRE lease 2 me 5000000").unwrap();
+    run(&mut con, "CL.THROTTLE cell 15 30 60").unwrap();
+    let _: i64 = redis::cmd("TOLLGATE.RESET")
+        .arg(1)
+        .arg("explicit")
+        .arg(&["fixed_window", "2", "1000"][..])
+        .query(&mut con)
+        .unwrap();
+    let mut aof = Vec::new();
+    for entry in std::fs::read_dir(server.dir().join("appendonlydir")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.to_string_lossy().ends_with(".incr.aof") {
+            aof.extend(std::fs::read(path).unwrap());
+        }
+    }
+    let aof = String::from_utf8_lossy(&aof).to_ascii_uppercase();
+    assert!(
+        !aof.contains("TOLLGATE.") && !aof.contains("CL.THROTTLE"),
+        "{aof}"
+    );
+    assert_eq!(aof.matches("PXAT").count(), 3, "{aof}");
+    assert_eq!(aof.matches("\r\nSET\r\n").count(), 4, "{aof}");
+    assert_eq!(aof.matches("\r\nDEL\r\n").count(), 1, "{aof}");
+}
+
 #[test]
 fn keys_are_declared_and_writes_refused_out_of_memory() {
     let server = Server::start();

@@ -93,6 +93,11 @@ impl Server {
         panic!("redis-server with the module did not start on port {port}");
     }
 
+    /// The server's working directory (its AOF lives here).
+    pub fn dir(&self) -> &std::path::Path {
+        &self.dir
+    }
+
     pub fn client(&self) -> redis::Client {
         redis::Client::open(format!("redis://127.0.0.1:{}/", self.port)).expect("client")
     }
