@@ -457,3 +457,81 @@ fn keys_are_declared_and_writes_refused_out_of_memory() {
     assert!(error(&mut con, "CL.THROTTLE k 15 30 60").starts_with("OOM"));
     assert!(run(&mut con, "TOLLGATE.PEEK 1 k fixed_window 1 1000").is_ok());
 }
+
+/// On a 3-node cluster, a cluster client routes a composite by its keys' hash tag, and
+/// keys in different slots are refused by Redis (`CROSSSLOT`), as for any command.
+#[test]
+fn cluster_routes_by_the_declared_keys() {
+    let nodes: Vec<Server> = (0..3)
+        .map(|_| {
+            Server::start_with(&["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"])
+        })
+        .collect();
+    let addresses: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("127.0.0.1:{}", n.port))
+        .collect();
+    let status = std::process::Command::new("redis-cli")
+        .args(["--cluster", "create"])
+        .args(&addresses)
+        .args(["--cluster-replicas", "0", "--cluster-yes"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("redis-cli on PATH");
+    assert!(status.success(), "redis-cli --cluster create failed");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    for node in &nodes {
+        loop {
+            let info: String = redis::cmd("CLUSTER")
+                .arg("INFO")
+                .query(&mut node.connection())
+                .unwrap_or_default();
+            if info.contains("cluster_state:ok") {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "cluster did not come up"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+    let urls: Vec<String> = addresses.iter().map(|a| format!("redis://{a}/")).collect();
+    let mut con = redis::cluster::ClusterClient::new(urls)
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let words = [
+        "fixed_window",
+        "1",
+        "1000000000",
+        "fixed_window",
+        "5",
+        "1000000000",
+    ];
+    for user in 0..20 {
+        let (a, b) = (format!("{{user{user}}}:0"), format!("{{user{user}}}:1"));
+        let check = |con: &mut redis::cluster::ClusterConnection| -> Vec<i64> {
+            redis::cmd("TOLLGATE.CHECK")
+                .arg(2)
+                .arg(&a)
+                .arg(&b)
+                .arg(&words[..])
+                .arg("NOW")
+                .arg(7)
+                .query(con)
+                .unwrap()
+        };
+        assert_eq!(check(&mut con)[..3], [1, 1, 0]);
+        assert_eq!(check(&mut con)[..3], [0, 1, 0]);
+    }
+    let crossed: RedisResult<Vec<i64>> = redis::cmd("TOLLGATE.CHECK")
+        .arg(2)
+        .arg("a")
+        .arg("b")
+        .arg(&words[..])
+        .query(&mut nodes[0].connection());
+    let e = crossed.unwrap_err();
+    assert!(matches!(e.code(), Some("CROSSSLOT") | Some("MOVED")), "{e}");
+}
