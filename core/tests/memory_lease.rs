@@ -292,3 +292,29 @@ fn keys_are_independent() {
     drop(a);
     assert!(leases.try_acquire("a", None, LONG).is_ok());
 }
+
+/// Readings handed out in a given order: two threads that read the clock in one order
+/// and lock the table in the other look like this to the table.
+#[derive(Debug)]
+struct Readings(std::sync::Mutex<Vec<u64>>);
+
+impl tollgate_core::Clock for Readings {
+    fn now(&self) -> u64 {
+        self.0.lock().unwrap().pop().unwrap()
+    }
+}
+
+#[test]
+fn a_late_clock_reading_never_repeats_a_token_after_the_key_was_dropped() {
+    // Granted at 1000, the key dropped by a sweep at 1001, then a grant with a reading
+    // of 999 taken before either: the table uses 1001, not 999, so the token grows.
+    let readings = Readings(std::sync::Mutex::new(vec![999, 1001, 1000]));
+    let leases = KeyedLeases::with_clock(Concurrency::lock(), 10, readings);
+    let first = leases.try_acquire("k", None, 1).unwrap();
+    let token = first.token();
+    assert_eq!(token, 1000);
+    drop(first);
+    assert_eq!(leases.sweep(), 1);
+    let next = leases.try_acquire("k", None, 1).unwrap();
+    assert!(next.token() > token, "{} after {token}", next.token());
+}
