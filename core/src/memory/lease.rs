@@ -7,6 +7,7 @@ use core::fmt;
 use core::hash::{BuildHasher, Hash};
 use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::borrow::ToOwned;
+use std::boxed::Box;
 use std::collections::hash_map::RandomState;
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -588,51 +589,40 @@ trait Host<K>: Sync {
 
 type Released = Result<Grant, LeaseError>;
 
-/// The longest owner, as [`MAX_OWNER_LEN`](crate::limits::MAX_OWNER_LEN).
-const OWNER_CAP: usize = 128;
-const _: () = assert!(OWNER_CAP as u64 == crate::limits::MAX_OWNER_LEN);
-
-/// An owner kept in the guard without allocating.
-#[derive(Clone, Copy)]
-struct Owner {
-    len: usize,
-    bytes: [u8; OWNER_CAP],
+/// A guard's owner: a number made for it (no allocation), or one the caller gave.
+enum Owner {
+    /// `0xff` (which no UTF-8 text starts with) and a 64-bit number unique in the
+    /// process.
+    Made([u8; 9]),
+    Given(Box<[u8]>),
 }
 
 impl Owner {
-    /// The owner given, checked, or a new one unique in the process: `0xff` (which no
-    /// UTF-8 text starts with) and a 64-bit number. Each thread takes numbers from a
-    /// block of 2^32 of its own, so threads do not contend on one counter.
+    /// The owner given, checked, or a new one unique in the process.
     fn new(given: Option<&[u8]>) -> Result<Self, LeaseError> {
-        let mut owner = Self {
-            len: 0,
-            bytes: [0; OWNER_CAP],
-        };
-        let id;
-        let bytes = match given {
+        Ok(match given {
             Some(given) => {
                 check_owner(given)?;
-                given
+                Self::Given(given.into())
             }
             None => {
-                id = next_owner_id();
-                let mut generated = [0xff; 9];
-                generated[1..].copy_from_slice(&id.to_be_bytes());
-                owner.bytes[..9].copy_from_slice(&generated);
-                owner.len = 9;
-                return Ok(owner);
+                let mut made = [0xff; 9];
+                made[1..].copy_from_slice(&next_owner_id().to_be_bytes());
+                Self::Made(made)
             }
-        };
-        owner.bytes[..bytes.len()].copy_from_slice(bytes);
-        owner.len = bytes.len();
-        Ok(owner)
+        })
     }
 
     fn bytes(&self) -> &[u8] {
-        &self.bytes[..self.len]
+        match self {
+            Self::Made(bytes) => bytes,
+            Self::Given(bytes) => bytes,
+        }
     }
 }
 
+/// A number unique in the process. Each thread takes numbers from a block of 2^32 of
+/// its own, so threads do not contend on one counter.
 fn next_owner_id() -> u64 {
     const BLOCK: u64 = 1 << 32;
     static BLOCKS: AtomicU64 = AtomicU64::new(1);
@@ -738,7 +728,7 @@ impl<T> Waitable<T> {
         read: impl Fn() -> Ticks,
         mut attempt: impl FnMut(&mut T, Ticks) -> Result<R, AcquireError>,
     ) -> Result<R, AcquireError> {
-        let deadline = Instant::now().checked_add(timeout);
+        let mut deadline = Deadline::new(timeout);
         // The clock is read before locking, to keep the lock short.
         let now = read();
         let mut value = self.lock();
@@ -748,7 +738,7 @@ impl<T> Waitable<T> {
                 Err(AcquireError::Busy(denied)) => denied,
                 done => return done,
             };
-            let Some(pause) = pause(&denied, deadline) else {
+            let Some(pause) = deadline.pause(&denied) else {
                 return Err(AcquireError::Busy(denied));
             };
             let waiting = Waiting::new(&self.waiting);
@@ -770,7 +760,7 @@ impl<T> Waitable<T> {
         read: impl Fn() -> Ticks,
         mut attempt: impl FnMut(&mut T, Ticks) -> Result<R, AcquireError>,
     ) -> Result<R, AcquireError> {
-        let deadline = Instant::now().checked_add(timeout);
+        let mut deadline = Deadline::new(timeout);
         loop {
             // Registered before the attempt, so a release right after it is not missed.
             let mut notified = core::pin::pin!(self.notify.notified());
@@ -783,7 +773,7 @@ impl<T> Waitable<T> {
                     done => return done,
                 }
             };
-            let Some(pause) = pause(&denied, deadline) else {
+            let Some(pause) = deadline.pause(&denied) else {
                 return Err(AcquireError::Busy(denied));
             };
             let _ = tokio::time::timeout(pause, notified).await;
@@ -791,19 +781,37 @@ impl<T> Waitable<T> {
     }
 }
 
-/// How long to sleep after `denied`: until the earliest lease expires or the deadline,
-/// `None` once the deadline has passed.
-fn pause(denied: &Decision, deadline: Option<Instant>) -> Option<Duration> {
-    let left = match deadline {
-        Some(deadline) => deadline
-            .checked_duration_since(Instant::now())
-            .filter(|left| !left.is_zero())?,
-        None => Duration::MAX,
-    };
-    let expiry = denied
-        .retry_after
-        .map_or(Duration::MAX, Duration::from_micros);
-    Some(left.min(expiry))
+/// The end of a wait, fixed at the first denial: an attempt that succeeds at once (and
+/// every `try_acquire`) reads no second clock.
+struct Deadline {
+    timeout: Duration,
+    /// `Some(None)` once started with no representable end: wait forever.
+    at: Option<Option<Instant>>,
+}
+
+impl Deadline {
+    const fn new(timeout: Duration) -> Self {
+        Self { timeout, at: None }
+    }
+
+    /// How long to sleep after `denied`: until the earliest lease expires or the
+    /// deadline, `None` once the deadline has passed.
+    fn pause(&mut self, denied: &Decision) -> Option<Duration> {
+        if self.timeout.is_zero() {
+            return None;
+        }
+        let now = Instant::now();
+        let left = match *self.at.get_or_insert_with(|| now.checked_add(self.timeout)) {
+            Some(at) => at
+                .checked_duration_since(now)
+                .filter(|left| !left.is_zero())?,
+            None => Duration::MAX,
+        };
+        let expiry = denied
+            .retry_after
+            .map_or(Duration::MAX, Duration::from_micros);
+        Some(left.min(expiry))
+    }
 }
 
 /// One waiter registered in a [`Waitable`], from under its lock until dropped.
