@@ -536,23 +536,24 @@ impl<'a, K> LeaseGuard<'a, K> {
         &self.key
     }
 
-    /// Extends the lease to `ttl` ticks from now; its token stays.
-    /// [`LeaseError::NotHeld`] if it has expired (another holder may have it: stop).
-    pub fn renew(&mut self, ttl: Ticks) -> Result<Grant, LeaseError> {
-        let grant = self
+    /// Extends the lease to `ttl` ticks from now ([`expires_at`](Self::expires_at) then
+    /// says until when); its token stays. [`LeaseError::NotHeld`] if it has expired
+    /// (another holder may have it: stop).
+    pub fn renew(&mut self, ttl: Ticks) -> Result<(), LeaseError> {
+        self.grant = self
             .host
             .renew(&self.key, self.owner.bytes(), self.grant.token, ttl)?;
-        self.grant = grant;
-        Ok(grant)
+        Ok(())
     }
 
-    /// Releases the lease now and says whether it was still held:
-    /// [`LeaseError::NotHeld`] if it had expired, so writes made since may have been
-    /// refused. `holds` in the answer is 0 once no guard of its owner is left.
-    pub fn release(mut self) -> Result<Grant, LeaseError> {
+    /// Releases the lease now and returns how many guards of its owner still hold it (0:
+    /// freed). [`LeaseError::NotHeld`] if it had expired, so writes made since may have
+    /// been refused.
+    pub fn release(mut self) -> Result<u64, LeaseError> {
         self.held = false;
         self.host
             .release(&self.key, self.owner.bytes(), self.grant.token, true)
+            .map(|grant| grant.holds)
     }
 }
 
