@@ -34,7 +34,8 @@ pub enum AcquireError {
     Lease(#[from] LeaseError),
 }
 
-/// One [`Concurrency`] limit for the whole process: at most `max` guards alive at once.
+/// One [`Concurrency`] limit for the whole process: at most `max` leases held at once,
+/// each by the guards of one owner.
 ///
 /// ```
 /// use std::time::Duration;
