@@ -317,3 +317,19 @@ fn a_late_clock_reading_never_repeats_a_token_after_the_key_was_dropped() {
     let next = leases.try_acquire("k", None, 1).unwrap();
     assert!(next.token() > token, "{} after {token}", next.token());
 }
+
+#[test]
+fn a_holder_paused_past_its_expiry_has_its_write_refused() {
+    // Kleppmann's scenario in one process: the holder stops (a GC pause) past its
+    // lease's expiry, another takes the lock and writes, the first resumes and writes.
+    let lock = Leases::new(Concurrency::lock());
+    let ledger = FencedResource::new(Vec::new());
+    let paused = lock.try_acquire(None, 50 * MILLISECOND).unwrap();
+    std::thread::sleep(Duration::from_millis(60));
+    let next = lock.try_acquire(None, LONG).unwrap();
+    ledger.write(next.token(), |l| l.push("next")).unwrap();
+    let refused = ledger.write(paused.token(), |l| l.push("paused"));
+    assert_eq!(refused.unwrap_err().highest, next.token());
+    assert_eq!(paused.release(), Err(LeaseError::NotHeld));
+    assert_eq!(ledger.read(|l| l.clone()), ["next"]);
+}
