@@ -4,15 +4,18 @@
 //! tollgate's lease reads the clock (`MonotonicClock`) for its expiry and fencing token
 //! and records its owner; the semaphore counts permits and nothing else.
 //! `tollgate_manual_clock` reads a `ManualClock` (one atomic load) instead, to price the
-//! clock.
+//! clock. The `lease_parts` group prices the pieces of one pair alone: the clock read,
+//! the pure transitions on the table (grant and release, an owner's bytes copied in),
+//! and the two lock round trips.
 
 use std::hint::black_box;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use tokio::sync::Semaphore;
 use tollgate_core::memory::Leases;
-use tollgate_core::{Concurrency, ManualClock, SECOND};
+use tollgate_core::{Clock, Concurrency, LeaseState, ManualClock, MonotonicClock, SECOND};
 
 const PERMITS: u64 = 16;
 const TTL: u64 = 30 * SECOND;
@@ -53,5 +56,29 @@ fn lease_inprocess(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, lease_inprocess);
+fn lease_parts(c: &mut Criterion) {
+    let mut group = c.benchmark_group("lease_parts");
+    group.bench_function("monotonic_clock", |b| b.iter(|| MonotonicClock.now()));
+    let concurrency = Concurrency::new(PERMITS).unwrap();
+    let mut state = LeaseState::default();
+    let owner = [0xff, 0, 0, 0, 1, 0, 0, 0, 7];
+    group.bench_function("transitions", |b| {
+        b.iter(|| {
+            let now = black_box(SECOND);
+            let acquired = concurrency.acquire_in(&mut state, now, &owner, TTL);
+            let released = concurrency.release_in(&mut state, now, &owner);
+            (acquired.is_ok(), released.is_ok())
+        })
+    });
+    let mutex = Mutex::new(0u64);
+    group.bench_function("two_lock_round_trips", |b| {
+        b.iter(|| {
+            *mutex.lock().unwrap() += 1;
+            *mutex.lock().unwrap() += 1;
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, lease_inprocess, lease_parts);
 criterion_main!(benches);
