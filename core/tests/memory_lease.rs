@@ -4,15 +4,20 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Barrier;
+
+use proptest::prelude::*;
 use std::time::{Duration, Instant};
 
 use tollgate_core::memory::{AcquireError, FencedResource, KeyedLeases, Leases};
-use tollgate_core::{Concurrency, LeaseError, ManualClock, ParamError, MILLISECOND, SECOND};
+use tollgate_core::{
+    Clock, Concurrency, LeaseError, LeaseState, ManualClock, ParamError, MILLISECOND, SECOND,
+};
 
 const THREADS: usize = 32;
 const ROUNDS: usize = 200;
-/// Scheduling noise allowed on a busy machine.
-const SLACK: Duration = Duration::from_millis(40);
+/// How late a wake may be on a loaded machine (the many-thread tests run beside these):
+/// still far from what it is told apart from, a timeout of 5 s or more, a 60 s lease.
+const LATE: Duration = Duration::from_secs(1);
 /// Long enough that no lease expires during a test on the real clock.
 const LONG: u64 = 60 * SECOND;
 
@@ -217,8 +222,8 @@ fn release_wakes_a_waiter_at_once() {
         "wake latency over 20 releases: median {:?}, max {:?}",
         latencies[10], latencies[19]
     );
-    assert!(latencies[10] < Duration::from_millis(5), "{latencies:?}");
-    assert!(latencies[19] < SLACK, "{latencies:?}");
+    assert!(latencies[10] < Duration::from_millis(20), "{latencies:?}");
+    assert!(latencies[19] < LATE, "{latencies:?}");
 }
 
 #[test]
@@ -231,7 +236,7 @@ fn a_waiter_wakes_when_a_forgotten_lease_expires() {
         .unwrap();
     let waited = start.elapsed();
     assert!(waited >= Duration::from_millis(100), "{waited:?}");
-    assert!(waited < Duration::from_millis(100) + SLACK, "{waited:?}");
+    assert!(waited < Duration::from_millis(100) + LATE, "{waited:?}");
     assert!(guard.token() > 0);
 }
 
@@ -246,12 +251,12 @@ fn a_waiter_gives_up_at_its_deadline() {
     };
     let waited = start.elapsed();
     assert!(waited >= Duration::from_millis(50), "{waited:?}");
-    assert!(waited < Duration::from_millis(50) + SLACK, "{waited:?}");
+    assert!(waited < Duration::from_millis(50) + LATE, "{waited:?}");
     assert!(denied.retry_after.unwrap() > 50 * SECOND);
     // A zero timeout tries once.
     let start = Instant::now();
     assert!(lock.acquire(None, LONG, Duration::ZERO).is_err());
-    assert!(start.elapsed() < SLACK);
+    assert!(start.elapsed() < LATE);
 }
 
 #[test]
@@ -332,4 +337,94 @@ fn a_holder_paused_past_its_expiry_has_its_write_refused() {
     assert_eq!(refused.unwrap_err().highest, next.token());
     assert_eq!(paused.release(), Err(LeaseError::NotHeld));
     assert_eq!(ledger.read(|l| l.clone()), ["next"]);
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Acquire { key: u8, owner: u8, ttl: u64 },
+    Release { guard: usize },
+    Renew { guard: usize, ttl: u64 },
+    Advance { by: u64 },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => (0u8..3, 0u8..4, 1u64..200).prop_map(|(key, owner, ttl)| Op::Acquire { key, owner, ttl }),
+        2 => (0usize..8).prop_map(|guard| Op::Release { guard }),
+        1 => (0usize..8, 1u64..200).prop_map(|(guard, ttl)| Op::Renew { guard, ttl }),
+        2 => (0u64..150).prop_map(|by| Op::Advance { by }),
+    ]
+}
+
+proptest! {
+    /// Keyed leases on a manual clock answer as the core's transitions on a state per
+    /// key, guard by guard, and hold the core's state (or a fresh one not yet swept).
+    #[test]
+    fn keyed_leases_decide_as_the_core(ops in prop::collection::vec(op(), 1..80)) {
+        let concurrency = Concurrency::new(2).unwrap();
+        let leases = KeyedLeases::with_clock(concurrency, 100, ManualClock::new(1_000));
+        let mut model: [Option<LeaseState>; 3] = Default::default();
+        let mut guards = Vec::new();
+        for op in ops {
+            let now = leases.clock().now();
+            match op {
+                Op::Acquire { key, owner, ttl } => {
+                    let k = usize::from(key);
+                    let (want, next) = concurrency.acquire(model[k].take(), now, &[owner], ttl).unwrap();
+                    model[k] = next;
+                    match (leases.try_acquire(&key, Some(&[owner]), ttl), want.grant) {
+                        (Ok(guard), Some(grant)) => {
+                            prop_assert_eq!(guard.grant(), grant);
+                            guards.push(guard);
+                        }
+                        (Err(AcquireError::Busy(got)), None) => prop_assert_eq!(got, want.decision),
+                        (got, want) => prop_assert!(false, "host {:?}, core {:?}", got.map(|g| g.grant()), want),
+                    }
+                }
+                Op::Release { guard } if guard < guards.len() => {
+                    let guard = guards.swap_remove(guard);
+                    let k = usize::from(*guard.key());
+                    let owner = guard.owner().to_vec();
+                    let mine = model[k].as_ref().and_then(|s| s.held(&owner, now)).map(|l| l.token());
+                    let want = if mine == Some(guard.token()) {
+                        let (grant, next) = concurrency.release(model[k].take(), now, &owner).unwrap();
+                        model[k] = next;
+                        Ok(grant.holds)
+                    } else {
+                        Err(LeaseError::NotHeld)
+                    };
+                    prop_assert_eq!(guard.release(), want);
+                }
+                Op::Renew { guard, ttl } if guard < guards.len() => {
+                    let guard = &mut guards[guard];
+                    let k = usize::from(*guard.key());
+                    let owner = guard.owner().to_vec();
+                    let mine = model[k].as_ref().and_then(|s| s.held(&owner, now)).map(|l| l.token());
+                    let want = if mine == Some(guard.token()) {
+                        let (grant, next) = concurrency.renew(model[k].take(), now, &owner, ttl).unwrap();
+                        model[k] = next;
+                        Ok(grant.expires_at)
+                    } else {
+                        Err(LeaseError::NotHeld)
+                    };
+                    prop_assert_eq!(guard.renew(ttl).map(|()| guard.expires_at()), want);
+                }
+                Op::Advance { by } => leases.clock().advance(by),
+                _ => {}
+            }
+            for key in 0..3u8 {
+                let held = leases.state(&key);
+                // A fresh state may be kept or dropped; any other is the core's.
+                match model[usize::from(key)].as_ref().filter(|s| !s.is_fresh(now)) {
+                    Some(state) => prop_assert_eq!(held.as_ref(), Some(state)),
+                    None => prop_assert!(held.is_none_or(|s| s.is_fresh(now))),
+                }
+            }
+        }
+        // Guards still alive release on drop: everything is free again.
+        drop(guards);
+        leases.clock().advance(1_000);
+        leases.sweep();
+        prop_assert!(leases.is_empty());
+    }
 }
