@@ -63,14 +63,13 @@ struct Table {
     now: Ticks,
 }
 
-impl Table {
-    /// `read` from the clock, but never earlier than a time this table already used: two
-    /// threads read the clock in one order and lock in the other, and a token derived
-    /// from an earlier time could repeat one granted before a deletion.
-    fn advance(now: &mut Ticks, read: Ticks) -> Ticks {
-        *now = (*now).max(read);
-        *now
-    }
+/// `read` from the clock, but never earlier than `latest`, the latest time a table (or a
+/// shard of tables) already used, which it becomes: two threads read the clock in one
+/// order and lock in the other, and a token derived from the earlier reading could
+/// repeat one granted before a deletion.
+fn advance(latest: &mut Ticks, read: Ticks) -> Ticks {
+    *latest = (*latest).max(read);
+    *latest
 }
 
 impl Leases {
@@ -149,7 +148,7 @@ impl<C: Clock + Sync> Leases<C> {
         owner: &Owner,
         ttl: Ticks,
     ) -> Result<Grant, AcquireError> {
-        let now = Table::advance(&mut table.now, read);
+        let now = advance(&mut table.now, read);
         grant(&self.concurrency, &mut table.state, now, owner.bytes(), ttl)
     }
 
@@ -173,7 +172,7 @@ impl<C: Clock + Sync> Host<()> for Leases<C> {
     fn release(&self, _: &(), owner: &[u8], token: u64, read_clock: bool) -> Released {
         let read = if read_clock { self.clock.now() } else { 0 };
         let mut table = self.table.lock();
-        let now = Table::advance(&mut table.now, read);
+        let now = advance(&mut table.now, read);
         let released = give_back(&self.concurrency, &mut table.state, now, owner, token);
         drop(table);
         self.table.woken_by(&released);
@@ -183,7 +182,7 @@ impl<C: Clock + Sync> Host<()> for Leases<C> {
     fn renew(&self, _: &(), owner: &[u8], token: u64, ttl: Ticks) -> Released {
         let read = self.clock.now();
         let mut table = self.table.lock();
-        let now = Table::advance(&mut table.now, read);
+        let now = advance(&mut table.now, read);
         extend(&self.concurrency, &mut table.state, now, owner, token, ttl)
     }
 }
@@ -216,7 +215,7 @@ pub struct KeyedLeases<K, C = MonotonicClock, H = RandomState> {
 #[derive(Debug)]
 struct Shard<K> {
     table: HashTable<Entry<K>>,
-    /// The latest time a transition in this shard used (see [`Table::advance`]).
+    /// The latest time a transition in this shard used (see [`advance`]).
     now: Ticks,
     capacity: usize,
     /// Sweep fresh keys when the table reaches this length.
@@ -361,7 +360,7 @@ impl<K: Hash + Eq + Send, C: Clock + Sync, H: BuildHasher + Sync> KeyedLeases<K,
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let now = Table::advance(&mut shard.now, read);
+        let now = advance(&mut shard.now, read);
         if let Some(entry) = shard.table.find_mut(hash, |e| e.key.borrow() == key) {
             return grant(&self.concurrency, &mut entry.state, now, owner.bytes(), ttl);
         }
@@ -409,7 +408,7 @@ impl<K: Hash + Eq + Send, C: Clock + Sync, H: BuildHasher + Sync> KeyedLeases<K,
             .iter()
             .map(|s| {
                 let mut shard = s.lock();
-                let now = Table::advance(&mut shard.now, read);
+                let now = advance(&mut shard.now, read);
                 let before = shard.table.len();
                 shard.table.retain(|e| !e.state.is_fresh(now));
                 before - shard.table.len()
@@ -443,7 +442,7 @@ impl<K: Hash + Eq + Send, C: Clock + Sync, H: BuildHasher + Sync> KeyedLeases<K,
         let hash = self.hasher.hash_one(key);
         let waitable = self.shard(hash);
         let mut shard = waitable.lock();
-        let now = Table::advance(&mut shard.now, read);
+        let now = advance(&mut shard.now, read);
         let Ok(mut entry) = shard.table.find_entry(hash, |e| e.key == *key) else {
             return Err(LeaseError::NotHeld);
         };
