@@ -283,7 +283,7 @@ impl<'a> LeaseRequest<'a> {
     pub fn parse(args: &'a [&'a [u8]], op: LeaseOp) -> Result<Self, Failure> {
         let mut args = Args::new(args);
         args.bytes("a key")?;
-        let leases = Concurrency::new(args.u64("max")?)?;
+        let leases = Concurrency::new(args.u64("max")?).map_err(ArgError::from)?;
         let owner = args.bytes("an owner")?;
         let ttl = match op {
             LeaseOp::Release => 0,
