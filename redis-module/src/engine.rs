@@ -459,7 +459,7 @@ mod tests {
     /// the key is read: a corrupt stored value does not hide it.
     #[test]
     fn lease_arguments_are_checked_before_the_key_is_read() {
-        let long = vec![b'o'; 129];
+        let long = [b'o'; 129];
         for (owner, ttl, op) in [
             (&b""[..], &b"10"[..], LeaseOp::Acquire),
             (&long[..], b"10", LeaseOp::Acquire),

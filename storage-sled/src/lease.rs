@@ -74,7 +74,7 @@ impl<C: Clock> SledLeases<C> {
     }
 
     /// [`acquire_at`](Self::acquire_at) now. The clock is read after the record, on
-    /// every attempt (see [`update`](Self::update)).
+    /// every attempt, so a call that lost a race decides at the time it retries.
     pub fn acquire(&self, key: &[u8], owner: &[u8], ttl: Ticks) -> Result<Acquired, Error> {
         let clock = || self.clock.now();
         self.update(key, clock, |state, now| {
