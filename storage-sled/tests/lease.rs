@@ -125,7 +125,7 @@ fn eight_threads_never_hold_more_than_max() {
 #[test]
 fn a_lock_on_sled_serializes_32_threads_checked_by_fencing() {
     const THREADS: u64 = 32;
-    const ROUNDS: u64 = 25;
+    const ROUNDS: u64 = 100;
     let (_dir, _db, tree) = temp_tree();
     let lock = SledLeases::new(tree, Concurrency::lock(), Durability::Background);
     let counter = Arc::new(FencedResource::new(0u64));
