@@ -308,6 +308,8 @@ fn peer(parts: &Parts) -> Result<IpAddr, KeyError> {
 }
 
 /// The first untrusted address walking the forwarding chain from the peer leftwards.
+/// Empty list elements are skipped (HTTP lists allow them); a hop that is no address
+/// (or an element without `for=`) is an error.
 fn forwarded_client(parts: &Parts, trusted: &[Cidr]) -> Result<IpAddr, KeyError> {
     let mut client = peer(parts)?;
     let is_trusted = |ip: IpAddr| trusted.iter().any(|c| c.contains(ip));
@@ -319,6 +321,7 @@ fn forwarded_client(parts: &Parts, trusted: &[Cidr]) -> Result<IpAddr, KeyError>
         forwarded
             .iter()
             .flat_map(|v| v.to_str().unwrap_or("for=invalid").split(','))
+            .filter(|element| !element.trim().is_empty())
             .map(forwarded_for)
             .collect()
     } else {
@@ -328,6 +331,7 @@ fn forwarded_client(parts: &Parts, trusted: &[Cidr]) -> Result<IpAddr, KeyError>
             .iter()
             .flat_map(|v| v.to_str().unwrap_or("invalid").split(','))
             .map(str::trim)
+            .filter(|hop| !hop.is_empty())
             .collect()
     };
     for hop in hops.into_iter().rev() {
