@@ -17,26 +17,32 @@ const X_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
 const X_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
 const X_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
 
+/// The longest policy name.
+pub const MAX_NAME: usize = 64;
+
 /// A named policy as clients see it: `RateLimit-Policy: "name";q=100;w=60`.
 #[derive(Debug, Clone)]
 pub struct Policy {
     name: Box<str>,
     header: HeaderValue,
+    /// `"name";r=`, the start of every `RateLimit` value.
+    prefix: Box<[u8]>,
 }
 
 impl Policy {
     /// The policy `name` admitting `quota` units per `window` (rounded up to whole
-    /// seconds). Names are letters, digits, `-`, `_` and `.`, so that every structured
-    /// field parser reads them back unchanged; anything else is an error.
+    /// seconds). Names are 1 to 64 letters, digits, `-`, `_` and `.`, so that every
+    /// structured field parser reads them back unchanged; anything else is an error.
     pub fn new(name: &str, quota: u64, window: Duration) -> Result<Self, Error> {
         let valid = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
-        if name.is_empty() || !name.chars().all(valid) {
+        if name.is_empty() || name.len() > MAX_NAME || !name.chars().all(valid) {
             return Err(Error::PolicyName(name.to_owned()));
         }
         let window = window.as_micros().div_ceil(u128::from(SECOND));
         let text = format!("\"{name}\";q={quota};w={window}");
         Ok(Self {
             name: name.into(),
+            prefix: format!("\"{name}\";r=").into_bytes().into(),
             header: HeaderValue::from_maybe_shared(Bytes::from(text))
                 .map_err(|_| Error::PolicyName(name.to_owned()))?,
         })
@@ -64,8 +70,22 @@ impl Policy {
     ) {
         let reset = reset_seconds(decision);
         headers.insert(RATELIMIT_POLICY, self.header.clone());
-        let text = format!("\"{}\";r={};t={reset}", self.name, decision.remaining);
-        if let Ok(value) = HeaderValue::from_maybe_shared(Bytes::from(text)) {
+        // Written by hand on the stack, then copied once into an exactly sized buffer:
+        // this runs on every response.
+        let mut buffer = [0u8; 128];
+        let mut len = 0;
+        for part in [
+            &self.prefix[..],
+            number(decision.remaining, &mut [0; 20]),
+            b";t=",
+            number(reset, &mut [0; 20]),
+        ] {
+            if let Some(slot) = buffer.get_mut(len..len + part.len()) {
+                slot.copy_from_slice(part);
+                len += part.len();
+            }
+        }
+        if let Ok(value) = HeaderValue::from_bytes(&buffer[..len]) {
             headers.insert(RATELIMIT, value);
         }
         if legacy {
@@ -77,6 +97,20 @@ impl Policy {
             if let Some(seconds) = retry_seconds(decision) {
                 headers.insert(http::header::RETRY_AFTER, seconds.into());
             }
+        }
+    }
+}
+
+/// `n` in decimal, written at the end of `digits`.
+fn number(mut n: u64, digits: &mut [u8; 20]) -> &[u8] {
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        // `n % 10` is below 10: the cast keeps it whole.
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &digits[i..];
         }
     }
 }
@@ -141,13 +175,33 @@ mod tests {
     }
 
     #[test]
+    fn numbers_are_written_in_decimal() {
+        for n in [0, 7, 10, 99, 1_000_000, u64::MAX] {
+            assert_eq!(number(n, &mut [0; 20]), n.to_string().as_bytes());
+        }
+    }
+
+    #[test]
     fn names_are_checked() {
-        for bad in ["", "a b", "a\"b", "a;b", "a,b", "é"] {
+        let long = "x".repeat(MAX_NAME + 1);
+        for bad in ["", "a b", "a\"b", "a;b", "a,b", "é", &long] {
             assert!(
                 Policy::new(bad, 1, Duration::from_secs(1)).is_err(),
                 "{bad}"
             );
         }
         assert!(Policy::new("per-ip_v1.2", 1, Duration::from_secs(1)).is_ok());
+        // The longest name with the largest figures still fits the header's buffer.
+        let policy = Policy::new(&long[1..], u64::MAX, Duration::MAX).unwrap();
+        let mut headers = HeaderMap::new();
+        let most = Decision::admit(u64::MAX, u64::MAX, u64::MAX, 0);
+        policy.stamp(&mut headers, StatusCode::OK, &most, false);
+        let expected = format!(
+            "\"{}\";r={};t={}",
+            &long[1..],
+            u64::MAX,
+            u64::MAX.div_ceil(SECOND)
+        );
+        assert_eq!(headers[RATELIMIT], expected.as_str());
     }
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::request::Parts;
-use http::HeaderName;
+use http::{Extensions, HeaderMap, HeaderName, Request, Uri};
 
 use crate::Error;
 
@@ -267,10 +267,32 @@ impl KeyExtractor {
     /// The key of a request.
     pub fn extract(&self, parts: &Parts) -> Result<Key, KeyError> {
         match &self.source {
-            Source::Peer => Ok(self.ip(peer(parts)?)),
-            Source::Forwarded(trusted) => forwarded_client(parts, trusted).map(|ip| self.ip(ip)),
-            Source::Header(name) => parts
-                .headers
+            Source::Custom(f) => f(parts).map(Key::Bytes).ok_or(KeyError::Custom),
+            _ => self.extract_head(&parts.headers, &parts.uri, &parts.extensions),
+        }
+    }
+
+    /// The key of a request, read in place; `None` if a closure needs the request's
+    /// [`Parts`] (the middleware then splits the request).
+    pub(crate) fn extract_request<B>(&self, request: &Request<B>) -> Option<Result<Key, KeyError>> {
+        match &self.source {
+            Source::Custom(_) => None,
+            _ => Some(self.extract_head(request.headers(), request.uri(), request.extensions())),
+        }
+    }
+
+    fn extract_head(
+        &self,
+        headers: &HeaderMap,
+        uri: &Uri,
+        extensions: &Extensions,
+    ) -> Result<Key, KeyError> {
+        match &self.source {
+            Source::Peer => Ok(self.ip(peer(extensions)?)),
+            Source::Forwarded(trusted) => {
+                forwarded_client(headers, extensions, trusted).map(|ip| self.ip(ip))
+            }
+            Source::Header(name) => headers
                 .get(name)
                 .filter(|v| v.to_str().is_ok() && !v.is_empty())
                 .map(|v| Key::Bytes(Bytes::copy_from_slice(v.as_bytes())))
@@ -279,10 +301,10 @@ impl KeyExtractor {
                 template,
                 index,
                 name,
-            } => path_param(parts.uri.path(), template, *index)
+            } => path_param(uri.path(), template, *index)
                 .map(|s| Key::Bytes(Bytes::copy_from_slice(s.as_bytes())))
                 .ok_or(KeyError::PathParam(name)),
-            Source::Custom(f) => f(parts).map(Key::Bytes).ok_or(KeyError::Custom),
+            Source::Custom(_) => Err(KeyError::Custom),
         }
     }
 
@@ -292,16 +314,12 @@ impl KeyExtractor {
 }
 
 /// The peer's address from the request's extensions.
-fn peer(parts: &Parts) -> Result<IpAddr, KeyError> {
+fn peer(extensions: &Extensions) -> Result<IpAddr, KeyError> {
     #[cfg(feature = "axum")]
-    if let Some(info) = parts
-        .extensions
-        .get::<axum::extract::ConnectInfo<SocketAddr>>()
-    {
+    if let Some(info) = extensions.get::<axum::extract::ConnectInfo<SocketAddr>>() {
         return Ok(info.0.ip());
     }
-    parts
-        .extensions
+    extensions
         .get::<SocketAddr>()
         .map(SocketAddr::ip)
         .ok_or(KeyError::NoPeer)
@@ -310,13 +328,17 @@ fn peer(parts: &Parts) -> Result<IpAddr, KeyError> {
 /// The first untrusted address walking the forwarding chain from the peer leftwards.
 /// Empty list elements are skipped (HTTP lists allow them); a hop that is no address
 /// (or an element without `for=`) is an error.
-fn forwarded_client(parts: &Parts, trusted: &[Cidr]) -> Result<IpAddr, KeyError> {
-    let mut client = peer(parts)?;
+fn forwarded_client(
+    headers: &HeaderMap,
+    extensions: &Extensions,
+    trusted: &[Cidr],
+) -> Result<IpAddr, KeyError> {
+    let mut client = peer(extensions)?;
     let is_trusted = |ip: IpAddr| trusted.iter().any(|c| c.contains(ip));
     if !is_trusted(client) {
         return Ok(client);
     }
-    let forwarded = parts.headers.get_all(http::header::FORWARDED);
+    let forwarded = headers.get_all(http::header::FORWARDED);
     let hops: Vec<&str> = if forwarded.iter().next().is_some() {
         forwarded
             .iter()
@@ -325,8 +347,7 @@ fn forwarded_client(parts: &Parts, trusted: &[Cidr]) -> Result<IpAddr, KeyError>
             .map(forwarded_for)
             .collect()
     } else {
-        parts
-            .headers
+        headers
             .get_all("x-forwarded-for")
             .iter()
             .flat_map(|v| v.to_str().unwrap_or("invalid").split(','))

@@ -26,11 +26,11 @@ mod limiter;
 mod service;
 mod strategy;
 
-pub use headers::{Policy, RATELIMIT, RATELIMIT_POLICY};
+pub use headers::{Policy, MAX_NAME, RATELIMIT, RATELIMIT_POLICY};
 pub use key::{Cidr, Key, KeyError, KeyExtractor, KeyFn};
 #[cfg(feature = "redis")]
 pub use limiter::RedisBackend;
-pub use limiter::{BoxFuture, Limiter, NoWait, Pending, Quota, Verdict};
+pub use limiter::{BoxFuture, InProcess, KeyHasher, Limiter, NoWait, Pending, Quota, Verdict};
 pub use service::{OnBadKey, RateLimit, RateLimitLayer, ResponseFuture};
 pub use strategy::{Degrade, Overload, Reject, Wait};
 
@@ -44,8 +44,8 @@ pub enum Error {
     /// Not a network (`10.0.0.0/8`, `::1`).
     #[error("not an IP network: {0:?}")]
     Cidr(String),
-    /// A policy name that is not letters, digits, `-`, `_` and `.`.
-    #[error("policy names are letters, digits, '-', '_' and '.': {0:?}")]
+    /// A policy name that is not 1 to 64 letters, digits, `-`, `_` and `.`.
+    #[error("policy names are 1 to 64 letters, digits, '-', '_' and '.': {0:?}")]
     PolicyName(String),
     /// The template has no such parameter.
     #[error("the path template {0:?} has no parameter {{{1}}}")]

@@ -6,8 +6,10 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
+use std::hash::BuildHasher;
 use tollgate_core::memory::KeyedLimiter;
-use tollgate_core::{Algorithm, Clock, Decision, Reserve, Ticks, TokenBucket};
+
+use tollgate_core::{Algorithm, Clock, Decision, MonotonicClock, Reserve, Ticks, TokenBucket};
 
 use crate::{Error, Key};
 
@@ -74,11 +76,20 @@ fn ticks(duration: Duration) -> Ticks {
     Ticks::try_from(duration.as_micros()).unwrap_or(Ticks::MAX)
 }
 
-impl<A, C> Limiter for KeyedLimiter<Key, A, C>
+/// How the in-process limiter hashes keys: foldhash's quality hasher, seeded at random
+/// per process (so a client cannot choose keys that collide) and much cheaper than
+/// SipHash on short keys such as addresses.
+pub type KeyHasher = foldhash::quality::RandomState;
+
+/// The in-process limiter a [`Quota`] builds: per key, on the monotonic clock.
+pub type InProcess<A = TokenBucket> = KeyedLimiter<Key, A, MonotonicClock, KeyHasher>;
+
+impl<A, C, H> Limiter for KeyedLimiter<Key, A, C, H>
 where
     A: Reserve + Send + Sync + 'static,
     A::State: Send,
     C: Clock + Send + Sync + 'static,
+    H: BuildHasher + Send + Sync + 'static,
 {
     fn check(&self, key: &Key, cost: u64) -> Pending {
         Pending::Ready(Verdict::Decided(KeyedLimiter::check(self, key, cost)))
@@ -93,13 +104,16 @@ where
 /// An in-process limiter over an algorithm that cannot book ahead (fixed window, sliding
 /// window, sliding log): the wait strategy decides at once.
 #[derive(Debug)]
-pub struct NoWait<A: Algorithm, C = tollgate_core::MonotonicClock>(pub KeyedLimiter<Key, A, C>);
+pub struct NoWait<A: Algorithm, C = MonotonicClock, H = std::hash::RandomState>(
+    pub KeyedLimiter<Key, A, C, H>,
+);
 
-impl<A, C> Limiter for NoWait<A, C>
+impl<A, C, H> Limiter for NoWait<A, C, H>
 where
     A: Algorithm + Send + Sync + 'static,
     A::State: Send,
     C: Clock + Send + Sync + 'static,
+    H: BuildHasher + Send + Sync + 'static,
 {
     fn check(&self, key: &Key, cost: u64) -> Pending {
         Pending::Ready(Verdict::Decided(self.0.check(key, cost)))
@@ -155,8 +169,13 @@ impl Quota {
     }
 
     /// An in-process limiter per key, holding at most `max_keys` keys.
-    pub fn in_process(&self, max_keys: usize) -> Result<KeyedLimiter<Key, TokenBucket>, Error> {
-        Ok(KeyedLimiter::new(self.token_bucket()?, max_keys))
+    pub fn in_process(&self, max_keys: usize) -> Result<InProcess, Error> {
+        Ok(KeyedLimiter::with_hasher(
+            self.token_bucket()?,
+            max_keys,
+            MonotonicClock,
+            KeyHasher::default(),
+        ))
     }
 }
 

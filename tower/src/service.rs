@@ -9,14 +9,13 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderValue, Request, Response, StatusCode};
-use tollgate_core::memory::KeyedLimiter;
-use tollgate_core::{Decision, TokenBucket};
+use tollgate_core::Decision;
 use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::limiter::{BoxFuture, Limiter, Pending, Verdict};
 use crate::strategy::{Overload, Reject};
-use crate::{Error, Key, KeyExtractor, Policy, Quota};
+use crate::{Error, InProcess, Key, KeyExtractor, Policy, Quota};
 
 /// A closure pricing a request (1 unless set).
 type CostFn = Arc<dyn Fn(&Parts) -> u64 + Send + Sync>;
@@ -95,7 +94,7 @@ impl<L, O: Clone> Clone for RateLimitLayer<L, O> {
     }
 }
 
-impl RateLimitLayer<KeyedLimiter<Key, TokenBucket>> {
+impl RateLimitLayer<InProcess> {
     /// `quota` per client IP (the peer's address; see [`key`](Self::key)) in this
     /// process, holding at most `max_keys` clients, rejecting with 429.
     pub fn in_process(name: &str, quota: Quota, max_keys: usize) -> Result<Self, Error> {
@@ -229,12 +228,18 @@ where
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        // The ready service goes with this request; a fresh clone waits for the next.
-        let clone = self.inner.clone();
-        let inner = std::mem::replace(&mut self.inner, clone);
         let config = &self.config;
-        let (parts, body) = request.into_parts();
-        let key = match config.key.extract(&parts) {
+        // Split the request only for closures, which read its `Parts`.
+        let (key, cost, request) = match (config.key.extract_request(&request), &config.cost) {
+            (Some(key), None) => (key, 1, request),
+            (key, cost) => {
+                let (parts, body) = request.into_parts();
+                let key = key.unwrap_or_else(|| config.key.extract(&parts));
+                let cost = cost.as_ref().map_or(1, |price| price(&parts));
+                (key, cost, Request::from_parts(parts, body))
+            }
+        };
+        let key = match key {
             Ok(key) => key,
             Err(error) => match &config.on_bad_key {
                 OnBadKey::Shared(key) => key.clone(),
@@ -244,8 +249,6 @@ where
                 }
             },
         };
-        let cost = config.cost.as_ref().map_or(1, |price| price(&parts));
-        let request = Request::from_parts(parts, body);
         let pending = match self.overload.max_wait() {
             Some(max_wait) => self.limiter.reserve(&key, cost, max_wait),
             None => self.limiter.check(&key, cost),
@@ -255,15 +258,16 @@ where
             Pending::Ready(Verdict::Decided(decision))
                 if decision.allowed && decision.delay == 0 =>
             {
-                ResponseFuture::inner(inner, request, decision, config.clone())
+                ResponseFuture::inner(self.inner.call(request), decision, config.clone())
             }
-            pending => ResponseFuture::boxed(Box::pin(decide(
-                pending,
-                inner,
-                request,
-                self.overload.clone(),
-                config.clone(),
-            ))),
+            pending => {
+                // The ready service goes with this request; a fresh clone waits for the next.
+                let clone = self.inner.clone();
+                let inner = std::mem::replace(&mut self.inner, clone);
+                let overload = self.overload.clone();
+                let future = decide(pending, inner, request, overload, config.clone());
+                ResponseFuture::boxed(Box::pin(future))
+            }
         }
     }
 }
@@ -333,11 +337,7 @@ impl<F, B, E> std::fmt::Debug for ResponseFuture<F, B, E> {
 }
 
 impl<F, B, E> ResponseFuture<F, B, E> {
-    fn inner<S, R>(mut service: S, request: R, decision: Decision, config: Arc<Config>) -> Self
-    where
-        S: Service<R, Future = F>,
-    {
-        let future = service.call(request);
+    fn inner(future: F, decision: Decision, config: Arc<Config>) -> Self {
         Self {
             state: State::Inner {
                 future,

@@ -11,12 +11,12 @@ use http::StatusCode;
 use tollgate_core::memory::KeyedLimiter;
 use tollgate_core::{FixedWindow, ManualClock, TokenBucket, SECOND};
 use tollgate_tower::{
-    Degrade, Key, KeyExtractor, NoWait, OnBadKey, Policy, Quota, RateLimitLayer, Wait,
+    Degrade, InProcess, Key, KeyExtractor, NoWait, OnBadKey, Policy, Quota, RateLimitLayer, Wait,
 };
 
 const MINUTE: Duration = Duration::from_secs(60);
 
-fn per_minute(name: &str, n: u64) -> RateLimitLayer<KeyedLimiter<Key, TokenBucket>> {
+fn per_minute(name: &str, n: u64) -> RateLimitLayer<InProcess> {
     RateLimitLayer::in_process(name, Quota::per(n, MINUTE), 1000).unwrap()
 }
 
