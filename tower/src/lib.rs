@@ -18,6 +18,33 @@
 //!   a bound), [`Degrade`] (a fallback service), or your own [`Overload`].
 //! - Nothing a request carries makes it panic: bad keys are 400, a store that fails
 //!   closed is 503, a corrupt stored state is 500.
+//!
+//! ```no_run
+//! use std::net::SocketAddr;
+//! use std::time::Duration;
+//!
+//! use axum::routing::get;
+//! use tollgate_tower::{KeyExtractor, Quota, RateLimitLayer, Wait};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let minute = Duration::from_secs(60);
+//! // 100 a minute per client IP, behind a proxy on 10.0.0.0/8 whose headers are trusted.
+//! let api = RateLimitLayer::in_process("api", Quota::per(100, minute), 100_000)?
+//!     .key(KeyExtractor::forwarded(["10.0.0.0/8".parse()?]));
+//! // One limit for two routes (the same layer on both), POSTs costing 5, waiting up to 2 s.
+//! let heavy = RateLimitLayer::in_process("heavy", Quota::per(10, minute), 100_000)?
+//!     .cost(|parts| if parts.method == http::Method::POST { 5 } else { 1 })
+//!     .overload(Wait::at_most(Duration::from_secs(2)));
+//! let app = axum::Router::new()
+//!     .route("/api", get(|| async { "api" }).layer(api))
+//!     .route("/search", get(|| async { "search" }).layer(heavy.clone()))
+//!     .route("/export", get(|| async { "export" }).layer(heavy));
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
+//! // Record the peer's address, which the IP keys read.
+//! axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await?;
+//! # Ok(())
+//! # }
+//! ```
 #![deny(missing_docs)]
 
 mod headers;
