@@ -60,7 +60,7 @@ impl Policy {
 
     /// Sets the headers a response gets for `decision`: `RateLimit-Policy` and
     /// `RateLimit` always, the legacy `X-RateLimit-*` if asked, and `Retry-After` on a
-    /// 429 from a denial whose cost can fit.
+    /// 429 or 503 answering a denial whose cost can fit (a degraded 200 gets none).
     pub fn stamp(
         &self,
         headers: &mut HeaderMap,
@@ -93,7 +93,11 @@ impl Policy {
             headers.insert(X_REMAINING, decision.remaining.into());
             headers.insert(X_RESET, reset.into());
         }
-        if status == StatusCode::TOO_MANY_REQUESTS && !decision.allowed {
+        let refusal = matches!(
+            status,
+            StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
+        );
+        if refusal && !decision.allowed {
             if let Some(seconds) = retry_seconds(decision) {
                 headers.insert(http::header::RETRY_AFTER, seconds.into());
             }

@@ -11,7 +11,8 @@ use http::StatusCode;
 use tollgate_core::memory::KeyedLimiter;
 use tollgate_core::{FixedWindow, ManualClock, TokenBucket, SECOND};
 use tollgate_tower::{
-    Degrade, InProcess, Key, KeyExtractor, NoWait, OnBadKey, Policy, Quota, RateLimitLayer, Wait,
+    BoxFuture, Degrade, InProcess, Key, KeyExtractor, NoWait, OnBadKey, Overload, Policy, Quota,
+    RateLimitLayer, Wait,
 };
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -306,4 +307,46 @@ async fn many_connections_share_one_limiter() {
     });
     let admitted: usize = futures_join(clients).await.into_iter().sum();
     assert_eq!(admitted, 100);
+}
+
+/// A custom strategy: 503 with a JSON body naming the wait.
+#[derive(Clone)]
+struct Busy;
+
+impl Overload<axum::body::Body, axum::body::Body, std::convert::Infallible> for Busy {
+    fn denied(
+        &self,
+        _: http::Request<axum::body::Body>,
+        decision: &tollgate_core::Decision,
+    ) -> BoxFuture<Result<http::Response<axum::body::Body>, std::convert::Infallible>> {
+        let body = format!(
+            "{{\"retry_after_us\":{}}}",
+            decision.retry_after.unwrap_or(0)
+        );
+        let mut response = http::Response::new(axum::body::Body::from(body));
+        *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+        Box::pin(async move { Ok(response) })
+    }
+}
+
+#[tokio::test]
+async fn custom_strategies_answer_denials_and_keep_the_headers() {
+    let layer = per_minute("custom", 1).overload(Busy);
+    let addr = serve(
+        Router::new()
+            .route("/", route(|| async { "ok" }))
+            .layer(layer),
+    )
+    .await;
+    assert_eq!(get(addr, "/", &[]).await.status, StatusCode::OK);
+    let r = get(addr, "/", &[]).await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+    // The next token in just under a minute, on the real clock.
+    let waited: u64 = r.body["{\"retry_after_us\":".len()..r.body.len() - 1]
+        .parse()
+        .unwrap();
+    assert!((59_000_000..=60_000_000).contains(&waited), "{}", r.body);
+    assert_eq!(r.header("ratelimit"), Some("\"custom\";r=0;t=60"));
+    // A 503 may say when to come back too (RFC 9110); a degraded 200 does not.
+    assert_eq!(r.header("retry-after"), Some("60"));
 }

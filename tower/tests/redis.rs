@@ -145,3 +145,20 @@ async fn wait_books_its_slot_in_redis() {
     });
     assert_eq!((a.status.as_u16(), b.status.as_u16()), (200, 429));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_state_in_redis_is_a_500_not_a_panic_nor_an_admission() {
+    let server = redis_server::Server::start();
+    let addr = app(&server, "rl:corrupt:", 3, FailPolicy::Open).await;
+    assert_eq!(get(addr, "/", &[]).await.status, StatusCode::OK);
+    // Someone else's value where this client's state lives.
+    let mut con = server.connection();
+    let _: () = redis::cmd("SET")
+        .arg("rl:corrupt:ip:127.0.0.1")
+        .arg("garbage")
+        .query(&mut con)
+        .unwrap();
+    let r = get(addr, "/", &[]).await;
+    assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(r.body, "rate limiter failed\n");
+}
