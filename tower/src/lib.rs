@@ -1,4 +1,7 @@
-//! Rate-limiting middleware for tower (axum, hyper, tonic) on tollgate's limiters.
+//! Rate-limiting middleware for tower HTTP services (axum, hyper) on tollgate's limiters.
+//! It wraps any `Service<http::Request<B>>` whose response body can be made from `Bytes`
+//! (axum's `Body`, http-body-util's `Full`), which is what its own answers (429, 400, 503)
+//! need.
 //!
 //! A [`RateLimitLayer`] decides each request with a [`Limiter`] shared by every clone of
 //! the layer and its services: in process ([`KeyedLimiter`](tollgate_core::memory::KeyedLimiter),
