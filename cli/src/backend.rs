@@ -3,25 +3,26 @@
 
 use std::cell::RefCell;
 use std::path::Path;
-use std::str::FromStr;
 use std::time::Instant;
 
 use tollgate_core::memory::{InMemory, KeyedLimiter};
 use tollgate_core::{
-    Acquired, Algorithm, Concurrency, Decision, Grant, LeaseError, LeaseState, ManualClock, Ticks,
+    Algorithm, Clock, Concurrency, Decision, Grant, LeaseError, LeaseState, ManualClock,
+    MonotonicClock, Ticks,
 };
-use tollgate_redis::{LuaAlgorithm, Reconnecting, RedisLimiter};
+use tollgate_redis::{LuaAlgorithm, Reconnecting, RedisLeases, RedisLimiter};
 use tollgate_sled::{Create, Durability, SledLeases, SledLimiter};
 
 use crate::Failure;
 
-/// `--backend`: `memory`, `sled:PATH`, `redis://HOST[:PORT][/DB]`.
+/// `--backend`: `memory`, `sled:PATH`, `redis://HOST[:PORT][/DB]` or `rediss://` (TLS).
 #[derive(Debug, Clone)]
 pub enum Backend {
     Memory,
     Sled(String),
-    /// Parsed when the flag is read, so a bad URL is a flag error.
-    Redis(redis::Client),
+    /// A client for the URL, trusting the `--redis-ca` certificates if given (boxed: it
+    /// holds the TLS configuration).
+    Redis(Box<redis::Client>),
 }
 
 /// `--durability`: when sled writes a decision to disk.
@@ -37,23 +38,63 @@ pub enum SledDurability {
 pub trait Hosted: InMemory + LuaAlgorithm + Clone + Send + Sync + 'static {}
 impl<A: InMemory + LuaAlgorithm + Clone + Send + Sync + 'static> Hosted for A {}
 
-impl FromStr for Backend {
-    type Err = String;
-    fn from_str(text: &str) -> Result<Self, String> {
+impl Backend {
+    /// The backend `text` names; `ca` (the `--redis-ca` file's name and bytes) is for a
+    /// `rediss://` URL only. Errors are about the flags (exit code 2).
+    pub fn new(text: &str, ca: Option<(&str, &[u8])>) -> Result<Self, String> {
+        let redis = text.starts_with("redis://") || text.starts_with("rediss://");
+        if ca.is_some() && !text.starts_with("rediss://") {
+            let what = if redis {
+                "a redis:// URL, which has no TLS"
+            } else {
+                "not Redis"
+            };
+            return Err(format!(
+                "--redis-ca is for a rediss:// backend (TLS); this --backend is {what}"
+            ));
+        }
         if text == "memory" {
             Ok(Self::Memory)
         } else if let Some(path) = text.strip_prefix("sled:").filter(|p| !p.is_empty()) {
             Ok(Self::Sled(path.to_owned()))
-        } else if text.starts_with("redis://") {
-            redis::Client::open(text)
-                .map(Self::Redis)
-                .map_err(|e| format!("bad Redis URL {text:?}: {e}"))
+        } else if redis {
+            let (file, pem) = ca.unzip();
+            tollgate_redis::client(text, pem)
+                .map(|client| Self::Redis(Box::new(client)))
+                .map_err(|e| match (e, file) {
+                    (e @ tollgate_redis::Error::Tls(_), Some(file)) => {
+                        format!("--redis-ca {file}: {e}")
+                    }
+                    (e, _) => format!("bad Redis URL {text:?}: {e}"),
+                })
         } else {
             Err(format!(
-                "unknown backend {text:?}: use memory, sled:PATH or redis://HOST[:PORT]"
+                "unknown backend {text:?}: use memory, sled:PATH, redis://HOST[:PORT] or rediss://HOST[:PORT] (TLS)"
             ))
         }
     }
+
+    /// How `simulate` names it: the URL without its password or database.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Memory => "memory".to_owned(),
+            Self::Sled(path) => format!("sled:{path}"),
+            Self::Redis(client) => {
+                let addr = client.get_connection_info().addr();
+                let scheme = match addr {
+                    redis::ConnectionAddr::TcpTls { .. } => "rediss",
+                    _ => "redis",
+                };
+                format!("{scheme}://{addr}")
+            }
+        }
+    }
+}
+
+/// A `--backend` value clap accepts: one [`Backend::new`] takes (a bad URL is a flag
+/// error); the client is made once `--redis-ca` is known.
+pub fn backend_flag(text: &str) -> Result<String, String> {
+    Backend::new(text, None).map(|_| text.to_owned())
 }
 
 /// One algorithm's states in one backend.
@@ -71,19 +112,48 @@ pub trait Store<A: Algorithm> {
     }
 }
 
+/// A lease as the commands print it, from any backend.
+#[derive(Debug, Clone, Copy)]
+pub struct Held {
+    pub token: u64,
+    pub expires_at: Ticks,
+    pub holds: u64,
+}
+
+/// The answer to an acquire: the lease, or how long until the earliest lease expires.
+pub type Acquired = Result<Held, Ticks>;
+
 /// One lease table per key in one backend: the core's [`Concurrency`] model, stored.
-/// A backend hosts leases by implementing this (Redis will, once its lease host lands).
+/// Each call is at `now`, or with `None` on the backend's clock (Redis: the server's).
 pub trait LeaseStore {
-    fn acquire(&self, key: &str, now: Ticks, owner: &str, ttl: Ticks) -> Result<Acquired, Failure>;
-    fn release(&self, key: &str, now: Ticks, owner: &str) -> Result<Grant, Failure>;
-    fn renew(&self, key: &str, now: Ticks, owner: &str, ttl: Ticks) -> Result<Grant, Failure>;
+    fn acquire(
+        &self,
+        key: &str,
+        now: Option<Ticks>,
+        owner: &str,
+        ttl: Ticks,
+    ) -> Result<Acquired, Failure>;
+    fn release(&self, key: &str, now: Option<Ticks>, owner: &str) -> Result<Held, Failure>;
+    fn renew(
+        &self,
+        key: &str,
+        now: Option<Ticks>,
+        owner: &str,
+        ttl: Ticks,
+    ) -> Result<Held, Failure>;
     /// The stored table, for `inspect`.
     fn state(&self, key: &str) -> Result<Option<LeaseState>, Failure>;
+    /// The backend's clock, which `inspect` reads expiries against.
+    fn now(&self) -> Result<Ticks, Failure> {
+        Ok(MonotonicClock.now())
+    }
 }
 
 /// How a command opens its store.
 #[derive(Debug, Clone)]
 pub struct Open {
+    /// Where the states live, with `--redis-ca` applied.
+    pub backend: Backend,
     /// Every stored key is `namespace + key`.
     pub namespace: String,
     /// Whether the command records decisions: only then may a sled database be created
@@ -100,19 +170,21 @@ pub struct Open {
 /// The message for memory state, which no other command can see.
 pub const MEMORY_FORGETS: &str = "the memory backend keeps states only while one command runs, so there is nothing stored to inspect, reset or purge; use --backend sled:PATH or redis://HOST";
 
-impl Backend {
-    pub fn open<A>(&self, algorithm: A, how: &Open) -> Result<Box<dyn Store<A>>, Failure>
+impl Open {
+    /// The states of `algorithm` in this backend.
+    pub fn store<A>(&self, algorithm: A) -> Result<Box<dyn Store<A>>, Failure>
     where
         A: Hosted,
         A::State: Send,
     {
-        Ok(match self {
-            Self::Memory => Box::new(MemoryStore(KeyedLimiter::with_clock(
+        let how = self;
+        Ok(match &self.backend {
+            Backend::Memory => Box::new(MemoryStore(KeyedLimiter::with_clock(
                 algorithm,
                 how.max_keys,
                 ManualClock::new(0),
             ))),
-            Self::Sled(path) => {
+            Backend::Sled(path) => {
                 let (db, tree, durability) = open_tree(path, how)?;
                 Box::new(SledStore {
                     limiter: SledLimiter::new(tree, algorithm, durability)
@@ -120,29 +192,26 @@ impl Backend {
                     db,
                 })
             }
-            Self::Redis(client) => {
+            Backend::Redis(client) => {
                 let limiter = RedisLimiter::new(algorithm)
                     .map_err(|e| Failure::Input(format!("this policy cannot run on Redis: {e}")))?
                     .with_prefix(how.namespace.as_bytes());
                 Box::new(RedisStore {
                     limiter,
-                    con: RefCell::new(Reconnecting::new(client.clone())),
+                    con: RefCell::new(Reconnecting::new((**client).clone())),
                 })
             }
         })
     }
 
     /// The lease tables of `model` in this backend.
-    pub fn open_leases(
-        &self,
-        model: Concurrency,
-        how: &Open,
-    ) -> Result<Box<dyn LeaseStore>, Failure> {
-        match self {
-            Self::Memory => Err(Failure::Input(
-                "the memory backend forgets leases when the command ends, so the next command would find every lease free; use --backend sled:PATH".into(),
+    pub fn leases(&self, model: Concurrency) -> Result<Box<dyn LeaseStore>, Failure> {
+        let how = self;
+        match &self.backend {
+            Backend::Memory => Err(Failure::Input(
+                "the memory backend forgets leases when the command ends, so the next command would find every lease free; use --backend sled:PATH or redis://HOST".into(),
             )),
-            Self::Sled(path) => {
+            Backend::Sled(path) => {
                 let (db, tree, durability) = open_tree(path, how)?;
                 Ok(Box::new(SledLeaseStore {
                     leases: SledLeases::new(tree, model, durability)
@@ -150,9 +219,10 @@ impl Backend {
                     _db: db,
                 }))
             }
-            Self::Redis(_) => Err(Failure::Input(
-                "leases on Redis are not in the command line yet; use --backend sled:PATH".into(),
-            )),
+            Backend::Redis(client) => Ok(Box::new(RedisLeaseStore {
+                leases: RedisLeases::new(model).with_prefix(how.namespace.as_bytes()),
+                con: RefCell::new(Reconnecting::new((**client).clone())),
+            })),
         }
     }
 }
@@ -294,27 +364,138 @@ struct SledLeaseStore {
     _db: sled::Db,
 }
 
+/// sled has no clock of its own: without `--now`, this machine's.
 impl LeaseStore for SledLeaseStore {
-    fn acquire(&self, key: &str, now: Ticks, owner: &str, ttl: Ticks) -> Result<Acquired, Failure> {
-        self.leases
+    fn acquire(
+        &self,
+        key: &str,
+        now: Option<Ticks>,
+        owner: &str,
+        ttl: Ticks,
+    ) -> Result<Acquired, Failure> {
+        let now = now.unwrap_or_else(|| MonotonicClock.now());
+        let acquired = self
+            .leases
             .acquire_at(key.as_bytes(), now, owner.as_bytes(), ttl)
-            .map_err(sled_failure)
+            .map_err(sled_failure)?;
+        Ok(acquired
+            .grant
+            .map(held)
+            .ok_or(acquired.decision.retry_after.unwrap_or(0)))
     }
 
-    fn release(&self, key: &str, now: Ticks, owner: &str) -> Result<Grant, Failure> {
+    fn release(&self, key: &str, now: Option<Ticks>, owner: &str) -> Result<Held, Failure> {
+        let now = now.unwrap_or_else(|| MonotonicClock.now());
         self.leases
             .release_at(key.as_bytes(), now, owner.as_bytes())
+            .map(held)
             .map_err(sled_failure)
     }
 
-    fn renew(&self, key: &str, now: Ticks, owner: &str, ttl: Ticks) -> Result<Grant, Failure> {
+    fn renew(
+        &self,
+        key: &str,
+        now: Option<Ticks>,
+        owner: &str,
+        ttl: Ticks,
+    ) -> Result<Held, Failure> {
+        let now = now.unwrap_or_else(|| MonotonicClock.now());
         self.leases
             .renew_at(key.as_bytes(), now, owner.as_bytes(), ttl)
+            .map(held)
             .map_err(sled_failure)
     }
 
     fn state(&self, key: &str) -> Result<Option<LeaseState>, Failure> {
         self.leases.state(key.as_bytes()).map_err(sled_failure)
+    }
+}
+
+fn held(grant: Grant) -> Held {
+    Held {
+        token: grant.token,
+        expires_at: grant.expires_at,
+        holds: grant.holds,
+    }
+}
+
+/// Leases in Redis and their one connection.
+struct RedisLeaseStore {
+    leases: RedisLeases,
+    con: RefCell<Reconnecting>,
+}
+
+impl LeaseStore for RedisLeaseStore {
+    fn acquire(
+        &self,
+        key: &str,
+        now: Option<Ticks>,
+        owner: &str,
+        ttl: Ticks,
+    ) -> Result<Acquired, Failure> {
+        let con = &mut *self.con.borrow_mut();
+        let (key, owner) = (key.as_bytes(), owner.as_bytes());
+        let acquired = match now {
+            Some(now) => self.leases.acquire_at(con, key, owner, ttl, now),
+            None => self.leases.acquire(con, key, owner, ttl),
+        }
+        .map_err(redis_failure)?;
+        Ok(acquired
+            .grant()
+            .map(redis_held)
+            .ok_or(acquired.decision.retry_after.unwrap_or(0)))
+    }
+
+    fn release(&self, key: &str, now: Option<Ticks>, owner: &str) -> Result<Held, Failure> {
+        let con = &mut *self.con.borrow_mut();
+        let (key, owner) = (key.as_bytes(), owner.as_bytes());
+        match now {
+            Some(now) => self.leases.release_at(con, key, owner, now),
+            None => self.leases.release(con, key, owner),
+        }
+        .map(redis_held)
+        .map_err(redis_failure)
+    }
+
+    fn renew(
+        &self,
+        key: &str,
+        now: Option<Ticks>,
+        owner: &str,
+        ttl: Ticks,
+    ) -> Result<Held, Failure> {
+        let con = &mut *self.con.borrow_mut();
+        let (key, owner) = (key.as_bytes(), owner.as_bytes());
+        match now {
+            Some(now) => self.leases.renew_at(con, key, owner, ttl, now),
+            None => self.leases.renew(con, key, owner, ttl),
+        }
+        .map(redis_held)
+        .map_err(redis_failure)
+    }
+
+    fn state(&self, key: &str) -> Result<Option<LeaseState>, Failure> {
+        let con = &mut *self.con.borrow_mut();
+        self.leases
+            .state(con, key.as_bytes())
+            .map_err(redis_failure)
+    }
+
+    /// The server's `TIME`, the clock its leases expire on.
+    fn now(&self) -> Result<Ticks, Failure> {
+        let con = &mut *self.con.borrow_mut();
+        let (seconds, micros): (u64, u64) = redis::cmd("TIME")
+            .query(con)
+            .map_err(|e| redis_failure(tollgate_redis::Error::Redis(e)))?;
+        Ok(seconds.saturating_mul(1_000_000).saturating_add(micros))
+    }
+}
+
+fn redis_held(held: tollgate_redis::Held) -> Held {
+    Held {
+        token: held.token,
+        expires_at: held.expires_at,
+        holds: held.holds,
     }
 }
 
@@ -370,7 +551,9 @@ fn lease_failure(e: LeaseError) -> Failure {
 
 fn redis_failure(e: tollgate_redis::Error) -> Failure {
     match e {
+        tollgate_redis::Error::Lease(e) => lease_failure(e),
         e @ tollgate_redis::Error::OutOfRange { .. } => Failure::Input(e.to_string()),
+        e @ tollgate_redis::Error::Tls(_) => Failure::Tls(e.to_string()),
         e => Failure::Backend(e.to_string()),
     }
 }

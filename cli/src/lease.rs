@@ -110,7 +110,8 @@ pub struct Holder {
     owner: String,
     #[command(flatten)]
     backend: BackendArgs,
-    /// Act at this time (µs since the Unix epoch, at most 2^62) instead of now.
+    /// Act at this time (µs since the Unix epoch, at most 2^62; 2^52 on Redis) instead of
+    /// now, the backend's clock (on Redis the server's).
     #[arg(long, value_parser = instant, allow_negative_numbers = true)]
     now: Option<Ticks>,
 }
@@ -162,12 +163,11 @@ pub fn lock(command: LockCommand) -> Result<ExitCode, Failure> {
             now,
             json,
         } => {
-            let open = lease_open(&backend, "lock", false);
+            let open = lease_open(&backend, "lock", false)?;
             return inspect(Inspect {
                 key: &name,
                 model: Concurrency::lock(),
                 algorithm: "lock",
-                backend: &backend,
                 open,
                 now,
                 json,
@@ -178,7 +178,7 @@ pub fn lock(command: LockCommand) -> Result<ExitCode, Failure> {
         what: format!("lock {}", KeyDisplay(on.name.as_bytes())),
         key: &on.name,
         model: Concurrency::lock(),
-        open: lease_open(&on.holder.backend, "lock", matches!(op, Op::Acquire { .. })),
+        open: lease_open(&on.holder.backend, "lock", matches!(op, Op::Acquire { .. }))?,
         holder: &on.holder,
         op,
     })
@@ -217,7 +217,7 @@ pub fn lease(command: LeaseCommand) -> Result<ExitCode, Failure> {
             &on.holder.backend,
             &loaded.name,
             matches!(op, Op::Acquire { .. }),
-        ),
+        )?,
         holder: &on.holder,
         op,
     })
@@ -225,11 +225,11 @@ pub fn lease(command: LeaseCommand) -> Result<ExitCode, Failure> {
 
 /// The store options of a lease command: keys under `PREFIX name:`, a database created
 /// only by an acquire, other commands' use of it waited out briefly.
-fn lease_open(backend: &BackendArgs, name: &str, creates: bool) -> Open {
-    Open {
+fn lease_open(backend: &BackendArgs, name: &str, creates: bool) -> Result<Open, Failure> {
+    Ok(Open {
         in_use_wait: IN_USE_WAIT,
-        ..backend.open(name, creates)
-    }
+        ..backend.open(name, creates)?
+    })
 }
 
 /// An owner the core accepts: 1 to `MAX_OWNER_LEN` bytes.
@@ -268,10 +268,11 @@ fn call(c: &Call) -> Result<ExitCode, Failure> {
             "--wait retries on the clock, so it cannot be used with --now".into(),
         ));
     }
-    let now = || holder.now.unwrap_or_else(|| MonotonicClock.now());
+    // The local clock only times --wait; each call is at --now or on the backend's clock.
+    let now = || MonotonicClock.now();
     // Each attempt opens the store and closes it again, so that while this command
     // waits, the holder's `release` can open the (one-process) sled database.
-    let store = || holder.backend.backend.open_leases(c.model, &c.open);
+    let store = || c.open.leases(c.model);
     let not_held = |e: Failure| match e {
         Failure::NotHeld => Failure::Refused(format!(
             "owner {} holds no lease on {} (never acquired, released, or expired)",
@@ -284,14 +285,15 @@ fn call(c: &Call) -> Result<ExitCode, Failure> {
         Op::Acquire { ttl, wait } => {
             let deadline = wait.map(|w| now().saturating_add(w));
             loop {
-                let acquired = store()?.acquire(c.key, now(), &holder.owner, ttl)?;
-                if let Some(grant) = acquired.grant {
-                    break format!(
-                        "acquired token={} expires_at_us={} holds={}",
-                        grant.token, grant.expires_at, grant.holds
-                    );
-                }
-                let retry = acquired.decision.retry_after.unwrap_or(0);
+                let retry = match store()?.acquire(c.key, holder.now, &holder.owner, ttl)? {
+                    Ok(grant) => {
+                        break format!(
+                            "acquired token={} expires_at_us={} holds={}",
+                            grant.token, grant.expires_at, grant.holds
+                        )
+                    }
+                    Err(retry) => retry,
+                };
                 let left = deadline.map_or(0, |d| d.saturating_sub(now()));
                 if left == 0 {
                     let held = if c.model.max() == 1 {
@@ -312,13 +314,13 @@ fn call(c: &Call) -> Result<ExitCode, Failure> {
         }
         Op::Release => {
             let grant = store()?
-                .release(c.key, now(), &holder.owner)
+                .release(c.key, holder.now, &holder.owner)
                 .map_err(not_held)?;
             format!("released token={} holds={}", grant.token, grant.holds)
         }
         Op::Renew { ttl } => {
             let grant = store()?
-                .renew(c.key, now(), &holder.owner, ttl)
+                .renew(c.key, holder.now, &holder.owner, ttl)
                 .map_err(not_held)?;
             format!(
                 "renewed token={} expires_at_us={} holds={}",
@@ -339,7 +341,6 @@ pub struct Inspect<'a> {
     pub model: Concurrency,
     /// `lock`, or `concurrency` for a policy's leases.
     pub algorithm: &'static str,
-    pub backend: &'a BackendArgs,
     pub open: Open,
     pub now: Option<Ticks>,
     pub json: bool,
@@ -376,12 +377,12 @@ struct Holding {
 }
 
 pub fn inspect(i: Inspect) -> Result<ExitCode, Failure> {
-    let state: Option<LeaseState> = i
-        .backend
-        .backend
-        .open_leases(i.model, &i.open)?
-        .state(i.key)?;
-    let now = i.now.unwrap_or_else(|| MonotonicClock.now());
+    let store = i.open.leases(i.model)?;
+    let state: Option<LeaseState> = store.state(i.key)?;
+    let now = match i.now {
+        Some(now) => now,
+        None => store.now()?,
+    };
     let leases: Vec<Holding> = state
         .iter()
         .flat_map(LeaseState::leases)
@@ -449,14 +450,6 @@ impl View {
             }
             _ => rows.push(("state", "fresh (nothing stored)".into())),
         }
-        let width = rows
-            .iter()
-            .map(|(n, _)| n.chars().count())
-            .max()
-            .unwrap_or(0);
-        for (name, value) in rows {
-            writeln!(out, "{name:<width$}  {value}")?;
-        }
-        Ok(())
+        crate::write_rows(out, &rows)
     }
 }

@@ -4,8 +4,9 @@
 //! lock or lease held by another owner (acquire) or not held by this owner (release,
 //! renew), 2 bad flags or input, 3 no such policy for this app, 4 backend failure
 //! (unreachable, a sled database in use, or a key holding something tollgate cannot
-//! read, left as it is), 5 the output could not be written (silently for a closed
-//! pipe).
+//! read, left as it is), 5 the output could not be written, 6 TLS refused (the Redis
+//! server's certificate is not signed by a trusted CA, or names another host). Exit code
+//! 5 has no message for a closed pipe.
 
 mod backend;
 mod chart;
@@ -33,7 +34,7 @@ use traffic::Traffic;
     about = "Simulate, replay and inspect rate limits on any tollgate host"
 )]
 #[command(
-    after_help = "Exit codes: 0 success (check: admitted; lock and lease: done), 1 check denied, or a lock or lease held by another owner (acquire) or not held by this owner (release, renew), 2 bad flags or input, 3 no such policy for this app, 4 backend failure (unreachable, a sled database in use, or a key holding something tollgate cannot read, left as it is), 5 the output could not be written."
+    after_help = "Exit codes: 0 success (check: admitted; lock and lease: done), 1 check denied, or a lock or lease held by another owner (acquire) or not held by this owner (release, renew), 2 bad flags or input, 3 no such policy for this app, 4 backend failure (unreachable, a sled database in use, or a key holding something tollgate cannot read, left as it is), 5 the output could not be written, 6 TLS refused (the Redis server's certificate is not signed by a trusted CA, or names another host)."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -84,10 +85,10 @@ enum Command {
         #[command(flatten)]
         backend: BackendArgs,
     },
-    /// Locks: one holder at a time, reentrant, with fencing tokens (on sled).
+    /// Locks: one holder at a time, reentrant, with fencing tokens (on sled or Redis).
     #[command(subcommand)]
     Lock(lease::LockCommand),
-    /// Leases of a concurrency policy: at most `limit` held at once (on sled).
+    /// Leases of a concurrency policy: at most `limit` held at once (on sled or Redis).
     #[command(subcommand)]
     Lease(lease::LeaseCommand),
     /// Print KEY's stored state in the policy's units (--json for JSON); for a
@@ -132,10 +133,15 @@ struct PolicyArgs {
 
 #[derive(Debug, Args)]
 struct BackendArgs {
-    /// memory, sled:PATH or a redis:// URL (redis://HOST:PORT/DB). A sled database is
-    /// created only by commands that record decisions, and only in an existing directory.
-    #[arg(long, default_value = "memory")]
-    backend: Backend,
+    /// memory, sled:PATH, or a Redis URL: redis://HOST:PORT/DB, or rediss://HOST:PORT/DB
+    /// for TLS. A sled database is created only by commands that record decisions, and
+    /// only in an existing directory.
+    #[arg(long, default_value = "memory", value_parser = backend::backend_flag)]
+    backend: String,
+    /// rediss:// only: trust the CA certificates in this PEM file (a private CA, a
+    /// managed service's) instead of the system's.
+    #[arg(long, value_name = "FILE")]
+    redis_ca: Option<String>,
     /// Stored keys are PREFIX + policy name + ":" + KEY (with flags instead of a policy
     /// file, the algorithm and its parameters name the policy).
     #[arg(long, default_value = "tollgate:")]
@@ -204,6 +210,9 @@ pub enum Failure {
     NotHeld,
     /// A sled database in use by another process.
     InUse(String),
+    /// TLS refused: the server's certificate is not signed by a trusted CA (`--redis-ca`
+    /// or the system's roots) or names another host. Retrying does not help, so not 4.
+    Tls(String),
     /// Standard output is a pipe whose reader has gone (`tollgate ... | head`): exit 5
     /// without a message, as the reader asked for no more.
     ClosedPipe,
@@ -245,6 +254,7 @@ fn main() -> ExitCode {
                 Failure::NotHeld => (1, "the owner holds no lease on this key".into()),
                 Failure::Backend(m) | Failure::InUse(m) => (4, m),
                 Failure::Output(m) => (5, m),
+                Failure::Tls(m) => (6, m),
                 Failure::ClosedPipe => return ExitCode::from(5),
             };
             let _ = writeln!(std::io::stderr(), "tollgate: {message}");
@@ -276,14 +286,13 @@ fn run(command: Command) -> Result<ExitCode, Failure> {
                     stats::MAX_OFFERED
                 )));
             }
-            let open = backend.open(&loaded.name, true);
+            let open = backend.open(&loaded.name, true)?;
             loaded.limiter.run(
                 Simulate {
                     policy: &loaded.policy,
                     name: &loaded.name,
                     traffic: &traffic,
                     duration: duration.0,
-                    backend: &backend.backend,
                     open,
                     chart: chart.as_deref(),
                 },
@@ -299,8 +308,7 @@ fn run(command: Command) -> Result<ExitCode, Failure> {
             loaded.limiter.run(
                 Replay {
                     trace: &trace,
-                    backend: &backend.backend,
-                    open: backend.open(&loaded.name, true),
+                    open: backend.open(&loaded.name, true)?,
                 },
                 &loaded.name,
             )?
@@ -313,8 +321,7 @@ fn run(command: Command) -> Result<ExitCode, Failure> {
             let loaded = policy.load()?;
             loaded.limiter.run(
                 Purge {
-                    backend: &backend.backend,
-                    open: backend.open(&loaded.name, false),
+                    open: backend.open(&loaded.name, false)?,
                     name: &loaded.name,
                 },
                 &loaded.name,
@@ -326,15 +333,27 @@ fn run(command: Command) -> Result<ExitCode, Failure> {
 }
 
 impl BackendArgs {
-    /// How to open the store for policy `name`: its keys are `PREFIX name:KEY`.
-    fn open(&self, name: &str, creates: bool) -> Open {
-        Open {
+    /// How to open the store for policy `name`: its keys are `PREFIX name:KEY`. A CA
+    /// file that cannot be read or is no PEM certificate is bad input.
+    fn open(&self, name: &str, creates: bool) -> Result<Open, Failure> {
+        let ca = match &self.redis_ca {
+            Some(file) => Some((
+                file.as_str(),
+                std::fs::read(file).map_err(|e| {
+                    Failure::Input(format!("--redis-ca {file}: cannot read it: {e}"))
+                })?,
+            )),
+            None => None,
+        };
+        let ca = ca.as_ref().map(|(file, pem)| (*file, pem.as_slice()));
+        Ok(Open {
+            backend: Backend::new(&self.backend, ca)?,
             namespace: format!("{}{name}:", self.prefix),
             creates,
             durability: self.durability,
             max_keys: usize::try_from(self.max_keys).unwrap_or(usize::MAX),
             in_use_wait: std::time::Duration::ZERO,
-        }
+        })
     }
 }
 
@@ -460,6 +479,20 @@ impl<'a> Record<'a> {
     }
 }
 
+/// Writes `rows` as `name  value` lines, the values aligned after the longest name:
+/// what `simulate` and `inspect` print.
+fn write_rows<N: AsRef<str>>(out: &mut impl Write, rows: &[(N, String)]) -> std::io::Result<()> {
+    let width = rows
+        .iter()
+        .map(|(name, _)| name.as_ref().chars().count())
+        .max()
+        .unwrap_or(0);
+    for (name, value) in rows {
+        writeln!(out, "{:<width$}  {value}", name.as_ref())?;
+    }
+    Ok(())
+}
+
 /// Writes `value` as one JSON line.
 fn json_line(out: &mut impl Write, value: &impl Serialize) -> Result<(), Failure> {
     serde_json::to_writer(&mut *out, value).map_err(|e| output(e.into()))?;
@@ -479,14 +512,13 @@ impl KeyArgs {
         let loaded = self.policy.load()?;
         let open = self
             .backend
-            .open(&loaded.name, matches!(action, Action::Check));
+            .open(&loaded.name, matches!(action, Action::Check))?;
         if let (Limiter::Leases { model, .. }, Action::Inspect { json }) = (&loaded.limiter, action)
         {
             return lease::inspect(lease::Inspect {
                 key: &self.key,
                 model: *model,
                 algorithm: "concurrency",
-                backend: &self.backend,
                 open,
                 now: self.now,
                 json,
@@ -519,7 +551,7 @@ impl Job for OnKey<'_> {
         A::State: Debug + Send,
     {
         let args = self.args;
-        let store = args.backend.backend.open(algorithm.clone(), &self.open)?;
+        let store = self.open.store(algorithm.clone())?;
         let now = args.now.unwrap_or_else(|| MonotonicClock.now());
         let mut out = BufWriter::new(std::io::stdout().lock());
         let code = match self.action {
@@ -670,22 +702,13 @@ mod inspect {
                 rows.push(("state", "fresh (nothing stored)".into()));
                 rows.push(("remaining", self.remaining.to_string()));
             }
-            let width = rows
-                .iter()
-                .map(|(n, _)| n.chars().count())
-                .max()
-                .unwrap_or(0);
-            for (name, value) in rows {
-                writeln!(out, "{name:<width$}  {value}")?;
-            }
-            Ok(())
+            crate::write_rows(out, &rows)
         }
     }
 }
 
 /// `purge`: every state of one policy, gone.
 struct Purge<'a> {
-    backend: &'a Backend,
     open: Open,
     name: &'a str,
 }
@@ -697,7 +720,7 @@ impl Job for Purge<'_> {
         A: Hosted,
         A::State: Debug + Send,
     {
-        let purged = self.backend.open(algorithm, &self.open)?.purge()?;
+        let purged = self.open.store(algorithm)?.purge()?;
         let mut out = std::io::stdout().lock();
         writeln!(
             out,
@@ -714,7 +737,6 @@ impl Job for Purge<'_> {
 
 struct Replay<'a> {
     trace: &'a str,
-    backend: &'a Backend,
     open: Open,
 }
 
@@ -732,7 +754,7 @@ impl Job for Replay<'_> {
                 .map_err(|e| Failure::Input(format!("cannot read {}: {e}", self.trace)))?;
             (self.trace, Box::new(std::io::BufReader::new(file)))
         };
-        let store = self.backend.open(algorithm, &self.open)?;
+        let store = self.open.store(algorithm)?;
         let mut reader = csv::ReaderBuilder::new()
             .flexible(true)
             .has_headers(false)
@@ -809,7 +831,6 @@ struct Simulate<'a> {
     name: &'a str,
     traffic: &'a Traffic,
     duration: Ticks,
-    backend: &'a Backend,
     open: Open,
     chart: Option<&'a str>,
 }
@@ -821,7 +842,7 @@ impl Job for Simulate<'_> {
         A: Hosted,
         A::State: Debug + Send,
     {
-        let store: Box<dyn Store<A>> = self.backend.open(algorithm, &self.open)?;
+        let store: Box<dyn Store<A>> = self.open.store(algorithm)?;
         let period = self.policy.period();
         let mut run = stats::Run::new(self.duration, chart::bin_width(self.duration, period));
         let mut progress = Progress::new(self.duration);
@@ -861,16 +882,7 @@ impl Job for Simulate<'_> {
                 format!("{} ({})", self.name, describe(self.policy)),
             ),
             ("about".to_owned(), about),
-            (
-                "backend".to_owned(),
-                match self.backend {
-                    Backend::Memory => "memory".to_owned(),
-                    Backend::Sled(path) => format!("sled:{path}"),
-                    Backend::Redis(client) => {
-                        format!("redis://{}", client.get_connection_info().addr())
-                    }
-                },
-            ),
+            ("backend".to_owned(), self.open.backend.describe()),
             (
                 "offered".to_owned(),
                 format!("{} over {}", summary.offered, human(self.duration)),
@@ -910,14 +922,7 @@ impl Job for Simulate<'_> {
                 .map_err(|e| Failure::Output(format!("cannot write {path}: {e}")))?;
             rows.push(("chart".to_owned(), path.to_owned()));
         }
-        let width = rows
-            .iter()
-            .map(|(name, _)| name.chars().count())
-            .max()
-            .unwrap_or(0);
-        for (name, value) in rows {
-            writeln!(out, "{name:<width$}  {value}").map_err(output)?;
-        }
+        write_rows(&mut out, &rows).map_err(output)?;
         out.flush().map_err(output)?;
         Ok(ExitCode::SUCCESS)
     }

@@ -258,12 +258,7 @@ fn a_policy_refuses_apps_it_does_not_serve() {
 
 #[test]
 fn check_peek_reset_inspect_on_sled_and_redis() {
-    let dir = tempfile::tempdir().unwrap();
-    let redis = common::Server::start();
-    let sled = format!("sled:{}", dir.path().join("db").display());
-    for backend in [sled, redis.url()] {
-        check_peek_reset_inspect(&backend);
-    }
+    on_sled_and_redis(|backend, _| check_peek_reset_inspect(backend));
 }
 
 fn check_peek_reset_inspect(backend: &str) {
@@ -1633,52 +1628,70 @@ fn lock(args: &[&str]) -> Output {
     tollgate(&[&["lock"], args].concat())
 }
 
-/// A lock on sled, at explicit times: acquire prints its token and expiry; another owner
-/// gets exit 1; the holder re-enters; release and renew only by the holder (else exit
-/// 1); the token grows with every acquire/release cycle; `inspect` shows the holder.
-#[test]
-fn a_lock_on_sled_is_exclusive_reentrant_and_its_token_grows() {
-    let dir = tempfile::tempdir().unwrap();
-    let backend = format!("sled:{}", dir.path().join("db").display());
-    let b = ["--backend", backend.as_str()];
-    let at = |t: u64| t.to_string();
-    let out = lock(
-        &[
-            &[
-                "acquire",
-                "nightly",
-                "--owner",
-                "a",
-                "--ttl",
-                "30s",
-                "--now",
-                &at(1_000_000),
+/// Lock and lease commands on one backend: `tollgate lock COMMAND NAME --owner O
+/// --backend B ...`, or with a policy, `tollgate lease COMMAND KEY --config C --policy P
+/// --owner O --backend B ...`.
+struct Leasing<'a> {
+    backend: &'a str,
+    /// `--config` and `--policy` for `lease`; none for `lock`.
+    policy: Option<(&'a str, &'a str)>,
+}
+
+impl Leasing<'_> {
+    fn run(&self, command: &str, key: &str, owner: &str, more: &[&str]) -> Output {
+        let mut args = match self.policy {
+            Some((config, policy)) => vec![
+                "lease", command, key, "--config", config, "--policy", policy,
             ],
-            &b[..],
-        ]
-        .concat(),
-    );
+            None => vec!["lock", command, key],
+        };
+        args.extend(["--owner", owner, "--backend", self.backend]);
+        tollgate(&[&args[..], more].concat())
+    }
+
+    /// The command at an explicit time.
+    fn at(&self, command: &str, key: &str, owner: &str, now: u64, more: &[&str]) -> Output {
+        self.run(
+            command,
+            key,
+            owner,
+            &[&["--now", &now.to_string()], more].concat(),
+        )
+    }
+}
+
+/// The token printed by an acquire.
+fn token(out: &Output) -> u64 {
+    stdout(out)
+        .split_whitespace()
+        .find_map(|f| f.strip_prefix("token="))
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// A lock at explicit times, on sled and on Redis with the same output and exit codes:
+/// acquire prints its token and expiry; another owner gets exit 1; the holder re-enters;
+/// release and renew only by the holder (else exit 1); the token grows with every
+/// acquire/release cycle; `inspect` shows the holder.
+#[test]
+fn a_lock_is_exclusive_reentrant_and_its_token_grows_on_sled_and_redis() {
+    on_sled_and_redis(|backend, _| a_lock_is_exclusive_reentrant_and_its_token_grows(backend));
+}
+
+fn a_lock_is_exclusive_reentrant_and_its_token_grows(backend: &str) {
+    let l = Leasing {
+        backend,
+        policy: None,
+    };
+    let b = ["--backend", backend];
+    let out = l.at("acquire", "nightly", "a", 1_000_000, &["--ttl", "30s"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(
         stdout(&out),
         "acquired token=1000000 expires_at_us=31000000 holds=1\n"
     );
-    let out = lock(
-        &[
-            &[
-                "acquire",
-                "nightly",
-                "--owner",
-                "b",
-                "--ttl",
-                "30s",
-                "--now",
-                &at(2_000_000),
-            ],
-            &b[..],
-        ]
-        .concat(),
-    );
+    let out = l.at("acquire", "nightly", "b", 2_000_000, &["--ttl", "30s"]);
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(stdout(&out), "");
     assert_eq!(
@@ -1686,53 +1699,24 @@ fn a_lock_on_sled_is_exclusive_reentrant_and_its_token_grows() {
         "tollgate: lock \"nightly\" is held by another owner; the earliest expires in 29 s unless renewed\n"
     );
     for command in ["release", "renew"] {
-        let mut args = vec![command, "nightly", "--owner", "b", "--now", "2000000"];
-        if command == "renew" {
-            args.extend(["--ttl", "1m"]);
-        }
-        let out = lock(&[&args[..], &b[..]].concat());
+        let ttl: &[&str] = if command == "renew" {
+            &["--ttl", "1m"]
+        } else {
+            &[]
+        };
+        let out = l.at(command, "nightly", "b", 2_000_000, ttl);
         assert_eq!(out.status.code(), Some(1), "{command}");
         assert_eq!(
             stderr(&out),
             "tollgate: owner \"b\" holds no lease on lock \"nightly\" (never acquired, released, or expired)\n"
         );
     }
-    let out = lock(
-        &[
-            &[
-                "acquire",
-                "nightly",
-                "--owner",
-                "a",
-                "--ttl",
-                "30s",
-                "--now",
-                &at(3_000_000),
-            ],
-            &b[..],
-        ]
-        .concat(),
-    );
+    let out = l.at("acquire", "nightly", "a", 3_000_000, &["--ttl", "30s"]);
     assert_eq!(
         stdout(&out),
         "acquired token=1000000 expires_at_us=33000000 holds=2\n"
     );
-    let out = lock(
-        &[
-            &[
-                "renew",
-                "nightly",
-                "--owner",
-                "a",
-                "--ttl",
-                "1m",
-                "--now",
-                &at(4_000_000),
-            ],
-            &b[..],
-        ]
-        .concat(),
-    );
+    let out = l.at("renew", "nightly", "a", 4_000_000, &["--ttl", "1m"]);
     assert_eq!(
         stdout(&out),
         "renewed token=1000000 expires_at_us=64000000 holds=2\n"
@@ -1761,15 +1745,7 @@ fn a_lock_on_sled_is_exclusive_reentrant_and_its_token_grows() {
         .concat(),
     ));
     assert!(json.starts_with(r#"{"key":"nightly","stored_key":"tollgate:lock:nightly","algorithm":"lock","stored":true,"now_us":4000000,"limit":1,"held":1,"leases":[{"owner":"a","token":1000000,"expires_at_us":64000000,"holds":2}],"last_token":1000000,"encoded":"01"#), "{json}");
-    let release = |owner: &str, t: u64| {
-        lock(
-            &[
-                &["release", "nightly", "--owner", owner, "--now", &at(t)],
-                &b[..],
-            ]
-            .concat(),
-        )
-    };
+    let release = |owner: &str, t: u64| l.at("release", "nightly", owner, t, &[]);
     assert_eq!(
         stdout(&release("a", 5_000_000)),
         "released token=1000000 holds=1\n"
@@ -1783,28 +1759,7 @@ fn a_lock_on_sled_is_exclusive_reentrant_and_its_token_grows() {
     let mut last = 1_000_000;
     for (i, owner) in ["b", "a", "b", "c"].iter().enumerate() {
         let t = 5_000_000 + (i as u64 / 2);
-        let out = lock(
-            &[
-                &[
-                    "acquire",
-                    "nightly",
-                    "--owner",
-                    owner,
-                    "--ttl",
-                    "1s",
-                    "--now",
-                    &at(t),
-                ],
-                &b[..],
-            ]
-            .concat(),
-        );
-        let token: u64 = stdout(&out)
-            .split_whitespace()
-            .find_map(|f| f.strip_prefix("token="))
-            .unwrap()
-            .parse()
-            .unwrap();
+        let token = token(&l.at("acquire", "nightly", owner, t, &["--ttl", "1s"]));
         assert!(token > last, "{token} after {last}");
         last = token;
         assert_eq!(release(owner, t).status.code(), Some(0));
@@ -1818,15 +1773,7 @@ fn a_lock_on_sled_is_exclusive_reentrant_and_its_token_grows() {
         stdout(&out)
     );
     // Released once the clock is past it: fresh again, the record is gone.
-    let out = lock(
-        &[
-            &[
-                "acquire", "nightly", "--owner", "a", "--ttl", "1s", "--now", "9000000",
-            ],
-            &b[..],
-        ]
-        .concat(),
-    );
+    let out = l.at("acquire", "nightly", "a", 9_000_000, &["--ttl", "1s"]);
     assert_eq!(
         stdout(&out),
         "acquired token=9000000 expires_at_us=10000000 holds=1\n"
@@ -1840,43 +1787,38 @@ fn a_lock_on_sled_is_exclusive_reentrant_and_its_token_grows() {
     );
 }
 
-/// Two processes contend for one lock on the real clock: the second gets exit 1, then 0
-/// once the first released; eight started at once on one database: exactly one gets
-/// the lock, the others exit 1 (none fails on the database being in use).
 #[test]
-fn processes_contend_for_one_lock() {
-    let dir = tempfile::tempdir().unwrap();
-    let backend = format!("sled:{}", dir.path().join("db").display());
-    let acquire = |owner: &str| {
-        lock(&[
-            "acquire",
-            "job",
-            "--owner",
-            owner,
-            "--ttl",
-            "1m",
-            "--backend",
-            &backend,
-        ])
+fn processes_contend_for_one_lock_on_sled_and_redis() {
+    on_sled_and_redis(|backend, _| processes_contend_for_one_lock(backend));
+}
+
+/// Two processes contend for one lock on the real clock (Redis: the server's): the second
+/// gets exit 1, then 0 once the first released, with a larger token, cycle after cycle;
+/// eight started at once on one store: exactly one gets the lock, the others exit 1
+/// (none fails on a sled database being in use).
+fn processes_contend_for_one_lock(backend: &str) {
+    let l = Leasing {
+        backend,
+        policy: None,
     };
-    let first = acquire("first");
-    assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
-    assert!(stdout(&first).starts_with("acquired token="));
-    let second = acquire("second");
-    assert_eq!(second.status.code(), Some(1), "{}", stderr(&second));
-    let out = lock(&["release", "job", "--owner", "first", "--backend", &backend]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let second = acquire("second");
-    assert_eq!(second.status.code(), Some(0), "{}", stderr(&second));
-    let token = |out: &Output| -> u64 {
-        stdout(out)
-            .split_whitespace()
-            .find_map(|f| f.strip_prefix("token="))
-            .unwrap()
-            .parse()
-            .unwrap()
-    };
-    assert!(token(&second) > token(&first));
+    let acquire = |owner: &str| l.run("acquire", "job", owner, &["--ttl", "1m"]);
+    let mut last = 0;
+    for _cycle in 0..3 {
+        let first = acquire("first");
+        assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
+        assert!(stdout(&first).starts_with("acquired token="));
+        let second = acquire("second");
+        assert_eq!(second.status.code(), Some(1), "{}", stderr(&second));
+        let out = l.run("release", "job", "first", &[]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let second = acquire("second");
+        assert_eq!(second.status.code(), Some(0), "{}", stderr(&second));
+        assert!(token(&second) > token(&first));
+        assert!(token(&first) > last, "{} after {last}", token(&first));
+        last = token(&second);
+        let out = l.run("release", "job", "second", &[]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
     let children: Vec<_> = (0..8)
         .map(|i| {
             Command::new(env!("CARGO_BIN_EXE_tollgate"))
@@ -1889,7 +1831,7 @@ fn processes_contend_for_one_lock() {
                     "--ttl",
                     "1m",
                     "--backend",
-                    &backend,
+                    backend,
                 ])
                 .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::piped())
@@ -1912,28 +1854,25 @@ fn processes_contend_for_one_lock() {
     );
 }
 
+#[test]
+fn waiting_for_a_lock_is_bounded_on_sled_and_redis() {
+    on_sled_and_redis(|backend, _| waiting_for_a_lock_is_bounded(backend));
+}
+
 /// `--wait` is bounded: a lock held for a minute is still refused (exit 1) after the
 /// wait; a waiter gets the lock soon after the holder releases it, and when its holder's
 /// lease expires.
-#[test]
-fn waiting_for_a_lock_is_bounded() {
-    let dir = tempfile::tempdir().unwrap();
-    let backend = format!("sled:{}", dir.path().join("db").display());
+fn waiting_for_a_lock_is_bounded(backend: &str) {
+    let l = Leasing {
+        backend,
+        policy: None,
+    };
     let acquire = |owner: &str, ttl: &str, wait: &str| {
-        let mut args = vec![
-            "acquire",
-            "job",
-            "--owner",
-            owner,
-            "--ttl",
-            ttl,
-            "--backend",
-            &backend,
-        ];
+        let mut args = vec!["--ttl", ttl];
         if !wait.is_empty() {
             args.extend(["--wait", wait]);
         }
-        lock(&args)
+        l.run("acquire", "job", owner, &args)
     };
     assert_eq!(acquire("holder", "1m", "").status.code(), Some(0));
     let start = Instant::now();
@@ -1962,14 +1901,14 @@ fn waiting_for_a_lock_is_bounded() {
             "--wait",
             "20s",
             "--backend",
-            &backend,
+            backend,
         ])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(300));
-    let out = lock(&["release", "job", "--owner", "holder", "--backend", &backend]);
+    let out = l.run("release", "job", "holder", &[]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let released = Instant::now();
     let out = waiter.wait_with_output().unwrap();
@@ -1980,7 +1919,7 @@ fn waiting_for_a_lock_is_bounded() {
         released.elapsed()
     );
     // A holder that never releases: its lease expires, and the waiter gets it then.
-    let out = lock(&["release", "job", "--owner", "waiter", "--backend", &backend]);
+    let out = l.run("release", "job", "waiter", &[]);
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(acquire("crashed", "700ms", "").status.code(), Some(0));
     let start = Instant::now();
@@ -1998,31 +1937,22 @@ fn waiting_for_a_lock_is_bounded() {
     );
 }
 
+#[test]
+fn leases_of_a_concurrency_policy_on_sled_and_redis() {
+    on_sled_and_redis(|backend, _| leases_of_a_concurrency_policy(backend));
+}
+
 /// `lease` for a concurrency policy (`report-workers`: 3 in flight, lease 30s): three
 /// owners in, the fourth refused until one leaves; `inspect` shows the holders; the
-/// commands refuse rate policies, and rate commands refuse it; memory and Redis refuse.
-#[test]
-fn leases_of_a_concurrency_policy_on_sled() {
-    let dir = tempfile::tempdir().unwrap();
-    let backend = format!("sled:{}", dir.path().join("db").display());
+/// commands refuse rate policies, and rate commands refuse it; memory refuses, and an
+/// unreachable Redis is exit 4.
+fn leases_of_a_concurrency_policy(backend: &str) {
     let config = examples();
-    let lease = |command: &str, owner: &str, t: u64| {
-        tollgate(&[
-            "lease",
-            command,
-            "export",
-            "--config",
-            &config,
-            "--policy",
-            "report-workers",
-            "--owner",
-            owner,
-            "--now",
-            &t.to_string(),
-            "--backend",
-            &backend,
-        ])
+    let l = Leasing {
+        backend,
+        policy: Some((&config, "report-workers")),
     };
+    let lease = |command: &str, owner: &str, t: u64| l.at(command, "export", owner, t, &[]);
     for (i, owner) in ["w1", "w2", "w3"].iter().enumerate() {
         let t = 1_000_000 * (i as u64 + 1);
         let out = lease("acquire", owner, t);
@@ -2052,7 +1982,7 @@ fn leases_of_a_concurrency_policy_on_sled() {
                     "--policy",
                     "report-workers",
                     "--backend",
-                    &backend,
+                    backend,
                 ],
                 args,
             ]
@@ -2101,7 +2031,7 @@ fn leases_of_a_concurrency_policy_on_sled() {
         "--policy",
         "report-workers",
         "--backend",
-        &backend,
+        backend,
     ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
@@ -2109,55 +2039,93 @@ fn leases_of_a_concurrency_policy_on_sled() {
         "{}",
         stderr(&out)
     );
-    let out = tollgate(&[
-        "lease",
-        "acquire",
-        "export",
-        "--config",
-        &config,
-        "--policy",
-        "daily",
-        "--owner",
-        "w",
-        "--backend",
-        &backend,
-    ]);
+    let daily = Leasing {
+        backend,
+        policy: Some((&config, "daily")),
+    };
+    let out = daily.run("acquire", "export", "w", &[]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
         stderr(&out).contains("is a rate limit, not a concurrency limit"),
         "{}",
         stderr(&out)
     );
-    let redis = format!("redis://127.0.0.1:{}/", common::free_port());
-    for (backend, wanted) in [
-        ("memory", "the memory backend forgets leases"),
-        (
-            redis.as_str(),
-            "leases on Redis are not in the command line yet",
-        ),
+    let unreachable = format!("redis://127.0.0.1:{}/", common::free_port());
+    for (backend, code, wanted) in [
+        ("memory", 2, "the memory backend forgets leases"),
+        (unreachable.as_str(), 4, "redis is unavailable"),
     ] {
-        let out = lock(&[
-            "acquire",
-            "x",
-            "--owner",
-            "a",
-            "--ttl",
-            "1s",
-            "--backend",
+        let l = Leasing {
             backend,
-        ]);
-        assert_eq!(out.status.code(), Some(2));
+            policy: None,
+        };
+        let out = l.run("acquire", "x", "a", &["--ttl", "1s"]);
+        assert_eq!(out.status.code(), Some(code), "{}", stderr(&out));
         assert!(stderr(&out).contains(wanted), "{}", stderr(&out));
     }
 }
 
-/// Bad lease input is exit 2 before anything is stored; another state under a lock's key
-/// is exit 4 with the library's message, and it is left as it is.
-#[test]
-fn bad_lease_input_and_foreign_states_change_nothing() {
+/// Runs `test` on a new sled database, then on a new Redis server: one test body, so
+/// both backends must give the same output and exit codes.
+fn on_sled_and_redis(test: impl Fn(&str, &Raw)) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db");
-    let backend = format!("sled:{}", path.display());
+    test(&format!("sled:{}", path.display()), &Raw::Sled(&path));
+    let redis = common::Server::start();
+    test(&redis.url(), &Raw::Redis(&redis));
+}
+
+/// Where a test puts bytes another program wrote, and reads them back.
+enum Raw<'a> {
+    Sled(&'a Path),
+    Redis(&'a common::Server),
+}
+
+impl Raw<'_> {
+    fn put(&self, key: &[u8], value: &[u8]) {
+        match self {
+            Self::Sled(path) => sled_put(path, key, value),
+            Self::Redis(server) => redis::cmd("SET")
+                .arg(key)
+                .arg(value)
+                .exec(&mut server.connection())
+                .unwrap(),
+        }
+    }
+
+    fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
+        match self {
+            Self::Sled(path) => sled_get(path, key),
+            Self::Redis(server) => redis::cmd("GET")
+                .arg(key)
+                .query(&mut server.connection())
+                .unwrap(),
+        }
+    }
+
+    /// Whether nothing at all is stored (sled: not even a database).
+    fn is_empty(&self) -> bool {
+        match self {
+            Self::Sled(path) => !path.exists(),
+            Self::Redis(server) => {
+                redis::cmd("DBSIZE")
+                    .query::<u64>(&mut server.connection())
+                    .unwrap()
+                    == 0
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_lease_input_and_foreign_states_change_nothing_on_sled_and_redis() {
+    on_sled_and_redis(bad_lease_input_and_foreign_states_change_nothing);
+}
+
+/// Bad lease input is exit 2 before anything is stored; another state under a lock's key
+/// is exit 4 with the library's message, and it is left as it is.
+fn bad_lease_input_and_foreign_states_change_nothing(backend: &str, raw: &Raw) {
+    let dir = tempfile::tempdir().unwrap();
     for (args, wanted) in [
         (
             vec!["--owner", "", "--ttl", "1s"],
@@ -2180,30 +2148,22 @@ fn bad_lease_input_and_foreign_states_change_nothing() {
             "--wait retries on the clock, so it cannot be used with --now",
         ),
     ] {
-        let out = lock(&[&["acquire", "x", "--backend", &backend][..], &args[..]].concat());
+        let out = lock(&[&["acquire", "x", "--backend", backend][..], &args[..]].concat());
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         assert!(stderr(&out).contains(wanted), "{args:?}: {}", stderr(&out));
     }
-    assert!(!path.exists());
+    assert!(raw.is_empty());
     let bad = dir.path().join("bad.toml");
+    let bad_policy = Leasing {
+        backend,
+        policy: Some((bad.to_str().unwrap(), "p")),
+    };
     std::fs::write(
         &bad,
         "[policies.p]\nalgorithm = \"concurrency\"\nlimit = 0\nlease = \"1s\"\nperiod = \"1s\"\n",
     )
     .unwrap();
-    let out = tollgate(&[
-        "lease",
-        "acquire",
-        "k",
-        "--config",
-        bad.to_str().unwrap(),
-        "--policy",
-        "p",
-        "--owner",
-        "a",
-        "--backend",
-        &backend,
-    ]);
+    let out = bad_policy.run("acquire", "k", "a", &[]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
         stderr(&out)
@@ -2216,19 +2176,7 @@ fn bad_lease_input_and_foreign_states_change_nothing() {
         "[policies.p]\nalgorithm = \"concurrency\"\nlimit = 0\nlease = \"1s\"\n",
     )
     .unwrap();
-    let out = tollgate(&[
-        "lease",
-        "acquire",
-        "k",
-        "--config",
-        bad.to_str().unwrap(),
-        "--policy",
-        "p",
-        "--owner",
-        "a",
-        "--backend",
-        &backend,
-    ]);
+    let out = bad_policy.run("acquire", "k", "a", &[]);
     assert!(
         stderr(&out)
             .ends_with("bad.toml:3:9: policy \"p\": `limit` must be between 1 and 1024, got 0\n"),
@@ -2236,29 +2184,22 @@ fn bad_lease_input_and_foreign_states_change_nothing() {
         stderr(&out)
     );
     // A rate state and garbage where locks live: refused by every lease command, kept.
+    let l = Leasing {
+        backend,
+        policy: None,
+    };
     assert_eq!(
-        lock(&[
-            "acquire",
-            "y",
-            "--owner",
-            "a",
-            "--ttl",
-            "1s",
-            "--backend",
-            &backend
-        ])
-        .status
-        .code(),
+        l.run("acquire", "y", "a", &["--ttl", "1s"]).status.code(),
         Some(0)
     );
-    sled_put(&path, b"tollgate:lock:x", GARBAGE);
+    raw.put(b"tollgate:lock:x", GARBAGE);
     for args in [
         vec!["acquire", "x", "--owner", "a", "--ttl", "1s"],
         vec!["release", "x", "--owner", "a"],
         vec!["renew", "x", "--owner", "a", "--ttl", "1s"],
         vec!["inspect", "x"],
     ] {
-        let out = lock(&[&args[..], &["--backend", &backend]].concat());
+        let out = lock(&[&args[..], &["--backend", backend]].concat());
         assert_eq!(out.status.code(), Some(4), "{args:?}");
         assert_eq!(
             stderr(&out),
@@ -2266,8 +2207,142 @@ fn bad_lease_input_and_foreign_states_change_nothing() {
             "{args:?}"
         );
     }
-    assert_eq!(
-        sled_get(&path, b"tollgate:lock:x").as_deref(),
-        Some(GARBAGE)
+    assert_eq!(raw.get(b"tollgate:lock:x").as_deref(), Some(GARBAGE));
+}
+
+/// Issue 17 item 6: `rediss://` with `--redis-ca` works for every command, and decides
+/// byte for byte as plain TCP; a server whose certificate the CA did not sign (another
+/// CA, or the system's roots) is exit 6; a CA file that is unreadable or no PEM, or a
+/// `--redis-ca` for a backend without TLS, is exit 2 before anything is sent.
+#[test]
+fn redis_over_tls_decides_as_over_tcp_and_refuses_an_untrusted_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = common::Server::start_tls();
+    let (_, certs) = server.tls.as_ref().unwrap();
+    let ca = certs.file("ca.crt");
+    let mut trace = String::from("t_us,key,cost\n");
+    let mut t = 1_700_000_000_000_000u64;
+    for i in 0..500u64 {
+        t += (i * 7919) % 90_000;
+        trace += &format!("{t},user-{},{}\n", i % 5, 1 + i % 3);
+    }
+    let trace = write(dir.path(), "trace.csv", &trace);
+    let policy = ["--config", &examples(), "--policy", "api", "--app", "web"];
+    let replay = |backend: &str, more: &[&str]| {
+        let out = tollgate(
+            &[
+                &["replay", "--trace", &trace, "--backend", backend],
+                &policy[..],
+                more,
+            ]
+            .concat(),
+        );
+        assert!(out.status.success(), "{backend}: {}", stderr(&out));
+        out.stdout
+    };
+    // One database each, so both start fresh.
+    let tcp = replay(&format!("{}1", server.url()), &[]);
+    let tls = format!("{}2", server.tls_url());
+    assert_eq!(tcp.iter().filter(|&&b| b == b'\n').count(), 500);
+    assert!(
+        tcp == replay(&tls, &["--redis-ca", &ca]),
+        "TCP and TLS differ"
     );
+    let with_ca = ["--backend", tls.as_str(), "--redis-ca", ca.as_str()];
+    let out = tollgate(&[&["check", "carol", "--now", "5"], &policy[..], &with_ca[..]].concat());
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).starts_with(r#"{"t_us":5,"key":"carol","cost":1,"allowed":true"#));
+    let out = tollgate(
+        &[
+            &["inspect", "carol", "--now", "5"],
+            &policy[..],
+            &with_ca[..],
+        ]
+        .concat(),
+    );
+    assert!(
+        stdout(&out).contains("tokens available  9 of 10\n"),
+        "{}",
+        stdout(&out)
+    );
+    let out = tollgate(&[&["purge"], &policy[..], &with_ca[..]].concat());
+    assert!(
+        stdout(&out).starts_with("api: purged 6 states"),
+        "{}",
+        stdout(&out)
+    );
+    let out = lock(
+        &[
+            &["acquire", "tls", "--owner", "a", "--ttl", "1m"],
+            &with_ca[..],
+        ]
+        .concat(),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = lock(&[&["inspect", "tls"], &with_ca[..]].concat());
+    assert!(
+        stdout(&out).contains("held        1 of 1\nlease       owner \"a\""),
+        "{}",
+        stdout(&out)
+    );
+    let out = tollgate(
+        &[
+            &[
+                "simulate",
+                "--traffic",
+                "steady:rate=10",
+                "--duration",
+                "1s",
+            ],
+            &policy[..],
+            &with_ca[..],
+        ]
+        .concat(),
+    );
+    let port = server.tls.as_ref().unwrap().0;
+    assert!(
+        stdout(&out).lines().any(|line| line.starts_with("backend ")
+            && line.ends_with(&format!("  rediss://127.0.0.1:{port}"))),
+        "{}",
+        stdout(&out)
+    );
+    // Untrusted: a certificate signed by another CA, or checked against the system's roots.
+    let other = common::Certs::generate(&dir.path().join("other"));
+    for ca in [vec!["--redis-ca", &other.file("ca.crt")], vec![]] {
+        let check = [&["check", "carol"][..], &policy[..]].concat();
+        for command in [
+            &check[..],
+            &["lock", "acquire", "tls", "--owner", "b", "--ttl", "1s"],
+        ] {
+            let out = tollgate(&[command, &["--backend", &tls], &ca[..]].concat());
+            assert_eq!(
+                out.status.code(),
+                Some(6),
+                "{ca:?} {command:?}: {}",
+                stderr(&out)
+            );
+            // Another CA of the same name: BadSignature; the system's roots: UnknownIssuer.
+            assert!(
+                stderr(&out).starts_with("tollgate: TLS: invalid peer certificate: "),
+                "{ca:?}: {}",
+                stderr(&out)
+            );
+        }
+    }
+    // Bad CA files and CA flags for backends without TLS: exit 2, naming the flag.
+    let not_pem = write(dir.path(), "not.pem", "not a certificate\n");
+    let missing = dir.path().join("missing.pem").display().to_string();
+    let sled = format!("sled:{}", dir.path().join("db").display());
+    for (backend, file, wanted) in [
+        (tls.as_str(), not_pem.as_str(), format!("--redis-ca {not_pem}: TLS: the CA file holds no PEM certificate")),
+        (tls.as_str(), missing.as_str(), format!("--redis-ca {missing}: cannot read it")),
+        (&server.url(), ca.as_str(), "--redis-ca is for a rediss:// backend (TLS); this --backend is a redis:// URL, which has no TLS".to_owned()),
+        ("memory", ca.as_str(), "--redis-ca is for a rediss:// backend (TLS); this --backend is not Redis".to_owned()),
+        (&sled, ca.as_str(), "--redis-ca is for a rediss:// backend (TLS); this --backend is not Redis".to_owned()),
+    ] {
+        let out = tollgate(&[&["check", "carol"], &policy[..], &["--backend", backend, "--redis-ca", file]].concat());
+        assert_eq!(out.status.code(), Some(2), "{backend} {file}: {}", stderr(&out));
+        assert!(stderr(&out).starts_with(&format!("tollgate: {wanted}")), "{}", stderr(&out));
+    }
+    assert!(!dir.path().join("db").exists());
 }

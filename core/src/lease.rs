@@ -88,12 +88,32 @@ impl LeaseState {
         self.leases.retain(|lease| lease.expires_at > now);
     }
 
-    fn position(&self, owner: &[u8]) -> Option<usize> {
-        self.leases.iter().position(|lease| lease.owner == owner)
+    /// Where `owner`'s lease is, if it is unexpired at `now`.
+    fn live_position(&self, owner: &[u8], now: Ticks) -> Option<usize> {
+        self.leases
+            .iter()
+            .position(|lease| lease.owner == owner && lease.expires_at > now)
+    }
+
+    /// The number of leases unexpired at `now`.
+    fn live(&self, now: Ticks) -> usize {
+        self.leases.iter().filter(|l| l.expires_at > now).count()
+    }
+
+    /// `owner`'s lease if it is unexpired at `now`.
+    pub fn held(&self, owner: &[u8], now: Ticks) -> Option<&Lease> {
+        self.live_position(owner, now.min(MAX_TICKS))
+            .map(|i| &self.leases[i])
+    }
+
+    /// Whether the state is fresh at `now` (nothing held and the clock past the last
+    /// token), so a host may delete it: a later grant still gets a larger token.
+    pub fn is_fresh(&self, now: Ticks) -> bool {
+        self.fresh_at() <= now.min(MAX_TICKS)
     }
 
     /// The instant the state is fresh: no lease held and the clock past the last token.
-    fn fresh_at(&self) -> Ticks {
+    pub fn fresh_at(&self) -> Ticks {
         let expiry = self.leases.iter().map(|l| l.expires_at).max().unwrap_or(0);
         expiry.max(self.last_token.saturating_add(1))
     }
@@ -173,47 +193,9 @@ impl Concurrency {
         owner: &[u8],
         ttl: Ticks,
     ) -> Result<(Acquired, Option<LeaseState>), LeaseError> {
-        check_owner(owner)?;
-        let ttl = ParamError::check("ttl", ttl, 1, MAX_PERIOD)?;
-        let now = now.min(MAX_TICKS);
         let mut state = state.unwrap_or_default();
-        state.reclaim(now);
-        let expires_at = now + ttl;
-        let grant = if let Some(i) = state.position(owner) {
-            let lease = &mut state.leases[i];
-            lease.holds = lease.holds.checked_add(1).ok_or(LeaseError::TooManyHolds)?;
-            lease.expires_at = lease.expires_at.max(expires_at);
-            Some(grant_of(lease))
-        } else if (state.leases.len() as u64) < self.max {
-            let token = state
-                .last_token
-                .checked_add(1)
-                .ok_or(LeaseError::TokensExhausted)?
-                .max(now);
-            state.last_token = token;
-            let lease = Lease {
-                owner: owner.to_vec(),
-                token,
-                expires_at,
-                holds: 1,
-            };
-            let grant = grant_of(&lease);
-            state.leases.push(lease);
-            Some(grant)
-        } else {
-            None
-        };
-        let remaining = self.max - state.leases.len() as u64;
-        let reset_after = state.fresh_at().saturating_sub(now);
-        let decision = match grant {
-            Some(_) => Decision::admit(self.max, remaining, reset_after, 0),
-            None => {
-                let earliest = state.leases.iter().map(|l| l.expires_at).min();
-                let retry = earliest.map_or(0, |t| t - now);
-                Decision::deny(self.max, remaining, Some(retry), reset_after)
-            }
-        };
-        Ok((Acquired { decision, grant }, fresh_or(state, now)))
+        let acquired = self.acquire_in(&mut state, now, owner, ttl)?;
+        Ok((acquired, fresh_or(state, now)))
     }
 
     /// Releases `owner`'s lease once; it is freed when released as often as acquired.
@@ -225,16 +207,8 @@ impl Concurrency {
         owner: &[u8],
     ) -> Result<(Grant, Option<LeaseState>), LeaseError> {
         check_owner(owner)?;
-        let now = now.min(MAX_TICKS);
         let mut state = state.ok_or(LeaseError::NotHeld)?;
-        state.reclaim(now);
-        let i = state.position(owner).ok_or(LeaseError::NotHeld)?;
-        let lease = &mut state.leases[i];
-        lease.holds -= 1;
-        let grant = grant_of(lease);
-        if lease.holds == 0 {
-            state.leases.remove(i);
-        }
+        let grant = self.release_in(&mut state, now, owner)?;
         Ok((grant, fresh_or(state, now)))
     }
 
@@ -248,13 +222,106 @@ impl Concurrency {
     ) -> Result<(Grant, Option<LeaseState>), LeaseError> {
         check_owner(owner)?;
         let ttl = ParamError::check("ttl", ttl, 1, MAX_PERIOD)?;
-        let now = now.min(MAX_TICKS);
         let mut state = state.ok_or(LeaseError::NotHeld)?;
+        let grant = self.renew_in(&mut state, now, owner, ttl)?;
+        Ok((grant, fresh_or(state, now)))
+    }
+
+    /// [`acquire`](Self::acquire) on a state held in place (an in-memory host's table):
+    /// on an error the state is left exactly as it was, so the host need not copy it
+    /// first. The state may be deleted when [`LeaseState::is_fresh`] at `now`.
+    pub fn acquire_in(
+        &self,
+        state: &mut LeaseState,
+        now: Ticks,
+        owner: &[u8],
+        ttl: Ticks,
+    ) -> Result<Acquired, LeaseError> {
+        check_owner(owner)?;
+        let ttl = ParamError::check("ttl", ttl, 1, MAX_PERIOD)?;
+        let now = now.min(MAX_TICKS);
+        let expires_at = now + ttl;
+        // Everything that can fail is checked before the state is touched.
+        let grant = if let Some(i) = state.live_position(owner, now) {
+            let lease = &mut state.leases[i];
+            lease.holds = lease.holds.checked_add(1).ok_or(LeaseError::TooManyHolds)?;
+            lease.expires_at = lease.expires_at.max(expires_at);
+            let grant = grant_of(lease);
+            state.reclaim(now);
+            Some(grant)
+        } else if (state.live(now) as u64) < self.max {
+            let token = state
+                .last_token
+                .checked_add(1)
+                .ok_or(LeaseError::TokensExhausted)?
+                .max(now);
+            state.reclaim(now);
+            state.last_token = token;
+            let lease = Lease {
+                owner: owner.to_vec(),
+                token,
+                expires_at,
+                holds: 1,
+            };
+            let grant = grant_of(&lease);
+            state.leases.push(lease);
+            Some(grant)
+        } else {
+            state.reclaim(now);
+            None
+        };
+        let remaining = self.max - state.leases.len() as u64;
+        let reset_after = state.fresh_at().saturating_sub(now);
+        let decision = match grant {
+            Some(_) => Decision::admit(self.max, remaining, reset_after, 0),
+            None => {
+                let earliest = state.leases.iter().map(|l| l.expires_at).min();
+                let retry = earliest.map_or(0, |t| t - now);
+                Decision::deny(self.max, remaining, Some(retry), reset_after)
+            }
+        };
+        Ok(Acquired { decision, grant })
+    }
+
+    /// [`release`](Self::release) on a state held in place; on an error the state is
+    /// left exactly as it was.
+    pub fn release_in(
+        &self,
+        state: &mut LeaseState,
+        now: Ticks,
+        owner: &[u8],
+    ) -> Result<Grant, LeaseError> {
+        check_owner(owner)?;
+        let now = now.min(MAX_TICKS);
+        let i = state.live_position(owner, now).ok_or(LeaseError::NotHeld)?;
+        let lease = &mut state.leases[i];
+        lease.holds -= 1;
+        let grant = grant_of(lease);
+        if lease.holds == 0 {
+            state.leases.remove(i);
+        }
         state.reclaim(now);
-        let i = state.position(owner).ok_or(LeaseError::NotHeld)?;
+        Ok(grant)
+    }
+
+    /// [`renew`](Self::renew) on a state held in place; on an error the state is left
+    /// exactly as it was.
+    pub fn renew_in(
+        &self,
+        state: &mut LeaseState,
+        now: Ticks,
+        owner: &[u8],
+        ttl: Ticks,
+    ) -> Result<Grant, LeaseError> {
+        check_owner(owner)?;
+        let ttl = ParamError::check("ttl", ttl, 1, MAX_PERIOD)?;
+        let now = now.min(MAX_TICKS);
+        let i = state.live_position(owner, now).ok_or(LeaseError::NotHeld)?;
         let lease = &mut state.leases[i];
         lease.expires_at = now + ttl;
-        Ok((grant_of(lease), Some(state)))
+        let grant = grant_of(lease);
+        state.reclaim(now);
+        Ok(grant)
     }
 
     /// Appends the canonical encoding of `state`: the last token and the number of
@@ -312,7 +379,7 @@ impl Concurrency {
     }
 }
 
-fn check_owner(owner: &[u8]) -> Result<(), ParamError> {
+pub(crate) fn check_owner(owner: &[u8]) -> Result<(), ParamError> {
     ParamError::check("owner length", owner.len() as u64, 1, MAX_OWNER_LEN).map(|_| ())
 }
 
@@ -332,5 +399,5 @@ fn grant_of(lease: &Lease) -> Grant {
 /// `None` once nothing is held and the clock has passed the last token, so a later grant
 /// on the deleted key still gets a larger token.
 fn fresh_or(state: LeaseState, now: Ticks) -> Option<LeaseState> {
-    (state.fresh_at() > now).then_some(state)
+    (!state.is_fresh(now)).then_some(state)
 }

@@ -27,8 +27,8 @@
 //!
 //! # Features
 //! - `std` (default): the clocks [`SystemClock`] and [`MonotonicClock`] and the
-//!   in-process limiters of [`memory`]; implies `alloc`.
-//! - `tokio`: `acquire_async` on the in-process limiters; implies `std`.
+//!   in-process limiters and leases of [`memory`]; implies `alloc`.
+//! - `tokio`: `acquire_async` on the in-process limiters and leases; implies `std`.
 //! - `alloc`: [`SlidingLog`], [`Composite`], the leases of [`Concurrency`] and encoding
 //!   to a `Vec`.
 //! - `serde`: `Serialize`/`Deserialize` for parameters and decisions.

@@ -230,6 +230,52 @@ proptest! {
         }
     }
 
+    /// A host holding the state in place (the in-process leases) copies nothing: a call
+    /// that fails leaves the state exactly as it was, and one that succeeds leaves what
+    /// the by-value transition returns.
+    #[test]
+    fn in_place_transitions_change_nothing_on_error(
+        max in 1u64..4,
+        steps in prop::collection::vec((0u64..150, op()), 1..60),
+    ) {
+        let leases = Concurrency::new(max).unwrap();
+        let mut state = LeaseState::default();
+        let mut now = 1_000;
+        for (gap, op) in steps {
+            now += gap;
+            let before = state.clone();
+            let stored = (!before.is_fresh(now)).then(|| before.clone());
+            let (done, by_value) = match op {
+                Op::Acquire { owner, ttl } => {
+                    let ttl = if owner == 4 { 0 } else { ttl };
+                    let in_place = leases.acquire_in(&mut state, now, &[owner], ttl);
+                    let by_value = leases.acquire(stored, now, &[owner], ttl);
+                    prop_assert_eq!(in_place.as_ref().ok(), by_value.as_ref().ok().map(|r| &r.0));
+                    (in_place.is_ok(), by_value.map(|r| r.1))
+                }
+                Op::Release { owner } => {
+                    let in_place = leases.release_in(&mut state, now, &[owner]);
+                    let by_value = leases.release(stored, now, &[owner]);
+                    prop_assert_eq!(in_place.as_ref().ok(), by_value.as_ref().ok().map(|r| &r.0));
+                    (in_place.is_ok(), by_value.map(|r| r.1))
+                }
+                Op::Renew { owner, ttl } => {
+                    let in_place = leases.renew_in(&mut state, now, &[owner], ttl);
+                    let by_value = leases.renew(stored, now, &[owner], ttl);
+                    prop_assert_eq!(in_place.as_ref().ok(), by_value.as_ref().ok().map(|r| &r.0));
+                    (in_place.is_ok(), by_value.map(|r| r.1))
+                }
+            };
+            if done {
+                let kept = (!state.is_fresh(now)).then(|| state.clone());
+                prop_assert_eq!(Ok(kept), by_value);
+            } else {
+                prop_assert_eq!(&state, &before);
+                prop_assert!(by_value.is_err());
+            }
+        }
+    }
+
     #[test]
     fn random_bytes_never_panic_the_decoder(bytes in prop::collection::vec(any::<u8>(), 0..200)) {
         let _ = Concurrency::new(3).unwrap().decode(&bytes);

@@ -138,7 +138,10 @@ fn exchange(
             Ok(left)
         }
     };
-    con.set_write_timeout(Some(left()?))?;
+    // Sending may read too: a TLS handshake waits for the server's hello.
+    let first = left()?;
+    con.set_write_timeout(Some(first))?;
+    con.set_read_timeout(Some(first))?;
     con.send_packed_command(bytes)?;
     let mut values = Vec::with_capacity(replies);
     while values.len() < replies {
@@ -265,6 +268,45 @@ impl redis::aio::ConnectionLike for ReconnectingAsync {
     fn get_db(&self) -> i64 {
         self.inner.get_db()
     }
+}
+
+/// A client for `url`: `redis://` (plain TCP) or `rediss://` (TLS). With `ca_pem` (one or
+/// more PEM certificates, such as a managed service's or a private CA's file), TLS trusts
+/// exactly those certificate authorities instead of the system's. Give the client to
+/// [`Reconnecting::new`] or [`connect_async`]; both then speak TLS.
+///
+/// TLS needs a rustls crypto provider: this installs ring's as the process's default
+/// unless the application installed one.
+///
+/// A CA that is not PEM, or a `ca_pem` with a `redis://` URL (a certificate that would be
+/// silently unused), is [`Error::Tls`](crate::Error::Tls); so is, on the first request,
+/// a server whose certificate that CA did not sign.
+pub fn client(url: &str, ca_pem: Option<&[u8]>) -> Result<Client, crate::Error> {
+    use rustls::pki_types::{pem::PemObject, CertificateDer};
+
+    let tls = |reason: String| crate::Error::Tls(reason);
+    // redis's rustls support builds its configuration on the process's default crypto
+    // provider; install ring's unless the application chose one.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let Some(ca_pem) = ca_pem else {
+        return Client::open(url).map_err(crate::Error::Redis);
+    };
+    if !url.starts_with("rediss://") {
+        return Err(tls(format!(
+            "a CA certificate was given for {url}, which is not a rediss:// URL"
+        )));
+    }
+    let certificates = CertificateDer::pem_slice_iter(ca_pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| tls(format!("the CA certificate is not valid PEM: {e}")))?;
+    if certificates.is_empty() {
+        return Err(tls("the CA file holds no PEM certificate".to_owned()));
+    }
+    let certificates = redis::TlsCertificates {
+        client_tls: None,
+        root_cert: Some(ca_pem.to_vec()),
+    };
+    Client::build_with_tls(url, certificates).map_err(|e| tls(e.to_string()))
 }
 
 /// An asynchronous connection to `client`'s server (see [`ReconnectingAsync`]): no call

@@ -1,5 +1,5 @@
 use redis::RedisError;
-use tollgate_core::KeyDisplay;
+use tollgate_core::{KeyDisplay, LeaseError};
 
 /// What can go wrong deciding through Redis.
 #[derive(Debug, thiserror::Error)]
@@ -34,6 +34,11 @@ pub enum Error {
         /// The value's Redis type.
         found: String,
     },
+    /// TLS could not be set up: the server's certificate is not signed by a trusted CA
+    /// (see [`client`](crate::client)) or names another host, the server does not speak
+    /// TLS, or the CA given is not a PEM certificate. Retrying does not help.
+    #[error("TLS: {0}")]
+    Tls(String),
     /// A parameter or input outside the range the scripts compute exactly.
     #[error("{what} is {value}, beyond {max}, the most the Redis scripts compute exactly")]
     OutOfRange {
@@ -47,6 +52,24 @@ pub enum Error {
     /// A composite's members share a hash tag made of the key, so it cannot be empty.
     #[error("a composite limit needs a non-empty key")]
     EmptyKey,
+    /// A lease call that cannot be carried out, nothing changed: the owner holds no
+    /// unexpired lease ([`LeaseError::NotHeld`]: never acquired, released, or expired, so
+    /// its holder must stop acting on it), or the owner or ttl is outside the core's range.
+    #[error(transparent)]
+    Lease(LeaseError),
+    /// A [`FencedResource`](crate::FencedResource) refused a write: its token is below
+    /// the highest it has seen, so the writer's lease expired and a later holder wrote.
+    /// Nothing was written; the writer must stop.
+    #[error("stale fencing token {token}: the resource has seen {highest}")]
+    Stale {
+        /// The writer's token.
+        token: u64,
+        /// The highest token the resource has seen.
+        highest: u64,
+    },
+    /// A lease call on no key at all.
+    #[error("a lease call needs at least one key")]
+    NoKeys,
     /// The script's reply had an unexpected shape.
     #[error("unexpected reply from the script")]
     Reply,
@@ -71,12 +94,18 @@ impl Error {
                     reason: reason.to_owned(),
                 };
             }
+            if detail == "not held" {
+                return Self::Lease(LeaseError::NotHeld);
+            }
             if let Some(found) = detail.strip_prefix("foreign ") {
                 return Self::Foreign {
                     key: key.to_vec(),
                     found: found.to_owned(),
                 };
             }
+        }
+        if let Some(reason) = tls_failure(&error) {
+            return Self::Tls(reason);
         }
         if error.kind() == redis::ErrorKind::Parse {
             let detail = error
@@ -95,4 +124,29 @@ impl Error {
             Self::Redis(error)
         }
     }
+}
+
+/// The TLS failure behind `error`, if it is one: rustls reports a refused certificate or
+/// a failed handshake as an I/O error wrapping a `rustls::Error`, which redis keeps in an
+/// `Arc`. Neither `Arc` nor `io::Error` returns what it wraps as its `source`, so each
+/// is opened here.
+fn tls_failure(error: &RedisError) -> Option<String> {
+    type Shared = std::sync::Arc<dyn std::error::Error + Send + Sync>;
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(mut e) = source {
+        source = e.source();
+        if let Some(shared) = e.downcast_ref::<Shared>() {
+            e = &**shared;
+        }
+        if let Some(inner) = e
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+        {
+            e = inner;
+        }
+        if let Some(tls) = e.downcast_ref::<rustls::Error>() {
+            return Some(tls.to_string());
+        }
+    }
+    None
 }

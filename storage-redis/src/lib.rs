@@ -37,15 +37,21 @@
 
 mod connection;
 mod error;
+mod fence;
+mod lease;
 mod lua;
+mod watchdog;
 
 use redis::{aio, Cmd, ConnectionLike, Pipeline, ServerErrorKind, Value};
 use tollgate_core::memory::KeyedLimiter;
 use tollgate_core::{Decision, Reserve, Ticks};
 
-pub use connection::{connect_async, Reconnecting, ReconnectingAsync, DEFAULT_TIMEOUT};
+pub use connection::{client, connect_async, Reconnecting, ReconnectingAsync, DEFAULT_TIMEOUT};
 pub use error::Error;
+pub use fence::FencedResource;
+pub use lease::{Held, LeaseAcquired, RedisLeases};
 pub use lua::{LuaAlgorithm, MAX_LUA_HORIZON, MAX_LUA_LIMIT, MAX_LUA_LOG_LIMIT, MAX_LUA_TICKS};
+pub use watchdog::{AsyncLeaseGuard, LeaseGuard};
 
 /// What a limiter answers when Redis cannot be reached (see [`RedisLimiter::decide`]).
 #[derive(Debug)]

@@ -52,7 +52,7 @@ struct Entry<K, S> {
 }
 
 /// Shards never sweep below this many keys: small tables are cheap to keep.
-const MIN_SWEEP: usize = 64;
+pub(super) const MIN_SWEEP: usize = 64;
 
 impl<K: Hash + Eq, A: Algorithm> KeyedLimiter<K, A> {
     /// A limiter holding at most `max_keys` keys (at least one), on the process's
@@ -72,15 +72,9 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
 impl<K: Hash + Eq, A: Algorithm, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C, H> {
     /// A limiter hashing keys with `hasher` (the default resists hash flooding).
     pub fn with_hasher(algorithm: A, max_keys: usize, clock: C, hasher: H) -> Self {
-        let max_keys = max_keys.max(1);
-        // About four shards per core, and never more shards than keys.
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let wanted = (4 * cores).next_power_of_two().min(max_keys);
-        let shard_bits = usize::BITS - 1 - wanted.leading_zeros();
-        let count = 1usize << shard_bits;
-        let shards = (0..count)
-            .map(|i| {
-                let capacity = max_keys / count + usize::from(i < max_keys % count);
+        let (shard_bits, capacities) = layout(max_keys);
+        let shards = capacities
+            .map(|capacity| {
                 Mutex::new(Shard {
                     table: HashTable::new(),
                     capacity,
@@ -200,14 +194,7 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C,
     }
 
     fn shard(&self, hash: u64) -> MutexGuard<'_, Shard<K, A::State>> {
-        // The table indexes by the low bits and tags by the top seven; shard by the bits
-        // just below those, so neither loses entropy.
-        let index = if self.shard_bits == 0 {
-            0
-        } else {
-            usize::try_from((hash << 7) >> (64 - self.shard_bits)).unwrap_or(0)
-        };
-        lock(&self.shards[index])
+        lock(&self.shards[shard_index(hash, self.shard_bits)])
     }
 
     /// Applies `transition` to `key`'s state under its shard's lock.
@@ -335,7 +322,30 @@ impl<K, S> Shard<K, S> {
     }
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+/// How `max_keys` (at least one) are split into shards: about four shards per core and
+/// never more shards than keys. Returns `log2` of the shard count and each one's capacity.
+pub(super) fn layout(max_keys: usize) -> (u32, impl Iterator<Item = usize>) {
+    let max_keys = max_keys.max(1);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let wanted = (4 * cores).next_power_of_two().min(max_keys);
+    let shard_bits = usize::BITS - 1 - wanted.leading_zeros();
+    let count = 1usize << shard_bits;
+    let capacities = (0..count).map(move |i| max_keys / count + usize::from(i < max_keys % count));
+    (shard_bits, capacities)
+}
+
+/// The shard of a key hashed to `hash`, among `1 << shard_bits`.
+pub(super) fn shard_index(hash: u64, shard_bits: u32) -> usize {
+    // The table indexes by the low bits and tags by the top seven; shard by the bits
+    // just below those, so neither loses entropy.
+    if shard_bits == 0 {
+        0
+    } else {
+        usize::try_from((hash << 7) >> (64 - shard_bits)).unwrap_or(0)
+    }
+}
+
+pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // Decisions do not panic, but a poisoned lock must not turn every later request
     // into a panic either.
     mutex.lock().unwrap_or_else(PoisonError::into_inner)

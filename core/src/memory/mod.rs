@@ -1,6 +1,7 @@
 //! In-process limiting: a [`DirectLimiter`] for one shared limit and a [`KeyedLimiter`]
 //! for a limit per user, IP or route, both reading a [`Clock`](crate::Clock) at the edge and deciding
-//! with the pure algorithms.
+//! with the pure algorithms; [`Leases`] and [`KeyedLeases`] for concurrency limits and
+//! locks, whose guards carry fencing tokens a [`FencedResource`] checks.
 //!
 //! ```
 //! use std::time::Duration;
@@ -21,10 +22,14 @@
 
 mod cell;
 mod direct;
+mod fenced;
 mod keyed;
+mod lease;
 mod wait;
 
 pub(crate) use cell::split_word;
 pub use cell::{AtomicCell, InMemory, LockedCell, StateCell, WordState};
 pub use direct::DirectLimiter;
+pub use fenced::{FencedResource, StaleToken};
 pub use keyed::KeyedLimiter;
+pub use lease::{AcquireError, KeyedLeases, LeaseGuard, Leases};

@@ -1,0 +1,84 @@
+//! In-process leases beside tokio's `Semaphore`, same run: acquire and release one permit
+//! of a limit of 16, uncontended and from two threads at once.
+//!
+//! tollgate's lease reads the clock (`MonotonicClock`) for its expiry and fencing token
+//! and records its owner; the semaphore counts permits and nothing else.
+//! `tollgate_manual_clock` reads a `ManualClock` (one atomic load) instead, to price the
+//! clock. The `lease_parts` group prices the pieces of one pair alone: the clock read,
+//! the pure transitions on the table (grant and release, an owner's bytes copied in),
+//! and the two lock round trips.
+
+use std::hint::black_box;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use tokio::sync::Semaphore;
+use tollgate_core::memory::Leases;
+use tollgate_core::{Clock, Concurrency, LeaseState, ManualClock, MonotonicClock, SECOND};
+
+const PERMITS: u64 = 16;
+const TTL: u64 = 30 * SECOND;
+
+/// Time for `iters` acquire-release pairs split over two threads at once.
+fn two_threads(iters: u64, pair: &(impl Fn() -> bool + Sync)) -> Duration {
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| {
+                for _ in 0..iters / 2 {
+                    black_box(pair());
+                }
+            });
+        }
+    });
+    start.elapsed()
+}
+
+fn lease_inprocess(c: &mut Criterion) {
+    let mut group = c.benchmark_group("lease_inprocess");
+    let leases = Leases::new(Concurrency::new(PERMITS).unwrap());
+    let semaphore = Semaphore::new(usize::try_from(PERMITS).unwrap());
+    let tollgate = || leases.try_acquire(None, TTL).map(|g| g.token()).is_ok();
+    let tokio = || semaphore.try_acquire().is_ok();
+    group.bench_function("tollgate", |b| b.iter(tollgate));
+    group.bench_function("semaphore", |b| b.iter(tokio));
+    let manual = Leases::with_clock(Concurrency::new(PERMITS).unwrap(), ManualClock::new(SECOND));
+    group.bench_function("tollgate_manual_clock", |b| {
+        b.iter(|| manual.try_acquire(None, TTL).map(|g| g.token()).is_ok())
+    });
+    group.bench_function("tollgate_2_threads", |b| {
+        b.iter_custom(|iters| two_threads(iters, &tollgate))
+    });
+    group.bench_function("semaphore_2_threads", |b| {
+        b.iter_custom(|iters| two_threads(iters, &tokio))
+    });
+    group.finish();
+}
+
+fn lease_parts(c: &mut Criterion) {
+    let mut group = c.benchmark_group("lease_parts");
+    group.bench_function("monotonic_clock", |b| b.iter(|| MonotonicClock.now()));
+    let concurrency = Concurrency::new(PERMITS).unwrap();
+    let mut state = LeaseState::default();
+    let owner = [0xff, 0, 0, 0, 1, 0, 0, 0, 7];
+    group.bench_function("transitions", |b| {
+        b.iter(|| {
+            let now = black_box(SECOND);
+            let acquired = concurrency.acquire_in(&mut state, now, &owner, TTL);
+            let released = concurrency.release_in(&mut state, now, &owner);
+            (acquired.is_ok(), released.is_ok())
+        })
+    });
+    let mutex = Mutex::new(0u64);
+    group.bench_function("two_lock_round_trips", |b| {
+        b.iter(|| {
+            *mutex.lock().unwrap() += 1;
+            *mutex.lock().unwrap() += 1;
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, lease_inprocess, lease_parts);
+criterion_main!(benches);

@@ -1,0 +1,178 @@
+//! tollgate's Redis lock beside seed 004's recipe on the same local redis-server, in the
+//! same run: `SET key owner NX PX ttl` to acquire, a Lua compare-and-delete to release.
+//! Each element is one acquire + release of a free lock.
+//!
+//! `lock_pipelined`: a pipeline of 64 acquires then one of 64 releases, on four
+//! connections in four threads. `lock_single`: one connection, one call per round trip.
+
+#[path = "../../storage-redis/tests/common/mod.rs"]
+mod common;
+
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use redis::{Connection, Pipeline};
+use tollgate_core::Concurrency;
+use tollgate_redis::RedisLeases;
+
+const KEYS: usize = 1024;
+const BATCH: usize = 64;
+const CONNECTIONS: usize = 4;
+const TTL_MS: u64 = 10_000;
+
+/// Seed 004's release: delete the key only if it still holds the owner's value.
+const COMPARE_AND_DELETE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0";
+
+fn named_keys(prefix: &str) -> Vec<Vec<u8>> {
+    (0..KEYS)
+        .map(|i| format!("{prefix}lock:{i}").into_bytes())
+        .collect()
+}
+
+/// Runs `iters` batches split over [`CONNECTIONS`] threads, each on its own connection
+/// and its own keys; returns the wall time.
+fn pipelined(
+    server: &common::Server,
+    iters: u64,
+    run: impl Fn(&mut Connection, usize, &[u8]) + Sync,
+) -> Duration {
+    let per_thread = iters.div_ceil(CONNECTIONS as u64);
+    let mut connections: Vec<Connection> = (0..CONNECTIONS).map(|_| server.connection()).collect();
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        for (t, con) in connections.iter_mut().enumerate() {
+            let run = &run;
+            scope.spawn(move || {
+                let owner = format!("owner-{t}");
+                // Thread t uses keys t, t + 4, ...: no two threads contend.
+                let mut start = 0;
+                for _ in 0..per_thread {
+                    start = (start + BATCH) % (KEYS / CONNECTIONS);
+                    run(con, start * CONNECTIONS + t, owner.as_bytes());
+                }
+            });
+        }
+    });
+    started.elapsed()
+}
+
+fn key(keys: &[Vec<u8>], start: usize, j: usize) -> &[u8] {
+    &keys[(start + j * CONNECTIONS) % KEYS]
+}
+
+fn tollgate_batch(
+    leases: &RedisLeases,
+    con: &mut Connection,
+    keys: &[Vec<u8>],
+    start: usize,
+    owner: &[u8],
+) {
+    let acquires: Vec<(&[u8], &[u8], u64)> = (0..BATCH)
+        .map(|j| (key(keys, start, j), owner, TTL_MS * 1000))
+        .collect();
+    for result in leases.acquire_batch(con, &acquires).unwrap() {
+        assert!(result.unwrap().decision.allowed);
+    }
+    let releases: Vec<(&[u8], &[u8])> = (0..BATCH).map(|j| (key(keys, start, j), owner)).collect();
+    for result in leases.release_batch(con, &releases).unwrap() {
+        assert_eq!(result.unwrap().holds, 0);
+    }
+}
+
+fn recipe_batch(sha: &str, con: &mut Connection, keys: &[Vec<u8>], start: usize, owner: &[u8]) {
+    let mut pipe = Pipeline::with_capacity(BATCH);
+    for j in 0..BATCH {
+        pipe.cmd("SET")
+            .arg(key(keys, start, j))
+            .arg(owner)
+            .arg("NX")
+            .arg("PX")
+            .arg(TTL_MS);
+    }
+    let set: Vec<Option<String>> = pipe.query(con).unwrap();
+    assert!(set.iter().all(Option::is_some));
+    let mut pipe = Pipeline::with_capacity(BATCH);
+    for j in 0..BATCH {
+        pipe.cmd("EVALSHA")
+            .arg(sha)
+            .arg(1)
+            .arg(key(keys, start, j))
+            .arg(owner);
+    }
+    let deleted: Vec<u64> = pipe.query(con).unwrap();
+    assert!(deleted.iter().all(|&d| d == 1));
+}
+
+fn lock_benches(c: &mut Criterion) {
+    let server = common::Server::start();
+    let keys = named_keys("tollgate:");
+    let recipe_keys = named_keys("recipe:");
+    let lock = RedisLeases::new(Concurrency::lock());
+    let sha: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(COMPARE_AND_DELETE)
+        .query(&mut server.connection())
+        .unwrap();
+
+    let mut group = c.benchmark_group("lock_pipelined");
+    group.throughput(Throughput::Elements(BATCH as u64));
+    group.bench_function("tollgate_lock", |b| {
+        b.iter_custom(|iters| {
+            pipelined(&server, iters, |con, start, owner| {
+                tollgate_batch(&lock, con, &keys, start, owner)
+            })
+        })
+    });
+    group.bench_function("set_nx_px_and_compare_delete", |b| {
+        b.iter_custom(|iters| {
+            pipelined(&server, iters, |con, start, owner| {
+                recipe_batch(&sha, con, &recipe_keys, start, owner)
+            })
+        })
+    });
+    group.finish();
+
+    let mut group = c.benchmark_group("lock_single");
+    group.throughput(Throughput::Elements(1));
+    let mut con = server.connection();
+    let mut i = 0;
+    group.bench_function("tollgate_lock", |b| {
+        b.iter(|| {
+            i = (i + 1) % KEYS;
+            let granted = lock
+                .acquire(&mut con, &keys[i], b"owner", TTL_MS * 1000)
+                .unwrap();
+            assert!(granted.decision.allowed);
+            lock.release(&mut con, &keys[i], b"owner").unwrap()
+        })
+    });
+    group.bench_function("set_nx_px_and_compare_delete", |b| {
+        b.iter(|| {
+            i = (i + 1) % KEYS;
+            let set: Option<String> = redis::cmd("SET")
+                .arg(&recipe_keys[i])
+                .arg("owner")
+                .arg("NX")
+                .arg("PX")
+                .arg(TTL_MS)
+                .query(&mut con)
+                .unwrap();
+            assert!(set.is_some());
+            let deleted: u64 = redis::cmd("EVALSHA")
+                .arg(&sha)
+                .arg(1)
+                .arg(&recipe_keys[i])
+                .arg("owner")
+                .query(&mut con)
+                .unwrap();
+            assert_eq!(deleted, 1);
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, lock_benches);
+criterion_main!(benches);

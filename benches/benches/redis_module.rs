@@ -1,0 +1,143 @@
+//! The Redis module beside a plain `INCR` of the same keys on the same local
+//! redis-server (the module loaded), in the same run: `INCR` is the floor for a one-key
+//! command.
+//!
+//! `redis_module_pipelined`: pipelines of 64 commands, one per connection on four
+//! threads. `redis_module_single`: one connection, one command per round trip.
+//! `tollgate_module` is `TOLLGATE.CHECK` of a token bucket (10^6 refilled at 10^6/s);
+//! `module_cl_throttle` is `CL.THROTTLE key 15 30 60`.
+//!
+//! The module is `TOLLGATE_REDIS_MODULE` if set, else built here with `--release`.
+
+#[path = "../../redis-module/tests/common/mod.rs"]
+mod common;
+
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use redis::{Cmd, Connection, Pipeline};
+
+const KEYS: usize = 1024;
+const BATCH: usize = 64;
+const CONNECTIONS: usize = 4;
+
+fn named_keys(prefix: &str) -> Vec<String> {
+    (0..KEYS).map(|i| format!("{prefix}user:{i}")).collect()
+}
+
+/// Runs `iters` pipelines split over [`CONNECTIONS`] threads; returns the wall time.
+fn pipelined(
+    server: &common::Server,
+    iters: u64,
+    command: impl Fn(&str) -> Cmd + Sync,
+    keys: &[String],
+) -> Duration {
+    let per_thread = iters.div_ceil(CONNECTIONS as u64);
+    let mut connections: Vec<Connection> = (0..CONNECTIONS).map(|_| server.connection()).collect();
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        for (t, con) in connections.iter_mut().enumerate() {
+            let command = &command;
+            scope.spawn(move || {
+                let mut start = t * 7919;
+                for _ in 0..per_thread {
+                    start = (start + BATCH) % KEYS;
+                    let mut pipe = Pipeline::with_capacity(BATCH);
+                    for j in 0..BATCH {
+                        pipe.add_command(command(&keys[(start + j) % KEYS]));
+                    }
+                    let _: Vec<redis::Value> = pipe.query(con).unwrap();
+                }
+            });
+        }
+    });
+    started.elapsed()
+}
+
+fn check(key: &str) -> Cmd {
+    let mut cmd = redis::cmd("TOLLGATE.CHECK");
+    cmd.arg(1)
+        .arg(key)
+        .arg("token_bucket")
+        .arg(1_000_000)
+        .arg(1_000_000)
+        .arg(1_000_000);
+    cmd
+}
+
+fn throttle(key: &str) -> Cmd {
+    let mut cmd = redis::cmd("CL.THROTTLE");
+    cmd.arg(key).arg(15).arg(30).arg(60);
+    cmd
+}
+
+fn incr(key: &str) -> Cmd {
+    let mut cmd = redis::cmd("INCR");
+    cmd.arg(key);
+    cmd
+}
+
+/// The release build of the module, unless one is named.
+fn release_module() {
+    if std::env::var_os("TOLLGATE_REDIS_MODULE").is_some() {
+        return;
+    }
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = std::process::Command::new(cargo)
+        .args([
+            "build",
+            "--quiet",
+            "--release",
+            "-p",
+            "tollgate-redis-module",
+        ])
+        .status()
+        .expect("cargo");
+    assert!(status.success(), "building the module failed");
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../target").to_owned());
+    std::env::set_var(
+        "TOLLGATE_REDIS_MODULE",
+        format!("{target}/release/libtollgate_redis_module.so"),
+    );
+}
+
+fn module_benches(c: &mut Criterion) {
+    release_module();
+    let server = common::Server::start();
+    let (tb, cell, counters) = (named_keys("tb:"), named_keys("cell:"), named_keys("incr:"));
+
+    let mut group = c.benchmark_group("redis_module_pipelined");
+    group.throughput(Throughput::Elements(BATCH as u64));
+    for (name, command, keys) in [
+        ("tollgate_module", check as fn(&str) -> Cmd, &tb),
+        ("module_cl_throttle", throttle, &cell),
+        ("incr", incr, &counters),
+    ] {
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| pipelined(&server, iters, command, keys))
+        });
+    }
+    group.finish();
+
+    let mut group = c.benchmark_group("redis_module_single");
+    group.throughput(Throughput::Elements(1));
+    let mut con = server.connection();
+    let mut i = 0;
+    for (name, command, keys) in [
+        ("tollgate_module", check as fn(&str) -> Cmd, &tb),
+        ("module_cl_throttle", throttle, &cell),
+        ("incr", incr, &counters),
+    ] {
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                i = (i + 1) % KEYS;
+                command(&keys[i]).query::<redis::Value>(&mut con).unwrap()
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, module_benches);
+criterion_main!(benches);

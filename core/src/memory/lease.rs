@@ -1,0 +1,832 @@
+//! In-process leases: a guard per lease that releases it on drop, and waiters woken when
+//! a lease is freed or expires.
+
+use core::borrow::Borrow;
+use core::cell::Cell;
+use core::fmt;
+use core::hash::{BuildHasher, Hash};
+use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::borrow::ToOwned;
+use std::boxed::Box;
+use std::collections::hash_map::RandomState;
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+use std::vec::Vec;
+
+use hashbrown::hash_table::HashTable;
+
+use super::keyed::{layout, shard_index, MIN_SWEEP};
+use crate::lease::check_owner;
+use crate::{
+    Clock, Concurrency, Decision, Grant, Lease, LeaseError, LeaseState, MonotonicClock, Ticks,
+};
+
+/// Why a lease was not granted.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AcquireError {
+    /// Every lease is held (until the deadline, when waiting), or a keyed table is full
+    /// of keys in use; `retry_after` is the time until the earliest one expires.
+    #[error("every lease is held")]
+    Busy(Decision),
+    /// A parameter is out of range, or the owner's holds or the key's tokens ran out.
+    #[error(transparent)]
+    Lease(#[from] LeaseError),
+}
+
+/// One [`Concurrency`] limit for the whole process: at most `max` leases held at once,
+/// each by the guards of one owner.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate_core::memory::Leases;
+/// use tollgate_core::{Concurrency, SECOND};
+///
+/// // At most 3 requests in flight; a holder that leaks its guard frees it after 30 s.
+/// let in_flight = Leases::new(Concurrency::new(3)?);
+/// let guard = in_flight.acquire(None, 30 * SECOND, Duration::from_millis(100))?;
+/// // Pass the fencing token with every write to the protected resource.
+/// let _token = guard.token();
+/// drop(guard); // released
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct Leases<C = MonotonicClock> {
+    concurrency: Concurrency,
+    clock: C,
+    table: Waitable<Table>,
+}
+
+/// The lease table of one key and the latest time a transition used on it.
+#[derive(Debug, Default)]
+struct Table {
+    state: LeaseState,
+    now: Ticks,
+}
+
+/// `read` from the clock, but never earlier than `latest`, the latest time a table (or a
+/// shard of tables) already used, which it becomes: two threads read the clock in one
+/// order and lock in the other, and a token derived from the earlier reading could
+/// repeat one granted before a deletion.
+fn advance(latest: &mut Ticks, read: Ticks) -> Ticks {
+    *latest = (*latest).max(read);
+    *latest
+}
+
+impl Leases {
+    /// Leases on the process's [`MonotonicClock`].
+    pub fn new(concurrency: Concurrency) -> Self {
+        Self::with_clock(concurrency, MonotonicClock)
+    }
+}
+
+impl<C: Clock + Sync> Leases<C> {
+    /// Leases whose expiries are read on `clock` (a [`ManualClock`](crate::ManualClock)
+    /// in tests).
+    pub fn with_clock(concurrency: Concurrency, clock: C) -> Self {
+        Self {
+            concurrency,
+            clock,
+            table: Waitable::new(Table::default()),
+        }
+    }
+
+    /// A lease for `ttl` ticks now, or [`AcquireError::Busy`] if `max` are held.
+    ///
+    /// With `owner` `None` the guard gets an owner of its own; give an owner (1 to 128
+    /// bytes) to make a lock reentrant: a guard of an owner already holding the lease
+    /// re-enters it (same token), and the lease is freed when all its guards are gone.
+    pub fn try_acquire(
+        &self,
+        owner: Option<&[u8]>,
+        ttl: Ticks,
+    ) -> Result<LeaseGuard<'_>, AcquireError> {
+        self.acquire(owner, ttl, Duration::ZERO)
+    }
+
+    /// A lease for `ttl` ticks, waiting up to `timeout` for one to be released or to
+    /// expire. Blocks the thread; waiters sleep until woken, not polling.
+    pub fn acquire(
+        &self,
+        owner: Option<&[u8]>,
+        ttl: Ticks,
+        timeout: Duration,
+    ) -> Result<LeaseGuard<'_>, AcquireError> {
+        let owner = Owner::new(owner)?;
+        let grant = self.table.wait(
+            timeout,
+            || self.clock.now(),
+            |table, read| self.attempt(table, read, &owner, ttl),
+        )?;
+        Ok(LeaseGuard::new(self, (), owner, grant))
+    }
+
+    /// [`acquire`](Self::acquire) as a future: the task sleeps until woken by a release
+    /// or an expiry. Dropping the future gives up waiting and holds nothing.
+    #[cfg(feature = "tokio")]
+    pub async fn acquire_async(
+        &self,
+        owner: Option<&[u8]>,
+        ttl: Ticks,
+        timeout: Duration,
+    ) -> Result<LeaseGuard<'_>, AcquireError> {
+        let owner = Owner::new(owner)?;
+        let grant = self
+            .table
+            .wait_async(
+                timeout,
+                || self.clock.now(),
+                |table, read| self.attempt(table, read, &owner, ttl),
+            )
+            .await?;
+        Ok(LeaseGuard::new(self, (), owner, grant))
+    }
+
+    fn attempt(
+        &self,
+        table: &mut Table,
+        read: Ticks,
+        owner: &Owner,
+        ttl: Ticks,
+    ) -> Result<Grant, AcquireError> {
+        let now = advance(&mut table.now, read);
+        grant(&self.concurrency, &mut table.state, now, owner.bytes(), ttl)
+    }
+
+    /// The lease table now, for inspection.
+    pub fn state(&self) -> LeaseState {
+        self.table.lock().state.clone()
+    }
+
+    /// The limit.
+    pub const fn concurrency(&self) -> &Concurrency {
+        &self.concurrency
+    }
+
+    /// The clock expiries are read on.
+    pub const fn clock(&self) -> &C {
+        &self.clock
+    }
+}
+
+impl<C: Clock + Sync> Host<()> for Leases<C> {
+    fn release(&self, _: &(), owner: &[u8], token: u64, read_clock: bool) -> Released {
+        let read = if read_clock { self.clock.now() } else { 0 };
+        let mut table = self.table.lock();
+        let now = advance(&mut table.now, read);
+        let released = give_back(&self.concurrency, &mut table.state, now, owner, token);
+        drop(table);
+        self.table.woken_by(&released);
+        released
+    }
+
+    fn renew(&self, _: &(), owner: &[u8], token: u64, ttl: Ticks) -> Released {
+        let read = self.clock.now();
+        let mut table = self.table.lock();
+        let now = advance(&mut table.now, read);
+        extend(&self.concurrency, &mut table.state, now, owner, token, ttl)
+    }
+}
+
+impl<C> fmt::Debug for Leases<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Leases")
+            .field("concurrency", &self.concurrency)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A [`Concurrency`] limit per key (a lock per resource name, a cap on requests in
+/// flight per user), holding at most `max_keys` keys.
+///
+/// Keys live in shards like a [`KeyedLimiter`](super::KeyedLimiter)'s. A key is dropped
+/// once its state is fresh (nothing held and the clock past its last token, so a later
+/// grant still gets a larger token), at once when a release leaves it fresh and by a
+/// sweep whenever a shard has doubled. A key in use is never evicted: a shard full of
+/// keys in use answers a new key with [`AcquireError::Busy`] until one is fresh.
+pub struct KeyedLeases<K, C = MonotonicClock, H = RandomState> {
+    concurrency: Concurrency,
+    clock: C,
+    hasher: H,
+    shards: Vec<Waitable<Shard<K>>>,
+    /// `log2(shards.len())`.
+    shard_bits: u32,
+}
+
+#[derive(Debug)]
+struct Shard<K> {
+    table: HashTable<Entry<K>>,
+    /// The latest time a transition in this shard used (see [`advance`]).
+    now: Ticks,
+    capacity: usize,
+    /// Sweep fresh keys when the table reaches this length.
+    sweep_at: usize,
+}
+
+#[derive(Debug)]
+struct Entry<K> {
+    hash: u64,
+    key: K,
+    state: LeaseState,
+}
+
+impl<K> Shard<K> {
+    /// Makes room for one more key if keys that are fresh can go; otherwise the time
+    /// until the earliest key is fresh.
+    fn make_room(&mut self, now: Ticks) -> Result<(), Ticks> {
+        if self.table.len() < self.sweep_at {
+            return Ok(());
+        }
+        self.table.retain(|e| !e.state.is_fresh(now));
+        self.sweep_at = (2 * self.table.len()).max(MIN_SWEEP).min(self.capacity);
+        if self.table.len() < self.capacity {
+            return Ok(());
+        }
+        let earliest = self.table.iter().map(|e| e.state.fresh_at()).min();
+        Err(earliest.map_or(1, |t| t.saturating_sub(now)))
+    }
+}
+
+impl<K: Hash + Eq + Send> KeyedLeases<K> {
+    /// Leases per key, at most `max_keys` keys (at least one), on the process's
+    /// [`MonotonicClock`].
+    pub fn new(concurrency: Concurrency, max_keys: usize) -> Self {
+        Self::with_clock(concurrency, max_keys, MonotonicClock)
+    }
+}
+
+impl<K: Hash + Eq + Send, C: Clock + Sync> KeyedLeases<K, C> {
+    /// Leases per key whose expiries are read on `clock`.
+    pub fn with_clock(concurrency: Concurrency, max_keys: usize, clock: C) -> Self {
+        Self::with_hasher(concurrency, max_keys, clock, RandomState::new())
+    }
+}
+
+impl<K: Hash + Eq + Send, C: Clock + Sync, H: BuildHasher + Sync> KeyedLeases<K, C, H> {
+    /// Leases per key, hashing keys with `hasher`.
+    pub fn with_hasher(concurrency: Concurrency, max_keys: usize, clock: C, hasher: H) -> Self {
+        let (shard_bits, capacities) = layout(max_keys);
+        let shards = capacities
+            .map(|capacity| {
+                Waitable::new(Shard {
+                    table: HashTable::new(),
+                    now: 0,
+                    capacity,
+                    sweep_at: MIN_SWEEP.min(capacity),
+                })
+            })
+            .collect();
+        Self {
+            concurrency,
+            clock,
+            hasher,
+            shards,
+            shard_bits,
+        }
+    }
+
+    /// A lease on `key` for `ttl` ticks now; see [`Leases::try_acquire`].
+    pub fn try_acquire<Q>(
+        &self,
+        key: &Q,
+        owner: Option<&[u8]>,
+        ttl: Ticks,
+    ) -> Result<LeaseGuard<'_, K>, AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.acquire(key, owner, ttl, Duration::ZERO)
+    }
+
+    /// A lease on `key` for `ttl` ticks, waiting up to `timeout`; see
+    /// [`Leases::acquire`].
+    pub fn acquire<Q>(
+        &self,
+        key: &Q,
+        owner: Option<&[u8]>,
+        ttl: Ticks,
+        timeout: Duration,
+    ) -> Result<LeaseGuard<'_, K>, AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let owner = Owner::new(owner)?;
+        let hash = self.hasher.hash_one(key);
+        let grant = self.shard(hash).wait(
+            timeout,
+            || self.clock.now(),
+            |shard, read| self.attempt(shard, read, hash, key, &owner, ttl),
+        )?;
+        Ok(LeaseGuard::new(self, key.to_owned(), owner, grant))
+    }
+
+    /// [`acquire`](Self::acquire) as a future; see [`Leases::acquire_async`].
+    #[cfg(feature = "tokio")]
+    pub async fn acquire_async<Q>(
+        &self,
+        key: &Q,
+        owner: Option<&[u8]>,
+        ttl: Ticks,
+        timeout: Duration,
+    ) -> Result<LeaseGuard<'_, K>, AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized + Sync,
+    {
+        let owner = Owner::new(owner)?;
+        let hash = self.hasher.hash_one(key);
+        let grant = self
+            .shard(hash)
+            .wait_async(
+                timeout,
+                || self.clock.now(),
+                |shard, read| self.attempt(shard, read, hash, key, &owner, ttl),
+            )
+            .await?;
+        Ok(LeaseGuard::new(self, key.to_owned(), owner, grant))
+    }
+
+    fn attempt<Q>(
+        &self,
+        shard: &mut Shard<K>,
+        read: Ticks,
+        hash: u64,
+        key: &Q,
+        owner: &Owner,
+        ttl: Ticks,
+    ) -> Result<Grant, AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let now = advance(&mut shard.now, read);
+        if let Some(entry) = shard.table.find_mut(hash, |e| e.key.borrow() == key) {
+            return grant(&self.concurrency, &mut entry.state, now, owner.bytes(), ttl);
+        }
+        let mut state = LeaseState::default();
+        let granted = grant(&self.concurrency, &mut state, now, owner.bytes(), ttl)?;
+        if let Err(retry) = shard.make_room(now) {
+            let max = self.concurrency.max();
+            return Err(AcquireError::Busy(Decision::deny(max, 0, Some(retry), 0)));
+        }
+        let entry = Entry {
+            hash,
+            key: key.to_owned(),
+            state,
+        };
+        shard.table.insert_unique(hash, entry, |e| e.hash);
+        Ok(granted)
+    }
+
+    /// `key`'s lease table now, `None` if it is fresh.
+    pub fn state<Q>(&self, key: &Q) -> Option<LeaseState>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let hash = self.hasher.hash_one(key);
+        let shard = self.shard(hash).lock();
+        let entry = shard.table.find(hash, |e| e.key.borrow() == key)?;
+        Some(entry.state.clone())
+    }
+
+    /// The number of keys held.
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().table.len()).sum()
+    }
+
+    /// Whether no key is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Drops every key whose state is fresh now, returning how many were dropped.
+    pub fn sweep(&self) -> usize {
+        let read = self.clock.now();
+        self.shards
+            .iter()
+            .map(|s| {
+                let mut shard = s.lock();
+                let now = advance(&mut shard.now, read);
+                let before = shard.table.len();
+                shard.table.retain(|e| !e.state.is_fresh(now));
+                before - shard.table.len()
+            })
+            .sum()
+    }
+
+    /// The limit each key has.
+    pub const fn concurrency(&self) -> &Concurrency {
+        &self.concurrency
+    }
+
+    /// The clock expiries are read on.
+    pub const fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    fn shard(&self, hash: u64) -> &Waitable<Shard<K>> {
+        &self.shards[shard_index(hash, self.shard_bits)]
+    }
+
+    /// Applies `op` to `key`'s state (if it has one) at the shard's time, after reading
+    /// the clock if `read_clock`; drops the key if that leaves it fresh.
+    fn with_state(
+        &self,
+        key: &K,
+        read_clock: bool,
+        op: impl FnOnce(&mut LeaseState, Ticks) -> Released,
+    ) -> Released {
+        let read = if read_clock { self.clock.now() } else { 0 };
+        let hash = self.hasher.hash_one(key);
+        let waitable = self.shard(hash);
+        let mut shard = waitable.lock();
+        let now = advance(&mut shard.now, read);
+        let Ok(mut entry) = shard.table.find_entry(hash, |e| e.key == *key) else {
+            return Err(LeaseError::NotHeld);
+        };
+        let done = op(&mut entry.get_mut().state, now);
+        if entry.get().state.is_fresh(now) {
+            entry.remove();
+        }
+        drop(shard);
+        waitable.woken_by(&done);
+        done
+    }
+}
+
+impl<K, C, H> Host<K> for KeyedLeases<K, C, H>
+where
+    K: Hash + Eq + Send,
+    C: Clock + Sync,
+    H: BuildHasher + Sync,
+{
+    fn release(&self, key: &K, owner: &[u8], token: u64, read_clock: bool) -> Released {
+        self.with_state(key, read_clock, |state, now| {
+            give_back(&self.concurrency, state, now, owner, token)
+        })
+    }
+
+    fn renew(&self, key: &K, owner: &[u8], token: u64, ttl: Ticks) -> Released {
+        self.with_state(key, true, |state, now| {
+            extend(&self.concurrency, state, now, owner, token, ttl)
+        })
+    }
+}
+
+impl<K, C, H> fmt::Debug for KeyedLeases<K, C, H> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyedLeases")
+            .field("concurrency", &self.concurrency)
+            .field("shards", &self.shards.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A lease held: released when dropped (or by [`release`](Self::release)).
+///
+/// Forgetting a guard (`std::mem::forget`) is the in-process crash: the lease is freed
+/// when it expires, `ttl` after its last grant or renewal, and not before.
+#[must_use = "dropping the guard releases the lease at once"]
+pub struct LeaseGuard<'a, K = ()> {
+    host: &'a dyn Host<K>,
+    key: K,
+    owner: Owner,
+    grant: Grant,
+    held: bool,
+}
+
+impl<'a, K> LeaseGuard<'a, K> {
+    fn new(host: &'a dyn Host<K>, key: K, owner: Owner, grant: Grant) -> Self {
+        Self {
+            host,
+            key,
+            owner,
+            grant,
+            held: true,
+        }
+    }
+
+    /// The fencing token: pass it with every write to the protected resource, which
+    /// refuses a token below the highest it has seen (see
+    /// [`FencedResource`](super::FencedResource)).
+    pub const fn token(&self) -> u64 {
+        self.grant.token
+    }
+
+    /// The instant (on the host's clock) the lease expires unless renewed; past it the
+    /// holder must stop acting on it.
+    pub const fn expires_at(&self) -> Ticks {
+        self.grant.expires_at
+    }
+
+    /// The lease as of its grant or last renewal (`holds` counts its owner's guards).
+    pub const fn grant(&self) -> Grant {
+        self.grant
+    }
+
+    /// The owner holding it.
+    pub fn owner(&self) -> &[u8] {
+        self.owner.bytes()
+    }
+
+    /// The key it is held on (`()` for [`Leases`]).
+    pub const fn key(&self) -> &K {
+        &self.key
+    }
+
+    /// Extends the lease to `ttl` ticks from now ([`expires_at`](Self::expires_at) then
+    /// says until when); its token stays. [`LeaseError::NotHeld`] if it has expired
+    /// (another holder may have it: stop).
+    pub fn renew(&mut self, ttl: Ticks) -> Result<(), LeaseError> {
+        self.grant = self
+            .host
+            .renew(&self.key, self.owner.bytes(), self.grant.token, ttl)?;
+        Ok(())
+    }
+
+    /// Releases the lease now and returns how many guards of its owner still hold it (0:
+    /// freed). [`LeaseError::NotHeld`] if it had expired, so writes made since may have
+    /// been refused.
+    pub fn release(mut self) -> Result<u64, LeaseError> {
+        self.held = false;
+        self.host
+            .release(&self.key, self.owner.bytes(), self.grant.token, true)
+            .map(|grant| grant.holds)
+    }
+}
+
+impl<K> Drop for LeaseGuard<'_, K> {
+    fn drop(&mut self) {
+        if self.held {
+            // No clock read: a lease still in the table is this guard's (its owner and
+            // token match), expired or not, and removing it is what expiry would do.
+            let _ = self
+                .host
+                .release(&self.key, self.owner.bytes(), self.grant.token, false);
+        }
+    }
+}
+
+impl<K: fmt::Debug> fmt::Debug for LeaseGuard<'_, K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaseGuard")
+            .field("key", &self.key)
+            .field("owner", &crate::KeyDisplay(self.owner.bytes()))
+            .field("grant", &self.grant)
+            .finish()
+    }
+}
+
+/// What a guard's host does for it.
+trait Host<K>: Sync {
+    /// Releases `owner`'s lease on `key` if it is still the one granted with `token`;
+    /// at the table's latest time unless `read_clock`.
+    fn release(&self, key: &K, owner: &[u8], token: u64, read_clock: bool) -> Released;
+    /// Renews `owner`'s lease on `key` if it is still the one granted with `token`.
+    fn renew(&self, key: &K, owner: &[u8], token: u64, ttl: Ticks) -> Released;
+}
+
+type Released = Result<Grant, LeaseError>;
+
+/// A guard's owner: a number made for it (no allocation), or one the caller gave.
+enum Owner {
+    /// `0xff` (which no UTF-8 text starts with) and a 64-bit number unique in the
+    /// process.
+    Made([u8; 9]),
+    Given(Box<[u8]>),
+}
+
+impl Owner {
+    /// The owner given, checked, or a new one unique in the process.
+    fn new(given: Option<&[u8]>) -> Result<Self, LeaseError> {
+        Ok(match given {
+            Some(given) => {
+                check_owner(given)?;
+                Self::Given(given.into())
+            }
+            None => {
+                let mut made = [0xff; 9];
+                made[1..].copy_from_slice(&next_owner_id().to_be_bytes());
+                Self::Made(made)
+            }
+        })
+    }
+
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Self::Made(bytes) => bytes,
+            Self::Given(bytes) => bytes,
+        }
+    }
+}
+
+/// A number unique in the process. Each thread takes numbers from a block of 2^32 of
+/// its own, so threads do not contend on one counter.
+fn next_owner_id() -> u64 {
+    const BLOCK: u64 = 1 << 32;
+    static BLOCKS: AtomicU64 = AtomicU64::new(1);
+    std::thread_local!(static NEXT: Cell<u64> = const { Cell::new(0) });
+    NEXT.with(|next| {
+        let mut id = next.get();
+        if id % BLOCK == 0 {
+            id = BLOCKS.fetch_add(1, Ordering::Relaxed) * BLOCK;
+        }
+        next.set(id + 1);
+        id
+    })
+}
+
+/// Grants `owner` a lease on `state` at `now`, or says when to retry.
+fn grant(
+    concurrency: &Concurrency,
+    state: &mut LeaseState,
+    now: Ticks,
+    owner: &[u8],
+    ttl: Ticks,
+) -> Result<Grant, AcquireError> {
+    let acquired = concurrency.acquire_in(state, now, owner, ttl)?;
+    acquired.grant.ok_or(AcquireError::Busy(acquired.decision))
+}
+
+/// Whether `owner` holds on `state` the lease granted with `token` (not a later one of
+/// the same owner, granted after that one expired).
+fn holds_token(state: &LeaseState, now: Ticks, owner: &[u8], token: u64) -> Result<(), LeaseError> {
+    match state.held(owner, now).map(Lease::token) {
+        Some(held) if held == token => Ok(()),
+        _ => Err(LeaseError::NotHeld),
+    }
+}
+
+fn give_back(
+    concurrency: &Concurrency,
+    state: &mut LeaseState,
+    now: Ticks,
+    owner: &[u8],
+    token: u64,
+) -> Released {
+    holds_token(state, now, owner, token)?;
+    concurrency.release_in(state, now, owner)
+}
+
+fn extend(
+    concurrency: &Concurrency,
+    state: &mut LeaseState,
+    now: Ticks,
+    owner: &[u8],
+    token: u64,
+    ttl: Ticks,
+) -> Released {
+    holds_token(state, now, owner, token)?;
+    concurrency.renew_in(state, now, owner, ttl)
+}
+
+/// A value behind a mutex, with threads and tasks waiting for a lease in it to be freed.
+struct Waitable<T> {
+    value: Mutex<T>,
+    /// Waiters registered under the lock; a release wakes them only if there are any
+    /// (waking costs a system call even with nobody to wake).
+    waiting: AtomicUsize,
+    freed: Condvar,
+    #[cfg(feature = "tokio")]
+    notify: tokio::sync::Notify,
+}
+
+impl<T> Waitable<T> {
+    fn new(value: T) -> Self {
+        Self {
+            value: Mutex::new(value),
+            waiting: AtomicUsize::new(0),
+            freed: Condvar::new(),
+            #[cfg(feature = "tokio")]
+            notify: tokio::sync::Notify::new(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, T> {
+        // Transitions do not panic, but a poisoned lock must not turn every later call
+        // into a panic either.
+        self.value.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Wakes every waiter if `released` freed a lease; called with the lock released.
+    fn woken_by(&self, released: &Released) {
+        let freed = matches!(released, Ok(grant) if grant.holds == 0);
+        if freed && self.waiting.load(Ordering::SeqCst) > 0 {
+            self.freed.notify_all();
+            #[cfg(feature = "tokio")]
+            self.notify.notify_waiters();
+        }
+    }
+
+    /// Runs `attempt` (on the value and a clock reading) until it grants, fails other
+    /// than busy, or `timeout` passes; between attempts the thread sleeps until a lease
+    /// is freed or the earliest one expires.
+    fn wait<R>(
+        &self,
+        timeout: Duration,
+        read: impl Fn() -> Ticks,
+        mut attempt: impl FnMut(&mut T, Ticks) -> Result<R, AcquireError>,
+    ) -> Result<R, AcquireError> {
+        let mut deadline = Deadline::new(timeout);
+        // The clock is read before locking, to keep the lock short.
+        let now = read();
+        let mut value = self.lock();
+        let mut outcome = attempt(&mut value, now);
+        loop {
+            let denied = match outcome {
+                Err(AcquireError::Busy(denied)) => denied,
+                done => return done,
+            };
+            let Some(pause) = deadline.pause(&denied) else {
+                return Err(AcquireError::Busy(denied));
+            };
+            let waiting = Waiting::new(&self.waiting);
+            value = self
+                .freed
+                .wait_timeout(value, pause)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+            drop(waiting);
+            outcome = attempt(&mut value, read());
+        }
+    }
+
+    /// [`wait`](Self::wait) as a future.
+    #[cfg(feature = "tokio")]
+    async fn wait_async<R>(
+        &self,
+        timeout: Duration,
+        read: impl Fn() -> Ticks,
+        mut attempt: impl FnMut(&mut T, Ticks) -> Result<R, AcquireError>,
+    ) -> Result<R, AcquireError> {
+        let mut deadline = Deadline::new(timeout);
+        loop {
+            // Registered before the attempt, so a release right after it is not missed.
+            let mut notified = core::pin::pin!(self.notify.notified());
+            notified.as_mut().enable();
+            let now = read();
+            let (denied, _waiting) = {
+                let mut value = self.lock();
+                match attempt(&mut value, now) {
+                    Err(AcquireError::Busy(denied)) => (denied, Waiting::new(&self.waiting)),
+                    done => return done,
+                }
+            };
+            let Some(pause) = deadline.pause(&denied) else {
+                return Err(AcquireError::Busy(denied));
+            };
+            let _ = tokio::time::timeout(pause, notified).await;
+        }
+    }
+}
+
+/// The end of a wait, fixed at the first denial: an attempt that succeeds at once (and
+/// every `try_acquire`) reads no second clock.
+struct Deadline {
+    timeout: Duration,
+    /// `Some(None)` once started with no representable end: wait forever.
+    at: Option<Option<Instant>>,
+}
+
+impl Deadline {
+    const fn new(timeout: Duration) -> Self {
+        Self { timeout, at: None }
+    }
+
+    /// How long to sleep after `denied`: until the earliest lease expires or the
+    /// deadline, `None` once the deadline has passed.
+    fn pause(&mut self, denied: &Decision) -> Option<Duration> {
+        if self.timeout.is_zero() {
+            return None;
+        }
+        let now = Instant::now();
+        let left = match *self.at.get_or_insert_with(|| now.checked_add(self.timeout)) {
+            Some(at) => at
+                .checked_duration_since(now)
+                .filter(|left| !left.is_zero())?,
+            None => Duration::MAX,
+        };
+        let expiry = denied
+            .retry_after
+            .map_or(Duration::MAX, Duration::from_micros);
+        Some(left.min(expiry))
+    }
+}
+
+/// One waiter registered in a [`Waitable`], from under its lock until dropped.
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl<'a> Waiting<'a> {
+    fn new(count: &'a AtomicUsize) -> Self {
+        count.fetch_add(1, Ordering::SeqCst);
+        Self(count)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}

@@ -1,0 +1,123 @@
+//! A command's arguments, read front to back; every malformed input is an [`ArgError`].
+
+use tollgate_core::{check_now, ParamError};
+
+/// Arguments a command cannot use. Replied as an error; nothing is read or written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ArgError {
+    /// Missing, extra or unknown words, or a number that is not one.
+    Syntax(String),
+    /// A parameter outside the core's range, in the core's words.
+    Param(ParamError),
+}
+
+impl From<ParamError> for ArgError {
+    fn from(e: ParamError) -> Self {
+        Self::Param(e)
+    }
+}
+
+impl std::fmt::Display for ArgError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Syntax(what) => f.write_str(what),
+            Self::Param(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// A cursor over a command's arguments.
+#[derive(Debug)]
+pub struct Args<'a> {
+    args: &'a [&'a [u8]],
+    pos: usize,
+}
+
+impl<'a> Args<'a> {
+    /// The arguments after the command's name.
+    pub fn new(args: &'a [&'a [u8]]) -> Self {
+        Self { args, pos: 0 }
+    }
+
+    /// Whether every argument has been read.
+    pub fn is_empty(&self) -> bool {
+        self.pos >= self.args.len()
+    }
+
+    /// The next argument, whatever it holds (a key, an owner).
+    pub fn bytes(&mut self, what: &str) -> Result<&'a [u8], ArgError> {
+        let arg = self
+            .args
+            .get(self.pos)
+            .ok_or_else(|| ArgError::Syntax(format!("missing {what}")))?;
+        self.pos += 1;
+        Ok(arg)
+    }
+
+    /// Which of `words` (any case) the next argument is; read without allocating, as
+    /// every decision parses its algorithm.
+    pub fn one_of(&mut self, what: &str, words: &[&str]) -> Result<usize, ArgError> {
+        let arg = self.bytes(what)?;
+        words
+            .iter()
+            .position(|w| w.as_bytes().eq_ignore_ascii_case(arg))
+            .ok_or_else(|| {
+                ArgError::Syntax(format!(
+                    "unexpected '{}' (expected {what}: {})",
+                    String::from_utf8_lossy(arg),
+                    words.join(", ")
+                ))
+            })
+    }
+
+    /// The next argument as a decimal `u64`.
+    pub fn u64(&mut self, what: &str) -> Result<u64, ArgError> {
+        let arg = self.bytes(what)?;
+        parse_u64(arg).ok_or_else(|| {
+            ArgError::Syntax(format!(
+                "{what} must be an integer from 0 to {}, got '{}'",
+                u64::MAX,
+                String::from_utf8_lossy(arg)
+            ))
+        })
+    }
+
+    /// Skips the next argument if it is `word` (any case).
+    pub fn eat(&mut self, word: &str) -> bool {
+        let next = self.args.get(self.pos);
+        let found = next.is_some_and(|arg| arg.eq_ignore_ascii_case(word.as_bytes()));
+        if found {
+            self.pos += 1;
+        }
+        found
+    }
+
+    /// Reads the trailing options: each of `names` at most once, followed by its value.
+    /// `NOW` is checked against the core's range.
+    pub fn options<const N: usize>(
+        &mut self,
+        names: [&str; N],
+    ) -> Result<[Option<u64>; N], ArgError> {
+        let mut values = [None; N];
+        while !self.is_empty() {
+            let i = self.one_of("an option", &names)?;
+            if values[i].is_some() {
+                return Err(ArgError::Syntax(format!("{} given twice", names[i])));
+            }
+            let value = self.u64(names[i])?;
+            if names[i] == "NOW" {
+                check_now(value)?;
+            }
+            values[i] = Some(value);
+        }
+        Ok(values)
+    }
+}
+
+/// Digits only: no sign, no spaces, no overflow.
+fn parse_u64(arg: &[u8]) -> Option<u64> {
+    if arg.is_empty() || !arg.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(arg).ok()?.parse().ok()
+}

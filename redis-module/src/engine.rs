@@ -1,0 +1,477 @@
+//! The decisions, with no Redis in sight: parsed arguments and the keys' values in, the
+//! reply and the keys' new values out. The commands wrap this in key reads and writes.
+
+use tollgate_core::{
+    Acquired, Algorithm, Composite, Concurrency, Decision, DecodeError, Grant, LeaseError,
+    LeaseState, Reserve, Ticks,
+};
+
+use crate::args::{ArgError, Args};
+use crate::spec::Spec;
+
+/// Why a command decided nothing. Every variant is a reply, never a panic.
+#[derive(Debug)]
+pub enum Failure {
+    /// Malformed arguments or parameters out of range.
+    Arg(ArgError),
+    /// A key holds a Redis value of another type (named as `TYPE` names it).
+    Foreign(&'static str),
+    /// A key holds bytes that are no state of the algorithm, in the core decoder's words.
+    Corrupt(DecodeError),
+    /// A lease call the core refused (not held, too many holds...).
+    Lease(LeaseError),
+}
+
+impl From<ArgError> for Failure {
+    fn from(e: ArgError) -> Self {
+        Self::Arg(e)
+    }
+}
+
+impl From<DecodeError> for Failure {
+    fn from(e: DecodeError) -> Self {
+        Self::Corrupt(e)
+    }
+}
+
+impl From<LeaseError> for Failure {
+    /// A parameter the core refuses is the caller's argument error, as for limits.
+    fn from(e: LeaseError) -> Self {
+        match e {
+            LeaseError::Param(e) => Self::Arg(ArgError::Param(e)),
+            e => Self::Lease(e),
+        }
+    }
+}
+
+impl std::fmt::Display for Failure {
+    /// The error reply. The first word is the error code; a state's problems read as the
+    /// scripts' (`TOLLGATE foreign ...`, `TOLLGATE corrupt state: ...`), so a client
+    /// classifies both paths alike.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Arg(e) => write!(f, "ERR {e}"),
+            Self::Foreign(found) => write!(f, "TOLLGATE foreign {found}"),
+            Self::Corrupt(e) => write!(f, "TOLLGATE corrupt state: {e}"),
+            Self::Lease(e) => write!(f, "TOLLGATE lease: {e}"),
+        }
+    }
+}
+
+/// A key's new value: its state's bytes and the time until that state is fresh (its
+/// TTL on the server's clock), or `None` when fresh (the key is deleted).
+pub type Write = Option<(Vec<u8>, Ticks)>;
+
+/// One limit over one key, or a composite over one key per member.
+#[derive(Debug)]
+pub enum Limit {
+    /// One algorithm.
+    One(Spec),
+    /// Every member must admit; member `i` keeps its state in key `i`.
+    Many(Composite<Spec>),
+}
+
+/// The arguments of `TOLLGATE.CHECK` and `TOLLGATE.PEEK`:
+/// `numkeys key [key ...] algorithm [algorithm ...] [COST c] [NOW t] [MAXWAIT w]`.
+#[derive(Debug)]
+pub struct Request<'a> {
+    /// The Redis keys, one per algorithm.
+    pub keys: Vec<&'a [u8]>,
+    /// The limit.
+    pub limit: Limit,
+    /// The request's cost (default 1).
+    pub cost: u64,
+    /// The explicit time, if given.
+    pub now: Option<Ticks>,
+    /// The longest wait a reservation books, if given (buckets only).
+    pub max_wait: Option<Ticks>,
+}
+
+/// The most keys (and composite members) one command takes: the core's bound.
+pub const MAX_KEYS: u64 = 255;
+
+/// Reads `numkeys key...` and returns the keys; the first argument of every
+/// multi-key command, and what Redis asks for to route it (Cluster).
+pub fn keys<'a>(args: &mut Args<'a>) -> Result<Vec<&'a [u8]>, ArgError> {
+    let n = args.u64("numkeys")?;
+    if !(1..=MAX_KEYS).contains(&n) {
+        return Err(ArgError::Syntax(format!(
+            "numkeys must be between 1 and {MAX_KEYS}, got {n}"
+        )));
+    }
+    (0..n).map(|_| args.bytes("a key")).collect()
+}
+
+impl<'a> Request<'a> {
+    /// Parses the arguments after the command's name; `MAXWAIT` only with `wait`.
+    pub fn parse(args: &'a [&'a [u8]], wait: bool) -> Result<Self, ArgError> {
+        let mut args = Args::new(args);
+        let keys = keys(&mut args)?;
+        let specs = keys
+            .iter()
+            .map(|_| Spec::parse(&mut args))
+            .collect::<Result<Vec<_>, _>>()?;
+        let [cost, now, max_wait] = if wait {
+            args.options(["COST", "NOW", "MAXWAIT"])?
+        } else {
+            let [cost, now] = args.options(["COST", "NOW"])?;
+            [cost, now, None]
+        };
+        if max_wait.is_some() && !specs.iter().all(Spec::reserves) {
+            return Err(ArgError::Syntax(
+                "MAXWAIT needs buckets (token_bucket, leaky_bucket, pacing)".into(),
+            ));
+        }
+        let limit = if specs.len() == 1 {
+            Limit::One(
+                specs
+                    .into_iter()
+                    .next()
+                    .ok_or_else(|| ArgError::Syntax("no algorithm".into()))?,
+            )
+        } else {
+            Limit::Many(Composite::new(specs)?)
+        };
+        Ok(Self {
+            keys,
+            limit,
+            cost: cost.unwrap_or(1),
+            now,
+            max_wait,
+        })
+    }
+
+    /// Decides at `now` from the keys' values (`None`: absent): the decision and each
+    /// key's new value.
+    pub fn decide(
+        &self,
+        values: &[Option<Vec<u8>>],
+        now: Ticks,
+    ) -> Result<(Decision, Vec<Write>), Failure> {
+        let (cost, wait) = (self.cost, self.max_wait);
+        match &self.limit {
+            Limit::One(spec) => {
+                let state = decode(spec, values.first().and_then(Option::as_deref))?;
+                let (d, new) = match wait {
+                    Some(w) => spec.reserve(state, now, cost, w),
+                    None => spec.decide(state, now, cost),
+                };
+                let write = new.map(|s| (spec.encode_to_vec(&s), d.reset_after));
+                Ok((d, vec![write]))
+            }
+            Limit::Many(composite) => {
+                let members = composite.members();
+                let states = members
+                    .iter()
+                    .zip(values)
+                    .map(|(m, v)| decode(m, v.as_deref()))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let state = states.iter().any(Option::is_some).then_some(states);
+                let (d, new) = match wait {
+                    Some(w) => composite.reserve(state, now, cost, w),
+                    None => composite.decide(state, now, cost),
+                };
+                let new = new.unwrap_or_else(|| vec![None; members.len()]);
+                // Each key lives until its own member is fresh, as in the scripts.
+                let writes = members
+                    .iter()
+                    .zip(new)
+                    .map(|(m, s)| {
+                        s.map(|s| {
+                            let reset = m.peek(Some(s.clone()), now, 0).reset_after;
+                            (m.encode_to_vec(&s), reset)
+                        })
+                    })
+                    .collect();
+                Ok((d, writes))
+            }
+        }
+    }
+
+    /// Checks that every value is a state of its member, as `TOLLGATE.RESET` does
+    /// before deleting anything.
+    pub fn validate(&self, values: &[Option<Vec<u8>>]) -> Result<(), Failure> {
+        let one;
+        let members = match &self.limit {
+            Limit::One(spec) => {
+                one = [spec];
+                &one[..]
+            }
+            Limit::Many(c) => return validate_all(c.members().iter(), values),
+        };
+        validate_all(members.iter().copied(), values)
+    }
+}
+
+fn validate_all<'s>(
+    members: impl Iterator<Item = &'s Spec>,
+    values: &[Option<Vec<u8>>],
+) -> Result<(), Failure> {
+    for (m, v) in members.zip(values) {
+        decode(m, v.as_deref())?;
+    }
+    Ok(())
+}
+
+fn decode(
+    spec: &Spec,
+    value: Option<&[u8]>,
+) -> Result<Option<<Spec as Algorithm>::State>, Failure> {
+    Ok(value.map(|b| spec.decode(b)).transpose()?)
+}
+
+/// A decision as the scripts reply it: allowed, limit, remaining, retry (-1: never),
+/// reset, delay, now.
+pub fn reply(d: &Decision, now: Ticks) -> [i64; 7] {
+    let retry = match d.retry_after {
+        Some(t) if !d.allowed => signed(t),
+        Some(_) => 0,
+        None => -1,
+    };
+    [
+        i64::from(d.allowed),
+        signed(d.limit),
+        signed(d.remaining),
+        retry,
+        signed(d.reset_after),
+        signed(d.delay),
+        signed(now),
+    ]
+}
+
+/// Every value the core reports fits (times up to 2^62 plus a horizon); saturate anyway.
+pub fn signed(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// The arguments of the lease commands: `key max owner [ttl] [NOW t]`.
+#[derive(Debug)]
+pub struct LeaseRequest<'a> {
+    /// The limit.
+    pub leases: Concurrency,
+    /// Who asks.
+    pub owner: &'a [u8],
+    /// The lease's time to live (acquire, renew).
+    pub ttl: Ticks,
+    /// The explicit time, if given.
+    pub now: Option<Ticks>,
+}
+
+/// A lease operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseOp {
+    /// Grant or re-enter.
+    Acquire,
+    /// Release once.
+    Release,
+    /// Extend.
+    Renew,
+}
+
+/// What a lease operation answers.
+#[derive(Debug)]
+pub enum LeaseReply {
+    /// An acquire's decision and grant.
+    Acquired(Acquired),
+    /// A release's or renewal's lease as it stands.
+    Grant(Grant),
+}
+
+impl<'a> LeaseRequest<'a> {
+    /// Parses `key max owner ttl [NOW t]` (no `ttl` for a release); the command opens
+    /// the key.
+    pub fn parse(args: &'a [&'a [u8]], op: LeaseOp) -> Result<Self, ArgError> {
+        let mut args = Args::new(args);
+        args.bytes("a key")?;
+        let leases = Concurrency::new(args.u64("max")?)?;
+        let owner = args.bytes("an owner")?;
+        let ttl = match op {
+            LeaseOp::Release => 0,
+            _ => args.u64("ttl")?,
+        };
+        let [now] = args.options(["NOW"])?;
+        Ok(Self {
+            leases,
+            owner,
+            ttl,
+            now,
+        })
+    }
+
+    /// Runs `op` at `now` on the key's value: the reply and the key's new value.
+    pub fn run(
+        &self,
+        op: LeaseOp,
+        value: Option<&[u8]>,
+        now: Ticks,
+    ) -> Result<(LeaseReply, Write), Failure> {
+        let state = value.map(|b| self.leases.decode(b)).transpose()?;
+        let (reply, new) = match op {
+            LeaseOp::Acquire => {
+                let (a, new) = self.leases.acquire(state, now, self.owner, self.ttl)?;
+                (LeaseReply::Acquired(a), new)
+            }
+            LeaseOp::Release => {
+                let (g, new) = self.leases.release(state, now, self.owner)?;
+                (LeaseReply::Grant(g), new)
+            }
+            LeaseOp::Renew => {
+                let (g, new) = self.leases.renew(state, now, self.owner, self.ttl)?;
+                (LeaseReply::Grant(g), new)
+            }
+        };
+        let write = new.map(|s| (self.leases.encode_to_vec(&s), fresh_after(&s, now)));
+        Ok((reply, write))
+    }
+}
+
+/// How long until a lease table is fresh: no lease held and the clock past the last
+/// token (the core's rule, which it reports only for acquires).
+fn fresh_after(state: &LeaseState, now: Ticks) -> Ticks {
+    let expiry = state
+        .leases()
+        .iter()
+        .map(|l| l.expires_at())
+        .max()
+        .unwrap_or(0);
+    expiry
+        .max(state.last_token().saturating_add(1))
+        .saturating_sub(now)
+}
+
+impl LeaseReply {
+    /// Acquire: the decision's seven fields, then token, expires_at and holds (0 when
+    /// denied). Release and renew: token, expires_at, holds (0 once released), now.
+    pub fn fields(&self, now: Ticks) -> Vec<i64> {
+        match self {
+            LeaseReply::Acquired(a) => {
+                let mut out = reply(&a.decision, now).to_vec();
+                let g = a.grant.map_or([0; 3], |g| [g.token, g.expires_at, g.holds]);
+                out.extend(g.map(signed));
+                out
+            }
+            LeaseReply::Grant(g) => [g.token, g.expires_at, g.holds, now].map(signed).to_vec(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The parsers and the decisions behind them on random argument vectors: every input
+    //! is an answer or a typed error, never a panic.
+
+    use proptest::prelude::*;
+
+    use super::{LeaseOp, LeaseRequest, Request};
+    use crate::cell::{self, Throttle};
+
+    /// Words the commands know, numbers at the edges of every range, and noise.
+    const WORDS: [&str; 30] = [
+        "1",
+        "2",
+        "3",
+        "fixed_window",
+        "sliding_log",
+        "sliding_counter",
+        "token_bucket",
+        "leaky_bucket",
+        "pacing",
+        "ban",
+        "counting_denied",
+        "COST",
+        "NOW",
+        "MAXWAIT",
+        "0",
+        "1000000",
+        "1000000000",
+        "1000000001",
+        "100000",
+        "4611686018427387904",
+        "4611686018427387905",
+        "18446744073709551615",
+        "18446744073709551616",
+        "-1",
+        "31622400000000",
+        "31622400000001",
+        "9007199254740992",
+        "",
+        "+1",
+        " 1",
+    ];
+
+    fn word() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            6 => proptest::sample::select(&WORDS[..]).prop_map(|w| w.as_bytes().to_vec()),
+            1 => any::<u64>().prop_map(|n| n.to_string().into_bytes()),
+            1 => proptest::collection::vec(any::<u8>(), 0..12),
+        ]
+    }
+
+    /// A stored value: absent, random bytes, or random bytes behind a valid header.
+    fn value() -> impl Strategy<Value = Option<Vec<u8>>> {
+        prop_oneof![
+            Just(None),
+            proptest::collection::vec(any::<u8>(), 0..40).prop_map(Some),
+            (1u8..10, proptest::collection::vec(any::<u8>(), 0..40)).prop_map(|(tag, rest)| {
+                let mut v = vec![1, tag];
+                v.extend(rest);
+                Some(v)
+            }),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn no_argument_vector_panics(
+            args in proptest::collection::vec(word(), 0..24),
+            values in proptest::collection::vec(value(), 0..4),
+            now: u64,
+        ) {
+            let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+            let now = now >> (now % 64);
+            let first = values.first().cloned().flatten();
+            for wait in [false, true] {
+                if let Ok(request) = Request::parse(&args, wait) {
+                    let _ = request.decide(&values, now);
+                    let _ = request.validate(&values);
+                }
+            }
+            // The same words behind a numkeys and a key, so algorithms get parsed.
+            let mut keyed: Vec<&[u8]> = vec![b"1", b"k"];
+            keyed.extend(&args);
+            if let Ok(request) = Request::parse(&keyed, true) {
+                let _ = request.decide(&values, now);
+            }
+            for op in [LeaseOp::Acquire, LeaseOp::Release, LeaseOp::Renew] {
+                if let Ok(request) = LeaseRequest::parse(&args, op) {
+                    let _ = request.run(op, first.as_deref(), now);
+                }
+            }
+            if let Ok(throttle) = Throttle::parse(&args) {
+                if let Ok((d, _)) = throttle.decide(first.as_deref(), now) {
+                    let _ = cell::reply(&d);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn bans_nest_a_bounded_depth() {
+        let mut args: Vec<&[u8]> = vec![b"1", b"k"];
+        for _ in 0..100_000 {
+            args.extend([&b"ban"[..], b"1", b"1", b"1"]);
+        }
+        args.extend([&b"fixed_window"[..], b"1", b"1"]);
+        assert!(Request::parse(&args, false).is_err());
+    }
+
+    #[test]
+    fn cell_seconds_round_as_redis_cell() {
+        assert_eq!(cell::seconds(0), 0);
+        assert_eq!(cell::seconds(999), 0);
+        assert_eq!(cell::seconds(1000), 1);
+        assert_eq!(cell::seconds(2_000_999), 2);
+        assert_eq!(cell::seconds(2_001_000), 3);
+        assert_eq!(cell::seconds(60_000_000), 60);
+    }
+}

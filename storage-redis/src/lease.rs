@@ -1,0 +1,544 @@
+//! Leases on Redis: the core's [`Concurrency`] transitions run by one script
+//! (`lua/lease.lua`) on the core's bytes, at the server's clock or an explicit time.
+
+use redis::{aio, Cmd, ConnectionLike, Value};
+use tollgate_core::{Concurrency, Decision, LeaseError, LeaseState, Ticks};
+
+use crate::{corrupt, no_script_error, Arg, Error, MAX_LUA_TICKS};
+
+static LIB: &str = include_str!("../lua/lib.lua");
+static LEASE: &str = include_str!("../lua/lease.lua");
+
+/// A lease as it stands after a call: what its holder passes to the protected resource.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct Held {
+    /// The fencing token: strictly greater than every token granted before on the key.
+    pub token: u64,
+    /// The instant (server ticks, or the caller's with an explicit time) it expires
+    /// unless renewed.
+    pub expires_at: Ticks,
+    /// How many times the owner holds it (0 after the release that freed it).
+    pub holds: u64,
+}
+
+/// The answer to an acquire: granted on every key, or on none.
+#[must_use = "a denied acquire holds nothing"]
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LeaseAcquired {
+    /// `limit` is `max`, `remaining` the fewest leases still free on a key,
+    /// `retry_after` when denied the longest time until a lease expires on a full key,
+    /// `reset_after` the longest time until a key is fresh.
+    pub decision: Decision,
+    /// One lease per key, in the order given; empty when denied.
+    pub grants: Vec<Held>,
+}
+
+impl LeaseAcquired {
+    /// The lease on the first key, when granted.
+    pub fn grant(&self) -> Option<Held> {
+        self.grants.first().copied()
+    }
+}
+
+/// Leases whose tables live in Redis: at most `max` holders per key (a lock when `max` is
+/// 1), owner-checked release and renew, fencing tokens that never repeat on a key.
+///
+/// Each call is one `EVALSHA` of one script doing the core's exact transition on the
+/// core's bytes. At the server's time (`TIME`) a key lives until its state is fresh: no
+/// lease held and the clock past its last token, so a token granted after the key is
+/// gone is still larger. At an explicit time (`*_at`: tests, replays) the key has no
+/// expiry, as every state written at an explicit time.
+///
+/// Several keys given at once are decided together, all or nothing (a multi-key lock);
+/// on Redis Cluster they must share a hash tag (`{orders}:1`, `{orders}:2`), so one node
+/// holds them all (and the prefix must hold no `{`, or its braces would be the tag).
+#[derive(Debug, Clone)]
+pub struct RedisLeases {
+    concurrency: Concurrency,
+    prefix: Vec<u8>,
+    source: String,
+    sha1: String,
+}
+
+/// Which transition a call runs (the script's first argument).
+#[derive(Debug, Clone, Copy)]
+enum Op {
+    Acquire,
+    Release,
+    Renew,
+    Read,
+}
+
+impl Op {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Acquire => "acquire",
+            Self::Release => "release",
+            Self::Renew => "renew",
+            Self::Read => "read",
+        }
+    }
+}
+
+impl RedisLeases {
+    /// Leases of `concurrency` (any `max` the core takes: tokens and instants stay below
+    /// 2^53, exact in Lua, until [`MAX_LUA_TICKS`]).
+    pub fn new(concurrency: Concurrency) -> Self {
+        let source = [LIB, LEASE].concat();
+        Self {
+            concurrency,
+            sha1: redis::Script::new(&source).get_hash().to_owned(),
+            source,
+            prefix: Vec::new(),
+        }
+    }
+
+    /// Puts `prefix` before every key.
+    pub fn with_prefix(mut self, prefix: impl Into<Vec<u8>>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// The lease model.
+    pub fn concurrency(&self) -> &Concurrency {
+        &self.concurrency
+    }
+
+    /// The script every call runs.
+    pub fn script(&self) -> &str {
+        &self.source
+    }
+
+    /// Grants `owner` a lease on `key` for `ttl` ticks if fewer than `max` are held, or
+    /// re-enters the one it holds (see [`Concurrency::acquire`]).
+    pub fn acquire<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+        owner: &[u8],
+        ttl: Ticks,
+    ) -> Result<LeaseAcquired, Error> {
+        self.acquire_all(con, &[key], owner, ttl)
+    }
+
+    /// [`RedisLeases::acquire`] at an explicit time `now`.
+    pub fn acquire_at<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+        owner: &[u8],
+        ttl: Ticks,
+        now: Ticks,
+    ) -> Result<LeaseAcquired, Error> {
+        let cmd = self.command(Op::Acquire, &[key], owner, Some(ttl), Some(now))?;
+        acquired(self.run(con, &cmd, &[key])?)
+    }
+
+    /// Acquires a lease on every key of `keys` or on none, in one script (a multi-key
+    /// lock). Denied if any key is full.
+    pub fn acquire_all<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        keys: &[&[u8]],
+        owner: &[u8],
+        ttl: Ticks,
+    ) -> Result<LeaseAcquired, Error> {
+        let cmd = self.command(Op::Acquire, keys, owner, Some(ttl), None)?;
+        acquired(self.run(con, &cmd, keys)?)
+    }
+
+    /// Releases `owner`'s lease on `key` once; it is freed when released as often as
+    /// acquired. [`LeaseError::NotHeld`] (nothing changed) if the owner holds none.
+    pub fn release<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+        owner: &[u8],
+    ) -> Result<Held, Error> {
+        self.release_all(con, &[key], owner).map(first)
+    }
+
+    /// [`RedisLeases::release`] at an explicit time `now`.
+    pub fn release_at<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+        owner: &[u8],
+        now: Ticks,
+    ) -> Result<Held, Error> {
+        let cmd = self.command(Op::Release, &[key], owner, None, Some(now))?;
+        held(self.run(con, &cmd, &[key])?).map(first)
+    }
+
+    /// Releases `owner`'s lease on every key of `keys` once, or, if it holds none on some
+    /// key, nothing.
+    pub fn release_all<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        keys: &[&[u8]],
+        owner: &[u8],
+    ) -> Result<Vec<Held>, Error> {
+        let cmd = self.command(Op::Release, keys, owner, None, None)?;
+        held(self.run(con, &cmd, keys)?)
+    }
+
+    /// Extends `owner`'s unexpired lease on `key` to `now + ttl`; its token stays.
+    /// [`LeaseError::NotHeld`] if it expired: its holder must stop acting on it.
+    pub fn renew<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+        owner: &[u8],
+        ttl: Ticks,
+    ) -> Result<Held, Error> {
+        self.renew_all(con, &[key], owner, ttl).map(first)
+    }
+
+    /// [`RedisLeases::renew`] at an explicit time `now`.
+    pub fn renew_at<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+        owner: &[u8],
+        ttl: Ticks,
+        now: Ticks,
+    ) -> Result<Held, Error> {
+        let cmd = self.command(Op::Renew, &[key], owner, Some(ttl), Some(now))?;
+        held(self.run(con, &cmd, &[key])?).map(first)
+    }
+
+    /// Renews `owner`'s leases on every key of `keys`, or, if one is gone, none.
+    pub fn renew_all<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        keys: &[&[u8]],
+        owner: &[u8],
+        ttl: Ticks,
+    ) -> Result<Vec<Held>, Error> {
+        let cmd = self.command(Op::Renew, keys, owner, Some(ttl), None)?;
+        held(self.run(con, &cmd, keys)?)
+    }
+
+    /// Acquires many leases, each `(key, owner, ttl)` on its own, in one pipelined round
+    /// trip (one connection, so one node on a cluster). The outer error is the
+    /// connection's; each request has its own result.
+    pub fn acquire_batch<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        requests: &[(&[u8], &[u8], Ticks)],
+    ) -> Result<Vec<Result<LeaseAcquired, Error>>, Error> {
+        let calls = requests.iter().map(|&(key, owner, ttl)| {
+            let cmd = self.command(Op::Acquire, &[key], owner, Some(ttl), None);
+            (cmd, key)
+        });
+        let replies = self.batch(con, calls.collect())?;
+        Ok(replies.into_iter().map(|r| r.and_then(acquired)).collect())
+    }
+
+    /// Releases many leases, each `(key, owner)`, in one pipelined round trip.
+    pub fn release_batch<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        requests: &[(&[u8], &[u8])],
+    ) -> Result<Vec<Result<Held, Error>>, Error> {
+        let calls = requests
+            .iter()
+            .map(|&(key, owner)| (self.command(Op::Release, &[key], owner, None, None), key));
+        let replies = self.batch(con, calls.collect())?;
+        Ok(replies
+            .into_iter()
+            .map(|r| r.and_then(held).map(first))
+            .collect())
+    }
+
+    /// Sends the valid commands of `calls` in one pipeline; a call the server had no
+    /// script for goes again alone, as `EVAL`.
+    fn batch<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        calls: Vec<(Result<Cmd, Error>, &[u8])>,
+    ) -> Result<Vec<Result<Value, Error>>, Error> {
+        let mut pipe = redis::Pipeline::with_capacity(calls.len());
+        for (cmd, _) in &calls {
+            if let Ok(cmd) = cmd {
+                pipe.add_command(cmd.clone());
+            }
+        }
+        let mut replies = if pipe.is_empty() {
+            Vec::new()
+        } else {
+            pipe.ignore_errors()
+                .query::<Vec<Value>>(con)
+                .map_err(|e| Error::from_redis(e, b""))?
+        }
+        .into_iter();
+        let mut results = Vec::with_capacity(calls.len());
+        for (cmd, key) in calls {
+            // Invalid calls were not sent: only valid ones take a reply.
+            let reply = cmd.map(|cmd| (replies.next(), cmd));
+            let result = match reply {
+                Err(e) => Err(e),
+                Ok((None, _)) => Err(Error::Reply),
+                Ok((Some(reply), cmd)) if crate::no_script(&reply) => self.run(con, &cmd, &[key]),
+                // A corrupt key is explained by the core's decoder, as in `run`.
+                Ok((Some(Value::ServerError(e)), cmd)) => match Error::from_redis(e.into(), key) {
+                    Error::Corrupt { .. } => self.run(con, &cmd, &[key]),
+                    e => Err(e),
+                },
+                Ok((Some(reply), _)) => Ok(reply),
+            };
+            results.push(result);
+        }
+        Ok(results)
+    }
+
+    /// Asynchronous [`RedisLeases::acquire`].
+    pub async fn acquire_async<C: aio::ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+        owner: &[u8],
+        ttl: Ticks,
+    ) -> Result<LeaseAcquired, Error> {
+        let cmd = self.command(Op::Acquire, &[key], owner, Some(ttl), None)?;
+        acquired(self.run_async(con, &cmd, &[key]).await?)
+    }
+
+    /// Asynchronous [`RedisLeases::release`].
+    pub async fn release_async<C: aio::ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+        owner: &[u8],
+    ) -> Result<Held, Error> {
+        let cmd = self.command(Op::Release, &[key], owner, None, None)?;
+        held(self.run_async(con, &cmd, &[key]).await?).map(first)
+    }
+
+    /// Asynchronous [`RedisLeases::renew`].
+    pub async fn renew_async<C: aio::ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+        owner: &[u8],
+        ttl: Ticks,
+    ) -> Result<Held, Error> {
+        let cmd = self.command(Op::Renew, &[key], owner, Some(ttl), None)?;
+        held(self.run_async(con, &cmd, &[key]).await?).map(first)
+    }
+
+    /// The lease table stored for `key`, decoded by the core; `None` when fresh. A key
+    /// holding anything else is an error, never "fresh".
+    pub fn state<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+    ) -> Result<Option<LeaseState>, Error> {
+        let values = self.read(con, &[key])?;
+        match values.first() {
+            Some(Some(bytes)) => self
+                .concurrency
+                .decode(bytes)
+                .map(Some)
+                .map_err(|e| corrupt(key, e.to_string())),
+            _ => Ok(None),
+        }
+    }
+
+    /// The script call, after checking what the core checks (the owner's length, the
+    /// ttl) and the scripts' time range.
+    fn command(
+        &self,
+        op: Op,
+        keys: &[&[u8]],
+        owner: &[u8],
+        ttl: Option<Ticks>,
+        now: Option<Ticks>,
+    ) -> Result<Cmd, Error> {
+        if !matches!(op, Op::Read) {
+            // The core's own checks, on a fresh state: a typed error, nothing sent.
+            let _checked = self
+                .concurrency
+                .acquire(None, 0, owner, ttl.unwrap_or(1))
+                .map_err(Error::Lease)?;
+        }
+        if keys.is_empty() {
+            return Err(Error::NoKeys);
+        }
+        if let Some(now) = now.filter(|&now| now > MAX_LUA_TICKS) {
+            return Err(Error::OutOfRange {
+                what: "now",
+                value: now,
+                max: MAX_LUA_TICKS,
+            });
+        }
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(&self.sha1).arg(keys.len());
+        for key in keys {
+            cmd.arg([&self.prefix[..], key].concat());
+        }
+        cmd.arg(op.name())
+            .arg(Arg(now))
+            .arg(self.concurrency.max())
+            .arg(owner)
+            .arg(Arg(ttl));
+        Ok(cmd)
+    }
+
+    /// `cmd` as `EVAL`, which also caches the script.
+    fn eval(&self, cmd: &Cmd) -> Cmd {
+        let mut eval = redis::cmd("EVAL");
+        eval.arg(&self.source);
+        for arg in cmd.args_iter().skip(2) {
+            if let redis::Arg::Simple(bytes) = arg {
+                eval.arg(bytes);
+            }
+        }
+        eval
+    }
+
+    fn run<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        cmd: &Cmd,
+        keys: &[&[u8]],
+    ) -> Result<Value, Error> {
+        let reply = match cmd.query::<Value>(con) {
+            Err(e) if no_script_error(&e) => self.eval(cmd).query(con),
+            reply => reply,
+        };
+        let key = keys.first().copied().unwrap_or_default();
+        match reply.map_err(|e| Error::from_redis(e, key)) {
+            Err(Error::Corrupt { reason, .. }) => Err(match self.read(con, keys) {
+                Ok(values) => self.diagnose(keys, &values, reason),
+                Err(e) => e,
+            }),
+            reply => reply,
+        }
+    }
+
+    async fn run_async<C: aio::ConnectionLike>(
+        &self,
+        con: &mut C,
+        cmd: &Cmd,
+        keys: &[&[u8]],
+    ) -> Result<Value, Error> {
+        let reply = match cmd.query_async::<Value>(con).await {
+            Err(e) if no_script_error(&e) => self.eval(cmd).query_async(con).await,
+            reply => reply,
+        };
+        let key = keys.first().copied().unwrap_or_default();
+        match reply.map_err(|e| Error::from_redis(e, key)) {
+            Err(Error::Corrupt { reason, .. }) => {
+                let read = self.command(Op::Read, keys, b"", None, None)?;
+                let values = match read.query_async::<Value>(con).await {
+                    Err(e) if no_script_error(&e) => self.eval(&read).query_async(con).await,
+                    reply => reply,
+                };
+                Err(match values.map_err(|e| Error::from_redis(e, key)) {
+                    Ok(values) => match crate::values(values) {
+                        Ok(values) => self.diagnose(keys, &values, reason),
+                        Err(e) => e,
+                    },
+                    Err(e) => e,
+                })
+            }
+            reply => reply,
+        }
+    }
+
+    /// The values of `keys` (`None`: absent), refusing other Redis types.
+    fn read<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        keys: &[&[u8]],
+    ) -> Result<Vec<Option<Vec<u8>>>, Error> {
+        let cmd = self.command(Op::Read, keys, b"", None, None)?;
+        let key = keys.first().copied().unwrap_or_default();
+        let reply = match cmd.query::<Value>(con) {
+            Err(e) if no_script_error(&e) => self.eval(&cmd).query(con),
+            reply => reply,
+        };
+        crate::values(reply.map_err(|e| Error::from_redis(e, key))?)
+    }
+
+    /// The core decoder's reason why some key's bytes are no lease table; if the core
+    /// reads them all, they are beyond the script's range, as it said.
+    fn diagnose(&self, keys: &[&[u8]], values: &[Option<Vec<u8>>], script: String) -> Error {
+        for (key, value) in keys.iter().zip(values) {
+            if let Some(Err(e)) = value.as_deref().map(|b| self.concurrency.decode(b)) {
+                return corrupt(key, e.to_string());
+            }
+        }
+        let key = keys.first().copied().unwrap_or_default();
+        corrupt(key, format!("beyond the Redis scripts' range ({script})"))
+    }
+}
+
+fn first(mut held: Vec<Held>) -> Held {
+    // The script replies one lease per key; a call on one key has one.
+    held.swap_remove(0)
+}
+
+fn unsigned(v: i64) -> Result<u64, Error> {
+    u64::try_from(v).map_err(|_| Error::Reply)
+}
+
+/// Per key: allowed, max, remaining, retry, reset, token, expiry, holds.
+fn acquired(reply: Value) -> Result<LeaseAcquired, Error> {
+    let rows: Vec<Vec<i64>> = redis::from_redis_value(reply).map_err(|_| Error::Reply)?;
+    let mut grants = Vec::with_capacity(rows.len());
+    let (mut allowed, mut limit, mut remaining) = (true, 0, u64::MAX);
+    let (mut retry, mut reset) = (0, 0);
+    for row in rows {
+        let &[ok, max, free, wait, fresh, token, expires_at, holds] = &row[..] else {
+            return Err(Error::Reply);
+        };
+        allowed &= ok == 1;
+        limit = unsigned(max)?;
+        remaining = remaining.min(unsigned(free)?);
+        retry = retry.max(unsigned(wait)?);
+        reset = reset.max(unsigned(fresh)?);
+        grants.push(Held {
+            token: unsigned(token)?,
+            expires_at: unsigned(expires_at)?,
+            holds: unsigned(holds)?,
+        });
+    }
+    if grants.is_empty() {
+        return Err(Error::Reply);
+    }
+    let decision = if allowed {
+        Decision::admit(limit, remaining, reset, 0)
+    } else {
+        grants.clear();
+        Decision::deny(limit, remaining, Some(retry), reset)
+    };
+    Ok(LeaseAcquired { decision, grants })
+}
+
+/// Per key: token, expiry, holds.
+fn held(reply: Value) -> Result<Vec<Held>, Error> {
+    let rows: Vec<Vec<i64>> = redis::from_redis_value(reply).map_err(|_| Error::Reply)?;
+    if rows.is_empty() {
+        return Err(Error::Reply);
+    }
+    rows.into_iter()
+        .map(|row| match row[..] {
+            [token, expires_at, holds] => Ok(Held {
+                token: unsigned(token)?,
+                expires_at: unsigned(expires_at)?,
+                holds: unsigned(holds)?,
+            }),
+            _ => Err(Error::Reply),
+        })
+        .collect()
+}
+
+impl From<LeaseError> for Error {
+    fn from(error: LeaseError) -> Self {
+        Self::Lease(error)
+    }
+}
