@@ -1,7 +1,7 @@
 -- Composite: every member must admit; member k keeps its state in KEYS[k]. A denial
 -- changes no member and reports each at cost 0; the decision reports the member with the
 -- fewest remaining, the longest retry, reset and delay.
-local function decide_all(members, now, cost, wait, store)
+local function decide_all(KEYS, members, now, cost, wait, explicit)
   local n = #members
   local old, decisions, new = {}, {}, {}
   for k = 1, n do
@@ -24,7 +24,7 @@ local function decide_all(members, now, cost, wait, store)
     local d = decisions[k]
     if d.remaining < binding.remaining then binding = d end
     reset = math.max(reset, d.reset)
-    store(KEYS[k], old[k], new[k], d.reset)
+    store(KEYS[k], old[k], new[k], d.reset, explicit)
   end
   local d = decision(allowed, binding.limit, binding.remaining, retry, reset, delay)
   return d

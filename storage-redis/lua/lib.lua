@@ -1,7 +1,7 @@
 -- tollgate: helpers shared by every script. Lua numbers are doubles, exact for integers
 -- below 2^53; the one wider product the algorithms need is split so every step stays
--- below it. The Rust side keeps inputs in this range (see `LuaAlgorithm` in src/lua.rs).
-local floor = math.floor
+-- below it. A function library's code sees no global but `redis` while it loads, so
+-- the standard libraries are reached from inside functions only. The Rust side keeps inputs in this range (see `LuaAlgorithm` in src/lua.rs).
 local SPLIT = 1048576 -- 2^20: small factors (limits, rates, counts) are at most this
 local MAX_NOW = 4503599627370496 -- 2^52 microseconds: the year 2112
 
@@ -21,9 +21,9 @@ end
 
 -- a * b + c as (hi, lo) = hi * 2^20 + lo, exact for a <= 2^20, b <= 2^52, c < 2^52.
 local function wide(a, b, c)
-  local bh = floor(b / SPLIT)
+  local bh = math.floor(b / SPLIT)
   local lo = a * (b - bh * SPLIT) + c
-  local carry = floor(lo / SPLIT)
+  local carry = math.floor(lo / SPLIT)
   return a * bh + carry, lo - carry * SPLIT
 end
 
@@ -44,10 +44,10 @@ local function product_le(a, b, c, d)
   return wide_le(h1, l1, h2, l2)
 end
 
--- floor((a * b + c) / d) for a <= 2^20: the floating estimate is off by at most a few
+-- math.floor((a * b + c) / d) for a <= 2^20: the floating estimate is off by at most a few
 -- units, and exact comparisons correct it.
 local function muldiv(a, b, c, d)
-  local q = floor((a * b + c) / d)
+  local q = math.floor((a * b + c) / d)
   local h, l = wide(a, b, c)
   while q > 0 do
     local qh, ql = times(q, d)
@@ -62,9 +62,9 @@ local function muldiv(a, b, c, d)
   return q
 end
 
--- (floor(a / d), a % d) for 0 <= a <= 2^52, exact.
+-- (math.floor(a / d), a % d) for 0 <= a <= 2^52, exact.
 local function divmod(a, d)
-  local q = floor(a / d)
+  local q = math.floor(a / d)
   local r = a - q * d
   if r < 0 then return q - 1, r + d end
   if r >= d then return q + 1, r - d end
@@ -116,4 +116,28 @@ local function build(argv, i)
   local make = algorithms[argv[i]]
   if not make then error({ err = 'TOLLGATE unknown algorithm ' .. tostring(argv[i]) }) end
   return make(argv, i + 1)
+end
+
+-- A state written at the server's time lives until it is fresh; one written at an
+-- explicit time has no expiry, since the server cannot know how fast that clock runs.
+local function store(key, old, new, reset, explicit)
+  if new and explicit then
+    redis.call('SET', key, new)
+  elseif new then
+    redis.call('SET', key, new, 'PX', math.max(math.ceil(reset / 1000), 1))
+  elseif old then
+    redis.call('DEL', key)
+  end
+end
+
+-- The server's TIME in microseconds, or the caller's explicit time `arg`.
+local function clock(arg)
+  local now = tonumber(arg)
+  local explicit = now ~= nil
+  if not explicit then
+    local time = redis.call('TIME')
+    now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+  end
+  if now > MAX_NOW then error({ err = 'TOLLGATE time beyond 2^52 microseconds' }) end
+  return now, explicit
 end

@@ -1,6 +1,6 @@
 -- Sliding log (limit L per period P): tag 2, a count then (at, cost) entries, oldest first.
 local CHUNK = 64
-local CHUNK_FORMAT = '>' .. string.rep('I8I8', CHUNK)
+local CHUNK_FORMAT = '>' .. ('I8I8'):rep(CHUNK)
 algorithms.sliding_log = function(argv, i)
   local limit, period = tonumber(argv[i]), tonumber(argv[i + 1])
 

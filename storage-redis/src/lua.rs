@@ -18,6 +18,50 @@ static BUCKET: &str = include_str!("../lua/bucket.lua");
 static BAN: &str = include_str!("../lua/ban.lua");
 static COMPOSITE: &str = include_str!("../lua/composite.lua");
 static MAIN: &str = include_str!("../lua/main.lua");
+static SCRIPT_TAIL: &str = include_str!("../lua/script_tail.lua");
+static LEASE: &str = include_str!("../lua/lease.lua");
+static LEASE_TAIL: &str = include_str!("../lua/lease_tail.lua");
+static REGISTER: &str = include_str!("../lua/library.lua");
+
+/// The function library: every file once, then the registrations, under a name made of
+/// a hash of its code (see `lua/library.lua`).
+pub(crate) struct Library {
+    /// `tollgate_` and the first 12 hex digits of the SHA-1 of the code.
+    pub(crate) name: String,
+    /// The text `FUNCTION LOAD` takes.
+    pub(crate) source: String,
+}
+
+pub(crate) static LIBRARY: std::sync::LazyLock<Library> = std::sync::LazyLock::new(|| {
+    let body = [
+        LIB,
+        FIXED_WINDOW,
+        SLIDING_COUNTER,
+        SLIDING_LOG,
+        BUCKET,
+        BAN,
+        COMPOSITE,
+        MAIN,
+        LEASE,
+        REGISTER,
+    ]
+    .concat();
+    let hash = redis::Script::new(&body).get_hash().to_owned();
+    let name = format!("tollgate_{}", &hash[..12]);
+    let source = format!("#!lua name={name}\nlocal NAME = '{name}'\n{body}");
+    Library { name, source }
+});
+
+/// The name of the function library this client loads and calls: `tollgate_` and a hash
+/// of its code, so two releases' libraries coexist on one server.
+pub fn library_name() -> &'static str {
+    &LIBRARY.name
+}
+
+/// The leases' script.
+pub(crate) fn lease_script() -> String {
+    [LIB, LEASE, LEASE_TAIL].concat()
+}
 
 /// The largest limit, capacity or rate the scripts take: their products with periods
 /// must split into exact halves of a Lua double.
@@ -75,7 +119,7 @@ pub(crate) fn script<A: LuaAlgorithm>(algorithm: &A) -> String {
     let mut needed = Vec::new();
     algorithm.lua_files(&mut needed);
     let mut files = vec![LIB];
-    for file in needed.into_iter().chain([COMPOSITE, MAIN]) {
+    for file in needed.into_iter().chain([COMPOSITE, MAIN, SCRIPT_TAIL]) {
         // A composite's members name the same file once each.
         if !files.contains(&file) {
             files.push(file);
