@@ -8,6 +8,11 @@
 //! `EVALSHA` with the token bucket's twelve arguments that reads `TIME`, `GET`s the key,
 //! `SET`s it with a TTL and returns seven numbers. No script can beat it, so it bounds
 //! the ratio to `INCR` a Lua limiter can reach on this server.
+//!
+//! `redis_rate_gcra` is go-redis redis_rate's GCRA script (`fixtures/redis_rate_gcra.lua`,
+//! its source and licence noted there), by `EVALSHA`. `tollgate_token_bucket` is the
+//! path the client picks (the function library on this server), `tollgate_evalsha` the
+//! script path, chosen.
 
 #[path = "../../storage-redis/tests/common/mod.rs"]
 mod common;
@@ -17,7 +22,7 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use redis::{Connection, Pipeline};
 use tollgate_core::{SlidingLog, TokenBucket, SECOND};
-use tollgate_redis::{LuaAlgorithm, RedisLimiter};
+use tollgate_redis::{LuaAlgorithm, Path, RedisLimiter};
 
 const KEYS: usize = 1024;
 const BATCH: usize = 64;
@@ -94,6 +99,26 @@ fn floor_batch(sha: &str, con: &mut Connection, keys: &[Vec<u8>], start: usize) 
     let _: Vec<Vec<i64>> = pipe.query(con).unwrap();
 }
 
+/// go-redis redis_rate's GCRA script (allowN).
+const REDIS_RATE: &str = include_str!("../fixtures/redis_rate_gcra.lua");
+
+/// redis_rate's call for one request: a burst of 10^6 refilled at 10^6 per second.
+fn redis_rate_call(sha: &str, key: &[u8]) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(sha).arg(1).arg(key);
+    cmd.arg(1_000_000).arg(1_000_000).arg(1).arg(1);
+    cmd
+}
+
+fn redis_rate_batch(sha: &str, con: &mut Connection, keys: &[Vec<u8>], start: usize) {
+    let mut pipe = Pipeline::with_capacity(BATCH);
+    for j in 0..BATCH {
+        pipe.add_command(redis_rate_call(sha, &keys[(start + j) % KEYS]));
+    }
+    let replies: Vec<(i64, i64, String, String)> = pipe.query(con).unwrap();
+    assert!(replies.iter().all(|r| r.0 == 1));
+}
+
 fn incr_batch(con: &mut Connection, keys: &[Vec<u8>], start: usize) {
     let mut pipe = Pipeline::with_capacity(BATCH);
     for j in 0..BATCH {
@@ -111,6 +136,12 @@ fn redis_benches(c: &mut Criterion) {
     let bucket = RedisLimiter::new(TokenBucket::new(1_000_000, 1_000_000, SECOND).unwrap())
         .unwrap()
         .with_prefix("tb:");
+    let evalsha = RedisLimiter::new(TokenBucket::new(1_000_000, 1_000_000, SECOND).unwrap())
+        .unwrap()
+        .with_prefix("tbs:")
+        .with_path(Path::Scripts)
+        .unwrap();
+    let rate_keys = named_keys("rr:");
     let log = RedisLimiter::new(SlidingLog::new(1000, SECOND).unwrap())
         .unwrap()
         .with_prefix("log:");
@@ -119,6 +150,19 @@ fn redis_benches(c: &mut Criterion) {
         .arg(FLOOR)
         .query(&mut server.connection())
         .unwrap();
+    let rate_sha: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(REDIS_RATE)
+        .query(&mut server.connection())
+        .unwrap();
+    // Loads the library, so no measured call pays for it.
+    assert!(
+        bucket
+            .check(&mut server.connection(), b"warm", 1)
+            .unwrap()
+            .allowed
+    );
+    assert_eq!(bucket.path(), Some(Path::Functions));
 
     let mut group = c.benchmark_group("redis_pipelined");
     group.throughput(Throughput::Elements(BATCH as u64));
@@ -126,6 +170,20 @@ fn redis_benches(c: &mut Criterion) {
         b.iter_custom(|iters| {
             pipelined(&server, iters, |con, start| {
                 decide_batch(&bucket, con, &keys, start)
+            })
+        })
+    });
+    group.bench_function("tollgate_evalsha", |b| {
+        b.iter_custom(|iters| {
+            pipelined(&server, iters, |con, start| {
+                decide_batch(&evalsha, con, &keys, start)
+            })
+        })
+    });
+    group.bench_function("redis_rate_gcra", |b| {
+        b.iter_custom(|iters| {
+            pipelined(&server, iters, |con, start| {
+                redis_rate_batch(&rate_sha, con, &rate_keys, start)
             })
         })
     });
@@ -156,6 +214,20 @@ fn redis_benches(c: &mut Criterion) {
         b.iter(|| {
             i = (i + 1) % KEYS;
             bucket.check(&mut con, &keys[i], 1).unwrap().allowed
+        })
+    });
+    group.bench_function("tollgate_evalsha", |b| {
+        b.iter(|| {
+            i = (i + 1) % KEYS;
+            evalsha.check(&mut con, &keys[i], 1).unwrap().allowed
+        })
+    });
+    group.bench_function("redis_rate_gcra", |b| {
+        b.iter(|| {
+            i = (i + 1) % KEYS;
+            redis_rate_call(&rate_sha, &rate_keys[i])
+                .query::<(i64, i64, String, String)>(&mut con)
+                .unwrap()
         })
     });
     group.bench_function("script_floor", |b| {

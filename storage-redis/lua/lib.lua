@@ -4,6 +4,9 @@
 -- the standard libraries are reached from inside functions only. The Rust side keeps inputs in this range (see `LuaAlgorithm` in src/lua.rs).
 local SPLIT = 1048576 -- 2^20: small factors (limits, rates, counts) are at most this
 local MAX_NOW = 4503599627370496 -- 2^52 microseconds: the year 2112
+local EXACT = 9007199254740992 -- 2^53: every integer below is a double
+-- The formats of a state's header and its 1, 2 or 3 fields, built once.
+local FORMATS = { '>BBI8', '>BBI8I8', '>BBI8I8I8' }
 
 local function corrupt(what)
   error({ err = 'TOLLGATE corrupt state: ' .. what })
@@ -47,7 +50,16 @@ end
 -- math.floor((a * b + c) / d) for a <= 2^20: the floating estimate is off by at most a few
 -- units, and exact comparisons correct it.
 local function muldiv(a, b, c, d)
-  local q = math.floor((a * b + c) / d)
+  local n = a * b + c
+  local q = math.floor(n / d)
+  -- Fast path: n + d below 2^53 makes n, q * d and the remainder exact, and the estimate
+  -- is off by at most one.
+  if n < EXACT - d then
+    local r = n - q * d
+    if r < 0 then return q - 1 end
+    if r >= d then return q + 1 end
+    return q
+  end
   local h, l = wide(a, b, c)
   while q > 0 do
     local qh, ql = times(q, d)
@@ -74,12 +86,17 @@ end
 -- Reads a state: version 1, `tag`, then `n` big-endian u64 fields; returns the fields
 -- and the bytes after them. Fields are exact up to 2^53; larger ones read as >= 2^53.
 local function read(bytes, tag, n)
-  if #bytes < 2 + 8 * n then corrupt('truncated') end
-  local fields = { struct.unpack('>BB' .. string.rep('I8', n), bytes) }
-  if fields[1] ~= 1 then corrupt('unsupported version') end
-  if fields[2] ~= tag then corrupt('wrong algorithm') end
-  local rest = string.sub(bytes, 3 + 8 * n)
-  return fields[3], fields[4], fields[5], rest
+  local size = 2 + 8 * n
+  if #bytes < size then corrupt('truncated') end
+  -- Past the n fields, unpack returns the next position: dropped below.
+  local version, t, a, b, c = struct.unpack(FORMATS[n], bytes)
+  if version ~= 1 then corrupt('unsupported version') end
+  if t ~= tag then corrupt('wrong algorithm') end
+  if n < 3 then c = nil end
+  if n < 2 then b = nil end
+  local rest = ''
+  if #bytes > size then rest = string.sub(bytes, size + 1) end
+  return a, b, c, rest
 end
 
 -- Reads a state that must have no bytes after its fields.
@@ -90,7 +107,7 @@ local function read_exact(bytes, tag, n)
 end
 
 local function write(tag, ...)
-  return struct.pack('>BB' .. string.rep('I8', select('#', ...)), 1, tag, ...)
+  return struct.pack(FORMATS[select('#', ...)], 1, tag, ...)
 end
 
 -- A decision as the scripts return it: retry -1 means "never".
@@ -136,7 +153,7 @@ local function clock(arg)
   local explicit = now ~= nil
   if not explicit then
     local time = redis.call('TIME')
-    now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+    now = time[1] * 1000000 + time[2]
   end
   if now > MAX_NOW then error({ err = 'TOLLGATE time beyond 2^52 microseconds' }) end
   return now, explicit
