@@ -11,9 +11,9 @@ local function decide_all(KEYS, members, now, cost, wait, explicit)
   local allowed, retry, delay = true, 0, 0
   for k = 1, n do
     local d = decisions[k]
-    allowed = allowed and d.allowed
-    if retry >= 0 then retry = d.retry < 0 and -1 or math.max(retry, d.retry) end
-    delay = math.max(delay, d.delay)
+    allowed = allowed and d[ALLOWED] == 1
+    if retry >= 0 then retry = d[RETRY] < 0 and -1 or math.max(retry, d[RETRY]) end
+    delay = math.max(delay, d[DELAY])
   end
   if not allowed then
     delay = 0
@@ -22,10 +22,10 @@ local function decide_all(KEYS, members, now, cost, wait, explicit)
   local binding, reset = decisions[1], 0
   for k = 1, n do
     local d = decisions[k]
-    if d.remaining < binding.remaining then binding = d end
-    reset = math.max(reset, d.reset)
-    store(KEYS[k], old[k], new[k], d.reset, explicit)
+    if d[REMAINING] < binding[REMAINING] then binding = d end
+    reset = math.max(reset, d[RESET])
+    store(KEYS[k], old[k], new[k], d[RESET], explicit)
   end
-  local d = decision(allowed, binding.limit, binding.remaining, retry, reset, delay)
+  local d = decision(allowed, binding[LIMIT], binding[REMAINING], retry, reset, delay)
   return d
 end

@@ -110,10 +110,11 @@ local function write(tag, ...)
   return struct.pack(FORMATS[select('#', ...)], 1, tag, ...)
 end
 
--- A decision as the scripts return it: retry -1 means "never".
+-- A decision, in the order of the reply: allowed (1 or 0), limit, remaining, retry (-1:
+-- never), reset, delay. An array: much cheaper to build than a table of named fields.
+local ALLOWED, LIMIT, REMAINING, RETRY, RESET, DELAY = 1, 2, 3, 4, 5, 6
 local function decision(allowed, limit, remaining, retry, reset, delay)
-  return { allowed = allowed, limit = limit, remaining = remaining, retry = retry,
-    reset = reset, delay = delay }
+  return { allowed and 1 or 0, limit, remaining, retry, reset, delay }
 end
 
 local function deny(limit, remaining, retry, reset)

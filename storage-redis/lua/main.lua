@@ -54,7 +54,8 @@ local function run(mode, KEYS, ARGV)
     local old = get(KEYS[1])
     local new
     d, new = members[1](old, now, cost, wait)
-    store(KEYS[1], old, new, d.reset, explicit)
+    store(KEYS[1], old, new, d[RESET], explicit)
   end
-  return { d.allowed and 1 or 0, d.limit, d.remaining, d.retry, d.reset, d.delay, now }
+  d[7] = now
+  return d
 end
