@@ -5,7 +5,7 @@
 //! `redis_single`: one connection, one decision per round trip.
 //!
 //! `script_floor` prices what any exact decision script must do, with no math: an
-//! `EVALSHA` with the token bucket's twelve arguments that reads `TIME`, `GET`s the key,
+//! `EVALSHA` with the token bucket's six arguments that reads `TIME`, `GET`s the key,
 //! `SET`s it with a TTL and returns seven numbers. No script can beat it, so it bounds
 //! the ratio to `INCR` a Lua limiter can reach on this server.
 //!
@@ -79,15 +79,18 @@ redis.call('GET', KEYS[1])
 redis.call('SET', KEYS[1], 'tollgate', 'PX', 1000)
 return { 1, 0, 0, 0, 0, 0, tonumber(t[1]) }";
 
-/// An `EVALSHA` of the floor script with as many arguments as a token bucket decision.
+/// An `EVALSHA` of the floor script with the arguments of a token bucket decision: the
+/// mode, time, cost, wait, name and the 56 bytes of the bucket's numbers.
 fn floor_call(sha: &str, key: &[u8]) -> redis::Cmd {
     let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(sha).arg(1).arg(key).arg("").arg(1).arg("").arg(0);
-    cmd.arg("token_bucket")
-        .arg(1_000_000)
-        .arg(1_000_000)
-        .arg(SECOND);
-    cmd.arg(1_000_000).arg(0).arg(1).arg(0);
+    cmd.arg(sha)
+        .arg(1)
+        .arg(key)
+        .arg("decide")
+        .arg("")
+        .arg(1)
+        .arg("");
+    cmd.arg("token_bucket").arg(&[7u8; 56][..]);
     cmd
 }
 

@@ -2,6 +2,8 @@
 -- theoretical arrival time tat, in units of 1 / R tick, stored as (ticks, fraction).
 -- Every instant below is held relative to `now` as a pair (t, f) = t + f / R ticks with
 -- 0 <= f < R, so all sums stay small and exact.
+local BUCKET_ARGS = '>' .. ('I8'):rep(7)
+
 -- (t1, f1) - (t2, f2), fractions of 1 / `rate`.
 local function sub(t1, f1, t2, f2, rate)
   if f1 < f2 then return t1 - t2 - 1, f1 - f2 + rate end
@@ -28,10 +30,12 @@ end
 
 local function gcra(tag)
   return function(argv, i)
-    local burst, rate, period = tonumber(argv[i]), tonumber(argv[i + 1]), tonumber(argv[i + 2])
-    -- burst * period / R and cost * period / R, divided by the caller (exact in Rust).
-    local tol_t, tol_f = tonumber(argv[i + 3]), tonumber(argv[i + 4])
-    local cost_t, cost_f = tonumber(argv[i + 5]), tonumber(argv[i + 6])
+    -- One argument of seven big-endian u64 (one unpack, not seven tonumber): the burst,
+    -- rate and period, then burst * period / R and cost * period / R as (ticks,
+    -- remainder), divided by the caller (exact in Rust).
+    local packed = argv[i]
+    if #packed ~= 56 then error({ err = 'TOLLGATE bad bucket arguments' }) end
+    local burst, rate, period, tol_t, tol_f, cost_t, cost_f = struct.unpack(BUCKET_ARGS, packed)
     local pacing = tag == 6
     local decide = function(bytes, now, cost, wait)
       wait = wait or (pacing and MAX_NOW * 2 or 0)
@@ -73,7 +77,7 @@ local function gcra(tag)
       local room = bucket_room(rate, period, tol_t, tol_f, at, af)
       return deny(burst, room, retry, ticks(at, af)), bytes
     end
-    return decide, i + 7
+    return decide, i + 1
   end
 end
 

@@ -177,8 +177,10 @@ lua_window!(
 );
 lua_window!(SlidingLog, "sliding_log", SLIDING_LOG, MAX_LUA_LOG_LIMIT);
 
-/// A bucket's script arguments: the burst, rate and period, then `burst × period / rate`
-/// and `cost × period / rate` as (ticks, remainder), which need 128-bit products.
+/// A bucket's script arguments: its name, then one string of seven big-endian u64 (one
+/// unpack in Lua instead of seven conversions): the burst, rate and period, then
+/// `burst × period / rate` and `cost × period / rate` as (ticks, remainder), which need
+/// 128-bit products.
 fn bucket_args(name: &str, params: BucketParams, burst: u64, cost: u64, cmd: &mut Cmd) {
     let BucketParams {
         rate, period: p, ..
@@ -192,10 +194,16 @@ fn bucket_args(name: &str, params: BucketParams, burst: u64, cost: u64, cmd: &mu
     };
     // A cost above the burst is denied before its scaled size is used.
     let cost = if cost > burst { 0 } else { cost };
-    cmd.arg(name).arg(burst).arg(rate).arg(p);
-    for (ticks, frac) in [scaled(burst), scaled(cost)] {
-        cmd.arg(ticks).arg(frac);
+    let (tol_t, tol_f) = scaled(burst);
+    let (cost_t, cost_f) = scaled(cost);
+    let mut packed = [0u8; 56];
+    for (field, value) in packed
+        .chunks_exact_mut(8)
+        .zip([burst, rate, p, tol_t, tol_f, cost_t, cost_f])
+    {
+        field.copy_from_slice(&value.to_be_bytes());
     }
+    cmd.arg(name).arg(&packed[..]);
 }
 
 fn bucket_range(params: BucketParams, burst: u64) -> Result<(), Error> {
