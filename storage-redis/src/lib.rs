@@ -1,9 +1,12 @@
-//! Distributed rate limiting: tollgate's algorithms as Redis Lua scripts.
+//! Distributed rate limiting: tollgate's algorithms as Redis Lua.
 //!
-//! Each decision is one `EVALSHA` (the script is sent with `EVAL` once a server answers
-//! `NOSCRIPT`): the script reads the key, decides with the core's exact integer math,
-//! writes the core's canonical encoding back, and replies with the decision. Time is the
-//! server's `TIME` (no client clock skew) unless the caller passes `now`.
+//! Each decision is one call: an `FCALL` into tollgate's function library on Redis ≥ 7
+//! (loaded with `FUNCTION LOAD` the first time a server lacks it), else an `EVALSHA`
+//! (the script sent with `EVAL` once a server answers `NOSCRIPT`) where `FUNCTION` is
+//! refused or unknown; see [`Path`]. The Lua reads the key, decides with the core's
+//! exact integer math, writes the core's canonical encoding back, and replies with the
+//! decision. Time is the server's `TIME` (no client clock skew) unless the caller passes
+//! `now`.
 //!
 //! Expiry: a state written at the server's time expires exactly when it is fresh again
 //! (TTL = `reset_after`, rounded up to a millisecond), so idle keys vanish. A state

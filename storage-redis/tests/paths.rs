@@ -64,10 +64,8 @@ fn the_library_is_loaded_on_first_use_and_again_when_flushed() {
     );
     assert_eq!(leases.path(), Some(Path::Functions));
     assert!(leases.state(&mut con, b"l").unwrap().is_some());
-    assert!(!cached(
-        &mut con,
-        &redis::Script::new(leases.script()).get_hash().to_owned()
-    ));
+    let sha1 = redis::Script::new(leases.script()).get_hash().to_owned();
+    assert!(!cached(&mut con, &sha1));
 }
 
 #[test]
