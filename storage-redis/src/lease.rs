@@ -278,7 +278,7 @@ impl RedisLeases {
         let mut pipe = redis::Pipeline::with_capacity(calls.len());
         for (cmd, _) in &calls {
             if let Ok(cmd) = cmd {
-                pipe.add_command(self.program.first_command(cmd));
+                pipe.add_command(cmd.cmd.clone());
             }
         }
         let mut replies = if pipe.is_empty() {
@@ -395,8 +395,10 @@ impl RedisLeases {
             .iter()
             .map(|k| [&self.prefix[..], k].concat())
             .collect();
-        let mut call = Invocation::new(op.function(), matches!(op, Op::Read), &keys);
-        call.body
+        let mut call = self
+            .program
+            .invocation(op.function(), matches!(op, Op::Read), &keys);
+        call.cmd
             .arg(op.name())
             .arg(Arg(now))
             .arg(self.concurrency.max())

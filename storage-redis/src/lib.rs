@@ -406,10 +406,11 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         // Every cost above the cap decides and stores like the cap.
         let cost = call.cost.min(self.algorithm.lua_cost_cap());
         let mode = call.mode.name();
-        let mut invocation = Invocation::new(mode, matches!(call.mode, Mode::Read), keys);
+        let read_only = matches!(call.mode, Mode::Read);
+        let mut invocation = self.program.invocation(mode, read_only, keys);
         // Any wait beyond 2^53 ticks admits the same requests as an unbounded one.
         let max_wait = call.max_wait.map(|w| w.min(2 * MAX_LUA_TICKS));
-        let cmd = &mut invocation.body;
+        let cmd = &mut invocation.cmd;
         cmd.arg(mode)
             .arg(Arg(call.now))
             .arg(cost)
@@ -491,7 +492,7 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
                 .and_then(|keys| self.command(call, &keys))
             {
                 Ok(invocation) => {
-                    pipe.add_command(self.program.first_command(&invocation));
+                    pipe.add_command(invocation.cmd);
                     sent.push(i);
                     results.push(Err(Error::Reply));
                 }

@@ -30,7 +30,31 @@ pub(crate) struct Library {
     pub(crate) name: String,
     /// The text `FUNCTION LOAD` takes.
     pub(crate) source: String,
+    /// Each function's suffix and full name (see `lua/library.lua`).
+    functions: Vec<(&'static str, String)>,
 }
+
+impl Library {
+    /// The full name of the function registered as `suffix`.
+    pub(crate) fn function(&self, suffix: &str) -> &str {
+        self.functions
+            .iter()
+            .find(|(s, _)| *s == suffix)
+            .map_or("", |(_, name)| name)
+    }
+}
+
+/// The suffixes `lua/library.lua` registers.
+const FUNCTIONS: [&str; 8] = [
+    "decide",
+    "read",
+    "reset",
+    "purge",
+    "acquire",
+    "release",
+    "renew",
+    "lease_read",
+];
 
 pub(crate) static LIBRARY: std::sync::LazyLock<Library> = std::sync::LazyLock::new(|| {
     let body = [
@@ -49,7 +73,15 @@ pub(crate) static LIBRARY: std::sync::LazyLock<Library> = std::sync::LazyLock::n
     let hash = redis::Script::new(&body).get_hash().to_owned();
     let name = format!("tollgate_{}", &hash[..12]);
     let source = format!("#!lua name={name}\nlocal NAME = '{name}'\n{body}");
-    Library { name, source }
+    let functions = FUNCTIONS
+        .iter()
+        .map(|&suffix| (suffix, format!("{name}_{suffix}")))
+        .collect();
+    Library {
+        name,
+        source,
+        functions,
+    }
 });
 
 /// The name of the function library this client loads and calls: `tollgate_` and a hash

@@ -3,6 +3,8 @@
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
+use std::borrow::Cow;
+
 use redis::{aio, Cmd, ConnectionLike, RedisError, RedisResult, Value};
 
 use crate::lua::LIBRARY;
@@ -40,29 +42,16 @@ enum Retry {
     Fallback,
 }
 
-/// One call, independent of the path: the function's suffix in the library, whether it
-/// only reads, and the keys and arguments (the count of keys first).
+/// One call: the function's suffix in the library, whether it only reads, and the
+/// command for the path in use when it was made (its name, the count of keys, the keys
+/// and the arguments). Built once per call; a retry on another path copies its
+/// arguments behind another name.
 pub(crate) struct Invocation {
-    pub(crate) function: &'static str,
-    pub(crate) read_only: bool,
-    pub(crate) body: Cmd,
-}
-
-impl Invocation {
-    /// A call of `function` on `keys`; its arguments are appended to `body`.
-    pub(crate) fn new<K: redis::ToRedisArgs>(
-        function: &'static str,
-        read_only: bool,
-        keys: &[K],
-    ) -> Self {
-        let mut body = Cmd::new();
-        body.arg(keys.len()).arg(keys);
-        Self {
-            function,
-            read_only,
-            body,
-        }
-    }
+    function: &'static str,
+    read_only: bool,
+    path: Path,
+    /// The command; callers append the arguments after the keys.
+    pub(crate) cmd: Cmd,
 }
 
 /// A script and its place in the function library, with the path calls take.
@@ -136,29 +125,50 @@ impl Program {
         }
     }
 
-    /// The command for `call` on `path` (`eval`: with the script's text).
-    pub(crate) fn command(&self, call: &Invocation, path: Path, eval: bool) -> Cmd {
-        let mut cmd = match (path, eval) {
+    /// A call of `function` on `keys`, on the path in use; its arguments are appended
+    /// to its `cmd`.
+    pub(crate) fn invocation<K: redis::ToRedisArgs>(
+        &self,
+        function: &'static str,
+        read_only: bool,
+        keys: &[K],
+    ) -> Invocation {
+        let path = self.next_path();
+        let mut cmd = self.head(function, read_only, path, false);
+        cmd.arg(keys.len()).arg(keys);
+        Invocation {
+            function,
+            read_only,
+            path,
+            cmd,
+        }
+    }
+
+    /// The command's name and first argument: the function, or the script.
+    fn head(&self, function: &str, read_only: bool, path: Path, eval: bool) -> Cmd {
+        match (path, eval) {
             (Path::Functions | Path::Module, _) => {
-                let name = if call.read_only { "FCALL_RO" } else { "FCALL" };
-                redis::cmd(name)
-                    .arg(format!("{}_{}", LIBRARY.name, call.function))
-                    .to_owned()
+                let name = if read_only { "FCALL_RO" } else { "FCALL" };
+                redis::cmd(name).arg(LIBRARY.function(function)).to_owned()
             }
             (Path::Scripts, false) => redis::cmd("EVALSHA").arg(&self.sha1).to_owned(),
             (Path::Scripts, true) => redis::cmd("EVAL").arg(&self.source).to_owned(),
-        };
-        for arg in call.body.args_iter() {
+        }
+    }
+
+    /// `call` on `path` (`eval`: with the script's text): its own command when that is
+    /// the one, else a copy under another head.
+    fn command<'a>(&self, call: &'a Invocation, path: Path, eval: bool) -> Cow<'a, Cmd> {
+        if path == call.path && !eval {
+            return Cow::Borrowed(&call.cmd);
+        }
+        let mut cmd = self.head(call.function, call.read_only, path, eval);
+        for arg in call.cmd.args_iter().skip(2) {
             if let redis::Arg::Simple(bytes) = arg {
                 cmd.arg(bytes);
             }
         }
-        cmd
-    }
-
-    /// The command for `call` on the path in use (for pipelines).
-    pub(crate) fn first_command(&self, call: &Invocation) -> Cmd {
-        self.command(call, self.next_path(), false)
+        Cow::Owned(cmd)
     }
 
     fn retry(&self, path: Path, code: Option<&str>, detail: Option<&str>) -> Option<Retry> {
