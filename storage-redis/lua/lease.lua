@@ -1,90 +1,98 @@
--- tollgate: leases (tag 9), lease(op, KEYS, ARGV), the core's `Concurrency` transitions on its bytes: the last
+-- tollgate: leases (tag 9), the core's `Concurrency` transitions on its bytes: the last
 -- fencing token and the number of leases, then per lease (oldest grant first) its
--- token, expiry, hold count, owner length and owner.
--- ARGV: the operation ('acquire', 'release', 'renew', or 'read': the keys' values), now ('' = the server's TIME), the
--- most leases per key, the owner, the ttl (acquire and renew). KEYS: the keys, all
--- decided together: every key grants (or is held by the owner) or nothing changes.
+-- token, expiry, hold count, owner length and owner. The entry point is
+-- lease(op, KEYS, ARGV), its helpers defined once (per library load, or per script call).
+-- ARGV: the operation ('acquire', 'release', 'renew', or 'read': the keys' values), now
+-- ('' = the server's TIME), the most leases per key, the owner, the ttl (acquire and
+-- renew). KEYS: the keys, all decided together: every key grants (or is held by the
+-- owner) or nothing changes.
 -- Replies per key: acquire {allowed, max, remaining, retry, reset, token, expiry, holds};
 -- release and renew {token, expiry, holds}. An owner without a lease on some key:
 -- error 'TOLLGATE not held', nothing changed.
 
 local MAX_EXACT = 9007199254740990 -- 2^53 - 2: a token, expiry or hold count + 1 is exact
 
+-- The lease table in `bytes` (nil: a fresh key), checked as the core's decoder checks it.
+local function parse(bytes, max)
+  local state = { last = 0, leases = {} }
+  if not bytes then return state end
+  local last, count = read(bytes, 9, 2)
+  if last > MAX_EXACT then corrupt('token beyond 2^53') end
+  if count > max then corrupt('count') end
+  state.last = last
+  local at, after, owners = 19, 0, {}
+  for k = 1, count do
+    if #bytes < at + 31 then corrupt('truncated') end
+    local token, expiry, holds, len = struct.unpack('>I8I8I8I8', bytes, at)
+    if token <= after or token > last then corrupt('token') end
+    if expiry > MAX_EXACT then corrupt('expiry beyond 2^53') end
+    if holds < 1 then corrupt('holds') end
+    if holds > MAX_EXACT then corrupt('holds beyond 2^53') end
+    if len < 1 or len > 128 then corrupt('owner_len') end
+    if #bytes < at + 31 + len then corrupt('truncated') end
+    local who = string.sub(bytes, at + 32, at + 31 + len)
+    if owners[who] then corrupt('owner') end
+    owners[who] = true
+    state.leases[k] = { owner = who, token = token, expiry = expiry, holds = holds }
+    at, after = at + 32 + len, token
+  end
+  if #bytes >= at then corrupt('trailing bytes') end
+  return state
+end
+
+-- Drops the leases expired at `now`.
+local function reclaim(state, now)
+  local live = {}
+  for _, lease in ipairs(state.leases) do
+    if lease.expiry > now then live[#live + 1] = lease end
+  end
+  state.leases = live
+end
+
+-- Where `owner`'s lease is, if it holds one.
+local function position(state, owner)
+  for k, lease in ipairs(state.leases) do
+    if lease.owner == owner then return k end
+  end
+end
+
+-- When the state is fresh: no lease held and the clock past the last token.
+local function fresh_at(state)
+  local at = state.last + 1
+  for _, lease in ipairs(state.leases) do at = math.max(at, lease.expiry) end
+  return at
+end
+
+-- Writes `state`, or deletes the key once it is fresh. At the server's time the key
+-- lives until the state is fresh, so a token never repeats after it is gone; at an
+-- explicit time it has no expiry, as every state written at an explicit time.
+local function store_leases(key, old, state, now, explicit)
+  local fresh = fresh_at(state)
+  if fresh <= now then
+    if old then redis.call('DEL', key) end
+    return fresh
+  end
+  local parts = { struct.pack('>BBI8I8', 1, 9, state.last, #state.leases) }
+  for _, l in ipairs(state.leases) do
+    parts[#parts + 1] = struct.pack('>I8I8I8I8', l.token, l.expiry, l.holds, #l.owner) .. l.owner
+  end
+  local bytes = table.concat(parts)
+  if explicit then
+    redis.call('SET', key, bytes)
+  else
+    redis.call('SET', key, bytes, 'PX', math.max(math.ceil((fresh - now) / 1000), 1))
+  end
+  return fresh
+end
+
+-- A lease as replied: token, expiry, holds.
+local function grant(lease)
+  return { lease.token, lease.expiry, lease.holds }
+end
+
 local function lease(op, KEYS, ARGV)
   local now, explicit = clock(ARGV[2])
   local max, owner, ttl = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
-
-  -- The lease table in `bytes` (nil: a fresh key), checked as the core's decoder checks it.
-  local function parse(bytes)
-    local state = { last = 0, leases = {} }
-    if not bytes then return state end
-    local last, count = read(bytes, 9, 2)
-    if last > MAX_EXACT then corrupt('token beyond 2^53') end
-    if count > max then corrupt('count') end
-    state.last = last
-    local at, after, owners = 19, 0, {}
-    for k = 1, count do
-      if #bytes < at + 31 then corrupt('truncated') end
-      local token, expiry, holds, len = struct.unpack('>I8I8I8I8', bytes, at)
-      if token <= after or token > last then corrupt('token') end
-      if expiry > MAX_EXACT then corrupt('expiry beyond 2^53') end
-      if holds < 1 then corrupt('holds') end
-      if holds > MAX_EXACT then corrupt('holds beyond 2^53') end
-      if len < 1 or len > 128 then corrupt('owner_len') end
-      if #bytes < at + 31 + len then corrupt('truncated') end
-      local who = string.sub(bytes, at + 32, at + 31 + len)
-      if owners[who] then corrupt('owner') end
-      owners[who] = true
-      state.leases[k] = { owner = who, token = token, expiry = expiry, holds = holds }
-      at, after = at + 32 + len, token
-    end
-    if #bytes >= at then corrupt('trailing bytes') end
-    return state
-  end
-
-  -- Drops the leases expired at `now`.
-  local function reclaim(state)
-    local live = {}
-    for _, lease in ipairs(state.leases) do
-      if lease.expiry > now then live[#live + 1] = lease end
-    end
-    state.leases = live
-  end
-
-  local function position(state)
-    for k, lease in ipairs(state.leases) do
-      if lease.owner == owner then return k end
-    end
-  end
-
-  -- When the state is fresh: no lease held and the clock past the last token.
-  local function fresh_at(state)
-    local at = state.last + 1
-    for _, lease in ipairs(state.leases) do at = math.max(at, lease.expiry) end
-    return at
-  end
-
-  -- Writes `state`, or deletes the key once it is fresh. At the server's time the key
-  -- lives until the state is fresh, so a token never repeats after it is gone; at an
-  -- explicit time it has no expiry, as every state written at an explicit time.
-  local function store(key, old, state)
-    local fresh = fresh_at(state)
-    if fresh <= now then
-      if old then redis.call('DEL', key) end
-      return fresh
-    end
-    local parts = { struct.pack('>BBI8I8', 1, 9, state.last, #state.leases) }
-    for _, l in ipairs(state.leases) do
-      parts[#parts + 1] = struct.pack('>I8I8I8I8', l.token, l.expiry, l.holds, #l.owner) .. l.owner
-    end
-    local bytes = table.concat(parts)
-    if explicit then
-      redis.call('SET', key, bytes)
-    else
-      redis.call('SET', key, bytes, 'PX', math.max(math.ceil((fresh - now) / 1000), 1))
-    end
-    return fresh
-  end
 
   if op == 'read' then
     local values = {}
@@ -95,12 +103,8 @@ local function lease(op, KEYS, ARGV)
   local old, states = {}, {}
   for k = 1, #KEYS do
     old[k] = get(KEYS[k])
-    states[k] = parse(old[k])
-    reclaim(states[k])
-  end
-
-  local function grant(lease)
-    return { lease.token, lease.expiry, lease.holds }
+    states[k] = parse(old[k], max)
+    reclaim(states[k], now)
   end
 
   if op == 'acquire' then
@@ -108,14 +112,14 @@ local function lease(op, KEYS, ARGV)
     local granted = true
     for k = 1, #KEYS do
       local s = states[k]
-      granted = granted and (position(s) ~= nil or #s.leases < max)
+      granted = granted and (position(s, owner) ~= nil or #s.leases < max)
     end
     local replies = {}
     for k = 1, #KEYS do
       local s = states[k]
       local reply = nil
       if granted then
-        local i = position(s)
+        local i = position(s, owner)
         if i then
           local lease = s.leases[i]
           lease.holds = lease.holds + 1
@@ -127,7 +131,7 @@ local function lease(op, KEYS, ARGV)
           reply = grant(s.leases[#s.leases])
         end
       end
-      local reset = store(KEYS[k], old[k], s) - now
+      local reset = store_leases(KEYS[k], old[k], s, now, explicit) - now
       if reset < 0 then reset = 0 end
       local remaining = max - #s.leases
       if reply then
@@ -148,12 +152,12 @@ local function lease(op, KEYS, ARGV)
 
   -- Release and renew: the owner must hold a lease on every key.
   for k = 1, #KEYS do
-    if not position(states[k]) then error({ err = 'TOLLGATE not held' }) end
+    if not position(states[k], owner) then error({ err = 'TOLLGATE not held' }) end
   end
   local replies = {}
   for k = 1, #KEYS do
     local s = states[k]
-    local i = position(s)
+    local i = position(s, owner)
     local lease = s.leases[i]
     if op == 'release' then
       lease.holds = lease.holds - 1
@@ -162,7 +166,7 @@ local function lease(op, KEYS, ARGV)
       lease.expiry = now + ttl
     end
     replies[k] = grant(lease)
-    store(KEYS[k], old[k], s)
+    store_leases(KEYS[k], old[k], s, now, explicit)
   end
   return replies
 end
