@@ -5,9 +5,18 @@
 //! `redis_single`: one connection, one decision per round trip.
 //!
 //! `script_floor` prices what any exact decision script must do, with no math: an
-//! `EVALSHA` with the token bucket's twelve arguments that reads `TIME`, `GET`s the key,
+//! `EVALSHA` with the token bucket's six arguments that reads `TIME`, `GET`s the key,
 //! `SET`s it with a TTL and returns seven numbers. No script can beat it, so it bounds
-//! the ratio to `INCR` a Lua limiter can reach on this server.
+//! the ratio to `INCR` a Lua limiter can reach on this server; `function_floor` is the
+//! same through `FCALL` of a one-function library.
+//!
+//! After each function the bench prints the server's own time per call (`INFO
+//! commandstats`), which the shared machine's noise moves far less than throughput.
+//!
+//! `redis_rate_gcra` is go-redis redis_rate's GCRA script (`fixtures/redis_rate_gcra.lua`,
+//! its source and licence noted there), by `EVALSHA`. `tollgate_token_bucket` is the
+//! path the client picks (the function library on this server), `tollgate_evalsha` the
+//! script path, chosen.
 
 #[path = "../../storage-redis/tests/common/mod.rs"]
 mod common;
@@ -17,7 +26,7 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use redis::{Connection, Pipeline};
 use tollgate_core::{SlidingLog, TokenBucket, SECOND};
-use tollgate_redis::{LuaAlgorithm, RedisLimiter};
+use tollgate_redis::{LuaAlgorithm, Path, RedisLimiter};
 
 const KEYS: usize = 1024;
 const BATCH: usize = 64;
@@ -74,24 +83,72 @@ redis.call('GET', KEYS[1])
 redis.call('SET', KEYS[1], 'tollgate', 'PX', 1000)
 return { 1, 0, 0, 0, 0, 0, tonumber(t[1]) }";
 
-/// An `EVALSHA` of the floor script with as many arguments as a token bucket decision.
+/// The floor as a function library: the same calls and reply, through `FCALL`.
+const FUNCTION_FLOOR: &str = "#!lua name=bench_floor
+redis.register_function('bench_floor', function(keys, args)
+  local t = redis.call('TIME')
+  redis.call('GET', keys[1])
+  redis.call('SET', keys[1], 'tollgate', 'PX', 1000)
+  return { 1, 0, 0, 0, 0, 0, tonumber(t[1]) }
+end)";
+
+/// An `EVALSHA` of the floor script with the arguments of a token bucket decision: the
+/// mode, time, cost, wait, name and the 56 bytes of the bucket's numbers.
 fn floor_call(sha: &str, key: &[u8]) -> redis::Cmd {
     let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(sha).arg(1).arg(key).arg("").arg(1).arg("").arg(0);
-    cmd.arg("token_bucket")
-        .arg(1_000_000)
-        .arg(1_000_000)
-        .arg(SECOND);
-    cmd.arg(1_000_000).arg(0).arg(1).arg(0);
+    cmd.arg(sha)
+        .arg(1)
+        .arg(key)
+        .arg("decide")
+        .arg("")
+        .arg(1)
+        .arg("");
+    cmd.arg("token_bucket").arg(&[7u8; 56][..]);
+    cmd
+}
+
+/// The floor's call, by `EVALSHA` of `sha`, or by `FCALL` with `sha` empty.
+fn floor_call_on(sha: &str, key: &[u8]) -> redis::Cmd {
+    let mut cmd = floor_call(sha, key);
+    if sha.is_empty() {
+        let mut fcall = redis::cmd("FCALL");
+        fcall.arg("bench_floor");
+        for arg in cmd.args_iter().skip(2) {
+            if let redis::Arg::Simple(bytes) = arg {
+                fcall.arg(bytes);
+            }
+        }
+        cmd = fcall;
+    }
     cmd
 }
 
 fn floor_batch(sha: &str, con: &mut Connection, keys: &[Vec<u8>], start: usize) {
     let mut pipe = Pipeline::with_capacity(BATCH);
     for j in 0..BATCH {
-        pipe.add_command(floor_call(sha, &keys[(start + j) % KEYS]));
+        pipe.add_command(floor_call_on(sha, &keys[(start + j) % KEYS]));
     }
     let _: Vec<Vec<i64>> = pipe.query(con).unwrap();
+}
+
+/// go-redis redis_rate's GCRA script (allowN).
+const REDIS_RATE: &str = include_str!("../fixtures/redis_rate_gcra.lua");
+
+/// redis_rate's call for one request: a burst of 10^6 refilled at 10^6 per second.
+fn redis_rate_call(sha: &str, key: &[u8]) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(sha).arg(1).arg(key);
+    cmd.arg(1_000_000).arg(1_000_000).arg(1).arg(1);
+    cmd
+}
+
+fn redis_rate_batch(sha: &str, con: &mut Connection, keys: &[Vec<u8>], start: usize) {
+    let mut pipe = Pipeline::with_capacity(BATCH);
+    for j in 0..BATCH {
+        pipe.add_command(redis_rate_call(sha, &keys[(start + j) % KEYS]));
+    }
+    let replies: Vec<(i64, i64, String, String)> = pipe.query(con).unwrap();
+    assert!(replies.iter().all(|r| r.0 == 1));
 }
 
 fn incr_batch(con: &mut Connection, keys: &[Vec<u8>], start: usize) {
@@ -100,6 +157,31 @@ fn incr_batch(con: &mut Connection, keys: &[Vec<u8>], start: usize) {
         pipe.incr(&keys[(start + j) % KEYS], 1);
     }
     let _: Vec<i64> = pipe.query(con).unwrap();
+}
+
+/// Prints the server's own time per call of `command` (`INFO commandstats`) since the
+/// last call, then resets the counters: what each function costs Redis, apart from the
+/// round trips and the client.
+fn server_time(server: &common::Server, function: &str, command: &str) {
+    let mut con = server.connection();
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut con)
+        .unwrap();
+    let prefix = format!("cmdstat_{command}:");
+    if let Some(line) = info.lines().find(|l| l.starts_with(&prefix)) {
+        let usec = line
+            .split(',')
+            .find_map(|f| f.strip_prefix("usec_per_call="));
+        eprintln!(
+            "server time {function}: {} µs per {command}",
+            usec.unwrap_or("?")
+        );
+    }
+    let () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut con)
+        .unwrap();
 }
 
 fn redis_benches(c: &mut Criterion) {
@@ -111,6 +193,12 @@ fn redis_benches(c: &mut Criterion) {
     let bucket = RedisLimiter::new(TokenBucket::new(1_000_000, 1_000_000, SECOND).unwrap())
         .unwrap()
         .with_prefix("tb:");
+    let evalsha = RedisLimiter::new(TokenBucket::new(1_000_000, 1_000_000, SECOND).unwrap())
+        .unwrap()
+        .with_prefix("tbs:")
+        .with_path(Path::Scripts)
+        .unwrap();
+    let rate_keys = named_keys("rr:");
     let log = RedisLimiter::new(SlidingLog::new(1000, SECOND).unwrap())
         .unwrap()
         .with_prefix("log:");
@@ -119,7 +207,27 @@ fn redis_benches(c: &mut Criterion) {
         .arg(FLOOR)
         .query(&mut server.connection())
         .unwrap();
+    let rate_sha: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(REDIS_RATE)
+        .query(&mut server.connection())
+        .unwrap();
+    let _: String = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg(FUNCTION_FLOOR)
+        .query(&mut server.connection())
+        .unwrap();
+    // Loads the library, so no measured call pays for it.
+    assert!(
+        bucket
+            .check(&mut server.connection(), b"warm", 1)
+            .unwrap()
+            .allowed
+    );
+    assert_eq!(bucket.path(), Some(Path::Functions));
 
+    // Counters from zero for the first function.
+    server_time(&server, "", "");
     let mut group = c.benchmark_group("redis_pipelined");
     group.throughput(Throughput::Elements(BATCH as u64));
     group.bench_function("tollgate_token_bucket", |b| {
@@ -129,6 +237,23 @@ fn redis_benches(c: &mut Criterion) {
             })
         })
     });
+    server_time(&server, "tollgate_token_bucket", "fcall");
+    group.bench_function("tollgate_evalsha", |b| {
+        b.iter_custom(|iters| {
+            pipelined(&server, iters, |con, start| {
+                decide_batch(&evalsha, con, &keys, start)
+            })
+        })
+    });
+    server_time(&server, "tollgate_evalsha", "evalsha");
+    group.bench_function("redis_rate_gcra", |b| {
+        b.iter_custom(|iters| {
+            pipelined(&server, iters, |con, start| {
+                redis_rate_batch(&rate_sha, con, &rate_keys, start)
+            })
+        })
+    });
+    server_time(&server, "redis_rate_gcra", "evalsha");
     group.bench_function("tollgate_sliding_log", |b| {
         b.iter_custom(|iters| {
             pipelined(&server, iters, |con, start| {
@@ -136,6 +261,7 @@ fn redis_benches(c: &mut Criterion) {
             })
         })
     });
+    server_time(&server, "tollgate_sliding_log", "fcall");
     group.bench_function("script_floor", |b| {
         b.iter_custom(|iters| {
             pipelined(&server, iters, |con, start| {
@@ -143,9 +269,19 @@ fn redis_benches(c: &mut Criterion) {
             })
         })
     });
+    server_time(&server, "script_floor", "evalsha");
+    group.bench_function("function_floor", |b| {
+        b.iter_custom(|iters| {
+            pipelined(&server, iters, |con, start| {
+                floor_batch("", con, &floor_keys, start)
+            })
+        })
+    });
+    server_time(&server, "function_floor", "fcall");
     group.bench_function("incr", |b| {
         b.iter_custom(|iters| pipelined(&server, iters, |con, start| incr_batch(con, &keys, start)))
     });
+    server_time(&server, "incr", "incr");
     group.finish();
 
     let mut group = c.benchmark_group("redis_single");
@@ -158,6 +294,23 @@ fn redis_benches(c: &mut Criterion) {
             bucket.check(&mut con, &keys[i], 1).unwrap().allowed
         })
     });
+    server_time(&server, "tollgate_token_bucket", "fcall");
+    group.bench_function("tollgate_evalsha", |b| {
+        b.iter(|| {
+            i = (i + 1) % KEYS;
+            evalsha.check(&mut con, &keys[i], 1).unwrap().allowed
+        })
+    });
+    server_time(&server, "tollgate_evalsha", "evalsha");
+    group.bench_function("redis_rate_gcra", |b| {
+        b.iter(|| {
+            i = (i + 1) % KEYS;
+            redis_rate_call(&rate_sha, &rate_keys[i])
+                .query::<(i64, i64, String, String)>(&mut con)
+                .unwrap()
+        })
+    });
+    server_time(&server, "redis_rate_gcra", "evalsha");
     group.bench_function("script_floor", |b| {
         b.iter(|| {
             i = (i + 1) % KEYS;
@@ -166,6 +319,16 @@ fn redis_benches(c: &mut Criterion) {
                 .unwrap()
         })
     });
+    server_time(&server, "script_floor", "evalsha");
+    group.bench_function("function_floor", |b| {
+        b.iter(|| {
+            i = (i + 1) % KEYS;
+            floor_call_on("", &floor_keys[i])
+                .query::<Vec<i64>>(&mut con)
+                .unwrap()
+        })
+    });
+    server_time(&server, "function_floor", "fcall");
     group.bench_function("incr", |b| {
         b.iter(|| {
             i = (i + 1) % KEYS;
@@ -175,6 +338,7 @@ fn redis_benches(c: &mut Criterion) {
                 .unwrap()
         })
     });
+    server_time(&server, "incr", "incr");
     group.finish();
 }
 

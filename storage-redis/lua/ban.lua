@@ -18,21 +18,21 @@ algorithms.ban = function(argv, i)
     local d, inner_new = inner(inner_bytes, now, cost)
     if now < banned_until then
       local stored = inner(inner_bytes, now, 0)
-      d = deny(d.limit, 0, d.retry, stored.reset)
-    elseif d.allowed then
+      d = deny(d[LIMIT], 0, d[RETRY], stored[RESET])
+    elseif d[ALLOWED] == 1 then
       inner_bytes = inner_new
     else
       -- Saturates one past the threshold, where every larger count decides the same.
       denied = math.min(denied + cost, threshold + 1)
       if denied > threshold then
         banned_until = now + duration
-        d.remaining = 0
+        d[REMAINING] = 0
       end
     end
     local ban_left = math.max(banned_until - now, 0)
-    if not d.allowed and d.retry >= 0 then d.retry = math.max(d.retry, ban_left) end
+    if d[ALLOWED] == 0 and d[RETRY] >= 0 then d[RETRY] = math.max(d[RETRY], ban_left) end
     local window_left = denied > 0 and (window + 1) * ban_window - now or 0
-    d.reset = math.max(d.reset, ban_left, window_left)
+    d[RESET] = math.max(d[RESET], ban_left, window_left)
     if inner_bytes == nil and denied == 0 and ban_left == 0 then return d, nil end
     return d, write(7, window, denied, banned_until) .. (inner_bytes or '')
   end

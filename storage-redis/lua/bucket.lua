@@ -2,34 +2,41 @@
 -- theoretical arrival time tat, in units of 1 / R tick, stored as (ticks, fraction).
 -- Every instant below is held relative to `now` as a pair (t, f) = t + f / R ticks with
 -- 0 <= f < R, so all sums stay small and exact.
+local BUCKET_ARGS = '>' .. ('I8'):rep(7)
+
+-- (t1, f1) - (t2, f2), fractions of 1 / `rate`.
+local function sub(t1, f1, t2, f2, rate)
+  if f1 < f2 then return t1 - t2 - 1, f1 - f2 + rate end
+  return t1 - t2, f1 - f2
+end
+
+local function le(t1, f1, t2, f2)
+  return t1 < t2 or (t1 == t2 and f1 <= f2)
+end
+
+-- A duration in whole ticks, rounded up; 0 when negative.
+local function ticks(t, f)
+  if t < 0 then return 0 end
+  if f > 0 then return t + 1 end
+  return t
+end
+
+-- Whole units of cost a bucket can still take while tat is (t, f) after now.
+local function bucket_room(rate, period, tol_t, tol_f, t, f)
+  if not le(t, f, tol_t, tol_f) then return 0 end
+  local ft, ff = sub(tol_t, tol_f, t, f, rate)
+  return muldiv(rate, ft, ff, period)
+end
+
 local function gcra(tag)
   return function(argv, i)
-    local burst, rate, period = tonumber(argv[i]), tonumber(argv[i + 1]), tonumber(argv[i + 2])
-    -- burst * period / R and cost * period / R, divided by the caller (exact in Rust).
-    local tol_t, tol_f = tonumber(argv[i + 3]), tonumber(argv[i + 4])
-    local cost_t, cost_f = tonumber(argv[i + 5]), tonumber(argv[i + 6])
+    -- One argument of seven big-endian u64 (one unpack, not seven tonumber): the burst,
+    -- rate and period, then burst * period / R and cost * period / R as (ticks,
+    -- remainder), divided by the caller (exact in Rust).
+    local packed = argv[i]
+    if #packed ~= 56 then error({ err = 'TOLLGATE bad bucket arguments' }) end
+    local burst, rate, period, tol_t, tol_f, cost_t, cost_f = struct.unpack(BUCKET_ARGS, packed)
     local pacing = tag == 6
-
-    local function sub(t1, f1, t2, f2)
-      if f1 < f2 then return t1 - t2 - 1, f1 - f2 + rate end
-      return t1 - t2, f1 - f2
-    end
-    local function le(t1, f1, t2, f2)
-      return t1 < t2 or (t1 == t2 and f1 <= f2)
-    end
-    -- A duration in whole ticks, rounded up; 0 when negative.
-    local function ticks(t, f)
-      if t < 0 then return 0 end
-      if f > 0 then return t + 1 end
-      return t
-    end
-    -- Whole units of cost the bucket can still take while tat is (t, f) after now.
-    local function remaining(t, f)
-      if not le(t, f, tol_t, tol_f) then return 0 end
-      local ft, ff = sub(tol_t, tol_f, t, f)
-      return muldiv(rate, ft, ff, period)
-    end
-
     local decide = function(bytes, now, cost, wait)
       wait = wait or (pacing and MAX_NOW * 2 or 0)
       -- a = tat - now, zero for a fresh or stale state.
@@ -46,7 +53,8 @@ local function gcra(tag)
         end
       end
       if cost > burst then
-        return deny(burst, remaining(at, af), -1, ticks(at, af)), bytes
+        local room = bucket_room(rate, period, tol_t, tol_f, at, af)
+        return deny(burst, room, -1, ticks(at, af)), bytes
       end
       -- n = new tat - now; d = new tat - full_at, where full_at = now + tolerance.
       -- The scaled cost was computed for this call's cost; the only other cost asked
@@ -55,19 +63,21 @@ local function gcra(tag)
       if cost == 0 then ct, cf = 0, 0 end
       local nf, nt = af + cf, at + ct
       if nf >= rate then nt, nf = nt + 1, nf - rate end
-      local dt, df = sub(nt, nf, tol_t, tol_f)
+      local dt, df = sub(nt, nf, tol_t, tol_f, rate)
       -- The meter acts once the bucket has room; a pacing request acts at its slot.
       local act_t, act_f, slack = dt, df, wait
       if pacing then act_t, act_f, slack = at, af, 0 end
       if le(dt, df, slack, 0) and le(act_t, act_f, wait, 0) then
         local state = nil
         if nt > 0 or nf > 0 then state = write(tag, now + nt, nf) end
-        return admit(burst, remaining(nt, nf), ticks(nt, nf), ticks(act_t, act_f)), state
+        local room = bucket_room(rate, period, tol_t, tol_f, nt, nf)
+        return admit(burst, room, ticks(nt, nf), ticks(act_t, act_f)), state
       end
       local retry = math.max(ticks(dt - slack, df), ticks(act_t - wait, act_f))
-      return deny(burst, remaining(at, af), retry, ticks(at, af)), bytes
+      local room = bucket_room(rate, period, tol_t, tol_f, at, af)
+      return deny(burst, room, retry, ticks(at, af)), bytes
     end
-    return decide, i + 7
+    return decide, i + 1
   end
 end
 

@@ -1,7 +1,7 @@
 -- Composite: every member must admit; member k keeps its state in KEYS[k]. A denial
 -- changes no member and reports each at cost 0; the decision reports the member with the
 -- fewest remaining, the longest retry, reset and delay.
-local function decide_all(members, now, cost, wait, store)
+local function decide_all(KEYS, members, now, cost, wait, explicit)
   local n = #members
   local old, decisions, new = {}, {}, {}
   for k = 1, n do
@@ -11,9 +11,9 @@ local function decide_all(members, now, cost, wait, store)
   local allowed, retry, delay = true, 0, 0
   for k = 1, n do
     local d = decisions[k]
-    allowed = allowed and d.allowed
-    if retry >= 0 then retry = d.retry < 0 and -1 or math.max(retry, d.retry) end
-    delay = math.max(delay, d.delay)
+    allowed = allowed and d[ALLOWED] == 1
+    if retry >= 0 then retry = d[RETRY] < 0 and -1 or math.max(retry, d[RETRY]) end
+    delay = math.max(delay, d[DELAY])
   end
   if not allowed then
     delay = 0
@@ -22,10 +22,10 @@ local function decide_all(members, now, cost, wait, store)
   local binding, reset = decisions[1], 0
   for k = 1, n do
     local d = decisions[k]
-    if d.remaining < binding.remaining then binding = d end
-    reset = math.max(reset, d.reset)
-    store(KEYS[k], old[k], new[k], d.reset)
+    if d[REMAINING] < binding[REMAINING] then binding = d end
+    reset = math.max(reset, d[RESET])
+    store(KEYS[k], old[k], new[k], d[RESET], explicit)
   end
-  local d = decision(allowed, binding.limit, binding.remaining, retry, reset, delay)
+  local d = decision(allowed, binding[LIMIT], binding[REMAINING], retry, reset, delay)
   return d
 end

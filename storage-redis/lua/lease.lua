@@ -1,25 +1,19 @@
 -- tollgate: leases (tag 9), the core's `Concurrency` transitions on its bytes: the last
 -- fencing token and the number of leases, then per lease (oldest grant first) its
--- token, expiry, hold count, owner length and owner.
--- ARGV: the operation ('acquire', 'release', 'renew', or 'read': the keys' values), now ('' = the server's TIME), the
--- most leases per key, the owner, the ttl (acquire and renew). KEYS: the keys, all
--- decided together: every key grants (or is held by the owner) or nothing changes.
+-- token, expiry, hold count, owner length and owner. The entry point is
+-- lease(op, KEYS, ARGV), its helpers defined once (per library load, or per script call).
+-- ARGV: the operation ('acquire', 'release', 'renew', or 'read': the keys' values), now
+-- ('' = the server's TIME), the most leases per key, the owner, the ttl (acquire and
+-- renew). KEYS: the keys, all decided together: every key grants (or is held by the
+-- owner) or nothing changes.
 -- Replies per key: acquire {allowed, max, remaining, retry, reset, token, expiry, holds};
 -- release and renew {token, expiry, holds}. An owner without a lease on some key:
 -- error 'TOLLGATE not held', nothing changed.
+
 local MAX_EXACT = 9007199254740990 -- 2^53 - 2: a token, expiry or hold count + 1 is exact
 
-local op, now = ARGV[1], tonumber(ARGV[2])
-local explicit = now ~= nil
-if not explicit then
-  local time = redis.call('TIME')
-  now = tonumber(time[1]) * 1000000 + tonumber(time[2])
-end
-if now > MAX_NOW then error({ err = 'TOLLGATE time beyond 2^52 microseconds' }) end
-local max, owner, ttl = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
-
 -- The lease table in `bytes` (nil: a fresh key), checked as the core's decoder checks it.
-local function parse(bytes)
+local function parse(bytes, max)
   local state = { last = 0, leases = {} }
   if not bytes then return state end
   local last, count = read(bytes, 9, 2)
@@ -47,7 +41,7 @@ local function parse(bytes)
 end
 
 -- Drops the leases expired at `now`.
-local function reclaim(state)
+local function reclaim(state, now)
   local live = {}
   for _, lease in ipairs(state.leases) do
     if lease.expiry > now then live[#live + 1] = lease end
@@ -55,7 +49,8 @@ local function reclaim(state)
   state.leases = live
 end
 
-local function position(state)
+-- Where `owner`'s lease is, if it holds one.
+local function position(state, owner)
   for k, lease in ipairs(state.leases) do
     if lease.owner == owner then return k end
   end
@@ -71,7 +66,7 @@ end
 -- Writes `state`, or deletes the key once it is fresh. At the server's time the key
 -- lives until the state is fresh, so a token never repeats after it is gone; at an
 -- explicit time it has no expiry, as every state written at an explicit time.
-local function store(key, old, state)
+local function store_leases(key, old, state, now, explicit)
   local fresh = fresh_at(state)
   if fresh <= now then
     if old then redis.call('DEL', key) end
@@ -90,82 +85,88 @@ local function store(key, old, state)
   return fresh
 end
 
-if op == 'read' then
-  local values = {}
-  for k = 1, #KEYS do values[k] = get(KEYS[k]) or false end
-  return values
-end
-
-local old, states = {}, {}
-for k = 1, #KEYS do
-  old[k] = get(KEYS[k])
-  states[k] = parse(old[k])
-  reclaim(states[k])
-end
-
+-- A lease as replied: token, expiry, holds.
 local function grant(lease)
   return { lease.token, lease.expiry, lease.holds }
 end
 
-if op == 'acquire' then
-  -- Every key must grant: re-entered by the owner or a lease free.
-  local granted = true
+local function lease(op, KEYS, ARGV)
+  local now, explicit = clock(ARGV[2])
+  local max, owner, ttl = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
+
+  if op == 'read' then
+    local values = {}
+    for k = 1, #KEYS do values[k] = get(KEYS[k]) or false end
+    return values
+  end
+
+  local old, states = {}, {}
   for k = 1, #KEYS do
-    local s = states[k]
-    granted = granted and (position(s) ~= nil or #s.leases < max)
+    old[k] = get(KEYS[k])
+    states[k] = parse(old[k], max)
+    reclaim(states[k], now)
+  end
+
+  if op == 'acquire' then
+    -- Every key must grant: re-entered by the owner or a lease free.
+    local granted = true
+    for k = 1, #KEYS do
+      local s = states[k]
+      granted = granted and (position(s, owner) ~= nil or #s.leases < max)
+    end
+    local replies = {}
+    for k = 1, #KEYS do
+      local s = states[k]
+      local reply = nil
+      if granted then
+        local i = position(s, owner)
+        if i then
+          local lease = s.leases[i]
+          lease.holds = lease.holds + 1
+          lease.expiry = math.max(lease.expiry, now + ttl)
+          reply = grant(lease)
+        else
+          s.last = math.max(s.last + 1, now)
+          s.leases[#s.leases + 1] = { owner = owner, token = s.last, expiry = now + ttl, holds = 1 }
+          reply = grant(s.leases[#s.leases])
+        end
+      end
+      local reset = store_leases(KEYS[k], old[k], s, now, explicit) - now
+      if reset < 0 then reset = 0 end
+      local remaining = max - #s.leases
+      if reply then
+        replies[k] = { 1, max, remaining, 0, reset, reply[1], reply[2], reply[3] }
+      else
+        -- The time until the earliest lease expires: 0 on a key that would grant.
+        local retry = 0
+        if remaining == 0 then
+          retry = s.leases[1].expiry
+          for _, lease in ipairs(s.leases) do retry = math.min(retry, lease.expiry) end
+          retry = retry - now
+        end
+        replies[k] = { 0, max, remaining, retry, reset, 0, 0, 0 }
+      end
+    end
+    return replies
+  end
+
+  -- Release and renew: the owner must hold a lease on every key.
+  for k = 1, #KEYS do
+    if not position(states[k], owner) then error({ err = 'TOLLGATE not held' }) end
   end
   local replies = {}
   for k = 1, #KEYS do
     local s = states[k]
-    local reply = nil
-    if granted then
-      local i = position(s)
-      if i then
-        local lease = s.leases[i]
-        lease.holds = lease.holds + 1
-        lease.expiry = math.max(lease.expiry, now + ttl)
-        reply = grant(lease)
-      else
-        s.last = math.max(s.last + 1, now)
-        s.leases[#s.leases + 1] = { owner = owner, token = s.last, expiry = now + ttl, holds = 1 }
-        reply = grant(s.leases[#s.leases])
-      end
-    end
-    local reset = store(KEYS[k], old[k], s) - now
-    if reset < 0 then reset = 0 end
-    local remaining = max - #s.leases
-    if reply then
-      replies[k] = { 1, max, remaining, 0, reset, reply[1], reply[2], reply[3] }
+    local i = position(s, owner)
+    local lease = s.leases[i]
+    if op == 'release' then
+      lease.holds = lease.holds - 1
+      if lease.holds == 0 then table.remove(s.leases, i) end
     else
-      -- The time until the earliest lease expires: 0 on a key that would grant.
-      local retry = 0
-      if remaining == 0 then
-        retry = s.leases[1].expiry
-        for _, lease in ipairs(s.leases) do retry = math.min(retry, lease.expiry) end
-        retry = retry - now
-      end
-      replies[k] = { 0, max, remaining, retry, reset, 0, 0, 0 }
+      lease.expiry = now + ttl
     end
+    replies[k] = grant(lease)
+    store_leases(KEYS[k], old[k], s, now, explicit)
   end
   return replies
 end
-
--- Release and renew: the owner must hold a lease on every key.
-for k = 1, #KEYS do
-  if not position(states[k]) then error({ err = 'TOLLGATE not held' }) end
-end
-local replies = {}
-for k = 1, #KEYS do
-  local s = states[k]
-  local i = position(s)
-  local lease = s.leases[i]
-  if op == 'release' then
-    lease.holds = lease.holds - 1
-    if lease.holds == 0 then table.remove(s.leases, i) end
-  else
-    lease.expiry = now + ttl
-  end
-  replies[k] = grant(lease)
-  store(KEYS[k], old[k], s)
-end
-return replies

@@ -1,74 +1,61 @@
--- tollgate: the entry point. ARGV: the mode, now ('' = the server's TIME), cost, max
--- wait ('' = the algorithm's default), then the algorithm: its name and parameters.
+-- tollgate: the entry point, run(mode, KEYS, ARGV), called by a script's tail with its
+-- first argument or by the library's function for each mode. ARGV: the mode, now ('' =
+-- the server's TIME), cost, max wait ('' = the algorithm's default), then the algorithm:
+-- its name and parameters.
 -- KEYS: the key, or one key per member of a composite (sharing a hash tag); for 'purge',
 -- any keys. Modes:
 --   decide  decide a request and store the new state;
 --   read    return the keys' values, refusing keys that hold no string;
 --   reset   delete the keys if each is absent or holds a valid state, else refuse;
 --   purge   delete each key holding a valid state of some member; return how many.
-local mode, now = ARGV[1], tonumber(ARGV[2])
-local explicit = now ~= nil
-if not explicit then
-  local time = redis.call('TIME')
-  now = tonumber(time[1]) * 1000000 + tonumber(time[2])
-end
-if now > MAX_NOW then error({ err = 'TOLLGATE time beyond 2^52 microseconds' }) end
-local cost, wait = tonumber(ARGV[3]), tonumber(ARGV[4])
+local function run(mode, KEYS, ARGV)
+  local now, explicit = clock(ARGV[2])
+  local cost, wait = tonumber(ARGV[3]), tonumber(ARGV[4])
 
-local members, composite = {}, ARGV[5] == 'composite'
-if composite then
-  local i = 7
-  for k = 1, tonumber(ARGV[6]) do members[k], i = build(ARGV, i) end
-else
-  members[1] = build(ARGV, 5)
-end
-
--- A state written at the server's time lives until it is fresh; one written at an
--- explicit time has no expiry, since the server cannot know how fast that clock runs.
-local function store(key, old, new, reset)
-  if new and explicit then
-    redis.call('SET', key, new)
-  elseif new then
-    redis.call('SET', key, new, 'PX', math.max(math.ceil(reset / 1000), 1))
-  elseif old then
-    redis.call('DEL', key)
+  local members, composite = {}, ARGV[5] == 'composite'
+  if composite then
+    local i = 7
+    for k = 1, tonumber(ARGV[6]) do members[k], i = build(ARGV, i) end
+  else
+    members[1] = build(ARGV, 5)
   end
-end
 
-if mode == 'read' then
-  local values = {}
-  for k = 1, #KEYS do values[k] = get(KEYS[k]) or false end
-  return values
-elseif mode == 'reset' then
-  -- Validate every key before deleting any: decide at cost 0 reads the whole state.
-  for k = 1, #KEYS do
-    local value = get(KEYS[k])
-    if value then members[k](value, now, 0) end
-  end
-  return redis.call('DEL', unpack(KEYS))
-elseif mode == 'purge' then
-  local deleted = 0
-  for k = 1, #KEYS do
-    local ok, value = pcall(get, KEYS[k])
-    if ok and value then
-      for m = 1, #members do
-        if pcall(members[m], value, now, 0) then
-          deleted = deleted + redis.call('DEL', KEYS[k])
-          break
+  if mode == 'read' then
+    local values = {}
+    for k = 1, #KEYS do values[k] = get(KEYS[k]) or false end
+    return values
+  elseif mode == 'reset' then
+    -- Validate every key before deleting any: decide at cost 0 reads the whole state.
+    for k = 1, #KEYS do
+      local value = get(KEYS[k])
+      if value then members[k](value, now, 0) end
+    end
+    return redis.call('DEL', unpack(KEYS))
+  elseif mode == 'purge' then
+    local deleted = 0
+    for k = 1, #KEYS do
+      local ok, value = pcall(get, KEYS[k])
+      if ok and value then
+        for m = 1, #members do
+          if pcall(members[m], value, now, 0) then
+            deleted = deleted + redis.call('DEL', KEYS[k])
+            break
+          end
         end
       end
     end
+    return deleted
   end
-  return deleted
-end
 
-local d
-if composite then
-  d = decide_all(members, now, cost, wait, store)
-else
-  local old = get(KEYS[1])
-  local new
-  d, new = members[1](old, now, cost, wait)
-  store(KEYS[1], old, new, d.reset)
+  local d
+  if composite then
+    d = decide_all(KEYS, members, now, cost, wait, explicit)
+  else
+    local old = get(KEYS[1])
+    local new
+    d, new = members[1](old, now, cost, wait)
+    store(KEYS[1], old, new, d[RESET], explicit)
+  end
+  d[7] = now
+  return d
 end
-return { d.allowed and 1 or 0, d.limit, d.remaining, d.retry, d.reset, d.delay, now }

@@ -1,13 +1,13 @@
 -- Sliding window counter (limit L per period P): tag 3, fields (window, prev, cur); the
 -- previous window counts with weight (P - elapsed) / P.
+-- Ticks until `room * P >= weight * (P - e)`, i.e. until a weighted window fits.
+local function first_fit(weight, room, period)
+  if weight == 0 or room >= weight then return 0 end
+  return period - muldiv(room, period, 0, weight)
+end
+
 algorithms.sliding_counter = function(argv, i)
   local limit, period = tonumber(argv[i]), tonumber(argv[i + 1])
-
-  -- Ticks until `room * P >= weight * (P - e)`, i.e. until a weighted window fits.
-  local function first_fit(weight, room)
-    if weight == 0 or room >= weight then return 0 end
-    return period - muldiv(room, period, 0, weight)
-  end
 
   local decide = function(bytes, now, cost)
     local window = divmod(now, period)
@@ -42,9 +42,9 @@ algorithms.sliding_counter = function(argv, i)
     if cost > limit then
       retry = -1
     elseif cur + cost <= limit then
-      retry = first_fit(prev, limit - cur - cost) - elapsed
+      retry = first_fit(prev, limit - cur - cost, period) - elapsed
     else
-      retry = period - elapsed + first_fit(cur, limit - cost)
+      retry = period - elapsed + first_fit(cur, limit - cost, period)
     end
     return deny(limit, remaining, retry, reset), state
   end

@@ -1,32 +1,34 @@
 -- Sliding log (limit L per period P): tag 2, a count then (at, cost) entries, oldest first.
 local CHUNK = 64
-local CHUNK_FORMAT = '>' .. string.rep('I8I8', CHUNK)
+local CHUNK_FORMAT = '>' .. ('I8I8'):rep(CHUNK)
+
+-- A log's entries, checked as the core's decoder checks them.
+local function parse(bytes, limit)
+  local n, _, _, rest = read(bytes, 2, 1)
+  if n < 1 or n > limit then corrupt('len') end
+  if #rest ~= 16 * n then corrupt(#rest < 16 * n and 'truncated' or 'trailing bytes') end
+  local at, costs, used, k = {}, {}, 0, 0
+  -- Entries are unpacked CHUNK at a time: one call instead of CHUNK.
+  while k < n do
+    local m = math.min(CHUNK, n - k)
+    local fields = { struct.unpack(m == CHUNK and CHUNK_FORMAT or '>' .. string.rep('I8I8', m), rest, 16 * k + 1) }
+    for j = 1, m do
+      local t, c = fields[2 * j - 1], fields[2 * j]
+      if t > MAX_NOW or (k > 0 and t <= at[k]) then corrupt('at') end
+      if c < 1 or c > limit - used then corrupt('cost') end
+      k = k + 1
+      at[k], costs[k], used = t, c, used + c
+    end
+  end
+  return at, costs, n, used, rest
+end
+
 algorithms.sliding_log = function(argv, i)
   local limit, period = tonumber(argv[i]), tonumber(argv[i + 1])
 
-  local function parse(bytes)
-    local n, _, _, rest = read(bytes, 2, 1)
-    if n < 1 or n > limit then corrupt('len') end
-    if #rest ~= 16 * n then corrupt(#rest < 16 * n and 'truncated' or 'trailing bytes') end
-    local at, costs, used, k = {}, {}, 0, 0
-    -- Entries are unpacked CHUNK at a time: one call instead of CHUNK.
-    while k < n do
-      local m = math.min(CHUNK, n - k)
-      local fields = { struct.unpack(m == CHUNK and CHUNK_FORMAT or '>' .. string.rep('I8I8', m), rest, 16 * k + 1) }
-      for j = 1, m do
-        local t, c = fields[2 * j - 1], fields[2 * j]
-        if t > MAX_NOW or (k > 0 and t <= at[k]) then corrupt('at') end
-        if c < 1 or c > limit - used then corrupt('cost') end
-        k = k + 1
-        at[k], costs[k], used = t, c, used + c
-      end
-    end
-    return at, costs, n, used, rest
-  end
-
   local decide = function(bytes, now, cost)
     local at, costs, last, used, rest = {}, {}, 0, 0, ''
-    if bytes then at, costs, last, used, rest = parse(bytes) end
+    if bytes then at, costs, last, used, rest = parse(bytes, limit) end
     -- Entries first..kept stay as they are in `rest`; only a merged or new last entry
     -- is packed again.
     local kept = last

@@ -1,13 +1,11 @@
 //! Leases on Redis: the core's [`Concurrency`] transitions run by one script
 //! (`lua/lease.lua`) on the core's bytes, at the server's clock or an explicit time.
 
-use redis::{aio, Cmd, ConnectionLike, Value};
+use redis::{aio, ConnectionLike, Value};
 use tollgate_core::{Concurrency, Decision, LeaseError, LeaseState, Ticks};
 
-use crate::{corrupt, no_script_error, Arg, Error, MAX_LUA_TICKS};
-
-static LIB: &str = include_str!("../lua/lib.lua");
-static LEASE: &str = include_str!("../lua/lease.lua");
+use crate::path::{Invocation, Program};
+use crate::{corrupt, Arg, Error, Path, MAX_LUA_TICKS};
 
 /// A lease as it stands after a call: what its holder passes to the protected resource.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -58,8 +56,7 @@ impl LeaseAcquired {
 pub struct RedisLeases {
     concurrency: Concurrency,
     prefix: Vec<u8>,
-    source: String,
-    sha1: String,
+    program: Program,
 }
 
 /// Which transition a call runs (the script's first argument).
@@ -72,6 +69,14 @@ enum Op {
 }
 
 impl Op {
+    /// Its function in the library (see `lua/library.lua`).
+    fn function(self) -> &'static str {
+        match self {
+            Self::Read => "lease_read",
+            op => op.name(),
+        }
+    }
+
     fn name(self) -> &'static str {
         match self {
             Self::Acquire => "acquire",
@@ -86,11 +91,9 @@ impl RedisLeases {
     /// Leases of `concurrency` (any `max` the core takes: tokens and instants stay below
     /// 2^53, exact in Lua, until [`MAX_LUA_TICKS`]).
     pub fn new(concurrency: Concurrency) -> Self {
-        let source = [LIB, LEASE].concat();
         Self {
             concurrency,
-            sha1: redis::Script::new(&source).get_hash().to_owned(),
-            source,
+            program: Program::new(crate::lua::lease_script()),
             prefix: Vec::new(),
         }
     }
@@ -106,9 +109,21 @@ impl RedisLeases {
         &self.concurrency
     }
 
-    /// The script every call runs.
+    /// Calls take `path` instead of the fastest one the server offers; an error for
+    /// [`Path::Module`], which the client does not speak yet.
+    pub fn with_path(mut self, path: Path) -> Result<Self, Error> {
+        self.program.force(Some(path))?;
+        Ok(self)
+    }
+
+    /// The path calls take (see [`RedisLimiter::path`](crate::RedisLimiter::path)).
+    pub fn path(&self) -> Option<Path> {
+        self.program.path()
+    }
+
+    /// The script every call runs on [`Path::Scripts`].
     pub fn script(&self) -> &str {
-        &self.source
+        self.program.source()
     }
 
     /// Grants `owner` a lease on `key` for `ttl` ticks if fewer than `max` are held, or
@@ -258,12 +273,12 @@ impl RedisLeases {
     fn batch<C: ConnectionLike>(
         &self,
         con: &mut C,
-        calls: Vec<(Result<Cmd, Error>, &[u8])>,
+        calls: Vec<(Result<Invocation, Error>, &[u8])>,
     ) -> Result<Vec<Result<Value, Error>>, Error> {
         let mut pipe = redis::Pipeline::with_capacity(calls.len());
         for (cmd, _) in &calls {
             if let Ok(cmd) = cmd {
-                pipe.add_command(cmd.clone());
+                pipe.add_command(cmd.cmd.clone());
             }
         }
         let mut replies = if pipe.is_empty() {
@@ -281,7 +296,9 @@ impl RedisLeases {
             let result = match reply {
                 Err(e) => Err(e),
                 Ok((None, _)) => Err(Error::Reply),
-                Ok((Some(reply), cmd)) if crate::no_script(&reply) => self.run(con, &cmd, &[key]),
+                Ok((Some(reply), cmd)) if self.program.must_retry(&reply) => {
+                    self.run(con, &cmd, &[key])
+                }
                 // A corrupt key is explained by the core's decoder, as in `run`.
                 Ok((Some(Value::ServerError(e)), cmd)) => match Error::from_redis(e.into(), key) {
                     Error::Corrupt { .. } => self.run(con, &cmd, &[key]),
@@ -356,7 +373,7 @@ impl RedisLeases {
         owner: &[u8],
         ttl: Option<Ticks>,
         now: Option<Ticks>,
-    ) -> Result<Cmd, Error> {
+    ) -> Result<Invocation, Error> {
         if !matches!(op, Op::Read) {
             // The core's own checks, on a fresh state: a typed error, nothing sent.
             let _checked = self
@@ -374,41 +391,29 @@ impl RedisLeases {
                 max: MAX_LUA_TICKS,
             });
         }
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(&self.sha1).arg(keys.len());
-        for key in keys {
-            cmd.arg([&self.prefix[..], key].concat());
-        }
-        cmd.arg(op.name())
+        let keys: Vec<Vec<u8>> = keys
+            .iter()
+            .map(|k| [&self.prefix[..], k].concat())
+            .collect();
+        let mut call = self
+            .program
+            .invocation(op.function(), matches!(op, Op::Read), &keys);
+        call.cmd
+            .arg(op.name())
             .arg(Arg(now))
             .arg(self.concurrency.max())
             .arg(owner)
             .arg(Arg(ttl));
-        Ok(cmd)
-    }
-
-    /// `cmd` as `EVAL`, which also caches the script.
-    fn eval(&self, cmd: &Cmd) -> Cmd {
-        let mut eval = redis::cmd("EVAL");
-        eval.arg(&self.source);
-        for arg in cmd.args_iter().skip(2) {
-            if let redis::Arg::Simple(bytes) = arg {
-                eval.arg(bytes);
-            }
-        }
-        eval
+        Ok(call)
     }
 
     fn run<C: ConnectionLike>(
         &self,
         con: &mut C,
-        cmd: &Cmd,
+        cmd: &Invocation,
         keys: &[&[u8]],
     ) -> Result<Value, Error> {
-        let reply = match cmd.query::<Value>(con) {
-            Err(e) if no_script_error(&e) => self.eval(cmd).query(con),
-            reply => reply,
-        };
+        let reply = self.program.query(con, cmd);
         let key = keys.first().copied().unwrap_or_default();
         match reply.map_err(|e| Error::from_redis(e, key)) {
             Err(Error::Corrupt { reason, .. }) => Err(match self.read(con, keys) {
@@ -422,21 +427,15 @@ impl RedisLeases {
     async fn run_async<C: aio::ConnectionLike>(
         &self,
         con: &mut C,
-        cmd: &Cmd,
+        cmd: &Invocation,
         keys: &[&[u8]],
     ) -> Result<Value, Error> {
-        let reply = match cmd.query_async::<Value>(con).await {
-            Err(e) if no_script_error(&e) => self.eval(cmd).query_async(con).await,
-            reply => reply,
-        };
+        let reply = self.program.query_async(con, cmd).await;
         let key = keys.first().copied().unwrap_or_default();
         match reply.map_err(|e| Error::from_redis(e, key)) {
             Err(Error::Corrupt { reason, .. }) => {
                 let read = self.command(Op::Read, keys, b"", None, None)?;
-                let values = match read.query_async::<Value>(con).await {
-                    Err(e) if no_script_error(&e) => self.eval(&read).query_async(con).await,
-                    reply => reply,
-                };
+                let values = self.program.query_async(con, &read).await;
                 Err(match values.map_err(|e| Error::from_redis(e, key)) {
                     Ok(values) => match crate::values(values) {
                         Ok(values) => self.diagnose(keys, &values, reason),
@@ -457,10 +456,7 @@ impl RedisLeases {
     ) -> Result<Vec<Option<Vec<u8>>>, Error> {
         let cmd = self.command(Op::Read, keys, b"", None, None)?;
         let key = keys.first().copied().unwrap_or_default();
-        let reply = match cmd.query::<Value>(con) {
-            Err(e) if no_script_error(&e) => self.eval(&cmd).query(con),
-            reply => reply,
-        };
+        let reply = self.program.query(con, &cmd);
         crate::values(reply.map_err(|e| Error::from_redis(e, key))?)
     }
 

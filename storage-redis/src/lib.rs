@@ -1,9 +1,12 @@
-//! Distributed rate limiting: tollgate's algorithms as Redis Lua scripts.
+//! Distributed rate limiting: tollgate's algorithms as Redis Lua.
 //!
-//! Each decision is one `EVALSHA` (the script is sent with `EVAL` once a server answers
-//! `NOSCRIPT`): the script reads the key, decides with the core's exact integer math,
-//! writes the core's canonical encoding back, and replies with the decision. Time is the
-//! server's `TIME` (no client clock skew) unless the caller passes `now`.
+//! Each decision is one call: an `FCALL` into tollgate's function library on Redis ≥ 7
+//! (loaded with `FUNCTION LOAD` the first time a server lacks it), else an `EVALSHA`
+//! (the script sent with `EVAL` once a server answers `NOSCRIPT`) where `FUNCTION` is
+//! refused or unknown; see [`Path`]. The Lua reads the key, decides with the core's
+//! exact integer math, writes the core's canonical encoding back, and replies with the
+//! decision. Time is the server's `TIME` (no client clock skew) unless the caller passes
+//! `now`.
 //!
 //! Expiry: a state written at the server's time expires exactly when it is fresh again
 //! (TTL = `reset_after`, rounded up to a millisecond), so idle keys vanish. A state
@@ -40,9 +43,10 @@ mod error;
 mod fence;
 mod lease;
 mod lua;
+mod path;
 mod watchdog;
 
-use redis::{aio, Cmd, ConnectionLike, Pipeline, ServerErrorKind, Value};
+use redis::{aio, ConnectionLike, Pipeline, Value};
 use tollgate_core::memory::KeyedLimiter;
 use tollgate_core::{Decision, Reserve, Ticks};
 
@@ -50,8 +54,13 @@ pub use connection::{client, connect_async, Reconnecting, ReconnectingAsync, DEF
 pub use error::Error;
 pub use fence::FencedResource;
 pub use lease::{Held, LeaseAcquired, RedisLeases};
-pub use lua::{LuaAlgorithm, MAX_LUA_HORIZON, MAX_LUA_LIMIT, MAX_LUA_LOG_LIMIT, MAX_LUA_TICKS};
+pub use lua::{
+    library_name, LuaAlgorithm, MAX_LUA_HORIZON, MAX_LUA_LIMIT, MAX_LUA_LOG_LIMIT, MAX_LUA_TICKS,
+};
+pub use path::Path;
 pub use watchdog::{AsyncLeaseGuard, LeaseGuard};
+
+use path::{Invocation, Program};
 
 /// What a limiter answers when Redis cannot be reached (see [`RedisLimiter::decide`]).
 #[derive(Debug)]
@@ -144,9 +153,8 @@ fn corrupt(key: &[u8], reason: String) -> Error {
 #[derive(Debug)]
 pub struct RedisLimiter<A: LuaAlgorithm> {
     algorithm: A,
-    /// The script's text and its SHA-1, the name `EVALSHA` calls it by.
-    source: String,
-    sha1: String,
+    /// The script, its place in the library, and the path calls take.
+    program: Program,
     prefix: Vec<u8>,
     on_unavailable: FailPolicy<A>,
 }
@@ -156,11 +164,9 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
     /// the range the scripts compute exactly.
     pub fn new(algorithm: A) -> Result<Self, Error> {
         algorithm.lua_range()?;
-        let source = lua::script(&algorithm);
         Ok(Self {
+            program: Program::new(lua::script(&algorithm)),
             algorithm,
-            sha1: redis::Script::new(&source).get_hash().to_owned(),
-            source,
             prefix: Vec::new(),
             on_unavailable: FailPolicy::Closed,
         })
@@ -178,14 +184,29 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         self
     }
 
+    /// Calls take `path` instead of the fastest one the server offers; an error for
+    /// [`Path::Module`], which the client does not speak yet.
+    pub fn with_path(mut self, path: Path) -> Result<Self, Error> {
+        self.program.force(Some(path))?;
+        Ok(self)
+    }
+
+    /// The path calls take: the one chosen with [`RedisLimiter::with_path`], else the
+    /// fastest the server offered on the first call ([`Path::Functions`] on Redis ≥ 7
+    /// unless `FUNCTION` is refused, else [`Path::Scripts`]); `None` before that call.
+    pub fn path(&self) -> Option<Path> {
+        self.program.path()
+    }
+
     /// The algorithm.
     pub fn algorithm(&self) -> &A {
         &self.algorithm
     }
 
-    /// The script every decision runs (for inspection, or `SCRIPT LOAD` ahead of time).
+    /// The script every decision runs on [`Path::Scripts`] (for inspection, or
+    /// `SCRIPT LOAD` ahead of time).
     pub fn script(&self) -> &str {
-        &self.source
+        self.program.source()
     }
 
     /// The Redis keys holding `key`'s state: one, or one per composite member.
@@ -373,8 +394,8 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         }
     }
 
-    /// The `EVALSHA` (or, with `eval`, `EVAL`) command for `call` on `keys`.
-    fn command(&self, call: &Call, keys: &[Vec<u8>], eval: bool) -> Result<Cmd, Error> {
+    /// The invocation for `call` on `keys`, path aside.
+    fn command(&self, call: &Call, keys: &[Vec<u8>]) -> Result<Invocation, Error> {
         if let Some(now) = call.now.filter(|&now| now > MAX_LUA_TICKS) {
             return Err(Error::OutOfRange {
                 what: "now",
@@ -384,34 +405,32 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         }
         // Every cost above the cap decides and stores like the cap.
         let cost = call.cost.min(self.algorithm.lua_cost_cap());
-        let mut cmd = if eval {
-            redis::cmd("EVAL").arg(&self.source).to_owned()
-        } else {
-            redis::cmd("EVALSHA").arg(&self.sha1).to_owned()
-        };
+        let mode = call.mode.name();
+        let read_only = matches!(call.mode, Mode::Read);
+        let mut invocation = self.program.invocation(mode, read_only, keys);
         // Any wait beyond 2^53 ticks admits the same requests as an unbounded one.
         let max_wait = call.max_wait.map(|w| w.min(2 * MAX_LUA_TICKS));
-        cmd.arg(keys.len()).arg(keys);
-        cmd.arg(call.mode.name())
+        let cmd = &mut invocation.cmd;
+        cmd.arg(mode)
             .arg(Arg(call.now))
             .arg(cost)
             .arg(Arg(max_wait));
-        self.algorithm.lua_args(cost, &mut cmd);
-        Ok(cmd)
+        self.algorithm.lua_args(cost, cmd);
+        Ok(invocation)
     }
 
-    /// Runs the script for `call` on `keys`, sending its text if the server lacks it.
+    /// Runs `call` on `keys` on the path in use, loading the library or the script if
+    /// the server lacks it.
     fn query<C: ConnectionLike>(
         &self,
         con: &mut C,
         call: &Call,
         keys: &[Vec<u8>],
     ) -> Result<Value, Error> {
-        let reply = match self.command(call, keys, false)?.query::<Value>(con) {
-            Err(e) if no_script_error(&e) => self.command(call, keys, true)?.query(con),
-            reply => reply,
-        };
-        reply.map_err(|e| Error::from_redis(e, call.key))
+        let invocation = self.command(call, keys)?;
+        self.program
+            .query(con, &invocation)
+            .map_err(|e| Error::from_redis(e, call.key))
     }
 
     /// The values of `key`'s Redis keys (`None`: absent), refusing other types.
@@ -457,8 +476,8 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         self.explained(con, call.key, result)
     }
 
-    /// Sends `calls` in one pipeline; calls the server had no script for go again as
-    /// `EVAL`, which also caches the script.
+    /// Sends `calls` in one pipeline; calls the server had no script or library for go
+    /// again alone, which loads it.
     fn run<C: ConnectionLike>(
         &self,
         con: &mut C,
@@ -470,10 +489,10 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         for (i, call) in calls.iter().enumerate() {
             match self
                 .redis_keys(call.key)
-                .and_then(|keys| self.command(call, &keys, false))
+                .and_then(|keys| self.command(call, &keys))
             {
-                Ok(cmd) => {
-                    pipe.add_command(cmd);
+                Ok(invocation) => {
+                    pipe.add_command(invocation.cmd);
                     sent.push(i);
                     results.push(Err(Error::Reply));
                 }
@@ -488,7 +507,7 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
             .query(con)
             .map_err(|e| Error::from_redis(e, b""))?;
         for (&i, reply) in sent.iter().zip(replies) {
-            results[i] = if no_script(&reply) {
+            results[i] = if self.program.must_retry(&reply) {
                 self.one(con, calls[i])
             } else {
                 let result = parse(reply, calls[i].key);
@@ -503,14 +522,11 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         con: &mut C,
         call: &Call<'_>,
     ) -> Result<Value, Error> {
-        let keys = self.redis_keys(call.key)?;
-        let reply = match self.command(call, &keys, false)?.query_async(con).await {
-            Err(e) if no_script_error(&e) => {
-                self.command(call, &keys, true)?.query_async(con).await
-            }
-            reply => reply,
-        };
-        reply.map_err(|e| Error::from_redis(e, call.key))
+        let invocation = self.command(call, &self.redis_keys(call.key)?)?;
+        self.program
+            .query_async(con, &invocation)
+            .await
+            .map_err(|e| Error::from_redis(e, call.key))
     }
 
     async fn one_async<C: aio::ConnectionLike>(
@@ -613,14 +629,6 @@ impl redis::ToRedisArgs for Arg {
 }
 
 impl redis::ToSingleRedisArg for Arg {}
-
-fn no_script_error(error: &redis::RedisError) -> bool {
-    error.kind() == redis::ErrorKind::Server(ServerErrorKind::NoScript)
-}
-
-fn no_script(reply: &Value) -> bool {
-    matches!(reply, Value::ServerError(e) if e.kind() == Some(ServerErrorKind::NoScript))
-}
 
 /// The script's reply: allowed, limit, remaining, retry (-1: never), reset, delay, now.
 fn parse(reply: Value, key: &[u8]) -> Result<Decision, Error> {

@@ -18,6 +18,82 @@ static BUCKET: &str = include_str!("../lua/bucket.lua");
 static BAN: &str = include_str!("../lua/ban.lua");
 static COMPOSITE: &str = include_str!("../lua/composite.lua");
 static MAIN: &str = include_str!("../lua/main.lua");
+static SCRIPT_TAIL: &str = include_str!("../lua/script_tail.lua");
+static LEASE: &str = include_str!("../lua/lease.lua");
+static LEASE_TAIL: &str = include_str!("../lua/lease_tail.lua");
+static REGISTER: &str = include_str!("../lua/library.lua");
+
+/// The function library: every file once, then the registrations, under a name made of
+/// a hash of its code (see `lua/library.lua`).
+pub(crate) struct Library {
+    /// `tollgate_` and the first 12 hex digits of the SHA-1 of the code.
+    pub(crate) name: String,
+    /// The text `FUNCTION LOAD` takes.
+    pub(crate) source: String,
+    /// Each function's suffix and full name (see `lua/library.lua`).
+    functions: Vec<(&'static str, String)>,
+}
+
+impl Library {
+    /// The full name of the function registered as `suffix`.
+    pub(crate) fn function(&self, suffix: &str) -> &str {
+        self.functions
+            .iter()
+            .find(|(s, _)| *s == suffix)
+            .map_or("", |(_, name)| name)
+    }
+}
+
+/// The suffixes `lua/library.lua` registers.
+const FUNCTIONS: [&str; 8] = [
+    "decide",
+    "read",
+    "reset",
+    "purge",
+    "acquire",
+    "release",
+    "renew",
+    "lease_read",
+];
+
+pub(crate) static LIBRARY: std::sync::LazyLock<Library> = std::sync::LazyLock::new(|| {
+    let body = [
+        LIB,
+        FIXED_WINDOW,
+        SLIDING_COUNTER,
+        SLIDING_LOG,
+        BUCKET,
+        BAN,
+        COMPOSITE,
+        MAIN,
+        LEASE,
+        REGISTER,
+    ]
+    .concat();
+    let hash = redis::Script::new(&body).get_hash().to_owned();
+    let name = format!("tollgate_{}", &hash[..12]);
+    let source = format!("#!lua name={name}\nlocal NAME = '{name}'\n{body}");
+    let functions = FUNCTIONS
+        .iter()
+        .map(|&suffix| (suffix, format!("{name}_{suffix}")))
+        .collect();
+    Library {
+        name,
+        source,
+        functions,
+    }
+});
+
+/// The name of the function library this client loads and calls: `tollgate_` and a hash
+/// of its code, so two releases' libraries coexist on one server.
+pub fn library_name() -> &'static str {
+    &LIBRARY.name
+}
+
+/// The leases' script.
+pub(crate) fn lease_script() -> String {
+    [LIB, LEASE, LEASE_TAIL].concat()
+}
 
 /// The largest limit, capacity or rate the scripts take: their products with periods
 /// must split into exact halves of a Lua double.
@@ -75,7 +151,7 @@ pub(crate) fn script<A: LuaAlgorithm>(algorithm: &A) -> String {
     let mut needed = Vec::new();
     algorithm.lua_files(&mut needed);
     let mut files = vec![LIB];
-    for file in needed.into_iter().chain([COMPOSITE, MAIN]) {
+    for file in needed.into_iter().chain([COMPOSITE, MAIN, SCRIPT_TAIL]) {
         // A composite's members name the same file once each.
         if !files.contains(&file) {
             files.push(file);
@@ -133,8 +209,10 @@ lua_window!(
 );
 lua_window!(SlidingLog, "sliding_log", SLIDING_LOG, MAX_LUA_LOG_LIMIT);
 
-/// A bucket's script arguments: the burst, rate and period, then `burst × period / rate`
-/// and `cost × period / rate` as (ticks, remainder), which need 128-bit products.
+/// A bucket's script arguments: its name, then one string of seven big-endian u64 (one
+/// unpack in Lua instead of seven conversions): the burst, rate and period, then
+/// `burst × period / rate` and `cost × period / rate` as (ticks, remainder), which need
+/// 128-bit products.
 fn bucket_args(name: &str, params: BucketParams, burst: u64, cost: u64, cmd: &mut Cmd) {
     let BucketParams {
         rate, period: p, ..
@@ -148,10 +226,16 @@ fn bucket_args(name: &str, params: BucketParams, burst: u64, cost: u64, cmd: &mu
     };
     // A cost above the burst is denied before its scaled size is used.
     let cost = if cost > burst { 0 } else { cost };
-    cmd.arg(name).arg(burst).arg(rate).arg(p);
-    for (ticks, frac) in [scaled(burst), scaled(cost)] {
-        cmd.arg(ticks).arg(frac);
+    let (tol_t, tol_f) = scaled(burst);
+    let (cost_t, cost_f) = scaled(cost);
+    let mut packed = [0u8; 56];
+    for (field, value) in packed
+        .chunks_exact_mut(8)
+        .zip([burst, rate, p, tol_t, tol_f, cost_t, cost_f])
+    {
+        field.copy_from_slice(&value.to_be_bytes());
     }
+    cmd.arg(name).arg(&packed[..]);
 }
 
 fn bucket_range(params: BucketParams, burst: u64) -> Result<(), Error> {

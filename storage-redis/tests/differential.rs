@@ -1,4 +1,5 @@
-//! The scripts against the core, on a real `redis-server`: random parameters within the
+//! The scripts against the core, on a real `redis-server`, each trace once through the
+//! function library and once through `EVALSHA`: random parameters within the
 //! Lua range and random traces with explicit `now`; after every step the decisions are
 //! identical, every key holds exactly the core's encoding (or is gone when the core's
 //! state is fresh) with no expiry (explicit times never expire on the server's clock).
@@ -17,7 +18,7 @@ use tollgate_core::{
     Algorithm, Ban, Composite, Decision, FixedWindow, LeakyBucket, Pacing, Reserve, SlidingCounter,
     SlidingLog, Ticks, TokenBucket, SECOND,
 };
-use tollgate_redis::{Error, LuaAlgorithm, RedisLimiter, MAX_LUA_LIMIT, MAX_LUA_TICKS};
+use tollgate_redis::{Error, LuaAlgorithm, Path, RedisLimiter, MAX_LUA_LIMIT, MAX_LUA_TICKS};
 
 use common::Server;
 
@@ -140,10 +141,35 @@ fn differential<A: LuaAlgorithm + Clone>(
         &Step,
     ) -> Result<Decision, Error>,
 ) -> Result<(), TestCaseError> {
+    for path in [Path::Functions, Path::Scripts] {
+        let limiter = RedisLimiter::new(alg.clone())
+            .expect("parameters in the Lua range")
+            .with_prefix(prefix())
+            .with_path(path)
+            .expect("a path the client speaks");
+        run_trace(server, &alg, &limiter, trace, &expected, &decide, &redis)?;
+        prop_assert_eq!(limiter.path(), Some(path));
+    }
+    Ok(())
+}
+
+/// Runs `trace` through the core and `limiter`.
+fn run_trace<A: LuaAlgorithm + Clone>(
+    server: &Server,
+    alg: &A,
+    limiter: &RedisLimiter<A>,
+    trace: &Trace,
+    expected: &Expected<A>,
+    decide: &impl Fn(&A, Option<A::State>, Ticks, &Step) -> (Decision, Option<A::State>),
+    redis: &impl Fn(
+        &RedisLimiter<A>,
+        &mut redis::Connection,
+        &[u8],
+        Ticks,
+        &Step,
+    ) -> Result<Decision, Error>,
+) -> Result<(), TestCaseError> {
     let mut con = server.connection();
-    let limiter = RedisLimiter::new(alg.clone())
-        .expect("parameters in the Lua range")
-        .with_prefix(prefix());
     let mut states: [Option<A::State>; 3] = Default::default();
     let mut now = trace.start;
     for step in &trace.steps {
@@ -151,7 +177,7 @@ fn differential<A: LuaAlgorithm + Clone>(
         let key = [b'k', step.key];
         let keys = limiter.redis_keys(&key).expect("keys");
         let slot = usize::from(step.key);
-        let got = redis(&limiter, &mut con, &key, now, step);
+        let got = redis(limiter, &mut con, &key, now, step);
         if now > MAX_LUA_TICKS {
             // Beyond the scripts' range: refused before reaching Redis.
             prop_assert!(
@@ -161,7 +187,7 @@ fn differential<A: LuaAlgorithm + Clone>(
                 now
             );
         } else {
-            let (want, new) = decide(&alg, states[slot].take(), now, step);
+            let (want, new) = decide(alg, states[slot].take(), now, step);
             let got = got.map_err(|e| TestCaseError::fail(format!("{e}")))?;
             prop_assert_eq!(got, want, "at {} {:?}", now, step);
             states[slot] = new;
@@ -170,7 +196,7 @@ fn differential<A: LuaAlgorithm + Clone>(
             redis::cmd("MGET").arg(&keys).query(&mut con).expect("MGET");
         prop_assert_eq!(
             stored,
-            expected(&alg, states[slot].as_ref()),
+            expected(alg, states[slot].as_ref()),
             "bytes at {:?}",
             step
         );

@@ -607,6 +607,8 @@ fn a_cluster_takes_composites_and_batches_without_crossslot() {
             .collect();
         assert_eq!(allowed, [true, true, true, false], "user {user}");
     }
+    // The library was loaded on every primary (the keys span them) and taken.
+    assert_eq!(composite.path(), Some(tollgate_redis::Path::Functions));
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -625,6 +627,7 @@ fn a_cluster_takes_composites_and_batches_without_crossslot() {
             .filter(|d| d.allowed)
             .count();
         assert_eq!(admitted, 50 * 2);
+        assert_eq!(limiter.path(), Some(tollgate_redis::Path::Functions));
         let buckets =
             Composite::new(vec![TokenBucket::new(3, 1, 60 * SECOND).unwrap(); 2]).unwrap();
         let composite = RedisLimiter::new(buckets).unwrap();

@@ -1,0 +1,39 @@
+//! Runs `n` requests through one app of the `tower_overhead` bench, to count its
+//! instructions under callgrind where timings are too noisy (a shared machine):
+//!
+//! ```text
+//! cargo build --release -p tollgate-benches --example tower_instructions
+//! valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+//!     target/release/examples/tower_instructions tollgate 20000
+//! ```
+//!
+//! The instructions per request are the difference between runs of 20 000 and 10 000
+//! requests, over 10 000 (which cancels the start-up).
+
+#[path = "../benches/common/tower_apps.rs"]
+mod tower_apps;
+
+use tower::ServiceExt;
+use tower_apps::{apps, request};
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let (Some(name), Some(n)) = (args.next(), args.next().and_then(|n| n.parse::<u32>().ok()))
+    else {
+        eprintln!(
+            "usage: tower_instructions bare|tollgate|tower_governor|tower_governor_headers N"
+        );
+        std::process::exit(2);
+    };
+    let Some((_, app)) = apps().into_iter().find(|(app, _)| *app == name) else {
+        eprintln!("no app {name}");
+        std::process::exit(2);
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    for i in 0..n {
+        let response = runtime.block_on(app.clone().oneshot(request(i))).unwrap();
+        assert_eq!(response.status(), 200);
+    }
+}

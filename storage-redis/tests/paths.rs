@@ -1,0 +1,156 @@
+//! The paths a call takes to the server: the function library where Redis offers it
+//! (loaded on first use, reloaded when flushed), `EVALSHA` where `FUNCTION` is refused,
+//! and an explicit choice.
+
+mod common;
+
+use redis::Value;
+use tollgate_core::{Concurrency, FixedWindow, TokenBucket, SECOND};
+use tollgate_redis::{library_name, Error, Path, RedisLeases, RedisLimiter};
+
+use common::Server;
+
+fn bucket() -> RedisLimiter<TokenBucket> {
+    RedisLimiter::new(TokenBucket::new(2, 1, SECOND).unwrap()).unwrap()
+}
+
+fn libraries(con: &mut redis::Connection) -> String {
+    let list: Value = redis::cmd("FUNCTION").arg("LIST").query(con).unwrap();
+    format!("{list:?}")
+}
+
+fn cached(con: &mut redis::Connection, sha1: &str) -> bool {
+    let exists: Vec<bool> = redis::cmd("SCRIPT")
+        .arg("EXISTS")
+        .arg(sha1)
+        .query(con)
+        .unwrap();
+    exists == [true]
+}
+
+#[test]
+fn the_library_is_loaded_on_first_use_and_again_when_flushed() {
+    let server = Server::start();
+    let mut con = server.connection();
+    let limiter = bucket();
+    assert_eq!(limiter.path(), None);
+    assert!(limiter.check(&mut con, b"k", 1).unwrap().allowed);
+    assert_eq!(limiter.path(), Some(Path::Functions));
+    assert!(libraries(&mut con).contains(library_name()));
+    // No script was sent: the decision went through FCALL.
+    let sha1 = redis::Script::new(limiter.script()).get_hash().to_owned();
+    assert!(!cached(&mut con, &sha1));
+
+    let () = redis::cmd("FUNCTION").arg("FLUSH").query(&mut con).unwrap();
+    let d = limiter.check(&mut con, b"k", 1).unwrap();
+    assert!(d.allowed && d.remaining == 0);
+    let () = redis::cmd("FUNCTION").arg("FLUSH").query(&mut con).unwrap();
+    // In a pipeline: every call goes again alone once the library is back.
+    let batch = limiter
+        .check_batch(&mut con, &[(b"k", 1), (b"j", 1), (b"j", 1)])
+        .unwrap();
+    let allowed: Vec<bool> = batch.into_iter().map(|d| d.unwrap().allowed).collect();
+    assert_eq!(allowed, [false, true, true]);
+    assert!(limiter.state(&mut con, b"j").unwrap().is_some());
+
+    let leases = RedisLeases::new(Concurrency::lock());
+    let () = redis::cmd("FUNCTION").arg("FLUSH").query(&mut con).unwrap();
+    assert!(
+        leases
+            .acquire(&mut con, b"l", b"a", SECOND)
+            .unwrap()
+            .decision
+            .allowed
+    );
+    assert_eq!(leases.path(), Some(Path::Functions));
+    assert!(leases.state(&mut con, b"l").unwrap().is_some());
+    let sha1 = redis::Script::new(leases.script()).get_hash().to_owned();
+    assert!(!cached(&mut con, &sha1));
+}
+
+#[test]
+fn reads_are_flagged_no_writes() {
+    let server = Server::start();
+    let mut con = server.connection();
+    let limiter = bucket();
+    assert!(limiter.check(&mut con, b"k", 1).unwrap().allowed);
+    let flags = |function: &str| {
+        let list: Value = redis::cmd("FUNCTION")
+            .arg("LIST")
+            .arg("LIBRARYNAME")
+            .arg(library_name())
+            .query(&mut server.connection())
+            .unwrap();
+        // The function's entry: its name, then its description and flags.
+        let text = format!("{list:?}");
+        let name = format!("{}_{function}", library_name());
+        let at = text
+            .find(&format!("\"{name}\""))
+            .expect("the function is listed");
+        let entry = &text[at..];
+        let end = entry[1..].find("name").map_or(entry.len(), |e| e + 1);
+        entry[..end].contains("no-writes")
+    };
+    assert!(flags("read"));
+    assert!(flags("lease_read"));
+    assert!(!flags("decide"));
+    assert!(!flags("acquire"));
+}
+
+#[test]
+fn a_server_refusing_function_falls_back_to_scripts() {
+    let server = Server::start_with(&["--rename-command", "FUNCTION", ""]);
+    let mut con = server.connection();
+    let limiter = bucket();
+    assert!(limiter.check(&mut con, b"k", 1).unwrap().allowed);
+    assert_eq!(limiter.path(), Some(Path::Scripts));
+    let d = limiter.check(&mut con, b"k", 1).unwrap();
+    assert!(d.allowed && d.remaining == 0);
+    assert!(!limiter.check(&mut con, b"k", 1).unwrap().allowed);
+
+    // A fresh limiter's first calls in a pipeline fall back too.
+    let window = RedisLimiter::new(FixedWindow::new(1, SECOND).unwrap()).unwrap();
+    let batch = window
+        .check_batch(&mut con, &[(b"w", 1), (b"w", 1)])
+        .unwrap();
+    let allowed: Vec<bool> = batch.into_iter().map(|d| d.unwrap().allowed).collect();
+    assert_eq!(allowed, [true, false]);
+    assert_eq!(window.path(), Some(Path::Scripts));
+
+    let leases = RedisLeases::new(Concurrency::lock());
+    let got = leases.acquire(&mut con, b"l", b"a", SECOND).unwrap();
+    assert!(got.decision.allowed);
+    assert_eq!(leases.path(), Some(Path::Scripts));
+
+    // Chosen, the library path reports the refusal instead of falling back.
+    let forced = bucket().with_path(Path::Functions).unwrap();
+    assert!(matches!(
+        forced.check(&mut con, b"f", 1),
+        Err(Error::Redis(_))
+    ));
+    assert_eq!(forced.path(), Some(Path::Functions));
+}
+
+#[test]
+fn scripts_can_be_chosen_where_the_library_is_offered() {
+    let server = Server::start();
+    let mut con = server.connection();
+    let limiter = bucket().with_path(Path::Scripts).unwrap();
+    assert_eq!(limiter.path(), Some(Path::Scripts));
+    assert!(limiter.check(&mut con, b"k", 1).unwrap().allowed);
+    assert!(!libraries(&mut con).contains(library_name()));
+    let sha1 = redis::Script::new(limiter.script()).get_hash().to_owned();
+    assert!(cached(&mut con, &sha1));
+}
+
+#[test]
+fn the_module_path_is_not_selectable_yet() {
+    assert!(matches!(
+        bucket().with_path(Path::Module),
+        Err(Error::Unsupported(_))
+    ));
+    assert!(matches!(
+        RedisLeases::new(Concurrency::lock()).with_path(Path::Module),
+        Err(Error::Unsupported(_))
+    ));
+}

@@ -1,0 +1,211 @@
+//! The response headers: IETF `RateLimit-Policy` / `RateLimit` (httpapi draft, structured
+//! fields), `Retry-After`, and optionally the legacy `X-RateLimit-*`.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use tollgate_core::{Decision, Ticks, SECOND};
+
+use crate::{Error, Quota};
+
+/// `RateLimit-Policy`.
+pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+/// `RateLimit`.
+pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+const X_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+const X_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+const X_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+
+/// The longest policy name.
+pub const MAX_NAME: usize = 64;
+
+/// A named policy as clients see it: `RateLimit-Policy: "name";q=100;w=60`.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    name: Box<str>,
+    header: HeaderValue,
+    /// `"name";r=`, the start of every `RateLimit` value.
+    prefix: Box<[u8]>,
+}
+
+impl Policy {
+    /// The policy `name` admitting `quota` units per `window` (rounded up to whole
+    /// seconds). Names are 1 to 64 letters, digits, `-`, `_` and `.`, so that every
+    /// structured field parser reads them back unchanged; anything else is an error.
+    pub fn new(name: &str, quota: u64, window: Duration) -> Result<Self, Error> {
+        let valid = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+        if name.is_empty() || name.len() > MAX_NAME || !name.chars().all(valid) {
+            return Err(Error::PolicyName(name.to_owned()));
+        }
+        let window = window.as_micros().div_ceil(u128::from(SECOND));
+        let text = format!("\"{name}\";q={quota};w={window}");
+        Ok(Self {
+            name: name.into(),
+            prefix: format!("\"{name}\";r=").into_bytes().into(),
+            header: HeaderValue::from_maybe_shared(Bytes::from(text))
+                .map_err(|_| Error::PolicyName(name.to_owned()))?,
+        })
+    }
+
+    /// The policy `name` of a [`Quota`]: `q` its limit, `w` its period.
+    pub fn of(name: &str, quota: &Quota) -> Result<Self, Error> {
+        Self::new(name, quota.limit(), quota.period())
+    }
+
+    /// The name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Sets the headers a response gets for `decision`: `RateLimit-Policy` and
+    /// `RateLimit` always, the legacy `X-RateLimit-*` if asked, and `Retry-After` on a
+    /// 429 or 503 answering a denial whose cost can fit (a degraded 200 gets none).
+    pub fn stamp(
+        &self,
+        headers: &mut HeaderMap,
+        status: StatusCode,
+        decision: &Decision,
+        legacy: bool,
+    ) {
+        let reset = reset_seconds(decision);
+        headers.insert(RATELIMIT_POLICY, self.header.clone());
+        // Written by hand on the stack, then copied once into an exactly sized buffer:
+        // this runs on every response.
+        let mut buffer = [0u8; 128];
+        let mut len = 0;
+        for part in [
+            &self.prefix[..],
+            number(decision.remaining, &mut [0; 20]),
+            b";t=",
+            number(reset, &mut [0; 20]),
+        ] {
+            if let Some(slot) = buffer.get_mut(len..len + part.len()) {
+                slot.copy_from_slice(part);
+                len += part.len();
+            }
+        }
+        if let Ok(value) = HeaderValue::from_bytes(&buffer[..len]) {
+            headers.insert(RATELIMIT, value);
+        }
+        if legacy {
+            headers.insert(X_LIMIT, decision.limit.into());
+            headers.insert(X_REMAINING, decision.remaining.into());
+            headers.insert(X_RESET, reset.into());
+        }
+        let refusal = matches!(
+            status,
+            StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
+        );
+        if refusal && !decision.allowed {
+            if let Some(seconds) = retry_seconds(decision) {
+                headers.insert(http::header::RETRY_AFTER, seconds.into());
+            }
+        }
+    }
+}
+
+/// `n` in decimal, written at the end of `digits`.
+fn number(mut n: u64, digits: &mut [u8; 20]) -> &[u8] {
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        // `n % 10` is below 10: the cast keeps it whole.
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &digits[i..];
+        }
+    }
+}
+
+fn seconds_up(ticks: Ticks) -> u64 {
+    ticks.div_ceil(SECOND)
+}
+
+/// `Retry-After` for a denial, in whole seconds rounded up and at least 1 (a sub-second
+/// wait is never `0`, which clients read as "now"); `None` if the cost can never fit.
+pub(crate) fn retry_seconds(decision: &Decision) -> Option<u64> {
+    decision.retry_after.map(|r| seconds_up(r).max(1))
+}
+
+/// `t` of `RateLimit`: for an admission, the seconds until the state is fresh again (the
+/// remaining `r` is a budget until then), counted from when the request proceeds (after
+/// a reservation's delay); for a denial, the same as `Retry-After` (`r` is 0 until
+/// then), or the reset if the cost can never fit.
+pub(crate) fn reset_seconds(decision: &Decision) -> u64 {
+    if decision.allowed {
+        seconds_up(decision.reset_after.saturating_sub(decision.delay))
+    } else {
+        retry_seconds(decision).unwrap_or_else(|| seconds_up(decision.reset_after))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stamped(decision: Decision) -> HeaderMap {
+        let policy = Policy::new("api", 100, Duration::from_millis(59_500)).unwrap();
+        let mut headers = HeaderMap::new();
+        policy.stamp(&mut headers, StatusCode::TOO_MANY_REQUESTS, &decision, true);
+        headers
+    }
+
+    fn get<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+        headers.get(name).map(|v| v.to_str().unwrap())
+    }
+
+    #[test]
+    fn seconds_round_up_and_never_read_now() {
+        let denied = Decision::deny(100, 0, Some(1), 30 * SECOND);
+        let h = stamped(denied);
+        assert_eq!(get(&h, "ratelimit-policy"), Some("\"api\";q=100;w=60"));
+        assert_eq!(get(&h, "ratelimit"), Some("\"api\";r=0;t=1"));
+        assert_eq!(get(&h, "retry-after"), Some("1"));
+        let h = stamped(Decision::deny(100, 0, Some(2 * SECOND + 1), 30 * SECOND));
+        assert_eq!(get(&h, "retry-after"), Some("3"));
+        assert_eq!(get(&h, "x-ratelimit-reset"), Some("3"));
+        // A cost that never fits: no Retry-After to obey.
+        let h = stamped(Decision::deny(100, 0, None, 30 * SECOND));
+        assert_eq!(get(&h, "retry-after"), None);
+        assert_eq!(get(&h, "ratelimit"), Some("\"api\";r=0;t=30"));
+        // Admitted: no Retry-After, t until fresh, less the delay already waited.
+        let h = stamped(Decision::admit(100, 7, 10 * SECOND + 1, 4 * SECOND));
+        assert_eq!(get(&h, "retry-after"), None);
+        assert_eq!(get(&h, "ratelimit"), Some("\"api\";r=7;t=7"));
+        assert_eq!(get(&h, "x-ratelimit-limit"), Some("100"));
+        assert_eq!(get(&h, "x-ratelimit-remaining"), Some("7"));
+    }
+
+    #[test]
+    fn numbers_are_written_in_decimal() {
+        for n in [0, 7, 10, 99, 1_000_000, u64::MAX] {
+            assert_eq!(number(n, &mut [0; 20]), n.to_string().as_bytes());
+        }
+    }
+
+    #[test]
+    fn names_are_checked() {
+        let long = "x".repeat(MAX_NAME + 1);
+        for bad in ["", "a b", "a\"b", "a;b", "a,b", "é", &long] {
+            assert!(
+                Policy::new(bad, 1, Duration::from_secs(1)).is_err(),
+                "{bad}"
+            );
+        }
+        assert!(Policy::new("per-ip_v1.2", 1, Duration::from_secs(1)).is_ok());
+        // The longest name with the largest figures still fits the header's buffer.
+        let policy = Policy::new(&long[1..], u64::MAX, Duration::MAX).unwrap();
+        let mut headers = HeaderMap::new();
+        let most = Decision::admit(u64::MAX, u64::MAX, u64::MAX, 0);
+        policy.stamp(&mut headers, StatusCode::OK, &most, false);
+        let expected = format!(
+            "\"{}\";r={};t={}",
+            &long[1..],
+            u64::MAX,
+            u64::MAX.div_ceil(SECOND)
+        );
+        assert_eq!(headers[RATELIMIT], expected.as_str());
+    }
+}

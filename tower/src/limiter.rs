@@ -1,0 +1,254 @@
+//! The limiters the middleware runs on: in-process ([`KeyedLimiter`]) and, with the
+//! `redis` feature, Redis ([`RedisBackend`]). A fleet or a remote `tollgate serve` fits
+//! the same [`Limiter`] trait: a decision that may take a round trip.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use std::hash::BuildHasher;
+use tollgate_core::memory::KeyedLimiter;
+
+use tollgate_core::{Algorithm, Clock, Decision, MonotonicClock, Reserve, Ticks, TokenBucket};
+
+use crate::{Error, Key};
+
+/// A future boxed to be named and sent between threads.
+pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+/// What a limiter answers for a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Verdict {
+    /// A decision, by the limiter or (the store unreachable) its local fallback.
+    Decided(Decision),
+    /// The store is unreachable and the limiter fails open: admit, with no figures.
+    Open,
+    /// The store is unreachable and the limiter fails closed: refuse (503).
+    Closed,
+    /// The store answered something unusable (a corrupt state): refuse (500).
+    Failed(String),
+}
+
+/// A verdict now, or one that takes a round trip.
+pub enum Pending {
+    /// Decided in process.
+    Ready(Verdict),
+    /// Decided elsewhere.
+    Later(BoxFuture<Verdict>),
+}
+
+impl std::fmt::Debug for Pending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Ready(verdict) => f.debug_tuple("Ready").field(verdict).finish(),
+            Self::Later(_) => f.write_str("Later(..)"),
+        }
+    }
+}
+
+impl Pending {
+    /// The verdict.
+    pub async fn resolve(self) -> Verdict {
+        match self {
+            Self::Ready(verdict) => verdict,
+            Self::Later(future) => future.await,
+        }
+    }
+}
+
+/// A keyed limit the middleware consults. One value is shared (behind an `Arc`) by every
+/// clone of the layer and its services, so every connection counts against the same
+/// state. Decisions never panic; a store's failure is a [`Verdict`].
+pub trait Limiter: Send + Sync + 'static {
+    /// Decides a request of `cost` for `key` now.
+    fn check(&self, key: &Key, cost: u64) -> Pending;
+
+    /// Books a slot for `cost` within `max_wait`: admitted with the `delay` to wait, or
+    /// denied. Limiters that cannot book ahead decide as [`check`](Self::check).
+    fn reserve(&self, key: &Key, cost: u64, max_wait: Duration) -> Pending {
+        let _ = max_wait;
+        self.check(key, cost)
+    }
+}
+
+fn ticks(duration: Duration) -> Ticks {
+    Ticks::try_from(duration.as_micros()).unwrap_or(Ticks::MAX)
+}
+
+/// How the in-process limiter hashes keys: foldhash's quality hasher, seeded at random
+/// per process (so a client cannot choose keys that collide) and much cheaper than
+/// SipHash on short keys such as addresses.
+pub type KeyHasher = foldhash::quality::RandomState;
+
+/// The in-process limiter a [`Quota`] builds: per key, on the monotonic clock.
+pub type InProcess<A = TokenBucket> = KeyedLimiter<Key, A, MonotonicClock, KeyHasher>;
+
+impl<A, C, H> Limiter for KeyedLimiter<Key, A, C, H>
+where
+    A: Reserve + Send + Sync + 'static,
+    A::State: Send,
+    C: Clock + Send + Sync + 'static,
+    H: BuildHasher + Send + Sync + 'static,
+{
+    fn check(&self, key: &Key, cost: u64) -> Pending {
+        Pending::Ready(Verdict::Decided(KeyedLimiter::check(self, key, cost)))
+    }
+
+    fn reserve(&self, key: &Key, cost: u64, max_wait: Duration) -> Pending {
+        let decision = KeyedLimiter::reserve(self, key, cost, ticks(max_wait));
+        Pending::Ready(Verdict::Decided(decision))
+    }
+}
+
+/// An in-process limiter over an algorithm that cannot book ahead (fixed window, sliding
+/// window, sliding log): the wait strategy decides at once.
+#[derive(Debug)]
+pub struct NoWait<A: Algorithm, C = MonotonicClock, H = std::hash::RandomState>(
+    pub KeyedLimiter<Key, A, C, H>,
+);
+
+impl<A, C, H> Limiter for NoWait<A, C, H>
+where
+    A: Algorithm + Send + Sync + 'static,
+    A::State: Send,
+    C: Clock + Send + Sync + 'static,
+    H: BuildHasher + Send + Sync + 'static,
+{
+    fn check(&self, key: &Key, cost: u64) -> Pending {
+        Pending::Ready(Verdict::Decided(self.0.check(key, cost)))
+    }
+}
+
+/// A limit written as "`limit` per `period`": a token bucket holding `limit` (the burst,
+/// unless set) refilled at `limit` per `period`. `Quota::per(100, 60 s)` admits 100 at
+/// once and 100 a minute in the long run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quota {
+    limit: u64,
+    period: Duration,
+    burst: Option<u64>,
+}
+
+impl Quota {
+    /// `limit` requests (units of cost) per `period`.
+    pub const fn per(limit: u64, period: Duration) -> Self {
+        Self {
+            limit,
+            period,
+            burst: None,
+        }
+    }
+
+    /// Admits at most `burst` at once (the bucket's capacity), still `limit` per period
+    /// in the long run.
+    pub const fn burst(mut self, burst: u64) -> Self {
+        self.burst = Some(burst);
+        self
+    }
+
+    /// The number per period.
+    pub const fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// The period.
+    pub const fn period(&self) -> Duration {
+        self.period
+    }
+
+    /// The token bucket; an error for a zero limit or period, or one beyond the core's
+    /// range.
+    pub fn token_bucket(&self) -> Result<TokenBucket, Error> {
+        let period = Ticks::try_from(self.period.as_micros()).unwrap_or(Ticks::MAX);
+        Ok(TokenBucket::new(
+            self.burst.unwrap_or(self.limit),
+            self.limit,
+            period,
+        )?)
+    }
+
+    /// An in-process limiter per key, holding at most `max_keys` keys.
+    pub fn in_process(&self, max_keys: usize) -> Result<InProcess, Error> {
+        Ok(KeyedLimiter::with_hasher(
+            self.token_bucket()?,
+            max_keys,
+            MonotonicClock,
+            KeyHasher::default(),
+        ))
+    }
+}
+
+#[cfg(feature = "redis")]
+pub use self::redis_backend::RedisBackend;
+
+#[cfg(feature = "redis")]
+mod redis_backend {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use tollgate_core::Reserve;
+    use tollgate_redis::{LuaAlgorithm, Outcome, ReconnectingAsync, RedisLimiter};
+
+    use super::{ticks, Limiter, Pending, Verdict};
+    use crate::Key;
+
+    /// A limit in Redis, shared by every replica using the same prefix, through an
+    /// asynchronous connection; when Redis is unreachable, the limiter's
+    /// [`FailPolicy`](tollgate_redis::FailPolicy) answers.
+    #[derive(Debug)]
+    pub struct RedisBackend<A: LuaAlgorithm> {
+        limiter: Arc<RedisLimiter<A>>,
+        con: ReconnectingAsync,
+    }
+
+    impl<A: LuaAlgorithm> RedisBackend<A> {
+        /// Decides with `limiter` over `con` (clones share its connection).
+        pub fn new(limiter: RedisLimiter<A>, con: ReconnectingAsync) -> Self {
+            Self {
+                limiter: Arc::new(limiter),
+                con,
+            }
+        }
+    }
+
+    fn verdict(outcome: Result<Outcome, tollgate_redis::Error>) -> Verdict {
+        match outcome {
+            Ok(Outcome::Redis(d) | Outcome::Local(d, _)) => Verdict::Decided(d),
+            Ok(Outcome::Open(_)) => Verdict::Open,
+            Ok(Outcome::Closed(_)) => Verdict::Closed,
+            Err(e) => Verdict::Failed(e.to_string()),
+        }
+    }
+
+    impl<A> Limiter for RedisBackend<A>
+    where
+        A: LuaAlgorithm + Reserve + Send + Sync + 'static,
+        A::State: Send + Sync,
+    {
+        fn check(&self, key: &Key, cost: u64) -> Pending {
+            let (limiter, mut con, key) = (self.limiter.clone(), self.con.clone(), key.to_bytes());
+            Pending::Later(Box::pin(async move {
+                verdict(limiter.decide_async(&mut con, &key, cost).await)
+            }))
+        }
+
+        /// Books the slot in Redis. When Redis is unreachable the request is decided as
+        /// a plain check under the fail policy (no local booking).
+        fn reserve(&self, key: &Key, cost: u64, max_wait: Duration) -> Pending {
+            let (limiter, mut con, key) = (self.limiter.clone(), self.con.clone(), key.to_bytes());
+            Pending::Later(Box::pin(async move {
+                match limiter
+                    .reserve_async(&mut con, &key, cost, ticks(max_wait))
+                    .await
+                {
+                    Ok(d) => Verdict::Decided(d),
+                    Err(e) if e.is_unavailable() => {
+                        verdict(limiter.decide_async(&mut con, &key, cost).await)
+                    }
+                    Err(e) => Verdict::Failed(e.to_string()),
+                }
+            }))
+        }
+    }
+}
