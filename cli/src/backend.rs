@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use tollgate_core::memory::{InMemory, KeyedLimiter};
 use tollgate_core::{
-    Algorithm, Clock, Concurrency, Decision, Grant, LeaseError, LeaseState, ManualClock,
+    Acquired, Algorithm, Clock, Concurrency, Decision, Grant, LeaseError, LeaseState, ManualClock,
     MonotonicClock, Ticks,
 };
 use tollgate_redis::{LuaAlgorithm, Reconnecting, RedisLeases, RedisLimiter};
@@ -112,17 +112,6 @@ pub trait Store<A: Algorithm> {
     }
 }
 
-/// A lease as the commands print it, from any backend.
-#[derive(Debug, Clone, Copy)]
-pub struct Held {
-    pub token: u64,
-    pub expires_at: Ticks,
-    pub holds: u64,
-}
-
-/// The answer to an acquire: the lease, or how long until the earliest lease expires.
-pub type Acquired = Result<Held, Ticks>;
-
 /// One lease table per key in one backend: the core's [`Concurrency`] model, stored.
 /// Each call is at `now`, or with `None` on the backend's clock (Redis: the server's).
 pub trait LeaseStore {
@@ -133,14 +122,14 @@ pub trait LeaseStore {
         owner: &str,
         ttl: Ticks,
     ) -> Result<Acquired, Failure>;
-    fn release(&self, key: &str, now: Option<Ticks>, owner: &str) -> Result<Held, Failure>;
+    fn release(&self, key: &str, now: Option<Ticks>, owner: &str) -> Result<Grant, Failure>;
     fn renew(
         &self,
         key: &str,
         now: Option<Ticks>,
         owner: &str,
         ttl: Ticks,
-    ) -> Result<Held, Failure>;
+    ) -> Result<Grant, Failure>;
     /// The stored table, for `inspect`.
     fn state(&self, key: &str) -> Result<Option<LeaseState>, Failure>;
     /// The backend's clock, which `inspect` reads expiries against.
@@ -374,21 +363,15 @@ impl LeaseStore for SledLeaseStore {
         ttl: Ticks,
     ) -> Result<Acquired, Failure> {
         let now = now.unwrap_or_else(|| MonotonicClock.now());
-        let acquired = self
-            .leases
+        self.leases
             .acquire_at(key.as_bytes(), now, owner.as_bytes(), ttl)
-            .map_err(sled_failure)?;
-        Ok(acquired
-            .grant
-            .map(held)
-            .ok_or(acquired.decision.retry_after.unwrap_or(0)))
+            .map_err(sled_failure)
     }
 
-    fn release(&self, key: &str, now: Option<Ticks>, owner: &str) -> Result<Held, Failure> {
+    fn release(&self, key: &str, now: Option<Ticks>, owner: &str) -> Result<Grant, Failure> {
         let now = now.unwrap_or_else(|| MonotonicClock.now());
         self.leases
             .release_at(key.as_bytes(), now, owner.as_bytes())
-            .map(held)
             .map_err(sled_failure)
     }
 
@@ -398,24 +381,15 @@ impl LeaseStore for SledLeaseStore {
         now: Option<Ticks>,
         owner: &str,
         ttl: Ticks,
-    ) -> Result<Held, Failure> {
+    ) -> Result<Grant, Failure> {
         let now = now.unwrap_or_else(|| MonotonicClock.now());
         self.leases
             .renew_at(key.as_bytes(), now, owner.as_bytes(), ttl)
-            .map(held)
             .map_err(sled_failure)
     }
 
     fn state(&self, key: &str) -> Result<Option<LeaseState>, Failure> {
         self.leases.state(key.as_bytes()).map_err(sled_failure)
-    }
-}
-
-fn held(grant: Grant) -> Held {
-    Held {
-        token: grant.token,
-        expires_at: grant.expires_at,
-        holds: grant.holds,
     }
 }
 
@@ -440,20 +414,20 @@ impl LeaseStore for RedisLeaseStore {
             None => self.leases.acquire(con, key, owner, ttl),
         }
         .map_err(redis_failure)?;
-        Ok(acquired
-            .grant()
-            .map(redis_held)
-            .ok_or(acquired.decision.retry_after.unwrap_or(0)))
+        Ok(Acquired::new(
+            acquired.decision,
+            acquired.grant().map(redis_grant),
+        ))
     }
 
-    fn release(&self, key: &str, now: Option<Ticks>, owner: &str) -> Result<Held, Failure> {
+    fn release(&self, key: &str, now: Option<Ticks>, owner: &str) -> Result<Grant, Failure> {
         let con = &mut *self.con.borrow_mut();
         let (key, owner) = (key.as_bytes(), owner.as_bytes());
         match now {
             Some(now) => self.leases.release_at(con, key, owner, now),
             None => self.leases.release(con, key, owner),
         }
-        .map(redis_held)
+        .map(redis_grant)
         .map_err(redis_failure)
     }
 
@@ -463,14 +437,14 @@ impl LeaseStore for RedisLeaseStore {
         now: Option<Ticks>,
         owner: &str,
         ttl: Ticks,
-    ) -> Result<Held, Failure> {
+    ) -> Result<Grant, Failure> {
         let con = &mut *self.con.borrow_mut();
         let (key, owner) = (key.as_bytes(), owner.as_bytes());
         match now {
             Some(now) => self.leases.renew_at(con, key, owner, ttl, now),
             None => self.leases.renew(con, key, owner, ttl),
         }
-        .map(redis_held)
+        .map(redis_grant)
         .map_err(redis_failure)
     }
 
@@ -491,12 +465,9 @@ impl LeaseStore for RedisLeaseStore {
     }
 }
 
-fn redis_held(held: tollgate_redis::Held) -> Held {
-    Held {
-        token: held.token,
-        expires_at: held.expires_at,
-        holds: held.holds,
-    }
+/// The Redis host's lease in the core's type, which every command prints.
+fn redis_grant(held: tollgate_redis::Held) -> Grant {
+    Grant::new(held.token, held.expires_at, held.holds)
 }
 
 /// A Redis limiter and its one connection (a command runs on one thread).

@@ -285,15 +285,15 @@ fn call(c: &Call) -> Result<ExitCode, Failure> {
         Op::Acquire { ttl, wait } => {
             let deadline = wait.map(|w| now().saturating_add(w));
             loop {
-                let retry = match store()?.acquire(c.key, holder.now, &holder.owner, ttl)? {
-                    Ok(grant) => {
-                        break format!(
-                            "acquired token={} expires_at_us={} holds={}",
-                            grant.token, grant.expires_at, grant.holds
-                        )
-                    }
-                    Err(retry) => retry,
-                };
+                let acquired = store()?.acquire(c.key, holder.now, &holder.owner, ttl)?;
+                if let Some(grant) = acquired.grant {
+                    break format!(
+                        "acquired token={} expires_at_us={} holds={}",
+                        grant.token, grant.expires_at, grant.holds
+                    );
+                }
+                // Denied: the time until the earliest lease expires.
+                let retry = acquired.decision.retry_after.unwrap_or(0);
                 let left = deadline.map_or(0, |d| d.saturating_sub(now()));
                 if left == 0 {
                     let held = if c.model.max() == 1 {

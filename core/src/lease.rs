@@ -109,7 +109,13 @@ impl LeaseState {
     /// Whether the state is fresh at `now` (nothing held and the clock past the last
     /// token), so a host may delete it: a later grant still gets a larger token.
     pub fn is_fresh(&self, now: Ticks) -> bool {
-        self.fresh_at() <= now.min(MAX_TICKS)
+        self.fresh_after(now) == 0
+    }
+
+    /// The time from `now` until the state is fresh (0 when [`is_fresh`](Self::is_fresh)):
+    /// what a host sets as the key's time to live, and every acquire's `reset_after`.
+    pub fn fresh_after(&self, now: Ticks) -> Ticks {
+        self.fresh_at().saturating_sub(now.min(MAX_TICKS))
     }
 
     /// The instant the state is fresh: no lease held and the clock past the last token.
@@ -133,6 +139,19 @@ pub struct Grant {
     pub holds: u64,
 }
 
+impl Grant {
+    /// A grant as a host reports it: hosts that run the transition elsewhere (a Redis
+    /// script, a remote service) build the core's type instead of a parallel one, so one
+    /// type describes a lease everywhere.
+    pub const fn new(token: u64, expires_at: Ticks, holds: u64) -> Self {
+        Self {
+            token,
+            expires_at,
+            holds,
+        }
+    }
+}
+
 /// The answer to [`Concurrency::acquire`].
 #[must_use = "a denied acquire holds nothing"]
 #[non_exhaustive]
@@ -144,6 +163,14 @@ pub struct Acquired {
     pub decision: Decision,
     /// The lease, when granted.
     pub grant: Option<Grant>,
+}
+
+impl Acquired {
+    /// An answer as a host reports it (see [`Grant::new`]): `grant` is `Some` exactly
+    /// when `decision` admits.
+    pub const fn new(decision: Decision, grant: Option<Grant>) -> Self {
+        Self { decision, grant }
+    }
 }
 
 /// A lease call that cannot be carried out; the state is left as it was.
@@ -183,6 +210,15 @@ impl Concurrency {
         self.max
     }
 
+    /// Checks an owner (1..=128 bytes) and a ttl (1 tick..=366 days) as every transition
+    /// does: a host whose transition runs elsewhere (a script, a module) calls it before
+    /// sending anything, so a bad argument is the same typed error in every host.
+    pub fn check(owner: &[u8], ttl: Ticks) -> Result<(), LeaseError> {
+        check_owner(owner)?;
+        check_ttl(ttl)?;
+        Ok(())
+    }
+
     /// Grants `owner` a lease for `ttl` ticks if fewer than `max` are held (or re-enters
     /// the one it holds); otherwise denies, with `retry_after` the time until the
     /// earliest lease expires.
@@ -220,8 +256,7 @@ impl Concurrency {
         owner: &[u8],
         ttl: Ticks,
     ) -> Result<(Grant, Option<LeaseState>), LeaseError> {
-        check_owner(owner)?;
-        let ttl = ParamError::check("ttl", ttl, 1, MAX_PERIOD)?;
+        Self::check(owner, ttl)?;
         let mut state = state.ok_or(LeaseError::NotHeld)?;
         let grant = self.renew_in(&mut state, now, owner, ttl)?;
         Ok((grant, fresh_or(state, now)))
@@ -237,8 +272,7 @@ impl Concurrency {
         owner: &[u8],
         ttl: Ticks,
     ) -> Result<Acquired, LeaseError> {
-        check_owner(owner)?;
-        let ttl = ParamError::check("ttl", ttl, 1, MAX_PERIOD)?;
+        Self::check(owner, ttl)?;
         let now = now.min(MAX_TICKS);
         let expires_at = now + ttl;
         // Everything that can fail is checked before the state is touched.
@@ -271,7 +305,7 @@ impl Concurrency {
             None
         };
         let remaining = self.max - state.leases.len() as u64;
-        let reset_after = state.fresh_at().saturating_sub(now);
+        let reset_after = state.fresh_after(now);
         let decision = match grant {
             Some(_) => Decision::admit(self.max, remaining, reset_after, 0),
             None => {
@@ -313,8 +347,7 @@ impl Concurrency {
         owner: &[u8],
         ttl: Ticks,
     ) -> Result<Grant, LeaseError> {
-        check_owner(owner)?;
-        let ttl = ParamError::check("ttl", ttl, 1, MAX_PERIOD)?;
+        Self::check(owner, ttl)?;
         let now = now.min(MAX_TICKS);
         let i = state.live_position(owner, now).ok_or(LeaseError::NotHeld)?;
         let lease = &mut state.leases[i];
@@ -381,6 +414,10 @@ impl Concurrency {
 
 pub(crate) fn check_owner(owner: &[u8]) -> Result<(), ParamError> {
     ParamError::check("owner length", owner.len() as u64, 1, MAX_OWNER_LEN).map(|_| ())
+}
+
+fn check_ttl(ttl: Ticks) -> Result<(), ParamError> {
+    ParamError::check("ttl", ttl, 1, MAX_PERIOD).map(|_| ())
 }
 
 /// A count already checked to be small (at most [`MAX_LEASES`] or [`MAX_OWNER_LEN`]).

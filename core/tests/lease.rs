@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 use tollgate_core::limits::{MAX_LEASES, MAX_OWNER_LEN, MAX_PERIOD};
-use tollgate_core::{Concurrency, DecodeError, LeaseError, LeaseState, ParamError, MAX_TICKS};
+use tollgate_core::{
+    Acquired, Concurrency, DecodeError, Grant, LeaseError, LeaseState, ParamError, MAX_TICKS,
+};
 
 /// The definition, over a map: owner → (token, expiry, holds), and the last token.
 #[derive(Debug, Default, Clone)]
@@ -276,6 +278,51 @@ proptest! {
         }
     }
 
+    /// `Concurrency::check` is the transitions' own validation: it refuses exactly what
+    /// an acquire or renew refuses as a parameter, with the same error.
+    #[test]
+    fn check_refuses_exactly_what_the_transitions_refuse(
+        owner_len in 0..=MAX_OWNER_LEN + 2,
+        ttl in prop_oneof![0..=3u64, MAX_PERIOD - 1..=MAX_PERIOD + 1, any::<u64>()],
+    ) {
+        let owner = vec![b'o'; usize::try_from(owner_len).unwrap()];
+        let leases = Concurrency::lock();
+        let checked = Concurrency::check(&owner, ttl);
+        let acquired = leases.acquire(None, 5, &owner, ttl).map(|_| ());
+        prop_assert_eq!(&checked, &acquired);
+        let mut state = LeaseState::default();
+        if checked.is_ok() {
+            let _ = leases.acquire_in(&mut state, 5, &owner, ttl).unwrap();
+        }
+        let renewed = leases.renew_in(&mut state, 5, &owner, ttl).map(|_| ());
+        match checked {
+            Ok(()) => prop_assert_eq!(renewed, Ok(())),
+            Err(e) => prop_assert_eq!(renewed, Err(e)),
+        }
+    }
+
+    /// `fresh_after` is the time to `fresh_at`, and 0 exactly when the state is fresh.
+    #[test]
+    fn fresh_after_is_zero_exactly_when_fresh(
+        steps in prop::collection::vec((0u64..150, op()), 1..30),
+        probe in 0u64..400,
+    ) {
+        let leases = Concurrency::new(2).unwrap();
+        let mut state = LeaseState::default();
+        let mut now = 1_000;
+        for (gap, op) in steps {
+            now += gap;
+            if let Op::Acquire { owner, ttl } = op {
+                let _ = leases.acquire_in(&mut state, now, &[owner], ttl).unwrap();
+            }
+        }
+        for at in [now, now + probe, MAX_TICKS, u64::MAX] {
+            let after = state.fresh_after(at);
+            prop_assert_eq!(after, state.fresh_at().saturating_sub(at.min(MAX_TICKS)));
+            prop_assert_eq!(after == 0, state.is_fresh(at));
+        }
+    }
+
     #[test]
     fn random_bytes_never_panic_the_decoder(bytes in prop::collection::vec(any::<u8>(), 0..200)) {
         let _ = Concurrency::new(3).unwrap().decode(&bytes);
@@ -367,6 +414,15 @@ fn bad_input_is_a_typed_error() {
         ));
     }
     assert_eq!(leases.release(None, 0, b"a"), Err(LeaseError::NotHeld));
+}
+
+/// A host that runs the transition elsewhere rebuilds the core's own answer.
+#[test]
+fn hosts_can_build_the_cores_lease_types() {
+    let (acquired, _) = Concurrency::lock().acquire(None, 10, b"a", 5).unwrap();
+    let grant = Grant::new(10, 15, 1);
+    assert_eq!(acquired.grant, Some(grant));
+    assert_eq!(Acquired::new(acquired.decision, Some(grant)), acquired);
 }
 
 #[test]

@@ -2,8 +2,8 @@
 //! reply and the keys' new values out. The commands wrap this in key reads and writes.
 
 use tollgate_core::{
-    Acquired, Algorithm, Composite, Concurrency, Decision, DecodeError, Grant, LeaseError,
-    LeaseState, Reserve, Ticks,
+    Acquired, Algorithm, Composite, Concurrency, Decision, DecodeError, Grant, LeaseError, Reserve,
+    Ticks,
 };
 
 use crate::args::{ArgError, Args};
@@ -278,18 +278,22 @@ pub enum LeaseReply {
 }
 
 impl<'a> LeaseRequest<'a> {
-    /// Parses `key max owner ttl [NOW t]` (no `ttl` for a release); the command opens
-    /// the key.
-    pub fn parse(args: &'a [&'a [u8]], op: LeaseOp) -> Result<Self, ArgError> {
+    /// Parses `key max owner ttl [NOW t]` (no `ttl` for a release) and checks the owner
+    /// and ttl as the core does, before the command opens the key.
+    pub fn parse(args: &'a [&'a [u8]], op: LeaseOp) -> Result<Self, Failure> {
         let mut args = Args::new(args);
         args.bytes("a key")?;
-        let leases = Concurrency::new(args.u64("max")?)?;
+        let leases = Concurrency::new(args.u64("max")?).map_err(ArgError::from)?;
         let owner = args.bytes("an owner")?;
         let ttl = match op {
             LeaseOp::Release => 0,
             _ => args.u64("ttl")?,
         };
         let [now] = args.options(["NOW"])?;
+        // A release has no ttl; its transition checks the owner before touching anything.
+        if op != LeaseOp::Release {
+            Concurrency::check(owner, ttl)?;
+        }
         Ok(Self {
             leases,
             owner,
@@ -320,23 +324,9 @@ impl<'a> LeaseRequest<'a> {
                 (LeaseReply::Grant(g), new)
             }
         };
-        let write = new.map(|s| (self.leases.encode_to_vec(&s), fresh_after(&s, now)));
+        let write = new.map(|s| (self.leases.encode_to_vec(&s), s.fresh_after(now)));
         Ok((reply, write))
     }
-}
-
-/// How long until a lease table is fresh: no lease held and the clock past the last
-/// token (the core's rule, which it reports only for acquires).
-fn fresh_after(state: &LeaseState, now: Ticks) -> Ticks {
-    let expiry = state
-        .leases()
-        .iter()
-        .map(|l| l.expires_at())
-        .max()
-        .unwrap_or(0);
-    expiry
-        .max(state.last_token().saturating_add(1))
-        .saturating_sub(now)
 }
 
 impl LeaseReply {
@@ -362,7 +352,7 @@ mod tests {
 
     use proptest::prelude::*;
 
-    use super::{LeaseOp, LeaseRequest, Request};
+    use super::{ArgError, Failure, LeaseOp, LeaseRequest, Request};
     use crate::cell::{self, Throttle};
 
     /// Words the commands know, numbers at the edges of every range, and noise.
@@ -463,6 +453,28 @@ mod tests {
         }
         args.extend([&b"fixed_window"[..], b"1", b"1"]);
         assert!(Request::parse(&args, false).is_err());
+    }
+
+    /// An owner or ttl out of range is the caller's argument error at parsing, before
+    /// the key is read: a corrupt stored value does not hide it.
+    #[test]
+    fn lease_arguments_are_checked_before_the_key_is_read() {
+        let long = [b'o'; 129];
+        for (owner, ttl, op) in [
+            (&b""[..], &b"10"[..], LeaseOp::Acquire),
+            (&long[..], b"10", LeaseOp::Acquire),
+            (b"a", b"0", LeaseOp::Acquire),
+            (b"a", b"31622400000001", LeaseOp::Renew),
+        ] {
+            let args: Vec<&[u8]> = vec![b"k", b"1", owner, ttl];
+            let failure = LeaseRequest::parse(&args, op).unwrap_err();
+            assert!(
+                matches!(failure, Failure::Arg(ArgError::Param(_))),
+                "{failure}"
+            );
+        }
+        let args: Vec<&[u8]> = vec![b"k", b"1", b"a", b"10"];
+        assert!(LeaseRequest::parse(&args, LeaseOp::Acquire).is_ok());
     }
 
     #[test]

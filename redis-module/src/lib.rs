@@ -257,7 +257,7 @@ fn first_key(args: &[RedisString]) -> Result<&RedisString, RedisError> {
 
 fn lease(ctx: &Context, args: Vec<RedisString>, op: LeaseOp) -> RedisResult {
     let bytes = byte_args(&args);
-    let request = LeaseRequest::parse(&bytes, op).map_err(|e| error(Failure::Arg(e)))?;
+    let request = LeaseRequest::parse(&bytes, op).map_err(error)?;
     let now = request.now.unwrap_or_else(server_now);
     let key = Key::open(ctx, first_key(&args)?);
     let value = key.value().map_err(error)?;

@@ -3,7 +3,7 @@
 
 use sled::Tree;
 use tollgate_core::{
-    check_now, Acquired, Clock, Concurrency, Grant, LeaseState, MonotonicClock, Ticks,
+    check_now, Acquired, Clock, Concurrency, Grant, LeaseError, LeaseState, MonotonicClock, Ticks,
 };
 
 use crate::{corrupt, swap, Durability, Error};
@@ -12,8 +12,8 @@ use crate::{corrupt, swap, Durability, Error};
 /// unexpired leases per key (see [`Concurrency`]). Each call is one atomic
 /// read-modify-write of the key's record; the transition is pure, so a call that lost a
 /// race is simply made again on the new record. A table that is fresh again (no lease
-/// held, and the clock past its last token) is deleted, and a later grant still gets a
-/// larger token.
+/// held) is kept, as its last token (25 bytes), so a later grant gets a larger token
+/// however its call raced with the release (see `update`).
 ///
 /// ```
 /// use tollgate_core::{Concurrency, SECOND};
@@ -73,19 +73,29 @@ impl<C: Clock> SledLeases<C> {
         }
     }
 
-    /// [`acquire_at`](Self::acquire_at) now.
+    /// [`acquire_at`](Self::acquire_at) now. The clock is read after the record, on
+    /// every attempt, so a call that lost a race decides at the time it retries.
     pub fn acquire(&self, key: &[u8], owner: &[u8], ttl: Ticks) -> Result<Acquired, Error> {
-        self.acquire_at(key, self.clock.now(), owner, ttl)
+        let clock = || self.clock.now();
+        self.update(key, clock, |state, now| {
+            self.leases.acquire_in(state, now, owner, ttl)
+        })
     }
 
     /// [`release_at`](Self::release_at) now.
     pub fn release(&self, key: &[u8], owner: &[u8]) -> Result<Grant, Error> {
-        self.release_at(key, self.clock.now(), owner)
+        let clock = || self.clock.now();
+        self.update(key, clock, |state, now| {
+            self.leases.release_in(state, now, owner)
+        })
     }
 
     /// [`renew_at`](Self::renew_at) now.
     pub fn renew(&self, key: &[u8], owner: &[u8], ttl: Ticks) -> Result<Grant, Error> {
-        self.renew_at(key, self.clock.now(), owner, ttl)
+        let clock = || self.clock.now();
+        self.update(key, clock, |state, now| {
+            self.leases.renew_in(state, now, owner, ttl)
+        })
     }
 
     /// Grants `owner` a lease on `key` for `ttl` ticks from `now` if fewer than `max`
@@ -98,8 +108,11 @@ impl<C: Clock> SledLeases<C> {
         owner: &[u8],
         ttl: Ticks,
     ) -> Result<Acquired, Error> {
-        let now = check_now(now).map_err(Error::Time)?;
-        self.update(key, |state| self.leases.acquire(state, now, owner, ttl))
+        self.update(
+            key,
+            || now,
+            |state, now| self.leases.acquire_in(state, now, owner, ttl),
+        )
     }
 
     /// Releases `owner`'s lease on `key` once ([`LeaseError::NotHeld`] if it holds none);
@@ -107,8 +120,11 @@ impl<C: Clock> SledLeases<C> {
     ///
     /// [`LeaseError::NotHeld`]: tollgate_core::LeaseError::NotHeld
     pub fn release_at(&self, key: &[u8], now: Ticks, owner: &[u8]) -> Result<Grant, Error> {
-        let now = check_now(now).map_err(Error::Time)?;
-        self.update(key, |state| self.leases.release(state, now, owner))
+        self.update(
+            key,
+            || now,
+            |state, now| self.leases.release_in(state, now, owner),
+        )
     }
 
     /// Extends `owner`'s unexpired lease on `key` to `now + ttl`
@@ -122,8 +138,11 @@ impl<C: Clock> SledLeases<C> {
         owner: &[u8],
         ttl: Ticks,
     ) -> Result<Grant, Error> {
-        let now = check_now(now).map_err(Error::Time)?;
-        self.update(key, |state| self.leases.renew(state, now, owner, ttl))
+        self.update(
+            key,
+            || now,
+            |state, now| self.leases.renew_in(state, now, owner, ttl),
+        )
     }
 
     /// The stored lease table of `key`, decoded (`None`: fresh). Leases listed may have
@@ -149,21 +168,29 @@ impl<C: Clock> SledLeases<C> {
         [self.prefix.as_slice(), key].concat()
     }
 
-    fn update<T, E>(
+    /// One atomic transition of `key`'s record at the time `now()` reads after the record
+    /// was read, on every attempt. A fresh table is kept, not deleted: its bytes hold the
+    /// last token. After a deletion a call that had read the key as absent before it
+    /// would still win its compare-and-swap (absent again) and grant a token below the
+    /// deleted one; a kept record's bytes change with every grant, so a stale swap fails.
+    fn update<T>(
         &self,
         key: &[u8],
-        transition: impl Fn(Option<LeaseState>) -> Result<(T, Option<LeaseState>), E>,
-    ) -> Result<T, Error>
-    where
-        Error: From<E>,
-    {
+        now: impl Fn() -> Ticks,
+        transition: impl Fn(&mut LeaseState, Ticks) -> Result<T, LeaseError>,
+    ) -> Result<T, Error> {
         swap(
             &self.tree,
             &self.record_key(key),
             self.durability,
             |bytes| self.leases.decode(bytes).map_err(|e| corrupt(key, e)),
             |state| self.leases.encode_to_vec(state),
-            |state| transition(state).map_err(Error::from),
+            |state| {
+                let now = check_now(now()).map_err(Error::Time)?;
+                let mut state = state.unwrap_or_default();
+                let answer = transition(&mut state, now)?;
+                Ok((answer, Some(state)))
+            },
         )
     }
 }
