@@ -50,12 +50,14 @@
 //! ```
 #![deny(missing_docs)]
 
+mod concurrency;
 mod headers;
 mod key;
 mod limiter;
 mod service;
 mod strategy;
 
+pub use concurrency::{ConcurrencyLimit, ConcurrencyLimitLayer, LeaseBody};
 pub use headers::{Policy, MAX_NAME, RATELIMIT, RATELIMIT_POLICY};
 pub use key::{Cidr, Key, KeyError, KeyExtractor, KeyFn};
 #[cfg(feature = "redis")]
