@@ -35,6 +35,22 @@ const GLOBAL: Key = Key::Bytes(Bytes::from_static(b""));
 ///
 /// The lease table lives as long as the process (a response body may outlive every
 /// clone of the layer, and its guard borrows the table): build layers once, at startup.
+///
+/// ```
+/// use std::time::Duration;
+/// use axum::routing::get;
+/// use tollgate_tower::{ConcurrencyLimitLayer, KeyExtractor, Wait};
+///
+/// // At most 64 exports in flight per client IP, waiting up to 5 s for a slot; a request
+/// // that never finishes frees its slot after 10 minutes.
+/// let exports = ConcurrencyLimitLayer::per_key(64, Duration::from_secs(600), KeyExtractor::peer_ip(), 100_000)?
+///     .overload(Wait::at_most(Duration::from_secs(5)));
+/// // At most 200 requests in flight across the whole app.
+/// let app: axum::Router = axum::Router::new()
+///     .route("/export", get(|| async { "export" }).layer(exports))
+///     .layer(ConcurrencyLimitLayer::global(200, Duration::from_secs(60))?);
+/// # Ok::<(), tollgate_tower::Error>(())
+/// ```
 #[derive(Debug)]
 pub struct ConcurrencyLimitLayer<O = Reject> {
     leases: &'static Table,

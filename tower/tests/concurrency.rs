@@ -59,13 +59,11 @@ impl http_body::Body for Channel {
     }
 }
 
-/// A server whose `/stream` answers with a body fed by the sender it hands to the test.
-async fn streaming(
-    layer: ConcurrencyLimitLayer,
-) -> (
-    std::net::SocketAddr,
-    mpsc::UnboundedReceiver<mpsc::Sender<Result<Bytes, &'static str>>>,
-) {
+type Senders = mpsc::UnboundedReceiver<mpsc::Sender<Result<Bytes, &'static str>>>;
+
+/// An app whose `/stream` answers with a body fed by a sender it hands to the test, and
+/// whose `/` answers at once.
+fn streaming() -> (Router, Senders) {
     let (senders, handed) = mpsc::unbounded_channel();
     let app = Router::new()
         .route(
@@ -79,9 +77,14 @@ async fn streaming(
                 }
             }),
         )
-        .route("/", route(|| async { "ok" }))
-        .layer(layer);
-    (common::serve(app).await, handed)
+        .route("/", route(|| async { "ok" }));
+    (app, handed)
+}
+
+/// Serves `streaming()` behind `layer`.
+async fn serve_streaming(layer: ConcurrencyLimitLayer) -> (std::net::SocketAddr, Senders) {
+    let (app, handed) = streaming();
+    (common::serve(app.layer(layer)).await, handed)
 }
 
 /// Opens `/stream` and returns its response once the headers have arrived.
@@ -128,7 +131,7 @@ async fn never_more_than_n_in_flight() {
 #[tokio::test]
 async fn the_lease_is_held_until_a_streaming_body_ends() {
     let layer = ConcurrencyLimitLayer::global(1, TTL).unwrap();
-    let (addr, mut handed) = streaming(layer.clone()).await;
+    let (addr, mut handed) = serve_streaming(layer.clone()).await;
     let mut response = open(addr).await;
     let tx = handed.recv().await.unwrap();
     tx.send(Ok(Bytes::from_static(b"first"))).await.unwrap();
@@ -150,7 +153,7 @@ async fn the_lease_is_held_until_a_streaming_body_ends() {
 #[tokio::test]
 async fn the_lease_is_released_when_the_client_disconnects_mid_body() {
     let layer = ConcurrencyLimitLayer::global(1, TTL).unwrap();
-    let (addr, mut handed) = streaming(layer.clone()).await;
+    let (addr, mut handed) = serve_streaming(layer.clone()).await;
     let mut response = open(addr).await;
     let tx = handed.recv().await.unwrap();
     tx.send(Ok(Bytes::from_static(b"first"))).await.unwrap();
@@ -172,7 +175,7 @@ async fn the_lease_is_released_when_the_client_disconnects_mid_body() {
 #[tokio::test]
 async fn the_lease_is_released_when_the_body_fails() {
     let layer = ConcurrencyLimitLayer::global(1, TTL).unwrap();
-    let (addr, mut handed) = streaming(layer.clone()).await;
+    let (addr, mut handed) = serve_streaming(layer.clone()).await;
     let response = open(addr).await;
     let tx = handed.recv().await.unwrap();
     tx.send(Err("broken")).await.unwrap();
@@ -222,7 +225,7 @@ async fn per_key_limits_are_separate() {
         100,
     )
     .unwrap();
-    let (addr, mut handed) = streaming(layer.clone()).await;
+    let (addr, mut handed) = serve_streaming(layer.clone()).await;
     let request = Request::get(format!("http://{addr}/stream"))
         .header("x-user", "alice")
         .body(Body::empty())
@@ -238,4 +241,28 @@ async fn per_key_limits_are_separate() {
     drop(tx);
     response.into_body().collect().await.unwrap();
     assert_eq!(status("alice").await, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn wait_is_woken_by_a_release_and_bounded() {
+    let layer = ConcurrencyLimitLayer::global(1, TTL)
+        .unwrap()
+        .overload(Wait::at_most(Duration::from_millis(300)));
+    let (app, mut handed) = streaming();
+    let addr = common::serve(app.layer(layer)).await;
+    let response = open(addr).await;
+    let tx = handed.recv().await.unwrap();
+    // Held throughout the wait: refused once the bound has passed.
+    let started = std::time::Instant::now();
+    let refused = get(addr, "/", &[]).await;
+    assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    // Released during the wait: the waiter proceeds at once, not at the bound.
+    let waiter = tokio::spawn(async move { get(addr, "/", &[]).await.status });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let started = std::time::Instant::now();
+    drop(tx);
+    response.into_body().collect().await.unwrap();
+    assert_eq!(waiter.await.unwrap(), StatusCode::OK);
+    assert!(started.elapsed() < Duration::from_millis(200));
 }
