@@ -266,3 +266,26 @@ async fn wait_is_woken_by_a_release_and_bounded() {
     assert_eq!(waiter.await.unwrap(), StatusCode::OK);
     assert!(started.elapsed() < Duration::from_millis(200));
 }
+
+#[tokio::test]
+async fn a_stuck_request_frees_its_slot_after_the_ttl() {
+    let layer = ConcurrencyLimitLayer::global(1, Duration::from_millis(200)).unwrap();
+    let (addr, mut handed) = serve_streaming(layer.clone()).await;
+    // A body that never ends.
+    let _stuck = open(addr).await;
+    let _tx = handed.recv().await.unwrap();
+    let refused = get(addr, "/", &[]).await;
+    assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
+    // A sub-second wait is never `Retry-After: 0`.
+    assert_eq!(refused.header("retry-after"), Some("1"));
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert_eq!(get(addr, "/", &[]).await.status, StatusCode::OK);
+}
+
+#[test]
+fn limits_and_ttls_out_of_range_are_refused_when_built() {
+    assert!(ConcurrencyLimitLayer::global(0, TTL).is_err());
+    assert!(ConcurrencyLimitLayer::global(1, Duration::ZERO).is_err());
+    assert!(ConcurrencyLimitLayer::global(1, Duration::from_secs(400 * 86_400)).is_err());
+    assert!(ConcurrencyLimitLayer::global(1_024, TTL).is_ok());
+}
