@@ -19,6 +19,8 @@
 //!   whole seconds rounded up, never 0 and never before `t`.
 //! - Denied requests: [`Reject`] (429, your body), [`Wait`] (queue on a reservation up to
 //!   a bound), [`Degrade`] (a fallback service), or your own [`Overload`].
+//! - [`ConcurrencyLimitLayer`]: at most N requests in flight, globally or per key, each
+//!   holding a lease until its response body ends, fails or is dropped (the client left).
 //! - Nothing a request carries makes it panic: bad keys are 400, a store that fails
 //!   closed is 503, a corrupt stored state is 500.
 //!
@@ -50,12 +52,14 @@
 //! ```
 #![deny(missing_docs)]
 
+mod concurrency;
 mod headers;
 mod key;
 mod limiter;
 mod service;
 mod strategy;
 
+pub use concurrency::{ConcurrencyLimit, ConcurrencyLimitLayer, LeaseBody};
 pub use headers::{Policy, MAX_NAME, RATELIMIT, RATELIMIT_POLICY};
 pub use key::{Cidr, Key, KeyError, KeyExtractor, KeyFn};
 #[cfg(feature = "redis")]

@@ -72,7 +72,7 @@ pub trait Limiter: Send + Sync + 'static {
     }
 }
 
-fn ticks(duration: Duration) -> Ticks {
+pub(crate) fn ticks(duration: Duration) -> Ticks {
     Ticks::try_from(duration.as_micros()).unwrap_or(Ticks::MAX)
 }
 
