@@ -100,6 +100,17 @@ impl Error {
             if detail == "not held" {
                 return Self::Lease(LeaseError::NotHeld);
             }
+            // The module words a lease error as the core does.
+            if let Some(reason) = detail.strip_prefix("lease: ") {
+                let known = [
+                    LeaseError::NotHeld,
+                    LeaseError::TooManyHolds,
+                    LeaseError::TokensExhausted,
+                ];
+                if let Some(e) = known.into_iter().find(|e| e.to_string() == reason) {
+                    return Self::Lease(e);
+                }
+            }
             if let Some(found) = detail.strip_prefix("foreign ") {
                 return Self::Foreign {
                     key: key.to_vec(),
