@@ -28,7 +28,7 @@ const EPOCH: Ticks = 1_790_000_000_000_000;
 
 /// Runs 48 random cases of `test` against a server of their own.
 fn cases<S: Strategy>(strategy: S, test: impl Fn(&Server, S::Value) -> Result<(), TestCaseError>) {
-    let server = Server::start_with_module();
+    let server = Server::start_with_module(false);
     let mut runner = TestRunner::new(ProptestConfig::with_cases(48));
     if let Err(e) = runner.run(&strategy, |value| test(&server, value)) {
         panic!("{e}");

@@ -146,7 +146,7 @@ fn scripts_can_be_chosen_where_the_library_is_offered() {
 
 #[test]
 fn the_module_is_detected_and_taken_when_loaded() {
-    let server = Server::start_with_module();
+    let server = Server::start_with_module(false);
     let mut con = server.connection();
     let limiter = bucket();
     assert_eq!(limiter.path(), None);

@@ -78,9 +78,10 @@ impl Server {
         Self::start_with(&[])
     }
 
-    /// Starts a server with the native module loaded (see [`module_path`]).
-    pub fn start_with_module() -> Self {
-        let module = module_path();
+    /// Starts a server with the native module loaded (see [`module_path`]; `release`:
+    /// its optimized build).
+    pub fn start_with_module(release: bool) -> Self {
+        let module = module_path(release);
         Self::start_with(&["--loadmodule", module.to_str().expect("a UTF-8 path")])
     }
 
@@ -261,31 +262,30 @@ impl Cluster {
     }
 }
 
-/// The native module: `TOLLGATE_REDIS_MODULE` if set, else built once per test binary
-/// with cargo's test profile into this target directory (cargo does not build a cdylib
-/// of another crate for these tests), as the module's own tests find it.
-pub fn module_path() -> std::path::PathBuf {
+/// The native module: `TOLLGATE_REDIS_MODULE` if set, else built once per binary into
+/// this target directory, with cargo's test profile for tests and `--release` for
+/// benchmarks (`release`), as the module's own tests and benchmark find it.
+pub fn module_path(release: bool) -> std::path::PathBuf {
     static BUILT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
     BUILT
         .get_or_init(|| {
             if let Some(path) = std::env::var_os("TOLLGATE_REDIS_MODULE") {
                 return path.into();
             }
+            let profile = if release { "release" } else { "test" };
             let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
             let status = Command::new(cargo)
-                .args(["build", "--quiet", "--profile", "test"])
+                .args(["build", "--quiet", "--profile", profile])
                 .args(["-p", "tollgate-redis-module"])
                 .current_dir(env!("CARGO_MANIFEST_DIR"))
                 .status()
                 .expect("cargo");
             assert!(status.success(), "building the module failed");
             let exe = std::env::current_exe().expect("test binary path");
-            // target/debug/deps/<test> -> target/debug/
-            let dir = exe
-                .parent()
-                .and_then(|d| d.parent())
-                .expect("target directory");
-            dir.join("libtollgate_redis_module.so")
+            // target/<profile dir>/deps/<binary> -> target/
+            let target = exe.ancestors().nth(3).expect("target directory");
+            let dir = if release { "release" } else { "debug" };
+            target.join(dir).join("libtollgate_redis_module.so")
         })
         .clone()
 }
