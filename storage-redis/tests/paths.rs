@@ -188,3 +188,28 @@ fn the_module_chosen_without_it_is_an_error() {
     let keys: Vec<Vec<u8>> = redis::cmd("KEYS").arg("*").query(&mut con).unwrap();
     assert!(keys.is_empty());
 }
+
+#[tokio::test]
+async fn the_async_client_detects_and_takes_the_module() {
+    let server = Server::start_with_module(false);
+    let mut con = server
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let limiter = bucket();
+    let mut allowed = Vec::new();
+    for _ in 0..3 {
+        let d = limiter.check_async(&mut con, b"k", 1).await.unwrap();
+        allowed.push(d.allowed);
+    }
+    assert_eq!(allowed, [true, true, false]);
+    assert_eq!(limiter.path(), Some(Path::Module));
+    let leases = RedisLeases::new(Concurrency::lock());
+    let held = leases.acquire_async(&mut con, b"l", b"a", SECOND).await;
+    assert!(held.unwrap().decision.allowed);
+    assert_eq!(leases.path(), Some(Path::Module));
+    // Neither the library nor a script was needed.
+    let mut sync = server.connection();
+    assert!(!libraries(&mut sync).contains(library_name()));
+}
