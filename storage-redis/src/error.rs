@@ -70,7 +70,7 @@ pub enum Error {
     /// A lease call on no key at all.
     #[error("a lease call needs at least one key")]
     NoKeys,
-    /// Something this client does not do yet (say, [`Path::Module`](crate::Path::Module)).
+    /// Something this client does not do yet (no call returns it today).
     #[error("not supported yet: {0}")]
     Unsupported(&'static str),
     /// The script's reply had an unexpected shape.
