@@ -4,6 +4,9 @@
 //!
 //! `lock_pipelined`: a pipeline of 64 acquires then one of 64 releases, on four
 //! connections in four threads. `lock_single`: one connection, one call per round trip.
+//! `tollgate_module` is the same lock on the same server through the native module
+//! (loaded with `--loadmodule`: `TOLLGATE_REDIS_MODULE`, else its release build), which
+//! the client detects; `tollgate_lock` is forced onto the function library.
 
 #[path = "../../storage-redis/tests/common/mod.rs"]
 mod common;
@@ -13,7 +16,7 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use redis::{Connection, Pipeline};
 use tollgate_core::Concurrency;
-use tollgate_redis::RedisLeases;
+use tollgate_redis::{Path, RedisLeases};
 
 const KEYS: usize = 1024;
 const BATCH: usize = 64;
@@ -107,10 +110,14 @@ fn recipe_batch(sha: &str, con: &mut Connection, keys: &[Vec<u8>], start: usize,
 }
 
 fn lock_benches(c: &mut Criterion) {
-    let server = common::Server::start();
+    let server = common::Server::start_with_module(true);
     let keys = named_keys("tollgate:");
+    let module_keys = named_keys("module:");
     let recipe_keys = named_keys("recipe:");
-    let lock = RedisLeases::new(Concurrency::lock());
+    let lock = RedisLeases::new(Concurrency::lock())
+        .with_path(Path::Functions)
+        .unwrap();
+    let module = RedisLeases::new(Concurrency::lock());
     let sha: String = redis::cmd("SCRIPT")
         .arg("LOAD")
         .arg(COMPARE_AND_DELETE)
@@ -123,6 +130,13 @@ fn lock_benches(c: &mut Criterion) {
         b.iter_custom(|iters| {
             pipelined(&server, iters, |con, start, owner| {
                 tollgate_batch(&lock, con, &keys, start, owner)
+            })
+        })
+    });
+    group.bench_function("tollgate_module", |b| {
+        b.iter_custom(|iters| {
+            pipelined(&server, iters, |con, start, owner| {
+                tollgate_batch(&module, con, &module_keys, start, owner)
             })
         })
     });
@@ -149,6 +163,17 @@ fn lock_benches(c: &mut Criterion) {
             lock.release(&mut con, &keys[i], b"owner").unwrap()
         })
     });
+    group.bench_function("tollgate_module", |b| {
+        b.iter(|| {
+            i = (i + 1) % KEYS;
+            let granted = module
+                .acquire(&mut con, &module_keys[i], b"owner", TTL_MS * 1000)
+                .unwrap();
+            assert!(granted.decision.allowed);
+            module.release(&mut con, &module_keys[i], b"owner").unwrap()
+        })
+    });
+    assert_eq!(module.path(), Some(Path::Module));
     group.bench_function("set_nx_px_and_compare_delete", |b| {
         b.iter(|| {
             i = (i + 1) % KEYS;

@@ -70,7 +70,7 @@ pub enum Error {
     /// A lease call on no key at all.
     #[error("a lease call needs at least one key")]
     NoKeys,
-    /// Something this client does not do yet (say, [`Path::Module`](crate::Path::Module)).
+    /// Something this client does not do yet (no call returns it today).
     #[error("not supported yet: {0}")]
     Unsupported(&'static str),
     /// The script's reply had an unexpected shape.
@@ -99,6 +99,17 @@ impl Error {
             }
             if detail == "not held" {
                 return Self::Lease(LeaseError::NotHeld);
+            }
+            // The module words a lease error as the core does.
+            if let Some(reason) = detail.strip_prefix("lease: ") {
+                let known = [
+                    LeaseError::NotHeld,
+                    LeaseError::TooManyHolds,
+                    LeaseError::TokensExhausted,
+                ];
+                if let Some(e) = known.into_iter().find(|e| e.to_string() == reason) {
+                    return Self::Lease(e);
+                }
             }
             if let Some(found) = detail.strip_prefix("foreign ") {
                 return Self::Foreign {

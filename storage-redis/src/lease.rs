@@ -77,6 +77,16 @@ impl Op {
         }
     }
 
+    /// Its command in the module (one key), if it has one.
+    fn module_command(self) -> Option<&'static str> {
+        match self {
+            Self::Acquire => Some("TOLLGATE.LEASE.ACQUIRE"),
+            Self::Release => Some("TOLLGATE.LEASE.RELEASE"),
+            Self::Renew => Some("TOLLGATE.LEASE.RENEW"),
+            Self::Read => None,
+        }
+    }
+
     fn name(self) -> &'static str {
         match self {
             Self::Acquire => "acquire",
@@ -109,10 +119,11 @@ impl RedisLeases {
         &self.concurrency
     }
 
-    /// Calls take `path` instead of the fastest one the server offers; an error for
-    /// [`Path::Module`], which the client does not speak yet.
+    /// Calls take `path` instead of the fastest one the server offers. With
+    /// [`Path::Module`] on a server without the module, calls fail (`unknown command`).
+    /// Never an error today; the `Result` leaves room for paths a build cannot take.
     pub fn with_path(mut self, path: Path) -> Result<Self, Error> {
-        self.program.force(Some(path))?;
+        self.program.force(Some(path));
         Ok(self)
     }
 
@@ -275,10 +286,15 @@ impl RedisLeases {
         con: &mut C,
         calls: Vec<(Result<Invocation, Error>, &[u8])>,
     ) -> Result<Vec<Result<Value, Error>>, Error> {
+        let module = self
+            .program
+            .detect(con)
+            .map_err(|e| Error::from_redis(e, b""))?;
         let mut pipe = redis::Pipeline::with_capacity(calls.len());
         for (cmd, _) in &calls {
             if let Ok(cmd) = cmd {
-                pipe.add_command(cmd.cmd.clone());
+                let module = cmd.module.as_ref().filter(|_| module);
+                pipe.add_command(module.unwrap_or(&cmd.cmd).clone());
             }
         }
         let mut replies = if pipe.is_empty() {
@@ -404,6 +420,19 @@ impl RedisLeases {
             .arg(self.concurrency.max())
             .arg(owner)
             .arg(Arg(ttl));
+        if let ([key], Some(name)) = (&keys[..], op.module_command()) {
+            if self.program.may_use_module() {
+                let mut module = redis::cmd(name);
+                module.arg(key).arg(self.concurrency.max()).arg(owner);
+                if let Some(ttl) = ttl.filter(|_| !matches!(op, Op::Release)) {
+                    module.arg(ttl);
+                }
+                if let Some(now) = now {
+                    module.arg("NOW").arg(now);
+                }
+                call.module = Some(module);
+            }
+        }
         Ok(call)
     }
 
@@ -478,13 +507,31 @@ fn first(mut held: Vec<Held>) -> Held {
     held.swap_remove(0)
 }
 
+/// A reply's rows of integers: the scripts' one row per key, or the module's flat reply
+/// for its one key, which `row` puts in the scripts' order.
+fn rows(reply: Value, row: impl Fn(&[i64]) -> Option<Vec<i64>>) -> Result<Vec<Vec<i64>>, Error> {
+    if let Value::Array(items) = &reply {
+        if matches!(items.first(), Some(Value::Int(_))) {
+            let flat: Vec<i64> = redis::from_redis_value(reply).map_err(|_| Error::Reply)?;
+            return row(&flat).map(|r| vec![r]).ok_or(Error::Reply);
+        }
+    }
+    redis::from_redis_value(reply).map_err(|_| Error::Reply)
+}
+
 fn unsigned(v: i64) -> Result<u64, Error> {
     u64::try_from(v).map_err(|_| Error::Reply)
 }
 
 /// Per key: allowed, max, remaining, retry, reset, token, expiry, holds.
 fn acquired(reply: Value) -> Result<LeaseAcquired, Error> {
-    let rows: Vec<Vec<i64>> = redis::from_redis_value(reply).map_err(|_| Error::Reply)?;
+    // The module's one row: the decision's 7 fields (then delay and time), the grant's 3.
+    let rows = rows(reply, |flat| match flat {
+        &[ok, max, free, wait, fresh, _delay, _now, token, expires_at, holds] => {
+            Some(vec![ok, max, free, wait, fresh, token, expires_at, holds])
+        }
+        _ => None,
+    })?;
     let mut grants = Vec::with_capacity(rows.len());
     let (mut allowed, mut limit, mut remaining) = (true, 0, u64::MAX);
     let (mut retry, mut reset) = (0, 0);
@@ -517,7 +564,11 @@ fn acquired(reply: Value) -> Result<LeaseAcquired, Error> {
 
 /// Per key: token, expiry, holds.
 fn held(reply: Value) -> Result<Vec<Held>, Error> {
-    let rows: Vec<Vec<i64>> = redis::from_redis_value(reply).map_err(|_| Error::Reply)?;
+    // The module's one row: the grant's 3 fields, then the time.
+    let rows = rows(reply, |flat| match flat {
+        &[token, expires_at, holds, _now] => Some(vec![token, expires_at, holds]),
+        _ => None,
+    })?;
     if rows.is_empty() {
         return Err(Error::Reply);
     }

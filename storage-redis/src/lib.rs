@@ -184,16 +184,18 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         self
     }
 
-    /// Calls take `path` instead of the fastest one the server offers; an error for
-    /// [`Path::Module`], which the client does not speak yet.
+    /// Calls take `path` instead of the fastest one the server offers. With
+    /// [`Path::Module`] on a server without the module, calls fail (`unknown command`).
+    /// Never an error today; the `Result` leaves room for paths a build cannot take.
     pub fn with_path(mut self, path: Path) -> Result<Self, Error> {
-        self.program.force(Some(path))?;
+        self.program.force(Some(path));
         Ok(self)
     }
 
     /// The path calls take: the one chosen with [`RedisLimiter::with_path`], else the
-    /// fastest the server offered on the first call ([`Path::Functions`] on Redis ≥ 7
-    /// unless `FUNCTION` is refused, else [`Path::Scripts`]); `None` before that call.
+    /// fastest the server offered on the first call ([`Path::Module`] when the module
+    /// is loaded, else [`Path::Functions`] on Redis ≥ 7 unless `FUNCTION` is refused,
+    /// else [`Path::Scripts`]); `None` before that call.
     pub fn path(&self) -> Option<Path> {
         self.program.path()
     }
@@ -416,6 +418,19 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
             .arg(cost)
             .arg(Arg(max_wait));
         self.algorithm.lua_args(cost, cmd);
+        if matches!(call.mode, Mode::Decide) && self.program.may_use_module() {
+            let mut module = redis::cmd("TOLLGATE.CHECK");
+            module.arg(keys.len()).arg(keys);
+            self.algorithm.module_args(&mut module);
+            module.arg("COST").arg(cost);
+            if let Some(now) = call.now {
+                module.arg("NOW").arg(now);
+            }
+            if let Some(max_wait) = max_wait {
+                module.arg("MAXWAIT").arg(max_wait);
+            }
+            invocation.module = Some(module);
+        }
         Ok(invocation)
     }
 
@@ -483,6 +498,10 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         con: &mut C,
         calls: &[Call],
     ) -> Result<Vec<Result<Decision, Error>>, Error> {
+        // The module is asked about before the pipeline is built.
+        self.program
+            .detect(con)
+            .map_err(|e| Error::from_redis(e, b""))?;
         let mut results = Vec::with_capacity(calls.len());
         let mut pipe = Pipeline::with_capacity(calls.len());
         let mut sent = Vec::new();
@@ -492,7 +511,7 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
                 .and_then(|keys| self.command(call, &keys))
             {
                 Ok(invocation) => {
-                    pipe.add_command(invocation.cmd);
+                    pipe.add_command(invocation.module.unwrap_or(invocation.cmd));
                     sent.push(i);
                     results.push(Err(Error::Reply));
                 }

@@ -125,6 +125,11 @@ pub trait LuaAlgorithm: Algorithm {
     /// decision of `cost` (at most [`lua_cost_cap`](Self::lua_cost_cap)).
     fn lua_args(&self, cost: u64, cmd: &mut Cmd);
 
+    /// Appends this algorithm as the module's commands name it (`fixed_window limit
+    /// period [counting_denied]`, `token_bucket capacity rate period`, ...; a
+    /// composite's members one after another).
+    fn module_args(&self, cmd: &mut Cmd);
+
     /// A cost every larger cost decides and stores exactly like: one past every limit,
     /// burst and ban threshold. Clients clamp costs to it, so any `u64` cost works.
     fn lua_cost_cap(&self) -> u64;
@@ -181,6 +186,14 @@ macro_rules! lua_window {
                 let params = self.params();
                 cmd.arg($name).arg(params.limit).arg(params.period);
                 $(cmd.arg(u8::from(self.$flag()));)?
+            }
+
+            fn module_args(&self, cmd: &mut Cmd) {
+                let params = self.params();
+                cmd.arg($name).arg(params.limit).arg(params.period);
+                $(if self.$flag() {
+                    cmd.arg("counting_denied");
+                })?
             }
 
             fn lua_cost_cap(&self) -> u64 {
@@ -259,6 +272,14 @@ macro_rules! lua_bucket {
                 bucket_args($name, params, params.capacity + $extra, cost, cmd);
             }
 
+            fn module_args(&self, cmd: &mut Cmd) {
+                let params = self.params();
+                cmd.arg($name)
+                    .arg(params.capacity)
+                    .arg(params.rate)
+                    .arg(params.period);
+            }
+
             fn lua_cost_cap(&self) -> u64 {
                 self.params().capacity + $extra + 1
             }
@@ -290,6 +311,14 @@ impl<A: LuaAlgorithm> LuaAlgorithm for Ban<A> {
         self.inner().lua_args(cost, cmd);
     }
 
+    fn module_args(&self, cmd: &mut Cmd) {
+        cmd.arg("ban")
+            .arg(self.threshold())
+            .arg(self.window())
+            .arg(self.duration());
+        self.inner().module_args(cmd);
+    }
+
     fn lua_cost_cap(&self) -> u64 {
         // Denied cost saturates at threshold + 1 (below 2^52 + 2, exact in Lua).
         self.inner().lua_cost_cap().max(self.threshold() + 1)
@@ -313,6 +342,12 @@ impl<A: LuaAlgorithm> LuaAlgorithm for Composite<A> {
         cmd.arg("composite").arg(self.members().len());
         for member in self.members() {
             member.lua_args(cost, cmd);
+        }
+    }
+
+    fn module_args(&self, cmd: &mut Cmd) {
+        for member in self.members() {
+            member.module_args(cmd);
         }
     }
 

@@ -1,5 +1,6 @@
-//! How a call reaches the server: the function library (`FCALL`, Redis ≥ 7) or a script
-//! (`EVALSHA`), chosen by the caller or detected on first use.
+//! How a call reaches the server: the native module's commands, the function library
+//! (`FCALL`, Redis ≥ 7) or a script (`EVALSHA`), chosen by the caller or detected on
+//! first use.
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -13,10 +14,11 @@ use crate::lua::LIBRARY;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Path {
-    /// The native module's commands (`tollgate-redis-module`). Not selectable yet: the
-    /// client does not speak the module's commands; choosing it is
-    /// [`Error::Unsupported`](crate::Error::Unsupported). Detection will try it first
-    /// once it is.
+    /// The native module's commands (`tollgate-redis-module`: `TOLLGATE.CHECK`), for
+    /// decisions (checks, reservations, batches); reads of the state, resets and purges
+    /// still take the library or a script, as the module offers no raw read. Detected
+    /// once per limiter with `COMMAND INFO`; chosen on a server without the module,
+    /// calls fail with the server's `unknown command`.
     Module,
     /// `FCALL` into the function library (Redis ≥ 7), loaded with `FUNCTION LOAD` the
     /// first time a server answers that the function does not exist. The library's code
@@ -31,6 +33,9 @@ pub enum Path {
 const UNKNOWN: u8 = 0;
 const FUNCTIONS: u8 = 1;
 const SCRIPTS: u8 = 2;
+/// The module's state in [`Program::module`]: loaded or not (`UNKNOWN` until asked).
+const LOADED: u8 = 1;
+const ABSENT: u8 = 2;
 
 /// What to do after an error reply.
 enum Retry {
@@ -52,6 +57,9 @@ pub(crate) struct Invocation {
     path: Path,
     /// The command; callers append the arguments after the keys.
     pub(crate) cmd: Cmd,
+    /// The module's command for the same call, when the module may be in use and the
+    /// call has one; callers fill it.
+    pub(crate) module: Option<Cmd>,
 }
 
 /// A script and its place in the function library, with the path calls take.
@@ -61,8 +69,11 @@ pub(crate) struct Program {
     sha1: String,
     /// The path chosen by the caller, if any.
     forced: Option<Path>,
-    /// The path detected (`UNKNOWN` until the first call), when none was chosen.
+    /// The library's or scripts' path detected (`UNKNOWN` until the first call), when
+    /// neither was chosen.
     detected: AtomicU8,
+    /// Whether the module is loaded (`UNKNOWN` until the first decision asks).
+    module: AtomicU8,
 }
 
 impl Clone for Program {
@@ -72,6 +83,7 @@ impl Clone for Program {
             sha1: self.sha1.clone(),
             forced: self.forced,
             detected: AtomicU8::new(self.detected.load(Ordering::Relaxed)),
+            module: AtomicU8::new(self.module.load(Ordering::Relaxed)),
         }
     }
 }
@@ -83,6 +95,7 @@ impl Program {
             source,
             forced: None,
             detected: AtomicU8::new(UNKNOWN),
+            module: AtomicU8::new(UNKNOWN),
         }
     }
 
@@ -90,28 +103,81 @@ impl Program {
         &self.source
     }
 
-    /// Forces `path` (`None`: detect it).
-    pub(crate) fn force(&mut self, path: Option<Path>) -> Result<(), crate::Error> {
-        if path == Some(Path::Module) {
-            return Err(crate::Error::Unsupported("the module path"));
-        }
+    /// Forces `path` (`None`: detect it). Forcing the module still detects the path of
+    /// the calls the module has no command for.
+    pub(crate) fn force(&mut self, path: Option<Path>) {
         self.forced = path;
-        Ok(())
+        let module = match path {
+            None => UNKNOWN,
+            Some(Path::Module) => LOADED,
+            Some(_) => ABSENT,
+        };
+        self.module = AtomicU8::new(module);
     }
 
-    /// The path calls take: the chosen one, else the one detected; `None` before the
+    /// The path decisions take: the chosen one, else the one detected; `None` before the
     /// first call detects it.
     pub(crate) fn path(&self) -> Option<Path> {
-        self.forced.or(match self.detected.load(Ordering::Relaxed) {
-            FUNCTIONS => Some(Path::Functions),
-            SCRIPTS => Some(Path::Scripts),
-            _ => None,
-        })
+        if self.module.load(Ordering::Relaxed) == LOADED {
+            return Some(Path::Module);
+        }
+        self.lua_path()
     }
 
-    /// The path the next call tries: detection starts with the library.
+    /// The library's or the scripts' path, chosen or detected.
+    fn lua_path(&self) -> Option<Path> {
+        self.forced.filter(|&path| path != Path::Module).or(
+            match self.detected.load(Ordering::Relaxed) {
+                FUNCTIONS => Some(Path::Functions),
+                SCRIPTS => Some(Path::Scripts),
+                _ => None,
+            },
+        )
+    }
+
+    /// The path the next call without a module command tries: detection starts with
+    /// the library.
     fn next_path(&self) -> Path {
-        self.path().unwrap_or(Path::Functions)
+        self.lua_path().unwrap_or(Path::Functions)
+    }
+
+    /// Whether calls should carry the module's command: the module is loaded, or not
+    /// asked about yet.
+    pub(crate) fn may_use_module(&self) -> bool {
+        self.module.load(Ordering::Relaxed) != ABSENT
+    }
+
+    /// Asks the server once whether the module is loaded (`COMMAND INFO tollgate.check`
+    /// names it), unless known; a refused `COMMAND` counts as no module.
+    pub(crate) fn detect<C: ConnectionLike>(&self, con: &mut C) -> RedisResult<bool> {
+        match self.module.load(Ordering::Relaxed) {
+            UNKNOWN => Ok(self.detected_module(module_info().query(con))?),
+            state => Ok(state == LOADED),
+        }
+    }
+
+    /// Asynchronous [`Program::detect`].
+    pub(crate) async fn detect_async<C: aio::ConnectionLike>(
+        &self,
+        con: &mut C,
+    ) -> RedisResult<bool> {
+        match self.module.load(Ordering::Relaxed) {
+            UNKNOWN => Ok(self.detected_module(module_info().query_async(con).await)?),
+            state => Ok(state == LOADED),
+        }
+    }
+
+    /// Records the answer to `COMMAND INFO`: an array whose entry is not nil.
+    fn detected_module(&self, reply: RedisResult<Value>) -> RedisResult<bool> {
+        let loaded = match reply {
+            Ok(Value::Array(entries)) => entries.first().is_some_and(|e| *e != Value::Nil),
+            Ok(_) => false,
+            Err(error) if error.code().is_some() => false,
+            Err(error) => return Err(error),
+        };
+        let state = if loaded { LOADED } else { ABSENT };
+        self.module.store(state, Ordering::Relaxed);
+        Ok(loaded)
     }
 
     fn settle(&self, path: Path) {
@@ -141,6 +207,7 @@ impl Program {
             read_only,
             path,
             cmd,
+            module: None,
         }
     }
 
@@ -148,6 +215,8 @@ impl Program {
     fn head(&self, function: &str, read_only: bool, path: Path, eval: bool) -> Cmd {
         match (path, eval) {
             (Path::Functions | Path::Module, _) => {
+                // (The module's commands are built by the callers: `next_path` is never
+                // the module.)
                 let name = if read_only { "FCALL_RO" } else { "FCALL" };
                 redis::cmd(name).arg(LIBRARY.function(function)).to_owned()
             }
@@ -217,6 +286,11 @@ impl Program {
         con: &mut C,
         call: &Invocation,
     ) -> RedisResult<Value> {
+        if let Some(module) = &call.module {
+            if self.detect(con)? {
+                return module.query(con);
+            }
+        }
         let (mut path, mut eval) = (self.next_path(), false);
         // At most: fall back, then eval; or load, then call.
         for _ in 0..3 {
@@ -253,6 +327,11 @@ impl Program {
         con: &mut C,
         call: &Invocation,
     ) -> RedisResult<Value> {
+        if let Some(module) = &call.module {
+            if self.detect_async(con).await? {
+                return module.query_async(con).await;
+            }
+        }
         let (mut path, mut eval) = (self.next_path(), false);
         for _ in 0..3 {
             let error = match self
@@ -289,6 +368,14 @@ impl Program {
         self.settle(Path::Scripts);
         Path::Scripts
     }
+}
+
+/// `COMMAND INFO` of the module's decision command.
+fn module_info() -> Cmd {
+    redis::cmd("COMMAND")
+        .arg("INFO")
+        .arg("tollgate.check")
+        .to_owned()
 }
 
 /// `FUNCTION LOAD REPLACE` of the library.

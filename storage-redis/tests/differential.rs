@@ -1,5 +1,6 @@
-//! The scripts against the core, on a real `redis-server`, each trace once through the
-//! function library and once through `EVALSHA`: random parameters within the
+//! The scripts and the module against the core, on a real `redis-server` with the module
+//! loaded, each trace once through the module's commands, once through the function
+//! library and once through `EVALSHA`: random parameters within the
 //! Lua range and random traces with explicit `now`; after every step the decisions are
 //! identical, every key holds exactly the core's encoding (or is gone when the core's
 //! state is fresh) with no expiry (explicit times never expire on the server's clock).
@@ -27,7 +28,7 @@ const EPOCH: Ticks = 1_790_000_000_000_000;
 
 /// Runs 48 random cases of `test` against a server of their own.
 fn cases<S: Strategy>(strategy: S, test: impl Fn(&Server, S::Value) -> Result<(), TestCaseError>) {
-    let server = Server::start();
+    let server = Server::start_with_module(false);
     let mut runner = TestRunner::new(ProptestConfig::with_cases(48));
     if let Err(e) = runner.run(&strategy, |value| test(&server, value)) {
         panic!("{e}");
@@ -141,7 +142,7 @@ fn differential<A: LuaAlgorithm + Clone>(
         &Step,
     ) -> Result<Decision, Error>,
 ) -> Result<(), TestCaseError> {
-    for path in [Path::Functions, Path::Scripts] {
+    for path in [Path::Module, Path::Functions, Path::Scripts] {
         let limiter = RedisLimiter::new(alg.clone())
             .expect("parameters in the Lua range")
             .with_prefix(prefix())

@@ -87,9 +87,9 @@ fn redis_error(e: Error) -> String {
 
 #[test]
 fn the_script_and_the_core_agree_on_answers_and_bytes() {
-    let server = Server::start();
+    let server = Server::start_with_module(false);
     let mut runner = TestRunner::new(ProptestConfig::with_cases(256));
-    let paths = prop::sample::select(vec![Path::Functions, Path::Scripts]);
+    let paths = prop::sample::select(vec![Path::Module, Path::Functions, Path::Scripts]);
     let result = runner.run(
         &(1..=4u64, trace(), paths),
         |(max, (start, steps), path)| {

@@ -1,4 +1,5 @@
-//! The paths a call takes to the server: the function library where Redis offers it
+//! The paths a call takes to the server: the module's commands where it is loaded, the
+//! function library where Redis offers it
 //! (loaded on first use, reloaded when flushed), `EVALSHA` where `FUNCTION` is refused,
 //! and an explicit choice.
 
@@ -144,13 +145,71 @@ fn scripts_can_be_chosen_where_the_library_is_offered() {
 }
 
 #[test]
-fn the_module_path_is_not_selectable_yet() {
-    assert!(matches!(
-        bucket().with_path(Path::Module),
-        Err(Error::Unsupported(_))
-    ));
-    assert!(matches!(
-        RedisLeases::new(Concurrency::lock()).with_path(Path::Module),
-        Err(Error::Unsupported(_))
-    ));
+fn the_module_is_detected_and_taken_when_loaded() {
+    let server = Server::start_with_module(false);
+    let mut con = server.connection();
+    let limiter = bucket();
+    assert_eq!(limiter.path(), None);
+    assert!(limiter.check(&mut con, b"k", 1).unwrap().allowed);
+    assert_eq!(limiter.path(), Some(Path::Module));
+    let batch = limiter
+        .check_batch(&mut con, &[(b"k", 1), (b"k", 1), (b"j", 1)])
+        .unwrap();
+    let allowed: Vec<bool> = batch.into_iter().map(|d| d.unwrap().allowed).collect();
+    assert_eq!(allowed, [true, false, true]);
+    let leases = RedisLeases::new(Concurrency::lock());
+    let held = leases.acquire(&mut con, b"l", b"a", SECOND).unwrap();
+    assert!(held.decision.allowed);
+    assert_eq!(leases.path(), Some(Path::Module));
+    leases.release(&mut con, b"l", b"a").unwrap();
+    // Neither the library nor a script was needed for the decisions.
+    assert!(!libraries(&mut con).contains(library_name()));
+    let sha1 = redis::Script::new(limiter.script()).get_hash().to_owned();
+    assert!(!cached(&mut con, &sha1));
+    // Reads have no module command: they load the library, and decisions stay native.
+    assert!(limiter.state(&mut con, b"j").unwrap().is_some());
+    assert!(libraries(&mut con).contains(library_name()));
+    assert!(!limiter.check(&mut con, b"j", 2).unwrap().allowed);
+    assert_eq!(limiter.path(), Some(Path::Module));
+}
+
+#[test]
+fn the_module_chosen_without_it_is_an_error() {
+    let server = Server::start();
+    let mut con = server.connection();
+    let limiter = bucket().with_path(Path::Module).unwrap();
+    assert_eq!(limiter.path(), Some(Path::Module));
+    assert!(limiter.check(&mut con, b"k", 1).is_err());
+    let leases = RedisLeases::new(Concurrency::lock())
+        .with_path(Path::Module)
+        .unwrap();
+    assert!(leases.acquire(&mut con, b"l", b"a", SECOND).is_err());
+    // Nothing was written by another path.
+    let keys: Vec<Vec<u8>> = redis::cmd("KEYS").arg("*").query(&mut con).unwrap();
+    assert!(keys.is_empty());
+}
+
+#[tokio::test]
+async fn the_async_client_detects_and_takes_the_module() {
+    let server = Server::start_with_module(false);
+    let mut con = server
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let limiter = bucket();
+    let mut allowed = Vec::new();
+    for _ in 0..3 {
+        let d = limiter.check_async(&mut con, b"k", 1).await.unwrap();
+        allowed.push(d.allowed);
+    }
+    assert_eq!(allowed, [true, true, false]);
+    assert_eq!(limiter.path(), Some(Path::Module));
+    let leases = RedisLeases::new(Concurrency::lock());
+    let held = leases.acquire_async(&mut con, b"l", b"a", SECOND).await;
+    assert!(held.unwrap().decision.allowed);
+    assert_eq!(leases.path(), Some(Path::Module));
+    // Neither the library nor a script was needed.
+    let mut sync = server.connection();
+    assert!(!libraries(&mut sync).contains(library_name()));
 }

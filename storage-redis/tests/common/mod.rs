@@ -78,6 +78,13 @@ impl Server {
         Self::start_with(&[])
     }
 
+    /// Starts a server with the native module loaded (see [`module_path`]; `release`:
+    /// its optimized build).
+    pub fn start_with_module(release: bool) -> Self {
+        let module = module_path(release);
+        Self::start_with(&["--loadmodule", module.to_str().expect("a UTF-8 path")])
+    }
+
     /// Starts a server with extra `redis-server` arguments.
     pub fn start_with(extra: &[&str]) -> Self {
         let port = free_port();
@@ -253,4 +260,32 @@ impl Cluster {
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(Server::url).collect()
     }
+}
+
+/// The native module: `TOLLGATE_REDIS_MODULE` if set, else built once per binary into
+/// this target directory, with cargo's test profile for tests and `--release` for
+/// benchmarks (`release`), as the module's own tests and benchmark find it.
+pub fn module_path(release: bool) -> std::path::PathBuf {
+    static BUILT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            if let Some(path) = std::env::var_os("TOLLGATE_REDIS_MODULE") {
+                return path.into();
+            }
+            let profile = if release { "release" } else { "test" };
+            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+            let status = Command::new(cargo)
+                .args(["build", "--quiet", "--profile", profile])
+                .args(["-p", "tollgate-redis-module"])
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .status()
+                .expect("cargo");
+            assert!(status.success(), "building the module failed");
+            let exe = std::env::current_exe().expect("test binary path");
+            // target/<profile dir>/deps/<binary> -> target/
+            let target = exe.ancestors().nth(3).expect("target directory");
+            let dir = if release { "release" } else { "debug" };
+            target.join(dir).join("libtollgate_redis_module.so")
+        })
+        .clone()
 }
