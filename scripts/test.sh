@@ -43,7 +43,9 @@ install_browser
 # for integration tests, so build it here, with the tests' profile (its dependencies are
 # the tests' own, already built), and tell the tests where it is.
 cargo build --profile test -p tollgate-redis-module
-export TOLLGATE_REDIS_MODULE="$(pwd)/${CARGO_TARGET_DIR:-target}/debug/libtollgate_redis_module.so"
+target_dir=${CARGO_TARGET_DIR:-target}
+case $target_dir in /*) ;; *) target_dir="$(pwd)/$target_dir" ;; esac
+export TOLLGATE_REDIS_MODULE="$target_dir/debug/libtollgate_redis_module.so"
 
 # Doc tests (including the README's examples), which nextest does not run.
 cargo test --workspace --all-features --doc
