@@ -97,14 +97,13 @@ impl ConcurrencyLimitLayer {
     ) -> Result<Self, Error> {
         let concurrency = Concurrency::new(max)?;
         let ttl = ticks(ttl);
-        let table =
-            KeyedLeases::with_hasher(concurrency, max_keys, MonotonicClock, KeyHasher::default());
-        // The ttl's range is checked by a first lease, here rather than on each request.
-        if let Err(AcquireError::Lease(LeaseError::Param(error))) =
-            table.try_acquire(&GLOBAL, None, ttl)
-        {
+        // The ttl's range is checked here rather than on each request (every request's
+        // owner is made by the table, always valid).
+        if let Err(LeaseError::Param(error)) = Concurrency::check(b"-", ttl) {
             return Err(error.into());
         }
+        let table =
+            KeyedLeases::with_hasher(concurrency, max_keys, MonotonicClock, KeyHasher::default());
         Ok(Self {
             leases: Box::leak(Box::new(table)),
             key,
