@@ -409,15 +409,11 @@ impl LeaseStore for RedisLeaseStore {
     ) -> Result<Acquired, Failure> {
         let con = &mut *self.con.borrow_mut();
         let (key, owner) = (key.as_bytes(), owner.as_bytes());
-        let acquired = match now {
+        match now {
             Some(now) => self.leases.acquire_at(con, key, owner, ttl, now),
             None => self.leases.acquire(con, key, owner, ttl),
         }
-        .map_err(redis_failure)?;
-        Ok(Acquired::new(
-            acquired.decision,
-            acquired.grant().map(redis_grant),
-        ))
+        .map_err(redis_failure)
     }
 
     fn release(&self, key: &str, now: Option<Ticks>, owner: &str) -> Result<Grant, Failure> {
@@ -427,7 +423,6 @@ impl LeaseStore for RedisLeaseStore {
             Some(now) => self.leases.release_at(con, key, owner, now),
             None => self.leases.release(con, key, owner),
         }
-        .map(redis_grant)
         .map_err(redis_failure)
     }
 
@@ -444,7 +439,6 @@ impl LeaseStore for RedisLeaseStore {
             Some(now) => self.leases.renew_at(con, key, owner, ttl, now),
             None => self.leases.renew(con, key, owner, ttl),
         }
-        .map(redis_grant)
         .map_err(redis_failure)
     }
 
@@ -463,11 +457,6 @@ impl LeaseStore for RedisLeaseStore {
             .map_err(|e| redis_failure(tollgate_redis::Error::Redis(e)))?;
         Ok(seconds.saturating_mul(1_000_000).saturating_add(micros))
     }
-}
-
-/// The Redis host's lease in the core's type, which every command prints.
-fn redis_grant(held: tollgate_redis::Held) -> Grant {
-    Grant::new(held.token, held.expires_at, held.holds)
 }
 
 /// A Redis limiter and its one connection (a command runs on one thread).

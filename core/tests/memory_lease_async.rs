@@ -110,3 +110,26 @@ async fn an_async_waiter_gives_up_at_its_deadline_and_a_dropped_one_holds_nothin
     drop(held);
     assert!(lock.try_acquire(None, LONG).is_ok());
 }
+
+#[tokio::test]
+async fn an_owned_guard_keeps_its_table_alive_and_releases_on_drop() {
+    let table = Arc::new(KeyedLeases::new(Concurrency::lock(), 16));
+    let guard = table
+        .acquire_owned_async("k", None, SECOND, Duration::ZERO)
+        .await
+        .unwrap();
+    assert!(matches!(
+        table.try_acquire("k", None, SECOND),
+        Err(AcquireError::Busy(_))
+    ));
+    // The guard holds the table, not a borrow: it outlives every other handle.
+    let weak = Arc::downgrade(&table);
+    drop(table);
+    let table = weak.upgrade().expect("the guard keeps the table");
+    drop(guard);
+    let second = table.try_acquire("k", None, SECOND).unwrap();
+    assert!(second.token() > 0);
+    drop(second);
+    drop(table);
+    assert!(weak.upgrade().is_none(), "freed with its last handle");
+}

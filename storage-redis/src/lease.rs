@@ -2,43 +2,10 @@
 //! (`lua/lease.lua`) on the core's bytes, at the server's clock or an explicit time.
 
 use redis::{aio, ConnectionLike, Value};
-use tollgate_core::{Concurrency, Decision, LeaseError, LeaseState, Ticks};
+use tollgate_core::{Acquired, Concurrency, Decision, Grant, LeaseError, LeaseState, Ticks};
 
 use crate::path::{Invocation, Program};
 use crate::{corrupt, Arg, Error, Path, MAX_LUA_TICKS};
-
-/// A lease as it stands after a call: what its holder passes to the protected resource.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub struct Held {
-    /// The fencing token: strictly greater than every token granted before on the key.
-    pub token: u64,
-    /// The instant (server ticks, or the caller's with an explicit time) it expires
-    /// unless renewed.
-    pub expires_at: Ticks,
-    /// How many times the owner holds it (0 after the release that freed it).
-    pub holds: u64,
-}
-
-/// The answer to an acquire: granted on every key, or on none.
-#[must_use = "a denied acquire holds nothing"]
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct LeaseAcquired {
-    /// `limit` is `max`, `remaining` the fewest leases still free on a key,
-    /// `retry_after` when denied the longest time until a lease expires on a full key,
-    /// `reset_after` the longest time until a key is fresh.
-    pub decision: Decision,
-    /// One lease per key, in the order given; empty when denied.
-    pub grants: Vec<Held>,
-}
-
-impl LeaseAcquired {
-    /// The lease on the first key, when granted.
-    pub fn grant(&self) -> Option<Held> {
-        self.grants.first().copied()
-    }
-}
 
 /// Leases whose tables live in Redis: at most `max` holders per key (a lock when `max` is
 /// 1), owner-checked release and renew, fencing tokens that never repeat on a key.
@@ -145,8 +112,9 @@ impl RedisLeases {
         key: &[u8],
         owner: &[u8],
         ttl: Ticks,
-    ) -> Result<LeaseAcquired, Error> {
-        self.acquire_all(con, &[key], owner, ttl)
+    ) -> Result<Acquired, Error> {
+        let cmd = self.command(Op::Acquire, &[key], owner, Some(ttl), None)?;
+        acquired(self.run(con, &cmd, &[key])?).map(one)
     }
 
     /// [`RedisLeases::acquire`] at an explicit time `now`.
@@ -157,20 +125,23 @@ impl RedisLeases {
         owner: &[u8],
         ttl: Ticks,
         now: Ticks,
-    ) -> Result<LeaseAcquired, Error> {
+    ) -> Result<Acquired, Error> {
         let cmd = self.command(Op::Acquire, &[key], owner, Some(ttl), Some(now))?;
-        acquired(self.run(con, &cmd, &[key])?)
+        acquired(self.run(con, &cmd, &[key])?).map(one)
     }
 
     /// Acquires a lease on every key of `keys` or on none, in one script (a multi-key
-    /// lock). Denied if any key is full.
+    /// lock). Denied if any key is full. The decision covers all keys (`remaining` the
+    /// fewest leases still free on a key, `retry_after` the longest wait on a full key,
+    /// `reset_after` the longest time until a key is fresh); the grants are one per key,
+    /// in the order given, and empty when denied.
     pub fn acquire_all<C: ConnectionLike>(
         &self,
         con: &mut C,
         keys: &[&[u8]],
         owner: &[u8],
         ttl: Ticks,
-    ) -> Result<LeaseAcquired, Error> {
+    ) -> Result<(Decision, Vec<Grant>), Error> {
         let cmd = self.command(Op::Acquire, keys, owner, Some(ttl), None)?;
         acquired(self.run(con, &cmd, keys)?)
     }
@@ -182,7 +153,7 @@ impl RedisLeases {
         con: &mut C,
         key: &[u8],
         owner: &[u8],
-    ) -> Result<Held, Error> {
+    ) -> Result<Grant, Error> {
         self.release_all(con, &[key], owner).map(first)
     }
 
@@ -193,7 +164,7 @@ impl RedisLeases {
         key: &[u8],
         owner: &[u8],
         now: Ticks,
-    ) -> Result<Held, Error> {
+    ) -> Result<Grant, Error> {
         let cmd = self.command(Op::Release, &[key], owner, None, Some(now))?;
         held(self.run(con, &cmd, &[key])?).map(first)
     }
@@ -205,7 +176,7 @@ impl RedisLeases {
         con: &mut C,
         keys: &[&[u8]],
         owner: &[u8],
-    ) -> Result<Vec<Held>, Error> {
+    ) -> Result<Vec<Grant>, Error> {
         let cmd = self.command(Op::Release, keys, owner, None, None)?;
         held(self.run(con, &cmd, keys)?)
     }
@@ -218,7 +189,7 @@ impl RedisLeases {
         key: &[u8],
         owner: &[u8],
         ttl: Ticks,
-    ) -> Result<Held, Error> {
+    ) -> Result<Grant, Error> {
         self.renew_all(con, &[key], owner, ttl).map(first)
     }
 
@@ -230,7 +201,7 @@ impl RedisLeases {
         owner: &[u8],
         ttl: Ticks,
         now: Ticks,
-    ) -> Result<Held, Error> {
+    ) -> Result<Grant, Error> {
         let cmd = self.command(Op::Renew, &[key], owner, Some(ttl), Some(now))?;
         held(self.run(con, &cmd, &[key])?).map(first)
     }
@@ -242,7 +213,7 @@ impl RedisLeases {
         keys: &[&[u8]],
         owner: &[u8],
         ttl: Ticks,
-    ) -> Result<Vec<Held>, Error> {
+    ) -> Result<Vec<Grant>, Error> {
         let cmd = self.command(Op::Renew, keys, owner, Some(ttl), None)?;
         held(self.run(con, &cmd, keys)?)
     }
@@ -254,13 +225,16 @@ impl RedisLeases {
         &self,
         con: &mut C,
         requests: &[(&[u8], &[u8], Ticks)],
-    ) -> Result<Vec<Result<LeaseAcquired, Error>>, Error> {
+    ) -> Result<Vec<Result<Acquired, Error>>, Error> {
         let calls = requests.iter().map(|&(key, owner, ttl)| {
             let cmd = self.command(Op::Acquire, &[key], owner, Some(ttl), None);
             (cmd, key)
         });
         let replies = self.batch(con, calls.collect())?;
-        Ok(replies.into_iter().map(|r| r.and_then(acquired)).collect())
+        Ok(replies
+            .into_iter()
+            .map(|r| r.and_then(acquired).map(one))
+            .collect())
     }
 
     /// Releases many leases, each `(key, owner)`, in one pipelined round trip.
@@ -268,7 +242,7 @@ impl RedisLeases {
         &self,
         con: &mut C,
         requests: &[(&[u8], &[u8])],
-    ) -> Result<Vec<Result<Held, Error>>, Error> {
+    ) -> Result<Vec<Result<Grant, Error>>, Error> {
         let calls = requests
             .iter()
             .map(|&(key, owner)| (self.command(Op::Release, &[key], owner, None, None), key));
@@ -334,9 +308,9 @@ impl RedisLeases {
         key: &[u8],
         owner: &[u8],
         ttl: Ticks,
-    ) -> Result<LeaseAcquired, Error> {
+    ) -> Result<Acquired, Error> {
         let cmd = self.command(Op::Acquire, &[key], owner, Some(ttl), None)?;
-        acquired(self.run_async(con, &cmd, &[key]).await?)
+        acquired(self.run_async(con, &cmd, &[key]).await?).map(one)
     }
 
     /// Asynchronous [`RedisLeases::release`].
@@ -345,7 +319,7 @@ impl RedisLeases {
         con: &mut C,
         key: &[u8],
         owner: &[u8],
-    ) -> Result<Held, Error> {
+    ) -> Result<Grant, Error> {
         let cmd = self.command(Op::Release, &[key], owner, None, None)?;
         held(self.run_async(con, &cmd, &[key]).await?).map(first)
     }
@@ -357,7 +331,7 @@ impl RedisLeases {
         key: &[u8],
         owner: &[u8],
         ttl: Ticks,
-    ) -> Result<Held, Error> {
+    ) -> Result<Grant, Error> {
         let cmd = self.command(Op::Renew, &[key], owner, Some(ttl), None)?;
         held(self.run_async(con, &cmd, &[key]).await?).map(first)
     }
@@ -391,11 +365,8 @@ impl RedisLeases {
         now: Option<Ticks>,
     ) -> Result<Invocation, Error> {
         if !matches!(op, Op::Read) {
-            // The core's own checks, on a fresh state: a typed error, nothing sent.
-            let _checked = self
-                .concurrency
-                .acquire(None, 0, owner, ttl.unwrap_or(1))
-                .map_err(Error::Lease)?;
+            // The core's own checks: a typed error, nothing sent.
+            Concurrency::check(owner, ttl.unwrap_or(1))?;
         }
         if keys.is_empty() {
             return Err(Error::NoKeys);
@@ -502,9 +473,14 @@ impl RedisLeases {
     }
 }
 
-fn first(mut held: Vec<Held>) -> Held {
+fn first(mut grants: Vec<Grant>) -> Grant {
     // The script replies one lease per key; a call on one key has one.
-    held.swap_remove(0)
+    grants.swap_remove(0)
+}
+
+/// A call on one key: its decision and its grant, if any.
+fn one((decision, grants): (Decision, Vec<Grant>)) -> Acquired {
+    Acquired::new(decision, grants.first().copied())
 }
 
 /// A reply's rows of integers: the scripts' one row per key, or the module's flat reply
@@ -524,7 +500,7 @@ fn unsigned(v: i64) -> Result<u64, Error> {
 }
 
 /// Per key: allowed, max, remaining, retry, reset, token, expiry, holds.
-fn acquired(reply: Value) -> Result<LeaseAcquired, Error> {
+fn acquired(reply: Value) -> Result<(Decision, Vec<Grant>), Error> {
     // The module's one row: the decision's 7 fields (then delay and time), the grant's 3.
     let rows = rows(reply, |flat| match flat {
         &[ok, max, free, wait, fresh, _delay, _now, token, expires_at, holds] => {
@@ -544,11 +520,11 @@ fn acquired(reply: Value) -> Result<LeaseAcquired, Error> {
         remaining = remaining.min(unsigned(free)?);
         retry = retry.max(unsigned(wait)?);
         reset = reset.max(unsigned(fresh)?);
-        grants.push(Held {
-            token: unsigned(token)?,
-            expires_at: unsigned(expires_at)?,
-            holds: unsigned(holds)?,
-        });
+        grants.push(Grant::new(
+            unsigned(token)?,
+            unsigned(expires_at)?,
+            unsigned(holds)?,
+        ));
     }
     if grants.is_empty() {
         return Err(Error::Reply);
@@ -559,11 +535,11 @@ fn acquired(reply: Value) -> Result<LeaseAcquired, Error> {
         grants.clear();
         Decision::deny(limit, remaining, Some(retry), reset)
     };
-    Ok(LeaseAcquired { decision, grants })
+    Ok((decision, grants))
 }
 
 /// Per key: token, expiry, holds.
-fn held(reply: Value) -> Result<Vec<Held>, Error> {
+fn held(reply: Value) -> Result<Vec<Grant>, Error> {
     // The module's one row: the grant's 3 fields, then the time.
     let rows = rows(reply, |flat| match flat {
         &[token, expires_at, holds, _now] => Some(vec![token, expires_at, holds]),
@@ -574,11 +550,11 @@ fn held(reply: Value) -> Result<Vec<Held>, Error> {
     }
     rows.into_iter()
         .map(|row| match row[..] {
-            [token, expires_at, holds] => Ok(Held {
-                token: unsigned(token)?,
-                expires_at: unsigned(expires_at)?,
-                holds: unsigned(holds)?,
-            }),
+            [token, expires_at, holds] => Ok(Grant::new(
+                unsigned(token)?,
+                unsigned(expires_at)?,
+                unsigned(holds)?,
+            )),
             _ => Err(Error::Reply),
         })
         .collect()

@@ -53,7 +53,7 @@ use tollgate_core::{Decision, Reserve, Ticks};
 pub use connection::{client, connect_async, Reconnecting, ReconnectingAsync, DEFAULT_TIMEOUT};
 pub use error::Error;
 pub use fence::FencedResource;
-pub use lease::{Held, LeaseAcquired, RedisLeases};
+pub use lease::RedisLeases;
 pub use lua::{
     library_name, LuaAlgorithm, MAX_LUA_HORIZON, MAX_LUA_LIMIT, MAX_LUA_LOG_LIMIT, MAX_LUA_TICKS,
 };

@@ -7,9 +7,9 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use redis::{aio, ConnectionLike};
-use tollgate_core::{LeaseError, Ticks};
+use tollgate_core::{Grant, LeaseError, Ticks};
 
-use crate::{Error, Held, RedisLeases};
+use crate::{Error, RedisLeases};
 
 /// What a watchdog renews: a lease on one key.
 #[derive(Debug, Clone)]
@@ -34,7 +34,7 @@ impl Watched {
 /// renewing stops: the holder must stop acting on it.
 #[derive(Debug)]
 pub struct LeaseGuard {
-    held: Held,
+    held: Grant,
     lost: Arc<AtomicBool>,
     stop: Arc<(Mutex<bool>, Condvar)>,
     thread: Option<JoinHandle<()>>,
@@ -42,7 +42,7 @@ pub struct LeaseGuard {
 
 impl LeaseGuard {
     /// The lease as granted: its token is what the protected resource checks.
-    pub fn held(&self) -> Held {
+    pub fn held(&self) -> Grant {
         self.held
     }
 
@@ -66,14 +66,14 @@ impl Drop for LeaseGuard {
 /// [`LeaseGuard`] for tokio: a task renews, [`AsyncLeaseGuard::lost`] can be awaited.
 #[derive(Debug)]
 pub struct AsyncLeaseGuard {
-    held: Held,
+    held: Grant,
     lost: tokio::sync::watch::Receiver<bool>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 impl AsyncLeaseGuard {
     /// The lease as granted.
-    pub fn held(&self) -> Held {
+    pub fn held(&self) -> Grant {
         self.held
     }
 
@@ -101,7 +101,7 @@ impl Drop for AsyncLeaseGuard {
     }
 }
 
-fn gone(result: &Result<Held, Error>) -> bool {
+fn gone(result: &Result<Grant, Error>) -> bool {
     matches!(result, Err(Error::Lease(LeaseError::NotHeld)))
 }
 
@@ -117,7 +117,7 @@ impl RedisLeases {
         owner: &[u8],
         ttl: Ticks,
     ) -> Result<Option<LeaseGuard>, Error> {
-        let Some(held) = self.acquire(&mut con, key, owner, ttl)?.grant() else {
+        let Some(held) = self.acquire(&mut con, key, owner, ttl)?.grant else {
             return Ok(None);
         };
         let watched = Watched {
@@ -169,7 +169,7 @@ impl RedisLeases {
         owner: &[u8],
         ttl: Ticks,
     ) -> Result<Option<AsyncLeaseGuard>, Error> {
-        let Some(held) = self.acquire_async(&mut con, key, owner, ttl).await?.grant() else {
+        let Some(held) = self.acquire_async(&mut con, key, owner, ttl).await?.grant else {
             return Ok(None);
         };
         let watched = Watched {

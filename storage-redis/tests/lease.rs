@@ -13,7 +13,9 @@ use std::time::Duration;
 use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
 use tollgate_core::limits::MAX_PERIOD;
-use tollgate_core::{Concurrency, FixedWindow, LeaseError, LeaseState, ParamError, Ticks, SECOND};
+use tollgate_core::{
+    Acquired, Concurrency, FixedWindow, Grant, LeaseError, LeaseState, ParamError, Ticks, SECOND,
+};
 use tollgate_redis::{Error, Path, RedisLeases, RedisLimiter, MAX_LUA_TICKS};
 
 use common::{Cluster, Server};
@@ -140,7 +142,7 @@ fn the_script_and_the_core_agree_on_answers_and_bytes() {
                         .acquire_at(&mut con, key, owner, *ttl, now)
                         .map(|a| {
                             let d = a.decision;
-                            let g = a.grant().map(|g| (g.token, g.expires_at, g.holds));
+                            let g = a.grant.map(|g| (g.token, g.expires_at, g.holds));
                             (d.allowed, d.remaining, d.retry_after, d.reset_after, g)
                         })
                         .map_err(redis_error),
@@ -181,6 +183,48 @@ fn the_script_and_the_core_agree_on_answers_and_bytes() {
     );
     if let Err(e) = result {
         panic!("{e}");
+    }
+}
+
+/// The host returns the core's own `Acquired` and `Grant`, equal to what the core
+/// answers for the same calls, on every path.
+#[test]
+fn answers_are_the_cores_types_and_values() {
+    let server = Server::start_with_module(false);
+    let core = Concurrency::new(2).unwrap();
+    for path in [Path::Module, Path::Functions, Path::Scripts] {
+        let mut con = server.connection();
+        let leases = RedisLeases::new(core)
+            .with_prefix(prefix())
+            .with_path(path)
+            .unwrap();
+        let (key, t) = (b"k".as_slice(), 1_000);
+        let (want, state) = core.acquire(None, t, b"a", SECOND).unwrap();
+        let got: Acquired = leases.acquire_at(&mut con, key, b"a", SECOND, t).unwrap();
+        assert_eq!(got, want, "{path:?}");
+        let (want, state) = core.acquire(state, t + 1, b"b", SECOND).unwrap();
+        assert_eq!(
+            leases
+                .acquire_at(&mut con, key, b"b", SECOND, t + 1)
+                .unwrap(),
+            want
+        );
+        // Full: denied, no grant.
+        let (want, _) = core.acquire(state.clone(), t + 2, b"c", SECOND).unwrap();
+        assert!(want.grant.is_none());
+        assert_eq!(
+            leases
+                .acquire_at(&mut con, key, b"c", SECOND, t + 2)
+                .unwrap(),
+            want
+        );
+        let (want, state): (Grant, _) = core.renew(state, t + 3, b"a", SECOND).unwrap();
+        assert_eq!(
+            leases.renew_at(&mut con, key, b"a", SECOND, t + 3).unwrap(),
+            want
+        );
+        let (want, _) = core.release(state, t + 4, b"b").unwrap();
+        assert_eq!(leases.release_at(&mut con, key, b"b", t + 4).unwrap(), want);
     }
 }
 
@@ -322,7 +366,7 @@ fn on_the_servers_clock_a_lease_returns_after_its_ttl_and_tokens_still_grow() {
     let lock = RedisLeases::new(Concurrency::lock());
     let ttl = 150 * tollgate_core::MILLISECOND;
     let first = lock.acquire(&mut con, b"k", b"a", ttl).unwrap();
-    let grant = first.grant().unwrap();
+    let grant = first.grant.unwrap();
     let pttl: i64 = redis::cmd("PTTL").arg("k").query(&mut con).unwrap();
     let reset_ms = i64::try_from(first.decision.reset_after.div_ceil(1000)).unwrap();
     assert!(
@@ -336,7 +380,7 @@ fn on_the_servers_clock_a_lease_returns_after_its_ttl_and_tokens_still_grow() {
     let second = lock
         .acquire(&mut con, b"k", b"b", ttl)
         .unwrap()
-        .grant()
+        .grant
         .unwrap();
     assert!(second.token > grant.token);
     // Released at once: the key lives until the clock passes its last token, and a
@@ -347,7 +391,7 @@ fn on_the_servers_clock_a_lease_returns_after_its_ttl_and_tokens_still_grow() {
     let third = lock
         .acquire(&mut con, b"k", b"c", ttl)
         .unwrap()
-        .grant()
+        .grant
         .unwrap();
     assert!(third.token > second.token);
 }
@@ -384,13 +428,13 @@ fn a_multi_key_lock_runs_on_one_cluster_node() {
 fn multi_key(con: &mut impl redis::ConnectionLike) {
     let lock = RedisLeases::new(Concurrency::lock());
     let (a, b, c): (&[u8], &[u8], &[u8]) = (b"{bank}:a", b"{bank}:b", b"{bank}:c");
-    let both = lock.acquire_all(con, &[a, b], b"alice", SECOND).unwrap();
-    assert!(both.decision.allowed);
-    assert_eq!(both.grants.len(), 2);
+    let (decision, both) = lock.acquire_all(con, &[a, b], b"alice", SECOND).unwrap();
+    assert!(decision.allowed);
+    assert_eq!(both.len(), 2);
     // b is held: bob gets neither b nor c.
-    let denied = lock.acquire_all(con, &[c, b], b"bob", SECOND).unwrap();
-    assert!(!denied.decision.allowed && denied.grants.is_empty());
-    assert!(denied.decision.retry_after.unwrap() > 0);
+    let (denied, none) = lock.acquire_all(con, &[c, b], b"bob", SECOND).unwrap();
+    assert!(!denied.allowed && none.is_empty());
+    assert!(denied.retry_after.unwrap() > 0);
     assert_eq!(lock.state(con, c).unwrap(), None);
     // Releasing keys not all held by the owner changes nothing.
     assert!(matches!(
@@ -402,9 +446,9 @@ fn multi_key(con: &mut impl redis::ConnectionLike) {
     assert_eq!(renewed.len(), 2);
     let released = lock.release_all(con, &[b, a], b"alice").unwrap();
     assert!(released.iter().all(|h| h.holds == 0));
-    let now = lock.acquire_all(con, &[c, b], b"bob", SECOND).unwrap();
-    assert!(now.decision.allowed);
-    assert!(now.grants[1].token > both.grants[1].token);
+    let (decision, now) = lock.acquire_all(con, &[c, b], b"bob", SECOND).unwrap();
+    assert!(decision.allowed);
+    assert!(now[1].token > both[1].token);
 }
 
 #[test]

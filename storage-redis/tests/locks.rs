@@ -106,7 +106,7 @@ fn a_paused_holders_stale_write_is_refused() {
     let grant = lock
         .acquire(&mut con, b"lock", b"parent", SECOND)
         .unwrap()
-        .grant()
+        .grant
         .expect("the paused holder's lease expired");
     assert!(grant.token > old);
     let resource = FencedResource::new("resource");
@@ -132,7 +132,7 @@ fn a_killed_holders_permit_returns_after_its_ttl_and_not_before() {
     let started = Instant::now();
     let granted_at = loop {
         let acquired = lock.acquire(&mut con, b"lock", b"parent", ttl).unwrap();
-        match acquired.grant() {
+        match acquired.grant {
             // The server's time of the grant.
             Some(grant) => break grant.expires_at - ttl,
             None => {
@@ -178,7 +178,7 @@ fn lock_child() {
             let grant = lock
                 .acquire(&mut con, b"lock", owner.as_bytes(), ttl)
                 .unwrap();
-            let token = grant.grant().unwrap().token;
+            let token = grant.grant.unwrap().token;
             println!("token={token}");
             // Paused here by the parent, past the ttl.
             sleep(Duration::from_millis(100));
@@ -192,7 +192,7 @@ fn lock_child() {
             let lock = RedisLeases::new(Concurrency::lock());
             let ttl = 300 * MILLISECOND;
             let grant = lock.acquire(&mut con, b"lock", b"doomed", ttl).unwrap();
-            println!("expires_at={}", grant.grant().unwrap().expires_at);
+            println!("expires_at={}", grant.grant.unwrap().expires_at);
             sleep(Duration::from_secs(60));
         }
         other => panic!("unknown task {other}"),
@@ -222,7 +222,7 @@ fn exclusive(connect: &(dyn Fn() -> redis::Connection + Sync), pid: u32) -> u64 
                             Err(Error::Stale { .. }) => stale += 1,
                             Err(e) => panic!("{e}"),
                         }
-                        lock.release(&mut con, b"lock", owner.as_bytes()).unwrap();
+                        let _freed = lock.release(&mut con, b"lock", owner.as_bytes()).unwrap();
                     }
                     stale
                 })
@@ -252,7 +252,7 @@ fn limited(connect: &(dyn Fn() -> redis::Connection + Sync), pid: u32) -> u64 {
                         most = most.max(in_flight);
                         sleep(Duration::from_micros(500));
                         let _: i64 = redis::cmd("DECR").arg("in_flight").query(&mut con).unwrap();
-                        leases.release(&mut con, b"pool", owner.as_bytes()).unwrap();
+                        let _freed = leases.release(&mut con, b"pool", owner.as_bytes()).unwrap();
                     }
                     most
                 })
@@ -277,7 +277,7 @@ fn wait_for(
 ) -> u64 {
     loop {
         let acquired = leases.acquire(con, key, owner.as_bytes(), ttl).unwrap();
-        if let Some(grant) = acquired.grant() {
+        if let Some(grant) = acquired.grant {
             return grant.token;
         }
         let retry = acquired.decision.retry_after.unwrap_or(1000).min(1000);
@@ -302,7 +302,7 @@ fn a_restarted_lock_server_grants_larger_tokens_and_stale_writes_stay_refused() 
     let old = lock
         .acquire(&mut con, b"lock", b"old", 10 * SECOND)
         .unwrap();
-    let old = old.grant().unwrap().token;
+    let old = old.grant.unwrap().token;
     resource.write(&mut data, old, b"old").unwrap();
     locks.kill();
     let down = lock.acquire(&mut con, b"lock", b"new", 10 * SECOND);
@@ -317,7 +317,7 @@ fn a_restarted_lock_server_grants_larger_tokens_and_stale_writes_stay_refused() 
     let new = lock
         .acquire(&mut con, b"lock", b"new", 10 * SECOND)
         .unwrap();
-    let new = new.grant().unwrap().token;
+    let new = new.grant.unwrap().token;
     assert!(new > old, "{new} after {old}");
     resource.write(&mut data, new, b"new").unwrap();
     assert!(matches!(

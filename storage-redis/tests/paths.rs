@@ -161,7 +161,7 @@ fn the_module_is_detected_and_taken_when_loaded() {
     let held = leases.acquire(&mut con, b"l", b"a", SECOND).unwrap();
     assert!(held.decision.allowed);
     assert_eq!(leases.path(), Some(Path::Module));
-    leases.release(&mut con, b"l", b"a").unwrap();
+    let _freed = leases.release(&mut con, b"l", b"a").unwrap();
     // Neither the library nor a script was needed for the decisions.
     assert!(!libraries(&mut con).contains(library_name()));
     let sha1 = redis::Script::new(limiter.script()).get_hash().to_owned();

@@ -41,7 +41,7 @@ fn a_watched_lease_is_renewed_released_on_drop_and_reports_its_loss() {
     let next = lock
         .acquire(&mut con, b"k", b"b", TTL)
         .unwrap()
-        .grant()
+        .grant
         .unwrap();
     assert!(next.token > token);
     let _ = lock.release(&mut con, b"k", b"b").unwrap();
@@ -57,7 +57,7 @@ fn a_watched_lease_is_renewed_released_on_drop_and_reports_its_loss() {
     let _held = lock
         .acquire(&mut con, b"k", b"c", TTL)
         .unwrap()
-        .grant()
+        .grant
         .unwrap();
     let denied = lock.acquire_watched(Reconnecting::new(server.client()), b"k", b"a", TTL);
     assert!(denied.unwrap().is_none());
@@ -86,7 +86,7 @@ async fn an_async_watched_lease_is_renewed_released_on_drop_and_its_loss_awaited
             .acquire_async(&mut con, b"k", b"b", TTL)
             .await
             .unwrap()
-            .grant();
+            .grant;
         if granted.is_some() {
             break;
         }

@@ -2,6 +2,7 @@
 //! response body ends.
 
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -33,8 +34,8 @@ const GLOBAL: Key = Key::Bytes(Bytes::from_static(b""));
 /// `Retry-After` until the earliest lease expires), [`Wait`](crate::Wait) (waits up to
 /// its bound for a release, woken by it, then rejects), or your own.
 ///
-/// The lease table lives as long as the process (a response body may outlive every
-/// clone of the layer, and its guard borrows the table): build layers once, at startup.
+/// The lease table is shared by the layer's clones and the guards of the response
+/// bodies in flight, and freed with the last of them.
 ///
 /// ```
 /// use std::time::Duration;
@@ -53,7 +54,7 @@ const GLOBAL: Key = Key::Bytes(Bytes::from_static(b""));
 /// ```
 #[derive(Debug)]
 pub struct ConcurrencyLimitLayer<O = Reject> {
-    leases: &'static Table,
+    leases: Arc<Table>,
     key: Option<KeyExtractor>,
     ttl: Ticks,
     overload: O,
@@ -62,7 +63,7 @@ pub struct ConcurrencyLimitLayer<O = Reject> {
 impl<O: Clone> Clone for ConcurrencyLimitLayer<O> {
     fn clone(&self) -> Self {
         Self {
-            leases: self.leases,
+            leases: Arc::clone(&self.leases),
             key: self.key.clone(),
             ttl: self.ttl,
             overload: self.overload.clone(),
@@ -97,16 +98,15 @@ impl ConcurrencyLimitLayer {
     ) -> Result<Self, Error> {
         let concurrency = Concurrency::new(max)?;
         let ttl = ticks(ttl);
-        let table =
-            KeyedLeases::with_hasher(concurrency, max_keys, MonotonicClock, KeyHasher::default());
-        // The ttl's range is checked by a first lease, here rather than on each request.
-        if let Err(AcquireError::Lease(LeaseError::Param(error))) =
-            table.try_acquire(&GLOBAL, None, ttl)
-        {
+        // The ttl's range is checked here rather than on each request (every request's
+        // owner is made by the table, always valid).
+        if let Err(LeaseError::Param(error)) = Concurrency::check(b"-", ttl) {
             return Err(error.into());
         }
+        let table =
+            KeyedLeases::with_hasher(concurrency, max_keys, MonotonicClock, KeyHasher::default());
         Ok(Self {
-            leases: Box::leak(Box::new(table)),
+            leases: Arc::new(table),
             key,
             ttl,
             overload: Reject::default(),
@@ -127,8 +127,8 @@ impl<O> ConcurrencyLimitLayer<O> {
     }
 
     /// The lease table (to inspect what is held).
-    pub fn leases(&self) -> &'static KeyedLeases<Key, MonotonicClock, KeyHasher> {
-        self.leases
+    pub fn leases(&self) -> &KeyedLeases<Key, MonotonicClock, KeyHasher> {
+        &self.leases
     }
 }
 
@@ -195,7 +195,7 @@ where
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let (leases, ttl, overload) = (
-            self.layer.leases,
+            Arc::clone(&self.layer.leases),
             self.layer.ttl,
             self.layer.overload.clone(),
         );
@@ -203,7 +203,7 @@ where
         Box::pin(async move {
             let max_wait = overload.max_wait().unwrap_or(Duration::ZERO);
             // Dropping this future (the client gone while waiting) gives up the wait.
-            let denied = match leases.acquire_async(&key, None, ttl, max_wait).await {
+            let denied = match leases.acquire_owned_async(&key, None, ttl, max_wait).await {
                 Ok(guard) => {
                     let response = inner.call(request).await?;
                     return Ok(response.map(|body| LeaseBody::leased(body, guard)));

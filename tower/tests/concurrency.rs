@@ -289,3 +289,10 @@ fn limits_and_ttls_out_of_range_are_refused_when_built() {
     assert!(ConcurrencyLimitLayer::global(1, Duration::from_secs(400 * 86_400)).is_err());
     assert!(ConcurrencyLimitLayer::global(1_024, TTL).is_ok());
 }
+
+#[test]
+fn building_a_layer_takes_no_lease() {
+    // The ttl is checked without a trial lease: a new table holds no key, no token spent.
+    let layer = ConcurrencyLimitLayer::global(1, TTL).unwrap();
+    assert!(layer.leases().is_empty());
+}

@@ -9,7 +9,7 @@ use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::borrow::ToOwned;
 use std::boxed::Box;
 use std::collections::hash_map::RandomState;
-use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 use std::vec::Vec;
 
@@ -334,6 +334,43 @@ impl<K: Hash + Eq + Send, C: Clock + Sync, H: BuildHasher + Sync> KeyedLeases<K,
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized + Sync,
     {
+        let (owner, grant) = self.grant_async(key, owner, ttl, timeout).await?;
+        Ok(LeaseGuard::new(self, key.to_owned(), owner, grant))
+    }
+
+    /// [`acquire_async`](Self::acquire_async) on a shared table: the guard holds a clone
+    /// of the `Arc`, not a borrow, so it may outlive every other handle (a response body
+    /// in a server) and the table lives as long as its last guard.
+    #[cfg(feature = "tokio")]
+    pub async fn acquire_owned_async<Q>(
+        self: &Arc<Self>,
+        key: &Q,
+        owner: Option<&[u8]>,
+        ttl: Ticks,
+        timeout: Duration,
+    ) -> Result<LeaseGuard<'static, K>, AcquireError>
+    where
+        Self: Send + 'static,
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized + Sync,
+    {
+        let (owner, grant) = self.grant_async(key, owner, ttl, timeout).await?;
+        let host = HostRef::Shared(Arc::clone(self) as Arc<dyn Host<K> + Send>);
+        Ok(LeaseGuard::with_host(host, key.to_owned(), owner, grant))
+    }
+
+    #[cfg(feature = "tokio")]
+    async fn grant_async<Q>(
+        &self,
+        key: &Q,
+        owner: Option<&[u8]>,
+        ttl: Ticks,
+        timeout: Duration,
+    ) -> Result<(Owner, Grant), AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized + Sync,
+    {
         let owner = Owner::new(owner)?;
         let hash = self.hasher.hash_one(key);
         let grant = self
@@ -344,7 +381,7 @@ impl<K: Hash + Eq + Send, C: Clock + Sync, H: BuildHasher + Sync> KeyedLeases<K,
                 |shard, read| self.attempt(shard, read, hash, key, &owner, ttl),
             )
             .await?;
-        Ok(LeaseGuard::new(self, key.to_owned(), owner, grant))
+        Ok((owner, grant))
     }
 
     fn attempt<Q>(
@@ -490,15 +527,34 @@ impl<K, C, H> fmt::Debug for KeyedLeases<K, C, H> {
 /// when it expires, `ttl` after its last grant or renewal, and not before.
 #[must_use = "dropping the guard releases the lease at once"]
 pub struct LeaseGuard<'a, K = ()> {
-    host: &'a dyn Host<K>,
+    host: HostRef<'a, K>,
     key: K,
     owner: Owner,
     grant: Grant,
     held: bool,
 }
 
+/// The table a guard gives its lease back to: borrowed, or shared (an owned guard).
+enum HostRef<'a, K> {
+    Borrowed(&'a dyn Host<K>),
+    Shared(Arc<dyn Host<K> + Send + 'a>),
+}
+
+impl<'a, K> HostRef<'a, K> {
+    fn get(&self) -> &(dyn Host<K> + 'a) {
+        match self {
+            Self::Borrowed(host) => *host,
+            Self::Shared(host) => &**host,
+        }
+    }
+}
+
 impl<'a, K> LeaseGuard<'a, K> {
     fn new(host: &'a dyn Host<K>, key: K, owner: Owner, grant: Grant) -> Self {
+        Self::with_host(HostRef::Borrowed(host), key, owner, grant)
+    }
+
+    fn with_host(host: HostRef<'a, K>, key: K, owner: Owner, grant: Grant) -> Self {
         Self {
             host,
             key,
@@ -542,6 +598,7 @@ impl<'a, K> LeaseGuard<'a, K> {
     pub fn renew(&mut self, ttl: Ticks) -> Result<(), LeaseError> {
         self.grant = self
             .host
+            .get()
             .renew(&self.key, self.owner.bytes(), self.grant.token, ttl)?;
         Ok(())
     }
@@ -552,6 +609,7 @@ impl<'a, K> LeaseGuard<'a, K> {
     pub fn release(mut self) -> Result<u64, LeaseError> {
         self.held = false;
         self.host
+            .get()
             .release(&self.key, self.owner.bytes(), self.grant.token, true)
             .map(|grant| grant.holds)
     }
@@ -564,6 +622,7 @@ impl<K> Drop for LeaseGuard<'_, K> {
             // token match), expired or not, and removing it is what expiry would do.
             let _ = self
                 .host
+                .get()
                 .release(&self.key, self.owner.bytes(), self.grant.token, false);
         }
     }
