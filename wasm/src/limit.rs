@@ -86,7 +86,7 @@ impl Limit {
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
-    use tollgate_core::{Reserve, TokenBucket, MILLISECOND};
+    use tollgate_core::{Reserve, TokenBucket, MAX_TICKS, MILLISECOND, SECOND};
 
     use super::*;
     use crate::options::{algorithm, tests::bucket, tests::window};
@@ -130,19 +130,23 @@ mod tests {
     }
 
     proptest! {
-        /// Any algorithm, through `Limit`, decides and stores exactly as the core does.
+        /// Any algorithm, through `Limit`, decides and stores exactly as the core does,
+        /// from the epoch and over the last periods before the end of the time range.
         #[test]
         fn limit_matches_the_core(
             capacity in 1u64..20,
             rate in 1u64..10,
             period_ms in 1u64..5_000,
+            at_the_top in any::<bool>(),
             steps in proptest::collection::vec((0u64..2_000_000, 0u64..25, any::<bool>()), 1..60),
         ) {
             let core = TokenBucket::new(capacity, rate, period_ms * MILLISECOND).unwrap();
             #[allow(clippy::cast_precision_loss)]
             let options = bucket("token-bucket", capacity as f64, rate as f64, period_ms as f64);
             let mut limit = Limit::new(algorithm(&options).unwrap());
-            let (mut now, mut state) = (0, None);
+            // 60 steps of at most 2 s end before MAX_TICKS.
+            let start = if at_the_top { MAX_TICKS - 130 * SECOND } else { 0 };
+            let (mut now, mut state) = (start, None);
             for (gap, cost, reserve) in steps {
                 now += gap;
                 let (expected, next) = if reserve {
