@@ -9,7 +9,9 @@ use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::borrow::ToOwned;
 use std::boxed::Box;
 use std::collections::hash_map::RandomState;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+#[cfg(feature = "tokio")]
+use std::sync::Arc;
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 use std::vec::Vec;
 
@@ -537,6 +539,8 @@ pub struct LeaseGuard<'a, K = ()> {
 /// The table a guard gives its lease back to: borrowed, or shared (an owned guard).
 enum HostRef<'a, K> {
     Borrowed(&'a dyn Host<K>),
+    /// Only `acquire_owned_async` (tokio) makes one.
+    #[cfg(feature = "tokio")]
     Shared(Arc<dyn Host<K> + Send + 'a>),
 }
 
@@ -544,6 +548,7 @@ impl<'a, K> HostRef<'a, K> {
     fn get(&self) -> &(dyn Host<K> + 'a) {
         match self {
             Self::Borrowed(host) => *host,
+            #[cfg(feature = "tokio")]
             Self::Shared(host) => &**host,
         }
     }
