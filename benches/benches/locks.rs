@@ -11,7 +11,7 @@
 #[path = "../../storage-redis/tests/common/mod.rs"]
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use redis::{Connection, Pipeline};
@@ -42,24 +42,16 @@ fn pipelined(
     iters: u64,
     run: impl Fn(&mut Connection, usize, &[u8]) + Sync,
 ) -> Duration {
-    let per_thread = iters.div_ceil(CONNECTIONS as u64);
-    let mut connections: Vec<Connection> = (0..CONNECTIONS).map(|_| server.connection()).collect();
-    let started = Instant::now();
-    std::thread::scope(|scope| {
-        for (t, con) in connections.iter_mut().enumerate() {
-            let run = &run;
-            scope.spawn(move || {
-                let owner = format!("owner-{t}");
-                // Thread t uses keys t, t + 4, ...: no two threads contend.
-                let mut start = 0;
-                for _ in 0..per_thread {
-                    start = (start + BATCH) % (KEYS / CONNECTIONS);
-                    run(con, start * CONNECTIONS + t, owner.as_bytes());
-                }
-            });
+    let connections = (0..CONNECTIONS).map(|_| server.connection()).collect();
+    tollgate_benches::on_threads(connections, iters, |t, con, rounds| {
+        let owner = format!("owner-{t}");
+        // Thread t uses keys t, t + 4, ...: no two threads contend.
+        let mut start = 0;
+        for _ in 0..rounds {
+            start = (start + BATCH) % (KEYS / CONNECTIONS);
+            run(con, start * CONNECTIONS + t, owner.as_bytes());
         }
-    });
-    started.elapsed()
+    })
 }
 
 fn key(keys: &[Vec<u8>], start: usize, j: usize) -> &[u8] {

@@ -21,7 +21,7 @@
 #[path = "../../storage-redis/tests/common/mod.rs"]
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use redis::{Connection, Pipeline};
@@ -45,22 +45,14 @@ fn pipelined(
     iters: u64,
     run: impl Fn(&mut Connection, usize) + Sync,
 ) -> Duration {
-    let per_thread = iters.div_ceil(CONNECTIONS as u64);
-    let mut connections: Vec<Connection> = (0..CONNECTIONS).map(|_| server.connection()).collect();
-    let started = Instant::now();
-    std::thread::scope(|scope| {
-        for (t, con) in connections.iter_mut().enumerate() {
-            let run = &run;
-            scope.spawn(move || {
-                let mut start = t * 7919;
-                for _ in 0..per_thread {
-                    start = (start + BATCH) % KEYS;
-                    run(con, start);
-                }
-            });
+    let connections = (0..CONNECTIONS).map(|_| server.connection()).collect();
+    tollgate_benches::on_threads(connections, iters, |t, con, rounds| {
+        let mut start = t * 7919;
+        for _ in 0..rounds {
+            start = (start + BATCH) % KEYS;
+            run(con, start);
         }
-    });
-    started.elapsed()
+    })
 }
 
 fn decide_batch<A: LuaAlgorithm>(

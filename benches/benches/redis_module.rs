@@ -12,10 +12,10 @@
 #[path = "../../redis-module/tests/common/mod.rs"]
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use redis::{Cmd, Connection, Pipeline};
+use redis::{Cmd, Pipeline};
 
 const KEYS: usize = 1024;
 const BATCH: usize = 64;
@@ -32,26 +32,18 @@ fn pipelined(
     command: impl Fn(&str) -> Cmd + Sync,
     keys: &[String],
 ) -> Duration {
-    let per_thread = iters.div_ceil(CONNECTIONS as u64);
-    let mut connections: Vec<Connection> = (0..CONNECTIONS).map(|_| server.connection()).collect();
-    let started = Instant::now();
-    std::thread::scope(|scope| {
-        for (t, con) in connections.iter_mut().enumerate() {
-            let command = &command;
-            scope.spawn(move || {
-                let mut start = t * 7919;
-                for _ in 0..per_thread {
-                    start = (start + BATCH) % KEYS;
-                    let mut pipe = Pipeline::with_capacity(BATCH);
-                    for j in 0..BATCH {
-                        pipe.add_command(command(&keys[(start + j) % KEYS]));
-                    }
-                    let _: Vec<redis::Value> = pipe.query(con).unwrap();
-                }
-            });
+    let connections = (0..CONNECTIONS).map(|_| server.connection()).collect();
+    tollgate_benches::on_threads(connections, iters, |t, con, rounds| {
+        let mut start = t * 7919;
+        for _ in 0..rounds {
+            start = (start + BATCH) % KEYS;
+            let mut pipe = Pipeline::with_capacity(BATCH);
+            for j in 0..BATCH {
+                pipe.add_command(command(&keys[(start + j) % KEYS]));
+            }
+            let _: Vec<redis::Value> = pipe.query(con).unwrap();
         }
-    });
-    started.elapsed()
+    })
 }
 
 fn check(key: &str) -> Cmd {
