@@ -26,7 +26,13 @@ fn free_on(lock: &Redlock, server: &Server, owner: &[u8]) -> bool {
     let mut con = server.connection();
     let acquired = lock.leases().acquire(&mut con, b"job", owner, TTL).unwrap();
     if acquired.grant.is_some() {
-        lock.leases().release(&mut con, b"job", owner).unwrap();
+        assert_eq!(
+            lock.leases()
+                .release(&mut con, b"job", owner)
+                .unwrap()
+                .holds,
+            0
+        );
     }
     acquired.grant.is_some()
 }
@@ -92,12 +98,14 @@ fn a_split_vote_gives_no_one_the_lock_and_keeps_nothing() {
     let servers = servers();
     let lock = Redlock::new("lock:");
     // Two contenders each hold one server, as when their calls interleave.
-    lock.leases()
-        .acquire(&mut servers[0].connection(), b"job", b"x", TTL)
-        .unwrap();
-    lock.leases()
-        .acquire(&mut servers[1].connection(), b"job", b"y", TTL)
-        .unwrap();
+    let held = lock
+        .leases()
+        .acquire(&mut servers[0].connection(), b"job", b"x", TTL);
+    assert!(held.unwrap().grant.is_some());
+    let held = lock
+        .leases()
+        .acquire(&mut servers[1].connection(), b"job", b"y", TTL);
+    assert!(held.unwrap().grant.is_some());
 
     let mut cons = connections(&servers);
     assert_eq!(lock.acquire(&mut cons, b"job", b"c", TTL).unwrap(), None);
@@ -138,16 +146,18 @@ fn an_expired_holders_write_is_refused_by_the_shared_servers_token() {
     // x holds server 2, so a's majority is servers 0 and 1.
     let ttl = 200 * MILLISECOND;
     let mut side = servers[2].connection();
-    lock.leases().acquire(&mut side, b"job", b"x", ttl).unwrap();
+    let held = lock.leases().acquire(&mut side, b"job", b"x", ttl);
+    assert!(held.unwrap().grant.is_some());
     let a = lock.acquire(&mut cons, b"job", b"a", ttl).unwrap().unwrap();
     assert_eq!(a.tokens[2], None);
 
     // a pauses past its ttl; x moves from server 2 to server 0, so b gets 1 and 2.
     sleep(Duration::from_micros(ttl + 50 * MILLISECOND));
     lock.leases().release(&mut side, b"job", b"x").ok();
-    lock.leases()
-        .acquire(&mut servers[0].connection(), b"job", b"x", TTL)
-        .unwrap();
+    let held = lock
+        .leases()
+        .acquire(&mut servers[0].connection(), b"job", b"x", TTL);
+    assert!(held.unwrap().grant.is_some());
     let b = lock.acquire(&mut cons, b"job", b"b", TTL).unwrap().unwrap();
     assert_eq!(b.tokens[0], None);
 
