@@ -44,6 +44,7 @@ mod fence;
 mod lease;
 mod lua;
 mod path;
+mod redlock;
 mod watchdog;
 
 use redis::{aio, ConnectionLike, Pipeline, Value};
@@ -58,6 +59,7 @@ pub use lua::{
     library_name, LuaAlgorithm, MAX_LUA_HORIZON, MAX_LUA_LIMIT, MAX_LUA_LOG_LIMIT, MAX_LUA_TICKS,
 };
 pub use path::Path;
+pub use redlock::{Redlock, RedlockGrant};
 pub use watchdog::{AsyncLeaseGuard, LeaseGuard};
 
 use path::{Invocation, Program};

@@ -1,0 +1,204 @@
+//! Redlock: one lock over several independent Redis servers, held while a majority of
+//! them grants it.
+
+use std::time::Instant;
+
+use redis::ConnectionLike;
+use tollgate_core::{Concurrency, LeaseError, Ticks, MILLISECOND};
+
+use crate::{Error, RedisLeases};
+
+/// A lock over `N` independent Redis servers (no replication between them), after
+/// antirez's Redlock: acquire on every server with the same owner and ttl, and hold the
+/// lock when a majority granted it with time to spare. It survives a minority of
+/// servers failing, where a lock on one server (with a replica that may lag behind a
+/// failover) does not.
+///
+/// Each server keeps the lock as a [`RedisLeases`] table of `max` 1, so every server's
+/// grant carries that server's fencing token. Redlock's safety rests on timing (the ttl
+/// must outlast the holder's pauses and the servers' clocks must run at about the same
+/// rate); the tokens are the answer when that fails (Kleppmann): a resource that checks
+/// them ([`FencedResource::write_redlock`](crate::FencedResource::write_redlock)) refuses
+/// a stale holder without any timing assumption, because two majorities share a server,
+/// and that server's token grew between the two grants.
+#[derive(Debug, Clone)]
+pub struct Redlock {
+    leases: RedisLeases,
+}
+
+/// A Redlock held on a majority of the servers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedlockGrant {
+    /// How long the lock is safe to act on, counted from the start of the call that
+    /// acquired (or renewed) it: the ttl less the time the call took and the clock
+    /// drift allowance (ttl / 100 + 2 ms, as Redlock's description puts it).
+    pub validity: Ticks,
+    /// One entry per server, in the order the servers were given: that server's fencing
+    /// token where it granted the lock, `None` where it did not (held elsewhere, or
+    /// unreachable).
+    pub tokens: Vec<Option<u64>>,
+}
+
+impl Redlock {
+    /// A lock whose keys (on every server) start with `prefix`.
+    pub fn new(prefix: impl Into<Vec<u8>>) -> Self {
+        Self {
+            leases: RedisLeases::new(Concurrency::lock()).with_prefix(prefix),
+        }
+    }
+
+    /// The per-server lock (to read a server's table, or pick a [`Path`](crate::Path)).
+    pub fn leases(&self) -> &RedisLeases {
+        &self.leases
+    }
+
+    /// Acquires `key` for `owner` for `ttl` ticks on every server of `servers` (one
+    /// connection per independent server; give each a timeout well below `ttl`).
+    ///
+    /// `Ok(Some(grant))` when a majority granted it and time is left
+    /// (`grant.validity > 0`); `Ok(None)` when not (another owner holds it, or the
+    /// servers split between contenders, or the calls took the whole ttl): every grant
+    /// this call made is then released, and the caller may retry after a random delay.
+    /// An error when fewer than a majority answered at all (the last error seen), after
+    /// releasing what was granted. Re-acquiring as the same owner re-enters the lock.
+    pub fn acquire<C: ConnectionLike>(
+        &self,
+        servers: &mut [C],
+        key: &[u8],
+        owner: &[u8],
+        ttl: Ticks,
+    ) -> Result<Option<RedlockGrant>, Error> {
+        let start = Instant::now();
+        let replies: Vec<_> = servers
+            .iter_mut()
+            .map(|con| self.leases.acquire(con, key, owner, ttl))
+            .collect();
+        let validity = validity(ttl, start);
+        let mut tokens = Vec::with_capacity(replies.len());
+        let (mut answered, mut last_error) = (0, None);
+        for reply in replies {
+            match reply {
+                Ok(acquired) => {
+                    answered += 1;
+                    tokens.push(acquired.grant.map(|grant| grant.token));
+                }
+                // A bad owner or ttl is the caller's error, the same on every server.
+                Err(e @ Error::Lease(_) | e @ Error::OutOfRange { .. }) => return Err(e),
+                Err(e) => {
+                    last_error = Some(e);
+                    tokens.push(None);
+                }
+            }
+        }
+        let granted = tokens.iter().flatten().count();
+        if granted >= majority(servers.len()) && validity > 0 {
+            return Ok(Some(RedlockGrant { validity, tokens }));
+        }
+        self.undo(servers, &tokens, key, owner);
+        match last_error {
+            Some(e) if answered < majority(servers.len()) => Err(e),
+            _ => Ok(None),
+        }
+    }
+
+    /// Extends `owner`'s lock to `ttl` from now on every server that still holds it;
+    /// `Ok(Some(grant))` if a majority still did, with a fresh validity (the tokens stay).
+    /// `Ok(None)` when the lock is lost: its holder must stop acting on it.
+    pub fn renew<C: ConnectionLike>(
+        &self,
+        servers: &mut [C],
+        key: &[u8],
+        owner: &[u8],
+        ttl: Ticks,
+    ) -> Result<Option<RedlockGrant>, Error> {
+        let start = Instant::now();
+        let mut tokens = Vec::with_capacity(servers.len());
+        for con in servers.iter_mut() {
+            match self.leases.renew(con, key, owner, ttl) {
+                Ok(grant) => tokens.push(Some(grant.token)),
+                Err(e @ Error::OutOfRange { .. }) => return Err(e),
+                Err(Error::Lease(LeaseError::NotHeld)) => tokens.push(None),
+                Err(e @ Error::Lease(_)) => return Err(e),
+                Err(_) => tokens.push(None),
+            }
+        }
+        let validity = validity(ttl, start);
+        let renewed = tokens.iter().flatten().count() >= majority(servers.len());
+        Ok((renewed && validity > 0).then_some(RedlockGrant { validity, tokens }))
+    }
+
+    /// Releases `owner`'s hold on `key` on every server (also where its grant seemed to
+    /// fail: the reply may have been lost after the server granted it). Returns how many
+    /// servers released a hold; an error only when no server answered.
+    pub fn release<C: ConnectionLike>(
+        &self,
+        servers: &mut [C],
+        key: &[u8],
+        owner: &[u8],
+    ) -> Result<usize, Error> {
+        let (mut released, mut answered, mut last_error) = (0, 0, None);
+        for con in servers.iter_mut() {
+            match self.leases.release(con, key, owner) {
+                Ok(_) => (released, answered) = (released + 1, answered + 1),
+                Err(Error::Lease(LeaseError::NotHeld)) => answered += 1,
+                Err(e) => last_error = Some(e),
+            }
+        }
+        match last_error {
+            Some(e) if answered == 0 => Err(e),
+            _ => Ok(released),
+        }
+    }
+
+    /// Gives back the grants of a failed acquire; errors are ignored. A server that did
+    /// not answer may have granted all the same: that grant expires at its ttl (releasing
+    /// there blindly could take back a hold the owner had before this call).
+    fn undo<C: ConnectionLike>(
+        &self,
+        servers: &mut [C],
+        tokens: &[Option<u64>],
+        key: &[u8],
+        owner: &[u8],
+    ) {
+        for (con, token) in servers.iter_mut().zip(tokens) {
+            if token.is_some() {
+                let _ = self.leases.release(con, key, owner);
+            }
+        }
+    }
+}
+
+/// The smallest majority of `n` servers.
+fn majority(n: usize) -> usize {
+    n / 2 + 1
+}
+
+/// `ttl` less the time since `start` and the drift allowance, or 0.
+fn validity(ttl: Ticks, start: Instant) -> Ticks {
+    let elapsed = Ticks::try_from(start.elapsed().as_micros()).unwrap_or(Ticks::MAX);
+    let drift = ttl / 100 + 2 * MILLISECOND;
+    ttl.saturating_sub(elapsed).saturating_sub(drift)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_majority_is_more_than_half() {
+        assert_eq!(
+            [1, 2, 3, 4, 5].map(majority),
+            [1, 2, 2, 3, 3],
+            "servers 1..=5"
+        );
+    }
+
+    #[test]
+    fn validity_leaves_the_drift_allowance() {
+        let start = Instant::now();
+        let v = validity(10_000 * MILLISECOND, start);
+        assert!(v <= 10_000 * MILLISECOND - 100 * MILLISECOND - 2 * MILLISECOND);
+        assert!(v > 9_000 * MILLISECOND);
+        assert_eq!(validity(MILLISECOND, start), 0, "a ttl below the allowance");
+    }
+}
