@@ -7,7 +7,12 @@
 --   decide  decide a request and store the new state;
 --   read    return the keys' values, refusing keys that hold no string;
 --   reset   delete the keys if each is absent or holds a valid state, else refuse;
---   purge   delete each key holding a valid state of some member; return how many.
+--   purge   delete each key holding a valid state of some member; return how many;
+--   take    (fleets) take up to `cost` units, as many as are admissible now: the decision
+--           for them (for none: for a cost of zero), now, the units taken, the new state;
+--   refund  (fleets) give `cost` units back, unless the server's time has reached the
+--           max-wait argument (the grant's deadline); the decision for a cost of zero
+--           afterwards, then now.
 local function run(mode, KEYS, ARGV)
   local now, explicit = clock(ARGV[2])
   local cost, wait = tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -45,6 +50,27 @@ local function run(mode, KEYS, ARGV)
       end
     end
     return deleted
+  end
+
+  if mode == 'take' then
+    local old = get(KEYS[1])
+    local d, new = members[1](old, now, 0)
+    local units = math.min(cost, d[REMAINING])
+    if units > 0 then d, new = members[1](old, now, units) end
+    store(KEYS[1], old, new, d[RESET], explicit)
+    d[7], d[8], d[9] = now, units, new or false
+    return d
+  elseif mode == 'refund' then
+    local old = get(KEYS[1])
+    local new = old
+    if not wait or now < wait then
+      local _, refunded = members[1](old, now, cost, nil, true)
+      new = refunded
+    end
+    local d = members[1](new, now, 0)
+    store(KEYS[1], old, new, d[RESET], explicit)
+    d[7] = now
+    return d
   end
 
   local d
