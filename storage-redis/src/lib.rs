@@ -41,6 +41,7 @@
 mod connection;
 mod error;
 mod fence;
+pub mod fleet;
 mod lease;
 mod lua;
 mod path;
@@ -668,7 +669,13 @@ impl<A: LuaAlgorithm + Refund> RedisLimiter<A> {
         deadline: Option<Ticks>,
     ) -> Result<Decision, Error> {
         let call = Call::of(Mode::Refund, key, units, None);
-        self.one(con, Call { max_wait: deadline, ..call })
+        self.one(
+            con,
+            Call {
+                max_wait: deadline,
+                ..call
+            },
+        )
     }
 
     /// [`RedisLimiter::refund`] at an explicit time `now`, without a deadline.

@@ -27,7 +27,13 @@ enum Op {
 fn trace(period: Ticks, limit: u64) -> impl Strategy<Value = Vec<(Op, Ticks, u64)>> {
     let op = prop_oneof![Just(Op::Check), Just(Op::Take), Just(Op::Refund)];
     let gap = prop_oneof![Just(0), 0..4u64, 0..=period / 8, 0..=period, 0..=3 * period];
-    let cost = prop_oneof![Just(0), Just(1), 0..=limit / 4 + 1, 0..=limit + 2, Just(u64::MAX)];
+    let cost = prop_oneof![
+        Just(0),
+        Just(1),
+        0..=limit / 4 + 1,
+        0..=limit + 2,
+        Just(u64::MAX)
+    ];
     prop::collection::vec((op, gap, cost), 1..40)
 }
 
@@ -36,7 +42,12 @@ fn limit() -> impl Strategy<Value = u64> {
 }
 
 fn period() -> impl Strategy<Value = Ticks> {
-    prop_oneof![1..=10u64, 1..=10_000u64, 1..=SECOND * 3600, 1..=MAX_PERIOD / 366]
+    prop_oneof![
+        1..=10u64,
+        1..=10_000u64,
+        1..=SECOND * 3600,
+        1..=MAX_PERIOD / 366
+    ]
 }
 
 /// Runs `trace` through the core and through Redis on both Lua paths.
@@ -76,7 +87,10 @@ fn differential<A: LuaAlgorithm + Refund + Clone>(
                 Op::Refund => {
                     state = algorithm.refund(state.clone(), now, cost);
                     let d = algorithm.peek(state.clone(), now, 0);
-                    ((d, 0), (limiter.refund_at(&mut con, b"k", cost, now).unwrap(), 0))
+                    (
+                        (d, 0),
+                        (limiter.refund_at(&mut con, b"k", cost, now).unwrap(), 0),
+                    )
                 }
             };
             prop_assert_eq!(core, redis, "{:?} step {} {:?} cost {}", path, i, op, cost);
@@ -98,7 +112,8 @@ fn cases<S: Strategy>(strategy: S, test: impl Fn(&Server, S::Value) -> Result<()
 
 #[test]
 fn token_bucket_take_and_refund_match_the_core() {
-    let params = (limit(), limit(), period()).prop_flat_map(|(c, r, p)| (Just((c, r, p)), trace(p, c)));
+    let params =
+        (limit(), limit(), period()).prop_flat_map(|(c, r, p)| (Just((c, r, p)), trace(p, c)));
     cases(params, |server, ((c, r, p), trace)| {
         let Ok(bucket) = TokenBucket::new(c, r, p) else {
             return Ok(());
