@@ -69,7 +69,7 @@ fn prefetch_run<A: FleetAlgorithm>(
                 let end = Instant::now() + run;
                 while Instant::now() < end {
                     let cost = 1 + random(&mut seed) % 3;
-                    if let Some(outcome) = fleet.check(&mut con, cost).ok() {
+                    if let Ok(outcome) = fleet.check(&mut con, cost) {
                         if outcome.allowed() {
                             admitted.lock().unwrap().push((wall(), cost));
                         }

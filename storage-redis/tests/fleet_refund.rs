@@ -9,7 +9,7 @@ use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
 use redis::Commands;
 use tollgate_core::limits::MAX_PERIOD;
-use tollgate_core::{Algorithm, FixedWindow, Refund, SlidingCounter, Ticks, TokenBucket, SECOND};
+use tollgate_core::{FixedWindow, Refund, SlidingCounter, Ticks, TokenBucket, SECOND};
 use tollgate_redis::{LuaAlgorithm, Path, RedisLimiter, MAX_LUA_LIMIT};
 
 use common::Server;
