@@ -5,9 +5,11 @@
 //! [`FleetLimiter`](tollgate_redis::fleet::FleetLimiter) on the shared key, SIGKILLs node
 //! 0 at 40% of the run and starts one more node at 70%. Nodes print one JSON line per
 //! period of the policy; the command adds them up and compares each period's admitted
-//! units with the period's allowance: a window's limit, or for a token bucket the
-//! tokens it could have saved (at most its capacity, carried from the admitted counts)
-//! plus one period's refill.
+//! units with what one exact limiter would admit: over-admission is what exceeds the
+//! most it could admit (a window's limit; a bucket's saved tokens, carried from the
+//! admitted counts up to its capacity, plus one period's refill), under-admission what
+//! falls short of the least it admits under the same demand (the limit or one period's
+//! refill, or the demand if smaller). Percentages are of the limit or refill.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
@@ -428,23 +430,15 @@ fn measure(
         }
         _ => (0, policy.limit(), None),
     };
-    // The bucket starts full; after the first period (warm-up: nodes starting, their
-    // first takes) it is taken as empty, as it is under steady overload, and then saves
-    // what each period leaves unused, up to its capacity.
+    // What one exact limiter could have admitted in each period, given what the fleet
+    // admitted before: a bucket's saved tokens (it starts full; unused allowance is
+    // saved, up to its capacity) plus one period's refill; a window's limit.
     let mut level = saved;
     let rows: Vec<PeriodRow> = (0..count)
         .map(|k| {
-            let allowance = if cap.is_some() {
-                level + refill
-            } else {
-                refill
-            };
+            let allowance = if cap.is_some() { level + refill } else { refill };
             if let Some(cap) = cap {
-                level = if k == 0 {
-                    0
-                } else {
-                    allowance.saturating_sub(admitted[k]).min(cap)
-                };
+                level = allowance.saturating_sub(admitted[k]).min(cap);
             }
             PeriodRow {
                 period: k as u64,
@@ -459,8 +453,10 @@ fn measure(
         for row in rows.iter().filter(|r| range.contains(&r.period)) {
             e.periods += 1;
             let over = row.admitted.saturating_sub(row.allowance);
-            let under = row.offered.min(row.allowance).saturating_sub(row.admitted);
-            let pct = |units: u64| 100.0 * units as f64 / row.allowance.max(1) as f64;
+            // Under: below what an exact limiter admits at least under the same demand,
+            // one period's refill (saved tokens are its option, not its duty).
+            let under = row.offered.min(refill).saturating_sub(row.admitted);
+            let pct = |units: u64| 100.0 * units as f64 / refill.max(1) as f64;
             if over > e.max_over_admitted {
                 (e.max_over_admitted, e.max_over_admitted_pct) = (over, pct(over));
             }
