@@ -436,7 +436,11 @@ fn measure(
     let mut level = saved;
     let rows: Vec<PeriodRow> = (0..count)
         .map(|k| {
-            let allowance = if cap.is_some() { level + refill } else { refill };
+            let allowance = if cap.is_some() {
+                level + refill
+            } else {
+                refill
+            };
             if let Some(cap) = cap {
                 level = allowance.saturating_sub(admitted[k]).min(cap);
             }

@@ -10,6 +10,7 @@
 --   purge   delete each key holding a valid state of some member; return how many;
 --   take    (fleets) take up to `cost` units, as many as are admissible now: the decision
 --           for them (for none: for a cost of zero), now, the units taken, the new state;
+--           with a max wait (buckets), a charge: all `cost` units as one reservation;
 --   refund  (fleets) give `cost` units back, unless the server's time has reached the
 --           max-wait argument (the grant's deadline); the decision for a cost of zero
 --           afterwards, then now.
@@ -54,9 +55,17 @@ local function run(mode, KEYS, ARGV)
 
   if mode == 'take' then
     local old = get(KEYS[1])
-    local d, new = members[1](old, now, 0)
-    local units = math.min(cost, d[REMAINING])
-    if units > 0 then d, new = members[1](old, now, units) end
+    local d, new, units
+    if wait then
+      -- A charge (buckets): `cost` units already admitted, booked at once even beyond
+      -- the bucket's capacity, as a reservation waiting up to `wait` (a debt).
+      d, new = members[1](old, now, cost, wait)
+      units = d[ALLOWED] == 1 and cost or 0
+    else
+      d, new = members[1](old, now, 0)
+      units = math.min(cost, d[REMAINING])
+      if units > 0 then d, new = members[1](old, now, units) end
+    end
     store(KEYS[1], old, new, d[RESET], explicit)
     d[7], d[8], d[9] = now, units, new or false
     return d

@@ -102,7 +102,7 @@ impl Outcome {
 /// One script call: what it does, a key, a cost, and optionally the time and the
 /// longest wait.
 #[derive(Debug, Clone, Copy)]
-struct Call<'a> {
+pub(crate) struct Call<'a> {
     mode: Mode,
     key: &'a [u8],
     cost: u64,
@@ -689,11 +689,48 @@ impl<A: LuaAlgorithm + Refund> RedisLimiter<A> {
         self.one(con, Call::of(Mode::Refund, key, units, Some(now)))
     }
 
-    fn take_call<C: ConnectionLike>(&self, con: &mut C, call: Call) -> Result<Taken, Error> {
+    pub(crate) fn take_call<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        call: Call,
+    ) -> Result<Taken, Error> {
         let result = self
             .query(con, &call, &self.redis_keys(call.key)?)
             .and_then(|reply| parse_take(reply, call.key));
         self.explained(con, call.key, result)
+    }
+}
+
+impl<A: LuaAlgorithm + Refund + Reserve> RedisLimiter<A> {
+    /// Charges `units` already admitted elsewhere (a fleet's batch settle) in one atomic
+    /// call: booked at once as a reservation with no bound on its wait (the core's
+    /// [`Reserve::reserve`] with `Ticks::MAX`), so a bucket may go into debt, which
+    /// every node then sees; only a charge above the bucket's capacity is refused
+    /// (`units` 0).
+    pub fn charge<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+        units: u64,
+    ) -> Result<Taken, Error> {
+        self.take_call(
+            con,
+            Call::of(Mode::Take, key, units, None).waiting(Ticks::MAX),
+        )
+    }
+
+    /// [`RedisLimiter::charge`] at an explicit time `now`.
+    pub fn charge_at<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+        units: u64,
+        now: Ticks,
+    ) -> Result<Taken, Error> {
+        self.take_call(
+            con,
+            Call::of(Mode::Take, key, units, Some(now)).waiting(Ticks::MAX),
+        )
     }
 }
 

@@ -9,7 +9,7 @@ use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
 use redis::Commands;
 use tollgate_core::limits::MAX_PERIOD;
-use tollgate_core::{FixedWindow, Refund, SlidingCounter, Ticks, TokenBucket, SECOND};
+use tollgate_core::{FixedWindow, Refund, Reserve, SlidingCounter, Ticks, TokenBucket, SECOND};
 use tollgate_redis::{LuaAlgorithm, Path, RedisLimiter, MAX_LUA_LIMIT};
 
 use common::Server;
@@ -22,10 +22,18 @@ enum Op {
     Check,
     Take,
     Refund,
+    /// Buckets only: units booked whole, into debt if need be.
+    Charge,
 }
 
-fn trace(period: Ticks, limit: u64) -> impl Strategy<Value = Vec<(Op, Ticks, u64)>> {
-    let op = prop_oneof![Just(Op::Check), Just(Op::Take), Just(Op::Refund)];
+fn trace(period: Ticks, limit: u64, charges: bool) -> impl Strategy<Value = Vec<(Op, Ticks, u64)>> {
+    let charge = if charges { Op::Charge } else { Op::Take };
+    let op = prop_oneof![
+        Just(Op::Check),
+        Just(Op::Take),
+        Just(Op::Refund),
+        Just(charge)
+    ];
     let gap = prop_oneof![Just(0), 0..4u64, 0..=period / 8, 0..=period, 0..=3 * period];
     let cost = prop_oneof![
         Just(0),
@@ -50,11 +58,28 @@ fn period() -> impl Strategy<Value = Ticks> {
     ]
 }
 
-/// Runs `trace` through the core and through Redis on both Lua paths.
+/// A charge in the core: a reservation with no bound on its wait.
+type Charge<A> = fn(
+    &A,
+    Option<<A as tollgate_core::Algorithm>::State>,
+    Ticks,
+    u64,
+) -> (
+    u64,
+    tollgate_core::Decision,
+    Option<<A as tollgate_core::Algorithm>::State>,
+);
+
+/// Runs `trace` through the core and through Redis on both Lua paths; charges through
+/// `charge` (buckets only).
 fn differential<A: LuaAlgorithm + Refund + Clone>(
     server: &Server,
     algorithm: &A,
     trace: &[(Op, Ticks, u64)],
+    charge: Option<(
+        Charge<A>,
+        fn(&RedisLimiter<A>, &mut redis::Connection, u64, Ticks) -> tollgate_redis::Taken,
+    )>,
 ) -> Result<(), TestCaseError> {
     for path in [Path::Functions, Path::Scripts] {
         let limiter = RedisLimiter::new(algorithm.clone())
@@ -75,10 +100,16 @@ fn differential<A: LuaAlgorithm + Refund + Clone>(
                         (limiter.check_at(&mut con, b"k", cost, now).unwrap(), 0),
                     )
                 }
-                Op::Take => {
-                    let (units, d, s) = algorithm.take(state.clone(), now, cost);
+                Op::Take | Op::Charge => {
+                    let (units, d, s) = match (op, charge) {
+                        (Op::Charge, Some((core, _))) => core(algorithm, state.clone(), now, cost),
+                        _ => algorithm.take(state.clone(), now, cost),
+                    };
                     state = s;
-                    let taken = limiter.take_at(&mut con, b"k", cost, now).unwrap();
+                    let taken = match (op, charge) {
+                        (Op::Charge, Some((_, redis))) => redis(&limiter, &mut con, cost, now),
+                        _ => limiter.take_at(&mut con, b"k", cost, now).unwrap(),
+                    };
                     prop_assert_eq!(taken.now, now);
                     let bytes = state.as_ref().map(|s| algorithm.encode_to_vec(s));
                     prop_assert_eq!(&taken.state, &bytes);
@@ -112,29 +143,40 @@ fn cases<S: Strategy>(strategy: S, test: impl Fn(&Server, S::Value) -> Result<()
 
 #[test]
 fn token_bucket_take_and_refund_match_the_core() {
-    let params =
-        (limit(), limit(), period()).prop_flat_map(|(c, r, p)| (Just((c, r, p)), trace(p, c)));
+    let params = (limit(), limit(), period())
+        .prop_flat_map(|(c, r, p)| (Just((c, r, p)), trace(p, c, true)));
     cases(params, |server, ((c, r, p), trace)| {
         let Ok(bucket) = TokenBucket::new(c, r, p) else {
             return Ok(());
         };
-        differential(server, &bucket, &trace)
+        let core: Charge<TokenBucket> = |bucket, state, now, units| {
+            let (d, s) = bucket.reserve(state, now, units, Ticks::MAX);
+            (if d.allowed { units } else { 0 }, d, s)
+        };
+        let redis: fn(
+            &RedisLimiter<TokenBucket>,
+            &mut redis::Connection,
+            u64,
+            Ticks,
+        ) -> tollgate_redis::Taken =
+            |limiter, con, units, now| limiter.charge_at(con, b"k", units, now).unwrap();
+        differential(server, &bucket, &trace, Some((core, redis)))
     });
 }
 
 #[test]
 fn fixed_window_take_and_refund_match_the_core() {
-    let params = (limit(), period()).prop_flat_map(|(l, p)| (Just((l, p)), trace(p, l)));
+    let params = (limit(), period()).prop_flat_map(|(l, p)| (Just((l, p)), trace(p, l, false)));
     cases(params, |server, ((l, p), trace)| {
-        differential(server, &FixedWindow::new(l, p).unwrap(), &trace)
+        differential(server, &FixedWindow::new(l, p).unwrap(), &trace, None)
     });
 }
 
 #[test]
 fn sliding_counter_take_and_refund_match_the_core() {
-    let params = (limit(), period()).prop_flat_map(|(l, p)| (Just((l, p)), trace(p, l)));
+    let params = (limit(), period()).prop_flat_map(|(l, p)| (Just((l, p)), trace(p, l, false)));
     cases(params, |server, ((l, p), trace)| {
-        differential(server, &SlidingCounter::new(l, p).unwrap(), &trace)
+        differential(server, &SlidingCounter::new(l, p).unwrap(), &trace, None)
     });
 }
 

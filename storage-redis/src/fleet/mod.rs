@@ -16,7 +16,10 @@
 //!   and settles the units it admitted every `max_batch` decisions or every
 //!   [`FleetConfig::interval`], taking them from the shared limit; over-admission is at
 //!   most `max_batch` × nodes per settle interval (each node may spend what the last
-//!   state showed free before it learns the others did too).
+//!   state showed free before it learns the others did too). A bucket is charged the
+//!   units whole, into debt if need be ([`FleetAlgorithm::settle`]), so its refill pays
+//!   the over-admission back and the long-run rate stays the limit's; a window forgets
+//!   at its end.
 //! - [`FleetMode::Split`]: each node keeps a heartbeat (a member of a sorted set scored
 //!   by its expiry, TTL = 3 × interval) and enforces its share locally: `limit / n`
 //!   (and `rate / n` for a token bucket), the first `limit mod n` nodes in id order
@@ -53,7 +56,7 @@ use std::time::Duration;
 
 use tollgate_core::{FixedWindow, Refund, SlidingCounter, Ticks, TokenBucket};
 
-use crate::{Error, LuaAlgorithm};
+use crate::{Error, LuaAlgorithm, RedisLimiter, Taken};
 
 pub use node::FleetLimiter;
 
@@ -181,6 +184,20 @@ pub trait FleetAlgorithm:
     /// amount (limit; capacity and rate) divided by `nodes`, the first `amount mod
     /// nodes` ranks taking one more. `None` when the share is zero.
     fn share(&self, nodes: u64, rank: u64) -> Option<Self>;
+
+    /// Batch mode's settle of `units` a node admitted on its own: taken from the shared
+    /// limit as far as it has room ([`RedisLimiter::take`]; the rest is over-admission),
+    /// or, for a bucket, charged whole ([`RedisLimiter::charge`]): its debt then holds
+    /// every node back until the refill has paid it, so over-admission does not
+    /// accumulate.
+    fn settle<C: redis::ConnectionLike>(
+        limiter: &RedisLimiter<Self>,
+        con: &mut C,
+        key: &[u8],
+        units: u64,
+    ) -> Result<Taken, Error> {
+        limiter.take(con, key, units)
+    }
 }
 
 /// `amount / nodes`, plus one for the first `amount mod nodes` ranks.
@@ -206,6 +223,15 @@ impl FleetAlgorithm for TokenBucket {
             p.period,
         )
         .ok()
+    }
+
+    fn settle<C: redis::ConnectionLike>(
+        limiter: &RedisLimiter<Self>,
+        con: &mut C,
+        key: &[u8],
+        units: u64,
+    ) -> Result<Taken, Error> {
+        limiter.charge(con, key, units)
     }
 }
 

@@ -477,7 +477,7 @@ impl<A: FleetAlgorithm> FleetLimiter<A> {
         batch: &mut Batch<A>,
         now: Ticks,
     ) -> Result<(), Error> {
-        match self.counted(self.limiter.take(con, &self.key, batch.pending)) {
+        match self.counted(A::settle(&self.limiter, con, &self.key, batch.pending)) {
             Ok(taken) => {
                 self.learn_offset(now, taken.now);
                 let algorithm = self.limiter.algorithm();
