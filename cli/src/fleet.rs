@@ -373,7 +373,7 @@ pub fn run(args: FleetArgs) -> Result<std::process::ExitCode, Failure> {
         let text = serde_json::to_string(&report).map_err(|e| Failure::Output(e.to_string()))?;
         writeln!(out, "{text}").map_err(output)?;
     } else {
-        print_report(&mut out, &report, &name).map_err(output)?;
+        print_report(&mut out, &report, name).map_err(output)?;
     }
     Ok(std::process::ExitCode::SUCCESS)
 }

@@ -29,7 +29,7 @@ fn measure(server: &common::Server, policy: &[&str], extra: &[&str]) -> serde_js
 /// Admitted units in no period above what the policy allows, nor beyond the ceiling.
 fn assert_ceiling(report: &serde_json::Value, limit: u64) {
     assert_eq!(report["ceiling_exceeded"], 0, "{report}");
-    for phase in [&report, &report["kill"], &report["join"]] {
+    for phase in [report, &report["kill"], &report["join"]] {
         assert_eq!(phase["max_over_admitted"], 0, "{report}");
     }
     let periods = report["periods"].as_array().unwrap();

@@ -70,16 +70,17 @@ type Charge<A> = fn(
     Option<<A as tollgate_core::Algorithm>::State>,
 );
 
+/// The same charge through Redis.
+type RedisCharge<A> =
+    fn(&RedisLimiter<A>, &mut redis::Connection, u64, Ticks) -> tollgate_redis::Taken;
+
 /// Runs `trace` through the core and through Redis on both Lua paths; charges through
 /// `charge` (buckets only).
 fn differential<A: LuaAlgorithm + Refund + Clone>(
     server: &Server,
     algorithm: &A,
     trace: &[(Op, Ticks, u64)],
-    charge: Option<(
-        Charge<A>,
-        fn(&RedisLimiter<A>, &mut redis::Connection, u64, Ticks) -> tollgate_redis::Taken,
-    )>,
+    charge: Option<(Charge<A>, RedisCharge<A>)>,
 ) -> Result<(), TestCaseError> {
     for path in [Path::Functions, Path::Scripts] {
         let limiter = RedisLimiter::new(algorithm.clone())
