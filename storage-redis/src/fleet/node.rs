@@ -398,7 +398,7 @@ impl<A: FleetAlgorithm> FleetLimiter<A> {
             prefetch.units.store(0, Ordering::Release);
         }
         let horizon = micros(self.config.horizon());
-        let life = deadline.map_or(horizon, |end| horizon.min(end - taken.now));
+        let life = deadline.map_or(horizon, |end| horizon.min(end.saturating_sub(taken.now)));
         // Time runs from the call's sending, before the server's `now`: never late.
         prefetch.units.fetch_add(taken.units, Ordering::AcqRel);
         prefetch.expires.store(now + life, Ordering::Release);
@@ -488,7 +488,7 @@ impl<A: FleetAlgorithm> FleetLimiter<A> {
                     })?),
                     None => None,
                 };
-                batch.over += batch.pending - taken.units;
+                batch.over += batch.pending.saturating_sub(taken.units);
                 batch.pending = 0;
                 batch.decisions = 0;
                 batch.last_settle = now;
