@@ -12,7 +12,7 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use tollgate_core::{TokenBucket, SECOND};
+use tollgate_core::{TokenBucket, MILLISECOND};
 use tollgate_redis::fleet::{FleetConfig, FleetLimiter, FleetMode};
 use tollgate_redis::RedisLimiter;
 
@@ -21,8 +21,9 @@ fn fleet_local(c: &mut Criterion) {
     let mut con = server.connection();
     let mut group = c.benchmark_group("fleet_local");
     group.throughput(Throughput::Elements(1));
-    // Never denies: a million a second, batches of a million, an hour between calls.
-    let bucket = TokenBucket::new(1_000_000, 1_000_000, SECOND).unwrap();
+    // Never denies: a million every millisecond (the scripts' largest capacity and
+    // rate), batches of a million, an hour between heartbeats.
+    let bucket = TokenBucket::new(1_000_000, 1_000_000, MILLISECOND).unwrap();
     for mode in [FleetMode::Prefetch, FleetMode::Split] {
         let config = FleetConfig {
             max_batch: 1_000_000,

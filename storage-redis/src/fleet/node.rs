@@ -56,14 +56,21 @@ enum Mode<A: Algorithm> {
 #[derive(Debug, Default)]
 struct Prefetch {
     units: AtomicU64,
-    /// The local time the units stop being spendable (0: none held).
+    /// The local time the units stop being spendable: a window's end ([`HELD`] for a
+    /// bucket's, which stay valid until given back, so spending them reads no clock;
+    /// 0: none held).
     expires: AtomicU64,
     asking: Mutex<Asking>,
 }
 
+/// [`Prefetch::expires`] of units valid until given back.
+const HELD: Ticks = Ticks::MAX;
+
 /// What the node remembers between takes (under the lock).
 #[derive(Debug, Default)]
 struct Asking {
+    /// The local time the held units are given back (0: none held).
+    give_back_at: Ticks,
     /// No take before this local time: the limit was drained, or Redis away.
     next_ask: Ticks,
     /// Redis did not answer the last call.
@@ -281,7 +288,7 @@ impl<A: FleetAlgorithm> FleetLimiter<A> {
     pub fn try_local(&self, cost: u64) -> Option<Decision> {
         match &self.mode {
             Mode::Prefetch(prefetch) => {
-                let left = prefetch.spend(cost, self.local_now())?;
+                let left = prefetch.spend(cost, || self.local_now())?;
                 Some(Decision::admit(self.limit(), left, 0, 0))
             }
             Mode::Split(split) => {
@@ -302,7 +309,7 @@ impl<A: FleetAlgorithm> FleetLimiter<A> {
             Mode::Exact => Ok(()),
             Mode::Prefetch(prefetch) => {
                 let mut asking = lock(&prefetch.asking);
-                if now >= prefetch.expires.load(Ordering::Acquire) {
+                if asking.give_back_at != 0 && now >= asking.give_back_at {
                     self.give_back(con, prefetch, &mut asking);
                 }
                 Ok(())
@@ -348,16 +355,16 @@ impl<A: FleetAlgorithm> FleetLimiter<A> {
     ) -> Result<Outcome, Error> {
         let limit = self.limit();
         let admit = |left| Ok(Outcome::Redis(Decision::admit(limit, left, 0, 0)));
-        if let Some(left) = prefetch.spend(cost, self.local_now()) {
+        if let Some(left) = prefetch.spend(cost, || self.local_now()) {
             return admit(left);
         }
         let mut asking = lock(&prefetch.asking);
         let now = self.local_now();
         // Another thread may have taken a batch meanwhile.
-        if let Some(left) = prefetch.spend(cost, now) {
+        if let Some(left) = prefetch.spend(cost, || now) {
             return admit(left);
         }
-        if now >= prefetch.expires.load(Ordering::Acquire) {
+        if asking.give_back_at != 0 && now >= asking.give_back_at {
             self.give_back(con, prefetch, &mut asking);
         }
         if now < asking.next_ask {
@@ -401,7 +408,9 @@ impl<A: FleetAlgorithm> FleetLimiter<A> {
         let life = deadline.map_or(horizon, |end| horizon.min(end.saturating_sub(taken.now)));
         // Time runs from the call's sending, before the server's `now`: never late.
         prefetch.units.fetch_add(taken.units, Ordering::AcqRel);
-        prefetch.expires.store(now + life, Ordering::Release);
+        let hard = if deadline.is_some() { now + life } else { HELD };
+        prefetch.expires.store(hard, Ordering::Release);
+        asking.give_back_at = now + life;
         asking.deadline = deadline;
         asking.down = false;
         asking.last_ask = Some(now);
@@ -413,7 +422,7 @@ impl<A: FleetAlgorithm> FleetLimiter<A> {
         } else {
             0
         };
-        if let Some(left) = prefetch.spend(cost, now) {
+        if let Some(left) = prefetch.spend(cost, || now) {
             return admit(left);
         }
         asking.denied = cost;
@@ -428,6 +437,7 @@ impl<A: FleetAlgorithm> FleetLimiter<A> {
     /// Gives back every unit held, once: a failed give-back is dropped, never retried.
     fn give_back<C: ConnectionLike>(&self, con: &mut C, prefetch: &Prefetch, asking: &mut Asking) {
         prefetch.expires.store(0, Ordering::Release);
+        asking.give_back_at = 0;
         let left = prefetch.units.swap(0, Ordering::AcqRel);
         if left > 0 {
             let result = self.counted(self.limiter.refund(con, &self.key, left, asking.deadline));
@@ -585,10 +595,12 @@ impl<A: FleetAlgorithm> FleetLimiter<A> {
 }
 
 impl Prefetch {
-    /// Spends `cost` of the held units if they are unexpired at `now`; the units left.
+    /// Spends `cost` of the held units if they are unexpired at `now` (read only for
+    /// units that expire: a clock read costs more than the rest); the units left.
     #[inline]
-    fn spend(&self, cost: u64, now: Ticks) -> Option<u64> {
-        if now >= self.expires.load(Ordering::Acquire) {
+    fn spend(&self, cost: u64, now: impl FnOnce() -> Ticks) -> Option<u64> {
+        let expires = self.expires.load(Ordering::Acquire);
+        if expires != HELD && now() >= expires {
             return None;
         }
         let before = self
