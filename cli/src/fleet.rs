@@ -351,7 +351,13 @@ pub fn run(args: FleetArgs) -> Result<std::process::ExitCode, Failure> {
             .map(|p| (p.admitted, p.offered - p.admitted))
             .collect();
         let title = format!(
-            "tollgate fleet: {} mode, {} nodes × {} ({name}); node 0 killed at {}, one joins at {}",
+            "fleet {}: {} nodes × {}; node 0 killed at {}, one joins at {}",
+            config.mode,
+            args.nodes,
+            args.traffic,
+            human(kill_period * period),
+            human(join_period * period)
+        ); node 0 killed at {}, one joins at {}",
             config.mode,
             args.nodes,
             args.traffic,
