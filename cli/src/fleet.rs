@@ -357,12 +357,6 @@ pub fn run(args: FleetArgs) -> Result<std::process::ExitCode, Failure> {
             args.traffic,
             human(kill_period * period),
             human(join_period * period)
-        ); node 0 killed at {}, one joins at {}",
-            config.mode,
-            args.nodes,
-            args.traffic,
-            human(kill_period * period),
-            human(join_period * period)
         );
         let svg = chart::svg(&chart::Chart {
             title: &title,
