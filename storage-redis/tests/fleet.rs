@@ -223,7 +223,7 @@ fn split_recomputes_shares_when_a_heartbeat_expires() {
 /// A server restarted mid-run: held units are still spent, a give-back that fails is
 /// dropped (never sent twice), then decisions follow the fail policy with a typed error,
 /// then the node takes again; a batch node's unsettled count is settled once, after the
-/// restart.
+/// restart; a split node decides alone for its heartbeat's ttl, then by the policy.
 #[test]
 fn a_restarted_server_resumes_without_double_spending() {
     let mut server = Server::start();
@@ -231,12 +231,18 @@ fn a_restarted_server_resumes_without_double_spending() {
     let mut con = Reconnecting::new(server.client()).with_timeout(Duration::from_millis(200));
     let prefetch = node(&server, window, config(FleetMode::Prefetch, 10, 30));
     let batch = node(&server, window, config(FleetMode::Batch, 50, 30));
+    let split = node(&server, window, config(FleetMode::Split, 1, 30));
+    assert!(split.check(&mut con, 1).unwrap().allowed());
     assert!(prefetch.check(&mut con, 1).unwrap().allowed());
     for _ in 0..5 {
         assert!(batch.check(&mut con, 1).unwrap().allowed());
     }
 
     server.kill();
+    let killed = Instant::now();
+    // The split node keeps its share while its view is younger than the heartbeat's
+    // ttl (3 intervals), then follows the policy.
+    assert!(matches!(split.check(&mut con, 1).unwrap(), Outcome::Redis(d) if d.allowed));
     // Units held are spent without Redis.
     for _ in 0..4 {
         assert!(matches!(prefetch.check(&mut con, 1).unwrap(), Outcome::Redis(d) if d.allowed));
@@ -257,11 +263,17 @@ fn a_restarted_server_resumes_without_double_spending() {
         batch.check(&mut con, 1).unwrap(),
         Outcome::Closed(_)
     ));
+    thread::sleep(Duration::from_millis(100).saturating_sub(killed.elapsed()));
+    assert!(matches!(
+        split.check(&mut con, 1).unwrap(),
+        Outcome::Closed(Error::Unavailable(_))
+    ));
 
     server.restart();
     thread::sleep(Duration::from_millis(35));
     assert!(matches!(prefetch.check(&mut con, 1).unwrap(), Outcome::Redis(d) if d.allowed));
     assert!(batch.check(&mut con, 1).unwrap().allowed());
+    assert!(matches!(split.check(&mut con, 1).unwrap(), Outcome::Redis(d) if d.allowed));
     prefetch.shutdown(&mut con).unwrap();
     batch.shutdown(&mut con).unwrap();
     // The restarted server (no persistence) knows what was used since: the prefetch
