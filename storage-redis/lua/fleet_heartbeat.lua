@@ -13,9 +13,10 @@ else
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local members = redis.call('ZRANGE', KEYS[1], 0, -1)
-if #members > 0 then
-  -- The set itself goes when its last member's heartbeat would have.
-  redis.call('PEXPIRE', KEYS[1], math.max(math.ceil(ttl / 1000), 1))
+if ttl > 0 then
+  -- The set itself goes when the latest heartbeat would have (a node leaving leaves
+  -- the others' expiry alone).
+  redis.call('PEXPIRE', KEYS[1], math.ceil(ttl / 1000))
 end
 table.insert(members, 1, now)
 return members

@@ -220,6 +220,29 @@ fn split_recomputes_shares_when_a_heartbeat_expires() {
     assert_eq!(admitted(&a), 91 - 46);
 }
 
+/// A node leaving removes itself only: the others' heartbeats stand.
+#[test]
+fn split_a_node_leaving_leaves_the_others_counted() {
+    let server = Server::start();
+    let mut con = server.connection();
+    let window = FixedWindow::new(90, 3600 * SECOND).unwrap();
+    let nodes: Vec<_> = ["x", "y", "z"]
+        .iter()
+        .map(|id| node(&server, window, config(FleetMode::Split, 1, 40)).with_node_id(*id))
+        .collect();
+    for round in 0..2 {
+        thread::sleep(Duration::from_millis(45 * round));
+        for n in &nodes {
+            n.tick(&mut con).unwrap();
+        }
+    }
+    assert_eq!(nodes[0].membership(), Some((3, 0)));
+    nodes[1].shutdown(&mut con).unwrap();
+    thread::sleep(Duration::from_millis(45));
+    nodes[0].tick(&mut con).unwrap();
+    assert_eq!(nodes[0].membership(), Some((2, 0)), "z still beats");
+}
+
 /// A server restarted mid-run: held units are still spent, a give-back that fails is
 /// dropped (never sent twice), then decisions follow the fail policy with a typed error,
 /// then the node takes again; a batch node's unsettled count is settled once, after the
