@@ -10,6 +10,7 @@
 
 mod backend;
 mod chart;
+mod fleet;
 mod lease;
 mod policy;
 mod stats;
@@ -91,6 +92,13 @@ enum Command {
     /// Leases of a concurrency policy: at most `limit` held at once (on sled or Redis).
     #[command(subcommand)]
     Lease(lease::LeaseCommand),
+    /// Measure a fleet mode: N node processes share the policy through Redis; prints
+    /// decisions per second per node, Redis calls per 1000 decisions and the over- and
+    /// under-admission per period, also with a node killed and one joining mid-run.
+    Fleet(fleet::FleetArgs),
+    /// One node of `tollgate fleet` (started by it).
+    #[command(hide = true)]
+    FleetNode(fleet::NodeArgs),
     /// Print KEY's stored state in the policy's units (--json for JSON); for a
     /// concurrency policy its holders, their expiries and the last fencing token.
     Inspect {
@@ -327,6 +335,8 @@ fn run(command: Command) -> Result<ExitCode, Failure> {
                 &loaded.name,
             )?
         }
+        Command::Fleet(args) => fleet::run(args),
+        Command::FleetNode(args) => fleet::node(args),
         Command::Lock(command) => lease::lock(command),
         Command::Lease(command) => lease::lease(command),
     }

@@ -76,6 +76,10 @@ pub struct Policy {
     pub description: String,
     #[serde(default)]
     pub owner: String,
+    /// `tollgate fleet`'s settings for this policy: `fleet = { mode = "prefetch",
+    /// max_batch = 100, interval = "100ms" }`.
+    #[serde(default)]
+    pub fleet: Option<crate::fleet::FleetSettings>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -357,6 +361,7 @@ impl Policy {
             apps: Vec::new(),
             description: String::new(),
             owner: String::new(),
+            fleet: None,
         }
     }
 

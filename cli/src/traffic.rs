@@ -110,6 +110,16 @@ impl std::str::FromStr for Traffic {
 }
 
 impl Traffic {
+    /// The traffic node `index` of a fleet offers: the same shape, with a seed of its
+    /// own for Poisson traffic, so nodes do not offer identical sequences.
+    pub fn for_node(&self, index: u64) -> Self {
+        let mut traffic = self.clone();
+        if let Shape::Poisson { seed, .. } = &mut traffic.shape {
+            *seed = seed.wrapping_add(index);
+        }
+        traffic
+    }
+
     /// How many keys the traffic is spread over.
     pub const fn keys(&self) -> u64 {
         self.keys

@@ -56,3 +56,37 @@ pub trait Reserve: Algorithm {
         max_wait: Ticks,
     ) -> (Decision, Option<Self::State>);
 }
+
+/// Algorithms whose units can be taken in advance and given back: what a fleet node
+/// needs to spend a share of a central limit locally (see `tollgate-redis`'s `fleet`).
+///
+/// Implemented by the token bucket, the fixed window and the sliding counter. Not by the
+/// leaky bucket or pacing queue (their units are slots in time, not a stock), the
+/// sliding log (a unit is a timestamped entry: giving one back would rewrite history),
+/// bans and composites.
+pub trait Refund: Algorithm {
+    /// Gives back `units` admitted earlier and never used, at `now`. A token bucket gets
+    /// them back as tokens (never above its capacity); a window gets them back only while
+    /// `now` is still in the window the state counts (a window that has ended is fresh,
+    /// and units taken in it are gone with it), never below zero.
+    fn refund(&self, state: Option<Self::State>, now: Ticks, units: u64) -> Option<Self::State>;
+
+    /// Takes up to `max` units at once: as many as are admissible now (the decision's
+    /// `remaining`), where an all-or-nothing request of `max` would get none near
+    /// exhaustion. Returns the units taken, the decision for them (for none: the decision
+    /// for a cost of zero) and the new state.
+    fn take(
+        &self,
+        state: Option<Self::State>,
+        now: Ticks,
+        max: u64,
+    ) -> (u64, Decision, Option<Self::State>) {
+        let (idle, after) = self.decide(state.clone(), now, 0);
+        let units = max.min(idle.remaining);
+        if units == 0 {
+            return (0, idle, after);
+        }
+        let (decision, after) = self.decide(state, now, units);
+        (units, decision, after)
+    }
+}

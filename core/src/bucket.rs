@@ -194,6 +194,15 @@ impl Gcra {
         }
     }
 
+    /// Moves the arrival time back by `units × period` (scaled), not before `now`: the
+    /// bucket holds `units` more tokens, at most its capacity.
+    fn refund(&self, state: Option<BucketState>, now: Ticks, units: u64) -> Option<BucketState> {
+        let now = self.scaled(now);
+        let tat = state.filter(|s| s.tat.get() > now)?.tat.get();
+        let back = tat.saturating_sub(wide(units.min(self.burst), self.params.period));
+        BucketState::new(back).filter(|_| back > now)
+    }
+
     fn encode<E: Extend<u8>>(&self, state: &BucketState, out: &mut E) {
         let (ticks, frac) = self.rate.div_rem(state.tat.get());
         // States are at most `latest`, below 2^63 ticks, so the ticks fit.
@@ -289,6 +298,12 @@ gcra_algorithm!(
     0,
     "A bucket of `capacity` tokens refilled at `rate` per `period` ticks."
 );
+
+impl crate::Refund for TokenBucket {
+    fn refund(&self, state: Option<BucketState>, now: Ticks, units: u64) -> Option<BucketState> {
+        self.0.refund(state, now, units)
+    }
+}
 
 /// Leaky bucket as a meter (the "funnel"): holds up to `capacity` units of water, starts
 /// empty, leaks `rate` units per `period`; a request of cost `c` is admitted iff

@@ -162,3 +162,17 @@ impl Algorithm for FixedWindow {
         Ok(FixedWindowState { window, count })
     }
 }
+
+impl crate::Refund for FixedWindow {
+    fn refund(
+        &self,
+        state: Option<FixedWindowState>,
+        now: Ticks,
+        units: u64,
+    ) -> Option<FixedWindowState> {
+        // A stored window before now's has ended: the state is fresh.
+        let s = state.filter(|s| s.window >= self.params.window_of(now.min(MAX_TICKS)))?;
+        let count = s.count - units.min(s.count);
+        (count > 0).then_some(FixedWindowState { count, ..s })
+    }
+}

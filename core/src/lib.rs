@@ -60,7 +60,7 @@ mod sliding_counter;
 #[cfg(feature = "alloc")]
 mod sliding_log;
 
-pub use algorithm::{Algorithm, Reserve};
+pub use algorithm::{Algorithm, Refund, Reserve};
 pub use ban::{Ban, BanState};
 pub use bucket::{BucketParams, BucketState, LeakyBucket, Pacing, TokenBucket};
 #[cfg(target_has_atomic = "64")]

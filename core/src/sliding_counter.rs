@@ -60,6 +60,17 @@ impl SlidingCounter {
         self.params
     }
 
+    /// The window to decide in at `now` and its previous and current counts: the stored
+    /// window if it is now's (or later: `now` went backwards), else now's.
+    fn roll(&self, state: Option<SlidingCounterState>, now: Ticks) -> (u64, u64, u64) {
+        let window = self.params.window_of(now);
+        match state {
+            Some(s) if s.window >= window => (s.window, s.prev, s.cur),
+            Some(s) if s.window + 1 == window => (window, s.cur, 0),
+            _ => (window, 0, 0),
+        }
+    }
+
     /// How long from `elapsed` into the current window until `cost` fits, or `None` if
     /// it never does. Only called when it does not fit now.
     fn wait(&self, elapsed: Ticks, prev: u64, cur: u64, cost: u64) -> Option<Ticks> {
@@ -101,15 +112,7 @@ impl Algorithm for SlidingCounter {
     ) -> (Decision, Option<SlidingCounterState>) {
         let WindowParams { limit, period } = self.params;
         let now = now.min(MAX_TICKS);
-        let mut window = self.params.window_of(now);
-        let (prev, mut cur) = match state {
-            Some(s) if s.window >= window => {
-                window = s.window;
-                (s.prev, s.cur)
-            }
-            Some(s) if s.window + 1 == window => (s.cur, 0),
-            _ => (0, 0),
-        };
+        let (window, prev, mut cur) = self.roll(state, now);
         let start = self.params.start_of(window);
         let elapsed = now.max(start) - start;
         // prev · (period − elapsed) / period, as a numerator over `period`.
@@ -155,5 +158,20 @@ impl Algorithm for SlidingCounter {
         let cur = reader.u64_where("cur", &|c| c <= limit && prev + c > 0)?;
         reader.finish()?;
         Ok(SlidingCounterState { window, prev, cur })
+    }
+}
+
+impl crate::Refund for SlidingCounter {
+    /// Units come off the current window's count only: the previous window's count is
+    /// history, and units taken in it ended with it.
+    fn refund(
+        &self,
+        state: Option<SlidingCounterState>,
+        now: Ticks,
+        units: u64,
+    ) -> Option<SlidingCounterState> {
+        let (window, prev, cur) = self.roll(state, now.min(MAX_TICKS));
+        let cur = cur - units.min(cur);
+        (prev + cur > 0).then_some(SlidingCounterState { window, prev, cur })
     }
 }

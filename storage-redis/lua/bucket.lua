@@ -28,6 +28,15 @@ local function bucket_room(rate, period, tol_t, tol_f, t, f)
   return muldiv(rate, ft, ff, period)
 end
 
+-- cost * period / rate as (ticks, remainder), exact for cost <= 2^20: a call whose cost
+-- the client could not know (take, refund) gets its scaled cost here.
+local function scale(cost, rate, period)
+  local t = muldiv(cost, period, 0, rate)
+  local h, l = wide(cost, period, 0)
+  local qh, ql = times(t, rate)
+  return t, (h - qh) * SPLIT + (l - ql)
+end
+
 local function gcra(tag)
   return function(argv, i)
     -- One argument of seven big-endian u64 (one unpack, not seven tonumber): the burst,
@@ -37,7 +46,9 @@ local function gcra(tag)
     if #packed ~= 56 then error({ err = 'TOLLGATE bad bucket arguments' }) end
     local burst, rate, period, tol_t, tol_f, cost_t, cost_f = struct.unpack(BUCKET_ARGS, packed)
     local pacing = tag == 6
-    local decide = function(bytes, now, cost, wait)
+    -- With `refund`, gives `cost` units back instead (the bucket holds them again, at
+    -- most its burst) and returns only the new state.
+    local decide = function(bytes, now, cost, wait, refund)
       wait = wait or (pacing and MAX_NOW * 2 or 0)
       -- a = tat - now, zero for a fresh or stale state.
       local at, af = 0, 0
@@ -52,6 +63,13 @@ local function gcra(tag)
           bytes = nil
         end
       end
+      if refund then
+        if not bytes then return nil, nil end
+        local st, sf = scale(math.min(cost, burst), rate, period)
+        local bt, bf = sub(at, af, st, sf, rate)
+        if bt < 0 or bt + bf == 0 then return nil, nil end
+        return nil, write(tag, now + bt, bf)
+      end
       if cost > burst then
         local room = bucket_room(rate, period, tol_t, tol_f, at, af)
         return deny(burst, room, -1, ticks(at, af)), bytes
@@ -59,8 +77,13 @@ local function gcra(tag)
       -- n = new tat - now; d = new tat - full_at, where full_at = now + tolerance.
       -- The scaled cost was computed for this call's cost; the only other cost asked
       -- (by a ban's or a composite's report) is zero.
+      -- A take's cost is known here only: its arguments carry a scaled cost of zero.
       local ct, cf = cost_t, cost_f
-      if cost == 0 then ct, cf = 0, 0 end
+      if cost == 0 then
+        ct, cf = 0, 0
+      elseif ct + cf == 0 then
+        ct, cf = scale(cost, rate, period)
+      end
       local nf, nt = af + cf, at + ct
       if nf >= rate then nt, nf = nt + 1, nf - rate end
       local dt, df = sub(nt, nf, tol_t, tol_f, rate)

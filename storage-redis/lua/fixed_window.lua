@@ -2,7 +2,9 @@
 algorithms.fixed_window = function(argv, i)
   local limit, period = tonumber(argv[i]), tonumber(argv[i + 1])
   local count_denied = argv[i + 2] == '1'
-  local decide = function(bytes, now, cost)
+  -- With `refund`, gives `cost` units back to the current window instead (a window that
+  -- has ended is fresh) and returns only the new state.
+  local decide = function(bytes, now, cost, wait, refund)
     local window = divmod(now, period)
     local count = 0
     if bytes then
@@ -10,6 +12,10 @@ algorithms.fixed_window = function(argv, i)
       if w * period > MAX_NOW then corrupt('window') end
       if c < 1 or c > limit then corrupt('count') end
       if w >= window then window, count = w, c end
+    end
+    if refund then
+      count = count - math.min(cost, count)
+      return nil, count > 0 and write(1, window, count) or nil
     end
     local start = window * period
     if now < start then now = start end

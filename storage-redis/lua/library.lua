@@ -13,6 +13,8 @@ register('decide', function(keys, args) return run('decide', keys, args) end)
 register('read', function(keys, args) return run('read', keys, args) end, { 'no-writes' })
 register('reset', function(keys, args) return run('reset', keys, args) end)
 register('purge', function(keys, args) return run('purge', keys, args) end)
+register('take', function(keys, args) return run('take', keys, args) end)
+register('refund', function(keys, args) return run('refund', keys, args) end)
 
 -- Leases: each operation a function; the arguments as for the script.
 register('acquire', function(keys, args) return lease('acquire', keys, args) end)

@@ -7,7 +7,13 @@
 --   decide  decide a request and store the new state;
 --   read    return the keys' values, refusing keys that hold no string;
 --   reset   delete the keys if each is absent or holds a valid state, else refuse;
---   purge   delete each key holding a valid state of some member; return how many.
+--   purge   delete each key holding a valid state of some member; return how many;
+--   take    (fleets) take up to `cost` units, as many as are admissible now: the decision
+--           for them (for none: for a cost of zero), now, the units taken, the new state;
+--           with a max wait (buckets), a charge: all `cost` units as one reservation;
+--   refund  (fleets) give `cost` units back, unless the server's time has reached the
+--           max-wait argument (the grant's deadline); the decision for a cost of zero
+--           afterwards, then now.
 local function run(mode, KEYS, ARGV)
   local now, explicit = clock(ARGV[2])
   local cost, wait = tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -45,6 +51,35 @@ local function run(mode, KEYS, ARGV)
       end
     end
     return deleted
+  end
+
+  if mode == 'take' then
+    local old = get(KEYS[1])
+    local d, new, units
+    if wait then
+      -- A charge (buckets): `cost` units already admitted, booked at once even beyond
+      -- the bucket's capacity, as a reservation waiting up to `wait` (a debt).
+      d, new = members[1](old, now, cost, wait)
+      units = d[ALLOWED] == 1 and cost or 0
+    else
+      d, new = members[1](old, now, 0)
+      units = math.min(cost, d[REMAINING])
+      if units > 0 then d, new = members[1](old, now, units) end
+    end
+    store(KEYS[1], old, new, d[RESET], explicit)
+    d[7], d[8], d[9] = now, units, new or false
+    return d
+  elseif mode == 'refund' then
+    local old = get(KEYS[1])
+    local new = old
+    if not wait or now < wait then
+      local _, refunded = members[1](old, now, cost, nil, true)
+      new = refunded
+    end
+    local d = members[1](new, now, 0)
+    store(KEYS[1], old, new, d[RESET], explicit)
+    d[7] = now
+    return d
   end
 
   local d

@@ -9,7 +9,9 @@ end
 algorithms.sliding_counter = function(argv, i)
   local limit, period = tonumber(argv[i]), tonumber(argv[i + 1])
 
-  local decide = function(bytes, now, cost)
+  -- With `refund`, gives `cost` units back to the current window's count instead and
+  -- returns only the new state.
+  local decide = function(bytes, now, cost, wait, refund)
     local window = divmod(now, period)
     local prev, cur = 0, 0
     if bytes then
@@ -22,6 +24,10 @@ algorithms.sliding_counter = function(argv, i)
       elseif w + 1 == window then
         prev = c
       end
+    end
+    if refund then
+      cur = cur - math.min(cost, cur)
+      return nil, prev + cur > 0 and write(3, window, prev, cur) or nil
     end
     local start = window * period
     local elapsed = math.max(now, start) - start

@@ -73,6 +73,14 @@ pub enum Error {
     /// Something this client does not do yet (no call returns it today).
     #[error("not supported yet: {0}")]
     Unsupported(&'static str),
+    /// A fleet setting that cannot work (a batch of zero, a batch above the limit...).
+    #[error("fleet setting {setting}: {reason}")]
+    FleetSetting {
+        /// The setting.
+        setting: &'static str,
+        /// Why it is refused.
+        reason: String,
+    },
     /// The script's reply had an unexpected shape.
     #[error("unexpected reply from the script")]
     Reply,

@@ -41,6 +41,7 @@
 mod connection;
 mod error;
 mod fence;
+pub mod fleet;
 mod lease;
 mod lua;
 mod path;
@@ -49,7 +50,7 @@ mod watchdog;
 
 use redis::{aio, ConnectionLike, Pipeline, Value};
 use tollgate_core::memory::KeyedLimiter;
-use tollgate_core::{Decision, Reserve, Ticks};
+use tollgate_core::{Decision, Refund, Reserve, Ticks};
 
 pub use connection::{client, connect_async, Reconnecting, ReconnectingAsync, DEFAULT_TIMEOUT};
 pub use error::Error;
@@ -103,7 +104,7 @@ impl Outcome {
 /// One script call: what it does, a key, a cost, and optionally the time and the
 /// longest wait.
 #[derive(Debug, Clone, Copy)]
-struct Call<'a> {
+pub(crate) struct Call<'a> {
     mode: Mode,
     key: &'a [u8],
     cost: u64,
@@ -122,6 +123,10 @@ enum Mode {
     Reset,
     /// Delete the keys holding a valid state.
     Purge,
+    /// Take up to `cost` units (fleets).
+    Take,
+    /// Give `cost` units back before a deadline (fleets).
+    Refund,
 }
 
 impl Mode {
@@ -131,6 +136,8 @@ impl Mode {
             Self::Read => "read",
             Self::Reset => "reset",
             Self::Purge => "purge",
+            Self::Take => "take",
+            Self::Refund => "refund",
         }
     }
 }
@@ -419,7 +426,13 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
             .arg(Arg(call.now))
             .arg(cost)
             .arg(Arg(max_wait));
-        self.algorithm.lua_args(cost, cmd);
+        // A take's or refund's cost varies in the script: it scales it there.
+        let scaled = if matches!(call.mode, Mode::Take | Mode::Refund) {
+            0
+        } else {
+            cost
+        };
+        self.algorithm.lua_args(scaled, cmd);
         if matches!(call.mode, Mode::Decide) && self.program.may_use_module() {
             let mut module = redis::cmd("TOLLGATE.CHECK");
             module.arg(keys.len()).arg(keys);
@@ -610,7 +623,157 @@ impl<A: LuaAlgorithm + Reserve> RedisLimiter<A> {
     }
 }
 
+/// What [`RedisLimiter::take`] got.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Taken {
+    /// The units taken: as many as were admissible, at most the maximum asked.
+    pub units: u64,
+    /// The decision for those units (for none: for a cost of zero).
+    pub decision: Decision,
+    /// The server's time of the call (or the explicit one).
+    pub now: Ticks,
+    /// The key's state afterwards, in the core's encoding; `None` when fresh.
+    pub state: Option<Vec<u8>>,
+}
+
+impl<A: LuaAlgorithm + Refund> RedisLimiter<A> {
+    /// Takes up to `max` units of `key`'s limit in one atomic call: as many as are
+    /// admissible now (the core's [`Refund::take`]). A fleet node spends them locally.
+    pub fn take<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+        max: u64,
+    ) -> Result<Taken, Error> {
+        self.take_call(con, Call::of(Mode::Take, key, max, None))
+    }
+
+    /// [`RedisLimiter::take`] at an explicit time `now`.
+    pub fn take_at<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+        max: u64,
+        now: Ticks,
+    ) -> Result<Taken, Error> {
+        self.take_call(con, Call::of(Mode::Take, key, max, Some(now)))
+    }
+
+    /// Gives back `units` taken and not used (the core's [`Refund::refund`]), unless the
+    /// server's time has reached `deadline` (the end of the window they were counted in:
+    /// a late give-back is dropped, never applied to a later window). Returns the
+    /// decision a cost of zero gets afterwards.
+    pub fn refund<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+        units: u64,
+        deadline: Option<Ticks>,
+    ) -> Result<Decision, Error> {
+        let call = Call::of(Mode::Refund, key, units, None);
+        self.one(
+            con,
+            Call {
+                max_wait: deadline,
+                ..call
+            },
+        )
+    }
+
+    /// [`RedisLimiter::refund`] at an explicit time `now`, without a deadline.
+    pub fn refund_at<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+        units: u64,
+        now: Ticks,
+    ) -> Result<Decision, Error> {
+        self.one(con, Call::of(Mode::Refund, key, units, Some(now)))
+    }
+
+    pub(crate) fn take_call<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        call: Call,
+    ) -> Result<Taken, Error> {
+        let result = self
+            .query(con, &call, &self.redis_keys(call.key)?)
+            .and_then(|reply| parse_take(reply, call.key));
+        self.explained(con, call.key, result)
+    }
+}
+
+impl<A: LuaAlgorithm + Refund + Reserve> RedisLimiter<A> {
+    /// Charges `units` already admitted elsewhere (a fleet's batch settle) in one atomic
+    /// call: booked at once as a reservation with no bound on its wait (the core's
+    /// [`Reserve::reserve`] with `Ticks::MAX`), so a bucket may go into debt, which
+    /// every node then sees; only a charge above the bucket's capacity is refused
+    /// (`units` 0).
+    pub fn charge<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+        units: u64,
+    ) -> Result<Taken, Error> {
+        self.take_call(
+            con,
+            Call::of(Mode::Take, key, units, None).waiting(Ticks::MAX),
+        )
+    }
+
+    /// [`RedisLimiter::charge`] at an explicit time `now`.
+    pub fn charge_at<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+        units: u64,
+        now: Ticks,
+    ) -> Result<Taken, Error> {
+        self.take_call(
+            con,
+            Call::of(Mode::Take, key, units, Some(now)).waiting(Ticks::MAX),
+        )
+    }
+}
+
+/// A take's reply: the decision's seven fields, the units taken, the state or nil.
+fn parse_take(reply: Value, key: &[u8]) -> Result<Taken, Error> {
+    if let Value::ServerError(e) = reply {
+        return Err(Error::from_redis(e.into(), key));
+    }
+    let Value::Array(mut fields) = reply else {
+        return Err(Error::Reply);
+    };
+    if fields.len() != 9 {
+        return Err(Error::Reply);
+    }
+    let state = match fields.pop() {
+        Some(Value::BulkString(bytes)) => Some(bytes),
+        Some(Value::Nil | Value::Boolean(false)) => None,
+        _ => return Err(Error::Reply),
+    };
+    let units: u64 = fields
+        .pop()
+        .and_then(|v| redis::from_redis_value(v).ok())
+        .ok_or(Error::Reply)?;
+    let now: u64 = redis::from_redis_value(fields[6].clone()).map_err(|_| Error::Reply)?;
+    let decision = parse(Value::Array(fields), key)?;
+    Ok(Taken {
+        units,
+        decision,
+        now,
+        state,
+    })
+}
+
 impl<'a> Call<'a> {
+    fn of(mode: Mode, key: &'a [u8], cost: u64, now: Option<Ticks>) -> Self {
+        Self {
+            mode,
+            ..Self::new(key, cost, now)
+        }
+    }
+
     fn new(key: &'a [u8], cost: u64, now: Option<Ticks>) -> Self {
         Self {
             mode: Mode::Decide,

@@ -45,11 +45,13 @@ impl Library {
 }
 
 /// The suffixes `lua/library.lua` registers.
-const FUNCTIONS: [&str; 8] = [
+const FUNCTIONS: [&str; 10] = [
     "decide",
     "read",
     "reset",
     "purge",
+    "take",
+    "refund",
     "acquire",
     "release",
     "renew",

@@ -1,0 +1,198 @@
+//! The fleet's transitions in Lua against the core: random traces of decisions, takes
+//! and give-backs at explicit times, through the function library and through
+//! `EVALSHA`; after every step the decision and the units taken are the core's, and the
+//! key holds exactly the core's encoding (or is gone when the core's state is fresh).
+
+mod common;
+
+use proptest::prelude::*;
+use proptest::test_runner::TestRunner;
+use redis::Commands;
+use tollgate_core::limits::MAX_PERIOD;
+use tollgate_core::{FixedWindow, Refund, Reserve, SlidingCounter, Ticks, TokenBucket, SECOND};
+use tollgate_redis::{LuaAlgorithm, Path, RedisLimiter, MAX_LUA_LIMIT};
+
+use common::Server;
+
+/// Around 2026 in µs since the Unix epoch.
+const EPOCH: Ticks = 1_790_000_000_000_000;
+
+#[derive(Debug, Clone, Copy)]
+enum Op {
+    Check,
+    Take,
+    Refund,
+    /// Buckets only: units booked whole, into debt if need be.
+    Charge,
+}
+
+fn trace(period: Ticks, limit: u64, charges: bool) -> impl Strategy<Value = Vec<(Op, Ticks, u64)>> {
+    let charge = if charges { Op::Charge } else { Op::Take };
+    let op = prop_oneof![
+        Just(Op::Check),
+        Just(Op::Take),
+        Just(Op::Refund),
+        Just(charge)
+    ];
+    let gap = prop_oneof![Just(0), 0..4u64, 0..=period / 8, 0..=period, 0..=3 * period];
+    let cost = prop_oneof![
+        Just(0),
+        Just(1),
+        0..=limit / 4 + 1,
+        0..=limit + 2,
+        Just(u64::MAX)
+    ];
+    prop::collection::vec((op, gap, cost), 1..40)
+}
+
+fn limit() -> impl Strategy<Value = u64> {
+    prop_oneof![1..=4u64, 1..=100u64, 1..=MAX_LUA_LIMIT]
+}
+
+fn period() -> impl Strategy<Value = Ticks> {
+    prop_oneof![
+        1..=10u64,
+        1..=10_000u64,
+        1..=SECOND * 3600,
+        1..=MAX_PERIOD / 366
+    ]
+}
+
+/// A charge in the core: a reservation with no bound on its wait.
+type Charge<A> = fn(
+    &A,
+    Option<<A as tollgate_core::Algorithm>::State>,
+    Ticks,
+    u64,
+) -> (
+    u64,
+    tollgate_core::Decision,
+    Option<<A as tollgate_core::Algorithm>::State>,
+);
+
+/// The same charge through Redis.
+type RedisCharge<A> =
+    fn(&RedisLimiter<A>, &mut redis::Connection, u64, Ticks) -> tollgate_redis::Taken;
+
+/// Runs `trace` through the core and through Redis on both Lua paths; charges through
+/// `charge` (buckets only).
+fn differential<A: LuaAlgorithm + Refund + Clone>(
+    server: &Server,
+    algorithm: &A,
+    trace: &[(Op, Ticks, u64)],
+    charge: Option<(Charge<A>, RedisCharge<A>)>,
+) -> Result<(), TestCaseError> {
+    for path in [Path::Functions, Path::Scripts] {
+        let limiter = RedisLimiter::new(algorithm.clone())
+            .map_err(|e| TestCaseError::reject(e.to_string()))?
+            .with_path(path)
+            .unwrap();
+        let mut con = server.connection();
+        let _: () = redis::cmd("FLUSHALL").query(&mut con).unwrap();
+        let (mut state, mut now) = (None, EPOCH);
+        for (i, &(op, gap, cost)) in trace.iter().enumerate() {
+            now += gap;
+            let (core, redis) = match op {
+                Op::Check => {
+                    let (d, s) = algorithm.decide(state.clone(), now, cost);
+                    state = s;
+                    (
+                        (d, 0),
+                        (limiter.check_at(&mut con, b"k", cost, now).unwrap(), 0),
+                    )
+                }
+                Op::Take | Op::Charge => {
+                    let (units, d, s) = match (op, charge) {
+                        (Op::Charge, Some((core, _))) => core(algorithm, state.clone(), now, cost),
+                        _ => algorithm.take(state.clone(), now, cost),
+                    };
+                    state = s;
+                    let taken = match (op, charge) {
+                        (Op::Charge, Some((_, redis))) => redis(&limiter, &mut con, cost, now),
+                        _ => limiter.take_at(&mut con, b"k", cost, now).unwrap(),
+                    };
+                    prop_assert_eq!(taken.now, now);
+                    let bytes = state.as_ref().map(|s| algorithm.encode_to_vec(s));
+                    prop_assert_eq!(&taken.state, &bytes);
+                    ((d, units), (taken.decision, taken.units))
+                }
+                Op::Refund => {
+                    state = algorithm.refund(state.clone(), now, cost);
+                    let d = algorithm.peek(state.clone(), now, 0);
+                    (
+                        (d, 0),
+                        (limiter.refund_at(&mut con, b"k", cost, now).unwrap(), 0),
+                    )
+                }
+            };
+            prop_assert_eq!(core, redis, "{:?} step {} {:?} cost {}", path, i, op, cost);
+            let stored: Option<Vec<u8>> = con.get("k").unwrap();
+            let expected = state.as_ref().map(|s| algorithm.encode_to_vec(s));
+            prop_assert_eq!(stored, expected, "{:?} step {} {:?}", path, i, op);
+        }
+    }
+    Ok(())
+}
+
+fn cases<S: Strategy>(strategy: S, test: impl Fn(&Server, S::Value) -> Result<(), TestCaseError>) {
+    let server = Server::start();
+    let mut runner = TestRunner::new(ProptestConfig::with_cases(32));
+    if let Err(e) = runner.run(&strategy, |value| test(&server, value)) {
+        panic!("{e}");
+    }
+}
+
+#[test]
+fn token_bucket_take_and_refund_match_the_core() {
+    let params = (limit(), limit(), period())
+        .prop_flat_map(|(c, r, p)| (Just((c, r, p)), trace(p, c, true)));
+    cases(params, |server, ((c, r, p), trace)| {
+        let Ok(bucket) = TokenBucket::new(c, r, p) else {
+            return Ok(());
+        };
+        let core: Charge<TokenBucket> = |bucket, state, now, units| {
+            let (d, s) = bucket.reserve(state, now, units, Ticks::MAX);
+            (if d.allowed { units } else { 0 }, d, s)
+        };
+        let redis: fn(
+            &RedisLimiter<TokenBucket>,
+            &mut redis::Connection,
+            u64,
+            Ticks,
+        ) -> tollgate_redis::Taken =
+            |limiter, con, units, now| limiter.charge_at(con, b"k", units, now).unwrap();
+        differential(server, &bucket, &trace, Some((core, redis)))
+    });
+}
+
+#[test]
+fn fixed_window_take_and_refund_match_the_core() {
+    let params = (limit(), period()).prop_flat_map(|(l, p)| (Just((l, p)), trace(p, l, false)));
+    cases(params, |server, ((l, p), trace)| {
+        differential(server, &FixedWindow::new(l, p).unwrap(), &trace, None)
+    });
+}
+
+#[test]
+fn sliding_counter_take_and_refund_match_the_core() {
+    let params = (limit(), period()).prop_flat_map(|(l, p)| (Just((l, p)), trace(p, l, false)));
+    cases(params, |server, ((l, p), trace)| {
+        differential(server, &SlidingCounter::new(l, p).unwrap(), &trace, None)
+    });
+}
+
+/// A give-back reaching the server at or after its deadline changes nothing.
+#[test]
+fn refund_after_the_deadline_is_dropped() {
+    let server = Server::start();
+    let mut con = server.connection();
+    let limiter = RedisLimiter::new(FixedWindow::new(10, 3600 * SECOND).unwrap()).unwrap();
+    let taken = limiter.take(&mut con, b"w", 6).unwrap();
+    assert_eq!(taken.units, 6);
+    let late = limiter.refund(&mut con, b"w", 6, Some(taken.now)).unwrap();
+    assert_eq!(late.remaining, 4);
+    let in_time = limiter
+        .refund(&mut con, b"w", 6, Some(taken.now + 3600 * SECOND))
+        .unwrap();
+    assert_eq!(in_time.remaining, 10);
+}
