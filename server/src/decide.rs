@@ -138,18 +138,30 @@ impl Entry {
     ) -> Result<Decision, DecideError> {
         match (&self.limiter, backend) {
             (Limiter::Memory(limiter), _) => Ok(limiter.check(key, cost)),
-            (Limiter::Redis(limiter), Backend::Redis { con, .. }) => {
+            (Limiter::Redis(limiter), Backend::Redis { con, fail, .. }) => {
                 let mut con = con.clone();
-                let outcome = limiter
-                    .decide_async(&mut con, key.as_bytes(), cost)
-                    .await
-                    .map_err(|e| {
-                        if e.is_unavailable() {
-                            DecideError::Unavailable(e.to_string())
-                        } else {
-                            DecideError::Backend(e.to_string())
-                        }
-                    })?;
+                let typed = |e: tollgate_redis::Error| {
+                    if e.is_unavailable() {
+                        DecideError::Unavailable(e.to_string())
+                    } else {
+                        DecideError::Backend(e.to_string())
+                    }
+                };
+                // Without a fail policy the error is the answer (the limiter's own
+                // default would deny).
+                let outcome = if *fail == Fail::Error {
+                    Outcome::Redis(
+                        limiter
+                            .check_async(&mut con, key.as_bytes(), cost)
+                            .await
+                            .map_err(typed)?,
+                    )
+                } else {
+                    limiter
+                        .decide_async(&mut con, key.as_bytes(), cost)
+                        .await
+                        .map_err(typed)?
+                };
                 let limit = limiter.algorithm_limit();
                 Ok(match outcome {
                     Outcome::Redis(d) | Outcome::Local(d, _) => d,
