@@ -86,6 +86,26 @@ async fn two_servers_one_limit_and_one_set_of_policies() {
     let mut statuses = [x.status.as_u16(), y.status.as_u16()];
     statuses.sort();
     assert_eq!(statuses, [200, 409]);
+    // Leases in Redis: one holder across both servers.
+    let workers = r#"{"algorithm":"concurrency","limit":1,"lease":"30s","apps":["web"]}"#;
+    let made = put(&a.url("/v1/policies/workers"), &admin, workers, None).await;
+    assert_eq!(made.status, StatusCode::CREATED);
+    let acquire = |server: &TestServer, owner: &str| {
+        let (url, web, body) = (
+            server.url("/v1/lease/acquire"),
+            web.clone(),
+            format!(r#"{{"policy":"workers","key":"job","owner":"{owner}"}}"#),
+        );
+        async move { post(&url, &web, &body).await }
+    };
+    assert!(
+        eventually(Duration::from_secs(1), || async {
+            acquire(&b, "b").await.json["acquired"] == true
+        })
+        .await
+    );
+    let on_a = acquire(&a, "a").await;
+    assert_eq!(on_a.json["acquired"], false, "{}", on_a.text);
     a.stop().await;
     b.stop().await;
 }

@@ -237,6 +237,27 @@ fn rows() -> Vec<Row> {
         ),
         row(
             M::POST,
+            "/v1/lease/acquire",
+            Some(r#"{"policy":"workers","key":"k","owner":"{role}"}"#),
+            None,
+            [401, 401, 403, 403, 403, 403, 200],
+        ),
+        row(
+            M::POST,
+            "/v1/lease/renew",
+            Some(r#"{"policy":"workers","key":"k","owner":"{role}"}"#),
+            None,
+            [401, 401, 403, 403, 403, 403, 200],
+        ),
+        row(
+            M::POST,
+            "/v1/lease/release",
+            Some(r#"{"policy":"workers","key":"k","owner":"{role}"}"#),
+            None,
+            [401, 401, 403, 403, 403, 403, 200],
+        ),
+        row(
+            M::POST,
             "/v1/decide/batch",
             Some(r#"{"requests":[{"policy":"api","key":"k"}]}"#),
             None,
@@ -259,6 +280,9 @@ async fn every_endpoint_for_every_caller() {
     let web = web.json["token"].as_str().unwrap().to_owned();
     let api = put(&server.url("/v1/policies/api"), &admin, WEB_POLICY, None).await;
     assert_eq!(api.status, StatusCode::CREATED, "{}", api.text);
+    let workers = r#"{"algorithm":"concurrency","limit":1,"lease":"30s","apps":["web"]}"#;
+    let made = put(&server.url("/v1/policies/workers"), &admin, workers, None).await;
+    assert_eq!(made.status, StatusCode::CREATED, "{}", made.text);
 
     let tokens = [
         None,

@@ -378,3 +378,85 @@ async fn ban_and_composite_decide() {
     );
     server.stop().await;
 }
+
+/// Leases of a concurrency policy: at most `limit` owners, release and renew by the
+/// owner only, tokens growing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_over_http() {
+    let (server, admin, web) = setup().await;
+    let workers = r#"{"algorithm":"concurrency","limit":1,"lease":"30s","apps":["web"]}"#;
+    let made = put(&server.url("/v1/policies/workers"), &admin, workers, None).await;
+    assert_eq!(made.status, StatusCode::CREATED, "{}", made.text);
+    let lease = |op: &'static str, owner: &'static str, extra: &'static str| {
+        let (url, web) = (server.url(&format!("/v1/lease/{op}")), web.clone());
+        async move {
+            post(
+                &url,
+                &web,
+                &format!(r#"{{"policy":"workers","key":"build","owner":"{owner}"{extra}}}"#),
+            )
+            .await
+        }
+    };
+    let first = lease("acquire", "a", "").await;
+    assert_eq!(first.status, StatusCode::OK, "{}", first.text);
+    assert_eq!(first.json["acquired"], true);
+    assert_eq!(first.json["holds"], 1);
+    let token = first.json["token"].as_u64().unwrap();
+    let busy = lease("acquire", "b", "").await;
+    assert_eq!(busy.json["acquired"], false);
+    assert!(busy.json["retry_after_us"].as_u64().unwrap() <= 30_000_000);
+    assert_eq!(lease("release", "b", "").await.json["released"], false);
+    assert_eq!(lease("renew", "b", "").await.json["renewed"], false);
+    let renewed = lease("renew", "a", r#","ttl_us":60000000"#).await;
+    assert_eq!(renewed.json["renewed"], true);
+    assert_eq!(lease("release", "a", "").await.json["released"], true);
+    let second = lease("acquire", "b", "").await;
+    assert_eq!(second.json["acquired"], true);
+    assert!(second.json["token"].as_u64().unwrap() > token);
+    // Bad arguments: 422 naming the field; a rate policy is not leases, nor the reverse.
+    let zero = lease("acquire", "c", r#","ttl_us":0"#).await;
+    assert_eq!(
+        (zero.status.as_u16(), zero.json["field"].as_str()),
+        (422, Some("ttl_us"))
+    );
+    let long_owner = post(
+        &server.url("/v1/lease/acquire"),
+        &web,
+        &format!(
+            r#"{{"policy":"workers","key":"k","owner":"{}"}}"#,
+            "o".repeat(200)
+        ),
+    )
+    .await;
+    assert_eq!(long_owner.status, StatusCode::UNPROCESSABLE_ENTITY);
+    let decide = post(
+        &server.url("/v1/decide"),
+        &web,
+        r#"{"policy":"workers","key":"k"}"#,
+    )
+    .await;
+    assert_eq!(decide.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(
+        put(&server.url("/v1/policies/api"), &admin, BUCKET, None)
+            .await
+            .status,
+        StatusCode::CREATED
+    );
+    let rate = post(
+        &server.url("/v1/lease/acquire"),
+        &web,
+        r#"{"policy":"api","key":"k","owner":"a"}"#,
+    )
+    .await;
+    assert_eq!(rate.status, StatusCode::UNPROCESSABLE_ENTITY);
+    // Users may not take leases.
+    let as_user = post(
+        &server.url("/v1/lease/acquire"),
+        &admin,
+        r#"{"policy":"workers","key":"k","owner":"a"}"#,
+    )
+    .await;
+    assert_eq!(as_user.status, StatusCode::FORBIDDEN);
+    server.stop().await;
+}
