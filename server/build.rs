@@ -1,4 +1,5 @@
-//! Embeds every file under `web/dist/` (the management page) in the binary.
+//! Embeds every file under `web/dist/` (the management page) in the binary, and
+//! generates Envoy's rate limit service from the vendored protos in `proto/`.
 
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
@@ -41,4 +42,22 @@ fn main() {
     code.push_str("];\n");
     let out = PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("assets.rs");
     std::fs::write(out, code).unwrap();
+
+    println!("cargo:rerun-if-changed=proto");
+    use_bundled_protoc();
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .compile_protos(&["proto/envoy/service/ratelimit/v3/rls.proto"], &["proto"])
+        .unwrap();
+}
+
+/// Points prost-build at the protoc (and its `google/protobuf` includes) shipped in
+/// `protoc-bin-vendored`.
+fn use_bundled_protoc() {
+    let protoc = protoc_bin_vendored::protoc_bin_path().unwrap();
+    let include = protoc_bin_vendored::include_path().unwrap();
+    // A build script runs on one thread: setting its environment races with nothing.
+    std::env::set_var("PROTOC", protoc);
+    std::env::set_var("PROTOC_INCLUDE", include);
 }

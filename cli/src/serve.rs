@@ -27,6 +27,10 @@ pub struct ServeArgs {
     /// Where to listen for HTTP.
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
+    /// Where to serve Envoy's rate limit service (gRPC), e.g. 127.0.0.1:8081; off when
+    /// not given.
+    #[arg(long)]
+    grpc_listen: Option<SocketAddr>,
     /// The embedded store's directory (SQLite), unless --store is given.
     #[arg(long, default_value = "tollgate-data")]
     data_dir: PathBuf,
@@ -57,6 +61,7 @@ impl ServeArgs {
     pub fn run(self) -> Result<ExitCode, Failure> {
         let config = Config {
             listen: self.listen,
+            grpc_listen: self.grpc_listen,
             data_dir: self.data_dir,
             store: self.store,
             decisions: self.decisions,
@@ -87,12 +92,16 @@ impl ServeArgs {
                     .unwrap_or_else(|_| "info".into()),
             )
             .with_writer(std::io::stderr)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .init();
         runtime.block_on(async {
             let server = Server::bind(config)
                 .await
                 .map_err(|e| Failure::Backend(e.to_string()))?;
             eprintln!("tollgate: serving on http://{}", server.local_addr());
+            if let Some(grpc) = server.grpc_addr() {
+                eprintln!("tollgate: Envoy's rate limit service (gRPC) on {grpc}");
+            }
             server
                 .run(shutdown())
                 .await

@@ -53,11 +53,11 @@ pub struct Shared {
 }
 
 impl Shared {
-    fn snapshot(&self) -> Arc<Snapshot> {
+    pub(crate) fn snapshot(&self) -> Arc<Snapshot> {
         Arc::clone(&self.snapshot.read().unwrap_or_else(|e| e.into_inner()))
     }
 
-    fn limiters(&self) -> Arc<Limiters> {
+    pub(crate) fn limiters(&self) -> Arc<Limiters> {
         Arc::clone(&self.limiters.read().unwrap_or_else(|e| e.into_inner()))
     }
 
@@ -102,8 +102,8 @@ type App = State<Arc<Shared>>;
 /// An error answer: `{"error": …, "field": …}` with its status.
 #[derive(Debug)]
 pub struct ApiError {
-    status: StatusCode,
-    message: String,
+    pub(crate) status: StatusCode,
+    pub(crate) message: String,
     field: Option<String>,
     current: Option<Value>,
 }
@@ -238,13 +238,21 @@ enum Caller {
 }
 
 fn caller(shared: &Shared, headers: &HeaderMap, snapshot: &Snapshot) -> Result<Caller> {
-    let token = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
+    let _ = shared;
+    caller_of(
+        headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok()),
+        snapshot,
+    )
+}
+
+/// The holder of the bearer token in an `Authorization` value.
+fn caller_of(authorization: Option<&str>, snapshot: &Snapshot) -> Result<Caller> {
+    let token = authorization
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim)
         .ok_or_else(ApiError::unauthorized)?;
-    let _ = shared;
     match snapshot.tokens.get(&token::hash(token)) {
         Some(Principal::App(name)) => Ok(Caller::App(name.clone())),
         Some(Principal::User(name)) => snapshot
@@ -1026,31 +1034,25 @@ fn check_key(key: &str) -> Result<()> {
     Ok(())
 }
 
-/// One decision for app `app`: the answer, or an error with its status.
-async fn decide_one(
+/// Decides `cost` units of `key` on `policy` for app `app`, counting it in the metrics;
+/// the HTTP and gRPC APIs both decide here.
+pub(crate) async fn decide_for(
     shared: &Shared,
     snapshot: &Snapshot,
     limiters: &Limiters,
     app: &str,
-    request: &DecideRequest,
-) -> Result<(Value, HeaderMap)> {
-    // A policy that does not exist and one that does not list this app answer alike.
-    let stored = snapshot
-        .policies
-        .get(&request.policy)
-        .filter(|s| s.policy.apps.iter().any(|a| a == app))
-        .ok_or_else(|| {
-            ApiError::forbidden(format!("no such policy for this app: {:?}", request.policy))
-        })?;
-    if request.key.is_empty() || request.key.len() > MAX_KEY {
-        return Err(ApiError::invalid(format!("a key is 1 to {MAX_KEY} bytes")).field("key"));
-    }
+    policy: &str,
+    key: &str,
+    cost: u64,
+) -> Result<(Arc<Entry>, tollgate_core::Decision)> {
+    let stored = policy_for_app(snapshot, app, policy)?;
+    check_key(key)?;
     let entry = limiters.get(&stored.name).ok_or_else(|| {
         ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the policy has no limiter")
     })?;
     let start = Instant::now();
     let decision = entry
-        .decide(&shared.backend, &stored.name, &request.key, request.cost)
+        .decide(&shared.backend, &stored.name, key, cost)
         .await
         .map_err(backend_error)?;
     shared.metrics.decision(
@@ -1059,6 +1061,28 @@ async fn decide_one(
         u64::try_from(now_s()).unwrap_or(0),
         start.elapsed(),
     );
+    Ok((Arc::clone(entry), decision))
+}
+
+/// One decision for app `app`: the answer, or an error with its status.
+async fn decide_one(
+    shared: &Shared,
+    snapshot: &Snapshot,
+    limiters: &Limiters,
+    app: &str,
+    request: &DecideRequest,
+) -> Result<(Value, HeaderMap)> {
+    let (entry, decision) = decide_for(
+        shared,
+        snapshot,
+        limiters,
+        app,
+        &request.policy,
+        &request.key,
+        request.cost,
+    )
+    .await?;
+    let stored = &request.policy;
     let mut headers = HeaderMap::new();
     if let Some(header) = &entry.header {
         // Stamped as a refusal so a denial carries Retry-After; the status stays 200.
@@ -1070,7 +1094,7 @@ async fn decide_one(
         header.stamp(&mut headers, status, &decision, false);
     }
     let body = json!({
-        "policy": stored.name,
+        "policy": stored,
         "key": request.key,
         "allowed": decision.allowed,
         "limit": decision.limit,
@@ -1083,7 +1107,18 @@ async fn decide_one(
 }
 
 fn app_caller(shared: &Shared, headers: &HeaderMap, snapshot: &Snapshot) -> Result<String> {
-    match caller(shared, headers, snapshot)? {
+    let _ = shared;
+    app_of(
+        headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok()),
+        snapshot,
+    )
+}
+
+/// The app whose token is in an `Authorization` value; a user token may not decide.
+pub(crate) fn app_of(authorization: Option<&str>, snapshot: &Snapshot) -> Result<String> {
+    match caller_of(authorization, snapshot)? {
         Caller::App(app) => Ok(app),
         Caller::User(_) => Err(ApiError::forbidden(
             "decisions are for app tokens; a user token manages",

@@ -16,6 +16,7 @@
 mod api;
 mod assets;
 pub mod decide;
+pub mod grpc;
 mod metrics;
 pub mod policy;
 pub mod store;
@@ -37,6 +38,9 @@ use store::{Store, StoreError, User};
 pub struct Config {
     /// Where to listen (`--listen`, default `127.0.0.1:8080`).
     pub listen: SocketAddr,
+    /// Where to serve Envoy's rate limit service over gRPC (`--grpc-listen`); none by
+    /// default.
+    pub grpc_listen: Option<SocketAddr>,
     /// The embedded store's directory (`--data-dir`), used unless `store` is set.
     pub data_dir: PathBuf,
     /// `postgres://…` (`--store`): the store a fleet shares.
@@ -59,6 +63,7 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            grpc_listen: None,
             data_dir: PathBuf::from("tollgate-data"),
             store: None,
             decisions: None,
@@ -124,6 +129,7 @@ pub async fn init_admin(config: &Config, name: &str) -> Result<String, Error> {
 #[derive(Debug)]
 pub struct Server {
     listener: tokio::net::TcpListener,
+    grpc: Option<tokio::net::TcpListener>,
     shared: Arc<api::Shared>,
     config: Config,
 }
@@ -161,8 +167,17 @@ impl Server {
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
             .map_err(|e| Error::Listen(config.listen, e))?;
+        let grpc = match config.grpc_listen {
+            Some(addr) => Some(
+                tokio::net::TcpListener::bind(addr)
+                    .await
+                    .map_err(|e| Error::Listen(addr, e))?,
+            ),
+            None => None,
+        };
         Ok(Self {
             listener,
+            grpc,
             shared,
             config,
         })
@@ -171,6 +186,11 @@ impl Server {
     /// The address it listens on (the port chosen when `listen` asked for port 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.listener.local_addr().unwrap_or(self.config.listen)
+    }
+
+    /// The address the gRPC service listens on, if it has one.
+    pub fn grpc_addr(&self) -> Option<SocketAddr> {
+        self.grpc.as_ref().and_then(|l| l.local_addr().ok())
     }
 
     /// Serves until `shutdown` completes, then finishes the requests in flight.
@@ -191,12 +211,42 @@ impl Server {
                 }
             }
         });
-        let app = api::router(Arc::clone(&self.shared), self.config.timeout);
+        // One shutdown signal for both listeners.
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            shutdown.await;
+            let _ = stop.send(true);
+        });
+        let until = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
+            let _ = stopped.wait_for(|stop| *stop).await;
+        };
         tracing::info!(listen = %self.local_addr(), "serving");
+        let grpc = self.grpc.map(|listener| {
+            let service = grpc::Rls::service(Arc::clone(&self.shared));
+            let until = until(stopped.clone());
+            tracing::info!(listen = ?listener.local_addr().ok(), "serving Envoy's rate limit service (gRPC)");
+            tokio::spawn(
+                tonic::transport::Server::builder()
+                    .timeout(self.config.timeout)
+                    .add_service(service)
+                    .serve_with_incoming_shutdown(
+                        tonic::transport::server::TcpIncoming::from(listener),
+                        until,
+                    ),
+            )
+        });
+        let app = api::router(Arc::clone(&self.shared), self.config.timeout);
         let served = axum::serve(self.listener, app)
-            .with_graceful_shutdown(shutdown)
+            .with_graceful_shutdown(until(stopped))
             .await
             .map_err(Error::Serve);
+        if let Some(grpc) = grpc {
+            match grpc.await {
+                Ok(Err(e)) => tracing::error!(error = %e, "gRPC server"),
+                Err(e) => tracing::error!(error = %e, "gRPC server task"),
+                Ok(Ok(())) => {}
+            }
+        }
         poller.abort();
         served
     }

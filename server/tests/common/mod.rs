@@ -25,6 +25,8 @@ pub fn free_port() -> u16 {
 /// A running `tollgate serve`, stopped (gracefully) when dropped.
 pub struct TestServer {
     pub addr: SocketAddr,
+    /// Envoy's rate limit service, when the configuration asked for it.
+    pub grpc: Option<SocketAddr>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
     _dir: Option<tempfile::TempDir>,
@@ -33,10 +35,15 @@ pub struct TestServer {
 impl TestServer {
     /// A server on the embedded store in a fresh directory, and its first admin's token.
     pub async fn start() -> (Self, String) {
+        Self::start_with(config()).await
+    }
+
+    /// [`TestServer::start`] with `config` (its data directory replaced by a fresh one).
+    pub async fn start_with(config: Config) -> (Self, String) {
         let dir = tempfile::tempdir().expect("temporary directory");
         let config = Config {
             data_dir: dir.path().to_path_buf(),
-            ..config()
+            ..config
         };
         let admin = tollgate_server::init_admin(&config, "root")
             .await
@@ -50,11 +57,15 @@ impl TestServer {
     pub async fn with(config: Config) -> Self {
         let server = Server::bind(Config {
             listen: "127.0.0.1:0".parse().expect("address"),
+            grpc_listen: config
+                .grpc_listen
+                .map(|_| "127.0.0.1:0".parse().expect("address")),
             ..config
         })
         .await
         .expect("server starts");
         let addr = server.local_addr();
+        let grpc = server.grpc_addr();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(async move {
             server
@@ -66,6 +77,7 @@ impl TestServer {
         });
         Self {
             addr,
+            grpc,
             stop: Some(stop),
             task: Some(task),
             _dir: None,
