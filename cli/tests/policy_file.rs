@@ -34,7 +34,11 @@ ban = { threshold = 1, window = "1h", duration = "2h" }
 
 /// `allowed` of each line of a replay's output.
 fn allowed(out: &Output) -> Vec<bool> {
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout.clone())
         .unwrap()
         .lines()
@@ -46,14 +50,25 @@ fn allowed(out: &Output) -> Vec<bool> {
 fn composite_and_ban_run_on_every_backend_kind() {
     let dir = tempfile::tempdir().unwrap();
     let file = write(dir.path(), "p.toml", POLICIES);
-    let trace = write(dir.path(), "t.csv", "t_us,key,cost\n0,k,1\n0,k,1\n0,k,1\n0,k,1\n");
+    let trace = write(
+        dir.path(),
+        "t.csv",
+        "t_us,key,cost\n0,k,1\n0,k,1\n0,k,1\n0,k,1\n",
+    );
     // The bucket (2) is the tighter limit of the two.
     let db = dir.path().join("db");
     std::fs::create_dir(&db).unwrap();
     let sled = format!("sled:{}", db.display());
     for backend in ["memory", sled.as_str()] {
         let out = tollgate(&[
-            "replay", "--trace", &trace, "--config", &file, "--policy", "both", "--backend",
+            "replay",
+            "--trace",
+            &trace,
+            "--config",
+            &file,
+            "--policy",
+            "both",
+            "--backend",
             backend,
         ]);
         assert_eq!(allowed(&out), [true, true, false, false], "{backend}");
@@ -100,9 +115,16 @@ fn init_admin_prints_a_token_once() {
     let data = dir.path().join("data");
     let data = data.to_str().unwrap();
     let first = tollgate(&["serve", "--data-dir", data, "--init-admin"]);
-    assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
     let token = String::from_utf8(first.stdout).unwrap();
-    assert!(token.starts_with("tgu_") && token.trim().len() == 47, "{token}");
+    assert!(
+        token.starts_with("tgu_") && token.trim().len() == 47,
+        "{token}"
+    );
     let again = tollgate(&["serve", "--data-dir", data, "--init-admin"]);
     assert_eq!(again.status.code(), Some(4));
     assert!(String::from_utf8_lossy(&again.stderr).contains("an admin exists already"));

@@ -226,7 +226,7 @@ async fn bounded(request: Request, next: Next, timeout: Duration) -> Response {
         Err(_) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the request took too long")
             .into_response(),
     };
-    tracing::debug!(%method, %path, status = response.status().as_u16(), took_us = start.elapsed().as_micros() as u64, "request");
+    tracing::debug!(%method, %path, status = response.status().as_u16(), took_us = u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX), "request");
     response
 }
 
@@ -743,7 +743,8 @@ async fn get_policy(
 /// Why a write was refused inside its transaction.
 enum Refusal {
     Api(ApiError),
-    Stale(Stored),
+    /// The current policy (boxed: it is large, and rare).
+    Stale(Box<Stored>),
 }
 
 /// The permission and version checks of a write, against the current version.
@@ -783,7 +784,7 @@ fn check_write(
                     StatusCode::PRECONDITION_REQUIRED,
                     "changing a policy needs If-Match: \"<version>\" (the version you change)",
                 ))),
-                Some(v) if v != current.version => Err(Refusal::Stale(current.clone())),
+                Some(v) if v != current.version => Err(Refusal::Stale(Box::new(current.clone()))),
                 Some(_) => Ok(()),
             }
         }

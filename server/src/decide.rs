@@ -64,7 +64,8 @@ pub struct Entry {
 #[derive(Debug)]
 enum Limiter {
     Memory(KeyedLimiter<String, Rule>),
-    Redis(RedisLimiter<Rule>),
+    /// Boxed: a Redis limiter holds its script and fallback.
+    Redis(Box<RedisLimiter<Rule>>),
     /// A concurrency policy's lease tables in this process, at most `max_keys`.
     MemoryLeases {
         model: Concurrency,
@@ -142,12 +143,12 @@ impl Entry {
         .ok();
         let limiter = match (&built, backend) {
             (Built::Leases { model, .. }, Backend::Memory { max_keys }) => Limiter::MemoryLeases {
-                model: model.clone(),
+                model: *model,
                 tables: Mutex::default(),
                 max_keys: *max_keys,
             },
             (Built::Leases { model, .. }, Backend::Redis { .. }) => Limiter::RedisLeases(
-                RedisLeases::new(model.clone()).with_prefix(prefix(&stored.name, &stored.policy)),
+                RedisLeases::new(*model).with_prefix(prefix(&stored.name, &stored.policy)),
             ),
             (Built::Rule(rule), Backend::Memory { max_keys }) => {
                 Limiter::Memory(KeyedLimiter::new(rule.clone(), *max_keys))
@@ -156,7 +157,7 @@ impl Entry {
                 let limiter = RedisLimiter::new(rule.clone())
                     .map_err(|e| e.to_string())?
                     .with_prefix(prefix(&stored.name, &stored.policy));
-                Limiter::Redis(match fail {
+                Limiter::Redis(Box::new(match fail {
                     Fail::Error => limiter,
                     Fail::Open => limiter.on_unavailable(FailPolicy::Open),
                     Fail::Closed => limiter.on_unavailable(FailPolicy::Closed),
@@ -164,7 +165,7 @@ impl Entry {
                         rule.clone(),
                         *max_keys,
                     ))),
-                })
+                }))
             }
         };
         Ok(Arc::new(Self {

@@ -40,7 +40,7 @@ proptest! {
         let window = FixedWindow::new(limit, period).unwrap();
         same(&window, &Rule::Rate(Rate::FixedWindow(window)), &arrivals);
         let log = SlidingLog::new(limit, period).unwrap();
-        same(&log, &Rule::Rate(Rate::SlidingLog(log.clone())), &arrivals);
+        same(&log, &Rule::Rate(Rate::SlidingLog(log)), &arrivals);
         let bucket = TokenBucket::new(limit, rate, period).unwrap();
         same(&bucket, &Rule::Rate(Rate::TokenBucket(bucket)), &arrivals);
         let ban = tollgate_core::Ban::new(bucket, 3, period, 2 * period).unwrap();
