@@ -222,12 +222,46 @@ async fn bounded(request: Request, next: Next, timeout: Duration) -> Response {
     let (method, path) = (request.method().clone(), request.uri().path().to_owned());
     let start = Instant::now();
     let response = match tokio::time::timeout(timeout, next.run(request)).await {
-        Ok(response) => response,
+        Ok(response) => json_errors(response).await,
         Err(_) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the request took too long")
             .into_response(),
     };
     tracing::debug!(%method, %path, status = response.status().as_u16(), took_us = u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX), "request");
     response
+}
+
+/// Errors answered by axum itself (a query string or path it cannot read, a method the
+/// route does not take) in the API's one error shape: `{"error": …}`.
+async fn json_errors(response: Response) -> Response {
+    let json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if json || !(response.status().is_client_error() || response.status().is_server_error()) {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    // axum's own messages are short; anything else is not worth echoing.
+    let text = axum::body::to_bytes(body, 4096)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
+    let text = if text.is_empty() {
+        parts
+            .status
+            .canonical_reason()
+            .unwrap_or("error")
+            .to_owned()
+    } else {
+        text
+    };
+    let mut answer = ApiError::new(parts.status, text).into_response();
+    for name in [header::ALLOW, header::WWW_AUTHENTICATE] {
+        if let Some(value) = parts.headers.get(&name) {
+            answer.headers_mut().insert(name, value.clone());
+        }
+    }
+    answer
 }
 
 /// Who is calling, resolved against one snapshot.

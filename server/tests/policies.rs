@@ -305,6 +305,20 @@ async fn bad_input_is_refused_and_nothing_is_stored() {
         "{}",
         metrics.text
     );
+    // What axum refuses itself answers in the same shape.
+    let query = get(&server.url("/v1/audit?limit=many"), &admin).await;
+    assert_eq!(query.status, StatusCode::BAD_REQUEST);
+    assert!(query.json["error"].is_string(), "{}", query.text);
+    let method = call(
+        Method::PATCH,
+        &server.url("/v1/policies/api"),
+        Some(&admin),
+        None,
+        &[],
+    )
+    .await;
+    assert_eq!(method.status, StatusCode::METHOD_NOT_ALLOWED);
+    assert!(method.json["error"].is_string(), "{}", method.text);
     // Users and apps: bad names, duplicates.
     assert_eq!(
         post(&server.url("/v1/apps"), &admin, r#"{"name":"web"}"#)
