@@ -408,31 +408,40 @@ impl Store {
         limit: usize,
         visible: impl Fn(&AuditEntry) -> bool,
     ) -> Result<Vec<AuditEntry>, StoreError> {
-        let rows = sqlx::query("SELECT id, at, actor, action, policy, before_body, after_body, apps FROM tollgate_audit ORDER BY id DESC")
-            .fetch_all(&self.pool)
-            .await?;
         let mut entries = Vec::new();
-        for row in &rows {
-            let json = |i: usize| -> Result<Option<serde_json::Value>, StoreError> {
-                let text: Option<String> = row.try_get(i)?;
-                Ok(text.and_then(|t| serde_json::from_str(&t).ok()))
-            };
-            let apps: String = row.try_get(7)?;
-            let entry = AuditEntry {
-                id: row.try_get(0)?,
-                at: row.try_get(1)?,
-                actor: row.try_get(2)?,
-                action: row.try_get(3)?,
-                policy: row.try_get(4)?,
-                before: json(5)?,
-                after: json(6)?,
-                apps: serde_json::from_str(&apps).unwrap_or_default(),
-            };
-            if visible(&entry) {
-                entries.push(entry);
-                if entries.len() >= limit {
-                    break;
+        // Newest first, a page at a time, until `limit` visible entries are found.
+        let mut before = i64::MAX;
+        loop {
+            let rows = sqlx::query("SELECT id, at, actor, action, policy, before_body, after_body, apps FROM tollgate_audit WHERE id < $1 ORDER BY id DESC LIMIT 500")
+                .bind(before)
+                .fetch_all(&self.pool)
+                .await?;
+            for row in &rows {
+                let json = |i: usize| -> Result<Option<serde_json::Value>, StoreError> {
+                    let text: Option<String> = row.try_get(i)?;
+                    Ok(text.and_then(|t| serde_json::from_str(&t).ok()))
+                };
+                let apps: String = row.try_get(7)?;
+                let entry = AuditEntry {
+                    id: row.try_get(0)?,
+                    at: row.try_get(1)?,
+                    actor: row.try_get(2)?,
+                    action: row.try_get(3)?,
+                    policy: row.try_get(4)?,
+                    before: json(5)?,
+                    after: json(6)?,
+                    apps: serde_json::from_str(&apps).unwrap_or_default(),
+                };
+                before = entry.id;
+                if visible(&entry) {
+                    entries.push(entry);
+                    if entries.len() >= limit {
+                        return Ok(entries);
+                    }
                 }
+            }
+            if rows.len() < 500 {
+                break;
             }
         }
         Ok(entries)

@@ -474,3 +474,47 @@ async fn leases_over_http() {
     assert_eq!(as_user.status, StatusCode::FORBIDDEN);
     server.stop().await;
 }
+
+/// The audit log is read a page at a time: an app's entries behind a page of another
+/// app's are still found, and `limit` bounds the answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_pages_past_other_apps_entries() {
+    let (server, admin, _) = setup().await;
+    app(&server, &admin, "mobile").await;
+    let web = BUCKET;
+    let mobile = BUCKET.replace("\"web\"", "\"mobile\"");
+    assert_eq!(
+        put(&server.url("/v1/policies/w"), &admin, web, None)
+            .await
+            .status,
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        put(&server.url("/v1/policies/m"), &admin, &mobile, None)
+            .await
+            .status,
+        StatusCode::CREATED
+    );
+    for version in 1..=505 {
+        let answer = put(
+            &server.url("/v1/policies/m"),
+            &admin,
+            &mobile,
+            Some(version),
+        )
+        .await;
+        assert_eq!(answer.status, StatusCode::OK);
+    }
+    let audit = get(&server.url("/v1/audit?app=web"), &admin).await;
+    let entries = audit.json["entries"].as_array().unwrap();
+    assert_eq!(entries.len(), 1);
+    assert_eq!(
+        (entries[0]["policy"].as_str(), entries[0]["action"].as_str()),
+        (Some("w"), Some("create"))
+    );
+    let limited = get(&server.url("/v1/audit?app=mobile&limit=7"), &admin).await;
+    assert_eq!(limited.json["entries"].as_array().unwrap().len(), 7);
+    let all = get(&server.url("/v1/audit?limit=1000"), &admin).await;
+    assert_eq!(all.json["entries"].as_array().unwrap().len(), 507);
+    server.stop().await;
+}
