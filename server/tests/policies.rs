@@ -518,3 +518,28 @@ async fn audit_pages_past_other_apps_entries() {
     assert_eq!(all.json["entries"].as_array().unwrap().len(), 507);
     server.stop().await;
 }
+
+/// Many concurrent decisions on one key admit exactly the limit, never one more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_decisions_admit_exactly_the_limit() {
+    let (server, admin, web) = setup().await;
+    let policy = r#"{"algorithm":"sliding-log","limit":25,"period":"1h","apps":["web"]}"#;
+    assert_eq!(
+        put(&server.url("/v1/policies/api"), &admin, policy, None)
+            .await
+            .status,
+        StatusCode::CREATED
+    );
+    let calls = (0..100).map(|_| {
+        let (url, web) = (server.url("/v1/decide"), web.clone());
+        tokio::spawn(async move { post(&url, &web, r#"{"policy":"api","key":"hot"}"#).await })
+    });
+    let mut admitted = 0;
+    for call in calls {
+        let answer = call.await.unwrap();
+        assert_eq!(answer.status, StatusCode::OK);
+        admitted += u32::from(answer.json["allowed"] == true);
+    }
+    assert_eq!(admitted, 25);
+    server.stop().await;
+}
