@@ -872,6 +872,13 @@ async fn put_policy(
     let expected = if_match(&headers)?;
     check_name(&name, "name")?;
     let policy = parse_policy(json_body(headers.get(header::CONTENT_TYPE), body)?)?;
+    crate::decide::check_backend(&policy, &shared.backend).map_err(|(field, message)| {
+        let error = ApiError::invalid(message);
+        match field {
+            Some(field) => error.field(field),
+            None => error,
+        }
+    })?;
     let stored = write(&shared, &user, &name, Some(&policy), expected)
         .await?
         .ok_or_else(|| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "nothing written"))?;

@@ -324,6 +324,29 @@ impl Entry {
     }
 }
 
+/// Whether `policy` can run on `backend`: on Redis, within the scripts' exact range
+/// (narrower than the core's). The error names the field at fault when there is one.
+pub fn check_backend(policy: &Policy, backend: &Backend) -> Result<(), (Option<String>, String)> {
+    let (Backend::Redis { .. }, Ok(Built::Rule(rule))) = (backend, policy.build(Style::File))
+    else {
+        return Ok(());
+    };
+    RedisLimiter::new(rule).map(drop).map_err(|e| {
+        let field = match &e {
+            tollgate_redis::Error::OutOfRange { what, .. }
+                if matches!(*what, "limit" | "capacity" | "rate" | "period") =>
+            {
+                Some((*what).to_owned())
+            }
+            _ => None,
+        };
+        (
+            field,
+            format!("this server decides in Redis, whose scripts take less: {e}"),
+        )
+    })
+}
+
 /// The limit a decision reports, for answers made without Redis.
 trait LimitOf {
     fn algorithm_limit(&self) -> u64;

@@ -49,6 +49,28 @@ async fn two_servers_one_limit_and_one_set_of_policies() {
             .status,
         StatusCode::CREATED
     );
+    // Beyond what the Redis scripts compute exactly: 422, nothing stored.
+    let huge = policy.replace("\"limit\":10", "\"limit\":2000000");
+    let refused = put(&a.url("/v1/policies/huge"), &admin, &huge, None).await;
+    assert_eq!(
+        refused.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        refused.text
+    );
+    assert_eq!(refused.json["field"], "limit");
+    let banned_composite = r#"{"algorithm":"composite","limits":[{"algorithm":"fixed-window","limit":1,"period":"1s"},{"algorithm":"fixed-window","limit":5,"period":"1m"}],"ban":{"threshold":1,"window":"1s","duration":"1s"},"apps":["web"]}"#;
+    let refused = put(&a.url("/v1/policies/huge"), &admin, banned_composite, None).await;
+    assert_eq!(
+        refused.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        refused.text
+    );
+    assert_eq!(
+        get(&a.url("/v1/policies/huge"), &admin).await.status,
+        StatusCode::NOT_FOUND
+    );
     // B sees the app, its token and the policy within a second.
     assert!(
         eventually(Duration::from_secs(1), || async {
