@@ -380,6 +380,9 @@ pub fn rfc3339(s: i64) -> String {
 pub fn policy_json(stored: &Stored) -> Value {
     let mut value = serde_json::to_value(&stored.policy).unwrap_or_else(|_| json!({}));
     if let Value::Object(map) = &mut value {
+        // Always present at the top (a composite's members leave them out).
+        map.insert("apps".into(), json!(stored.policy.apps));
+        map.insert("description".into(), json!(stored.policy.description));
         map.insert("name".into(), json!(stored.name));
         map.insert("version".into(), json!(stored.version));
         map.insert("created_by".into(), json!(stored.created_by));

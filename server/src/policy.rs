@@ -130,10 +130,10 @@ pub struct Policy {
     pub ban: Option<BanSpec>,
     /// Applications allowed to use the policy; empty means any (the command line) or
     /// admins only (the service).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub apps: Vec<String>,
     /// What the policy is for.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub description: String,
     /// Who answers for it (seed 000's metadata; free text).
     #[serde(default, skip_serializing_if = "String::is_empty")]

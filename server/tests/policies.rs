@@ -353,6 +353,12 @@ async fn ban_and_composite_decide() {
     let made = put(&server.url("/v1/policies/both"), &admin, composite, None).await;
     assert_eq!(made.status, StatusCode::CREATED, "{}", made.text);
     assert_eq!(made.json["limits"][1]["capacity"], 2);
+    // Members are written with their algorithm and parameters only.
+    assert_eq!(
+        made.json["limits"][0],
+        json!({"algorithm": "fixed-window", "limit": 3, "period": "1h"})
+    );
+    assert_eq!(made.json["description"], "");
     let decide = |key: &'static str, policy: &'static str| {
         let (url, web) = (server.url("/v1/decide"), web.clone());
         async move {
