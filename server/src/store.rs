@@ -189,7 +189,10 @@ impl Store {
         std::fs::create_dir_all(dir)
             .map_err(|e| StoreError(format!("cannot create {}: {e}", dir.display())))?;
         let path = dir.join("tollgate.db");
-        Self::open(&format!("sqlite://{}?mode=rwc", path.display())).await
+        let path = path
+            .to_str()
+            .ok_or_else(|| StoreError(format!("{} is not UTF-8", path.display())))?;
+        Self::open(&format!("sqlite://{}?mode=rwc", url_path(path))).await
     }
 
     async fn migrate(&self) -> Result<(), StoreError> {
@@ -545,6 +548,20 @@ impl Store {
         tx.commit().await?;
         Ok(true)
     }
+}
+
+/// `path` with every byte but letters, digits, `-._~/` percent-encoded, so `?`, `#` or
+/// `%` in a directory name stay part of the path in a `sqlite://` URL.
+fn url_path(path: &str) -> String {
+    path.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) {
+                char::from(b).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
 }
 
 /// The admin flag (`"0"`/`"1"`: text, so every parameter binds as text) and roles

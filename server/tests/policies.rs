@@ -549,3 +549,24 @@ async fn concurrent_decisions_admit_exactly_the_limit() {
     assert_eq!(admitted, 25);
     server.stop().await;
 }
+
+/// The embedded store lives in any directory, whatever characters its name holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn data_dir_names_are_paths_not_urls() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("a dir?mode=ro#x%41");
+    let config = tollgate_server::Config {
+        data_dir: data.clone(),
+        ..config()
+    };
+    let admin = tollgate_server::init_admin(&config, "root")
+        .await
+        .expect("store opens");
+    assert!(data.join("tollgate.db").exists());
+    let server = TestServer::with(config).await;
+    assert_eq!(
+        get(&server.url("/v1/me"), &admin).await.status,
+        StatusCode::OK
+    );
+    server.stop().await;
+}
