@@ -673,6 +673,20 @@ async fn create_user(
         .into_response())
 }
 
+/// Refuses to remove the last admin (`name` losing the flag or deleted): nobody could
+/// manage users and apps any more.
+fn keep_an_admin(snapshot: &Snapshot, name: &str) -> Result<()> {
+    let others = snapshot.users.values().any(|u| u.admin && u.name != name);
+    let is_admin = snapshot.users.get(name).is_some_and(|u| u.admin);
+    if is_admin && !others {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            format!("{name:?} is the last admin; make another admin first"),
+        ));
+    }
+    Ok(())
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Roles {
@@ -687,9 +701,13 @@ async fn set_roles(
     Path(name): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>> {
-    admin(&shared, &headers, &shared.snapshot())?;
+    let snapshot = shared.snapshot();
+    admin(&shared, &headers, &snapshot)?;
     let Roles { roles, admin } = typed(json_body(headers.get(header::CONTENT_TYPE), body)?)?;
     check_roles(&roles)?;
+    if !admin {
+        keep_an_admin(&snapshot, &name)?;
+    }
     let user = User { name, admin, roles };
     if !shared.store.set_roles(&user).await? {
         return Err(ApiError::not_found("user"));
@@ -723,7 +741,9 @@ async fn delete_user(
     headers: HeaderMap,
     Path(name): Path<String>,
 ) -> Result<StatusCode> {
-    admin(&shared, &headers, &shared.snapshot())?;
+    let snapshot = shared.snapshot();
+    admin(&shared, &headers, &snapshot)?;
+    keep_an_admin(&snapshot, &name)?;
     if !shared.store.delete_user(&name).await? {
         return Err(ApiError::not_found("user"));
     }

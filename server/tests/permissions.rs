@@ -410,6 +410,29 @@ async fn nothing_leaks_beyond_the_roles() {
         get(&server.url("/v1/me"), &new).await.status,
         StatusCode::OK
     );
+    // The last admin can be neither demoted nor deleted.
+    let demote = call(
+        Method::PUT,
+        &server.url("/v1/users/root/roles"),
+        Some(&admin),
+        Some(r#"{"roles":{},"admin":false}"#),
+        &[],
+    )
+    .await;
+    assert_eq!(demote.status, StatusCode::CONFLICT, "{}", demote.text);
+    let delete = call(
+        Method::DELETE,
+        &server.url("/v1/users/root"),
+        Some(&admin),
+        None,
+        &[],
+    )
+    .await;
+    assert_eq!(delete.status, StatusCode::CONFLICT);
+    assert_eq!(
+        get(&server.url("/v1/users"), &admin).await.status,
+        StatusCode::OK
+    );
     let deleted = call(
         Method::DELETE,
         &server.url("/v1/users/other"),
