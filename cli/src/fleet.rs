@@ -27,16 +27,6 @@ use crate::policy::{self, human, Duration, Limiter, Policy};
 use crate::traffic::Traffic;
 use crate::{chart, output, BackendArgs, Failure, PolicyArgs};
 
-/// A policy's `fleet = { mode = "prefetch", max_batch = 100, interval = "100ms" }`:
-/// the defaults of `tollgate fleet` for it.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FleetSettings {
-    pub mode: Option<String>,
-    pub max_batch: Option<u64>,
-    pub interval: Option<Duration>,
-}
-
 /// `tollgate fleet`'s flags.
 #[derive(Debug, Args)]
 pub struct FleetArgs {
@@ -380,7 +370,7 @@ pub fn run(args: FleetArgs) -> Result<std::process::ExitCode, Failure> {
 
 /// The policy as the flags a node reads it from.
 fn policy_flags(policy: &Policy) -> Vec<String> {
-    let mut flags = vec!["--algorithm".to_owned(), policy.algorithm.name()];
+    let mut flags = vec!["--algorithm".to_owned(), policy.algorithm.name().to_owned()];
     for (flag, value) in [
         ("--limit", policy.limit),
         ("--capacity", policy.capacity),

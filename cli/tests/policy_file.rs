@@ -1,0 +1,188 @@
+//! The policy file's ban and composite (the service's policy model, one parser), and
+//! `tollgate serve --init-admin`, run as a user runs them.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn tollgate(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path.to_str().unwrap().to_owned()
+}
+
+const POLICIES: &str = r#"
+[policies.both]
+algorithm = "composite"
+limits = [
+  { algorithm = "fixed-window", limit = 3, period = "1h" },
+  { algorithm = "token-bucket", capacity = 2, rate = 1, period = "1h" },
+]
+
+[policies.login]
+algorithm = "fixed-window"
+limit = 1
+period = "1h"
+ban = { threshold = 1, window = "1h", duration = "2h" }
+"#;
+
+/// `allowed` of each line of a replay's output.
+fn allowed(out: &Output) -> Vec<bool> {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout.clone())
+        .unwrap()
+        .lines()
+        .map(|l| l.contains("\"allowed\":true"))
+        .collect()
+}
+
+#[test]
+fn composite_and_ban_run_on_every_backend_kind() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(dir.path(), "p.toml", POLICIES);
+    let trace = write(
+        dir.path(),
+        "t.csv",
+        "t_us,key,cost\n0,k,1\n0,k,1\n0,k,1\n0,k,1\n",
+    );
+    // The bucket (2) is the tighter limit of the two.
+    let db = dir.path().join("db");
+    std::fs::create_dir(&db).unwrap();
+    let sled = format!("sled:{}", db.display());
+    for backend in ["memory", sled.as_str()] {
+        let out = tollgate(&[
+            "replay",
+            "--trace",
+            &trace,
+            "--config",
+            &file,
+            "--policy",
+            "both",
+            "--backend",
+            backend,
+        ]);
+        assert_eq!(allowed(&out), [true, true, false, false], "{backend}");
+    }
+    // Two denials in the window exceed the threshold of 1: banned for 2 h, so the next
+    // window's first request is denied too; after the ban it passes.
+    let trace = write(
+        dir.path(),
+        "ban.csv",
+        "t_us,key,cost\n0,k,1\n1,k,1\n2,k,1\n3600000000,k,1\n7200000002,k,1\n",
+    );
+    let out = tollgate(&[
+        "replay", "--trace", &trace, "--config", &file, "--policy", "login",
+    ]);
+    assert_eq!(allowed(&out), [true, false, false, false, true]);
+}
+
+#[test]
+fn errors_point_into_composites_and_bans() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        dir.path(),
+        "bad.toml",
+        "[policies.c]\nalgorithm = \"composite\"\nlimits = [{ algorithm = \"fixed-window\", limit = 1, period = \"1s\" }, { algorithm = \"token-bucket\", capacity = 1, rate = 0, period = \"1s\" }]\n\n[policies.b]\nalgorithm = \"fixed-window\"\nlimit = 1\nperiod = \"1s\"\nban = { threshold = 1, window = \"400d\", duration = \"1m\" }\n",
+    );
+    let out = tollgate(&["check", "k", "--config", &file, "--policy", "c"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.ends_with("bad.toml:3:10: policy \"c\": `limits[1]`: `rate` must be between 1 and 1000000000, got 0\n"),
+        "{err}"
+    );
+    let out = tollgate(&["check", "k", "--config", &file, "--policy", "b"]);
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.ends_with("bad.toml:9:7: policy \"b\": `ban`: `window` must be between 1 µs and 366 days, got 400 days\n"),
+        "{err}"
+    );
+}
+
+#[test]
+fn init_admin_prints_a_token_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let data = data.to_str().unwrap();
+    let first = tollgate(&["serve", "--data-dir", data, "--init-admin"]);
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let token = String::from_utf8(first.stdout).unwrap();
+    assert!(
+        token.starts_with("tgu_") && token.trim().len() == 47,
+        "{token}"
+    );
+    let again = tollgate(&["serve", "--data-dir", data, "--init-admin"]);
+    assert_eq!(again.status.code(), Some(4));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("an admin exists already"));
+}
+
+/// `tollgate serve` answers on its port, and stops cleanly (exit 0) on SIGTERM.
+#[test]
+fn serve_stops_on_sigterm() {
+    use std::io::{Read, Write};
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let data = dir.path().join("data");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args([
+            "serve",
+            "--listen",
+            &listen,
+            "--data-dir",
+            data.to_str().unwrap(),
+        ])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let answer = loop {
+        if let Ok(mut stream) = std::net::TcpStream::connect(&listen) {
+            stream
+                .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                .unwrap();
+            let mut text = String::new();
+            stream.read_to_string(&mut text).unwrap();
+            break text;
+        }
+        assert!(Instant::now() < deadline, "the server never listened");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(
+        answer.starts_with("HTTP/1.1 200") && answer.ends_with("ok"),
+        "{answer}"
+    );
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            assert!(status.success(), "{status}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the server did not stop");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -1,0 +1,63 @@
+//! Embeds every file under `web/dist/` (the management page) in the binary, and
+//! generates Envoy's rate limit service from the vendored protos in `proto/`.
+
+use std::fmt::Write;
+use std::path::{Path, PathBuf};
+
+fn files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut entries: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    entries.sort();
+    for path in entries {
+        if path.is_dir() {
+            files(&path, out);
+        } else {
+            out.push(path);
+        }
+    }
+}
+
+fn main() {
+    let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap()).join("web/dist");
+    println!("cargo:rerun-if-changed={}", root.display());
+    let mut found = Vec::new();
+    files(&root, &mut found);
+    let mut code = String::from("/// The page's files: (path under dist/, bytes).\npub static FILES: &[(&str, &[u8])] = &[\n");
+    for path in &found {
+        println!("cargo:rerun-if-changed={}", path.display());
+        let name = path
+            .strip_prefix(&root)
+            .unwrap()
+            .to_string_lossy()
+            .replace('\\', "/");
+        writeln!(
+            code,
+            "    ({name:?}, include_bytes!({:?})),",
+            path.display().to_string()
+        )
+        .unwrap();
+    }
+    code.push_str("];\n");
+    let out = PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("assets.rs");
+    std::fs::write(out, code).unwrap();
+
+    println!("cargo:rerun-if-changed=proto");
+    use_bundled_protoc();
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .compile_protos(&["proto/envoy/service/ratelimit/v3/rls.proto"], &["proto"])
+        .unwrap();
+}
+
+/// Points prost-build at the protoc (and its `google/protobuf` includes) shipped in
+/// `protoc-bin-vendored`.
+fn use_bundled_protoc() {
+    let protoc = protoc_bin_vendored::protoc_bin_path().unwrap();
+    let include = protoc_bin_vendored::include_path().unwrap();
+    // A build script runs on one thread: setting its environment races with nothing.
+    std::env::set_var("PROTOC", protoc);
+    std::env::set_var("PROTOC_INCLUDE", include);
+}

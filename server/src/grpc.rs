@@ -1,0 +1,198 @@
+//! Envoy's rate limit service over gRPC (`--grpc-listen`): a gateway that speaks it
+//! (Envoy's `envoy.filters.http.ratelimit`, and others) decides through tollgate, with
+//! every tollgate algorithm.
+//!
+//! The mapping (also in `API.md`): the call carries an app token in its
+//! `authorization` metadata (`Bearer tga_…`). Each descriptor is decided on one policy:
+//! the value of its entry `policy` if it has one, else the request's `domain`. The key is
+//! the descriptor's other entries as `key=value` joined by `|`, in order
+//! (`remote_address=10.0.0.1|path=/a`). The cost is the descriptor's `hits_addend`, else
+//! the request's (if not 0), else 1. A descriptor's `limit` override is ignored (the
+//! policy is the limit).
+
+use std::sync::Arc;
+
+use tonic::{Request, Response, Status};
+
+use crate::api::{self, Shared};
+
+/// The code generated from the vendored protos (`proto/`).
+#[allow(
+    missing_docs,
+    clippy::all,
+    clippy::pedantic,
+    missing_debug_implementations
+)]
+pub mod envoy {
+    /// `envoy.config.core.v3`.
+    pub mod config {
+        /// `envoy.config.core`.
+        pub mod core {
+            /// `envoy.config.core.v3`.
+            pub mod v3 {
+                tonic::include_proto!("envoy.config.core.v3");
+            }
+        }
+    }
+    /// `envoy.extensions`.
+    pub mod extensions {
+        /// `envoy.extensions.common`.
+        pub mod common {
+            /// `envoy.extensions.common.ratelimit`.
+            pub mod ratelimit {
+                /// `envoy.extensions.common.ratelimit.v3`.
+                pub mod v3 {
+                    tonic::include_proto!("envoy.extensions.common.ratelimit.v3");
+                }
+            }
+        }
+    }
+    /// `envoy.type`.
+    pub mod r#type {
+        /// `envoy.type.v3`.
+        pub mod v3 {
+            include!(concat!(env!("OUT_DIR"), "/envoy.r#type.v3.rs"));
+        }
+    }
+    /// `envoy.service`.
+    pub mod service {
+        /// `envoy.service.ratelimit`.
+        pub mod ratelimit {
+            /// `envoy.service.ratelimit.v3`.
+            pub mod v3 {
+                tonic::include_proto!("envoy.service.ratelimit.v3");
+            }
+        }
+    }
+}
+
+use envoy::service::ratelimit::v3::rate_limit_response::{
+    rate_limit::Unit, Code, DescriptorStatus, RateLimit,
+};
+use envoy::service::ratelimit::v3::rate_limit_service_server::{
+    RateLimitService, RateLimitServiceServer,
+};
+use envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+
+/// The most descriptors in one call (as `/v1/decide/batch`).
+const MAX_DESCRIPTORS: usize = api::MAX_BATCH;
+
+/// The service, deciding with the HTTP API's limiters.
+#[derive(Debug, Clone)]
+pub struct Rls {
+    shared: Arc<Shared>,
+}
+
+impl Rls {
+    /// The gRPC service over `shared`.
+    pub(crate) fn service(shared: Arc<Shared>) -> RateLimitServiceServer<Self> {
+        RateLimitServiceServer::new(Self { shared })
+    }
+}
+
+/// An HTTP status as the gRPC code that means the same.
+fn status(e: &api::ApiError) -> Status {
+    use axum::http::StatusCode as S;
+    let message = e.message.clone();
+    match e.status {
+        S::UNAUTHORIZED => Status::unauthenticated(message),
+        S::FORBIDDEN => Status::permission_denied(message),
+        S::SERVICE_UNAVAILABLE => Status::unavailable(message),
+        S::BAD_REQUEST | S::UNPROCESSABLE_ENTITY => Status::invalid_argument(message),
+        _ => Status::internal(message),
+    }
+}
+
+/// Envoy's unit for a period of exactly one second, minute, hour or day.
+fn unit(period: u64) -> Unit {
+    match period {
+        1_000_000 => Unit::Second,
+        60_000_000 => Unit::Minute,
+        3_600_000_000 => Unit::Hour,
+        86_400_000_000 => Unit::Day,
+        _ => Unit::Unknown,
+    }
+}
+
+fn saturate(n: u64) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+#[tonic::async_trait]
+impl RateLimitService for Rls {
+    async fn should_rate_limit(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
+        let snapshot = self.shared.snapshot();
+        let authorization = request
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok());
+        let app = api::app_of(authorization, &snapshot).map_err(|e| status(&e))?;
+        let request = request.into_inner();
+        if request.descriptors.is_empty() || request.descriptors.len() > MAX_DESCRIPTORS {
+            return Err(Status::invalid_argument(format!(
+                "a request has 1 to {MAX_DESCRIPTORS} descriptors"
+            )));
+        }
+        let limiters = self.shared.limiters();
+        let mut statuses = Vec::with_capacity(request.descriptors.len());
+        let mut over = false;
+        for descriptor in &request.descriptors {
+            let policy = descriptor
+                .entries
+                .iter()
+                .find(|e| e.key == "policy")
+                .map_or(request.domain.as_str(), |e| e.value.as_str());
+            let key = descriptor
+                .entries
+                .iter()
+                .filter(|e| e.key != "policy")
+                .map(|e| format!("{}={}", e.key, e.value))
+                .collect::<Vec<_>>()
+                .join("|");
+            let cost = descriptor
+                .hits_addend
+                .map(u64::from)
+                .or((request.hits_addend != 0).then_some(u64::from(request.hits_addend)))
+                .unwrap_or(1);
+            let (entry, decision) =
+                api::decide_for(&self.shared, &snapshot, &limiters, &app, policy, &key, cost)
+                    .await
+                    .map_err(|e| status(&e))?;
+            over |= !decision.allowed;
+            let period = match &entry.built {
+                crate::policy::Built::Rule(_) => snapshot
+                    .policies
+                    .get(policy)
+                    .map_or(0, |s| s.policy.period()),
+                _ => 0,
+            };
+            let reset = decision.reset_after;
+            statuses.push(DescriptorStatus {
+                code: if decision.allowed {
+                    Code::Ok
+                } else {
+                    Code::OverLimit
+                } as i32,
+                current_limit: Some(RateLimit {
+                    name: policy.to_owned(),
+                    requests_per_unit: saturate(decision.limit),
+                    unit: unit(period) as i32,
+                }),
+                limit_remaining: saturate(decision.remaining),
+                duration_until_reset: Some(prost_types::Duration {
+                    seconds: i64::try_from(reset / 1_000_000).unwrap_or(i64::MAX),
+                    // Below 10^9: the remainder of a division by 10^6, times 1000.
+                    nanos: i32::try_from(reset % 1_000_000 * 1000).unwrap_or(0),
+                }),
+            });
+        }
+        Ok(Response::new(RateLimitResponse {
+            overall_code: if over { Code::OverLimit } else { Code::Ok } as i32,
+            statuses,
+            ..RateLimitResponse::default()
+        }))
+    }
+}

@@ -1,0 +1,178 @@
+//! Envoy's rate limit service over gRPC, called by a client generated from the same
+//! vendored protos: its answers match the HTTP API's for the same history.
+
+mod common;
+
+use common::*;
+use hyper::StatusCode;
+use tollgate_server::grpc::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use tollgate_server::grpc::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use tollgate_server::grpc::envoy::service::ratelimit::v3::rate_limit_response::{
+    rate_limit::Unit, Code,
+};
+use tollgate_server::grpc::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use tollgate_server::grpc::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use tollgate_server::Config;
+
+fn descriptor(entries: &[(&str, &str)], hits: Option<u32>) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        entries: entries
+            .iter()
+            .map(|(k, v)| Entry {
+                key: (*k).into(),
+                value: (*v).into(),
+            })
+            .collect(),
+        limit: None,
+        hits_addend: hits,
+    }
+}
+
+async fn ask(
+    client: &mut RateLimitServiceClient<tonic::transport::Channel>,
+    token: Option<&str>,
+    domain: &str,
+    descriptors: Vec<RateLimitDescriptor>,
+) -> Result<RateLimitResponse, tonic::Status> {
+    let mut request = tonic::Request::new(RateLimitRequest {
+        domain: domain.into(),
+        descriptors,
+        hits_addend: 0,
+    });
+    if let Some(token) = token {
+        request
+            .metadata_mut()
+            .insert("authorization", format!("Bearer {token}").parse().unwrap());
+    }
+    client
+        .should_rate_limit(request)
+        .await
+        .map(|r| r.into_inner())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_answers_as_http_does() {
+    let (server, admin) = TestServer::start_with(Config {
+        grpc_listen: Some("127.0.0.1:0".parse().unwrap()),
+        ..config()
+    })
+    .await;
+    let web = app(&server, &admin, "web").await;
+    let policy =
+        r#"{"algorithm":"token-bucket","capacity":3,"rate":1,"period":"1h","apps":["web"]}"#;
+    assert_eq!(
+        put(&server.url("/v1/policies/api"), &admin, policy, None)
+            .await
+            .status,
+        StatusCode::CREATED
+    );
+    let grpc = server.grpc.expect("gRPC listener");
+    let mut client = RateLimitServiceClient::connect(format!("http://{grpc}"))
+        .await
+        .expect("connect");
+    // The same history on two keys, one over gRPC, one over HTTP: the same answers.
+    for (step, cost) in [1u32, 1, 2, 1].into_iter().enumerate() {
+        let answer = ask(
+            &mut client,
+            Some(&web),
+            "api",
+            vec![descriptor(&[("user", "alice")], Some(cost))],
+        )
+        .await
+        .expect("gRPC answer");
+        let http = post(
+            &server.url("/v1/decide"),
+            &web,
+            &format!(r#"{{"policy":"api","key":"user=bob","cost":{cost}}}"#),
+        )
+        .await;
+        let status = &answer.statuses[0];
+        let allowed = http.json["allowed"] == true;
+        assert_eq!(status.code == Code::Ok as i32, allowed, "step {step}");
+        assert_eq!(answer.overall_code, status.code);
+        assert_eq!(
+            u64::from(status.limit_remaining),
+            http.json["remaining"].as_u64().unwrap()
+        );
+        let limit = status.current_limit.as_ref().unwrap();
+        assert_eq!(
+            u64::from(limit.requests_per_unit),
+            http.json["limit"].as_u64().unwrap()
+        );
+        assert_eq!(
+            (limit.name.as_str(), limit.unit),
+            ("api", Unit::Hour as i32)
+        );
+        let reset = status.duration_until_reset.as_ref().unwrap();
+        let grpc_us = reset.seconds * 1_000_000 + i64::from(reset.nanos) / 1000;
+        let http_us = http.json["reset_after_us"].as_i64().unwrap();
+        assert!(
+            (grpc_us - http_us).abs() < 1_000_000,
+            "{grpc_us} vs {http_us}"
+        );
+    }
+    // Both keys are now over the limit; the decisions were counted like HTTP ones.
+    let over = ask(
+        &mut client,
+        Some(&web),
+        "api",
+        vec![descriptor(&[("user", "alice")], None)],
+    )
+    .await
+    .unwrap();
+    assert_eq!(over.overall_code, Code::OverLimit as i32);
+    // The key is the descriptor's entries; an entry `policy` names the policy instead
+    // of the domain; one over-limit descriptor makes the whole answer over.
+    let mixed = ask(
+        &mut client,
+        Some(&web),
+        "elsewhere",
+        vec![
+            descriptor(&[("policy", "api"), ("user", "carol")], None),
+            descriptor(&[("policy", "api"), ("user", "alice")], None),
+        ],
+    )
+    .await
+    .unwrap();
+    let codes: Vec<i32> = mixed.statuses.iter().map(|s| s.code).collect();
+    assert_eq!(codes, [Code::Ok as i32, Code::OverLimit as i32]);
+    assert_eq!(mixed.overall_code, Code::OverLimit as i32);
+    let http = post(
+        &server.url("/v1/decide"),
+        &web,
+        r#"{"policy":"api","key":"user=carol"}"#,
+    )
+    .await;
+    assert_eq!(
+        http.json["remaining"], 1,
+        "the gRPC call spent carol's first unit"
+    );
+    // Refusals: no token, a user's token, a policy not for this app, no descriptors.
+    let code = |r: Result<RateLimitResponse, tonic::Status>| r.unwrap_err().code();
+    let one = || vec![descriptor(&[("user", "x")], None)];
+    assert_eq!(
+        code(ask(&mut client, None, "api", one()).await),
+        tonic::Code::Unauthenticated
+    );
+    assert_eq!(
+        code(ask(&mut client, Some("tga_forged"), "api", one()).await),
+        tonic::Code::Unauthenticated
+    );
+    assert_eq!(
+        code(ask(&mut client, Some(&admin), "api", one()).await),
+        tonic::Code::PermissionDenied
+    );
+    assert_eq!(
+        code(ask(&mut client, Some(&web), "nope", one()).await),
+        tonic::Code::PermissionDenied
+    );
+    assert_eq!(
+        code(ask(&mut client, Some(&web), "api", vec![]).await),
+        tonic::Code::InvalidArgument
+    );
+    assert_eq!(
+        code(ask(&mut client, Some(&web), "api", vec![descriptor(&[], None)]).await),
+        tonic::Code::InvalidArgument
+    );
+    server.stop().await;
+}
