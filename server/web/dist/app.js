@@ -229,6 +229,11 @@ const PARAMETERS = {
   rate: { label: "Rate", hint: "requests refilled or leaked per period", type: "number" },
   period: { label: "Period", hint: "like 250ms, 1s, 1m, 1h, 1d", type: "text" },
   lease: { label: "Lease", hint: "how long a holder keeps one, like 30s", type: "text" },
+  limits: {
+    label: "Limits",
+    hint: 'a JSON list of limits, like [{"algorithm": "token-bucket", "capacity": 10, "rate": 5, "period": "1s"}]',
+    type: "json",
+  },
 };
 
 async function policyView(app, name) {
@@ -271,6 +276,14 @@ function policyDetails(policy) {
 
 /** A labelled input with its hint and a slot for the server's message about it. */
 function field(name, label, value, { type = "text", hint = "", attributes = "" } = {}) {
+  if (type === "json") {
+    return html`<div class="field" data-field="${name}">
+      <label for="f-${name}">${label}</label>
+      <textarea id="f-${name}" name="${name}" rows="5" spellcheck="false" aria-describedby="h-${name} e-${name}">${value ? JSON.stringify(value, null, 1) : ""}</textarea>
+      <p class="hint" id="h-${name}">${hint}</p>
+      <p class="error" id="e-${name}"></p>
+    </div>`;
+  }
   return html`<div class="field" data-field="${name}">
     <label for="f-${name}">${label}</label>
     <input id="f-${name}" name="${name}" type="${type}" value="${value ?? ""}" ${new Raw(attributes)}
@@ -331,16 +344,23 @@ function editorForm(app, policy) {
 /** The policy the form describes, as the API takes it (only the algorithm's fields). */
 function readForm() {
   const form = document.getElementById("editor");
-  const base = form.loaded ?? {};
   const value = (name) => form.elements[name]?.value.trim() ?? "";
-  const number = (name) => (/^\d+$/.test(value(name)) ? Number(value(name)) : value(name));
+  // Whole numbers as numbers; anything else as written, for the server to name; empty left out.
+  const number = (name) => (/^\d+$/.test(value(name)) ? Number(value(name)) : value(name) || undefined);
+  // Malformed JSON is sent as written: the server names the field in its 400/422.
+  const json = (name) => {
+    try {
+      return JSON.parse(value(name));
+    } catch {
+      return value(name);
+    }
+  };
   const algorithm = value("algorithm");
   const policy = { algorithm };
   for (const name of ALGORITHMS[algorithm]?.fields ?? []) {
-    policy[name] = PARAMETERS[name].type === "number" ? number(name) : value(name);
+    const type = PARAMETERS[name].type;
+    policy[name] = type === "number" ? number(name) : type === "json" ? json(name) : value(name);
   }
-  // Composites: the members are kept as loaded (edited with `tollgate policy apply`).
-  if (!ALGORITHMS[algorithm] && base.members) policy.members = base.members;
   if (form.elements.ban.checked) {
     policy.ban = { threshold: number("ban.threshold"), window: value("ban.window"), duration: value("ban.duration") };
   }
@@ -380,7 +400,6 @@ function showError(error) {
 
 function setUpEditor(app, policy) {
   const form = document.getElementById("editor");
-  form.loaded = policy;
   let version = policy?.version;
   showFields();
   let pending;

@@ -21,6 +21,7 @@ export const ALGORITHMS = {
   "sliding-log": { fields: ["limit", "period"], about: "the limit in any period (exact, memory grows with the limit)" },
   "sliding-counter": { fields: ["limit", "period"], about: "the limit in any period, estimated from two windows" },
   concurrency: { fields: ["limit", "lease"], about: "leases: at most the limit held at once" },
+  composite: { fields: ["limits"], about: "several limits on one key: admitted only if all admit" },
 };
 
 /** Ticks (microseconds) of a duration written like "250ms", or null if it is not one. */
@@ -80,7 +81,7 @@ export function describe(policy) {
       words = `${limit} at once, leases of ${human(parseDuration(policy.lease) ?? 0)}`;
       break;
     case "composite":
-      words = (policy.members ?? []).map(describe).join(" and ");
+      words = (policy.limits ?? []).map(describe).join(" and ");
       break;
     default:
       words = String(policy.algorithm);
@@ -114,7 +115,8 @@ export function limiterOptions(policy) {
   const number = (value) => (value === "" || value === undefined ? undefined : Number(value));
   let options;
   if (policy.algorithm === "composite") {
-    options = { algorithm: "composite", members: (policy.members ?? []).map(limiterOptions) };
+    if (!Array.isArray(policy.limits)) throw new Error("limits: a JSON list of limits");
+    options = { algorithm: "composite", members: (policy.limits ?? []).map(limiterOptions) };
   } else if (policy.algorithm === "concurrency") {
     throw new Error("leases cannot be previewed: they depend on how long each holder keeps one");
   } else {
