@@ -578,7 +578,7 @@ function preview(policy) {
     });
     target.innerHTML = String(html`<p id="summary"><strong>${run.admitted}</strong> of ${run.offered} admitted (${percent(run.admitted)}),
       <strong>${run.denied}</strong> denied (${percent(run.denied)}) over ${human(duration)}.</p>
-      <div class="chart" id="preview-chart" data-admitted="${run.admitted}" data-denied="${run.denied}">${new Raw(svg)}</div>
+      <div class="chart" id="preview-chart" data-policy="${describe(policy)}" data-admitted="${run.admitted}" data-denied="${run.denied}">${new Raw(svg)}</div>
       ${new Raw(legend(limitWords, limitDrawn))}`);
   } catch (error) {
     target.innerHTML = String(html`<p class="error" id="preview-error">Cannot preview: ${error.message}</p>`);

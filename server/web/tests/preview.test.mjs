@@ -6,7 +6,7 @@
 import { execFileSync } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -16,7 +16,7 @@ import { binWidth, simulate } from "../dist/preview.js";
 import { describe as words, limiterOptions, parseDuration, shortDuration } from "../dist/policy.js";
 
 const root = fileURLToPath(new URL("../../..", import.meta.url));
-const cli = process.env.TOLLGATE_BIN ?? join(root, process.env.CARGO_TARGET_DIR ?? "target", "debug", "tollgate");
+const cli = process.env.TOLLGATE_BIN ?? join(resolve(root, process.env.CARGO_TARGET_DIR ?? "target"), "debug", "tollgate");
 const S = 1_000_000;
 
 test("bins are the CLI's", () => {
