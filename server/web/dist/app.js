@@ -140,9 +140,9 @@ async function appView(app) {
           <tbody>${policies.map(
             (p) => html`<tr>
               <th scope="row"><a href="#/apps/${segment(app)}/policies/${segment(p.name)}">${p.name}</a></th>
-              <td><span class="algorithm">${p.algorithm}</span>: ${describe(p)}${p.description ? html`<br><span class="hint">${p.description}</span>` : ""}</td>
-              <td>${(p.apps ?? []).join(", ")}</td>
-              <td>${p.updated_by} <span class="hint">${when(p.updated_at)}, version ${p.version}</span></td>
+              <td data-label="Limit"><span class="algorithm">${p.algorithm}</span>: ${describe(p)}${p.description ? html`<br><span class="hint">${p.description}</span>` : ""}</td>
+              <td data-label="Apps">${(p.apps ?? []).join(", ")}</td>
+              <td data-label="Last change">${p.updated_by} <span class="hint">${when(p.updated_at)}, version ${p.version}</span></td>
             </tr>`,
           )}</tbody></table></div>`}
     </section>
@@ -152,15 +152,18 @@ async function appView(app) {
     </section>`,
     app,
   );
+  const shown = location.hash;
   const refresh = async () => {
-    const target = document.getElementById("stats");
-    if (!target) return;
     try {
       const stats = await call("GET", `v1/stats?app=${segment(app)}`);
+      // The user may have moved on while the stats were on their way.
+      const target = document.getElementById("stats");
+      if (!target || location.hash !== shown) return;
       target.innerHTML = String(statsCharts(stats));
       statsTimer = setTimeout(refresh, Math.max(stats.step_s ?? 5, 2) * 1000);
     } catch (error) {
-      target.innerHTML = String(html`<p class="error">Stats unavailable: ${error.message}</p>`);
+      const target = document.getElementById("stats");
+      if (target) target.innerHTML = String(html`<p class="error">Stats unavailable: ${error.message}</p>`);
     }
   };
   refresh();
@@ -171,7 +174,11 @@ function statsCharts(stats) {
   const step = (stats.step_s ?? 5) * 1_000_000;
   const entries = Object.entries(stats.policies ?? {});
   if (entries.length === 0) return html`<p class="hint">No decisions yet.</p>`;
-  const width = chartWidth(document.getElementById("stats"));
+  // As wide as a column of #stats (one or two, by the style sheet), less the figure's padding.
+  const box = document.getElementById("stats");
+  const room = box?.clientWidth || 600;
+  const columns = box ? getComputedStyle(box).gridTemplateColumns.split(" ").length : 1;
+  const width = Math.max(200, Math.floor((room - 16 * (columns - 1)) / columns) - 26);
   return entries.map(([name, series]) => {
     const bins = series.t.map((_, i) => [series.allowed[i] ?? 0, series.denied[i] ?? 0]);
     const start = (series.t[0] ?? 0) * 1_000_000;
@@ -196,7 +203,7 @@ function statsCharts(stats) {
 }
 
 /** The width a chart gets in `container`: its box, within reason. */
-const chartWidth = (container) => Math.max(260, Math.min(container?.clientWidth || 600, 1100));
+const chartWidth = (container) => Math.max(200, Math.min(container?.clientWidth || 600, 1100));
 
 async function auditView(app) {
   const { entries } = await call("GET", `v1/audit?app=${segment(app)}`);
@@ -211,9 +218,9 @@ async function auditView(app) {
         <thead><tr><th scope="col">When</th><th scope="col">Who</th><th scope="col">What</th><th scope="col">Before</th><th scope="col">After</th></tr></thead>
         <tbody>${entries.map(
           (e) => html`<tr>
-            <td>${when(e.at)}</td><td>${e.actor}</td>
-            <td>${e.action} <strong>${e.policy}</strong></td>
-            <td>${words(e.before)}</td><td>${words(e.after)}</td>
+            <td data-label="When">${when(e.at)}</td><td data-label="Who">${e.actor}</td>
+            <td data-label="What">${e.action} <strong>${e.policy}</strong></td>
+            <td data-label="Before">${words(e.before)}</td><td data-label="After">${words(e.after)}</td>
           </tr>`,
         )}</tbody></table></div>`}`,
     `${app} audit log`,
