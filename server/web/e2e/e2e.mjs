@@ -105,8 +105,9 @@ try {
   };
   const signIn = async (token) => {
     await call("POST", "/url", { url: `${site}/` });
-    await until(`document.getElementById("token")`);
     await run("sessionStorage.clear(); return true;");
+    await call("POST", "/refresh", {});
+    await until(`document.getElementById("token")`);
     await type("#token", token);
     // The keyboard submits the form: Enter in the field.
     await call("POST", `/element/${await find("#token")}/value`, { text: "\uE007" });
@@ -136,9 +137,10 @@ try {
       await run("window.dispatchEvent(new Event('resize')); await new Promise((r) => setTimeout(r, 400)); return true;");
       const overflow = await run("return document.documentElement.scrollWidth - window.innerWidth;");
       assert.ok(overflow <= 0, `${name} at ${width} px scrolls sideways by ${overflow} px`);
+      const height = await run("return document.documentElement.scrollHeight;");
       const shot = await call("POST", "/goog/cdp/execute", {
         cmd: "Page.captureScreenshot",
-        params: { format: "png", captureBeyondViewport: true },
+        params: { format: "png", captureBeyondViewport: true, clip: { x: 0, y: 0, width, height, scale: 1 } },
       });
       writeFileSync(join(shots, `${name}-${width}.png`), Buffer.from(shot.data, "base64"));
     }
