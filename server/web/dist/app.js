@@ -118,8 +118,9 @@ function appNav(app, current) {
   </nav>`;
 }
 
-/** Refreshes the live stats while the app's page is open. */
+/** Refreshes the live stats while the app's page is open; the last ones, to redraw on resize. */
 let statsTimer = null;
+let lastStats = null;
 
 async function appView(app) {
   const { policies } = await call("GET", `v1/policies?app=${segment(app)}`);
@@ -153,12 +154,14 @@ async function appView(app) {
     app,
   );
   const shown = location.hash;
+  lastStats = null;
   const refresh = async () => {
     try {
       const stats = await call("GET", `v1/stats?app=${segment(app)}`);
       // The user may have moved on while the stats were on their way.
       const target = document.getElementById("stats");
       if (!target || location.hash !== shown) return;
+      lastStats = stats;
       target.innerHTML = String(statsCharts(stats));
       statsTimer = setTimeout(refresh, Math.max(stats.step_s ?? 5, 2) * 1000);
     } catch (error) {
@@ -182,7 +185,8 @@ function statsCharts(stats) {
   return entries.map(([name, series]) => {
     const bins = series.t.map((_, i) => [series.allowed[i] ?? 0, series.denied[i] ?? 0]);
     const start = (series.t[0] ?? 0) * 1_000_000;
-    const last = bins.at(-1) ?? [0, 0];
+    // The newest step is still filling: the rate is that of the step before.
+    const last = bins.at(-2) ?? [0, 0];
     const perSecond = (n) => (n / (stats.step_s ?? 5)).toFixed(1).replace(/\.0$/, "");
     const { svg } = barChart({
       bins,
@@ -190,13 +194,13 @@ function statsCharts(stats) {
       duration: Math.max(bins.length, 1) * step,
       width,
       height: 170,
-      label: (t) => new Date((start + t) / 1000).toLocaleTimeString(undefined, { hour: "2-digit", minute: "2-digit" }),
+      label: (t) => new Date((start + t) / 1000).toLocaleTimeString(undefined, { hour: "2-digit", minute: "2-digit", hour12: false }),
       yLabel: `per ${stats.step_s ?? 5} s`,
       limit: null,
       title: `${name}: admitted and denied requests per ${stats.step_s ?? 5} s`,
     });
     return html`<figure class="stats" data-policy="${name}">
-      <figcaption><strong>${name}</strong>: ${perSecond(last[0] + last[1])} decisions/s, ${perSecond(last[1])} denied/s in the last ${stats.step_s ?? 5} s</figcaption>
+      <figcaption><strong>${name}</strong>: ${perSecond(last[0] + last[1])} decisions/s, ${perSecond(last[1])} denied/s over the last full ${stats.step_s ?? 5} s</figcaption>
       ${new Raw(svg)}${new Raw(legend(null, false))}
     </figure>`;
   });
@@ -633,6 +637,8 @@ window.addEventListener("resize", () => {
   resized = setTimeout(() => {
     const editor = document.getElementById("editor");
     if (document.getElementById("preview")) preview(editor ? readForm() : currentPolicy);
+    const stats = document.getElementById("stats");
+    if (stats && lastStats) stats.innerHTML = String(statsCharts(lastStats));
   }, 200);
 });
 route();

@@ -56,9 +56,12 @@ export function barChart({ bins, bin, duration, width, height, label, yLabel, li
   const ticks = Math.max(2, Math.floor(plotW / 90));
   const step = ROUND.find((s) => duration / s <= ticks) ?? duration;
   for (let t = 0; t <= duration; t += step) {
+    const text = label(t, step);
+    // A label that would run past the right edge ends at its tick instead.
+    const anchor = x(t) + 3.5 * text.length > width ? "end" : "middle";
     out.push(
       `<line x1="${x(t).toFixed(1)}" y1="${TOP}" x2="${x(t).toFixed(1)}" y2="${base}" stroke="#ddd"/>`,
-      `<text x="${x(t).toFixed(1)}" y="${base + 16}" text-anchor="middle">${escape(label(t, step))}</text>`,
+      `<text x="${x(t).toFixed(1)}" y="${base + 16}" text-anchor="${anchor}">${escape(text)}</text>`,
     );
   }
   const binW = (bin / duration) * plotW;
