@@ -16,7 +16,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::decide::{Backend, DecideError, Entry, Limiters};
+use crate::decide::{Backend, DecideError, Entry, LeaseAnswer, LeaseOp, Limiters};
 use crate::metrics::{Metrics, STEP_S};
 use crate::policy::{Kind, Policy, Style};
 use crate::store::{
@@ -197,6 +197,18 @@ pub fn router(shared: Arc<Shared>, timeout: Duration) -> Router {
         .route("/v1/stats", get(stats))
         .route("/v1/decide", post(decide))
         .route("/v1/decide/batch", post(decide_batch))
+        .route(
+            "/v1/lease/acquire",
+            post(|s, h, b| lease(s, h, b, LeaseOp::Acquire)),
+        )
+        .route(
+            "/v1/lease/release",
+            post(|s, h, b| lease(s, h, b, LeaseOp::Release)),
+        )
+        .route(
+            "/v1/lease/renew",
+            post(|s, h, b| lease(s, h, b, LeaseOp::Renew)),
+        )
         .route("/", get(crate::assets::index))
         .route("/assets/{*path}", get(crate::assets::asset))
         .fallback(|| async { ApiError::not_found("route") })
@@ -911,6 +923,109 @@ const fn one() -> u64 {
     1
 }
 
+/// The policy `name` if app `app` may use it: a policy that does not exist and one
+/// that does not list the app answer alike.
+fn policy_for_app<'a>(snapshot: &'a Snapshot, app: &str, name: &str) -> Result<&'a Stored> {
+    snapshot
+        .policies
+        .get(name)
+        .filter(|s| s.policy.apps.iter().any(|a| a == app))
+        .ok_or_else(|| ApiError::forbidden(format!("no such policy for this app: {name:?}")))
+}
+
+/// A decision backend's failure as an answer.
+fn backend_error(e: DecideError) -> ApiError {
+    match e {
+        DecideError::Leases(_) | DecideError::Rate(_) => {
+            ApiError::invalid(e.to_string()).field("policy")
+        }
+        DecideError::Lease(ref inner) => {
+            let field = match inner {
+                tollgate_core::LeaseError::Param(tollgate_core::ParamError::OutOfRange {
+                    name,
+                    ..
+                }) if *name == "ttl" => "ttl_us",
+                _ => "owner",
+            };
+            ApiError::invalid(e.to_string()).field(field)
+        }
+        DecideError::Unavailable(_) | DecideError::Full => {
+            tracing::warn!(error = %e, "decision backend");
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the decision backend is unavailable",
+            )
+        }
+        _ => {
+            tracing::error!(error = %e, "decision backend");
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the decision backend failed",
+            )
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LeaseRequest {
+    policy: String,
+    key: String,
+    owner: String,
+    ttl_us: Option<u64>,
+}
+
+async fn lease(
+    State(shared): App,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+    op: LeaseOp,
+) -> Result<Json<Value>> {
+    let snapshot = shared.snapshot();
+    let app = app_caller(&shared, &headers, &snapshot)?;
+    let request: LeaseRequest = typed(json_body(headers.get(header::CONTENT_TYPE), body)?)?;
+    let stored = policy_for_app(&snapshot, &app, &request.policy)?;
+    check_key(&request.key)?;
+    let limiters = shared.limiters();
+    let entry = limiters.get(&stored.name).ok_or_else(|| {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the policy has no limiter")
+    })?;
+    let Some(ttl) = request.ttl_us.or(entry.lease_ttl()) else {
+        return Err(backend_error(DecideError::Rate(stored.name.clone())));
+    };
+    let answer = entry
+        .lease(
+            &shared.backend,
+            &stored.name,
+            op,
+            &request.key,
+            &request.owner,
+            ttl,
+        )
+        .await
+        .map_err(backend_error)?;
+    Ok(Json(match (op, answer) {
+        (_, LeaseAnswer::Acquired(acquired)) => match acquired.grant {
+            Some(grant) => json!({"acquired": true, "token": grant.token,
+                "expires_at_us": grant.expires_at, "holds": grant.holds}),
+            None => json!({"acquired": false, "retry_after_us": acquired.decision.retry_after}),
+        },
+        (LeaseOp::Renew, LeaseAnswer::Held(grant)) => {
+            json!({"renewed": true, "expires_at_us": grant.expires_at})
+        }
+        (LeaseOp::Renew, _) => json!({"renewed": false, "expires_at_us": null}),
+        (_, LeaseAnswer::Held(grant)) => json!({"released": true, "holds": grant.holds}),
+        (_, LeaseAnswer::NotHeld) => json!({"released": false}),
+    }))
+}
+
+fn check_key(key: &str) -> Result<()> {
+    if key.is_empty() || key.len() > MAX_KEY {
+        return Err(ApiError::invalid(format!("a key is 1 to {MAX_KEY} bytes")).field("key"));
+    }
+    Ok(())
+}
+
 /// One decision for app `app`: the answer, or an error with its status.
 async fn decide_one(
     shared: &Shared,
@@ -937,23 +1052,7 @@ async fn decide_one(
     let decision = entry
         .decide(&shared.backend, &stored.name, &request.key, request.cost)
         .await
-        .map_err(|e| match e {
-            DecideError::Leases(_) => ApiError::invalid(e.to_string()).field("policy"),
-            DecideError::Unavailable(_) => {
-                tracing::warn!(error = %e, "decision backend");
-                ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "the decision backend is unavailable",
-                )
-            }
-            _ => {
-                tracing::error!(error = %e, "decision backend");
-                ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "the decision backend failed",
-                )
-            }
-        })?;
+        .map_err(backend_error)?;
     shared.metrics.decision(
         &stored.name,
         decision.allowed,

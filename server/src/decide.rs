@@ -3,13 +3,16 @@
 //! parameters change, so editing its apps or description keeps its counts.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 use tollgate_core::memory::KeyedLimiter;
-use tollgate_core::{Decision, SECOND};
-use tollgate_redis::{FailPolicy, Outcome, ReconnectingAsync, RedisLimiter};
+use tollgate_core::{
+    Acquired, Clock, Concurrency, Decision, Grant, LeaseError, LeaseState, SystemClock, Ticks,
+    SECOND,
+};
+use tollgate_redis::{FailPolicy, Outcome, ReconnectingAsync, RedisLeases, RedisLimiter};
 
 use crate::policy::{Built, Policy, Rule, Style};
 use crate::store::Stored;
@@ -62,8 +65,35 @@ pub struct Entry {
 enum Limiter {
     Memory(KeyedLimiter<String, Rule>),
     Redis(RedisLimiter<Rule>),
-    /// Concurrency policies decide no rates.
-    None,
+    /// A concurrency policy's lease tables in this process, at most `max_keys`.
+    MemoryLeases {
+        model: Concurrency,
+        tables: Mutex<HashMap<String, LeaseState>>,
+        max_keys: usize,
+    },
+    RedisLeases(RedisLeases),
+}
+
+/// A lease operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseOp {
+    /// Take a lease (or re-enter the one held).
+    Acquire,
+    /// Give one hold back.
+    Release,
+    /// Extend an unexpired lease.
+    Renew,
+}
+
+/// What a lease operation did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseAnswer {
+    /// Acquired: the grant; or denied: the decision (its `retry_after`).
+    Acquired(Acquired),
+    /// Released or renewed: the lease as it stands.
+    Held(Grant),
+    /// The owner holds no unexpired lease.
+    NotHeld,
 }
 
 /// Why a decision could not be made.
@@ -79,6 +109,15 @@ pub enum DecideError {
     /// Redis refused (a key holding something else, a parameter beyond the scripts).
     #[error("{0}")]
     Backend(String),
+    /// The policy is a rate limit, not leases.
+    #[error("policy {0:?} is a rate limit: use /v1/decide")]
+    Rate(String),
+    /// A lease argument is out of range (the owner's length, the ttl).
+    #[error("{0}")]
+    Lease(LeaseError),
+    /// Every lease table this process may keep is in use.
+    #[error("too many keys hold leases in this process")]
+    Full,
 }
 
 impl Entry {
@@ -102,7 +141,14 @@ impl Entry {
         )
         .ok();
         let limiter = match (&built, backend) {
-            (Built::Leases { .. }, _) => Limiter::None,
+            (Built::Leases { model, .. }, Backend::Memory { max_keys }) => Limiter::MemoryLeases {
+                model: model.clone(),
+                tables: Mutex::default(),
+                max_keys: *max_keys,
+            },
+            (Built::Leases { model, .. }, Backend::Redis { .. }) => Limiter::RedisLeases(
+                RedisLeases::new(model.clone()).with_prefix(prefix(&stored.name, &stored.policy)),
+            ),
             (Built::Rule(rule), Backend::Memory { max_keys }) => {
                 Limiter::Memory(KeyedLimiter::new(rule.clone(), *max_keys))
             }
@@ -138,18 +184,30 @@ impl Entry {
     ) -> Result<Decision, DecideError> {
         match (&self.limiter, backend) {
             (Limiter::Memory(limiter), _) => Ok(limiter.check(key, cost)),
-            (Limiter::Redis(limiter), Backend::Redis { con, .. }) => {
+            (Limiter::Redis(limiter), Backend::Redis { con, fail, .. }) => {
                 let mut con = con.clone();
-                let outcome = limiter
-                    .decide_async(&mut con, key.as_bytes(), cost)
-                    .await
-                    .map_err(|e| {
-                        if e.is_unavailable() {
-                            DecideError::Unavailable(e.to_string())
-                        } else {
-                            DecideError::Backend(e.to_string())
-                        }
-                    })?;
+                let typed = |e: tollgate_redis::Error| {
+                    if e.is_unavailable() {
+                        DecideError::Unavailable(e.to_string())
+                    } else {
+                        DecideError::Backend(e.to_string())
+                    }
+                };
+                // Without a fail policy the error is the answer (the limiter's own
+                // default would deny).
+                let outcome = if *fail == Fail::Error {
+                    Outcome::Redis(
+                        limiter
+                            .check_async(&mut con, key.as_bytes(), cost)
+                            .await
+                            .map_err(typed)?,
+                    )
+                } else {
+                    limiter
+                        .decide_async(&mut con, key.as_bytes(), cost)
+                        .await
+                        .map_err(typed)?
+                };
                 let limit = limiter.algorithm_limit();
                 Ok(match outcome {
                     Outcome::Redis(d) | Outcome::Local(d, _) => d,
@@ -161,7 +219,106 @@ impl Entry {
             (Limiter::Redis(_), Backend::Memory { .. }) => Err(DecideError::Backend(
                 "the policy was built for another backend".into(),
             )),
-            (Limiter::None, _) => Err(DecideError::Leases(name.to_owned())),
+            (Limiter::MemoryLeases { .. } | Limiter::RedisLeases(_), _) => {
+                Err(DecideError::Leases(name.to_owned()))
+            }
+        }
+    }
+
+    /// The policy's lease ttl (its `lease`), for calls that give none.
+    pub fn lease_ttl(&self) -> Option<Ticks> {
+        match self.built {
+            Built::Leases { ttl, .. } => Some(ttl),
+            _ => None,
+        }
+    }
+
+    /// Acquires, releases or renews `owner`'s lease on `key` (for `ttl` ticks).
+    pub async fn lease(
+        &self,
+        backend: &Backend,
+        name: &str,
+        op: LeaseOp,
+        key: &str,
+        owner: &str,
+        ttl: Ticks,
+    ) -> Result<LeaseAnswer, DecideError> {
+        let owner = owner.as_bytes();
+        Concurrency::check(owner, ttl).map_err(DecideError::Lease)?;
+        let held = |result: Result<Grant, LeaseError>| match result {
+            Ok(grant) => Ok(LeaseAnswer::Held(grant)),
+            Err(LeaseError::NotHeld) => Ok(LeaseAnswer::NotHeld),
+            Err(e) => Err(DecideError::Lease(e)),
+        };
+        match (&self.limiter, backend) {
+            (
+                Limiter::MemoryLeases {
+                    model,
+                    tables,
+                    max_keys,
+                },
+                _,
+            ) => {
+                // Wall-clock microseconds: tokens keep growing after a table is dropped.
+                let now = SystemClock.now();
+                let mut tables = tables.lock().unwrap_or_else(|e| e.into_inner());
+                if !tables.contains_key(key) && tables.len() >= *max_keys {
+                    tables.retain(|_, state| !state.is_fresh(now));
+                    if tables.len() >= *max_keys {
+                        return Err(DecideError::Full);
+                    }
+                }
+                let state = tables.remove(key);
+                let (answer, next) = match op {
+                    LeaseOp::Acquire => match model.acquire(state.clone(), now, owner, ttl) {
+                        Ok((acquired, next)) => (Ok(LeaseAnswer::Acquired(acquired)), next),
+                        Err(e) => (Err(DecideError::Lease(e)), state),
+                    },
+                    LeaseOp::Release => match model.release(state.clone(), now, owner) {
+                        Ok((grant, next)) => (Ok(LeaseAnswer::Held(grant)), next),
+                        Err(e) => (held(Err(e)), state),
+                    },
+                    LeaseOp::Renew => match model.renew(state.clone(), now, owner, ttl) {
+                        Ok((grant, next)) => (Ok(LeaseAnswer::Held(grant)), next),
+                        Err(e) => (held(Err(e)), state),
+                    },
+                };
+                if let Some(next) = next {
+                    tables.insert(key.to_owned(), next);
+                }
+                answer
+            }
+            (Limiter::RedisLeases(leases), Backend::Redis { con, .. }) => {
+                let mut con = con.clone();
+                let key = key.as_bytes();
+                let typed = |e: tollgate_redis::Error| match e {
+                    tollgate_redis::Error::Lease(e) => DecideError::Lease(e),
+                    e if e.is_unavailable() => DecideError::Unavailable(e.to_string()),
+                    e => DecideError::Backend(e.to_string()),
+                };
+                let result = match op {
+                    LeaseOp::Acquire => {
+                        return leases
+                            .acquire_async(&mut con, key, owner, ttl)
+                            .await
+                            .map(LeaseAnswer::Acquired)
+                            .map_err(typed)
+                    }
+                    LeaseOp::Release => leases.release_async(&mut con, key, owner).await,
+                    LeaseOp::Renew => leases.renew_async(&mut con, key, owner, ttl).await,
+                };
+                match result {
+                    Ok(grant) => Ok(LeaseAnswer::Held(grant)),
+                    Err(tollgate_redis::Error::Lease(LeaseError::NotHeld)) => {
+                        Ok(LeaseAnswer::NotHeld)
+                    }
+                    Err(e) => Err(typed(e)),
+                }
+            }
+            (Limiter::RedisLeases(_), Backend::Memory { .. }) => Err(DecideError::Backend(
+                "the policy was built for another backend".into(),
+            )),
+            (Limiter::Memory(_) | Limiter::Redis(_), _) => Err(DecideError::Rate(name.to_owned())),
         }
     }
 }
