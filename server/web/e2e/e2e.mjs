@@ -3,7 +3,7 @@
 // no edit controls and a forged write is refused; an owner creates a policy, the preview
 // changes as the rate is edited, saves, and the decision API then decides with it; a
 // second tab's stale save gets the 409 with the newer version and a retry; the audit
-// view shows the changes. Screenshots of the main views at 320 and 1400 px wide go to
+// view shows the changes; a stale tab loads the newer version and deletes. Screenshots of the main views at 320 and 1400 px wide go to
 // target/page-e2e/ (not committed). Labels and keyboard use are checked on every view.
 //
 // Run after building the CLI: `node server/web/e2e/e2e.mjs` (TOLLGATE_BIN names the
@@ -254,6 +254,22 @@ try {
   await screenshots("audit");
   await call("DELETE", "/window");
   await call("POST", "/window", { handle: second });
+
+  // 5. The second tab, still at version 2: its save gets the 409; it loads version 3 instead,
+  // then deletes the policy (asked to confirm first).
+  await type("#f-rate", 7);
+  await click("#save");
+  await until(`document.getElementById("conflict-box")`, "the second 409");
+  await click("#load-theirs");
+  await until(`document.querySelector("#editor h2")?.textContent === "Edit (version 3)"`, "version 3 loaded");
+  const loaded = await run(`return ["capacity", "rate"].map((f) => document.getElementById("f-" + f).value);`);
+  assert.deepEqual(loaded, ["4", "3"], "the form holds version 3");
+  await click("#delete");
+  assert.equal(await run(`return document.getElementById("confirm-delete").hidden;`), false);
+  await click("#delete-yes");
+  await until(`location.hash === "#/apps/web" && document.getElementById("policies")`, "back to the app");
+  assert.doesNotMatch(await text("#policies"), /search/);
+  assert.equal((await api(owner, "GET", "/v1/policies/search")).status, 404, "deleted");
 
   // Sign-in, last: with a bad token, the message.
   await run("sessionStorage.clear(); location.hash = '#/'; location.reload(); return true;");
