@@ -64,7 +64,9 @@ try {
   const owner = await created("/v1/users", { name: "olivia", roles: { web: "owner" }, admin: false });
   const viewer = await created("/v1/users", { name: "victor", roles: { web: "viewer" }, admin: false });
   const seeded = await api(adminToken, "PUT", "/v1/policies/api", {
-    algorithm: "token-bucket", capacity: 10, rate: 5, period: "1s", apps: ["web"], description: "Public API",
+    algorithm: "token-bucket", capacity: 10, rate: 5, period: "1s", apps: ["web"],
+    // Shown as text, never as markup.
+    description: 'Public API <img src=x onerror="window.injected = true">',
   });
   assert.equal(seeded.status, 201, JSON.stringify(seeded.body));
   const hidden = await api(adminToken, "PUT", "/v1/policies/invoices", {
@@ -156,6 +158,8 @@ try {
   await go("#/apps/web", `document.getElementById("policies")`);
   assert.match(await text("#policies"), /bursts of 10, 5 per second/);
   assert.doesNotMatch(await text("#policies"), /invoices/);
+  assert.match(await text("#policies"), /Public API <img src=x/, "markup in a description is shown as text");
+  assert.equal(await run("return window.injected ?? false;"), false, "and never runs");
   assert.equal(await run(`return document.getElementById("new-policy");`), null, "no New policy for a viewer");
   await until(`document.querySelector('#stats figure[data-policy="api"]')`, "the live stats chart");
   assert.match(await text('#stats figure[data-policy="api"] figcaption'), /decisions\/s/);
