@@ -231,6 +231,8 @@ try {
   await type("#f-capacity", 6);
   await click("#save");
   await until(`document.getElementById("status").textContent.includes("version 2")`, "the second tab's save");
+  const edited = await api(webToken, "POST", "/v1/decide", { policy: "search", key: "k2" });
+  assert.equal(edited.body.limit, 6, "the decision API decides with the edited policy");
   await call("POST", "/window", { handle: first });
   await type("#f-rate", 3);
   await click("#save");
@@ -281,6 +283,9 @@ try {
   await type("#token", "tgu_not-a-token");
   await click('#sign-in button[type="submit"]');
   await until(`document.getElementById("token-error")`, "the sign-in error");
+  await type("#token", webToken);
+  await click('#sign-in button[type="submit"]');
+  await until(`document.getElementById("token-error")?.textContent.includes("not an app token")`, "the app token's message");
   await accessible("sign-in");
   await screenshots("sign-in");
   console.log(`page e2e: all passed; screenshots in ${shots}`);
