@@ -414,11 +414,14 @@ function setUpEditor(app, policy) {
   let version = policy?.version;
   showFields();
   let pending;
-  form.addEventListener("input", () => {
+  // "change" too: a select or a checkbox changed by a script or a driver may fire only that.
+  const edited = () => {
     showFields();
     clearTimeout(pending);
     pending = setTimeout(() => preview(readForm()), 120);
-  });
+  };
+  form.addEventListener("input", edited);
+  form.addEventListener("change", edited);
   const save = async (ifVersion) => {
     clearErrors();
     document.getElementById("conflict").innerHTML = "";
@@ -537,11 +540,13 @@ function setUpTraffic(policy) {
     for (const f of form.querySelectorAll("[data-for]")) f.hidden = !f.dataset.for.split(" ").includes(form.elements.kind.value);
   };
   kinds();
-  form.addEventListener("input", () => {
+  const changed = () => {
     kinds();
     const editor = document.getElementById("editor");
     preview(editor ? readForm() : currentPolicy);
-  });
+  };
+  form.addEventListener("input", changed);
+  form.addEventListener("change", changed);
 }
 
 /** The policy a viewer's preview runs (the saved one). */

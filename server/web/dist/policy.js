@@ -88,7 +88,7 @@ export function describe(policy) {
   }
   const ban = policy.ban;
   if (ban) {
-    words += `; banned for ${human(parseDuration(ban.duration) ?? 0)} after ${ban.threshold} denied in ${human(parseDuration(ban.window) ?? 0)}`;
+    words += `; banned for ${human(parseDuration(ban.duration) ?? 0)} after more than ${ban.threshold} denied in ${human(parseDuration(ban.window) ?? 0)}`;
   }
   return words;
 }

@@ -201,6 +201,16 @@ try {
   const atTwo = await admitted("bursts of 10, 2 per second");
   console.log(`preview: ${atFive} admitted at 5/s, ${atTwo} at 2/s`);
   assert.ok(atTwo < atFive, `fewer admitted at 2 per second (${atTwo}) than at 5 (${atFive})`);
+  // The other traffic: bursts of 20 every second, then Poisson arrivals at 10 per second.
+  await click('#t-kind option[value="burst"]');
+  await type("#t-size", 20);
+  await until(`document.getElementById("summary")?.textContent.includes("of 200 admitted")`, "the bursts' preview");
+  await click('#t-kind option[value="poisson"]');
+  await until(`!document.getElementById("summary")?.textContent.includes("of 200 admitted")`, "the Poisson preview");
+  console.log("Poisson:", (await text("#summary")).replace(/\s+/g, " ").trim());
+  assert.equal(await run(`return document.getElementById("preview-error");`), null);
+  await click('#t-kind option[value="steady"]');
+  await admitted("bursts of 10, 2 per second");
   await accessible("new policy");
   await screenshots("editor");
   await type("#f-capacity", 0);
@@ -214,7 +224,23 @@ try {
   await click("#save");
   await until(`location.hash === "#/apps/web/policies/search" && document.getElementById("editor")?.querySelector("h2")?.textContent.includes("version 1")`, "the created policy");
 
-  // The decision API decides with it: 4 at once, then denied.
+  // A composite: its limits edited as JSON, previewed, created.
+  await go("#/apps/web/new", `document.getElementById("preview-chart")`);
+  await type("#f-name", "combo");
+  await click('#f-algorithm option[value="composite"]');
+  await type("#f-limits", "[{");
+  await until(`document.getElementById("preview-error")?.textContent.includes("limits")`, "the preview's message on bad JSON");
+  await type("#f-limits", JSON.stringify([
+    { algorithm: "token-bucket", capacity: 5, rate: 3, period: "1s" },
+    { algorithm: "fixed-window", limit: 20, period: "10s" },
+  ]));
+  await admitted("bursts of 5, 3 per second and 20 per 10 s (fixed windows)");
+  await click("#save");
+  await until(`location.hash === "#/apps/web/policies/combo" && document.getElementById("editor")`, "the created composite");
+  const combo = (await api(owner, "GET", "/v1/policies/combo")).body;
+  assert.deepEqual([combo.algorithm, combo.limits?.length], ["composite", 2]);
+
+  // The decision API decides with the new policy: 4 at once, then denied.
   const decisions = [];
   for (let i = 0; i < 5; i++) decisions.push(await api(webToken, "POST", "/v1/decide", { policy: "search", key: "k" }));
   assert.deepEqual(decisions.map((d) => d.body.allowed), [true, true, true, true, false]);

@@ -1,6 +1,6 @@
 // The page's preview decides as `tollgate simulate` does: the same traffic, the same bins,
 // the same admitted and denied counts, through the wasm core (the Node.js package, the
-// same module the page loads). Run after scripts/build-wasm.sh and a build of the CLI:
+// same module the page loads), composites and bans included. Run after scripts/build-wasm.sh and a build of the CLI:
 // `node --test server/web/tests/preview.test.mjs` (TOLLGATE_BIN names the binary, else
 // target/debug/tollgate).
 import { execFileSync } from "node:child_process";
@@ -37,7 +37,7 @@ test("durations and words", () => {
   assert.equal(words({ algorithm: "token-bucket", capacity: 10, rate: 5, period: "1s" }), "bursts of 10, 5 per second");
   assert.equal(
     words({ algorithm: "sliding-log", limit: 5, period: "1m", ban: { threshold: 3, window: "1m", duration: "10m" } }),
-    "5 in any 1 min (exact); banned for 10 min after 3 denied in 1 min",
+    "5 in any 1 min (exact); banned for 10 min after more than 3 denied in 1 min",
   );
   assert.throws(() => limiterOptions({ algorithm: "concurrency", limit: 3, lease: "30s" }), /leases cannot be previewed/);
   assert.throws(() => limiterOptions({ algorithm: "fixed-window", limit: 3, period: "soon" }), /period: use a whole number/);
@@ -75,6 +75,20 @@ const POLICIES = [
   [{ algorithm: "fixed-window", limit: 7, period: "1s" }, 'algorithm = "fixed-window"\nlimit = 7\nperiod = "1s"'],
   [{ algorithm: "sliding-log", limit: 5, period: "3s" }, 'algorithm = "sliding-log"\nlimit = 5\nperiod = "3s"'],
   [{ algorithm: "sliding-counter", limit: 9, period: "1s" }, 'algorithm = "sliding-counter"\nlimit = 9\nperiod = "1s"'],
+  [
+    {
+      algorithm: "composite",
+      limits: [
+        { algorithm: "token-bucket", capacity: 5, rate: 3, period: "1s" },
+        { algorithm: "fixed-window", limit: 20, period: "10s" },
+      ],
+    },
+    'algorithm = "composite"\nlimits = [{ algorithm = "token-bucket", capacity = 5, rate = 3, period = "1s" }, { algorithm = "fixed-window", limit = 20, period = "10s" }]',
+  ],
+  [
+    { algorithm: "sliding-log", limit: 5, period: "1s", ban: { threshold: 3, window: "2s", duration: "5s" } },
+    'algorithm = "sliding-log"\nlimit = 5\nperiod = "1s"\nban = { threshold = 3, window = "2s", duration = "5s" }',
+  ],
 ];
 const TRAFFIC = [
   [{ kind: "steady", rate: 13 }, "steady:rate=13"],
@@ -85,7 +99,7 @@ const TRAFFIC = [
 test("the preview admits exactly what `tollgate simulate` admits", () => {
   for (const [policy, toml] of POLICIES) {
     for (const [traffic, spec] of TRAFFIC) {
-      const page = simulate(Limiter, policy, traffic, 30 * S, parseDuration(policy.period));
+      const page = simulate(Limiter, policy, traffic, 30 * S, parseDuration(policy.period ?? "1s"));
       const expected = simulated(toml, spec, "30s");
       assert.deepEqual(
         { admitted: page.admitted, denied: page.denied },
