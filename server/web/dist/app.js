@@ -313,7 +313,7 @@ function editorForm(app, policy) {
     <p class="error" id="e-form" role="alert"></p>
     ${policy
       ? html`<p class="hint">Last changed by ${policy.updated_by}, ${when(policy.updated_at)}.</p>`
-      : field("name", "Name", "", { hint: "letters, digits, - and _; used by apps in their requests", attributes: "required" })}
+      : field("name", "Name", "", { hint: "1 to 64 letters, digits, -, _ or .; apps name it in their requests", attributes: "required" })}
     <div class="field" data-field="algorithm">
       <label for="f-algorithm">Algorithm</label>
       <select id="f-algorithm" name="algorithm" aria-describedby="h-algorithm e-algorithm">
