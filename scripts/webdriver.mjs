@@ -52,6 +52,8 @@ export async function startBrowser() {
       await webdriver("POST", "/session", {
         capabilities: {
           alwaysMatch: {
+            // The page's console, read with `call("POST", "/se/log", { type: "browser" })`.
+            "goog:loggingPrefs": { browser: "ALL" },
             "goog:chromeOptions": {
               binary: "/usr/bin/chromium",
               args: [
