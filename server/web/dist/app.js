@@ -6,7 +6,7 @@
 import init, { Limiter } from "./wasm/index.js";
 import { ApiError, call, segment, token } from "./api.js";
 import { barChart, legend } from "./chart.js";
-import { ALGORITHMS, describe, human, parseDuration, shortDuration, sustained } from "./policy.js";
+import { ALGORITHMS, describe, human, inUnitOf, parseDuration, shortDuration, sustained } from "./policy.js";
 import { simulate } from "./preview.js";
 
 const wasm = init();
@@ -149,7 +149,7 @@ async function appView(app) {
     </section>
     <section aria-labelledby="stats-title">
       <h2 id="stats-title">Live: decisions over the last 10 minutes</h2>
-      <div id="stats" aria-live="polite"><p class="hint">Loading…</p></div>
+      <div id="stats"><p class="hint">Loading…</p></div>
     </section>`,
     app,
   );
@@ -262,7 +262,8 @@ async function policyView(app, name) {
         <h2 id="preview-title">Preview</h2>
         <p class="hint">The policy decides synthetic traffic for one key in your browser, with the same core as the server${editing ? ", before you save" : ""}.</p>
         ${trafficForm()}
-        <div id="preview" aria-live="polite"></div>
+        <p id="summary" role="status"></p>
+        <div id="preview"></div>
       </section>
     </div>`,
     title,
@@ -572,6 +573,7 @@ function readTraffic() {
 /** Runs `policy` on the chosen traffic with the wasm core and draws the result. */
 function preview(policy) {
   const target = document.getElementById("preview");
+  const summary = document.getElementById("summary");
   if (!target) return;
   if (!document.getElementById("editor")) currentPolicy = policy;
   try {
@@ -587,17 +589,19 @@ function preview(policy) {
       duration,
       width: chartWidth(target),
       height: 240,
-      label: (t, step) => (t === 0 ? "0" : human(t).replace(/\.\d+/, (m) => (step % 1000 ? m : ""))),
+      label: inUnitOf,
       yLabel: `requests per ${human(run.bin)}`,
       limit: perBin === null ? null : [perBin, limitWords],
       title: `Preview of ${describe(policy)}: admitted and denied requests over ${human(duration)}`,
     });
-    target.innerHTML = String(html`<p id="summary"><strong>${run.admitted}</strong> of ${run.offered} admitted (${percent(run.admitted)}),
-      <strong>${run.denied}</strong> denied (${percent(run.denied)}) over ${human(duration)}.</p>
-      <div class="chart" id="preview-chart" data-policy="${describe(policy)}" data-admitted="${run.admitted}" data-denied="${run.denied}">${new Raw(svg)}</div>
+    // Only the counts are announced (the summary is a status); the chart is redrawn quietly.
+    summary.innerHTML = String(html`<strong>${run.admitted}</strong> of ${run.offered} admitted (${percent(run.admitted)}),
+      <strong>${run.denied}</strong> denied (${percent(run.denied)}) over ${human(duration)}.`);
+    target.innerHTML = String(html`<div class="chart" id="preview-chart" data-policy="${describe(policy)}" data-admitted="${run.admitted}" data-denied="${run.denied}">${new Raw(svg)}</div>
       ${new Raw(legend(limitWords, limitDrawn))}`);
   } catch (error) {
-    target.innerHTML = String(html`<p class="error" id="preview-error">Cannot preview: ${error.message}</p>`);
+    summary.innerHTML = String(html`<span class="error" id="preview-error">Cannot preview: ${error.message}</span>`);
+    target.innerHTML = "";
   }
 }
 

@@ -46,6 +46,17 @@ export function human(ticks) {
   return `${value} ${name === "days" && value === 1 ? "day" : name}`;
 }
 
+/**
+ * An axis tick: `ticks` in the largest unit both it and the `step` are whole multiples
+ * of, as the CLI's charts label them: "0", "500 ms", "1500 ms", "6 h".
+ */
+export function inUnitOf(ticks, step) {
+  if (ticks === 0) return "0";
+  const [, scale, name] = UNITS.find(([, scale]) => step % scale === 0 && ticks % scale === 0) ?? UNITS[5];
+  const count = ticks / scale;
+  return `${count} ${name === "days" && count === 1 ? "day" : name}`;
+}
+
 /** "per second", "per 2 s": the period a rate or limit is counted over. */
 function per(period) {
   const ticks = parseDuration(period);

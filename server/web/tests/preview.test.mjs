@@ -13,7 +13,7 @@ import assert from "node:assert/strict";
 
 import { Limiter } from "../../../wasm/pkg/nodejs/index.mjs";
 import { binWidth, simulate } from "../dist/preview.js";
-import { describe as words, limiterOptions, parseDuration, shortDuration } from "../dist/policy.js";
+import { describe as words, inUnitOf, limiterOptions, parseDuration, shortDuration } from "../dist/policy.js";
 
 const root = fileURLToPath(new URL("../../..", import.meta.url));
 const cli = process.env.TOLLGATE_BIN ?? join(resolve(root, process.env.CARGO_TARGET_DIR ?? "target"), "debug", "tollgate");
@@ -34,6 +34,11 @@ test("durations and words", () => {
   assert.equal(parseDuration("1.5s"), null);
   assert.equal(parseDuration("99999999999d"), null);
   assert.equal(shortDuration(1_500_000), "1500ms");
+  // Axis ticks in the step's unit, as the CLI's charts write them.
+  assert.deepEqual([0, 500_000, 1_000_000, 1_500_000].map((t) => inUnitOf(t, 500_000)), ["0", "500 ms", "1000 ms", "1500 ms"]);
+  assert.deepEqual([2 * S, 4 * S].map((t) => inUnitOf(t, 2 * S)), ["2 s", "4 s"]);
+  assert.equal(inUnitOf(86_400 * S, 6 * 3_600 * S), "24 h");
+  assert.equal(inUnitOf(86_400 * S, 86_400 * S), "1 day");
   assert.equal(words({ algorithm: "token-bucket", capacity: 10, rate: 5, period: "1s" }), "bursts of 10, 5 per second");
   assert.equal(
     words({ algorithm: "sliding-log", limit: 5, period: "1m", ban: { threshold: 3, window: "1m", duration: "10m" } }),
