@@ -9,7 +9,11 @@ import { barChart, legend } from "./chart.js";
 import { ALGORITHMS, describe, human, inUnitOf, parseDuration, shortDuration, sustained } from "./policy.js";
 import { simulate } from "./preview.js";
 
-const wasm = init();
+// The module loads once; if it cannot, the preview says so and the rest of the page works.
+let wasmError = null;
+const wasm = init().catch((error) => {
+  wasmError = error;
+});
 const view = document.getElementById("view");
 const who = document.getElementById("who");
 
@@ -577,6 +581,7 @@ function preview(policy) {
   if (!target) return;
   if (!document.getElementById("editor")) currentPolicy = policy;
   try {
+    if (wasmError) throw new Error(`the WebAssembly module did not load (${wasmError.message})`);
     const { traffic, duration } = readTraffic();
     const period = parseDuration(policy.period ?? "") ?? 1_000_000;
     const run = simulate(Limiter, policy, traffic, duration, period);

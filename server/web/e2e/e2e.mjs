@@ -307,6 +307,15 @@ try {
   assert.doesNotMatch(await text("#policies"), /search/);
   assert.equal((await api(owner, "GET", "/v1/policies/search")).status, 404, "deleted");
 
+  // Without WebAssembly (the module blocked), the preview says so and the rest works.
+  await call("POST", "/goog/cdp/execute", { cmd: "Network.enable", params: {} });
+  await call("POST", "/goog/cdp/execute", { cmd: "Network.setBlockedURLs", params: { urls: ["*.wasm"] } });
+  await run(`location.hash = "#/apps/web/policies/api"; return true;`);
+  await call("POST", "/refresh", {});
+  await until(`document.getElementById("preview-error")?.textContent.includes("did not load")`, "the preview's message without wasm");
+  assert.ok(await run(`return document.getElementById("editor") !== null;`), "the form still works");
+  await call("POST", "/goog/cdp/execute", { cmd: "Network.setBlockedURLs", params: { urls: [] } });
+
   // Sign-in, last: with a bad token, the message.
   await run("sessionStorage.clear(); location.hash = '#/'; location.reload(); return true;");
   await until(`document.getElementById("token")`);
