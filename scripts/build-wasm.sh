@@ -9,7 +9,11 @@ cd "$(dirname "$0")/.."
 source scripts/wasm-tools.sh
 install_wasm_tools
 
-cargo build -q -p tollgate-wasm --target wasm32-unknown-unknown --profile wasm
+# Dependencies' source paths (in panic locations) would make the module depend on where
+# cargo keeps them: name them the same everywhere, so the page's committed copy
+# (server/web/dist/wasm) rebuilds bit for bit on any machine with the same toolchain.
+CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="--remap-path-prefix=${CARGO_HOME:-$HOME/.cargo}=/cargo" \
+  cargo build -q -p tollgate-wasm --target wasm32-unknown-unknown --profile wasm
 module=target/wasm32-unknown-unknown/wasm/tollgate_wasm.wasm
 # The features rustc's wasm32 target enables by default.
 features="--enable-bulk-memory --enable-mutable-globals --enable-nontrapping-float-to-int

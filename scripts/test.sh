@@ -69,3 +69,11 @@ node wasm/examples/throttle.mjs   # the README's example runs as shown
 wasm/node_modules/.bin/tsc --noEmit --strict --target es2022 --module es2022 \
   --moduleResolution bundler --lib esnext,dom wasm/tests/types.ts
 node wasm/e2e/e2e.mjs
+
+# The management page (server/web): its committed copy of the wasm package is the current
+# build, its preview decides as `tollgate simulate` does, and the page in headless
+# Chromium against a real `tollgate serve` (screenshots in target/page-e2e/).
+bash server/web/build.sh --check
+cargo build --profile test -p tollgate
+node --test server/web/tests/preview.test.mjs
+node server/web/e2e/e2e.mjs

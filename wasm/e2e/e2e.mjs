@@ -1,12 +1,13 @@
 // End-to-end: the demo page in real headless Chromium, driven over WebDriver by
-// chromedriver, served with the web package from a loopback server this script runs.
+// chromedriver (scripts/webdriver.mjs), served with the web package from a loopback
+// server this script runs.
 // Run after scripts/build-wasm.sh: `node wasm/e2e/e2e.mjs`.
-import { spawn } from "node:child_process";
 import { readFile } from "node:fs/promises";
 import { createServer } from "node:http";
 import { extname, join, normalize } from "node:path";
 import { fileURLToPath } from "node:url";
 import assert from "node:assert/strict";
+import { startBrowser } from "../../scripts/webdriver.mjs";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
 const types = { ".html": "text/html", ".js": "text/javascript", ".wasm": "application/wasm" };
@@ -35,65 +36,12 @@ const server = createServer(async (request, response) => {
 await new Promise((ready) => server.listen(0, "127.0.0.1", ready));
 const site = `http://127.0.0.1:${server.address().port}`;
 
-// chromedriver on a free port (it picks one with --port=0 only in recent versions, so
-// take one from a throwaway listener).
-const driverPort = await new Promise((found) => {
-  const probe = createServer().listen(0, "127.0.0.1", () => {
-    const { port } = probe.address();
-    probe.close(() => found(port));
-  });
-});
-const driver = spawn("chromedriver", [`--port=${driverPort}`, "--allowed-ips=127.0.0.1"], {
-  stdio: "ignore",
-});
-const base = `http://127.0.0.1:${driverPort}`;
-
-async function webdriver(method, path, body) {
-  const response = await fetch(base + path, {
-    method,
-    headers: { "Content-Type": "application/json" },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const reply = await response.json();
-  if (!response.ok) throw new Error(`${method} ${path}: ${JSON.stringify(reply.value)}`);
-  return reply.value;
-}
-
-let session;
+const browser = await startBrowser();
 try {
-  for (let attempt = 0; ; attempt++) {
-    try {
-      if ((await webdriver("GET", "/status")).ready) break;
-    } catch (error) {
-      if (attempt > 100) throw error;
-    }
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  session = (
-    await webdriver("POST", "/session", {
-      capabilities: {
-        alwaysMatch: {
-          "goog:chromeOptions": {
-            binary: "/usr/bin/chromium",
-            args: [
-              "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-              "--disable-background-networking", "--disable-component-update", "--disable-sync",
-            ],
-          },
-        },
-      },
-    })
-  ).sessionId;
-
   /** Runs `body` (an async function's source, given `demo`) in the page. */
-  const run = (body) =>
-    webdriver("POST", `/session/${session}/execute/async`, {
-      script: `const done = arguments[arguments.length - 1];
-        (async (demo) => { ${body} })(window.demo).then(done, (e) => done({ error: String(e) }));`,
-      args: [],
-    });
+  const run = (body) => browser.run(`const demo = window.demo; ${body}`);
   const open = async () => {
-    await webdriver("POST", `/session/${session}/url`, { url: `${site}/demo/index.html` });
+    await browser.call("POST", "/url", { url: `${site}/demo/index.html` });
     await run("while (!window.demo) await new Promise((r) => setTimeout(r, 10)); return true;");
   };
 
@@ -168,7 +116,6 @@ try {
   assert.equal(thrown[4], true);
   console.log("e2e: all passed");
 } finally {
-  if (session) await webdriver("DELETE", `/session/${session}`).catch(() => {});
-  driver.kill();
+  await browser.close();
   server.close();
 }

@@ -1,0 +1,147 @@
+// Policies as the page shows and previews them: durations as the policy file writes
+// them ("250ms", "1s"), parameters in words, and the wasm `Limiter` options of a policy.
+// No DOM here, so Node.js tests import it too.
+
+/** Microseconds per unit, largest first: the policy file's suffixes. */
+const UNITS = [
+  ["d", 86_400_000_000, "days"],
+  ["h", 3_600_000_000, "h"],
+  ["m", 60_000_000, "min"],
+  ["s", 1_000_000, "s"],
+  ["ms", 1_000, "ms"],
+  ["us", 1, "µs"],
+];
+
+/** The algorithms, their parameters and a short explanation, in the editor's order. */
+export const ALGORITHMS = {
+  "token-bucket": { fields: ["capacity", "rate", "period"], about: "bursts up to the capacity, refilled at the rate" },
+  "leaky-bucket": { fields: ["capacity", "rate", "period"], about: "a funnel: holds the capacity, leaks at the rate" },
+  "leaky-pacing": { fields: ["capacity", "rate", "period"], about: "admitted requests spaced evenly, up to the capacity waiting" },
+  "fixed-window": { fields: ["limit", "period"], about: "the limit per window aligned to the clock" },
+  "sliding-log": { fields: ["limit", "period"], about: "the limit in any period (exact, memory grows with the limit)" },
+  "sliding-counter": { fields: ["limit", "period"], about: "the limit in any period, estimated from two windows" },
+  concurrency: { fields: ["limit", "lease"], about: "leases: at most the limit held at once" },
+  composite: { fields: ["limits"], about: "several limits on one key: admitted only if all admit" },
+};
+
+/** Ticks (microseconds) of a duration written like "250ms", or null if it is not one. */
+export function parseDuration(text) {
+  const match = /^(\d+)(us|ms|s|m|h|d)$/.exec(String(text).trim());
+  if (!match) return null;
+  const ticks = Number(match[1]) * UNITS.find(([suffix]) => suffix === match[2])[1];
+  return Number.isSafeInteger(ticks) ? ticks : null;
+}
+
+/** A duration in its largest exact unit, as the policy file writes it: "1s", "1500ms". */
+export function shortDuration(ticks) {
+  const [suffix, scale] = UNITS.find(([, scale]) => ticks % scale === 0) ?? UNITS[5];
+  return `${ticks / scale}${suffix}`;
+}
+
+/** A duration for people, to at most three decimals: "2 days", "1.5 s", "250 ms". */
+export function human(ticks) {
+  if (ticks === 0) return "0 s";
+  const [, scale, name] = UNITS.find(([, scale]) => ticks >= scale) ?? UNITS[5];
+  const value = Math.round((ticks / scale) * 1000) / 1000;
+  return `${value} ${name === "days" && value === 1 ? "day" : name}`;
+}
+
+/**
+ * An axis tick: `ticks` in the largest unit both it and the `step` are whole multiples
+ * of, as the CLI's charts label them: "0", "500 ms", "1500 ms", "6 h".
+ */
+export function inUnitOf(ticks, step) {
+  if (ticks === 0) return "0";
+  const [, scale, name] = UNITS.find(([, scale]) => step % scale === 0 && ticks % scale === 0) ?? UNITS[5];
+  const count = ticks / scale;
+  return `${count} ${name === "days" && count === 1 ? "day" : name}`;
+}
+
+/** "per second", "per 2 s": the period a rate or limit is counted over. */
+function per(period) {
+  const ticks = parseDuration(period);
+  if (ticks === null) return `per ${period}`;
+  const word = { 1_000_000: "second", 60_000_000: "minute", 3_600_000_000: "hour", 86_400_000_000: "day" }[ticks];
+  return word ? `per ${word}` : `per ${human(ticks)}`;
+}
+
+/** A policy's parameters in words: "bursts of 10, 5 per second". */
+export function describe(policy) {
+  const { capacity, rate, limit, period } = policy;
+  let words;
+  switch (policy.algorithm) {
+    case "token-bucket":
+      words = `bursts of ${capacity}, ${rate} ${per(period)}`;
+      break;
+    case "leaky-bucket":
+      words = `holds ${capacity}, leaks ${rate} ${per(period)}`;
+      break;
+    case "leaky-pacing":
+      words = `${rate} ${per(period)}, evenly spaced, up to ${capacity} waiting`;
+      break;
+    case "fixed-window":
+      words = `${limit} ${per(period)} (fixed windows)`;
+      break;
+    case "sliding-log":
+      words = `${limit} in any ${human(parseDuration(period) ?? 0)} (exact)`;
+      break;
+    case "sliding-counter":
+      words = `${limit} in any ${human(parseDuration(period) ?? 0)} (estimated)`;
+      break;
+    case "concurrency":
+      words = `${limit} at once, leases of ${human(parseDuration(policy.lease) ?? 0)}`;
+      break;
+    case "composite":
+      words = (policy.limits ?? []).map(describe).join(" and ");
+      break;
+    default:
+      words = String(policy.algorithm);
+  }
+  const ban = policy.ban;
+  if (ban) {
+    words += `; banned for ${human(parseDuration(ban.duration) ?? 0)} after more than ${ban.threshold} denied in ${human(parseDuration(ban.window) ?? 0)}`;
+  }
+  return words;
+}
+
+/** The sustained rate of a policy as [units, period ticks], for the chart's reference line. */
+export function sustained(policy) {
+  const period = parseDuration(policy.period);
+  if (period === null) return null;
+  if (policy.limit !== undefined && policy.algorithm !== "concurrency") return [policy.limit, period];
+  if (policy.rate !== undefined) return [policy.rate, period];
+  return null;
+}
+
+/**
+ * The options of the wasm `Limiter` that decides as `policy` does, or an Error saying
+ * why the policy cannot be previewed (leases, a malformed duration).
+ */
+export function limiterOptions(policy) {
+  const ms = (name, text) => {
+    const ticks = parseDuration(text);
+    if (ticks === null) throw new Error(`${name}: use a whole number with us, ms, s, m, h or d, like 250ms`);
+    return ticks / 1000;
+  };
+  const number = (value) => (value === "" || value === undefined ? undefined : Number(value));
+  let options;
+  if (policy.algorithm === "composite") {
+    if (!Array.isArray(policy.limits)) throw new Error("limits: a JSON list of limits");
+    options = { algorithm: "composite", members: (policy.limits ?? []).map(limiterOptions) };
+  } else if (policy.algorithm === "concurrency") {
+    throw new Error("leases cannot be previewed: they depend on how long each holder keeps one");
+  } else {
+    options = { algorithm: policy.algorithm, periodMs: ms("period", policy.period) };
+    for (const field of ["limit", "capacity", "rate"]) {
+      if (ALGORITHMS[policy.algorithm]?.fields.includes(field)) options[field] = number(policy[field]);
+    }
+  }
+  if (policy.ban) {
+    options.ban = {
+      threshold: number(policy.ban.threshold),
+      windowMs: ms("ban window", policy.ban.window),
+      durationMs: ms("ban duration", policy.ban.duration),
+    };
+  }
+  return options;
+}
