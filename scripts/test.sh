@@ -28,6 +28,12 @@ fi
 if ! command -v script >/dev/null 2>&1; then
   apt_install bsdutils
 fi
+# The service's fleet tests start their own throwaway PostgreSQL cluster (initdb, pg_ctl;
+# as root they run them as the package's `postgres` user).
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null 2>&1; then
+  apt_install postgresql
+fi
+if command -v systemctl >/dev/null 2>&1; then systemctl stop postgresql >/dev/null 2>&1 || true; fi
 # The package starts a system service; the tests do not use it.
 if command -v systemctl >/dev/null 2>&1; then systemctl stop redis-server >/dev/null 2>&1 || true; fi
 

@@ -12,6 +12,7 @@ mod backend;
 mod chart;
 mod lease;
 mod policy;
+mod serve;
 mod stats;
 mod traffic;
 
@@ -100,7 +101,20 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run the rate-limit service: policies, apps and users in a database, decisions
+    /// over HTTP (see server/API.md); --init-admin prints the first admin's token.
+    Serve(serve::ServeArgs),
 }
+
+/// The algorithms `--algorithm` takes (leases and composites need a policy file).
+const RATE_KINDS: [Kind; 6] = [
+    Kind::FixedWindow,
+    Kind::SlidingLog,
+    Kind::SlidingCounter,
+    Kind::TokenBucket,
+    Kind::LeakyBucket,
+    Kind::LeakyPacing,
+];
 
 #[derive(Debug, Args)]
 struct PolicyArgs {
@@ -115,7 +129,7 @@ struct PolicyArgs {
     app: Option<String>,
     /// Instead of --config: the algorithm; windows take --limit and --period, buckets
     /// --capacity, --rate and --period.
-    #[arg(long)]
+    #[arg(long, value_parser = clap::builder::TypedValueParser::try_map(clap::builder::PossibleValuesParser::new(RATE_KINDS.map(Kind::name)), |s| s.parse::<Kind>()))]
     algorithm: Option<Kind>,
     /// Windows: units per period.
     #[arg(long, value_parser = whole, allow_negative_numbers = true)]
@@ -317,6 +331,7 @@ fn run(command: Command) -> Result<ExitCode, Failure> {
         Command::Peek(args) => args.run(Action::Peek),
         Command::Reset(args) => args.run(Action::Reset),
         Command::Inspect { key, json } => key.run(Action::Inspect { json }),
+        Command::Serve(args) => args.run(),
         Command::Purge { policy, backend } => {
             let loaded = policy.load()?;
             loaded.limiter.run(
@@ -409,8 +424,7 @@ impl PolicyArgs {
                 };
                 let policy =
                     Policy::from_flags(kind, self.limit, self.capacity, self.rate, self.period);
-                let limiter = policy
-                    .limiter(Style::Flags)
+                let limiter = policy::limiter(&policy, Style::Flags)
                     .map_err(|p| Failure::Input(p.message))?;
                 let name = flag_name(&policy);
                 (policy, limiter, name)
@@ -654,17 +668,19 @@ mod inspect {
                 Kind::LeakyPacing => ("queue room", decision.remaining),
                 // Shown by the lease view; no rate algorithm has this kind.
                 Kind::Concurrency => ("leases held", left),
+                _ => ("used of the tightest limit", left),
             };
             // Version, tag and length (10 bytes), then 16 bytes per instant.
-            let entries = (policy.algorithm == Kind::SlidingLog).then(|| {
-                bytes.as_ref().map_or(0, |b| {
-                    u64::try_from(b.len().saturating_sub(10) / 16).unwrap_or(0)
-                })
-            });
+            let entries =
+                (policy.algorithm == Kind::SlidingLog && policy.ban.is_none()).then(|| {
+                    bytes.as_ref().map_or(0, |b| {
+                        u64::try_from(b.len().saturating_sub(10) / 16).unwrap_or(0)
+                    })
+                });
             Self {
                 key: key.to_owned(),
                 stored_key: stored_key.to_owned(),
-                algorithm: policy.algorithm.name(),
+                algorithm: policy.algorithm.name().to_owned(),
                 stored: bytes.is_some(),
                 now_us: now,
                 limit,
@@ -931,12 +947,25 @@ impl Job for Simulate<'_> {
 fn describe(policy: &Policy) -> String {
     let kind = policy.algorithm.name();
     let period = human(policy.period());
-    match (policy.limit, policy.capacity, policy.rate) {
-        (Some(limit), _, _) => format!("{kind}, {limit} per {period}"),
-        (_, Some(capacity), Some(rate)) => {
+    let text = match (policy.limit, policy.capacity, policy.rate, &policy.limits) {
+        (_, _, _, Some(members)) => {
+            let members: Vec<String> = members.iter().map(describe).collect();
+            format!("{kind} of {}", members.join("; "))
+        }
+        (Some(limit), _, _, _) => format!("{kind}, {limit} per {period}"),
+        (_, Some(capacity), Some(rate), _) => {
             format!("{kind}, capacity {capacity}, {rate} per {period}")
         }
-        _ => kind,
+        _ => kind.to_owned(),
+    };
+    match policy.ban {
+        Some(ban) => format!(
+            "{text}, banned {} after more than {} denied in {}",
+            human(ban.duration.0),
+            ban.threshold,
+            human(ban.window.0)
+        ),
+        None => text,
     }
 }
 

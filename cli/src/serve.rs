@@ -1,0 +1,125 @@
+//! `tollgate serve`: the rate-limit service (see the `tollgate-server` crate).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use tollgate_server::{Config, Fail, Server};
+
+use crate::Failure;
+
+/// `--fail`: the answer while the `--decisions` Redis is unreachable.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum FailFlag {
+    /// 503: the caller decides.
+    Error,
+    /// Admit everything.
+    Open,
+    /// Deny everything.
+    Closed,
+    /// Decide in this process (each server enforces the limit alone meanwhile).
+    Local,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Where to listen for HTTP.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// The embedded store's directory (SQLite), unless --store is given.
+    #[arg(long, default_value = "tollgate-data")]
+    data_dir: PathBuf,
+    /// postgres://USER@HOST:PORT/DB: the store a fleet of servers shares.
+    #[arg(long)]
+    store: Option<String>,
+    /// redis://HOST:PORT/DB: decisions a fleet shares (else in this process).
+    #[arg(long)]
+    decisions: Option<String>,
+    /// The answer while the --decisions Redis is unreachable.
+    #[arg(long, value_enum, default_value = "error")]
+    fail: FailFlag,
+    /// Keys kept per policy by in-process limiters (least fresh forgotten first).
+    #[arg(long, default_value_t = 100_000)]
+    max_keys: usize,
+    /// Serve /metrics without a token (for a scraper on a trusted network).
+    #[arg(long)]
+    metrics_open: bool,
+    /// Create the first admin, print its token once, and exit.
+    #[arg(long)]
+    init_admin: bool,
+    /// The first admin's name (with --init-admin).
+    #[arg(long, default_value = "admin")]
+    admin_name: String,
+}
+
+impl ServeArgs {
+    pub fn run(self) -> Result<ExitCode, Failure> {
+        let config = Config {
+            listen: self.listen,
+            data_dir: self.data_dir,
+            store: self.store,
+            decisions: self.decisions,
+            fail: match self.fail {
+                FailFlag::Error => Fail::Error,
+                FailFlag::Open => Fail::Open,
+                FailFlag::Closed => Fail::Closed,
+                FailFlag::Local => Fail::Local,
+            },
+            max_keys: self.max_keys,
+            metrics_open: self.metrics_open,
+            ..Config::default()
+        };
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| Failure::Backend(format!("cannot start the runtime: {e}")))?;
+        if self.init_admin {
+            let token = runtime
+                .block_on(tollgate_server::init_admin(&config, &self.admin_name))
+                .map_err(|e| Failure::Backend(e.to_string()))?;
+            println!("{token}");
+            return Ok(ExitCode::SUCCESS);
+        }
+        tracing_subscriber::fmt()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_default_env()
+                    .unwrap_or_else(|_| "info".into()),
+            )
+            .with_writer(std::io::stderr)
+            .init();
+        runtime.block_on(async {
+            let server = Server::bind(config)
+                .await
+                .map_err(|e| Failure::Backend(e.to_string()))?;
+            eprintln!("tollgate: serving on http://{}", server.local_addr());
+            server
+                .run(shutdown())
+                .await
+                .map_err(|e| Failure::Backend(e.to_string()))
+        })?;
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+/// Completes on Ctrl-C or SIGTERM: the server then finishes the requests in flight.
+async fn shutdown() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(_) => {
+                    let _ = interrupt.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = interrupt => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = interrupt.await;
+}

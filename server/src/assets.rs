@@ -1,0 +1,53 @@
+//! The management page: every file under `server/web/dist/`, embedded at build time,
+//! served under `/assets/`, and `index.html` at `/`.
+
+use axum::extract::Path;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+include!(concat!(env!("OUT_DIR"), "/assets.rs"));
+
+fn content_type(path: &str) -> &'static str {
+    match path.rsplit('.').next().unwrap_or("") {
+        "html" => "text/html; charset=utf-8",
+        "js" | "mjs" => "text/javascript; charset=utf-8",
+        "css" => "text/css; charset=utf-8",
+        "wasm" => "application/wasm",
+        "svg" => "image/svg+xml",
+        "png" => "image/png",
+        "json" | "map" => "application/json",
+        "ico" => "image/x-icon",
+        "txt" => "text/plain; charset=utf-8",
+        _ => "application/octet-stream",
+    }
+}
+
+fn serve(path: &str) -> Response {
+    match FILES.iter().find(|(name, _)| *name == path) {
+        Some((name, bytes)) => (
+            [
+                (
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static(content_type(name)),
+                ),
+                (
+                    header::X_CONTENT_TYPE_OPTIONS,
+                    HeaderValue::from_static("nosniff"),
+                ),
+            ],
+            *bytes,
+        )
+            .into_response(),
+        None => (StatusCode::NOT_FOUND, "no such file").into_response(),
+    }
+}
+
+/// `GET /`: `index.html`.
+pub async fn index() -> Response {
+    serve("index.html")
+}
+
+/// `GET /assets/PATH`: `dist/PATH`.
+pub async fn asset(Path(path): Path<String>) -> Response {
+    serve(&path)
+}

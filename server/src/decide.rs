@@ -1,0 +1,359 @@
+//! Decisions: one limiter per policy, in this process (bounded keyed limiters) or in
+//! Redis (`--decisions redis://…`, shared by a fleet), rebuilt only when a policy's
+//! parameters change, so editing its apps or description keeps its counts.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+use tollgate_core::memory::KeyedLimiter;
+use tollgate_core::{
+    Acquired, Clock, Concurrency, Decision, Grant, LeaseError, LeaseState, SystemClock, Ticks,
+    SECOND,
+};
+use tollgate_redis::{FailPolicy, Outcome, ReconnectingAsync, RedisLeases, RedisLimiter};
+
+use crate::policy::{Built, Policy, Rule, Style};
+use crate::store::Stored;
+
+/// What to answer when Redis cannot be reached (`--fail`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Fail {
+    /// 503: the caller decides (the default: nothing silently allowed or denied).
+    #[default]
+    Error,
+    /// Admit every request while Redis is away.
+    Open,
+    /// Deny every request while Redis is away.
+    Closed,
+    /// Decide in this process: each server enforces the limit alone meanwhile.
+    Local,
+}
+
+/// Where decisions are kept.
+#[derive(Debug, Clone)]
+pub enum Backend {
+    /// In this process, at most `max_keys` keys per policy.
+    Memory {
+        /// Keys kept per policy (least fresh evicted first).
+        max_keys: usize,
+    },
+    /// In Redis.
+    Redis {
+        /// The connection (reconnects by itself, bounded timeouts).
+        con: ReconnectingAsync,
+        /// The answer while Redis is unreachable.
+        fail: Fail,
+        /// Keys kept per policy by the local fallback.
+        max_keys: usize,
+    },
+}
+
+/// One policy's limiter and the headers it stamps.
+#[derive(Debug)]
+pub struct Entry {
+    /// What the policy builds: its limiter is rebuilt only when this changes.
+    pub built: Built,
+    /// `RateLimit-Policy` for this policy.
+    pub header: Option<tollgate_tower::Policy>,
+    limiter: Limiter,
+}
+
+#[derive(Debug)]
+enum Limiter {
+    Memory(KeyedLimiter<String, Rule>),
+    Redis(RedisLimiter<Rule>),
+    /// A concurrency policy's lease tables in this process, at most `max_keys`.
+    MemoryLeases {
+        model: Concurrency,
+        tables: Mutex<HashMap<String, LeaseState>>,
+        max_keys: usize,
+    },
+    RedisLeases(RedisLeases),
+}
+
+/// A lease operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseOp {
+    /// Take a lease (or re-enter the one held).
+    Acquire,
+    /// Give one hold back.
+    Release,
+    /// Extend an unexpired lease.
+    Renew,
+}
+
+/// What a lease operation did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseAnswer {
+    /// Acquired: the grant; or denied: the decision (its `retry_after`).
+    Acquired(Acquired),
+    /// Released or renewed: the lease as it stands.
+    Held(Grant),
+    /// The owner holds no unexpired lease.
+    NotHeld,
+}
+
+/// Why a decision could not be made.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DecideError {
+    /// The policy is a concurrency limit.
+    #[error("policy {0:?} is a concurrency limit: use /v1/lease/acquire, release and renew")]
+    Leases(String),
+    /// Redis is unreachable and the fail policy is to say so.
+    #[error("the decision backend is unavailable: {0}")]
+    Unavailable(String),
+    /// Redis refused (a key holding something else, a parameter beyond the scripts).
+    #[error("{0}")]
+    Backend(String),
+    /// The policy is a rate limit, not leases.
+    #[error("policy {0:?} is a rate limit: use /v1/decide")]
+    Rate(String),
+    /// A lease argument is out of range (the owner's length, the ttl).
+    #[error("{0}")]
+    Lease(LeaseError),
+    /// Every lease table this process may keep is in use.
+    #[error("too many keys hold leases in this process")]
+    Full,
+}
+
+impl Entry {
+    /// The limiter for `stored` on `backend`, or `previous` if its parameters are the same.
+    pub fn build(
+        stored: &Stored,
+        backend: &Backend,
+        previous: Option<&Arc<Self>>,
+    ) -> Result<Arc<Self>, String> {
+        let built = stored
+            .policy
+            .build(Style::File)
+            .map_err(|p| p.to_string())?;
+        if let Some(previous) = previous.filter(|p| p.built == built) {
+            return Ok(Arc::clone(previous));
+        }
+        let header = tollgate_tower::Policy::new(
+            &stored.name,
+            stored.policy.limit(),
+            Duration::from_micros(stored.policy.period()),
+        )
+        .ok();
+        let limiter = match (&built, backend) {
+            (Built::Leases { model, .. }, Backend::Memory { max_keys }) => Limiter::MemoryLeases {
+                model: model.clone(),
+                tables: Mutex::default(),
+                max_keys: *max_keys,
+            },
+            (Built::Leases { model, .. }, Backend::Redis { .. }) => Limiter::RedisLeases(
+                RedisLeases::new(model.clone()).with_prefix(prefix(&stored.name, &stored.policy)),
+            ),
+            (Built::Rule(rule), Backend::Memory { max_keys }) => {
+                Limiter::Memory(KeyedLimiter::new(rule.clone(), *max_keys))
+            }
+            (Built::Rule(rule), Backend::Redis { fail, max_keys, .. }) => {
+                let limiter = RedisLimiter::new(rule.clone())
+                    .map_err(|e| e.to_string())?
+                    .with_prefix(prefix(&stored.name, &stored.policy));
+                Limiter::Redis(match fail {
+                    Fail::Error => limiter,
+                    Fail::Open => limiter.on_unavailable(FailPolicy::Open),
+                    Fail::Closed => limiter.on_unavailable(FailPolicy::Closed),
+                    Fail::Local => limiter.on_unavailable(FailPolicy::Local(KeyedLimiter::new(
+                        rule.clone(),
+                        *max_keys,
+                    ))),
+                })
+            }
+        };
+        Ok(Arc::new(Self {
+            built,
+            header,
+            limiter,
+        }))
+    }
+
+    /// Decides `cost` units for `key`.
+    pub async fn decide(
+        &self,
+        backend: &Backend,
+        name: &str,
+        key: &str,
+        cost: u64,
+    ) -> Result<Decision, DecideError> {
+        match (&self.limiter, backend) {
+            (Limiter::Memory(limiter), _) => Ok(limiter.check(key, cost)),
+            (Limiter::Redis(limiter), Backend::Redis { con, fail, .. }) => {
+                let mut con = con.clone();
+                let typed = |e: tollgate_redis::Error| {
+                    if e.is_unavailable() {
+                        DecideError::Unavailable(e.to_string())
+                    } else {
+                        DecideError::Backend(e.to_string())
+                    }
+                };
+                // Without a fail policy the error is the answer (the limiter's own
+                // default would deny).
+                let outcome = if *fail == Fail::Error {
+                    Outcome::Redis(
+                        limiter
+                            .check_async(&mut con, key.as_bytes(), cost)
+                            .await
+                            .map_err(typed)?,
+                    )
+                } else {
+                    limiter
+                        .decide_async(&mut con, key.as_bytes(), cost)
+                        .await
+                        .map_err(typed)?
+                };
+                let limit = limiter.algorithm_limit();
+                Ok(match outcome {
+                    Outcome::Redis(d) | Outcome::Local(d, _) => d,
+                    // Redis is away: say nothing beyond the verdict (no budget is known).
+                    Outcome::Open(_) => Decision::admit(limit, 0, 0, 0),
+                    Outcome::Closed(_) => Decision::deny(limit, 0, Some(SECOND), SECOND),
+                })
+            }
+            (Limiter::Redis(_), Backend::Memory { .. }) => Err(DecideError::Backend(
+                "the policy was built for another backend".into(),
+            )),
+            (Limiter::MemoryLeases { .. } | Limiter::RedisLeases(_), _) => {
+                Err(DecideError::Leases(name.to_owned()))
+            }
+        }
+    }
+
+    /// The policy's lease ttl (its `lease`), for calls that give none.
+    pub fn lease_ttl(&self) -> Option<Ticks> {
+        match self.built {
+            Built::Leases { ttl, .. } => Some(ttl),
+            _ => None,
+        }
+    }
+
+    /// Acquires, releases or renews `owner`'s lease on `key` (for `ttl` ticks).
+    pub async fn lease(
+        &self,
+        backend: &Backend,
+        name: &str,
+        op: LeaseOp,
+        key: &str,
+        owner: &str,
+        ttl: Ticks,
+    ) -> Result<LeaseAnswer, DecideError> {
+        let owner = owner.as_bytes();
+        Concurrency::check(owner, ttl).map_err(DecideError::Lease)?;
+        let held = |result: Result<Grant, LeaseError>| match result {
+            Ok(grant) => Ok(LeaseAnswer::Held(grant)),
+            Err(LeaseError::NotHeld) => Ok(LeaseAnswer::NotHeld),
+            Err(e) => Err(DecideError::Lease(e)),
+        };
+        match (&self.limiter, backend) {
+            (
+                Limiter::MemoryLeases {
+                    model,
+                    tables,
+                    max_keys,
+                },
+                _,
+            ) => {
+                // Wall-clock microseconds: tokens keep growing after a table is dropped.
+                let now = SystemClock.now();
+                let mut tables = tables.lock().unwrap_or_else(|e| e.into_inner());
+                if !tables.contains_key(key) && tables.len() >= *max_keys {
+                    tables.retain(|_, state| !state.is_fresh(now));
+                    if tables.len() >= *max_keys {
+                        return Err(DecideError::Full);
+                    }
+                }
+                let state = tables.remove(key);
+                let (answer, next) = match op {
+                    LeaseOp::Acquire => match model.acquire(state.clone(), now, owner, ttl) {
+                        Ok((acquired, next)) => (Ok(LeaseAnswer::Acquired(acquired)), next),
+                        Err(e) => (Err(DecideError::Lease(e)), state),
+                    },
+                    LeaseOp::Release => match model.release(state.clone(), now, owner) {
+                        Ok((grant, next)) => (Ok(LeaseAnswer::Held(grant)), next),
+                        Err(e) => (held(Err(e)), state),
+                    },
+                    LeaseOp::Renew => match model.renew(state.clone(), now, owner, ttl) {
+                        Ok((grant, next)) => (Ok(LeaseAnswer::Held(grant)), next),
+                        Err(e) => (held(Err(e)), state),
+                    },
+                };
+                if let Some(next) = next {
+                    tables.insert(key.to_owned(), next);
+                }
+                answer
+            }
+            (Limiter::RedisLeases(leases), Backend::Redis { con, .. }) => {
+                let mut con = con.clone();
+                let key = key.as_bytes();
+                let typed = |e: tollgate_redis::Error| match e {
+                    tollgate_redis::Error::Lease(e) => DecideError::Lease(e),
+                    e if e.is_unavailable() => DecideError::Unavailable(e.to_string()),
+                    e => DecideError::Backend(e.to_string()),
+                };
+                let result = match op {
+                    LeaseOp::Acquire => {
+                        return leases
+                            .acquire_async(&mut con, key, owner, ttl)
+                            .await
+                            .map(LeaseAnswer::Acquired)
+                            .map_err(typed)
+                    }
+                    LeaseOp::Release => leases.release_async(&mut con, key, owner).await,
+                    LeaseOp::Renew => leases.renew_async(&mut con, key, owner, ttl).await,
+                };
+                match result {
+                    Ok(grant) => Ok(LeaseAnswer::Held(grant)),
+                    Err(tollgate_redis::Error::Lease(LeaseError::NotHeld)) => {
+                        Ok(LeaseAnswer::NotHeld)
+                    }
+                    Err(e) => Err(typed(e)),
+                }
+            }
+            (Limiter::RedisLeases(_), Backend::Memory { .. }) => Err(DecideError::Backend(
+                "the policy was built for another backend".into(),
+            )),
+            (Limiter::Memory(_) | Limiter::Redis(_), _) => Err(DecideError::Rate(name.to_owned())),
+        }
+    }
+}
+
+/// The limit a decision reports, for answers made without Redis.
+trait LimitOf {
+    fn algorithm_limit(&self) -> u64;
+}
+
+impl LimitOf for RedisLimiter<Rule> {
+    fn algorithm_limit(&self) -> u64 {
+        use tollgate_core::Algorithm;
+        // A fresh key's decision costs nothing and names the limit.
+        self.algorithm().peek(None, 0, 0).limit
+    }
+}
+
+/// Redis keys of policy `name`: `tollgate:serve:NAME:HASH:KEY`, where HASH is of the
+/// parameters only, so changing them starts fresh states (old ones expire) and changing
+/// apps or description keeps them.
+fn prefix(name: &str, policy: &Policy) -> String {
+    let params = Policy {
+        apps: Vec::new(),
+        description: String::new(),
+        owner: String::new(),
+        ..policy.clone()
+    };
+    let digest = Sha256::digest(
+        serde_json::to_string(&params)
+            .unwrap_or_default()
+            .as_bytes(),
+    );
+    let hash: String = digest[..6].iter().map(|b| format!("{b:02x}")).collect();
+    format!("tollgate:serve:{name}:{hash}:")
+}
+
+/// The limiters of every policy, by name.
+pub type Limiters = HashMap<String, Arc<Entry>>;

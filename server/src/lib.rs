@@ -1,0 +1,203 @@
+//! The service behind `tollgate serve`: policies, apps and users in a database (SQLite
+//! embedded, or PostgreSQL for a fleet), decisions over HTTP/JSON (in this process or in
+//! Redis), an audit log, Prometheus metrics and the management page. `API.md` beside
+//! this crate is the reference of its API.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), tollgate_server::Error> {
+//! let config = tollgate_server::Config::default();
+//! let server = tollgate_server::Server::bind(config).await?;
+//! println!("listening on {}", server.local_addr());
+//! server.run(std::future::pending()).await
+//! # }
+//! ```
+#![deny(missing_docs)]
+
+mod api;
+mod assets;
+pub mod decide;
+mod metrics;
+pub mod policy;
+pub mod store;
+pub mod token;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+pub use api::{BODY_LIMIT, MAX_BATCH, MAX_KEY};
+use decide::Backend;
+pub use decide::Fail;
+use store::{Store, StoreError, User};
+
+/// How a server runs (the flags of `tollgate serve`).
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Where to listen (`--listen`, default `127.0.0.1:8080`).
+    pub listen: SocketAddr,
+    /// The embedded store's directory (`--data-dir`), used unless `store` is set.
+    pub data_dir: PathBuf,
+    /// `postgres://…` (`--store`): the store a fleet shares.
+    pub store: Option<String>,
+    /// `redis://…` (`--decisions`): decisions a fleet shares; else in this process.
+    pub decisions: Option<String>,
+    /// What to answer while Redis is unreachable (`--fail`).
+    pub fail: Fail,
+    /// Keys kept per policy by in-process limiters (`--max-keys`).
+    pub max_keys: usize,
+    /// `/metrics` without a token (`--metrics-open`).
+    pub metrics_open: bool,
+    /// The longest a request may take before it is answered 503.
+    pub timeout: Duration,
+    /// How often the store's change counter is polled.
+    pub poll: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            data_dir: PathBuf::from("tollgate-data"),
+            store: None,
+            decisions: None,
+            fail: Fail::Error,
+            max_keys: 100_000,
+            metrics_open: false,
+            timeout: Duration::from_secs(10),
+            poll: Duration::from_millis(250),
+        }
+    }
+}
+
+/// Why the server could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Listening failed.
+    #[error("cannot listen on {0}: {1}")]
+    Listen(SocketAddr, std::io::Error),
+    /// The decision backend's URL is unusable.
+    #[error("--decisions: {0}")]
+    Decisions(String),
+    /// `--init-admin` found an admin already.
+    #[error("an admin exists already; ask them for a token (POST /v1/users)")]
+    AdminExists,
+    /// Serving failed.
+    #[error("serving: {0}")]
+    Serve(std::io::Error),
+}
+
+/// Opens the store a configuration names.
+pub async fn open_store(config: &Config) -> Result<Store, StoreError> {
+    match &config.store {
+        Some(url) => Store::open(url).await,
+        None => Store::open_dir(&config.data_dir).await,
+    }
+}
+
+/// Creates the first admin, `name`, and returns its token (shown once); refuses if an
+/// admin exists.
+pub async fn init_admin(config: &Config, name: &str) -> Result<String, Error> {
+    let store = open_store(config).await?;
+    let token = token::new(token::USER);
+    let user = User {
+        name: name.to_owned(),
+        admin: true,
+        roles: Default::default(),
+    };
+    if store
+        .create_first_admin(&user, &token::hash(&token))
+        .await?
+    {
+        Ok(token)
+    } else {
+        Err(Error::AdminExists)
+    }
+}
+
+/// A server bound to its address, not yet serving.
+#[derive(Debug)]
+pub struct Server {
+    listener: tokio::net::TcpListener,
+    shared: Arc<api::Shared>,
+    config: Config,
+}
+
+impl Server {
+    /// Opens the store, loads it, and binds the listening socket.
+    pub async fn bind(config: Config) -> Result<Self, Error> {
+        let store = open_store(&config).await?;
+        let backend = match &config.decisions {
+            None => Backend::Memory {
+                max_keys: config.max_keys,
+            },
+            Some(url) => {
+                let client = tollgate_redis::client(url, None)
+                    .map_err(|e| Error::Decisions(e.to_string()))?;
+                let con = tollgate_redis::connect_async(client, tollgate_redis::DEFAULT_TIMEOUT)
+                    .map_err(|e| Error::Decisions(e.to_string()))?;
+                Backend::Redis {
+                    con,
+                    fail: config.fail,
+                    max_keys: config.max_keys,
+                }
+            }
+        };
+        let shared = Arc::new(api::Shared {
+            store,
+            snapshot: RwLock::default(),
+            limiters: RwLock::default(),
+            backend,
+            metrics: metrics::Metrics::default(),
+            metrics_open: config.metrics_open,
+            reloading: tokio::sync::Mutex::new(()),
+        });
+        shared.reload(true).await?;
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .map_err(|e| Error::Listen(config.listen, e))?;
+        Ok(Self {
+            listener,
+            shared,
+            config,
+        })
+    }
+
+    /// The address it listens on (the port chosen when `listen` asked for port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener.local_addr().unwrap_or(self.config.listen)
+    }
+
+    /// Serves until `shutdown` completes, then finishes the requests in flight.
+    pub async fn run(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), Error> {
+        let shared = Arc::clone(&self.shared);
+        let poll = self.config.poll;
+        // Changes made by other servers arrive through the store's change counter.
+        let poller = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(poll);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                if let Err(e) = shared.reload(false).await {
+                    tracing::warn!(error = %e, "polling the store; serving the policies last read");
+                }
+            }
+        });
+        let app = api::router(Arc::clone(&self.shared), self.config.timeout);
+        tracing::info!(listen = %self.local_addr(), "serving");
+        let served = axum::serve(self.listener, app)
+            .with_graceful_shutdown(shutdown)
+            .await
+            .map_err(Error::Serve);
+        poller.abort();
+        served
+    }
+}

@@ -1,0 +1,572 @@
+//! Where policies, apps, users and the audit log live: SQLite under `--data-dir` (the
+//! embedded default) or PostgreSQL (`--store postgres://…`, shared by a fleet).
+//!
+//! Both run the same SQL through sqlx's `Any` driver: one code path, so the fleet's
+//! store is exactly the tested embedded one. Every change bumps one counter in the same
+//! transaction; servers poll it (see [`Store::counter`]) and reload when it moved, so a
+//! change reaches every server within the poll interval, without a restart. The counter
+//! also numbers audit entries (no dialect's auto-increment needed).
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use sqlx::any::{AnyPoolOptions, AnyRow};
+use sqlx::{AnyPool, Row};
+
+use crate::policy::{Policy, Style};
+
+/// A store failure: the database is unreachable or refused a statement.
+#[derive(Debug, thiserror::Error)]
+#[error("store unavailable: {0}")]
+pub struct StoreError(String);
+
+impl From<sqlx::Error> for StoreError {
+    fn from(e: sqlx::Error) -> Self {
+        Self(e.to_string())
+    }
+}
+
+/// A role in an app.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Reads policies, stats and audit of the app.
+    Viewer,
+    /// A viewer who also creates, changes and deletes the app's policies.
+    Owner,
+}
+
+/// A user: an admin flag and a role per app.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct User {
+    /// The name.
+    pub name: String,
+    /// Manages users and apps, and everything else.
+    pub admin: bool,
+    /// The role in each app.
+    pub roles: BTreeMap<String, Role>,
+}
+
+/// A stored policy and its metadata.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stored {
+    /// The name.
+    pub name: String,
+    /// The policy.
+    pub policy: Policy,
+    /// Starts at 1, grows by one with each change.
+    pub version: i64,
+    /// Who created it.
+    pub created_by: String,
+    /// Who changed it last.
+    pub updated_by: String,
+    /// When it was created, in seconds since the Unix epoch.
+    pub created_at: i64,
+    /// When it was changed last, in seconds since the Unix epoch.
+    pub updated_at: i64,
+}
+
+/// Who a token belongs to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Principal {
+    /// An app (decides).
+    App(String),
+    /// A user (manages).
+    User(String),
+}
+
+/// Everything the servers keep in memory: policies, apps, users, tokens, as of
+/// `counter`.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    /// The change counter this snapshot reflects.
+    pub counter: i64,
+    /// Policies by name.
+    pub policies: BTreeMap<String, Stored>,
+    /// App names.
+    pub apps: Vec<String>,
+    /// Users by name.
+    pub users: BTreeMap<String, User>,
+    /// Token hash → its holder.
+    pub tokens: HashMap<String, Principal>,
+    /// Stored rows that could not be read (logged, skipped, counted as store errors).
+    pub unreadable: usize,
+}
+
+/// One entry of the audit log.
+#[derive(Debug, Clone)]
+pub struct AuditEntry {
+    /// Grows with every change.
+    pub id: i64,
+    /// When, in seconds since the Unix epoch.
+    pub at: i64,
+    /// Who.
+    pub actor: String,
+    /// `create`, `update` or `delete`.
+    pub action: String,
+    /// The policy's name.
+    pub policy: String,
+    /// The policy before (JSON), if it existed.
+    pub before: Option<serde_json::Value>,
+    /// The policy after (JSON), if it exists.
+    pub after: Option<serde_json::Value>,
+    /// The apps either version lists.
+    pub apps: Vec<String>,
+}
+
+/// What a write refused, decided inside its transaction.
+#[derive(Debug)]
+pub enum WriteError<E> {
+    /// The database failed.
+    Store(StoreError),
+    /// The caller's check refused (permission, version).
+    Refused(E),
+}
+
+impl<E> From<sqlx::Error> for WriteError<E> {
+    fn from(e: sqlx::Error) -> Self {
+        Self::Store(e.into())
+    }
+}
+
+/// The schema. Every statement is valid SQLite and PostgreSQL; re-running it changes
+/// nothing.
+const SCHEMA: [&str; 6] = [
+    "CREATE TABLE IF NOT EXISTS tollgate_meta (id BIGINT PRIMARY KEY, schema_version BIGINT NOT NULL, counter BIGINT NOT NULL)",
+    "INSERT INTO tollgate_meta (id, schema_version, counter) VALUES (1, 1, 0) ON CONFLICT (id) DO NOTHING",
+    "CREATE TABLE IF NOT EXISTS tollgate_policies (name TEXT PRIMARY KEY, body TEXT NOT NULL, version BIGINT NOT NULL, created_by TEXT NOT NULL, updated_by TEXT NOT NULL, created_at BIGINT NOT NULL, updated_at BIGINT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS tollgate_apps (name TEXT PRIMARY KEY, token_hash TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS tollgate_users (name TEXT PRIMARY KEY, token_hash TEXT NOT NULL, admin TEXT NOT NULL, roles TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS tollgate_audit (id BIGINT PRIMARY KEY, at BIGINT NOT NULL, actor TEXT NOT NULL, action TEXT NOT NULL, policy TEXT NOT NULL, before_body TEXT, after_body TEXT, apps TEXT NOT NULL)",
+];
+
+/// The schema version this build writes.
+const SCHEMA_VERSION: i64 = 1;
+
+/// How long a statement may wait for a connection before the store counts as down.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The database.
+#[derive(Debug, Clone)]
+pub struct Store {
+    pool: AnyPool,
+}
+
+type Tx = sqlx::Transaction<'static, sqlx::Any>;
+
+impl Store {
+    /// Opens the store `url` (`sqlite://PATH?mode=rwc` or `postgres://…`) and creates or
+    /// migrates its schema.
+    pub async fn open(url: &str) -> Result<Self, StoreError> {
+        sqlx::any::install_default_drivers();
+        // SQLite takes one writer at a time: one connection serializes them here instead
+        // of failing with "database is locked".
+        let max = if url.starts_with("sqlite:") { 1 } else { 8 };
+        let pool = AnyPoolOptions::new()
+            .max_connections(max)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect(url)
+            .await?;
+        let store = Self { pool };
+        // Servers starting together race to create the tables (PostgreSQL may refuse
+        // the loser's `CREATE TABLE IF NOT EXISTS`); the schema is idempotent, so retry.
+        let mut tries = 0;
+        loop {
+            match store.migrate().await {
+                Ok(()) => return Ok(store),
+                Err(_) if tries < 3 => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// The store under `dir`: `dir/tollgate.db`, the directory created if missing.
+    pub async fn open_dir(dir: &std::path::Path) -> Result<Self, StoreError> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| StoreError(format!("cannot create {}: {e}", dir.display())))?;
+        let path = dir.join("tollgate.db");
+        Self::open(&format!("sqlite://{}?mode=rwc", path.display())).await
+    }
+
+    async fn migrate(&self) -> Result<(), StoreError> {
+        for statement in SCHEMA {
+            sqlx::query(statement).execute(&self.pool).await?;
+        }
+        let row = sqlx::query("SELECT schema_version FROM tollgate_meta WHERE id = 1")
+            .fetch_one(&self.pool)
+            .await?;
+        let version: i64 = row.try_get(0)?;
+        if version > SCHEMA_VERSION {
+            return Err(StoreError(format!(
+                "the store's schema is version {version}, newer than this server's {SCHEMA_VERSION}: upgrade the server"
+            )));
+        }
+        Ok(())
+    }
+
+    /// The change counter: it moves with every change, in the change's transaction.
+    pub async fn counter(&self) -> Result<i64, StoreError> {
+        let row = sqlx::query("SELECT counter FROM tollgate_meta WHERE id = 1")
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(row.try_get(0)?)
+    }
+
+    /// Everything the servers keep in memory. Read in one transaction, so it is one
+    /// consistent state.
+    pub async fn snapshot(&self) -> Result<Snapshot, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let counter: i64 = sqlx::query("SELECT counter FROM tollgate_meta WHERE id = 1")
+            .fetch_one(&mut *tx)
+            .await?
+            .try_get(0)?;
+        let mut snapshot = Snapshot {
+            counter,
+            ..Snapshot::default()
+        };
+        let rows = sqlx::query("SELECT name, body, version, created_by, updated_by, created_at, updated_at FROM tollgate_policies")
+            .fetch_all(&mut *tx)
+            .await?;
+        for row in &rows {
+            match stored(row) {
+                Ok(policy) => {
+                    snapshot.policies.insert(policy.name.clone(), policy);
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "skipping a policy the store holds but this server cannot read");
+                    snapshot.unreadable += 1;
+                }
+            }
+        }
+        for row in sqlx::query("SELECT name, token_hash FROM tollgate_apps")
+            .fetch_all(&mut *tx)
+            .await?
+        {
+            let name: String = row.try_get(0)?;
+            let hash: String = row.try_get(1)?;
+            snapshot.tokens.insert(hash, Principal::App(name.clone()));
+            snapshot.apps.push(name);
+        }
+        for row in sqlx::query("SELECT name, token_hash, admin, roles FROM tollgate_users")
+            .fetch_all(&mut *tx)
+            .await?
+        {
+            let name: String = row.try_get(0)?;
+            let hash: String = row.try_get(1)?;
+            let admin: String = row.try_get(2)?;
+            let roles: String = row.try_get(3)?;
+            let Ok(roles) = serde_json::from_str(&roles) else {
+                tracing::error!(user = %name, "skipping a user whose roles this server cannot read");
+                snapshot.unreadable += 1;
+                continue;
+            };
+            snapshot.tokens.insert(hash, Principal::User(name.clone()));
+            snapshot.users.insert(
+                name.clone(),
+                User {
+                    name,
+                    admin: admin != "0",
+                    roles,
+                },
+            );
+        }
+        tx.commit().await?;
+        snapshot.apps.sort();
+        Ok(snapshot)
+    }
+
+    /// Starts a write: bumps the counter first, so the transaction holds the write lock
+    /// from its first statement (SQLite) and its changes are numbered (`id`).
+    async fn begin(&self) -> Result<(Tx, i64), sqlx::Error> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("UPDATE tollgate_meta SET counter = counter + 1 WHERE id = 1")
+            .execute(&mut *tx)
+            .await?;
+        let id: i64 = sqlx::query("SELECT counter FROM tollgate_meta WHERE id = 1")
+            .fetch_one(&mut *tx)
+            .await?
+            .try_get(0)?;
+        Ok((tx, id))
+    }
+
+    /// Writes policy `name` as `policy` by `actor` at `now`, after `check` approved the
+    /// current version (`None`: absent) inside the transaction; `None` deletes. Appends
+    /// the audit entry. Returns the stored policy (`None` after a delete).
+    pub async fn write_policy<E>(
+        &self,
+        name: &str,
+        policy: Option<&Policy>,
+        actor: &str,
+        now: i64,
+        check: impl FnOnce(Option<&Stored>) -> Result<(), E>,
+    ) -> Result<Option<Stored>, WriteError<E>> {
+        let (mut tx, id) = self.begin().await?;
+        let current = sqlx::query("SELECT name, body, version, created_by, updated_by, created_at, updated_at FROM tollgate_policies WHERE name = $1")
+            .bind(name)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let current = match current {
+            Some(row) => Some(stored(&row).map_err(WriteError::Store)?),
+            None => None,
+        };
+        check(current.as_ref()).map_err(WriteError::Refused)?;
+        let next = policy.map(|policy| match &current {
+            Some(old) => Stored {
+                policy: policy.clone(),
+                version: old.version + 1,
+                updated_by: actor.to_owned(),
+                updated_at: now,
+                ..old.clone()
+            },
+            None => Stored {
+                name: name.to_owned(),
+                policy: policy.clone(),
+                version: 1,
+                created_by: actor.to_owned(),
+                updated_by: actor.to_owned(),
+                created_at: now,
+                updated_at: now,
+            },
+        });
+        let written = match (&current, &next) {
+            (None, None) => 0,
+            (None, Some(new)) => {
+                sqlx::query("INSERT INTO tollgate_policies (name, body, version, created_by, updated_by, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (name) DO NOTHING")
+                    .bind(name)
+                    .bind(body(&new.policy))
+                    .bind(new.version)
+                    .bind(&new.created_by)
+                    .bind(&new.updated_by)
+                    .bind(new.created_at)
+                    .bind(new.updated_at)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected()
+            }
+            (Some(old), Some(new)) => {
+                sqlx::query("UPDATE tollgate_policies SET body = $1, version = $2, updated_by = $3, updated_at = $4 WHERE name = $5 AND version = $6")
+                    .bind(body(&new.policy))
+                    .bind(new.version)
+                    .bind(&new.updated_by)
+                    .bind(new.updated_at)
+                    .bind(name)
+                    .bind(old.version)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected()
+            }
+            (Some(old), None) => {
+                sqlx::query("DELETE FROM tollgate_policies WHERE name = $1 AND version = $2")
+                    .bind(name)
+                    .bind(old.version)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected()
+            }
+        };
+        if written != 1 {
+            // Another writer got in between (impossible under the counter's lock, but
+            // never write an audit entry for a change that did not happen).
+            return Err(WriteError::Store(StoreError(
+                "the policy changed during the write; retry".into(),
+            )));
+        }
+        let action = match (&current, &next) {
+            (None, _) => "create",
+            (Some(_), Some(_)) => "update",
+            (Some(_), None) => "delete",
+        };
+        let mut apps: Vec<String> = current
+            .iter()
+            .chain(next.iter())
+            .flat_map(|s| s.policy.apps.iter().cloned())
+            .collect();
+        apps.sort();
+        apps.dedup();
+        sqlx::query("INSERT INTO tollgate_audit (id, at, actor, action, policy, before_body, after_body, apps) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)")
+            .bind(id)
+            .bind(now)
+            .bind(actor)
+            .bind(action)
+            .bind(name)
+            .bind(current.as_ref().map(|s| crate::api::policy_json(s).to_string()))
+            .bind(next.as_ref().map(|s| crate::api::policy_json(s).to_string()))
+            .bind(serde_json::to_string(&apps).unwrap_or_default())
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(next)
+    }
+
+    /// The newest `limit` audit entries `visible` lets through, newest first.
+    pub async fn audit(
+        &self,
+        limit: usize,
+        visible: impl Fn(&AuditEntry) -> bool,
+    ) -> Result<Vec<AuditEntry>, StoreError> {
+        let rows = sqlx::query("SELECT id, at, actor, action, policy, before_body, after_body, apps FROM tollgate_audit ORDER BY id DESC")
+            .fetch_all(&self.pool)
+            .await?;
+        let mut entries = Vec::new();
+        for row in &rows {
+            let json = |i: usize| -> Result<Option<serde_json::Value>, StoreError> {
+                let text: Option<String> = row.try_get(i)?;
+                Ok(text.and_then(|t| serde_json::from_str(&t).ok()))
+            };
+            let apps: String = row.try_get(7)?;
+            let entry = AuditEntry {
+                id: row.try_get(0)?,
+                at: row.try_get(1)?,
+                actor: row.try_get(2)?,
+                action: row.try_get(3)?,
+                policy: row.try_get(4)?,
+                before: json(5)?,
+                after: json(6)?,
+                apps: serde_json::from_str(&apps).unwrap_or_default(),
+            };
+            if visible(&entry) {
+                entries.push(entry);
+                if entries.len() >= limit {
+                    break;
+                }
+            }
+        }
+        Ok(entries)
+    }
+
+    /// Creates app `name` with the token hashed as `hash`; false if it exists.
+    pub async fn create_app(&self, name: &str, hash: &str) -> Result<bool, StoreError> {
+        self.change(
+            "INSERT INTO tollgate_apps (name, token_hash) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
+            &[name, hash],
+        )
+        .await
+    }
+
+    /// Replaces app `name`'s token hash; false if there is no such app.
+    pub async fn set_app_token(&self, name: &str, hash: &str) -> Result<bool, StoreError> {
+        self.change(
+            "UPDATE tollgate_apps SET token_hash = $1 WHERE name = $2",
+            &[hash, name],
+        )
+        .await
+    }
+
+    /// Deletes app `name`; false if there is no such app.
+    pub async fn delete_app(&self, name: &str) -> Result<bool, StoreError> {
+        self.change("DELETE FROM tollgate_apps WHERE name = $1", &[name])
+            .await
+    }
+
+    /// Creates user `user` with the token hashed as `hash`; false if the name is taken.
+    pub async fn create_user(&self, user: &User, hash: &str) -> Result<bool, StoreError> {
+        let (admin, roles) = user_columns(user);
+        self.change(
+            "INSERT INTO tollgate_users (name, token_hash, admin, roles) VALUES ($1, $2, $3, $4) ON CONFLICT (name) DO NOTHING",
+            &[&user.name, hash, admin, &roles],
+        )
+        .await
+    }
+
+    /// Creates the first admin `user`, unless an admin exists (false then).
+    pub async fn create_first_admin(&self, user: &User, hash: &str) -> Result<bool, StoreError> {
+        let (mut tx, _) = self.begin().await?;
+        let admins: i64 = sqlx::query("SELECT COUNT(*) FROM tollgate_users WHERE admin <> '0'")
+            .fetch_one(&mut *tx)
+            .await?
+            .try_get(0)?;
+        if admins > 0 {
+            return Ok(false);
+        }
+        let (admin, roles) = user_columns(user);
+        let done = sqlx::query("INSERT INTO tollgate_users (name, token_hash, admin, roles) VALUES ($1, $2, $3, $4) ON CONFLICT (name) DO NOTHING")
+            .bind(&user.name)
+            .bind(hash)
+            .bind(admin)
+            .bind(roles)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        tx.commit().await?;
+        Ok(done == 1)
+    }
+
+    /// Sets user `user`'s admin flag and roles; false if there is no such user.
+    pub async fn set_roles(&self, user: &User) -> Result<bool, StoreError> {
+        let (admin, roles) = user_columns(user);
+        self.change(
+            "UPDATE tollgate_users SET admin = $1, roles = $2 WHERE name = $3",
+            &[admin, &roles, &user.name],
+        )
+        .await
+    }
+
+    /// Replaces user `name`'s token hash; false if there is no such user.
+    pub async fn set_user_token(&self, name: &str, hash: &str) -> Result<bool, StoreError> {
+        self.change(
+            "UPDATE tollgate_users SET token_hash = $1 WHERE name = $2",
+            &[hash, name],
+        )
+        .await
+    }
+
+    /// Deletes user `name`; false if there is no such user.
+    pub async fn delete_user(&self, name: &str) -> Result<bool, StoreError> {
+        self.change("DELETE FROM tollgate_users WHERE name = $1", &[name])
+            .await
+    }
+
+    /// Runs one statement of text parameters as a change; whether it touched a row.
+    async fn change(&self, sql: &str, params: &[&str]) -> Result<bool, StoreError> {
+        let (mut tx, _) = self.begin().await?;
+        let mut query = sqlx::query(sql);
+        for param in params {
+            query = query.bind(*param);
+        }
+        let done = query.execute(&mut *tx).await?.rows_affected();
+        if done == 0 {
+            // Nothing changed: the counter need not move.
+            tx.rollback().await?;
+            return Ok(false);
+        }
+        tx.commit().await?;
+        Ok(true)
+    }
+}
+
+/// The admin flag (`"0"`/`"1"`: text, so every parameter binds as text) and roles
+/// (JSON) as stored.
+fn user_columns(user: &User) -> (&'static str, String) {
+    (
+        if user.admin { "1" } else { "0" },
+        serde_json::to_string(&user.roles).unwrap_or_else(|_| "{}".into()),
+    )
+}
+
+fn body(policy: &Policy) -> String {
+    serde_json::to_string(policy).unwrap_or_default()
+}
+
+/// A policy row, its body parsed and validated by the one policy parser.
+fn stored(row: &AnyRow) -> Result<Stored, StoreError> {
+    let name: String = row.try_get(0)?;
+    let text: String = row.try_get(1)?;
+    let policy: Policy = serde_json::from_str(&text)
+        .map_err(|e| StoreError(format!("policy {name:?} in the store: {e}")))?;
+    policy
+        .build(Style::File)
+        .map_err(|p| StoreError(format!("policy {name:?} in the store: {p}")))?;
+    Ok(Stored {
+        name,
+        policy,
+        version: row.try_get(2)?,
+        created_by: row.try_get(3)?,
+        updated_by: row.try_get(4)?,
+        created_at: row.try_get(5)?,
+        updated_at: row.try_get(6)?,
+    })
+}

@@ -1,0 +1,419 @@
+//! Real servers on loopback for the tests: `tollgate serve` in this process on a free
+//! port, a throwaway PostgreSQL cluster (`initdb` + `pg_ctl`), a `redis-server`, and a
+//! small HTTP client.
+#![allow(dead_code)]
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper::{HeaderMap, Method, StatusCode};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use serde_json::Value;
+use tollgate_server::{Config, Server};
+
+/// A port nothing listens on right now.
+pub fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+    listener.local_addr().expect("local address").port()
+}
+
+/// A running `tollgate serve`, stopped (gracefully) when dropped.
+pub struct TestServer {
+    pub addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl TestServer {
+    /// A server on the embedded store in a fresh directory, and its first admin's token.
+    pub async fn start() -> (Self, String) {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let config = Config {
+            data_dir: dir.path().to_path_buf(),
+            ..config()
+        };
+        let admin = tollgate_server::init_admin(&config, "root")
+            .await
+            .expect("first admin");
+        let mut server = Self::with(config).await;
+        server._dir = Some(dir);
+        (server, admin)
+    }
+
+    /// A server with `config` (its `listen` replaced by a free port).
+    pub async fn with(config: Config) -> Self {
+        let server = Server::bind(Config {
+            listen: "127.0.0.1:0".parse().expect("address"),
+            ..config
+        })
+        .await
+        .expect("server starts");
+        let addr = server.local_addr();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            server
+                .run(async {
+                    let _ = stopped.await;
+                })
+                .await
+                .expect("server runs");
+        });
+        Self {
+            addr,
+            stop: Some(stop),
+            task: Some(task),
+            _dir: None,
+        }
+    }
+
+    /// Stops the server and waits until it has.
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// The tests' configuration: fast polling.
+pub fn config() -> Config {
+    Config {
+        poll: Duration::from_millis(100),
+        ..Config::default()
+    }
+}
+
+/// An answer: status, headers and the body as JSON (`Value::Null` if it is not JSON,
+/// the text in `text`).
+#[derive(Debug)]
+pub struct Answer {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub json: Value,
+    pub text: String,
+}
+
+/// Sends one request: `token` as a bearer token, `body` as JSON, `extra` headers.
+pub async fn call(
+    method: Method,
+    url: &str,
+    token: Option<&str>,
+    body: Option<&str>,
+    extra: &[(&str, &str)],
+) -> Answer {
+    let client: Client<_, Full<Bytes>> =
+        Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let mut request = hyper::Request::builder().method(method).uri(url);
+    if let Some(token) = token {
+        request = request.header("authorization", format!("Bearer {token}"));
+    }
+    if body.is_some() {
+        request = request.header("content-type", "application/json");
+    }
+    for (name, value) in extra {
+        request = request.header(*name, *value);
+    }
+    let request = request
+        .body(Full::new(Bytes::from(body.unwrap_or("").to_owned())))
+        .expect("request");
+    let response = client.request(request).await.expect("the server answers");
+    let status = response.status();
+    let headers = response.headers().clone();
+    let bytes = response
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes();
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    Answer {
+        status,
+        headers,
+        json: serde_json::from_str(&text).unwrap_or(Value::Null),
+        text,
+    }
+}
+
+pub async fn get(url: &str, token: &str) -> Answer {
+    call(Method::GET, url, Some(token), None, &[]).await
+}
+
+pub async fn post(url: &str, token: &str, body: &str) -> Answer {
+    call(Method::POST, url, Some(token), Some(body), &[]).await
+}
+
+pub async fn put(url: &str, token: &str, body: &str, version: Option<i64>) -> Answer {
+    let tag = version.map(|v| format!("\"{v}\""));
+    let extra: Vec<(&str, &str)> = tag.iter().map(|t| ("if-match", t.as_str())).collect();
+    call(Method::PUT, url, Some(token), Some(body), &extra).await
+}
+
+/// Creates an app; its token.
+pub async fn app(server: &TestServer, admin: &str, name: &str) -> String {
+    let answer = post(
+        &server.url("/v1/apps"),
+        admin,
+        &format!(r#"{{"name":"{name}"}}"#),
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.text);
+    answer.json["token"].as_str().expect("token").to_owned()
+}
+
+/// Creates a user with `roles` (JSON object); its token.
+pub async fn user(server: &TestServer, admin: &str, name: &str, roles: &str) -> String {
+    let answer = post(
+        &server.url("/v1/users"),
+        admin,
+        &format!(r#"{{"name":"{name}","roles":{roles}}}"#),
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.text);
+    answer.json["token"].as_str().expect("token").to_owned()
+}
+
+/// Polls `check` every 20 ms until it holds or `within` passed; whether it held.
+pub async fn eventually<F, Fut>(within: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if check().await {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A throwaway PostgreSQL cluster on a free loopback port, stopped when dropped.
+pub struct Postgres {
+    pub port: u16,
+    dir: PathBuf,
+    bin: PathBuf,
+}
+
+/// PostgreSQL's programs: `pg_config --bindir`, else Debian's versioned directory.
+fn pg_bin() -> PathBuf {
+    if let Ok(out) = Command::new("pg_config").arg("--bindir").output() {
+        let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        if dir.join("initdb").exists() {
+            return dir;
+        }
+    }
+    let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .expect("PostgreSQL installed (scripts/test.sh installs it)")
+        .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
+        .filter(|p| p.join("initdb").exists())
+        .collect();
+    versions.sort();
+    versions.pop().expect("a PostgreSQL with initdb")
+}
+
+/// Whether this process runs as root (PostgreSQL refuses to): then its programs run as
+/// the `postgres` user the package creates.
+fn as_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+impl Postgres {
+    /// Creates and starts a cluster (trust authentication, user `postgres`).
+    pub fn start() -> Self {
+        let port = free_port();
+        let dir = std::env::temp_dir().join(format!("tollgate-pg-{port}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("cluster directory");
+        let pg = Self {
+            port,
+            dir,
+            bin: pg_bin(),
+        };
+        if as_root() {
+            let ok = Command::new("chown")
+                .args(["-R", "postgres:postgres"])
+                .arg(&pg.dir)
+                .status()
+                .expect("chown");
+            assert!(ok.success());
+        }
+        pg.run(
+            "initdb",
+            &[
+                "-D",
+                &pg.data(),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "--no-sync",
+                "-E",
+                "UTF8",
+            ],
+        );
+        pg.restart();
+        pg
+    }
+
+    fn data(&self) -> String {
+        self.dir.join("data").to_string_lossy().into_owned()
+    }
+
+    fn run(&self, program: &str, args: &[&str]) {
+        let path = self.bin.join(program);
+        let mut command = if as_root() {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(&path);
+            c
+        } else {
+            Command::new(&path)
+        };
+        let out = command
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("{program}: {e}"));
+        assert!(
+            out.status.success(),
+            "{program} {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Starts (again) on the same port; returns once it accepts connections.
+    pub fn restart(&self) {
+        let options = format!(
+            "-p {} -c listen_addresses=127.0.0.1 -c unix_socket_directories={} -c fsync=off",
+            self.port,
+            self.dir.display()
+        );
+        let log = self.dir.join("log").to_string_lossy().into_owned();
+        self.run(
+            "pg_ctl",
+            &[
+                "-D",
+                &self.data(),
+                "-o",
+                &options,
+                "-l",
+                &log,
+                "-w",
+                "start",
+            ],
+        );
+    }
+
+    /// Stops it at once (`immediate`: like a crash; connections drop).
+    pub fn kill(&self) {
+        self.run(
+            "pg_ctl",
+            &["-D", &self.data(), "-m", "immediate", "-w", "stop"],
+        );
+    }
+
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        let _ = Command::new(if as_root() { "runuser" } else { "true" })
+            .args(if as_root() {
+                vec!["-u", "postgres", "--"]
+            } else {
+                vec![]
+            })
+            .arg(self.bin.join("pg_ctl"))
+            .args(["-D", &self.data(), "-m", "immediate", "stop"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A `redis-server` without persistence on a free port, killed when dropped.
+pub struct Redis {
+    pub port: u16,
+    child: Option<std::process::Child>,
+}
+
+impl Redis {
+    pub fn start() -> Self {
+        let mut redis = Self {
+            port: free_port(),
+            child: None,
+        };
+        redis.restart();
+        redis
+    }
+
+    pub fn restart(&mut self) {
+        self.kill();
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server on PATH (scripts/test.sh installs it)");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("redis-server did not start");
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A directory path for messages.
+pub fn show(path: &Path) -> String {
+    path.display().to_string()
+}

@@ -1,0 +1,229 @@
+//! A fleet: servers sharing a real PostgreSQL (policies, users) and a real Redis
+//! (decisions) enforce one limit and see each other's changes within a second; a store
+//! or Redis killed mid-run gives 503 (or the fail policy), and service resumes after a
+//! restart.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use hyper::StatusCode;
+use tollgate_server::{Config, Fail};
+
+fn fleet_config(pg: &Postgres, redis: Option<&Redis>, fail: Fail) -> Config {
+    Config {
+        store: Some(pg.url()),
+        decisions: redis.map(Redis::url),
+        fail,
+        ..config()
+    }
+}
+
+async fn decide(server: &TestServer, token: &str, key: &str) -> Answer {
+    post(
+        &server.url("/v1/decide"),
+        token,
+        &format!(r#"{{"policy":"api","key":"{key}"}}"#),
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_servers_one_limit_and_one_set_of_policies() {
+    let pg = Postgres::start();
+    let redis = Redis::start();
+    let config = fleet_config(&pg, Some(&redis), Fail::Error);
+    let admin = tollgate_server::init_admin(&config, "root")
+        .await
+        .expect("admin");
+    // A second --init-admin is refused.
+    assert!(tollgate_server::init_admin(&config, "again").await.is_err());
+    let a = TestServer::with(config.clone()).await;
+    let b = TestServer::with(config).await;
+    let web = app(&a, &admin, "web").await;
+    let policy = r#"{"algorithm":"fixed-window","limit":10,"period":"1h","apps":["web"]}"#;
+    assert_eq!(
+        put(&a.url("/v1/policies/api"), &admin, policy, None)
+            .await
+            .status,
+        StatusCode::CREATED
+    );
+    // B sees the app, its token and the policy within a second.
+    assert!(
+        eventually(Duration::from_secs(1), || async {
+            decide(&b, &web, "probe").await.status == StatusCode::OK
+        })
+        .await,
+        "B never saw the policy"
+    );
+    // One limit across both: 10 admitted in all, alternating servers.
+    let mut admitted = 0;
+    for i in 0..30 {
+        let server = if i % 2 == 0 { &a } else { &b };
+        let answer = decide(server, &web, "shared").await;
+        assert_eq!(answer.status, StatusCode::OK, "{}", answer.text);
+        admitted += u32::from(answer.json["allowed"] == true);
+    }
+    assert_eq!(admitted, 10);
+    // A change made on B reaches A within a second.
+    let stricter = policy.replace("\"limit\":10", "\"limit\":3");
+    let changed = put(&b.url("/v1/policies/api"), &admin, &stricter, Some(1)).await;
+    assert_eq!(changed.status, StatusCode::OK, "{}", changed.text);
+    assert!(
+        eventually(Duration::from_secs(1), || async {
+            decide(&a, &web, "fresh").await.json["limit"] == 3
+        })
+        .await,
+        "A never saw the change"
+    );
+    // Concurrent writers on both servers: one wins.
+    let (on_a, on_b) = (a.url("/v1/policies/api"), b.url("/v1/policies/api"));
+    let (x, y) = tokio::join!(
+        put(&on_a, &admin, policy, Some(2)),
+        put(&on_b, &admin, policy, Some(2)),
+    );
+    let mut statuses = [x.status.as_u16(), y.status.as_u16()];
+    statuses.sort();
+    assert_eq!(statuses, [200, 409]);
+    // Leases in Redis: one holder across both servers.
+    let workers = r#"{"algorithm":"concurrency","limit":1,"lease":"30s","apps":["web"]}"#;
+    let made = put(&a.url("/v1/policies/workers"), &admin, workers, None).await;
+    assert_eq!(made.status, StatusCode::CREATED);
+    let acquire = |server: &TestServer, owner: &str| {
+        let (url, web, body) = (
+            server.url("/v1/lease/acquire"),
+            web.clone(),
+            format!(r#"{{"policy":"workers","key":"job","owner":"{owner}"}}"#),
+        );
+        async move { post(&url, &web, &body).await }
+    };
+    assert!(
+        eventually(Duration::from_secs(1), || async {
+            acquire(&b, "b").await.json["acquired"] == true
+        })
+        .await
+    );
+    let on_a = acquire(&a, "a").await;
+    assert_eq!(on_a.json["acquired"], false, "{}", on_a.text);
+    a.stop().await;
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_killed_then_restarted() {
+    let pg = Postgres::start();
+    let config = fleet_config(&pg, None, Fail::Error);
+    let admin = tollgate_server::init_admin(&config, "root")
+        .await
+        .expect("admin");
+    let server = TestServer::with(config).await;
+    let web = app(&server, &admin, "web").await;
+    let policy = r#"{"algorithm":"fixed-window","limit":100,"period":"1h","apps":["web"]}"#;
+    let url = server.url("/v1/policies/api");
+    assert_eq!(
+        put(&url, &admin, policy, None).await.status,
+        StatusCode::CREATED
+    );
+    pg.kill();
+    // Management needs the store: 503 with a message, within the request timeout.
+    let down = put(&url, &admin, policy, Some(1)).await;
+    assert_eq!(
+        down.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        down.text
+    );
+    assert!(down.json["error"].is_string());
+    let audit = get(&server.url("/v1/audit"), &admin).await;
+    assert_eq!(audit.status, StatusCode::SERVICE_UNAVAILABLE);
+    // Decisions go on with the policies last read.
+    assert_eq!(decide(&server, &web, "k").await.json["allowed"], true);
+    let metrics = get(&server.url("/metrics"), &admin).await;
+    assert!(
+        !metrics.text.contains("tollgate_store_errors_total 0"),
+        "{}",
+        metrics.text
+    );
+    pg.restart();
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            put(&url, &admin, policy, Some(1)).await.status == StatusCode::OK
+        })
+        .await,
+        "writes never resumed"
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_killed_then_restarted() {
+    let pg = Postgres::start();
+    let mut redis = Redis::start();
+    let config = fleet_config(&pg, Some(&redis), Fail::Error);
+    let admin = tollgate_server::init_admin(&config, "root")
+        .await
+        .expect("admin");
+    let strict = TestServer::with(config.clone()).await;
+    let local = TestServer::with(Config {
+        fail: Fail::Local,
+        ..config.clone()
+    })
+    .await;
+    let closed = TestServer::with(Config {
+        fail: Fail::Closed,
+        ..config
+    })
+    .await;
+    let web = app(&strict, &admin, "web").await;
+    let policy = r#"{"algorithm":"fixed-window","limit":2,"period":"1h","apps":["web"]}"#;
+    assert_eq!(
+        put(&strict.url("/v1/policies/api"), &admin, policy, None)
+            .await
+            .status,
+        StatusCode::CREATED
+    );
+    for server in [&local, &closed] {
+        assert!(
+            eventually(Duration::from_secs(1), || async {
+                decide(server, &web, "probe").await.status == StatusCode::OK
+            })
+            .await
+        );
+    }
+    assert_eq!(decide(&strict, &web, "k").await.json["allowed"], true);
+    redis.kill();
+    // The default: 503, nothing decided silently.
+    let down = decide(&strict, &web, "k").await;
+    assert_eq!(
+        down.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        down.text
+    );
+    // --fail closed: a denial; --fail local: this server's own limit of 2.
+    let denied = decide(&closed, &web, "k").await;
+    assert_eq!(
+        (denied.status, &denied.json["allowed"]),
+        (StatusCode::OK, &false.into())
+    );
+    let local_allowed: Vec<bool> = {
+        let mut v = Vec::new();
+        for _ in 0..3 {
+            v.push(decide(&local, &web, "k").await.json["allowed"] == true);
+        }
+        v
+    };
+    assert_eq!(local_allowed, [true, true, false]);
+    redis.restart();
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            decide(&strict, &web, "after").await.status == StatusCode::OK
+        })
+        .await,
+        "decisions never resumed"
+    );
+    strict.stop().await;
+    local.stop().await;
+    closed.stop().await;
+}

@@ -1,0 +1,462 @@
+//! Policy CRUD with versions, the audit log, decisions with their headers, and bad input
+//! (4xx with a message, nothing stored), against a real server on loopback.
+
+mod common;
+
+use common::*;
+use hyper::{Method, StatusCode};
+use serde_json::{json, Value};
+
+const BUCKET: &str = r#"{"algorithm":"token-bucket","capacity":3,"rate":1,"period":"1s","apps":["web"],"description":"api"}"#;
+
+async fn setup() -> (TestServer, String, String) {
+    let (server, admin) = TestServer::start().await;
+    let web = app(&server, &admin, "web").await;
+    (server, admin, web)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn versions_conflicts_and_the_audit_log() {
+    let (server, admin, _) = setup().await;
+    let owner = user(&server, &admin, "alice", r#"{"web":"owner"}"#).await;
+    let url = server.url("/v1/policies/api");
+    let created = put(&url, &owner, BUCKET, None).await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
+    assert_eq!(created.headers["etag"], "\"1\"");
+    assert_eq!(created.json["version"], 1);
+    assert_eq!(created.json["created_by"], "alice");
+    assert_eq!(created.json["period"], "1s");
+    // Metadata sent by the client is ignored; the server sets it.
+    let changed = BUCKET.replace(
+        "\"capacity\":3",
+        "\"capacity\":5,\"version\":77,\"created_by\":\"mallory\"",
+    );
+    let updated = put(&url, &owner, &changed, Some(1)).await;
+    assert_eq!(updated.status, StatusCode::OK, "{}", updated.text);
+    assert_eq!(updated.json["version"], 2);
+    assert_eq!(updated.json["capacity"], 5);
+    assert_eq!(updated.json["created_by"], "alice");
+    // Stale: 409 with the current policy; nothing changes.
+    let stale = put(&url, &owner, BUCKET, Some(1)).await;
+    assert_eq!(stale.status, StatusCode::CONFLICT);
+    assert_eq!(stale.json["current"]["version"], 2);
+    assert_eq!(stale.json["current"]["capacity"], 5);
+    // No If-Match on an existing policy: 428.
+    assert_eq!(
+        put(&url, &owner, BUCKET, None).await.status,
+        StatusCode::PRECONDITION_REQUIRED
+    );
+    let read = get(&url, &owner).await;
+    assert_eq!(read.headers["etag"], "\"2\"");
+    assert_eq!(read.json["capacity"], 5);
+    // Delete needs the version too.
+    let delete = |version: Option<&'static str>| {
+        let url = url.clone();
+        let owner = owner.clone();
+        async move {
+            let extra: Vec<(&str, &str)> = version.iter().map(|v| ("if-match", *v)).collect();
+            call(Method::DELETE, &url, Some(&owner), None, &extra).await
+        }
+    };
+    assert_eq!(delete(None).await.status, StatusCode::PRECONDITION_REQUIRED);
+    assert_eq!(delete(Some("\"1\"")).await.status, StatusCode::CONFLICT);
+    assert_eq!(delete(Some("\"2\"")).await.status, StatusCode::NO_CONTENT);
+    assert_eq!(get(&url, &owner).await.status, StatusCode::NOT_FOUND);
+    // The audit log, newest first: who, what, before and after.
+    let audit = get(&server.url("/v1/audit?app=web"), &owner).await;
+    let entries = audit.json["entries"].as_array().unwrap();
+    let actions: Vec<&str> = entries
+        .iter()
+        .map(|e| e["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(actions, ["delete", "update", "create"]);
+    assert!(entries
+        .iter()
+        .all(|e| e["actor"] == "alice" && e["policy"] == "api"));
+    assert_eq!(entries[0]["after"], Value::Null);
+    assert_eq!(entries[0]["before"]["capacity"], 5);
+    assert_eq!(entries[1]["before"]["capacity"], 3);
+    assert_eq!(entries[1]["after"]["capacity"], 5);
+    assert_eq!(entries[2]["before"], Value::Null);
+    assert!(entries[0]["id"].as_i64() > entries[1]["id"].as_i64());
+    server.stop().await;
+}
+
+/// Two writers with the same version at once: exactly one wins, the other gets 409.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_updates_one_wins() {
+    let (server, admin, _) = setup().await;
+    let url = server.url("/v1/policies/api");
+    assert_eq!(
+        put(&url, &admin, BUCKET, None).await.status,
+        StatusCode::CREATED
+    );
+    for round in 1..=5 {
+        let writers = (0..4).map(|i| {
+            let (url, admin) = (url.clone(), admin.clone());
+            let body = BUCKET.replace("\"capacity\":3", &format!("\"capacity\":{}", 10 + i));
+            tokio::spawn(async move { put(&url, &admin, &body, Some(round)).await })
+        });
+        let mut statuses = Vec::new();
+        for writer in writers {
+            statuses.push(writer.await.unwrap().status.as_u16());
+        }
+        statuses.sort();
+        assert_eq!(statuses, [200, 409, 409, 409], "round {round}");
+    }
+    let audit = get(&server.url("/v1/audit"), &admin).await;
+    assert_eq!(audit.json["entries"].as_array().unwrap().len(), 6);
+    // Creating the same name at once: one 201, the others see it exists (428).
+    let creators = (0..4).map(|_| {
+        let (url, admin) = (server.url("/v1/policies/fresh"), admin.clone());
+        tokio::spawn(async move { put(&url, &admin, BUCKET, None).await })
+    });
+    let mut statuses = Vec::new();
+    for creator in creators {
+        statuses.push(creator.await.unwrap().status.as_u16());
+    }
+    statuses.sort();
+    assert_eq!(statuses, [201, 428, 428, 428]);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decisions_carry_the_headers() {
+    let (server, admin, web) = setup().await;
+    let policy = r#"{"algorithm":"fixed-window","limit":2,"period":"10s","apps":["web"]}"#;
+    assert_eq!(
+        put(&server.url("/v1/policies/api"), &admin, policy, None)
+            .await
+            .status,
+        StatusCode::CREATED
+    );
+    let url = server.url("/v1/decide");
+    let first = post(&url, &web, r#"{"policy":"api","key":"alice"}"#).await;
+    assert_eq!(first.status, StatusCode::OK);
+    assert_eq!(first.json["allowed"], true);
+    assert_eq!(first.json["limit"], 2);
+    assert_eq!(first.json["remaining"], 1);
+    assert_eq!(first.json["retry_after_us"], 0);
+    assert_eq!(first.headers["ratelimit-policy"], "\"api\";q=2;w=10");
+    assert!(first.headers["ratelimit"]
+        .to_str()
+        .unwrap()
+        .starts_with("\"api\";r=1;t="));
+    assert!(first.headers.get("retry-after").is_none());
+    let second = post(&url, &web, r#"{"policy":"api","key":"alice","cost":1}"#).await;
+    assert_eq!(second.json["remaining"], 0);
+    // A denial is still 200, with Retry-After in whole seconds (never 0).
+    let denied = post(&url, &web, r#"{"policy":"api","key":"alice"}"#).await;
+    assert_eq!(denied.status, StatusCode::OK);
+    assert_eq!(denied.json["allowed"], false);
+    let retry = denied.json["retry_after_us"].as_u64().unwrap();
+    let header: u64 = denied.headers["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(header, retry.div_ceil(1_000_000).max(1));
+    // A cost that never fits: retry_after_us null, no Retry-After.
+    let never = post(
+        &url,
+        &web,
+        r#"{"policy":"api","key":"bob","cost":18446744073709551615}"#,
+    )
+    .await;
+    assert_eq!(never.status, StatusCode::OK);
+    assert_eq!(never.json["retry_after_us"], Value::Null);
+    assert!(never.headers.get("retry-after").is_none());
+    // Batch: in order, errors in place.
+    let batch = post(
+        &server.url("/v1/decide/batch"),
+        &web,
+        r#"{"requests":[{"policy":"api","key":"carol"},{"policy":"nope","key":"carol"},{"policy":"api","key":"carol","cost":-1}]}"#,
+    )
+    .await;
+    assert_eq!(batch.status, StatusCode::OK, "{}", batch.text);
+    let decisions = batch.json["decisions"].as_array().unwrap();
+    assert_eq!(decisions[0]["allowed"], true);
+    assert_eq!(decisions[1]["status"], 403);
+    assert_eq!(decisions[2]["status"], 400);
+    // The metrics count what was decided.
+    let metrics = get(&server.url("/metrics"), &admin).await;
+    assert!(
+        metrics
+            .text
+            .contains("tollgate_decisions_total{policy=\"api\",outcome=\"allowed\"} 3"),
+        "{}",
+        metrics.text
+    );
+    assert!(metrics
+        .text
+        .contains("tollgate_decisions_total{policy=\"api\",outcome=\"denied\"} 2"));
+    assert!(metrics.text.contains("tollgate_decision_seconds_count 5"));
+    let stats = get(&server.url("/v1/stats?app=web"), &admin).await;
+    let series = &stats.json["policies"]["api"];
+    let sum = |field: &str| -> u64 {
+        series[field]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap())
+            .sum()
+    };
+    assert_eq!((sum("allowed"), sum("denied")), (3, 2));
+    assert_eq!(series["t"].as_array().unwrap().len(), 120);
+    server.stop().await;
+}
+
+/// Every way a request can be wrong: a 4xx with a message, never a panic, nothing
+/// stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_refused_and_nothing_is_stored() {
+    let (server, admin, web) = setup().await;
+    let url = server.url("/v1/policies/p");
+    let cases: Vec<(&str, String, u16, Option<&str>)> = vec![
+        ("malformed", "{".into(), 400, None),
+        ("not an object", "[1,2]".into(), 400, None),
+        ("wrong type", r#"{"algorithm":"fixed-window","limit":"ten","period":"1s","apps":["web"]}"#.into(), 400, None),
+        ("negative", r#"{"algorithm":"fixed-window","limit":-1,"period":"1s","apps":["web"]}"#.into(), 400, None),
+        ("unknown algorithm", r#"{"algorithm":"magic","limit":1,"period":"1s"}"#.into(), 422, Some("algorithm")),
+        ("no algorithm", r#"{"limit":1,"period":"1s"}"#.into(), 422, Some("algorithm")),
+        ("unknown field", r#"{"algorithm":"fixed-window","limit":1,"period":"1s","burst":3}"#.into(), 400, Some("burst")),
+        ("zero rate", r#"{"algorithm":"token-bucket","capacity":1,"rate":0,"period":"1s","apps":["web"]}"#.into(), 422, Some("rate")),
+        ("huge limit", r#"{"algorithm":"fixed-window","limit":18446744073709551615,"period":"1s","apps":["web"]}"#.into(), 422, Some("limit")),
+        ("bad duration", r#"{"algorithm":"fixed-window","limit":1,"period":"soon","apps":["web"]}"#.into(), 400, None),
+        ("long period", r#"{"algorithm":"fixed-window","limit":1,"period":"400d","apps":["web"]}"#.into(), 422, Some("period")),
+        ("missing", r#"{"algorithm":"token-bucket","capacity":1,"period":"1s","apps":["web"]}"#.into(), 422, Some("rate")),
+        ("bad member", r#"{"algorithm":"composite","limits":[{"algorithm":"fixed-window","limit":1,"period":"1s"},{"algorithm":"token-bucket","capacity":1,"rate":0,"period":"1s"}],"apps":["web"]}"#.into(), 422, Some("limits[1].rate")),
+        ("bad ban", r#"{"algorithm":"fixed-window","limit":1,"period":"1s","ban":{"threshold":1,"window":"0s","duration":"1m"},"apps":["web"]}"#.into(), 422, Some("ban.window")),
+        ("bad app name", r#"{"algorithm":"fixed-window","limit":1,"period":"1s","apps":["a b"]}"#.into(), 422, Some("apps")),
+        ("oversize", format!(r#"{{"algorithm":"fixed-window","limit":1,"period":"1s","description":"{}"}}"#, "x".repeat(70_000)), 413, None),
+    ];
+    for (what, body, status, field) in &cases {
+        let answer = put(&url, &admin, body, None).await;
+        assert_eq!(answer.status.as_u16(), *status, "{what}: {}", answer.text);
+        assert!(
+            answer.json["error"].as_str().is_some_and(|e| !e.is_empty()),
+            "{what}: {}",
+            answer.text
+        );
+        assert_eq!(
+            answer.json["field"].as_str(),
+            *field,
+            "{what}: {}",
+            answer.text
+        );
+    }
+    // Not JSON at all.
+    let text = call(
+        Method::PUT,
+        &url,
+        Some(&admin),
+        None,
+        &[("content-type", "text/plain")],
+    )
+    .await;
+    assert_eq!(text.status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    // A bad name.
+    let long = format!("/v1/policies/{}", "n".repeat(65));
+    let named = put(&server.url(&long), &admin, BUCKET, None).await;
+    assert_eq!(
+        (named.status, named.json["field"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("name"))
+    );
+    // Nothing was stored, nothing audited.
+    assert_eq!(
+        get(&server.url("/v1/policies"), &admin).await.json["policies"],
+        json!([])
+    );
+    assert_eq!(
+        get(&server.url("/v1/audit"), &admin).await.json["entries"],
+        json!([])
+    );
+    // Decisions: bad keys, types and sizes.
+    assert_eq!(
+        put(&server.url("/v1/policies/api"), &admin, BUCKET, None)
+            .await
+            .status,
+        StatusCode::CREATED
+    );
+    let decide = server.url("/v1/decide");
+    let huge_key = format!(r#"{{"policy":"api","key":"{}"}}"#, "k".repeat(2000));
+    let many = format!(
+        r#"{{"requests":[{}]}}"#,
+        vec![r#"{"policy":"api","key":"k"}"#; 1001].join(",")
+    );
+    for (body, status) in [
+        ("{", 400),
+        (r#"{"policy":"api"}"#, 400),
+        (r#"{"policy":"api","key":"k","cost":1.5}"#, 400),
+        (r#"{"policy":"api","key":"k","cost":-3}"#, 400),
+        (r#"{"policy":"api","key":""}"#, 422),
+        (huge_key.as_str(), 422),
+        (r#"{"policy":"api","key":"k","extra":1}"#, 400),
+    ] {
+        let answer = post(&decide, &web, body).await;
+        assert_eq!(answer.status.as_u16(), status, "{body}: {}", answer.text);
+        assert!(answer.json["error"].is_string());
+    }
+    let batch = post(&server.url("/v1/decide/batch"), &web, &many).await;
+    assert_eq!(batch.status, StatusCode::UNPROCESSABLE_ENTITY);
+    let metrics = get(&server.url("/metrics"), &admin).await;
+    assert!(
+        !metrics.text.contains("tollgate_decisions_total{"),
+        "{}",
+        metrics.text
+    );
+    // Users and apps: bad names, duplicates.
+    assert_eq!(
+        post(&server.url("/v1/apps"), &admin, r#"{"name":"web"}"#)
+            .await
+            .status,
+        StatusCode::CONFLICT
+    );
+    assert_eq!(
+        post(&server.url("/v1/apps"), &admin, r#"{"name":""}"#)
+            .await
+            .status,
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    assert_eq!(
+        post(
+            &server.url("/v1/users"),
+            &admin,
+            r#"{"name":"u","roles":{"web":"boss"}}"#
+        )
+        .await
+        .status,
+        StatusCode::BAD_REQUEST
+    );
+    server.stop().await;
+}
+
+/// The policy file's ban and composite are the API's too: one parser.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ban_and_composite_decide() {
+    let (server, admin, web) = setup().await;
+    let composite = r#"{"algorithm":"composite","limits":[{"algorithm":"fixed-window","limit":3,"period":"1h"},{"algorithm":"token-bucket","capacity":2,"rate":1,"period":"1h"}],"apps":["web"]}"#;
+    let made = put(&server.url("/v1/policies/both"), &admin, composite, None).await;
+    assert_eq!(made.status, StatusCode::CREATED, "{}", made.text);
+    assert_eq!(made.json["limits"][1]["capacity"], 2);
+    let decide = |key: &'static str, policy: &'static str| {
+        let (url, web) = (server.url("/v1/decide"), web.clone());
+        async move {
+            post(
+                &url,
+                &web,
+                &format!(r#"{{"policy":"{policy}","key":"{key}"}}"#),
+            )
+            .await
+        }
+    };
+    // The bucket (2) is the tighter limit.
+    let allowed: Vec<bool> = [0; 3].iter().map(|_| true).collect();
+    let mut got = Vec::new();
+    for _ in &allowed {
+        got.push(decide("k", "both").await.json["allowed"] == true);
+    }
+    assert_eq!(got, [true, true, false]);
+    let ban = r#"{"algorithm":"fixed-window","limit":1,"period":"1h","ban":{"threshold":1,"window":"1h","duration":"1h"},"apps":["web"]}"#;
+    assert_eq!(
+        put(&server.url("/v1/policies/banned"), &admin, ban, None)
+            .await
+            .status,
+        StatusCode::CREATED
+    );
+    let outcomes = [
+        decide("k", "banned").await.json,
+        decide("k", "banned").await.json,
+        decide("k", "banned").await.json,
+    ];
+    assert_eq!(
+        outcomes
+            .iter()
+            .map(|o| o["allowed"] == true)
+            .collect::<Vec<_>>(),
+        [true, false, false]
+    );
+    server.stop().await;
+}
+
+/// Leases of a concurrency policy: at most `limit` owners, release and renew by the
+/// owner only, tokens growing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_over_http() {
+    let (server, admin, web) = setup().await;
+    let workers = r#"{"algorithm":"concurrency","limit":1,"lease":"30s","apps":["web"]}"#;
+    let made = put(&server.url("/v1/policies/workers"), &admin, workers, None).await;
+    assert_eq!(made.status, StatusCode::CREATED, "{}", made.text);
+    let lease = |op: &'static str, owner: &'static str, extra: &'static str| {
+        let (url, web) = (server.url(&format!("/v1/lease/{op}")), web.clone());
+        async move {
+            post(
+                &url,
+                &web,
+                &format!(r#"{{"policy":"workers","key":"build","owner":"{owner}"{extra}}}"#),
+            )
+            .await
+        }
+    };
+    let first = lease("acquire", "a", "").await;
+    assert_eq!(first.status, StatusCode::OK, "{}", first.text);
+    assert_eq!(first.json["acquired"], true);
+    assert_eq!(first.json["holds"], 1);
+    let token = first.json["token"].as_u64().unwrap();
+    let busy = lease("acquire", "b", "").await;
+    assert_eq!(busy.json["acquired"], false);
+    assert!(busy.json["retry_after_us"].as_u64().unwrap() <= 30_000_000);
+    assert_eq!(lease("release", "b", "").await.json["released"], false);
+    assert_eq!(lease("renew", "b", "").await.json["renewed"], false);
+    let renewed = lease("renew", "a", r#","ttl_us":60000000"#).await;
+    assert_eq!(renewed.json["renewed"], true);
+    assert_eq!(lease("release", "a", "").await.json["released"], true);
+    let second = lease("acquire", "b", "").await;
+    assert_eq!(second.json["acquired"], true);
+    assert!(second.json["token"].as_u64().unwrap() > token);
+    // Bad arguments: 422 naming the field; a rate policy is not leases, nor the reverse.
+    let zero = lease("acquire", "c", r#","ttl_us":0"#).await;
+    assert_eq!(
+        (zero.status.as_u16(), zero.json["field"].as_str()),
+        (422, Some("ttl_us"))
+    );
+    let long_owner = post(
+        &server.url("/v1/lease/acquire"),
+        &web,
+        &format!(
+            r#"{{"policy":"workers","key":"k","owner":"{}"}}"#,
+            "o".repeat(200)
+        ),
+    )
+    .await;
+    assert_eq!(long_owner.status, StatusCode::UNPROCESSABLE_ENTITY);
+    let decide = post(
+        &server.url("/v1/decide"),
+        &web,
+        r#"{"policy":"workers","key":"k"}"#,
+    )
+    .await;
+    assert_eq!(decide.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(
+        put(&server.url("/v1/policies/api"), &admin, BUCKET, None)
+            .await
+            .status,
+        StatusCode::CREATED
+    );
+    let rate = post(
+        &server.url("/v1/lease/acquire"),
+        &web,
+        r#"{"policy":"api","key":"k","owner":"a"}"#,
+    )
+    .await;
+    assert_eq!(rate.status, StatusCode::UNPROCESSABLE_ENTITY);
+    // Users may not take leases.
+    let as_user = post(
+        &server.url("/v1/lease/acquire"),
+        &admin,
+        r#"{"policy":"workers","key":"k","owner":"a"}"#,
+    )
+    .await;
+    assert_eq!(as_user.status, StatusCode::FORBIDDEN);
+    server.stop().await;
+}
