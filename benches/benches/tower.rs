@@ -9,6 +9,8 @@
 //! tollgate always writes `RateLimit-Policy` and `RateLimit`, so
 //! `tower_governor_headers` adds tower_governor with its `use_headers()` (its
 //! `x-ratelimit-limit` and `x-ratelimit-remaining` on every admitted response).
+//! `tollgate_decision` prices tollgate's limiter alone (the same keys, no layer), so the
+//! layer's own share is `tollgate - bare - tollgate_decision`.
 //! `examples/tower_instructions.rs` counts the instructions of the same apps, a figure
 //! a busy machine does not blur.
 
@@ -19,7 +21,7 @@ use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use tower::ServiceExt;
-use tower_apps::{apps, request};
+use tower_apps::{apps, decision, request};
 
 fn tower_overhead(c: &mut Criterion) {
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -42,6 +44,14 @@ fn tower_overhead(c: &mut Criterion) {
             })
         });
     }
+    let mut decide = decision();
+    let mut i = 0u32;
+    group.bench_function("tollgate_decision", |b| {
+        b.iter(|| {
+            i = i.wrapping_add(1);
+            black_box(decide(i))
+        })
+    });
     group.finish();
 }
 

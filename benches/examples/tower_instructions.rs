@@ -14,17 +14,24 @@
 mod tower_apps;
 
 use tower::ServiceExt;
-use tower_apps::{apps, request};
+use tower_apps::{apps, decision, request};
 
 fn main() {
     let mut args = std::env::args().skip(1);
     let (Some(name), Some(n)) = (args.next(), args.next().and_then(|n| n.parse::<u32>().ok()))
     else {
         eprintln!(
-            "usage: tower_instructions bare|tollgate|tower_governor|tower_governor_headers N"
+            "usage: tower_instructions bare|tollgate|tower_governor|tower_governor_headers|tollgate_decision N"
         );
         std::process::exit(2);
     };
+    if name == "tollgate_decision" {
+        let mut decide = decision();
+        for i in 0..n {
+            assert!(decide(i));
+        }
+        return;
+    }
     let Some((_, app)) = apps().into_iter().find(|(app, _)| *app == name) else {
         eprintln!("no app {name}");
         std::process::exit(2);

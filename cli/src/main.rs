@@ -13,6 +13,7 @@ mod chart;
 mod fleet;
 mod lease;
 mod policy;
+mod remote;
 mod serve;
 mod stats;
 mod traffic;
@@ -112,6 +113,10 @@ enum Command {
     /// Run the rate-limit service: policies, apps and users in a database, decisions
     /// over HTTP (see server/API.md); --init-admin prints the first admin's token.
     Serve(serve::ServeArgs),
+    /// Manage the policies of a `tollgate serve` (list, show, apply a policy file,
+    /// delete) with a user token, for scripts and CI.
+    #[command(subcommand)]
+    Policy(remote::PolicyCommand),
 }
 
 /// The algorithms `--algorithm` takes (leases and composites need a policy file).
@@ -340,6 +345,7 @@ fn run(command: Command) -> Result<ExitCode, Failure> {
         Command::Reset(args) => args.run(Action::Reset),
         Command::Inspect { key, json } => key.run(Action::Inspect { json }),
         Command::Serve(args) => args.run(),
+        Command::Policy(command) => command.run(),
         Command::Purge { policy, backend } => {
             let loaded = policy.load()?;
             loaded.limiter.run(

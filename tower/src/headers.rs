@@ -68,31 +68,7 @@ impl Policy {
         decision: &Decision,
         legacy: bool,
     ) {
-        let reset = reset_seconds(decision);
-        headers.insert(RATELIMIT_POLICY, self.header.clone());
-        // Written by hand on the stack, then copied once into an exactly sized buffer:
-        // this runs on every response.
-        let mut buffer = [0u8; 128];
-        let mut len = 0;
-        for part in [
-            &self.prefix[..],
-            number(decision.remaining, &mut [0; 20]),
-            b";t=",
-            number(reset, &mut [0; 20]),
-        ] {
-            if let Some(slot) = buffer.get_mut(len..len + part.len()) {
-                slot.copy_from_slice(part);
-                len += part.len();
-            }
-        }
-        if let Ok(value) = HeaderValue::from_bytes(&buffer[..len]) {
-            headers.insert(RATELIMIT, value);
-        }
-        if legacy {
-            headers.insert(X_LIMIT, decision.limit.into());
-            headers.insert(X_REMAINING, decision.remaining.into());
-            headers.insert(X_RESET, reset.into());
-        }
+        Stamp::new(self, decision, legacy).apply(headers);
         let refusal = matches!(
             status,
             StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
@@ -105,16 +81,52 @@ impl Policy {
     }
 }
 
-/// `n` in decimal, written at the end of `digits`.
-fn number(mut n: u64, digits: &mut [u8; 20]) -> &[u8] {
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        // `n % 10` is below 10: the cast keeps it whole.
-        digits[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            return &digits[i..];
+/// The rate-limit headers of one decision, made when it is decided: an admitted
+/// request's response future then holds these values and nothing shared.
+#[derive(Debug)]
+pub(crate) struct Stamp {
+    policy: HeaderValue,
+    ratelimit: Option<HeaderValue>,
+    /// `X-RateLimit-Limit`, `-Remaining`, `-Reset`, if asked (boxed: rarely on).
+    legacy: Option<Box<[HeaderValue; 3]>>,
+}
+
+impl Stamp {
+    pub(crate) fn new(policy: &Policy, decision: &Decision, legacy: bool) -> Self {
+        let reset = reset_seconds(decision);
+        let (mut remaining, mut t) = (itoa::Buffer::new(), itoa::Buffer::new());
+        let (remaining, t) = (remaining.format(decision.remaining), t.format(reset));
+        // One exactly sized allocation, handed to the header value as it is: this runs
+        // for every request.
+        let mut value = Vec::with_capacity(policy.prefix.len() + remaining.len() + 3 + t.len());
+        value.extend_from_slice(&policy.prefix);
+        value.extend_from_slice(remaining.as_bytes());
+        value.extend_from_slice(b";t=");
+        value.extend_from_slice(t.as_bytes());
+        Self {
+            policy: policy.header.clone(),
+            // Names are checked and the rest is digits: always a valid value.
+            ratelimit: HeaderValue::from_maybe_shared(Bytes::from(value)).ok(),
+            legacy: legacy.then(|| {
+                Box::new([
+                    decision.limit.into(),
+                    decision.remaining.into(),
+                    reset.into(),
+                ])
+            }),
+        }
+    }
+
+    pub(crate) fn apply(self, headers: &mut HeaderMap) {
+        headers.insert(RATELIMIT_POLICY, self.policy);
+        if let Some(value) = self.ratelimit {
+            headers.insert(RATELIMIT, value);
+        }
+        if let Some(legacy) = self.legacy {
+            let [limit, remaining, reset] = *legacy;
+            headers.insert(X_LIMIT, limit);
+            headers.insert(X_REMAINING, remaining);
+            headers.insert(X_RESET, reset);
         }
     }
 }
@@ -176,13 +188,6 @@ mod tests {
         assert_eq!(get(&h, "ratelimit"), Some("\"api\";r=7;t=7"));
         assert_eq!(get(&h, "x-ratelimit-limit"), Some("100"));
         assert_eq!(get(&h, "x-ratelimit-remaining"), Some("7"));
-    }
-
-    #[test]
-    fn numbers_are_written_in_decimal() {
-        for n in [0, 7, 10, 99, 1_000_000, u64::MAX] {
-            assert_eq!(number(n, &mut [0; 20]), n.to_string().as_bytes());
-        }
     }
 
     #[test]

@@ -7,8 +7,9 @@
 //! the layer and its services: in process ([`KeyedLimiter`](tollgate_core::memory::KeyedLimiter),
 //! built from a [`Quota`] written as "N per period"), or, with the `redis` feature, in
 //! Redis ([`RedisBackend`]) shared by replicas, following the limiter's fail policy when
-//! Redis is away. A fleet limiter or a remote `tollgate serve` plugs into the same trait
-//! (a decision that may take a round trip); neither exists yet.
+//! Redis is away, or, with the `remote` feature, by a `tollgate serve` ([`Remote`]:
+//! one `POST /v1/decide` per request on pooled connections). A fleet limiter plugs into
+//! the same trait (a decision that may take a round trip).
 //!
 //! - Keys ([`KeyExtractor`]): the peer's IP, the client behind trusted proxies
 //!   (`Forwarded` / `X-Forwarded-For`, read only from peers in the configured networks),
@@ -56,6 +57,8 @@ mod concurrency;
 mod headers;
 mod key;
 mod limiter;
+#[cfg(feature = "remote")]
+mod remote;
 mod service;
 mod strategy;
 
@@ -65,6 +68,8 @@ pub use key::{Cidr, Key, KeyError, KeyExtractor, KeyFn};
 #[cfg(feature = "redis")]
 pub use limiter::RedisBackend;
 pub use limiter::{BoxFuture, InProcess, KeyHasher, Limiter, NoWait, Pending, Quota, Verdict};
+#[cfg(feature = "remote")]
+pub use remote::{Remote, RemoteFail};
 pub use service::{OnBadKey, RateLimit, RateLimitLayer, ResponseFuture};
 pub use strategy::{Degrade, Overload, Reject, Wait};
 
@@ -84,4 +89,7 @@ pub enum Error {
     /// The template has no such parameter.
     #[error("the path template {0:?} has no parameter {{{1}}}")]
     PathParam(String, &'static str),
+    /// A `tollgate serve` URL or token that cannot be used.
+    #[error("{0}")]
+    Remote(String),
 }

@@ -13,6 +13,7 @@ use tollgate_core::Decision;
 use tower_layer::Layer;
 use tower_service::Service;
 
+use crate::headers::Stamp;
 use crate::limiter::{BoxFuture, Limiter, Pending, Verdict};
 use crate::strategy::{Overload, Reject};
 use crate::{Error, InProcess, Key, KeyExtractor, Policy, Quota};
@@ -61,6 +62,25 @@ impl Config {
     }
 }
 
+/// What the layer and its services share: one `Arc`, so cloning either (axum does per
+/// request) is one reference count.
+#[derive(Debug)]
+struct Shared<L, O> {
+    limiter: Arc<L>,
+    config: Config,
+    overload: O,
+}
+
+impl<L, O: Clone> Clone for Shared<L, O> {
+    fn clone(&self) -> Self {
+        Self {
+            limiter: self.limiter.clone(),
+            config: self.config.clone(),
+            overload: self.overload.clone(),
+        }
+    }
+}
+
 /// Limits the requests of the services it wraps. Clones share one limiter: apply the
 /// same layer to several routes for one limit across them, and a layer per route for
 /// separate limits.
@@ -79,17 +99,13 @@ impl Config {
 /// ```
 #[derive(Debug)]
 pub struct RateLimitLayer<L, O = Reject> {
-    limiter: Arc<L>,
-    config: Arc<Config>,
-    overload: O,
+    shared: Arc<Shared<L, O>>,
 }
 
-impl<L, O: Clone> Clone for RateLimitLayer<L, O> {
+impl<L, O> Clone for RateLimitLayer<L, O> {
     fn clone(&self) -> Self {
         Self {
-            limiter: self.limiter.clone(),
-            config: self.config.clone(),
-            overload: self.overload.clone(),
+            shared: self.shared.clone(),
         }
     }
 }
@@ -110,69 +126,78 @@ impl<L: Limiter> RateLimitLayer<L> {
     /// with 429.
     pub fn new(policy: Policy, limiter: L) -> Self {
         Self {
-            limiter: Arc::new(limiter),
-            config: Arc::new(Config {
-                policy,
-                key: KeyExtractor::peer_ip(),
-                cost: None,
-                on_bad_key: OnBadKey::Reject,
-                legacy: false,
+            shared: Arc::new(Shared {
+                limiter: Arc::new(limiter),
+                config: Config {
+                    policy,
+                    key: KeyExtractor::peer_ip(),
+                    cost: None,
+                    on_bad_key: OnBadKey::Reject,
+                    legacy: false,
+                },
+                overload: Reject::default(),
             }),
-            overload: Reject::default(),
         }
     }
 }
 
-impl<L: Limiter, O> RateLimitLayer<L, O> {
+impl<L: Limiter, O: Clone> RateLimitLayer<L, O> {
+    fn config(&mut self) -> &mut Config {
+        &mut Arc::make_mut(&mut self.shared).config
+    }
+
     /// How each request's key is read.
     pub fn key(mut self, key: KeyExtractor) -> Self {
-        Arc::make_mut(&mut self.config).key = key;
+        self.config().key = key;
         self
     }
 
     /// What a request gets when its key cannot be read.
     pub fn on_bad_key(mut self, choice: OnBadKey) -> Self {
-        Arc::make_mut(&mut self.config).on_bad_key = choice;
+        self.config().on_bad_key = choice;
         self
     }
 
     /// Prices each request (a bulk upload costs more than a read); 1 by default.
     pub fn cost(mut self, cost: impl Fn(&Parts) -> u64 + Send + Sync + 'static) -> Self {
-        Arc::make_mut(&mut self.config).cost = Some(Arc::new(cost));
+        self.config().cost = Some(Arc::new(cost));
         self
     }
 
     /// Also sends `X-RateLimit-Limit`, `-Remaining` and `-Reset` (seconds from now).
     pub fn legacy_headers(mut self, on: bool) -> Self {
-        Arc::make_mut(&mut self.config).legacy = on;
+        self.config().legacy = on;
         self
     }
 
     /// What a denied request gets: [`Reject`](crate::Reject) (the default),
     /// [`Wait`](crate::Wait), [`Degrade`](crate::Degrade) or your own [`Overload`].
     pub fn overload<P>(self, overload: P) -> RateLimitLayer<L, P> {
+        let Shared {
+            limiter, config, ..
+        } = Arc::unwrap_or_clone(self.shared);
         RateLimitLayer {
-            limiter: self.limiter,
-            config: self.config,
-            overload,
+            shared: Arc::new(Shared {
+                limiter,
+                config,
+                overload,
+            }),
         }
     }
 
     /// The shared limiter.
     pub fn limiter(&self) -> &Arc<L> {
-        &self.limiter
+        &self.shared.limiter
     }
 }
 
-impl<S, L, O: Clone> Layer<S> for RateLimitLayer<L, O> {
+impl<S, L, O> Layer<S> for RateLimitLayer<L, O> {
     type Service = RateLimit<S, L, O>;
 
     fn layer(&self, inner: S) -> Self::Service {
         RateLimit {
             inner,
-            limiter: self.limiter.clone(),
-            config: self.config.clone(),
-            overload: self.overload.clone(),
+            shared: self.shared.clone(),
         }
     }
 }
@@ -182,18 +207,14 @@ impl<S, L, O: Clone> Layer<S> for RateLimitLayer<L, O> {
 #[derive(Debug)]
 pub struct RateLimit<S, L, O = Reject> {
     inner: S,
-    limiter: Arc<L>,
-    config: Arc<Config>,
-    overload: O,
+    shared: Arc<Shared<L, O>>,
 }
 
-impl<S: Clone, L, O: Clone> Clone for RateLimit<S, L, O> {
+impl<S: Clone, L, O> Clone for RateLimit<S, L, O> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
-            limiter: self.limiter.clone(),
-            config: self.config.clone(),
-            overload: self.overload.clone(),
+            shared: self.shared.clone(),
         }
     }
 }
@@ -227,16 +248,21 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        let config = &self.config;
-        // Split the request only for closures, which read its `Parts`.
-        let (key, cost, request) = match (config.key.extract_request(&request), &config.cost) {
-            (Some(key), None) => (key, 1, request),
+    fn call(&mut self, mut request: Request<ReqBody>) -> Self::Future {
+        let Shared {
+            limiter,
+            config,
+            overload,
+        } = &*self.shared;
+        // The request is split only for closures, which read its `Parts`.
+        let (key, cost) = match (config.key.extract_request(&request), &config.cost) {
+            (Some(key), None) => (key, 1),
             (key, cost) => {
                 let (parts, body) = request.into_parts();
                 let key = key.unwrap_or_else(|| config.key.extract(&parts));
                 let cost = cost.as_ref().map_or(1, |price| price(&parts));
-                (key, cost, Request::from_parts(parts, body))
+                request = Request::from_parts(parts, body);
+                (key, cost)
             }
         };
         let key = match key {
@@ -249,23 +275,23 @@ where
                 }
             },
         };
-        let pending = match self.overload.max_wait() {
-            Some(max_wait) => self.limiter.reserve(&key, cost, max_wait),
-            None => self.limiter.check(&key, cost),
+        let pending = match overload.max_wait() {
+            Some(max_wait) => limiter.reserve(&key, cost, max_wait),
+            None => limiter.check(&key, cost),
         };
         match pending {
             // The fast path: decided in process, admitted at once.
             Pending::Ready(Verdict::Decided(decision))
                 if decision.allowed && decision.delay == 0 =>
             {
-                ResponseFuture::inner(self.inner.call(request), decision, config.clone())
+                let stamp = Stamp::new(&config.policy, &decision, config.legacy);
+                ResponseFuture::inner(self.inner.call(request), stamp)
             }
             pending => {
                 // The ready service goes with this request; a fresh clone waits for the next.
                 let clone = self.inner.clone();
                 let inner = std::mem::replace(&mut self.inner, clone);
-                let overload = self.overload.clone();
-                let future = decide(pending, inner, request, overload, config.clone());
+                let future = decide(pending, inner, request, self.shared.clone());
                 ResponseFuture::boxed(Box::pin(future))
             }
         }
@@ -273,12 +299,11 @@ where
 }
 
 /// The slow path: waits for the verdict (and a reservation's slot), then answers.
-async fn decide<S, O, ReqBody, ResBody>(
+async fn decide<S, L, O, ReqBody, ResBody>(
     pending: Pending,
     mut inner: S,
     request: Request<ReqBody>,
-    overload: O,
-    config: Arc<Config>,
+    shared: Arc<Shared<L, O>>,
 ) -> Result<Response<ResBody>, S::Error>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
@@ -293,9 +318,9 @@ where
                 }
                 inner.call(request).await?
             } else {
-                overload.denied(request, &decision).await?
+                shared.overload.denied(request, &decision).await?
             };
-            config.stamp(&mut response, &decision);
+            shared.config.stamp(&mut response, &decision);
             Ok(response)
         }
         Verdict::Open => inner.call(request).await,
@@ -322,7 +347,7 @@ pin_project_lite::pin_project! {
     #[project = StateProj]
     enum State<F, B, E> {
         /// Admitted in process: the inner service's future, then the headers.
-        Inner { #[pin] future: F, decision: Decision, config: Arc<Config> },
+        Inner { #[pin] future: F, stamp: Option<Stamp> },
         /// Anything that waits: a remote verdict, a reservation, a strategy.
         Boxed { future: BoxFuture<Result<Response<B>, E>> },
         /// Answered here.
@@ -337,12 +362,11 @@ impl<F, B, E> std::fmt::Debug for ResponseFuture<F, B, E> {
 }
 
 impl<F, B, E> ResponseFuture<F, B, E> {
-    fn inner(future: F, decision: Decision, config: Arc<Config>) -> Self {
+    fn inner(future: F, stamp: Stamp) -> Self {
         Self {
             state: State::Inner {
                 future,
-                decision,
-                config,
+                stamp: Some(stamp),
             },
         }
     }
@@ -370,13 +394,12 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().state.project() {
-            StateProj::Inner {
-                future,
-                decision,
-                config,
-            } => {
+            StateProj::Inner { future, stamp } => {
                 let mut response = std::task::ready!(future.poll(cx))?;
-                config.stamp(&mut response, decision);
+                // Taken once: the future is done after this.
+                if let Some(stamp) = stamp.take() {
+                    stamp.apply(response.headers_mut());
+                }
                 Poll::Ready(Ok(response))
             }
             StateProj::Boxed { future } => future.as_mut().poll(cx),

@@ -9,7 +9,7 @@ use axum::extract::ConnectInfo;
 use axum::http::Request;
 use axum::routing::get;
 use axum::Router;
-use tollgate_tower::{Quota, RateLimitLayer};
+use tollgate_tower::{Key, Quota, RateLimitLayer};
 use tower_governor::governor::GovernorConfigBuilder;
 use tower_governor::GovernorLayer;
 
@@ -19,26 +19,37 @@ fn route() -> Router {
     Router::new().route("/", get(|| async { "ok" }))
 }
 
+/// A billion a second per client: never denies.
+fn quota() -> Quota {
+    Quota::per(1_000_000_000, Duration::from_secs(1))
+}
+
+/// The `i`th client of 256.
+fn client(i: u32) -> [u8; 4] {
+    [10, 0, 0, u8::try_from(i % CLIENTS).unwrap()]
+}
+
 /// The `i`th request: `GET /` from one of 256 client addresses in turn.
 pub fn request(i: u32) -> Request<Body> {
     let mut request = Request::get("/").body(Body::empty()).unwrap();
-    let ip = [10, 0, 0, u8::try_from(i % CLIENTS).unwrap()];
     request
         .extensions_mut()
-        .insert(ConnectInfo(SocketAddr::from((ip, 4000))));
+        .insert(ConnectInfo(SocketAddr::from((client(i), 4000))));
     request
+}
+
+/// The `tollgate` app's decision alone: its in-process limiter asked for the `i`th
+/// client, which the layer's time includes (priced apart, since the limiter and the
+/// layer are sped up separately).
+pub fn decision() -> impl FnMut(u32) -> bool {
+    let limiter = quota().in_process(10_000).unwrap();
+    move |i| limiter.check(&Key::Ip(client(i).into()), 1).allowed
 }
 
 /// The route alone, behind tollgate's layer, behind tower_governor's without and with
 /// its headers; every limit per client IP and never denying.
 pub fn apps() -> [(&'static str, Router); 4] {
-    // A billion a second per client.
-    let tollgate = RateLimitLayer::in_process(
-        "bench",
-        Quota::per(1_000_000_000, Duration::from_secs(1)),
-        10_000,
-    )
-    .unwrap();
+    let tollgate = RateLimitLayer::in_process("bench", quota(), 10_000).unwrap();
     let governor = || {
         let mut config = GovernorConfigBuilder::default();
         config.per_nanosecond(1).burst_size(1_000_000_000);

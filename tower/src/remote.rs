@@ -1,0 +1,236 @@
+//! A limit kept by a `tollgate serve` (the `remote` feature): each decision is one
+//! `POST /v1/decide` over a pooled keep-alive connection, bounded by a timeout; when the
+//! service cannot answer, the [`RemoteFail`] policy does.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Method, Request, StatusCode, Uri};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use serde::{Deserialize, Serialize};
+use tollgate_core::Decision;
+
+use crate::limiter::{Limiter, Pending, Verdict};
+use crate::{Error, InProcess, Key};
+
+/// The longest decision answer read (the server's are about 200 bytes).
+const MAX_ANSWER: usize = 16 * 1024;
+
+/// What a [`Remote`] limiter answers when the service is unreachable, times out or
+/// fails (a 5xx). A refusal of the request itself (401, 403, 422: a wrong token, a
+/// policy the app may not use, a key too long) is a configuration error, answered 500
+/// whatever the policy, never admitted.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum RemoteFail {
+    /// Refuse (the middleware answers 503): protect the service behind the limit.
+    Closed,
+    /// Admit, with no rate-limit headers: keep serving at the cost of the limit.
+    Open,
+    /// Decide in this process: each replica enforces this limit alone meanwhile.
+    Local(Arc<InProcess>),
+}
+
+/// A limit decided by a `tollgate serve` at `server` for the app whose token is given:
+/// every request is one `POST /v1/decide` of the policy, the request's key and cost.
+/// Clones of the layer share one connection pool (HTTP/1.1 keep-alive), so a busy
+/// service reuses its connections. Plain `http://` (a service on the same host or
+/// network); the timeout bounds the whole exchange (1 s unless set).
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use tollgate_tower::{Policy, RateLimitLayer, Remote, RemoteFail};
+///
+/// # fn run() -> Result<(), tollgate_tower::Error> {
+/// let token = std::env::var("TOLLGATE_APP_TOKEN").unwrap_or_default();
+/// let remote = Remote::new("http://127.0.0.1:8080", &token, "api")?
+///     .timeout(Duration::from_millis(200))
+///     .on_failure(RemoteFail::Open);
+/// // The headers announce the server's policy: 100 a minute.
+/// let layer = RateLimitLayer::new(Policy::new("api", 100, Duration::from_secs(60))?, remote);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Remote {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug, Clone)]
+struct Inner {
+    client: Client<HttpConnector, Full<Bytes>>,
+    decide: Uri,
+    authorization: HeaderValue,
+    policy: String,
+    timeout: Duration,
+    fail: RemoteFail,
+}
+
+/// Why a decision could not be had from the service.
+enum Failure {
+    /// Unreachable, too slow, or failing (5xx): the fail policy answers.
+    Unavailable,
+    /// The service refused the request or answered nonsense.
+    Refused(String),
+}
+
+#[derive(Serialize)]
+struct Ask<'a> {
+    policy: &'a str,
+    key: &'a str,
+    cost: u64,
+}
+
+#[derive(Deserialize)]
+struct Answer {
+    allowed: bool,
+    limit: u64,
+    remaining: u64,
+    retry_after_us: Option<u64>,
+    reset_after_us: u64,
+    delay_us: u64,
+}
+
+impl Remote {
+    /// Decides `policy` at the service `server` (`http://host:port`) with the app token
+    /// `token`; an error if the URL or the token cannot be used.
+    pub fn new(server: &str, token: &str, policy: &str) -> Result<Self, Error> {
+        let bad = |why: &str| Error::Remote(format!("{why}: {server:?}"));
+        let base: Uri = server.parse().map_err(|_| bad("not a URL"))?;
+        if base.scheme_str() != Some("http") || base.authority().is_none() {
+            return Err(bad("the service's URL is http://host:port"));
+        }
+        let decide = format!("{}/v1/decide", server.trim_end_matches('/'))
+            .parse()
+            .map_err(|_| bad("not a URL"))?;
+        let mut authorization = HeaderValue::from_str(&format!("Bearer {token}"))
+            .map_err(|_| Error::Remote("the token is not a header value".into()))?;
+        authorization.set_sensitive(true);
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        Ok(Self {
+            inner: Arc::new(Inner {
+                client: Client::builder(TokioExecutor::new()).build(connector),
+                decide,
+                authorization,
+                policy: policy.to_owned(),
+                timeout: Duration::from_secs(1),
+                fail: RemoteFail::Closed,
+            }),
+        })
+    }
+
+    /// The longest a decision may take, connecting included, before the fail policy
+    /// answers.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.inner_mut().timeout = timeout;
+        self
+    }
+
+    /// What to answer while the service cannot ([`RemoteFail::Closed`] by default).
+    pub fn on_failure(mut self, fail: RemoteFail) -> Self {
+        self.inner_mut().fail = fail;
+        self
+    }
+
+    fn inner_mut(&mut self) -> &mut Inner {
+        Arc::make_mut(&mut self.inner)
+    }
+}
+
+impl Inner {
+    async fn decide(&self, key: &Key, cost: u64) -> Verdict {
+        match tokio::time::timeout(self.timeout, self.ask(key, cost)).await {
+            Ok(Ok(decision)) => Verdict::Decided(decision),
+            Ok(Err(Failure::Refused(why))) => Verdict::Failed(why),
+            Ok(Err(Failure::Unavailable)) | Err(_) => match &self.fail {
+                RemoteFail::Closed => Verdict::Closed,
+                RemoteFail::Open => Verdict::Open,
+                RemoteFail::Local(limiter) => Verdict::Decided(limiter.check(key, cost)),
+            },
+        }
+    }
+
+    async fn ask(&self, key: &Key, cost: u64) -> Result<Decision, Failure> {
+        let key = remote_key(key);
+        let ask = Ask {
+            policy: &self.policy,
+            key: &key,
+            cost,
+        };
+        let body = serde_json::to_vec(&ask).map_err(|e| Failure::Refused(e.to_string()))?;
+        let mut request = Request::new(Full::new(Bytes::from(body)));
+        *request.method_mut() = Method::POST;
+        *request.uri_mut() = self.decide.clone();
+        let headers = request.headers_mut();
+        headers.insert(header::AUTHORIZATION, self.authorization.clone());
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        let response = self
+            .client
+            .request(request)
+            .await
+            .map_err(|_| Failure::Unavailable)?;
+        let status = response.status();
+        let body = Limited::new(response.into_body(), MAX_ANSWER)
+            .collect()
+            .await
+            .map_err(|_| Failure::Unavailable)?
+            .to_bytes();
+        if status.is_server_error() {
+            return Err(Failure::Unavailable);
+        }
+        if status != StatusCode::OK {
+            let text = String::from_utf8_lossy(&body);
+            return Err(Failure::Refused(format!(
+                "the service answered {status}: {text}"
+            )));
+        }
+        let answer: Answer = serde_json::from_slice(&body)
+            .map_err(|e| Failure::Refused(format!("not a decision: {e}")))?;
+        Ok(if answer.allowed {
+            Decision::admit(
+                answer.limit,
+                answer.remaining,
+                answer.reset_after_us,
+                answer.delay_us,
+            )
+        } else {
+            Decision::deny(
+                answer.limit,
+                answer.remaining,
+                answer.retry_after_us,
+                answer.reset_after_us,
+            )
+        })
+    }
+}
+
+/// The key as the service takes it (a string): IP keys as `ip:` and the address, text
+/// as it is, other bytes as `hex:` and their hexadecimal digits.
+fn remote_key(key: &Key) -> String {
+    let bytes = key.to_bytes();
+    match String::from_utf8(bytes) {
+        Ok(text) => text,
+        Err(e) => {
+            let mut hex = String::from("hex:");
+            for b in e.as_bytes() {
+                hex.push_str(&format!("{b:02x}"));
+            }
+            hex
+        }
+    }
+}
+
+impl Limiter for Remote {
+    fn check(&self, key: &Key, cost: u64) -> Pending {
+        let (inner, key) = (self.inner.clone(), key.clone());
+        Pending::Later(Box::pin(async move { inner.decide(&key, cost).await }))
+    }
+}
