@@ -2,7 +2,7 @@
 //!
 //! The command starts N node processes (this binary, re-invoked as the hidden
 //! `fleet-node` subcommand), each offering the traffic to its own
-//! [`FleetLimiter`](tollgate_redis::fleet::FleetLimiter) on the shared key, SIGKILLs node
+//! [`FleetLimiter`] on the shared key, SIGKILLs node
 //! 0 at 40% of the run and starts one more node at 70%. Nodes print one JSON line per
 //! period of the policy; the command adds them up and compares each period's admitted
 //! units with what one exact limiter would admit: over-admission is what exceeds the
