@@ -380,7 +380,10 @@ impl Server {
                         map.remove(key);
                     }
                 }
-                if fields == wanted {
+                // Compared as policies, not as JSON: the server writes fields the file
+                // may leave out (an empty description).
+                if serde_json::from_value::<Policy>(fields).is_ok_and(|current| current == *policy)
+                {
                     return Ok(format!("unchanged {name} (version {})", current["version"]));
                 }
                 Some(&current["version"])
