@@ -1,7 +1,7 @@
 //! How a direct limiter holds its one state: one atomic word where it fits, else a lock.
 
 use core::marker::PhantomData;
-use core::sync::atomic::Ordering;
+use core::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use portable_atomic::AtomicU128;
@@ -35,12 +35,22 @@ pub trait StateCell<S>: Default + Send + Sync {
     fn load(&self) -> Option<S>;
     /// Forgets the state: the next request finds it fresh.
     fn clear(&self);
+    /// How many compare-and-swaps failed because another thread wrote first (each
+    /// failure reruns the transition); zero for cells that lock.
+    fn retries(&self) -> u64 {
+        0
+    }
 }
 
 /// An algorithm whose state an in-memory limiter can hold, and how.
 pub trait InMemory: Algorithm {
     /// The cell a [`DirectLimiter`](super::DirectLimiter) keeps the state in.
     type Cell: StateCell<Self::State>;
+
+    /// An empty cell for this algorithm's states (its parameters may choose the packing).
+    fn cell(&self) -> Self::Cell {
+        Self::Cell::default()
+    }
 }
 
 /// A state in one atomic 128-bit word, updated by compare-and-swap: no lock, and a
@@ -48,6 +58,7 @@ pub trait InMemory: Algorithm {
 #[derive(Debug)]
 pub struct AtomicCell<S> {
     word: AtomicU128,
+    retries: AtomicU64,
     state: PhantomData<fn() -> S>,
 }
 
@@ -55,8 +66,17 @@ impl<S> Default for AtomicCell<S> {
     fn default() -> Self {
         Self {
             word: AtomicU128::new(0),
+            retries: AtomicU64::new(0),
             state: PhantomData,
         }
+    }
+}
+
+impl<S: WordState> AtomicCell<S> {
+    /// Replaces the state, whatever it is.
+    fn store(&self, state: Option<S>) {
+        self.word
+            .store(state.map_or(0, S::to_word), Ordering::Release);
     }
 }
 
@@ -74,7 +94,10 @@ impl<S: WordState> StateCell<S> for AtomicCell<S> {
                 .compare_exchange(current, next, Ordering::AcqRel, Ordering::Acquire)
             {
                 Ok(_) => return decision,
-                Err(actual) => current = actual,
+                Err(actual) => {
+                    self.retries.fetch_add(1, Ordering::Relaxed);
+                    current = actual;
+                }
             }
         }
     }
@@ -86,6 +109,210 @@ impl<S: WordState> StateCell<S> for AtomicCell<S> {
     fn clear(&self) {
         self.word.store(0, Ordering::Release);
     }
+
+    fn retries(&self) -> u64 {
+        self.retries.load(Ordering::Relaxed)
+    }
+}
+
+/// A bucket's state in one atomic 64-bit word: a plain load and a 64-bit
+/// compare-and-swap per decision, where the 128-bit word costs a locked 16-byte
+/// exchange even to read.
+///
+/// A bucket's arrival time, counted in `1 / rate` tick, is a sum of instants times the
+/// rate and of costs times the period, so a multiple of `g = gcd(rate, period)`; the word
+/// holds it divided by `g`, exactly. That fits 64 bits at every instant for most
+/// parameters (for `rate / g` up to 3, and otherwise up to `2^64 × g / rate` ticks:
+/// for 10^9 per second, to the year 2554). A state that does not fit moves the cell, once
+/// and for good, to a 128-bit word: decisions and states are the same either way.
+#[derive(Debug)]
+pub struct NarrowCell<S> {
+    /// The state divided by `g`; zero for fresh, [`MOVING`] or [`WIDE`].
+    word: AtomicU64,
+    retries: AtomicU64,
+    /// Where the state lives once it has outgrown the word.
+    wide: AtomicCell<S>,
+    divisor: ExactDivisor,
+}
+
+/// The word while one thread moves the state to the wide cell.
+const MOVING: u64 = u64::MAX - 1;
+/// The word once the state lives in the wide cell.
+const WIDE: u64 = u64::MAX;
+
+impl<S> NarrowCell<S> {
+    /// An empty cell for states that are multiples of `gcd(a, b)` (the parameters
+    /// of a bucket: its rate and period; zero is taken as one).
+    pub fn new(a: u64, b: u64) -> Self {
+        Self {
+            word: AtomicU64::new(0),
+            retries: AtomicU64::new(0),
+            wide: AtomicCell::default(),
+            divisor: ExactDivisor::new(gcd(a.max(1), b.max(1))),
+        }
+    }
+}
+
+impl<S> Default for NarrowCell<S> {
+    fn default() -> Self {
+        Self::new(1, 1)
+    }
+}
+
+impl<S: WordState> NarrowCell<S> {
+    fn unpack(&self, word: u64) -> Option<S> {
+        S::from_word(self.divisor.times(word))
+    }
+
+    /// The word for `state`; `None` if it does not fit.
+    fn pack(&self, state: Option<S>) -> Option<u64> {
+        state.map_or(Some(0), |s| {
+            self.divisor
+                .exact_quotient(s.to_word())
+                .filter(|&w| w < MOVING)
+        })
+    }
+
+    /// The word once no move to the wide cell is under way (a move takes a few
+    /// instructions, once in a cell's life).
+    fn settled(&self) -> u64 {
+        loop {
+            match self.word.load(Ordering::Acquire) {
+                MOVING => std::thread::yield_now(),
+                word => return word,
+            }
+        }
+    }
+
+    /// Moves the state the word holds as `current` to the wide cell, unless another
+    /// thread changed the word first.
+    fn widen(&self, current: u64) {
+        if self
+            .word
+            .compare_exchange(current, MOVING, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+        {
+            self.wide.store(self.unpack(current));
+            self.word.store(WIDE, Ordering::Release);
+        }
+    }
+}
+
+impl<S: WordState + Send> StateCell<S> for NarrowCell<S> {
+    #[inline]
+    fn update(&self, mut transition: impl FnMut(Option<S>) -> (Decision, Option<S>)) -> Decision {
+        let mut current = self.word.load(Ordering::Acquire);
+        loop {
+            if current >= MOVING {
+                self.settled();
+                return self.wide.update(transition);
+            }
+            let (decision, next) = transition(self.unpack(current));
+            let Some(next) = self.pack(next) else {
+                self.widen(current);
+                current = self.word.load(Ordering::Acquire);
+                continue;
+            };
+            if next == current {
+                return decision;
+            }
+            match self
+                .word
+                .compare_exchange(current, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return decision,
+                Err(actual) => {
+                    self.retries.fetch_add(1, Ordering::Relaxed);
+                    current = actual;
+                }
+            }
+        }
+    }
+
+    fn load(&self) -> Option<S> {
+        match self.settled() {
+            WIDE => self.wide.load(),
+            word => self.unpack(word),
+        }
+    }
+
+    fn clear(&self) {
+        loop {
+            match self.settled() {
+                WIDE => return self.wide.clear(),
+                word => {
+                    if self
+                        .word
+                        .compare_exchange(word, 0, Ordering::AcqRel, Ordering::Relaxed)
+                        .is_ok()
+                    {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    fn retries(&self) -> u64 {
+        self.retries.load(Ordering::Relaxed) + self.wide.retries()
+    }
+}
+
+/// Exact division by a fixed `d`: a shift and a multiplication by the inverse of its
+/// odd part modulo 2^64, checked by multiplying back.
+#[derive(Debug, Clone, Copy)]
+struct ExactDivisor {
+    d: u64,
+    shift: u32,
+    odd: u64,
+    /// `odd × inverse ≡ 1 (mod 2^64)`.
+    inverse: u64,
+}
+
+impl ExactDivisor {
+    fn new(d: u64) -> Self {
+        let shift = d.trailing_zeros();
+        let odd = d >> shift;
+        // Newton's iteration doubles the correct low bits each step; `odd` is its own
+        // inverse modulo 8, so five steps reach 96 bits.
+        let mut inverse = odd;
+        for _ in 0..5 {
+            inverse = inverse.wrapping_mul(2u64.wrapping_sub(odd.wrapping_mul(inverse)));
+        }
+        Self {
+            d,
+            shift,
+            odd,
+            inverse,
+        }
+    }
+
+    /// `n × d`.
+    #[inline]
+    fn times(self, n: u64) -> u128 {
+        u128::from(n) * u128::from(self.d)
+    }
+
+    /// `n / d` if `d` divides `n` and the quotient fits 64 bits, else `None`.
+    #[inline]
+    fn exact_quotient(self, n: u128) -> Option<u64> {
+        if n.trailing_zeros() < self.shift {
+            return None;
+        }
+        let m = n >> self.shift;
+        let low = u64::try_from(m & u128::from(u64::MAX)).unwrap_or(0);
+        // If `m = q × odd` with `q < 2^64`, the low word times the inverse is `q`;
+        // multiplying back rejects every other `m`.
+        let q = low.wrapping_mul(self.inverse);
+        (u128::from(q) * u128::from(self.odd) == m).then_some(q)
+    }
+}
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
 }
 
 /// A state behind a mutex, for states too big for a word (the sliding log, the ban).
@@ -120,15 +347,19 @@ impl<S: Clone + Send> StateCell<S> for LockedCell<S> {
     }
 }
 
-impl InMemory for TokenBucket {
-    type Cell = AtomicCell<BucketState>;
+/// The buckets keep their state in a [`NarrowCell`] packed by their rate and period.
+macro_rules! narrow_bucket {
+    ($($bucket:ty),*) => {$(
+        impl InMemory for $bucket {
+            type Cell = NarrowCell<BucketState>;
+
+            fn cell(&self) -> NarrowCell<BucketState> {
+                NarrowCell::new(self.params().rate, self.params().period)
+            }
+        }
+    )*};
 }
-impl InMemory for LeakyBucket {
-    type Cell = AtomicCell<BucketState>;
-}
-impl InMemory for Pacing {
-    type Cell = AtomicCell<BucketState>;
-}
+narrow_bucket!(TokenBucket, LeakyBucket, Pacing);
 impl InMemory for FixedWindow {
     type Cell = AtomicCell<FixedWindowState>;
 }
@@ -149,4 +380,84 @@ where
     A::State: Send,
 {
     type Cell = LockedCell<Self::State>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Reserve, Ticks, MAX_TICKS};
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn exact_quotient_is_division(d in prop_oneof![1..=1_000u64, 1..=u64::MAX], q: u64, r: u64, n: u128) {
+            let divisor = ExactDivisor::new(d);
+            let exact = u128::from(q) * u128::from(d);
+            for n in [n, exact, exact + u128::from(r % d), 0] {
+                let expected = (n % u128::from(d) == 0)
+                    .then(|| u64::try_from(n / u128::from(d)).ok())
+                    .flatten();
+                prop_assert_eq!(divisor.exact_quotient(n), expected);
+            }
+            prop_assert_eq!(divisor.times(q), exact);
+        }
+
+        /// The 64-bit word against the 128-bit one, through the same transitions (checks
+        /// and reservations of every bucket): the same decisions and states, and the word
+        /// moves to the wide cell only once a state does not fit it.
+        #[test]
+        fn narrow_cell_decides_as_the_wide_cell(
+            capacity in prop_oneof![1..=10u64, 1..=1_000_000_000u64],
+            rate in prop_oneof![1..=10u64, 1..=1_000_000_000u64],
+            period in prop_oneof![1..=10u64, 1..=1_000_000u64],
+            start in prop_oneof![0..=1u64 << 52, Just(u64::MAX), 0..=MAX_TICKS],
+            steps in prop::collection::vec((0..4u8, any::<u64>(), any::<u64>(), any::<u64>()), 1..60),
+        ) {
+            let (Ok(token), Ok(funnel), Ok(queue)) = (
+                TokenBucket::new(capacity, rate, period),
+                LeakyBucket::new(capacity, rate, period),
+                Pacing::new(capacity, rate, period),
+            ) else {
+                return Ok(());
+            };
+            // Start where the word just overflows for these parameters, unless told.
+            let overflow = u64::try_from(
+                (u128::from(u64::MAX) * u128::from(gcd(rate, period)) / u128::from(rate))
+                    .min(u128::from(MAX_TICKS)),
+            ).unwrap_or(MAX_TICKS);
+            let start = if start == u64::MAX { overflow.saturating_sub(3 * period) } else { start };
+            same_cells(&token, start, period, capacity, &steps)?;
+            same_cells(&funnel, start, period, capacity, &steps)?;
+            same_cells(&queue, start, period, capacity, &steps)?;
+        }
+    }
+
+    fn same_cells<A: InMemory<Cell = NarrowCell<BucketState>> + Reserve<State = BucketState>>(
+        alg: &A,
+        start: Ticks,
+        period: Ticks,
+        capacity: u64,
+        steps: &[(u8, u64, u64, u64)],
+    ) -> Result<(), TestCaseError> {
+        let narrow = alg.cell();
+        let wide = AtomicCell::<BucketState>::default();
+        let mut now = start;
+        let mut outgrown = false;
+        for &(kind, gap, cost, wait) in steps {
+            now = now.saturating_add(gap % (2 * period + 1)).min(MAX_TICKS);
+            let cost = cost % (capacity + 2);
+            let mut step = |s| match kind {
+                0 => alg.decide(s, now, cost),
+                1 => alg.reserve(s, now, cost, wait % (4 * period)),
+                2 => alg.reserve(s, now, cost, wait),
+                _ => alg.decide(s, now, 1),
+            };
+            prop_assert_eq!(narrow.update(&mut step), wide.update(&mut step));
+            let state = wide.load();
+            prop_assert_eq!(narrow.load(), state);
+            outgrown |= narrow.pack(state).is_none();
+            prop_assert_eq!(narrow.word.load(Ordering::Relaxed) == WIDE, outgrown);
+        }
+        Ok(())
+    }
 }

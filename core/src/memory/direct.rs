@@ -6,8 +6,9 @@ use crate::{Clock, Decision, MonotonicClock, Reserve, Ticks};
 
 /// One limit shared by every caller: a whole service, one downstream API.
 ///
-/// Decides with one compare-and-swap for the buckets and windows (whose state fits a
-/// 128-bit word) and under a mutex for the sliding log, bans and composites.
+/// Decides with one compare-and-swap: of a 64-bit word for the buckets (see
+/// [`NarrowCell`](super::NarrowCell)), of a 128-bit one for the windows, and under a mutex
+/// for the sliding log, bans and composites.
 #[derive(Debug)]
 pub struct DirectLimiter<A: InMemory, C = MonotonicClock> {
     algorithm: A,
@@ -26,8 +27,8 @@ impl<A: InMemory, C: Clock> DirectLimiter<A, C> {
     /// A limiter reading `clock` (a [`ManualClock`](crate::ManualClock) in tests).
     pub fn with_clock(algorithm: A, clock: C) -> Self {
         Self {
+            cell: algorithm.cell(),
             algorithm,
-            cell: A::Cell::default(),
             clock,
         }
     }
@@ -59,6 +60,12 @@ impl<A: InMemory, C: Clock> DirectLimiter<A, C> {
     /// Forgets all history: the next request finds the limit fresh.
     pub fn reset(&self) {
         self.cell.clear();
+    }
+
+    /// How many times a decision was computed again because another thread changed the
+    /// state between its read and its compare-and-swap (zero for the limits that lock).
+    pub fn retries(&self) -> u64 {
+        self.cell.retries()
     }
 
     /// The state now, for inspection or for moving it to another host.
