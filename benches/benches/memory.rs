@@ -1,8 +1,7 @@
-//! In-process limiting beside governor: same quota, same kind of clock, same run.
-//!
-//! Both limiters read `std::time::Instant` (tollgate's `MonotonicClock`, governor's
-//! `MonotonicClock`); `memory_direct/governor_quanta` adds governor on its default
-//! TSC clock for reference. The `clock` group prices the clocks alone.
+//! In-process limiting beside governor: same quota, same run, each on its default clock
+//! (tollgate's `MonotonicClock`, governor's `DefaultClock`, both on the CPU counter
+//! through quanta). `memory_direct/governor_std` adds governor on `std::time::Instant`
+//! for reference. The `clock` group prices the clocks alone.
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
@@ -10,6 +9,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use governor::clock::{Clock as _, MonotonicClock as GovernorMonotonic, QuantaClock};
+use governor::middleware::NoOpMiddleware;
+use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
 use tollgate_core::memory::{DirectLimiter, KeyedLimiter};
 use tollgate_core::{Clock, MonotonicClock, SystemClock, TokenBucket, SECOND};
@@ -38,14 +39,22 @@ fn clock(c: &mut Criterion) {
     group.finish();
 }
 
+/// Governor's direct limiter on its default clock.
+type GovernorDirect = RateLimiter<
+    NotKeyed,
+    InMemoryState,
+    QuantaClock,
+    NoOpMiddleware<governor::clock::QuantaInstant>,
+>;
+
 fn memory_direct(c: &mut Criterion) {
     let mut group = c.benchmark_group("memory_direct");
     let tollgate = DirectLimiter::new(bucket(DIRECT_RATE));
     group.bench_function("tollgate", |b| b.iter(|| tollgate.check(1).allowed));
-    let governor = RateLimiter::direct_with_clock(quota(DIRECT_RATE), GovernorMonotonic);
+    let governor: GovernorDirect = RateLimiter::direct(quota(DIRECT_RATE));
     group.bench_function("governor", |b| b.iter(|| governor.check().is_ok()));
-    let quanta = RateLimiter::direct_with_clock(quota(DIRECT_RATE), QuantaClock::default());
-    group.bench_function("governor_quanta", |b| b.iter(|| quanta.check().is_ok()));
+    let std = RateLimiter::direct_with_clock(quota(DIRECT_RATE), GovernorMonotonic);
+    group.bench_function("governor_std", |b| b.iter(|| std.check().is_ok()));
     group.finish();
 }
 
@@ -66,7 +75,7 @@ fn memory_keyed(c: &mut Criterion) {
     let mut group = c.benchmark_group("memory_keyed");
     let keys = random_keys();
     let tollgate = KeyedLimiter::new(bucket(KEYED_RATE), 200_000);
-    let governor = RateLimiter::dashmap_with_clock(quota(KEYED_RATE), GovernorMonotonic);
+    let governor = RateLimiter::keyed(quota(KEYED_RATE));
     for key in 0..KEYS {
         let _ = tollgate.check(&key, 1);
         let _ = governor.check_key(&key);
@@ -108,7 +117,7 @@ fn memory_direct_contended(c: &mut Criterion) {
     group.bench_function("tollgate", |b| {
         b.iter_custom(|iters| contended(iters, &|| tollgate.check(1).allowed))
     });
-    let governor = RateLimiter::direct_with_clock(quota(DIRECT_RATE), GovernorMonotonic);
+    let governor: GovernorDirect = RateLimiter::direct(quota(DIRECT_RATE));
     group.bench_function("governor", |b| {
         b.iter_custom(|iters| contended(iters, &|| governor.check().is_ok()))
     });
