@@ -12,8 +12,10 @@ use governor::clock::{Clock as _, MonotonicClock as GovernorMonotonic, QuantaClo
 use governor::middleware::NoOpMiddleware;
 use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
-use tollgate_core::memory::{DirectLimiter, KeyedLimiter};
-use tollgate_core::{Clock, MonotonicClock, SystemClock, TokenBucket, SECOND};
+use tollgate_core::memory::{DirectLimiter, InMemory, KeyedLimiter, StateCell, WordState};
+use tollgate_core::{
+    Algorithm, BucketState, Clock, Decision, MonotonicClock, SystemClock, TokenBucket, SECOND,
+};
 
 /// A billion per second: a tight loop is always admitted.
 const DIRECT_RATE: u32 = 1_000_000_000;
@@ -124,9 +126,35 @@ fn memory_direct_contended(c: &mut Criterion) {
     group.finish();
 }
 
+/// The pieces of one `memory_direct/tollgate` decision alone: the clock, the pure
+/// decision (the state the bench's limiter holds), and the 64-bit cell's load and
+/// compare-and-swap around a transition that computes nothing.
+fn memory_parts(c: &mut Criterion) {
+    let mut group = c.benchmark_group("memory_parts");
+    group.bench_function("clock", |b| b.iter(|| MonotonicClock.now()));
+    let algorithm = bucket(DIRECT_RATE);
+    let now = MonotonicClock.now();
+    let (_, state) = algorithm.decide(None, now, 1);
+    group.bench_function("decide", |b| {
+        b.iter(|| algorithm.decide(black_box(state), black_box(now), 1))
+    });
+    let cell = algorithm.cell();
+    let mut tick = now;
+    group.bench_function("cell_update", |b| {
+        b.iter(|| {
+            tick += 1;
+            // A multiple of gcd(rate, period), as every bucket state is.
+            let next = BucketState::from_word(u128::from(tick) * u128::from(SECOND));
+            cell.update(|_| (Decision::admit(1, 0, 0, 0), next))
+        })
+    });
+    group.finish();
+}
+
 criterion_group!(
     benches,
     clock,
+    memory_parts,
     memory_direct,
     memory_keyed,
     memory_direct_contended

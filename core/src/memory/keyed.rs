@@ -41,9 +41,10 @@ struct Shard<K, S> {
     sweep_at: usize,
 }
 
+/// No hash is kept: rehashing the key when the table grows is cheaper than a smaller
+/// share of the cache for every lookup.
 #[derive(Debug)]
 struct Entry<K, S> {
-    hash: u64,
     key: K,
     /// `Some` while stored; taken out for the duration of a decision.
     state: Option<S>,
@@ -211,10 +212,11 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C,
         let hash = self.hasher.hash_one(key);
         let mut shard = self.shard(hash);
         let fresh_at = |d: &Decision| now.saturating_add(d.reset_after);
-        match shard
-            .table
-            .entry(hash, |e| e.key.borrow() == key, |e| e.hash)
-        {
+        match shard.table.entry(
+            hash,
+            |e| e.key.borrow() == key,
+            |e| self.hasher.hash_one(&e.key),
+        ) {
             TableEntry::Occupied(mut occupied) => {
                 let entry = occupied.get_mut();
                 let (decision, next) = transition(entry.state.take(), now);
@@ -237,12 +239,13 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C,
                         self.evicted.fetch_add(evicted, Ordering::Relaxed);
                     }
                     let entry = Entry {
-                        hash,
                         key: key.to_owned(),
                         state: Some(state),
                         fresh_at: fresh_at(&decision),
                     };
-                    shard.table.insert_unique(hash, entry, |e| e.hash);
+                    shard
+                        .table
+                        .insert_unique(hash, entry, |e| self.hasher.hash_one(&e.key));
                 }
                 decision
             }
