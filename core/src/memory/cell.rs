@@ -121,10 +121,11 @@ impl<S: WordState> StateCell<S> for AtomicCell<S> {
 ///
 /// A bucket's arrival time, counted in `1 / rate` tick, is a sum of instants times the
 /// rate and of costs times the period, so a multiple of `g = gcd(rate, period)`; the word
-/// holds it divided by `g`, exactly. That fits 64 bits at every instant for most
-/// parameters (for `rate / g` up to 3, and otherwise up to `2^64 × g / rate` ticks:
-/// for 10^9 per second, to the year 2554). A state that does not fit moves the cell, once
-/// and for good, to a 128-bit word: decisions and states are the same either way.
+/// holds it divided by `g`, exactly. That fits 64 bits at every instant if `rate / g` is
+/// at most 3, else up to `2^64 × g / rate` ticks (for 10^9 or 1000 per second, to the year
+/// 2554; for a rate prime to the period and near 10^9, never on the Unix clock). A state
+/// that does not fit moves the cell, once and for good, to a 128-bit word: decisions and
+/// states are the same either way.
 #[derive(Debug)]
 pub struct NarrowCell<S> {
     /// The state divided by `g`; zero for fresh, [`MOVING`] or [`WIDE`].
