@@ -112,6 +112,7 @@ pub struct MonotonicClock;
 impl MonotonicClock {
     /// The shared anchor: quanta's clock, its raw reading and the epoch microseconds at
     /// the first reading in the process.
+    #[inline]
     fn anchor() -> &'static (quanta::Clock, u64, Ticks) {
         static ANCHOR: std::sync::OnceLock<(quanta::Clock, u64, Ticks)> =
             std::sync::OnceLock::new();
