@@ -116,8 +116,8 @@ impl<S: WordState> StateCell<S> for AtomicCell<S> {
 }
 
 /// A bucket's state in one atomic 64-bit word: a plain load and a 64-bit
-/// compare-and-swap per decision, where the 128-bit word costs a locked 16-byte
-/// exchange even to read.
+/// compare-and-swap per decision, where the 128-bit word takes portable-atomic's 16-byte
+/// compare-and-swap, chosen at run time.
 ///
 /// A bucket's arrival time, counted in `1 / rate` tick, is a sum of instants times the
 /// rate and of costs times the period, so a multiple of `g = gcd(rate, period)`; the word
