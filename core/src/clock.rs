@@ -90,7 +90,8 @@ impl Clock for SystemClock {
 /// The counter is read through quanta: the time stamp counter on x86-64 with an
 /// invariant TSC and the system counter on AArch64 (calibrated once against the OS
 /// clock, which takes 10 to 200 ms at the first reading), else the OS's monotonic
-/// clock. It costs about half an `Instant::now()` (the `clock` benchmark group).
+/// clock. A reading costs a third to a half of an `Instant::now()` (the `clock`
+/// benchmark group).
 ///
 /// Never backwards, also across threads: the counters of two cores may differ by a few
 /// cycles, and an unfenced read may happen a little early, so every reading is raised to
