@@ -6,9 +6,11 @@ use std::sync::{Mutex, PoisonError};
 
 use portable_atomic::AtomicU128;
 
+use crate::bucket::{WordBucket, WordGcra};
 use crate::{
-    Algorithm, Ban, BucketState, Decision, FixedWindow, FixedWindowState, LeakyBucket, Pacing,
-    SlidingCounter, SlidingCounterState, SlidingLog, TokenBucket,
+    Algorithm, Ban, BucketParams, BucketState, Decision, FixedWindow, FixedWindowState,
+    LeakyBucket, Pacing, Reserve, SlidingCounter, SlidingCounterState, SlidingLog, Ticks,
+    TokenBucket,
 };
 
 /// A state that fits one 128-bit word, so a limiter updates it with one compare-and-swap.
@@ -50,6 +52,24 @@ pub trait InMemory: Algorithm {
     /// An empty cell for this algorithm's states (its parameters may choose the packing).
     fn cell(&self) -> Self::Cell {
         Self::Cell::default()
+    }
+
+    /// [`decide`](Algorithm::decide) on the state in `cell`, replacing it: the
+    /// transition run by the cell's update, unless the algorithm has a cheaper route to
+    /// the same decision and state (the buckets on their 64-bit word).
+    #[inline]
+    fn decide_in(&self, cell: &Self::Cell, now: Ticks, cost: u64) -> Decision {
+        cell.update(|state| self.decide(state, now, cost))
+    }
+
+    /// [`reserve`](Reserve::reserve) on the state in `cell`, replacing it, like
+    /// [`decide_in`](Self::decide_in).
+    #[inline]
+    fn reserve_in(&self, cell: &Self::Cell, now: Ticks, cost: u64, max_wait: Ticks) -> Decision
+    where
+        Self: Reserve,
+    {
+        cell.update(|state| self.reserve(state, now, cost, max_wait))
     }
 }
 
@@ -196,6 +216,43 @@ impl<S: WordState> NarrowCell<S> {
             self.wide.store(self.unpack(current));
             self.word.store(WIDE, Ordering::Release);
         }
+    }
+}
+
+impl<S: WordState + Send> NarrowCell<S> {
+    /// Replaces the word with the one `step` returns from it, atomically, and returns the
+    /// decision; `step` sees and returns the word's own value (the state divided by `g`,
+    /// zero for fresh). Where the state is not in the word, or `step` returns `None` (an
+    /// operand that does not fit) or a word that does not fit, [`update`] with
+    /// `transition` decides instead.
+    ///
+    /// [`update`]: StateCell::update
+    #[inline]
+    pub(crate) fn update_word(
+        &self,
+        mut step: impl FnMut(u64) -> Option<(Decision, u64)>,
+        transition: impl FnMut(Option<S>) -> (Decision, Option<S>),
+    ) -> Decision {
+        let mut current = self.word.load(Ordering::Acquire);
+        while current < MOVING {
+            let Some((decision, next)) = step(current).filter(|&(_, next)| next < MOVING) else {
+                break;
+            };
+            if next == current {
+                return decision;
+            }
+            match self
+                .word
+                .compare_exchange(current, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return decision,
+                Err(actual) => {
+                    self.retries.fetch_add(1, Ordering::Relaxed);
+                    current = actual;
+                }
+            }
+        }
+        self.update(transition)
     }
 }
 
@@ -348,14 +405,92 @@ impl<S: Clone + Send> StateCell<S> for LockedCell<S> {
     }
 }
 
-/// The buckets keep their state in a [`NarrowCell`] packed by their rate and period.
+/// A bucket's state: a [`NarrowCell`] packed by the bucket's rate and period, and the
+/// bucket's arithmetic in the word's units, so that a decision on a state in the word
+/// reads and writes the word alone, in 64-bit operations (the same decisions and
+/// states as [`decide`](Algorithm::decide) on the unpacked state, which decides where
+/// an operand does not fit).
+#[derive(Debug, Default)]
+pub struct BucketCell {
+    narrow: NarrowCell<BucketState>,
+    /// `None` where a full burst does not fit the word's units: never the word path.
+    word: Option<WordGcra>,
+}
+
+impl BucketCell {
+    fn new(bucket: &impl WordBucket, params: BucketParams) -> Self {
+        let narrow = NarrowCell::new(params.rate, params.period);
+        Self {
+            word: WordGcra::new(bucket, narrow.divisor.d),
+            narrow,
+        }
+    }
+
+    /// Decides with `step` on the word where it can, else with `transition`.
+    #[inline(always)]
+    fn update_with(
+        &self,
+        step: impl Fn(&WordGcra, u64) -> Option<(Decision, u64)>,
+        transition: impl FnMut(Option<BucketState>) -> (Decision, Option<BucketState>),
+    ) -> Decision {
+        match &self.word {
+            Some(word) => self.narrow.update_word(|w| step(word, w), transition),
+            None => self.narrow.update(transition),
+        }
+    }
+}
+
+impl StateCell<BucketState> for BucketCell {
+    fn update(
+        &self,
+        transition: impl FnMut(Option<BucketState>) -> (Decision, Option<BucketState>),
+    ) -> Decision {
+        self.narrow.update(transition)
+    }
+
+    fn load(&self) -> Option<BucketState> {
+        self.narrow.load()
+    }
+
+    fn clear(&self) {
+        self.narrow.clear();
+    }
+
+    fn retries(&self) -> u64 {
+        self.narrow.retries()
+    }
+}
+
+/// The buckets keep their state in a [`BucketCell`] and decide on its word.
 macro_rules! narrow_bucket {
     ($($bucket:ty),*) => {$(
         impl InMemory for $bucket {
-            type Cell = NarrowCell<BucketState>;
+            type Cell = BucketCell;
 
-            fn cell(&self) -> NarrowCell<BucketState> {
-                NarrowCell::new(self.params().rate, self.params().period)
+            fn cell(&self) -> BucketCell {
+                BucketCell::new(self, self.params())
+            }
+
+            #[inline]
+            fn decide_in(&self, cell: &BucketCell, now: Ticks, cost: u64) -> Decision {
+                cell.update_with(
+                    |word, w| word.check(w, now, cost),
+                    |state| self.decide(state, now, cost),
+                )
+            }
+
+            #[inline]
+            fn reserve_in(
+                &self,
+                cell: &BucketCell,
+                now: Ticks,
+                cost: u64,
+                max_wait: Ticks,
+            ) -> Decision {
+                cell.update_with(
+                    |word, w| word.decide(w, now, cost, max_wait),
+                    |state| self.reserve(state, now, cost, max_wait),
+                )
             }
         }
     )*};
@@ -386,6 +521,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limits::MAX_PERIOD;
     use crate::{Reserve, Ticks, MAX_TICKS};
     use proptest::prelude::*;
 
@@ -403,9 +539,49 @@ mod tests {
             prop_assert_eq!(divisor.times(q), exact);
         }
 
+        #[test]
+        fn word_decides_as_the_exact_path(
+            capacity in prop_oneof![1..=10u64, 1..=1_000_000_000u64],
+            rate in prop_oneof![1..=10u64, 1..=1_000_000_000u64, Just(1_000_000_000)],
+            period in prop_oneof![1..=10u64, 1..=1_000_000u64, Just(1_000_000), 1..=MAX_PERIOD],
+            now in prop_oneof![0..=MAX_TICKS, Just(u64::MAX), any::<u64>(), (1u64 << 50)..=(1 << 51)],
+            offset: i64,
+            state in 0..4u8,
+            cost in prop_oneof![0..=3u64, any::<u64>()],
+            wait in prop_oneof![Just(None), any::<u64>().prop_map(Some), (0..=1_000_000u64).prop_map(Some)],
+        ) {
+            let g = gcd(rate, period);
+            let now_units = |now: u64| u128::from(now.min(MAX_TICKS)) * u128::from(rate / g);
+            // `u64::MAX` stands for the last instant whose `now × rate / g` fits the word,
+            // moved by the offset: the fallback's boundary.
+            let now = if now == u64::MAX {
+                (u64::MAX / (rate / g)).saturating_add_signed(offset % 4_000_000)
+            } else {
+                now
+            };
+            let here = u64::try_from(now_units(now)).unwrap_or(u64::MAX);
+            let word = match state {
+                0 => 0,
+                // About the arrival time a busy bucket holds: around now, a horizon away.
+                1 => here.saturating_add_signed(offset % (1 << 40)),
+                2 => here.saturating_add(offset.unsigned_abs()),
+                _ => offset.unsigned_abs(),
+            }
+            .min(MOVING - 1);
+            let wait = wait.map(|w| w.min(MAX_TICKS));
+            if let Ok(token) = TokenBucket::new(capacity, rate, period) {
+                same_on_the_word(&token, token.params(), false, g, word, now, cost, wait)?;
+            }
+            if let Ok(funnel) = LeakyBucket::new(capacity, rate, period) {
+                same_on_the_word(&funnel, funnel.params(), false, g, word, now, cost, wait)?;
+            }
+            if let Ok(queue) = Pacing::new(capacity - 1, rate, period) {
+                same_on_the_word(&queue, queue.params(), true, g, word, now, cost, wait)?;
+            }
+        }
+
         /// The 64-bit word against the 128-bit one, through the same transitions (checks
-        /// and reservations of every bucket): the same decisions and states, and the word
-        /// moves to the wide cell only once a state does not fit it.
+        /// and reservations of every bucket).
         #[test]
         fn narrow_cell_decides_as_the_wide_cell(
             capacity in prop_oneof![1..=10u64, 1..=1_000_000_000u64],
@@ -433,31 +609,106 @@ mod tests {
         }
     }
 
-    fn same_cells<A: InMemory<Cell = NarrowCell<BucketState>> + Reserve<State = BucketState>>(
+    /// The bucket's cell both ways (the transition on the unpacked state, and the
+    /// decision on the word) against the 128-bit cell: the same decisions and states,
+    /// and the word moves to the wide cell only once a state does not fit it.
+    fn same_cells<A: InMemory<Cell = BucketCell> + Reserve<State = BucketState>>(
         alg: &A,
         start: Ticks,
         period: Ticks,
         capacity: u64,
         steps: &[(u8, u64, u64, u64)],
     ) -> Result<(), TestCaseError> {
-        let narrow = alg.cell();
+        let (packed, fast) = (alg.cell(), alg.cell());
         let wide = AtomicCell::<BucketState>::default();
         let mut now = start;
         let mut outgrown = false;
         for &(kind, gap, cost, wait) in steps {
             now = now.saturating_add(gap % (2 * period + 1)).min(MAX_TICKS);
             let cost = cost % (capacity + 2);
+            let wait = match kind {
+                1 => wait % (4 * period),
+                2 => wait,
+                _ => 0,
+            };
             let mut step = |s| match kind {
                 0 => alg.decide(s, now, cost),
-                1 => alg.reserve(s, now, cost, wait % (4 * period)),
-                2 => alg.reserve(s, now, cost, wait),
+                1 | 2 => alg.reserve(s, now, cost, wait),
                 _ => alg.decide(s, now, 1),
             };
-            prop_assert_eq!(narrow.update(&mut step), wide.update(&mut step));
+            let expected = wide.update(&mut step);
+            prop_assert_eq!(packed.update(&mut step), expected);
+            let decided = match kind {
+                0 => alg.decide_in(&fast, now, cost),
+                1 | 2 => alg.reserve_in(&fast, now, cost, wait),
+                _ => alg.decide_in(&fast, now, 1),
+            };
+            prop_assert_eq!(decided, expected);
             let state = wide.load();
-            prop_assert_eq!(narrow.load(), state);
-            outgrown |= narrow.pack(state).is_none();
-            prop_assert_eq!(narrow.word.load(Ordering::Relaxed) == WIDE, outgrown);
+            outgrown |= packed.narrow.pack(state).is_none();
+            for cell in [&packed, &fast] {
+                prop_assert_eq!(cell.load(), state);
+                prop_assert_eq!(cell.narrow.word.load(Ordering::Relaxed) == WIDE, outgrown);
+            }
+        }
+        Ok(())
+    }
+
+    /// [`WordGcra`] decides exactly as the bucket on the unpacked state, and gives up
+    /// (`None`) only where an operand does not fit 64 bits.
+    #[allow(clippy::too_many_arguments)]
+    fn same_on_the_word<A: WordBucket + Reserve<State = BucketState>>(
+        alg: &A,
+        params: BucketParams,
+        pacing: bool,
+        g: u64,
+        word: u64,
+        now: Ticks,
+        cost: u64,
+        wait: Option<Ticks>,
+    ) -> Result<(), TestCaseError> {
+        let burst = params.capacity + u64::from(pacing);
+        let Some(units) = WordGcra::new(alg, g) else {
+            let tolerance = u128::from(burst) * u128::from(params.period / g);
+            prop_assert!(tolerance > u128::from(u64::MAX));
+            return Ok(());
+        };
+        let state = BucketState::from_word(u128::from(word) * u128::from(g));
+        let (exact, next) = match wait {
+            Some(wait) => alg.reserve(state, now, cost, wait),
+            None => alg.decide(state, now, cost),
+        };
+        let fast = match wait {
+            Some(wait) => units.decide(word, now, cost, wait),
+            None => units.check(word, now, cost),
+        };
+        match fast {
+            Some((decision, next_word)) => {
+                prop_assert_eq!(decision, exact);
+                prop_assert_eq!(
+                    u128::from(next_word) * u128::from(g),
+                    next.map_or(0, |s| s.to_word())
+                );
+            }
+            None => {
+                // The operands of the exact path, in the word's units.
+                let (rate, period) = (u128::from(params.rate / g), u128::from(params.period / g));
+                let now = u128::from(now.min(MAX_TICKS)) * rate;
+                let full_at = now + u128::from(burst) * period;
+                let default_wait = if pacing { Ticks::MAX } else { 0 };
+                let wait =
+                    u128::from(wait.unwrap_or(default_wait).min(crate::limits::MAX_WAIT)) * rate;
+                let new_tat = u128::from(word).max(now) + u128::from(cost) * period;
+                let widest = if cost > burst {
+                    full_at
+                } else {
+                    full_at.max(new_tat).max(full_at + wait)
+                };
+                prop_assert!(
+                    widest > u128::from(u64::MAX),
+                    "gave up with operands that fit"
+                );
+            }
         }
         Ok(())
     }

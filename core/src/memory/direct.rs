@@ -35,9 +35,7 @@ impl<A: InMemory, C: Clock> DirectLimiter<A, C> {
 
     /// Decides a request of `cost` now: the "reject" strategy.
     pub fn check(&self, cost: u64) -> Decision {
-        let now = self.clock.now();
-        self.cell
-            .update(|state| self.algorithm.decide(state, now, cost))
+        self.algorithm.decide_in(&self.cell, self.clock.now(), cost)
     }
 
     /// Runs `admitted` if a request of `cost` is admitted now, else `denied` with the
@@ -88,9 +86,8 @@ impl<A: InMemory + Reserve, C: Clock> DirectLimiter<A, C> {
     /// Books a slot for `cost` if it can act within `max_wait` ticks; the decision's
     /// `delay` says how long the caller must wait before acting.
     pub fn reserve(&self, cost: u64, max_wait: Ticks) -> Decision {
-        let now = self.clock.now();
-        self.cell
-            .update(|state| self.algorithm.reserve(state, now, cost, max_wait))
+        self.algorithm
+            .reserve_in(&self.cell, self.clock.now(), cost, max_wait)
     }
 
     /// Waits in line: books a slot within `timeout` and sleeps once until it, or returns
