@@ -456,16 +456,19 @@ impl WordGcra {
         bucket.gcra().word_units(g)
     }
 
-    /// [`Gcra::decide`] on the state `word × g` (`0` for fresh) with the default wait of
-    /// a plain check (none, but a pacing queue's unbounded one).
+    /// [`decide`](Self::decide) with the default wait of a plain check (none, but a
+    /// pacing queue's unbounded one).
     #[inline(always)]
-    pub(crate) fn check(&self, word: u64, now: Ticks, cost: u64) -> Option<(Decision, u64)> {
+    pub(crate) fn check(&self, word: u64, now: Ticks, cost: u64) -> Option<(Verdict, u64)> {
         let wait = if self.pacing { Ticks::MAX } else { 0 };
         self.decide(word, now, cost, wait)
     }
 
-    /// [`Gcra::decide`] on the state `word × g` (`0` for fresh): the decision and the
-    /// next word, or `None` if an operand does not fit 64 bits.
+    /// [`Gcra::decide`] on the state `word × g` (`0` for fresh): its verdict (the
+    /// decision once [`decision`](Self::decision) has divided its durations) and the
+    /// next word, or `None` if an operand does not fit 64 bits. Only the word is needed to
+    /// replace the state, so the divisions wait until it is replaced, and a decision
+    /// computed again after a lost compare-and-swap does not pay for them.
     #[inline(always)]
     pub(crate) fn decide(
         &self,
@@ -473,18 +476,22 @@ impl WordGcra {
         now: Ticks,
         cost: u64,
         max_wait: Ticks,
-    ) -> Option<(Decision, u64)> {
+    ) -> Option<(Verdict, u64)> {
         let rate = self.rate.d;
         let now = now.min(MAX_TICKS).checked_mul(rate)?;
         // A state whose arrival time has passed is fresh: the word becomes zero.
         let kept = if word > now { word } else { 0 };
         let tat = kept.max(now);
         let full_at = now.checked_add(self.tolerance)?;
-        let remaining = |tat: u64| self.period.quotient(full_at.saturating_sub(tat));
-        let reset_after = |tat: u64| self.rate.quotient_up(tat - now);
+        let verdict = |allowed, tat, wait| Verdict {
+            allowed,
+            now,
+            full_at,
+            tat,
+            wait,
+        };
         if cost > self.burst {
-            let decision = Decision::deny(self.burst, remaining(tat), None, reset_after(tat));
-            return Some((decision, kept));
+            return Some((verdict(false, tat, None), kept));
         }
         let wait = max_wait.min(MAX_WAIT).checked_mul(rate)?;
         let new_tat = tat.checked_add(cost.checked_mul(self.period.d)?)?;
@@ -497,24 +504,45 @@ impl WordGcra {
             )
         };
         if new_tat <= latest_tat && act_at <= now.checked_add(wait)? {
-            let delay = self.rate.quotient_up(act_at.saturating_sub(now));
-            let decision =
-                Decision::admit(self.burst, remaining(new_tat), reset_after(new_tat), delay);
-            Some((decision, if new_tat > now { new_tat } else { 0 }))
+            let delay = act_at.saturating_sub(now);
+            let next = if new_tat > now { new_tat } else { 0 };
+            Some((verdict(true, new_tat, Some(delay)), next))
         } else {
             let admissible_at = new_tat
                 .saturating_sub(latest_tat - now)
                 .max(act_at.saturating_sub(wait));
-            let retry_after = self.rate.quotient_up(admissible_at.saturating_sub(now));
-            let decision = Decision::deny(
-                self.burst,
-                remaining(tat),
-                Some(retry_after),
-                reset_after(tat),
-            );
-            Some((decision, kept))
+            let retry_after = admissible_at.saturating_sub(now);
+            Some((verdict(false, tat, Some(retry_after)), kept))
         }
     }
+
+    /// The decision of a [`Verdict`]: its durations divided back into ticks.
+    #[inline(always)]
+    pub(crate) fn decision(&self, v: Verdict) -> Decision {
+        let remaining = self.period.quotient(v.full_at.saturating_sub(v.tat));
+        let reset_after = self.rate.quotient_up(v.tat - v.now);
+        let wait = v.wait.map(|w| self.rate.quotient_up(w));
+        if v.allowed {
+            Decision::admit(self.burst, remaining, reset_after, wait.unwrap_or(0))
+        } else {
+            Decision::deny(self.burst, remaining, wait, reset_after)
+        }
+    }
+}
+
+/// A decision on a bucket's word before its durations are divided into ticks (all in
+/// the word's units).
+#[cfg(feature = "std")]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Verdict {
+    allowed: bool,
+    now: u64,
+    /// When the bucket is full (token bucket) or empty (leaky bucket) again.
+    full_at: u64,
+    /// The arrival time the decision reports on: the new one if admitted.
+    tat: u64,
+    /// The delay if admitted; if denied, the wait until admissible (`None`: never).
+    wait: Option<u64>,
 }
 
 /// The buckets, whose in-memory word a [`WordGcra`] decides.

@@ -111,18 +111,60 @@ pub struct MonotonicClock;
 
 #[cfg(feature = "std")]
 impl MonotonicClock {
-    /// The shared anchor: quanta's clock, its raw reading and the epoch microseconds at
-    /// the first reading in the process.
+    /// The shared anchor, taken at the first reading in the process.
     #[inline]
-    fn anchor() -> &'static (quanta::Clock, u64, Ticks) {
-        static ANCHOR: std::sync::OnceLock<(quanta::Clock, u64, Ticks)> =
-            std::sync::OnceLock::new();
+    fn anchor() -> &'static Anchor {
+        static ANCHOR: std::sync::OnceLock<Anchor> = std::sync::OnceLock::new();
         ANCHOR.get_or_init(|| {
             let clock = quanta::Clock::new();
             let raw = clock.raw();
-            (clock, raw, SystemClock.now())
+            Anchor {
+                scale: scale(|ticks| clock.delta_as_nanos(0, ticks)),
+                clock,
+                raw,
+                epoch: SystemClock.now(),
+            }
         })
     }
+}
+
+/// Where a [`MonotonicClock`] counts from.
+#[cfg(feature = "std")]
+struct Anchor {
+    clock: quanta::Clock,
+    /// The counter's raw reading at the anchor.
+    raw: u64,
+    /// The epoch microseconds at the anchor.
+    epoch: Ticks,
+    /// Microseconds per counter tick times 2^64, if below one (a counter of 1 MHz or
+    /// more): a reading is then one multiplication away from microseconds, where quanta's
+    /// nanoseconds and a division by 1000 take two and a wide shift.
+    scale: Option<u64>,
+}
+
+#[cfg(feature = "std")]
+impl Anchor {
+    /// Microseconds in `ticks` of the counter.
+    #[inline]
+    fn micros(&self, ticks: u64) -> Ticks {
+        match self.scale {
+            Some(scale) => {
+                u64::try_from((u128::from(ticks) * u128::from(scale)) >> 64).unwrap_or(Ticks::MAX)
+            }
+            None => self.clock.delta_as_nanos(0, ticks) / 1_000,
+        }
+    }
+}
+
+/// Microseconds per counter tick times 2^64, from `nanos` (the nanoseconds in so many
+/// ticks): measured over 2^52 ticks, so exact to 2^-52 ns per tick (a quarter of a
+/// microsecond after 2^60 ticks, 12 years at 3 GHz). `None` for a counter slower than
+/// 1 MHz, whose scale does not fit.
+#[cfg(feature = "std")]
+fn scale(nanos: impl Fn(u64) -> u64) -> Option<u64> {
+    const SPAN_BITS: u32 = 52;
+    let nanos = u128::from(nanos(1 << SPAN_BITS));
+    u64::try_from((nanos << (64 - SPAN_BITS)) / 1_000).ok()
 }
 
 #[cfg(feature = "std")]
@@ -131,9 +173,9 @@ impl Clock for MonotonicClock {
     fn now(&self) -> Ticks {
         /// The latest reading returned in the process.
         static FLOOR: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
-        let (clock, start, epoch) = Self::anchor();
-        let nanos = clock.delta_as_nanos(*start, clock.raw());
-        raise(&FLOOR, epoch.saturating_add(nanos / 1_000).min(MAX_TICKS))
+        let anchor = Self::anchor();
+        let micros = anchor.micros(anchor.clock.raw().saturating_sub(anchor.raw));
+        raise(&FLOOR, anchor.epoch.saturating_add(micros).min(MAX_TICKS))
     }
 }
 
@@ -157,6 +199,29 @@ fn raise(floor: &core::sync::atomic::AtomicU64, reading: Ticks) -> Ticks {
 mod tests {
     use super::*;
     use core::sync::atomic::AtomicU64;
+
+    /// The one-multiplication conversion against quanta's nanoseconds divided by 1000,
+    /// for a 3 GHz counter, a 1 MHz one and nanosecond ticks (quanta's fallback).
+    #[test]
+    fn the_scale_converts_as_quanta() {
+        for (factor, shift) in [(1_431_655_765u64, 32u32), (1_000_000_000, 20), (1, 0)] {
+            let nanos = |ticks: u64| {
+                u64::try_from((u128::from(ticks) * u128::from(factor)) >> shift).unwrap_or(0)
+            };
+            let anchor_scale = scale(nanos).expect("at least 1 MHz");
+            for ticks in [0u64, 1, 999, 1_000, 3_000_000_123, 1 << 40, 1 << 52, 1 << 60] {
+                let ours = (u128::from(ticks) * u128::from(anchor_scale)) >> 64;
+                let theirs = ((u128::from(ticks) * u128::from(factor)) >> shift) / 1_000;
+                // Within one microsecond, plus 2^-52 ns per tick of measured scale.
+                assert!(
+                    ours.abs_diff(theirs) <= 1 + (u128::from(ticks) >> 52),
+                    "{ticks}"
+                );
+            }
+        }
+        // A counter slower than 1 MHz keeps quanta's conversion.
+        assert_eq!(scale(|ticks| ticks.saturating_mul(2_000)), None);
+    }
 
     #[test]
     fn a_reading_behind_the_floor_is_raised() {

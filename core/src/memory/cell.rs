@@ -6,7 +6,7 @@ use std::sync::{Mutex, PoisonError};
 
 use portable_atomic::AtomicU128;
 
-use crate::bucket::{WordBucket, WordGcra};
+use crate::bucket::{Verdict, WordBucket, WordGcra};
 use crate::{
     Algorithm, Ban, BucketParams, BucketState, Decision, FixedWindow, FixedWindowState,
     LeakyBucket, Pacing, Reserve, SlidingCounter, SlidingCounterState, SlidingLog, Ticks,
@@ -221,31 +221,32 @@ impl<S: WordState> NarrowCell<S> {
 
 impl<S: WordState + Send> NarrowCell<S> {
     /// Replaces the word with the one `step` returns from it, atomically, and returns the
-    /// decision; `step` sees and returns the word's own value (the state divided by `g`,
-    /// zero for fresh). Where the state is not in the word, or `step` returns `None` (an
+    /// decision of the verdict `step` returned with it; `step` sees and returns the word's
+    /// own value (the state divided by `g`, zero for fresh). Where the state is not in the word, or `step` returns `None` (an
     /// operand that does not fit) or a word that does not fit, [`update`] with
     /// `transition` decides instead.
     ///
     /// [`update`]: StateCell::update
     #[inline]
-    pub(crate) fn update_word(
+    pub(crate) fn update_word<T>(
         &self,
-        mut step: impl FnMut(u64) -> Option<(Decision, u64)>,
+        mut step: impl FnMut(u64) -> Option<(T, u64)>,
+        decision: impl FnOnce(T) -> Decision,
         transition: impl FnMut(Option<S>) -> (Decision, Option<S>),
     ) -> Decision {
         let mut current = self.word.load(Ordering::Acquire);
         while current < MOVING {
-            let Some((decision, next)) = step(current).filter(|&(_, next)| next < MOVING) else {
+            let Some((verdict, next)) = step(current).filter(|&(_, next)| next < MOVING) else {
                 break;
             };
             if next == current {
-                return decision;
+                return decision(verdict);
             }
             match self
                 .word
                 .compare_exchange(current, next, Ordering::AcqRel, Ordering::Acquire)
             {
-                Ok(_) => return decision,
+                Ok(_) => return decision(verdict),
                 Err(actual) => {
                     self.retries.fetch_add(1, Ordering::Relaxed);
                     current = actual;
@@ -430,11 +431,14 @@ impl BucketCell {
     #[inline(always)]
     fn update_with(
         &self,
-        step: impl Fn(&WordGcra, u64) -> Option<(Decision, u64)>,
+        step: impl Fn(&WordGcra, u64) -> Option<(Verdict, u64)>,
         transition: impl FnMut(Option<BucketState>) -> (Decision, Option<BucketState>),
     ) -> Decision {
         match &self.word {
-            Some(word) => self.narrow.update_word(|w| step(word, w), transition),
+            Some(word) => {
+                self.narrow
+                    .update_word(|w| step(word, w), |v| word.decision(v), transition)
+            }
             None => self.narrow.update(transition),
         }
     }
@@ -683,8 +687,8 @@ mod tests {
             None => units.check(word, now, cost),
         };
         match fast {
-            Some((decision, next_word)) => {
-                prop_assert_eq!(decision, exact);
+            Some((verdict, next_word)) => {
+                prop_assert_eq!(units.decision(verdict), exact);
                 prop_assert_eq!(
                     u128::from(next_word) * u128::from(g),
                     next.map_or(0, |s| s.to_word())
