@@ -26,11 +26,19 @@ pub struct KeyedLimiter<K, A: Algorithm, C = MonotonicClock, H = RandomState> {
     algorithm: A,
     clock: C,
     hasher: H,
-    shards: Vec<Mutex<Shard<K, A::State>>>,
+    shards: Vec<Padded<Mutex<Shard<K, A::State>>>>,
     /// `log2(shards.len())`.
     shard_bits: u32,
     evicted: AtomicU64,
 }
+
+/// A value alone on its cache lines (two, for the prefetcher that fetches lines in
+/// pairs): a shard's lock and table are written by every decision on its keys, and
+/// shards packed side by side would make threads deciding keys of different shards
+/// take the same line from each other.
+#[derive(Debug)]
+#[repr(align(128))]
+pub(super) struct Padded<T>(pub(super) T);
 
 #[derive(Debug)]
 struct Shard<K, S> {
@@ -76,11 +84,11 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C,
         let (shard_bits, capacities) = layout(max_keys);
         let shards = capacities
             .map(|capacity| {
-                Mutex::new(Shard {
+                Padded(Mutex::new(Shard {
                     table: HashTable::new(),
                     capacity,
                     sweep_at: MIN_SWEEP.min(capacity),
-                })
+                }))
             })
             .collect();
         Self {
@@ -152,7 +160,7 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C,
 
     /// The number of keys held.
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| lock(s).table.len()).sum()
+        self.shards.iter().map(|s| lock(&s.0).table.len()).sum()
     }
 
     /// Whether no key is held.
@@ -166,7 +174,7 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C,
         self.shards
             .iter()
             .map(|s| {
-                let mut shard = lock(s);
+                let mut shard = lock(&s.0);
                 let before = shard.table.len();
                 shard.table.retain(|e| e.fresh_at > now);
                 before - shard.table.len()
@@ -195,7 +203,7 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C,
     }
 
     fn shard(&self, hash: u64) -> MutexGuard<'_, Shard<K, A::State>> {
-        lock(&self.shards[shard_index(hash, self.shard_bits)])
+        lock(&self.shards[shard_index(hash, self.shard_bits)].0)
     }
 
     /// Applies `transition` to `key`'s state under its shard's lock.
