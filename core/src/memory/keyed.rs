@@ -26,7 +26,7 @@ pub struct KeyedLimiter<K, A: Algorithm, C = MonotonicClock, H = RandomState> {
     algorithm: A,
     clock: C,
     hasher: H,
-    shards: Vec<Padded<Mutex<Shard<K, A::State>>>>,
+    shards: Vec<ShardLock<K, A::State>>,
     /// `log2(shards.len())`.
     shard_bits: u32,
     evicted: AtomicU64,
@@ -39,6 +39,9 @@ pub struct KeyedLimiter<K, A: Algorithm, C = MonotonicClock, H = RandomState> {
 #[derive(Debug)]
 #[repr(align(128))]
 pub(super) struct Padded<T>(pub(super) T);
+
+/// A shard behind its lock, alone on its cache lines.
+type ShardLock<K, S> = Padded<Mutex<Shard<K, S>>>;
 
 #[derive(Debug)]
 struct Shard<K, S> {
