@@ -1,8 +1,7 @@
-//! In-process limiting beside governor: same quota, same kind of clock, same run.
-//!
-//! Both limiters read `std::time::Instant` (tollgate's `MonotonicClock`, governor's
-//! `MonotonicClock`); `memory_direct/governor_quanta` adds governor on its default
-//! TSC clock for reference. The `clock` group prices the clocks alone.
+//! In-process limiting beside governor: same quota, same run, each on its default clock
+//! (tollgate's `MonotonicClock`, governor's `DefaultClock`, both on the CPU counter
+//! through quanta). `memory_direct/governor_std` adds governor on `std::time::Instant`
+//! for reference. The `clock` group prices the clocks alone.
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
@@ -10,9 +9,13 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use governor::clock::{Clock as _, MonotonicClock as GovernorMonotonic, QuantaClock};
+use governor::middleware::NoOpMiddleware;
+use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
-use tollgate_core::memory::{DirectLimiter, KeyedLimiter};
-use tollgate_core::{Clock, MonotonicClock, SystemClock, TokenBucket, SECOND};
+use tollgate_core::memory::{DirectLimiter, InMemory, KeyedLimiter, StateCell, WordState};
+use tollgate_core::{
+    Algorithm, BucketState, Clock, Decision, MonotonicClock, SystemClock, TokenBucket, SECOND,
+};
 
 /// A billion per second: a tight loop is always admitted.
 const DIRECT_RATE: u32 = 1_000_000_000;
@@ -38,14 +41,22 @@ fn clock(c: &mut Criterion) {
     group.finish();
 }
 
+/// Governor's direct limiter on its default clock.
+type GovernorDirect = RateLimiter<
+    NotKeyed,
+    InMemoryState,
+    QuantaClock,
+    NoOpMiddleware<governor::clock::QuantaInstant>,
+>;
+
 fn memory_direct(c: &mut Criterion) {
     let mut group = c.benchmark_group("memory_direct");
     let tollgate = DirectLimiter::new(bucket(DIRECT_RATE));
     group.bench_function("tollgate", |b| b.iter(|| tollgate.check(1).allowed));
-    let governor = RateLimiter::direct_with_clock(quota(DIRECT_RATE), GovernorMonotonic);
+    let governor: GovernorDirect = RateLimiter::direct(quota(DIRECT_RATE));
     group.bench_function("governor", |b| b.iter(|| governor.check().is_ok()));
-    let quanta = RateLimiter::direct_with_clock(quota(DIRECT_RATE), QuantaClock::default());
-    group.bench_function("governor_quanta", |b| b.iter(|| quanta.check().is_ok()));
+    let std = RateLimiter::direct_with_clock(quota(DIRECT_RATE), GovernorMonotonic);
+    group.bench_function("governor_std", |b| b.iter(|| std.check().is_ok()));
     group.finish();
 }
 
@@ -66,7 +77,7 @@ fn memory_keyed(c: &mut Criterion) {
     let mut group = c.benchmark_group("memory_keyed");
     let keys = random_keys();
     let tollgate = KeyedLimiter::new(bucket(KEYED_RATE), 200_000);
-    let governor = RateLimiter::dashmap_with_clock(quota(KEYED_RATE), GovernorMonotonic);
+    let governor = RateLimiter::keyed(quota(KEYED_RATE));
     for key in 0..KEYS {
         let _ = tollgate.check(&key, 1);
         let _ = governor.check_key(&key);
@@ -108,9 +119,49 @@ fn memory_direct_contended(c: &mut Criterion) {
     group.bench_function("tollgate", |b| {
         b.iter_custom(|iters| contended(iters, &|| tollgate.check(1).allowed))
     });
-    let governor = RateLimiter::direct_with_clock(quota(DIRECT_RATE), GovernorMonotonic);
+    let governor: GovernorDirect = RateLimiter::direct(quota(DIRECT_RATE));
     group.bench_function("governor", |b| {
         b.iter_custom(|iters| contended(iters, &|| governor.check().is_ok()))
+    });
+    group.finish();
+}
+
+/// A clock one tick later at each reading, at the cost of a plain add.
+struct Ticking(std::cell::Cell<u64>);
+
+impl Clock for Ticking {
+    fn now(&self) -> u64 {
+        self.0.set(self.0.get() + 1);
+        self.0.get()
+    }
+}
+
+/// The pieces of one `memory_direct/tollgate` decision alone: the clock, the pure
+/// decision on the unpacked state (the state the bench's limiter holds; the exact
+/// 128-bit path), the limiter's decision on its word without the clock, and the 64-bit
+/// cell's load and compare-and-swap around a transition that computes nothing.
+fn memory_parts(c: &mut Criterion) {
+    let mut group = c.benchmark_group("memory_parts");
+    group.bench_function("clock", |b| b.iter(|| MonotonicClock.now()));
+    let algorithm = bucket(DIRECT_RATE);
+    let now = MonotonicClock.now();
+    let (_, state) = algorithm.decide(None, now, 1);
+    group.bench_function("decide", |b| {
+        b.iter(|| algorithm.decide(black_box(state), black_box(now), 1))
+    });
+    // The limiter's whole decision on a clock that costs nothing: one microsecond later
+    // each time, as a busy limiter sees it.
+    let ticking = DirectLimiter::with_clock(algorithm, Ticking(std::cell::Cell::new(now)));
+    group.bench_function("decide_in_cell", |b| b.iter(|| ticking.check(1).allowed));
+    let cell = algorithm.cell();
+    let mut tick = now;
+    group.bench_function("cell_update", |b| {
+        b.iter(|| {
+            tick += 1;
+            // A multiple of gcd(rate, period), as every bucket state is.
+            let next = BucketState::from_word(u128::from(tick) * u128::from(SECOND));
+            cell.update(|_| (Decision::admit(1, 0, 0, 0), next))
+        })
     });
     group.finish();
 }
@@ -118,6 +169,7 @@ fn memory_direct_contended(c: &mut Criterion) {
 criterion_group!(
     benches,
     clock,
+    memory_parts,
     memory_direct,
     memory_keyed,
     memory_direct_contended

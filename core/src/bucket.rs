@@ -68,7 +68,7 @@ impl crate::memory::WordState for BucketState {
 
 /// The shared GCRA engine behind the three bucket algorithms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Gcra {
+pub(crate) struct Gcra {
     params: BucketParams,
     tag: u8,
     /// Units admitted at once from a fresh state.
@@ -219,6 +219,25 @@ impl Gcra {
         })?;
         reader.finish()?;
         BucketState::new(tat + u128::from(frac)).ok_or(DecodeError::InvalidField { field: "tat" })
+    }
+}
+
+/// The in-memory word's arithmetic (see [`WordGcra`]).
+#[cfg(feature = "std")]
+impl Gcra {
+    /// This bucket's arithmetic in units of `g = gcd(rate, period)` scaled ticks, the
+    /// units of the in-memory 64-bit word; `None` if a full burst does not fit 64 bits
+    /// in them (the exact 128-bit path then decides every request).
+    fn word_units(&self, g: u64) -> Option<WordGcra> {
+        let rate = self.params.rate / g;
+        let period = self.params.period / g;
+        Some(WordGcra {
+            burst: self.burst,
+            pacing: self.tag == tag::PACING,
+            tolerance: self.burst.checked_mul(period)?,
+            rate: Divisor::new(rate),
+            period: Divisor::new(period),
+        })
     }
 }
 
@@ -421,6 +440,167 @@ impl Divisor {
             r -= self.d;
         }
         (u128::from(q), r)
+    }
+}
+
+/// A bucket's decision on the 64-bit word of an in-memory limiter, in the word's own
+/// units: every scaled quantity divided by `g = gcd(rate, period)`. Instants times the
+/// rate, costs times the period and the arrival time (a sum of those) are multiples of
+/// `g`, so dividing them all by it changes no comparison and no quotient: the decision
+/// is [`Gcra::decide`]'s, computed with 64-bit operations and two multiplications by
+/// reciprocals where that one takes 128-bit ones. An operand that does not fit returns
+/// `None`, for the exact path to decide.
+#[cfg(feature = "std")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct WordGcra {
+    burst: u64,
+    pacing: bool,
+    /// `burst × period / g`.
+    tolerance: u64,
+    /// `rate / g`.
+    rate: Divisor,
+    /// `period / g`.
+    period: Divisor,
+}
+
+#[cfg(feature = "std")]
+impl WordGcra {
+    /// The units of `bucket`'s word, whose states are multiples of `g` (its
+    /// rate and period's greatest common divisor).
+    pub(crate) fn new<B: WordBucket>(bucket: &B, g: u64) -> Option<Self> {
+        bucket.gcra().word_units(g)
+    }
+
+    /// [`decide`](Self::decide) with the default wait of a plain check (none, but a
+    /// pacing queue's unbounded one).
+    #[inline(always)]
+    pub(crate) fn check(&self, word: u64, now: Ticks, cost: u64) -> Option<(Verdict, u64)> {
+        let wait = if self.pacing { Ticks::MAX } else { 0 };
+        self.decide(word, now, cost, wait)
+    }
+
+    /// [`Gcra::decide`] on the state `word × g` (`0` for fresh): its verdict (the
+    /// decision once [`decision`](Self::decision) has divided its durations) and the
+    /// next word, or `None` if an operand does not fit 64 bits. Only the word is needed to
+    /// replace the state, so the divisions wait until it is replaced, and a decision
+    /// computed again after a lost compare-and-swap does not pay for them.
+    #[inline(always)]
+    pub(crate) fn decide(
+        &self,
+        word: u64,
+        now: Ticks,
+        cost: u64,
+        max_wait: Ticks,
+    ) -> Option<(Verdict, u64)> {
+        let rate = self.rate.d;
+        let now = now.min(MAX_TICKS).checked_mul(rate)?;
+        // A state whose arrival time has passed is fresh: the word becomes zero.
+        let kept = if word > now { word } else { 0 };
+        let tat = kept.max(now);
+        let full_at = now.checked_add(self.tolerance)?;
+        let verdict = |allowed, tat, wait| Verdict {
+            allowed,
+            now,
+            full_at,
+            tat,
+            wait,
+        };
+        if cost > self.burst {
+            return Some((verdict(false, tat, None), kept));
+        }
+        let wait = max_wait.min(MAX_WAIT).checked_mul(rate)?;
+        let new_tat = tat.checked_add(cost.checked_mul(self.period.d)?)?;
+        let (act_at, latest_tat) = if self.pacing {
+            (tat, full_at)
+        } else {
+            (
+                new_tat.saturating_sub(self.tolerance),
+                full_at.checked_add(wait)?,
+            )
+        };
+        if new_tat <= latest_tat && act_at <= now.checked_add(wait)? {
+            let delay = act_at.saturating_sub(now);
+            let next = if new_tat > now { new_tat } else { 0 };
+            Some((verdict(true, new_tat, Some(delay)), next))
+        } else {
+            let admissible_at = new_tat
+                .saturating_sub(latest_tat - now)
+                .max(act_at.saturating_sub(wait));
+            let retry_after = admissible_at.saturating_sub(now);
+            Some((verdict(false, tat, Some(retry_after)), kept))
+        }
+    }
+
+    /// The decision of a [`Verdict`]: its durations divided back into ticks.
+    #[inline(always)]
+    pub(crate) fn decision(&self, v: Verdict) -> Decision {
+        let remaining = self.period.quotient(v.full_at.saturating_sub(v.tat));
+        let reset_after = self.rate.quotient_up(v.tat - v.now);
+        let wait = v.wait.map(|w| self.rate.quotient_up(w));
+        if v.allowed {
+            Decision::admit(self.burst, remaining, reset_after, wait.unwrap_or(0))
+        } else {
+            Decision::deny(self.burst, remaining, wait, reset_after)
+        }
+    }
+}
+
+/// A decision on a bucket's word before its durations are divided into ticks (all in
+/// the word's units).
+#[cfg(feature = "std")]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Verdict {
+    allowed: bool,
+    now: u64,
+    /// When the bucket is full (token bucket) or empty (leaky bucket) again.
+    full_at: u64,
+    /// The arrival time the decision reports on: the new one if admitted.
+    tat: u64,
+    /// The delay if admitted; if denied, the wait until admissible (`None`: never).
+    wait: Option<u64>,
+}
+
+/// The buckets, whose in-memory word a [`WordGcra`] decides.
+#[cfg(feature = "std")]
+pub(crate) trait WordBucket {
+    /// The engine behind the bucket.
+    fn gcra(&self) -> &Gcra;
+}
+
+#[cfg(feature = "std")]
+impl WordBucket for TokenBucket {
+    fn gcra(&self) -> &Gcra {
+        &self.0
+    }
+}
+
+#[cfg(feature = "std")]
+impl WordBucket for LeakyBucket {
+    fn gcra(&self) -> &Gcra {
+        &self.0
+    }
+}
+
+#[cfg(feature = "std")]
+impl WordBucket for Pacing {
+    fn gcra(&self) -> &Gcra {
+        &self.0
+    }
+}
+
+#[cfg(feature = "std")]
+impl Divisor {
+    /// `⌊n / d⌋` for a 64-bit `n`.
+    #[inline(always)]
+    fn quotient(self, n: u64) -> u64 {
+        u64::try_from(self.div_rem(u128::from(n)).0).unwrap_or(u64::MAX)
+    }
+
+    /// `⌈n / d⌉` for a 64-bit `n`: a duration in the word's units as whole ticks.
+    #[inline(always)]
+    fn quotient_up(self, n: u64) -> u64 {
+        let (q, r) = self.div_rem(u128::from(n));
+        u64::try_from(q).unwrap_or(u64::MAX) + u64::from(r != 0)
     }
 }
 

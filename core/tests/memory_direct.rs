@@ -8,8 +8,8 @@ use common::*;
 use proptest::prelude::*;
 use tollgate_core::memory::{DirectLimiter, InMemory};
 use tollgate_core::{
-    Ban, Clock, FixedWindow, LeakyBucket, ManualClock, MonotonicClock, Pacing, SlidingCounter,
-    SlidingLog, SystemClock, Ticks, TokenBucket, SECOND,
+    limits, Ban, Clock, FixedWindow, LeakyBucket, ManualClock, MonotonicClock, Pacing,
+    SlidingCounter, SlidingLog, SystemClock, Ticks, TokenBucket, SECOND,
 };
 
 /// Drives a limiter on a manual clock and the bare algorithm through the same trace:
@@ -129,4 +129,72 @@ fn monotonic_clock_is_unix_time_and_never_goes_back() {
         assert!(now >= last);
         last = now;
     }
+}
+
+/// Sixteen threads (more than the cores, so they migrate between them) read the clock
+/// and publish every reading: a reading taken after another was published is never
+/// below it, and each thread's readings never go back.
+#[test]
+fn monotonic_clock_never_goes_back_across_threads() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let published = AtomicU64::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..16 {
+            s.spawn(|| {
+                let mut last = 0;
+                for i in 0..200_000u32 {
+                    let seen = published.load(Ordering::Acquire);
+                    let now = MonotonicClock.now();
+                    assert!(now >= seen, "{now} read after {seen} was published");
+                    assert!(now >= last, "{now} after {last} on one thread");
+                    published.fetch_max(now, Ordering::AcqRel);
+                    last = now;
+                    if i % 10_000 == 0 {
+                        std::thread::yield_now();
+                    }
+                }
+            });
+        }
+    });
+}
+
+/// A bucket whose state outgrows the 64-bit word (`rate / gcd(rate, period)` large, the
+/// clock where the packed arrival time passes 2^64) while eight threads decide on it:
+/// it moves to the wide word without losing or doubling an admission.
+#[test]
+fn a_bucket_moving_to_the_wide_word_under_threads_stays_exact() {
+    // A prime rate and the longest period: gcd 1, so the word holds the arrival time in
+    // 1/rate tick; it passes 2^64 after about 5000 admissions from `start`, and the clock
+    // moving 40 ticks refills a thousandth of a token.
+    let (rate, period) = (999_999_937, limits::MAX_PERIOD);
+    let start = (u64::MAX - 5_000 * period) / rate;
+    exact_while_widening(TokenBucket::new(20_000, rate, period).unwrap(), start);
+    exact_while_widening(LeakyBucket::new(20_000, rate, period).unwrap(), start);
+}
+
+fn exact_while_widening<A: InMemory + Sync>(alg: A, start: Ticks)
+where
+    A::Cell: Sync,
+{
+    let limiter = DirectLimiter::with_clock(alg, ManualClock::new(start));
+    let admitted: u64 = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..8)
+            .map(|t| {
+                let limiter = &limiter;
+                s.spawn(move || {
+                    let mut admitted = 0;
+                    for i in 0..4_000u64 {
+                        if t == 0 && i % 100 == 0 {
+                            limiter.clock().advance(1);
+                        }
+                        admitted += u64::from(limiter.check(1).allowed);
+                    }
+                    admitted
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).sum()
+    });
+    assert_eq!(admitted, 20_000);
+    assert_eq!(limiter.clock().now(), start + 40);
 }

@@ -1,14 +1,16 @@
 //! How a direct limiter holds its one state: one atomic word where it fits, else a lock.
 
 use core::marker::PhantomData;
-use core::sync::atomic::Ordering;
+use core::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use portable_atomic::AtomicU128;
 
+use crate::bucket::{Verdict, WordBucket, WordGcra};
 use crate::{
-    Algorithm, Ban, BucketState, Decision, FixedWindow, FixedWindowState, LeakyBucket, Pacing,
-    SlidingCounter, SlidingCounterState, SlidingLog, TokenBucket,
+    Algorithm, Ban, BucketParams, BucketState, Decision, FixedWindow, FixedWindowState,
+    LeakyBucket, Pacing, Reserve, SlidingCounter, SlidingCounterState, SlidingLog, Ticks,
+    TokenBucket,
 };
 
 /// A state that fits one 128-bit word, so a limiter updates it with one compare-and-swap.
@@ -35,12 +37,40 @@ pub trait StateCell<S>: Default + Send + Sync {
     fn load(&self) -> Option<S>;
     /// Forgets the state: the next request finds it fresh.
     fn clear(&self);
+    /// How many compare-and-swaps failed because another thread wrote first (each
+    /// failure reruns the transition); zero for cells that lock.
+    fn retries(&self) -> u64 {
+        0
+    }
 }
 
 /// An algorithm whose state an in-memory limiter can hold, and how.
 pub trait InMemory: Algorithm {
     /// The cell a [`DirectLimiter`](super::DirectLimiter) keeps the state in.
     type Cell: StateCell<Self::State>;
+
+    /// An empty cell for this algorithm's states (its parameters may choose the packing).
+    fn cell(&self) -> Self::Cell {
+        Self::Cell::default()
+    }
+
+    /// [`decide`](Algorithm::decide) on the state in `cell`, replacing it: the
+    /// transition run by the cell's update, unless the algorithm has a cheaper route to
+    /// the same decision and state (the buckets on their 64-bit word).
+    #[inline]
+    fn decide_in(&self, cell: &Self::Cell, now: Ticks, cost: u64) -> Decision {
+        cell.update(|state| self.decide(state, now, cost))
+    }
+
+    /// [`reserve`](Reserve::reserve) on the state in `cell`, replacing it, like
+    /// [`decide_in`](Self::decide_in).
+    #[inline]
+    fn reserve_in(&self, cell: &Self::Cell, now: Ticks, cost: u64, max_wait: Ticks) -> Decision
+    where
+        Self: Reserve,
+    {
+        cell.update(|state| self.reserve(state, now, cost, max_wait))
+    }
 }
 
 /// A state in one atomic 128-bit word, updated by compare-and-swap: no lock, and a
@@ -48,6 +78,7 @@ pub trait InMemory: Algorithm {
 #[derive(Debug)]
 pub struct AtomicCell<S> {
     word: AtomicU128,
+    retries: AtomicU64,
     state: PhantomData<fn() -> S>,
 }
 
@@ -55,8 +86,17 @@ impl<S> Default for AtomicCell<S> {
     fn default() -> Self {
         Self {
             word: AtomicU128::new(0),
+            retries: AtomicU64::new(0),
             state: PhantomData,
         }
+    }
+}
+
+impl<S: WordState> AtomicCell<S> {
+    /// Replaces the state, whatever it is.
+    fn store(&self, state: Option<S>) {
+        self.word
+            .store(state.map_or(0, S::to_word), Ordering::Release);
     }
 }
 
@@ -74,7 +114,10 @@ impl<S: WordState> StateCell<S> for AtomicCell<S> {
                 .compare_exchange(current, next, Ordering::AcqRel, Ordering::Acquire)
             {
                 Ok(_) => return decision,
-                Err(actual) => current = actual,
+                Err(actual) => {
+                    self.retries.fetch_add(1, Ordering::Relaxed);
+                    current = actual;
+                }
             }
         }
     }
@@ -86,6 +129,249 @@ impl<S: WordState> StateCell<S> for AtomicCell<S> {
     fn clear(&self) {
         self.word.store(0, Ordering::Release);
     }
+
+    fn retries(&self) -> u64 {
+        self.retries.load(Ordering::Relaxed)
+    }
+}
+
+/// A bucket's state in one atomic 64-bit word: a plain load and a 64-bit
+/// compare-and-swap per decision, where the 128-bit word takes portable-atomic's 16-byte
+/// compare-and-swap, chosen at run time.
+///
+/// A bucket's arrival time, counted in `1 / rate` tick, is a sum of instants times the
+/// rate and of costs times the period, so a multiple of `g = gcd(rate, period)`; the word
+/// holds it divided by `g`, exactly. That fits 64 bits at every instant if `rate / g` is
+/// at most 3, else up to `2^64 × g / rate` ticks (for 10^9 or 1000 per second, to the year
+/// 2554; for a rate prime to the period and near 10^9, never on the Unix clock). A state
+/// that does not fit moves the cell, once and for good, to a 128-bit word: decisions and
+/// states are the same either way.
+#[derive(Debug)]
+pub struct NarrowCell<S> {
+    /// The state divided by `g`; zero for fresh, [`MOVING`] or [`WIDE`].
+    word: AtomicU64,
+    retries: AtomicU64,
+    /// Where the state lives once it has outgrown the word.
+    wide: AtomicCell<S>,
+    divisor: ExactDivisor,
+}
+
+/// The word while one thread moves the state to the wide cell.
+const MOVING: u64 = u64::MAX - 1;
+/// The word once the state lives in the wide cell.
+const WIDE: u64 = u64::MAX;
+
+impl<S> NarrowCell<S> {
+    /// An empty cell for states that are multiples of `gcd(a, b)` (the parameters
+    /// of a bucket: its rate and period; zero is taken as one).
+    pub fn new(a: u64, b: u64) -> Self {
+        Self {
+            word: AtomicU64::new(0),
+            retries: AtomicU64::new(0),
+            wide: AtomicCell::default(),
+            divisor: ExactDivisor::new(gcd(a.max(1), b.max(1))),
+        }
+    }
+}
+
+impl<S> Default for NarrowCell<S> {
+    fn default() -> Self {
+        Self::new(1, 1)
+    }
+}
+
+impl<S: WordState> NarrowCell<S> {
+    fn unpack(&self, word: u64) -> Option<S> {
+        S::from_word(self.divisor.times(word))
+    }
+
+    /// The word for `state`; `None` if it does not fit.
+    fn pack(&self, state: Option<S>) -> Option<u64> {
+        state.map_or(Some(0), |s| {
+            self.divisor
+                .exact_quotient(s.to_word())
+                .filter(|&w| w < MOVING)
+        })
+    }
+
+    /// The word once no move to the wide cell is under way (a move takes a few
+    /// instructions, once in a cell's life).
+    fn settled(&self) -> u64 {
+        loop {
+            match self.word.load(Ordering::Acquire) {
+                MOVING => std::thread::yield_now(),
+                word => return word,
+            }
+        }
+    }
+
+    /// Moves the state the word holds as `current` to the wide cell, unless another
+    /// thread changed the word first.
+    fn widen(&self, current: u64) {
+        if self
+            .word
+            .compare_exchange(current, MOVING, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+        {
+            self.wide.store(self.unpack(current));
+            self.word.store(WIDE, Ordering::Release);
+        }
+    }
+}
+
+impl<S: WordState + Send> NarrowCell<S> {
+    /// Replaces the word with the one `step` returns from it, atomically, and returns the
+    /// decision of the verdict `step` returned with it; `step` sees and returns the word's
+    /// own value (the state divided by `g`, zero for fresh). Where the state is not in the word, or `step` returns `None` (an
+    /// operand that does not fit) or a word that does not fit, [`update`] with
+    /// `transition` decides instead.
+    ///
+    /// [`update`]: StateCell::update
+    #[inline]
+    pub(crate) fn update_word<T>(
+        &self,
+        mut step: impl FnMut(u64) -> Option<(T, u64)>,
+        decision: impl FnOnce(T) -> Decision,
+        transition: impl FnMut(Option<S>) -> (Decision, Option<S>),
+    ) -> Decision {
+        let mut current = self.word.load(Ordering::Acquire);
+        while current < MOVING {
+            let Some((verdict, next)) = step(current).filter(|&(_, next)| next < MOVING) else {
+                break;
+            };
+            if next == current {
+                return decision(verdict);
+            }
+            match self
+                .word
+                .compare_exchange(current, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return decision(verdict),
+                Err(actual) => {
+                    self.retries.fetch_add(1, Ordering::Relaxed);
+                    current = actual;
+                }
+            }
+        }
+        self.update(transition)
+    }
+}
+
+impl<S: WordState + Send> StateCell<S> for NarrowCell<S> {
+    #[inline]
+    fn update(&self, mut transition: impl FnMut(Option<S>) -> (Decision, Option<S>)) -> Decision {
+        let mut current = self.word.load(Ordering::Acquire);
+        loop {
+            if current >= MOVING {
+                self.settled();
+                return self.wide.update(transition);
+            }
+            let (decision, next) = transition(self.unpack(current));
+            let Some(next) = self.pack(next) else {
+                self.widen(current);
+                current = self.word.load(Ordering::Acquire);
+                continue;
+            };
+            if next == current {
+                return decision;
+            }
+            match self
+                .word
+                .compare_exchange(current, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return decision,
+                Err(actual) => {
+                    self.retries.fetch_add(1, Ordering::Relaxed);
+                    current = actual;
+                }
+            }
+        }
+    }
+
+    fn load(&self) -> Option<S> {
+        match self.settled() {
+            WIDE => self.wide.load(),
+            word => self.unpack(word),
+        }
+    }
+
+    fn clear(&self) {
+        loop {
+            match self.settled() {
+                WIDE => return self.wide.clear(),
+                word => {
+                    if self
+                        .word
+                        .compare_exchange(word, 0, Ordering::AcqRel, Ordering::Relaxed)
+                        .is_ok()
+                    {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    fn retries(&self) -> u64 {
+        self.retries.load(Ordering::Relaxed) + self.wide.retries()
+    }
+}
+
+/// Exact division by a fixed `d`: a shift and a multiplication by the inverse of its
+/// odd part modulo 2^64, checked by multiplying back.
+#[derive(Debug, Clone, Copy)]
+struct ExactDivisor {
+    d: u64,
+    shift: u32,
+    odd: u64,
+    /// `odd × inverse ≡ 1 (mod 2^64)`.
+    inverse: u64,
+}
+
+impl ExactDivisor {
+    fn new(d: u64) -> Self {
+        let shift = d.trailing_zeros();
+        let odd = d >> shift;
+        // Newton's iteration doubles the correct low bits each step; `odd` is its own
+        // inverse modulo 8, so five steps reach 96 bits.
+        let mut inverse = odd;
+        for _ in 0..5 {
+            inverse = inverse.wrapping_mul(2u64.wrapping_sub(odd.wrapping_mul(inverse)));
+        }
+        Self {
+            d,
+            shift,
+            odd,
+            inverse,
+        }
+    }
+
+    /// `n × d`.
+    #[inline]
+    fn times(self, n: u64) -> u128 {
+        u128::from(n) * u128::from(self.d)
+    }
+
+    /// `n / d` if `d` divides `n` and the quotient fits 64 bits, else `None`.
+    #[inline]
+    fn exact_quotient(self, n: u128) -> Option<u64> {
+        if n.trailing_zeros() < self.shift {
+            return None;
+        }
+        let m = n >> self.shift;
+        let low = u64::try_from(m & u128::from(u64::MAX)).unwrap_or(0);
+        // If `m = q × odd` with `q < 2^64`, the low word times the inverse is `q`;
+        // multiplying back rejects every other `m`.
+        let q = low.wrapping_mul(self.inverse);
+        (u128::from(q) * u128::from(self.odd) == m).then_some(q)
+    }
+}
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
 }
 
 /// A state behind a mutex, for states too big for a word (the sliding log, the ban).
@@ -120,15 +406,100 @@ impl<S: Clone + Send> StateCell<S> for LockedCell<S> {
     }
 }
 
-impl InMemory for TokenBucket {
-    type Cell = AtomicCell<BucketState>;
+/// A bucket's state: a [`NarrowCell`] packed by the bucket's rate and period, and the
+/// bucket's arithmetic in the word's units, so that a decision on a state in the word
+/// reads and writes the word alone, in 64-bit operations (the same decisions and
+/// states as [`decide`](Algorithm::decide) on the unpacked state, which decides where
+/// an operand does not fit).
+#[derive(Debug, Default)]
+pub struct BucketCell {
+    narrow: NarrowCell<BucketState>,
+    /// `None` where a full burst does not fit the word's units: never the word path.
+    word: Option<WordGcra>,
 }
-impl InMemory for LeakyBucket {
-    type Cell = AtomicCell<BucketState>;
+
+impl BucketCell {
+    fn new(bucket: &impl WordBucket, params: BucketParams) -> Self {
+        let narrow = NarrowCell::new(params.rate, params.period);
+        Self {
+            word: WordGcra::new(bucket, narrow.divisor.d),
+            narrow,
+        }
+    }
+
+    /// Decides with `step` on the word where it can, else with `transition`.
+    #[inline(always)]
+    fn update_with(
+        &self,
+        step: impl Fn(&WordGcra, u64) -> Option<(Verdict, u64)>,
+        transition: impl FnMut(Option<BucketState>) -> (Decision, Option<BucketState>),
+    ) -> Decision {
+        match &self.word {
+            Some(word) => {
+                self.narrow
+                    .update_word(|w| step(word, w), |v| word.decision(v), transition)
+            }
+            None => self.narrow.update(transition),
+        }
+    }
 }
-impl InMemory for Pacing {
-    type Cell = AtomicCell<BucketState>;
+
+impl StateCell<BucketState> for BucketCell {
+    fn update(
+        &self,
+        transition: impl FnMut(Option<BucketState>) -> (Decision, Option<BucketState>),
+    ) -> Decision {
+        self.narrow.update(transition)
+    }
+
+    fn load(&self) -> Option<BucketState> {
+        self.narrow.load()
+    }
+
+    fn clear(&self) {
+        self.narrow.clear();
+    }
+
+    fn retries(&self) -> u64 {
+        self.narrow.retries()
+    }
 }
+
+/// The buckets keep their state in a [`BucketCell`] and decide on its word.
+macro_rules! narrow_bucket {
+    ($($bucket:ty),*) => {$(
+        impl InMemory for $bucket {
+            type Cell = BucketCell;
+
+            fn cell(&self) -> BucketCell {
+                BucketCell::new(self, self.params())
+            }
+
+            #[inline]
+            fn decide_in(&self, cell: &BucketCell, now: Ticks, cost: u64) -> Decision {
+                cell.update_with(
+                    |word, w| word.check(w, now, cost),
+                    |state| self.decide(state, now, cost),
+                )
+            }
+
+            #[inline]
+            fn reserve_in(
+                &self,
+                cell: &BucketCell,
+                now: Ticks,
+                cost: u64,
+                max_wait: Ticks,
+            ) -> Decision {
+                cell.update_with(
+                    |word, w| word.decide(w, now, cost, max_wait),
+                    |state| self.reserve(state, now, cost, max_wait),
+                )
+            }
+        }
+    )*};
+}
+narrow_bucket!(TokenBucket, LeakyBucket, Pacing);
 impl InMemory for FixedWindow {
     type Cell = AtomicCell<FixedWindowState>;
 }
@@ -149,4 +520,200 @@ where
     A::State: Send,
 {
     type Cell = LockedCell<Self::State>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limits::MAX_PERIOD;
+    use crate::{Reserve, Ticks, MAX_TICKS};
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn exact_quotient_is_division(d in prop_oneof![1..=1_000u64, 1..=u64::MAX], q: u64, r: u64, n: u128) {
+            let divisor = ExactDivisor::new(d);
+            let exact = u128::from(q) * u128::from(d);
+            for n in [n, exact, exact + u128::from(r % d), 0] {
+                let expected = (n % u128::from(d) == 0)
+                    .then(|| u64::try_from(n / u128::from(d)).ok())
+                    .flatten();
+                prop_assert_eq!(divisor.exact_quotient(n), expected);
+            }
+            prop_assert_eq!(divisor.times(q), exact);
+        }
+
+        #[test]
+        fn word_decides_as_the_exact_path(
+            capacity in prop_oneof![1..=10u64, 1..=1_000_000_000u64],
+            rate in prop_oneof![1..=10u64, 1..=1_000_000_000u64, Just(1_000_000_000)],
+            period in prop_oneof![1..=10u64, 1..=1_000_000u64, Just(1_000_000), 1..=MAX_PERIOD],
+            now in prop_oneof![0..=MAX_TICKS, Just(u64::MAX), any::<u64>(), (1u64 << 50)..=(1 << 51)],
+            offset: i64,
+            state in 0..4u8,
+            cost in prop_oneof![0..=3u64, any::<u64>()],
+            wait in prop_oneof![Just(None), any::<u64>().prop_map(Some), (0..=1_000_000u64).prop_map(Some)],
+        ) {
+            let g = gcd(rate, period);
+            let now_units = |now: u64| u128::from(now.min(MAX_TICKS)) * u128::from(rate / g);
+            // `u64::MAX` stands for the last instant whose `now × rate / g` fits the word,
+            // moved by the offset: the fallback's boundary.
+            let now = if now == u64::MAX {
+                (u64::MAX / (rate / g)).saturating_add_signed(offset % 4_000_000)
+            } else {
+                now
+            };
+            let here = u64::try_from(now_units(now)).unwrap_or(u64::MAX);
+            let word = match state {
+                0 => 0,
+                // About the arrival time a busy bucket holds: around now, a horizon away.
+                1 => here.saturating_add_signed(offset % (1 << 40)),
+                2 => here.saturating_add(offset.unsigned_abs()),
+                _ => offset.unsigned_abs(),
+            }
+            .min(MOVING - 1);
+            let wait = wait.map(|w| w.min(MAX_TICKS));
+            if let Ok(token) = TokenBucket::new(capacity, rate, period) {
+                same_on_the_word(&token, token.params(), false, g, word, now, cost, wait)?;
+            }
+            if let Ok(funnel) = LeakyBucket::new(capacity, rate, period) {
+                same_on_the_word(&funnel, funnel.params(), false, g, word, now, cost, wait)?;
+            }
+            if let Ok(queue) = Pacing::new(capacity - 1, rate, period) {
+                same_on_the_word(&queue, queue.params(), true, g, word, now, cost, wait)?;
+            }
+        }
+
+        /// The 64-bit word against the 128-bit one, through the same transitions (checks
+        /// and reservations of every bucket).
+        #[test]
+        fn narrow_cell_decides_as_the_wide_cell(
+            capacity in prop_oneof![1..=10u64, 1..=1_000_000_000u64],
+            rate in prop_oneof![1..=10u64, 1..=1_000_000_000u64],
+            period in prop_oneof![1..=10u64, 1..=1_000_000u64],
+            start in prop_oneof![0..=1u64 << 52, Just(u64::MAX), 0..=MAX_TICKS],
+            steps in prop::collection::vec((0..4u8, any::<u64>(), any::<u64>(), any::<u64>()), 1..60),
+        ) {
+            let (Ok(token), Ok(funnel), Ok(queue)) = (
+                TokenBucket::new(capacity, rate, period),
+                LeakyBucket::new(capacity, rate, period),
+                Pacing::new(capacity, rate, period),
+            ) else {
+                return Ok(());
+            };
+            // Start where the word just overflows for these parameters, unless told.
+            let overflow = u64::try_from(
+                (u128::from(u64::MAX) * u128::from(gcd(rate, period)) / u128::from(rate))
+                    .min(u128::from(MAX_TICKS)),
+            ).unwrap_or(MAX_TICKS);
+            let start = if start == u64::MAX { overflow.saturating_sub(3 * period) } else { start };
+            same_cells(&token, start, period, capacity, &steps)?;
+            same_cells(&funnel, start, period, capacity, &steps)?;
+            same_cells(&queue, start, period, capacity, &steps)?;
+        }
+    }
+
+    /// The bucket's cell both ways (the transition on the unpacked state, and the
+    /// decision on the word) against the 128-bit cell: the same decisions and states,
+    /// and the word moves to the wide cell only once a state does not fit it.
+    fn same_cells<A: InMemory<Cell = BucketCell> + Reserve<State = BucketState>>(
+        alg: &A,
+        start: Ticks,
+        period: Ticks,
+        capacity: u64,
+        steps: &[(u8, u64, u64, u64)],
+    ) -> Result<(), TestCaseError> {
+        let (packed, fast) = (alg.cell(), alg.cell());
+        let wide = AtomicCell::<BucketState>::default();
+        let mut now = start;
+        let mut outgrown = false;
+        for &(kind, gap, cost, wait) in steps {
+            now = now.saturating_add(gap % (2 * period + 1)).min(MAX_TICKS);
+            let cost = cost % (capacity + 2);
+            let wait = match kind {
+                1 => wait % (4 * period),
+                2 => wait,
+                _ => 0,
+            };
+            let mut step = |s| match kind {
+                0 => alg.decide(s, now, cost),
+                1 | 2 => alg.reserve(s, now, cost, wait),
+                _ => alg.decide(s, now, 1),
+            };
+            let expected = wide.update(&mut step);
+            prop_assert_eq!(packed.update(&mut step), expected);
+            let decided = match kind {
+                0 => alg.decide_in(&fast, now, cost),
+                1 | 2 => alg.reserve_in(&fast, now, cost, wait),
+                _ => alg.decide_in(&fast, now, 1),
+            };
+            prop_assert_eq!(decided, expected);
+            let state = wide.load();
+            outgrown |= packed.narrow.pack(state).is_none();
+            for cell in [&packed, &fast] {
+                prop_assert_eq!(cell.load(), state);
+                prop_assert_eq!(cell.narrow.word.load(Ordering::Relaxed) == WIDE, outgrown);
+            }
+        }
+        Ok(())
+    }
+
+    /// [`WordGcra`] decides exactly as the bucket on the unpacked state, and gives up
+    /// (`None`) only where an operand does not fit 64 bits.
+    #[allow(clippy::too_many_arguments)]
+    fn same_on_the_word<A: WordBucket + Reserve<State = BucketState>>(
+        alg: &A,
+        params: BucketParams,
+        pacing: bool,
+        g: u64,
+        word: u64,
+        now: Ticks,
+        cost: u64,
+        wait: Option<Ticks>,
+    ) -> Result<(), TestCaseError> {
+        let burst = params.capacity + u64::from(pacing);
+        let Some(units) = WordGcra::new(alg, g) else {
+            let tolerance = u128::from(burst) * u128::from(params.period / g);
+            prop_assert!(tolerance > u128::from(u64::MAX));
+            return Ok(());
+        };
+        let state = BucketState::from_word(u128::from(word) * u128::from(g));
+        let (exact, next) = match wait {
+            Some(wait) => alg.reserve(state, now, cost, wait),
+            None => alg.decide(state, now, cost),
+        };
+        let fast = match wait {
+            Some(wait) => units.decide(word, now, cost, wait),
+            None => units.check(word, now, cost),
+        };
+        match fast {
+            Some((verdict, next_word)) => {
+                prop_assert_eq!(units.decision(verdict), exact);
+                prop_assert_eq!(
+                    u128::from(next_word) * u128::from(g),
+                    next.map_or(0, |s| s.to_word())
+                );
+            }
+            None => {
+                // The operands of the exact path, in the word's units.
+                let (rate, period) = (u128::from(params.rate / g), u128::from(params.period / g));
+                let now = u128::from(now.min(MAX_TICKS)) * rate;
+                let full_at = now + u128::from(burst) * period;
+                let default_wait = if pacing { Ticks::MAX } else { 0 };
+                let wait =
+                    u128::from(wait.unwrap_or(default_wait).min(crate::limits::MAX_WAIT)) * rate;
+                let new_tat = u128::from(word).max(now) + u128::from(cost) * period;
+                let widest = if cost > burst {
+                    full_at
+                } else {
+                    full_at.max(new_tat).max(full_at + wait)
+                };
+                prop_assert!(
+                    widest > u128::from(u64::MAX),
+                    "gave up with operands that fit"
+                );
+            }
+        }
+        Ok(())
+    }
 }

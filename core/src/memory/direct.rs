@@ -6,8 +6,9 @@ use crate::{Clock, Decision, MonotonicClock, Reserve, Ticks};
 
 /// One limit shared by every caller: a whole service, one downstream API.
 ///
-/// Decides with one compare-and-swap for the buckets and windows (whose state fits a
-/// 128-bit word) and under a mutex for the sliding log, bans and composites.
+/// Decides with one compare-and-swap: of a 64-bit word for the buckets, decided in
+/// its own units (see [`BucketCell`](super::BucketCell)), of a 128-bit one for the
+/// windows, and under a mutex for the sliding log, bans and composites.
 #[derive(Debug)]
 pub struct DirectLimiter<A: InMemory, C = MonotonicClock> {
     algorithm: A,
@@ -26,17 +27,15 @@ impl<A: InMemory, C: Clock> DirectLimiter<A, C> {
     /// A limiter reading `clock` (a [`ManualClock`](crate::ManualClock) in tests).
     pub fn with_clock(algorithm: A, clock: C) -> Self {
         Self {
+            cell: algorithm.cell(),
             algorithm,
-            cell: A::Cell::default(),
             clock,
         }
     }
 
     /// Decides a request of `cost` now: the "reject" strategy.
     pub fn check(&self, cost: u64) -> Decision {
-        let now = self.clock.now();
-        self.cell
-            .update(|state| self.algorithm.decide(state, now, cost))
+        self.algorithm.decide_in(&self.cell, self.clock.now(), cost)
     }
 
     /// Runs `admitted` if a request of `cost` is admitted now, else `denied` with the
@@ -61,6 +60,12 @@ impl<A: InMemory, C: Clock> DirectLimiter<A, C> {
         self.cell.clear();
     }
 
+    /// How many times a decision was computed again because another thread changed the
+    /// state between its read and its compare-and-swap (zero for the limits that lock).
+    pub fn retries(&self) -> u64 {
+        self.cell.retries()
+    }
+
     /// The state now, for inspection or for moving it to another host.
     pub fn state(&self) -> Option<A::State> {
         self.cell.load()
@@ -81,9 +86,8 @@ impl<A: InMemory + Reserve, C: Clock> DirectLimiter<A, C> {
     /// Books a slot for `cost` if it can act within `max_wait` ticks; the decision's
     /// `delay` says how long the caller must wait before acting.
     pub fn reserve(&self, cost: u64, max_wait: Ticks) -> Decision {
-        let now = self.clock.now();
-        self.cell
-            .update(|state| self.algorithm.reserve(state, now, cost, max_wait))
+        self.algorithm
+            .reserve_in(&self.cell, self.clock.now(), cost, max_wait)
     }
 
     /// Waits in line: books a slot within `timeout` and sleeps once until it, or returns

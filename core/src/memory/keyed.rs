@@ -26,11 +26,22 @@ pub struct KeyedLimiter<K, A: Algorithm, C = MonotonicClock, H = RandomState> {
     algorithm: A,
     clock: C,
     hasher: H,
-    shards: Vec<Mutex<Shard<K, A::State>>>,
+    shards: Vec<ShardLock<K, A::State>>,
     /// `log2(shards.len())`.
     shard_bits: u32,
     evicted: AtomicU64,
 }
+
+/// A value alone on its cache lines (two, for the prefetcher that fetches lines in
+/// pairs): a shard's lock and table are written by every decision on its keys, and
+/// shards packed side by side would make threads deciding keys of different shards
+/// take the same line from each other.
+#[derive(Debug)]
+#[repr(align(128))]
+pub(super) struct Padded<T>(pub(super) T);
+
+/// A shard behind its lock, alone on its cache lines.
+type ShardLock<K, S> = Padded<Mutex<Shard<K, S>>>;
 
 #[derive(Debug)]
 struct Shard<K, S> {
@@ -41,9 +52,10 @@ struct Shard<K, S> {
     sweep_at: usize,
 }
 
+/// No hash is kept: rehashing the key when the table grows is cheaper than a smaller
+/// share of the cache for every lookup.
 #[derive(Debug)]
 struct Entry<K, S> {
-    hash: u64,
     key: K,
     /// `Some` while stored; taken out for the duration of a decision.
     state: Option<S>,
@@ -75,11 +87,11 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C,
         let (shard_bits, capacities) = layout(max_keys);
         let shards = capacities
             .map(|capacity| {
-                Mutex::new(Shard {
+                Padded(Mutex::new(Shard {
                     table: HashTable::new(),
                     capacity,
                     sweep_at: MIN_SWEEP.min(capacity),
-                })
+                }))
             })
             .collect();
         Self {
@@ -151,7 +163,7 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C,
 
     /// The number of keys held.
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| lock(s).table.len()).sum()
+        self.shards.iter().map(|s| lock(&s.0).table.len()).sum()
     }
 
     /// Whether no key is held.
@@ -165,7 +177,7 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C,
         self.shards
             .iter()
             .map(|s| {
-                let mut shard = lock(s);
+                let mut shard = lock(&s.0);
                 let before = shard.table.len();
                 shard.table.retain(|e| e.fresh_at > now);
                 before - shard.table.len()
@@ -194,7 +206,7 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C,
     }
 
     fn shard(&self, hash: u64) -> MutexGuard<'_, Shard<K, A::State>> {
-        lock(&self.shards[shard_index(hash, self.shard_bits)])
+        lock(&self.shards[shard_index(hash, self.shard_bits)].0)
     }
 
     /// Applies `transition` to `key`'s state under its shard's lock.
@@ -211,10 +223,11 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C,
         let hash = self.hasher.hash_one(key);
         let mut shard = self.shard(hash);
         let fresh_at = |d: &Decision| now.saturating_add(d.reset_after);
-        match shard
-            .table
-            .entry(hash, |e| e.key.borrow() == key, |e| e.hash)
-        {
+        match shard.table.entry(
+            hash,
+            |e| e.key.borrow() == key,
+            |e| self.hasher.hash_one(&e.key),
+        ) {
             TableEntry::Occupied(mut occupied) => {
                 let entry = occupied.get_mut();
                 let (decision, next) = transition(entry.state.take(), now);
@@ -237,12 +250,13 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C,
                         self.evicted.fetch_add(evicted, Ordering::Relaxed);
                     }
                     let entry = Entry {
-                        hash,
                         key: key.to_owned(),
                         state: Some(state),
                         fresh_at: fresh_at(&decision),
                     };
-                    shard.table.insert_unique(hash, entry, |e| e.hash);
+                    shard
+                        .table
+                        .insert_unique(hash, entry, |e| self.hasher.hash_one(&e.key));
                 }
                 decision
             }

@@ -5,7 +5,7 @@ use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use redis::ConnectionLike;
-use tollgate_core::{Algorithm, Decision, Ticks};
+use tollgate_core::{Algorithm, Clock, Decision, MonotonicClock, Ticks};
 
 use super::{FleetAlgorithm, FleetConfig, FleetMode};
 use crate::{Error, Outcome, RedisLimiter};
@@ -36,8 +36,9 @@ pub struct FleetLimiter<A: FleetAlgorithm> {
     key: Vec<u8>,
     config: FleetConfig,
     node: String,
-    /// The origin of local time, read from a monotonic clock.
-    epoch: Instant,
+    /// The origin of local time: a reading of the core's monotonic clock (the CPU's
+    /// counter, a few ns a read, where `Instant` costs tens: split reads it per decision).
+    epoch: Ticks,
     /// The server's time minus local time, as of the last reply.
     offset: AtomicI64,
     calls: AtomicU64,
@@ -171,7 +172,7 @@ impl<A: FleetAlgorithm> FleetLimiter<A> {
             config,
             node: format!("{}-{nanos:09}", std::process::id()),
             // Local time starts at one tick, so 0 can mean "none".
-            epoch: Instant::now() - Duration::from_micros(1),
+            epoch: MonotonicClock.now().saturating_sub(1),
             offset: AtomicI64::new(0),
             calls: AtomicU64::new(0),
             mode,
@@ -217,7 +218,7 @@ impl<A: FleetAlgorithm> FleetLimiter<A> {
 
     /// Local monotonic time, in ticks.
     fn local_now(&self) -> Ticks {
-        micros(self.epoch.elapsed())
+        MonotonicClock.now().saturating_sub(self.epoch)
     }
 
     /// The server's time estimated from local time.

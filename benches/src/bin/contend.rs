@@ -1,0 +1,127 @@
+//! tollgate beside governor under contention: `--threads N` threads decide as fast as
+//! they can for `--seconds S` on one key (the direct limiters) or on `--keys K` keys (the
+//! keyed limiters, each thread walking the keys in its own pseudo-random order), with
+//! limits high enough never to deny. Prints one line per limiter, in million decisions
+//! per second, and for tollgate's direct limiter the compare-and-swaps retried.
+//!
+//! ```sh
+//! cargo run --release -p tollgate-benches --bin contend -- --threads 8 --keys 100000 --seconds 5
+//! ```
+
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use governor::{Quota, RateLimiter};
+use tollgate_core::memory::{DirectLimiter, KeyedLimiter};
+use tollgate_core::{TokenBucket, SECOND};
+
+/// A billion per second, per key: never denied at these speeds.
+const RATE: u32 = 1_000_000_000;
+
+struct Args {
+    threads: usize,
+    keys: u64,
+    seconds: f64,
+}
+
+fn parse() -> Result<Args, String> {
+    let mut args = Args {
+        threads: 1,
+        keys: 1,
+        seconds: 3.0,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let value = it.next().ok_or(format!("{flag} needs a value"))?;
+        let bad = |e: &dyn std::fmt::Display| format!("{flag} {value}: {e}");
+        match flag.as_str() {
+            "--threads" => args.threads = value.parse().map_err(|e| bad(&e))?,
+            "--keys" => args.keys = value.parse().map_err(|e| bad(&e))?,
+            "--seconds" => args.seconds = value.parse().map_err(|e| bad(&e))?,
+            _ => return Err(format!("unknown flag {flag}")),
+        }
+    }
+    if args.threads == 0 || args.keys == 0 || args.seconds.is_nan() || args.seconds <= 0.0 {
+        return Err("threads, keys and seconds must be positive".into());
+    }
+    Ok(args)
+}
+
+/// Runs `decide(thread, i)` on every thread until the time is up; returns million
+/// decisions per second and the decisions made.
+fn run(args: &Args, decide: &(impl Fn(usize, u64) -> bool + Sync)) -> (f64, u64) {
+    let stop = AtomicBool::new(false);
+    let started = Instant::now();
+    let total: u64 = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..args.threads)
+            .map(|thread| {
+                let stop = &stop;
+                s.spawn(move || {
+                    let mut done = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        for _ in 0..256 {
+                            black_box(decide(thread, done));
+                            done += 1;
+                        }
+                    }
+                    done
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_secs_f64(args.seconds));
+        stop.store(true, Ordering::Relaxed);
+        handles.into_iter().map(|h| h.join().unwrap()).sum()
+    });
+    (total as f64 / started.elapsed().as_secs_f64() / 1e6, total)
+}
+
+/// The `i`-th key of `thread`'s walk over `keys` keys (a multiplicative hash of the
+/// step, so threads and limiters visit the same keys in the same order).
+fn key(thread: usize, i: u64, keys: u64) -> u64 {
+    (i.wrapping_add(thread as u64 * 0x9E37_79B9))
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        .rotate_left(29)
+        % keys
+}
+
+fn main() {
+    let args = match parse() {
+        Ok(args) => args,
+        Err(e) => {
+            eprintln!("contend: {e}\nusage: contend --threads N --keys K --seconds S");
+            std::process::exit(2);
+        }
+    };
+    let bucket = TokenBucket::new(RATE.into(), RATE.into(), SECOND).expect("valid bucket");
+    let quota = Quota::per_second(NonZeroU32::new(RATE).expect("nonzero"));
+    let (threads, keys) = (args.threads, args.keys);
+    let line = |name: &str, rate: f64, extra: String| {
+        println!("{name:<9} threads={threads:<3} keys={keys:<7} {rate:>7.2} M decisions/s{extra}");
+    };
+    if keys == 1 {
+        let tollgate = DirectLimiter::new(bucket);
+        let (rate, decisions) = run(&args, &|_, _| tollgate.check(1).allowed);
+        let retries = tollgate.retries();
+        line(
+            "tollgate",
+            rate,
+            format!(
+                "  ({retries} CAS retries, {:.3} per decision)",
+                retries as f64 / decisions as f64
+            ),
+        );
+        let governor = RateLimiter::direct(quota);
+        let (rate, _) = run(&args, &|_, _| governor.check().is_ok());
+        line("governor", rate, String::new());
+    } else {
+        let capacity = usize::try_from(keys).unwrap_or(usize::MAX);
+        let tollgate = KeyedLimiter::new(bucket, capacity);
+        let (rate, _) = run(&args, &|t, i| tollgate.check(&key(t, i, keys), 1).allowed);
+        line("tollgate", rate, String::new());
+        let governor = RateLimiter::keyed(quota);
+        let (rate, _) = run(&args, &|t, i| governor.check_key(&key(t, i, keys)).is_ok());
+        line("governor", rate, String::new());
+    }
+}
