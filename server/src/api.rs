@@ -589,14 +589,36 @@ async fn rotate_app(
     headers: HeaderMap,
     Path(name): Path<String>,
 ) -> Result<Json<Value>> {
-    admin(&shared, &headers, &shared.snapshot())?;
-    let token = token::new(token::APP);
-    if !shared
-        .store
-        .set_app_token(&name, &token::hash(&token))
-        .await?
-    {
-        return Err(ApiError::not_found("app"));
+    rotate(&shared, &headers, name, Holder::App).await
+}
+
+/// What holds a token: an app or a user.
+#[derive(Debug, Clone, Copy)]
+enum Holder {
+    App,
+    User,
+}
+
+/// Gives `name` a new token (the old one stops working); shown once.
+async fn rotate(
+    shared: &Shared,
+    headers: &HeaderMap,
+    name: String,
+    holder: Holder,
+) -> Result<Json<Value>> {
+    admin(shared, headers, &shared.snapshot())?;
+    let (prefix, what) = match holder {
+        Holder::App => (token::APP, "app"),
+        Holder::User => (token::USER, "user"),
+    };
+    let token = token::new(prefix);
+    let hash = token::hash(&token);
+    let found = match holder {
+        Holder::App => shared.store.set_app_token(&name, &hash).await?,
+        Holder::User => shared.store.set_user_token(&name, &hash).await?,
+    };
+    if !found {
+        return Err(ApiError::not_found(what));
     }
     shared.reload(false).await?;
     Ok(Json(json!({"name": name, "token": token})))
@@ -723,17 +745,7 @@ async fn rotate_user(
     headers: HeaderMap,
     Path(name): Path<String>,
 ) -> Result<Json<Value>> {
-    admin(&shared, &headers, &shared.snapshot())?;
-    let token = token::new(token::USER);
-    if !shared
-        .store
-        .set_user_token(&name, &token::hash(&token))
-        .await?
-    {
-        return Err(ApiError::not_found("user"));
-    }
-    shared.reload(false).await?;
-    Ok(Json(json!({"name": name, "token": token})))
+    rotate(&shared, &headers, name, Holder::User).await
 }
 
 async fn delete_user(
