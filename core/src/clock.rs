@@ -111,6 +111,14 @@ pub struct MonotonicClock;
 
 #[cfg(feature = "std")]
 impl MonotonicClock {
+    /// The process's clock, anchored now. The first anchoring in a process calibrates the
+    /// CPU's counter against the OS clock (10 to 200 ms, the longer under load), so the
+    /// in-memory limiters' and leases' constructors call this: no decision pays it.
+    pub fn new() -> Self {
+        Self::anchor();
+        Self
+    }
+
     /// The shared anchor, taken at the first reading in the process.
     #[inline]
     fn anchor() -> &'static Anchor {

@@ -19,7 +19,7 @@ pub struct DirectLimiter<A: InMemory, C = MonotonicClock> {
 impl<A: InMemory> DirectLimiter<A> {
     /// A limiter on the process's [`MonotonicClock`].
     pub fn new(algorithm: A) -> Self {
-        Self::with_clock(algorithm, MonotonicClock)
+        Self::with_clock(algorithm, MonotonicClock::new())
     }
 }
 

@@ -70,7 +70,7 @@ impl<K: Hash + Eq, A: Algorithm> KeyedLimiter<K, A> {
     /// A limiter holding at most `max_keys` keys (at least one), on the process's
     /// [`MonotonicClock`].
     pub fn new(algorithm: A, max_keys: usize) -> Self {
-        Self::with_clock(algorithm, max_keys, MonotonicClock)
+        Self::with_clock(algorithm, max_keys, MonotonicClock::new())
     }
 }
 

@@ -77,7 +77,7 @@ fn advance(latest: &mut Ticks, read: Ticks) -> Ticks {
 impl Leases {
     /// Leases on the process's [`MonotonicClock`].
     pub fn new(concurrency: Concurrency) -> Self {
-        Self::with_clock(concurrency, MonotonicClock)
+        Self::with_clock(concurrency, MonotonicClock::new())
     }
 }
 
@@ -252,7 +252,7 @@ impl<K: Hash + Eq + Send> KeyedLeases<K> {
     /// Leases per key, at most `max_keys` keys (at least one), on the process's
     /// [`MonotonicClock`].
     pub fn new(concurrency: Concurrency, max_keys: usize) -> Self {
-        Self::with_clock(concurrency, max_keys, MonotonicClock)
+        Self::with_clock(concurrency, max_keys, MonotonicClock::new())
     }
 }
 
