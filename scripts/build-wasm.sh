@@ -14,7 +14,7 @@ install_wasm_tools
 # (server/web/dist/wasm) rebuilds bit for bit on any machine with the same toolchain.
 CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="--remap-path-prefix=${CARGO_HOME:-$HOME/.cargo}=/cargo" \
   cargo build -q -p tollgate-wasm --target wasm32-unknown-unknown --profile wasm
-module=target/wasm32-unknown-unknown/wasm/tollgate_wasm.wasm
+module=${CARGO_TARGET_DIR:-target}/wasm32-unknown-unknown/wasm/tollgate_wasm.wasm
 # The features rustc's wasm32 target enables by default.
 features="--enable-bulk-memory --enable-mutable-globals --enable-nontrapping-float-to-int
   --enable-sign-ext --enable-reference-types --enable-multivalue"
