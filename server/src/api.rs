@@ -271,14 +271,15 @@ enum Caller {
     User(User),
 }
 
-fn caller(shared: &Shared, headers: &HeaderMap, snapshot: &Snapshot) -> Result<Caller> {
-    let _ = shared;
-    caller_of(
-        headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok()),
-        snapshot,
-    )
+fn caller(headers: &HeaderMap, snapshot: &Snapshot) -> Result<Caller> {
+    caller_of(authorization(headers), snapshot)
+}
+
+/// The `Authorization` header's value, if it is text.
+fn authorization(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
 }
 
 /// The holder of the bearer token in an `Authorization` value.
@@ -300,8 +301,8 @@ fn caller_of(authorization: Option<&str>, snapshot: &Snapshot) -> Result<Caller>
 }
 
 /// The calling user; an app token may only decide.
-fn user(shared: &Shared, headers: &HeaderMap, snapshot: &Snapshot) -> Result<User> {
-    match caller(shared, headers, snapshot)? {
+fn user(headers: &HeaderMap, snapshot: &Snapshot) -> Result<User> {
+    match caller(headers, snapshot)? {
         Caller::User(user) => Ok(user),
         Caller::App(_) => Err(ApiError::forbidden(
             "an app token may only call the decision endpoints",
@@ -309,8 +310,8 @@ fn user(shared: &Shared, headers: &HeaderMap, snapshot: &Snapshot) -> Result<Use
     }
 }
 
-fn admin(shared: &Shared, headers: &HeaderMap, snapshot: &Snapshot) -> Result<User> {
-    let user = user(shared, headers, snapshot)?;
+fn admin(headers: &HeaderMap, snapshot: &Snapshot) -> Result<User> {
+    let user = user(headers, snapshot)?;
     if user.admin {
         Ok(user)
     } else {
@@ -519,7 +520,7 @@ fn etag(version: i64) -> HeaderValue {
 
 async fn metrics(State(shared): App, headers: HeaderMap) -> Result<Response> {
     if !shared.metrics_open {
-        admin(&shared, &headers, &shared.snapshot())?;
+        admin(&headers, &shared.snapshot())?;
     }
     Ok((
         [(
@@ -532,7 +533,7 @@ async fn metrics(State(shared): App, headers: HeaderMap) -> Result<Response> {
 }
 
 async fn me(State(shared): App, headers: HeaderMap) -> Result<Json<Value>> {
-    let user = user(&shared, &headers, &shared.snapshot())?;
+    let user = user(&headers, &shared.snapshot())?;
     Ok(Json(
         json!({"name": user.name, "admin": user.admin, "roles": user.roles}),
     ))
@@ -540,7 +541,7 @@ async fn me(State(shared): App, headers: HeaderMap) -> Result<Json<Value>> {
 
 async fn apps(State(shared): App, headers: HeaderMap) -> Result<Json<Value>> {
     let snapshot = shared.snapshot();
-    let user = user(&shared, &headers, &snapshot)?;
+    let user = user(&headers, &snapshot)?;
     let apps: Vec<Value> = snapshot
         .apps
         .iter()
@@ -566,7 +567,7 @@ async fn create_app(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response> {
-    admin(&shared, &headers, &shared.snapshot())?;
+    admin(&headers, &shared.snapshot())?;
     let NewApp { name } = typed(json_body(headers.get(header::CONTENT_TYPE), body)?)?;
     check_name(&name, "name")?;
     let token = token::new(token::APP);
@@ -606,7 +607,7 @@ async fn rotate(
     name: String,
     holder: Holder,
 ) -> Result<Json<Value>> {
-    admin(shared, headers, &shared.snapshot())?;
+    admin(headers, &shared.snapshot())?;
     let (prefix, what) = match holder {
         Holder::App => (token::APP, "app"),
         Holder::User => (token::USER, "user"),
@@ -629,7 +630,7 @@ async fn delete_app(
     headers: HeaderMap,
     Path(name): Path<String>,
 ) -> Result<StatusCode> {
-    admin(&shared, &headers, &shared.snapshot())?;
+    admin(&headers, &shared.snapshot())?;
     if !shared.store.delete_app(&name).await? {
         return Err(ApiError::not_found("app"));
     }
@@ -639,7 +640,7 @@ async fn delete_app(
 
 async fn users(State(shared): App, headers: HeaderMap) -> Result<Json<Value>> {
     let snapshot = shared.snapshot();
-    admin(&shared, &headers, &snapshot)?;
+    admin(&headers, &snapshot)?;
     let users: Vec<Value> = snapshot
         .users
         .values()
@@ -670,7 +671,7 @@ async fn create_user(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response> {
-    admin(&shared, &headers, &shared.snapshot())?;
+    admin(&headers, &shared.snapshot())?;
     let NewUser { name, roles, admin } =
         typed(json_body(headers.get(header::CONTENT_TYPE), body)?)?;
     check_name(&name, "name")?;
@@ -724,7 +725,7 @@ async fn set_roles(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>> {
     let snapshot = shared.snapshot();
-    admin(&shared, &headers, &snapshot)?;
+    admin(&headers, &snapshot)?;
     let Roles { roles, admin } = typed(json_body(headers.get(header::CONTENT_TYPE), body)?)?;
     check_roles(&roles)?;
     if !admin {
@@ -754,7 +755,7 @@ async fn delete_user(
     Path(name): Path<String>,
 ) -> Result<StatusCode> {
     let snapshot = shared.snapshot();
-    admin(&shared, &headers, &snapshot)?;
+    admin(&headers, &snapshot)?;
     keep_an_admin(&snapshot, &name)?;
     if !shared.store.delete_user(&name).await? {
         return Err(ApiError::not_found("user"));
@@ -774,7 +775,7 @@ async fn list_policies(
     Query(query): Query<AppQuery>,
 ) -> Result<Json<Value>> {
     let snapshot = shared.snapshot();
-    let user = user(&shared, &headers, &snapshot)?;
+    let user = user(&headers, &snapshot)?;
     if let Some(app) = &query.app {
         check_app_role(&user, app)?;
     }
@@ -796,7 +797,7 @@ async fn get_policy(
     Path(name): Path<String>,
 ) -> Result<Response> {
     let snapshot = shared.snapshot();
-    let user = user(&shared, &headers, &snapshot)?;
+    let user = user(&headers, &snapshot)?;
     let stored = snapshot
         .policies
         .get(&name)
@@ -903,7 +904,7 @@ async fn put_policy(
     Path(name): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response> {
-    let user = user(&shared, &headers, &shared.snapshot())?;
+    let user = user(&headers, &shared.snapshot())?;
     let expected = if_match(&headers)?;
     check_name(&name, "name")?;
     let policy = parse_policy(json_body(headers.get(header::CONTENT_TYPE), body)?)?;
@@ -935,7 +936,7 @@ async fn delete_policy(
     headers: HeaderMap,
     Path(name): Path<String>,
 ) -> Result<StatusCode> {
-    let user = user(&shared, &headers, &shared.snapshot())?;
+    let user = user(&headers, &shared.snapshot())?;
     let expected = if_match(&headers)?;
     write(&shared, &user, &name, None, expected).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -952,7 +953,7 @@ async fn audit(
     headers: HeaderMap,
     Query(query): Query<AuditQuery>,
 ) -> Result<Json<Value>> {
-    let user = user(&shared, &headers, &shared.snapshot())?;
+    let user = user(&headers, &shared.snapshot())?;
     if let Some(app) = &query.app {
         check_app_role(&user, app)?;
     }
@@ -978,7 +979,7 @@ async fn stats(
     Query(query): Query<AppQuery>,
 ) -> Result<Json<Value>> {
     let snapshot = shared.snapshot();
-    let user = user(&shared, &headers, &snapshot)?;
+    let user = user(&headers, &snapshot)?;
     let Some(app) = query.app else {
         return Err(ApiError::bad_request("stats need ?app=APP").field("app"));
     };
@@ -1067,7 +1068,7 @@ async fn lease(
     op: LeaseOp,
 ) -> Result<Json<Value>> {
     let snapshot = shared.snapshot();
-    let app = app_caller(&shared, &headers, &snapshot)?;
+    let app = app_caller(&headers, &snapshot)?;
     let request: LeaseRequest = typed(json_body(headers.get(header::CONTENT_TYPE), body)?)?;
     let stored = policy_for_app(&snapshot, &app, &request.policy)?;
     check_key(&request.key)?;
@@ -1159,7 +1160,6 @@ async fn decide_one(
         request.cost,
     )
     .await?;
-    let stored = &request.policy;
     let mut headers = HeaderMap::new();
     if let Some(header) = &entry.header {
         // Stamped as a refusal so a denial carries Retry-After; the status stays 200.
@@ -1171,7 +1171,7 @@ async fn decide_one(
         header.stamp(&mut headers, status, &decision, false);
     }
     let body = json!({
-        "policy": stored,
+        "policy": request.policy,
         "key": request.key,
         "allowed": decision.allowed,
         "limit": decision.limit,
@@ -1183,14 +1183,8 @@ async fn decide_one(
     Ok((body, headers))
 }
 
-fn app_caller(shared: &Shared, headers: &HeaderMap, snapshot: &Snapshot) -> Result<String> {
-    let _ = shared;
-    app_of(
-        headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok()),
-        snapshot,
-    )
+fn app_caller(headers: &HeaderMap, snapshot: &Snapshot) -> Result<String> {
+    app_of(authorization(headers), snapshot)
 }
 
 /// The app whose token is in an `Authorization` value; a user token may not decide.
@@ -1209,7 +1203,7 @@ async fn decide(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response> {
     let snapshot = shared.snapshot();
-    let app = app_caller(&shared, &headers, &snapshot)?;
+    let app = app_caller(&headers, &snapshot)?;
     let request: DecideRequest = typed(json_body(headers.get(header::CONTENT_TYPE), body)?)?;
     let (body, headers) =
         decide_one(&shared, &snapshot, &shared.limiters(), &app, &request).await?;
@@ -1228,7 +1222,7 @@ async fn decide_batch(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>> {
     let snapshot = shared.snapshot();
-    let app = app_caller(&shared, &headers, &snapshot)?;
+    let app = app_caller(&headers, &snapshot)?;
     let Batch { requests } = typed(json_body(headers.get(header::CONTENT_TYPE), body)?)?;
     if requests.len() > MAX_BATCH {
         return Err(ApiError::invalid(format!(
