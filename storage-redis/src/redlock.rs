@@ -82,8 +82,7 @@ impl Redlock {
                     answered += 1;
                     tokens.push(acquired.grant.map(|grant| grant.token));
                 }
-                // A bad owner or ttl is the caller's error, the same on every server.
-                Err(e @ Error::Lease(_) | e @ Error::OutOfRange { .. }) => return Err(e),
+                Err(e) if callers_error(&e) => return Err(e),
                 Err(e) => {
                     last_error = Some(e);
                     tokens.push(None);
@@ -116,9 +115,7 @@ impl Redlock {
         for con in servers.iter_mut() {
             match self.leases.renew(con, key, owner, ttl) {
                 Ok(grant) => tokens.push(Some(grant.token)),
-                Err(e @ Error::OutOfRange { .. }) => return Err(e),
-                Err(Error::Lease(LeaseError::NotHeld)) => tokens.push(None),
-                Err(e @ Error::Lease(_)) => return Err(e),
+                Err(e) if callers_error(&e) => return Err(e),
                 Err(_) => tokens.push(None),
             }
         }
@@ -165,6 +162,16 @@ impl Redlock {
                 let _ = self.leases.release(con, key, owner);
             }
         }
+    }
+}
+
+/// A bad owner or ttl: the caller's error, the same on every server, so no server's
+/// answer can change it (a lease not held, or a server down, is that server's answer).
+fn callers_error(e: &Error) -> bool {
+    match e {
+        Error::OutOfRange { .. } => true,
+        Error::Lease(e) => !matches!(e, LeaseError::NotHeld),
+        _ => false,
     }
 }
 
