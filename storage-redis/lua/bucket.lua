@@ -107,3 +107,16 @@ end
 algorithms.token_bucket = gcra(4)
 algorithms.leaky_bucket = gcra(5)
 algorithms.pacing = gcra(6)
+
+-- The general path's arguments (see main.lua) for a fast call (bucket_fast.lua) that
+-- path left: the scaled burst and cost computed here, exactly.
+local BUCKET_NAMES = { [4] = 'token_bucket', [5] = 'leaky_bucket', [6] = 'pacing' }
+local function bucket_args(arg)
+  local tag, burst, rate, period, cost, wait, now = struct.unpack(FAST_ARGS, arg)
+  local tol_t, tol_f = scale(burst, rate, period)
+  local cost_t, cost_f = 0, 0
+  if cost <= burst then cost_t, cost_f = scale(cost, rate, period) end
+  local packed = struct.pack(BUCKET_ARGS, burst, rate, period, tol_t, tol_f, cost_t, cost_f)
+  if now > MAX_NOW then now = '' end
+  return { 'decide', now, cost, wait, BUCKET_NAMES[tag] or '', packed }
+end

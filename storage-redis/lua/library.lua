@@ -15,6 +15,10 @@ register('reset', function(keys, args) return run('reset', keys, args) end)
 register('purge', function(keys, args) return run('purge', keys, args) end)
 register('take', function(keys, args) return run('take', keys, args) end)
 register('refund', function(keys, args) return run('refund', keys, args) end)
+-- A bucket's decision on its fast path (bucket_fast.lua), else on the general one.
+register('bucket', function(keys, args)
+  return bucket_fast(keys, args) or run('decide', keys, bucket_args(args[1]))
+end)
 
 -- Leases: each operation a function; the arguments as for the script.
 register('acquire', function(keys, args) return lease('acquire', keys, args) end)

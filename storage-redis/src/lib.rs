@@ -150,6 +150,19 @@ fn values(reply: Value) -> Result<Vec<Option<Vec<u8>>>, Error> {
     redis::from_redis_value(reply).map_err(|_| Error::Reply)
 }
 
+/// A `WRONGTYPE` error about `key` as [`Error::Foreign`], naming the type `TYPE` `found`;
+/// the error as it came if the key holds a string or nothing by then.
+fn foreign(key: &[u8], error: redis::RedisError, found: Result<String, Error>) -> Error {
+    match found {
+        Ok(found) if found != "string" && found != "none" => Error::Foreign {
+            key: key.to_vec(),
+            found,
+        },
+        Ok(_) => Error::Redis(error),
+        Err(e) => e,
+    }
+}
+
 fn corrupt(key: &[u8], reason: String) -> Error {
     Error::Corrupt {
         key: key.to_vec(),
@@ -418,21 +431,32 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         let cost = call.cost.min(self.algorithm.lua_cost_cap());
         let mode = call.mode.name();
         let read_only = matches!(call.mode, Mode::Read);
-        let mut invocation = self.program.invocation(mode, read_only, keys);
         // Any wait beyond 2^53 ticks admits the same requests as an unbounded one.
         let max_wait = call.max_wait.map(|w| w.min(2 * MAX_LUA_TICKS));
-        let cmd = &mut invocation.cmd;
-        cmd.arg(mode)
-            .arg(Arg(call.now))
-            .arg(cost)
-            .arg(Arg(max_wait));
-        // A take's or refund's cost varies in the script: it scales it there.
-        let scaled = if matches!(call.mode, Mode::Take | Mode::Refund) {
-            0
-        } else {
-            cost
+        let fast = match call.mode {
+            Mode::Decide => self.algorithm.lua_fast_arg(cost, call.now, max_wait),
+            _ => None,
         };
-        self.algorithm.lua_args(scaled, cmd);
+        let mut invocation = if let Some(arg) = fast {
+            let mut invocation = self.program.invocation("bucket", false, keys);
+            invocation.cmd.arg(arg);
+            invocation
+        } else {
+            let mut invocation = self.program.invocation(mode, read_only, keys);
+            let cmd = &mut invocation.cmd;
+            cmd.arg(mode)
+                .arg(Arg(call.now))
+                .arg(cost)
+                .arg(Arg(max_wait));
+            // A take's or refund's cost varies in the script: it scales it there.
+            let scaled = if matches!(call.mode, Mode::Take | Mode::Refund) {
+                0
+            } else {
+                cost
+            };
+            self.algorithm.lua_args(scaled, cmd);
+            invocation
+        };
         if matches!(call.mode, Mode::Decide) && self.program.may_use_module() {
             let mut module = redis::cmd("TOLLGATE.CHECK");
             module.arg(keys.len()).arg(keys);
@@ -485,8 +509,34 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
                 Ok(values) => self.diagnose(key, &values, reason),
                 Err(e) => e,
             }),
+            Err(Error::Redis(error)) if error.code() == Some("WRONGTYPE") => {
+                let found = self
+                    .type_query(key)
+                    .and_then(|cmd| cmd.query(con).map_err(|e| Error::from_redis(e, key)));
+                Err(foreign(key, error, found))
+            }
             result => result,
         }
+    }
+
+    /// `TYPE` of `key`'s Redis key, asked after a fast call's `GET` met a value of
+    /// another type (`WRONGTYPE`), to name it.
+    fn type_query(&self, key: &[u8]) -> Result<redis::Cmd, Error> {
+        let keys = self.redis_keys(key)?;
+        Ok(redis::cmd("TYPE").arg(&keys[0]).to_owned())
+    }
+
+    /// The decision a script's `reply` to `call` stands for: the fast path's one integer
+    /// (see [`LuaAlgorithm::lua_fast_decision`]) or the general path's fields.
+    fn parse(&self, reply: Value, call: &Call) -> Result<Decision, Error> {
+        let Value::Int(relative) = reply else {
+            return parse(reply, call.key);
+        };
+        let cost = call.cost.min(self.algorithm.lua_cost_cap());
+        u64::try_from(relative)
+            .ok()
+            .and_then(|r| self.algorithm.lua_fast_decision(r, cost, call.max_wait))
+            .ok_or(Error::Reply)
     }
 
     /// The core's reason why `values` are no state of this algorithm; if the core reads
@@ -502,7 +552,7 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         let keys = self.redis_keys(call.key)?;
         let result = self
             .query(con, &call, &keys)
-            .and_then(|reply| parse(reply, call.key));
+            .and_then(|reply| self.parse(reply, &call));
         self.explained(con, call.key, result)
     }
 
@@ -544,7 +594,7 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
             results[i] = if self.program.must_retry(&reply) {
                 self.one(con, calls[i])
             } else {
-                let result = parse(reply, calls[i].key);
+                let result = self.parse(reply, &calls[i]);
                 self.explained(con, calls[i].key, result)
             };
         }
@@ -571,9 +621,18 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         let result = self
             .query_async(con, &call)
             .await
-            .and_then(|reply| parse(reply, call.key));
-        let Err(Error::Corrupt { reason, .. }) = result else {
-            return result;
+            .and_then(|reply| self.parse(reply, &call));
+        let reason = match result {
+            Err(Error::Corrupt { reason, .. }) => reason,
+            Err(Error::Redis(error)) if error.code() == Some("WRONGTYPE") => {
+                let cmd = self.type_query(call.key)?;
+                let found = cmd
+                    .query_async(con)
+                    .await
+                    .map_err(|e| Error::from_redis(e, call.key));
+                return Err(foreign(call.key, error, found));
+            }
+            result => return result,
         };
         let read = self
             .query_async(con, &Call::mode(call.key, Mode::Read))

@@ -3,9 +3,10 @@
 //! the entry point.
 
 use redis::Cmd;
+use tollgate_core::limits::MAX_WAIT;
 use tollgate_core::{
-    Algorithm, Ban, BucketParams, Composite, DecodeError, FixedWindow, LeakyBucket, Pacing,
-    SlidingCounter, SlidingLog, Ticks, TokenBucket,
+    Algorithm, Ban, BucketParams, Composite, Decision, DecodeError, FixedWindow, LeakyBucket,
+    Pacing, Reserve, SlidingCounter, SlidingLog, Ticks, TokenBucket,
 };
 
 use crate::Error;
@@ -15,6 +16,9 @@ static FIXED_WINDOW: &str = include_str!("../lua/fixed_window.lua");
 static SLIDING_COUNTER: &str = include_str!("../lua/sliding_counter.lua");
 static SLIDING_LOG: &str = include_str!("../lua/sliding_log.lua");
 static BUCKET: &str = include_str!("../lua/bucket.lua");
+static BUCKET_FAST: &str = include_str!("../lua/bucket_fast.lua");
+static FAST_HEAD: &str = include_str!("../lua/fast_head.lua");
+static FAST_TAIL: &str = include_str!("../lua/fast_tail.lua");
 static BAN: &str = include_str!("../lua/ban.lua");
 static COMPOSITE: &str = include_str!("../lua/composite.lua");
 static MAIN: &str = include_str!("../lua/main.lua");
@@ -45,8 +49,9 @@ impl Library {
 }
 
 /// The suffixes `lua/library.lua` registers.
-const FUNCTIONS: [&str; 10] = [
+const FUNCTIONS: [&str; 11] = [
     "decide",
+    "bucket",
     "read",
     "reset",
     "purge",
@@ -64,6 +69,7 @@ pub(crate) static LIBRARY: std::sync::LazyLock<Library> = std::sync::LazyLock::n
         FIXED_WINDOW,
         SLIDING_COUNTER,
         SLIDING_LOG,
+        BUCKET_FAST,
         BUCKET,
         BAN,
         COMPOSITE,
@@ -144,6 +150,35 @@ pub trait LuaAlgorithm: Algorithm {
         1
     }
 
+    /// The argument of a decision on the buckets' fast path (`lua/bucket_fast.lua`), the
+    /// function the client calls instead of the general one when this is `Some`: for a
+    /// single bucket whose `capacity × period` is below 2^52 and a `cost` (at most
+    /// [`lua_cost_cap`](Self::lua_cost_cap)) within its burst.
+    fn lua_fast_arg(
+        &self,
+        cost: u64,
+        now: Option<Ticks>,
+        max_wait: Option<Ticks>,
+    ) -> Option<Vec<u8>> {
+        let _ = (cost, now, max_wait);
+        None
+    }
+
+    /// The decision the fast path's reply stands for: the stored state's arrival time
+    /// before the call, relative to its `now`, in units of `1 / rate` tick (0: fresh).
+    /// The core decides it again at a `now` of 0, which gives the same decision: a
+    /// bucket's depends on the arrival time relative to `now` alone. `None` if `relative`
+    /// is no state of this algorithm.
+    fn lua_fast_decision(
+        &self,
+        relative: u64,
+        cost: u64,
+        max_wait: Option<Ticks>,
+    ) -> Option<Decision> {
+        let _ = (relative, cost, max_wait);
+        None
+    }
+
     /// Decodes the values of this algorithm's keys (`None`: no such key).
     fn lua_decode(&self, values: &[Option<Vec<u8>>]) -> Result<Option<Self::State>, DecodeError> {
         match values {
@@ -157,13 +192,23 @@ pub trait LuaAlgorithm: Algorithm {
 pub(crate) fn script<A: LuaAlgorithm>(algorithm: &A) -> String {
     let mut needed = Vec::new();
     algorithm.lua_files(&mut needed);
-    let mut files = vec![LIB];
-    for file in needed.into_iter().chain([COMPOSITE, MAIN, SCRIPT_TAIL]) {
+    // A bucket's fast calls are decided before the rest of the script defines anything.
+    let fast = algorithm.lua_fast_arg(0, None, None).is_some();
+    let mut files = if fast {
+        vec![BUCKET_FAST, FAST_HEAD, LIB]
+    } else {
+        vec![LIB]
+    };
+    for file in needed.into_iter().chain([COMPOSITE, MAIN]) {
         // A composite's members name the same file once each.
         if !files.contains(&file) {
             files.push(file);
         }
     }
+    if fast {
+        files.push(FAST_TAIL);
+    }
+    files.push(SCRIPT_TAIL);
     files.concat()
 }
 
@@ -253,6 +298,58 @@ fn bucket_args(name: &str, params: BucketParams, burst: u64, cost: u64, cmd: &mu
     cmd.arg(name).arg(&packed[..]);
 }
 
+/// The bound of the fast path's quantities, in units of `1 / rate` tick: below it every
+/// integer, and every sum of two, is a double (see `lua/bucket_fast.lua`).
+const FAST_BOUND: u128 = 1 << 52;
+
+/// The fast path's argument for a bucket tagged `tag` (the core's encoding's): tag,
+/// burst, rate, period, cost, max wait and now (`u64::MAX`: the server's time), big-endian;
+/// `None` where the fast path cannot decide (`burst × period` beyond its bound, a cost
+/// beyond the burst).
+fn fast_arg(
+    tag: u8,
+    params: BucketParams,
+    burst: u64,
+    cost: u64,
+    now: Option<Ticks>,
+    wait: Ticks,
+) -> Option<Vec<u8>> {
+    if u128::from(burst) * u128::from(params.period) >= FAST_BOUND || cost > burst {
+        return None;
+    }
+    let mut arg = Vec::with_capacity(49);
+    arg.push(tag);
+    for value in [
+        burst,
+        params.rate,
+        params.period,
+        cost,
+        wait.min(MAX_WAIT),
+        now.unwrap_or(u64::MAX),
+    ] {
+        arg.extend_from_slice(&value.to_be_bytes());
+    }
+    Some(arg)
+}
+
+/// The state a fast path's reply stands for, at a `now` of 0 (see
+/// [`LuaAlgorithm::lua_fast_decision`]): decoded by the core from its encoding, so a
+/// reply that is no state is refused as any stored bytes would be.
+fn fast_state<A: Algorithm>(
+    algorithm: &A,
+    tag: u8,
+    rate: u64,
+    relative: u64,
+) -> Option<Option<A::State>> {
+    if relative == 0 {
+        return Some(None);
+    }
+    let mut bytes = vec![1, tag];
+    bytes.extend_from_slice(&(relative / rate).to_be_bytes());
+    bytes.extend_from_slice(&(relative % rate).to_be_bytes());
+    algorithm.decode(&bytes).ok().map(Some)
+}
+
 fn bucket_range(params: BucketParams, burst: u64) -> Result<(), Error> {
     in_range("capacity", params.capacity, MAX_LUA_LIMIT)?;
     in_range("rate", params.rate, MAX_LUA_LIMIT)?;
@@ -261,9 +358,10 @@ fn bucket_range(params: BucketParams, burst: u64) -> Result<(), Error> {
     in_range("capacity × period / rate", horizon, MAX_LUA_HORIZON)
 }
 
-/// Implements [`LuaAlgorithm`] for a bucket whose burst is `capacity + $extra`.
+/// Implements [`LuaAlgorithm`] for a bucket whose burst is `capacity + $extra`, tagged
+/// `$tag` in the core's encoding, whose checks wait at most `$wait`.
 macro_rules! lua_bucket {
-    ($type:ty, $name:literal, $extra:literal) => {
+    ($type:ty, $name:literal, $extra:literal, $tag:literal, $wait:expr) => {
         impl LuaAlgorithm for $type {
             fn lua_files(&self, files: &mut Vec<&'static str>) {
                 files.push(BUCKET);
@@ -290,14 +388,38 @@ macro_rules! lua_bucket {
                 let params = self.params();
                 bucket_range(params, params.capacity + $extra)
             }
+
+            fn lua_fast_arg(
+                &self,
+                cost: u64,
+                now: Option<Ticks>,
+                max_wait: Option<Ticks>,
+            ) -> Option<Vec<u8>> {
+                let params = self.params();
+                let wait = max_wait.unwrap_or($wait);
+                fast_arg($tag, params, params.capacity + $extra, cost, now, wait)
+            }
+
+            fn lua_fast_decision(
+                &self,
+                relative: u64,
+                cost: u64,
+                max_wait: Option<Ticks>,
+            ) -> Option<Decision> {
+                let state = fast_state(self, $tag, self.params().rate, relative)?;
+                Some(match max_wait {
+                    Some(wait) => self.reserve(state, 0, cost, wait).0,
+                    None => self.decide(state, 0, cost).0,
+                })
+            }
         }
     };
 }
 
-lua_bucket!(TokenBucket, "token_bucket", 0);
-lua_bucket!(LeakyBucket, "leaky_bucket", 0);
+lua_bucket!(TokenBucket, "token_bucket", 0, 4, 0);
+lua_bucket!(LeakyBucket, "leaky_bucket", 0, 5, 0);
 // A pacing queue of capacity C admits C + 1 at once: one acts now, C wait.
-lua_bucket!(Pacing, "pacing", 1);
+lua_bucket!(Pacing, "pacing", 1, 6, Ticks::MAX);
 
 impl<A: LuaAlgorithm> LuaAlgorithm for Ban<A> {
     fn lua_files(&self, files: &mut Vec<&'static str>) {

@@ -467,3 +467,172 @@ fn composite_pacing() {
         },
     );
 }
+
+/// The buckets' fast path (`lua/bucket_fast.lua`) where its quantities straddle its
+/// bound, 2^52 units of `1 / rate` tick: `burst × period`, and the stored arrival time
+/// (relative to `now`) plus `cost × period`, each drawn within a few units of it. Below
+/// the bound the library's `bucket` function answers with one integer, beyond it with
+/// the general path's fields; on every path the decision and the stored bytes are the
+/// core's.
+/// The fast path's bound (`lua/bucket_fast.lua`).
+const BOUND: u64 = 1 << 52;
+
+#[test]
+fn bucket_fast_path_bound() {
+    // (kind, capacity, rate, period): burst × period within 3 × burst of the bound.
+    let params = (0..3u8, 1..=MAX_LUA_LIMIT, 1..=MAX_LUA_LIMIT, -3i64..=3).prop_filter_map(
+        "within the Lua range",
+        |(kind, capacity, rate, delta)| {
+            let burst = capacity + u64::from(kind == 2);
+            let period = (BOUND / burst).checked_add_signed(delta)?;
+            let ok = match kind {
+                0 => TokenBucket::new(capacity, rate, period)
+                    .is_ok_and(|b| RedisLimiter::new(b).is_ok()),
+                1 => LeakyBucket::new(capacity, rate, period)
+                    .is_ok_and(|b| RedisLimiter::new(b).is_ok()),
+                _ => {
+                    Pacing::new(capacity, rate, period).is_ok_and(|b| RedisLimiter::new(b).is_ok())
+                }
+            };
+            ok.then_some((kind, capacity, rate, period, burst))
+        },
+    );
+    let case = params.prop_flat_map(|(kind, capacity, rate, period, burst)| {
+        let cost = prop_oneof![Just(0), Just(1), 0..=burst, Just(burst), Just(burst + 1)];
+        let wait = prop_oneof![
+            Just(None),
+            Just(Some(0)),
+            (0..=BOUND).prop_map(Some),
+            Just(Some(u64::MAX))
+        ];
+        let near = -3i64..=3;
+        (
+            Just((kind, capacity, rate, period)),
+            cost,
+            wait,
+            near,
+            0..4u8,
+            0..BOUND,
+        )
+    });
+    cases(
+        case,
+        |server, ((kind, capacity, rate, period), cost, wait, delta, shape, anywhere)| {
+            // The state's arrival time relative to now: none, anywhere below the bound,
+            // or within 3 units of where it and the cost reach the bound.
+            let scaled_cost = cost.saturating_mul(period);
+            let relative = match shape {
+                0 => 0,
+                1 => anywhere,
+                _ => BOUND
+                    .saturating_sub(scaled_cost)
+                    .saturating_add_signed(delta),
+            };
+            let case = FastCase {
+                rate,
+                period,
+                relative,
+                cost,
+                wait,
+            };
+            match kind {
+                0 => case.run(server, TokenBucket::new(capacity, rate, period).unwrap(), 4),
+                1 => case.run(server, LeakyBucket::new(capacity, rate, period).unwrap(), 5),
+                _ => case.run(server, Pacing::new(capacity, rate, period).unwrap(), 6),
+            }
+        },
+    );
+}
+
+/// One decision of [`bucket_fast_path_bound`]: a state `relative` units of `1 / rate`
+/// tick after `EPOCH`, decided at `EPOCH`.
+struct FastCase {
+    rate: u64,
+    period: Ticks,
+    relative: u64,
+    cost: u64,
+    wait: Option<Ticks>,
+}
+
+impl FastCase {
+    fn run<A: LuaAlgorithm + Reserve + Clone>(
+        &self,
+        server: &Server,
+        alg: A,
+        tag: u8,
+    ) -> Result<(), TestCaseError> {
+        let mut con = server.connection();
+        let bytes = (self.relative > 0).then(|| {
+            let ticks = EPOCH + self.relative / self.rate;
+            let frac = self.relative % self.rate;
+            [&[1, tag][..], &ticks.to_be_bytes(), &frac.to_be_bytes()].concat()
+        });
+        let state = match &bytes {
+            Some(bytes) => match alg.decode(bytes) {
+                Ok(state) => Some(state),
+                Err(_) => return Err(TestCaseError::reject("beyond the core's states")),
+            },
+            None => None,
+        };
+        let (want, new) = match self.wait {
+            Some(wait) => alg.reserve(state, EPOCH, self.cost, wait),
+            None => alg.decide(state, EPOCH, self.cost),
+        };
+        let want_bytes = new.map(|s| alg.encode_to_vec(&s));
+        let set = |con: &mut redis::Connection, key: &[u8]| {
+            if let Some(bytes) = &bytes {
+                redis::cmd("SET")
+                    .arg(key)
+                    .arg(bytes)
+                    .exec(con)
+                    .expect("SET");
+            }
+        };
+        for path in [Path::Module, Path::Functions, Path::Scripts] {
+            let limiter = RedisLimiter::new(alg.clone())
+                .expect("in the Lua range")
+                .with_prefix(prefix())
+                .with_path(path)
+                .expect("a path");
+            let key = limiter.redis_keys(b"k").expect("keys").remove(0);
+            set(&mut con, &key);
+            let got = match self.wait {
+                Some(wait) => limiter.reserve_at(&mut con, b"k", self.cost, wait, EPOCH),
+                None => limiter.check_at(&mut con, b"k", self.cost, EPOCH),
+            };
+            let got = got.map_err(|e| TestCaseError::fail(format!("{path:?}: {e}")))?;
+            prop_assert_eq!(got, want, "{:?}", path);
+            let stored: Option<Vec<u8>> = redis::cmd("GET").arg(&key).query(&mut con).unwrap();
+            prop_assert_eq!(&stored, &want_bytes, "{:?}", path);
+        }
+        // The library's fast function itself (loaded by the calls above): one integer
+        // exactly when every quantity is below the bound.
+        let sent = self.cost.min(alg.lua_cost_cap());
+        let Some(arg) = alg.lua_fast_arg(sent, Some(EPOCH), self.wait) else {
+            return Ok(());
+        };
+        let key = format!("{}raw", prefix()).into_bytes();
+        set(&mut con, &key);
+        let reply: redis::Value = redis::cmd("FCALL")
+            .arg(format!("{}_bucket", tollgate_redis::library_name()))
+            .arg(1)
+            .arg(&key)
+            .arg(arg)
+            .query(&mut con)
+            .unwrap();
+        let below = u128::from(self.relative) + u128::from(sent) * u128::from(self.period)
+            < u128::from(BOUND);
+        match reply {
+            redis::Value::Int(relative) => {
+                prop_assert!(below, "the fast path answered beyond its bound");
+                let got = alg.lua_fast_decision(relative as u64, sent, self.wait);
+                prop_assert_eq!(got, Some(want));
+            }
+            redis::Value::Array(_) => prop_assert!(!below, "the fast path left below its bound"),
+            other => prop_assert!(false, "reply {:?}", other),
+        }
+        let stored: Option<Vec<u8>> = redis::cmd("GET").arg(&key).query(&mut con).unwrap();
+        prop_assert_eq!(stored, want_bytes);
+        Ok(())
+    }
+}
