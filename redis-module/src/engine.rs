@@ -556,6 +556,34 @@ mod tests {
         }
     }
 
+    proptest! {
+        /// The byte loop reads a number exactly as `str::parse` does, digits only.
+        #[test]
+        fn numbers_parse_as_str_parse(arg in proptest::collection::vec(
+            prop_oneof![4 => b'0'..=b'9', 1 => any::<u8>()], 0..24)) {
+            let expected = if arg.iter().all(u8::is_ascii_digit) {
+                std::str::from_utf8(&arg).ok().and_then(|s| s.parse::<u64>().ok())
+            } else {
+                None
+            };
+            prop_assert_eq!(crate::args::parse_u64(&arg), expected);
+        }
+
+        /// A state's bytes on the stack or spilled to the heap are the core's encoding.
+        #[test]
+        fn encoded_bytes_are_the_cores(len in 0usize..300) {
+            let mut encoded = super::Encoded::of(|out, n: &usize| out.extend((0..*n).map(byte)), &len);
+            let expected: Vec<u8> = (0..len).map(byte).collect();
+            prop_assert_eq!(encoded.as_slice(), &expected[..]);
+            encoded.extend([7u8]);
+            prop_assert_eq!(encoded.as_slice().len(), len + 1);
+        }
+    }
+
+    fn byte(i: usize) -> u8 {
+        u8::try_from(i % 256).unwrap_or(0)
+    }
+
     #[test]
     fn bans_nest_a_bounded_depth() {
         let mut args: Vec<&[u8]> = vec![b"1", b"k"];
