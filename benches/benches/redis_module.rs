@@ -5,7 +5,10 @@
 //! `redis_module_pipelined`: pipelines of 64 commands, one per connection on four
 //! threads. `redis_module_single`: one connection, one command per round trip.
 //! `tollgate_module` is `TOLLGATE.CHECK` of a token bucket (10^6 refilled at 10^6/s);
-//! `module_cl_throttle` is `CL.THROTTLE key 15 30 60`.
+//! `module_cl_throttle` is `CL.THROTTLE key 15 30 60`; `redis_cell` is the same command
+//! on a second server running redis-cell's module instead (the two modules both name
+//! `CL.THROTTLE`), measured when `REDIS_CELL_MODULE` names its `.so` (a peer built from
+//! its source, not a dependency).
 //!
 //! The module is `TOLLGATE_REDIS_MODULE` if set, else built here with `--release`.
 
@@ -97,30 +100,33 @@ fn release_module() {
 fn module_benches(c: &mut Criterion) {
     release_module();
     let server = common::Server::start();
+    let peer = std::env::var_os("REDIS_CELL_MODULE")
+        .map(|cell| common::Server::start_loading(std::path::Path::new(&cell), &[]));
     let (tb, cell, counters) = (named_keys("tb:"), named_keys("cell:"), named_keys("incr:"));
+    type Case<'a> = (&'a str, fn(&str) -> Cmd, &'a [String], &'a common::Server);
+    let mut cases: Vec<Case> = vec![
+        ("tollgate_module", check, &tb, &server),
+        ("module_cl_throttle", throttle, &cell, &server),
+        ("incr", incr, &counters, &server),
+    ];
+    if let Some(peer) = &peer {
+        cases.push(("redis_cell", throttle, &cell, peer));
+    }
 
     let mut group = c.benchmark_group("redis_module_pipelined");
     group.throughput(Throughput::Elements(BATCH as u64));
-    for (name, command, keys) in [
-        ("tollgate_module", check as fn(&str) -> Cmd, &tb),
-        ("module_cl_throttle", throttle, &cell),
-        ("incr", incr, &counters),
-    ] {
+    for &(name, command, keys, server) in &cases {
         group.bench_function(name, |b| {
-            b.iter_custom(|iters| pipelined(&server, iters, command, keys))
+            b.iter_custom(|iters| pipelined(server, iters, command, keys))
         });
     }
     group.finish();
 
     let mut group = c.benchmark_group("redis_module_single");
     group.throughput(Throughput::Elements(1));
-    let mut con = server.connection();
     let mut i = 0;
-    for (name, command, keys) in [
-        ("tollgate_module", check as fn(&str) -> Cmd, &tb),
-        ("module_cl_throttle", throttle, &cell),
-        ("incr", incr, &counters),
-    ] {
+    for &(name, command, keys, server) in &cases {
+        let mut con = server.connection();
         group.bench_function(name, |b| {
             b.iter(|| {
                 i = (i + 1) % KEYS;

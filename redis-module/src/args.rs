@@ -54,6 +54,18 @@ impl<'a> Args<'a> {
         Ok(arg)
     }
 
+    /// The next `n` arguments, in place (the keys of a `numkeys key...` command).
+    pub fn take(&mut self, n: usize, what: &str) -> Result<&'a [&'a [u8]], ArgError> {
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|&end| end <= self.args.len());
+        let end = end.ok_or_else(|| ArgError::Syntax(format!("missing {what}")))?;
+        let taken = &self.args[self.pos..end];
+        self.pos = end;
+        Ok(taken)
+    }
+
     /// Which of `words` (any case) the next argument is; read without allocating, as
     /// every decision parses its algorithm.
     pub fn one_of(&mut self, what: &str, words: &[&str]) -> Result<usize, ArgError> {
@@ -114,10 +126,14 @@ impl<'a> Args<'a> {
     }
 }
 
-/// Digits only: no sign, no spaces, no overflow.
-fn parse_u64(arg: &[u8]) -> Option<u64> {
-    if arg.is_empty() || !arg.iter().all(u8::is_ascii_digit) {
+/// Digits only: no sign, no spaces, no overflow. (A loop over the bytes: every
+/// decision parses its parameters, and `str::parse` first checks UTF-8.)
+pub fn parse_u64(arg: &[u8]) -> Option<u64> {
+    if arg.is_empty() {
         return None;
     }
-    std::str::from_utf8(arg).ok()?.parse().ok()
+    arg.iter().try_fold(0u64, |n, &b| {
+        let digit = b.checked_sub(b'0').filter(|&d| d <= 9)?;
+        n.checked_mul(10)?.checked_add(u64::from(digit))
+    })
 }

@@ -5,7 +5,7 @@
 
 use tollgate_core::{Algorithm, BucketState, Decision, DecodeError, LeakyBucket, Ticks, SECOND};
 
-use crate::engine::Write;
+use crate::engine::{Encoded, Write};
 
 /// A parsed `CL.THROTTLE`.
 #[derive(Debug)]
@@ -76,7 +76,10 @@ impl Throttle {
         let (d, new) = self.bucket.decide(state, now, self.quantity);
         Ok((
             d,
-            new.map(|s| (self.bucket.encode_to_vec(&s), d.reset_after)),
+            new.map(|s| {
+                let bytes = Encoded::of(|out, s| self.bucket.encode(s, out), &s);
+                (bytes, d.reset_after)
+            }),
         ))
     }
 

@@ -60,7 +60,105 @@ impl std::fmt::Display for Failure {
 
 /// A key's new value: its state's bytes and the time until that state is fresh (its
 /// TTL on the server's clock), or `None` when fresh (the key is deleted).
-pub type Write = Option<(Vec<u8>, Ticks)>;
+pub type Write = Option<(Encoded, Ticks)>;
+
+/// How many bytes of a state [`Encoded`] keeps on the stack: every fixed-size state, a
+/// lock held by an owner of up to 64 bytes.
+const INLINE: usize = 96;
+
+/// A state's bytes, on the stack up to [`INLINE`] bytes, so a decision allocates nothing
+/// to encode its state; longer ones (sliding logs, lease tables) spill to the heap.
+#[derive(Debug, Clone)]
+pub struct Encoded {
+    len: usize,
+    inline: [u8; INLINE],
+    heap: Vec<u8>,
+}
+
+impl Encoded {
+    /// `state`'s canonical bytes under `algorithm`'s encoding.
+    pub fn of<S>(encode: impl FnOnce(&mut Self, &S), state: &S) -> Self {
+        let mut out = Self {
+            len: 0,
+            inline: [0; INLINE],
+            heap: Vec::new(),
+        };
+        encode(&mut out, state);
+        out
+    }
+
+    /// The bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        if self.heap.is_empty() {
+            &self.inline[..self.len]
+        } else {
+            &self.heap
+        }
+    }
+
+    fn push(&mut self, byte: u8) {
+        if self.heap.is_empty() {
+            if let Some(slot) = self.inline.get_mut(self.len) {
+                *slot = byte;
+                self.len += 1;
+                return;
+            }
+            self.heap.extend_from_slice(&self.inline);
+        }
+        self.heap.push(byte);
+    }
+}
+
+impl Extend<u8> for Encoded {
+    fn extend<I: IntoIterator<Item = u8>>(&mut self, bytes: I) {
+        for byte in bytes {
+            self.push(byte);
+        }
+    }
+}
+
+/// The keys' new values in the keys' order; one key's without a vector.
+#[derive(Debug)]
+pub enum Writes {
+    /// One key's (taken once).
+    One(Option<Write>),
+    /// A composite's, one per member.
+    Many(std::vec::IntoIter<Write>),
+}
+
+impl Iterator for Writes {
+    type Item = Write;
+
+    fn next(&mut self) -> Option<Write> {
+        match self {
+            Self::One(write) => write.take(),
+            Self::Many(writes) => writes.next(),
+        }
+    }
+}
+
+/// A reply's integers: at most ten (a lease acquire's), on the stack.
+#[derive(Debug, Clone, Copy)]
+pub struct Fields {
+    values: [i64; 10],
+    len: usize,
+}
+
+impl Fields {
+    /// The integers.
+    pub fn as_slice(&self) -> &[i64] {
+        &self.values[..self.len]
+    }
+}
+
+impl<const N: usize> From<[i64; N]> for Fields {
+    fn from(fields: [i64; N]) -> Self {
+        let mut values = [0; 10];
+        let len = N.min(10);
+        values[..len].copy_from_slice(&fields[..len]);
+        Self { values, len }
+    }
+}
 
 /// One limit over one key, or a composite over one key per member.
 #[derive(Debug)]
@@ -75,8 +173,8 @@ pub enum Limit {
 /// `numkeys key [key ...] algorithm [algorithm ...] [COST c] [NOW t] [MAXWAIT w]`.
 #[derive(Debug)]
 pub struct Request<'a> {
-    /// The Redis keys, one per algorithm.
-    pub keys: Vec<&'a [u8]>,
+    /// The Redis keys, one per algorithm (the arguments, in place).
+    pub keys: &'a [&'a [u8]],
     /// The limit.
     pub limit: Limit,
     /// The request's cost (default 1).
@@ -92,14 +190,15 @@ pub const MAX_KEYS: u64 = 255;
 
 /// Reads `numkeys key...` and returns the keys; the first argument of every
 /// multi-key command, and what Redis asks for to route it (Cluster).
-pub fn keys<'a>(args: &mut Args<'a>) -> Result<Vec<&'a [u8]>, ArgError> {
+pub fn keys<'a>(args: &mut Args<'a>) -> Result<&'a [&'a [u8]], ArgError> {
     let n = args.u64("numkeys")?;
     if !(1..=MAX_KEYS).contains(&n) {
         return Err(ArgError::Syntax(format!(
             "numkeys must be between 1 and {MAX_KEYS}, got {n}"
         )));
     }
-    (0..n).map(|_| args.bytes("a key")).collect()
+    // n <= MAX_KEYS.
+    args.take(usize::try_from(n).unwrap_or(usize::MAX), "a key")
 }
 
 impl<'a> Request<'a> {
@@ -107,31 +206,31 @@ impl<'a> Request<'a> {
     pub fn parse(args: &'a [&'a [u8]], wait: bool) -> Result<Self, ArgError> {
         let mut args = Args::new(args);
         let keys = keys(&mut args)?;
-        let specs = keys
-            .iter()
-            .map(|_| Spec::parse(&mut args))
-            .collect::<Result<Vec<_>, _>>()?;
+        // One key, the common case, needs no vector of specs.
+        let limit = if let [_] = keys {
+            Limit::One(Spec::parse(&mut args)?)
+        } else {
+            let specs = keys
+                .iter()
+                .map(|_| Spec::parse(&mut args))
+                .collect::<Result<Vec<_>, _>>()?;
+            Limit::Many(Composite::new(specs)?)
+        };
         let [cost, now, max_wait] = if wait {
             args.options(["COST", "NOW", "MAXWAIT"])?
         } else {
             let [cost, now] = args.options(["COST", "NOW"])?;
             [cost, now, None]
         };
-        if max_wait.is_some() && !specs.iter().all(Spec::reserves) {
+        let reserves = match &limit {
+            Limit::One(spec) => spec.reserves(),
+            Limit::Many(c) => c.members().iter().all(Spec::reserves),
+        };
+        if max_wait.is_some() && !reserves {
             return Err(ArgError::Syntax(
                 "MAXWAIT needs buckets (token_bucket, leaky_bucket, pacing)".into(),
             ));
         }
-        let limit = if specs.len() == 1 {
-            Limit::One(
-                specs
-                    .into_iter()
-                    .next()
-                    .ok_or_else(|| ArgError::Syntax("no algorithm".into()))?,
-            )
-        } else {
-            Limit::Many(Composite::new(specs)?)
-        };
         Ok(Self {
             keys,
             limit,
@@ -145,26 +244,26 @@ impl<'a> Request<'a> {
     /// key's new value.
     pub fn decide(
         &self,
-        values: &[Option<Vec<u8>>],
+        values: &[Option<&[u8]>],
         now: Ticks,
-    ) -> Result<(Decision, Vec<Write>), Failure> {
+    ) -> Result<(Decision, Writes), Failure> {
         let (cost, wait) = (self.cost, self.max_wait);
         match &self.limit {
             Limit::One(spec) => {
-                let state = decode(spec, values.first().and_then(Option::as_deref))?;
+                let state = decode(spec, values.first().copied().flatten())?;
                 let (d, new) = match wait {
                     Some(w) => spec.reserve(state, now, cost, w),
                     None => spec.decide(state, now, cost),
                 };
-                let write = new.map(|s| (spec.encode_to_vec(&s), d.reset_after));
-                Ok((d, vec![write]))
+                let write = new.map(|s| (encode(spec, &s), d.reset_after));
+                Ok((d, Writes::One(Some(write))))
             }
             Limit::Many(composite) => {
                 let members = composite.members();
                 let states = members
                     .iter()
                     .zip(values)
-                    .map(|(m, v)| decode(m, v.as_deref()))
+                    .map(|(m, v)| decode(m, *v))
                     .collect::<Result<Vec<_>, _>>()?;
                 let state = states.iter().any(Option::is_some).then_some(states);
                 let (d, new) = match wait {
@@ -179,18 +278,18 @@ impl<'a> Request<'a> {
                     .map(|(m, s)| {
                         s.map(|s| {
                             let reset = m.peek(Some(s.clone()), now, 0).reset_after;
-                            (m.encode_to_vec(&s), reset)
+                            (encode(m, &s), reset)
                         })
                     })
-                    .collect();
-                Ok((d, writes))
+                    .collect::<Vec<_>>();
+                Ok((d, Writes::Many(writes.into_iter())))
             }
         }
     }
 
     /// Checks that every value is a state of its member, as `TOLLGATE.RESET` does
     /// before deleting anything.
-    pub fn validate(&self, values: &[Option<Vec<u8>>]) -> Result<(), Failure> {
+    pub fn validate(&self, values: &[Option<&[u8]>]) -> Result<(), Failure> {
         let one;
         let members = match &self.limit {
             Limit::One(spec) => {
@@ -205,12 +304,17 @@ impl<'a> Request<'a> {
 
 fn validate_all<'s>(
     members: impl Iterator<Item = &'s Spec>,
-    values: &[Option<Vec<u8>>],
+    values: &[Option<&[u8]>],
 ) -> Result<(), Failure> {
     for (m, v) in members.zip(values) {
-        decode(m, v.as_deref())?;
+        decode(m, *v)?;
     }
     Ok(())
+}
+
+/// `state`'s bytes under `spec`.
+pub fn encode(spec: &Spec, state: &<Spec as Algorithm>::State) -> Encoded {
+    Encoded::of(|out, s| spec.encode(s, out), state)
 }
 
 fn decode(
@@ -324,7 +428,10 @@ impl<'a> LeaseRequest<'a> {
                 (LeaseReply::Grant(g), new)
             }
         };
-        let write = new.map(|s| (self.leases.encode_to_vec(&s), s.fresh_after(now)));
+        let write = new.map(|s| {
+            let bytes = Encoded::of(|out, s| self.leases.encode(s, out), &s);
+            (bytes, s.fresh_after(now))
+        });
         Ok((reply, write))
     }
 }
@@ -332,15 +439,18 @@ impl<'a> LeaseRequest<'a> {
 impl LeaseReply {
     /// Acquire: the decision's seven fields, then token, expires_at and holds (0 when
     /// denied). Release and renew: token, expires_at, holds (0 once released), now.
-    pub fn fields(&self, now: Ticks) -> Vec<i64> {
+    pub fn fields(&self, now: Ticks) -> Fields {
         match self {
             LeaseReply::Acquired(a) => {
-                let mut out = reply(&a.decision, now).to_vec();
+                let [ok, limit, free, retry, reset, delay, now] = reply(&a.decision, now);
                 let g = a.grant.map_or([0; 3], |g| [g.token, g.expires_at, g.holds]);
-                out.extend(g.map(signed));
-                out
+                let [token, expires_at, holds] = g.map(signed);
+                [
+                    ok, limit, free, retry, reset, delay, now, token, expires_at, holds,
+                ]
+                .into()
             }
-            LeaseReply::Grant(g) => [g.token, g.expires_at, g.holds, now].map(signed).to_vec(),
+            LeaseReply::Grant(g) => [g.token, g.expires_at, g.holds, now].map(signed).into(),
         }
     }
 }
@@ -420,6 +530,7 @@ mod tests {
             let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
             let now = now >> (now % 64);
             let first = values.first().cloned().flatten();
+            let values: Vec<Option<&[u8]>> = values.iter().map(Option::as_deref).collect();
             for wait in [false, true] {
                 if let Ok(request) = Request::parse(&args, wait) {
                     let _ = request.decide(&values, now);
@@ -443,6 +554,34 @@ mod tests {
                 }
             }
         }
+    }
+
+    proptest! {
+        /// The byte loop reads a number exactly as `str::parse` does, digits only.
+        #[test]
+        fn numbers_parse_as_str_parse(arg in proptest::collection::vec(
+            prop_oneof![4 => b'0'..=b'9', 1 => any::<u8>()], 0..24)) {
+            let expected = if arg.iter().all(u8::is_ascii_digit) {
+                std::str::from_utf8(&arg).ok().and_then(|s| s.parse::<u64>().ok())
+            } else {
+                None
+            };
+            prop_assert_eq!(crate::args::parse_u64(&arg), expected);
+        }
+
+        /// A state's bytes on the stack or spilled to the heap are the core's encoding.
+        #[test]
+        fn encoded_bytes_are_the_cores(len in 0usize..300) {
+            let mut encoded = super::Encoded::of(|out, n: &usize| out.extend((0..*n).map(byte)), &len);
+            let expected: Vec<u8> = (0..len).map(byte).collect();
+            prop_assert_eq!(encoded.as_slice(), &expected[..]);
+            encoded.extend([7u8]);
+            prop_assert_eq!(encoded.as_slice().len(), len + 1);
+        }
+    }
+
+    fn byte(i: usize) -> u8 {
+        u8::try_from(i % 256).unwrap_or(0)
     }
 
     #[test]

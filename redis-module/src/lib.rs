@@ -38,16 +38,16 @@
 mod args;
 mod cell;
 mod engine;
+mod host;
 mod spec;
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
-use redis_module::key::RedisKeyWritable;
-use redis_module::{Context, KeyType, RedisError, RedisResult, RedisString, RedisValue};
 use tollgate_core::Ticks;
 
 use args::Args;
-use engine::{keys, Failure, LeaseOp, LeaseRequest, Request, Write};
+use engine::{keys, Failure, LeaseOp, LeaseRequest, Request};
+use host::{Call, Error, Key, Reply};
 
 /// The server's time in microseconds since the Unix epoch: the wall clock `TIME` reads
 /// (the scripts' clock), not Redis's cached command time, which has only milliseconds.
@@ -57,239 +57,150 @@ fn server_now() -> Ticks {
         .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(Ticks::MAX))
 }
 
-/// The arguments after the command's name, as bytes.
-fn byte_args(args: &[RedisString]) -> Vec<&[u8]> {
-    args.iter().skip(1).map(RedisString::as_slice).collect()
-}
-
-fn error(failure: impl std::fmt::Display) -> RedisError {
-    RedisError::String(failure.to_string())
-}
-
-fn integers(fields: impl IntoIterator<Item = i64>) -> RedisValue {
-    RedisValue::Array(fields.into_iter().map(RedisValue::Integer).collect())
-}
-
-/// A key opened for a decision: its name (the command's argument) and handle.
-struct Key<'a> {
-    name: &'a RedisString,
-    handle: RedisKeyWritable,
-}
-
-impl<'a> Key<'a> {
-    fn open(ctx: &Context, name: &'a RedisString) -> Self {
-        let handle = ctx.open_key_writable(name);
-        Self { name, handle }
-    }
-
-    /// The string held, `None` when absent; another type is refused.
-    fn value(&self) -> Result<Option<Vec<u8>>, Failure> {
-        string_of(self.handle.key_type(), || {
-            self.handle.as_string_dma().map(|dma| dma.to_vec()).ok()
-        })
-    }
-
-    /// Stores `write` as the scripts do and replicates the effect.
-    fn store(
-        &self,
-        ctx: &Context,
-        had: bool,
-        write: Write,
-        now: Ticks,
-        explicit: bool,
-    ) -> RedisResult<()> {
-        let name = self.name.as_slice();
-        match write {
-            Some((bytes, reset)) => {
-                self.handle.as_string_dma()?.write(&bytes)?;
-                if explicit {
-                    self.handle.remove_expire()?;
-                    ctx.replicate("SET", &[name, &bytes[..]]);
-                } else {
-                    let ttl = reset.div_ceil(1000).max(1);
-                    self.handle.set_expire(Duration::from_millis(ttl))?;
-                    // An absolute expiry: a replica or an AOF replay expires the key
-                    // when the primary does, whenever it applies the write.
-                    let at = (now / 1000).saturating_add(ttl).to_string();
-                    ctx.replicate("SET", &[name, &bytes[..], b"PXAT", at.as_bytes()]);
-                }
-            }
-            None if had => {
-                self.handle.delete()?;
-                ctx.replicate("DEL", &[name]);
-            }
-            None => {}
-        }
-        Ok(())
-    }
-}
-
-/// A key's value if it is a string (read by `read`), `None` if absent, else refused.
-fn string_of(
-    kind: KeyType,
-    read: impl FnOnce() -> Option<Vec<u8>>,
-) -> Result<Option<Vec<u8>>, Failure> {
-    match kind {
-        KeyType::Empty => Ok(None),
-        KeyType::String => read().map(Some).ok_or(Failure::Foreign("string")),
-        other => Err(Failure::Foreign(type_name(other))),
-    }
-}
-
-/// The values of `keys`, read without opening them for writing.
-fn read_only(ctx: &Context, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>, Failure> {
-    keys.iter()
-        .map(|k| {
-            let key = ctx.open_key(&ctx.create_string(*k));
-            string_of(key.key_type(), || {
-                key.read().ok().flatten().map(<[u8]>::to_vec)
-            })
-        })
-        .collect()
-}
-
-/// The name `TYPE` gives a key of this type.
-fn type_name(t: KeyType) -> &'static str {
-    match t {
-        KeyType::Empty => "none",
-        KeyType::String => "string",
-        KeyType::List => "list",
-        KeyType::Hash => "hash",
-        KeyType::Set => "set",
-        KeyType::ZSet => "zset",
-        KeyType::Module => "module value",
-        KeyType::Stream => "stream",
-    }
+fn error(failure: impl std::fmt::Display) -> Error {
+    failure.to_string()
 }
 
 /// Answers Redis's question "which arguments are keys" for `numkeys key...` commands
 /// (Cluster routing, ACLs); `true` if it was that question.
-fn key_positions(ctx: &Context, args: &[RedisString]) -> bool {
-    if !ctx.is_keys_position_request() {
+fn key_positions(call: &Call<'_>, args: &[&[u8]]) -> bool {
+    if !call.is_keys_position_request() {
         return false;
     }
-    let bytes = byte_args(args);
-    if let Ok(keys) = keys(&mut Args::new(&bytes)) {
+    if let Ok(keys) = keys(&mut Args::new(args)) {
         // Only positions that exist: the numkeys parser read every one of them.
         for i in 0..keys.len() {
-            ctx.key_at_pos(i32::try_from(i + 2).unwrap_or(i32::MAX));
+            call.key_at(i + 2);
         }
     }
     true
 }
 
-/// The keys of a `numkeys key...` command, opened by their arguments (from the third).
-fn open_keys<'a>(ctx: &Context, args: &'a [RedisString], n: usize) -> Vec<Key<'a>> {
-    args.iter()
-        .skip(2)
-        .take(n)
-        .map(|k| Key::open(ctx, k))
-        .collect()
+/// Opens key `i` of a `numkeys key...` command (argument `i + 2`).
+fn open_key<'c>(call: &'c Call<'_>, i: usize, write: bool) -> Result<Key<'c>, Error> {
+    call.open(i + 2, write)
+        .ok_or_else(|| error("ERR wrong number of arguments"))
 }
 
-fn check(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    decide(ctx, args, true)
+fn check(call: &Call<'_>, args: &[&[u8]]) -> Result<Reply, Error> {
+    decide(call, args, true)
 }
 
-fn peek(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    decide(ctx, args, false)
+fn peek(call: &Call<'_>, args: &[&[u8]]) -> Result<Reply, Error> {
+    decide(call, args, false)
 }
 
-/// `TOLLGATE.CHECK` (`write`) or `TOLLGATE.PEEK` (nothing stored).
-fn decide(ctx: &Context, args: Vec<RedisString>, write: bool) -> RedisResult {
-    if key_positions(ctx, &args) {
-        return Ok(RedisValue::NoReply);
+/// `TOLLGATE.CHECK` (`write`) or `TOLLGATE.PEEK` (nothing stored). One key, the
+/// common case, is decided with no vector of keys or values.
+fn decide(call: &Call<'_>, args: &[&[u8]], write: bool) -> Result<Reply, Error> {
+    if key_positions(call, args) {
+        return Ok(Reply::KeyPositions);
     }
-    let bytes = byte_args(&args);
-    let request = Request::parse(&bytes, write).map_err(|e| error(Failure::Arg(e)))?;
+    let request = Request::parse(args, write).map_err(|e| error(Failure::Arg(e)))?;
     let now = request.now.unwrap_or_else(server_now);
-    if !write {
-        let values = read_only(ctx, &request.keys).map_err(error)?;
-        let (decision, _) = request.decide(&values, now).map_err(error)?;
-        return Ok(integers(engine::reply(&decision, now)));
+    let explicit = request.now.is_some();
+    if let [_] = request.keys {
+        let mut key = open_key(call, 0, write)?;
+        let value = key.value().map_err(error)?;
+        let had = value.is_some();
+        let (decision, mut writes) = request.decide(&[value], now).map_err(error)?;
+        if write {
+            key.store(had, writes.next().flatten(), now, explicit)?;
+        }
+        return Ok(Reply::Integers(engine::reply(&decision, now).into()));
     }
-    let keys = open_keys(ctx, &args, request.keys.len());
+    let mut keys = (0..request.keys.len())
+        .map(|i| open_key(call, i, write))
+        .collect::<Result<Vec<_>, _>>()?;
     let values = keys
         .iter()
         .map(Key::value)
         .collect::<Result<Vec<_>, _>>()
         .map_err(error)?;
+    let had: Vec<bool> = values.iter().map(Option::is_some).collect();
     let (decision, writes) = request.decide(&values, now).map_err(error)?;
-    for ((key, old), new) in keys.iter().zip(&values).zip(writes) {
-        key.store(ctx, old.is_some(), new, now, request.now.is_some())?;
+    drop(values);
+    if write {
+        for ((key, had), new) in keys.iter_mut().zip(had).zip(writes) {
+            key.store(had, new, now, explicit)?;
+        }
     }
-    Ok(integers(engine::reply(&decision, now)))
+    Ok(Reply::Integers(engine::reply(&decision, now).into()))
 }
 
 /// `TOLLGATE.RESET`: deletes the keys if each is absent or a valid state, else refuses;
 /// replies how many keys were deleted.
-fn reset(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    if key_positions(ctx, &args) {
-        return Ok(RedisValue::NoReply);
+fn reset(call: &Call<'_>, args: &[&[u8]]) -> Result<Reply, Error> {
+    if key_positions(call, args) {
+        return Ok(Reply::KeyPositions);
     }
-    let bytes = byte_args(&args);
-    let request = Request::parse(&bytes, false).map_err(|e| error(Failure::Arg(e)))?;
+    let request = Request::parse(args, false).map_err(|e| error(Failure::Arg(e)))?;
     if request.now.is_some() || request.cost != 1 {
         return Err(error("ERR TOLLGATE.RESET takes no COST or NOW"));
     }
-    let keys = open_keys(ctx, &args, request.keys.len());
+    let mut keys = (0..request.keys.len())
+        .map(|i| open_key(call, i, true))
+        .collect::<Result<Vec<_>, _>>()?;
     let values = keys
         .iter()
         .map(Key::value)
         .collect::<Result<Vec<_>, _>>()
         .map_err(error)?;
     request.validate(&values).map_err(error)?;
+    let had: Vec<bool> = values.iter().map(Option::is_some).collect();
+    drop(values);
     let mut deleted = 0;
-    for (key, value) in keys.iter().zip(&values) {
-        if value.is_some() {
-            key.store(ctx, true, None, 0, true)?;
+    for (key, had) in keys.iter_mut().zip(had) {
+        if had {
+            key.store(true, None, 0, true)?;
             deleted += 1;
         }
     }
-    Ok(RedisValue::Integer(deleted))
+    Ok(Reply::Integer(deleted))
 }
 
-/// The first argument after the command's name: the key of the one-key commands (their
-/// parsers have already required it).
-fn first_key(args: &[RedisString]) -> Result<&RedisString, RedisError> {
-    args.get(1).ok_or(RedisError::WrongArity)
+/// The key of the one-key commands, the first argument (their parsers have already
+/// required it).
+fn first_key<'c>(call: &'c Call<'_>) -> Result<Key<'c>, Error> {
+    call.open(1, true)
+        .ok_or_else(|| error("ERR wrong number of arguments"))
 }
 
-fn lease(ctx: &Context, args: Vec<RedisString>, op: LeaseOp) -> RedisResult {
-    let bytes = byte_args(&args);
-    let request = LeaseRequest::parse(&bytes, op).map_err(error)?;
+fn lease(call: &Call<'_>, args: &[&[u8]], op: LeaseOp) -> Result<Reply, Error> {
+    let request = LeaseRequest::parse(args, op).map_err(error)?;
     let now = request.now.unwrap_or_else(server_now);
-    let key = Key::open(ctx, first_key(&args)?);
+    let mut key = first_key(call)?;
     let value = key.value().map_err(error)?;
-    let (reply, write) = request.run(op, value.as_deref(), now).map_err(error)?;
-    key.store(ctx, value.is_some(), write, now, request.now.is_some())?;
-    Ok(integers(reply.fields(now)))
+    let had = value.is_some();
+    let (reply, write) = request.run(op, value, now).map_err(error)?;
+    key.store(had, write, now, request.now.is_some())?;
+    Ok(Reply::Integers(reply.fields(now)))
 }
 
-fn lease_acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    lease(ctx, args, LeaseOp::Acquire)
+fn lease_acquire(call: &Call<'_>, args: &[&[u8]]) -> Result<Reply, Error> {
+    lease(call, args, LeaseOp::Acquire)
 }
 
-fn lease_release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    lease(ctx, args, LeaseOp::Release)
+fn lease_release(call: &Call<'_>, args: &[&[u8]]) -> Result<Reply, Error> {
+    lease(call, args, LeaseOp::Release)
 }
 
-fn lease_renew(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    lease(ctx, args, LeaseOp::Renew)
+fn lease_renew(call: &Call<'_>, args: &[&[u8]]) -> Result<Reply, Error> {
+    lease(call, args, LeaseOp::Renew)
 }
 
 /// `CL.THROTTLE`, as redis-cell's.
-fn throttle(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    let bytes = byte_args(&args);
-    let throttle = cell::Throttle::parse(&bytes).map_err(RedisError::String)?;
+fn throttle(call: &Call<'_>, args: &[&[u8]]) -> Result<Reply, Error> {
+    let throttle = cell::Throttle::parse(args)?;
     let now = server_now();
-    let key = Key::open(ctx, first_key(&args)?);
+    let mut key = first_key(call)?;
     let value = key.value().map_err(error)?;
+    let had = value.is_some();
     let (decision, write) = throttle
-        .decide(value.as_deref(), now)
+        .decide(value, now)
         .map_err(|e| error(Failure::Corrupt(e)))?;
-    key.store(ctx, value.is_some(), write, now, false)?;
-    Ok(integers(cell::reply(&decision)))
+    key.store(had, write, now, false)?;
+    Ok(Reply::Integers(cell::reply(&decision).into()))
 }
 
 /// The module's entry points, which Redis calls by name (left out of unit tests, which
@@ -297,21 +208,74 @@ fn throttle(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 #[cfg(not(test))]
 #[allow(missing_docs)]
 mod load {
+    use redis_module::{Context, RedisString, Status};
+
+    use super::host::{self, entry};
     use super::{check, lease_acquire, lease_release, lease_renew, peek, reset, throttle};
+
+    /// Registers the commands on the module API directly (see `host`).
+    fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+        host::init();
+        let commands: [(&std::ffi::CStr, host::Entry, &std::ffi::CStr, _); 7] = [
+            (
+                c"tollgate.check",
+                entry!(check),
+                c"write deny-oom getkeys-api",
+                (2, 2, 1),
+            ),
+            (
+                c"tollgate.peek",
+                entry!(peek),
+                c"readonly getkeys-api",
+                (2, 2, 1),
+            ),
+            (
+                c"tollgate.reset",
+                entry!(reset),
+                c"write getkeys-api",
+                (2, 2, 1),
+            ),
+            (
+                c"tollgate.lease.acquire",
+                entry!(lease_acquire),
+                c"write deny-oom",
+                (1, 1, 1),
+            ),
+            (
+                c"tollgate.lease.release",
+                entry!(lease_release),
+                c"write",
+                (1, 1, 1),
+            ),
+            (
+                c"tollgate.lease.renew",
+                entry!(lease_renew),
+                c"write deny-oom",
+                (1, 1, 1),
+            ),
+            (
+                c"cl.throttle",
+                entry!(throttle),
+                c"write deny-oom",
+                (1, 1, 1),
+            ),
+        ];
+        let raw = ctx.get_raw();
+        for (name, entry, flags, keys) in commands {
+            if !host::register(raw, name, entry, flags, keys) {
+                ctx.log_warning(&format!("tollgate: could not register {name:?}"));
+                return Status::Err;
+            }
+        }
+        Status::Ok
+    }
 
     redis_module::redis_module! {
         name: "tollgate",
         version: 1,
         allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
         data_types: [],
-        commands: [
-            ["tollgate.check", check, "write deny-oom getkeys-api", 2, 2, 1, ""],
-            ["tollgate.peek", peek, "readonly getkeys-api", 2, 2, 1, ""],
-            ["tollgate.reset", reset, "write getkeys-api", 2, 2, 1, ""],
-            ["tollgate.lease.acquire", lease_acquire, "write deny-oom", 1, 1, 1, ""],
-            ["tollgate.lease.release", lease_release, "write", 1, 1, 1, ""],
-            ["tollgate.lease.renew", lease_renew, "write deny-oom", 1, 1, 1, ""],
-            ["cl.throttle", throttle, "write deny-oom", 1, 1, 1, ""],
-        ],
+        init: init,
+        commands: [],
     }
 }

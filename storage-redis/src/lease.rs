@@ -382,17 +382,8 @@ impl RedisLeases {
             .iter()
             .map(|k| [&self.prefix[..], k].concat())
             .collect();
-        let mut call = self
-            .program
-            .invocation(op.function(), matches!(op, Op::Read), &keys);
-        call.cmd
-            .arg(op.name())
-            .arg(Arg(now))
-            .arg(self.concurrency.max())
-            .arg(owner)
-            .arg(Arg(ttl));
-        if let ([key], Some(name)) = (&keys[..], op.module_command()) {
-            if self.program.may_use_module() {
+        let module = match (&keys[..], op.module_command()) {
+            ([key], Some(name)) if self.program.may_use_module() => {
                 let mut module = redis::cmd(name);
                 module.arg(key).arg(self.concurrency.max()).arg(owner);
                 if let Some(ttl) = ttl.filter(|_| !matches!(op, Op::Release)) {
@@ -401,9 +392,27 @@ impl RedisLeases {
                 if let Some(now) = now {
                     module.arg("NOW").arg(now);
                 }
-                call.module = Some(module);
+                Some(module)
             }
+            _ => None,
+        };
+        // With the module known to be loaded, its command is the one sent: the
+        // library's call is not built (an empty one stands in, never sent).
+        let lua = module.is_none() || self.program.path() != Some(Path::Module);
+        let mut call = self.program.invocation(
+            op.function(),
+            matches!(op, Op::Read),
+            if lua { &keys[..] } else { &[] },
+        );
+        if lua {
+            call.cmd
+                .arg(op.name())
+                .arg(Arg(now))
+                .arg(self.concurrency.max())
+                .arg(owner)
+                .arg(Arg(ttl));
         }
+        call.module = module;
         Ok(call)
     }
 

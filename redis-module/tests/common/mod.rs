@@ -64,6 +64,12 @@ impl Server {
 
     /// Starts a server with extra `redis-server` arguments.
     pub fn start_with(extra: &[&str]) -> Self {
+        Self::start_loading(&module_path(), extra)
+    }
+
+    /// Starts a server loading `module` instead (a peer's, for the benches).
+    #[allow(dead_code)]
+    pub fn start_loading(module: &std::path::Path, extra: &[&str]) -> Self {
         let port = free_port();
         let dir =
             std::env::temp_dir().join(format!("tollgate-module-{port}-{}", std::process::id()));
@@ -74,7 +80,7 @@ impl Server {
             .arg("--dir")
             .arg(&dir)
             .arg("--loadmodule")
-            .arg(module_path())
+            .arg(module)
             .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
