@@ -2,6 +2,7 @@ use core::borrow::Borrow;
 use core::hash::{BuildHasher, Hash};
 use core::sync::atomic::{AtomicU64, Ordering};
 use std::borrow::ToOwned;
+use std::boxed::Box;
 use std::collections::hash_map::RandomState;
 use std::sync::{Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
@@ -68,12 +69,15 @@ struct Entry<K, S> {
     /// The state as a word of the bucket's units (zero for fresh), or [`WIDE`]: the
     /// state is in `wide` (always, for the algorithms that are not buckets).
     word: AtomicU64,
-    /// The instant the state is fresh again, as the last decision to store it saw it: a
-    /// hint, since two decisions may store theirs in the other order; a sweep checks the
-    /// state itself before dropping a key.
+    /// The instant the state is fresh again, as the last decision saw it: the order of
+    /// eviction. Stored under `wide`'s lock, so exact for its states; a word's may lag
+    /// behind (two decisions storing theirs in the other order), so a sweep asks the
+    /// word itself.
     fresh_at: AtomicU64,
-    /// The state where the word does not hold it.
-    wide: Mutex<Option<S>>,
+    /// The state where the word does not hold it: set when the key is added, or when a
+    /// bucket's state outgrows the word (under the shard's exclusive lock). Boxed, so
+    /// that a bucket's entry stays small.
+    wide: Option<Box<Mutex<Option<S>>>>,
 }
 
 /// Shards never sweep below this many keys: small tables are cheap to keep.
@@ -250,7 +254,7 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C,
                 .find(hash, |e| e.key.borrow() == key)
                 .map(|entry| self.decide_on(entry, now, &step, &mut transition))
         };
-        match found {
+        match found.flatten() {
             Some((decision, false)) => return decision,
             // Left fresh: the key may go, which takes the lock exclusively (rare: a
             // decision that changes a state leaves it fresh only at cost zero).
@@ -263,6 +267,7 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C,
                 }
                 return decision;
             }
+            // A new key, or a state that outgrew its word.
             None => {}
         }
         let mut shard = write(shard);
@@ -272,35 +277,32 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C,
             |e| self.hasher.hash_one(&e.key),
         ) {
             // Another thread added the key meanwhile.
-            TableEntry::Occupied(occupied) => {
-                let (decision, fresh) = self.decide_on(occupied.get(), now, &step, &mut transition);
+            TableEntry::Occupied(mut occupied) => {
+                let (decision, fresh) =
+                    self.decide_held(occupied.get_mut(), now, &step, &mut transition);
                 if fresh {
                     occupied.remove();
                 }
                 decision
             }
             TableEntry::Vacant(_) => {
-                let (decision, next) = transition(None, now);
-                if let Some(state) = next {
+                // Decided as it will be stored (on a word, or behind a lock), and stored
+                // only if that leaves it other than fresh.
+                let mut entry = Entry {
+                    key: key.to_owned(),
+                    word: AtomicU64::new(if self.units.is_some() { 0 } else { WIDE }),
+                    fresh_at: AtomicU64::new(0),
+                    wide: match self.units {
+                        Some(_) => None,
+                        None => Some(Box::new(Mutex::new(None))),
+                    },
+                };
+                let (decision, fresh) = self.decide_held(&mut entry, now, &step, &mut transition);
+                if !fresh {
                     let evicted = self.make_room(&mut shard, now);
                     if evicted > 0 {
                         self.evicted.fetch_add(evicted, Ordering::Relaxed);
                     }
-                    let fresh_at = now.saturating_add(decision.reset_after);
-                    let (word, wide) = match self
-                        .units
-                        .as_ref()
-                        .and_then(|u| u.pack(Some(state.clone())))
-                    {
-                        Some(word) => (word, None),
-                        None => (WIDE, Some(state)),
-                    };
-                    let entry = Entry {
-                        key: key.to_owned(),
-                        word: AtomicU64::new(word),
-                        fresh_at: AtomicU64::new(fresh_at),
-                        wide: Mutex::new(wide),
-                    };
                     shard
                         .table
                         .insert_unique(hash, entry, |e| self.hasher.hash_one(&e.key));
@@ -312,7 +314,8 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C,
 
     /// Decides on `entry`'s state in place: on its word with `step` (one
     /// compare-and-swap), else under its own lock with `transition`. Returns the decision
-    /// and whether it left the state fresh.
+    /// and whether it left the state fresh; `None` where a bucket's state outgrows the
+    /// word (see [`decide_held`](Self::decide_held)).
     #[inline(always)]
     fn decide_on(
         &self,
@@ -320,38 +323,17 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C,
         now: Ticks,
         step: &impl Fn(&WordGcra, u64, Ticks) -> Option<(Verdict, u64)>,
         transition: &mut impl FnMut(Option<A::State>, Ticks) -> (Decision, Option<A::State>),
-    ) -> (Decision, bool) {
+    ) -> Option<(Decision, bool)> {
         if let Some(units) = &self.units {
             let mut current = entry.word.load(Ordering::Acquire);
             while current < MOVING {
                 let (verdict, next) =
                     match step(units.gcra(), current, now).filter(|&(_, next)| next < MOVING) {
                         Some((verdict, next)) => (Ok(verdict), next),
-                        // An operand does not fit the word's units: the exact path decides,
-                        // and a state that does not fit the word moves to the entry's lock.
+                        // An operand does not fit the word's units: the exact path decides.
                         None => {
                             let (decision, next) = transition(units.unpack(current), now);
-                            match units.pack(next) {
-                                Some(next) => (Err(decision), next),
-                                None => {
-                                    let mut wide = lock(&entry.wide);
-                                    if entry
-                                        .word
-                                        .compare_exchange(
-                                            current,
-                                            WIDE,
-                                            Ordering::AcqRel,
-                                            Ordering::Acquire,
-                                        )
-                                        .is_ok()
-                                    {
-                                        *wide = units.unpack(current);
-                                    }
-                                    drop(wide);
-                                    current = entry.word.load(Ordering::Acquire);
-                                    continue;
-                                }
-                            }
+                            (Err(decision), units.pack(next)?)
                         }
                     };
                 if next != current {
@@ -369,17 +351,44 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C,
                 entry
                     .fresh_at
                     .store(now.saturating_add(decision.reset_after), Ordering::Relaxed);
-                return (decision, next == 0);
+                return Some((decision, next == 0));
             }
         }
-        let mut state = lock(&entry.wide);
+        let wide = entry.wide.as_deref()?;
+        Some(Self::decide_wide(wide, &entry.fresh_at, now, transition))
+    }
+
+    /// [`decide_on`](Self::decide_on) for a holder of the shard's exclusive lock, which
+    /// moves a state that outgrew its word behind the entry's own lock.
+    fn decide_held(
+        &self,
+        entry: &mut Entry<K, A::State>,
+        now: Ticks,
+        step: &impl Fn(&WordGcra, u64, Ticks) -> Option<(Verdict, u64)>,
+        transition: &mut impl FnMut(Option<A::State>, Ticks) -> (Decision, Option<A::State>),
+    ) -> (Decision, bool) {
+        if let Some(done) = self.decide_on(entry, now, step, transition) {
+            return done;
+        }
+        let word = core::mem::replace(entry.word.get_mut(), WIDE);
+        let state = self.units.as_ref().and_then(|units| units.unpack(word));
+        let wide = entry.wide.insert(Box::new(Mutex::new(state)));
+        Self::decide_wide(wide, &entry.fresh_at, now, transition)
+    }
+
+    /// Decides on a state behind its entry's lock, storing when it is fresh again before
+    /// unlocking (so that instant is exact for such states).
+    fn decide_wide(
+        wide: &Mutex<Option<A::State>>,
+        fresh_at: &AtomicU64,
+        now: Ticks,
+        transition: &mut impl FnMut(Option<A::State>, Ticks) -> (Decision, Option<A::State>),
+    ) -> (Decision, bool) {
+        let mut state = lock(wide);
         let (decision, next) = transition(state.take(), now);
         let fresh = next.is_none();
         *state = next;
-        drop(state);
-        entry
-            .fresh_at
-            .store(now.saturating_add(decision.reset_after), Ordering::Relaxed);
+        fresh_at.store(now.saturating_add(decision.reset_after), Ordering::Relaxed);
         (decision, fresh)
     }
 
@@ -387,25 +396,22 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C,
     fn state(&self, entry: &Entry<K, A::State>) -> Option<A::State> {
         match (entry.word.load(Ordering::Acquire), &self.units) {
             (word, Some(units)) if word < MOVING => units.unpack(word),
-            _ => lock(&entry.wide).clone(),
+            _ => entry.wide.as_deref().and_then(|wide| lock(wide).clone()),
         }
     }
 
     /// Whether `entry`'s state is fresh at `now`, for a holder of its shard's exclusive
-    /// lock (no decision in flight): the hint says when it is not; where it says fresh,
-    /// the state itself decides (the hint may be early) and corrects it.
+    /// lock (no decision in flight): a word says it itself (a request of cost zero on it
+    /// leaves it zero), a state behind its lock by the instant stored with it.
     fn is_fresh(&self, entry: &Entry<K, A::State>, now: Ticks) -> bool {
-        if entry.fresh_at.load(Ordering::Relaxed) > now {
-            return false;
+        let word = entry.word.load(Ordering::Acquire);
+        match &self.units {
+            Some(units) if word < MOVING => match units.gcra().check(word, now, 0) {
+                Some((_, next)) => next == 0,
+                None => self.algorithm.peek(units.unpack(word), now, 0).reset_after == 0,
+            },
+            _ => entry.fresh_at.load(Ordering::Relaxed) <= now,
         }
-        let Some(state) = self.state(entry) else {
-            return true;
-        };
-        let reset_after = self.algorithm.peek(Some(state), now, 0).reset_after;
-        entry
-            .fresh_at
-            .store(now.saturating_add(reset_after), Ordering::Relaxed);
-        reset_after == 0
     }
 
     /// Makes room in `shard` for one more key, returning how many live keys it evicted.
