@@ -217,7 +217,8 @@ fn decisions_under_eviction_are_exact_per_key() {
     where
         A::State: Send,
     {
-        const HOT: u64 = 32;
+        const HOT_KEYS: usize = 32;
+        const HOT: u64 = HOT_KEYS as u64;
         const SEED_COST: u64 = 50;
         const THREADS: u64 = 6;
         const ROUNDS: u64 = 300;
@@ -234,12 +235,13 @@ fn decisions_under_eviction_are_exact_per_key() {
                 .map(|thread| {
                     let limiter = &limiter;
                     s.spawn(move || {
-                        let mut admitted = vec![0u64; HOT as usize];
+                        let mut admitted = vec![0u64; HOT_KEYS];
                         let mut spray = 1_000_000 * (thread + 1);
                         for round in 0..ROUNDS * HOT {
                             let key = (round * (2 * thread + 1)) % HOT;
                             NOW.with(|now| now.set(hot_at));
-                            admitted[key as usize] += u64::from(limiter.check(&key, 1).allowed);
+                            admitted[usize::try_from(key).unwrap()] +=
+                                u64::from(limiter.check(&key, 1).allowed);
                             NOW.with(|now| now.set(spray_at));
                             for _ in 0..4 {
                                 spray += 1;
@@ -262,7 +264,7 @@ fn decisions_under_eviction_are_exact_per_key() {
             state = next;
         }
         assert_eq!(expected, 100 - SEED_COST);
-        for key in 0..HOT as usize {
+        for key in 0..HOT_KEYS {
             let total: u64 = admitted.iter().map(|a| a[key]).sum();
             assert_eq!(total, expected, "{label}: key {key}");
         }
