@@ -281,6 +281,11 @@ macro_rules! gcra_algorithm {
                 self.0.decide(state, now, cost, $default_wait)
             }
 
+            #[cfg(feature = "std")]
+            fn word_units(&self) -> Option<crate::memory::WordUnits<BucketState>> {
+                crate::memory::WordUnits::bucket(self, self.0.params)
+            }
+
             fn encode<E: Extend<u8>>(&self, state: &BucketState, out: &mut E) {
                 self.0.encode(state, out);
             }

@@ -192,3 +192,89 @@ fn peak_rss() -> String {
         })
         .unwrap_or_else(|| "unknown".into())
 }
+
+/// A clock each thread sets for itself: hot keys are decided later than sprayed keys.
+struct ThreadClock;
+
+thread_local! {
+    static NOW: std::cell::Cell<Ticks> = const { std::cell::Cell::new(0) };
+}
+
+impl tollgate_core::Clock for ThreadClock {
+    fn now(&self) -> Ticks {
+        NOW.with(std::cell::Cell::get)
+    }
+}
+
+/// Threads deciding hot keys while spraying new keys into a small limiter, so that
+/// shards sweep and evict throughout: every hot key admits exactly what the core admits
+/// for the same requests one after another (a decision on a held key runs under the
+/// shard's shared lock, an eviction under its exclusive one, and none is lost). The
+/// bucket decides on each key's word, the log under each key's lock.
+#[test]
+fn decisions_under_eviction_are_exact_per_key() {
+    fn run<A: Algorithm + Send + Sync + Clone>(alg: A, label: &str)
+    where
+        A::State: Send,
+    {
+        const HOT_KEYS: usize = 32;
+        const HOT: u64 = HOT_KEYS as u64;
+        const SEED_COST: u64 = 50;
+        const THREADS: u64 = 6;
+        const ROUNDS: u64 = 300;
+        // Sprayed keys at one second, hot keys at two: a sprayed key is fresh before
+        // any hot key, so an eviction (of the keys closest to fresh) never takes a hot one.
+        let (spray_at, hot_at) = (SECOND, 2 * SECOND);
+        let limiter = KeyedLimiter::with_clock(alg.clone(), 1024, ThreadClock);
+        NOW.with(|now| now.set(hot_at));
+        for key in 0..HOT {
+            assert!(limiter.check(&key, SEED_COST).allowed);
+        }
+        let admitted: Vec<Vec<u64>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..THREADS)
+                .map(|thread| {
+                    let limiter = &limiter;
+                    s.spawn(move || {
+                        let mut admitted = vec![0u64; HOT_KEYS];
+                        let mut spray = 1_000_000 * (thread + 1);
+                        for round in 0..ROUNDS * HOT {
+                            let key = (round * (2 * thread + 1)) % HOT;
+                            NOW.with(|now| now.set(hot_at));
+                            admitted[usize::try_from(key).unwrap()] +=
+                                u64::from(limiter.check(&key, 1).allowed);
+                            NOW.with(|now| now.set(spray_at));
+                            for _ in 0..4 {
+                                spray += 1;
+                                assert!(limiter.check(&spray, 1).allowed);
+                            }
+                        }
+                        admitted
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        // The core, one request after another: the order does not matter at unit cost
+        // with nothing refilled or expired within the run.
+        let mut state = alg.decide(None, hot_at, SEED_COST).1;
+        let mut expected = 0;
+        for _ in 0..THREADS * ROUNDS {
+            let (decision, next) = alg.decide(state, hot_at, 1);
+            expected += u64::from(decision.allowed);
+            state = next;
+        }
+        assert_eq!(expected, 100 - SEED_COST);
+        for key in 0..HOT_KEYS {
+            let total: u64 = admitted.iter().map(|a| a[key]).sum();
+            assert_eq!(total, expected, "{label}: key {key}");
+        }
+        assert!(
+            limiter.evicted() > 1000,
+            "{label}: {} evicted",
+            limiter.evicted()
+        );
+        assert!(limiter.len() <= 1024);
+    }
+    run(TokenBucket::new(100, 1, 1000 * SECOND).unwrap(), "bucket");
+    run(SlidingLog::new(100, 1000 * SECOND).unwrap(), "log");
+}

@@ -157,9 +157,9 @@ pub struct NarrowCell<S> {
 }
 
 /// The word while one thread moves the state to the wide cell.
-const MOVING: u64 = u64::MAX - 1;
+pub(crate) const MOVING: u64 = u64::MAX - 1;
 /// The word once the state lives in the wide cell.
-const WIDE: u64 = u64::MAX;
+pub(crate) const WIDE: u64 = u64::MAX;
 
 impl<S> NarrowCell<S> {
     /// An empty cell for states that are multiples of `gcd(a, b)` (the parameters
@@ -314,6 +314,54 @@ impl<S: WordState + Send> StateCell<S> for NarrowCell<S> {
 
     fn retries(&self) -> u64 {
         self.retries.load(Ordering::Relaxed) + self.wide.retries()
+    }
+}
+
+/// A bucket's arithmetic on a 64-bit word per key, for a keyed limiter: the word holds
+/// the state divided by `g = gcd(rate, period)` (zero for fresh), as in a
+/// [`NarrowCell`], and the bucket decides on it in those units. Built by the buckets'
+/// [`Algorithm::word_units`](crate::Algorithm::word_units); the limiter keeps one and
+/// each key only its word.
+#[derive(Debug, Clone, Copy)]
+pub struct WordUnits<S> {
+    gcra: WordGcra,
+    divisor: ExactDivisor,
+    to_word: fn(S) -> u128,
+    from_word: fn(u128) -> Option<S>,
+}
+
+impl WordUnits<BucketState> {
+    /// `bucket`'s units; `None` where a full burst does not fit them.
+    pub(crate) fn bucket(bucket: &impl WordBucket, params: BucketParams) -> Option<Self> {
+        let divisor = ExactDivisor::new(gcd(params.rate.max(1), params.period.max(1)));
+        Some(Self {
+            gcra: WordGcra::new(bucket, divisor.d)?,
+            divisor,
+            to_word: BucketState::to_word,
+            from_word: BucketState::from_word,
+        })
+    }
+}
+
+impl<S> WordUnits<S> {
+    /// The arithmetic deciding on the word.
+    #[inline(always)]
+    pub(crate) const fn gcra(&self) -> &WordGcra {
+        &self.gcra
+    }
+
+    /// The state a word below [`MOVING`] holds.
+    pub(crate) fn unpack(&self, word: u64) -> Option<S> {
+        (self.from_word)(self.divisor.times(word))
+    }
+
+    /// The word for `state`; `None` if it does not fit below [`MOVING`].
+    pub(crate) fn pack(&self, state: Option<S>) -> Option<u64> {
+        state.map_or(Some(0), |s| {
+            self.divisor
+                .exact_quotient((self.to_word)(s))
+                .filter(|&w| w < MOVING)
+        })
     }
 }
 

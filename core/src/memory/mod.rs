@@ -28,7 +28,9 @@ mod lease;
 mod wait;
 
 pub(crate) use cell::split_word;
-pub use cell::{AtomicCell, BucketCell, InMemory, LockedCell, NarrowCell, StateCell, WordState};
+pub use cell::{
+    AtomicCell, BucketCell, InMemory, LockedCell, NarrowCell, StateCell, WordState, WordUnits,
+};
 pub use direct::DirectLimiter;
 pub use fenced::{FencedResource, StaleToken};
 pub use keyed::KeyedLimiter;
