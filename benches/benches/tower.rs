@@ -6,8 +6,9 @@
 //!
 //! Both layers read the peer from axum's `ConnectInfo`, over 256 client addresses in
 //! turn. tower_governor runs with its defaults (no headers, governor's TSC clock);
-//! tollgate always writes `RateLimit-Policy` and `RateLimit`, so
-//! `tower_governor_headers` adds tower_governor with its `use_headers()` (its
+//! tollgate by default writes `RateLimit-Policy` and `RateLimit`. Like is compared with
+//! like: `tollgate_no_headers` (`ratelimit_headers(false)`) beside `tower_governor`,
+//! and `tollgate` beside `tower_governor_headers` (its `use_headers()`: its
 //! `x-ratelimit-limit` and `x-ratelimit-remaining` on every admitted response).
 //! `tollgate_decision` prices tollgate's limiter alone (the same keys, no layer), so the
 //! layer's own share is `tollgate - bare - tollgate_decision`.

@@ -21,7 +21,7 @@ fn main() {
     let (Some(name), Some(n)) = (args.next(), args.next().and_then(|n| n.parse::<u32>().ok()))
     else {
         eprintln!(
-            "usage: tower_instructions bare|tollgate|tower_governor|tower_governor_headers|tollgate_decision N"
+            "usage: tower_instructions bare|tollgate|tollgate_no_headers|tower_governor|tower_governor_headers|tollgate_decision N"
         );
         std::process::exit(2);
     };

@@ -68,7 +68,22 @@ impl Policy {
         decision: &Decision,
         legacy: bool,
     ) {
-        Stamp::new(self, decision, legacy).apply(headers);
+        let which = Headers { ietf: true, legacy };
+        self.stamp_with(headers, status, decision, which);
+    }
+
+    /// [`stamp`](Self::stamp) with the rate-limit headers chosen: `Retry-After` is
+    /// written whichever are on, since a refused client needs it to back off.
+    pub(crate) fn stamp_with(
+        &self,
+        headers: &mut HeaderMap,
+        status: StatusCode,
+        decision: &Decision,
+        which: Headers,
+    ) {
+        if which.any() {
+            Stamp::new(self, decision, which).apply(headers);
+        }
         let refusal = matches!(
             status,
             StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
@@ -81,33 +96,41 @@ impl Policy {
     }
 }
 
+/// Which rate-limit headers a layer writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Headers {
+    /// `RateLimit-Policy` and `RateLimit` (on by default).
+    pub(crate) ietf: bool,
+    /// `X-RateLimit-Limit`, `-Remaining`, `-Reset` (off by default).
+    pub(crate) legacy: bool,
+}
+
+impl Headers {
+    /// Whether any is on: with none, a request does no header work at all.
+    pub(crate) fn any(self) -> bool {
+        self.ietf || self.legacy
+    }
+}
+
 /// The rate-limit headers of one decision, made when it is decided: an admitted
 /// request's response future then holds these values and nothing shared.
 #[derive(Debug)]
 pub(crate) struct Stamp {
-    policy: HeaderValue,
-    ratelimit: Option<HeaderValue>,
+    /// `RateLimit-Policy` and `RateLimit` (`None` if its value could not be made).
+    ietf: Option<(HeaderValue, Option<HeaderValue>)>,
     /// `X-RateLimit-Limit`, `-Remaining`, `-Reset`, if asked (boxed: rarely on).
     legacy: Option<Box<[HeaderValue; 3]>>,
 }
 
 impl Stamp {
-    pub(crate) fn new(policy: &Policy, decision: &Decision, legacy: bool) -> Self {
+    /// The headers `which` asks for.
+    pub(crate) fn new(policy: &Policy, decision: &Decision, which: Headers) -> Self {
         let reset = reset_seconds(decision);
-        let (mut remaining, mut t) = (itoa::Buffer::new(), itoa::Buffer::new());
-        let (remaining, t) = (remaining.format(decision.remaining), t.format(reset));
-        // One exactly sized allocation, handed to the header value as it is: this runs
-        // for every request.
-        let mut value = Vec::with_capacity(policy.prefix.len() + remaining.len() + 3 + t.len());
-        value.extend_from_slice(&policy.prefix);
-        value.extend_from_slice(remaining.as_bytes());
-        value.extend_from_slice(b";t=");
-        value.extend_from_slice(t.as_bytes());
         Self {
-            policy: policy.header.clone(),
-            // Names are checked and the rest is digits: always a valid value.
-            ratelimit: HeaderValue::from_maybe_shared(Bytes::from(value)).ok(),
-            legacy: legacy.then(|| {
+            ietf: which
+                .ietf
+                .then(|| (policy.header.clone(), ratelimit(policy, decision, reset))),
+            legacy: which.legacy.then(|| {
                 Box::new([
                     decision.limit.into(),
                     decision.remaining.into(),
@@ -118,9 +141,11 @@ impl Stamp {
     }
 
     pub(crate) fn apply(self, headers: &mut HeaderMap) {
-        headers.insert(RATELIMIT_POLICY, self.policy);
-        if let Some(value) = self.ratelimit {
-            headers.insert(RATELIMIT, value);
+        if let Some((policy, ratelimit)) = self.ietf {
+            headers.insert(RATELIMIT_POLICY, policy);
+            if let Some(value) = ratelimit {
+                headers.insert(RATELIMIT, value);
+            }
         }
         if let Some(legacy) = self.legacy {
             let [limit, remaining, reset] = *legacy;
@@ -129,6 +154,21 @@ impl Stamp {
             headers.insert(X_RESET, reset);
         }
     }
+}
+
+/// `RateLimit: "name";r=R;t=T`.
+fn ratelimit(policy: &Policy, decision: &Decision, reset: u64) -> Option<HeaderValue> {
+    let (mut remaining, mut t) = (itoa::Buffer::new(), itoa::Buffer::new());
+    let (remaining, t) = (remaining.format(decision.remaining), t.format(reset));
+    // One exactly sized allocation, handed to the header value as it is: this runs
+    // for every request.
+    let mut value = Vec::with_capacity(policy.prefix.len() + remaining.len() + 3 + t.len());
+    value.extend_from_slice(&policy.prefix);
+    value.extend_from_slice(remaining.as_bytes());
+    value.extend_from_slice(b";t=");
+    value.extend_from_slice(t.as_bytes());
+    // Names are checked and the rest is digits: always a valid value.
+    HeaderValue::from_maybe_shared(Bytes::from(value)).ok()
 }
 
 fn seconds_up(ticks: Ticks) -> u64 {

@@ -13,7 +13,7 @@ use tollgate_core::Decision;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::headers::Stamp;
+use crate::headers::{Headers, Stamp};
 use crate::limiter::{BoxFuture, Limiter, Pending, Verdict};
 use crate::strategy::{Overload, Reject};
 use crate::{Error, InProcess, Key, KeyExtractor, Policy, Quota};
@@ -39,7 +39,7 @@ struct Config {
     key: KeyExtractor,
     cost: Option<CostFn>,
     on_bad_key: OnBadKey,
-    legacy: bool,
+    headers: Headers,
 }
 
 impl std::fmt::Debug for Config {
@@ -49,7 +49,7 @@ impl std::fmt::Debug for Config {
             .field("key", &self.key)
             .field("cost", &self.cost.as_ref().map(|_| "closure"))
             .field("on_bad_key", &self.on_bad_key)
-            .field("legacy", &self.legacy)
+            .field("headers", &self.headers)
             .finish()
     }
 }
@@ -58,7 +58,7 @@ impl Config {
     fn stamp<B>(&self, response: &mut Response<B>, decision: &Decision) {
         let status = response.status();
         self.policy
-            .stamp(response.headers_mut(), status, decision, self.legacy);
+            .stamp_with(response.headers_mut(), status, decision, self.headers);
     }
 }
 
@@ -133,7 +133,10 @@ impl<L: Limiter> RateLimitLayer<L> {
                     key: KeyExtractor::peer_ip(),
                     cost: None,
                     on_bad_key: OnBadKey::Reject,
-                    legacy: false,
+                    headers: Headers {
+                        ietf: true,
+                        legacy: false,
+                    },
                 },
                 overload: Reject::default(),
             }),
@@ -164,9 +167,17 @@ impl<L: Limiter, O: Clone> RateLimitLayer<L, O> {
         self
     }
 
+    /// Whether responses carry `RateLimit-Policy` and `RateLimit` (on by default). Off,
+    /// a request pays for no header it does not want; a 429 (or a strategy's 503) still
+    /// says `Retry-After`, which a refused client needs to back off.
+    pub fn ratelimit_headers(mut self, on: bool) -> Self {
+        self.config().headers.ietf = on;
+        self
+    }
+
     /// Also sends `X-RateLimit-Limit`, `-Remaining` and `-Reset` (seconds from now).
     pub fn legacy_headers(mut self, on: bool) -> Self {
-        self.config().legacy = on;
+        self.config().headers.legacy = on;
         self
     }
 
@@ -284,8 +295,13 @@ where
             Pending::Ready(Verdict::Decided(decision))
                 if decision.allowed && decision.delay == 0 =>
             {
-                let stamp = Stamp::new(&config.policy, &decision, config.legacy);
-                ResponseFuture::inner(self.inner.call(request), stamp)
+                let future = self.inner.call(request);
+                if config.headers.any() {
+                    let stamp = Stamp::new(&config.policy, &decision, config.headers);
+                    ResponseFuture::stamped(future, stamp)
+                } else {
+                    ResponseFuture::passthrough(future)
+                }
             }
             pending => {
                 // The ready service goes with this request; a fresh clone waits for the next.
@@ -347,7 +363,9 @@ pin_project_lite::pin_project! {
     #[project = StateProj]
     enum State<F, B, E> {
         /// Admitted in process: the inner service's future, then the headers.
-        Inner { #[pin] future: F, stamp: Option<Stamp> },
+        Stamped { #[pin] future: F, stamp: Option<Stamp> },
+        /// Admitted in process, no headers to write: the inner service's future alone.
+        Passthrough { #[pin] future: F },
         /// Anything that waits: a remote verdict, a reservation, a strategy.
         Boxed { future: BoxFuture<Result<Response<B>, E>> },
         /// Answered here.
@@ -362,12 +380,18 @@ impl<F, B, E> std::fmt::Debug for ResponseFuture<F, B, E> {
 }
 
 impl<F, B, E> ResponseFuture<F, B, E> {
-    fn inner(future: F, stamp: Stamp) -> Self {
+    fn stamped(future: F, stamp: Stamp) -> Self {
         Self {
-            state: State::Inner {
+            state: State::Stamped {
                 future,
                 stamp: Some(stamp),
             },
+        }
+    }
+
+    fn passthrough(future: F) -> Self {
+        Self {
+            state: State::Passthrough { future },
         }
     }
 
@@ -394,7 +418,8 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().state.project() {
-            StateProj::Inner { future, stamp } => {
+            StateProj::Passthrough { future } => future.poll(cx),
+            StateProj::Stamped { future, stamp } => {
                 let mut response = std::task::ready!(future.poll(cx))?;
                 // Taken once: the future is done after this.
                 if let Some(stamp) = stamp.take() {

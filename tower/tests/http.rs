@@ -109,6 +109,71 @@ async fn headers_are_the_decisions_figures_in_whole_seconds_rounded_up() {
 }
 
 #[tokio::test]
+async fn headers_off_leave_only_retry_after_on_refusals() {
+    // 2 per minute, one token every 30 s, on a clock that stands still.
+    let bucket = || {
+        KeyedLimiter::with_clock(
+            TokenBucket::new(2, 2, 60 * SECOND).unwrap(),
+            100,
+            ManualClock::new(0),
+        )
+    };
+    let policy = || Policy::new("api", 2, MINUTE).unwrap();
+    let bare = RateLimitLayer::new(policy(), bucket()).ratelimit_headers(false);
+    let legacy = RateLimitLayer::new(policy(), bucket())
+        .ratelimit_headers(false)
+        .legacy_headers(true);
+    // The slow path (a strategy that may wait) stamps its answers apart from the fast one.
+    let waiting = RateLimitLayer::new(policy(), bucket())
+        .ratelimit_headers(false)
+        .overload(Wait::at_most(Duration::from_secs(1)));
+    let app = Router::new()
+        .route("/bare", route(|| async { "ok" }).layer(bare))
+        .route("/legacy", route(|| async { "ok" }).layer(legacy))
+        .route("/waiting", route(|| async { "ok" }).layer(waiting));
+    let addr = serve(app).await;
+    let names = |r: &common::Reply| {
+        let mut names: Vec<String> = r
+            .headers
+            .keys()
+            .map(|n| n.as_str().to_owned())
+            .filter(|n| n.contains("ratelimit") || n == "retry-after")
+            .collect();
+        names.sort();
+        names
+    };
+    let legacy_names = [
+        "x-ratelimit-limit",
+        "x-ratelimit-remaining",
+        "x-ratelimit-reset",
+    ];
+    for path in ["/bare", "/legacy", "/waiting"] {
+        for _ in 0..2 {
+            let r = get(addr, path, &[]).await;
+            assert_eq!(r.status, StatusCode::OK, "{path}");
+            let expected: &[&str] = if path == "/legacy" {
+                &legacy_names
+            } else {
+                &[]
+            };
+            assert_eq!(names(&r), expected, "{path}");
+        }
+        let r = get(addr, path, &[]).await;
+        assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS, "{path}");
+        // Under `Wait` the reservation says when a request may come back to wait its last
+        // second: 29 s.
+        let retry = if path == "/waiting" { "29" } else { "30" };
+        assert_eq!(r.header("retry-after"), Some(retry), "{path}");
+        let mut expected = vec!["retry-after"];
+        if path == "/legacy" {
+            expected.extend(legacy_names);
+            assert_eq!(r.header("x-ratelimit-reset"), Some("30"));
+        }
+        assert_eq!(names(&r), expected, "{path}");
+    }
+}
+
+#[tokio::test]
 async fn forwarded_addresses_count_only_from_trusted_proxies() {
     let trusting =
         per_minute("proxied", 1).key(KeyExtractor::forwarded(["127.0.0.1".parse().unwrap()]));

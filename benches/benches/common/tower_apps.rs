@@ -46,10 +46,14 @@ pub fn decision() -> impl FnMut(u32) -> bool {
     move |i| limiter.check(&Key::Ip(client(i).into()), 1).allowed
 }
 
-/// The route alone, behind tollgate's layer, behind tower_governor's without and with
-/// its headers; every limit per client IP and never denying.
-pub fn apps() -> [(&'static str, Router); 4] {
+/// The route alone, behind tollgate's layer with its headers (the default) and without,
+/// behind tower_governor's without (its default) and with its headers; every limit per
+/// client IP and never denying.
+pub fn apps() -> [(&'static str, Router); 5] {
     let tollgate = RateLimitLayer::in_process("bench", quota(), 10_000).unwrap();
+    let tollgate_no_headers = RateLimitLayer::in_process("bench", quota(), 10_000)
+        .unwrap()
+        .ratelimit_headers(false);
     let governor = || {
         let mut config = GovernorConfigBuilder::default();
         config.per_nanosecond(1).burst_size(1_000_000_000);
@@ -60,6 +64,10 @@ pub fn apps() -> [(&'static str, Router); 4] {
     [
         ("bare", route()),
         ("tollgate", route().route_layer(tollgate)),
+        (
+            "tollgate_no_headers",
+            route().route_layer(tollgate_no_headers),
+        ),
         (
             "tower_governor",
             route().route_layer(GovernorLayer::new(plain)),
