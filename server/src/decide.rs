@@ -14,6 +14,7 @@ use tollgate_core::{
 };
 use tollgate_redis::{FailPolicy, Outcome, ReconnectingAsync, RedisLeases, RedisLimiter};
 
+use crate::metrics::{Counters, Metrics};
 use crate::policy::{Built, Policy, Rule, Style};
 use crate::store::Stored;
 
@@ -59,6 +60,8 @@ pub struct Entry {
     /// `RateLimit-Policy` for this policy.
     pub header: Option<tollgate_tower::Policy>,
     limiter: Limiter,
+    /// The policy's counters in the metrics (kept when the limiter is rebuilt).
+    counters: Arc<Counters>,
 }
 
 #[derive(Debug)]
@@ -122,11 +125,13 @@ pub enum DecideError {
 }
 
 impl Entry {
-    /// The limiter for `stored` on `backend`, or `previous` if its parameters are the same.
-    pub fn build(
+    /// The limiter for `stored` on `backend`, or `previous` if its parameters are the
+    /// same; its decisions count into `metrics`.
+    pub(crate) fn build(
         stored: &Stored,
         backend: &Backend,
         previous: Option<&Arc<Self>>,
+        metrics: &Metrics,
     ) -> Result<Arc<Self>, String> {
         let built = stored
             .policy
@@ -172,7 +177,13 @@ impl Entry {
             built,
             header,
             limiter,
+            counters: metrics.counters(&stored.name),
         }))
+    }
+
+    /// The policy's counters in the metrics.
+    pub(crate) fn counters(&self) -> &Counters {
+        &self.counters
     }
 
     /// Decides `cost` units for `key`.
