@@ -546,9 +546,23 @@ async fn metrics(State(shared): App, headers: HeaderMap) -> Result<Response> {
             header::CONTENT_TYPE,
             HeaderValue::from_static("text/plain; version=0.0.4"),
         )],
-        shared.metrics.render(),
+        shared.metrics.render() + &redis_metrics(&shared.backend),
     )
         .into_response())
+}
+
+/// The coalescing of decisions sent to Redis, when they are.
+fn redis_metrics(backend: &Backend) -> String {
+    let Backend::Redis { coalescer, .. } = backend else {
+        return String::new();
+    };
+    let sent = coalescer.sent();
+    let load = |n: &std::sync::atomic::AtomicU64| n.load(std::sync::atomic::Ordering::Relaxed);
+    format!(
+        "# HELP tollgate_redis_pipelines_total Pipelines of decisions sent to Redis.\n# TYPE tollgate_redis_pipelines_total counter\ntollgate_redis_pipelines_total {}\n# HELP tollgate_redis_decisions_total Decisions sent to Redis (in the pipelines).\n# TYPE tollgate_redis_decisions_total counter\ntollgate_redis_decisions_total {}\n",
+        load(&sent.pipelines),
+        load(&sent.decisions)
+    )
 }
 
 async fn me(State(shared): App, headers: HeaderMap) -> Result<Json<Value>> {

@@ -175,11 +175,7 @@ impl Metrics {
                 "tollgate_decision_seconds_bucket{{le=\"{bound}\"}} {cumulative}"
             );
         }
-        let count = self
-            .latency
-            .count
-            .load(Ordering::Relaxed)
-            .max(cumulative);
+        let count = self.latency.count.load(Ordering::Relaxed).max(cumulative);
         let sum = self.latency.sum_ns.load(Ordering::Relaxed) as f64 / 1e9;
         let _ = writeln!(
             out,

@@ -278,7 +278,9 @@ impl Store {
             };
             match crate::token::parse_hash(&hash) {
                 Some(digest) => {
-                    snapshot.tokens.insert(digest, Principal::User(name.clone()));
+                    snapshot
+                        .tokens
+                        .insert(digest, Principal::User(name.clone()));
                 }
                 None => {
                     tracing::error!(user = %name, "a user whose token hash this server cannot read");

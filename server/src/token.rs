@@ -76,7 +76,14 @@ mod tests {
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
         );
         assert_eq!(parse_hash(&hash("abc").to_uppercase()), Some(digest("abc")));
-        for bad in ["", "ab", &"g".repeat(64), &"a".repeat(63), &"a".repeat(65), &"é".repeat(32)] {
+        for bad in [
+            "",
+            "ab",
+            &"g".repeat(64),
+            &"a".repeat(63),
+            &"a".repeat(65),
+            &"é".repeat(32),
+        ] {
             assert_eq!(parse_hash(bad), None, "{bad}");
         }
     }

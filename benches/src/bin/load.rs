@@ -203,7 +203,7 @@ async fn open(addr: &str) -> Result<hyper::client::conn::http1::SendRequest<Full
         .await
         .map_err(|e| format!("cannot connect: {e}"))?;
     let _ = stream.set_nodelay(true);
-    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| format!("no HTTP/1.1 handshake: {e}"))?;
     tokio::spawn(conn);
@@ -226,6 +226,12 @@ async fn connection(addr: String, ask: Ask, until: Instant, count: u64, seed: u6
     while sent < count && Instant::now() < until {
         sent += 1;
         n = n.wrapping_add(7919);
+        // A request sent before the connection is ready again (its task has not yet
+        // taken the last answer's end) is refused.
+        if let Err(e) = sender.ready().await {
+            outcome.fail(e.to_string());
+            break;
+        }
         let start = Instant::now();
         let failure = match sender.send_request(ask.request(n)).await {
             Ok(response) if response.status().is_success() => drain(response.into_body())
@@ -248,12 +254,7 @@ async fn connection(addr: String, ask: Ask, until: Instant, count: u64, seed: u6
             None => outcome
                 .latencies
                 .push(u32::try_from(start.elapsed().as_micros()).unwrap_or(u32::MAX)),
-            Some(why) => {
-                outcome.fail(why);
-                if sender.ready().await.is_err() {
-                    break;
-                }
-            }
+            Some(why) => outcome.fail(why),
         }
     }
     outcome
@@ -264,6 +265,7 @@ async fn connection(addr: String, ask: Ask, until: Instant, count: u64, seed: u6
 async fn check_answers(addr: &str, ask: &Ask, policy: &str) -> Result<(), String> {
     let mut sender = open(addr).await?;
     for n in [0, 1, 7919, 123_457] {
+        sender.ready().await.map_err(|e| e.to_string())?;
         let response = sender
             .send_request(ask.request(n))
             .await
