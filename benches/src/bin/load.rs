@@ -203,7 +203,7 @@ async fn open(addr: &str) -> Result<hyper::client::conn::http1::SendRequest<Full
         .await
         .map_err(|e| format!("cannot connect: {e}"))?;
     let _ = stream.set_nodelay(true);
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| format!("no HTTP/1.1 handshake: {e}"))?;
     tokio::spawn(conn);
