@@ -154,6 +154,10 @@ impl Metrics {
                 p.allowed.load(Ordering::Relaxed),
                 p.denied.load(Ordering::Relaxed),
             );
+            // A policy shows once it has decided (its counters exist from its build).
+            if allowed == 0 && denied == 0 {
+                continue;
+            }
             // Policy names are letters, digits, `-`, `_` and `.`: nothing to escape.
             let _ = writeln!(
                 out,
