@@ -1121,7 +1121,7 @@ async fn lease(
     let snapshot = shared.snapshot();
     let app = app_caller(&headers, &snapshot)?;
     let request: LeaseRequest = typed(json_body(headers.get(header::CONTENT_TYPE), body)?)?;
-    let stored = policy_for_app(&snapshot, &app, &request.policy)?;
+    let stored = policy_for_app(&snapshot, app, &request.policy)?;
     check_key(&request.key)?;
     let limiters = shared.limiters();
     let entry = limiters.get(&stored.name).ok_or_else(|| {

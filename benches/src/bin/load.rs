@@ -173,7 +173,11 @@ impl Ask {
     /// The request a connection sends for its `n`th turn.
     fn request(&self, n: u64) -> Request<Full<Bytes>> {
         let body = match (&self.decide, self.key(n)) {
-            (Some((_, bodies)), Some(k)) => bodies[k as usize].clone(),
+            (Some((_, bodies)), Some(k)) => usize::try_from(k)
+                .ok()
+                .and_then(|k| bodies.get(k))
+                .cloned()
+                .unwrap_or_default(),
             _ => Bytes::new(),
         };
         let mut request = Request::new(Full::new(body));
