@@ -1,19 +1,20 @@
 //! The HTTP API (see `API.md`): one handler per route, errors turned into responses in
 //! one place ([`ApiError`]), permissions decided by [`Caller`].
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::extract::{DefaultBodyLimit, FromRequest, Path, Query, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::decide::{Backend, DecideError, Entry, LeaseAnswer, LeaseOp, Limiters};
@@ -76,7 +77,7 @@ impl Shared {
             let old = self.limiters();
             let mut limiters = Limiters::new();
             for (name, stored) in &snapshot.policies {
-                match Entry::build(stored, &self.backend, old.get(name)) {
+                match Entry::build(stored, &self.backend, old.get(name), &self.metrics) {
                     Ok(entry) => {
                         limiters.insert(name.clone(), entry);
                     }
@@ -266,12 +267,12 @@ async fn json_errors(response: Response) -> Response {
 
 /// Who is calling, resolved against one snapshot.
 #[derive(Debug)]
-enum Caller {
-    App(String),
+enum Caller<'a> {
+    App(&'a str),
     User(User),
 }
 
-fn caller(headers: &HeaderMap, snapshot: &Snapshot) -> Result<Caller> {
+fn caller<'a>(headers: &HeaderMap, snapshot: &'a Snapshot) -> Result<Caller<'a>> {
     caller_of(authorization(headers), snapshot)
 }
 
@@ -283,13 +284,13 @@ fn authorization(headers: &HeaderMap) -> Option<&str> {
 }
 
 /// The holder of the bearer token in an `Authorization` value.
-fn caller_of(authorization: Option<&str>, snapshot: &Snapshot) -> Result<Caller> {
+fn caller_of<'a>(authorization: Option<&str>, snapshot: &'a Snapshot) -> Result<Caller<'a>> {
     let token = authorization
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim)
         .ok_or_else(ApiError::unauthorized)?;
-    match snapshot.tokens.get(&token::hash(token)) {
-        Some(Principal::App(name)) => Ok(Caller::App(name.clone())),
+    match snapshot.tokens.get(&token::digest(token)) {
+        Some(Principal::App(name)) => Ok(Caller::App(name)),
         Some(Principal::User(name)) => snapshot
             .users
             .get(name)
@@ -404,11 +405,20 @@ const METADATA: [&str; 6] = [
     "updated_at",
 ];
 
-/// The JSON body of a request: 413 beyond the limit, 415 if not JSON, 400 if malformed.
+/// The JSON body of a request as a value: 413 beyond the limit, 415 if not JSON, 400
+/// if malformed.
 fn json_body(
     content_type: Option<&HeaderValue>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Value> {
+    parse(&json_bytes(content_type, body)?)
+}
+
+/// The bytes of a JSON body: 413 beyond the limit, 415 if not JSON.
+fn json_bytes(
+    content_type: Option<&HeaderValue>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Bytes> {
     let body = body.map_err(|e| {
         if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
             ApiError::new(
@@ -433,7 +443,16 @@ fn json_body(
             "the body must be JSON (Content-Type: application/json)",
         ));
     }
-    serde_json::from_slice(&body).map_err(|e| ApiError::bad_request(format!("malformed JSON: {e}")))
+    Ok(body)
+}
+
+/// JSON text read straight into `T` (borrowing from it where `T` does): 400 with
+/// "malformed JSON" for bad syntax, else serde's message for wrong fields or types.
+fn parse<'a, T: Deserialize<'a>>(json: &'a [u8]) -> Result<T> {
+    serde_json::from_slice(json).map_err(|e| match e.classify() {
+        serde_json::error::Category::Data => ApiError::bad_request(e.to_string()),
+        _ => ApiError::bad_request(format!("malformed JSON: {e}")),
+    })
 }
 
 /// A JSON value as `T`, wrong types being a 400 naming the problem.
@@ -527,9 +546,23 @@ async fn metrics(State(shared): App, headers: HeaderMap) -> Result<Response> {
             header::CONTENT_TYPE,
             HeaderValue::from_static("text/plain; version=0.0.4"),
         )],
-        shared.metrics.render(),
+        shared.metrics.render() + &redis_metrics(&shared.backend),
     )
         .into_response())
+}
+
+/// The coalescing of decisions sent to Redis, when they are.
+fn redis_metrics(backend: &Backend) -> String {
+    let Backend::Redis { coalescer, .. } = backend else {
+        return String::new();
+    };
+    let sent = coalescer.sent();
+    let load = |n: &std::sync::atomic::AtomicU64| n.load(std::sync::atomic::Ordering::Relaxed);
+    format!(
+        "# HELP tollgate_redis_pipelines_total Pipelines of decisions sent to Redis.\n# TYPE tollgate_redis_pipelines_total counter\ntollgate_redis_pipelines_total {}\n# HELP tollgate_redis_decisions_total Decisions sent to Redis (in the pipelines).\n# TYPE tollgate_redis_decisions_total counter\ntollgate_redis_decisions_total {}\n",
+        load(&sent.pipelines),
+        load(&sent.decisions)
+    )
 }
 
 async fn me(State(shared): App, headers: HeaderMap) -> Result<Json<Value>> {
@@ -996,13 +1029,31 @@ async fn stats(
     ))
 }
 
+/// One decision asked for, read straight from the body: the strings borrow from it
+/// unless they hold escapes.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct DecideRequest {
-    policy: String,
-    key: String,
+struct DecideRequest<'a> {
+    #[serde(borrow)]
+    policy: Cow<'a, str>,
+    #[serde(borrow)]
+    key: Cow<'a, str>,
     #[serde(default = "one")]
     cost: u64,
+}
+
+/// One decision's answer (fields in alphabetical order, as the API has always
+/// written them).
+#[derive(Serialize)]
+struct DecideAnswer<'a> {
+    allowed: bool,
+    delay_us: u64,
+    key: &'a str,
+    limit: u64,
+    policy: &'a str,
+    remaining: u64,
+    reset_after_us: u64,
+    retry_after_us: Option<u64>,
 }
 
 const fn one() -> u64 {
@@ -1070,7 +1121,7 @@ async fn lease(
     let snapshot = shared.snapshot();
     let app = app_caller(&headers, &snapshot)?;
     let request: LeaseRequest = typed(json_body(headers.get(header::CONTENT_TYPE), body)?)?;
-    let stored = policy_for_app(&snapshot, &app, &request.policy)?;
+    let stored = policy_for_app(&snapshot, app, &request.policy)?;
     check_key(&request.key)?;
     let limiters = shared.limiters();
     let entry = limiters.get(&stored.name).ok_or_else(|| {
@@ -1134,7 +1185,7 @@ pub(crate) async fn decide_for(
         .await
         .map_err(backend_error)?;
     shared.metrics.decision(
-        &stored.name,
+        entry.counters(),
         decision.allowed,
         u64::try_from(now_s()).unwrap_or(0),
         start.elapsed(),
@@ -1142,14 +1193,15 @@ pub(crate) async fn decide_for(
     Ok((Arc::clone(entry), decision))
 }
 
-/// One decision for app `app`: the answer, or an error with its status.
-async fn decide_one(
+/// One decision for app `app`: the answer's fields and the entry whose headers it
+/// gets, or an error with its status.
+async fn decide_one<'r>(
     shared: &Shared,
     snapshot: &Snapshot,
     limiters: &Limiters,
     app: &str,
-    request: &DecideRequest,
-) -> Result<(Value, HeaderMap)> {
+    request: &'r DecideRequest<'_>,
+) -> Result<(DecideAnswer<'r>, Arc<Entry>, tollgate_core::Decision)> {
     let (entry, decision) = decide_for(
         shared,
         snapshot,
@@ -1160,35 +1212,25 @@ async fn decide_one(
         request.cost,
     )
     .await?;
-    let mut headers = HeaderMap::new();
-    if let Some(header) = &entry.header {
-        // Stamped as a refusal so a denial carries Retry-After; the status stays 200.
-        let status = if decision.allowed {
-            StatusCode::OK
-        } else {
-            StatusCode::TOO_MANY_REQUESTS
-        };
-        header.stamp(&mut headers, status, &decision, false);
-    }
-    let body = json!({
-        "policy": request.policy,
-        "key": request.key,
-        "allowed": decision.allowed,
-        "limit": decision.limit,
-        "remaining": decision.remaining,
-        "retry_after_us": decision.retry_after,
-        "reset_after_us": decision.reset_after,
-        "delay_us": decision.delay,
-    });
-    Ok((body, headers))
+    let answer = DecideAnswer {
+        allowed: decision.allowed,
+        delay_us: decision.delay,
+        key: &request.key,
+        limit: decision.limit,
+        policy: &request.policy,
+        remaining: decision.remaining,
+        reset_after_us: decision.reset_after,
+        retry_after_us: decision.retry_after,
+    };
+    Ok((answer, entry, decision))
 }
 
-fn app_caller(headers: &HeaderMap, snapshot: &Snapshot) -> Result<String> {
+fn app_caller<'a>(headers: &HeaderMap, snapshot: &'a Snapshot) -> Result<&'a str> {
     app_of(authorization(headers), snapshot)
 }
 
 /// The app whose token is in an `Authorization` value; a user token may not decide.
-pub(crate) fn app_of(authorization: Option<&str>, snapshot: &Snapshot) -> Result<String> {
+pub(crate) fn app_of<'a>(authorization: Option<&str>, snapshot: &'a Snapshot) -> Result<&'a str> {
     match caller_of(authorization, snapshot)? {
         Caller::App(app) => Ok(app),
         Caller::User(_) => Err(ApiError::forbidden(
@@ -1197,17 +1239,37 @@ pub(crate) fn app_of(authorization: Option<&str>, snapshot: &Snapshot) -> Result
     }
 }
 
-async fn decide(
-    State(shared): App,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Response> {
+/// The whole request is taken (not a copy of its headers, as axum's `HeaderMap`
+/// extractor makes): this runs for every decision.
+async fn decide(State(shared): App, request: Request) -> Result<Response> {
     let snapshot = shared.snapshot();
-    let app = app_caller(&headers, &snapshot)?;
-    let request: DecideRequest = typed(json_body(headers.get(header::CONTENT_TYPE), body)?)?;
-    let (body, headers) =
-        decide_one(&shared, &snapshot, &shared.limiters(), &app, &request).await?;
-    Ok((headers, Json(body)).into_response())
+    let app = app_caller(request.headers(), &snapshot)?;
+    let content_type = request.headers().get(header::CONTENT_TYPE).cloned();
+    let body = Bytes::from_request(request, &()).await;
+    let body = json_bytes(content_type.as_ref(), body)?;
+    let request: DecideRequest = parse(&body)?;
+    let (answer, entry, decision) =
+        decide_one(&shared, &snapshot, &shared.limiters(), app, &request).await?;
+    // Written once into a buffer sized for a usual answer.
+    let mut json = Vec::with_capacity(160 + answer.key.len() + answer.policy.len());
+    serde_json::to_writer(&mut json, &answer)
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    let mut response = Response::new(axum::body::Body::from(json));
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    if let Some(policy) = &entry.header {
+        // Stamped as a refusal so a denial carries Retry-After; the status stays 200.
+        let status = if decision.allowed {
+            StatusCode::OK
+        } else {
+            StatusCode::TOO_MANY_REQUESTS
+        };
+        policy.stamp(headers, status, &decision, false);
+    }
+    Ok(response)
 }
 
 #[derive(Deserialize)]
@@ -1234,11 +1296,15 @@ async fn decide_batch(
     let limiters = shared.limiters();
     let mut decisions = Vec::with_capacity(requests.len());
     for request in requests {
-        let answer = match typed::<DecideRequest>(request) {
-            Ok(request) => decide_one(&shared, &snapshot, &limiters, &app, &request)
+        let answer = match DecideRequest::deserialize(&request) {
+            Ok(request) => decide_one(&shared, &snapshot, &limiters, app, &request)
                 .await
-                .map(|(body, _)| body),
-            Err(e) => Err(e),
+                .and_then(|(answer, ..)| {
+                    serde_json::to_value(answer).map_err(|e| {
+                        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+                    })
+                }),
+            Err(e) => Err(ApiError::bad_request(e.to_string())),
         };
         decisions.push(answer.unwrap_or_else(|e| {
             let mut body = json!({"error": e.message, "status": e.status.as_u16()});

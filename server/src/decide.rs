@@ -12,8 +12,11 @@ use tollgate_core::{
     Acquired, Clock, Concurrency, Decision, Grant, LeaseError, LeaseState, SystemClock, Ticks,
     SECOND,
 };
-use tollgate_redis::{FailPolicy, Outcome, ReconnectingAsync, RedisLeases, RedisLimiter};
+use tollgate_redis::{ReconnectingAsync, RedisLeases, RedisLimiter};
 
+use crate::coalesce::Coalescer;
+
+use crate::metrics::{Counters, Metrics};
 use crate::policy::{Built, Policy, Rule, Style};
 use crate::store::Stored;
 
@@ -42,8 +45,10 @@ pub enum Backend {
     },
     /// In Redis.
     Redis {
-        /// The connection (reconnects by itself, bounded timeouts).
+        /// The connection (reconnects by itself, bounded timeouts), for leases.
         con: ReconnectingAsync,
+        /// Decisions, sent together when they arrive together.
+        coalescer: Coalescer,
         /// The answer while Redis is unreachable.
         fail: Fail,
         /// Keys kept per policy by the local fallback.
@@ -59,13 +64,19 @@ pub struct Entry {
     /// `RateLimit-Policy` for this policy.
     pub header: Option<tollgate_tower::Policy>,
     limiter: Limiter,
+    /// The policy's counters in the metrics (kept when the limiter is rebuilt).
+    counters: Arc<Counters>,
 }
 
 #[derive(Debug)]
 enum Limiter {
     Memory(KeyedLimiter<String, Rule>),
-    /// Boxed: a Redis limiter holds its script and fallback.
-    Redis(Box<RedisLimiter<Rule>>),
+    /// Shared with the decisions queued for Redis.
+    Redis {
+        limiter: Arc<RedisLimiter<Rule>>,
+        /// The limiter deciding while Redis is unreachable, with `--fail local`.
+        local: Option<KeyedLimiter<String, Rule>>,
+    },
     /// A concurrency policy's lease tables in this process, at most `max_keys`.
     MemoryLeases {
         model: Concurrency,
@@ -98,7 +109,7 @@ pub enum LeaseAnswer {
 }
 
 /// Why a decision could not be made.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum DecideError {
     /// The policy is a concurrency limit.
@@ -122,11 +133,13 @@ pub enum DecideError {
 }
 
 impl Entry {
-    /// The limiter for `stored` on `backend`, or `previous` if its parameters are the same.
-    pub fn build(
+    /// The limiter for `stored` on `backend`, or `previous` if its parameters are the
+    /// same; its decisions count into `metrics`.
+    pub(crate) fn build(
         stored: &Stored,
         backend: &Backend,
         previous: Option<&Arc<Self>>,
+        metrics: &Metrics,
     ) -> Result<Arc<Self>, String> {
         let built = stored
             .policy
@@ -157,22 +170,24 @@ impl Entry {
                 let limiter = RedisLimiter::new(rule.clone())
                     .map_err(|e| e.to_string())?
                     .with_prefix(prefix(&stored.name, &stored.policy));
-                Limiter::Redis(Box::new(match fail {
-                    Fail::Error => limiter,
-                    Fail::Open => limiter.on_unavailable(FailPolicy::Open),
-                    Fail::Closed => limiter.on_unavailable(FailPolicy::Closed),
-                    Fail::Local => limiter.on_unavailable(FailPolicy::Local(KeyedLimiter::new(
-                        rule.clone(),
-                        *max_keys,
-                    ))),
-                }))
+                Limiter::Redis {
+                    limiter: Arc::new(limiter),
+                    local: (*fail == Fail::Local)
+                        .then(|| KeyedLimiter::new(rule.clone(), *max_keys)),
+                }
             }
         };
         Ok(Arc::new(Self {
             built,
             header,
             limiter,
+            counters: metrics.counters(&stored.name),
         }))
+    }
+
+    /// The policy's counters in the metrics.
+    pub(crate) fn counters(&self) -> &Counters {
+        &self.counters
     }
 
     /// Decides `cost` units for `key`.
@@ -185,39 +200,26 @@ impl Entry {
     ) -> Result<Decision, DecideError> {
         match (&self.limiter, backend) {
             (Limiter::Memory(limiter), _) => Ok(limiter.check(key, cost)),
-            (Limiter::Redis(limiter), Backend::Redis { con, fail, .. }) => {
-                let mut con = con.clone();
-                let typed = |e: tollgate_redis::Error| {
-                    if e.is_unavailable() {
-                        DecideError::Unavailable(e.to_string())
-                    } else {
-                        DecideError::Backend(e.to_string())
-                    }
+            (
+                Limiter::Redis { limiter, local },
+                Backend::Redis {
+                    coalescer, fail, ..
+                },
+            ) => {
+                let result = coalescer.check(limiter, key.as_bytes(), cost).await;
+                let Err(DecideError::Unavailable(why)) = result else {
+                    return result;
                 };
-                // Without a fail policy the error is the answer (the limiter's own
-                // default would deny).
-                let outcome = if *fail == Fail::Error {
-                    Outcome::Redis(
-                        limiter
-                            .check_async(&mut con, key.as_bytes(), cost)
-                            .await
-                            .map_err(typed)?,
-                    )
-                } else {
-                    limiter
-                        .decide_async(&mut con, key.as_bytes(), cost)
-                        .await
-                        .map_err(typed)?
-                };
+                // Redis is away: say nothing beyond the verdict (no budget is known).
                 let limit = limiter.algorithm_limit();
-                Ok(match outcome {
-                    Outcome::Redis(d) | Outcome::Local(d, _) => d,
-                    // Redis is away: say nothing beyond the verdict (no budget is known).
-                    Outcome::Open(_) => Decision::admit(limit, 0, 0, 0),
-                    Outcome::Closed(_) => Decision::deny(limit, 0, Some(SECOND), SECOND),
-                })
+                match (fail, local) {
+                    (Fail::Open, _) => Ok(Decision::admit(limit, 0, 0, 0)),
+                    (Fail::Closed, _) => Ok(Decision::deny(limit, 0, Some(SECOND), SECOND)),
+                    (Fail::Local, Some(local)) => Ok(local.check(key, cost)),
+                    _ => Err(DecideError::Unavailable(why)),
+                }
             }
-            (Limiter::Redis(_), Backend::Memory { .. }) => Err(DecideError::Backend(
+            (Limiter::Redis { .. }, Backend::Memory { .. }) => Err(DecideError::Backend(
                 "the policy was built for another backend".into(),
             )),
             (Limiter::MemoryLeases { .. } | Limiter::RedisLeases(_), _) => {
@@ -319,7 +321,9 @@ impl Entry {
             (Limiter::RedisLeases(_), Backend::Memory { .. }) => Err(DecideError::Backend(
                 "the policy was built for another backend".into(),
             )),
-            (Limiter::Memory(_) | Limiter::Redis(_), _) => Err(DecideError::Rate(name.to_owned())),
+            (Limiter::Memory(_) | Limiter::Redis { .. }, _) => {
+                Err(DecideError::Rate(name.to_owned()))
+            }
         }
     }
 }

@@ -158,7 +158,7 @@ impl RateLimitService for Rls {
                 .or((request.hits_addend != 0).then_some(u64::from(request.hits_addend)))
                 .unwrap_or(1);
             let (entry, decision) =
-                api::decide_for(&self.shared, &snapshot, &limiters, &app, policy, &key, cost)
+                api::decide_for(&self.shared, &snapshot, &limiters, app, policy, &key, cost)
                     .await
                     .map_err(|e| status(&e))?;
             over |= !decision.allowed;

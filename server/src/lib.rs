@@ -15,6 +15,7 @@
 
 mod api;
 mod assets;
+pub mod coalesce;
 pub mod decide;
 pub mod grpc;
 mod metrics;
@@ -145,10 +146,16 @@ impl Server {
             Some(url) => {
                 let client = tollgate_redis::client(url, None)
                     .map_err(|e| Error::Decisions(e.to_string()))?;
+                let coalescer = coalesce::Coalescer::start(
+                    tollgate_redis::Reconnecting::new(client.clone())
+                        .with_timeout(tollgate_redis::DEFAULT_TIMEOUT),
+                )
+                .map_err(|e| Error::Decisions(e.to_string()))?;
                 let con = tollgate_redis::connect_async(client, tollgate_redis::DEFAULT_TIMEOUT)
                     .map_err(|e| Error::Decisions(e.to_string()))?;
                 Backend::Redis {
                     con,
+                    coalescer,
                     fail: config.fail,
                     max_keys: config.max_keys,
                 }

@@ -1,9 +1,9 @@
 //! Counters behind `/metrics` (Prometheus text) and `/v1/stats` (the page's chart).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 /// Seconds per step of `/v1/stats`.
@@ -15,60 +15,116 @@ const BUCKETS: [f64; 10] = [
     0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.05, 0.25,
 ];
 
+/// One step of a policy's series.
 #[derive(Debug, Default)]
-struct PerPolicy {
-    allowed: u64,
-    denied: u64,
-    /// (step start in unix seconds, allowed, denied), oldest first.
-    steps: VecDeque<(u64, u64, u64)>,
+struct Step {
+    /// Its start in unix seconds (a multiple of [`STEP_S`]).
+    start: AtomicU64,
+    allowed: AtomicU64,
+    denied: AtomicU64,
+}
+
+/// One policy's counters: atomics, so counting a decision takes no lock (a lock is
+/// taken only to start a new step, once per [`STEP_S`]).
+#[derive(Debug)]
+pub struct Counters {
+    allowed: AtomicU64,
+    denied: AtomicU64,
+    /// The last ten minutes: the step starting at `s` lives in slot `s / STEP_S % STEPS`.
+    steps: [Step; STEPS],
+    /// Held while a slot moves to a new step.
+    turning: Mutex<()>,
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        Self {
+            allowed: AtomicU64::new(0),
+            denied: AtomicU64::new(0),
+            steps: std::array::from_fn(|_| Step::default()),
+            turning: Mutex::new(()),
+        }
+    }
+}
+
+impl Counters {
+    fn slot(&self, step: u64) -> &Step {
+        // The remainder is below STEPS: always in range.
+        let index = usize::try_from(step / STEP_S % STEPS as u64).unwrap_or_default();
+        &self.steps[index]
+    }
+
+    fn count(&self, allowed: bool, now_s: u64) {
+        let step = now_s - now_s % STEP_S;
+        let slot = self.slot(step);
+        if slot.start.load(Ordering::Acquire) < step {
+            let _one = self.turning.lock().unwrap_or_else(|e| e.into_inner());
+            // Zeroed before the new start is published: whoever sees the start counts
+            // into a clean slot. (A clock stepping back counts into the newer step.)
+            if slot.start.load(Ordering::Acquire) < step {
+                slot.allowed.store(0, Ordering::Relaxed);
+                slot.denied.store(0, Ordering::Relaxed);
+                slot.start.store(step, Ordering::Release);
+            }
+        }
+        let (total, in_step) = if allowed {
+            (&self.allowed, &slot.allowed)
+        } else {
+            (&self.denied, &slot.denied)
+        };
+        total.fetch_add(1, Ordering::Relaxed);
+        in_step.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The decision latency histogram: a count per bucket (not cumulative: one atomic
+/// added per decision), the sum in nanoseconds and the count.
+#[derive(Debug, Default)]
+struct Latency {
+    /// One per bound of [`BUCKETS`], and one above the last.
+    buckets: [AtomicU64; BUCKETS.len() + 1],
+    sum_ns: AtomicU64,
+    count: AtomicU64,
 }
 
 /// The server's counters.
 #[derive(Debug, Default)]
 pub struct Metrics {
-    policies: Mutex<BTreeMap<String, PerPolicy>>,
-    latency: Mutex<([u64; BUCKETS.len()], u64, f64)>,
+    policies: RwLock<BTreeMap<String, Arc<Counters>>>,
+    latency: Latency,
     store_errors: AtomicU64,
 }
 
 impl Metrics {
-    /// Counts a decision of `policy` at unix second `now_s`, taking `took`.
-    pub fn decision(&self, policy: &str, allowed: bool, now_s: u64, took: Duration) {
+    /// The counters of `policy`, made on first use; a decision counts into them with
+    /// [`Metrics::decision`], so the map is read only when a limiter is built.
+    pub fn counters(&self, policy: &str) -> Arc<Counters> {
+        if let Some(counters) = self
+            .policies
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(policy)
         {
-            let mut policies = self.policies.lock().unwrap_or_else(|e| e.into_inner());
-            let entry = match policies.get_mut(policy) {
-                Some(entry) => entry,
-                None => policies.entry(policy.to_owned()).or_default(),
-            };
-            let step = now_s - now_s % STEP_S;
-            if entry.steps.back().is_none_or(|s| s.0 != step) {
-                entry.steps.push_back((step, 0, 0));
-                while entry.steps.len() > STEPS {
-                    entry.steps.pop_front();
-                }
-            }
-            if let Some(last) = entry.steps.back_mut() {
-                if allowed {
-                    last.1 += 1;
-                } else {
-                    last.2 += 1;
-                }
-            }
-            if allowed {
-                entry.allowed += 1;
-            } else {
-                entry.denied += 1;
-            }
+            return Arc::clone(counters);
         }
+        let mut policies = self.policies.write().unwrap_or_else(|e| e.into_inner());
+        Arc::clone(policies.entry(policy.to_owned()).or_default())
+    }
+
+    /// Counts a decision into `counters` at unix second `now_s`, taking `took`.
+    pub fn decision(&self, counters: &Counters, allowed: bool, now_s: u64, took: Duration) {
+        counters.count(allowed, now_s);
         let seconds = took.as_secs_f64();
-        let mut latency = self.latency.lock().unwrap_or_else(|e| e.into_inner());
-        for (count, bound) in latency.0.iter_mut().zip(BUCKETS) {
-            if seconds <= bound {
-                *count += 1;
-            }
+        let bucket = BUCKETS
+            .iter()
+            .position(|&bound| seconds <= bound)
+            .unwrap_or(BUCKETS.len());
+        if let Some(count) = self.latency.buckets.get(bucket) {
+            count.fetch_add(1, Ordering::Relaxed);
         }
-        latency.1 += 1;
-        latency.2 += seconds;
+        let ns = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
+        self.latency.sum_ns.fetch_add(ns, Ordering::Relaxed);
+        self.latency.count.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts a store failure.
@@ -79,7 +135,7 @@ impl Metrics {
     /// Drops the counters of policies that no longer exist.
     pub fn retain(&self, exists: impl Fn(&str) -> bool) {
         self.policies
-            .lock()
+            .write()
             .unwrap_or_else(|e| e.into_inner())
             .retain(|name, _| exists(name));
     }
@@ -90,34 +146,44 @@ impl Metrics {
         out.push_str("# HELP tollgate_decisions_total Decisions by policy and outcome.\n# TYPE tollgate_decisions_total counter\n");
         for (name, p) in self
             .policies
-            .lock()
+            .read()
             .unwrap_or_else(|e| e.into_inner())
             .iter()
         {
+            let (allowed, denied) = (
+                p.allowed.load(Ordering::Relaxed),
+                p.denied.load(Ordering::Relaxed),
+            );
+            // A policy shows once it has decided (its counters exist from its build).
+            if allowed == 0 && denied == 0 {
+                continue;
+            }
             // Policy names are letters, digits, `-`, `_` and `.`: nothing to escape.
             let _ = writeln!(
                 out,
-                "tollgate_decisions_total{{policy=\"{name}\",outcome=\"allowed\"}} {}",
-                p.allowed
+                "tollgate_decisions_total{{policy=\"{name}\",outcome=\"allowed\"}} {allowed}"
             );
             let _ = writeln!(
                 out,
-                "tollgate_decisions_total{{policy=\"{name}\",outcome=\"denied\"}} {}",
-                p.denied
+                "tollgate_decisions_total{{policy=\"{name}\",outcome=\"denied\"}} {denied}"
             );
         }
         out.push_str("# HELP tollgate_decision_seconds Time to decide one request.\n# TYPE tollgate_decision_seconds histogram\n");
-        let latency = *self.latency.lock().unwrap_or_else(|e| e.into_inner());
-        for (count, bound) in latency.0.iter().zip(BUCKETS) {
+        // Read while decisions go on: the buckets, then the count, then the sum, so
+        // the cumulative counts never exceed the count shown.
+        let mut cumulative = 0;
+        for (count, bound) in self.latency.buckets.iter().zip(BUCKETS) {
+            cumulative += count.load(Ordering::Relaxed);
             let _ = writeln!(
                 out,
-                "tollgate_decision_seconds_bucket{{le=\"{bound}\"}} {count}"
+                "tollgate_decision_seconds_bucket{{le=\"{bound}\"}} {cumulative}"
             );
         }
+        let count = self.latency.count.load(Ordering::Relaxed).max(cumulative);
+        let sum = self.latency.sum_ns.load(Ordering::Relaxed) as f64 / 1e9;
         let _ = writeln!(
             out,
-            "tollgate_decision_seconds_bucket{{le=\"+Inf\"}} {}\ntollgate_decision_seconds_sum {}\ntollgate_decision_seconds_count {}",
-            latency.1, latency.2, latency.1
+            "tollgate_decision_seconds_bucket{{le=\"+Inf\"}} {count}\ntollgate_decision_seconds_sum {sum}\ntollgate_decision_seconds_count {count}"
         );
         let _ = writeln!(
             out,
@@ -132,15 +198,22 @@ impl Metrics {
     pub fn series(&self, policy: &str, now_s: u64) -> serde_json::Value {
         let last = now_s - now_s % STEP_S;
         let first = last.saturating_sub(STEP_S * (STEPS as u64 - 1));
-        let policies = self.policies.lock().unwrap_or_else(|e| e.into_inner());
-        let steps = policies.get(policy).map(|p| &p.steps);
+        let counters = self
+            .policies
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(policy)
+            .cloned();
         let (mut t, mut allowed, mut denied) = (Vec::new(), Vec::new(), Vec::new());
         let mut step = first;
         while step <= last {
-            let found = steps.and_then(|s| s.iter().find(|x| x.0 == step));
+            let slot = counters
+                .as_deref()
+                .map(|c| c.slot(step))
+                .filter(|slot| slot.start.load(Ordering::Acquire) == step);
             t.push(step);
-            allowed.push(found.map_or(0, |x| x.1));
-            denied.push(found.map_or(0, |x| x.2));
+            allowed.push(slot.map_or(0, |s| s.allowed.load(Ordering::Relaxed)));
+            denied.push(slot.map_or(0, |s| s.denied.load(Ordering::Relaxed)));
             step += STEP_S;
         }
         serde_json::json!({"t": t, "allowed": allowed, "denied": denied})

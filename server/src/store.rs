@@ -88,8 +88,8 @@ pub struct Snapshot {
     pub apps: Vec<String>,
     /// Users by name.
     pub users: BTreeMap<String, User>,
-    /// Token hash → its holder.
-    pub tokens: HashMap<String, Principal>,
+    /// Token digest → its holder.
+    pub tokens: HashMap<crate::token::Digest, Principal>,
     /// Stored rows that could not be read (logged, skipped, counted as store errors).
     pub unreadable: usize,
 }
@@ -251,7 +251,16 @@ impl Store {
         {
             let name: String = row.try_get(0)?;
             let hash: String = row.try_get(1)?;
-            snapshot.tokens.insert(hash, Principal::App(name.clone()));
+            // An unreadable hash matches no token: the app stays, nobody can use it.
+            match crate::token::parse_hash(&hash) {
+                Some(digest) => {
+                    snapshot.tokens.insert(digest, Principal::App(name.clone()));
+                }
+                None => {
+                    tracing::error!(app = %name, "an app whose token hash this server cannot read");
+                    snapshot.unreadable += 1;
+                }
+            }
             snapshot.apps.push(name);
         }
         for row in sqlx::query("SELECT name, token_hash, admin, roles FROM tollgate_users")
@@ -267,7 +276,17 @@ impl Store {
                 snapshot.unreadable += 1;
                 continue;
             };
-            snapshot.tokens.insert(hash, Principal::User(name.clone()));
+            match crate::token::parse_hash(&hash) {
+                Some(digest) => {
+                    snapshot
+                        .tokens
+                        .insert(digest, Principal::User(name.clone()));
+                }
+                None => {
+                    tracing::error!(user = %name, "a user whose token hash this server cannot read");
+                    snapshot.unreadable += 1;
+                }
+            }
             snapshot.users.insert(
                 name.clone(),
                 User {

@@ -417,6 +417,16 @@ impl Redis {
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port)
     }
+
+    /// Sends the server a signal (`STOP`, `CONT`).
+    pub fn signal(&self, signal: &str) {
+        let pid = self.child.as_ref().expect("redis-server runs").id();
+        let status = Command::new("kill")
+            .args([format!("-{signal}"), pid.to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill -{signal} {pid}");
+    }
 }
 
 impl Drop for Redis {

@@ -1,0 +1,81 @@
+//! Decisions in Redis are coalesced: requests arriving while a pipeline is in flight go
+//! together in the next one (`tollgate_redis_pipelines_total` below
+//! `tollgate_redis_decisions_total`), and every decision is still exact, as if each had
+//! been sent alone.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use common::*;
+use hyper::StatusCode;
+use tollgate_server::Config;
+
+/// A counter's value in the Prometheus text.
+fn counter(metrics: &str, name: &str) -> u64 {
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{name} in {metrics}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_decisions_share_pipelines_and_stay_exact() {
+    let redis = Redis::start();
+    let (server, admin) = TestServer::start_with(Config {
+        decisions: Some(redis.url()),
+        ..config()
+    })
+    .await;
+    let web = app(&server, &admin, "web").await;
+    let policy = r#"{"algorithm":"fixed-window","limit":100,"period":"1h","apps":["web"]}"#;
+    assert_eq!(
+        put(&server.url("/v1/policies/api"), &admin, policy, None)
+            .await
+            .status,
+        StatusCode::CREATED
+    );
+    let url = server.url("/v1/decide");
+    let first = post(&url, &web, r#"{"policy":"api","key":"hot"}"#).await;
+    assert_eq!(first.json["remaining"], 99, "{}", first.text);
+    // Redis paused (for less than the call timeout): 299 requests queue behind the
+    // pipeline in flight, and go together once it answers.
+    redis.signal("STOP");
+    let asks: Vec<_> = (0..299)
+        .map(|_| {
+            let (url, web) = (url.clone(), web.clone());
+            tokio::spawn(async move { post(&url, &web, r#"{"policy":"api","key":"hot"}"#).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    redis.signal("CONT");
+    let mut remaining = BTreeSet::new();
+    let mut denied = 0;
+    for ask in asks {
+        let answer = ask.await.expect("request task");
+        assert_eq!(answer.status, StatusCode::OK, "{}", answer.text);
+        if answer.json["allowed"] == true {
+            // Each admission saw the count the one before it left.
+            let left = answer.json["remaining"].as_u64().expect("remaining");
+            assert!(remaining.insert(left), "remaining {left} twice");
+        } else {
+            assert_eq!(answer.json["remaining"], 0);
+            denied += 1;
+        }
+    }
+    // Exactly the limit, each admission once: 98, 97, …, 0 after the first's 99.
+    assert_eq!(remaining, (0..99).collect::<BTreeSet<u64>>());
+    assert_eq!(denied, 200);
+    let metrics = get(&server.url("/metrics"), &admin).await.text;
+    let (pipelines, decisions) = (
+        counter(&metrics, "tollgate_redis_pipelines_total"),
+        counter(&metrics, "tollgate_redis_decisions_total"),
+    );
+    assert_eq!(decisions, 300, "{metrics}");
+    assert!(
+        pipelines * 4 < decisions,
+        "{pipelines} pipelines for {decisions} decisions"
+    );
+    server.stop().await;
+}
