@@ -483,6 +483,26 @@ macro_rules! dispatch {
                 match self { $(Self::$var(a) => a.lua_keys(),)* }
             }
 
+            fn lua_fast_arg(
+                &self,
+                cost: u64,
+                now: Option<Ticks>,
+                max_wait: Option<Ticks>,
+            ) -> Option<Vec<u8>> {
+                match self { $(Self::$var(a) => a.lua_fast_arg(cost, now, max_wait),)* }
+            }
+
+            fn lua_fast_decision(
+                &self,
+                relative: u64,
+                cost: u64,
+                max_wait: Option<Ticks>,
+            ) -> Option<Decision> {
+                match self {
+                    $(Self::$var(a) => a.lua_fast_decision(relative, cost, max_wait),)*
+                }
+            }
+
             fn lua_decode(
                 &self,
                 values: &[Option<Vec<u8>>],

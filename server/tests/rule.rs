@@ -4,6 +4,7 @@
 
 use proptest::prelude::*;
 use tollgate_core::{Algorithm, FixedWindow, SlidingLog, TokenBucket};
+use tollgate_redis::LuaAlgorithm;
 use tollgate_server::policy::{Built, Policy, Rate, Rule, Style};
 
 /// Runs `arrivals` (gap, cost) through `a` and `b` side by side, comparing decisions and
@@ -46,6 +47,35 @@ proptest! {
         let ban = tollgate_core::Ban::new(bucket, 3, period, 2 * period).unwrap();
         let rule_ban = tollgate_core::Ban::new(Rate::TokenBucket(bucket), 3, period, 2 * period).unwrap();
         same(&ban, &Rule::Ban(rule_ban), &arrivals);
+    }
+
+    /// Every method of the scripts' trait is forwarded, the defaulted ones too: a bucket
+    /// policy takes the scripts' fast path exactly when its bucket would.
+    #[test]
+    fn a_rule_calls_redis_as_its_algorithm(
+        limit in 1u64..1_000_000,
+        rate in 1u64..1_000_000,
+        period in 1u64..10_000_000_000,
+        cost in 0u64..2_000_000,
+        relative in 0u64..u64::MAX,
+        max_wait in proptest::option::of(0u64..1_000_000),
+    ) {
+        let bucket = TokenBucket::new(limit, rate, period).unwrap();
+        let rule = Rule::Rate(Rate::TokenBucket(bucket));
+        prop_assert_eq!(rule.lua_keys(), bucket.lua_keys());
+        prop_assert_eq!(rule.lua_cost_cap(), bucket.lua_cost_cap());
+        prop_assert_eq!(
+            rule.lua_fast_arg(cost, None, max_wait),
+            bucket.lua_fast_arg(cost, None, max_wait)
+        );
+        prop_assert_eq!(
+            rule.lua_fast_decision(relative, cost, max_wait),
+            bucket.lua_fast_decision(relative, cost, max_wait)
+        );
+        // Small buckets do take the fast path, so the comparison above is not of two Nones.
+        if limit < 1000 && period < 1_000_000 && cost <= limit {
+            prop_assert!(rule.lua_fast_arg(cost, None, max_wait).is_some());
+        }
     }
 
     #[test]
