@@ -644,7 +644,24 @@ fn run_node<A: FleetAlgorithm>(
         if due > now {
             std::thread::sleep(due - now);
         }
-        let k = (origin_wall + micros(origin.elapsed())).saturating_sub(args.start_us) / period;
+        // The period by the wall clock itself, which the server's windows follow: a
+        // local clock anchored to it once would carry the anchoring's error (a
+        // preemption between the two reads) into every period's count.
+        let before = wall();
+        let began = Instant::now();
+        let last_call = fleet.last_server_now();
+        let allowed = fleet
+            .check(&mut con, request.cost)
+            .map(|o| o.allowed())
+            .unwrap_or(false);
+        // A decision that called Redis was made at the server's time of that call (a
+        // call sent just before a boundary may be decided in the next window); one made
+        // locally, when it began.
+        let decided_at = match fleet.last_server_now() {
+            server if server != last_call => server,
+            _ => before,
+        };
+        let k = decided_at.saturating_sub(args.start_us) / period;
         if k != current.period && (current.admitted + current.denied) > 0 {
             flush(&current, &mut stdout)?;
             current = Line {
@@ -656,11 +673,6 @@ fn run_node<A: FleetAlgorithm>(
             };
         }
         current.period = k;
-        let began = Instant::now();
-        let allowed = fleet
-            .check(&mut con, request.cost)
-            .map(|o| o.allowed())
-            .unwrap_or(false);
         current.busy_ns += u64::try_from(began.elapsed().as_nanos()).unwrap_or(u64::MAX);
         current.decisions += 1;
         current.calls = fleet.calls();
@@ -677,10 +689,6 @@ fn run_node<A: FleetAlgorithm>(
         flush(&current, &mut stdout)?;
     }
     Ok(std::process::ExitCode::SUCCESS)
-}
-
-fn micros(d: StdDuration) -> Ticks {
-    u64::try_from(d.as_micros()).unwrap_or(Ticks::MAX)
 }
 
 fn algorithm_period(policy: &PolicyArgs) -> Result<Ticks, Failure> {

@@ -41,6 +41,8 @@ pub struct FleetLimiter<A: FleetAlgorithm> {
     epoch: Ticks,
     /// The server's time minus local time, as of the last reply.
     offset: AtomicI64,
+    /// The server's time at this node's latest call (0 before the first).
+    last_server_now: AtomicU64,
     calls: AtomicU64,
     mode: Mode<A>,
 }
@@ -174,6 +176,7 @@ impl<A: FleetAlgorithm> FleetLimiter<A> {
             // Local time starts at one tick, so 0 can mean "none".
             epoch: MonotonicClock.now().saturating_sub(1),
             offset: AtomicI64::new(0),
+            last_server_now: AtomicU64::new(0),
             calls: AtomicU64::new(0),
             mode,
         })
@@ -189,6 +192,13 @@ impl<A: FleetAlgorithm> FleetLimiter<A> {
     /// The settings.
     pub fn config(&self) -> &FleetConfig {
         &self.config
+    }
+
+    /// The server's time (µs since the Unix epoch) at this node's latest call to Redis
+    /// that answered, 0 before the first: the instant a decision that needed a call was
+    /// made in the server's windows, which a local clock can only bracket.
+    pub fn last_server_now(&self) -> Ticks {
+        self.last_server_now.load(Ordering::Relaxed)
     }
 
     /// How many calls this node has made to Redis.
@@ -229,6 +239,7 @@ impl<A: FleetAlgorithm> FleetLimiter<A> {
 
     /// Records the server's time `server` of a call sent at local time `sent`.
     fn learn_offset(&self, sent: Ticks, server: Ticks) {
+        self.last_server_now.store(server, Ordering::Relaxed);
         let offset = i128::from(server) - i128::from(sent);
         self.offset
             .store(i64::try_from(offset).unwrap_or(0), Ordering::Relaxed);
