@@ -214,6 +214,26 @@ async fn open(addr: &str) -> Result<hyper::client::conn::http1::SendRequest<Full
     Ok(sender)
 }
 
+/// Sends `request` once the connection is ready; the answer's status and whole body.
+async fn exchange(
+    sender: &mut hyper::client::conn::http1::SendRequest<Full<Bytes>>,
+    request: Request<Full<Bytes>>,
+) -> Result<(hyper::StatusCode, Bytes), String> {
+    sender.ready().await.map_err(|e| e.to_string())?;
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = response.status();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| e.to_string())?
+        .to_bytes();
+    Ok((status, body))
+}
+
 /// One connection sending requests back to back until `until` or `count` are answered:
 /// its latencies (µs) and errors.
 async fn connection(addr: String, ask: Ask, until: Instant, count: u64, seed: u64) -> Outcome {
@@ -269,18 +289,7 @@ async fn connection(addr: String, ask: Ask, until: Instant, count: u64, seed: u6
 async fn check_answers(addr: &str, ask: &Ask, policy: &str) -> Result<(), String> {
     let mut sender = open(addr).await?;
     for n in [0, 1, 7919, 123_457] {
-        sender.ready().await.map_err(|e| e.to_string())?;
-        let response = sender
-            .send_request(ask.request(n))
-            .await
-            .map_err(|e| e.to_string())?;
-        let status = response.status();
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| e.to_string())?
-            .to_bytes();
+        let (status, body) = exchange(&mut sender, ask.request(n)).await?;
         let json: serde_json::Value = serde_json::from_slice(&body).map_err(|e| {
             format!(
                 "{status}: not JSON ({e}): {}",
@@ -418,11 +427,7 @@ async fn call(
     token: &str,
     body: &str,
 ) -> Result<serde_json::Value, String> {
-    let stream = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| e.to_string())?;
-    tokio::spawn(conn);
+    let mut sender = open(addr).await?;
     let request = Request::builder()
         .method(method)
         .uri(path)
@@ -431,17 +436,7 @@ async fn call(
         .header("content-type", "application/json")
         .body(Full::new(Bytes::from(body.to_owned())))
         .map_err(|e| e.to_string())?;
-    let response = sender
-        .send_request(request)
-        .await
-        .map_err(|e| e.to_string())?;
-    let status = response.status();
-    let body = response
-        .into_body()
-        .collect()
-        .await
-        .map_err(|e| e.to_string())?
-        .to_bytes();
+    let (status, body) = exchange(&mut sender, request).await?;
     if !status.is_success() {
         return Err(format!(
             "{path}: {status} {}",
