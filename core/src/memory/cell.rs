@@ -100,6 +100,19 @@ impl<S: WordState> AtomicCell<S> {
     }
 }
 
+/// Publishes `next` in a 64-bit `word`, which held `current` when the decision read it: nothing
+/// to write when they are equal (a decision that changes nothing writes nothing), else
+/// one compare-and-swap; `Err` with the word found when another decision changed it
+/// first.
+#[inline(always)]
+pub(super) fn publish(word: &AtomicU64, current: u64, next: u64) -> Result<(), u64> {
+    if next == current {
+        return Ok(());
+    }
+    word.compare_exchange(current, next, Ordering::AcqRel, Ordering::Acquire)
+        .map(|_| ())
+}
+
 impl<S: WordState> StateCell<S> for AtomicCell<S> {
     fn update(&self, mut transition: impl FnMut(Option<S>) -> (Decision, Option<S>)) -> Decision {
         let mut current = self.word.load(Ordering::Acquire);
@@ -239,14 +252,8 @@ impl<S: WordState + Send> NarrowCell<S> {
             let Some((verdict, next)) = step(current).filter(|&(_, next)| next < MOVING) else {
                 break;
             };
-            if next == current {
-                return decision(verdict);
-            }
-            match self
-                .word
-                .compare_exchange(current, next, Ordering::AcqRel, Ordering::Acquire)
-            {
-                Ok(_) => return decision(verdict),
+            match publish(&self.word, current, next) {
+                Ok(()) => return decision(verdict),
                 Err(actual) => {
                     self.retries.fetch_add(1, Ordering::Relaxed);
                     current = actual;
@@ -272,14 +279,8 @@ impl<S: WordState + Send> StateCell<S> for NarrowCell<S> {
                 current = self.word.load(Ordering::Acquire);
                 continue;
             };
-            if next == current {
-                return decision;
-            }
-            match self
-                .word
-                .compare_exchange(current, next, Ordering::AcqRel, Ordering::Acquire)
-            {
-                Ok(_) => return decision,
+            match publish(&self.word, current, next) {
+                Ok(()) => return decision,
                 Err(actual) => {
                     self.retries.fetch_add(1, Ordering::Relaxed);
                     current = actual;

@@ -10,7 +10,7 @@ use std::vec::Vec;
 
 use hashbrown::hash_table::{Entry as TableEntry, HashTable};
 
-use super::cell::{WordUnits, MOVING, WIDE};
+use super::cell::{publish, WordUnits, MOVING, WIDE};
 use super::wait;
 use crate::bucket::{Verdict, WordGcra};
 use crate::{Algorithm, Clock, Decision, MonotonicClock, Reserve, Ticks};
@@ -326,24 +326,13 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C,
     ) -> Option<(Decision, bool)> {
         if let Some(units) = &self.units {
             let mut current = entry.word.load(Ordering::Acquire);
-            // Stores `next` unless it is `current`; the word found instead if another
-            // decision changed it first.
-            let publish = |current: u64, next: u64| {
-                if next == current {
-                    return Ok(());
-                }
-                entry
-                    .word
-                    .compare_exchange(current, next, Ordering::AcqRel, Ordering::Acquire)
-                    .map(|_| ())
-            };
             while current < MOVING {
                 // The verdict and the exact path's decision are kept apart, never wrapped
                 // in one value: copying such a value through the stack stalled the loads
                 // that read it back (store forwarding), a tenth of a decision's time.
                 let (decision, next) =
                     match step(units.gcra(), current, now).filter(|&(_, next)| next < MOVING) {
-                        Some((verdict, next)) => match publish(current, next) {
+                        Some((verdict, next)) => match publish(&entry.word, current, next) {
                             Ok(()) => (units.gcra().decision(verdict), next),
                             Err(actual) => {
                                 current = actual;
@@ -354,7 +343,7 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C,
                         None => {
                             let (decision, next) = transition(units.unpack(current), now);
                             let next = units.pack(next)?;
-                            match publish(current, next) {
+                            match publish(&entry.word, current, next) {
                                 Ok(()) => (decision, next),
                                 Err(actual) => {
                                     current = actual;
