@@ -30,12 +30,7 @@ async fn concurrent_decisions_share_pipelines_and_stay_exact() {
     .await;
     let web = app(&server, &admin, "web").await;
     let policy = r#"{"algorithm":"fixed-window","limit":100,"period":"1h","apps":["web"]}"#;
-    assert_eq!(
-        put(&server.url("/v1/policies/api"), &admin, policy, None)
-            .await
-            .status,
-        StatusCode::CREATED
-    );
+    create_policy(&server, &admin, "api", policy).await;
     let url = server.url("/v1/decide");
     let first = post(&url, &web, r#"{"policy":"api","key":"hot"}"#).await;
     assert_eq!(first.json["remaining"], 99, "{}", first.text);

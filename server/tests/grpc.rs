@@ -4,7 +4,6 @@
 mod common;
 
 use common::*;
-use hyper::StatusCode;
 use tollgate_server::grpc::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use tollgate_server::grpc::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use tollgate_server::grpc::envoy::service::ratelimit::v3::rate_limit_response::{
@@ -60,12 +59,7 @@ async fn grpc_answers_as_http_does() {
     let web = app(&server, &admin, "web").await;
     let policy =
         r#"{"algorithm":"token-bucket","capacity":3,"rate":1,"period":"1h","apps":["web"]}"#;
-    assert_eq!(
-        put(&server.url("/v1/policies/api"), &admin, policy, None)
-            .await
-            .status,
-        StatusCode::CREATED
-    );
+    create_policy(&server, &admin, "api", policy).await;
     let grpc = server.grpc.expect("gRPC listener");
     let mut client = RateLimitServiceClient::connect(format!("http://{grpc}"))
         .await

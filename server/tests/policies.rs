@@ -124,12 +124,7 @@ async fn concurrent_updates_one_wins() {
 async fn decisions_carry_the_headers() {
     let (server, admin, web) = setup().await;
     let policy = r#"{"algorithm":"fixed-window","limit":2,"period":"10s","apps":["web"]}"#;
-    assert_eq!(
-        put(&server.url("/v1/policies/api"), &admin, policy, None)
-            .await
-            .status,
-        StatusCode::CREATED
-    );
+    create_policy(&server, &admin, "api", policy).await;
     let url = server.url("/v1/decide");
     let first = post(&url, &web, r#"{"policy":"api","key":"alice"}"#).await;
     assert_eq!(first.status, StatusCode::OK);
@@ -272,12 +267,7 @@ async fn bad_input_is_refused_and_nothing_is_stored() {
         json!([])
     );
     // Decisions: bad keys, types and sizes.
-    assert_eq!(
-        put(&server.url("/v1/policies/api"), &admin, BUCKET, None)
-            .await
-            .status,
-        StatusCode::CREATED
-    );
+    create_policy(&server, &admin, "api", BUCKET).await;
     let decide = server.url("/v1/decide");
     let huge_key = format!(r#"{{"policy":"api","key":"{}"}}"#, "k".repeat(2000));
     let many = format!(
@@ -378,12 +368,7 @@ async fn ban_and_composite_decide() {
     }
     assert_eq!(got, [true, true, false]);
     let ban = r#"{"algorithm":"fixed-window","limit":1,"period":"1h","ban":{"threshold":1,"window":"1h","duration":"1h"},"apps":["web"]}"#;
-    assert_eq!(
-        put(&server.url("/v1/policies/banned"), &admin, ban, None)
-            .await
-            .status,
-        StatusCode::CREATED
-    );
+    create_policy(&server, &admin, "banned", ban).await;
     let outcomes = [
         decide("k", "banned").await.json,
         decide("k", "banned").await.json,
@@ -457,12 +442,7 @@ async fn leases_over_http() {
     )
     .await;
     assert_eq!(decide.status, StatusCode::UNPROCESSABLE_ENTITY);
-    assert_eq!(
-        put(&server.url("/v1/policies/api"), &admin, BUCKET, None)
-            .await
-            .status,
-        StatusCode::CREATED
-    );
+    create_policy(&server, &admin, "api", BUCKET).await;
     let rate = post(
         &server.url("/v1/lease/acquire"),
         &web,
@@ -489,18 +469,8 @@ async fn audit_pages_past_other_apps_entries() {
     app(&server, &admin, "mobile").await;
     let web = BUCKET;
     let mobile = BUCKET.replace("\"web\"", "\"mobile\"");
-    assert_eq!(
-        put(&server.url("/v1/policies/w"), &admin, web, None)
-            .await
-            .status,
-        StatusCode::CREATED
-    );
-    assert_eq!(
-        put(&server.url("/v1/policies/m"), &admin, &mobile, None)
-            .await
-            .status,
-        StatusCode::CREATED
-    );
+    create_policy(&server, &admin, "w", web).await;
+    create_policy(&server, &admin, "m", &mobile).await;
     for version in 1..=505 {
         let answer = put(
             &server.url("/v1/policies/m"),
@@ -530,12 +500,7 @@ async fn audit_pages_past_other_apps_entries() {
 async fn concurrent_decisions_admit_exactly_the_limit() {
     let (server, admin, web) = setup().await;
     let policy = r#"{"algorithm":"sliding-log","limit":25,"period":"1h","apps":["web"]}"#;
-    assert_eq!(
-        put(&server.url("/v1/policies/api"), &admin, policy, None)
-            .await
-            .status,
-        StatusCode::CREATED
-    );
+    create_policy(&server, &admin, "api", policy).await;
     let calls = (0..100).map(|_| {
         let (url, web) = (server.url("/v1/decide"), web.clone());
         tokio::spawn(async move { post(&url, &web, r#"{"policy":"api","key":"hot"}"#).await })

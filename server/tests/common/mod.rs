@@ -180,6 +180,18 @@ pub async fn put(url: &str, token: &str, body: &str, version: Option<i64>) -> An
     call(Method::PUT, url, Some(token), Some(body), &extra).await
 }
 
+/// Creates policy `name` from its JSON `body` as `admin`.
+pub async fn create_policy(server: &TestServer, admin: &str, name: &str, body: &str) {
+    let answer = put(
+        &server.url(&format!("/v1/policies/{name}")),
+        admin,
+        body,
+        None,
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.text);
+}
+
 /// Creates an app; its token.
 pub async fn app(server: &TestServer, admin: &str, name: &str) -> String {
     let answer = post(
