@@ -50,6 +50,17 @@ pub struct Lease {
 }
 
 impl Lease {
+    /// A lease as a host holding leases apart from a [`LeaseState`] finds it.
+    #[cfg(feature = "std")]
+    pub(crate) const fn new(owner: Vec<u8>, token: u64, expires_at: Ticks, holds: u64) -> Self {
+        Self {
+            owner,
+            token,
+            expires_at,
+            holds,
+        }
+    }
+
     /// Who holds it.
     pub fn owner(&self) -> &[u8] {
         &self.owner
@@ -72,6 +83,13 @@ impl Lease {
 }
 
 impl LeaseState {
+    /// The state of `leases` (oldest grant first) after `last_token`, for a host
+    /// holding leases apart from a state.
+    #[cfg(feature = "std")]
+    pub(crate) const fn new(last_token: u64, leases: Vec<Lease>) -> Self {
+        Self { last_token, leases }
+    }
+
     /// The leases held at the last transition, oldest grant first (some may have expired
     /// since; the next transition drops them).
     pub fn leases(&self) -> &[Lease] {
@@ -416,7 +434,7 @@ pub(crate) fn check_owner(owner: &[u8]) -> Result<(), ParamError> {
     ParamError::check("owner length", owner.len() as u64, 1, MAX_OWNER_LEN).map(|_| ())
 }
 
-fn check_ttl(ttl: Ticks) -> Result<(), ParamError> {
+pub(crate) fn check_ttl(ttl: Ticks) -> Result<(), ParamError> {
     ParamError::check("ttl", ttl, 1, MAX_PERIOD).map(|_| ())
 }
 

@@ -428,3 +428,194 @@ proptest! {
         prop_assert!(leases.is_empty());
     }
 }
+
+#[derive(Debug, Clone)]
+enum TableOp {
+    /// `None`: the host's own owner; else one of three given owners.
+    Acquire {
+        owner: Option<u8>,
+        ttl: u64,
+    },
+    /// Acquires as a live guard's owner (re-entering its lease, the host's own
+    /// owners named by a caller too).
+    AsOwnerOf {
+        guard: usize,
+        ttl: u64,
+    },
+    Release {
+        guard: usize,
+    },
+    Drop {
+        guard: usize,
+    },
+    /// The in-process crash: the guard is never dropped.
+    Forget {
+        guard: usize,
+    },
+    Renew {
+        guard: usize,
+        ttl: u64,
+    },
+    Advance {
+        by: u64,
+    },
+}
+
+fn table_op() -> impl Strategy<Value = TableOp> {
+    prop_oneof![
+        4 => (prop::option::of(0u8..3), 1u64..200).prop_map(|(owner, ttl)| TableOp::Acquire { owner, ttl }),
+        1 => (0usize..8, 1u64..200).prop_map(|(guard, ttl)| TableOp::AsOwnerOf { guard, ttl }),
+        2 => (0usize..8).prop_map(|guard| TableOp::Release { guard }),
+        2 => (0usize..8).prop_map(|guard| TableOp::Drop { guard }),
+        1 => (0usize..8).prop_map(|guard| TableOp::Forget { guard }),
+        1 => (0usize..8, 1u64..200).prop_map(|(guard, ttl)| TableOp::Renew { guard, ttl }),
+        2 => (0u64..150).prop_map(|by| TableOp::Advance { by }),
+    ]
+}
+
+/// The core's answer to `owner` acquiring on `model` at `now`, against the table's.
+fn same_acquire(
+    concurrency: Concurrency,
+    model: &mut Option<LeaseState>,
+    now: u64,
+    owner: &[u8],
+    ttl: u64,
+    got: Result<tollgate_core::Grant, AcquireError>,
+) -> Result<(), TestCaseError> {
+    let (want, next) = concurrency.acquire(model.take(), now, owner, ttl).unwrap();
+    *model = next;
+    match (got, want.grant) {
+        (Ok(got), Some(want)) => prop_assert_eq!(got, want),
+        (Err(AcquireError::Busy(got)), None) => prop_assert_eq!(got, want.decision),
+        (got, want) => prop_assert!(false, "table {:?}, core {:?}", got, want),
+    }
+    Ok(())
+}
+
+/// `guard`'s lease as the core sees it: held by its owner with its token at `now`.
+fn core_holds(model: &Option<LeaseState>, now: u64, owner: &[u8], token: u64) -> bool {
+    model
+        .as_ref()
+        .and_then(|s| s.held(owner, now))
+        .is_some_and(|l| l.token() == token)
+}
+
+proptest! {
+    /// The lock-free table on a manual clock answers as the core's transitions on one
+    /// state, guard by guard (grants, tokens, expiries, denials and their
+    /// `retry_after`), and its state is the core's leases unexpired now.
+    #[test]
+    fn leases_decide_as_the_core(ops in prop::collection::vec(table_op(), 1..100)) {
+        let concurrency = Concurrency::new(3).unwrap();
+        let leases = Leases::with_clock(concurrency, ManualClock::new(1_000));
+        let mut model: Option<LeaseState> = None;
+        let mut guards = Vec::new();
+        for op in ops {
+            let now = leases.clock().now();
+            match op {
+                TableOp::Acquire { owner: Some(owner), ttl } => {
+                    let got = leases.try_acquire(Some(&[owner]), ttl);
+                    let grant = got.as_ref().map(|g| g.grant()).map_err(Clone::clone);
+                    same_acquire(concurrency, &mut model, now, &[owner], ttl, grant)?;
+                    guards.extend(got);
+                }
+                TableOp::Acquire { owner: None, ttl } => {
+                    let got = leases.try_acquire(None, ttl);
+                    // Denied, any owner without a lease is denied alike.
+                    let owner = got.as_ref().map_or(b"nobody".to_vec(), |g| g.owner().to_vec());
+                    let grant = got.as_ref().map(|g| g.grant()).map_err(Clone::clone);
+                    same_acquire(concurrency, &mut model, now, &owner, ttl, grant)?;
+                    guards.extend(got);
+                }
+                TableOp::AsOwnerOf { guard, ttl } if guard < guards.len() => {
+                    let owner = guards[guard].owner().to_vec();
+                    let got = leases.try_acquire(Some(&owner), ttl);
+                    let grant = got.as_ref().map(|g| g.grant()).map_err(Clone::clone);
+                    same_acquire(concurrency, &mut model, now, &owner, ttl, grant)?;
+                    guards.extend(got);
+                }
+                TableOp::Release { guard } if guard < guards.len() => {
+                    let guard = guards.swap_remove(guard);
+                    let owner = guard.owner().to_vec();
+                    let want = if core_holds(&model, now, &owner, guard.token()) {
+                        let (grant, next) = concurrency.release(model.take(), now, &owner).unwrap();
+                        model = next;
+                        Ok(grant.holds)
+                    } else {
+                        Err(LeaseError::NotHeld)
+                    };
+                    prop_assert_eq!(guard.release(), want);
+                }
+                TableOp::Drop { guard } if guard < guards.len() => {
+                    let guard = guards.swap_remove(guard);
+                    // A lease still held is released; one expired is gone either way.
+                    if core_holds(&model, now, guard.owner(), guard.token()) {
+                        model = concurrency.release(model.take(), now, guard.owner()).unwrap().1;
+                    }
+                    drop(guard);
+                }
+                TableOp::Forget { guard } if guard < guards.len() => {
+                    std::mem::forget(guards.swap_remove(guard));
+                }
+                TableOp::Renew { guard, ttl } if guard < guards.len() => {
+                    let guard = &mut guards[guard];
+                    let owner = guard.owner().to_vec();
+                    let want = if core_holds(&model, now, &owner, guard.token()) {
+                        let (grant, next) = concurrency.renew(model.take(), now, &owner, ttl).unwrap();
+                        model = next;
+                        Ok(grant)
+                    } else {
+                        Err(LeaseError::NotHeld)
+                    };
+                    prop_assert_eq!(guard.renew(ttl).map(|()| guard.grant()), want);
+                }
+                TableOp::Advance { by } => leases.clock().advance(by),
+                _ => {}
+            }
+            let now = leases.clock().now();
+            let state = leases.state();
+            let live: Vec<_> = model
+                .iter()
+                .flat_map(|s| s.leases())
+                .filter(|l| l.expires_at() > now)
+                .collect();
+            prop_assert_eq!(state.leases().iter().collect::<Vec<_>>(), live);
+            // The core forgets a fresh state (its last token then below the clock).
+            if let Some(model) = &model {
+                prop_assert_eq!(state.last_token(), model.last_token());
+            }
+            let bytes = concurrency.encode_to_vec(&state);
+            prop_assert_eq!(concurrency.decode(&bytes), Ok(state));
+        }
+    }
+}
+
+#[test]
+fn tokens_grow_on_every_thread_and_never_repeat() {
+    let leases = Leases::new(Concurrency::new(2).unwrap());
+    let tokens: Vec<Vec<u64>> = std::thread::scope(|s| {
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut mine = Vec::new();
+                    while mine.len() < 2_000 {
+                        if let Ok(guard) = leases.try_acquire(None, LONG) {
+                            mine.push(guard.token());
+                        }
+                    }
+                    mine
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    for mine in &tokens {
+        assert!(mine.windows(2).all(|w| w[0] < w[1]), "a token went back");
+    }
+    let mut all: Vec<u64> = tokens.concat();
+    all.sort_unstable();
+    let granted = all.len();
+    all.dedup();
+    assert_eq!(all.len(), granted, "a token was granted twice");
+    assert!(leases.state().leases().is_empty());
+}

@@ -16,11 +16,14 @@ use std::time::{Duration, Instant};
 use std::vec::Vec;
 
 use hashbrown::hash_table::HashTable;
+use portable_atomic::AtomicU128;
 
+use super::cell::split_word;
 use super::keyed::{layout, shard_index, MIN_SWEEP};
-use crate::lease::check_owner;
+use crate::lease::{check_owner, check_ttl};
 use crate::{
     Clock, Concurrency, Decision, Grant, Lease, LeaseError, LeaseState, MonotonicClock, Ticks,
+    MAX_TICKS,
 };
 
 /// Why a lease was not granted.
@@ -52,17 +55,28 @@ pub enum AcquireError {
 /// drop(guard); // released
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+///
+/// The table is lock-free for the host's own owners (`None`): a grant is a clock read
+/// and two compare-and-swaps (the fencing token's counter and a free slot of `max`, each
+/// one 128-bit word of token and expiry), a release one. Owners given by callers, whose
+/// leases are re-entered, are listed beside the slots under the table's lock. The owner
+/// of a guard acquired with `None` is `0xff` and its token.
 pub struct Leases<C = MonotonicClock> {
     concurrency: Concurrency,
     clock: C,
-    table: Waitable<Table>,
+    slots: Slots,
+    /// The leases of owners given by callers, with their hold counts; waiters register
+    /// under its lock.
+    listed: Waitable<Vec<Listed>>,
 }
 
-/// The lease table of one key and the latest time a transition used on it.
-#[derive(Debug, Default)]
-struct Table {
-    state: LeaseState,
-    now: Ticks,
+/// A lease whose owner a caller gave, kept beside its slot.
+#[derive(Debug)]
+struct Listed {
+    owner: Box<[u8]>,
+    token: u64,
+    slot: usize,
+    holds: u64,
 }
 
 /// `read` from the clock, but never earlier than `latest`, the latest time a table (or a
@@ -86,9 +100,10 @@ impl<C: Clock + Sync> Leases<C> {
     /// in tests).
     pub fn with_clock(concurrency: Concurrency, clock: C) -> Self {
         Self {
+            slots: Slots::new(concurrency.max()),
             concurrency,
             clock,
-            table: Waitable::new(Table::default()),
+            listed: Waitable::new(Vec::new()),
         }
     }
 
@@ -113,13 +128,17 @@ impl<C: Clock + Sync> Leases<C> {
         ttl: Ticks,
         timeout: Duration,
     ) -> Result<LeaseGuard<'_>, AcquireError> {
-        let owner = Owner::new(owner)?;
-        let grant = self.table.wait(
-            timeout,
-            || self.clock.now(),
-            |table, read| self.attempt(table, read, &owner, ttl),
-        )?;
-        Ok(LeaseGuard::new(self, (), owner, grant))
+        Self::check(owner, ttl)?;
+        let first = self.attempt(None, self.clock.now(), owner, ttl);
+        let (slot, grant) = match first {
+            Err(AcquireError::Busy(_)) if !timeout.is_zero() => self.listed.wait(
+                timeout,
+                || self.clock.now(),
+                |listed, now| self.attempt(Some(listed), now, owner, ttl),
+            )?,
+            other => other?,
+        };
+        Ok(Self::guard(self, owner, slot, grant))
     }
 
     /// [`acquire`](Self::acquire) as a future: the task sleeps until woken by a release
@@ -131,32 +150,153 @@ impl<C: Clock + Sync> Leases<C> {
         ttl: Ticks,
         timeout: Duration,
     ) -> Result<LeaseGuard<'_>, AcquireError> {
-        let owner = Owner::new(owner)?;
-        let grant = self
-            .table
-            .wait_async(
-                timeout,
-                || self.clock.now(),
-                |table, read| self.attempt(table, read, &owner, ttl),
-            )
-            .await?;
-        Ok(LeaseGuard::new(self, (), owner, grant))
+        Self::check(owner, ttl)?;
+        let first = self.attempt(None, self.clock.now(), owner, ttl);
+        let (slot, grant) = match first {
+            Err(AcquireError::Busy(_)) if !timeout.is_zero() => {
+                self.listed
+                    .wait_async(
+                        timeout,
+                        || self.clock.now(),
+                        |listed, now| self.attempt(Some(listed), now, owner, ttl),
+                    )
+                    .await?
+            }
+            other => other?,
+        };
+        Ok(Self::guard(self, owner, slot, grant))
     }
 
+    fn check(owner: Option<&[u8]>, ttl: Ticks) -> Result<(), LeaseError> {
+        if let Some(owner) = owner {
+            check_owner(owner)?;
+        }
+        Ok(check_ttl(ttl)?)
+    }
+
+    fn guard<'a>(
+        host: &'a Self,
+        owner: Option<&[u8]>,
+        slot: usize,
+        grant: Grant,
+    ) -> LeaseGuard<'a> {
+        let owner = match owner {
+            Some(given) => Owner::Given(given.into()),
+            None => Owner::Made(made_owner(grant.token)),
+        };
+        LeaseGuard::new(host, (), owner, slot, grant)
+    }
+
+    /// One attempt at a lease for `owner` at `now`: lock-free for the host's own owners,
+    /// under the table's lock (`listed`, taken here if not given) for a given one.
     fn attempt(
         &self,
-        table: &mut Table,
-        read: Ticks,
-        owner: &Owner,
+        listed: Option<&mut Vec<Listed>>,
+        now: Ticks,
+        owner: Option<&[u8]>,
         ttl: Ticks,
-    ) -> Result<Grant, AcquireError> {
-        let now = advance(&mut table.now, read);
-        grant(&self.concurrency, &mut table.state, now, owner.bytes(), ttl)
+    ) -> Result<(usize, Grant), AcquireError> {
+        let now = now.min(MAX_TICKS);
+        let expires_at = now + ttl;
+        match (owner, listed) {
+            (None, _) => self.slots.claim(now, expires_at, 0),
+            (Some(owner), Some(listed)) => self.acquire_listed(listed, owner, now, expires_at),
+            (Some(owner), None) => {
+                self.acquire_listed(&mut self.listed.lock(), owner, now, expires_at)
+            }
+        }
     }
 
-    /// The lease table now, for inspection.
+    /// A lease for an owner a caller gave: the one it holds re-entered, else a new one
+    /// listed with its owner.
+    fn acquire_listed(
+        &self,
+        listed: &mut Vec<Listed>,
+        owner: &[u8],
+        now: Ticks,
+        expires_at: Ticks,
+    ) -> Result<(usize, Grant), AcquireError> {
+        let longer = |expiry: Ticks| expiry.max(expires_at);
+        if let Some(i) = listed.iter().position(|l| *l.owner == *owner) {
+            let entry = &mut listed[i];
+            if self.slots.held(entry.slot, entry.token, now).is_some() {
+                let holds = entry.holds.checked_add(1).ok_or(LeaseError::TooManyHolds)?;
+                if let Some(expiry) = self.slots.extend(entry.slot, entry.token, now, longer, 0) {
+                    entry.holds = holds;
+                    return Ok((entry.slot, Grant::new(entry.token, expiry, holds)));
+                }
+            }
+            // Expired: the owner gets a new lease.
+            listed.swap_remove(i);
+        }
+        // A caller naming the lease of one of the host's owners re-enters it as well;
+        // listed from now on, its releases count holds.
+        if let Some(token) = made_token(owner) {
+            let slot = self.slots.find(token, now);
+            let extended = slot.and_then(|s| self.slots.extend(s, token, now, longer, LISTED));
+            if let (Some(slot), Some(expiry)) = (slot, extended) {
+                listed.push(Listed {
+                    owner: owner.into(),
+                    token,
+                    slot,
+                    holds: 2,
+                });
+                return Ok((slot, Grant::new(token, expiry, 2)));
+            }
+        }
+        let (slot, grant) = self.slots.claim(now, expires_at, LISTED)?;
+        // Leases claimed over since (expired) leave the list, so it holds at most one
+        // entry per slot.
+        listed.retain(|l| self.slots.held(l.slot, l.token, 0).is_some());
+        listed.push(Listed {
+            owner: owner.into(),
+            token: grant.token,
+            slot,
+            holds: 1,
+        });
+        Ok((slot, grant))
+    }
+
+    /// Releases the lease listed with `token` once, under the table's lock.
+    fn release_listed(&self, slot: usize, token: u64, live_at: Ticks) -> Released {
+        let mut listed = self.listed.lock();
+        let i = listed
+            .iter()
+            .position(|l| l.token == token)
+            .ok_or(LeaseError::NotHeld)?;
+        let held = self
+            .slots
+            .held(slot, token, live_at)
+            .ok_or(LeaseError::NotHeld)?;
+        let holds = listed[i].holds - 1;
+        if holds > 0 {
+            listed[i].holds = holds;
+            return Ok(Grant::new(token, held.expires_at, holds));
+        }
+        listed.swap_remove(i);
+        let expires_at = self.slots.free(slot, token, live_at)?;
+        Ok(Grant::new(token, expires_at, 0))
+    }
+
+    /// The leases unexpired now, oldest grant first, and the last token granted.
     pub fn state(&self) -> LeaseState {
-        self.table.lock().state.clone()
+        let now = self.clock.now().min(MAX_TICKS);
+        let listed = self.listed.lock();
+        let mut leases: Vec<Lease> = (0..self.slots.words.len())
+            .filter_map(|slot| {
+                let (token, low) = self.slots.read(slot);
+                let expires_at = low & !LISTED;
+                (expires_at > now).then(|| {
+                    let entry = listed.iter().find(|l| l.token == token && l.slot == slot);
+                    match entry.filter(|_| low & LISTED != 0) {
+                        Some(l) => Lease::new(l.owner.to_vec(), token, expires_at, l.holds),
+                        None => Lease::new(made_owner(token).to_vec(), token, expires_at, 1),
+                    }
+                })
+            })
+            .collect();
+        leases.sort_unstable_by_key(Lease::token);
+        LeaseState::new(self.slots.last_token.load(Ordering::SeqCst), leases)
     }
 
     /// The limit.
@@ -171,21 +311,231 @@ impl<C: Clock + Sync> Leases<C> {
 }
 
 impl<C: Clock + Sync> Host<()> for Leases<C> {
-    fn release(&self, _: &(), owner: &[u8], token: u64, read_clock: bool) -> Released {
-        let read = if read_clock { self.clock.now() } else { 0 };
-        let mut table = self.table.lock();
-        let now = advance(&mut table.now, read);
-        let released = give_back(&self.concurrency, &mut table.state, now, owner, token);
-        drop(table);
-        self.table.woken_by(&released);
+    fn release(&self, _: &(), held: &Held<'_>, read_clock: bool) -> Released {
+        // A lease is held while unexpired; without a clock read, while in its slot at
+        // all (removing an expired one is what expiry does).
+        let live_at = if read_clock {
+            self.clock.now().min(MAX_TICKS)
+        } else {
+            0
+        };
+        let released = match self.slots.held(held.slot, held.token, live_at) {
+            Some(lease) if lease.listed => self.release_listed(held.slot, held.token, live_at),
+            Some(_) => self
+                .slots
+                .free(held.slot, held.token, live_at)
+                .map(|expires_at| Grant::new(held.token, expires_at, 0)),
+            None => Err(LeaseError::NotHeld),
+        };
+        self.listed.woken_by(&released);
         released
     }
 
-    fn renew(&self, _: &(), owner: &[u8], token: u64, ttl: Ticks) -> Released {
-        let read = self.clock.now();
-        let mut table = self.table.lock();
-        let now = advance(&mut table.now, read);
-        extend(&self.concurrency, &mut table.state, now, owner, token, ttl)
+    fn renew(&self, _: &(), held: &Held<'_>, ttl: Ticks) -> Released {
+        check_ttl(ttl)?;
+        let now = self.clock.now().min(MAX_TICKS);
+        let expires_at = now + ttl;
+        let listed = self.listed.lock();
+        let expiry = self
+            .slots
+            .extend(held.slot, held.token, now, |_| expires_at, 0)
+            .ok_or(LeaseError::NotHeld)?;
+        let holds = listed
+            .iter()
+            .find(|l| l.token == held.token)
+            .map_or(1, |l| l.holds);
+        Ok(Grant::new(held.token, expiry, holds))
+    }
+}
+
+/// The leases of a [`Leases`] table, lock-free: `max` slots, each one 128-bit word
+/// holding a lease's fencing token (high half) and expiry (low half), claimed, renewed
+/// and freed by one compare-and-swap each. A slot is free once its expiry has passed;
+/// freeing it sets the expiry to zero but keeps the token, so a claim that read the slot
+/// before another thread claimed and freed it fails its compare-and-swap rather than
+/// holding a token older than that thread's.
+struct Slots {
+    words: Box<[AtomicU128]>,
+    /// The last fencing token granted; the next is `max(last + 1, now)`.
+    last_token: AtomicU64,
+}
+
+/// Set in a slot's expiry while its owner, given by a caller, is listed beside the
+/// slots (expiries stay below `2^63`: `MAX_TICKS` plus a year).
+const LISTED: u64 = 1 << 63;
+
+/// A lease found in its slot.
+struct InSlot {
+    word: u128,
+    expires_at: Ticks,
+    listed: bool,
+}
+
+impl Slots {
+    fn new(max: u64) -> Self {
+        let words = (0..max).map(|_| AtomicU128::new(0)).collect();
+        Self {
+            words,
+            last_token: AtomicU64::new(0),
+        }
+    }
+
+    /// A slot's token and expiry bits.
+    fn read(&self, slot: usize) -> (u64, u64) {
+        self.words
+            .get(slot)
+            .map_or((0, 0), |w| split_word(w.load(Ordering::SeqCst)))
+    }
+
+    /// The lease granted with `token` in `slot`, if it is there and unexpired at `now`.
+    fn held(&self, slot: usize, token: u64, now: Ticks) -> Option<InSlot> {
+        let word = self.words.get(slot)?.load(Ordering::SeqCst);
+        let (found, low) = split_word(word);
+        let expires_at = low & !LISTED;
+        (found == token && expires_at > now).then_some(InSlot {
+            word,
+            expires_at,
+            listed: low & LISTED != 0,
+        })
+    }
+
+    /// The slot of the lease granted with `token`, if it is unexpired at `now` and not
+    /// listed.
+    fn find(&self, token: u64, now: Ticks) -> Option<usize> {
+        (0..self.words.len()).find(|&slot| {
+            self.held(slot, token, now)
+                .is_some_and(|lease| !lease.listed)
+        })
+    }
+
+    /// Claims a slot free at `now` for a new lease expiring at `expires_at` (with
+    /// `flags`), or the denial when all are held: its `retry_after` is the time until
+    /// the earliest expires.
+    fn claim(
+        &self,
+        now: Ticks,
+        expires_at: Ticks,
+        flags: u64,
+    ) -> Result<(usize, Grant), AcquireError> {
+        let len = self.words.len();
+        let start = first_slot() % len;
+        let (mut earliest, mut latest) = (Ticks::MAX, 0);
+        for slot in (start..len).chain(0..start) {
+            let mut current = self.words[slot].load(Ordering::SeqCst);
+            loop {
+                let expiry = split_word(current).1 & !LISTED;
+                if expiry > now {
+                    earliest = earliest.min(expiry);
+                    latest = latest.max(expiry);
+                    break;
+                }
+                let token = self.next_token(now)?;
+                let word = (u128::from(token) << 64) | u128::from(expires_at | flags);
+                match self.words[slot].compare_exchange(
+                    current,
+                    word,
+                    Ordering::SeqCst,
+                    Ordering::SeqCst,
+                ) {
+                    Ok(_) => return Ok((slot, Grant::new(token, expires_at, 1))),
+                    // Claimed, or freed again, by another thread meanwhile (the token
+                    // taken is skipped, never reused).
+                    Err(actual) => current = actual,
+                }
+            }
+        }
+        let last = self.last_token.load(Ordering::SeqCst);
+        let fresh_at = latest.max(last.saturating_add(1));
+        let max = len as u64;
+        Err(AcquireError::Busy(Decision::deny(
+            max,
+            0,
+            Some(earliest - now),
+            fresh_at - now,
+        )))
+    }
+
+    /// The next fencing token at `now`: `max(last + 1, now)`.
+    fn next_token(&self, now: Ticks) -> Result<u64, LeaseError> {
+        let mut last = self.last_token.load(Ordering::SeqCst);
+        loop {
+            let token = last
+                .checked_add(1)
+                .ok_or(LeaseError::TokensExhausted)?
+                .max(now);
+            match self.last_token.compare_exchange_weak(
+                last,
+                token,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => return Ok(token),
+                Err(actual) => last = actual,
+            }
+        }
+    }
+
+    /// Moves the expiry of the lease granted with `token` in `slot`, unexpired at `now`,
+    /// to `expiry(current)`, adding `flags`; the new expiry, `None` if not held.
+    fn extend(
+        &self,
+        slot: usize,
+        token: u64,
+        now: Ticks,
+        expiry: impl Fn(Ticks) -> Ticks,
+        flags: u64,
+    ) -> Option<Ticks> {
+        loop {
+            let lease = self.held(slot, token, now)?;
+            let expires_at = expiry(lease.expires_at);
+            let kept = if lease.listed { LISTED } else { 0 };
+            let word = (u128::from(token) << 64) | u128::from(expires_at | kept | flags);
+            if self.replace(slot, lease.word, word) {
+                return Some(expires_at);
+            }
+        }
+    }
+
+    /// Frees the lease granted with `token` in `slot` if it is unexpired at `live_at`;
+    /// its expiry.
+    fn free(&self, slot: usize, token: u64, live_at: Ticks) -> Result<Ticks, LeaseError> {
+        loop {
+            let lease = self.held(slot, token, live_at).ok_or(LeaseError::NotHeld)?;
+            if self.replace(slot, lease.word, u128::from(token) << 64) {
+                return Ok(lease.expires_at);
+            }
+        }
+    }
+
+    fn replace(&self, slot: usize, current: u128, word: u128) -> bool {
+        self.words.get(slot).is_some_and(|w| {
+            w.compare_exchange(current, word, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+        })
+    }
+}
+
+/// Where this thread starts looking for a free slot: threads start four slots (a cache
+/// line) apart, so that two of them rarely write the same line.
+fn first_slot() -> usize {
+    static THREADS: AtomicUsize = AtomicUsize::new(0);
+    std::thread_local!(static FIRST: usize = THREADS.fetch_add(4, Ordering::Relaxed));
+    FIRST.with(|first| *first)
+}
+
+/// The owner of a lease of the host's own: `0xff` (which no UTF-8 text starts with)
+/// and its token, unique in its table.
+fn made_owner(token: u64) -> [u8; 9] {
+    let mut owner = [0xff; 9];
+    owner[1..].copy_from_slice(&token.to_be_bytes());
+    owner
+}
+
+/// The token a [`made_owner`] names.
+fn made_token(owner: &[u8]) -> Option<u64> {
+    match owner {
+        [0xff, token @ ..] => Some(u64::from_be_bytes(token.try_into().ok()?)),
+        _ => None,
     }
 }
 
@@ -315,12 +665,19 @@ impl<K: Hash + Eq + Send, C: Clock + Sync, H: BuildHasher + Sync> KeyedLeases<K,
     {
         let owner = Owner::new(owner)?;
         let hash = self.hasher.hash_one(key);
-        let grant = self.shard(hash).wait(
-            timeout,
-            || self.clock.now(),
-            |shard, read| self.attempt(shard, read, hash, key, &owner, ttl),
-        )?;
-        Ok(LeaseGuard::new(self, key.to_owned(), owner, grant))
+        let shard = self.shard(hash);
+        let attempt =
+            |shard: &mut Shard<K>, read| self.attempt(shard, read, hash, key, &owner, ttl);
+        // The clock is read before locking, to keep the lock short.
+        let read = self.clock.now();
+        let first = attempt(&mut shard.lock(), read);
+        let grant = match first {
+            Err(AcquireError::Busy(_)) if !timeout.is_zero() => {
+                shard.wait(timeout, || self.clock.now(), attempt)?
+            }
+            other => other?,
+        };
+        Ok(LeaseGuard::new(self, key.to_owned(), owner, 0, grant))
     }
 
     /// [`acquire`](Self::acquire) as a future; see [`Leases::acquire_async`].
@@ -337,7 +694,7 @@ impl<K: Hash + Eq + Send, C: Clock + Sync, H: BuildHasher + Sync> KeyedLeases<K,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized + Sync,
     {
         let (owner, grant) = self.grant_async(key, owner, ttl, timeout).await?;
-        Ok(LeaseGuard::new(self, key.to_owned(), owner, grant))
+        Ok(LeaseGuard::new(self, key.to_owned(), owner, 0, grant))
     }
 
     /// [`acquire_async`](Self::acquire_async) on a shared table: the guard holds a clone
@@ -358,7 +715,7 @@ impl<K: Hash + Eq + Send, C: Clock + Sync, H: BuildHasher + Sync> KeyedLeases<K,
     {
         let (owner, grant) = self.grant_async(key, owner, ttl, timeout).await?;
         let host = HostRef::Shared(Arc::clone(self) as Arc<dyn Host<K> + Send>);
-        Ok(LeaseGuard::with_host(host, key.to_owned(), owner, grant))
+        Ok(LeaseGuard::with_host(host, key.to_owned(), owner, 0, grant))
     }
 
     #[cfg(feature = "tokio")]
@@ -501,15 +858,15 @@ where
     C: Clock + Sync,
     H: BuildHasher + Sync,
 {
-    fn release(&self, key: &K, owner: &[u8], token: u64, read_clock: bool) -> Released {
+    fn release(&self, key: &K, held: &Held<'_>, read_clock: bool) -> Released {
         self.with_state(key, read_clock, |state, now| {
-            give_back(&self.concurrency, state, now, owner, token)
+            give_back(&self.concurrency, state, now, held.owner, held.token)
         })
     }
 
-    fn renew(&self, key: &K, owner: &[u8], token: u64, ttl: Ticks) -> Released {
+    fn renew(&self, key: &K, held: &Held<'_>, ttl: Ticks) -> Released {
         self.with_state(key, true, |state, now| {
-            extend(&self.concurrency, state, now, owner, token, ttl)
+            extend(&self.concurrency, state, now, held.owner, held.token, ttl)
         })
     }
 }
@@ -532,6 +889,8 @@ pub struct LeaseGuard<'a, K = ()> {
     host: HostRef<'a, K>,
     key: K,
     owner: Owner,
+    /// Where a [`Leases`] table holds the lease (0 for a keyed one).
+    slot: usize,
     grant: Grant,
     held: bool,
 }
@@ -555,17 +914,27 @@ impl<'a, K> HostRef<'a, K> {
 }
 
 impl<'a, K> LeaseGuard<'a, K> {
-    fn new(host: &'a dyn Host<K>, key: K, owner: Owner, grant: Grant) -> Self {
-        Self::with_host(HostRef::Borrowed(host), key, owner, grant)
+    fn new(host: &'a dyn Host<K>, key: K, owner: Owner, slot: usize, grant: Grant) -> Self {
+        Self::with_host(HostRef::Borrowed(host), key, owner, slot, grant)
     }
 
-    fn with_host(host: HostRef<'a, K>, key: K, owner: Owner, grant: Grant) -> Self {
+    fn with_host(host: HostRef<'a, K>, key: K, owner: Owner, slot: usize, grant: Grant) -> Self {
         Self {
             host,
             key,
             owner,
+            slot,
             grant,
             held: true,
+        }
+    }
+
+    /// What identifies the lease to its host.
+    fn held(&self) -> Held<'_> {
+        Held {
+            owner: self.owner.bytes(),
+            token: self.grant.token,
+            slot: self.slot,
         }
     }
 
@@ -601,10 +970,7 @@ impl<'a, K> LeaseGuard<'a, K> {
     /// says until when); its token stays. [`LeaseError::NotHeld`] if it has expired
     /// (another holder may have it: stop).
     pub fn renew(&mut self, ttl: Ticks) -> Result<(), LeaseError> {
-        self.grant = self
-            .host
-            .get()
-            .renew(&self.key, self.owner.bytes(), self.grant.token, ttl)?;
+        self.grant = self.host.get().renew(&self.key, &self.held(), ttl)?;
         Ok(())
     }
 
@@ -615,7 +981,7 @@ impl<'a, K> LeaseGuard<'a, K> {
         self.held = false;
         self.host
             .get()
-            .release(&self.key, self.owner.bytes(), self.grant.token, true)
+            .release(&self.key, &self.held(), true)
             .map(|grant| grant.holds)
     }
 }
@@ -625,10 +991,7 @@ impl<K> Drop for LeaseGuard<'_, K> {
         if self.held {
             // No clock read: a lease still in the table is this guard's (its owner and
             // token match), expired or not, and removing it is what expiry would do.
-            let _ = self
-                .host
-                .get()
-                .release(&self.key, self.owner.bytes(), self.grant.token, false);
+            let _ = self.host.get().release(&self.key, &self.held(), false);
         }
     }
 }
@@ -645,19 +1008,27 @@ impl<K: fmt::Debug> fmt::Debug for LeaseGuard<'_, K> {
 
 /// What a guard's host does for it.
 trait Host<K>: Sync {
-    /// Releases `owner`'s lease on `key` if it is still the one granted with `token`;
-    /// at the table's latest time unless `read_clock`.
-    fn release(&self, key: &K, owner: &[u8], token: u64, read_clock: bool) -> Released;
-    /// Renews `owner`'s lease on `key` if it is still the one granted with `token`.
-    fn renew(&self, key: &K, owner: &[u8], token: u64, ttl: Ticks) -> Released;
+    /// Releases the guard's lease on `key` if it is still the one granted to it; at the
+    /// table's latest time unless `read_clock`.
+    fn release(&self, key: &K, held: &Held<'_>, read_clock: bool) -> Released;
+    /// Renews the guard's lease on `key` if it is still the one granted to it.
+    fn renew(&self, key: &K, held: &Held<'_>, ttl: Ticks) -> Released;
+}
+
+/// A guard's lease as its host finds it: the owner, the token granted, and the slot of
+/// a [`Leases`] table.
+struct Held<'g> {
+    owner: &'g [u8],
+    token: u64,
+    slot: usize,
 }
 
 type Released = Result<Grant, LeaseError>;
 
 /// A guard's owner: a number made for it (no allocation), or one the caller gave.
 enum Owner {
-    /// `0xff` (which no UTF-8 text starts with) and a 64-bit number unique in the
-    /// process.
+    /// `0xff` (which no UTF-8 text starts with) and a 64-bit number unique in its table
+    /// (see [`made_owner`]).
     Made([u8; 9]),
     Given(Box<[u8]>),
 }
@@ -670,11 +1041,7 @@ impl Owner {
                 check_owner(given)?;
                 Self::Given(given.into())
             }
-            None => {
-                let mut made = [0xff; 9];
-                made[1..].copy_from_slice(&next_owner_id().to_be_bytes());
-                Self::Made(made)
-            }
+            None => Self::Made(made_owner(next_owner_id())),
         })
     }
 
@@ -778,15 +1145,18 @@ impl<T> Waitable<T> {
     fn woken_by(&self, released: &Released) {
         let freed = matches!(released, Ok(grant) if grant.holds == 0);
         if freed && self.waiting.load(Ordering::SeqCst) > 0 {
+            // A waiter registers under the lock and keeps it until it sleeps (a lease
+            // freed lock-free is freed without it): taking the lock waits for that.
+            drop(self.lock());
             self.freed.notify_all();
             #[cfg(feature = "tokio")]
             self.notify.notify_waiters();
         }
     }
 
-    /// Runs `attempt` (on the value and a clock reading) until it grants, fails other
-    /// than busy, or `timeout` passes; between attempts the thread sleeps until a lease
-    /// is freed or the earliest one expires.
+    /// After a first attempt was denied, runs `attempt` (on the value and a clock
+    /// reading) until it grants, fails other than busy, or `timeout` passes; between
+    /// attempts the thread sleeps until a lease is freed or the earliest one expires.
     fn wait<R>(
         &self,
         timeout: Duration,
@@ -794,26 +1164,23 @@ impl<T> Waitable<T> {
         mut attempt: impl FnMut(&mut T, Ticks) -> Result<R, AcquireError>,
     ) -> Result<R, AcquireError> {
         let mut deadline = Deadline::new(timeout);
-        // The clock is read before locking, to keep the lock short.
-        let now = read();
         let mut value = self.lock();
-        let mut outcome = attempt(&mut value, now);
         loop {
-            let denied = match outcome {
+            // Registered before the attempt: a release after it sees the waiter.
+            let waiting = Waiting::new(&self.waiting);
+            let denied = match attempt(&mut value, read()) {
                 Err(AcquireError::Busy(denied)) => denied,
                 done => return done,
             };
             let Some(pause) = deadline.pause(&denied) else {
                 return Err(AcquireError::Busy(denied));
             };
-            let waiting = Waiting::new(&self.waiting);
             value = self
                 .freed
                 .wait_timeout(value, pause)
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
             drop(waiting);
-            outcome = attempt(&mut value, read());
         }
     }
 
@@ -830,13 +1197,11 @@ impl<T> Waitable<T> {
             // Registered before the attempt, so a release right after it is not missed.
             let mut notified = core::pin::pin!(self.notify.notified());
             notified.as_mut().enable();
+            let _waiting = Waiting::new(&self.waiting);
             let now = read();
-            let (denied, _waiting) = {
-                let mut value = self.lock();
-                match attempt(&mut value, now) {
-                    Err(AcquireError::Busy(denied)) => (denied, Waiting::new(&self.waiting)),
-                    done => return done,
-                }
+            let denied = match attempt(&mut self.lock(), now) {
+                Err(AcquireError::Busy(denied)) => denied,
+                done => return done,
             };
             let Some(pause) = deadline.pause(&denied) else {
                 return Err(AcquireError::Busy(denied));
