@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use redis::{Connection, Pipeline};
+use tollgate_benches::COMPARE_AND_DELETE;
 use tollgate_core::Concurrency;
 use tollgate_redis::{Path, RedisLeases};
 
@@ -22,12 +23,6 @@ const KEYS: usize = 1024;
 const BATCH: usize = 64;
 const CONNECTIONS: usize = 4;
 const TTL_MS: u64 = 10_000;
-
-/// Seed 004's release: delete the key only if it still holds the owner's value.
-const COMPARE_AND_DELETE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
-end
-return 0";
 
 fn named_keys(prefix: &str) -> Vec<Vec<u8>> {
     (0..KEYS)

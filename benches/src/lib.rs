@@ -20,3 +20,10 @@ pub fn on_threads<C: Send>(
     });
     started.elapsed()
 }
+
+/// Seed 004's lock release, the recipe's: delete the key only if it still holds the
+/// owner's value (the `locks` bench and the `redis_instructions` example).
+pub const COMPARE_AND_DELETE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0";

@@ -140,11 +140,14 @@ impl Iterator for Writes {
 /// A reply's integers: at most ten (a lease acquire's), on the stack.
 #[derive(Debug, Clone, Copy)]
 pub struct Fields {
-    values: [i64; 10],
+    values: [i64; Fields::MAX],
     len: usize,
 }
 
 impl Fields {
+    /// The most integers a reply holds.
+    pub const MAX: usize = 10;
+
     /// The integers.
     pub fn as_slice(&self) -> &[i64] {
         &self.values[..self.len]
@@ -153,8 +156,8 @@ impl Fields {
 
 impl<const N: usize> From<[i64; N]> for Fields {
     fn from(fields: [i64; N]) -> Self {
-        let mut values = [0; 10];
-        let len = N.min(10);
+        let mut values = [0; Fields::MAX];
+        let len = N.min(Fields::MAX);
         values[..len].copy_from_slice(&fields[..len]);
         Self { values, len }
     }
@@ -188,16 +191,19 @@ pub struct Request<'a> {
 /// The most keys (and composite members) one command takes: the core's bound.
 pub const MAX_KEYS: u64 = 255;
 
-/// Reads `numkeys key...` and returns the keys; the first argument of every
-/// multi-key command, and what Redis asks for to route it (Cluster).
-pub fn keys<'a>(args: &mut Args<'a>) -> Result<&'a [&'a [u8]], ArgError> {
+/// The most keys one `TOLLGATE.BATCH` takes (the client's batches stay within it).
+pub const MAX_BATCH_KEYS: u64 = 4096;
+
+/// Reads `numkeys key...` (at most `max` keys) and returns the keys; the first argument
+/// of every multi-key command, and what Redis asks for to route it (Cluster).
+pub fn keys<'a>(args: &mut Args<'a>, max: u64) -> Result<&'a [&'a [u8]], ArgError> {
     let n = args.u64("numkeys")?;
-    if !(1..=MAX_KEYS).contains(&n) {
+    if !(1..=max).contains(&n) {
         return Err(ArgError::Syntax(format!(
-            "numkeys must be between 1 and {MAX_KEYS}, got {n}"
+            "numkeys must be between 1 and {max}, got {n}"
         )));
     }
-    // n <= MAX_KEYS.
+    // n <= max.
     args.take(usize::try_from(n).unwrap_or(usize::MAX), "a key")
 }
 
@@ -205,7 +211,7 @@ impl<'a> Request<'a> {
     /// Parses the arguments after the command's name; `MAXWAIT` only with `wait`.
     pub fn parse(args: &'a [&'a [u8]], wait: bool) -> Result<Self, ArgError> {
         let mut args = Args::new(args);
-        let keys = keys(&mut args)?;
+        let keys = keys(&mut args, MAX_KEYS)?;
         // One key, the common case, needs no vector of specs.
         let limit = if let [_] = keys {
             Limit::One(Spec::parse(&mut args)?)
@@ -238,6 +244,43 @@ impl<'a> Request<'a> {
             now,
             max_wait,
         })
+    }
+
+    /// Parses `TOLLGATE.BATCH`'s arguments, `numkeys key [key ...] algorithm
+    /// [algorithm ...] COSTS cost [cost ...] [NOW t]`: one limit of as many members as
+    /// algorithms, each request as many keys in a row and one cost. The request
+    /// returned has the first request's keys and cost; the costs are all of them.
+    pub fn parse_batch(args: &'a [&'a [u8]]) -> Result<(Self, Vec<u64>), ArgError> {
+        let mut args = Args::new(args);
+        let keys = keys(&mut args, MAX_BATCH_KEYS)?;
+        let mut specs = Vec::new();
+        while !args.eat("COSTS") {
+            specs.push(Spec::parse(&mut args)?);
+        }
+        let members = specs.len();
+        if members == 0 || members as u64 > MAX_KEYS || keys.len() % members != 0 {
+            return Err(ArgError::Syntax(format!(
+                "{} keys cannot be split among {members} algorithms",
+                keys.len()
+            )));
+        }
+        let costs = (0..keys.len() / members)
+            .map(|_| args.u64("a cost"))
+            .collect::<Result<Vec<_>, _>>()?;
+        let [now] = args.options(["NOW"])?;
+        let limit = if members == 1 {
+            Limit::One(specs.remove(0))
+        } else {
+            Limit::Many(Composite::new(specs)?)
+        };
+        let request = Self {
+            keys: &keys[..members],
+            limit,
+            cost: costs[0],
+            now,
+            max_wait: None,
+        };
+        Ok((request, costs))
     }
 
     /// Decides at `now` from the keys' values (`None`: absent): the decision and each
@@ -359,6 +402,8 @@ pub struct LeaseRequest<'a> {
     pub ttl: Ticks,
     /// The explicit time, if given.
     pub now: Option<Ticks>,
+    /// Whether the reply is packed: the same integers as one bulk string.
+    pub packed: bool,
 }
 
 /// A lease operation.
@@ -382,8 +427,8 @@ pub enum LeaseReply {
 }
 
 impl<'a> LeaseRequest<'a> {
-    /// Parses `key max owner ttl [NOW t]` (no `ttl` for a release) and checks the owner
-    /// and ttl as the core does, before the command opens the key.
+    /// Parses `key max owner ttl [PACKED] [NOW t]` (no `ttl` for a release) and checks
+    /// the owner and ttl as the core does, before the command opens the key.
     pub fn parse(args: &'a [&'a [u8]], op: LeaseOp) -> Result<Self, Failure> {
         let mut args = Args::new(args);
         args.bytes("a key")?;
@@ -393,6 +438,7 @@ impl<'a> LeaseRequest<'a> {
             LeaseOp::Release => 0,
             _ => args.u64("ttl")?,
         };
+        let packed = args.eat("PACKED");
         let [now] = args.options(["NOW"])?;
         // A release has no ttl; its transition checks the owner before touching anything.
         if op != LeaseOp::Release {
@@ -403,6 +449,7 @@ impl<'a> LeaseRequest<'a> {
             owner,
             ttl,
             now,
+            packed,
         })
     }
 

@@ -24,8 +24,12 @@ use crate::engine::{Failure, Fields, Write};
 pub enum Reply {
     /// An array of integers.
     Integers(Fields),
+    /// The same integers as one bulk string, each big-endian, eight bytes.
+    Packed(Fields),
     /// One integer.
     Integer(i64),
+    /// A bulk string (`TOLLGATE.BATCH`'s records).
+    Bytes(Vec<u8>),
     /// Nothing: Redis asked where the keys are (`COMMAND GETKEYS`, Cluster).
     KeyPositions,
 }
@@ -80,8 +84,21 @@ pub unsafe fn run(
                 raw::RedisModule_ReplyWithLongLong.unwrap()(ctx, field);
             }
         }
+        Ok(Reply::Packed(fields)) => {
+            let mut packed = [0u8; 8 * Fields::MAX];
+            let fields = fields.as_slice();
+            for (bytes, field) in packed.chunks_exact_mut(8).zip(fields) {
+                bytes.copy_from_slice(&field.to_be_bytes());
+            }
+            let len = 8 * fields.len();
+            raw::RedisModule_ReplyWithStringBuffer.unwrap()(ctx, packed.as_ptr().cast(), len);
+        }
         Ok(Reply::Integer(n)) => {
             raw::RedisModule_ReplyWithLongLong.unwrap()(ctx, n);
+        }
+        Ok(Reply::Bytes(bytes)) => {
+            let ptr = bytes.as_ptr().cast::<c_char>();
+            raw::RedisModule_ReplyWithStringBuffer.unwrap()(ctx, ptr, bytes.len());
         }
         Ok(Reply::KeyPositions) => {}
         Err(message) => {

@@ -5,11 +5,12 @@
 //!
 //! ```text
 //! TOLLGATE.CHECK numkeys key [key ...] algorithm [algorithm ...] [COST c] [NOW t] [MAXWAIT w]
+//! TOLLGATE.BATCH numkeys key [key ...] algorithm [algorithm ...] COSTS c [c ...] [NOW t]
 //! TOLLGATE.PEEK  numkeys key [key ...] algorithm [algorithm ...] [COST c] [NOW t]
 //! TOLLGATE.RESET numkeys key [key ...] algorithm [algorithm ...]
-//! TOLLGATE.LEASE.ACQUIRE key max owner ttl [NOW t]
-//! TOLLGATE.LEASE.RELEASE key max owner [NOW t]
-//! TOLLGATE.LEASE.RENEW   key max owner ttl [NOW t]
+//! TOLLGATE.LEASE.ACQUIRE key max owner ttl [PACKED] [NOW t]
+//! TOLLGATE.LEASE.RELEASE key max owner [PACKED] [NOW t]
+//! TOLLGATE.LEASE.RENEW   key max owner ttl [PACKED] [NOW t]
 //! CL.THROTTLE key max_burst count period [quantity]
 //! ```
 //!
@@ -18,6 +19,20 @@
 //! `token_bucket capacity rate period`, `leaky_bucket capacity rate period`, `pacing
 //! capacity rate period`, `ban threshold window duration <algorithm>`. Several keys make
 //! a composite, one algorithm per key in order (the scripts' layout is `prefix{key}:i`).
+//!
+//! `TOLLGATE.BATCH` decides many requests of one limit in one command, in order, at one
+//! time, each exactly as its own `TOLLGATE.CHECK` would: with `m` algorithms, each
+//! request is `m` keys in a row and one cost (at most 4096 keys). Its reply is one bulk
+//! string of records, one per request: `1` and the decision's first six fields (as
+//! `TOLLGATE.CHECK` replies them, without the time), or `2`, the length and the text of
+//! the error that request alone met (a key of another type, a corrupt state), which
+//! leaves the others be. Integers are big-endian, signed, eight bytes; the length four.
+//!
+//! A lease command replies an array of integers: an acquire's decision as
+//! `TOLLGATE.CHECK`'s seven, then the grant's token, expiry and hold count; a release's or
+//! renewal's grant, then the time. With `PACKED`, the same integers as one bulk string,
+//! each big-endian, signed, eight bytes: a client parses one value, not ten (the Rust
+//! client asks for it).
 //!
 //! Every decision reads and writes the core's canonical bytes, the scripts' bytes, with
 //! the scripts' rules: the server's clock (`TIME`'s, the wall clock in microseconds)
@@ -43,10 +58,10 @@ mod spec;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use tollgate_core::Ticks;
+use tollgate_core::{Decision, Ticks};
 
 use args::Args;
-use engine::{keys, Failure, LeaseOp, LeaseRequest, Request};
+use engine::{keys, Failure, LeaseOp, LeaseRequest, Request, MAX_BATCH_KEYS, MAX_KEYS};
 use host::{Call, Error, Key, Reply};
 
 /// The server's time in microseconds since the Unix epoch: the wall clock `TIME` reads
@@ -62,12 +77,12 @@ fn error(failure: impl std::fmt::Display) -> Error {
 }
 
 /// Answers Redis's question "which arguments are keys" for `numkeys key...` commands
-/// (Cluster routing, ACLs); `true` if it was that question.
-fn key_positions(call: &Call<'_>, args: &[&[u8]]) -> bool {
+/// of at most `max` keys (Cluster routing, ACLs); `true` if it was that question.
+fn key_positions(call: &Call<'_>, args: &[&[u8]], max: u64) -> bool {
     if !call.is_keys_position_request() {
         return false;
     }
-    if let Ok(keys) = keys(&mut Args::new(args)) {
+    if let Ok(keys) = keys(&mut Args::new(args), max) {
         // Only positions that exist: the numkeys parser read every one of them.
         for i in 0..keys.len() {
             call.key_at(i + 2);
@@ -90,26 +105,39 @@ fn peek(call: &Call<'_>, args: &[&[u8]]) -> Result<Reply, Error> {
     decide(call, args, false)
 }
 
-/// `TOLLGATE.CHECK` (`write`) or `TOLLGATE.PEEK` (nothing stored). One key, the
-/// common case, is decided with no vector of keys or values.
+/// `TOLLGATE.CHECK` (`write`) or `TOLLGATE.PEEK` (nothing stored).
 fn decide(call: &Call<'_>, args: &[&[u8]], write: bool) -> Result<Reply, Error> {
-    if key_positions(call, args) {
+    if key_positions(call, args, MAX_KEYS) {
         return Ok(Reply::KeyPositions);
     }
     let request = Request::parse(args, write).map_err(|e| error(Failure::Arg(e)))?;
     let now = request.now.unwrap_or_else(server_now);
+    let decision = decide_keys(call, &request, 0, now, write)?;
+    Ok(Reply::Integers(engine::reply(&decision, now).into()))
+}
+
+/// Decides `request` at `now` on the keys from key `first` of the command on (one per
+/// member), storing the new states if `write`. One key, the common case, is decided
+/// with no vector of keys or values.
+fn decide_keys(
+    call: &Call<'_>,
+    request: &Request<'_>,
+    first: usize,
+    now: Ticks,
+    write: bool,
+) -> Result<Decision, Error> {
     let explicit = request.now.is_some();
     if let [_] = request.keys {
-        let mut key = open_key(call, 0, write)?;
+        let mut key = open_key(call, first, write)?;
         let value = key.value().map_err(error)?;
         let had = value.is_some();
         let (decision, mut writes) = request.decide(&[value], now).map_err(error)?;
         if write {
             key.store(had, writes.next().flatten(), now, explicit)?;
         }
-        return Ok(Reply::Integers(engine::reply(&decision, now).into()));
+        return Ok(decision);
     }
-    let mut keys = (0..request.keys.len())
+    let mut keys = (first..first + request.keys.len())
         .map(|i| open_key(call, i, write))
         .collect::<Result<Vec<_>, _>>()?;
     let values = keys
@@ -125,13 +153,44 @@ fn decide(call: &Call<'_>, args: &[&[u8]], write: bool) -> Result<Reply, Error> 
             key.store(had, new, now, explicit)?;
         }
     }
-    Ok(Reply::Integers(engine::reply(&decision, now).into()))
+    Ok(decision)
+}
+
+/// `TOLLGATE.BATCH`: decides each request in order at one time, each as its own
+/// `TOLLGATE.CHECK` would (a key repeated sees what its earlier request stored). The
+/// reply is one bulk string of records, one per request (see the crate's docs).
+fn batch(call: &Call<'_>, args: &[&[u8]]) -> Result<Reply, Error> {
+    if key_positions(call, args, MAX_BATCH_KEYS) {
+        return Ok(Reply::KeyPositions);
+    }
+    let (mut request, costs) = Request::parse_batch(args).map_err(|e| error(Failure::Arg(e)))?;
+    let now = request.now.unwrap_or_else(server_now);
+    let members = request.keys.len();
+    let mut records = Vec::with_capacity(costs.len() * 49);
+    for (i, cost) in costs.into_iter().enumerate() {
+        request.cost = cost;
+        match decide_keys(call, &request, i * members, now, true) {
+            Ok(decision) => {
+                records.push(1);
+                for field in &engine::reply(&decision, now)[..6] {
+                    records.extend_from_slice(&field.to_be_bytes());
+                }
+            }
+            Err(text) => {
+                records.push(2);
+                let len = u32::try_from(text.len()).unwrap_or(u32::MAX);
+                records.extend_from_slice(&len.to_be_bytes());
+                records.extend(text.bytes().take(len as usize));
+            }
+        }
+    }
+    Ok(Reply::Bytes(records))
 }
 
 /// `TOLLGATE.RESET`: deletes the keys if each is absent or a valid state, else refuses;
 /// replies how many keys were deleted.
 fn reset(call: &Call<'_>, args: &[&[u8]]) -> Result<Reply, Error> {
-    if key_positions(call, args) {
+    if key_positions(call, args, MAX_KEYS) {
         return Ok(Reply::KeyPositions);
     }
     let request = Request::parse(args, false).map_err(|e| error(Failure::Arg(e)))?;
@@ -174,7 +233,12 @@ fn lease(call: &Call<'_>, args: &[&[u8]], op: LeaseOp) -> Result<Reply, Error> {
     let had = value.is_some();
     let (reply, write) = request.run(op, value, now).map_err(error)?;
     key.store(had, write, now, request.now.is_some())?;
-    Ok(Reply::Integers(reply.fields(now)))
+    let fields = reply.fields(now);
+    Ok(if request.packed {
+        Reply::Packed(fields)
+    } else {
+        Reply::Integers(fields)
+    })
 }
 
 fn lease_acquire(call: &Call<'_>, args: &[&[u8]]) -> Result<Reply, Error> {
@@ -211,15 +275,21 @@ mod load {
     use redis_module::{Context, RedisString, Status};
 
     use super::host::{self, entry};
-    use super::{check, lease_acquire, lease_release, lease_renew, peek, reset, throttle};
+    use super::{batch, check, lease_acquire, lease_release, lease_renew, peek, reset, throttle};
 
     /// Registers the commands on the module API directly (see `host`).
     fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         host::init();
-        let commands: [(&std::ffi::CStr, host::Entry, &std::ffi::CStr, _); 7] = [
+        let commands: [(&std::ffi::CStr, host::Entry, &std::ffi::CStr, _); 8] = [
             (
                 c"tollgate.check",
                 entry!(check),
+                c"write deny-oom getkeys-api",
+                (2, 2, 1),
+            ),
+            (
+                c"tollgate.batch",
+                entry!(batch),
                 c"write deny-oom getkeys-api",
                 (2, 2, 1),
             ),

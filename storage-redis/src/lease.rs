@@ -4,6 +4,7 @@
 use redis::{aio, ConnectionLike, Value};
 use tollgate_core::{Acquired, Concurrency, Decision, Grant, LeaseError, LeaseState, Ticks};
 
+use crate::batch::RedisKey;
 use crate::path::{Invocation, Program};
 use crate::{corrupt, Arg, Error, Path, MAX_LUA_TICKS};
 
@@ -264,18 +265,19 @@ impl RedisLeases {
             .program
             .detect(con)
             .map_err(|e| Error::from_redis(e, b""))?;
-        let mut pipe = redis::Pipeline::with_capacity(calls.len());
-        for (cmd, _) in &calls {
-            if let Ok(cmd) = cmd {
-                let module = cmd.module.as_ref().filter(|_| module);
-                pipe.add_command(module.unwrap_or(&cmd.cmd).clone());
-            }
+        // Written straight into one buffer, as a pipeline would be, without copying
+        // each command into a pipeline first.
+        let mut packed = Vec::with_capacity(160 * calls.len());
+        let mut sent = 0;
+        for cmd in calls.iter().filter_map(|(cmd, _)| cmd.as_ref().ok()) {
+            let module = cmd.module.as_ref().filter(|_| module);
+            module.unwrap_or(&cmd.cmd).write_packed_command(&mut packed);
+            sent += 1;
         }
-        let mut replies = if pipe.is_empty() {
+        let mut replies = if sent == 0 {
             Vec::new()
         } else {
-            pipe.ignore_errors()
-                .query::<Vec<Value>>(con)
+            con.req_packed_commands(&packed, 0, sent)
                 .map_err(|e| Error::from_redis(e, b""))?
         }
         .into_iter();
@@ -378,17 +380,21 @@ impl RedisLeases {
                 max: MAX_LUA_TICKS,
             });
         }
-        let keys: Vec<Vec<u8>> = keys
-            .iter()
-            .map(|k| [&self.prefix[..], k].concat())
-            .collect();
-        let module = match (&keys[..], op.module_command()) {
+        let module = match (keys, op.module_command()) {
             ([key], Some(name)) if self.program.may_use_module() => {
-                let mut module = redis::cmd(name);
-                module.arg(key).arg(self.concurrency.max()).arg(owner);
+                // Room for every argument at once, not grown by doubling.
+                let size = 96 + self.prefix.len() + key.len() + owner.len();
+                let mut module = redis::Cmd::with_capacity(8, size);
+                module
+                    .arg(name)
+                    .arg(RedisKey::new(&self.prefix, key))
+                    .arg(self.concurrency.max())
+                    .arg(owner);
                 if let Some(ttl) = ttl.filter(|_| !matches!(op, Op::Release)) {
                     module.arg(ttl);
                 }
+                // One bulk string to parse, not ten integers.
+                module.arg("PACKED");
                 if let Some(now) = now {
                     module.arg("NOW").arg(now);
                 }
@@ -396,24 +402,29 @@ impl RedisLeases {
             }
             _ => None,
         };
-        // With the module known to be loaded, its command is the one sent: the
-        // library's call is not built (an empty one stands in, never sent).
-        let lua = module.is_none() || self.program.path() != Some(Path::Module);
-        let mut call = self.program.invocation(
-            op.function(),
-            matches!(op, Op::Read),
-            if lua { &keys[..] } else { &[] },
-        );
-        if lua {
-            call.cmd
-                .arg(op.name())
-                .arg(Arg(now))
-                .arg(self.concurrency.max())
-                .arg(owner)
-                .arg(Arg(ttl));
+        let read_only = matches!(op, Op::Read);
+        match module {
+            // With the module known to be loaded, its command is the one sent: the
+            // library's call is not built.
+            Some(module) if self.program.path() == Some(Path::Module) => {
+                Ok(self.program.native(op.function(), read_only, module))
+            }
+            module => {
+                let keys: Vec<RedisKey> = keys
+                    .iter()
+                    .map(|k| RedisKey::new(&self.prefix, k))
+                    .collect();
+                let mut call = self.program.invocation(op.function(), read_only, &keys);
+                call.cmd
+                    .arg(op.name())
+                    .arg(Arg(now))
+                    .arg(self.concurrency.max())
+                    .arg(owner)
+                    .arg(Arg(ttl));
+                call.module = module;
+                Ok(call)
+            }
         }
-        call.module = module;
-        Ok(call)
     }
 
     fn run<C: ConnectionLike>(
@@ -492,16 +503,35 @@ fn one((decision, grants): (Decision, Vec<Grant>)) -> Acquired {
     Acquired::new(decision, grants.first().copied())
 }
 
-/// A reply's rows of integers: the scripts' one row per key, or the module's flat reply
-/// for its one key, which `row` puts in the scripts' order.
-fn rows(reply: Value, row: impl Fn(&[i64]) -> Option<Vec<i64>>) -> Result<Vec<Vec<i64>>, Error> {
-    if let Value::Array(items) = &reply {
-        if matches!(items.first(), Some(Value::Int(_))) {
-            let flat: Vec<i64> = redis::from_redis_value(reply).map_err(|_| Error::Reply)?;
-            return row(&flat).map(|r| vec![r]).ok_or(Error::Reply);
+/// The module's reply for its one key: `N` integers, as an array or, `PACKED`, as one
+/// string of eight bytes each; `None` for another shape (the scripts' rows).
+fn flat<const N: usize>(reply: &Value) -> Option<[i64; N]> {
+    let mut fields = [0; N];
+    match reply {
+        Value::BulkString(bytes) if bytes.len() == 8 * N => {
+            for (field, bytes) in fields.iter_mut().zip(bytes.chunks_exact(8)) {
+                *field = i64::from_be_bytes(bytes.try_into().ok()?);
+            }
         }
+        Value::Array(items) if items.len() == N => {
+            for (field, item) in fields.iter_mut().zip(items) {
+                let Value::Int(value) = item else {
+                    return None;
+                };
+                *field = *value;
+            }
+        }
+        _ => return None,
     }
-    redis::from_redis_value(reply).map_err(|_| Error::Reply)
+    Some(fields)
+}
+
+/// The scripts' reply: one row of `N` integers per key.
+fn rows<const N: usize>(reply: Value) -> Result<Vec<[i64; N]>, Error> {
+    let rows: Vec<Vec<i64>> = redis::from_redis_value(reply).map_err(|_| Error::Reply)?;
+    rows.into_iter()
+        .map(|row| <[i64; N]>::try_from(row).map_err(|_| Error::Reply))
+        .collect()
 }
 
 fn unsigned(v: i64) -> Result<u64, Error> {
@@ -510,20 +540,17 @@ fn unsigned(v: i64) -> Result<u64, Error> {
 
 /// Per key: allowed, max, remaining, retry, reset, token, expiry, holds.
 fn acquired(reply: Value) -> Result<(Decision, Vec<Grant>), Error> {
-    // The module's one row: the decision's 7 fields (then delay and time), the grant's 3.
-    let rows = rows(reply, |flat| match flat {
-        &[ok, max, free, wait, fresh, _delay, _now, token, expires_at, holds] => {
-            Some(vec![ok, max, free, wait, fresh, token, expires_at, holds])
+    // The module's one row: the decision's 5 fields (then delay and time), the grant's 3.
+    let rows = match flat(&reply) {
+        Some([ok, max, free, wait, fresh, _delay, _now, token, expires_at, holds]) => {
+            vec![[ok, max, free, wait, fresh, token, expires_at, holds]]
         }
-        _ => None,
-    })?;
+        None => rows(reply)?,
+    };
     let mut grants = Vec::with_capacity(rows.len());
     let (mut allowed, mut limit, mut remaining) = (true, 0, u64::MAX);
     let (mut retry, mut reset) = (0, 0);
-    for row in rows {
-        let &[ok, max, free, wait, fresh, token, expires_at, holds] = &row[..] else {
-            return Err(Error::Reply);
-        };
+    for [ok, max, free, wait, fresh, token, expires_at, holds] in rows {
         allowed &= ok == 1;
         limit = unsigned(max)?;
         remaining = remaining.min(unsigned(free)?);
@@ -550,21 +577,20 @@ fn acquired(reply: Value) -> Result<(Decision, Vec<Grant>), Error> {
 /// Per key: token, expiry, holds.
 fn held(reply: Value) -> Result<Vec<Grant>, Error> {
     // The module's one row: the grant's 3 fields, then the time.
-    let rows = rows(reply, |flat| match flat {
-        &[token, expires_at, holds, _now] => Some(vec![token, expires_at, holds]),
-        _ => None,
-    })?;
+    let rows = match flat(&reply) {
+        Some([token, expires_at, holds, _now]) => vec![[token, expires_at, holds]],
+        None => rows(reply)?,
+    };
     if rows.is_empty() {
         return Err(Error::Reply);
     }
     rows.into_iter()
-        .map(|row| match row[..] {
-            [token, expires_at, holds] => Ok(Grant::new(
+        .map(|[token, expires_at, holds]| {
+            Ok(Grant::new(
                 unsigned(token)?,
                 unsigned(expires_at)?,
                 unsigned(holds)?,
-            )),
-            _ => Err(Error::Reply),
+            ))
         })
         .collect()
 }

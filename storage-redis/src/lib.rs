@@ -38,6 +38,7 @@
 //!
 //! The scripts' exact range is narrower than the core's: see [`LuaAlgorithm`].
 
+mod batch;
 mod connection;
 mod error;
 mod fence;
@@ -179,6 +180,9 @@ pub struct RedisLimiter<A: LuaAlgorithm> {
     program: Program,
     prefix: Vec<u8>,
     on_unavailable: FailPolicy<A>,
+    /// How many arguments a decision on the general path takes (see `lua/library.lua`'s
+    /// `batch`).
+    decide_args: usize,
 }
 
 impl<A: LuaAlgorithm> RedisLimiter<A> {
@@ -186,7 +190,12 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
     /// the range the scripts compute exactly.
     pub fn new(algorithm: A) -> Result<Self, Error> {
         algorithm.lua_range()?;
+        let mut params = redis::Cmd::new();
+        algorithm.lua_args(0, &mut params);
+        // The mode, time, cost and wait, then the algorithm's.
+        let decide_args = 4 + params.args_iter().len();
         Ok(Self {
+            decide_args,
             program: Program::new(lua::script(&algorithm)),
             algorithm,
             prefix: Vec::new(),
@@ -282,17 +291,40 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         self.apply_policy(key, cost, self.check(con, key, cost))
     }
 
-    /// Decides many requests in one pipelined round trip (one connection, so one node:
-    /// on Redis Cluster use [`RedisLimiter::check_batch_async`]). The outer error is the
-    /// connection's; each request has its own result.
+    /// Decides many requests in one round trip (one connection, so one node: on Redis
+    /// Cluster use [`RedisLimiter::check_batch_async`]), in order, each exactly as its
+    /// own [`RedisLimiter::check`] would, a key repeated seeing the state its earlier
+    /// request left. On [`Path::Module`] and [`Path::Functions`] one command decides
+    /// them all (`TOLLGATE.BATCH`, the library's `batch`); on [`Path::Scripts`], and
+    /// before the first call has detected the path, a pipeline of one call each. The
+    /// outer error is the connection's; each request has its own result.
     pub fn check_batch<C: ConnectionLike>(
         &self,
         con: &mut C,
         requests: &[(&[u8], u64)],
     ) -> Result<Vec<Result<Decision, Error>>, Error> {
+        self.check_batch_call(con, requests, None)
+    }
+
+    /// [`RedisLimiter::check_batch`] at an explicit time `now` (replays, tests).
+    pub fn check_batch_at<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        requests: &[(&[u8], u64)],
+        now: Ticks,
+    ) -> Result<Vec<Result<Decision, Error>>, Error> {
+        self.check_batch_call(con, requests, Some(now))
+    }
+
+    fn check_batch_call<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        requests: &[(&[u8], u64)],
+        now: Option<Ticks>,
+    ) -> Result<Vec<Result<Decision, Error>>, Error> {
         let calls: Vec<_> = requests
             .iter()
-            .map(|&(key, cost)| Call::new(key, cost, None))
+            .map(|&(key, cost)| Call::new(key, cost, now))
             .collect();
         self.run(con, &calls)
     }
@@ -330,16 +362,59 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         self.apply_policy(key, cost, result)
     }
 
-    /// Decides many requests at once: all are sent before any reply is read (a
-    /// multiplexed connection pipelines them), each routed by its own key on a cluster.
+    /// Decides many requests at once: in one command where the path has one (the
+    /// module's or the library's, see [`RedisLimiter::check_batch`]), else each its own
+    /// call, all sent before any reply is read (a multiplexed connection pipelines
+    /// them), each routed by its own key on a cluster (where a batch's keys span slots,
+    /// the server refuses it once and calls go one by one from then on).
     pub async fn check_batch_async<C: aio::ConnectionLike + Clone>(
         &self,
         con: &C,
         requests: &[(&[u8], u64)],
     ) -> Vec<Result<Decision, Error>> {
-        let calls = requests.iter().map(|&(key, cost)| {
+        let calls: Vec<_> = requests
+            .iter()
+            .map(|&(key, cost)| Call::new(key, cost, None))
+            .collect();
+        let mut results = Vec::with_capacity(calls.len());
+        for chunk in calls.chunks(self.batch_size()) {
+            results.extend(self.run_batch_async(con, chunk).await);
+        }
+        results
+    }
+
+    /// Asynchronous [`RedisLimiter::run_batch`]: one by one where the path has no
+    /// command for a batch, or the server refused it, or the connection failed.
+    async fn run_batch_async<C: aio::ConnectionLike + Clone>(
+        &self,
+        con: &C,
+        calls: &[Call<'_>],
+    ) -> Vec<Result<Decision, Error>> {
+        let mut own = con.clone();
+        // A failure to ask leaves the path unknown: the calls go one by one.
+        let _ = self.program.detect_async(&mut own).await;
+        if let Some(mut batch) = self.batch(calls) {
+            let reply = match &batch.command {
+                batch::Command::Module(cmd) => cmd.query_async(&mut own).await,
+                batch::Command::Library(invocation) => {
+                    self.program.query_async(&mut own, invocation).await
+                }
+            };
+            match reply {
+                Ok(reply) => {
+                    self.answers(calls, &mut batch, &reply);
+                    let mut results = Vec::with_capacity(calls.len());
+                    for (result, call) in batch.results.into_iter().zip(calls) {
+                        results.push(self.explained_async(&mut own, call.key, result).await);
+                    }
+                    return results;
+                }
+                Err(e) => self.program.batch_refused(&e),
+            }
+        }
+        let calls = calls.iter().map(|&call| {
             let mut con = con.clone();
-            async move { self.one_async(&mut con, Call::new(key, cost, None)).await }
+            async move { self.one_async(&mut con, call).await }
         });
         futures_util::future::join_all(calls).await
     }
@@ -420,6 +495,32 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
 
     /// The invocation for `call` on `keys`, path aside.
     fn command(&self, call: &Call, keys: &[Vec<u8>]) -> Result<Invocation, Error> {
+        let args = self.arguments(call)?;
+        let (function, read_only) = match args.fast {
+            Some(_) => ("bucket", false),
+            None => (call.mode.name(), matches!(call.mode, Mode::Read)),
+        };
+        let mut invocation = self.program.invocation(function, read_only, keys);
+        self.append_lua(call, &args, &mut invocation.cmd);
+        if matches!(call.mode, Mode::Decide) && self.program.may_use_module() {
+            let mut module = redis::cmd("TOLLGATE.CHECK");
+            module.arg(keys.len()).arg(keys);
+            self.algorithm.module_args(&mut module);
+            module.arg("COST").arg(args.cost);
+            if let Some(now) = call.now {
+                module.arg("NOW").arg(now);
+            }
+            if let Some(max_wait) = args.max_wait {
+                module.arg("MAXWAIT").arg(max_wait);
+            }
+            invocation.module = Some(module);
+        }
+        Ok(invocation)
+    }
+
+    /// `call`'s cost, wait and fast argument as every path sends them; an error if its
+    /// time is beyond the scripts' range.
+    fn arguments(&self, call: &Call) -> Result<Arguments, Error> {
         if let Some(now) = call.now.filter(|&now| now > MAX_LUA_TICKS) {
             return Err(Error::OutOfRange {
                 what: "now",
@@ -429,48 +530,38 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         }
         // Every cost above the cap decides and stores like the cap.
         let cost = call.cost.min(self.algorithm.lua_cost_cap());
-        let mode = call.mode.name();
-        let read_only = matches!(call.mode, Mode::Read);
         // Any wait beyond 2^53 ticks admits the same requests as an unbounded one.
         let max_wait = call.max_wait.map(|w| w.min(2 * MAX_LUA_TICKS));
         let fast = match call.mode {
             Mode::Decide => self.algorithm.lua_fast_arg(cost, call.now, max_wait),
             _ => None,
         };
-        let mut invocation = if let Some(arg) = fast {
-            let mut invocation = self.program.invocation("bucket", false, keys);
-            invocation.cmd.arg(arg);
-            invocation
-        } else {
-            let mut invocation = self.program.invocation(mode, read_only, keys);
-            let cmd = &mut invocation.cmd;
-            cmd.arg(mode)
-                .arg(Arg(call.now))
-                .arg(cost)
-                .arg(Arg(max_wait));
-            // A take's or refund's cost varies in the script: it scales it there.
-            let scaled = if matches!(call.mode, Mode::Take | Mode::Refund) {
-                0
-            } else {
-                cost
-            };
-            self.algorithm.lua_args(scaled, cmd);
-            invocation
-        };
-        if matches!(call.mode, Mode::Decide) && self.program.may_use_module() {
-            let mut module = redis::cmd("TOLLGATE.CHECK");
-            module.arg(keys.len()).arg(keys);
-            self.algorithm.module_args(&mut module);
-            module.arg("COST").arg(cost);
-            if let Some(now) = call.now {
-                module.arg("NOW").arg(now);
-            }
-            if let Some(max_wait) = max_wait {
-                module.arg("MAXWAIT").arg(max_wait);
-            }
-            invocation.module = Some(module);
+        Ok(Arguments {
+            cost,
+            max_wait,
+            fast,
+        })
+    }
+
+    /// Appends `call`'s arguments for the library or a script, after its keys (see
+    /// `lua/main.lua`): the fast path's one argument, or the mode, time, cost, wait and
+    /// the algorithm.
+    fn append_lua(&self, call: &Call, args: &Arguments, cmd: &mut redis::Cmd) {
+        if let Some(arg) = &args.fast {
+            cmd.arg(arg);
+            return;
         }
-        Ok(invocation)
+        cmd.arg(call.mode.name())
+            .arg(Arg(call.now))
+            .arg(args.cost)
+            .arg(Arg(args.max_wait));
+        // A take's or refund's cost varies in the script: it scales it there.
+        let scaled = if matches!(call.mode, Mode::Take | Mode::Refund) {
+            0
+        } else {
+            args.cost
+        };
+        self.algorithm.lua_args(scaled, cmd);
     }
 
     /// Runs `call` on `keys` on the path in use, loading the library or the script if
@@ -556,17 +647,61 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         self.explained(con, call.key, result)
     }
 
-    /// Sends `calls` in one pipeline; calls the server had no script or library for go
-    /// again alone, which loads it.
+    /// Decides `calls` in one command per [`RedisLimiter::batch_size`] where the path
+    /// has one, else in one pipeline.
     fn run<C: ConnectionLike>(
         &self,
         con: &mut C,
         calls: &[Call],
     ) -> Result<Vec<Result<Decision, Error>>, Error> {
-        // The module is asked about before the pipeline is built.
+        // The module is asked about before the first command is built.
         self.program
             .detect(con)
             .map_err(|e| Error::from_redis(e, b""))?;
+        let mut results = Vec::with_capacity(calls.len());
+        for chunk in calls.chunks(self.batch_size()) {
+            results.extend(self.run_batch(con, chunk)?);
+        }
+        Ok(results)
+    }
+
+    /// Decides `calls` in one command, or in a pipeline where the path has none or the
+    /// server refused it.
+    fn run_batch<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        calls: &[Call],
+    ) -> Result<Vec<Result<Decision, Error>>, Error> {
+        let Some(mut batch) = self.batch(calls) else {
+            return self.pipeline(con, calls);
+        };
+        let reply = match &batch.command {
+            batch::Command::Module(cmd) => cmd.query(con),
+            batch::Command::Library(invocation) => self.program.query(con, invocation),
+        };
+        match reply {
+            Ok(reply) => self.answers(calls, &mut batch, &reply),
+            Err(e) if e.code().is_some() => {
+                self.program.batch_refused(&e);
+                return self.pipeline(con, calls);
+            }
+            Err(e) => return Err(Error::from_redis(e, b"")),
+        }
+        Ok(batch
+            .results
+            .into_iter()
+            .zip(calls)
+            .map(|(result, call)| self.explained(con, call.key, result))
+            .collect())
+    }
+
+    /// Sends `calls` in one pipeline; calls the server had no script or library for go
+    /// again alone, which loads it.
+    fn pipeline<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        calls: &[Call],
+    ) -> Result<Vec<Result<Decision, Error>>, Error> {
         let mut results = Vec::with_capacity(calls.len());
         let mut pipe = Pipeline::with_capacity(calls.len());
         let mut sent = Vec::new();
@@ -622,23 +757,31 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
             .query_async(con, &call)
             .await
             .and_then(|reply| self.parse(reply, &call));
+        self.explained_async(con, call.key, result).await
+    }
+
+    /// Asynchronous [`RedisLimiter::explained`].
+    async fn explained_async<C: aio::ConnectionLike, T>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+        result: Result<T, Error>,
+    ) -> Result<T, Error> {
         let reason = match result {
             Err(Error::Corrupt { reason, .. }) => reason,
             Err(Error::Redis(error)) if error.code() == Some("WRONGTYPE") => {
-                let cmd = self.type_query(call.key)?;
+                let cmd = self.type_query(key)?;
                 let found = cmd
                     .query_async(con)
                     .await
-                    .map_err(|e| Error::from_redis(e, call.key));
-                return Err(foreign(call.key, error, found));
+                    .map_err(|e| Error::from_redis(e, key));
+                return Err(foreign(key, error, found));
             }
             result => return result,
         };
-        let read = self
-            .query_async(con, &Call::mode(call.key, Mode::Read))
-            .await;
+        let read = self.query_async(con, &Call::mode(key, Mode::Read)).await;
         Err(match read.and_then(values) {
-            Ok(values) => self.diagnose(call.key, &values, reason),
+            Ok(values) => self.diagnose(key, &values, reason),
             Err(e) => e,
         })
     }
@@ -859,6 +1002,17 @@ impl<'a> Call<'a> {
     }
 }
 
+/// A call's arguments as every path sends them (see [`RedisLimiter::arguments`]).
+#[derive(Debug)]
+struct Arguments {
+    /// The cost, clamped to the algorithm's cap.
+    cost: u64,
+    /// The longest wait, clamped to what the scripts compute.
+    max_wait: Option<Ticks>,
+    /// The fast path's one argument, when the call takes it.
+    fast: Option<Vec<u8>>,
+}
+
 /// An optional script argument: empty when absent.
 struct Arg(Option<u64>);
 
@@ -882,6 +1036,13 @@ fn parse(reply: Value, key: &[u8]) -> Result<Decision, Error> {
     let &[allowed, limit, remaining, retry, reset, delay, _now] = &fields[..] else {
         return Err(Error::Reply);
     };
+    decision([allowed, limit, remaining, retry, reset, delay])
+}
+
+/// The decision a reply's first six fields stand for: allowed, limit, remaining, retry
+/// (-1: never), reset, delay.
+fn decision(fields: [i64; 6]) -> Result<Decision, Error> {
+    let [allowed, limit, remaining, retry, reset, delay] = fields;
     let unsigned = |v: i64| u64::try_from(v).map_err(|_| Error::Reply);
     let (limit, remaining, reset) = (unsigned(limit)?, unsigned(remaining)?, unsigned(reset)?);
     Ok(if allowed == 1 {

@@ -49,9 +49,10 @@ impl Library {
 }
 
 /// The suffixes `lua/library.lua` registers.
-const FUNCTIONS: [&str; 11] = [
+const FUNCTIONS: [&str; 12] = [
     "decide",
     "bucket",
+    "batch",
     "read",
     "reset",
     "purge",

@@ -2,11 +2,11 @@
 //! (`FCALL`, Redis ≥ 7) or a script (`EVALSHA`), chosen by the caller or detected on
 //! first use.
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use std::borrow::Cow;
 
-use redis::{aio, Cmd, ConnectionLike, RedisError, RedisResult, Value};
+use redis::{aio, Cmd, ConnectionLike, RedisError, RedisResult, RedisWrite, Value};
 
 use crate::lua::LIBRARY;
 
@@ -74,6 +74,9 @@ pub(crate) struct Program {
     detected: AtomicU8,
     /// Whether the module is loaded (`UNKNOWN` until the first decision asks).
     module: AtomicU8,
+    /// Whether a server refused a batch of decisions in one command (a cluster, where
+    /// its keys span slots): batches go as pipelines from then on.
+    batches_refused: AtomicBool,
 }
 
 impl Clone for Program {
@@ -84,6 +87,7 @@ impl Clone for Program {
             forced: self.forced,
             detected: AtomicU8::new(self.detected.load(Ordering::Relaxed)),
             module: AtomicU8::new(self.module.load(Ordering::Relaxed)),
+            batches_refused: AtomicBool::new(self.batches_refused.load(Ordering::Relaxed)),
         }
     }
 }
@@ -96,6 +100,7 @@ impl Program {
             forced: None,
             detected: AtomicU8::new(UNKNOWN),
             module: AtomicU8::new(UNKNOWN),
+            batches_refused: AtomicBool::new(false),
         }
     }
 
@@ -145,6 +150,24 @@ impl Program {
     /// asked about yet.
     pub(crate) fn may_use_module(&self) -> bool {
         self.module.load(Ordering::Relaxed) != ABSENT
+    }
+
+    /// The path on which one command decides a batch: the module's, else the
+    /// library's; `None` on scripts, before the path is detected, or once a server
+    /// refused a batch.
+    pub(crate) fn batch_path(&self) -> Option<Path> {
+        if self.batches_refused.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.path().filter(|&path| path != Path::Scripts)
+    }
+
+    /// Notes a batch's `error`: a cluster's refusal of keys in several slots stops
+    /// batches (other errors leave them: the next batch tries again).
+    pub(crate) fn batch_refused(&self, error: &RedisError) {
+        if error.code() == Some("CROSSSLOT") {
+            self.batches_refused.store(true, Ordering::Relaxed);
+        }
     }
 
     /// Asks the server once whether the module is loaded (`COMMAND INFO tollgate.check`
@@ -201,6 +224,8 @@ impl Program {
     ) -> Invocation {
         let path = self.next_path();
         let mut cmd = self.head(function, read_only, path, false);
+        // Room for the keys at once (a batch's many), not grown by doubling.
+        cmd.reserve_space_for_args(keys.iter().map(|_| 32));
         cmd.arg(keys.len()).arg(keys);
         Invocation {
             function,
@@ -211,6 +236,23 @@ impl Program {
         }
     }
 
+    /// A call the module's `command` makes alone, the module known to be loaded: no
+    /// library call is built (an empty one stands in, never sent).
+    pub(crate) fn native(
+        &self,
+        function: &'static str,
+        read_only: bool,
+        module: Cmd,
+    ) -> Invocation {
+        Invocation {
+            function,
+            read_only,
+            path: self.next_path(),
+            cmd: Cmd::new(),
+            module: Some(module),
+        }
+    }
+
     /// The command's name and first argument: the function, or the script.
     fn head(&self, function: &str, read_only: bool, path: Path, eval: bool) -> Cmd {
         match (path, eval) {
@@ -218,10 +260,15 @@ impl Program {
                 // (The module's commands are built by the callers: `next_path` is never
                 // the module.)
                 let name = if read_only { "FCALL_RO" } else { "FCALL" };
-                redis::cmd(name).arg(LIBRARY.function(function)).to_owned()
+                let mut cmd = redis::cmd(name);
+                cmd.arg(LIBRARY.function(function));
+                cmd
             }
-            (Path::Scripts, false) => redis::cmd("EVALSHA").arg(&self.sha1).to_owned(),
-            (Path::Scripts, true) => redis::cmd("EVAL").arg(&self.source).to_owned(),
+            (Path::Scripts, eval) => {
+                let mut cmd = redis::cmd(if eval { "EVAL" } else { "EVALSHA" });
+                cmd.arg(if eval { &self.source } else { &self.sha1 });
+                cmd
+            }
         }
     }
 

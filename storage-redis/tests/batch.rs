@@ -1,0 +1,303 @@
+//! Batches against single calls, on a real `redis-server` with the module loaded: random
+//! sequences of batches (keys repeated within a batch, costs of 0, huge costs, keys
+//! holding another type or bytes no state encodes) decided by `check_batch_at` on one
+//! prefix and by `check_at` one request at a time on another, through the module's
+//! `TOLLGATE.BATCH` and the library's `batch`: the same decisions, the same errors and
+//! the same stored bytes after every batch.
+
+mod common;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use proptest::prelude::*;
+use proptest::test_runner::TestRunner;
+use tollgate_core::{
+    Ban, Composite, Decision, FixedWindow, LeakyBucket, Pacing, SlidingCounter, SlidingLog, Ticks,
+    TokenBucket, SECOND,
+};
+use tollgate_redis::{Error, LuaAlgorithm, Path, RedisLimiter};
+
+use common::Server;
+
+/// Around 2026 in µs since the Unix epoch.
+const EPOCH: Ticks = 1_790_000_000_000_000;
+
+/// What a key is made to hold before a batch, on both sides.
+#[derive(Debug, Clone, Copy)]
+enum Spoil {
+    /// A list: another type.
+    Foreign,
+    /// Bytes no state encodes.
+    Corrupt,
+}
+
+/// One batch: the gap before it, its requests (which of four keys, the cost), and
+/// perhaps a key spoiled first.
+#[derive(Debug, Clone)]
+struct Round {
+    gap: Ticks,
+    requests: Vec<(u8, u64)>,
+    spoil: Option<(u8, Spoil)>,
+}
+
+fn rounds(period: Ticks, limit: u64) -> impl Strategy<Value = Vec<Round>> {
+    let gap = prop_oneof![Just(0), 0..=period / 4, 0..=2 * period];
+    let cost = prop_oneof![
+        3 => Just(1),
+        1 => Just(0),
+        2 => 0..=limit + 2,
+        1 => Just(u64::MAX),
+        1 => any::<u64>()
+    ];
+    let spoil = prop_oneof![
+        8 => Just(None),
+        1 => (0..4u8).prop_map(|k| Some((k, Spoil::Foreign))),
+        1 => (0..4u8).prop_map(|k| Some((k, Spoil::Corrupt))),
+    ];
+    let round = (gap, prop::collection::vec((0..4u8, cost), 1..40), spoil).prop_map(
+        |(gap, requests, spoil)| Round {
+            gap,
+            requests,
+            spoil,
+        },
+    );
+    prop::collection::vec(round, 1..6)
+}
+
+/// A fresh key prefix per limiter, so cases never see each other's keys.
+fn prefix() -> String {
+    static CASE: AtomicU64 = AtomicU64::new(0);
+    format!("batch{}:", CASE.fetch_add(1, Ordering::Relaxed))
+}
+
+/// An error as a comparable text, the key (whose prefix differs) left out.
+fn kind(result: Result<Decision, Error>) -> Result<Decision, String> {
+    result.map_err(|e| match e {
+        Error::Foreign { found, .. } => format!("foreign {found}"),
+        Error::Corrupt { reason, .. } => format!("corrupt {reason}"),
+        e => e.to_string(),
+    })
+}
+
+/// Runs `rounds` through `check_batch_at` and through `check_at`, on `path`.
+fn differential<A: LuaAlgorithm + Clone>(
+    server: &Server,
+    alg: &A,
+    path: Path,
+    rounds: &[Round],
+) -> Result<(), TestCaseError> {
+    let limiter = |alg: &A| {
+        RedisLimiter::new(alg.clone())
+            .expect("parameters in the Lua range")
+            .with_prefix(prefix())
+            .with_path(path)
+            .expect("a path the client speaks")
+    };
+    let (batched, single) = (limiter(alg), limiter(alg));
+    let mut con = server.connection();
+    let mut now = EPOCH;
+    for round in rounds {
+        now += round.gap;
+        if let Some((key, spoil)) = round.spoil {
+            for limiter in [&batched, &single] {
+                let redis_key = limiter.redis_keys(&[b'k', key]).expect("keys").remove(0);
+                let () = redis::cmd("DEL").arg(&redis_key).query(&mut con).unwrap();
+                match spoil {
+                    Spoil::Foreign => redis::cmd("RPUSH")
+                        .arg(&redis_key)
+                        .arg("x")
+                        .query::<i64>(&mut con)
+                        .map(drop),
+                    Spoil::Corrupt => redis::cmd("SET")
+                        .arg(&redis_key)
+                        .arg(b"\x01\x63bad")
+                        .query::<()>(&mut con),
+                }
+                .unwrap();
+            }
+        }
+        let keys: Vec<[u8; 2]> = round.requests.iter().map(|&(k, _)| [b'k', k]).collect();
+        let requests: Vec<(&[u8], u64)> = keys
+            .iter()
+            .zip(&round.requests)
+            .map(|(key, &(_, cost))| (&key[..], cost))
+            .collect();
+        let got: Vec<_> = batched
+            .check_batch_at(&mut con, &requests, now)
+            .expect("the connection")
+            .into_iter()
+            .map(kind)
+            .collect();
+        let want: Vec<_> = requests
+            .iter()
+            .map(|&(key, cost)| kind(single.check_at(&mut con, key, cost, now)))
+            .collect();
+        prop_assert_eq!(got, want, "at {} {:?}", now, round);
+        for k in 0..4u8 {
+            let stored = |limiter: &RedisLimiter<A>, con: &mut redis::Connection| {
+                let keys = limiter.redis_keys(&[b'k', k]).expect("keys");
+                keys.iter()
+                    .map(|key| redis::cmd("DUMP").arg(key).query(con))
+                    .collect::<Result<Vec<Option<Vec<u8>>>, _>>()
+                    .expect("DUMP")
+            };
+            prop_assert_eq!(
+                stored(&batched, &mut con),
+                stored(&single, &mut con),
+                "key {} after {:?}",
+                k,
+                round
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Runs 24 random cases of each algorithm `make` builds on the module's and the
+/// library's paths.
+fn cases<A: LuaAlgorithm + Clone + std::fmt::Debug>(make: impl Strategy<Value = (A, Ticks, u64)>) {
+    let server = Server::start_with_module(false);
+    let strategy = make.prop_flat_map(|(alg, period, limit)| (Just(alg), rounds(period, limit)));
+    let mut runner = TestRunner::new(ProptestConfig::with_cases(24));
+    let result = runner.run(&strategy, |(alg, rounds)| {
+        differential(&server, &alg, Path::Module, &rounds)?;
+        differential(&server, &alg, Path::Functions, &rounds)
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
+
+fn period() -> impl Strategy<Value = Ticks> {
+    prop_oneof![1..=10u64, 1..=SECOND * 60]
+}
+
+#[test]
+fn token_bucket() {
+    cases(
+        (1..=10u64, 1..=10u64, period())
+            .prop_map(|(c, r, p)| (TokenBucket::new(c, r, p).unwrap(), p, c)),
+    );
+}
+
+#[test]
+fn leaky_bucket_and_pacing() {
+    cases(
+        (1..=10u64, 1..=10u64, period())
+            .prop_map(|(c, r, p)| (LeakyBucket::new(c, r, p).unwrap(), p, c)),
+    );
+    cases(
+        (0..=10u64, 1..=10u64, period())
+            .prop_map(|(c, r, p)| (Pacing::new(c, r, p).unwrap(), p, c)),
+    );
+}
+
+#[test]
+fn windows() {
+    cases((1..=10u64, period()).prop_map(|(l, p)| (FixedWindow::new(l, p).unwrap(), p, l)));
+    cases((1..=10u64, period()).prop_map(|(l, p)| (SlidingCounter::new(l, p).unwrap(), p, l)));
+    cases((1..=10u64, period()).prop_map(|(l, p)| (SlidingLog::new(l, p).unwrap(), p, l)));
+}
+
+#[test]
+fn ban_and_composite() {
+    cases((1..=5u64, period(), 0..=4u64).prop_map(|(l, p, t)| {
+        let ban = Ban::new(FixedWindow::new(l, p).unwrap(), t, p, 2 * p).unwrap();
+        (ban, p, l)
+    }));
+    cases((1..=5u64, period()).prop_map(|(c, p)| {
+        let composite = Composite::new(vec![
+            TokenBucket::new(c, 1, p).unwrap(),
+            TokenBucket::new(c + 2, 3, 4 * p).unwrap(),
+        ])
+        .unwrap();
+        (composite, p, c)
+    }));
+}
+
+/// One command per batch: a batch of 32 is one `TOLLGATE.BATCH` or one `FCALL`.
+#[test]
+fn a_batch_is_one_command() {
+    let server = Server::start_with_module(false);
+    let mut con = server.connection();
+    let keys: Vec<Vec<u8>> = (0..32).map(|i| format!("u{i}").into_bytes()).collect();
+    let requests: Vec<(&[u8], u64)> = keys.iter().map(|k| (&k[..], 1)).collect();
+    for (path, stat) in [
+        (Path::Module, "cmdstat_tollgate.batch:calls="),
+        (Path::Functions, "cmdstat_fcall:calls="),
+    ] {
+        let limiter = RedisLimiter::new(TokenBucket::new(5, 1, SECOND).unwrap())
+            .unwrap()
+            .with_prefix(prefix())
+            .with_path(path)
+            .unwrap();
+        // The first call may load the library.
+        assert!(limiter.check(&mut con, b"warm", 1).unwrap().allowed);
+        let () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query(&mut con)
+            .unwrap();
+        let results = limiter.check_batch(&mut con, &requests).unwrap();
+        assert!(results.into_iter().all(|d| d.unwrap().allowed));
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut con)
+            .unwrap();
+        let calls = info
+            .lines()
+            .find_map(|line| line.strip_prefix(stat))
+            .and_then(|rest| rest.split(',').next())
+            .unwrap_or("0");
+        assert_eq!(calls, "1", "{path:?}: {info}");
+    }
+}
+
+/// The asynchronous batch: one command on a multiplexed connection, a key repeated and a
+/// foreign key among them.
+#[test]
+fn async_batches() {
+    let server = Server::start_with_module(false);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut con = server.connection();
+    let () = redis::cmd("RPUSH")
+        .arg("a:list")
+        .arg("x")
+        .query(&mut con)
+        .map(|_: i64| ())
+        .unwrap();
+    for path in [Path::Module, Path::Functions] {
+        let limiter = RedisLimiter::new(FixedWindow::new(2, SECOND * 3600).unwrap())
+            .unwrap()
+            .with_prefix(format!("a{path:?}:"))
+            .with_path(path)
+            .unwrap();
+        let list = RedisLimiter::new(FixedWindow::new(2, SECOND * 3600).unwrap())
+            .unwrap()
+            .with_prefix("a:")
+            .with_path(path)
+            .unwrap();
+        runtime.block_on(async {
+            let client = server.client();
+            let con = client.get_multiplexed_async_connection().await.unwrap();
+            let requests: [(&[u8], u64); 4] = [(b"k", 1), (b"k", 1), (b"k", 1), (b"j", 3)];
+            let allowed: Vec<bool> = limiter
+                .check_batch_async(&con, &requests)
+                .await
+                .into_iter()
+                .map(|d| d.unwrap().allowed)
+                .collect();
+            assert_eq!(allowed, [true, true, false, false]);
+            let got = list
+                .check_batch_async(&con, &[(b"list", 1), (b"other", 1)])
+                .await;
+            assert!(
+                matches!(&got[0], Err(Error::Foreign { found, .. }) if found == "list"),
+                "{got:?}"
+            );
+            assert!(got[1].as_ref().unwrap().allowed);
+        });
+    }
+}
