@@ -1,22 +1,25 @@
-//! Decisions in Redis, coalesced: one thread owns a connection and sends every decision
-//! waiting in its queue as one pipeline. While it waits for one pipeline's replies, new
-//! requests queue up, and the next pipeline carries them all; so under load one round
-//! trip, one write and one read serve many decisions, and Redis reads them in one go.
-//! Exact: each is still one atomic call, in the order the requests arrived, as if each
-//! had been sent alone.
+//! Decisions in Redis, coalesced: one task on the server's runtime owns the decisions
+//! queued for Redis and sends every one waiting as one batch. While it waits for one
+//! batch's replies, new requests queue up, and the next batch carries them all; so under
+//! load one round trip serves many decisions, and Redis reads them in one go. Exact: each
+//! is still one atomic call, in the order the requests arrived, as if each had been sent
+//! alone.
+//!
+//! The task runs on the runtime's workers, with the asynchronous connection: a request's
+//! task and the sending task wake each other within the runtime (a worker busy with
+//! other requests picks the woken task up; no thread outside it to wake).
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc;
 use std::sync::Arc;
 
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 use tollgate_core::Decision;
-use tollgate_redis::{Reconnecting, RedisLimiter};
+use tollgate_redis::{ReconnectingAsync, RedisLimiter};
 
 use crate::decide::DecideError;
 use crate::policy::Rule;
 
-/// The most decisions in one pipeline.
+/// The most decisions in one batch.
 pub const MAX_PIPELINE: usize = 256;
 
 /// A decision waiting to be sent.
@@ -27,18 +30,18 @@ struct Job {
     reply: oneshot::Sender<Result<Decision, DecideError>>,
 }
 
-/// The queue of decisions for Redis, and the thread sending them.
+/// The queue of decisions for Redis, and the task sending them.
 #[derive(Debug, Clone)]
 pub struct Coalescer {
-    jobs: mpsc::Sender<Job>,
+    jobs: mpsc::UnboundedSender<Job>,
     sent: Arc<Sent>,
 }
 
-/// What the thread sent: pipelines and the decisions in them (their ratio is the
+/// What the task sent: batches and the decisions in them (their ratio is the
 /// coalescing achieved; `/metrics` shows both).
 #[derive(Debug, Default)]
 pub struct Sent {
-    /// Pipelines sent.
+    /// Batches sent.
     pub pipelines: AtomicU64,
     /// Decisions sent in them.
     pub decisions: AtomicU64,
@@ -51,15 +54,13 @@ impl std::fmt::Debug for Job {
 }
 
 impl Coalescer {
-    /// Starts the thread sending over `con`; it ends when the last clone is dropped.
-    pub fn start(con: Reconnecting) -> std::io::Result<Self> {
-        let (jobs, queue) = mpsc::channel();
+    /// Starts the task sending over `con` on the current runtime; it ends when the last
+    /// clone is dropped.
+    pub fn start(con: ReconnectingAsync) -> Self {
+        let (jobs, queue) = mpsc::unbounded_channel();
         let sent = Arc::new(Sent::default());
-        let counts = Arc::clone(&sent);
-        std::thread::Builder::new()
-            .name("tollgate-redis".into())
-            .spawn(move || run(con, &queue, &counts))?;
-        Ok(Self { jobs, sent })
+        tokio::spawn(run(con, queue, Arc::clone(&sent)));
+        Self { jobs, sent }
     }
 
     /// What was sent so far.
@@ -82,53 +83,37 @@ impl Coalescer {
             cost,
             reply,
         };
-        let stopped = || DecideError::Backend("the Redis thread stopped".into());
+        let stopped = || DecideError::Backend("the Redis task stopped".into());
         self.jobs.send(job).map_err(|_| stopped())?;
         answer.await.map_err(|_| stopped())?
     }
 }
 
-/// Sends what is queued, one pipeline per limiter in the order of their first request,
+/// Sends what is queued, one batch per limiter in the order of their first request,
 /// until every sender is gone.
-fn run(mut con: Reconnecting, queue: &mpsc::Receiver<Job>, sent: &Sent) {
-    while let Ok(first) = queue.recv() {
-        let mut jobs = vec![first];
-        while jobs.len() < MAX_PIPELINE {
-            match queue.try_recv() {
-                Ok(job) => jobs.push(job),
-                Err(_) => break,
-            }
-        }
-        while !jobs.is_empty() {
+async fn run(con: ReconnectingAsync, mut queue: mpsc::UnboundedReceiver<Job>, sent: Arc<Sent>) {
+    let mut jobs = Vec::with_capacity(MAX_PIPELINE);
+    while queue.recv_many(&mut jobs, MAX_PIPELINE).await > 0 {
+        while let Some(first) = jobs.first() {
             // The jobs of the first job's limiter, in order; the others wait their turn.
-            let limiter = Arc::clone(&jobs[0].limiter);
-            let (mine, others): (Vec<Job>, Vec<Job>) = jobs
-                .into_iter()
-                .partition(|job| Arc::ptr_eq(&job.limiter, &limiter));
-            jobs = others;
+            let limiter = Arc::clone(&first.limiter);
+            let mine: Vec<Job> = jobs
+                .extract_if(.., |job| Arc::ptr_eq(&job.limiter, &limiter))
+                .collect();
             sent.pipelines.fetch_add(1, Ordering::Relaxed);
             sent.decisions
                 .fetch_add(mine.len() as u64, Ordering::Relaxed);
-            send(&mut con, &limiter, mine);
+            send(&con, &limiter, mine).await;
         }
     }
 }
 
-/// One pipeline of `jobs` on `limiter`, each answered with its own result.
-fn send(con: &mut Reconnecting, limiter: &RedisLimiter<Rule>, jobs: Vec<Job>) {
+/// One batch of `jobs` on `limiter`, each answered with its own result.
+async fn send(con: &ReconnectingAsync, limiter: &RedisLimiter<Rule>, jobs: Vec<Job>) {
     let requests: Vec<(&[u8], u64)> = jobs.iter().map(|j| (&j.key[..], j.cost)).collect();
-    match limiter.check_batch(con, &requests) {
-        Ok(results) => {
-            for (job, result) in jobs.into_iter().zip(results) {
-                let _ = job.reply.send(result.map_err(typed));
-            }
-        }
-        Err(e) => {
-            let e = typed(e);
-            for job in jobs {
-                let _ = job.reply.send(Err(e.clone()));
-            }
-        }
+    let results = limiter.check_batch_async(con, &requests).await;
+    for (job, result) in jobs.into_iter().zip(results) {
+        let _ = job.reply.send(result.map_err(typed));
     }
 }
 

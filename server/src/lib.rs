@@ -146,13 +146,9 @@ impl Server {
             Some(url) => {
                 let client = tollgate_redis::client(url, None)
                     .map_err(|e| Error::Decisions(e.to_string()))?;
-                let coalescer = coalesce::Coalescer::start(
-                    tollgate_redis::Reconnecting::new(client.clone())
-                        .with_timeout(tollgate_redis::DEFAULT_TIMEOUT),
-                )
-                .map_err(|e| Error::Decisions(e.to_string()))?;
                 let con = tollgate_redis::connect_async(client, tollgate_redis::DEFAULT_TIMEOUT)
                     .map_err(|e| Error::Decisions(e.to_string()))?;
+                let coalescer = coalesce::Coalescer::start(con.clone());
                 Backend::Redis {
                     con,
                     coalescer,

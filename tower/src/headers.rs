@@ -228,6 +228,10 @@ mod tests {
         assert_eq!(get(&h, "ratelimit"), Some("\"api\";r=7;t=7"));
         assert_eq!(get(&h, "x-ratelimit-limit"), Some("100"));
         assert_eq!(get(&h, "x-ratelimit-remaining"), Some("7"));
+        // Admitted after waiting out the whole reset: fresh on arrival, `t=0`.
+        let h = stamped(Decision::admit(100, 7, 4 * SECOND, 4 * SECOND));
+        assert_eq!(get(&h, "ratelimit"), Some("\"api\";r=7;t=0"));
+        assert_eq!(get(&h, "x-ratelimit-reset"), Some("0"));
     }
 
     #[test]
