@@ -5,10 +5,12 @@
 //! and records its owner; the semaphore counts permits and nothing else.
 //! `tollgate_manual_clock` reads a `ManualClock` (one atomic load) instead, to price the
 //! clock. The `lease_parts` group prices the pieces of one pair alone: the clock read,
-//! the pure transitions on the table (grant and release, an owner's bytes copied in),
-//! and the two lock round trips.
+//! the pure transitions on a `LeaseState` (grant and release, an owner's bytes copied
+//! in), the table's three atomic read-modify-writes on their own, and two lock round
+//! trips.
 
 use std::hint::black_box;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -68,6 +70,17 @@ fn lease_parts(c: &mut Criterion) {
             let acquired = concurrency.acquire_in(&mut state, now, &owner, TTL);
             let released = concurrency.release_in(&mut state, now, &owner);
             (acquired.is_ok(), released.is_ok())
+        })
+    });
+    // The table's own work on a free slot without the clock: reserve it, take the
+    // token, free it (three read-modify-writes of 64-bit words).
+    let (slot, token) = (AtomicU64::new(0), AtomicU64::new(0));
+    group.bench_function("three_atomic_rmws", |b| {
+        b.iter(|| {
+            let reserved = slot.compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst);
+            let taken = token.fetch_add(1, Ordering::SeqCst);
+            let freed = slot.compare_exchange(1, 0, Ordering::SeqCst, Ordering::SeqCst);
+            (reserved.is_ok(), taken, freed.is_ok())
         })
     });
     let mutex = Mutex::new(0u64);

@@ -63,6 +63,7 @@ impl ManualClock {
 
 #[cfg(target_has_atomic = "64")]
 impl Clock for ManualClock {
+    #[inline]
     fn now(&self) -> Ticks {
         self.0.load(core::sync::atomic::Ordering::SeqCst)
     }

@@ -33,6 +33,7 @@ pub enum ParamError {
 }
 
 impl ParamError {
+    #[inline]
     pub(crate) fn check(name: &'static str, value: u64, min: u64, max: u64) -> Result<u64, Self> {
         if (min..=max).contains(&value) {
             Ok(value)

@@ -430,10 +430,12 @@ impl Concurrency {
     }
 }
 
+#[inline]
 pub(crate) fn check_owner(owner: &[u8]) -> Result<(), ParamError> {
     ParamError::check("owner length", owner.len() as u64, 1, MAX_OWNER_LEN).map(|_| ())
 }
 
+#[inline]
 pub(crate) fn check_ttl(ttl: Ticks) -> Result<(), ParamError> {
     ParamError::check("ttl", ttl, 1, MAX_PERIOD).map(|_| ())
 }

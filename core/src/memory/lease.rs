@@ -16,9 +16,7 @@ use std::time::{Duration, Instant};
 use std::vec::Vec;
 
 use hashbrown::hash_table::HashTable;
-use portable_atomic::AtomicU128;
 
-use super::cell::split_word;
 use super::keyed::{layout, shard_index, MIN_SWEEP};
 use crate::lease::{check_owner, check_ttl};
 use crate::{
@@ -56,11 +54,12 @@ pub enum AcquireError {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 ///
-/// The table is lock-free for the host's own owners (`None`): a grant is a clock read
-/// and two compare-and-swaps (the fencing token's counter and a free slot of `max`, each
-/// one 128-bit word of token and expiry), a release one. Owners given by callers, whose
-/// leases are re-entered, are listed beside the slots under the table's lock. The owner
-/// of a guard acquired with `None` is `0xff` and its token.
+/// The table is lock-free for the host's own owners (`None`) while a slot is free: a
+/// grant is a clock read, a compare-and-swap reserving one of `max` slots and one atomic
+/// add for the fencing token, a release one compare-and-swap; all on
+/// 64-bit words. Owners given by callers, whose leases are re-entered, are listed beside
+/// the slots under the table's lock, as are expired leases reclaimed. The owner of a
+/// guard acquired with `None` is `0xff` and its token.
 pub struct Leases<C = MonotonicClock> {
     concurrency: Concurrency,
     clock: C,
@@ -112,12 +111,15 @@ impl<C: Clock + Sync> Leases<C> {
     /// With `owner` `None` the guard gets an owner of its own; give an owner (1 to 128
     /// bytes) to make a lock reentrant: a guard of an owner already holding the lease
     /// re-enters it (same token), and the lease is freed when all its guards are gone.
+    #[inline]
     pub fn try_acquire(
         &self,
         owner: Option<&[u8]>,
         ttl: Ticks,
     ) -> Result<LeaseGuard<'_>, AcquireError> {
-        self.acquire(owner, ttl, Duration::ZERO)
+        Self::check(owner, ttl)?;
+        let (slot, grant) = self.attempt(None, self.clock.now(), owner, ttl)?;
+        Ok(Self::guard(self, owner, slot, grant))
     }
 
     /// A lease for `ttl` ticks, waiting up to `timeout` for one to be released or to
@@ -128,17 +130,17 @@ impl<C: Clock + Sync> Leases<C> {
         ttl: Ticks,
         timeout: Duration,
     ) -> Result<LeaseGuard<'_>, AcquireError> {
-        Self::check(owner, ttl)?;
-        let first = self.attempt(None, self.clock.now(), owner, ttl);
-        let (slot, grant) = match first {
-            Err(AcquireError::Busy(_)) if !timeout.is_zero() => self.listed.wait(
-                timeout,
-                || self.clock.now(),
-                |listed, now| self.attempt(Some(listed), now, owner, ttl),
-            )?,
-            other => other?,
-        };
-        Ok(Self::guard(self, owner, slot, grant))
+        match self.try_acquire(owner, ttl) {
+            Err(AcquireError::Busy(_)) if !timeout.is_zero() => {
+                let (slot, grant) = self.listed.wait(
+                    timeout,
+                    || self.clock.now(),
+                    |listed, now| self.attempt(Some(listed), now, owner, ttl),
+                )?;
+                Ok(Self::guard(self, owner, slot, grant))
+            }
+            first => first,
+        }
     }
 
     /// [`acquire`](Self::acquire) as a future: the task sleeps until woken by a release
@@ -150,23 +152,23 @@ impl<C: Clock + Sync> Leases<C> {
         ttl: Ticks,
         timeout: Duration,
     ) -> Result<LeaseGuard<'_>, AcquireError> {
-        Self::check(owner, ttl)?;
-        let first = self.attempt(None, self.clock.now(), owner, ttl);
-        let (slot, grant) = match first {
+        match self.try_acquire(owner, ttl) {
             Err(AcquireError::Busy(_)) if !timeout.is_zero() => {
-                self.listed
+                let (slot, grant) = self
+                    .listed
                     .wait_async(
                         timeout,
                         || self.clock.now(),
                         |listed, now| self.attempt(Some(listed), now, owner, ttl),
                     )
-                    .await?
+                    .await?;
+                Ok(Self::guard(self, owner, slot, grant))
             }
-            other => other?,
-        };
-        Ok(Self::guard(self, owner, slot, grant))
+            first => first,
+        }
     }
 
+    #[inline]
     fn check(owner: Option<&[u8]>, ttl: Ticks) -> Result<(), LeaseError> {
         if let Some(owner) = owner {
             check_owner(owner)?;
@@ -174,6 +176,7 @@ impl<C: Clock + Sync> Leases<C> {
         Ok(check_ttl(ttl)?)
     }
 
+    #[inline]
     fn guard<'a>(
         host: &'a Self,
         owner: Option<&[u8]>,
@@ -187,8 +190,10 @@ impl<C: Clock + Sync> Leases<C> {
         LeaseGuard::new(host, (), owner, slot, grant)
     }
 
-    /// One attempt at a lease for `owner` at `now`: lock-free for the host's own owners,
-    /// under the table's lock (`listed`, taken here if not given) for a given one.
+    /// One attempt at a lease for `owner` at `now`: a free slot claimed lock-free for the
+    /// host's own owners, else under the table's lock (`listed`, taken here if not
+    /// given), where expired leases are reclaimed and given owners listed.
+    #[inline]
     fn attempt(
         &self,
         listed: Option<&mut Vec<Listed>>,
@@ -198,56 +203,33 @@ impl<C: Clock + Sync> Leases<C> {
     ) -> Result<(usize, Grant), AcquireError> {
         let now = now.min(MAX_TICKS);
         let expires_at = now + ttl;
-        match (owner, listed) {
-            (None, _) => self.slots.claim(now, expires_at, 0),
-            (Some(owner), Some(listed)) => self.acquire_listed(listed, owner, now, expires_at),
-            (Some(owner), None) => {
-                self.acquire_listed(&mut self.listed.lock(), owner, now, expires_at)
+        if owner.is_none() {
+            if let Some(granted) = self.slots.claim_free(now, expires_at)? {
+                return Ok(granted);
             }
+        }
+        match listed {
+            Some(listed) => self.attempt_locked(listed, now, owner, expires_at),
+            None => self.attempt_locked(&mut self.listed.lock(), now, owner, expires_at),
         }
     }
 
-    /// A lease for an owner a caller gave: the one it holds re-entered, else a new one
-    /// listed with its owner.
-    fn acquire_listed(
+    /// [`attempt`](Self::attempt) under the table's lock: a given owner's lease
+    /// re-entered, else a slot free or expired claimed.
+    fn attempt_locked(
         &self,
         listed: &mut Vec<Listed>,
-        owner: &[u8],
         now: Ticks,
+        owner: Option<&[u8]>,
         expires_at: Ticks,
     ) -> Result<(usize, Grant), AcquireError> {
-        let longer = |expiry: Ticks| expiry.max(expires_at);
-        if let Some(i) = listed.iter().position(|l| *l.owner == *owner) {
-            let entry = &mut listed[i];
-            if self.slots.held(entry.slot, entry.token, now).is_some() {
-                let holds = entry.holds.checked_add(1).ok_or(LeaseError::TooManyHolds)?;
-                if let Some(expiry) = self.slots.extend(entry.slot, entry.token, now, longer, 0) {
-                    entry.holds = holds;
-                    return Ok((entry.slot, Grant::new(entry.token, expiry, holds)));
-                }
-            }
-            // Expired: the owner gets a new lease.
-            listed.swap_remove(i);
+        let Some(owner) = owner else {
+            return self.slots.claim(listed, now, expires_at, None);
+        };
+        if let Some(granted) = self.re_enter(listed, owner, now, expires_at)? {
+            return Ok(granted);
         }
-        // A caller naming the lease of one of the host's owners re-enters it as well;
-        // listed from now on, its releases count holds.
-        if let Some(token) = made_token(owner) {
-            let slot = self.slots.find(token, now);
-            let extended = slot.and_then(|s| self.slots.extend(s, token, now, longer, LISTED));
-            if let (Some(slot), Some(expiry)) = (slot, extended) {
-                listed.push(Listed {
-                    owner: owner.into(),
-                    token,
-                    slot,
-                    holds: 2,
-                });
-                return Ok((slot, Grant::new(token, expiry, 2)));
-            }
-        }
-        let (slot, grant) = self.slots.claim(now, expires_at, LISTED)?;
-        // Leases claimed over since (expired) leave the list, so it holds at most one
-        // entry per slot.
-        listed.retain(|l| self.slots.held(l.slot, l.token, 0).is_some());
+        let (slot, grant) = self.slots.claim(listed, now, expires_at, Some(LISTED))?;
         listed.push(Listed {
             owner: owner.into(),
             token: grant.token,
@@ -257,42 +239,94 @@ impl<C: Clock + Sync> Leases<C> {
         Ok((slot, grant))
     }
 
-    /// Releases the lease listed with `token` once, under the table's lock.
-    fn release_listed(&self, slot: usize, token: u64, live_at: Ticks) -> Released {
+    /// The lease `owner` (given by a caller) holds at `now`, re-entered: one hold more,
+    /// its expiry pushed to `expires_at` if that is later.
+    fn re_enter(
+        &self,
+        listed: &mut Vec<Listed>,
+        owner: &[u8],
+        now: Ticks,
+        expires_at: Ticks,
+    ) -> Result<Option<(usize, Grant)>, LeaseError> {
+        if let Some(i) = listed.iter().position(|l| *l.owner == *owner) {
+            let entry = &mut listed[i];
+            if let Some(expiry) = self.slots.live(entry.slot, LISTED, now) {
+                entry.holds = entry.holds.checked_add(1).ok_or(LeaseError::TooManyHolds)?;
+                let expiry = self.slots.set_expiry(entry.slot, expiry.max(expires_at));
+                return Ok(Some((
+                    entry.slot,
+                    Grant::new(entry.token, expiry, entry.holds),
+                )));
+            }
+            // Expired: its slot is free, and the owner gets a new lease.
+            self.slots.set_free(listed.swap_remove(i).slot);
+        }
+        // A caller naming the lease of one of the host's owners re-enters it as well;
+        // listed from now on (its guard's release then finds it listed), so releases
+        // count holds.
+        let Some(token) = made_token(owner) else {
+            return Ok(None);
+        };
+        let Some((slot, expiry)) = self.slots.list(token, now) else {
+            return Ok(None);
+        };
+        let expiry = self.slots.set_expiry(slot, expiry.max(expires_at));
+        listed.push(Listed {
+            owner: owner.into(),
+            token,
+            slot,
+            holds: 2,
+        });
+        Ok(Some((slot, Grant::new(token, expiry, 2))))
+    }
+
+    /// Releases the listed lease granted with `token` once, under the table's lock.
+    fn release_listed(&self, token: u64, live_at: Ticks) -> Released {
         let mut listed = self.listed.lock();
         let i = listed
             .iter()
             .position(|l| l.token == token)
             .ok_or(LeaseError::NotHeld)?;
-        let held = self
+        let slot = listed[i].slot;
+        let expires_at = self
             .slots
-            .held(slot, token, live_at)
+            .live(slot, LISTED, live_at)
             .ok_or(LeaseError::NotHeld)?;
         let holds = listed[i].holds - 1;
         if holds > 0 {
             listed[i].holds = holds;
-            return Ok(Grant::new(token, held.expires_at, holds));
+        } else {
+            listed.swap_remove(i);
+            self.slots.set_free(slot);
         }
-        listed.swap_remove(i);
-        let expires_at = self.slots.free(slot, token, live_at)?;
-        Ok(Grant::new(token, expires_at, 0))
+        Ok(Grant::new(token, expires_at, holds))
     }
 
     /// The leases unexpired now, oldest grant first, and the last token granted.
     pub fn state(&self) -> LeaseState {
         let now = self.clock.now().min(MAX_TICKS);
         let listed = self.listed.lock();
-        let mut leases: Vec<Lease> = (0..self.slots.words.len())
+        let mut leases: Vec<Lease> = (0..self.slots.slots.len())
             .filter_map(|slot| {
-                let (token, low) = self.slots.read(slot);
-                let expires_at = low & !LISTED;
-                (expires_at > now).then(|| {
-                    let entry = listed.iter().find(|l| l.token == token && l.slot == slot);
-                    match entry.filter(|_| low & LISTED != 0) {
-                        Some(l) => Lease::new(l.owner.to_vec(), token, expires_at, l.holds),
-                        None => Lease::new(made_owner(token).to_vec(), token, expires_at, 1),
-                    }
-                })
+                let (holder, expires_at) = self.slots.settled(slot);
+                if holder == FREE || expires_at <= now {
+                    return None;
+                }
+                if holder != LISTED {
+                    return Some(Lease::new(
+                        made_owner(holder).to_vec(),
+                        holder,
+                        expires_at,
+                        1,
+                    ));
+                }
+                let entry = listed.iter().find(|l| l.slot == slot)?;
+                Some(Lease::new(
+                    entry.owner.to_vec(),
+                    entry.token,
+                    expires_at,
+                    entry.holds,
+                ))
             })
             .collect();
         leases.sort_unstable_by_key(Lease::token);
@@ -319,13 +353,11 @@ impl<C: Clock + Sync> Host<()> for Leases<C> {
         } else {
             0
         };
-        let released = match self.slots.held(held.slot, held.token, live_at) {
-            Some(lease) if lease.listed => self.release_listed(held.slot, held.token, live_at),
-            Some(_) => self
-                .slots
-                .free(held.slot, held.token, live_at)
-                .map(|expires_at| Grant::new(held.token, expires_at, 0)),
-            None => Err(LeaseError::NotHeld),
+        // The host's own owner's lease, if its slot still names its token; else listed
+        // (given owners, and a host's owner a caller named since) or gone.
+        let released = match self.slots.free(held.slot, held.token, live_at) {
+            Some(expires_at) => Ok(Grant::new(held.token, expires_at, 0)),
+            None => self.release_listed(held.token, live_at),
         };
         self.listed.woken_by(&released);
         released
@@ -334,119 +366,203 @@ impl<C: Clock + Sync> Host<()> for Leases<C> {
     fn renew(&self, _: &(), held: &Held<'_>, ttl: Ticks) -> Released {
         check_ttl(ttl)?;
         let now = self.clock.now().min(MAX_TICKS);
-        let expires_at = now + ttl;
         let listed = self.listed.lock();
-        let expiry = self
-            .slots
-            .extend(held.slot, held.token, now, |_| expires_at, 0)
-            .ok_or(LeaseError::NotHeld)?;
-        let holds = listed
+        if self.slots.live(held.slot, held.token, now).is_some() {
+            let expiry = self.slots.set_expiry(held.slot, now + ttl);
+            return Ok(Grant::new(held.token, expiry, 1));
+        }
+        let entry = listed
             .iter()
             .find(|l| l.token == held.token)
-            .map_or(1, |l| l.holds);
-        Ok(Grant::new(held.token, expiry, holds))
+            .ok_or(LeaseError::NotHeld)?;
+        self.slots
+            .live(entry.slot, LISTED, now)
+            .ok_or(LeaseError::NotHeld)?;
+        let expiry = self.slots.set_expiry(entry.slot, now + ttl);
+        Ok(Grant::new(held.token, expiry, entry.holds))
     }
 }
 
-/// The leases of a [`Leases`] table, lock-free: `max` slots, each one 128-bit word
-/// holding a lease's fencing token (high half) and expiry (low half), claimed, renewed
-/// and freed by one compare-and-swap each. A slot is free once its expiry has passed;
-/// freeing it sets the expiry to zero but keeps the token, so a claim that read the slot
-/// before another thread claimed and freed it fails its compare-and-swap rather than
-/// holding a token older than that thread's.
+/// The leases of a [`Leases`] table: `max` slots, each two 64-bit words, its holder and
+/// its lease's expiry.
+///
+/// The holder is [`FREE`], [`RESERVED`] while a grant fills the slot, [`LISTED`] for a
+/// lease of an owner given by a caller (listed beside the slots under the table's lock),
+/// else the fencing token of a lease of the host's own owner. Tokens never repeat, so a
+/// compare-and-swap on the holder cannot mistake a later lease for an earlier one. A
+/// grant reserves a free slot (one compare-and-swap), takes its token and then writes the
+/// expiry and the holder: the token is taken while the slot is its own, so a later
+/// holder of the slot, which can only reserve it after that, takes a larger token. A
+/// release of the host's own owner's lease is one compare-and-swap of its token to
+/// [`FREE`]. Only a lease's holder writes its expiry; readers see a [`RESERVED`] slot
+/// out (a few instructions) before reading it. Expired leases are reclaimed, given
+/// owners listed and leases renewed under the table's lock, so none of those races
+/// another; only grants of free slots and releases go without it.
 struct Slots {
-    words: Box<[AtomicU128]>,
+    slots: Box<[Slot]>,
     /// The last fencing token granted; the next is `max(last + 1, now)`.
     last_token: AtomicU64,
 }
 
-/// Set in a slot's expiry while its owner, given by a caller, is listed beside the
-/// slots (expiries stay below `2^63`: `MAX_TICKS` plus a year).
-const LISTED: u64 = 1 << 63;
-
-/// A lease found in its slot.
-struct InSlot {
-    word: u128,
-    expires_at: Ticks,
-    listed: bool,
+#[derive(Default)]
+struct Slot {
+    holder: AtomicU64,
+    expires_at: AtomicU64,
 }
+
+/// A slot's holder when it holds no lease.
+const FREE: u64 = 0;
+/// A slot's holder while a grant fills it in.
+const RESERVED: u64 = u64::MAX;
+/// A slot's holder for a lease of an owner given by a caller.
+const LISTED: u64 = u64::MAX - 1;
+/// The largest token granted: the two above are holders, not tokens (the core's
+/// transitions grant up to `u64::MAX`, after `2^63` grants more than a table can make).
+const LAST_TOKEN: u64 = LISTED - 1;
 
 impl Slots {
     fn new(max: u64) -> Self {
-        let words = (0..max).map(|_| AtomicU128::new(0)).collect();
         Self {
-            words,
+            slots: (0..max).map(|_| Slot::default()).collect(),
             last_token: AtomicU64::new(0),
         }
     }
 
-    /// A slot's token and expiry bits.
-    fn read(&self, slot: usize) -> (u64, u64) {
-        self.words
-            .get(slot)
-            .map_or((0, 0), |w| split_word(w.load(Ordering::SeqCst)))
+    /// A slot's holder and expiry, once no grant is filling it in.
+    #[inline]
+    fn settled(&self, slot: usize) -> (u64, Ticks) {
+        let Some(slot) = self.slots.get(slot) else {
+            return (FREE, 0);
+        };
+        let mut spins = 0u32;
+        loop {
+            let holder = slot.holder.load(Ordering::SeqCst);
+            if holder != RESERVED {
+                let expires_at = slot.expires_at.load(Ordering::SeqCst);
+                // The holder unchanged, the expiry is its lease's.
+                if slot.holder.load(Ordering::SeqCst) == holder {
+                    return (holder, expires_at);
+                }
+            }
+            spins = spins.saturating_add(1);
+            if spins < 64 {
+                core::hint::spin_loop();
+            } else {
+                // The granting thread was preempted: let it run.
+                std::thread::yield_now();
+            }
+        }
     }
 
-    /// The lease granted with `token` in `slot`, if it is there and unexpired at `now`.
-    fn held(&self, slot: usize, token: u64, now: Ticks) -> Option<InSlot> {
-        let word = self.words.get(slot)?.load(Ordering::SeqCst);
-        let (found, low) = split_word(word);
-        let expires_at = low & !LISTED;
-        (found == token && expires_at > now).then_some(InSlot {
-            word,
-            expires_at,
-            listed: low & LISTED != 0,
+    /// The expiry of the lease `holder` holds in `slot`, if it is there and unexpired at
+    /// `now`.
+    #[inline]
+    fn live(&self, slot: usize, holder: u64, now: Ticks) -> Option<Ticks> {
+        let (found, expires_at) = self.settled(slot);
+        (found == holder && expires_at > now).then_some(expires_at)
+    }
+
+    /// Sets the expiry of the lease in `slot`, held by the caller; returns it.
+    fn set_expiry(&self, slot: usize, expires_at: Ticks) -> Ticks {
+        if let Some(slot) = self.slots.get(slot) {
+            slot.expires_at.store(expires_at, Ordering::SeqCst);
+        }
+        expires_at
+    }
+
+    /// Frees `slot`, whose listed lease the caller (under the table's lock) gives up.
+    fn set_free(&self, slot: usize) {
+        if let Some(slot) = self.slots.get(slot) {
+            slot.holder.store(FREE, Ordering::SeqCst);
+        }
+    }
+
+    /// Lists the lease granted to the host's owner with `token`, unexpired at `now`: its
+    /// slot and expiry.
+    fn list(&self, token: u64, now: Ticks) -> Option<(usize, Ticks)> {
+        (0..self.slots.len()).find_map(|slot| {
+            let expires_at = self.live(slot, token, now)?;
+            self.replace(slot, token, LISTED)
+                .then_some((slot, expires_at))
         })
     }
 
-    /// The slot of the lease granted with `token`, if it is unexpired at `now` and not
-    /// listed.
-    fn find(&self, token: u64, now: Ticks) -> Option<usize> {
-        (0..self.words.len()).find(|&slot| {
-            self.held(slot, token, now)
-                .is_some_and(|lease| !lease.listed)
+    /// Frees the lease of the host's owner granted with `token` in `slot` if it is
+    /// unexpired at `live_at`; its expiry.
+    #[inline]
+    fn free(&self, slot: usize, token: u64, live_at: Ticks) -> Option<Ticks> {
+        let place = self.slots.get(slot)?;
+        if place.holder.load(Ordering::SeqCst) != token {
+            return None;
+        }
+        // Its expiry, unless the lease was reclaimed meanwhile: then the
+        // compare-and-swap fails.
+        let expires_at = place.expires_at.load(Ordering::SeqCst);
+        (expires_at > live_at && self.replace(slot, token, FREE)).then_some(expires_at)
+    }
+
+    #[inline]
+    fn replace(&self, slot: usize, current: u64, holder: u64) -> bool {
+        self.slots.get(slot).is_some_and(|s| {
+            s.holder
+                .compare_exchange(current, holder, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
         })
     }
 
-    /// Claims a slot free at `now` for a new lease expiring at `expires_at` (with
-    /// `flags`), or the denial when all are held: its `retry_after` is the time until
-    /// the earliest expires.
-    fn claim(
+    /// Claims a free slot, lock-free, for a lease of the host's own owner; `None` if
+    /// none is free.
+    #[inline(always)]
+    fn claim_free(
         &self,
         now: Ticks,
         expires_at: Ticks,
-        flags: u64,
-    ) -> Result<(usize, Grant), AcquireError> {
-        let len = self.words.len();
-        let start = first_slot() % len;
-        let (mut earliest, mut latest) = (Ticks::MAX, 0);
+    ) -> Result<Option<(usize, Grant)>, LeaseError> {
+        let len = self.slots.len();
+        let start = first_slot(len);
         for slot in (start..len).chain(0..start) {
-            let mut current = self.words[slot].load(Ordering::SeqCst);
+            if self.slots[slot].holder.load(Ordering::SeqCst) == FREE
+                && self.replace(slot, FREE, RESERVED)
+            {
+                return self.fill(slot, now, expires_at, None).map(Some);
+            }
+        }
+        Ok(None)
+    }
+
+    /// Claims a slot free or expired at `now` (under the table's lock, `listed`) for a
+    /// lease expiring at `expires_at`, held by `holder` (`None`: the host's own owner, by
+    /// its token), or the denial when all are held: its `retry_after` is the time until
+    /// the earliest expires.
+    fn claim(
+        &self,
+        listed: &mut Vec<Listed>,
+        now: Ticks,
+        expires_at: Ticks,
+        holder: Option<u64>,
+    ) -> Result<(usize, Grant), AcquireError> {
+        let (mut earliest, mut latest) = (Ticks::MAX, 0);
+        for slot in 0..self.slots.len() {
             loop {
-                let expiry = split_word(current).1 & !LISTED;
-                if expiry > now {
+                let (found, expiry) = self.settled(slot);
+                if found != FREE && expiry > now {
                     earliest = earliest.min(expiry);
                     latest = latest.max(expiry);
                     break;
                 }
-                let token = self.next_token(now)?;
-                let word = (u128::from(token) << 64) | u128::from(expires_at | flags);
-                match self.words[slot].compare_exchange(
-                    current,
-                    word,
-                    Ordering::SeqCst,
-                    Ordering::SeqCst,
-                ) {
-                    Ok(_) => return Ok((slot, Grant::new(token, expires_at, 1))),
-                    // Claimed, or freed again, by another thread meanwhile (the token
-                    // taken is skipped, never reused).
-                    Err(actual) => current = actual,
+                if self.replace(slot, found, RESERVED) {
+                    // An expired listed lease leaves the list with its slot.
+                    if found == LISTED {
+                        listed.retain(|l| l.slot != slot);
+                    }
+                    return Ok(self.fill(slot, now, expires_at, holder)?);
                 }
+                // Freed or claimed by another thread meanwhile: read it again.
             }
         }
         let last = self.last_token.load(Ordering::SeqCst);
         let fresh_at = latest.max(last.saturating_add(1));
-        let max = len as u64;
+        let max = self.slots.len() as u64;
         Err(AcquireError::Busy(Decision::deny(
             max,
             0,
@@ -455,12 +571,44 @@ impl Slots {
         )))
     }
 
-    /// The next fencing token at `now`: `max(last + 1, now)`.
+    /// Fills in `slot`, reserved by the caller: a token taken now, then the expiry and
+    /// the holder (the token itself for the host's own owner).
+    #[inline(always)]
+    fn fill(
+        &self,
+        slot: usize,
+        now: Ticks,
+        expires_at: Ticks,
+        holder: Option<u64>,
+    ) -> Result<(usize, Grant), LeaseError> {
+        let place = &self.slots[slot];
+        let token = match self.next_token(now) {
+            Ok(token) => token,
+            Err(exhausted) => {
+                place.holder.store(FREE, Ordering::SeqCst);
+                return Err(exhausted);
+            }
+        };
+        place.expires_at.store(expires_at, Ordering::Release);
+        place
+            .holder
+            .store(holder.unwrap_or(token), Ordering::Release);
+        Ok((slot, Grant::new(token, expires_at, 1)))
+    }
+
+    /// The next fencing token at `now`: `max(last + 1, now)`. One `fetch_add` while the
+    /// tokens run ahead of the clock (wait-free), else a compare-and-swap.
+    #[inline(always)]
     fn next_token(&self, now: Ticks) -> Result<u64, LeaseError> {
         let mut last = self.last_token.load(Ordering::SeqCst);
+        // Far below the end, so that adds racing this one cannot pass it.
+        if last >= now.saturating_sub(1) && last < LAST_TOKEN / 2 {
+            return Ok(self.last_token.fetch_add(1, Ordering::SeqCst) + 1);
+        }
         loop {
             let token = last
                 .checked_add(1)
+                .filter(|&t| t <= LAST_TOKEN)
                 .ok_or(LeaseError::TokensExhausted)?
                 .max(now);
             match self.last_token.compare_exchange_weak(
@@ -474,57 +622,29 @@ impl Slots {
             }
         }
     }
-
-    /// Moves the expiry of the lease granted with `token` in `slot`, unexpired at `now`,
-    /// to `expiry(current)`, adding `flags`; the new expiry, `None` if not held.
-    fn extend(
-        &self,
-        slot: usize,
-        token: u64,
-        now: Ticks,
-        expiry: impl Fn(Ticks) -> Ticks,
-        flags: u64,
-    ) -> Option<Ticks> {
-        loop {
-            let lease = self.held(slot, token, now)?;
-            let expires_at = expiry(lease.expires_at);
-            let kept = if lease.listed { LISTED } else { 0 };
-            let word = (u128::from(token) << 64) | u128::from(expires_at | kept | flags);
-            if self.replace(slot, lease.word, word) {
-                return Some(expires_at);
-            }
-        }
-    }
-
-    /// Frees the lease granted with `token` in `slot` if it is unexpired at `live_at`;
-    /// its expiry.
-    fn free(&self, slot: usize, token: u64, live_at: Ticks) -> Result<Ticks, LeaseError> {
-        loop {
-            let lease = self.held(slot, token, live_at).ok_or(LeaseError::NotHeld)?;
-            if self.replace(slot, lease.word, u128::from(token) << 64) {
-                return Ok(lease.expires_at);
-            }
-        }
-    }
-
-    fn replace(&self, slot: usize, current: u128, word: u128) -> bool {
-        self.words.get(slot).is_some_and(|w| {
-            w.compare_exchange(current, word, Ordering::SeqCst, Ordering::SeqCst)
-                .is_ok()
-        })
-    }
 }
 
-/// Where this thread starts looking for a free slot: threads start four slots (a cache
-/// line) apart, so that two of them rarely write the same line.
-fn first_slot() -> usize {
+/// Where this thread starts looking for a free slot of `len`: threads start four slots
+/// (a cache line) apart, so that two of them rarely write the same line.
+#[inline]
+fn first_slot(len: usize) -> usize {
     static THREADS: AtomicUsize = AtomicUsize::new(0);
-    std::thread_local!(static FIRST: usize = THREADS.fetch_add(4, Ordering::Relaxed));
-    FIRST.with(|first| *first)
+    std::thread_local!(static FIRST: Cell<usize> = const { Cell::new(usize::MAX) });
+    let mut first = FIRST.get();
+    if first == usize::MAX {
+        first = THREADS.fetch_add(4, Ordering::Relaxed) & (usize::MAX >> 1);
+        FIRST.set(first);
+    }
+    if first < len {
+        first
+    } else {
+        first % len
+    }
 }
 
 /// The owner of a lease of the host's own: `0xff` (which no UTF-8 text starts with)
 /// and its token, unique in its table.
+#[inline]
 fn made_owner(token: u64) -> [u8; 9] {
     let mut owner = [0xff; 9];
     owner[1..].copy_from_slice(&token.to_be_bytes());
