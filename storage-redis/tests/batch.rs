@@ -301,3 +301,36 @@ fn async_batches() {
         });
     }
 }
+
+/// A batch at the server's time decides all its requests at one time, read once (as the
+/// module's does): a fresh bucket's admissions each push its reset exactly one emission
+/// interval further, where a time read per request would move between them.
+#[test]
+fn a_batch_at_the_server_time_is_at_one_time() {
+    let server = Server::start_with_module(false);
+    let mut con = server.connection();
+    let interval = SECOND * 3600;
+    let requests: Vec<(&[u8], u64)> = vec![(b"k", 1); 7];
+    for path in [Path::Module, Path::Functions] {
+        let limiter = RedisLimiter::new(TokenBucket::new(5, 1, interval).unwrap())
+            .unwrap()
+            .with_prefix(prefix())
+            .with_path(path)
+            .unwrap();
+        let decisions: Vec<Decision> = limiter
+            .check_batch(&mut con, &requests)
+            .unwrap()
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+        let resets: Vec<Ticks> = decisions.iter().map(|d| d.reset_after).collect();
+        let allowed: Vec<bool> = decisions.iter().map(|d| d.allowed).collect();
+        assert_eq!(
+            allowed,
+            [true, true, true, true, true, false, false],
+            "{path:?}"
+        );
+        let want: Vec<Ticks> = (1..=5).chain([5, 5]).map(|i| i * interval).collect();
+        assert_eq!(resets, want, "{path:?}");
+    }
+}
