@@ -363,7 +363,7 @@ pin_project_lite::pin_project! {
     #[project = StateProj]
     enum State<F, B, E> {
         /// Admitted in process: the inner service's future, then the headers.
-        Stamped { #[pin] future: F, stamp: Option<Stamp> },
+        Stamped { #[pin] future: F, stamp: Stamp },
         /// Admitted in process, no headers to write: the inner service's future alone.
         Passthrough { #[pin] future: F },
         /// Anything that waits: a remote verdict, a reservation, a strategy.
@@ -382,10 +382,7 @@ impl<F, B, E> std::fmt::Debug for ResponseFuture<F, B, E> {
 impl<F, B, E> ResponseFuture<F, B, E> {
     fn stamped(future: F, stamp: Stamp) -> Self {
         Self {
-            state: State::Stamped {
-                future,
-                stamp: Some(stamp),
-            },
+            state: State::Stamped { future, stamp },
         }
     }
 
@@ -421,10 +418,7 @@ where
             StateProj::Passthrough { future } => future.poll(cx),
             StateProj::Stamped { future, stamp } => {
                 let mut response = std::task::ready!(future.poll(cx))?;
-                // Taken once: the future is done after this.
-                if let Some(stamp) = stamp.take() {
-                    stamp.apply(response.headers_mut());
-                }
+                stamp.apply(response.headers_mut());
                 Poll::Ready(Ok(response))
             }
             StateProj::Boxed { future } => future.as_mut().poll(cx),
