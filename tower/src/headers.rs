@@ -1,8 +1,7 @@
 //! The response headers: IETF `RateLimit-Policy` / `RateLimit` (httpapi draft, structured
 //! fields), `Retry-After`, and optionally the legacy `X-RateLimit-*`.
 
-use std::collections::BTreeMap;
-use std::sync::{Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -23,68 +22,27 @@ const X_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
 pub const MAX_NAME: usize = 64;
 
 /// A named policy as clients see it: `RateLimit-Policy: "name";q=100;w=60`. Cheap to
-/// copy: its text is kept once per process (see [`new`](Self::new)).
-#[derive(Debug, Clone, Copy)]
+/// clone: its text is made once and shared.
+#[derive(Debug, Clone)]
 pub struct Policy {
-    text: &'static Text,
+    text: Arc<Text>,
 }
 
-/// A policy's text, kept for the life of the process so that every response's
-/// `RateLimit-Policy` is a static value, cloned without a reference count.
+/// A policy's text, made once per policy.
 #[derive(Debug)]
 struct Text {
     /// `"name";q=100;w=60`.
     header: HeaderValue,
     /// `name`.
-    name: &'static str,
+    name: Box<str>,
     /// `"name";`, the start of every `RateLimit` value.
-    prefix: &'static [u8],
-}
-
-/// The most distinct policies (name, quota, period) a process keeps: they are never
-/// freed, so a program making policies without end gets an error, not a leak.
-pub const MAX_POLICIES: usize = 4096;
-
-/// The texts kept so far, by their `RateLimit-Policy` value.
-type Texts = BTreeMap<&'static str, &'static Text>;
-
-/// This process's texts.
-static TEXTS: Mutex<Texts> = Mutex::new(BTreeMap::new());
-
-/// `text` (`"name";q=..;w=..`, whose name is `name_len` bytes) as kept in `texts`: the
-/// copy already there, else a new one unless `texts` holds `max` already.
-fn keep(
-    texts: &mut Texts,
-    max: usize,
-    text: String,
-    name_len: usize,
-) -> Result<&'static Text, Error> {
-    if let Some(&kept) = texts.get(text.as_str()) {
-        return Ok(kept);
-    }
-    if texts.len() >= max {
-        return Err(Error::TooManyPolicies);
-    }
-    let text: &'static str = Box::leak(text.into_boxed_str());
-    let name = &text[1..=name_len];
-    // Checked names and digits: never an error.
-    let header = HeaderValue::from_maybe_shared(Bytes::from_static(text.as_bytes()))
-        .map_err(|_| Error::PolicyName(name.to_owned()))?;
-    let kept = Box::leak(Box::new(Text {
-        header,
-        name,
-        prefix: &text.as_bytes()[..name_len + 3],
-    }));
-    texts.insert(text, kept);
-    Ok(kept)
+    prefix: Box<[u8]>,
 }
 
 impl Policy {
     /// The policy `name` admitting `quota` units per `window` (rounded up to whole
     /// seconds). Names are 1 to 64 letters, digits, `-`, `_` and `.`, so that every
     /// structured field parser reads them back unchanged; anything else is an error.
-    /// The text is kept once per process for every policy with the same three values;
-    /// past [`MAX_POLICIES`] distinct ones, a new one is an error.
     pub fn new(name: &str, quota: u64, window: Duration) -> Result<Self, Error> {
         let valid = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
         if name.is_empty() || name.len() > MAX_NAME || !name.chars().all(valid) {
@@ -92,10 +50,14 @@ impl Policy {
         }
         let window = window.as_micros().div_ceil(u128::from(SECOND));
         let text = format!("\"{name}\";q={quota};w={window}");
-        // A poisoned lock still holds a consistent map: entries are inserted whole.
-        let mut texts = TEXTS.lock().unwrap_or_else(PoisonError::into_inner);
-        let text = keep(&mut texts, MAX_POLICIES, text, name.len())?;
-        Ok(Self { text })
+        Ok(Self {
+            text: Arc::new(Text {
+                name: name.into(),
+                prefix: format!("\"{name}\";").into_bytes().into(),
+                header: HeaderValue::from_maybe_shared(Bytes::from(text))
+                    .map_err(|_| Error::PolicyName(name.to_owned()))?,
+            }),
+        })
     }
 
     /// The policy `name` of a [`Quota`]: `q` its limit, `w` its period.
@@ -105,7 +67,7 @@ impl Policy {
 
     /// The name.
     pub fn name(&self) -> &str {
-        self.text.name
+        &self.text.name
     }
 
     /// Sets the headers a response gets for `decision`: `RateLimit-Policy` and
@@ -165,7 +127,7 @@ impl Headers {
 /// The rate-limit headers of one decision: the figures they need, carried in an
 /// admitted request's response future (small, since the future is moved a few times
 /// per request) and written when the response arrives.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 pub(crate) struct Stamp {
     policy: Policy,
     limit: u64,
@@ -179,7 +141,7 @@ impl Stamp {
     /// The headers `which` asks for.
     pub(crate) fn new(policy: &Policy, decision: &Decision, which: Headers) -> Self {
         Self {
-            policy: *policy,
+            policy: policy.clone(),
             limit: decision.limit,
             remaining: decision.remaining,
             reset: reset_seconds(decision),
@@ -187,7 +149,7 @@ impl Stamp {
         }
     }
 
-    pub(crate) fn apply(self, headers: &mut HeaderMap) {
+    pub(crate) fn apply(&self, headers: &mut HeaderMap) {
         if self.which.ietf {
             headers.insert(RATELIMIT_POLICY, self.policy.text.header.clone());
             if let Some(value) = self.ratelimit() {
@@ -205,7 +167,7 @@ impl Stamp {
     fn ratelimit(&self) -> Option<HeaderValue> {
         let (mut remaining, mut t) = (itoa::Buffer::new(), itoa::Buffer::new());
         let (remaining, t) = (remaining.format(self.remaining), t.format(self.reset));
-        let prefix = self.policy.text.prefix;
+        let prefix = &self.policy.text.prefix;
         // One exactly sized allocation, handed to the header value as it is: this runs
         // for every request.
         let mut value = Vec::with_capacity(prefix.len() + 2 + remaining.len() + 3 + t.len());
@@ -280,29 +242,6 @@ mod tests {
         let h = stamped(Decision::admit(100, 7, 4 * SECOND, 4 * SECOND));
         assert_eq!(get(&h, "ratelimit"), Some("\"api\";r=7;t=0"));
         assert_eq!(get(&h, "x-ratelimit-reset"), Some("0"));
-    }
-
-    #[test]
-    fn texts_are_kept_once_and_bounded() {
-        let a = Policy::new("kept", 100, Duration::from_secs(60)).unwrap();
-        let b = Policy::of("kept", &Quota::per(100, Duration::from_millis(59_001))).unwrap();
-        assert!(std::ptr::eq(a.text, b.text), "the same text is kept once");
-        let c = Policy::new("kept", 101, Duration::from_secs(60)).unwrap();
-        assert!(!std::ptr::eq(a.text, c.text));
-        assert_eq!((a.name(), c.name()), ("kept", "kept"));
-        assert_eq!(c.text.header, "\"kept\";q=101;w=60");
-        assert_eq!(c.text.prefix, b"\"kept\";");
-        // A map of its own, bounded at two: a third text is refused, known ones are not.
-        let mut texts = Texts::new();
-        let text = |q: u64| format!("\"b\";q={q};w=1");
-        let one = keep(&mut texts, 2, text(1), 1).unwrap();
-        keep(&mut texts, 2, text(2), 1).unwrap();
-        assert!(matches!(
-            keep(&mut texts, 2, text(3), 1),
-            Err(Error::TooManyPolicies)
-        ));
-        assert!(std::ptr::eq(keep(&mut texts, 2, text(1), 1).unwrap(), one));
-        assert_eq!(texts.len(), 2);
     }
 
     #[test]

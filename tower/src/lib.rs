@@ -63,7 +63,7 @@ mod service;
 mod strategy;
 
 pub use concurrency::{ConcurrencyLimit, ConcurrencyLimitLayer, LeaseBody};
-pub use headers::{Policy, MAX_NAME, MAX_POLICIES, RATELIMIT, RATELIMIT_POLICY};
+pub use headers::{Policy, MAX_NAME, RATELIMIT, RATELIMIT_POLICY};
 pub use key::{Cidr, Key, KeyError, KeyExtractor, KeyFn};
 #[cfg(feature = "redis")]
 pub use limiter::RedisBackend;
@@ -86,9 +86,6 @@ pub enum Error {
     /// A policy name that is not 1 to 64 letters, digits, `-`, `_` and `.`.
     #[error("policy names are 1 to 64 letters, digits, '-', '_' and '.': {0:?}")]
     PolicyName(String),
-    /// More distinct policies than a process keeps ([`MAX_POLICIES`]).
-    #[error("more than {MAX_POLICIES} distinct policies in one process")]
-    TooManyPolicies,
     /// The template has no such parameter.
     #[error("the path template {0:?} has no parameter {{{1}}}")]
     PathParam(String, &'static str),
