@@ -436,15 +436,16 @@ impl Divisor {
             // The remainder is below `d`, which is a u64.
             return (n / d, u64::try_from(n % d).unwrap_or(0));
         };
-        // `inverse / 2^64` lies within `2 / 2^64` below `1 / d`, so for `n < 2^64` the
-        // estimate is at most 2 below the quotient; the loop corrects it.
-        let mut q = u64::try_from(wide(n, self.inverse) >> 64).unwrap_or(0);
-        let mut r = n - q * self.d;
-        while r >= self.d {
-            q += 1;
-            r -= self.d;
-        }
-        (u128::from(q), r)
+        // `inverse ≥ 2^64 / d − 1`, so `n × inverse / 2^64 > n / d − 1` for `n < 2^64`:
+        // the estimate is the quotient or one below it. One step corrects it without a
+        // branch or a loop, which a caller that never reads the result can drop.
+        let q = u64::try_from(wide(n, self.inverse) >> 64).unwrap_or(0);
+        let r = n - q * self.d;
+        let short = r >= self.d;
+        (
+            u128::from(q + u64::from(short)),
+            r - if short { self.d } else { 0 },
+        )
     }
 }
 

@@ -240,7 +240,7 @@ impl<S: WordState + Send> NarrowCell<S> {
     /// `transition` decides instead.
     ///
     /// [`update`]: StateCell::update
-    #[inline]
+    #[inline(always)]
     pub(crate) fn update_word<T>(
         &self,
         mut step: impl FnMut(u64) -> Option<(T, u64)>,
@@ -260,6 +260,14 @@ impl<S: WordState + Send> NarrowCell<S> {
                 }
             }
         }
+        self.update_cold(transition)
+    }
+
+    /// [`update`](StateCell::update) out of line, for the word path's rare fallback, so
+    /// that the hot path keeps its registers (stores before its compare-and-swap delay it).
+    #[cold]
+    #[inline(never)]
+    fn update_cold(&self, transition: impl FnMut(Option<S>) -> (Decision, Option<S>)) -> Decision {
         self.update(transition)
     }
 }
@@ -524,11 +532,11 @@ macro_rules! narrow_bucket {
                 BucketCell::new(self, self.params())
             }
 
-            #[inline]
+            #[inline(always)]
             fn decide_in(&self, cell: &BucketCell, now: Ticks, cost: u64) -> Decision {
                 cell.update_with(
-                    |word, w| word.check(w, now, cost),
-                    |state| self.decide(state, now, cost),
+                    move |word, w| word.check(w, now, cost),
+                    move |state| self.decide(state, now, cost),
                 )
             }
 
@@ -541,8 +549,8 @@ macro_rules! narrow_bucket {
                 max_wait: Ticks,
             ) -> Decision {
                 cell.update_with(
-                    |word, w| word.decide(w, now, cost, max_wait),
-                    |state| self.reserve(state, now, cost, max_wait),
+                    move |word, w| word.decide(w, now, cost, max_wait),
+                    move |state| self.reserve(state, now, cost, max_wait),
                 )
             }
         }

@@ -34,6 +34,7 @@ impl<A: InMemory, C: Clock> DirectLimiter<A, C> {
     }
 
     /// Decides a request of `cost` now: the "reject" strategy.
+    #[inline]
     pub fn check(&self, cost: u64) -> Decision {
         self.algorithm.decide_in(&self.cell, self.clock.now(), cost)
     }

@@ -1,0 +1,174 @@
+//! Runs `n` decisions of one limiter of the `memory` bench, to count their instructions
+//! under callgrind where timings are too noisy (a shared machine):
+//!
+//! ```text
+//! cargo build --release -p tollgate-benches --example memory_instructions
+//! valgrind --tool=callgrind --callgrind-out-file=/dev/null --collect-atstart=no \
+//!     --toggle-collect='*memory_instructions::measured*' \
+//!     target/release/examples/memory_instructions tollgate_direct 200000
+//! ```
+//!
+//! The instructions per decision are the difference between runs of 200 000 and
+//! 100 000 decisions, over 100 000. The keyed limiters are filled with the bench's
+//! 100 000 keys before the count, as in the bench.
+//!
+//! `race_direct`, `race_keyed` and `race_clock` time tollgate and governor in one process
+//! instead, in alternating blocks of `N` decisions (`race_direct 500000`): the fastest
+//! blocks of each are the least disturbed by other work on a shared machine, so their
+//! ratio repeats where two separate timings do not.
+
+use std::hint::black_box;
+use std::num::NonZeroU32;
+
+use governor::clock::{Clock as _, QuantaClock};
+use governor::{Quota, RateLimiter};
+use tollgate_core::memory::{DirectLimiter, KeyedLimiter};
+use tollgate_core::{Clock, MonotonicClock, TokenBucket, SECOND};
+
+const KEYS: u64 = 100_000;
+
+fn quota(rate: u32) -> Quota {
+    Quota::per_second(NonZeroU32::new(rate).unwrap())
+}
+
+fn bucket(rate: u32) -> TokenBucket {
+    TokenBucket::new(rate.into(), rate.into(), SECOND).unwrap()
+}
+
+/// The bench's pseudo-random walk over the keys.
+fn key(i: u32) -> u64 {
+    let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ u64::from(i).wrapping_mul(0xA24B_AED4_963E_E407);
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    x % KEYS
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let (Some(name), Some(n)) = (args.next(), args.next().and_then(|n| n.parse::<u32>().ok()))
+    else {
+        eprintln!(
+            "usage: memory_instructions tollgate_direct|governor_direct|tollgate_keyed|governor_keyed|tollgate_clock|governor_clock|race_direct|race_keyed|race_clock N"
+        );
+        std::process::exit(2);
+    };
+    match name.as_str() {
+        "race_direct" => {
+            let tollgate = DirectLimiter::new(bucket(1_000_000_000));
+            let governor = RateLimiter::direct(quota(1_000_000_000));
+            race(
+                n,
+                |_| assert!(tollgate.check(1).allowed),
+                |_| assert!(governor.check().is_ok()),
+            );
+        }
+        "race_clock" => {
+            let tollgate = MonotonicClock::new();
+            let governor = QuantaClock::default();
+            race(
+                n,
+                |_| {
+                    black_box(tollgate.now());
+                },
+                |_| {
+                    black_box(governor.now());
+                },
+            );
+        }
+        "race_keyed" => {
+            let tollgate = KeyedLimiter::new(bucket(1_000), 200_000);
+            let governor = RateLimiter::keyed(quota(1_000));
+            (0..KEYS).for_each(|k| {
+                assert!(tollgate.check(&k, 1).allowed);
+                assert!(governor.check_key(&k).is_ok());
+            });
+            race(
+                n,
+                |i| {
+                    black_box(tollgate.check(&key(i), 1).allowed);
+                },
+                |i| {
+                    black_box(governor.check_key(&key(i)).is_ok());
+                },
+            );
+        }
+        "tollgate_direct" => {
+            let limiter = DirectLimiter::new(bucket(1_000_000_000));
+            measured(n, |_| assert!(limiter.check(1).allowed));
+        }
+        "governor_direct" => {
+            let limiter = RateLimiter::direct(quota(1_000_000_000));
+            measured(n, |_| assert!(limiter.check().is_ok()));
+        }
+        "tollgate_keyed" => {
+            let limiter = KeyedLimiter::new(bucket(1_000), 200_000);
+            (0..KEYS).for_each(|k| assert!(limiter.check(&k, 1).allowed));
+            measured(n, |i| {
+                black_box(limiter.check(&key(i), 1).allowed);
+            });
+        }
+        "governor_keyed" => {
+            let limiter = RateLimiter::keyed(quota(1_000));
+            (0..KEYS).for_each(|k| assert!(limiter.check_key(&k).is_ok()));
+            measured(n, |i| {
+                black_box(limiter.check_key(&key(i)).is_ok());
+            });
+        }
+        "tollgate_clock" => {
+            let clock = MonotonicClock::new();
+            measured(n, |_| {
+                black_box(clock.now());
+            });
+        }
+        "governor_clock" => {
+            let clock = QuantaClock::default();
+            measured(n, |_| {
+                black_box(clock.now());
+            });
+        }
+        _ => {
+            eprintln!("no limiter {name}");
+            std::process::exit(2);
+        }
+    }
+}
+
+/// The `n` decisions callgrind counts (its `--toggle-collect`).
+#[inline(never)]
+fn measured(n: u32, mut decide: impl FnMut(u32)) {
+    for i in 0..n {
+        decide(i);
+    }
+}
+
+/// Alternates blocks of `n` decisions of each, 40 rounds, and prints the fastest and
+/// the median block of each in ns per decision: the fastest blocks are the least
+/// disturbed by other work on a shared machine.
+fn race(n: u32, mut tollgate: impl FnMut(u32), mut governor: impl FnMut(u32)) {
+    let mut times = [Vec::new(), Vec::new()];
+    for _ in 0..40 {
+        for (side, decide) in [&mut tollgate as &mut dyn FnMut(u32), &mut governor]
+            .into_iter()
+            .enumerate()
+        {
+            let start = std::time::Instant::now();
+            for i in 0..n {
+                decide(i);
+            }
+            times[side].push(start.elapsed().as_secs_f64() * 1e9 / f64::from(n));
+        }
+    }
+    for t in &mut times {
+        t.sort_by(f64::total_cmp);
+    }
+    println!(
+        "tollgate min {:.1} med {:.1} | governor min {:.1} med {:.1} | ratio min {:.2} med {:.2}",
+        times[0][0],
+        times[0][20],
+        times[1][0],
+        times[1][20],
+        times[0][0] / times[1][0],
+        times[0][20] / times[1][20]
+    );
+}
