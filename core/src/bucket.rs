@@ -537,6 +537,12 @@ impl WordGcra {
         }
     }
 
+    /// The instant the state `word` holds is fresh again: its arrival time in whole
+    /// ticks, rounded up.
+    pub(crate) fn fresh_at(&self, word: u64) -> Ticks {
+        self.rate.quotient_up(word)
+    }
+
     /// The decision of a [`Verdict`]: its durations divided back into ticks.
     #[inline(always)]
     pub(crate) fn decision(&self, v: Verdict) -> Decision {

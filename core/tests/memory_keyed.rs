@@ -161,6 +161,41 @@ fn a_full_limiter_evicts_the_keys_closest_to_fresh() {
 }
 
 #[test]
+fn fresh_keys_stay_until_the_shard_is_full_then_go_before_any_live_key() {
+    let max_keys = 1000;
+    let limiter = KeyedLimiter::with_hasher(
+        TokenBucket::new(1000, 1000, SECOND).unwrap(),
+        max_keys,
+        ManualClock::new(0),
+        OneShard,
+    );
+    let shard_capacity = (max_keys / limiter.shard_count()) as u64;
+    // Keys 0 to 63 are fresh again after a millisecond.
+    for key in 0..64 {
+        assert!(limiter.check(&key, 1).allowed);
+    }
+    limiter.clock().advance(2_000);
+    // Live keys up to the shard's capacity: the fresh ones are held meanwhile, and
+    // decided as fresh.
+    for key in 64..shard_capacity {
+        assert!(limiter.check(&key, 1000).allowed);
+    }
+    assert_eq!(limiter.len() as u64, shard_capacity);
+    assert_eq!(limiter.peek(&0, 0).remaining, 1000);
+    // One more: the full shard drops its fresh keys, and evicts no live key.
+    assert!(limiter.check(&shard_capacity, 1).allowed);
+    assert_eq!(limiter.evicted(), 0);
+    assert_eq!(limiter.len() as u64, shard_capacity - 64 + 1);
+    for key in 64..shard_capacity {
+        assert_eq!(
+            limiter.peek(&key, 0).remaining,
+            0,
+            "key {key} kept its state"
+        );
+    }
+}
+
+#[test]
 fn a_key_spray_never_grows_past_the_cap() {
     const CAP: usize = 100_000;
     const SPRAY: u64 = 10_000_000;

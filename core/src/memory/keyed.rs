@@ -2,7 +2,6 @@ use core::borrow::Borrow;
 use core::hash::{BuildHasher, Hash};
 use core::sync::atomic::{AtomicU64, Ordering};
 use std::borrow::ToOwned;
-use std::boxed::Box;
 use std::collections::hash_map::RandomState;
 use std::sync::{Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
@@ -10,22 +9,24 @@ use std::vec::Vec;
 
 use hashbrown::hash_table::{Entry as TableEntry, HashTable};
 
-use super::cell::{publish, WordUnits, MOVING, WIDE};
+use super::cell::{publish, WordUnits};
 use super::wait;
 use crate::bucket::{Verdict, WordGcra};
 use crate::{Algorithm, Clock, Decision, MonotonicClock, Reserve, Ticks};
 
 /// A limit per key (user, IP, route), with memory bounded by a maximum number of keys.
 ///
-/// Keys live in shards, each behind its own read-write lock. A decision on a key
-/// already held takes its shard's lock shared and writes the key's own state alone: one
-/// compare-and-swap of its 64-bit word for the buckets (decided in the word's units, see
-/// [`BucketCell`](super::BucketCell)), the key's own mutex for the other algorithms. Only
-/// a new key, a sweep and an eviction take a shard's lock exclusively, so no decision
-/// is in flight on an entry they drop. A key whose state is fresh again is dropped: when
-/// a decision leaves it fresh, and by a sweep whenever a shard has doubled since its last
-/// one. A key spray cannot grow the map past `max_keys`: a shard that is full after
-/// sweeping evicts the eighth of its keys closest to fresh (counted in
+/// Keys live in shards, each behind its own read-write lock. A key's entry is the key and
+/// one 64-bit word (16 bytes for a `u64` key). A decision on a key already held takes its
+/// shard's lock shared and writes the key's own state alone: one compare-and-swap of its
+/// word for the buckets (decided in the word's units, see
+/// [`BucketCell`](super::BucketCell)), for the other algorithms the mutex of the state
+/// the word points to. Only a new key, a sweep and an eviction take a shard's lock
+/// exclusively, so no decision is in flight on an entry they drop. A key whose state is
+/// fresh again is dropped when a decision leaves it fresh, else when its shard is full
+/// (or by [`sweep`](Self::sweep)). A key spray cannot grow the map past `max_keys`: a
+/// full shard that has less than an eighth free after dropping its fresh keys evicts
+/// the keys closest to fresh until an eighth is (counted in
 /// [`evicted`](Self::evicted)); an evicted key starts fresh if it returns. Nothing is
 /// ever admitted without being decided.
 #[derive(Debug)]
@@ -54,34 +55,110 @@ type ShardLock<K, S> = Padded<RwLock<Shard<K, S>>>;
 
 #[derive(Debug)]
 struct Shard<K, S> {
-    table: HashTable<Entry<K, S>>,
+    table: HashTable<Entry<K>>,
+    /// The states that are not in their entry's word.
+    wide: WideStates<S>,
     /// The most keys this shard holds.
     capacity: usize,
-    /// Sweep fresh keys when the table reaches this length.
-    sweep_at: usize,
 }
 
-/// No hash is kept: rehashing the key when the table grows is cheaper than a smaller
-/// share of the cache for every lookup.
+/// A key and its state's word. No hash is kept: rehashing the key when the table grows
+/// is cheaper than a smaller share of the cache for every lookup, and the entry is as
+/// small as governor's (a lookup's second cache miss is the entry's line).
 #[derive(Debug)]
-struct Entry<K, S> {
+struct Entry<K> {
     key: K,
-    /// The state as a word of the bucket's units (zero for fresh), or [`WIDE`]: the
-    /// state is in `wide` (always, for the algorithms that are not buckets).
+    /// A bucket's state as a word of its units (zero for fresh) if below [`WIDE_FROM`],
+    /// else `WIDE_FROM + i`: the state is the shard's `wide` state `i` (always, for the
+    /// algorithms that are not buckets; for a bucket whose state outgrew the word).
     word: AtomicU64,
-    /// The instant the state is fresh again, as the last decision saw it: the order of
-    /// eviction. Stored under `wide`'s lock, so exact for its states; a word's may lag
-    /// behind (two decisions storing theirs in the other order), so a sweep asks the
-    /// word itself.
-    fresh_at: AtomicU64,
-    /// The state where the word does not hold it: set when the key is added, or when a
-    /// bucket's state outgrows the word (under the shard's exclusive lock). Boxed, so
-    /// that a bucket's entry stays small.
-    wide: Option<Box<Mutex<Option<S>>>>,
 }
 
-/// Shards never sweep below this many keys: small tables are cheap to keep.
-pub(super) const MIN_SWEEP: usize = 64;
+/// The first word that names a wide state rather than holding a bucket's: a bucket's
+/// word reaches it only past the year 2554 for the densest units (then decided on the
+/// exact path, as any state that outgrows the word), and a shard could not hold 2^40
+/// wide states.
+pub(super) const WIDE_FROM: u64 = u64::MAX - (1 << 40);
+
+/// A shard's states that are not in a word, each behind its own mutex, and the slots
+/// free for reuse. Slots are taken and freed under the shard's exclusive lock only.
+#[derive(Debug)]
+struct WideStates<S> {
+    slots: Vec<WideState<S>>,
+    free: Vec<usize>,
+}
+
+#[derive(Debug)]
+struct WideState<S> {
+    state: Mutex<Option<S>>,
+    /// The instant the state is fresh again, stored under `state`'s lock: the order of
+    /// eviction.
+    fresh_at: AtomicU64,
+}
+
+impl<K, S> Shard<K, S> {
+    /// Keeps the entries `keep` accepts, freeing the wide states of the others.
+    fn retain(&mut self, mut keep: impl FnMut(&Entry<K>, &WideStates<S>) -> bool) {
+        let mut released = Vec::new();
+        self.table.retain(|e| {
+            let kept = keep(e, &self.wide);
+            if !kept && *e.word.get_mut() >= WIDE_FROM {
+                released.push(*e.word.get_mut());
+            }
+            kept
+        });
+        for word in released {
+            self.wide.release(word);
+        }
+    }
+}
+
+impl<S> WideStates<S> {
+    const fn new() -> Self {
+        Self {
+            slots: Vec::new(),
+            free: Vec::new(),
+        }
+    }
+
+    /// The state a word names; `None` for a word that names none.
+    fn get(&self, word: u64) -> Option<&WideState<S>> {
+        let index = usize::try_from(word.checked_sub(WIDE_FROM)?).ok()?;
+        self.slots.get(index)
+    }
+
+    /// A slot holding `state`, and the word that names it.
+    fn add(&mut self, state: Option<S>) -> (u64, &WideState<S>) {
+        let index = match self.free.pop() {
+            Some(index) if index < self.slots.len() => index,
+            _ => {
+                self.slots.push(WideState {
+                    state: Mutex::new(None),
+                    fresh_at: AtomicU64::new(0),
+                });
+                self.slots.len() - 1
+            }
+        };
+        // Below the length: checked above, or just pushed.
+        let slot = &mut self.slots[index];
+        *slot.state.get_mut().unwrap_or_else(PoisonError::into_inner) = state;
+        (WIDE_FROM + index as u64, slot)
+    }
+
+    /// Frees the slot an entry's `word` names, if it names one: its entry is dropped.
+    fn release(&mut self, word: u64) {
+        let Some(index) = word
+            .checked_sub(WIDE_FROM)
+            .and_then(|i| usize::try_from(i).ok())
+        else {
+            return;
+        };
+        if let Some(slot) = self.slots.get_mut(index) {
+            *slot.state.get_mut().unwrap_or_else(PoisonError::into_inner) = None;
+            self.free.push(index);
+        }
+    }
+}
 
 impl<K: Hash + Eq, A: Algorithm> KeyedLimiter<K, A> {
     /// A limiter holding at most `max_keys` keys (at least one), on the process's
@@ -107,8 +184,8 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C,
             .map(|capacity| {
                 Padded(RwLock::new(Shard {
                     table: HashTable::new(),
+                    wide: WideStates::new(),
                     capacity,
-                    sweep_at: MIN_SWEEP.min(capacity),
                 }))
             })
             .collect();
@@ -160,10 +237,11 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C,
     {
         let now = self.clock.now();
         let hash = self.hasher.hash_one(key);
-        let state = read(self.shard(hash))
+        let shard = read(self.shard(hash));
+        let state = shard
             .table
             .find(hash, |e| e.key.borrow() == key)
-            .and_then(|e| self.state(e));
+            .and_then(|e| self.state(e, &shard.wide));
         self.algorithm.peek(state, now, cost)
     }
 
@@ -174,11 +252,11 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C,
         Q: Hash + Eq + ?Sized,
     {
         let hash = self.hasher.hash_one(key);
-        if let Ok(entry) = write(self.shard(hash))
-            .table
-            .find_entry(hash, |e| e.key.borrow() == key)
-        {
-            entry.remove();
+        let mut guard = write(self.shard(hash));
+        let shard = &mut *guard;
+        if let Ok(entry) = shard.table.find_entry(hash, |e| e.key.borrow() == key) {
+            let (removed, _) = entry.remove();
+            shard.wide.release(removed.word.into_inner());
         }
     }
 
@@ -200,7 +278,7 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C,
             .map(|s| {
                 let mut shard = write(&s.0);
                 let before = shard.table.len();
-                shard.table.retain(|e| !self.is_fresh(e, now));
+                shard.retain(|e, wide| !self.is_fresh(e, wide, now));
                 before - shard.table.len()
             })
             .sum()
@@ -246,23 +324,25 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C,
     {
         let now = self.clock.now();
         let hash = self.hasher.hash_one(key);
-        let shard = self.shard(hash);
+        let lock = self.shard(hash);
         let found = {
-            let table = read(shard);
-            table
+            let shard = read(lock);
+            shard
                 .table
                 .find(hash, |e| e.key.borrow() == key)
-                .map(|entry| self.decide_on(entry, now, &step, &mut transition))
+                .map(|entry| self.decide_on(entry, &shard.wide, now, &step, &mut transition))
         };
         match found.flatten() {
             Some((decision, false)) => return decision,
             // Left fresh: the key may go, which takes the lock exclusively (rare: a
             // decision that changes a state leaves it fresh only at cost zero).
             Some((decision, true)) => {
-                let mut shard = write(shard);
+                let mut guard = write(lock);
+                let shard = &mut *guard;
                 if let Ok(entry) = shard.table.find_entry(hash, |e| e.key.borrow() == key) {
-                    if self.state(entry.get()).is_none() {
-                        entry.remove();
+                    if self.state(entry.get(), &shard.wide).is_none() {
+                        let (removed, _) = entry.remove();
+                        shard.wide.release(removed.word.into_inner());
                     }
                 }
                 return decision;
@@ -270,7 +350,8 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C,
             // A new key, or a state that outgrew its word.
             None => {}
         }
-        let mut shard = write(shard);
+        let mut guard = write(lock);
+        let shard = &mut *guard;
         match shard.table.entry(
             hash,
             |e| e.key.borrow() == key,
@@ -278,28 +359,36 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C,
         ) {
             // Another thread added the key meanwhile.
             TableEntry::Occupied(mut occupied) => {
-                let (decision, fresh) =
-                    self.decide_held(occupied.get_mut(), now, &step, &mut transition);
+                let (decision, fresh) = self.decide_held(
+                    occupied.get_mut(),
+                    &mut shard.wide,
+                    now,
+                    &step,
+                    &mut transition,
+                );
                 if fresh {
-                    occupied.remove();
+                    let (removed, _) = occupied.remove();
+                    shard.wide.release(removed.word.into_inner());
                 }
                 decision
             }
             TableEntry::Vacant(_) => {
                 // Decided as it will be stored (on a word, or behind a lock), and stored
                 // only if that leaves it other than fresh.
+                let word = match self.units {
+                    Some(_) => 0,
+                    None => shard.wide.add(None).0,
+                };
                 let mut entry = Entry {
                     key: key.to_owned(),
-                    word: AtomicU64::new(if self.units.is_some() { 0 } else { WIDE }),
-                    fresh_at: AtomicU64::new(0),
-                    wide: match self.units {
-                        Some(_) => None,
-                        None => Some(Box::new(Mutex::new(None))),
-                    },
+                    word: AtomicU64::new(word),
                 };
-                let (decision, fresh) = self.decide_held(&mut entry, now, &step, &mut transition);
-                if !fresh {
-                    let evicted = self.make_room(&mut shard, now);
+                let (decision, fresh) =
+                    self.decide_held(&mut entry, &mut shard.wide, now, &step, &mut transition);
+                if fresh {
+                    shard.wide.release(entry.word.into_inner());
+                } else {
+                    let evicted = self.make_room(shard, now);
                     if evicted > 0 {
                         self.evicted.fetch_add(evicted, Ordering::Relaxed);
                     }
@@ -313,25 +402,26 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C,
     }
 
     /// Decides on `entry`'s state in place: on its word with `step` (one
-    /// compare-and-swap), else under its own lock with `transition`. Returns the decision
-    /// and whether it left the state fresh; `None` where a bucket's state outgrows the
-    /// word (see [`decide_held`](Self::decide_held)).
+    /// compare-and-swap), else under its wide state's lock with `transition`. Returns the
+    /// decision and whether it left the state fresh; `None` where a bucket's state
+    /// outgrows the word (see [`decide_held`](Self::decide_held)).
     #[inline(always)]
     fn decide_on(
         &self,
-        entry: &Entry<K, A::State>,
+        entry: &Entry<K>,
+        wide: &WideStates<A::State>,
         now: Ticks,
         step: &impl Fn(&WordGcra, u64, Ticks) -> Option<(Verdict, u64)>,
         transition: &mut impl FnMut(Option<A::State>, Ticks) -> (Decision, Option<A::State>),
     ) -> Option<(Decision, bool)> {
+        let mut current = entry.word.load(Ordering::Acquire);
         if let Some(units) = &self.units {
-            let mut current = entry.word.load(Ordering::Acquire);
-            while current < MOVING {
+            while current < WIDE_FROM {
                 // The verdict and the exact path's decision are kept apart, never wrapped
                 // in one value: copying such a value through the stack stalled the loads
                 // that read it back (store forwarding), a tenth of a decision's time.
                 let (decision, next) =
-                    match step(units.gcra(), current, now).filter(|&(_, next)| next < MOVING) {
+                    match step(units.gcra(), current, now).filter(|&(_, next)| next < WIDE_FROM) {
                         Some((verdict, next)) => match publish(&entry.word, current, next) {
                             Ok(()) => (units.gcra().decision(verdict), next),
                             Err(actual) => {
@@ -342,7 +432,7 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C,
                         // An operand does not fit the word's units: the exact path decides.
                         None => {
                             let (decision, next) = transition(units.unpack(current), now);
-                            let next = units.pack(next)?;
+                            let next = units.pack(next).filter(|&next| next < WIDE_FROM)?;
                             match publish(&entry.word, current, next) {
                                 Ok(()) => (decision, next),
                                 Err(actual) => {
@@ -352,102 +442,110 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C,
                             }
                         }
                     };
-                entry
-                    .fresh_at
-                    .store(now.saturating_add(decision.reset_after), Ordering::Relaxed);
                 return Some((decision, next == 0));
             }
         }
-        let wide = entry.wide.as_deref()?;
-        Some(Self::decide_wide(wide, &entry.fresh_at, now, transition))
+        Some(Self::decide_wide(wide.get(current)?, now, transition))
     }
 
     /// [`decide_on`](Self::decide_on) for a holder of the shard's exclusive lock, which
-    /// moves a state that outgrew its word behind the entry's own lock.
+    /// moves a state that outgrew its word to a wide state.
     fn decide_held(
         &self,
-        entry: &mut Entry<K, A::State>,
+        entry: &mut Entry<K>,
+        wide: &mut WideStates<A::State>,
         now: Ticks,
         step: &impl Fn(&WordGcra, u64, Ticks) -> Option<(Verdict, u64)>,
         transition: &mut impl FnMut(Option<A::State>, Ticks) -> (Decision, Option<A::State>),
     ) -> (Decision, bool) {
-        if let Some(done) = self.decide_on(entry, now, step, transition) {
+        if let Some(done) = self.decide_on(entry, wide, now, step, transition) {
             return done;
         }
-        let word = core::mem::replace(entry.word.get_mut(), WIDE);
-        let state = self.units.as_ref().and_then(|units| units.unpack(word));
-        let wide = entry.wide.insert(Box::new(Mutex::new(state)));
-        Self::decide_wide(wide, &entry.fresh_at, now, transition)
+        let word = *entry.word.get_mut();
+        let state = match &self.units {
+            Some(units) if word < WIDE_FROM => units.unpack(word),
+            _ => None,
+        };
+        let (named, slot) = wide.add(state);
+        *entry.word.get_mut() = named;
+        Self::decide_wide(slot, now, transition)
     }
 
-    /// Decides on a state behind its entry's lock, storing when it is fresh again before
-    /// unlocking (so that instant is exact for such states).
+    /// Decides on a wide state behind its lock, storing when it is fresh again before
+    /// unlocking (so that instant is exact).
     fn decide_wide(
-        wide: &Mutex<Option<A::State>>,
-        fresh_at: &AtomicU64,
+        wide: &WideState<A::State>,
         now: Ticks,
         transition: &mut impl FnMut(Option<A::State>, Ticks) -> (Decision, Option<A::State>),
     ) -> (Decision, bool) {
-        let mut state = lock(wide);
+        let mut state = lock(&wide.state);
         let (decision, next) = transition(state.take(), now);
         let fresh = next.is_none();
         *state = next;
-        fresh_at.store(now.saturating_add(decision.reset_after), Ordering::Relaxed);
+        wide.fresh_at
+            .store(now.saturating_add(decision.reset_after), Ordering::Relaxed);
         (decision, fresh)
     }
 
     /// `entry`'s state.
-    fn state(&self, entry: &Entry<K, A::State>) -> Option<A::State> {
+    fn state(&self, entry: &Entry<K>, wide: &WideStates<A::State>) -> Option<A::State> {
         match (entry.word.load(Ordering::Acquire), &self.units) {
-            (word, Some(units)) if word < MOVING => units.unpack(word),
-            _ => entry.wide.as_deref().and_then(|wide| lock(wide).clone()),
+            (word, Some(units)) if word < WIDE_FROM => units.unpack(word),
+            (word, _) => wide.get(word).and_then(|w| lock(&w.state).clone()),
+        }
+    }
+
+    /// The instant `entry`'s state is fresh again: the order of eviction. A word says it
+    /// itself; a wide state by the instant stored with it.
+    fn fresh_at(&self, entry: &Entry<K>, wide: &WideStates<A::State>) -> Ticks {
+        match (entry.word.load(Ordering::Acquire), &self.units) {
+            (word, Some(units)) if word < WIDE_FROM => units.gcra().fresh_at(word),
+            (word, _) => wide
+                .get(word)
+                .map_or(0, |w| w.fresh_at.load(Ordering::Relaxed)),
         }
     }
 
     /// Whether `entry`'s state is fresh at `now`, for a holder of its shard's exclusive
-    /// lock (no decision in flight): a word says it itself (a request of cost zero on it
-    /// leaves it zero), a state behind its lock by the instant stored with it.
-    fn is_fresh(&self, entry: &Entry<K, A::State>, now: Ticks) -> bool {
-        let word = entry.word.load(Ordering::Acquire);
-        match &self.units {
-            Some(units) if word < MOVING => match units.gcra().check(word, now, 0) {
-                Some((_, next)) => next == 0,
-                None => self.algorithm.peek(units.unpack(word), now, 0).reset_after == 0,
-            },
-            _ => entry.fresh_at.load(Ordering::Relaxed) <= now,
-        }
+    /// lock (no decision in flight).
+    fn is_fresh(&self, entry: &Entry<K>, wide: &WideStates<A::State>, now: Ticks) -> bool {
+        self.fresh_at(entry, wide) <= now
     }
 
     /// Makes room in `shard` for one more key, returning how many live keys it evicted.
+    /// Only a full shard sweeps: until then a fresh key costs its entry and nothing else,
+    /// and dropping it early would make its next decision an insertion. A sweep that
+    /// leaves less than an eighth of the shard free evicts the keys closest to fresh
+    /// until an eighth is, so every sweep is paid by that many insertions.
     fn make_room(&self, shard: &mut Shard<K, A::State>, now: Ticks) -> u64 {
-        if shard.table.len() < shard.sweep_at {
+        if shard.table.len() < shard.capacity {
             return 0;
         }
-        shard.table.retain(|e| !self.is_fresh(e, now));
-        let mut evicted = 0;
-        if shard.table.len() >= shard.capacity {
-            // Evict the eighth (at least one) closest to fresh, so the scan is paid once
-            // per many insertions.
-            let count = (shard.table.len() / 8).max(1);
-            let fresh_at = |e: &Entry<K, A::State>| e.fresh_at.load(Ordering::Relaxed);
-            let mut times: Vec<Ticks> = shard.table.iter().map(fresh_at).collect();
-            let (_, &mut threshold, _) = times.select_nth_unstable(count - 1);
-            let mut at_threshold = count - times.iter().filter(|&&t| t < threshold).count();
-            shard.table.retain(|e| {
-                let t = fresh_at(e);
-                if t < threshold {
-                    false
-                } else if t == threshold && at_threshold > 0 {
-                    at_threshold -= 1;
-                    false
-                } else {
-                    true
-                }
-            });
-            evicted = count as u64;
+        shard.retain(|e, wide| !self.is_fresh(e, wide, now));
+        let most = shard.capacity - (shard.capacity / 8).max(1);
+        let count = shard.table.len().saturating_sub(most);
+        if count == 0 {
+            return 0;
         }
-        shard.sweep_at = (2 * shard.table.len()).max(MIN_SWEEP).min(shard.capacity);
-        evicted
+        let mut times: Vec<Ticks> = shard
+            .table
+            .iter()
+            .map(|e| self.fresh_at(e, &shard.wide))
+            .collect();
+        let (_, &mut threshold, _) = times.select_nth_unstable(count - 1);
+        let mut at_threshold = count - times.iter().filter(|&&t| t < threshold).count();
+        shard.retain(|e, wide| {
+            let t = self.fresh_at(e, wide);
+            if t < threshold {
+                false
+            } else if t == threshold && at_threshold > 0 {
+                at_threshold -= 1;
+                false
+            } else {
+                true
+            }
+        });
+        count as u64
     }
 }
 

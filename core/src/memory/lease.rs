@@ -17,12 +17,15 @@ use std::vec::Vec;
 
 use hashbrown::hash_table::HashTable;
 
-use super::keyed::{layout, shard_index, MIN_SWEEP};
+use super::keyed::{layout, shard_index};
 use crate::lease::{check_owner, check_ttl};
 use crate::{
     Clock, Concurrency, Decision, Grant, Lease, LeaseError, LeaseState, MonotonicClock, Ticks,
     MAX_TICKS,
 };
+
+/// Shards never sweep below this many keys: small tables are cheap to keep.
+const MIN_SWEEP: usize = 64;
 
 /// Why a lease was not granted.
 #[non_exhaustive]
