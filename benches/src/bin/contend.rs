@@ -2,7 +2,8 @@
 //! they can for `--seconds S` on one key (the direct limiters) or on `--keys K` keys (the
 //! keyed limiters, each thread walking the keys in its own pseudo-random order), with
 //! limits high enough never to deny. Prints one line per limiter, in million decisions
-//! per second, and for tollgate's direct limiter the compare-and-swaps retried.
+//! per second, and for tollgate's direct limiter the compare-and-swaps retried (a lower
+//! bound, see `DirectLimiter::retries`).
 //!
 //! The two limiters take turns, in five rounds of a fifth of `S` each, and each line
 //! gives the median round: on a shared machine, other work slows whichever limiter runs

@@ -38,7 +38,9 @@ pub trait StateCell<S>: Default + Send + Sync {
     /// Forgets the state: the next request finds it fresh.
     fn clear(&self);
     /// How many compare-and-swaps failed because another thread wrote first (each
-    /// failure reruns the transition); zero for cells that lock.
+    /// failure reruns the transition); zero for cells that lock. A lower bound: counted
+    /// without a locked instruction, two threads retrying at the same instant may count
+    /// once.
     fn retries(&self) -> u64 {
         0
     }
@@ -100,6 +102,15 @@ impl<S: WordState> AtomicCell<S> {
     }
 }
 
+/// Counts a retry without a locked instruction: the counter shares the contended word's
+/// cache line, which the failed compare-and-swap has just brought in, and a locked add
+/// would cost about what the retry does. Two threads counting at the same instant may
+/// count once, so the count is a lower bound.
+#[inline(always)]
+fn count_retry(retries: &AtomicU64) {
+    retries.store(retries.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+}
+
 /// Publishes `next` in a 64-bit `word`, which held `current` when the decision read it: nothing
 /// to write when they are equal (a decision that changes nothing writes nothing), else
 /// one compare-and-swap; `Err` with the word found when another decision changed it
@@ -128,7 +139,7 @@ impl<S: WordState> StateCell<S> for AtomicCell<S> {
             {
                 Ok(_) => return decision,
                 Err(actual) => {
-                    self.retries.fetch_add(1, Ordering::Relaxed);
+                    count_retry(&self.retries);
                     current = actual;
                 }
             }
@@ -255,7 +266,7 @@ impl<S: WordState + Send> NarrowCell<S> {
             match publish(&self.word, current, next) {
                 Ok(()) => return decision(verdict),
                 Err(actual) => {
-                    self.retries.fetch_add(1, Ordering::Relaxed);
+                    count_retry(&self.retries);
                     current = actual;
                 }
             }
@@ -290,7 +301,7 @@ impl<S: WordState + Send> StateCell<S> for NarrowCell<S> {
             match publish(&self.word, current, next) {
                 Ok(()) => return decision,
                 Err(actual) => {
-                    self.retries.fetch_add(1, Ordering::Relaxed);
+                    count_retry(&self.retries);
                     current = actual;
                 }
             }

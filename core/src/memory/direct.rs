@@ -62,7 +62,9 @@ impl<A: InMemory, C: Clock> DirectLimiter<A, C> {
     }
 
     /// How many times a decision was computed again because another thread changed the
-    /// state between its read and its compare-and-swap (zero for the limits that lock).
+    /// state between its read and its compare-and-swap (zero for the limits that lock):
+    /// a lower bound, counted without a locked instruction (which would cost about what a
+    /// retry does), so two threads retrying at the same instant may count once.
     pub fn retries(&self) -> u64 {
         self.cell.retries()
     }
