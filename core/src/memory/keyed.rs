@@ -310,8 +310,9 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C,
 
     /// Decides on `key`'s state: with `step` on its word where the algorithm is a bucket
     /// and the operands fit, else with `transition`. A key already held is decided under
-    /// its shard's shared lock; only a new key takes it exclusively.
-    #[inline]
+    /// its shard's shared lock, inline (a caller that reads only `allowed` then pays for
+    /// no division); the rest is out of line.
+    #[inline(always)]
     fn update<Q>(
         &self,
         key: &Q,
@@ -333,22 +334,49 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C,
                 .map(|entry| self.decide_on(entry, &shard.wide, now, &step, &mut transition))
         };
         match found.flatten() {
-            Some((decision, false)) => return decision,
-            // Left fresh: the key may go, which takes the lock exclusively (rare: a
-            // decision that changes a state leaves it fresh only at cost zero).
-            Some((decision, true)) => {
-                let mut guard = write(lock);
-                let shard = &mut *guard;
-                if let Ok(entry) = shard.table.find_entry(hash, |e| e.key.borrow() == key) {
-                    if self.state(entry.get(), &shard.wide).is_none() {
-                        let (removed, _) = entry.remove();
-                        shard.wide.release(removed.word.into_inner());
-                    }
+            Some((decision, false)) => decision,
+            found => self.update_exclusive(
+                key,
+                hash,
+                now,
+                found.map(|(decision, _)| decision),
+                &step,
+                &mut transition,
+            ),
+        }
+    }
+
+    /// [`update`](Self::update)'s cases under the shard's exclusive lock: `key` left fresh
+    /// by `decided`, or not decided under the shared lock (a new key, or a state that
+    /// outgrew its word).
+    #[cold]
+    #[inline(never)]
+    fn update_exclusive<Q>(
+        &self,
+        key: &Q,
+        hash: u64,
+        now: Ticks,
+        decided: Option<Decision>,
+        step: &impl Fn(&WordGcra, u64, Ticks) -> Option<(Verdict, u64)>,
+        transition: &mut impl FnMut(Option<A::State>, Ticks) -> (Decision, Option<A::State>),
+    ) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let lock = self.shard(hash);
+        // Left fresh: the key may go (rare: a decision that changes a state leaves it
+        // fresh only at cost zero).
+        if let Some(decision) = decided {
+            let mut guard = write(lock);
+            let shard = &mut *guard;
+            if let Ok(entry) = shard.table.find_entry(hash, |e| e.key.borrow() == key) {
+                if self.state(entry.get(), &shard.wide).is_none() {
+                    let (removed, _) = entry.remove();
+                    shard.wide.release(removed.word.into_inner());
                 }
-                return decision;
             }
-            // A new key, or a state that outgrew its word.
-            None => {}
+            return decision;
         }
         let mut guard = write(lock);
         let shard = &mut *guard;
@@ -359,13 +387,8 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C,
         ) {
             // Another thread added the key meanwhile.
             TableEntry::Occupied(mut occupied) => {
-                let (decision, fresh) = self.decide_held(
-                    occupied.get_mut(),
-                    &mut shard.wide,
-                    now,
-                    &step,
-                    &mut transition,
-                );
+                let (decision, fresh) =
+                    self.decide_held(occupied.get_mut(), &mut shard.wide, now, step, transition);
                 if fresh {
                     let (removed, _) = occupied.remove();
                     shard.wide.release(removed.word.into_inner());
@@ -384,7 +407,7 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C,
                     word: AtomicU64::new(word),
                 };
                 let (decision, fresh) =
-                    self.decide_held(&mut entry, &mut shard.wide, now, &step, &mut transition);
+                    self.decide_held(&mut entry, &mut shard.wide, now, step, transition);
                 if fresh {
                     shard.wide.release(entry.word.into_inner());
                 } else {
