@@ -498,11 +498,16 @@ impl WordGcra {
         cost: u64,
         max_wait: Ticks,
     ) -> Option<(Verdict, u64)> {
-        let rate = self.rate.d;
-        let now = now.min(MAX_TICKS).checked_mul(rate)?;
+        // Branches rather than selects on the way from the clock to the word's
+        // compare-and-swap, which waits for every select on it: a `now` beyond the range
+        // goes to the exact path, which decides it as at `MAX_TICKS`.
+        if now > MAX_TICKS {
+            return None;
+        }
+        let now = now.checked_mul(self.rate.d)?;
+        let tat = word.max(now);
         // A state whose arrival time has passed is fresh: the word becomes zero.
         let kept = if word > now { word } else { 0 };
-        let tat = kept.max(now);
         let full_at = now.checked_add(self.tolerance)?;
         let verdict = |allowed, tat, wait| Verdict {
             allowed,
@@ -514,7 +519,7 @@ impl WordGcra {
         if cost > self.burst {
             return Some((verdict(false, tat, None), kept));
         }
-        let wait = max_wait.min(MAX_WAIT).checked_mul(rate)?;
+        let wait = max_wait.min(MAX_WAIT).checked_mul(self.rate.d)?;
         let new_tat = tat.checked_add(cost.checked_mul(self.period.d)?)?;
         let (act_at, latest_tat) = if self.pacing {
             (tat, full_at)
