@@ -187,8 +187,22 @@ impl Clock for MonotonicClock {
         static FLOOR: Floor = Floor(core::sync::atomic::AtomicU64::new(0));
         let anchor = Self::anchor();
         let micros = anchor.micros(anchor.clock.raw().saturating_sub(anchor.raw));
-        raise(&FLOOR.0, anchor.epoch.saturating_add(micros).min(MAX_TICKS))
+        match anchor.epoch.checked_add(micros) {
+            Some(reading) if reading <= MAX_TICKS => raise(&FLOOR.0, reading),
+            // A branch rather than a select: a limiter's compare-and-swap waits for every
+            // select between the counter and it.
+            _ => beyond_the_range(&FLOOR.0),
+        }
     }
+}
+
+/// [`MAX_TICKS`] as the reading, for one past it (146 000 years after the anchor): out
+/// of line, so that the clock's range check stays a branch.
+#[cfg(feature = "std")]
+#[cold]
+#[inline(never)]
+fn beyond_the_range(floor: &core::sync::atomic::AtomicU64) -> Ticks {
+    raise(floor, MAX_TICKS)
 }
 
 /// `reading`, or the latest value returned before if that is later; `floor` keeps it.
