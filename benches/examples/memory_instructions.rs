@@ -59,8 +59,12 @@ fn main() {
             let governor = RateLimiter::direct(quota(1_000_000_000));
             race(
                 n,
-                |_| assert!(tollgate.check(1).allowed),
-                |_| assert!(governor.check().is_ok()),
+                |_| {
+                    black_box(tollgate.check(1).allowed);
+                },
+                |_| {
+                    black_box(governor.check().is_ok());
+                },
             );
         }
         "race_clock" => {

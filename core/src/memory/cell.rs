@@ -246,40 +246,27 @@ impl<S: WordState> NarrowCell<S> {
 impl<S: WordState + Send> NarrowCell<S> {
     /// Replaces the word with the one `step` returns from it, atomically, and returns the
     /// decision of the verdict `step` returned with it; `step` sees and returns the word's
-    /// own value (the state divided by `g`, zero for fresh). Where the state is not in the word, or `step` returns `None` (an
-    /// operand that does not fit) or a word that does not fit, [`update`] with
-    /// `transition` decides instead.
-    ///
-    /// [`update`]: StateCell::update
+    /// own value (the state divided by `g`, zero for fresh). `None` where the state is not
+    /// in the word, or `step` returns `None` (an operand that does not fit) or a word
+    /// that does not fit: [`update`](StateCell::update) on the state decides those.
     #[inline(always)]
     pub(crate) fn update_word<T>(
         &self,
         mut step: impl FnMut(u64) -> Option<(T, u64)>,
         decision: impl FnOnce(T) -> Decision,
-        transition: impl FnMut(Option<S>) -> (Decision, Option<S>),
-    ) -> Decision {
+    ) -> Option<Decision> {
         let mut current = self.word.load(Ordering::Acquire);
         while current < MOVING {
-            let Some((verdict, next)) = step(current).filter(|&(_, next)| next < MOVING) else {
-                break;
-            };
+            let (verdict, next) = step(current).filter(|&(_, next)| next < MOVING)?;
             match publish(&self.word, current, next) {
-                Ok(()) => return decision(verdict),
+                Ok(()) => return Some(decision(verdict)),
                 Err(actual) => {
                     count_retry(&self.retries);
                     current = actual;
                 }
             }
         }
-        self.update_cold(transition)
-    }
-
-    /// [`update`](StateCell::update) out of line, for the word path's rare fallback, so
-    /// that the hot path keeps its registers (stores before its compare-and-swap delay it).
-    #[cold]
-    #[inline(never)]
-    fn update_cold(&self, transition: impl FnMut(Option<S>) -> (Decision, Option<S>)) -> Decision {
-        self.update(transition)
+        None
     }
 }
 
@@ -495,21 +482,46 @@ impl BucketCell {
         }
     }
 
-    /// Decides with `step` on the word where it can, else with `transition`.
+    /// Decides with `step` on the word; `None` where the word cannot (see
+    /// [`NarrowCell::update_word`]).
     #[inline(always)]
     fn update_with(
         &self,
         step: impl Fn(&WordGcra, u64) -> Option<(Verdict, u64)>,
-        transition: impl FnMut(Option<BucketState>) -> (Decision, Option<BucketState>),
-    ) -> Decision {
-        match &self.word {
-            Some(word) => {
-                self.narrow
-                    .update_word(|w| step(word, w), |v| word.decision(v), transition)
-            }
-            None => self.narrow.update(transition),
-        }
+    ) -> Option<Decision> {
+        let word = self.word.as_ref()?;
+        self.narrow
+            .update_word(|w| step(word, w), |v| word.decision(v))
     }
+}
+
+/// [`Algorithm::decide`] on a bucket's state in its cell, where the word cannot decide:
+/// out of line and given its operands alone, so that the word path stores nothing on
+/// the way to its compare-and-swap (which waits for every earlier store).
+#[cold]
+#[inline(never)]
+fn decide_exact<A: Algorithm<State = BucketState>>(
+    bucket: &A,
+    cell: &BucketCell,
+    now: Ticks,
+    cost: u64,
+) -> Decision {
+    cell.narrow.update(|state| bucket.decide(state, now, cost))
+}
+
+/// [`Reserve::reserve`] on a bucket's state in its cell, where the word cannot decide
+/// (as [`decide_exact`]).
+#[cold]
+#[inline(never)]
+fn reserve_exact<A: Reserve<State = BucketState>>(
+    bucket: &A,
+    cell: &BucketCell,
+    now: Ticks,
+    cost: u64,
+    max_wait: Ticks,
+) -> Decision {
+    cell.narrow
+        .update(|state| bucket.reserve(state, now, cost, max_wait))
 }
 
 impl StateCell<BucketState> for BucketCell {
@@ -545,10 +557,8 @@ macro_rules! narrow_bucket {
 
             #[inline(always)]
             fn decide_in(&self, cell: &BucketCell, now: Ticks, cost: u64) -> Decision {
-                cell.update_with(
-                    move |word, w| word.check(w, now, cost),
-                    move |state| self.decide(state, now, cost),
-                )
+                cell.update_with(|word, w| word.check(w, now, cost))
+                    .unwrap_or_else(|| decide_exact(self, cell, now, cost))
             }
 
             #[inline]
@@ -559,10 +569,8 @@ macro_rules! narrow_bucket {
                 cost: u64,
                 max_wait: Ticks,
             ) -> Decision {
-                cell.update_with(
-                    move |word, w| word.decide(w, now, cost, max_wait),
-                    move |state| self.reserve(state, now, cost, max_wait),
-                )
+                cell.update_with(|word, w| word.decide(w, now, cost, max_wait))
+                    .unwrap_or_else(|| reserve_exact(self, cell, now, cost, max_wait))
             }
         }
     )*};
