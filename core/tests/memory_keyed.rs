@@ -133,9 +133,9 @@ impl Hasher for OneShard {
     fn write(&mut self, _: &[u8]) {}
 }
 
-#[test]
-fn a_full_limiter_evicts_the_keys_closest_to_fresh() {
-    // All keys land in one shard, which holds a share of `max_keys`.
+/// A bucket of 1000 per second for each of at most 1000 keys, all in one shard (which
+/// holds its share of them), and that shard's capacity.
+fn one_shard() -> (KeyedLimiter<u64, TokenBucket, ManualClock, OneShard>, usize) {
     let max_keys = 1000;
     let limiter = KeyedLimiter::with_hasher(
         TokenBucket::new(1000, 1000, SECOND).unwrap(),
@@ -144,6 +144,12 @@ fn a_full_limiter_evicts_the_keys_closest_to_fresh() {
         OneShard,
     );
     let shard_capacity = max_keys / limiter.shard_count();
+    (limiter, shard_capacity)
+}
+
+#[test]
+fn a_full_limiter_evicts_the_keys_closest_to_fresh() {
+    let (limiter, shard_capacity) = one_shard();
     // Key k takes k + 1 tokens: the larger the key, the later it is fresh again.
     for key in 0..shard_capacity as u64 {
         assert!(limiter.check(&key, key + 1).allowed);
@@ -162,14 +168,8 @@ fn a_full_limiter_evicts_the_keys_closest_to_fresh() {
 
 #[test]
 fn fresh_keys_stay_until_the_shard_is_full_then_go_before_any_live_key() {
-    let max_keys = 1000;
-    let limiter = KeyedLimiter::with_hasher(
-        TokenBucket::new(1000, 1000, SECOND).unwrap(),
-        max_keys,
-        ManualClock::new(0),
-        OneShard,
-    );
-    let shard_capacity = (max_keys / limiter.shard_count()) as u64;
+    let (limiter, shard_capacity) = one_shard();
+    let shard_capacity = shard_capacity as u64;
     // Keys 0 to 63 are fresh again after a millisecond.
     for key in 0..64 {
         assert!(limiter.check(&key, 1).allowed);
