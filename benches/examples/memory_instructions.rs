@@ -35,7 +35,8 @@ fn bucket(rate: u32) -> TokenBucket {
     TokenBucket::new(rate.into(), rate.into(), SECOND).unwrap()
 }
 
-/// The bench's pseudo-random walk over the keys.
+/// The key of step `i`: a pseudo-random walk over the keys, computed rather than read
+/// from a table, the same for both limiters.
 fn key(i: u32) -> u64 {
     let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ u64::from(i).wrapping_mul(0xA24B_AED4_963E_E407);
     x ^= x << 13;

@@ -78,7 +78,7 @@ struct Entry<K> {
 /// word reaches it only past the year 2554 for the densest units (then decided on the
 /// exact path, as any state that outgrows the word), and a shard could not hold 2^40
 /// wide states.
-pub(super) const WIDE_FROM: u64 = u64::MAX - (1 << 40);
+const WIDE_FROM: u64 = u64::MAX - (1 << 40);
 
 /// A shard's states that are not in a word, each behind its own mutex, and the slots
 /// free for reuse. Slots are taken and freed under the shard's exclusive lock only.
