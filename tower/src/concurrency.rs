@@ -10,17 +10,17 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body::{Body, Frame, SizeHint};
 use tollgate_core::memory::{AcquireError, KeyedLeases, LeaseGuard};
-use tollgate_core::{Concurrency, Decision, LeaseError, MonotonicClock, Ticks};
+use tollgate_core::{Concurrency, Decision, LeaseError, Ticks};
 use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::headers::retry_seconds;
-use crate::limiter::{ticks, BoxFuture, KeyHasher};
+use crate::limiter::{ticks, BoxFuture};
 use crate::service::respond;
 use crate::strategy::{Overload, Reject};
 use crate::{Error, Key, KeyExtractor};
 
-type Table = KeyedLeases<Key, MonotonicClock, KeyHasher>;
+type Table = KeyedLeases<Key>;
 
 /// The key every request shares under a global limit.
 const GLOBAL: Key = Key::Bytes(Bytes::from_static(b""));
@@ -103,8 +103,7 @@ impl ConcurrencyLimitLayer {
         if let Err(LeaseError::Param(error)) = Concurrency::check(b"-", ttl) {
             return Err(error.into());
         }
-        let table =
-            KeyedLeases::with_hasher(concurrency, max_keys, MonotonicClock, KeyHasher::default());
+        let table = KeyedLeases::new(concurrency, max_keys);
         Ok(Self {
             leases: Arc::new(table),
             key,
@@ -127,7 +126,7 @@ impl<O> ConcurrencyLimitLayer<O> {
     }
 
     /// The lease table (to inspect what is held).
-    pub fn leases(&self) -> &KeyedLeases<Key, MonotonicClock, KeyHasher> {
+    pub fn leases(&self) -> &KeyedLeases<Key> {
         &self.leases
     }
 }

@@ -67,7 +67,7 @@ pub use headers::{Policy, MAX_NAME, RATELIMIT, RATELIMIT_POLICY};
 pub use key::{Cidr, Key, KeyError, KeyExtractor, KeyFn};
 #[cfg(feature = "redis")]
 pub use limiter::RedisBackend;
-pub use limiter::{BoxFuture, InProcess, KeyHasher, Limiter, NoWait, Pending, Quota, Verdict};
+pub use limiter::{BoxFuture, InProcess, Limiter, NoWait, Pending, Quota, Verdict};
 #[cfg(feature = "remote")]
 pub use remote::{Remote, RemoteFail};
 pub use service::{OnBadKey, RateLimit, RateLimitLayer, ResponseFuture};

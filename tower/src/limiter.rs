@@ -7,7 +7,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use std::hash::BuildHasher;
-use tollgate_core::memory::KeyedLimiter;
+use tollgate_core::memory::{KeyHasher, KeyedLimiter};
 
 use tollgate_core::{Algorithm, Clock, Decision, MonotonicClock, Reserve, Ticks, TokenBucket};
 
@@ -76,13 +76,8 @@ pub(crate) fn ticks(duration: Duration) -> Ticks {
     Ticks::try_from(duration.as_micros()).unwrap_or(Ticks::MAX)
 }
 
-/// How the in-process limiter hashes keys: foldhash's quality hasher, seeded at random
-/// per process (so a client cannot choose keys that collide) and much cheaper than
-/// SipHash on short keys such as addresses.
-pub type KeyHasher = foldhash::quality::RandomState;
-
 /// The in-process limiter a [`Quota`] builds: per key, on the monotonic clock.
-pub type InProcess<A = TokenBucket> = KeyedLimiter<Key, A, MonotonicClock, KeyHasher>;
+pub type InProcess<A = TokenBucket> = KeyedLimiter<Key, A>;
 
 impl<A, C, H> Limiter for KeyedLimiter<Key, A, C, H>
 where
@@ -104,9 +99,7 @@ where
 /// An in-process limiter over an algorithm that cannot book ahead (fixed window, sliding
 /// window, sliding log): the wait strategy decides at once.
 #[derive(Debug)]
-pub struct NoWait<A: Algorithm, C = MonotonicClock, H = std::hash::RandomState>(
-    pub KeyedLimiter<Key, A, C, H>,
-);
+pub struct NoWait<A: Algorithm, C = MonotonicClock, H = KeyHasher>(pub KeyedLimiter<Key, A, C, H>);
 
 impl<A, C, H> Limiter for NoWait<A, C, H>
 where
@@ -170,12 +163,7 @@ impl Quota {
 
     /// An in-process limiter per key, holding at most `max_keys` keys.
     pub fn in_process(&self, max_keys: usize) -> Result<InProcess, Error> {
-        Ok(KeyedLimiter::with_hasher(
-            self.token_bucket()?,
-            max_keys,
-            MonotonicClock,
-            KeyHasher::default(),
-        ))
+        Ok(KeyedLimiter::new(self.token_bucket()?, max_keys))
     }
 }
 

@@ -2,7 +2,6 @@ use core::borrow::Borrow;
 use core::hash::{BuildHasher, Hash};
 use core::sync::atomic::{AtomicU64, Ordering};
 use std::borrow::ToOwned;
-use std::collections::hash_map::RandomState;
 use std::sync::{Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 use std::vec::Vec;
@@ -10,7 +9,7 @@ use std::vec::Vec;
 use hashbrown::hash_table::{Entry as TableEntry, HashTable};
 
 use super::cell::{publish, WordUnits};
-use super::wait;
+use super::{wait, KeyHasher};
 use crate::bucket::{Verdict, WordGcra};
 use crate::{Algorithm, Clock, Decision, MonotonicClock, Reserve, Ticks};
 
@@ -30,7 +29,7 @@ use crate::{Algorithm, Clock, Decision, MonotonicClock, Reserve, Ticks};
 /// [`evicted`](Self::evicted)); an evicted key starts fresh if it returns. Nothing is
 /// ever admitted without being decided.
 #[derive(Debug)]
-pub struct KeyedLimiter<K, A: Algorithm, C = MonotonicClock, H = RandomState> {
+pub struct KeyedLimiter<K, A: Algorithm, C = MonotonicClock, H = KeyHasher> {
     algorithm: A,
     /// The bucket's arithmetic on each key's word; `None` for the other algorithms.
     units: Option<WordUnits<A::State>>,
@@ -171,13 +170,12 @@ impl<K: Hash + Eq, A: Algorithm> KeyedLimiter<K, A> {
 impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     /// A limiter reading `clock`.
     pub fn with_clock(algorithm: A, max_keys: usize, clock: C) -> Self {
-        Self::with_hasher(algorithm, max_keys, clock, RandomState::new())
+        Self::with_hasher(algorithm, max_keys, clock, KeyHasher::default())
     }
 }
 
 impl<K: Hash + Eq, A: Algorithm, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C, H> {
-    /// A limiter hashing keys with `hasher` (the default, SipHash with a random key as
-    /// governor's, resists hash flooding).
+    /// A limiter hashing keys with `hasher` (the default is [`KeyHasher`]).
     pub fn with_hasher(algorithm: A, max_keys: usize, clock: C, hasher: H) -> Self {
         let (shard_bits, capacities) = layout(max_keys);
         let shards = capacities

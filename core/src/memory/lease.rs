@@ -8,7 +8,6 @@ use core::hash::{BuildHasher, Hash};
 use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::borrow::ToOwned;
 use std::boxed::Box;
-use std::collections::hash_map::RandomState;
 #[cfg(feature = "tokio")]
 use std::sync::Arc;
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
@@ -18,6 +17,7 @@ use std::vec::Vec;
 use hashbrown::hash_table::HashTable;
 
 use super::keyed::{layout, shard_index};
+use super::KeyHasher;
 use crate::lease::{check_owner, check_ttl};
 use crate::{
     Clock, Concurrency, Decision, Grant, Lease, LeaseError, LeaseState, MonotonicClock, Ticks,
@@ -678,7 +678,7 @@ impl<C> fmt::Debug for Leases<C> {
 /// grant still gets a larger token), at once when a release leaves it fresh and by a
 /// sweep whenever a shard has doubled. A key in use is never evicted: a shard full of
 /// keys in use answers a new key with [`AcquireError::Busy`] until one is fresh.
-pub struct KeyedLeases<K, C = MonotonicClock, H = RandomState> {
+pub struct KeyedLeases<K, C = MonotonicClock, H = KeyHasher> {
     concurrency: Concurrency,
     clock: C,
     hasher: H,
@@ -732,12 +732,12 @@ impl<K: Hash + Eq + Send> KeyedLeases<K> {
 impl<K: Hash + Eq + Send, C: Clock + Sync> KeyedLeases<K, C> {
     /// Leases per key whose expiries are read on `clock`.
     pub fn with_clock(concurrency: Concurrency, max_keys: usize, clock: C) -> Self {
-        Self::with_hasher(concurrency, max_keys, clock, RandomState::new())
+        Self::with_hasher(concurrency, max_keys, clock, KeyHasher::default())
     }
 }
 
 impl<K: Hash + Eq + Send, C: Clock + Sync, H: BuildHasher + Sync> KeyedLeases<K, C, H> {
-    /// Leases per key, hashing keys with `hasher`.
+    /// Leases per key, hashing keys with `hasher` (the default is [`KeyHasher`]).
     pub fn with_hasher(concurrency: Concurrency, max_keys: usize, clock: C, hasher: H) -> Self {
         let (shard_bits, capacities) = layout(max_keys);
         let shards = capacities
