@@ -255,13 +255,6 @@ impl<S: WordState + Send> NarrowCell<S> {
         mut step: impl FnMut(u64) -> Option<(T, u64)>,
         decision: impl FnOnce(T) -> Decision,
     ) -> Option<Decision> {
-        // The word is read after the clock, not beside it: on x86 the fence is a locked
-        // instruction, which waits for the counter's reading (10 ns in a VM). A word read
-        // before that is older by then, and under contention another thread has written
-        // it: two threads on one limiter redid about a fifth of their compare-and-swaps,
-        // and now a twentieth (the `contend` program). Alone, the fence overlaps the
-        // reading and costs nothing measurable (the `memory_direct` bench).
-        core::sync::atomic::fence(Ordering::SeqCst);
         let mut current = self.word.load(Ordering::Acquire);
         while current < MOVING {
             let (verdict, next) = step(current).filter(|&(_, next)| next < MOVING)?;
