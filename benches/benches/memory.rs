@@ -12,6 +12,7 @@ use governor::clock::{Clock as _, MonotonicClock as GovernorMonotonic, QuantaClo
 use governor::middleware::NoOpMiddleware;
 use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
+use tollgate_benches::walk;
 use tollgate_core::memory::{DirectLimiter, InMemory, KeyedLimiter, StateCell, WordState};
 use tollgate_core::{
     Algorithm, BucketState, Clock, Decision, MonotonicClock, SystemClock, TokenBucket, SECOND,
@@ -60,39 +61,25 @@ fn memory_direct(c: &mut Criterion) {
     group.finish();
 }
 
-/// A fixed pseudo-random walk over the keys, the same for both limiters.
-fn random_keys() -> Vec<u64> {
-    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-    (0..1 << 20)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % KEYS
-        })
-        .collect()
-}
-
 fn memory_keyed(c: &mut Criterion) {
     let mut group = c.benchmark_group("memory_keyed");
-    let keys = random_keys();
     let tollgate = KeyedLimiter::new(bucket(KEYED_RATE), 200_000);
     let governor = RateLimiter::keyed(quota(KEYED_RATE));
     for key in 0..KEYS {
         let _ = tollgate.check(&key, 1);
         let _ = governor.check_key(&key);
     }
-    let mut i = 0;
+    let mut step = 0;
     group.bench_function("tollgate", |b| {
         b.iter(|| {
-            i = (i + 1) & (keys.len() - 1);
-            tollgate.check(&keys[i], 1).allowed
+            step += 1;
+            tollgate.check(&walk(step, KEYS), 1).allowed
         })
     });
     group.bench_function("governor", |b| {
         b.iter(|| {
-            i = (i + 1) & (keys.len() - 1);
-            governor.check_key(&keys[i]).is_ok()
+            step += 1;
+            governor.check_key(&walk(step, KEYS)).is_ok()
         })
     });
     group.finish();

@@ -22,6 +22,7 @@ use std::num::NonZeroU32;
 
 use governor::clock::{Clock as _, QuantaClock};
 use governor::{Quota, RateLimiter};
+use tollgate_benches::walk;
 use tollgate_core::memory::{DirectLimiter, KeyedLimiter};
 use tollgate_core::{Clock, MonotonicClock, TokenBucket, SECOND};
 
@@ -35,14 +36,9 @@ fn bucket(rate: u32) -> TokenBucket {
     TokenBucket::new(rate.into(), rate.into(), SECOND).unwrap()
 }
 
-/// The key of step `i`: a pseudo-random walk over the keys, computed rather than read
-/// from a table, the same for both limiters.
+/// The key of step `i`: the bench's walk over its keys.
 fn key(i: u32) -> u64 {
-    let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ u64::from(i).wrapping_mul(0xA24B_AED4_963E_E407);
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    x % KEYS
+    walk(i.into(), KEYS)
 }
 
 fn main() {

@@ -21,6 +21,19 @@ pub fn on_threads<C: Send>(
     started.elapsed()
 }
 
+/// Step `step` of a fixed pseudo-random walk over `keys` keys (at least one), the same for
+/// every limiter: computed rather than read from a table, so that walking adds no memory
+/// traffic to the limiter's own (the `memory` bench, the `contend` program and the
+/// `memory_instructions` example).
+#[inline]
+pub fn walk(step: u64, keys: u64) -> u64 {
+    let mut x = 0x9E37_79B9_7F4A_7C15 ^ step.wrapping_mul(0xA24B_AED4_963E_E407);
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    x % keys.max(1)
+}
+
 /// Seed 004's lock release, the recipe's: delete the key only if it still holds the
 /// owner's value (the `locks` bench and the `redis_instructions` example).
 pub const COMPARE_AND_DELETE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then

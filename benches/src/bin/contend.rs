@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use governor::{Quota, RateLimiter};
+use tollgate_benches::walk;
 use tollgate_core::memory::{DirectLimiter, KeyedLimiter};
 use tollgate_core::{TokenBucket, SECOND};
 
@@ -86,13 +87,10 @@ fn run(args: &Args, seconds: f64, decide: &(impl Fn(usize, u64) -> bool + Sync))
     (total as f64 / started.elapsed().as_secs_f64() / 1e6, total)
 }
 
-/// The `i`-th key of `thread`'s walk over `keys` keys (a multiplicative hash of the
-/// step, so threads and limiters visit the same keys in the same order).
+/// The `i`-th key of `thread`'s walk over `keys` keys: the bench's walk, each thread
+/// from its own start, so limiters visit the same keys in the same order.
 fn key(thread: usize, i: u64, keys: u64) -> u64 {
-    (i.wrapping_add(thread as u64 * 0x9E37_79B9))
-        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-        .rotate_left(29)
-        % keys
+    walk(i.wrapping_add(thread as u64 * 0x9E37_79B9), keys)
 }
 
 fn main() {
