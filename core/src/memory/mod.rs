@@ -34,6 +34,7 @@ pub use cell::{
 pub use direct::DirectLimiter;
 pub use fenced::{FencedResource, StaleToken};
 pub use keyed::KeyedLimiter;
+pub use lease::{AcquireError, KeyedLeases, LeaseGuard, Leases};
 
 /// How [`KeyedLimiter`] and [`KeyedLeases`] hash keys by default: foldhash's quality
 /// hasher, seeded at random per process, so a client that does not know the seed cannot
@@ -42,4 +43,3 @@ pub use keyed::KeyedLimiter;
 /// bench. A limiter keyed by clients who can time it at length to learn the seed can
 /// take SipHash with `with_hasher(.., std::hash::RandomState::new())`.
 pub type KeyHasher = foldhash::quality::RandomState;
-pub use lease::{AcquireError, KeyedLeases, LeaseGuard, Leases};
