@@ -134,7 +134,7 @@ pub trait LeaseStore {
     fn state(&self, key: &str) -> Result<Option<LeaseState>, Failure>;
     /// The backend's clock, which `inspect` reads expiries against.
     fn now(&self) -> Result<Ticks, Failure> {
-        Ok(MonotonicClock.now())
+        Ok(MonotonicClock::new().now())
     }
 }
 
@@ -362,14 +362,14 @@ impl LeaseStore for SledLeaseStore {
         owner: &str,
         ttl: Ticks,
     ) -> Result<Acquired, Failure> {
-        let now = now.unwrap_or_else(|| MonotonicClock.now());
+        let now = now.unwrap_or_else(|| MonotonicClock::new().now());
         self.leases
             .acquire_at(key.as_bytes(), now, owner.as_bytes(), ttl)
             .map_err(sled_failure)
     }
 
     fn release(&self, key: &str, now: Option<Ticks>, owner: &str) -> Result<Grant, Failure> {
-        let now = now.unwrap_or_else(|| MonotonicClock.now());
+        let now = now.unwrap_or_else(|| MonotonicClock::new().now());
         self.leases
             .release_at(key.as_bytes(), now, owner.as_bytes())
             .map_err(sled_failure)
@@ -382,7 +382,7 @@ impl LeaseStore for SledLeaseStore {
         owner: &str,
         ttl: Ticks,
     ) -> Result<Grant, Failure> {
-        let now = now.unwrap_or_else(|| MonotonicClock.now());
+        let now = now.unwrap_or_else(|| MonotonicClock::new().now());
         self.leases
             .renew_at(key.as_bytes(), now, owner.as_bytes(), ttl)
             .map_err(sled_failure)

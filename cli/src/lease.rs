@@ -269,7 +269,7 @@ fn call(c: &Call) -> Result<ExitCode, Failure> {
         ));
     }
     // The local clock only times --wait; each call is at --now or on the backend's clock.
-    let now = || MonotonicClock.now();
+    let now = || MonotonicClock::new().now();
     // Each attempt opens the store and closes it again, so that while this command
     // waits, the holder's `release` can open the (one-process) sled database.
     let store = || c.open.leases(c.model);

@@ -582,7 +582,7 @@ impl Job for OnKey<'_> {
     {
         let args = self.args;
         let store = self.open.store(algorithm.clone())?;
-        let now = args.now.unwrap_or_else(|| MonotonicClock.now());
+        let now = args.now.unwrap_or_else(|| MonotonicClock::new().now());
         let mut out = BufWriter::new(std::io::stdout().lock());
         let code = match self.action {
             Action::Check | Action::Peek => {

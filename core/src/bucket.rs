@@ -231,10 +231,12 @@ impl Gcra {
     fn word_units(&self, g: u64) -> Option<WordGcra> {
         let rate = self.params.rate / g;
         let period = self.params.period / g;
+        let tolerance = self.burst.checked_mul(period)?;
         Some(WordGcra {
             burst: self.burst,
             pacing: self.tag == tag::PACING,
-            tolerance: self.burst.checked_mul(period)?,
+            tolerance,
+            latest_now: MAX_TICKS.min((u64::MAX - tolerance) / rate),
             rate: Divisor::new(rate),
             period: Divisor::new(period),
         })
@@ -463,6 +465,9 @@ pub(crate) struct WordGcra {
     pacing: bool,
     /// `burst × period / g`.
     tolerance: u64,
+    /// The latest instant the word decides: within the range, and early enough that
+    /// `now × rate / g + tolerance` fits 64 bits, so one comparison guards both.
+    latest_now: Ticks,
     /// `rate / g`.
     rate: Divisor,
     /// `period / g`.
@@ -481,8 +486,42 @@ impl WordGcra {
     /// pacing queue's unbounded one).
     #[inline(always)]
     pub(crate) fn check(&self, word: u64, now: Ticks, cost: u64) -> Option<(Verdict, u64)> {
-        let wait = if self.pacing { Ticks::MAX } else { 0 };
-        self.decide(word, now, cost, wait)
+        if self.pacing {
+            return self.decide(word, now, cost, Ticks::MAX);
+        }
+        // `decide` with no wait, shortened: a bucket admits what fits its tolerance now,
+        // and acting by now is then the same condition, so the check is one comparison.
+        let at = self.at(now)?;
+        let (now, full_at) = (at.now, at.full_at);
+        let tat = word.max(now);
+        // A denial keeps the word, but a state whose arrival time has passed is fresh.
+        let kept = || if word > now { word } else { 0 };
+        if cost > self.burst {
+            return Some((at.verdict(false, tat, None), kept()));
+        }
+        let new_tat = tat.checked_add(cost.checked_mul(self.period.d)?)?;
+        if new_tat <= full_at {
+            let next = if new_tat > now { new_tat } else { 0 };
+            Some((at.verdict(true, new_tat, Some(0)), next))
+        } else {
+            Some((at.verdict(false, tat, Some(new_tat - full_at)), kept()))
+        }
+    }
+
+    /// `now` in the word's units; `None` past `latest_now` (for the exact path, which
+    /// decides a `now` beyond the range as at `MAX_TICKS`). A branch rather than a select
+    /// on the way from the clock to the word's compare-and-swap, which waits for every
+    /// select.
+    #[inline(always)]
+    fn at(&self, now: Ticks) -> Option<At> {
+        if now > self.latest_now {
+            return None;
+        }
+        let now = now * self.rate.d;
+        Some(At {
+            now,
+            full_at: now + self.tolerance,
+        })
     }
 
     /// [`Gcra::decide`] on the state `word × g` (`0` for fresh): its verdict (the
@@ -498,26 +537,13 @@ impl WordGcra {
         cost: u64,
         max_wait: Ticks,
     ) -> Option<(Verdict, u64)> {
-        // Branches rather than selects on the way from the clock to the word's
-        // compare-and-swap, which waits for every select on it: a `now` beyond the range
-        // goes to the exact path, which decides it as at `MAX_TICKS`.
-        if now > MAX_TICKS {
-            return None;
-        }
-        let now = now.checked_mul(self.rate.d)?;
+        let at = self.at(now)?;
+        let (now, full_at) = (at.now, at.full_at);
         let tat = word.max(now);
         // A state whose arrival time has passed is fresh: the word becomes zero.
         let kept = if word > now { word } else { 0 };
-        let full_at = now.checked_add(self.tolerance)?;
-        let verdict = |allowed, tat, wait| Verdict {
-            allowed,
-            now,
-            full_at,
-            tat,
-            wait,
-        };
         if cost > self.burst {
-            return Some((verdict(false, tat, None), kept));
+            return Some((at.verdict(false, tat, None), kept));
         }
         let wait = max_wait.min(MAX_WAIT).checked_mul(self.rate.d)?;
         let new_tat = tat.checked_add(cost.checked_mul(self.period.d)?)?;
@@ -532,13 +558,13 @@ impl WordGcra {
         if new_tat <= latest_tat && act_at <= now.checked_add(wait)? {
             let delay = act_at.saturating_sub(now);
             let next = if new_tat > now { new_tat } else { 0 };
-            Some((verdict(true, new_tat, Some(delay)), next))
+            Some((at.verdict(true, new_tat, Some(delay)), next))
         } else {
             let admissible_at = new_tat
                 .saturating_sub(latest_tat - now)
                 .max(act_at.saturating_sub(wait));
             let retry_after = admissible_at.saturating_sub(now);
-            Some((verdict(false, tat, Some(retry_after)), kept))
+            Some((at.verdict(false, tat, Some(retry_after)), kept))
         }
     }
 
@@ -558,6 +584,30 @@ impl WordGcra {
             Decision::admit(self.burst, remaining, reset_after, wait.unwrap_or(0))
         } else {
             Decision::deny(self.burst, remaining, wait, reset_after)
+        }
+    }
+}
+
+/// An instant in a word's units, where a decision takes place.
+#[cfg(feature = "std")]
+#[derive(Debug, Clone, Copy)]
+struct At {
+    now: u64,
+    /// When a bucket fresh now is full (token bucket) or empty (leaky bucket) again.
+    full_at: u64,
+}
+
+#[cfg(feature = "std")]
+impl At {
+    /// The verdict of a decision at this instant.
+    #[inline(always)]
+    fn verdict(self, allowed: bool, tat: u64, wait: Option<u64>) -> Verdict {
+        Verdict {
+            allowed,
+            now: self.now,
+            full_at: self.full_at,
+            tat,
+            wait,
         }
     }
 }

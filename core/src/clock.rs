@@ -107,8 +107,11 @@ impl Clock for SystemClock {
 /// unsynchronised counter) holds the clock still until the counter catches up: decisions
 /// are then stricter, never looser.
 #[cfg(feature = "std")]
-#[derive(Debug, Default, Clone, Copy)]
-pub struct MonotonicClock;
+#[derive(Debug, Clone, Copy)]
+pub struct MonotonicClock {
+    /// The process's anchor, held so that a reading does not check it is taken.
+    anchor: &'static Anchor,
+}
 
 #[cfg(feature = "std")]
 impl MonotonicClock {
@@ -116,35 +119,42 @@ impl MonotonicClock {
     /// CPU's counter against the OS clock (10 to 200 ms, the longer under load), so the
     /// in-memory limiters' and leases' constructors call this: no decision pays it.
     pub fn new() -> Self {
-        Self::anchor();
-        Self
-    }
-
-    /// The shared anchor, taken at the first reading in the process.
-    #[inline]
-    fn anchor() -> &'static Anchor {
         static ANCHOR: std::sync::OnceLock<Anchor> = std::sync::OnceLock::new();
-        ANCHOR.get_or_init(|| {
+        let anchor = ANCHOR.get_or_init(|| {
             let clock = quanta::Clock::new();
             let raw = clock.raw();
+            let epoch = SystemClock.now().min(MAX_TICKS);
             Anchor {
                 scale: scale(|ticks| clock.delta_as_nanos(0, ticks)),
                 clock,
                 raw,
-                epoch: SystemClock.now(),
+                epoch,
+                headroom: MAX_TICKS - epoch,
             }
-        })
+        });
+        Self { anchor }
+    }
+}
+
+#[cfg(feature = "std")]
+impl Default for MonotonicClock {
+    fn default() -> Self {
+        Self::new()
     }
 }
 
 /// Where a [`MonotonicClock`] counts from.
 #[cfg(feature = "std")]
+#[derive(Debug)]
 struct Anchor {
     clock: quanta::Clock,
     /// The counter's raw reading at the anchor.
     raw: u64,
     /// The epoch microseconds at the anchor.
     epoch: Ticks,
+    /// `MAX_TICKS - epoch`: the microseconds after the anchor that the range holds, so
+    /// that a reading's range check is one comparison.
+    headroom: Ticks,
     /// Microseconds per counter tick times 2^64, if below one (a counter of 1 MHz or
     /// more): a reading is then one multiplication away from microseconds, where quanta's
     /// nanoseconds and a division by 1000 take two and a wide shift.
@@ -185,13 +195,14 @@ impl Clock for MonotonicClock {
         #[repr(align(128))]
         struct Floor(core::sync::atomic::AtomicU64);
         static FLOOR: Floor = Floor(core::sync::atomic::AtomicU64::new(0));
-        let anchor = Self::anchor();
+        let anchor = self.anchor;
         let micros = anchor.micros(anchor.clock.raw().saturating_sub(anchor.raw));
-        match anchor.epoch.checked_add(micros) {
-            Some(reading) if reading <= MAX_TICKS => raise(&FLOOR.0, reading),
-            // A branch rather than a select: a limiter's compare-and-swap waits for every
-            // select between the counter and it.
-            _ => beyond_the_range(&FLOOR.0),
+        // A branch rather than a select: a limiter's compare-and-swap waits for every
+        // select between the counter and it.
+        if micros <= anchor.headroom {
+            raise(&FLOOR.0, anchor.epoch + micros)
+        } else {
+            beyond_the_range(&FLOOR.0)
         }
     }
 }

@@ -48,7 +48,7 @@ impl SledLeases {
             leases,
             prefix: Vec::new(),
             durability,
-            clock: MonotonicClock,
+            clock: MonotonicClock::new(),
         }
     }
 }

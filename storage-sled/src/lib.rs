@@ -178,7 +178,7 @@ impl<A: Algorithm> SledLimiter<A> {
             algorithm,
             prefix: Vec::new(),
             durability,
-            clock: MonotonicClock,
+            clock: MonotonicClock::new(),
         }
     }
 }

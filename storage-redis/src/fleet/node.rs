@@ -174,7 +174,7 @@ impl<A: FleetAlgorithm> FleetLimiter<A> {
             config,
             node: format!("{}-{nanos:09}", std::process::id()),
             // Local time starts at one tick, so 0 can mean "none".
-            epoch: MonotonicClock.now().saturating_sub(1),
+            epoch: MonotonicClock::new().now().saturating_sub(1),
             offset: AtomicI64::new(0),
             last_server_now: AtomicU64::new(0),
             calls: AtomicU64::new(0),
@@ -228,7 +228,7 @@ impl<A: FleetAlgorithm> FleetLimiter<A> {
 
     /// Local monotonic time, in ticks.
     fn local_now(&self) -> Ticks {
-        MonotonicClock.now().saturating_sub(self.epoch)
+        MonotonicClock::new().now().saturating_sub(self.epoch)
     }
 
     /// The server's time estimated from local time.
