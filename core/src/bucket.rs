@@ -486,7 +486,22 @@ impl WordGcra {
     /// pacing queue's unbounded one).
     #[inline(always)]
     pub(crate) fn check(&self, word: u64, now: Ticks, cost: u64) -> Option<(Verdict, u64)> {
-        if self.pacing {
+        self.check_with(self.pacing, word, now, cost)
+    }
+
+    /// [`check`](Self::check) for a bucket whose caller knows whether it paces: a
+    /// constant where the bucket's type is known ([`WordBucket::PACING`]), so that the
+    /// branch folds away.
+    #[inline(always)]
+    pub(crate) fn check_with(
+        &self,
+        pacing: bool,
+        word: u64,
+        now: Ticks,
+        cost: u64,
+    ) -> Option<(Verdict, u64)> {
+        debug_assert_eq!(pacing, self.pacing);
+        if pacing {
             return self.decide(word, now, cost, Ticks::MAX);
         }
         // `decide` with no wait, shortened: a bucket admits what fits its tolerance now,
@@ -630,12 +645,17 @@ pub(crate) struct Verdict {
 /// The buckets, whose in-memory word a [`WordGcra`] decides.
 #[cfg(feature = "std")]
 pub(crate) trait WordBucket {
+    /// Whether the bucket paces (a queue that waits by default) rather than rejects.
+    const PACING: bool;
+
     /// The engine behind the bucket.
     fn gcra(&self) -> &Gcra;
 }
 
 #[cfg(feature = "std")]
 impl WordBucket for TokenBucket {
+    const PACING: bool = false;
+
     fn gcra(&self) -> &Gcra {
         &self.0
     }
@@ -643,6 +663,8 @@ impl WordBucket for TokenBucket {
 
 #[cfg(feature = "std")]
 impl WordBucket for LeakyBucket {
+    const PACING: bool = false;
+
     fn gcra(&self) -> &Gcra {
         &self.0
     }
@@ -650,6 +672,8 @@ impl WordBucket for LeakyBucket {
 
 #[cfg(feature = "std")]
 impl WordBucket for Pacing {
+    const PACING: bool = true;
+
     fn gcra(&self) -> &Gcra {
         &self.0
     }

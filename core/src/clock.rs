@@ -170,8 +170,16 @@ impl Anchor {
             Some(scale) => {
                 u64::try_from((u128::from(ticks) * u128::from(scale)) >> 64).unwrap_or(Ticks::MAX)
             }
-            None => self.clock.delta_as_nanos(0, ticks) / 1_000,
+            None => self.slow_micros(ticks),
         }
+    }
+
+    /// [`micros`](Self::micros) for a counter slower than 1 MHz: out of line, so that
+    /// the one multiplication of the usual counters is the straight path.
+    #[cold]
+    #[inline(never)]
+    fn slow_micros(&self, ticks: u64) -> Ticks {
+        self.clock.delta_as_nanos(0, ticks) / 1_000
     }
 }
 

@@ -557,7 +557,7 @@ macro_rules! narrow_bucket {
 
             #[inline(always)]
             fn decide_in(&self, cell: &BucketCell, now: Ticks, cost: u64) -> Decision {
-                cell.update_with(|word, w| word.check(w, now, cost))
+                cell.update_with(|word, w| word.check_with(Self::PACING, w, now, cost))
                     .unwrap_or_else(|| decide_exact(self, cell, now, cost))
             }
 
