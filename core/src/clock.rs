@@ -231,13 +231,17 @@ fn raise(floor: &core::sync::atomic::AtomicU64, reading: Ticks) -> Ticks {
     use core::sync::atomic::Ordering::Relaxed;
     // Relaxed suffices: a reading that happens after another is ordered after it, so it
     // sees the floor that one left or a later value (read-read coherence). Only a
-    // reading past the floor writes, so threads share the word read-mostly.
-    let seen = floor.load(Relaxed);
-    if reading > seen {
-        floor.fetch_max(reading, Relaxed).max(reading)
-    } else {
-        seen
+    // reading past the floor writes, and not once another thread has raised the floor to
+    // it (as `fetch_max` would), so threads that see a new microsecond together write it
+    // once and share the word read-mostly.
+    let mut seen = floor.load(Relaxed);
+    while reading > seen {
+        match floor.compare_exchange_weak(seen, reading, Relaxed, Relaxed) {
+            Ok(_) => return reading,
+            Err(actual) => seen = actual,
+        }
     }
+    seen
 }
 
 #[cfg(all(test, feature = "std"))]
