@@ -32,6 +32,15 @@ pub fn check_now(now: Ticks) -> Result<Ticks, crate::ParamError> {
 pub trait Clock {
     /// The current time in ticks. Successive calls never go backwards.
     fn now(&self) -> Ticks;
+
+    /// The current time for a host that orders readings itself (an in-memory bucket
+    /// raises it to the latest instant its state was decided at): it may be a little
+    /// behind a reading another thread has already taken. The default is
+    /// [`now`](Self::now); [`MonotonicClock`] skips its process-wide floor.
+    #[inline]
+    fn now_unordered(&self) -> Ticks {
+        self.now()
+    }
 }
 
 /// A clock that moves only when told to: for tests and simulation.
@@ -99,7 +108,10 @@ impl Clock for SystemClock {
 /// the latest one returned in the process (a floor read from one shared word, written at
 /// most once per microsecond by whichever thread first sees that microsecond). A reading
 /// that happens after another (through a lock, an atomic, a limiter's state) is never
-/// below it.
+/// below it. The in-memory buckets skip that shared word: they read the clock
+/// [unordered](Clock::now_unordered) and raise the reading to the latest instant their
+/// own state was decided at, kept beside it in the same cache line
+/// ([`NarrowCell`](crate::memory::NarrowCell)).
 ///
 /// Like the OS's monotonic clock, it does not count the time the machine is suspended
 /// (a limit does not refill during a suspend), and the wall clock being stepped later
@@ -203,14 +215,19 @@ impl Clock for MonotonicClock {
         #[repr(align(128))]
         struct Floor(core::sync::atomic::AtomicU64);
         static FLOOR: Floor = Floor(core::sync::atomic::AtomicU64::new(0));
+        raise(&FLOOR.0, self.now_unordered())
+    }
+
+    #[inline]
+    fn now_unordered(&self) -> Ticks {
         let anchor = self.anchor;
         let micros = anchor.micros(anchor.clock.raw().saturating_sub(anchor.raw));
         // A branch rather than a select: a limiter's compare-and-swap waits for every
         // select between the counter and it.
         if micros <= anchor.headroom {
-            raise(&FLOOR.0, anchor.epoch + micros)
+            anchor.epoch + micros
         } else {
-            beyond_the_range(&FLOOR.0)
+            beyond_the_range()
         }
     }
 }
@@ -220,14 +237,14 @@ impl Clock for MonotonicClock {
 #[cfg(feature = "std")]
 #[cold]
 #[inline(never)]
-fn beyond_the_range(floor: &core::sync::atomic::AtomicU64) -> Ticks {
-    raise(floor, MAX_TICKS)
+fn beyond_the_range() -> Ticks {
+    MAX_TICKS
 }
 
 /// `reading`, or the latest value returned before if that is later; `floor` keeps it.
 #[cfg(feature = "std")]
 #[inline]
-fn raise(floor: &core::sync::atomic::AtomicU64, reading: Ticks) -> Ticks {
+pub(crate) fn raise(floor: &core::sync::atomic::AtomicU64, reading: Ticks) -> Ticks {
     use core::sync::atomic::Ordering::Relaxed;
     // Relaxed suffices: a reading that happens after another is ordered after it, so it
     // sees the floor that one left or a later value (read-read coherence). Only a

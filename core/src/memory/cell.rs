@@ -7,8 +7,9 @@ use std::sync::{Mutex, PoisonError};
 use portable_atomic::AtomicU128;
 
 use crate::bucket::{Verdict, WordBucket, WordGcra};
+use crate::clock::raise;
 use crate::{
-    Algorithm, Ban, BucketParams, BucketState, Decision, FixedWindow, FixedWindowState,
+    Algorithm, Ban, BucketParams, BucketState, Clock, Decision, FixedWindow, FixedWindowState,
     LeakyBucket, Pacing, Reserve, SlidingCounter, SlidingCounterState, SlidingLog, Ticks,
     TokenBucket,
 };
@@ -56,21 +57,30 @@ pub trait InMemory: Algorithm {
         Self::Cell::default()
     }
 
-    /// [`decide`](Algorithm::decide) on the state in `cell`, replacing it: the
-    /// transition run by the cell's update, unless the algorithm has a cheaper route to
-    /// the same decision and state (the buckets on their 64-bit word).
+    /// [`decide`](Algorithm::decide) on the state in `cell` at `clock`'s time, replacing
+    /// it: the transition run by the cell's update, unless the algorithm has a cheaper
+    /// route to the same decision and state (the buckets on their 64-bit word, which
+    /// read the clock [unordered](Clock::now_unordered) and order the reading themselves).
     #[inline]
-    fn decide_in(&self, cell: &Self::Cell, now: Ticks, cost: u64) -> Decision {
+    fn decide_in(&self, cell: &Self::Cell, clock: &impl Clock, cost: u64) -> Decision {
+        let now = clock.now();
         cell.update(|state| self.decide(state, now, cost))
     }
 
     /// [`reserve`](Reserve::reserve) on the state in `cell`, replacing it, like
     /// [`decide_in`](Self::decide_in).
     #[inline]
-    fn reserve_in(&self, cell: &Self::Cell, now: Ticks, cost: u64, max_wait: Ticks) -> Decision
+    fn reserve_in(
+        &self,
+        cell: &Self::Cell,
+        clock: &impl Clock,
+        cost: u64,
+        max_wait: Ticks,
+    ) -> Decision
     where
         Self: Reserve,
     {
+        let now = clock.now();
         cell.update(|state| self.reserve(state, now, cost, max_wait))
     }
 }
@@ -170,10 +180,19 @@ impl<S: WordState> StateCell<S> for AtomicCell<S> {
 /// 2554; for a rate prime to the period and near 10^9, never on the Unix clock). A state
 /// that does not fit moves the cell, once and for good, to a 128-bit word: decisions and
 /// states are the same either way.
+///
+/// Beside the word, the cell keeps the latest instant a decision on it was taken at, and
+/// raises every later decision's reading to it: the clock as its decisions see it never
+/// goes backwards, also across cores, at no cost beyond the word's own cache line: it is
+/// read after the word and raised before the word is replaced.
 #[derive(Debug)]
+#[repr(C)]
 pub struct NarrowCell<S> {
-    /// The state divided by `g`; zero for fresh, [`MOVING`] or [`WIDE`].
+    /// The state divided by `g`; zero for fresh, [`MOVING`] or [`WIDE`]. First, and
+    /// with `floor` in the first 16 bytes of a 16-byte aligned cell: one cache line.
     word: AtomicU64,
+    /// The latest instant a decision on the cell was taken at.
+    floor: AtomicU64,
     retries: AtomicU64,
     /// Where the state lives once it has outgrown the word.
     wide: AtomicCell<S>,
@@ -191,6 +210,7 @@ impl<S> NarrowCell<S> {
     pub fn new(a: u64, b: u64) -> Self {
         Self {
             word: AtomicU64::new(0),
+            floor: AtomicU64::new(0),
             retries: AtomicU64::new(0),
             wide: AtomicCell::default(),
             divisor: ExactDivisor::new(gcd(a.max(1), b.max(1))),
@@ -246,27 +266,40 @@ impl<S: WordState> NarrowCell<S> {
 impl<S: WordState + Send> NarrowCell<S> {
     /// Replaces the word with the one `step` returns from it, atomically, and returns the
     /// decision of the verdict `step` returned with it; `step` sees and returns the word's
-    /// own value (the state divided by `g`, zero for fresh). `None` where the state is not
-    /// in the word, or `step` returns `None` (an operand that does not fit) or a word
-    /// that does not fit: [`update`](StateCell::update) on the state decides those.
+    /// own value (the state divided by `g`, zero for fresh), and decides at `reading`
+    /// raised to the cell's floor. `Err` with that instant where the state is not in the
+    /// word, or `step` returns `None` (an operand that does not fit) or a word that does
+    /// not fit: [`update`](StateCell::update) on the state decides those.
+    ///
+    /// The floor is read after the word and raised before the word is replaced, so a
+    /// decision that reads the word another replaced decides no earlier than that one
+    /// did: the instants of the decisions, in the order they replace the word, never go
+    /// backwards, however early or on whichever core each clock reading was taken.
     #[inline(always)]
     pub(crate) fn update_word<T>(
         &self,
-        mut step: impl FnMut(u64) -> Option<(T, u64)>,
+        reading: Ticks,
+        mut step: impl FnMut(u64, Ticks) -> Option<(T, u64)>,
         decision: impl FnOnce(T) -> Decision,
-    ) -> Option<Decision> {
+    ) -> Result<Decision, Ticks> {
         let mut current = self.word.load(Ordering::Acquire);
-        while current < MOVING {
-            let (verdict, next) = step(current).filter(|&(_, next)| next < MOVING)?;
+        loop {
+            let now = raise(&self.floor, reading);
+            if current >= MOVING {
+                return Err(now);
+            }
+            let Some((verdict, next)) = step(current, now).filter(|&(_, next)| next < MOVING)
+            else {
+                return Err(now);
+            };
             match publish(&self.word, current, next) {
-                Ok(()) => return Some(decision(verdict)),
+                Ok(()) => return Ok(decision(verdict)),
                 Err(actual) => {
                     count_retry(&self.retries);
                     current = actual;
                 }
             }
         }
-        None
     }
 }
 
@@ -482,16 +515,19 @@ impl BucketCell {
         }
     }
 
-    /// Decides with `step` on the word; `None` where the word cannot (see
-    /// [`NarrowCell::update_word`]).
+    /// Decides with `step` on the word at `reading` raised to the cell's floor; `Err`
+    /// with that instant where the word cannot (see [`NarrowCell::update_word`]).
     #[inline(always)]
     fn update_with(
         &self,
-        step: impl Fn(&WordGcra, u64) -> Option<(Verdict, u64)>,
-    ) -> Option<Decision> {
-        let word = self.word.as_ref()?;
+        reading: Ticks,
+        step: impl Fn(&WordGcra, u64, Ticks) -> Option<(Verdict, u64)>,
+    ) -> Result<Decision, Ticks> {
+        let Some(word) = self.word.as_ref() else {
+            return Err(raise(&self.narrow.floor, reading));
+        };
         self.narrow
-            .update_word(|w| step(word, w), |v| word.decision(v))
+            .update_word(reading, |w, now| step(word, w, now), |v| word.decision(v))
     }
 }
 
@@ -556,21 +592,25 @@ macro_rules! narrow_bucket {
             }
 
             #[inline(always)]
-            fn decide_in(&self, cell: &BucketCell, now: Ticks, cost: u64) -> Decision {
-                cell.update_with(|word, w| word.check_with(Self::PACING, w, now, cost))
-                    .unwrap_or_else(|| decide_exact(self, cell, now, cost))
+            fn decide_in(&self, cell: &BucketCell, clock: &impl Clock, cost: u64) -> Decision {
+                cell.update_with(clock.now_unordered(), |word, w, now| {
+                    word.check_with(Self::PACING, w, now, cost)
+                })
+                .unwrap_or_else(|now| decide_exact(self, cell, now, cost))
             }
 
             #[inline]
             fn reserve_in(
                 &self,
                 cell: &BucketCell,
-                now: Ticks,
+                clock: &impl Clock,
                 cost: u64,
                 max_wait: Ticks,
             ) -> Decision {
-                cell.update_with(|word, w| word.decide(w, now, cost, max_wait))
-                    .unwrap_or_else(|| reserve_exact(self, cell, now, cost, max_wait))
+                cell.update_with(clock.now_unordered(), |word, w, now| {
+                    word.decide(w, now, cost, max_wait)
+                })
+                .unwrap_or_else(|now| reserve_exact(self, cell, now, cost, max_wait))
             }
         }
     )*};
@@ -602,7 +642,7 @@ where
 mod tests {
     use super::*;
     use crate::limits::MAX_PERIOD;
-    use crate::{Reserve, Ticks, MAX_TICKS};
+    use crate::{ManualClock, Reserve, Ticks, MAX_TICKS};
     use proptest::prelude::*;
 
     proptest! {
@@ -689,6 +729,78 @@ mod tests {
         }
     }
 
+    /// Readings that go backwards, as a lagging core's or an early one's: each bucket's
+    /// decision is taken at the latest instant its cell has decided at, the same
+    /// decision as the pure transition's at that instant.
+    #[test]
+    fn a_bucket_decides_no_earlier_than_it_has() {
+        /// A clock whose unordered readings are 100, 40, 100, 130, 70.
+        struct Lagging(std::cell::Cell<usize>);
+        impl Clock for Lagging {
+            fn now(&self) -> Ticks {
+                unreachable!("the buckets read the clock unordered")
+            }
+            fn now_unordered(&self) -> Ticks {
+                let i = self.0.replace(self.0.get() + 1);
+                [100, 40, 100, 130, 70][i]
+            }
+        }
+        let bucket = TokenBucket::new(2, 1, 10).unwrap();
+        let cell = bucket.cell();
+        let clock = Lagging(std::cell::Cell::new(0));
+        let mut state = None;
+        for now in [100, 100, 100, 130, 130] {
+            let (expected, next) = bucket.decide(state, now, 1);
+            assert_eq!(bucket.decide_in(&cell, &clock, 1), expected, "at {now}");
+            state = next;
+        }
+    }
+
+    /// Threads whose readings lag one another's by up to 50 ticks, updating one word:
+    /// the instants the cell decided at, in the order the word was replaced, never go
+    /// backwards.
+    #[test]
+    fn a_word_is_replaced_in_the_order_of_time() {
+        use std::vec::Vec;
+        const THREADS: u64 = 4;
+        const DECISIONS: u64 = 20_000;
+        let cell = NarrowCell::<BucketState>::default();
+        let time = AtomicU64::new(1_000);
+        let decided: Vec<Vec<(u64, Ticks)>> = std::thread::scope(|s| {
+            let workers: Vec<_> = (0..THREADS)
+                .map(|lag| {
+                    let (cell, time) = (&cell, &time);
+                    s.spawn(move || {
+                        (0..DECISIONS)
+                            .map(|_| {
+                                let reading = time.fetch_add(1, Ordering::Relaxed) - lag * 50 / 3;
+                                let mut replaced = None;
+                                let decision = cell.update_word(
+                                    reading,
+                                    |word, now| Some(((word + 1, now), word + 1)),
+                                    |verdict| {
+                                        replaced = Some(verdict);
+                                        Decision::admit(1, 0, 0, 0)
+                                    },
+                                );
+                                assert!(decision.is_ok());
+                                replaced.expect("every step replaces the word")
+                            })
+                            .collect()
+                    })
+                })
+                .collect();
+            workers.into_iter().map(|w| w.join().unwrap()).collect()
+        });
+        let mut order: Vec<(u64, Ticks)> = decided.into_iter().flatten().collect();
+        order.sort_unstable();
+        assert_eq!(order.len() as u64, THREADS * DECISIONS);
+        for pair in order.windows(2) {
+            assert_eq!(pair[1].0, pair[0].0 + 1, "one replacement per word");
+            assert!(pair[1].1 >= pair[0].1, "{pair:?}: time went backwards");
+        }
+    }
+
     /// The bucket's cell both ways (the transition on the unpacked state, and the
     /// decision on the word) against the 128-bit cell: the same decisions and states,
     /// and the word moves to the wide cell only once a state does not fit it.
@@ -718,10 +830,11 @@ mod tests {
             };
             let expected = wide.update(&mut step);
             prop_assert_eq!(packed.update(&mut step), expected);
+            let clock = ManualClock::new(now);
             let decided = match kind {
-                0 => alg.decide_in(&fast, now, cost),
-                1 | 2 => alg.reserve_in(&fast, now, cost, wait),
-                _ => alg.decide_in(&fast, now, 1),
+                0 => alg.decide_in(&fast, &clock, cost),
+                1 | 2 => alg.reserve_in(&fast, &clock, cost, wait),
+                _ => alg.decide_in(&fast, &clock, 1),
             };
             prop_assert_eq!(decided, expected);
             let state = wide.load();

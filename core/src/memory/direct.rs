@@ -36,7 +36,7 @@ impl<A: InMemory, C: Clock> DirectLimiter<A, C> {
     /// Decides a request of `cost` now: the "reject" strategy.
     #[inline]
     pub fn check(&self, cost: u64) -> Decision {
-        self.algorithm.decide_in(&self.cell, self.clock.now(), cost)
+        self.algorithm.decide_in(&self.cell, &self.clock, cost)
     }
 
     /// Runs `admitted` if a request of `cost` is admitted now, else `denied` with the
@@ -90,7 +90,7 @@ impl<A: InMemory + Reserve, C: Clock> DirectLimiter<A, C> {
     /// `delay` says how long the caller must wait before acting.
     pub fn reserve(&self, cost: u64, max_wait: Ticks) -> Decision {
         self.algorithm
-            .reserve_in(&self.cell, self.clock.now(), cost, max_wait)
+            .reserve_in(&self.cell, &self.clock, cost, max_wait)
     }
 
     /// Waits in line: books a slot within `timeout` and sleeps once until it, or returns
