@@ -251,7 +251,21 @@ pub(crate) fn raise(floor: &core::sync::atomic::AtomicU64, reading: Ticks) -> Ti
     // reading past the floor writes, and not once another thread has raised the floor to
     // it (as `fetch_max` would), so threads that see a new microsecond together write it
     // once and share the word read-mostly.
-    let mut seen = floor.load(Relaxed);
+    let seen = floor.load(Relaxed);
+    if reading > seen {
+        raise_past(floor, seen, reading)
+    } else {
+        seen
+    }
+}
+
+/// [`raise`] where `reading` is past the floor last `seen`: once a microsecond, so out
+/// of line, leaving the check's straight path a load and a branch.
+#[cfg(feature = "std")]
+#[cold]
+#[inline(never)]
+fn raise_past(floor: &core::sync::atomic::AtomicU64, mut seen: Ticks, reading: Ticks) -> Ticks {
+    use core::sync::atomic::Ordering::Relaxed;
     while reading > seen {
         match floor.compare_exchange_weak(seen, reading, Relaxed, Relaxed) {
             Ok(_) => return reading,
