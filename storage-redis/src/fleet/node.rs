@@ -36,8 +36,10 @@ pub struct FleetLimiter<A: FleetAlgorithm> {
     key: Vec<u8>,
     config: FleetConfig,
     node: String,
-    /// The origin of local time: a reading of the core's monotonic clock (the CPU's
-    /// counter, a few ns a read, where `Instant` costs tens: split reads it per decision).
+    /// The core's monotonic clock (the CPU's counter, a few ns a read, where `Instant`
+    /// costs tens: split reads it per decision).
+    clock: MonotonicClock,
+    /// The origin of local time: a reading of `clock`.
     epoch: Ticks,
     /// The server's time minus local time, as of the last reply.
     offset: AtomicI64,
@@ -168,13 +170,15 @@ impl<A: FleetAlgorithm> FleetLimiter<A> {
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.subsec_nanos());
+        let clock = MonotonicClock::new();
         Ok(Self {
             limiter,
             key: key.to_vec(),
             config,
             node: format!("{}-{nanos:09}", std::process::id()),
             // Local time starts at one tick, so 0 can mean "none".
-            epoch: MonotonicClock::new().now().saturating_sub(1),
+            epoch: clock.now().saturating_sub(1),
+            clock,
             offset: AtomicI64::new(0),
             last_server_now: AtomicU64::new(0),
             calls: AtomicU64::new(0),
@@ -228,7 +232,7 @@ impl<A: FleetAlgorithm> FleetLimiter<A> {
 
     /// Local monotonic time, in ticks.
     fn local_now(&self) -> Ticks {
-        MonotonicClock::new().now().saturating_sub(self.epoch)
+        self.clock.now().saturating_sub(self.epoch)
     }
 
     /// The server's time estimated from local time.
