@@ -29,7 +29,7 @@
 //! - `std` (default): the clocks [`SystemClock`] and [`MonotonicClock`] and the
 //!   in-process limiters and leases of [`memory`]; implies `alloc`.
 //! - `tokio`: `acquire_async` on the in-process limiters and leases; implies `std`.
-//! - `alloc`: [`SlidingLog`], [`Composite`], the leases of [`Concurrency`] and encoding
+//! - `alloc`: [`SlidingLog`], [`Composite`], [`AnyAlgorithm`], the leases of [`Concurrency`] and encoding
 //!   to a `Vec`.
 //! - `serde`: `Serialize`/`Deserialize` for parameters and decisions.
 #![no_std]
@@ -42,6 +42,8 @@ extern crate alloc;
 extern crate std;
 
 mod algorithm;
+#[cfg(feature = "alloc")]
+mod any;
 mod ban;
 mod bucket;
 mod clock;
@@ -52,6 +54,7 @@ mod encoding;
 mod error;
 mod fixed_window;
 mod key;
+mod kind;
 #[cfg(feature = "alloc")]
 mod lease;
 #[cfg(feature = "std")]
@@ -61,6 +64,8 @@ mod sliding_counter;
 mod sliding_log;
 
 pub use algorithm::{Algorithm, Refund, Reserve};
+#[cfg(feature = "alloc")]
+pub use any::{AnyAlgorithm, AnyState, Transition};
 pub use ban::{Ban, BanState};
 pub use bucket::{BucketParams, BucketState, LeakyBucket, Pacing, TokenBucket};
 #[cfg(target_has_atomic = "64")]
@@ -74,6 +79,7 @@ pub use decision::Decision;
 pub use error::{DecodeError, ParamError};
 pub use fixed_window::{FixedWindow, FixedWindowState, WindowParams};
 pub use key::KeyDisplay;
+pub use kind::Kind;
 #[cfg(feature = "alloc")]
 pub use lease::{Acquired, Concurrency, Grant, Lease, LeaseError, LeaseState};
 pub use sliding_counter::{SlidingCounter, SlidingCounterState};

@@ -637,6 +637,11 @@ where
 {
     type Cell = LockedCell<Self::State>;
 }
+/// Any algorithm keeps its state behind a lock: its buckets pay for the dispatch that
+/// keeps one limiter type for every policy, not for their word.
+impl InMemory for crate::AnyAlgorithm {
+    type Cell = LockedCell<crate::AnyState>;
+}
 
 #[cfg(test)]
 mod tests {

@@ -1,0 +1,303 @@
+//! One algorithm type for every rate limit a policy, a command or a JS caller can
+//! configure, so a host keeps one limiter type (and the browser build one copy of the
+//! code) for every combination.
+
+use alloc::boxed::Box;
+use alloc::vec::Vec;
+
+use crate::{
+    Algorithm, Ban, BanState, BucketState, Composite, Decision, DecodeError, FixedWindow,
+    FixedWindowState, Kind, LeakyBucket, Pacing, Reserve, SlidingCounter, SlidingCounterState,
+    SlidingLog, SlidingLogState, Ticks, TokenBucket,
+};
+
+/// Any rate algorithm of the core, including composites and bans of any of them.
+///
+/// Its state is an [`AnyState`] of the same variant, and its encoding is the variant's
+/// own: the bytes a host stores for an `AnyAlgorithm::TokenBucket` are the bytes it
+/// stores for the [`TokenBucket`] itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AnyAlgorithm {
+    /// A [`FixedWindow`].
+    FixedWindow(FixedWindow),
+    /// A [`SlidingLog`].
+    SlidingLog(SlidingLog),
+    /// A [`SlidingCounter`].
+    SlidingCounter(SlidingCounter),
+    /// A [`TokenBucket`].
+    TokenBucket(TokenBucket),
+    /// A [`LeakyBucket`].
+    LeakyBucket(LeakyBucket),
+    /// A [`Pacing`] queue.
+    Pacing(Pacing),
+    /// Several limits on one key.
+    Composite(Composite<AnyAlgorithm>),
+    /// A limit in a penalty box (boxed: a ban holds its limit inline).
+    Ban(Box<Ban<AnyAlgorithm>>),
+}
+
+/// The state of an [`AnyAlgorithm`]: the state of its variant's algorithm.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+#[allow(missing_docs)]
+pub enum AnyState {
+    FixedWindow(FixedWindowState),
+    SlidingLog(SlidingLogState),
+    SlidingCounter(SlidingCounterState),
+    TokenBucket(BucketState),
+    LeakyBucket(BucketState),
+    Pacing(BucketState),
+    Composite(Vec<Option<AnyState>>),
+    Ban(Box<BanState<AnyState>>),
+}
+
+/// A transition to run on whichever algorithm an [`AnyAlgorithm`] holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Transition {
+    /// [`Algorithm::decide`].
+    Decide {
+        /// The time of the request.
+        now: Ticks,
+        /// Its cost.
+        cost: u64,
+    },
+    /// [`Algorithm::peek`]: the slot is emptied, not updated.
+    Peek {
+        /// The time of the request.
+        now: Ticks,
+        /// Its cost.
+        cost: u64,
+    },
+    /// [`Reserve::reserve`] where the algorithm books ahead, else `Decide` (see
+    /// [`AnyAlgorithm::can_reserve`]).
+    Reserve {
+        /// The time of the request.
+        now: Ticks,
+        /// Its cost.
+        cost: u64,
+        /// The longest wait to book.
+        max_wait: Ticks,
+    },
+}
+
+impl Transition {
+    fn apply<A: Reservable>(
+        self,
+        algorithm: &A,
+        state: Option<A::State>,
+    ) -> (Decision, Option<A::State>) {
+        match self {
+            Self::Decide { now, cost } => algorithm.decide(state, now, cost),
+            Self::Peek { now, cost } => (algorithm.peek(state, now, cost), None),
+            Self::Reserve {
+                now,
+                cost,
+                max_wait,
+            } => algorithm.reserve_or_decide(state, now, cost, max_wait),
+        }
+    }
+}
+
+/// Runs a transition on one plain variant: its state out of the slot (a state of
+/// another variant as fresh), the new state back in.
+macro_rules! on_variant {
+    ($slot:ident, $transition:ident, $variant:ident, $algorithm:expr) => {{
+        let state = match $slot.take() {
+            Some(AnyState::$variant(state)) => Some(state),
+            _ => None,
+        };
+        let (decision, state) = $transition.apply($algorithm, state);
+        *$slot = state.map(AnyState::$variant);
+        decision
+    }};
+}
+
+impl AnyAlgorithm {
+    /// Runs `transition` on the variant's own algorithm, updating the state in `slot`:
+    /// the one dispatch of every operation. In place, because moving states in and out
+    /// by value costs copies the browser build makes as calls.
+    ///
+    /// A state of another variant than `self` is decided as fresh. It cannot arise: a
+    /// state comes only from this algorithm's own transitions or [`decode`](Algorithm::decode),
+    /// which return states of its variant; a host that stores states under a policy
+    /// that changed kind decodes the old bytes with the new algorithm, which refuses them.
+    pub fn run(&self, slot: &mut Option<AnyState>, transition: Transition) -> Decision {
+        match self {
+            Self::FixedWindow(a) => on_variant!(slot, transition, FixedWindow, a),
+            Self::SlidingLog(a) => on_variant!(slot, transition, SlidingLog, a),
+            Self::SlidingCounter(a) => on_variant!(slot, transition, SlidingCounter, a),
+            Self::TokenBucket(a) => on_variant!(slot, transition, TokenBucket, a),
+            Self::LeakyBucket(a) => on_variant!(slot, transition, LeakyBucket, a),
+            Self::Pacing(a) => on_variant!(slot, transition, Pacing, a),
+            Self::Composite(a) => on_variant!(slot, transition, Composite, a),
+            Self::Ban(ban) => {
+                let state = match slot.take() {
+                    Some(AnyState::Ban(state)) => Some(*state),
+                    _ => None,
+                };
+                let (decision, state) = transition.apply(&**ban, state);
+                *slot = state.map(|state| AnyState::Ban(Box::new(state)));
+                decision
+            }
+        }
+    }
+
+    /// Whether [`Reserve::reserve`] books ahead: buckets, pacing and composites of them.
+    /// The others (windows, bans) decide at `now` only, so hosts refuse a reservation
+    /// on them rather than pretend.
+    pub fn can_reserve(&self) -> bool {
+        match self {
+            Self::TokenBucket(_) | Self::LeakyBucket(_) | Self::Pacing(_) => true,
+            Self::Composite(composite) => composite.members().iter().all(Self::can_reserve),
+            Self::FixedWindow(_) | Self::SlidingLog(_) | Self::SlidingCounter(_) | Self::Ban(_) => {
+                false
+            }
+        }
+    }
+
+    /// The kind a policy names for this algorithm; a ban's is the kind of the limit it
+    /// wraps (a policy writes a ban as `ban = { .. }` beside its algorithm).
+    pub fn kind(&self) -> Kind {
+        match self {
+            Self::FixedWindow(_) => Kind::FixedWindow,
+            Self::SlidingLog(_) => Kind::SlidingLog,
+            Self::SlidingCounter(_) => Kind::SlidingCounter,
+            Self::TokenBucket(_) => Kind::TokenBucket,
+            Self::LeakyBucket(_) => Kind::LeakyBucket,
+            Self::Pacing(_) => Kind::Pacing,
+            Self::Composite(_) => Kind::Composite,
+            Self::Ban(ban) => ban.inner().kind(),
+        }
+    }
+}
+
+impl Algorithm for AnyAlgorithm {
+    type State = AnyState;
+
+    fn decide(
+        &self,
+        mut state: Option<AnyState>,
+        now: Ticks,
+        cost: u64,
+    ) -> (Decision, Option<AnyState>) {
+        let decision = self.run(&mut state, Transition::Decide { now, cost });
+        (decision, state)
+    }
+
+    fn peek(&self, mut state: Option<AnyState>, now: Ticks, cost: u64) -> Decision {
+        self.run(&mut state, Transition::Peek { now, cost })
+    }
+
+    fn encode<E: Extend<u8>>(&self, state: &AnyState, out: &mut E) {
+        match (self, state) {
+            (Self::FixedWindow(a), AnyState::FixedWindow(s)) => a.encode(s, out),
+            (Self::SlidingLog(a), AnyState::SlidingLog(s)) => a.encode(s, out),
+            (Self::SlidingCounter(a), AnyState::SlidingCounter(s)) => a.encode(s, out),
+            (Self::TokenBucket(a), AnyState::TokenBucket(s)) => a.encode(s, out),
+            (Self::LeakyBucket(a), AnyState::LeakyBucket(s)) => a.encode(s, out),
+            (Self::Pacing(a), AnyState::Pacing(s)) => a.encode(s, out),
+            (Self::Composite(a), AnyState::Composite(s)) => a.encode(s, out),
+            (Self::Ban(a), AnyState::Ban(s)) => a.encode(s, out),
+            // Unreachable (see `run`): encode nothing, which decodes as an error, never
+            // as a state.
+            _ => {}
+        }
+    }
+
+    fn decode(&self, bytes: &[u8]) -> Result<AnyState, DecodeError> {
+        Ok(match self {
+            Self::FixedWindow(a) => AnyState::FixedWindow(a.decode(bytes)?),
+            Self::SlidingLog(a) => AnyState::SlidingLog(a.decode(bytes)?),
+            Self::SlidingCounter(a) => AnyState::SlidingCounter(a.decode(bytes)?),
+            Self::TokenBucket(a) => AnyState::TokenBucket(a.decode(bytes)?),
+            Self::LeakyBucket(a) => AnyState::LeakyBucket(a.decode(bytes)?),
+            Self::Pacing(a) => AnyState::Pacing(a.decode(bytes)?),
+            Self::Composite(a) => AnyState::Composite(a.decode(bytes)?),
+            Self::Ban(a) => AnyState::Ban(Box::new(a.decode(bytes)?)),
+        })
+    }
+}
+
+/// Buckets, pacing and composites book their slot; windows and bans decide at `now`
+/// (see [`AnyAlgorithm::can_reserve`]).
+impl Reserve for AnyAlgorithm {
+    fn reserve(
+        &self,
+        mut state: Option<AnyState>,
+        now: Ticks,
+        cost: u64,
+        max_wait: Ticks,
+    ) -> (Decision, Option<AnyState>) {
+        let transition = Transition::Reserve {
+            now,
+            cost,
+            max_wait,
+        };
+        let decision = self.run(&mut state, transition);
+        (decision, state)
+    }
+}
+
+/// Reservation where the algorithm has it. By default an algorithm books nothing ahead
+/// and decides at `now` (windows and bans).
+trait Reservable: Algorithm {
+    fn reserve_or_decide(
+        &self,
+        state: Option<Self::State>,
+        now: Ticks,
+        cost: u64,
+        _max_wait: Ticks,
+    ) -> (Decision, Option<Self::State>) {
+        self.decide(state, now, cost)
+    }
+}
+
+impl Reservable for FixedWindow {}
+impl Reservable for SlidingLog {}
+impl Reservable for SlidingCounter {}
+impl Reservable for Ban<AnyAlgorithm> {}
+
+/// The algorithms that book their slot.
+macro_rules! books_ahead {
+    ($($algorithm:ty),*) => {$(
+        impl Reservable for $algorithm {
+            fn reserve_or_decide(
+                &self,
+                state: Option<Self::State>,
+                now: Ticks,
+                cost: u64,
+                max_wait: Ticks,
+            ) -> (Decision, Option<Self::State>) {
+                self.reserve(state, now, cost, max_wait)
+            }
+        }
+    )*};
+}
+books_ahead!(TokenBucket, LeakyBucket, Pacing, Composite<AnyAlgorithm>);
+
+macro_rules! from_algorithm {
+    ($($variant:ident($algorithm:ty)),*) => {$(
+        impl From<$algorithm> for AnyAlgorithm {
+            fn from(algorithm: $algorithm) -> Self {
+                Self::$variant(algorithm)
+            }
+        }
+    )*};
+}
+from_algorithm!(
+    FixedWindow(FixedWindow),
+    SlidingLog(SlidingLog),
+    SlidingCounter(SlidingCounter),
+    TokenBucket(TokenBucket),
+    LeakyBucket(LeakyBucket),
+    Pacing(Pacing),
+    Composite(Composite<AnyAlgorithm>)
+);
+
+impl From<Ban<AnyAlgorithm>> for AnyAlgorithm {
+    fn from(ban: Ban<AnyAlgorithm>) -> Self {
+        Self::Ban(Box::new(ban))
+    }
+}
