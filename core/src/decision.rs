@@ -4,6 +4,12 @@ use crate::Ticks;
 /// for `RateLimit-*` and `Retry-After` headers and for waiting.
 ///
 /// Denial is a value, not an error.
+///
+/// With the `serde` feature this is the one wire shape of a decision, the serializer the
+/// CLI, the service, the middleware and the wasm bindings all use:
+/// `{"allowed":true,"limit":10,"remaining":9,"retry_after_us":0,"reset_after_us":100000,"delay_us":0}`.
+/// Durations are whole microseconds ([`Ticks`]); `retry_after_us` is `0` when admitted
+/// and `null` only when the cost can never fit.
 #[must_use = "a decision says whether the request may proceed"]
 #[non_exhaustive]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -17,11 +23,14 @@ pub struct Decision {
     pub remaining: u64,
     /// How long until this same request would be admitted if nothing else arrives:
     /// `Some(0)` when admitted, `None` when its cost can never fit.
+    #[cfg_attr(feature = "serde", serde(rename = "retry_after_us"))]
     pub retry_after: Option<Ticks>,
     /// How long until the state is fresh again (and the key may be forgotten).
+    #[cfg_attr(feature = "serde", serde(rename = "reset_after_us"))]
     pub reset_after: Ticks,
     /// How long an admitted caller must wait before acting: its slot in a pacing queue
     /// or a reservation. Zero for plain policing and for denials.
+    #[cfg_attr(feature = "serde", serde(rename = "delay_us"))]
     pub delay: Ticks,
 }
 
