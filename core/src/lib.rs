@@ -53,6 +53,7 @@ mod decision;
 mod encoding;
 mod error;
 mod fixed_window;
+mod host;
 mod key;
 mod kind;
 #[cfg(feature = "alloc")]
@@ -78,6 +79,7 @@ pub use composite::Composite;
 pub use decision::Decision;
 pub use error::{DecodeError, ParamError};
 pub use fixed_window::{FixedWindow, FixedWindowState, WindowParams};
+pub use host::{FailPolicy, Limiter, Outcome, Request};
 pub use key::KeyDisplay;
 pub use kind::Kind;
 #[cfg(feature = "alloc")]

@@ -11,7 +11,10 @@ use hashbrown::hash_table::{Entry as TableEntry, HashTable};
 use super::cell::{publish, WordUnits};
 use super::{wait, KeyHasher};
 use crate::bucket::{Verdict, WordGcra};
-use crate::{Algorithm, Clock, Decision, MonotonicClock, Reserve, Ticks};
+use crate::{
+    check_now, Algorithm, Clock, Decision, Limiter, MonotonicClock, ParamError, Request, Reserve,
+    Ticks,
+};
 
 /// A limit per key (user, IP, route), with memory bounded by a maximum number of keys.
 ///
@@ -204,8 +207,19 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C,
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
+        self.check_at(key, self.clock.now(), cost)
+    }
+
+    /// [`check`](Self::check) at `now`.
+    #[inline(always)]
+    fn check_at<Q>(&self, key: &Q, now: Ticks, cost: u64) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         self.update(
             key,
+            now,
             |units, word, now| units.check(word, now, cost),
             |state, now| self.algorithm.decide(state, now, cost),
         )
@@ -233,7 +247,15 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C,
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let now = self.clock.now();
+        self.peek_at(key, self.clock.now(), cost)
+    }
+
+    /// [`peek`](Self::peek) at `now`.
+    fn peek_at<Q>(&self, key: &Q, now: Ticks, cost: u64) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         let hash = self.hasher.hash_one(key);
         let shard = read(self.shard(hash));
         let state = shard
@@ -306,14 +328,15 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C,
         &self.shards[shard_index(hash, self.shard_bits)].0
     }
 
-    /// Decides on `key`'s state: with `step` on its word where the algorithm is a bucket
-    /// and the operands fit, else with `transition`. A key already held is decided under
-    /// its shard's shared lock, inline (a caller that reads only `allowed` then pays for
-    /// no division); the rest is out of line.
+    /// Decides on `key`'s state at `now`: with `step` on its word where the algorithm is
+    /// a bucket and the operands fit, else with `transition`. A key already held is
+    /// decided under its shard's shared lock, inline (a caller that reads only `allowed`
+    /// then pays for no division); the rest is out of line.
     #[inline(always)]
     fn update<Q>(
         &self,
         key: &Q,
+        now: Ticks,
         step: impl Fn(&WordGcra, u64, Ticks) -> Option<(Verdict, u64)>,
         mut transition: impl FnMut(Option<A::State>, Ticks) -> (Decision, Option<A::State>),
     ) -> Decision
@@ -321,7 +344,6 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C,
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let now = self.clock.now();
         let hash = self.hasher.hash_one(key);
         let lock = self.shard(hash);
         let found = {
@@ -578,8 +600,19 @@ impl<K: Hash + Eq, A: Reserve, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C, H
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
+        self.reserve_at(key, self.clock.now(), cost, max_wait)
+    }
+
+    /// [`reserve`](Self::reserve) at `now`.
+    #[inline(always)]
+    fn reserve_at<Q>(&self, key: &Q, now: Ticks, cost: u64, max_wait: Ticks) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         self.update(
             key,
+            now,
             |units, word, now| units.decide(word, now, cost, max_wait),
             |state, now| self.algorithm.reserve(state, now, cost, max_wait),
         )
@@ -609,6 +642,39 @@ impl<K: Hash + Eq, A: Reserve, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C, H
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         wait::sleep(self.reserve(key, cost, wait::ticks(timeout))).await
+    }
+}
+
+/// The host contract on byte keys. A request with its own `now` is decided at that
+/// time (refused beyond [`MAX_TICKS`](crate::MAX_TICKS)), one without at the clock's:
+/// a key decided on both time lines is decided as if at the later of the two, or more
+/// strictly, never on a negative interval.
+impl<A: Reserve, C: Clock, H: BuildHasher> Limiter for KeyedLimiter<Vec<u8>, A, C, H> {
+    /// Only a `now` beyond `MAX_TICKS` is an error.
+    type Error = ParamError;
+
+    fn check(&self, r: &Request<'_>) -> Result<Decision, ParamError> {
+        Ok(self.check_at(r.key, self.time(r)?, r.cost))
+    }
+
+    fn peek(&self, r: &Request<'_>) -> Result<Decision, ParamError> {
+        Ok(self.peek_at(r.key, self.time(r)?, r.cost))
+    }
+
+    fn reset(&self, key: &[u8]) -> Result<(), ParamError> {
+        KeyedLimiter::reset(self, key);
+        Ok(())
+    }
+
+    fn reserve(&self, r: &Request<'_>, max_wait: Ticks) -> Result<Decision, ParamError> {
+        Ok(self.reserve_at(r.key, self.time(r)?, r.cost, max_wait))
+    }
+}
+
+impl<K, A: Algorithm, C: Clock, H> KeyedLimiter<K, A, C, H> {
+    /// The time to decide `request` at: its own, or the clock's.
+    fn time(&self, request: &Request<'_>) -> Result<Ticks, ParamError> {
+        request.now.map_or_else(|| Ok(self.clock.now()), check_now)
     }
 }
 
