@@ -47,7 +47,8 @@ export interface WindowOptions {
 
 /** `capacity` at once, `rate` per `periodMs` in the long run. */
 export interface BucketOptions {
-  algorithm: "token-bucket" | "leaky-bucket" | "leaky-pacing";
+  /** `"leaky-pacing"` is the old name of `"pacing"`, still read. */
+  algorithm: "token-bucket" | "leaky-bucket" | "pacing" | "leaky-pacing";
   capacity: number;
   rate: number;
   periodMs: number;

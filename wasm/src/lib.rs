@@ -9,7 +9,6 @@
 //! Everything except the bindings in `js` is plain Rust, tested natively.
 #![deny(missing_docs)]
 
-mod any;
 mod feedback;
 mod js;
 mod limit;

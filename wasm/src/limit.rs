@@ -1,20 +1,18 @@
 //! One limit and the state it governs: what a client holds for itself.
 
-use tollgate_core::{Algorithm, Decision, Ticks};
-
-use crate::any::{Any, AnyState, Transition};
+use tollgate_core::{Algorithm, AnyAlgorithm, AnyState, Decision, Ticks, Transition};
 
 /// An algorithm and the one state it governs (a client limits only itself, so there is
 /// one key).
 #[derive(Debug, Clone)]
 pub struct Limit {
-    algorithm: Any,
+    algorithm: AnyAlgorithm,
     state: Option<AnyState>,
 }
 
 impl Limit {
     /// A fresh limit.
-    pub fn new(algorithm: Any) -> Self {
+    pub fn new(algorithm: AnyAlgorithm) -> Self {
         Self {
             algorithm,
             state: None,
@@ -40,11 +38,9 @@ impl Limit {
     /// Books a slot within `max_wait`; refused for algorithms that cannot book ahead.
     pub fn reserve(&mut self, now: Ticks, cost: u64, max_wait: Ticks) -> Result<Decision, String> {
         if !self.algorithm.can_reserve() {
-            return Err(
-                "reserve needs a token bucket, leaky bucket, leaky pacing, or a \
+            return Err("reserve needs a token bucket, leaky bucket, pacing, or a \
                         composite of them (windows and bans cannot book ahead): use check"
-                    .to_owned(),
-            );
+                .to_owned());
         }
         let transition = Transition::Reserve {
             now,

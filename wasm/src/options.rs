@@ -1,19 +1,19 @@
-//! Limiter options as JS passes them, read into an [`Any`] with clear messages.
+//! Limiter options as JS passes them, read into an [`AnyAlgorithm`] with clear messages.
 //!
 //! The reading is written against [`Fields`], so it runs (and is tested) without a JS
 //! engine; the bindings implement `Fields` for JS objects.
 
 use tollgate_core::{
-    Ban, Composite, FixedWindow, LeakyBucket, Pacing, ParamError, SlidingCounter, SlidingLog,
-    Ticks, TokenBucket,
+    AnyAlgorithm, Ban, Composite, FixedWindow, Kind, LeakyBucket, Pacing, ParamError,
+    SlidingCounter, SlidingLog, Ticks, TokenBucket,
 };
 
-use crate::any::Any;
 use crate::units::{ms_text, ticks_from_ms, whole};
 
-/// The `algorithm` values, named as in the command line's policies.
+/// The `algorithm` values, the core's kind names (`"leaky-pacing"` is still read as
+/// `"pacing"`).
 pub const ALGORITHMS: &str = "\"fixed-window\", \"sliding-log\", \"sliding-counter\", \
-    \"token-bucket\", \"leaky-bucket\", \"leaky-pacing\" or \"composite\"";
+    \"token-bucket\", \"leaky-bucket\", \"pacing\" or \"composite\"";
 
 /// Named fields of an options object. Each getter is `Ok(None)` when the field is
 /// absent (or `undefined`) and an error when it holds the wrong type.
@@ -35,7 +35,7 @@ pub trait Fields: Sized {
 /// `{ algorithm, capacity, rate, periodMs }` for buckets and pacing,
 /// `{ algorithm: "composite", members: [options, ...] }`, each with an optional
 /// `ban: { threshold, windowMs, durationMs }`.
-pub fn algorithm(options: &impl Fields) -> Result<Any, String> {
+pub fn algorithm(options: &impl Fields) -> Result<AnyAlgorithm, String> {
     let name = options
         .text("algorithm")?
         .ok_or_else(|| format!("options.algorithm is required: {ALGORITHMS}"))?;
@@ -49,49 +49,46 @@ pub fn algorithm(options: &impl Fields) -> Result<Any, String> {
             period(options)?,
         ))
     };
-    let any = match name.as_str() {
-        "fixed-window" => {
+    let unknown = || format!("unknown algorithm \"{name}\": expected {ALGORITHMS}");
+    let any = match Kind::from_name(&name).ok_or_else(unknown)? {
+        Kind::FixedWindow => {
             let (limit, period) = window()?;
             let fixed = FixedWindow::new(limit, period).map_err(describe)?;
             let counting = options.flag("countDenied")?.unwrap_or(false);
-            Any::FixedWindow(if counting {
+            AnyAlgorithm::FixedWindow(if counting {
                 fixed.counting_denied()
             } else {
                 fixed
             })
         }
-        "sliding-log" => {
+        Kind::SlidingLog => {
             let (limit, period) = window()?;
-            Any::SlidingLog(SlidingLog::new(limit, period).map_err(describe)?)
+            AnyAlgorithm::SlidingLog(SlidingLog::new(limit, period).map_err(describe)?)
         }
-        "sliding-counter" => {
+        Kind::SlidingCounter => {
             let (limit, period) = window()?;
-            Any::SlidingCounter(SlidingCounter::new(limit, period).map_err(describe)?)
+            AnyAlgorithm::SlidingCounter(SlidingCounter::new(limit, period).map_err(describe)?)
         }
-        "token-bucket" => {
+        Kind::TokenBucket => {
             let (capacity, rate, period) = bucket()?;
-            Any::TokenBucket(TokenBucket::new(capacity, rate, period).map_err(describe)?)
+            AnyAlgorithm::TokenBucket(TokenBucket::new(capacity, rate, period).map_err(describe)?)
         }
-        "leaky-bucket" => {
+        Kind::LeakyBucket => {
             let (capacity, rate, period) = bucket()?;
-            Any::LeakyBucket(LeakyBucket::new(capacity, rate, period).map_err(describe)?)
+            AnyAlgorithm::LeakyBucket(LeakyBucket::new(capacity, rate, period).map_err(describe)?)
         }
-        "leaky-pacing" => {
+        Kind::Pacing => {
             let (capacity, rate, period) = bucket()?;
-            Any::Pacing(Pacing::new(capacity, rate, period).map_err(describe)?)
+            AnyAlgorithm::Pacing(Pacing::new(capacity, rate, period).map_err(describe)?)
         }
-        "composite" => {
+        Kind::Composite => {
             let members = options
                 .list("members")?
                 .ok_or("options.members is required for a composite: an array of options")?;
             let members = members.iter().map(algorithm).collect::<Result<_, _>>()?;
-            Any::Composite(Composite::new(members).map_err(describe)?)
+            AnyAlgorithm::Composite(Composite::new(members).map_err(describe)?)
         }
-        other => {
-            return Err(format!(
-                "unknown algorithm \"{other}\": expected {ALGORITHMS}"
-            ))
-        }
+        _ => return Err(unknown()),
     };
     let Some(ban) = options.object("ban")? else {
         return Ok(any);
@@ -99,8 +96,8 @@ pub fn algorithm(options: &impl Fields) -> Result<Any, String> {
     let threshold = required_whole(&ban, "threshold")?;
     let window = required_ms(&ban, "windowMs")?;
     let duration = required_ms(&ban, "durationMs")?;
-    let ban = Ban::new(Box::new(any), threshold, window, duration).map_err(describe)?;
-    Ok(Any::Ban(ban))
+    let ban = Ban::new(any, threshold, window, duration).map_err(describe)?;
+    Ok(ban.into())
 }
 
 fn period(options: &impl Fields) -> Result<Ticks, String> {
@@ -244,31 +241,36 @@ pub(crate) mod tests {
         let cases = [
             (
                 window("fixed-window", 3.0, 1000.0),
-                Any::FixedWindow(FixedWindow::new(3, SECOND).unwrap()),
+                AnyAlgorithm::FixedWindow(FixedWindow::new(3, SECOND).unwrap()),
             ),
             (
                 window("fixed-window", 3.0, 1000.0).with("countDenied", Value::Flag(true)),
-                Any::FixedWindow(FixedWindow::new(3, SECOND).unwrap().counting_denied()),
+                AnyAlgorithm::FixedWindow(FixedWindow::new(3, SECOND).unwrap().counting_denied()),
             ),
             (
                 window("sliding-log", 3.0, 1.5),
-                Any::SlidingLog(SlidingLog::new(3, 1500).unwrap()),
+                AnyAlgorithm::SlidingLog(SlidingLog::new(3, 1500).unwrap()),
             ),
             (
                 window("sliding-counter", 7.0, 60_000.0),
-                Any::SlidingCounter(SlidingCounter::new(7, 60 * SECOND).unwrap()),
+                AnyAlgorithm::SlidingCounter(SlidingCounter::new(7, 60 * SECOND).unwrap()),
             ),
             (
                 bucket("token-bucket", 3.0, 1.0, 1000.0),
-                Any::TokenBucket(TokenBucket::new(3, 1, SECOND).unwrap()),
+                AnyAlgorithm::TokenBucket(TokenBucket::new(3, 1, SECOND).unwrap()),
             ),
             (
                 bucket("leaky-bucket", 3.0, 2.0, 250.0),
-                Any::LeakyBucket(LeakyBucket::new(3, 2, SECOND / 4).unwrap()),
+                AnyAlgorithm::LeakyBucket(LeakyBucket::new(3, 2, SECOND / 4).unwrap()),
             ),
             (
+                bucket("pacing", 0.0, 1.0, 1000.0),
+                AnyAlgorithm::Pacing(Pacing::new(0, 1, SECOND).unwrap()),
+            ),
+            // The old name still reads.
+            (
                 bucket("leaky-pacing", 0.0, 1.0, 1000.0),
-                Any::Pacing(Pacing::new(0, 1, SECOND).unwrap()),
+                AnyAlgorithm::Pacing(Pacing::new(0, 1, SECOND).unwrap()),
             ),
         ];
         for (options, expected) in cases {
@@ -318,8 +320,13 @@ pub(crate) mod tests {
         let cases = [
             (Options::default(), "options.algorithm is required"),
             (
-                Options::new("token_bucket"),
-                "unknown algorithm \"token_bucket\"",
+                Options::new("token-buckets"),
+                "unknown algorithm \"token-buckets\"",
+            ),
+            // A kind the core has but a client cannot run.
+            (
+                Options::new("concurrency"),
+                "unknown algorithm \"concurrency\"",
             ),
             (
                 Options::new("token-bucket").with("capacity", Value::Text("5")),

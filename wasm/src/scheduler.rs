@@ -165,13 +165,13 @@ mod tests {
     use tollgate_core::{Algorithm, MILLISECOND, SECOND};
 
     use super::*;
-    use crate::any::Any;
     use crate::options::algorithm;
     use crate::options::tests::{bucket, window};
+    use tollgate_core::AnyAlgorithm;
 
     /// Drives a scheduler the way the bindings do: calls arrive at their times, the clock
     /// jumps to each instant the scheduler asks for. Returns (job, run time) in run order.
-    fn drive(limit: &Any, arrivals: &[(Ticks, u64)]) -> Vec<(usize, Ticks)> {
+    fn drive(limit: &AnyAlgorithm, arrivals: &[(Ticks, u64)]) -> Vec<(usize, Ticks)> {
         let mut scheduler = Scheduler::new(Limit::new(limit.clone()), arrivals.len());
         let (mut now, mut arrived, mut runs) = (0, 0, Vec::new());
         loop {
@@ -194,7 +194,7 @@ mod tests {
         }
     }
 
-    fn algorithms() -> impl Strategy<Value = Any> {
+    fn algorithms() -> impl Strategy<Value = AnyAlgorithm> {
         let window_kinds = prop_oneof![
             Just("fixed-window"),
             Just("sliding-log"),
@@ -245,7 +245,7 @@ mod tests {
 
     #[test]
     fn pacing_runs_calls_exactly_a_slot_apart() {
-        let pacing = algorithm(&bucket("leaky-pacing", 100.0, 4.0, 1000.0)).unwrap();
+        let pacing = algorithm(&bucket("pacing", 100.0, 4.0, 1000.0)).unwrap();
         let runs = drive(&pacing, &[(0, 1), (0, 1), (0, 2), (10, 1)]);
         let times: Vec<Ticks> = runs.iter().map(|r| r.1).collect();
         assert_eq!(

@@ -1,0 +1,206 @@
+//! What a policy builds: the core's one dynamic algorithm, or a lease model.
+
+use tollgate_core::limits::MAX_PERIOD;
+use tollgate_core::{
+    AnyAlgorithm, Ban, Composite, Concurrency, FixedWindow, Kind, LeakyBucket, Pacing, ParamError,
+    SlidingCounter, SlidingLog, Ticks, TokenBucket,
+};
+
+use crate::model::{BanSpec, Policy};
+use crate::problem::{list, param_problem, Problem, Style};
+
+/// What a policy builds: a rate limit, or leases.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Built {
+    /// A rate limit: one algorithm, a composite of several, either one in a ban.
+    Rule(AnyAlgorithm),
+    /// Not a rate limit: leases, each held for `ttl` ticks.
+    Leases {
+        /// How many at once.
+        model: Concurrency,
+        /// How long each lasts.
+        ttl: Ticks,
+    },
+}
+
+/// Composite members at most: each is one more key (on Redis) and one more decision.
+pub const MAX_MEMBERS: usize = 16;
+
+impl Policy {
+    /// The algorithm this policy builds, or every missing parameter at once, or the
+    /// parameter out of its range in the units it was written in.
+    pub fn build(&self, style: Style) -> Result<Built, Problem> {
+        self.check_fields(style)?;
+        if self.algorithm == Kind::Concurrency {
+            let ttl = self.lease.map_or(0, |d| d.0);
+            return Concurrency::new(self.limit.unwrap_or(0))
+                .map_err(|e| match e {
+                    // The core calls it `max`; the policy calls it `limit`.
+                    ParamError::OutOfRange {
+                        value, min, max, ..
+                    } => ParamError::OutOfRange {
+                        name: "limit",
+                        value,
+                        min,
+                        max,
+                    },
+                    e => e,
+                })
+                .and_then(|model| {
+                    check_lease(ttl)?;
+                    Ok(Built::Leases { model, ttl })
+                })
+                .map_err(|e| param_problem(&e, style));
+        }
+        let rule = if let Some(members) = &self.limits {
+            if members.is_empty() || members.len() > MAX_MEMBERS {
+                return Err(Problem {
+                    field: Some("limits".into()),
+                    message: format!(
+                        "{} must list 1 to {MAX_MEMBERS} limits, got {}",
+                        style.name("limits"),
+                        members.len()
+                    ),
+                });
+            }
+            let rates = members
+                .iter()
+                .enumerate()
+                .map(|(i, member)| member.member_rate(style, i))
+                .collect::<Result<Vec<_>, _>>()?;
+            AnyAlgorithm::Composite(Composite::new(rates).map_err(|e| param_problem(&e, style))?)
+        } else {
+            self.rate(style)?
+        };
+        Ok(Built::Rule(match self.ban {
+            Some(ban) => ban_of(rule, ban, style)?,
+            None => rule,
+        }))
+    }
+
+    /// The parameters this algorithm takes, and those it does not.
+    fn check_fields(&self, style: Style) -> Result<(), Problem> {
+        let kind = self.algorithm.name();
+        let wanted = self.algorithm.fields();
+        let given = [
+            ("limit", self.limit.is_some()),
+            ("capacity", self.capacity.is_some()),
+            ("rate", self.rate.is_some()),
+            ("period", self.period.is_some()),
+            ("lease", self.lease.is_some()),
+            ("limits", self.limits.is_some()),
+        ];
+        let names = |pick: &dyn Fn(&str, bool) -> bool| -> Vec<String> {
+            given
+                .iter()
+                .filter(|&&(name, present)| pick(name, present))
+                .map(|(name, _)| style.name(name))
+                .collect()
+        };
+        let missing = names(&|name, present| !present && wanted.contains(&name));
+        let extra = names(&|name, present| present && !wanted.contains(&name));
+        let takes: Vec<String> = wanted.iter().map(|name| style.name(name)).collect();
+        let mut problems = Vec::new();
+        if !missing.is_empty() {
+            problems.push(format!("{kind} needs {}", list(&missing)));
+        }
+        if !extra.is_empty() {
+            problems.push(format!(
+                "{kind} takes {}, not {}",
+                list(&takes),
+                list(&extra)
+            ));
+        }
+        if self.ban.is_some() && self.algorithm == Kind::Concurrency {
+            problems.push(format!("{kind} takes no {}", style.name("ban")));
+        }
+        if problems.is_empty() {
+            return Ok(());
+        }
+        // One field at fault is named; several are in the sentence.
+        let field = match (missing.as_slice(), extra.as_slice()) {
+            ([_], []) => wanted
+                .iter()
+                .find(|name| missing.contains(&style.name(name)))
+                .map(|name| (*name).to_owned()),
+            _ => None,
+        };
+        Err(Problem {
+            field,
+            message: problems.join("; "),
+        })
+    }
+
+    /// A composite's member: an algorithm and its parameters, nothing else.
+    fn member_rate(&self, style: Style, i: usize) -> Result<AnyAlgorithm, Problem> {
+        let at = format!("limits[{i}]");
+        let plain = self.ban.is_none()
+            && self.apps.is_empty()
+            && self.description.is_empty()
+            && self.owner.is_empty();
+        if !plain || matches!(self.algorithm, Kind::Composite | Kind::Concurrency) {
+            return Err(Problem::whole(format!(
+                "each of {} is one rate algorithm and its parameters (no composite, concurrency, ban, apps, description or owner)",
+                style.name("limits")
+            ))
+            .within(&at, style));
+        }
+        self.check_fields(style)
+            .and_then(|()| self.rate(style))
+            .map_err(|p| p.within(&at, style))
+    }
+
+    /// The rate algorithm of a policy whose fields were checked.
+    fn rate(&self, style: Style) -> Result<AnyAlgorithm, Problem> {
+        let period = self.period.map_or(0, |p| p.0);
+        let (l, c, r) = (
+            self.limit.unwrap_or(0),
+            self.capacity.unwrap_or(0),
+            self.rate.unwrap_or(0),
+        );
+        match self.algorithm {
+            Kind::FixedWindow => FixedWindow::new(l, period).map(AnyAlgorithm::from),
+            Kind::SlidingLog => SlidingLog::new(l, period).map(AnyAlgorithm::from),
+            Kind::SlidingCounter => SlidingCounter::new(l, period).map(AnyAlgorithm::from),
+            Kind::TokenBucket => TokenBucket::new(c, r, period).map(AnyAlgorithm::from),
+            Kind::LeakyBucket => LeakyBucket::new(c, r, period).map(AnyAlgorithm::from),
+            Kind::Pacing => Pacing::new(c, r, period).map(AnyAlgorithm::from),
+            other => {
+                return Err(Problem::whole(format!(
+                    "{} is not a rate algorithm",
+                    other.name()
+                )))
+            }
+        }
+        .map_err(|e| param_problem(&e, style))
+    }
+}
+
+fn ban_of(inner: AnyAlgorithm, ban: BanSpec, style: Style) -> Result<AnyAlgorithm, Problem> {
+    Ban::new(inner, ban.threshold, ban.window.0, ban.duration.0)
+        .map(|ban| AnyAlgorithm::Ban(Box::new(ban)))
+        .map_err(|e| {
+            let mut problem = param_problem(&e, style);
+            // The core names the ban's own parameters; they live under `ban`.
+            if let Some(field) = problem.field.take() {
+                problem.field = Some(format!("ban.{field}"));
+            }
+            problem.message = format!("{}: {}", style.name("ban"), problem.message);
+            problem
+        })
+}
+
+/// A lease's ttl in the core's range: 1 µs to `MAX_PERIOD`.
+pub fn check_lease(ttl: Ticks) -> Result<Ticks, ParamError> {
+    if (1..=MAX_PERIOD).contains(&ttl) {
+        Ok(ttl)
+    } else {
+        Err(ParamError::OutOfRange {
+            name: "lease",
+            value: ttl,
+            min: 1,
+            max: MAX_PERIOD,
+        })
+    }
+}

@@ -1,0 +1,100 @@
+//! Policy files (TOML), read with the position of the value at fault in every error.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+
+use serde::Deserialize;
+
+use crate::build::Built;
+use crate::model::{File, Policy};
+use crate::problem::Style;
+
+/// Where each parameter of a policy is written, read once the file is known to be valid.
+#[derive(Debug, Deserialize)]
+struct SpanFile {
+    policies: BTreeMap<String, toml::Spanned<Spans>>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Spans {
+    limit: Option<toml::Spanned<toml::Value>>,
+    capacity: Option<toml::Spanned<toml::Value>>,
+    rate: Option<toml::Spanned<toml::Value>>,
+    period: Option<toml::Spanned<toml::Value>>,
+    lease: Option<toml::Spanned<toml::Value>>,
+    limits: Option<toml::Spanned<toml::Value>>,
+    ban: Option<toml::Spanned<toml::Value>>,
+}
+
+impl Spans {
+    /// Where the top-level field `field` is written.
+    fn of(&self, field: &str) -> Option<&toml::Spanned<toml::Value>> {
+        match field {
+            "limit" => self.limit.as_ref(),
+            "capacity" => self.capacity.as_ref(),
+            "rate" => self.rate.as_ref(),
+            "period" => self.period.as_ref(),
+            "lease" => self.lease.as_ref(),
+            "limits" => self.limits.as_ref(),
+            "ban" => self.ban.as_ref(),
+            _ => None,
+        }
+    }
+}
+
+impl File {
+    /// Reads a policy file's `text`; `path` names it in errors (`PATH:LINE:COLUMN: ...`).
+    pub fn parse(path: &str, text: &str) -> Result<Self, String> {
+        toml::from_str(text).map_err(|e| {
+            let at = e
+                .span()
+                .map(|span| position(text, &span))
+                .unwrap_or_default();
+            format!("{path}{at}: {}", e.message().trim_end())
+        })
+    }
+
+    /// The file at `path`, read from disk.
+    pub fn read(path: &str) -> Result<(Self, String), String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+        Self::parse(path, &text).map(|file| (file, text))
+    }
+}
+
+/// Reads the policy `name` from the TOML file at `path` and builds it; an error says
+/// where in the file the value at fault is written.
+pub fn load(path: &str, name: &str) -> Result<(Policy, Built), String> {
+    let (file, text) = File::read(path)?;
+    let policy = file.policies.get(name).cloned().ok_or_else(|| {
+        let known: Vec<&str> = file.policies.keys().map(String::as_str).collect();
+        format!("{path}: no policy {name:?} (it has: {})", known.join(", "))
+    })?;
+    let built = policy.build(Style::File).map_err(|problem| {
+        // Point at the value at fault, else at the policy's table.
+        let spans: Option<toml::Spanned<Spans>> = toml::from_str::<SpanFile>(&text)
+            .ok()
+            .and_then(|mut f| f.policies.remove(name));
+        let at = spans.map_or_else(String::new, |spans| {
+            // A composite's member or the ban's field: point at the list or the table.
+            let top = problem
+                .field
+                .as_deref()
+                .map(|f| f.split(['.', '[']).next().unwrap_or(f));
+            let field = top.and_then(|field| spans.get_ref().of(field));
+            position(
+                &text,
+                &field.map_or_else(|| spans.span(), toml::Spanned::span),
+            )
+        });
+        format!("{path}{at}: policy {name:?}: {}", problem.message)
+    })?;
+    Ok((policy, built))
+}
+
+/// `:LINE:COLUMN` of the start of `span` in `text`, both counted from 1.
+fn position(text: &str, span: &Range<usize>) -> String {
+    let before = text.get(..span.start).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().unwrap_or("").chars().count() + 1;
+    format!(":{line}:{column}")
+}

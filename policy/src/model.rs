@@ -1,0 +1,139 @@
+//! The policy schema: one model for policy files (TOML), the command line's flags and the
+//! service's JSON.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use tollgate_core::{Kind, Ticks};
+
+use crate::duration::Duration;
+
+/// One policy: an algorithm and its parameters, an optional ban, and its metadata (the
+/// apps that may use it, what it is for, who answers for it).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Policy {
+    /// The algorithm.
+    pub algorithm: Kind,
+    /// Windows: units per period. Leases: how many are held at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u64>,
+    /// Buckets: the most units held.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<u64>,
+    /// Buckets: units refilled or leaked per period.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<u64>,
+    /// Windows and buckets: the period.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub period: Option<Duration>,
+    /// Leases: how long one is held unless renewed or released.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<Duration>,
+    /// Composite: the member limits (each an algorithm and its parameters only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<Vec<Policy>>,
+    /// A penalty box around the limit (not around leases).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ban: Option<BanSpec>,
+    /// Applications allowed to use the policy; empty means any (the command line) or
+    /// admins only (the service).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub apps: Vec<String>,
+    /// What the policy is for.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub description: String,
+    /// Who answers for it (free text).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub owner: String,
+    /// How `tollgate fleet` shares it through Redis unless its flags say otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<FleetSettings>,
+}
+
+/// `ban = { threshold = 20, window = "1m", duration = "10m" }`: once more than
+/// `threshold` units are denied within one aligned `window`, the key is denied outright
+/// for `duration`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct BanSpec {
+    /// Denied units within one window that trigger a ban (more than this many).
+    pub threshold: u64,
+    /// The window over which denied units are counted.
+    pub window: Duration,
+    /// How long a ban lasts.
+    pub duration: Duration,
+}
+
+/// `fleet = { mode = "prefetch", max_batch = 100, interval = "100ms" }`: the defaults of
+/// `tollgate fleet` for a policy (checked by the fleet when it starts, as its flags are).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct FleetSettings {
+    /// `exact`, `prefetch`, `batch` or `split`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    /// Prefetch: the most units one take asks for; batch: decisions between settles.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_batch: Option<u64>,
+    /// Prefetch: the wait before asking a drained limit again; batch: the longest time
+    /// between settles; split: the heartbeat period.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval: Option<Duration>,
+}
+
+/// A policy file: `[policies.NAME]` tables.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct File {
+    /// The policies by name.
+    pub policies: BTreeMap<String, Policy>,
+}
+
+impl Policy {
+    /// A policy from `--algorithm` and its parameter flags.
+    pub fn from_flags(
+        algorithm: Kind,
+        limit: Option<u64>,
+        capacity: Option<u64>,
+        rate: Option<u64>,
+        period: Option<Duration>,
+    ) -> Self {
+        Self {
+            algorithm,
+            limit,
+            capacity,
+            rate,
+            period,
+            lease: None,
+            limits: None,
+            ban: None,
+            apps: Vec::new(),
+            description: String::new(),
+            owner: String::new(),
+            fleet: None,
+        }
+    }
+
+    /// The policy's window of time: the period (a composite's longest).
+    pub fn period(&self) -> Ticks {
+        match &self.limits {
+            Some(members) => members.iter().map(Self::period).max().unwrap_or(0),
+            None => self.period.map_or(0, |p| p.0),
+        }
+    }
+
+    /// The most units the policy admits at once: the limit or the capacity (a
+    /// composite's smallest).
+    pub fn limit(&self) -> u64 {
+        match &self.limits {
+            Some(members) => members.iter().map(Self::limit).min().unwrap_or(0),
+            None => self.limit.or(self.capacity).unwrap_or(0),
+        }
+    }
+
+    /// Whether `app` may use this policy (its allow-list; an empty list admits any).
+    pub fn admits_app(&self, app: Option<&str>) -> bool {
+        self.apps.is_empty() || app.is_some_and(|app| self.apps.iter().any(|a| a == app))
+    }
+}
