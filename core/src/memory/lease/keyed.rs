@@ -154,7 +154,7 @@ impl<K: Hash + Eq + Send, C: Clock + Sync, H: BuildHasher + Sync> KeyedLeases<K,
         let hash = self.hasher.hash_one(key);
         let shard = self.shard(hash);
         let attempt =
-            |shard: &mut Shard<K>, read| self.attempt(shard, read, hash, key, &owner, ttl);
+            |shard: &mut Shard<K>, read| self.attempt(shard, read, hash, key, owner.bytes(), ttl);
         // The clock is read before locking, to keep the lock short.
         let read = self.clock.now();
         let first = attempt(&mut shard.lock(), read);
@@ -224,7 +224,7 @@ impl<K: Hash + Eq + Send, C: Clock + Sync, H: BuildHasher + Sync> KeyedLeases<K,
             .wait_async(
                 timeout,
                 || self.clock.now(),
-                |shard, read| self.attempt(shard, read, hash, key, &owner, ttl),
+                |shard, read| self.attempt(shard, read, hash, key, owner.bytes(), ttl),
             )
             .await?;
         Ok((owner, grant))
@@ -236,7 +236,7 @@ impl<K: Hash + Eq + Send, C: Clock + Sync, H: BuildHasher + Sync> KeyedLeases<K,
         read: Ticks,
         hash: u64,
         key: &Q,
-        owner: &Owner,
+        owner: &[u8],
         ttl: Ticks,
     ) -> Result<Grant, AcquireError>
     where
@@ -245,10 +245,10 @@ impl<K: Hash + Eq + Send, C: Clock + Sync, H: BuildHasher + Sync> KeyedLeases<K,
     {
         let now = advance(&mut shard.now, read);
         if let Some(entry) = shard.table.find_mut(hash, |e| e.key.borrow() == key) {
-            return grant(&self.concurrency, &mut entry.state, now, owner.bytes(), ttl);
+            return grant(&self.concurrency, &mut entry.state, now, owner, ttl);
         }
         let mut state = LeaseState::default();
-        let granted = grant(&self.concurrency, &mut state, now, owner.bytes(), ttl)?;
+        let granted = grant(&self.concurrency, &mut state, now, owner, ttl)?;
         if let Err(retry) = shard.make_room(now) {
             let max = self.concurrency.max();
             return Err(AcquireError::Busy(Decision::deny(max, 0, Some(retry), 0)));
@@ -260,6 +260,44 @@ impl<K: Hash + Eq + Send, C: Clock + Sync, H: BuildHasher + Sync> KeyedLeases<K,
         };
         shard.table.insert_unique(hash, entry, |e| e.hash);
         Ok(granted)
+    }
+
+    /// A lease on `key` for `owner` for `ttl` ticks now, held by the owner rather than
+    /// by a guard: until [`release_by`](Self::release_by) gives it back (as often as it
+    /// was acquired) or it expires. For hosts whose callers hold a lease across calls
+    /// (a service); a lease acquired again by its owner is re-entered.
+    pub fn acquire_by<Q>(&self, key: &Q, owner: &[u8], ttl: Ticks) -> Result<Grant, AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let hash = self.hasher.hash_one(key);
+        let read = self.clock.now();
+        self.attempt(&mut self.shard(hash).lock(), read, hash, key, owner, ttl)
+    }
+
+    /// Gives back one hold of `owner`'s lease on `key`: the lease as it stands (`holds`
+    /// 0 when freed), or [`LeaseError::NotHeld`] if the owner holds no unexpired lease.
+    pub fn release_by<Q>(&self, key: &Q, owner: &[u8]) -> Result<Grant, LeaseError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.with_state(key, true, |state, now| {
+            self.concurrency.release_in(state, now, owner)
+        })
+    }
+
+    /// Extends `owner`'s unexpired lease on `key` to `ttl` ticks from now, its token
+    /// kept: the lease as it stands, or [`LeaseError::NotHeld`].
+    pub fn renew_by<Q>(&self, key: &Q, owner: &[u8], ttl: Ticks) -> Result<Grant, LeaseError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.with_state(key, true, |state, now| {
+            self.concurrency.renew_in(state, now, owner, ttl)
+        })
     }
 
     /// `key`'s lease table now, `None` if it is fresh.
@@ -315,18 +353,22 @@ impl<K: Hash + Eq + Send, C: Clock + Sync, H: BuildHasher + Sync> KeyedLeases<K,
 
     /// Applies `op` to `key`'s state (if it has one) at the shard's time, after reading
     /// the clock if `read_clock`; drops the key if that leaves it fresh.
-    fn with_state(
+    fn with_state<Q>(
         &self,
-        key: &K,
+        key: &Q,
         read_clock: bool,
         op: impl FnOnce(&mut LeaseState, Ticks) -> Released,
-    ) -> Released {
+    ) -> Released
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         let read = if read_clock { self.clock.now() } else { 0 };
         let hash = self.hasher.hash_one(key);
         let waitable = self.shard(hash);
         let mut shard = waitable.lock();
         let now = advance(&mut shard.now, read);
-        let Ok(mut entry) = shard.table.find_entry(hash, |e| e.key == *key) else {
+        let Ok(mut entry) = shard.table.find_entry(hash, |e| e.key.borrow() == key) else {
             return Err(LeaseError::NotHeld);
         };
         let done = op(&mut entry.get_mut().state, now);
