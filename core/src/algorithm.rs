@@ -26,14 +26,6 @@ pub trait Algorithm {
         self.decide(state, now, cost).0
     }
 
-    /// Where this algorithm is a bucket, its arithmetic on one 64-bit word per key,
-    /// which a [`KeyedLimiter`](crate::memory::KeyedLimiter) decides on with a
-    /// compare-and-swap; `None` (the default) keeps each key's state behind its own lock.
-    #[cfg(feature = "std")]
-    fn word_units(&self) -> Option<crate::memory::WordUnits<Self::State>> {
-        None
-    }
-
     /// Appends the canonical encoding of `state`.
     fn encode<E: Extend<u8>>(&self, state: &Self::State, out: &mut E);
 

@@ -43,11 +43,11 @@ pub struct BucketParams {
 pub struct BucketState {
     /// The arrival time in units of `1 / rate` tick; always after the last decision's
     /// `now`, so never zero.
-    tat: NonZeroU128,
+    pub(crate) tat: NonZeroU128,
 }
 
 impl BucketState {
-    const fn new(tat: u128) -> Option<Self> {
+    pub(crate) const fn new(tat: u128) -> Option<Self> {
         match NonZeroU128::new(tat) {
             Some(tat) => Some(Self { tat }),
             None => None,
@@ -55,24 +55,13 @@ impl BucketState {
     }
 }
 
-#[cfg(feature = "std")]
-impl crate::memory::WordState for BucketState {
-    fn to_word(self) -> u128 {
-        self.tat.get()
-    }
-
-    fn from_word(word: u128) -> Option<Self> {
-        Self::new(word)
-    }
-}
-
 /// The shared GCRA engine behind the three bucket algorithms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Gcra {
-    params: BucketParams,
-    tag: u8,
+    pub(crate) params: BucketParams,
+    pub(crate) tag: u8,
     /// Units admitted at once from a fresh state.
-    burst: u64,
+    pub(crate) burst: u64,
     /// `burst × period`: the scaled time a full burst occupies.
     tolerance: u128,
     /// The latest scaled instant a state of this bucket can hold: [`MAX_TICKS`] plus
@@ -222,27 +211,6 @@ impl Gcra {
     }
 }
 
-/// The in-memory word's arithmetic (see [`WordGcra`]).
-#[cfg(feature = "std")]
-impl Gcra {
-    /// This bucket's arithmetic in units of `g = gcd(rate, period)` scaled ticks, the
-    /// units of the in-memory 64-bit word; `None` if a full burst does not fit 64 bits
-    /// in them (the exact 128-bit path then decides every request).
-    fn word_units(&self, g: u64) -> Option<WordGcra> {
-        let rate = self.params.rate / g;
-        let period = self.params.period / g;
-        let tolerance = self.burst.checked_mul(period)?;
-        Some(WordGcra {
-            burst: self.burst,
-            pacing: self.tag == tag::PACING,
-            tolerance,
-            latest_now: MAX_TICKS.min((u64::MAX - tolerance) / rate),
-            rate: Divisor::new(rate),
-            period: Divisor::new(period),
-        })
-    }
-}
-
 /// Implements [`Algorithm`] and [`Reserve`] for a newtype over [`Gcra`].
 macro_rules! gcra_algorithm {
     ($name:ident, $tag:expr, $min_capacity:expr, $default_wait:expr, $new_doc:literal) => {
@@ -283,11 +251,6 @@ macro_rules! gcra_algorithm {
                 self.0.decide(state, now, cost, $default_wait)
             }
 
-            #[cfg(feature = "std")]
-            fn word_units(&self) -> Option<crate::memory::WordUnits<BucketState>> {
-                crate::memory::WordUnits::bucket(self, self.0.params)
-            }
-
             fn encode<E: Extend<u8>>(&self, state: &BucketState, out: &mut E) {
                 self.0.encode(state, out);
             }
@@ -315,7 +278,7 @@ macro_rules! gcra_algorithm {
 /// `period` (continuously and exactly); a request of cost `c` is admitted iff at least
 /// `c` tokens are present, and takes them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TokenBucket(Gcra);
+pub struct TokenBucket(pub(crate) Gcra);
 
 gcra_algorithm!(
     TokenBucket,
@@ -335,7 +298,7 @@ impl crate::Refund for TokenBucket {
 /// empty, leaks `rate` units per `period`; a request of cost `c` is admitted iff
 /// `water + c <= capacity`, and pours `c` in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LeakyBucket(Gcra);
+pub struct LeakyBucket(pub(crate) Gcra);
 
 impl LeakyBucket {
     /// The funnel redis-cell's `CL.THROTTLE key max_burst count period` uses: capacity
@@ -359,7 +322,7 @@ gcra_algorithm!(
 /// With no traffic the first request acts at once, so `capacity + 1` are admitted in a
 /// burst.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Pacing(Gcra);
+pub struct Pacing(pub(crate) Gcra);
 
 gcra_algorithm!(
     Pacing,
@@ -416,14 +379,14 @@ fn mul_by_halves(a: u64, b: u64) -> u128 {
 /// period on every decision, and a multiplication by a precomputed reciprocal is several
 /// times cheaper than the hardware divider.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Divisor {
-    d: u64,
+pub(crate) struct Divisor {
+    pub(crate) d: u64,
     /// `⌊(2^64 − 1) / d⌋`.
     inverse: u64,
 }
 
 impl Divisor {
-    const fn new(d: u64) -> Self {
+    pub(crate) const fn new(d: u64) -> Self {
         Self {
             d,
             inverse: u64::MAX / d,
@@ -432,7 +395,7 @@ impl Divisor {
 
     /// `(n / d, n % d)`.
     #[inline(always)]
-    fn div_rem(self, n: u128) -> (u128, u64) {
+    pub(crate) fn div_rem(self, n: u128) -> (u128, u64) {
         let Ok(n) = u64::try_from(n) else {
             let d = u128::from(self.d);
             // The remainder is below `d`, which is a u64.
@@ -448,250 +411,6 @@ impl Divisor {
             u128::from(q + u64::from(short)),
             r - if short { self.d } else { 0 },
         )
-    }
-}
-
-/// A bucket's decision on the 64-bit word of an in-memory limiter, in the word's own
-/// units: every scaled quantity divided by `g = gcd(rate, period)`. Instants times the
-/// rate, costs times the period and the arrival time (a sum of those) are multiples of
-/// `g`, so dividing them all by it changes no comparison and no quotient: the decision
-/// is [`Gcra::decide`]'s, computed with 64-bit operations and two multiplications by
-/// reciprocals where that one takes 128-bit ones. An operand that does not fit returns
-/// `None`, for the exact path to decide.
-#[cfg(feature = "std")]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct WordGcra {
-    burst: u64,
-    pacing: bool,
-    /// `burst × period / g`.
-    tolerance: u64,
-    /// The latest instant the word decides: within the range, and early enough that
-    /// `now × rate / g + tolerance` fits 64 bits, so one comparison guards both.
-    latest_now: Ticks,
-    /// `rate / g`.
-    rate: Divisor,
-    /// `period / g`.
-    period: Divisor,
-}
-
-#[cfg(feature = "std")]
-impl WordGcra {
-    /// The units of `bucket`'s word, whose states are multiples of `g` (its
-    /// rate and period's greatest common divisor).
-    pub(crate) fn new<B: WordBucket>(bucket: &B, g: u64) -> Option<Self> {
-        bucket.gcra().word_units(g)
-    }
-
-    /// [`decide`](Self::decide) with the default wait of a plain check (none, but a
-    /// pacing queue's unbounded one).
-    #[inline(always)]
-    pub(crate) fn check(&self, word: u64, now: Ticks, cost: u64) -> Option<(Verdict, u64)> {
-        self.check_with(self.pacing, word, now, cost)
-    }
-
-    /// [`check`](Self::check) for a bucket whose caller knows whether it paces: a
-    /// constant where the bucket's type is known ([`WordBucket::PACING`]), so that the
-    /// branch folds away.
-    #[inline(always)]
-    pub(crate) fn check_with(
-        &self,
-        pacing: bool,
-        word: u64,
-        now: Ticks,
-        cost: u64,
-    ) -> Option<(Verdict, u64)> {
-        debug_assert_eq!(pacing, self.pacing);
-        if pacing {
-            return self.decide(word, now, cost, Ticks::MAX);
-        }
-        // `decide` with no wait, shortened: a bucket admits what fits its tolerance now,
-        // and acting by now is then the same condition, so the check is one comparison.
-        let at = self.at(now)?;
-        let (now, full_at) = (at.now, at.full_at);
-        let tat = word.max(now);
-        // A denial keeps the word, but a state whose arrival time has passed is fresh.
-        let kept = || if word > now { word } else { 0 };
-        if cost > self.burst {
-            return Some((at.verdict(false, tat, None), kept()));
-        }
-        let new_tat = tat.checked_add(cost.checked_mul(self.period.d)?)?;
-        if new_tat <= full_at {
-            let next = if new_tat > now { new_tat } else { 0 };
-            Some((at.verdict(true, new_tat, Some(0)), next))
-        } else {
-            Some((at.verdict(false, tat, Some(new_tat - full_at)), kept()))
-        }
-    }
-
-    /// `now` in the word's units; `None` past `latest_now` (for the exact path, which
-    /// decides a `now` beyond the range as at `MAX_TICKS`). A branch rather than a select
-    /// on the way from the clock to the word's compare-and-swap, which waits for every
-    /// select.
-    #[inline(always)]
-    fn at(&self, now: Ticks) -> Option<At> {
-        if now > self.latest_now {
-            return None;
-        }
-        let now = now * self.rate.d;
-        Some(At {
-            now,
-            full_at: now + self.tolerance,
-        })
-    }
-
-    /// [`Gcra::decide`] on the state `word × g` (`0` for fresh): its verdict (the
-    /// decision once [`decision`](Self::decision) has divided its durations) and the
-    /// next word, or `None` if an operand does not fit 64 bits. Only the word is needed to
-    /// replace the state, so the divisions wait until it is replaced, and a decision
-    /// computed again after a lost compare-and-swap does not pay for them.
-    #[inline(always)]
-    pub(crate) fn decide(
-        &self,
-        word: u64,
-        now: Ticks,
-        cost: u64,
-        max_wait: Ticks,
-    ) -> Option<(Verdict, u64)> {
-        let at = self.at(now)?;
-        let (now, full_at) = (at.now, at.full_at);
-        let tat = word.max(now);
-        // A state whose arrival time has passed is fresh: the word becomes zero.
-        let kept = if word > now { word } else { 0 };
-        if cost > self.burst {
-            return Some((at.verdict(false, tat, None), kept));
-        }
-        let wait = max_wait.min(MAX_WAIT).checked_mul(self.rate.d)?;
-        let new_tat = tat.checked_add(cost.checked_mul(self.period.d)?)?;
-        let (act_at, latest_tat) = if self.pacing {
-            (tat, full_at)
-        } else {
-            (
-                new_tat.saturating_sub(self.tolerance),
-                full_at.checked_add(wait)?,
-            )
-        };
-        if new_tat <= latest_tat && act_at <= now.checked_add(wait)? {
-            let delay = act_at.saturating_sub(now);
-            let next = if new_tat > now { new_tat } else { 0 };
-            Some((at.verdict(true, new_tat, Some(delay)), next))
-        } else {
-            let admissible_at = new_tat
-                .saturating_sub(latest_tat - now)
-                .max(act_at.saturating_sub(wait));
-            let retry_after = admissible_at.saturating_sub(now);
-            Some((at.verdict(false, tat, Some(retry_after)), kept))
-        }
-    }
-
-    /// The instant the state `word` holds is fresh again: its arrival time in whole
-    /// ticks, rounded up.
-    pub(crate) fn fresh_at(&self, word: u64) -> Ticks {
-        self.rate.quotient_up(word)
-    }
-
-    /// The decision of a [`Verdict`]: its durations divided back into ticks.
-    #[inline(always)]
-    pub(crate) fn decision(&self, v: Verdict) -> Decision {
-        let remaining = self.period.quotient(v.full_at.saturating_sub(v.tat));
-        let reset_after = self.rate.quotient_up(v.tat - v.now);
-        let wait = v.wait.map(|w| self.rate.quotient_up(w));
-        if v.allowed {
-            Decision::admit(self.burst, remaining, reset_after, wait.unwrap_or(0))
-        } else {
-            Decision::deny(self.burst, remaining, wait, reset_after)
-        }
-    }
-}
-
-/// An instant in a word's units, where a decision takes place.
-#[cfg(feature = "std")]
-#[derive(Debug, Clone, Copy)]
-struct At {
-    now: u64,
-    /// When a bucket fresh now is full (token bucket) or empty (leaky bucket) again.
-    full_at: u64,
-}
-
-#[cfg(feature = "std")]
-impl At {
-    /// The verdict of a decision at this instant.
-    #[inline(always)]
-    fn verdict(self, allowed: bool, tat: u64, wait: Option<u64>) -> Verdict {
-        Verdict {
-            allowed,
-            now: self.now,
-            full_at: self.full_at,
-            tat,
-            wait,
-        }
-    }
-}
-
-/// A decision on a bucket's word before its durations are divided into ticks (all in
-/// the word's units).
-#[cfg(feature = "std")]
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Verdict {
-    allowed: bool,
-    now: u64,
-    /// When the bucket is full (token bucket) or empty (leaky bucket) again.
-    full_at: u64,
-    /// The arrival time the decision reports on: the new one if admitted.
-    tat: u64,
-    /// The delay if admitted; if denied, the wait until admissible (`None`: never).
-    wait: Option<u64>,
-}
-
-/// The buckets, whose in-memory word a [`WordGcra`] decides.
-#[cfg(feature = "std")]
-pub(crate) trait WordBucket {
-    /// Whether the bucket paces (a queue that waits by default) rather than rejects.
-    const PACING: bool;
-
-    /// The engine behind the bucket.
-    fn gcra(&self) -> &Gcra;
-}
-
-#[cfg(feature = "std")]
-impl WordBucket for TokenBucket {
-    const PACING: bool = false;
-
-    fn gcra(&self) -> &Gcra {
-        &self.0
-    }
-}
-
-#[cfg(feature = "std")]
-impl WordBucket for LeakyBucket {
-    const PACING: bool = false;
-
-    fn gcra(&self) -> &Gcra {
-        &self.0
-    }
-}
-
-#[cfg(feature = "std")]
-impl WordBucket for Pacing {
-    const PACING: bool = true;
-
-    fn gcra(&self) -> &Gcra {
-        &self.0
-    }
-}
-
-#[cfg(feature = "std")]
-impl Divisor {
-    /// `⌊n / d⌋` for a 64-bit `n`.
-    #[inline(always)]
-    fn quotient(self, n: u64) -> u64 {
-        u64::try_from(self.div_rem(u128::from(n)).0).unwrap_or(u64::MAX)
-    }
-
-    /// `⌈n / d⌉` for a 64-bit `n`: a duration in the word's units as whole ticks.
-    #[inline(always)]
-    fn quotient_up(self, n: u64) -> u64 {
-        let (q, r) = self.div_rem(u128::from(n));
-        u64::try_from(q).unwrap_or(u64::MAX) + u64::from(r != 0)
     }
 }
 

@@ -80,11 +80,11 @@ impl Clock for ManualClock {
 
 /// Microseconds since the Unix epoch from the operating system's wall clock, so that
 /// states move between hosts (Redis `TIME`, the browser's `Date.now()`) unchanged.
-#[cfg(feature = "std")]
+#[cfg(feature = "clock")]
 #[derive(Debug, Default, Clone, Copy)]
 pub struct SystemClock;
 
-#[cfg(feature = "std")]
+#[cfg(feature = "clock")]
 impl Clock for SystemClock {
     fn now(&self) -> Ticks {
         std::time::SystemTime::now()
@@ -118,14 +118,14 @@ impl Clock for SystemClock {
 /// (NTP) does not move it. A counter that went backwards (a CPU hot-plugged with an
 /// unsynchronised counter) holds the clock still until the counter catches up: decisions
 /// are then stricter, never looser.
-#[cfg(feature = "std")]
+#[cfg(feature = "clock")]
 #[derive(Debug, Clone, Copy)]
 pub struct MonotonicClock {
     /// The process's anchor, held so that a reading does not check it is taken.
     anchor: &'static Anchor,
 }
 
-#[cfg(feature = "std")]
+#[cfg(feature = "clock")]
 impl MonotonicClock {
     /// The process's clock, anchored now. The first anchoring in a process calibrates the
     /// CPU's counter against the OS clock (10 to 200 ms, the longer under load), so the
@@ -148,7 +148,7 @@ impl MonotonicClock {
     }
 }
 
-#[cfg(feature = "std")]
+#[cfg(feature = "clock")]
 impl Default for MonotonicClock {
     fn default() -> Self {
         Self::new()
@@ -156,7 +156,7 @@ impl Default for MonotonicClock {
 }
 
 /// Where a [`MonotonicClock`] counts from.
-#[cfg(feature = "std")]
+#[cfg(feature = "clock")]
 #[derive(Debug)]
 struct Anchor {
     clock: quanta::Clock,
@@ -173,7 +173,7 @@ struct Anchor {
     scale: Option<u64>,
 }
 
-#[cfg(feature = "std")]
+#[cfg(feature = "clock")]
 impl Anchor {
     /// Microseconds in `ticks` of the counter.
     #[inline]
@@ -199,14 +199,14 @@ impl Anchor {
 /// ticks): measured over 2^52 ticks, so exact to 2^-52 ns per tick (a quarter of a
 /// microsecond after 2^60 ticks, 12 years at 3 GHz). `None` for a counter slower than
 /// 1 MHz, whose scale does not fit.
-#[cfg(feature = "std")]
+#[cfg(feature = "clock")]
 fn scale(nanos: impl Fn(u64) -> u64) -> Option<u64> {
     const SPAN_BITS: u32 = 52;
     let nanos = u128::from(nanos(1 << SPAN_BITS));
     u64::try_from((nanos << (64 - SPAN_BITS)) / 1_000).ok()
 }
 
-#[cfg(feature = "std")]
+#[cfg(feature = "clock")]
 impl Clock for MonotonicClock {
     #[inline]
     fn now(&self) -> Ticks {
@@ -234,7 +234,7 @@ impl Clock for MonotonicClock {
 
 /// [`MAX_TICKS`] as the reading, for one past it (146 000 years after the anchor): out
 /// of line, so that the clock's range check stays a branch.
-#[cfg(feature = "std")]
+#[cfg(feature = "clock")]
 #[cold]
 #[inline(never)]
 fn beyond_the_range() -> Ticks {
@@ -242,7 +242,7 @@ fn beyond_the_range() -> Ticks {
 }
 
 /// `reading`, or the latest value returned before if that is later; `floor` keeps it.
-#[cfg(feature = "std")]
+#[cfg(feature = "clock")]
 #[inline]
 pub(crate) fn raise(floor: &core::sync::atomic::AtomicU64, reading: Ticks) -> Ticks {
     use core::sync::atomic::Ordering::Relaxed;
@@ -261,7 +261,7 @@ pub(crate) fn raise(floor: &core::sync::atomic::AtomicU64, reading: Ticks) -> Ti
 
 /// [`raise`] where `reading` is past the floor last `seen`: once a microsecond, so out
 /// of line, leaving the check's straight path a load and a branch.
-#[cfg(feature = "std")]
+#[cfg(feature = "clock")]
 #[cold]
 #[inline(never)]
 fn raise_past(floor: &core::sync::atomic::AtomicU64, mut seen: Ticks, reading: Ticks) -> Ticks {
@@ -275,7 +275,7 @@ fn raise_past(floor: &core::sync::atomic::AtomicU64, mut seen: Ticks, reading: T
     seen
 }
 
-#[cfg(all(test, feature = "std"))]
+#[cfg(all(test, feature = "clock"))]
 mod tests {
     use super::*;
     use core::sync::atomic::AtomicU64;

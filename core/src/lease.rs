@@ -51,7 +51,7 @@ pub struct Lease {
 
 impl Lease {
     /// A lease as a host holding leases apart from a [`LeaseState`] finds it.
-    #[cfg(feature = "std")]
+    #[cfg(feature = "memory")]
     pub(crate) const fn new(owner: Vec<u8>, token: u64, expires_at: Ticks, holds: u64) -> Self {
         Self {
             owner,
@@ -85,7 +85,7 @@ impl Lease {
 impl LeaseState {
     /// The state of `leases` (oldest grant first) after `last_token`, for a host
     /// holding leases apart from a state.
-    #[cfg(feature = "std")]
+    #[cfg(feature = "memory")]
     pub(crate) const fn new(last_token: u64, leases: Vec<Lease>) -> Self {
         Self { last_token, leases }
     }

@@ -26,11 +26,13 @@
 //! and remainders are carried so the long-run admitted rate is exactly the configured one.
 //!
 //! # Features
-//! - `std` (default): the clocks [`SystemClock`] and [`MonotonicClock`] and the
-//!   in-process limiters and leases of [`memory`]; implies `alloc`.
-//! - `tokio`: `acquire_async` on the in-process limiters and leases; implies `std`.
-//! - `alloc`: [`SlidingLog`], [`Composite`], [`AnyAlgorithm`], the leases of [`Concurrency`] and encoding
-//!   to a `Vec`.
+//! - `memory` (default): the in-process limiters and leases of [`memory`]; implies
+//!   `clock`.
+//! - `clock`: the clocks [`SystemClock`] and [`MonotonicClock`]; implies `std`.
+//! - `std`: links the standard library, the base of the two above; implies `alloc`.
+//! - `tokio`: `acquire_async` on the in-process limiters and leases; implies `memory`.
+//! - `alloc`: [`SlidingLog`], [`Composite`], [`AnyAlgorithm`], the leases of
+//!   [`Concurrency`] and encoding to a `Vec`.
 //! - `serde`: `Serialize`/`Deserialize` for parameters and decisions.
 #![no_std]
 #![deny(missing_docs)]
@@ -58,7 +60,7 @@ mod key;
 mod kind;
 #[cfg(feature = "alloc")]
 mod lease;
-#[cfg(feature = "std")]
+#[cfg(feature = "memory")]
 pub mod memory;
 mod sliding_counter;
 #[cfg(feature = "alloc")]
@@ -72,7 +74,7 @@ pub use bucket::{BucketParams, BucketState, LeakyBucket, Pacing, TokenBucket};
 #[cfg(target_has_atomic = "64")]
 pub use clock::ManualClock;
 pub use clock::{check_now, Clock, Ticks, MAX_TICKS, MILLISECOND, SECOND};
-#[cfg(feature = "std")]
+#[cfg(feature = "clock")]
 pub use clock::{MonotonicClock, SystemClock};
 #[cfg(feature = "alloc")]
 pub use composite::Composite;

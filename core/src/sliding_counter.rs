@@ -28,7 +28,7 @@ pub struct SlidingCounterState {
 
 /// A presence bit and the window index in the high word; both counts, each at most the
 /// limit (below 2^32), in the low one.
-#[cfg(feature = "std")]
+#[cfg(feature = "memory")]
 impl crate::memory::WordState for SlidingCounterState {
     fn to_word(self) -> u128 {
         1 << 127

@@ -31,24 +31,7 @@ fn reference(
         .collect()
 }
 
-proptest! {
-    #[test]
-    fn matches_definition(params in bucket_params(), raw in raw_arrivals()) {
-        bucket_matches(LeakyBucket::new(params.0, params.1, params.2), params, &raw, None, reference);
-    }
-
-    /// The same in the last periods before `MAX_TICKS`: nothing saturates there.
-    #[test]
-    fn matches_definition_at_the_top(params in bucket_params(), raw in raw_arrivals(), end in top_end()) {
-        bucket_matches(LeakyBucket::new(params.0, params.1, params.2), params, &raw, Some(end), reference);
-    }
-
-    /// In any interval `[a, b]` at most `C + (b − a) · R / P` is admitted.
-    #[test]
-    fn never_more_than_capacity_plus_rate(capacity in 1..20u64, rate in 1..20u64, period in 1..1000u64, raw in raw_arrivals()) {
-        bucket_bounded(&LeakyBucket::new(capacity, rate, period).unwrap(), (capacity, rate, period), &raw);
-    }
-}
+bucket_properties!(LeakyBucket, reference);
 
 /// Seed 002's funnel: capacity 15 leaking 0.5 per second, called 20 times at once.
 #[test]

@@ -96,7 +96,6 @@ fn run(max: u64, start: u64, steps: &[(u64, Op)]) {
     let mut tokens_granted = Vec::new();
     for (gap, op) in steps {
         now += gap;
-        let before = state.clone();
         match *op {
             Op::Acquire { owner, ttl } => {
                 let owner = [owner];
@@ -135,37 +134,13 @@ fn run(max: u64, start: u64, steps: &[(u64, Op)]) {
             }
             Op::Release { owner } => {
                 let owner = [owner];
-                match (
-                    leases.release(state.clone(), now, &owner),
-                    model.release(now, &owner),
-                ) {
-                    (Ok((grant, next)), Some((token, expires_at, holds))) => {
-                        assert_eq!(
-                            (grant.token, grant.expires_at, grant.holds),
-                            (token, expires_at, holds)
-                        );
-                        state = next;
-                    }
-                    (Err(LeaseError::NotHeld), None) => assert_eq!(state, before),
-                    (got, want) => panic!("release: core {got:?}, model {want:?}"),
-                }
+                let got = leases.release(state.clone(), now, &owner);
+                same_hold("release", got, model.release(now, &owner), &mut state);
             }
             Op::Renew { owner, ttl } => {
                 let owner = [owner];
-                match (
-                    leases.renew(state.clone(), now, &owner, ttl),
-                    model.renew(now, &owner, ttl),
-                ) {
-                    (Ok((grant, next)), Some((token, expires_at, holds))) => {
-                        assert_eq!(
-                            (grant.token, grant.expires_at, grant.holds),
-                            (token, expires_at, holds)
-                        );
-                        state = next;
-                    }
-                    (Err(LeaseError::NotHeld), None) => assert_eq!(state, before),
-                    (got, want) => panic!("renew: core {got:?}, model {want:?}"),
-                }
+                let got = leases.renew(state.clone(), now, &owner, ttl);
+                same_hold("renew", got, model.renew(now, &owner, ttl), &mut state);
             }
         }
         // The stored state is the model's, and round-trips through its bytes.
@@ -457,4 +432,22 @@ fn the_decoder_refuses_states_no_transition_writes() {
         leases.decode(&longer),
         Err(DecodeError::TrailingBytes { extra: 1 })
     );
+}
+
+/// A release or renewal against the model's `(token, expires_at, holds)`: the same lease
+/// as it stands, the new state taken; or "not held" on both sides, the state untouched.
+fn same_hold(
+    what: &str,
+    got: Result<(Grant, Option<LeaseState>), LeaseError>,
+    want: Option<(u64, tollgate_core::Ticks, u64)>,
+    state: &mut Option<LeaseState>,
+) {
+    match (got, want) {
+        (Ok((grant, next)), Some(want)) => {
+            assert_eq!((grant.token, grant.expires_at, grant.holds), want);
+            *state = next;
+        }
+        (Err(LeaseError::NotHeld), None) => {}
+        (got, want) => panic!("{what}: core {got:?}, model {want:?}"),
+    }
 }

@@ -8,10 +8,10 @@ use std::sync::Arc;
 
 use common::*;
 use proptest::prelude::*;
-use tollgate_core::memory::KeyedLimiter;
-use tollgate_core::{Algorithm, FixedWindow, ManualClock, SlidingLog, Ticks, TokenBucket, SECOND};
+use tollgate_core::memory::{InMemory, KeyedLimiter};
+use tollgate_core::{FixedWindow, ManualClock, SlidingLog, Ticks, TokenBucket, SECOND};
 
-fn same_as_core<A: Algorithm + Clone>(alg: A, trace: &[(Ticks, u64)], keys: &[u8]) {
+fn same_as_core<A: InMemory + Clone>(alg: A, trace: &[(Ticks, u64)], keys: &[u8]) {
     let limiter = KeyedLimiter::with_clock(alg.clone(), 1_000, ManualClock::new(trace[0].0));
     let mut states: HashMap<u8, Option<A::State>> = HashMap::new();
     for (&(now, cost), key) in trace.iter().zip(keys) {
@@ -248,7 +248,7 @@ impl tollgate_core::Clock for ThreadClock {
 /// bucket decides on each key's word, the log under each key's lock.
 #[test]
 fn decisions_under_eviction_are_exact_per_key() {
-    fn run<A: Algorithm + Send + Sync + Clone>(alg: A, label: &str)
+    fn run<A: InMemory + Send + Sync + Clone>(alg: A, label: &str)
     where
         A::State: Send,
     {

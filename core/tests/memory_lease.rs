@@ -619,3 +619,88 @@ fn tokens_grow_on_every_thread_and_never_repeat() {
     assert_eq!(all.len(), granted, "a token was granted twice");
     assert!(leases.state().leases().is_empty());
 }
+
+/// Leases held by an owner across calls (a service's callers): acquired, re-entered,
+/// renewed and released by key and owner, with the state there to inspect, and "not
+/// held" for an owner holding nothing unexpired.
+#[test]
+fn keyed_leases_by_owner() {
+    let clock = ManualClock::new(SECOND);
+    let leases = KeyedLeases::with_clock(Concurrency::new(2).unwrap(), 10, clock);
+    let first = leases.acquire_by("door", b"alice", SECOND).unwrap();
+    assert_eq!((first.holds, first.expires_at), (1, 2 * SECOND));
+    let again = leases.acquire_by("door", b"alice", 3 * SECOND).unwrap();
+    assert_eq!(
+        (again.token, again.holds, again.expires_at),
+        (first.token, 2, 4 * SECOND)
+    );
+    let bob = leases.acquire_by("door", b"bob", SECOND).unwrap();
+    assert!(bob.token > first.token);
+    assert!(matches!(
+        leases.acquire_by("door", b"carol", SECOND),
+        Err(AcquireError::Busy(d)) if d.retry_after == Some(SECOND)
+    ));
+    let state = leases.state("door").unwrap();
+    let owners: Vec<&[u8]> = state.leases().iter().map(|l| l.owner()).collect();
+    assert_eq!(owners, [&b"alice"[..], &b"bob"[..]]);
+
+    leases.clock().advance(SECOND / 2);
+    let renewed = leases.renew_by("door", b"bob", SECOND).unwrap();
+    assert_eq!(
+        (renewed.token, renewed.expires_at),
+        (bob.token, 2 * SECOND + SECOND / 2)
+    );
+    assert_eq!(leases.release_by("door", b"alice").unwrap().holds, 1);
+    assert_eq!(leases.release_by("door", b"alice").unwrap().holds, 0);
+    assert_eq!(
+        leases.release_by("door", b"alice"),
+        Err(LeaseError::NotHeld)
+    );
+    assert_eq!(
+        leases.renew_by("door", b"alice", SECOND),
+        Err(LeaseError::NotHeld)
+    );
+    assert_eq!(
+        leases.release_by("window", b"alice"),
+        Err(LeaseError::NotHeld)
+    );
+
+    // Bob's lease expires: nothing is held.
+    leases.clock().advance(2 * SECOND);
+    assert_eq!(
+        leases.renew_by("door", b"bob", SECOND),
+        Err(LeaseError::NotHeld)
+    );
+    assert_eq!(leases.release_by("door", b"bob"), Err(LeaseError::NotHeld));
+    let late = leases.acquire_by("door", b"carol", SECOND).unwrap();
+    assert!(late.token > bob.token);
+    assert_eq!(leases.release_by("door", b"carol").unwrap().holds, 0);
+    // Fresh once the clock passes its last token (a later grant still gets a larger one).
+    leases.clock().set(late.token + 1);
+    assert_eq!(leases.sweep(), 1);
+    assert!(leases.is_empty());
+    assert!(leases.state("door").is_none());
+
+    // Bad owners and ttls are the core's errors.
+    assert!(matches!(
+        leases.acquire_by("door", b"", SECOND),
+        Err(AcquireError::Lease(LeaseError::Param(
+            ParamError::OutOfRange { .. }
+        )))
+    ));
+    assert!(leases.acquire_by("door", b"alice", 0).is_err());
+    assert!(leases.renew_by("door", b"alice", 0).is_err());
+}
+
+/// An owner's release frees the lease a guard of the same owner holds as well: one
+/// lease, counted by holds, whoever gives them back.
+#[test]
+fn guards_and_owners_share_one_lease() {
+    let leases = KeyedLeases::new(Concurrency::lock(), 10);
+    let guard = leases.try_acquire("k", Some(b"svc"), 60 * SECOND).unwrap();
+    let by_owner = leases.acquire_by("k", b"svc", 60 * SECOND).unwrap();
+    assert_eq!((by_owner.token, by_owner.holds), (guard.token(), 2));
+    assert_eq!(leases.release_by("k", b"svc").unwrap().holds, 1);
+    assert_eq!(guard.release(), Ok(0));
+    assert!(leases.acquire_by("k", b"other", SECOND).is_ok());
+}

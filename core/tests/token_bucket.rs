@@ -32,24 +32,9 @@ fn reference(
         .collect()
 }
 
+bucket_properties!(TokenBucket, reference);
+
 proptest! {
-    #[test]
-    fn matches_definition(params in bucket_params(), raw in raw_arrivals()) {
-        bucket_matches(TokenBucket::new(params.0, params.1, params.2), params, &raw, None, reference);
-    }
-
-    /// The same in the last periods before `MAX_TICKS`: nothing saturates there.
-    #[test]
-    fn matches_definition_at_the_top(params in bucket_params(), raw in raw_arrivals(), end in top_end()) {
-        bucket_matches(TokenBucket::new(params.0, params.1, params.2), params, &raw, Some(end), reference);
-    }
-
-    /// In any interval `[a, b]` at most `B + (b − a) · R / P` is admitted.
-    #[test]
-    fn never_more_than_burst_plus_rate(capacity in 1..20u64, rate in 1..20u64, period in 1..1000u64, raw in raw_arrivals()) {
-        bucket_bounded(&TokenBucket::new(capacity, rate, period).unwrap(), (capacity, rate, period), &raw);
-    }
-
     /// A reservation is admitted iff the request would be admitted by waiting at most
     /// `max_wait`, and its delay is exactly the wait a plain decision would report.
     #[test]

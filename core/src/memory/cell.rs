@@ -6,7 +6,7 @@ use std::sync::{Mutex, PoisonError};
 
 use portable_atomic::AtomicU128;
 
-use crate::bucket::{Verdict, WordBucket, WordGcra};
+use super::word::{Verdict, WordBucket, WordGcra};
 use crate::clock::raise;
 use crate::{
     Algorithm, Ban, BucketParams, BucketState, Clock, Decision, FixedWindow, FixedWindowState,
@@ -55,6 +55,13 @@ pub trait InMemory: Algorithm {
     /// An empty cell for this algorithm's states (its parameters may choose the packing).
     fn cell(&self) -> Self::Cell {
         Self::Cell::default()
+    }
+
+    /// Where this algorithm is a bucket, its arithmetic on one 64-bit word per key,
+    /// which a [`KeyedLimiter`](super::KeyedLimiter) decides on with a
+    /// compare-and-swap; `None` (the default) keeps each key's state behind its own lock.
+    fn word_units(&self) -> Option<WordUnits<Self::State>> {
+        None
     }
 
     /// [`decide`](Algorithm::decide) on the state in `cell` at `clock`'s time, replacing
@@ -360,7 +367,7 @@ impl<S: WordState + Send> StateCell<S> for NarrowCell<S> {
 /// A bucket's arithmetic on a 64-bit word per key, for a keyed limiter: the word holds
 /// the state divided by `g = gcd(rate, period)` (zero for fresh), as in a
 /// [`NarrowCell`], and the bucket decides on it in those units. Built by the buckets'
-/// [`Algorithm::word_units`](crate::Algorithm::word_units); the limiter keeps one and
+/// [`InMemory::word_units`]; the limiter keeps one and
 /// each key only its word.
 #[derive(Debug, Clone, Copy)]
 pub struct WordUnits<S> {
@@ -589,6 +596,10 @@ macro_rules! narrow_bucket {
 
             fn cell(&self) -> BucketCell {
                 BucketCell::new(self, self.params())
+            }
+
+            fn word_units(&self) -> Option<WordUnits<BucketState>> {
+                WordUnits::bucket(self, self.params())
             }
 
             #[inline(always)]

@@ -9,8 +9,9 @@ use std::vec::Vec;
 use hashbrown::hash_table::{Entry as TableEntry, HashTable};
 
 use super::cell::{publish, WordUnits};
+use super::word::{Verdict, WordGcra};
+use super::InMemory;
 use super::{wait, KeyHasher};
-use crate::bucket::{Verdict, WordGcra};
 use crate::{
     check_now, Algorithm, Clock, Decision, Limiter, MonotonicClock, ParamError, Request, Reserve,
     Ticks,
@@ -162,7 +163,7 @@ impl<S> WideStates<S> {
     }
 }
 
-impl<K: Hash + Eq, A: Algorithm> KeyedLimiter<K, A> {
+impl<K: Hash + Eq, A: InMemory> KeyedLimiter<K, A> {
     /// A limiter holding at most `max_keys` keys (at least one), on the process's
     /// [`MonotonicClock`].
     pub fn new(algorithm: A, max_keys: usize) -> Self {
@@ -170,14 +171,14 @@ impl<K: Hash + Eq, A: Algorithm> KeyedLimiter<K, A> {
     }
 }
 
-impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
+impl<K: Hash + Eq, A: InMemory, C: Clock> KeyedLimiter<K, A, C> {
     /// A limiter reading `clock`.
     pub fn with_clock(algorithm: A, max_keys: usize, clock: C) -> Self {
         Self::with_hasher(algorithm, max_keys, clock, KeyHasher::default())
     }
 }
 
-impl<K: Hash + Eq, A: Algorithm, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C, H> {
+impl<K: Hash + Eq, A: InMemory, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C, H> {
     /// A limiter hashing keys with `hasher` (the default is [`KeyHasher`]).
     pub fn with_hasher(algorithm: A, max_keys: usize, clock: C, hasher: H) -> Self {
         let (shard_bits, capacities) = layout(max_keys);
@@ -200,7 +201,9 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C,
             evicted: AtomicU64::new(0),
         }
     }
+}
 
+impl<K: Hash + Eq, A: Algorithm, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C, H> {
     /// Decides a request of `cost` for `key` now: the "reject" strategy.
     pub fn check<Q>(&self, key: &Q, cost: u64) -> Decision
     where

@@ -26,6 +26,7 @@ mod fenced;
 mod keyed;
 mod lease;
 mod wait;
+mod word;
 
 pub(crate) use cell::split_word;
 pub use cell::{

@@ -1,6 +1,6 @@
 //! Shared by the algorithm tests: random arrival sequences and the checks every
 //! algorithm's decisions must pass whatever its definition.
-#![allow(dead_code)]
+#![allow(dead_code, unused_macros)]
 
 use proptest::prelude::*;
 use tollgate_core::limits::MAX_PERIOD;
@@ -294,3 +294,31 @@ pub fn bucket_bounded<A: Algorithm>(
     let admitted = admitted(&arrivals, &run(alg, 10 * period, &arrivals));
     assert_rate_bound(&admitted, capacity, rate, period);
 }
+
+/// The properties the token and the leaky bucket share: built iff within the horizon and
+/// then decided as `$reference` (also in the last periods before `MAX_TICKS`, where
+/// nothing saturates), and in any interval `[a, b]` at most `C + (b − a) · R / P`
+/// admitted.
+macro_rules! bucket_properties {
+    ($bucket:ident, $reference:expr) => {
+        proptest! {
+            #[test]
+            fn matches_definition(params in bucket_params(), raw in raw_arrivals()) {
+                bucket_matches($bucket::new(params.0, params.1, params.2), params, &raw, None, $reference);
+            }
+
+            #[test]
+            fn matches_definition_at_the_top(params in bucket_params(), raw in raw_arrivals(), end in top_end()) {
+                bucket_matches($bucket::new(params.0, params.1, params.2), params, &raw, Some(end), $reference);
+            }
+
+            #[test]
+            fn never_more_than_capacity_plus_rate(capacity in 1..20u64, rate in 1..20u64, period in 1..1000u64, raw in raw_arrivals()) {
+                bucket_bounded(&$bucket::new(capacity, rate, period).unwrap(), (capacity, rate, period), &raw);
+            }
+        }
+    };
+}
+// Used by the bucket tests only, like the rest of this module.
+#[allow(unused_imports)]
+pub(crate) use bucket_properties;

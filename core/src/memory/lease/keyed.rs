@@ -1,0 +1,454 @@
+//! A concurrency limit per key.
+
+use core::borrow::Borrow;
+use core::fmt;
+use core::hash::{BuildHasher, Hash};
+use std::borrow::ToOwned;
+#[cfg(feature = "tokio")]
+use std::sync::Arc;
+use std::time::Duration;
+use std::vec::Vec;
+
+use hashbrown::hash_table::HashTable;
+
+use super::error::{AcquireError, Released};
+#[cfg(feature = "tokio")]
+use super::guard::HostRef;
+use super::guard::{Held, Host, LeaseGuard, Owner};
+use super::wait::Waitable;
+use crate::memory::keyed::{layout, shard_index};
+use crate::memory::KeyHasher;
+use crate::{
+    Clock, Concurrency, Decision, Grant, Lease, LeaseError, LeaseState, MonotonicClock, Ticks,
+};
+
+/// Shards never sweep below this many keys: small tables are cheap to keep.
+const MIN_SWEEP: usize = 64;
+
+/// `read` from the clock, but never earlier than `latest`, the latest time a table (or a
+/// shard of tables) already used, which it becomes: two threads read the clock in one
+/// order and lock in the other, and a token derived from the earlier reading could
+/// repeat one granted before a deletion.
+fn advance(latest: &mut Ticks, read: Ticks) -> Ticks {
+    *latest = (*latest).max(read);
+    *latest
+}
+
+/// A [`Concurrency`] limit per key (a lock per resource name, a cap on requests in
+/// flight per user), holding at most `max_keys` keys.
+///
+/// Keys live in shards like a [`KeyedLimiter`](super::KeyedLimiter)'s. A key is dropped
+/// once its state is fresh (nothing held and the clock past its last token, so a later
+/// grant still gets a larger token), at once when a release leaves it fresh and by a
+/// sweep whenever a shard has doubled. A key in use is never evicted: a shard full of
+/// keys in use answers a new key with [`AcquireError::Busy`] until one is fresh.
+pub struct KeyedLeases<K, C = MonotonicClock, H = KeyHasher> {
+    concurrency: Concurrency,
+    clock: C,
+    hasher: H,
+    shards: Vec<Waitable<Shard<K>>>,
+    /// `log2(shards.len())`.
+    shard_bits: u32,
+}
+
+#[derive(Debug)]
+struct Shard<K> {
+    table: HashTable<Entry<K>>,
+    /// The latest time a transition in this shard used (see [`advance`]).
+    now: Ticks,
+    capacity: usize,
+    /// Sweep fresh keys when the table reaches this length.
+    sweep_at: usize,
+}
+
+#[derive(Debug)]
+struct Entry<K> {
+    hash: u64,
+    key: K,
+    state: LeaseState,
+}
+
+impl<K> Shard<K> {
+    /// Makes room for one more key if keys that are fresh can go; otherwise the time
+    /// until the earliest key is fresh.
+    fn make_room(&mut self, now: Ticks) -> Result<(), Ticks> {
+        if self.table.len() < self.sweep_at {
+            return Ok(());
+        }
+        self.table.retain(|e| !e.state.is_fresh(now));
+        self.sweep_at = (2 * self.table.len()).max(MIN_SWEEP).min(self.capacity);
+        if self.table.len() < self.capacity {
+            return Ok(());
+        }
+        let earliest = self.table.iter().map(|e| e.state.fresh_at()).min();
+        Err(earliest.map_or(1, |t| t.saturating_sub(now)))
+    }
+}
+
+impl<K: Hash + Eq + Send> KeyedLeases<K> {
+    /// Leases per key, at most `max_keys` keys (at least one), on the process's
+    /// [`MonotonicClock`].
+    pub fn new(concurrency: Concurrency, max_keys: usize) -> Self {
+        Self::with_clock(concurrency, max_keys, MonotonicClock::new())
+    }
+}
+
+impl<K: Hash + Eq + Send, C: Clock + Sync> KeyedLeases<K, C> {
+    /// Leases per key whose expiries are read on `clock`.
+    pub fn with_clock(concurrency: Concurrency, max_keys: usize, clock: C) -> Self {
+        Self::with_hasher(concurrency, max_keys, clock, KeyHasher::default())
+    }
+}
+
+impl<K: Hash + Eq + Send, C: Clock + Sync, H: BuildHasher + Sync> KeyedLeases<K, C, H> {
+    /// Leases per key, hashing keys with `hasher` (the default is [`KeyHasher`]).
+    pub fn with_hasher(concurrency: Concurrency, max_keys: usize, clock: C, hasher: H) -> Self {
+        let (shard_bits, capacities) = layout(max_keys);
+        let shards = capacities
+            .map(|capacity| {
+                Waitable::new(Shard {
+                    table: HashTable::new(),
+                    now: 0,
+                    capacity,
+                    sweep_at: MIN_SWEEP.min(capacity),
+                })
+            })
+            .collect();
+        Self {
+            concurrency,
+            clock,
+            hasher,
+            shards,
+            shard_bits,
+        }
+    }
+
+    /// A lease on `key` for `ttl` ticks now; see [`Leases::try_acquire`].
+    pub fn try_acquire<Q>(
+        &self,
+        key: &Q,
+        owner: Option<&[u8]>,
+        ttl: Ticks,
+    ) -> Result<LeaseGuard<'_, K>, AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.acquire(key, owner, ttl, Duration::ZERO)
+    }
+
+    /// A lease on `key` for `ttl` ticks, waiting up to `timeout`; see
+    /// [`Leases::acquire`].
+    pub fn acquire<Q>(
+        &self,
+        key: &Q,
+        owner: Option<&[u8]>,
+        ttl: Ticks,
+        timeout: Duration,
+    ) -> Result<LeaseGuard<'_, K>, AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let owner = Owner::new(owner)?;
+        let hash = self.hasher.hash_one(key);
+        let shard = self.shard(hash);
+        let attempt =
+            |shard: &mut Shard<K>, read| self.attempt(shard, read, hash, key, owner.bytes(), ttl);
+        // The clock is read before locking, to keep the lock short.
+        let read = self.clock.now();
+        let first = attempt(&mut shard.lock(), read);
+        let grant = match first {
+            Err(AcquireError::Busy(_)) if !timeout.is_zero() => {
+                shard.wait(timeout, || self.clock.now(), attempt)?
+            }
+            other => other?,
+        };
+        Ok(LeaseGuard::new(self, key.to_owned(), owner, 0, grant))
+    }
+
+    /// [`acquire`](Self::acquire) as a future; see [`Leases::acquire_async`].
+    #[cfg(feature = "tokio")]
+    pub async fn acquire_async<Q>(
+        &self,
+        key: &Q,
+        owner: Option<&[u8]>,
+        ttl: Ticks,
+        timeout: Duration,
+    ) -> Result<LeaseGuard<'_, K>, AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized + Sync,
+    {
+        let (owner, grant) = self.grant_async(key, owner, ttl, timeout).await?;
+        Ok(LeaseGuard::new(self, key.to_owned(), owner, 0, grant))
+    }
+
+    /// [`acquire_async`](Self::acquire_async) on a shared table: the guard holds a clone
+    /// of the `Arc`, not a borrow, so it may outlive every other handle (a response body
+    /// in a server) and the table lives as long as its last guard.
+    #[cfg(feature = "tokio")]
+    pub async fn acquire_owned_async<Q>(
+        self: &Arc<Self>,
+        key: &Q,
+        owner: Option<&[u8]>,
+        ttl: Ticks,
+        timeout: Duration,
+    ) -> Result<LeaseGuard<'static, K>, AcquireError>
+    where
+        Self: Send + 'static,
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized + Sync,
+    {
+        let (owner, grant) = self.grant_async(key, owner, ttl, timeout).await?;
+        let host = HostRef::Shared(Arc::clone(self) as Arc<dyn Host<K> + Send>);
+        Ok(LeaseGuard::with_host(host, key.to_owned(), owner, 0, grant))
+    }
+
+    #[cfg(feature = "tokio")]
+    async fn grant_async<Q>(
+        &self,
+        key: &Q,
+        owner: Option<&[u8]>,
+        ttl: Ticks,
+        timeout: Duration,
+    ) -> Result<(Owner, Grant), AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized + Sync,
+    {
+        let owner = Owner::new(owner)?;
+        let hash = self.hasher.hash_one(key);
+        let grant = self
+            .shard(hash)
+            .wait_async(
+                timeout,
+                || self.clock.now(),
+                |shard, read| self.attempt(shard, read, hash, key, owner.bytes(), ttl),
+            )
+            .await?;
+        Ok((owner, grant))
+    }
+
+    fn attempt<Q>(
+        &self,
+        shard: &mut Shard<K>,
+        read: Ticks,
+        hash: u64,
+        key: &Q,
+        owner: &[u8],
+        ttl: Ticks,
+    ) -> Result<Grant, AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let now = advance(&mut shard.now, read);
+        if let Some(entry) = shard.table.find_mut(hash, |e| e.key.borrow() == key) {
+            return grant(&self.concurrency, &mut entry.state, now, owner, ttl);
+        }
+        let mut state = LeaseState::default();
+        let granted = grant(&self.concurrency, &mut state, now, owner, ttl)?;
+        if let Err(retry) = shard.make_room(now) {
+            let max = self.concurrency.max();
+            return Err(AcquireError::Busy(Decision::deny(max, 0, Some(retry), 0)));
+        }
+        let entry = Entry {
+            hash,
+            key: key.to_owned(),
+            state,
+        };
+        shard.table.insert_unique(hash, entry, |e| e.hash);
+        Ok(granted)
+    }
+
+    /// A lease on `key` for `owner` for `ttl` ticks now, held by the owner rather than
+    /// by a guard: until [`release_by`](Self::release_by) gives it back (as often as it
+    /// was acquired) or it expires. For hosts whose callers hold a lease across calls
+    /// (a service); a lease acquired again by its owner is re-entered.
+    pub fn acquire_by<Q>(&self, key: &Q, owner: &[u8], ttl: Ticks) -> Result<Grant, AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let hash = self.hasher.hash_one(key);
+        let read = self.clock.now();
+        self.attempt(&mut self.shard(hash).lock(), read, hash, key, owner, ttl)
+    }
+
+    /// Gives back one hold of `owner`'s lease on `key`: the lease as it stands (`holds`
+    /// 0 when freed), or [`LeaseError::NotHeld`] if the owner holds no unexpired lease.
+    pub fn release_by<Q>(&self, key: &Q, owner: &[u8]) -> Result<Grant, LeaseError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.with_state(key, true, |state, now| {
+            self.concurrency.release_in(state, now, owner)
+        })
+    }
+
+    /// Extends `owner`'s unexpired lease on `key` to `ttl` ticks from now, its token
+    /// kept: the lease as it stands, or [`LeaseError::NotHeld`].
+    pub fn renew_by<Q>(&self, key: &Q, owner: &[u8], ttl: Ticks) -> Result<Grant, LeaseError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.with_state(key, true, |state, now| {
+            self.concurrency.renew_in(state, now, owner, ttl)
+        })
+    }
+
+    /// `key`'s lease table now, `None` if it is fresh.
+    pub fn state<Q>(&self, key: &Q) -> Option<LeaseState>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let hash = self.hasher.hash_one(key);
+        let shard = self.shard(hash).lock();
+        let entry = shard.table.find(hash, |e| e.key.borrow() == key)?;
+        Some(entry.state.clone())
+    }
+
+    /// The number of keys held.
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().table.len()).sum()
+    }
+
+    /// Whether no key is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Drops every key whose state is fresh now, returning how many were dropped.
+    pub fn sweep(&self) -> usize {
+        let read = self.clock.now();
+        self.shards
+            .iter()
+            .map(|s| {
+                let mut shard = s.lock();
+                let now = advance(&mut shard.now, read);
+                let before = shard.table.len();
+                shard.table.retain(|e| !e.state.is_fresh(now));
+                before - shard.table.len()
+            })
+            .sum()
+    }
+
+    /// The limit each key has.
+    pub const fn concurrency(&self) -> &Concurrency {
+        &self.concurrency
+    }
+
+    /// The clock expiries are read on.
+    pub const fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    fn shard(&self, hash: u64) -> &Waitable<Shard<K>> {
+        &self.shards[shard_index(hash, self.shard_bits)]
+    }
+
+    /// Applies `op` to `key`'s state (if it has one) at the shard's time, after reading
+    /// the clock if `read_clock`; drops the key if that leaves it fresh.
+    fn with_state<Q>(
+        &self,
+        key: &Q,
+        read_clock: bool,
+        op: impl FnOnce(&mut LeaseState, Ticks) -> Released,
+    ) -> Released
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let read = if read_clock { self.clock.now() } else { 0 };
+        let hash = self.hasher.hash_one(key);
+        let waitable = self.shard(hash);
+        let mut shard = waitable.lock();
+        let now = advance(&mut shard.now, read);
+        let Ok(mut entry) = shard.table.find_entry(hash, |e| e.key.borrow() == key) else {
+            return Err(LeaseError::NotHeld);
+        };
+        let done = op(&mut entry.get_mut().state, now);
+        if entry.get().state.is_fresh(now) {
+            entry.remove();
+        }
+        drop(shard);
+        waitable.woken_by(&done);
+        done
+    }
+}
+
+impl<K, C, H> Host<K> for KeyedLeases<K, C, H>
+where
+    K: Hash + Eq + Send,
+    C: Clock + Sync,
+    H: BuildHasher + Sync,
+{
+    fn release(&self, key: &K, held: &Held<'_>, read_clock: bool) -> Released {
+        self.with_state(key, read_clock, |state, now| {
+            give_back(&self.concurrency, state, now, held.owner, held.token)
+        })
+    }
+
+    fn renew(&self, key: &K, held: &Held<'_>, ttl: Ticks) -> Released {
+        self.with_state(key, true, |state, now| {
+            extend(&self.concurrency, state, now, held.owner, held.token, ttl)
+        })
+    }
+}
+
+impl<K, C, H> fmt::Debug for KeyedLeases<K, C, H> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyedLeases")
+            .field("concurrency", &self.concurrency)
+            .field("shards", &self.shards.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Grants `owner` a lease on `state` at `now`, or says when to retry.
+fn grant(
+    concurrency: &Concurrency,
+    state: &mut LeaseState,
+    now: Ticks,
+    owner: &[u8],
+    ttl: Ticks,
+) -> Result<Grant, AcquireError> {
+    let acquired = concurrency.acquire_in(state, now, owner, ttl)?;
+    acquired.grant.ok_or(AcquireError::Busy(acquired.decision))
+}
+
+/// Whether `owner` holds on `state` the lease granted with `token` (not a later one of
+/// the same owner, granted after that one expired).
+fn holds_token(state: &LeaseState, now: Ticks, owner: &[u8], token: u64) -> Result<(), LeaseError> {
+    match state.held(owner, now).map(Lease::token) {
+        Some(held) if held == token => Ok(()),
+        _ => Err(LeaseError::NotHeld),
+    }
+}
+
+fn give_back(
+    concurrency: &Concurrency,
+    state: &mut LeaseState,
+    now: Ticks,
+    owner: &[u8],
+    token: u64,
+) -> Released {
+    holds_token(state, now, owner, token)?;
+    concurrency.release_in(state, now, owner)
+}
+
+fn extend(
+    concurrency: &Concurrency,
+    state: &mut LeaseState,
+    now: Ticks,
+    owner: &[u8],
+    token: u64,
+    ttl: Ticks,
+) -> Released {
+    holds_token(state, now, owner, token)?;
+    concurrency.renew_in(state, now, owner, ttl)
+}
