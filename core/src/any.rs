@@ -16,8 +16,10 @@ use crate::{
 /// Its state is an [`AnyState`] of the same variant, and its encoding is the variant's
 /// own: the bytes a host stores for an `AnyAlgorithm::TokenBucket` are the bytes it
 /// stores for the [`TokenBucket`] itself.
+///
+/// Exhaustive on purpose: every host matches on it (the Redis scripts, the module), so a
+/// new algorithm fails to compile in each host until it runs there.
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum AnyAlgorithm {
     /// A [`FixedWindow`].
     FixedWindow(FixedWindow),
@@ -39,7 +41,6 @@ pub enum AnyAlgorithm {
 
 /// The state of an [`AnyAlgorithm`]: the state of its variant's algorithm.
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
 #[allow(missing_docs)]
 pub enum AnyState {
     FixedWindow(FixedWindowState),
