@@ -8,7 +8,7 @@ mod common;
 
 use common::{
     assert_contains, assert_exit, bin, bucket, examples, lock, run_line, stderr, stdout, tollgate,
-    with, write, BUCKET,
+    trace, with, write, BUCKET,
 };
 
 #[test]
@@ -381,13 +381,7 @@ fn redis_over_tls_decides_as_over_tcp_and_refuses_an_untrusted_server() {
     let server = common::Server::start_tls();
     let (_, certs) = server.tls.as_ref().unwrap();
     let ca = certs.file("ca.crt");
-    let mut trace = String::from("t_us,key,cost\n");
-    let mut t = 1_700_000_000_000_000u64;
-    for i in 0..500u64 {
-        t += (i * 7919) % 90_000;
-        trace += &format!("{t},user-{},{}\n", i % 5, 1 + i % 3);
-    }
-    let trace = write(dir.path(), "trace.csv", &trace);
+    let trace = write(dir.path(), "trace.csv", &trace(500, 5));
     let policy = ["--config", &examples(), "--policy", "api", "--app", "web"];
     let replay = |backend: &str, more: &[&str]| {
         let out = tollgate(

@@ -5,7 +5,7 @@ mod common;
 
 use common::{
     assert_contains, assert_exit, bucket, examples, run_line, spawn, stderr, stdout, tollgate,
-    tollgate_with_stdin, with, write, BUCKET,
+    tollgate_with_stdin, trace, with, write, BUCKET,
 };
 
 #[test]
@@ -44,13 +44,7 @@ fn replay_prints_exact_json_lines() {
 fn replay_is_byte_identical_on_memory_sled_and_redis() {
     let dir = tempfile::tempdir().unwrap();
     let redis = common::Server::start();
-    let mut trace = String::from("t_us,key,cost\n");
-    let mut t = 1_700_000_000_000_000u64;
-    for i in 0..2000u64 {
-        t += (i * 7919) % 90_000;
-        trace += &format!("{t},user-{},{}\n", i % 7, 1 + i % 3);
-    }
-    let trace = write(dir.path(), "trace.csv", &trace);
+    let trace = write(dir.path(), "trace.csv", &trace(2000, 7));
     for (db, policy) in ["api", "login", "reports", "daily"].into_iter().enumerate() {
         let run = |backend: &str| {
             let out = run_line(&format!(

@@ -84,6 +84,18 @@ pub fn examples() -> String {
         .to_owned()
 }
 
+/// A trace of `requests` requests from late 2023 on, 0 to 90 ms apart, from `keys` users,
+/// costing 1 to 3.
+pub fn trace(requests: u64, keys: u64) -> String {
+    let mut trace = String::from("t_us,key,cost\n");
+    let mut t = 1_700_000_000_000_000u64;
+    for i in 0..requests {
+        t += (i * 7919) % 90_000;
+        trace += &format!("{t},user-{},{}\n", i % keys, 1 + i % 3);
+    }
+    trace
+}
+
 /// Writes `text` to `dir/name`; returns the path.
 pub fn write(dir: &Path, name: &str, text: &str) -> String {
     let path = dir.join(name);
