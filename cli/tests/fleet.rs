@@ -2,17 +2,9 @@
 //! ceiling under random traffic (never above the limit in any period, also while a
 //! node is killed and one joins), and fleet settings that cannot work refused.
 
-use std::process::{Command, Output};
-
-#[path = "../../storage-redis/tests/common/mod.rs"]
 mod common;
 
-fn tollgate(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tollgate"))
-        .args(args)
-        .output()
-        .unwrap()
-}
+use common::{assert_exit, tollgate};
 
 /// Runs a measurement and returns its JSON report.
 fn measure(server: &common::Server, policy: &[&str], extra: &[&str]) -> serde_json::Value {
@@ -45,9 +37,27 @@ fn assert_ceiling(report: &serde_json::Value, limit: u64) {
     assert!(busiest.unwrap() >= limit / 2, "{report}");
 }
 
+/// Three prefetch nodes on one Redis, 1.4 s of Poisson traffic at 700 per second each
+/// (`seed`), taking at most `max_batch` units at once: the measurement's report.
+fn prefetch(policy: &[&str], max_batch: &str, seed: u64) -> serde_json::Value {
+    let server = common::Server::start();
+    let run = [
+        "--nodes",
+        "3",
+        "--mode",
+        "prefetch",
+        "--max-batch",
+        max_batch,
+        "--interval",
+        "20ms",
+    ];
+    let traffic = format!("poisson:rate=700,seed={seed}");
+    let traffic = ["--traffic", &traffic, "--duration", "1400ms"];
+    measure(&server, policy, &[&run[..], &traffic[..]].concat())
+}
+
 #[test]
 fn prefetch_nodes_never_exceed_a_window_with_random_traffic() {
-    let server = common::Server::start();
     let policy = [
         "--algorithm",
         "fixed-window",
@@ -56,30 +66,13 @@ fn prefetch_nodes_never_exceed_a_window_with_random_traffic() {
         "--period",
         "200ms",
     ];
-    let run = [
-        "--nodes",
-        "3",
-        "--mode",
-        "prefetch",
-        "--max-batch",
-        "40",
-        "--interval",
-        "20ms",
-    ];
-    let traffic = [
-        "--traffic",
-        "poisson:rate=700,seed=5",
-        "--duration",
-        "1400ms",
-    ];
-    let report = measure(&server, &policy, &[&run[..], &traffic[..]].concat());
+    let report = prefetch(&policy, "40", 5);
     assert_ceiling(&report, 200);
     assert!(report["redis_calls_per_1000"].as_f64().unwrap() < 1000.0);
 }
 
 #[test]
 fn prefetch_nodes_never_exceed_a_bucket_with_random_traffic() {
-    let server = common::Server::start();
     let policy = [
         "--algorithm",
         "token-bucket",
@@ -90,23 +83,7 @@ fn prefetch_nodes_never_exceed_a_bucket_with_random_traffic() {
         "--period",
         "200ms",
     ];
-    let run = [
-        "--nodes",
-        "3",
-        "--mode",
-        "prefetch",
-        "--max-batch",
-        "30",
-        "--interval",
-        "20ms",
-    ];
-    let traffic = [
-        "--traffic",
-        "poisson:rate=700,seed=9",
-        "--duration",
-        "1400ms",
-    ];
-    let report = measure(&server, &policy, &[&run[..], &traffic[..]].concat());
+    let report = prefetch(&policy, "30", 9);
     assert_eq!(report["ceiling_exceeded"], 0, "{report}");
 }
 
@@ -174,7 +151,7 @@ fn settings_that_cannot_work_are_refused() {
         &["--config", file, "--policy", "api"],
         "fleet setting max_batch: 51 is above the limit of 50",
     );
-    let out = tollgate(&[
+    let out = tollgate([
         "fleet",
         "--backend",
         "memory",
@@ -189,6 +166,6 @@ fn settings_that_cannot_work_are_refused() {
         "--duration",
         "5s",
     ]);
-    assert_eq!(out.status.code(), Some(2));
+    assert_exit(&out, 2);
     assert!(String::from_utf8_lossy(&out.stderr).contains("through Redis"));
 }

@@ -1,14 +1,17 @@
 //! `tollgate policy` against a real `tollgate serve` on loopback (in this process): a
 //! policy file applied, shown, changed, pruned and deleted, and each exit code.
 
-use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use tollgate_server::{Config, Server};
+
+mod common;
+
+use common::{assert_contains, bin, stdout, write};
 
 /// A server with an app `web`, an owner of it and a viewer of it: the runtime it runs
 /// on, its URL and the two users' tokens.
@@ -71,7 +74,7 @@ impl Service {
 
     /// `tollgate policy ARGS` as `token`'s user (through TOLLGATE_TOKEN).
     fn run(&self, token: &str, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        bin()
             .arg("policy")
             .args(args)
             .args(["--server", &self.url])
@@ -83,16 +86,6 @@ impl Service {
 
 fn code(output: &Output) -> i32 {
     output.status.code().unwrap()
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn write(dir: &Path, name: &str, text: &str) -> String {
-    let path = dir.join(name);
-    std::fs::write(&path, text).unwrap();
-    path.to_str().unwrap().to_owned()
 }
 
 const FILE: &str = r#"
@@ -139,11 +132,7 @@ fn apply_show_change_prune_and_delete() {
     // `show` prints a table the file format reads back: applying it changes nothing.
     let shown = service.run(owner, &["show", "login"]);
     assert_eq!(code(&shown), 0, "{shown:?}");
-    assert!(
-        stdout(&shown).contains("# created_by: \"olga\""),
-        "{}",
-        stdout(&shown)
-    );
+    assert_contains(&stdout(&shown), "# created_by: \"olga\"");
     let round = write(dir.path(), "login.toml", &stdout(&shown));
     let reapplied = service.run(owner, &["apply", &round]);
     assert_eq!(stdout(&reapplied), "unchanged login (version 1)\n");
@@ -183,7 +172,7 @@ fn exit_codes() {
     assert_eq!(code(&viewer), 1, "{viewer:?}");
     // 2: no token; a file the parser refuses (its line named, nothing sent); a policy
     // the server refuses (a name it does not take).
-    let none = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+    let none = bin()
         .args(["policy", "list", "--server", &service.url])
         .env_remove("TOLLGATE_TOKEN")
         .output()
@@ -213,7 +202,7 @@ fn exit_codes() {
         .local_addr()
         .unwrap()
         .port();
-    let away = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+    let away = bin()
         .args([
             "policy",
             "list",
@@ -226,7 +215,7 @@ fn exit_codes() {
     assert_eq!(code(&away), 4);
     // The token from a file works as the variable does.
     let token = write(dir.path(), "token", &format!("{}\n", service.owner));
-    let listed = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+    let listed = bin()
         .args([
             "policy",
             "list",

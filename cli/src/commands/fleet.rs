@@ -2,7 +2,7 @@
 //!
 //! The command starts N node processes (this binary, re-invoked as the hidden
 //! `fleet-node` subcommand), each offering the traffic to its own
-//! [`FleetLimiter`] on the shared key, SIGKILLs node
+//! [`FleetLimiter`](tollgate_redis::fleet::FleetLimiter) on the shared key, SIGKILLs node
 //! 0 at 40% of the run and starts one more node at 70%. Nodes print one JSON line per
 //! period of the policy; the command adds them up and compares each period's admitted
 //! units with what one exact limiter would admit: over-admission is what exceeds the
@@ -14,35 +14,34 @@
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration as StdDuration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration as StdDuration, SystemTime, UNIX_EPOCH};
 
 use clap::Args;
 use serde::{Deserialize, Serialize};
 use tollgate_core::Ticks;
-use tollgate_redis::fleet::{FleetAlgorithm, FleetConfig, FleetLimiter, FleetMode};
-use tollgate_redis::{Reconnecting, RedisLimiter};
+use tollgate_redis::fleet::{FleetAlgorithm, FleetConfig, FleetMode};
 
+use crate::args::{whole, PolicyBackendArgs};
 use crate::backend::Backend;
+use crate::chart;
+use crate::failure::{output, Failure};
 use crate::policy::{self, human, Duration, Limiter, Policy};
 use crate::traffic::Traffic;
-use crate::{chart, output, BackendArgs, Failure, PolicyArgs};
 
 /// `tollgate fleet`'s flags.
 #[derive(Debug, Args)]
 pub struct FleetArgs {
     #[command(flatten)]
-    policy: PolicyArgs,
-    #[command(flatten)]
-    backend: BackendArgs,
+    target: PolicyBackendArgs,
     /// How many node processes share the limit (one more joins mid-run).
-    #[arg(long, default_value_t = 8, value_parser = crate::whole)]
+    #[arg(long, default_value_t = 8, value_parser = whole)]
     nodes: u64,
     /// exact | prefetch | batch | split (default: the policy's `fleet.mode`, else prefetch).
     #[arg(long)]
     mode: Option<String>,
     /// Prefetch: the most units one take asks for; batch: decisions between settles
     /// (default: the policy's `fleet.max_batch`, else 100).
-    #[arg(long, value_parser = crate::whole, allow_negative_numbers = true)]
+    #[arg(long, value_parser = whole, allow_negative_numbers = true)]
     max_batch: Option<u64>,
     /// Prefetch: the wait before asking a drained limit again; batch: the longest time
     /// between settles; split: the heartbeat period (default: the policy's, else 100ms,
@@ -63,55 +62,26 @@ pub struct FleetArgs {
     chart: Option<String>,
 }
 
-/// The hidden `fleet-node` subcommand: one node of a measurement.
-#[derive(Debug, Args)]
-pub struct NodeArgs {
-    #[command(flatten)]
-    policy: PolicyArgs,
-    #[arg(long)]
-    url: String,
-    #[arg(long)]
-    key_prefix: String,
-    #[arg(long)]
-    mode: String,
-    #[arg(long)]
-    max_batch: u64,
-    #[arg(long)]
-    interval_us: u64,
-    #[arg(long)]
-    traffic: Traffic,
-    /// The run's start, µs since the Unix epoch (a multiple of the period).
-    #[arg(long)]
-    start_us: u64,
-    #[arg(long)]
-    duration_us: u64,
-    /// Offer only the traffic from this far into the run (a node joining late).
-    #[arg(long, default_value_t = 0)]
-    from_us: u64,
-    #[arg(long)]
-    index: u64,
-}
-
 /// What a node prints for each period, and at the end.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-struct Line {
-    period: u64,
-    admitted: u64,
-    denied: u64,
+pub(super) struct Line {
+    pub(super) period: u64,
+    pub(super) admitted: u64,
+    pub(super) denied: u64,
     /// Cumulative, as of the end of the period.
-    calls: u64,
-    decisions: u64,
-    busy_ns: u64,
+    pub(super) calls: u64,
+    pub(super) decisions: u64,
+    pub(super) busy_ns: u64,
 }
 
-fn wall() -> Ticks {
+pub(super) fn wall() -> Ticks {
     let since = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
     u64::try_from(since.as_micros()).unwrap_or(Ticks::MAX)
 }
 
-fn bad(message: String) -> Failure {
+pub(super) fn bad(message: String) -> Failure {
     Failure::Input(message)
 }
 
@@ -201,11 +171,11 @@ struct Report {
 }
 
 pub fn run(args: FleetArgs) -> Result<std::process::ExitCode, Failure> {
-    let loaded = args.policy.load()?;
+    let loaded = args.target.policy.load()?;
     let (policy, name) = (&loaded.policy, &loaded.name);
     let config = settings(&args, policy)?;
     with_algorithm(&loaded.limiter, name, |validate| validate(&config))?.map_err(bad)?;
-    let backend = Backend::new(&args.backend.backend, None)?;
+    let backend = Backend::new(&args.target.backend.backend, None)?;
     let Backend::Redis(client) = backend else {
         return Err(bad(
             "a fleet shares its limit through Redis: give --backend redis://HOST:PORT".into(),
@@ -232,7 +202,7 @@ pub fn run(args: FleetArgs) -> Result<std::process::ExitCode, Failure> {
         .map_or(0, |d| d.subsec_nanos());
     let key_prefix = format!(
         "{}fleet-{}-{nanos}:",
-        args.backend.prefix,
+        args.target.backend.prefix,
         std::process::id()
     );
     let interval = config.interval();
@@ -243,7 +213,12 @@ pub fn run(args: FleetArgs) -> Result<std::process::ExitCode, Failure> {
         command
             .arg("fleet-node")
             .args(policy_flags(policy))
-            .args(["--url", &args.backend.backend, "--key-prefix", &key_prefix])
+            .args([
+                "--url",
+                &args.target.backend.backend,
+                "--key-prefix",
+                &key_prefix,
+            ])
             .args(["--mode", config.mode.name()])
             .args(["--max-batch", &config.max_batch.to_string()])
             .args(["--interval-us", &interval.as_micros().to_string()])
@@ -568,129 +543,4 @@ fn print_report(out: &mut impl Write, r: &Report, name: &str) -> std::io::Result
         )?;
     }
     Ok(())
-}
-
-/// One node: offers its traffic to its fleet limiter and prints a line per period.
-pub fn node(args: NodeArgs) -> Result<std::process::ExitCode, Failure> {
-    let loaded = args.policy.load()?;
-    match loaded.limiter {
-        Limiter::TokenBucket(a) => run_node(&args, a),
-        Limiter::FixedWindow(a) => run_node(&args, a),
-        Limiter::SlidingCounter(a) => run_node(&args, a),
-        _ => Err(bad(
-            "a fleet node needs a token bucket, a fixed window or a sliding counter".into(),
-        )),
-    }
-}
-
-fn run_node<A: FleetAlgorithm>(
-    args: &NodeArgs,
-    algorithm: A,
-) -> Result<std::process::ExitCode, Failure> {
-    let backend = |e: tollgate_redis::Error| Failure::Backend(e.to_string());
-    let client = tollgate_redis::client(&args.url, None).map_err(backend)?;
-    let limiter = RedisLimiter::new(algorithm)
-        .map_err(backend)?
-        .with_prefix(args.key_prefix.as_bytes());
-    let config = FleetConfig {
-        max_batch: args.max_batch,
-        interval: Some(StdDuration::from_micros(args.interval_us)),
-        ..FleetConfig::new(args.mode.parse().map_err(backend)?)
-    };
-    let fleet = Arc::new(
-        FleetLimiter::new(limiter, b"fleet", config)
-            .map_err(backend)?
-            .with_node_id(format!("node-{:03}", args.index)),
-    );
-    let timeout = StdDuration::from_millis(200);
-    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    // Upkeep on a connection of its own.
-    let upkeep = {
-        let (fleet, done) = (fleet.clone(), done.clone());
-        let mut con = Reconnecting::new(client.clone()).with_timeout(timeout);
-        std::thread::spawn(move || {
-            while !done.load(std::sync::atomic::Ordering::Relaxed) {
-                let _ = fleet.tick(&mut con);
-                std::thread::sleep(StdDuration::from_millis(2));
-            }
-            let _ = fleet.shutdown(&mut con);
-        })
-    };
-    let mut con = Reconnecting::new(client).with_timeout(timeout);
-    let period = algorithm_period(&args.policy)?;
-    // Local time of the run's start: the wall clock read once, then a monotonic clock.
-    let (origin, origin_wall) = (Instant::now(), wall());
-    let at = |offset: Ticks| {
-        origin + StdDuration::from_micros((args.start_us + offset).saturating_sub(origin_wall))
-    };
-    let traffic = args.traffic.for_node(args.index);
-    // Nodes' steady arrivals are spread over the gap rather than all at once.
-    let phase = args.index * 61 % 1000;
-    let mut current = Line::default();
-    let mut stdout = std::io::stdout().lock();
-    let flush = |line: &Line, out: &mut std::io::StdoutLock<'_>| -> Result<(), Failure> {
-        let text = serde_json::to_string(line).map_err(|e| Failure::Output(e.to_string()))?;
-        writeln!(out, "{text}")
-            .and_then(|()| out.flush())
-            .map_err(output)
-    };
-    for request in traffic.requests(args.duration_us) {
-        let offset = request.at + phase;
-        if offset < args.from_us || offset >= args.duration_us {
-            continue;
-        }
-        let due = at(offset);
-        let now = Instant::now();
-        if due > now {
-            std::thread::sleep(due - now);
-        }
-        // The period by the wall clock itself, which the server's windows follow: a
-        // local clock anchored to it once would carry the anchoring's error (a
-        // preemption between the two reads) into every period's count.
-        let before = wall();
-        let began = Instant::now();
-        let last_call = fleet.last_server_now();
-        let allowed = fleet
-            .check(&mut con, request.cost)
-            .map(|o| o.allowed())
-            .unwrap_or(false);
-        // A decision that called Redis was made at the server's time of that call (a
-        // call sent just before a boundary may be decided in the next window); one made
-        // locally, when it began.
-        let decided_at = match fleet.last_server_now() {
-            server if server != last_call => server,
-            _ => before,
-        };
-        let k = decided_at.saturating_sub(args.start_us) / period;
-        if k != current.period && (current.admitted + current.denied) > 0 {
-            flush(&current, &mut stdout)?;
-            current = Line {
-                period: k,
-                calls: current.calls,
-                decisions: current.decisions,
-                busy_ns: current.busy_ns,
-                ..Line::default()
-            };
-        }
-        current.period = k;
-        current.busy_ns += u64::try_from(began.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        current.decisions += 1;
-        current.calls = fleet.calls();
-        if allowed {
-            current.admitted += request.cost;
-        } else {
-            current.denied += request.cost;
-        }
-    }
-    done.store(true, std::sync::atomic::Ordering::Relaxed);
-    let _ = upkeep.join();
-    current.calls = fleet.calls();
-    if current.admitted + current.denied > 0 {
-        flush(&current, &mut stdout)?;
-    }
-    Ok(std::process::ExitCode::SUCCESS)
-}
-
-fn algorithm_period(policy: &PolicyArgs) -> Result<Ticks, Failure> {
-    Ok(policy.load()?.policy.period().max(1))
 }

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::Args;
 use tollgate_server::{Config, Fail, Server};
 
-use crate::Failure;
+use crate::failure::Failure;
 
 /// `--fail`: the answer while the `--decisions` Redis is unreachable.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -57,58 +57,55 @@ pub struct ServeArgs {
     admin_name: String,
 }
 
-impl ServeArgs {
-    pub fn run(self) -> Result<ExitCode, Failure> {
-        let config = Config {
-            listen: self.listen,
-            grpc_listen: self.grpc_listen,
-            data_dir: self.data_dir,
-            store: self.store,
-            decisions: self.decisions,
-            fail: match self.fail {
-                FailFlag::Error => Fail::Error,
-                FailFlag::Open => Fail::Open,
-                FailFlag::Closed => Fail::Closed,
-                FailFlag::Local => Fail::Local,
-            },
-            max_keys: self.max_keys,
-            metrics_open: self.metrics_open,
-            ..Config::default()
-        };
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| Failure::Backend(format!("cannot start the runtime: {e}")))?;
-        if self.init_admin {
-            let token = runtime
-                .block_on(tollgate_server::init_admin(&config, &self.admin_name))
-                .map_err(|e| Failure::Backend(e.to_string()))?;
-            println!("{token}");
-            return Ok(ExitCode::SUCCESS);
-        }
-        tracing_subscriber::fmt()
-            .with_env_filter(
-                tracing_subscriber::EnvFilter::try_from_default_env()
-                    .unwrap_or_else(|_| "info".into()),
-            )
-            .with_writer(std::io::stderr)
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .init();
-        runtime.block_on(async {
-            let server = Server::bind(config)
-                .await
-                .map_err(|e| Failure::Backend(e.to_string()))?;
-            eprintln!("tollgate: serving on http://{}", server.local_addr());
-            if let Some(grpc) = server.grpc_addr() {
-                eprintln!("tollgate: Envoy's rate limit service (gRPC) on {grpc}");
-            }
-            server
-                .run(shutdown())
-                .await
-                .map_err(|e| Failure::Backend(e.to_string()))
-        })?;
-        Ok(ExitCode::SUCCESS)
+pub fn run(args: ServeArgs) -> Result<ExitCode, Failure> {
+    let config = Config {
+        listen: args.listen,
+        grpc_listen: args.grpc_listen,
+        data_dir: args.data_dir,
+        store: args.store,
+        decisions: args.decisions,
+        fail: match args.fail {
+            FailFlag::Error => Fail::Error,
+            FailFlag::Open => Fail::Open,
+            FailFlag::Closed => Fail::Closed,
+            FailFlag::Local => Fail::Local,
+        },
+        max_keys: args.max_keys,
+        metrics_open: args.metrics_open,
+        ..Config::default()
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::Backend(format!("cannot start the runtime: {e}")))?;
+    if args.init_admin {
+        let token = runtime
+            .block_on(tollgate_server::init_admin(&config, &args.admin_name))
+            .map_err(|e| Failure::Backend(e.to_string()))?;
+        println!("{token}");
+        return Ok(ExitCode::SUCCESS);
     }
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    runtime.block_on(async {
+        let server = Server::bind(config)
+            .await
+            .map_err(|e| Failure::Backend(e.to_string()))?;
+        eprintln!("tollgate: serving on http://{}", server.local_addr());
+        if let Some(grpc) = server.grpc_addr() {
+            eprintln!("tollgate: Envoy's rate limit service (gRPC) on {grpc}");
+        }
+        server
+            .run(shutdown())
+            .await
+            .map_err(|e| Failure::Backend(e.to_string()))
+    })?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Completes on Ctrl-C or SIGTERM: the server then finishes the requests in flight.

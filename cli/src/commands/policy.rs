@@ -23,7 +23,7 @@ use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
 use tollgate_server::policy::{File, Policy};
 
-use crate::{output, Failure};
+use crate::failure::{output, Failure};
 
 /// The longest a request to the server may take.
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -92,16 +92,16 @@ pub enum PolicyCommand {
     },
 }
 
-impl PolicyCommand {
-    pub fn run(self) -> Result<ExitCode, Failure> {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| Failure::Backend(format!("cannot start: {e}")))?;
-        runtime.block_on(self.run_async())?;
-        Ok(ExitCode::SUCCESS)
-    }
+pub fn run(command: PolicyCommand) -> Result<ExitCode, Failure> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::Backend(format!("cannot start: {e}")))?;
+    runtime.block_on(command.run_async())?;
+    Ok(ExitCode::SUCCESS)
+}
 
+impl PolicyCommand {
     async fn run_async(self) -> Result<(), Failure> {
         let mut out = std::io::stdout().lock();
         match self {
@@ -111,7 +111,10 @@ impl PolicyCommand {
                     Some(app) => format!("/v1/policies?app={}", encode(app)),
                     None => "/v1/policies".to_owned(),
                 };
-                let list = server.expect(Method::GET, &path, None, None).await?;
+                let list = server
+                    .send(Method::GET, &path, None, None)
+                    .await?
+                    .success()?;
                 if json {
                     writeln!(out, "{list}").map_err(output)?;
                     return Ok(());
@@ -159,8 +162,9 @@ impl PolicyCommand {
                 }
                 if prune {
                     let list = server
-                        .expect(Method::GET, "/v1/policies", None, None)
-                        .await?;
+                        .send(Method::GET, "/v1/policies", None, None)
+                        .await?
+                        .success()?;
                     for listed in list["policies"].as_array().into_iter().flatten() {
                         let Some(name) = listed["name"].as_str() else {
                             continue;
@@ -340,22 +344,6 @@ impl Server {
         })
     }
 
-    /// Sends and requires a 2xx: its JSON.
-    async fn expect(
-        &self,
-        method: Method,
-        path: &str,
-        body: Option<&Value>,
-        version: Option<&Value>,
-    ) -> Result<Value, Failure> {
-        let answer = self.send(method, path, body, version).await?;
-        if answer.status.is_success() {
-            Ok(answer.json)
-        } else {
-            Err(refusal(&answer))
-        }
-    }
-
     /// The policy `name`, or `None` where it does not exist (or may not be seen).
     async fn get_policy(&self, name: &str) -> Result<Option<Value>, Failure> {
         let path = format!("/v1/policies/{}", encode(name));
@@ -392,8 +380,9 @@ impl Server {
         };
         let path = format!("/v1/policies/{}", encode(name));
         let stored = self
-            .expect(Method::PUT, &path, Some(&wanted), version)
-            .await?;
+            .send(Method::PUT, &path, Some(&wanted), version)
+            .await?
+            .success()?;
         let done = if version.is_some() {
             "updated"
         } else {
@@ -404,9 +393,21 @@ impl Server {
 
     async fn delete(&self, name: &str, version: &Value) -> Result<(), Failure> {
         let path = format!("/v1/policies/{}", encode(name));
-        self.expect(Method::DELETE, &path, None, Some(version))
-            .await
+        self.send(Method::DELETE, &path, None, Some(version))
+            .await?
+            .success()
             .map(drop)
+    }
+}
+
+impl Answer {
+    /// A 2xx answer's JSON; any other a failure.
+    fn success(self) -> Result<Value, Failure> {
+        if self.status.is_success() {
+            Ok(self.json)
+        } else {
+            Err(refusal(&self))
+        }
     }
 }
 

@@ -1,18 +1,22 @@
-//! `lock` and `lease`: leases with fencing tokens, for shell scripts. Success prints one
-//! line of `name=value` fields (`acquired token=17 expires_at_us=... holds=1`); a lease
-//! held by others, or not held by the owner, is exit code 1 with a message on stderr.
+//! Leases with fencing tokens for shell scripts, shared by `lock`, `lease` and
+//! `inspect`: the holder's flags, one acquire, release or renew call (waiting when
+//! asked), and the view of a lease key. Success prints one line of `name=value` fields
+//! (`acquired token=17 expires_at_us=... holds=1`); a lease held by others, or not held
+//! by the owner, is exit code 1 with a message on stderr.
 
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::process::ExitCode;
 
-use clap::{Args, Subcommand};
+use clap::Args;
 use serde::Serialize;
 use tollgate_core::limits::MAX_OWNER_LEN;
 use tollgate_core::{Clock, Concurrency, KeyDisplay, LeaseState, MonotonicClock, Ticks};
 
+use crate::args::{instant, BackendArgs};
 use crate::backend::Open;
-use crate::policy::{self, human, Duration, Style};
-use crate::{instant, json_line, output, BackendArgs, Failure, PolicyArgs};
+use crate::failure::{output, Failure};
+use crate::output::{hex, show};
+use crate::policy::{self, human, Duration};
 
 /// How long a lease command waits for a sled database another command has open: each
 /// holds it for milliseconds, so commands of concurrent scripts take turns.
@@ -22,105 +26,17 @@ const IN_USE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 /// is noticed within this, one expiring is retried at its expiry.
 const POLL: Ticks = 100_000;
 
-#[derive(Debug, Subcommand)]
-pub enum LockCommand {
-    /// Take the lock NAME for --owner; prints `acquired token=N expires_at_us=T holds=H`.
-    /// Exit 1 if another owner holds it (after --wait). The same owner re-enters it.
-    Acquire {
-        #[command(flatten)]
-        on: LockArgs,
-        #[command(flatten)]
-        ttl: Ttl,
-        #[command(flatten)]
-        wait: Wait,
-    },
-    /// Release NAME once (freed when released as often as acquired); prints
-    /// `released token=N holds=H`. Exit 1 if --owner does not hold it.
-    Release {
-        #[command(flatten)]
-        on: LockArgs,
-    },
-    /// Extend --owner's hold on NAME to now + --ttl; exit 1 if it does not hold it (it
-    /// expired: stop acting on it).
-    Renew {
-        #[command(flatten)]
-        on: LockArgs,
-        #[command(flatten)]
-        ttl: Ttl,
-    },
-    /// Print the lock's holder, its expiry and the last fencing token (--json for JSON).
-    Inspect {
-        /// The lock's name.
-        name: String,
-        #[command(flatten)]
-        backend: BackendArgs,
-        /// Read at this time (µs since the Unix epoch) instead of now.
-        #[arg(long, value_parser = instant, allow_negative_numbers = true)]
-        now: Option<Ticks>,
-        /// Print one JSON object instead of text.
-        #[arg(long)]
-        json: bool,
-    },
-}
-
-#[derive(Debug, Subcommand)]
-pub enum LeaseCommand {
-    /// Take one of the policy's leases on KEY for --owner, for the policy's `lease`;
-    /// prints `acquired token=N expires_at_us=T holds=H`. Exit 1 if all are held.
-    Acquire {
-        #[command(flatten)]
-        on: LeaseArgs,
-        #[command(flatten)]
-        wait: Wait,
-    },
-    /// Release --owner's lease on KEY once; exit 1 if it holds none.
-    Release {
-        #[command(flatten)]
-        on: LeaseArgs,
-    },
-    /// Extend --owner's lease on KEY by the policy's `lease`; exit 1 if it holds none.
-    Renew {
-        #[command(flatten)]
-        on: LeaseArgs,
-    },
-}
-
-#[derive(Debug, Args)]
-pub struct LockArgs {
-    /// The lock's name; stored as PREFIX + "lock:" + NAME.
-    name: String,
-    #[command(flatten)]
-    holder: Holder,
-}
-
-#[derive(Debug, Args)]
-pub struct LeaseArgs {
-    /// The key (a resource, a tenant); stored as PREFIX + policy + ":" + KEY.
-    key: String,
-    #[command(flatten)]
-    policy: PolicyArgs,
-    #[command(flatten)]
-    holder: Holder,
-}
-
 #[derive(Debug, Args)]
 pub struct Holder {
     /// Who holds the lease (1 to 128 bytes): give each process or job its own.
     #[arg(long, value_parser = owner)]
-    owner: String,
+    pub owner: String,
     #[command(flatten)]
-    backend: BackendArgs,
+    pub backend: BackendArgs,
     /// Act at this time (µs since the Unix epoch, at most 2^62; 2^52 on Redis) instead of
     /// now, the backend's clock (on Redis the server's).
     #[arg(long, value_parser = instant, allow_negative_numbers = true)]
-    now: Option<Ticks>,
-}
-
-#[derive(Debug, Args)]
-pub struct Ttl {
-    /// How long the lease lasts unless renewed or released, e.g. 30s (at most 366 days).
-    #[arg(long, value_parser = policy::parse_duration, allow_hyphen_values = true)]
-    ttl: Duration,
+    pub now: Option<Ticks>,
 }
 
 #[derive(Debug, Args)]
@@ -128,104 +44,20 @@ pub struct Wait {
     /// If held, keep trying for up to this long (retrying when the earliest lease
     /// expires, and every 100 ms in case one is released sooner).
     #[arg(long, value_parser = policy::parse_duration, allow_hyphen_values = true)]
-    wait: Option<Duration>,
+    pub wait: Option<Duration>,
 }
 
 /// What a lease command does.
 #[derive(Debug, Clone, Copy)]
-enum Op {
+pub enum Op {
     Acquire { ttl: Ticks, wait: Option<Ticks> },
     Release,
     Renew { ttl: Ticks },
 }
 
-/// `tollgate lock ...`: a lease table of one holder per name.
-pub fn lock(command: LockCommand) -> Result<ExitCode, Failure> {
-    let (on, op) = match command {
-        LockCommand::Acquire { on, ttl, wait } => {
-            let ttl = ttl_flag(ttl.ttl)?;
-            (
-                on,
-                Op::Acquire {
-                    ttl,
-                    wait: wait.wait.map(|w| w.0),
-                },
-            )
-        }
-        LockCommand::Release { on } => (on, Op::Release),
-        LockCommand::Renew { on, ttl } => {
-            let ttl = ttl_flag(ttl.ttl)?;
-            (on, Op::Renew { ttl })
-        }
-        LockCommand::Inspect {
-            name,
-            backend,
-            now,
-            json,
-        } => {
-            let open = lease_open(&backend, "lock", false)?;
-            return inspect(Inspect {
-                key: &name,
-                model: Concurrency::lock(),
-                algorithm: "lock",
-                open,
-                now,
-                json,
-            });
-        }
-    };
-    call(&Call {
-        what: format!("lock {}", KeyDisplay(on.name.as_bytes())),
-        key: &on.name,
-        model: Concurrency::lock(),
-        open: lease_open(&on.holder.backend, "lock", matches!(op, Op::Acquire { .. }))?,
-        holder: &on.holder,
-        op,
-    })
-}
-
-/// `tollgate lease ...`: the leases of a concurrency policy, each for its `lease`.
-pub fn lease(command: LeaseCommand) -> Result<ExitCode, Failure> {
-    // The ttl comes from the policy, so it is filled in once the policy is loaded.
-    let (on, op) = match command {
-        LeaseCommand::Acquire { on, wait } => (
-            on,
-            Op::Acquire {
-                ttl: 0,
-                wait: wait.wait.map(|w| w.0),
-            },
-        ),
-        LeaseCommand::Release { on } => (on, Op::Release),
-        LeaseCommand::Renew { on } => (on, Op::Renew { ttl: 0 }),
-    };
-    let loaded = on.policy.load()?;
-    let (model, ttl) = loaded.limiter.leases(&loaded.name)?;
-    let op = match op {
-        Op::Acquire { wait, .. } => Op::Acquire { ttl, wait },
-        Op::Renew { .. } => Op::Renew { ttl },
-        Op::Release => Op::Release,
-    };
-    call(&Call {
-        what: format!(
-            "key {} of policy {:?}",
-            KeyDisplay(on.key.as_bytes()),
-            loaded.name
-        ),
-        key: &on.key,
-        model,
-        open: lease_open(
-            &on.holder.backend,
-            &loaded.name,
-            matches!(op, Op::Acquire { .. }),
-        )?,
-        holder: &on.holder,
-        op,
-    })
-}
-
 /// The store options of a lease command: keys under `PREFIX name:`, a database created
 /// only by an acquire, other commands' use of it waited out briefly.
-fn lease_open(backend: &BackendArgs, name: &str, creates: bool) -> Result<Open, Failure> {
+pub fn lease_open(backend: &BackendArgs, name: &str, creates: bool) -> Result<Open, Failure> {
     Ok(Open {
         in_use_wait: IN_USE_WAIT,
         ..backend.open(name, creates)?
@@ -242,26 +74,18 @@ fn owner(text: &str) -> Result<String, String> {
     }
 }
 
-/// `--ttl` in the core's range, in the units written.
-fn ttl_flag(ttl: Duration) -> Result<Ticks, Failure> {
-    policy::check_lease(ttl.0).map_err(|e| {
-        let problem = policy::param_problem(&e, Style::Flags);
-        Failure::Input(problem.message.replace("--lease", "--ttl"))
-    })
-}
-
 /// One lease call, ready to run.
-struct Call<'a> {
+pub struct Call<'a> {
     /// `lock "x"`, or `key "k" of policy "p"`: for messages.
-    what: String,
-    key: &'a str,
-    model: Concurrency,
-    open: Open,
-    holder: &'a Holder,
-    op: Op,
+    pub what: String,
+    pub key: &'a str,
+    pub model: Concurrency,
+    pub open: Open,
+    pub holder: &'a Holder,
+    pub op: Op,
 }
 
-fn call(c: &Call) -> Result<ExitCode, Failure> {
+pub fn call(c: &Call) -> Result<ExitCode, Failure> {
     let holder = c.holder;
     if let (Some(_), Op::Acquire { wait: Some(_), .. }) = (holder.now, c.op) {
         return Err(Failure::Input(
@@ -403,27 +227,15 @@ pub fn inspect(i: Inspect) -> Result<ExitCode, Failure> {
         limit: i.model.max(),
         held: leases.len() as u64,
         last_token: state.as_ref().map(LeaseState::last_token),
-        encoded: state.as_ref().map(|s| {
-            i.model
-                .encode_to_vec(s)
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect()
-        }),
+        encoded: state.as_ref().map(|s| hex(&i.model.encode_to_vec(s))),
         leases,
     };
-    let mut out = BufWriter::new(std::io::stdout().lock());
-    if i.json {
-        json_line(&mut out, &view)?;
-    } else {
-        view.write_text(&mut out).map_err(output)?;
-    }
-    out.flush().map_err(output)?;
+    show(i.json, &view, &view.rows())?;
     Ok(ExitCode::SUCCESS)
 }
 
 impl View {
-    fn write_text(&self, out: &mut impl Write) -> std::io::Result<()> {
+    fn rows(&self) -> Vec<(&'static str, String)> {
         let mut rows = vec![
             ("key", self.key.clone()),
             ("stored as", self.stored_key.clone()),
@@ -450,6 +262,6 @@ impl View {
             }
             _ => rows.push(("state", "fresh (nothing stored)".into())),
         }
-        crate::write_rows(out, &rows)
+        rows
     }
 }

@@ -1,0 +1,32 @@
+//! `tollgate check KEY`: decide one request now (or at `--now`) and print the decision.
+
+use std::io::{BufWriter, Write};
+use std::process::ExitCode;
+
+use tollgate_core::{Clock, MonotonicClock};
+
+use crate::args::KeyArgs;
+use crate::failure::{output, Failure};
+use crate::output::{json_line, Record};
+use crate::rates::Rate;
+
+pub fn run(args: KeyArgs) -> Result<ExitCode, Failure> {
+    decide(&args, true)
+}
+
+/// `check` (`records`) and `peek`: one decision as a JSON line; exit 1 when denied.
+/// Only a recorded decision may create a sled database.
+pub(super) fn decide(args: &KeyArgs, records: bool) -> Result<ExitCode, Failure> {
+    let (loaded, open) = args.load(records)?;
+    let store = Rate::of(&loaded)?.open(&open)?;
+    let now = args.now.unwrap_or_else(|| MonotonicClock::new().now());
+    let mut out = BufWriter::new(std::io::stdout().lock());
+    let decision = if records {
+        store.decide(&args.key, now, args.cost)?
+    } else {
+        store.peek(&args.key, now, args.cost)?
+    };
+    json_line(&mut out, &Record::new(now, &args.key, args.cost, &decision))?;
+    out.flush().map_err(output)?;
+    Ok(ExitCode::from(u8::from(!decision.allowed)))
+}

@@ -1,0 +1,18 @@
+//! `tollgate reset KEY`: forget KEY's state.
+
+use std::io::{BufWriter, Write};
+use std::process::ExitCode;
+
+use crate::args::KeyArgs;
+use crate::failure::{output, Failure};
+use crate::rates::Rate;
+
+pub fn run(args: KeyArgs) -> Result<ExitCode, Failure> {
+    let (loaded, open) = args.load(false)?;
+    let store = Rate::of(&loaded)?.open(&open)?;
+    let mut out = BufWriter::new(std::io::stdout().lock());
+    store.reset(&args.key)?;
+    writeln!(out, "{}: reset (its next request starts fresh)", args.key).map_err(output)?;
+    out.flush().map_err(output)?;
+    Ok(ExitCode::SUCCESS)
+}

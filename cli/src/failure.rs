@@ -1,0 +1,41 @@
+//! Why a command failed: one type whose variants map to the exit codes in `main`.
+
+/// Why a command failed, and its exit code.
+#[derive(Debug)]
+pub enum Failure {
+    Input(String),
+    NoPolicyForApp(String),
+    Backend(String),
+    /// Standard output or an output file could not be written (a full disk, a closed
+    /// pipe): not bad input, so a code of its own.
+    Output(String),
+    /// A lock or lease held by others (`acquire`), or not held by the owner (`release`,
+    /// `renew`): a shell script's "no", exit 1.
+    Refused(String),
+    /// The owner holds no lease on the key (`release`, `renew`): the caller names both.
+    NotHeld,
+    /// A sled database in use by another process.
+    InUse(String),
+    /// TLS refused: the server's certificate is not signed by a trusted CA (`--redis-ca`
+    /// or the system's roots) or names another host. Retrying does not help, so not 4.
+    Tls(String),
+    /// Standard output is a pipe whose reader has gone (`tollgate ... | head`): exit 5
+    /// without a message, as the reader asked for no more.
+    ClosedPipe,
+}
+
+/// A message about bad input.
+impl From<String> for Failure {
+    fn from(message: String) -> Self {
+        Self::Input(message)
+    }
+}
+
+/// Every write of every command goes through this: one message, one exit code.
+pub fn output(e: std::io::Error) -> Failure {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        Failure::ClosedPipe
+    } else {
+        Failure::Output(format!("cannot write the output: {e}"))
+    }
+}

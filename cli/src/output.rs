@@ -1,0 +1,77 @@
+//! What commands print: aligned `name  value` rows, JSON lines, a decision's record.
+
+use std::io::{BufWriter, Write};
+
+use serde::Serialize;
+use tollgate_core::{Decision, Ticks};
+
+use crate::failure::{output, Failure};
+
+/// One decision as a JSON line: what `replay`, `check` and `peek` print.
+#[derive(Debug, Serialize)]
+pub struct Record<'a> {
+    t_us: Ticks,
+    key: &'a str,
+    cost: u64,
+    allowed: bool,
+    limit: u64,
+    remaining: u64,
+    retry_after_us: Option<Ticks>,
+    reset_after_us: Ticks,
+    delay_us: Ticks,
+}
+
+impl<'a> Record<'a> {
+    pub fn new(t_us: Ticks, key: &'a str, cost: u64, d: &Decision) -> Self {
+        Self {
+            t_us,
+            key,
+            cost,
+            allowed: d.allowed,
+            limit: d.limit,
+            remaining: d.remaining,
+            retry_after_us: d.retry_after.filter(|_| !d.allowed),
+            reset_after_us: d.reset_after,
+            delay_us: d.delay,
+        }
+    }
+}
+
+/// Writes `rows` as `name  value` lines, the values aligned after the longest name:
+/// what `simulate` and `inspect` print.
+pub fn write_rows<N: AsRef<str>>(
+    out: &mut impl Write,
+    rows: &[(N, String)],
+) -> std::io::Result<()> {
+    let width = rows
+        .iter()
+        .map(|(name, _)| name.as_ref().chars().count())
+        .max()
+        .unwrap_or(0);
+    for (name, value) in rows {
+        writeln!(out, "{:<width$}  {value}", name.as_ref())?;
+    }
+    Ok(())
+}
+
+/// Writes `value` as one JSON line.
+pub fn json_line(out: &mut impl Write, value: &impl Serialize) -> Result<(), Failure> {
+    serde_json::to_writer(&mut *out, value).map_err(|e| output(e.into()))?;
+    writeln!(out).map_err(output)
+}
+
+/// A stored state's canonical encoding as `inspect` shows it: lowercase hex.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// What `inspect` prints: `view` as one JSON object with `--json`, else its `rows`.
+pub fn show(json: bool, view: &impl Serialize, rows: &[(&str, String)]) -> Result<(), Failure> {
+    let mut out = BufWriter::new(std::io::stdout().lock());
+    if json {
+        json_line(&mut out, view)?;
+    } else {
+        write_rows(&mut out, rows).map_err(output)?;
+    }
+    out.flush().map_err(output)
+}

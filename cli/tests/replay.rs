@@ -1,0 +1,164 @@
+//! `tollgate replay`: traces decided alike on every backend, their errors, standard
+//! input, the memory backend's bound, and a reader that stops early.
+
+mod common;
+
+use common::{
+    assert_contains, assert_exit, bucket, examples, run_line, spawn, stderr, stdout, tollgate,
+    tollgate_with_stdin, trace, with, write, BUCKET,
+};
+
+#[test]
+fn replay_prints_exact_json_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = write(
+        dir.path(),
+        "t.csv",
+        "t_us,key,cost\n0,alice,1\n0,alice,1\n0,alice,1\n250000,\"bob, jr\",3\n500000,alice,1\n",
+    );
+    let out = tollgate(
+        format!(
+            "replay --trace {trace} --algorithm token-bucket --capacity 2 --rate 2 --period 1s"
+        )
+        .split_whitespace(),
+    );
+    assert_exit(&out, 0);
+    assert_eq!(
+        stdout(&out),
+        concat!(
+            r#"{"t_us":0,"key":"alice","cost":1,"allowed":true,"limit":2,"remaining":1,"retry_after_us":null,"reset_after_us":500000,"delay_us":0}"#,
+            "\n",
+            r#"{"t_us":0,"key":"alice","cost":1,"allowed":true,"limit":2,"remaining":0,"retry_after_us":null,"reset_after_us":1000000,"delay_us":0}"#,
+            "\n",
+            r#"{"t_us":0,"key":"alice","cost":1,"allowed":false,"limit":2,"remaining":0,"retry_after_us":500000,"reset_after_us":1000000,"delay_us":0}"#,
+            "\n",
+            r#"{"t_us":250000,"key":"bob, jr","cost":3,"allowed":false,"limit":2,"remaining":2,"retry_after_us":null,"reset_after_us":0,"delay_us":0}"#,
+            "\n",
+            r#"{"t_us":500000,"key":"alice","cost":1,"allowed":true,"limit":2,"remaining":0,"retry_after_us":null,"reset_after_us":1000000,"delay_us":0}"#,
+            "\n",
+        )
+    );
+}
+
+#[test]
+fn replay_is_byte_identical_on_memory_sled_and_redis() {
+    let dir = tempfile::tempdir().unwrap();
+    let redis = common::Server::start();
+    let trace = write(dir.path(), "trace.csv", &trace(2000, 7));
+    for (db, policy) in ["api", "login", "reports", "daily"].into_iter().enumerate() {
+        let run = |backend: &str| {
+            let out = run_line(&format!(
+                "replay --trace {trace} --config {} --policy {policy} --app web --backend \
+                 {backend}",
+                examples()
+            ));
+            assert!(
+                out.status.success(),
+                "{policy} on {backend}: {}",
+                stderr(&out)
+            );
+            out.stdout
+        };
+        let sled = format!("sled:{}", dir.path().join(policy).display());
+        // One database per policy: the trace's keys are the same in each.
+        let redis = format!("{}{db}", redis.url());
+        let memory = run("memory");
+        assert_eq!(memory.iter().filter(|&&b| b == b'\n').count(), 2000);
+        assert!(memory == run(&sled), "{policy}: memory and sled differ");
+        assert!(memory == run(&redis), "{policy}: memory and Redis differ");
+    }
+}
+
+#[test]
+fn sled_replays_alike_with_either_durability() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut trace = String::from("t_us,key,cost\n");
+    for i in 0..300u64 {
+        trace += &format!("{},user-{},1\n", i * 37_000, i % 4);
+    }
+    let trace = write(dir.path(), "t.csv", &trace);
+    let run = |backend: &str, durability: &str| {
+        let out = bucket(&[
+            "replay",
+            "--trace",
+            &trace,
+            "--backend",
+            backend,
+            "--durability",
+            durability,
+        ]);
+        assert_exit(&out, 0);
+        out.stdout
+    };
+    let memory = run("memory", "every-decision");
+    for durability in ["every-decision", "background"] {
+        let sled = format!("sled:{}", dir.path().join(durability).display());
+        assert!(memory == run(&sled, durability), "{durability}");
+    }
+    let out = tollgate(["replay", "--trace", &trace, "--durability", "sometimes"]);
+    assert_exit(&out, 2);
+}
+
+#[test]
+fn traces_trim_keys_and_read_standard_input() {
+    let trace = "t_us,key,cost\n 0 , alice ,1\n0,alice, 1\n\n";
+    let out = tollgate_with_stdin(with(&["replay", "--trace", "-"], &BUCKET), trace);
+    assert_exit(&out, 0);
+    let lines: Vec<&str> = std::str::from_utf8(&out.stdout).unwrap().lines().collect();
+    assert_eq!(lines.len(), 2);
+    assert!(lines[0].contains(r#""key":"alice","cost":1,"allowed":true,"limit":10,"remaining":9"#));
+    assert!(lines[1].contains(r#""key":"alice","cost":1,"allowed":true,"limit":10,"remaining":8"#));
+    let out = tollgate_with_stdin(
+        with(&["replay", "--trace", "-"], &BUCKET),
+        "t_us,key,cost\n0,a,1\n1,a\n",
+    );
+    assert_exit(&out, 2);
+    assert_eq!(
+        stderr(&out),
+        "tollgate: stdin:3: expected 3 fields (t_us,key,cost), found 2\n"
+    );
+}
+
+#[test]
+fn a_memory_replay_holds_at_most_max_keys_and_warns_if_it_forgot_a_limited_key() {
+    let dir = tempfile::tempdir().unwrap();
+    // 2000 distinct keys, each fresh again 200 ms after its one request.
+    let mut trace = String::from("t_us,key,cost\n");
+    for i in 0..2000u64 {
+        trace += &format!("{},k{i},1\n", i * 1000);
+    }
+    let trace = write(dir.path(), "t.csv", &trace);
+    let replay = |max_keys: &str| bucket(&["replay", "--trace", &trace, "--max-keys", max_keys]);
+    let unbounded = replay("1000000");
+    // 200 keys are limited at any time: room for them loses nothing.
+    let bounded = replay("1000");
+    assert_exit(&bounded, 0);
+    assert_eq!(bounded.stdout, unbounded.stdout);
+    assert_eq!(stderr(&bounded), "");
+    // Too little room: the same decisions here (one request per key), but a warning.
+    let tight = replay("10");
+    assert_exit(&tight, 0);
+    assert_contains(
+        &stderr(&tight),
+        "keys were forgotten before their state was fresh",
+    );
+}
+
+#[test]
+fn a_reader_that_stops_early_ends_the_command_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut trace = String::from("t_us,key,cost\n");
+    for i in 0..200_000u64 {
+        trace += &format!("{i},k{},1\n", i % 100);
+    }
+    let trace = write(dir.path(), "t.csv", &trace);
+    let mut child = spawn(with(&["replay", "--trace", &trace], &BUCKET));
+    {
+        use std::io::Read;
+        let mut first = [0u8; 100];
+        child.stdout.take().unwrap().read_exact(&mut first).unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_exit(&out, 5);
+    assert_eq!(stderr(&out), "");
+}
