@@ -116,22 +116,26 @@ fn member_keys<A: Algorithm>(
         .collect()
 }
 
-/// Runs `trace` through the core's and Redis's checks on one key.
-fn checks<A: LuaAlgorithm + Clone>(
-    server: &Server,
-    alg: A,
-    trace: &Trace,
-) -> Result<(), TestCaseError> {
-    differential(server, alg, trace, one_key, check, check_redis)
+/// A check, by the core and by Redis.
+fn checked<A: LuaAlgorithm>() -> (Decide<A>, RedisDecide<A>) {
+    (
+        |alg, state, now, step| alg.decide(state, now, step.cost),
+        |limiter, con, key, now, step| limiter.check_at(con, key, step.cost, now),
+    )
 }
 
-/// Runs `trace` through the core's and Redis's reservations on one key.
-fn reserves<A: LuaAlgorithm + Reserve + Clone>(
-    server: &Server,
-    alg: A,
-    trace: &Trace,
-) -> Result<(), TestCaseError> {
-    differential(server, alg, trace, one_key, reserve, reserve_redis)
+/// A reservation (a check where a step has no wait), by the core and by Redis.
+fn reserved<A: LuaAlgorithm + Reserve>() -> (Decide<A>, RedisDecide<A>) {
+    (
+        |alg, state, now, step| match step.max_wait {
+            Some(wait) => alg.reserve(state, now, step.cost, wait),
+            None => alg.decide(state, now, step.cost),
+        },
+        |limiter, con, key, now, step| match step.max_wait {
+            Some(wait) => limiter.reserve_at(con, key, step.cost, wait, now),
+            None => limiter.check_at(con, key, step.cost, now),
+        },
+    )
 }
 
 /// A limiter for `alg` on `path`, under a fresh prefix.
@@ -143,24 +147,30 @@ fn limiter<A: LuaAlgorithm + Clone>(alg: &A, path: Path) -> RedisLimiter<A> {
         .expect("a path the client speaks")
 }
 
-/// Runs `steps` through the core (`decide`) and Redis (`redis`) side by side.
+/// The core's decision of a step, and the state after it.
+type Decide<A> = fn(
+    &A,
+    Option<<A as Algorithm>::State>,
+    Ticks,
+    &Step,
+) -> (Decision, Option<<A as Algorithm>::State>);
+
+/// Redis's decision of a step on a key at a time.
+type RedisDecide<A> =
+    fn(&RedisLimiter<A>, &mut redis::Connection, &[u8], Ticks, &Step) -> Result<Decision, Error>;
+
+/// Runs `steps` through the core (`decide`) and Redis (`redis`) side by side;
+/// `expected` the bytes stored.
 fn differential<A: LuaAlgorithm + Clone>(
     server: &Server,
     alg: A,
     trace: &Trace,
     expected: Expected<A>,
-    decide: impl Fn(&A, Option<A::State>, Ticks, &Step) -> (Decision, Option<A::State>),
-    redis: impl Fn(
-        &RedisLimiter<A>,
-        &mut redis::Connection,
-        &[u8],
-        Ticks,
-        &Step,
-    ) -> Result<Decision, Error>,
+    (decide, redis): (Decide<A>, RedisDecide<A>),
 ) -> Result<(), TestCaseError> {
     for path in [Path::Module, Path::Functions, Path::Scripts] {
         let limiter = limiter(&alg, path);
-        run_trace(server, &alg, &limiter, trace, &expected, &decide, &redis)?;
+        run_trace(server, &alg, &limiter, trace, expected, decide, redis)?;
         prop_assert_eq!(limiter.path(), Some(path));
     }
     Ok(())
@@ -172,15 +182,9 @@ fn run_trace<A: LuaAlgorithm + Clone>(
     alg: &A,
     limiter: &RedisLimiter<A>,
     trace: &Trace,
-    expected: &Expected<A>,
-    decide: &impl Fn(&A, Option<A::State>, Ticks, &Step) -> (Decision, Option<A::State>),
-    redis: &impl Fn(
-        &RedisLimiter<A>,
-        &mut redis::Connection,
-        &[u8],
-        Ticks,
-        &Step,
-    ) -> Result<Decision, Error>,
+    expected: Expected<A>,
+    decide: Decide<A>,
+    redis: RedisDecide<A>,
 ) -> Result<(), TestCaseError> {
     let mut con = server.connection();
     let mut states: [Option<A::State>; 3] = Default::default();
@@ -220,50 +224,6 @@ fn run_trace<A: LuaAlgorithm + Clone>(
         }
     }
     Ok(())
-}
-
-fn check<A: Algorithm>(
-    alg: &A,
-    state: Option<A::State>,
-    now: Ticks,
-    step: &Step,
-) -> (Decision, Option<A::State>) {
-    alg.decide(state, now, step.cost)
-}
-
-fn check_redis<A: LuaAlgorithm>(
-    limiter: &RedisLimiter<A>,
-    con: &mut redis::Connection,
-    key: &[u8],
-    now: Ticks,
-    step: &Step,
-) -> Result<Decision, Error> {
-    limiter.check_at(con, key, step.cost, now)
-}
-
-fn reserve<A: Reserve>(
-    alg: &A,
-    state: Option<A::State>,
-    now: Ticks,
-    step: &Step,
-) -> (Decision, Option<A::State>) {
-    match step.max_wait {
-        Some(wait) => alg.reserve(state, now, step.cost, wait),
-        None => alg.decide(state, now, step.cost),
-    }
-}
-
-fn reserve_redis<A: LuaAlgorithm + Reserve>(
-    limiter: &RedisLimiter<A>,
-    con: &mut redis::Connection,
-    key: &[u8],
-    now: Ticks,
-    step: &Step,
-) -> Result<Decision, Error> {
-    match step.max_wait {
-        Some(wait) => limiter.reserve_at(con, key, step.cost, wait, now),
-        None => limiter.check_at(con, key, step.cost, now),
-    }
 }
 
 /// Whether `alg` was built and the scripts compute it exactly.
@@ -307,7 +267,7 @@ fn fixed_window() {
             if counting {
                 alg = alg.counting_denied();
             }
-            checks(server, alg, &steps)
+            differential(server, alg, &steps, one_key, checked())
         },
     );
 }
@@ -320,7 +280,15 @@ fn window_checks<A: LuaAlgorithm + Clone, E: std::fmt::Debug>(
 ) {
     cases(
         with_steps((limits, period()), |&(l, p)| (p, l)),
-        |server, ((limit, period), steps)| checks(server, new(limit, period).unwrap(), &steps),
+        |server, ((limit, period), steps)| {
+            differential(
+                server,
+                new(limit, period).unwrap(),
+                &steps,
+                one_key,
+                checked(),
+            )
+        },
     );
 }
 
@@ -344,7 +312,13 @@ fn bucket_reserves<A: LuaAlgorithm + Reserve + Clone, E: std::fmt::Debug>(
     cases(
         with_steps(buckets, move |&(c, _, p)| (p, c + extra)),
         |server, ((capacity, rate, period), steps)| {
-            reserves(server, new(capacity, rate, period).unwrap(), &steps)
+            differential(
+                server,
+                new(capacity, rate, period).unwrap(),
+                &steps,
+                one_key,
+                reserved(),
+            )
         },
     );
 }
@@ -378,7 +352,7 @@ fn ban_checks<A: LuaAlgorithm + Clone + std::fmt::Debug>(
         ),
         |server, (((alg, _, _), threshold, window, duration), steps)| {
             let alg = Ban::new(alg, threshold, window, duration).unwrap();
-            checks(server, alg, &steps)
+            differential(server, alg, &steps, one_key, checked())
         },
     );
 }
@@ -410,14 +384,8 @@ fn composite_windows() {
                 .iter()
                 .map(|&(l, p)| SlidingCounter::new(l, p).unwrap())
                 .collect();
-            differential(
-                server,
-                Composite::new(members).unwrap(),
-                &steps,
-                member_keys,
-                check,
-                check_redis,
-            )
+            let alg = Composite::new(members).unwrap();
+            differential(server, alg, &steps, member_keys, checked())
         },
     );
 }
@@ -433,14 +401,8 @@ fn composite_pacing() {
                 .iter()
                 .map(|&(c, r, p)| Pacing::new(c, r, p).unwrap())
                 .collect();
-            differential(
-                server,
-                Composite::new(members).unwrap(),
-                &steps,
-                member_keys,
-                reserve,
-                reserve_redis,
-            )
+            let alg = Composite::new(members).unwrap();
+            differential(server, alg, &steps, member_keys, reserved())
         },
     );
 }
