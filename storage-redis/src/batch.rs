@@ -13,11 +13,15 @@
 
 use std::io::Write;
 
-use redis::{Cmd, RedisError, RedisWrite, Value};
+use redis::{aio, Cmd, ConnectionLike, Pipeline, RedisError, RedisWrite, Value};
 use tollgate_core::Decision;
 
-use crate::path::{Invocation, Path};
-use crate::{decision, Call, Error, LuaAlgorithm, RedisLimiter};
+use crate::call::Call;
+use crate::error::Error;
+use crate::limiter::RedisLimiter;
+use crate::lua::LuaAlgorithm;
+use crate::path::{Invocation, Path, Program};
+use crate::reply;
 
 /// The most keys one batch command carries (the module's bound too): longer batches go
 /// in several commands.
@@ -28,17 +32,17 @@ pub(crate) const BATCH_KEYS: usize = 4096;
 pub(crate) type Answer = Result<Decision, Error>;
 
 /// One command deciding many calls.
-pub(crate) struct Batch {
-    pub(crate) command: Command,
+struct Batch {
+    command: Command,
     /// Each call's result: the error of a call that could not be sent, else a
     /// placeholder its answer replaces.
-    pub(crate) results: Vec<Answer>,
+    results: Vec<Answer>,
     /// The calls sent, in the command's order.
     sent: Vec<usize>,
 }
 
 /// The command, on the path that has one.
-pub(crate) enum Command {
+enum Command {
     /// `TOLLGATE.BATCH`.
     Module(Cmd),
     /// `FCALL` of the library's `batch`, loaded if the server lacks it.
@@ -85,14 +89,14 @@ impl redis::ToSingleRedisArg for RedisKey<'_> {}
 
 impl<A: LuaAlgorithm> RedisLimiter<A> {
     /// How many calls one batch command carries.
-    pub(crate) fn batch_size(&self) -> usize {
+    fn batch_size(&self) -> usize {
         (BATCH_KEYS / self.algorithm.lua_keys()).max(1)
     }
 
     /// The command deciding `calls` (decisions, at most [`Self::batch_size`]) at once;
     /// `None` where the path in use has none: scripts, a path not detected yet, or a
     /// server that refused a batch (a cluster, where its keys span slots).
-    pub(crate) fn batch(&self, calls: &[Call]) -> Option<Batch> {
+    fn batch(&self, calls: &[Call]) -> Option<Batch> {
         let path = self.program.batch_path()?;
         let members = self.algorithm.lua_keys();
         let mut results = Vec::with_capacity(calls.len());
@@ -103,7 +107,7 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
             let checked = if members > 1 && call.key.is_empty() {
                 Err(Error::EmptyKey)
             } else {
-                self.arguments(call)
+                call.arguments(&self.algorithm)
             };
             match checked {
                 Ok(args) => {
@@ -151,7 +155,7 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
                 .map(|a| a.fast.as_ref().map_or(64, Vec::len));
             invocation.cmd.reserve_space_for_args(sizes);
             for (&i, args) in sent.iter().zip(&arguments) {
-                self.append_lua(&calls[i], args, &mut invocation.cmd);
+                calls[i].append_lua(&self.algorithm, args, &mut invocation.cmd);
             }
             Command::Library(invocation)
         };
@@ -164,24 +168,184 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
 
     /// Fills `batch`'s results from the command's `reply`; a reply of another shape
     /// fails every call sent (from the first record it cannot read).
-    pub(crate) fn answers(&self, calls: &[Call], batch: &mut Batch, reply: &Value) {
+    fn answers(&self, calls: &[Call], batch: &mut Batch, reply: &Value) {
         let Value::BulkString(bytes) = reply else {
             return;
         };
         let mut records = Records(bytes);
         for &i in &batch.sent {
             let answer = match records.byte() {
-                Some(0) => records
-                    .integer()
+                Some(0) => records.integer().ok_or(Error::Reply).and_then(|relative| {
+                    reply::decision(&self.algorithm, Value::Int(relative), &calls[i])
+                }),
+                Some(1) => records
+                    .fields()
                     .ok_or(Error::Reply)
-                    .and_then(|relative| self.parse(Value::Int(relative), &calls[i])),
-                Some(1) => records.fields().ok_or(Error::Reply).and_then(decision),
+                    .and_then(reply::from_fields),
                 Some(2) => Err(records
                     .text()
                     .map_or(Error::Reply, |text| failure(text, calls[i].key))),
                 _ => return,
             };
             batch.results[i] = answer;
+        }
+    }
+}
+
+impl<A: LuaAlgorithm> RedisLimiter<A> {
+    /// Decides `calls` in one command per [`RedisLimiter::batch_size`] where the path
+    /// has one, else in one pipeline.
+    pub(crate) fn run<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        calls: &[Call],
+    ) -> Result<Vec<Answer>, Error> {
+        // The module is asked about before the first command is built.
+        self.program
+            .detect(con)
+            .map_err(|e| Error::from_redis(e, b""))?;
+        let mut results = Vec::with_capacity(calls.len());
+        for chunk in calls.chunks(self.batch_size()) {
+            results.extend(self.run_batch(con, chunk)?);
+        }
+        Ok(results)
+    }
+
+    /// Asynchronous [`RedisLimiter::run`]: chunk by chunk, each chunk's calls one by one
+    /// where the path has no command for a batch, or the server refused it, or the
+    /// connection failed.
+    pub(crate) async fn run_async<C: aio::ConnectionLike + Clone>(
+        &self,
+        con: &C,
+        calls: &[Call<'_>],
+    ) -> Vec<Answer> {
+        let mut results = Vec::with_capacity(calls.len());
+        for chunk in calls.chunks(self.batch_size()) {
+            results.extend(self.run_batch_async(con, chunk).await);
+        }
+        results
+    }
+
+    /// Decides `calls` in one command, or in a pipeline where the path has none or the
+    /// server refused it.
+    fn run_batch<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        calls: &[Call],
+    ) -> Result<Vec<Answer>, Error> {
+        let Some(mut batch) = self.batch(calls) else {
+            return self.pipeline(con, calls);
+        };
+        match batch.command.query(&self.program, con) {
+            Ok(reply) => self.answers(calls, &mut batch, &reply),
+            Err(e) if e.code().is_some() => {
+                self.program.batch_refused(&e);
+                return self.pipeline(con, calls);
+            }
+            Err(e) => return Err(Error::from_redis(e, b"")),
+        }
+        Ok(batch
+            .results
+            .into_iter()
+            .zip(calls)
+            .map(|(result, call)| self.explained(con, call.key, result))
+            .collect())
+    }
+
+    /// Asynchronous [`RedisLimiter::run_batch`], where the calls go one by one instead
+    /// of a pipeline (a multiplexed connection pipelines them), and after any failure.
+    async fn run_batch_async<C: aio::ConnectionLike + Clone>(
+        &self,
+        con: &C,
+        calls: &[Call<'_>],
+    ) -> Vec<Answer> {
+        let mut own = con.clone();
+        // A failure to ask leaves the path unknown: the calls go one by one.
+        let _ = self.program.detect_async(&mut own).await;
+        if let Some(mut batch) = self.batch(calls) {
+            match batch.command.query_async(&self.program, &mut own).await {
+                Ok(reply) => {
+                    self.answers(calls, &mut batch, &reply);
+                    let mut results = Vec::with_capacity(calls.len());
+                    for (result, call) in batch.results.into_iter().zip(calls) {
+                        results.push(self.explained_async(&mut own, call.key, result).await);
+                    }
+                    return results;
+                }
+                Err(e) => self.program.batch_refused(&e),
+            }
+        }
+        let calls = calls.iter().map(|&call| {
+            let mut con = con.clone();
+            async move { self.one_async(&mut con, call, reply::decision).await }
+        });
+        futures_util::future::join_all(calls).await
+    }
+
+    /// Sends `calls` in one pipeline; calls the server had no script or library for go
+    /// again alone, which loads it.
+    fn pipeline<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        calls: &[Call],
+    ) -> Result<Vec<Answer>, Error> {
+        let mut results = Vec::with_capacity(calls.len());
+        let mut pipe = Pipeline::with_capacity(calls.len());
+        let mut sent = Vec::new();
+        for (i, call) in calls.iter().enumerate() {
+            match self
+                .redis_keys(call.key)
+                .and_then(|keys| call.invocation(&self.algorithm, &self.program, &keys))
+            {
+                Ok(invocation) => {
+                    pipe.add_command(invocation.module.unwrap_or(invocation.cmd));
+                    sent.push(i);
+                    results.push(Err(Error::Reply));
+                }
+                Err(e) => results.push(Err(e)),
+            }
+        }
+        if sent.is_empty() {
+            return Ok(results);
+        }
+        let replies: Vec<Value> = pipe
+            .ignore_errors()
+            .query(con)
+            .map_err(|e| Error::from_redis(e, b""))?;
+        for (&i, reply) in sent.iter().zip(replies) {
+            results[i] = if self.program.must_retry(&reply) {
+                self.one(con, calls[i], reply::decision)
+            } else {
+                let result = reply::decision(&self.algorithm, reply, &calls[i]);
+                self.explained(con, calls[i].key, result)
+            };
+        }
+        Ok(results)
+    }
+}
+
+impl Command {
+    /// Sends the command on `con`, loading the library if the server lacks it.
+    fn query<C: ConnectionLike>(
+        &self,
+        program: &Program,
+        con: &mut C,
+    ) -> redis::RedisResult<Value> {
+        match self {
+            Self::Module(cmd) => cmd.query(con),
+            Self::Library(invocation) => program.query(con, invocation),
+        }
+    }
+
+    /// Asynchronous [`Command::query`].
+    async fn query_async<C: aio::ConnectionLike>(
+        &self,
+        program: &Program,
+        con: &mut C,
+    ) -> redis::RedisResult<Value> {
+        match self {
+            Self::Module(cmd) => cmd.query_async(con).await,
+            Self::Library(invocation) => program.query_async(con, invocation).await,
         }
     }
 }

@@ -281,15 +281,15 @@ impl redis::aio::ConnectionLike for ReconnectingAsync {
 /// A CA that is not PEM, or a `ca_pem` with a `redis://` URL (a certificate that would be
 /// silently unused), is [`Error::Tls`](crate::Error::Tls); so is, on the first request,
 /// a server whose certificate that CA did not sign.
-pub fn client(url: &str, ca_pem: Option<&[u8]>) -> Result<Client, crate::Error> {
+pub fn client(url: &str, ca_pem: Option<&[u8]>) -> Result<Client, crate::error::Error> {
     use rustls::pki_types::{pem::PemObject, CertificateDer};
 
-    let tls = |reason: String| crate::Error::Tls(reason);
+    let tls = |reason: String| crate::error::Error::Tls(reason);
     // redis's rustls support builds its configuration on the process's default crypto
     // provider; install ring's unless the application chose one.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let Some(ca_pem) = ca_pem else {
-        return Client::open(url).map_err(crate::Error::Redis);
+        return Client::open(url).map_err(crate::error::Error::Redis);
     };
     if !url.starts_with("rediss://") {
         return Err(tls(format!(

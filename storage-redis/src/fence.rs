@@ -5,7 +5,9 @@ use std::sync::LazyLock;
 
 use redis::{ConnectionLike, Script};
 
-use crate::{Error, RedlockGrant, MAX_LUA_TICKS};
+use crate::error::Error;
+use crate::lua::MAX_LUA_TICKS;
+use crate::redlock::RedlockGrant;
 
 static FENCE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/fence.lua")));
 

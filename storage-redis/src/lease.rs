@@ -5,8 +5,11 @@ use redis::{aio, ConnectionLike, Value};
 use tollgate_core::{Acquired, Concurrency, Decision, Grant, LeaseError, LeaseState, Ticks};
 
 use crate::batch::RedisKey;
-use crate::path::{Invocation, Program};
-use crate::{corrupt, Arg, Error, Path, MAX_LUA_TICKS};
+use crate::call::Arg;
+use crate::error::Error;
+use crate::lua::MAX_LUA_TICKS;
+use crate::path::{Invocation, Path, Program};
+use crate::reply::{self, corrupt};
 
 /// Leases whose tables live in Redis: at most `max` holders per key (a lock when `max` is
 /// 1), owner-checked release and renew, fencing tokens that never repeat on a key.
@@ -427,6 +430,8 @@ impl RedisLeases {
         }
     }
 
+    /// Sends `cmd` for `keys`; a script's report of a corrupt table is replaced by the
+    /// core decoder's verdict on the same bytes.
     fn run<C: ConnectionLike>(
         &self,
         con: &mut C,
@@ -434,16 +439,15 @@ impl RedisLeases {
         keys: &[&[u8]],
     ) -> Result<Value, Error> {
         let reply = self.program.query(con, cmd);
-        let key = keys.first().copied().unwrap_or_default();
-        match reply.map_err(|e| Error::from_redis(e, key)) {
-            Err(Error::Corrupt { reason, .. }) => Err(match self.read(con, keys) {
-                Ok(values) => self.diagnose(keys, &values, reason),
-                Err(e) => e,
-            }),
+        match reply.map_err(|e| Error::from_redis(e, first_key(keys))) {
+            Err(Error::Corrupt { reason, .. }) => {
+                Err(self.diagnose(keys, self.read(con, keys), reason))
+            }
             reply => reply,
         }
     }
 
+    /// Asynchronous [`RedisLeases::run`].
     async fn run_async<C: aio::ConnectionLike>(
         &self,
         con: &mut C,
@@ -451,18 +455,9 @@ impl RedisLeases {
         keys: &[&[u8]],
     ) -> Result<Value, Error> {
         let reply = self.program.query_async(con, cmd).await;
-        let key = keys.first().copied().unwrap_or_default();
-        match reply.map_err(|e| Error::from_redis(e, key)) {
+        match reply.map_err(|e| Error::from_redis(e, first_key(keys))) {
             Err(Error::Corrupt { reason, .. }) => {
-                let read = self.command(Op::Read, keys, b"", None, None)?;
-                let values = self.program.query_async(con, &read).await;
-                Err(match values.map_err(|e| Error::from_redis(e, key)) {
-                    Ok(values) => match crate::values(values) {
-                        Ok(values) => self.diagnose(keys, &values, reason),
-                        Err(e) => e,
-                    },
-                    Err(e) => e,
-                })
+                Err(self.diagnose(keys, self.read_async(con, keys).await, reason))
             }
             reply => reply,
         }
@@ -475,22 +470,48 @@ impl RedisLeases {
         keys: &[&[u8]],
     ) -> Result<Vec<Option<Vec<u8>>>, Error> {
         let cmd = self.command(Op::Read, keys, b"", None, None)?;
-        let key = keys.first().copied().unwrap_or_default();
         let reply = self.program.query(con, &cmd);
-        crate::values(reply.map_err(|e| Error::from_redis(e, key))?)
+        reply::values(reply.map_err(|e| Error::from_redis(e, first_key(keys)))?)
     }
 
-    /// The core decoder's reason why some key's bytes are no lease table; if the core
-    /// reads them all, they are beyond the script's range, as it said.
-    fn diagnose(&self, keys: &[&[u8]], values: &[Option<Vec<u8>>], script: String) -> Error {
-        for (key, value) in keys.iter().zip(values) {
+    /// Asynchronous [`RedisLeases::read`].
+    async fn read_async<C: aio::ConnectionLike>(
+        &self,
+        con: &mut C,
+        keys: &[&[u8]],
+    ) -> Result<Vec<Option<Vec<u8>>>, Error> {
+        let cmd = self.command(Op::Read, keys, b"", None, None)?;
+        let reply = self.program.query_async(con, &cmd).await;
+        reply::values(reply.map_err(|e| Error::from_redis(e, first_key(keys)))?)
+    }
+
+    /// The core decoder's reason why some key's bytes, as `read`, are no lease table; if
+    /// the core reads them all, they are beyond the script's range, as it said.
+    fn diagnose(
+        &self,
+        keys: &[&[u8]],
+        read: Result<Vec<Option<Vec<u8>>>, Error>,
+        script: String,
+    ) -> Error {
+        let values = match read {
+            Ok(values) => values,
+            Err(e) => return e,
+        };
+        for (key, value) in keys.iter().zip(&values) {
             if let Some(Err(e)) = value.as_deref().map(|b| self.concurrency.decode(b)) {
                 return corrupt(key, e.to_string());
             }
         }
-        let key = keys.first().copied().unwrap_or_default();
-        corrupt(key, format!("beyond the Redis scripts' range ({script})"))
+        corrupt(
+            first_key(keys),
+            format!("beyond the Redis scripts' range ({script})"),
+        )
     }
+}
+
+/// The key errors name: the first of a call's.
+fn first_key<'a>(keys: &[&'a [u8]]) -> &'a [u8] {
+    keys.first().copied().unwrap_or_default()
 }
 
 fn first(mut grants: Vec<Grant>) -> Grant {

@@ -9,7 +9,7 @@ use tollgate_core::{
     Pacing, Reserve, SlidingCounter, SlidingLog, Ticks, TokenBucket,
 };
 
-use crate::Error;
+use crate::error::Error;
 
 static LIB: &str = include_str!("../lua/lib.lua");
 static FIXED_WINDOW: &str = include_str!("../lua/fixed_window.lua");

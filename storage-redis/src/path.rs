@@ -47,6 +47,25 @@ enum Retry {
     Fallback,
 }
 
+/// Where a call stands on its way to the server: the path and form of its next send,
+/// and how many sends failed.
+struct Attempt {
+    path: Path,
+    /// Whether the next send carries the script's text (`EVAL`).
+    eval: bool,
+    failed: u8,
+}
+
+/// What follows a reply to a call's send.
+enum Next {
+    /// The call's result.
+    Reply(RedisResult<Value>),
+    /// Send again, as the attempt now says.
+    Send,
+    /// Load the library (`FUNCTION LOAD`), then send again.
+    Load,
+}
+
 /// One call: the function's suffix in the library, whether it only reads, and the
 /// command for the path in use when it was made (its name, the count of keys, the keys
 /// and the arguments). Built once per call; a retry on another path copies its
@@ -173,9 +192,9 @@ impl Program {
     /// Asks the server once whether the module is loaded (`COMMAND INFO tollgate.check`
     /// names it), unless known; a refused `COMMAND` counts as no module.
     pub(crate) fn detect<C: ConnectionLike>(&self, con: &mut C) -> RedisResult<bool> {
-        match self.module.load(Ordering::Relaxed) {
-            UNKNOWN => Ok(self.detected_module(module_info().query(con))?),
-            state => Ok(state == LOADED),
+        match self.module_known() {
+            Some(loaded) => Ok(loaded),
+            None => self.detected_module(module_info().query(con)),
         }
     }
 
@@ -184,9 +203,17 @@ impl Program {
         &self,
         con: &mut C,
     ) -> RedisResult<bool> {
+        match self.module_known() {
+            Some(loaded) => Ok(loaded),
+            None => self.detected_module(module_info().query_async(con).await),
+        }
+    }
+
+    /// Whether the module is loaded, if known.
+    fn module_known(&self) -> Option<bool> {
         match self.module.load(Ordering::Relaxed) {
-            UNKNOWN => Ok(self.detected_module(module_info().query_async(con).await)?),
-            state => Ok(state == LOADED),
+            UNKNOWN => None,
+            state => Some(state == LOADED),
         }
     }
 
@@ -338,34 +365,15 @@ impl Program {
                 return module.query(con);
             }
         }
-        let (mut path, mut eval) = (self.next_path(), false);
-        // At most: fall back, then eval; or load, then call.
-        for _ in 0..3 {
-            let error = match self.command(call, path, eval).query::<Value>(con) {
-                Ok(reply) => {
-                    self.settle(path);
-                    return Ok(reply);
-                }
-                Err(error) => error,
-            };
-            match self.retry(path, error.code(), error.detail()) {
-                Some(Retry::Eval) => eval = true,
-                Some(Retry::Fallback) => path = self.fallback(),
-                Some(Retry::Load) => {
-                    if let Err(e) = load().query::<Value>(con) {
-                        path = self.load_failed(e)?;
-                    }
-                }
-                None => {
-                    if error.code().is_some() {
-                        // The server answered: the path works.
-                        self.settle(path);
-                    }
-                    return Err(error);
-                }
+        let mut attempt = self.attempt();
+        loop {
+            let reply = self.command(call, attempt.path, attempt.eval).query(con);
+            match self.next(&mut attempt, reply) {
+                Next::Reply(reply) => return reply,
+                Next::Send => {}
+                Next::Load => self.loaded(&mut attempt, load().query(con))?,
             }
         }
-        self.command(call, path, eval).query(con)
     }
 
     /// Asynchronous [`Program::query`].
@@ -379,36 +387,64 @@ impl Program {
                 return module.query_async(con).await;
             }
         }
-        let (mut path, mut eval) = (self.next_path(), false);
-        for _ in 0..3 {
-            let error = match self
-                .command(call, path, eval)
-                .query_async::<Value>(con)
-                .await
-            {
-                Ok(reply) => {
-                    self.settle(path);
-                    return Ok(reply);
-                }
-                Err(error) => error,
-            };
-            match self.retry(path, error.code(), error.detail()) {
-                Some(Retry::Eval) => eval = true,
-                Some(Retry::Fallback) => path = self.fallback(),
-                Some(Retry::Load) => {
-                    if let Err(e) = load().query_async::<Value>(con).await {
-                        path = self.load_failed(e)?;
-                    }
-                }
-                None => {
-                    if error.code().is_some() {
-                        self.settle(path);
-                    }
-                    return Err(error);
-                }
+        let mut attempt = self.attempt();
+        loop {
+            let command = self.command(call, attempt.path, attempt.eval);
+            let reply = command.query_async(con).await;
+            match self.next(&mut attempt, reply) {
+                Next::Reply(reply) => return reply,
+                Next::Send => {}
+                Next::Load => self.loaded(&mut attempt, load().query_async(con).await)?,
             }
         }
-        self.command(call, path, eval).query_async(con).await
+    }
+
+    /// A call's first send: on the path in use, by name.
+    fn attempt(&self) -> Attempt {
+        Attempt {
+            path: self.next_path(),
+            eval: false,
+            failed: 0,
+        }
+    }
+
+    /// What follows `reply` to `attempt`'s send: the result, or another send (or a load
+    /// first). At most: fall back, then eval; or load, then call; the reply to a fourth
+    /// send is the result.
+    fn next(&self, attempt: &mut Attempt, reply: RedisResult<Value>) -> Next {
+        if attempt.failed == 3 {
+            return Next::Reply(reply);
+        }
+        let error = match reply {
+            Ok(reply) => {
+                self.settle(attempt.path);
+                return Next::Reply(Ok(reply));
+            }
+            Err(error) => error,
+        };
+        attempt.failed += 1;
+        match self.retry(attempt.path, error.code(), error.detail()) {
+            Some(Retry::Eval) => attempt.eval = true,
+            Some(Retry::Fallback) => attempt.path = self.fallback(),
+            Some(Retry::Load) => return Next::Load,
+            None => {
+                if error.code().is_some() {
+                    // The server answered: the path works.
+                    self.settle(attempt.path);
+                }
+                return Next::Reply(Err(error));
+            }
+        }
+        Next::Send
+    }
+
+    /// After `FUNCTION LOAD` replied `loaded`: the next send goes on scripts if the
+    /// server refused it (see [`Program::load_failed`]).
+    fn loaded(&self, attempt: &mut Attempt, loaded: RedisResult<Value>) -> RedisResult<()> {
+        if let Err(e) = loaded {
+            attempt.path = self.load_failed(e)?;
+        }
+        Ok(())
     }
 
     fn fallback(&self) -> Path {

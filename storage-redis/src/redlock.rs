@@ -6,7 +6,8 @@ use std::time::Instant;
 use redis::ConnectionLike;
 use tollgate_core::{Concurrency, LeaseError, Ticks, MILLISECOND};
 
-use crate::{Error, RedisLeases};
+use crate::error::Error;
+use crate::lease::RedisLeases;
 
 /// A lock over `N` independent Redis servers (no replication between them), after
 /// antirez's Redlock: acquire on every server with the same owner and ttl, and hold the
@@ -69,26 +70,15 @@ impl Redlock {
         ttl: Ticks,
     ) -> Result<Option<RedlockGrant>, Error> {
         let start = Instant::now();
-        let replies: Vec<_> = servers
-            .iter_mut()
-            .map(|con| self.leases.acquire(con, key, owner, ttl))
-            .collect();
+        let Tally {
+            tokens,
+            answered,
+            last_error,
+        } = tally(servers, |con| {
+            let acquired = self.leases.acquire(con, key, owner, ttl)?;
+            Ok(acquired.grant.map(|grant| grant.token))
+        })?;
         let validity = validity(ttl, start);
-        let mut tokens = Vec::with_capacity(replies.len());
-        let (mut answered, mut last_error) = (0, None);
-        for reply in replies {
-            match reply {
-                Ok(acquired) => {
-                    answered += 1;
-                    tokens.push(acquired.grant.map(|grant| grant.token));
-                }
-                Err(e) if callers_error(&e) => return Err(e),
-                Err(e) => {
-                    last_error = Some(e);
-                    tokens.push(None);
-                }
-            }
-        }
         let granted = tokens.iter().flatten().count();
         if granted >= majority(servers.len()) && validity > 0 {
             return Ok(Some(RedlockGrant { validity, tokens }));
@@ -111,14 +101,11 @@ impl Redlock {
         ttl: Ticks,
     ) -> Result<Option<RedlockGrant>, Error> {
         let start = Instant::now();
-        let mut tokens = Vec::with_capacity(servers.len());
-        for con in servers.iter_mut() {
-            match self.leases.renew(con, key, owner, ttl) {
-                Ok(grant) => tokens.push(Some(grant.token)),
-                Err(e) if callers_error(&e) => return Err(e),
-                Err(_) => tokens.push(None),
-            }
-        }
+        let tokens = tally(servers, |con| {
+            let grant = self.leases.renew(con, key, owner, ttl)?;
+            Ok(Some(grant.token))
+        })?
+        .tokens;
         let validity = validity(ttl, start);
         let renewed = tokens.iter().flatten().count() >= majority(servers.len());
         Ok((renewed && validity > 0).then_some(RedlockGrant { validity, tokens }))
@@ -163,6 +150,44 @@ impl Redlock {
             }
         }
     }
+}
+
+/// What the servers answered to one call each.
+struct Tally {
+    /// Each server's token, `None` where it granted none or failed.
+    tokens: Vec<Option<u64>>,
+    /// How many servers answered.
+    answered: usize,
+    /// The last failure of a server that did not answer.
+    last_error: Option<Error>,
+}
+
+/// Runs `call` on every server of `servers`, then counts the answers; the caller's
+/// error (see [`callers_error`]) instead, as every server answers the same.
+fn tally<C>(
+    servers: &mut [C],
+    call: impl FnMut(&mut C) -> Result<Option<u64>, Error>,
+) -> Result<Tally, Error> {
+    let replies: Vec<_> = servers.iter_mut().map(call).collect();
+    let mut tally = Tally {
+        tokens: Vec::with_capacity(replies.len()),
+        answered: 0,
+        last_error: None,
+    };
+    for reply in replies {
+        match reply {
+            Ok(token) => {
+                tally.answered += 1;
+                tally.tokens.push(token);
+            }
+            Err(e) if callers_error(&e) => return Err(e),
+            Err(e) => {
+                tally.last_error = Some(e);
+                tally.tokens.push(None);
+            }
+        }
+    }
+    Ok(tally)
 }
 
 /// A bad owner or ttl: the caller's error, the same on every server, so no server's

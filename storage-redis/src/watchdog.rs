@@ -9,7 +9,8 @@ use std::time::Duration;
 use redis::{aio, ConnectionLike};
 use tollgate_core::{Grant, LeaseError, Ticks};
 
-use crate::{Error, RedisLeases};
+use crate::error::Error;
+use crate::lease::RedisLeases;
 
 /// What a watchdog renews: a lease on one key.
 #[derive(Debug, Clone)]
@@ -21,6 +22,15 @@ struct Watched {
 }
 
 impl Watched {
+    fn new(leases: &RedisLeases, key: &[u8], owner: &[u8], ttl: Ticks) -> Self {
+        Self {
+            leases: leases.clone(),
+            key: key.to_vec(),
+            owner: owner.to_vec(),
+            ttl,
+        }
+    }
+
     /// A third of the ttl: two renewals can fail (a slow or absent server) before the
     /// lease expires.
     fn period(&self) -> Duration {
@@ -120,12 +130,7 @@ impl RedisLeases {
         let Some(held) = self.acquire(&mut con, key, owner, ttl)?.grant else {
             return Ok(None);
         };
-        let watched = Watched {
-            leases: self.clone(),
-            key: key.to_vec(),
-            owner: owner.to_vec(),
-            ttl,
-        };
+        let watched = Watched::new(self, key, owner, ttl);
         let lost = Arc::new(AtomicBool::new(false));
         let stop = Arc::new((Mutex::new(false), Condvar::new()));
         let (thread_lost, thread_stop) = (Arc::clone(&lost), Arc::clone(&stop));
@@ -172,12 +177,7 @@ impl RedisLeases {
         let Some(held) = self.acquire_async(&mut con, key, owner, ttl).await?.grant else {
             return Ok(None);
         };
-        let watched = Watched {
-            leases: self.clone(),
-            key: key.to_vec(),
-            owner: owner.to_vec(),
-            ttl,
-        };
+        let watched = Watched::new(self, key, owner, ttl);
         let period = watched.period();
         let Watched {
             leases,

@@ -21,6 +21,7 @@ use tollgate_core::{
 };
 use tollgate_redis::{Error, LuaAlgorithm, Path, RedisLimiter, MAX_LUA_LIMIT, MAX_LUA_TICKS};
 
+use common::strategy::{cost, gap, limit};
 use common::Server;
 
 /// Around 2026 in µs since the Unix epoch.
@@ -64,16 +65,8 @@ fn steps(period: Ticks, limit: u64) -> impl Strategy<Value = Trace> {
         2 => Just(EPOCH),
         1 => (0..=4 * period.min(MAX_LUA_TICKS / 8)).prop_map(|back| MAX_LUA_TICKS - back),
     ];
-    let gap = prop_oneof![Just(0), 0..4u64, 0..=period / 8, 0..=period, 0..=3 * period];
-    let cost = prop_oneof![
-        Just(0),
-        Just(1),
-        0..=limit / 4 + 1,
-        0..=limit + 2,
-        Just(1 << 40),
-        Just(u64::MAX),
-        any::<u64>()
-    ];
+    // Each of `cost`'s five as likely as 2^40 and any at all.
+    let cost = prop_oneof![5 => cost(limit), 1 => Just(1 << 40), 1 => any::<u64>()];
     let wait = prop_oneof![
         Just(None),
         Just(Some(0)),
@@ -81,7 +74,7 @@ fn steps(period: Ticks, limit: u64) -> impl Strategy<Value = Trace> {
         Just(Some(u64::MAX))
     ];
     let steps = prop::collection::vec(
-        (0..3u8, gap, cost, wait).prop_map(|(key, gap, cost, max_wait)| Step {
+        (0..3u8, gap(period), cost, wait).prop_map(|(key, gap, cost, max_wait)| Step {
             key,
             gap,
             cost,
@@ -90,10 +83,6 @@ fn steps(period: Ticks, limit: u64) -> impl Strategy<Value = Trace> {
         1..60,
     );
     (start, steps).prop_map(|(start, steps)| Trace { start, steps })
-}
-
-fn limit() -> impl Strategy<Value = u64> {
-    prop_oneof![1..=4u64, 1..=100u64, 1..=MAX_LUA_LIMIT]
 }
 
 /// A ban threshold: small, or the largest the scripts take.
@@ -127,28 +116,61 @@ fn member_keys<A: Algorithm>(
         .collect()
 }
 
-/// Runs `steps` through the core (`decide`) and Redis (`redis`) side by side.
+/// A check, by the core and by Redis.
+fn checked<A: LuaAlgorithm>() -> (Decide<A>, RedisDecide<A>) {
+    (
+        |alg, state, now, step| alg.decide(state, now, step.cost),
+        |limiter, con, key, now, step| limiter.check_at(con, key, step.cost, now),
+    )
+}
+
+/// A reservation (a check where a step has no wait), by the core and by Redis.
+fn reserved<A: LuaAlgorithm + Reserve>() -> (Decide<A>, RedisDecide<A>) {
+    (
+        |alg, state, now, step| match step.max_wait {
+            Some(wait) => alg.reserve(state, now, step.cost, wait),
+            None => alg.decide(state, now, step.cost),
+        },
+        |limiter, con, key, now, step| match step.max_wait {
+            Some(wait) => limiter.reserve_at(con, key, step.cost, wait, now),
+            None => limiter.check_at(con, key, step.cost, now),
+        },
+    )
+}
+
+/// A limiter for `alg` on `path`, under a fresh prefix.
+fn limiter<A: LuaAlgorithm + Clone>(alg: &A, path: Path) -> RedisLimiter<A> {
+    RedisLimiter::new(alg.clone())
+        .expect("parameters in the Lua range")
+        .with_prefix(prefix())
+        .with_path(path)
+        .expect("a path the client speaks")
+}
+
+/// The core's decision of a step, and the state after it.
+type Decide<A> = fn(
+    &A,
+    Option<<A as Algorithm>::State>,
+    Ticks,
+    &Step,
+) -> (Decision, Option<<A as Algorithm>::State>);
+
+/// Redis's decision of a step on a key at a time.
+type RedisDecide<A> =
+    fn(&RedisLimiter<A>, &mut redis::Connection, &[u8], Ticks, &Step) -> Result<Decision, Error>;
+
+/// Runs `steps` through the core (`decide`) and Redis (`redis`) side by side;
+/// `expected` the bytes stored.
 fn differential<A: LuaAlgorithm + Clone>(
     server: &Server,
     alg: A,
     trace: &Trace,
     expected: Expected<A>,
-    decide: impl Fn(&A, Option<A::State>, Ticks, &Step) -> (Decision, Option<A::State>),
-    redis: impl Fn(
-        &RedisLimiter<A>,
-        &mut redis::Connection,
-        &[u8],
-        Ticks,
-        &Step,
-    ) -> Result<Decision, Error>,
+    (decide, redis): (Decide<A>, RedisDecide<A>),
 ) -> Result<(), TestCaseError> {
     for path in [Path::Module, Path::Functions, Path::Scripts] {
-        let limiter = RedisLimiter::new(alg.clone())
-            .expect("parameters in the Lua range")
-            .with_prefix(prefix())
-            .with_path(path)
-            .expect("a path the client speaks");
-        run_trace(server, &alg, &limiter, trace, &expected, &decide, &redis)?;
+        let limiter = limiter(&alg, path);
+        run_trace(server, &alg, &limiter, trace, expected, decide, redis)?;
         prop_assert_eq!(limiter.path(), Some(path));
     }
     Ok(())
@@ -160,15 +182,9 @@ fn run_trace<A: LuaAlgorithm + Clone>(
     alg: &A,
     limiter: &RedisLimiter<A>,
     trace: &Trace,
-    expected: &Expected<A>,
-    decide: &impl Fn(&A, Option<A::State>, Ticks, &Step) -> (Decision, Option<A::State>),
-    redis: &impl Fn(
-        &RedisLimiter<A>,
-        &mut redis::Connection,
-        &[u8],
-        Ticks,
-        &Step,
-    ) -> Result<Decision, Error>,
+    expected: Expected<A>,
+    decide: Decide<A>,
+    redis: RedisDecide<A>,
 ) -> Result<(), TestCaseError> {
     let mut con = server.connection();
     let mut states: [Option<A::State>; 3] = Default::default();
@@ -210,54 +226,15 @@ fn run_trace<A: LuaAlgorithm + Clone>(
     Ok(())
 }
 
-fn check<A: Algorithm>(
-    alg: &A,
-    state: Option<A::State>,
-    now: Ticks,
-    step: &Step,
-) -> (Decision, Option<A::State>) {
-    alg.decide(state, now, step.cost)
-}
-
-fn check_redis<A: LuaAlgorithm>(
-    limiter: &RedisLimiter<A>,
-    con: &mut redis::Connection,
-    key: &[u8],
-    now: Ticks,
-    step: &Step,
-) -> Result<Decision, Error> {
-    limiter.check_at(con, key, step.cost, now)
-}
-
-fn reserve<A: Reserve>(
-    alg: &A,
-    state: Option<A::State>,
-    now: Ticks,
-    step: &Step,
-) -> (Decision, Option<A::State>) {
-    match step.max_wait {
-        Some(wait) => alg.reserve(state, now, step.cost, wait),
-        None => alg.decide(state, now, step.cost),
-    }
-}
-
-fn reserve_redis<A: LuaAlgorithm + Reserve>(
-    limiter: &RedisLimiter<A>,
-    con: &mut redis::Connection,
-    key: &[u8],
-    now: Ticks,
-    step: &Step,
-) -> Result<Decision, Error> {
-    match step.max_wait {
-        Some(wait) => limiter.reserve_at(con, key, step.cost, wait, now),
-        None => limiter.check_at(con, key, step.cost, now),
-    }
+/// Whether `alg` was built and the scripts compute it exactly.
+fn in_lua_range<A: LuaAlgorithm, E>(alg: Result<A, E>) -> bool {
+    alg.is_ok_and(|a| RedisLimiter::new(a).is_ok())
 }
 
 /// Bucket parameters within the Lua range, as (capacity, rate, period).
 fn bucket() -> impl Strategy<Value = (u64, u64, Ticks)> {
     (limit(), limit(), period()).prop_filter("horizon within the Lua range", |&(c, r, p)| {
-        TokenBucket::new(c, r, p).is_ok_and(|b| RedisLimiter::new(b).is_ok())
+        in_lua_range(TokenBucket::new(c, r, p))
     })
 }
 
@@ -265,7 +242,7 @@ fn bucket() -> impl Strategy<Value = (u64, u64, Ticks)> {
 fn pacing_bucket() -> impl Strategy<Value = (u64, u64, Ticks)> {
     (prop_oneof![Just(0), limit()], limit(), period())
         .prop_filter("horizon within the Lua range", |&(c, r, p)| {
-            Pacing::new(c, r, p).is_ok_and(|b| RedisLimiter::new(b).is_ok())
+            in_lua_range(Pacing::new(c, r, p))
         })
 }
 
@@ -290,42 +267,57 @@ fn fixed_window() {
             if counting {
                 alg = alg.counting_denied();
             }
-            differential(server, alg, &steps, one_key, check, check_redis)
+            differential(server, alg, &steps, one_key, checked())
         },
     );
 }
 
-#[test]
-fn sliding_counter() {
+/// Checks of a window built by `new` from a random limit and period, limits drawn by
+/// `limits`.
+fn window_checks<A: LuaAlgorithm + Clone, E: std::fmt::Debug>(
+    limits: impl Strategy<Value = u64>,
+    new: fn(u64, Ticks) -> Result<A, E>,
+) {
     cases(
-        with_steps((limit(), period()), |&(l, p)| (p, l)),
+        with_steps((limits, period()), |&(l, p)| (p, l)),
         |server, ((limit, period), steps)| {
             differential(
                 server,
-                SlidingCounter::new(limit, period).unwrap(),
+                new(limit, period).unwrap(),
                 &steps,
                 one_key,
-                check,
-                check_redis,
+                checked(),
             )
         },
     );
 }
 
 #[test]
+fn sliding_counter() {
+    window_checks(limit(), SlidingCounter::new);
+}
+
+#[test]
 fn sliding_log() {
+    window_checks(prop_oneof![1..=4u64, 1..=100u64], SlidingLog::new);
+}
+
+/// Reservations on a bucket built by `new` from random parameters drawn by `buckets`
+/// (see [`bucket`]); `extra` more than its capacity admitted at once.
+fn bucket_reserves<A: LuaAlgorithm + Reserve + Clone, E: std::fmt::Debug>(
+    buckets: impl Strategy<Value = (u64, u64, Ticks)>,
+    extra: u64,
+    new: fn(u64, u64, Ticks) -> Result<A, E>,
+) {
     cases(
-        with_steps((prop_oneof![1..=4u64, 1..=100u64], period()), |&(l, p)| {
-            (p, l)
-        }),
-        |server, ((limit, period), steps)| {
+        with_steps(buckets, move |&(c, _, p)| (p, c + extra)),
+        |server, ((capacity, rate, period), steps)| {
             differential(
                 server,
-                SlidingLog::new(limit, period).unwrap(),
+                new(capacity, rate, period).unwrap(),
                 &steps,
                 one_key,
-                check,
-                check_redis,
+                reserved(),
             )
         },
     );
@@ -333,93 +325,52 @@ fn sliding_log() {
 
 #[test]
 fn token_bucket() {
-    cases(
-        with_steps(bucket(), |&(c, _, p)| (p, c)),
-        |server, ((capacity, rate, period), steps)| {
-            differential(
-                server,
-                TokenBucket::new(capacity, rate, period).unwrap(),
-                &steps,
-                one_key,
-                reserve,
-                reserve_redis,
-            )
-        },
-    );
+    bucket_reserves(bucket(), 0, TokenBucket::new);
 }
 
 #[test]
 fn leaky_bucket() {
-    cases(
-        with_steps(bucket(), |&(c, _, p)| (p, c)),
-        |server, ((capacity, rate, period), steps)| {
-            differential(
-                server,
-                LeakyBucket::new(capacity, rate, period).unwrap(),
-                &steps,
-                one_key,
-                reserve,
-                reserve_redis,
-            )
-        },
-    );
+    bucket_reserves(bucket(), 0, LeakyBucket::new);
 }
 
 #[test]
 fn pacing() {
+    bucket_reserves(pacing_bucket(), 1, Pacing::new);
+}
+
+/// Checks of a [`Ban`] over an algorithm drawn by `inner` with its period and limit, its
+/// threshold, window and duration random; `shape` gives the period and limit the trace
+/// is drawn around from the inner period, limit and the ban's window.
+fn ban_checks<A: LuaAlgorithm + Clone + std::fmt::Debug>(
+    inner: impl Strategy<Value = (A, Ticks, u64)>,
+    shape: fn(Ticks, u64, Ticks) -> (Ticks, u64),
+) {
     cases(
-        with_steps(pacing_bucket(), |&(c, _, p)| (p, c + 1)),
-        |server, ((capacity, rate, period), steps)| {
-            differential(
-                server,
-                Pacing::new(capacity, rate, period).unwrap(),
-                &steps,
-                one_key,
-                reserve,
-                reserve_redis,
-            )
+        with_steps(
+            (inner, threshold(), period(), period()),
+            move |&((_, p, l), _, w, _)| shape(p, l, w),
+        ),
+        |server, (((alg, _, _), threshold, window, duration), steps)| {
+            let alg = Ban::new(alg, threshold, window, duration).unwrap();
+            differential(server, alg, &steps, one_key, checked())
         },
     );
 }
 
 #[test]
 fn ban() {
-    cases(
-        with_steps(
-            (1..=20u64, period(), threshold(), period(), period()),
-            |&(l, p, _, w, _)| (p.min(w), l),
-        ),
-        |server, ((limit, period, threshold, window, duration), steps)| {
-            let alg = Ban::new(
-                FixedWindow::new(limit, period).unwrap(),
-                threshold,
-                window,
-                duration,
-            )
-            .unwrap();
-            differential(server, alg, &steps, one_key, check, check_redis)
-        },
-    );
+    let windows = (1..=20u64, period())
+        .prop_map(|(limit, period)| (FixedWindow::new(limit, period).unwrap(), period, limit));
+    ban_checks(windows, |p, l, w| (p.min(w), l));
 }
 
 #[test]
 fn ban_bucket() {
-    cases(
-        with_steps(
-            (bucket(), threshold(), period(), period()),
-            |&((c, _, p), _, _, _)| (p, c),
-        ),
-        |server, (((capacity, rate, period), threshold, window, duration), steps)| {
-            let alg = Ban::new(
-                TokenBucket::new(capacity, rate, period).unwrap(),
-                threshold,
-                window,
-                duration,
-            )
-            .unwrap();
-            differential(server, alg, &steps, one_key, check, check_redis)
-        },
-    );
+    let buckets = bucket().prop_map(|(capacity, rate, period)| {
+        let bucket = TokenBucket::new(capacity, rate, period).unwrap();
+        (bucket, period, capacity)
+    });
+    ban_checks(buckets, |p, c, _| (p, c));
 }
 
 #[test]
@@ -433,14 +384,8 @@ fn composite_windows() {
                 .iter()
                 .map(|&(l, p)| SlidingCounter::new(l, p).unwrap())
                 .collect();
-            differential(
-                server,
-                Composite::new(members).unwrap(),
-                &steps,
-                member_keys,
-                check,
-                check_redis,
-            )
+            let alg = Composite::new(members).unwrap();
+            differential(server, alg, &steps, member_keys, checked())
         },
     );
 }
@@ -456,14 +401,8 @@ fn composite_pacing() {
                 .iter()
                 .map(|&(c, r, p)| Pacing::new(c, r, p).unwrap())
                 .collect();
-            differential(
-                server,
-                Composite::new(members).unwrap(),
-                &steps,
-                member_keys,
-                reserve,
-                reserve_redis,
-            )
+            let alg = Composite::new(members).unwrap();
+            differential(server, alg, &steps, member_keys, reserved())
         },
     );
 }
@@ -486,13 +425,9 @@ fn bucket_fast_path_bound() {
             let burst = capacity + u64::from(kind == 2);
             let period = (BOUND / burst).checked_add_signed(delta)?;
             let ok = match kind {
-                0 => TokenBucket::new(capacity, rate, period)
-                    .is_ok_and(|b| RedisLimiter::new(b).is_ok()),
-                1 => LeakyBucket::new(capacity, rate, period)
-                    .is_ok_and(|b| RedisLimiter::new(b).is_ok()),
-                _ => {
-                    Pacing::new(capacity, rate, period).is_ok_and(|b| RedisLimiter::new(b).is_ok())
-                }
+                0 => in_lua_range(TokenBucket::new(capacity, rate, period)),
+                1 => in_lua_range(LeakyBucket::new(capacity, rate, period)),
+                _ => in_lua_range(Pacing::new(capacity, rate, period)),
             };
             ok.then_some((kind, capacity, rate, period, burst))
         },
@@ -589,11 +524,7 @@ impl FastCase {
             }
         };
         for path in [Path::Module, Path::Functions, Path::Scripts] {
-            let limiter = RedisLimiter::new(alg.clone())
-                .expect("in the Lua range")
-                .with_prefix(prefix())
-                .with_path(path)
-                .expect("a path");
+            let limiter = limiter(&alg, path);
             let key = limiter.redis_keys(b"k").expect("keys").remove(0);
             set(&mut con, &key);
             let got = match self.wait {

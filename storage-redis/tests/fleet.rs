@@ -94,6 +94,15 @@ fn prefetch_run<A: FleetAlgorithm>(
     (start, admitted)
 }
 
+/// The units `admitted` (wall time and cost) in each aligned window of `period`.
+fn per_window(admitted: &[(Ticks, u64)], period: Ticks) -> std::collections::BTreeMap<Ticks, u64> {
+    let mut per_window = std::collections::BTreeMap::new();
+    for (at, cost) in admitted {
+        *per_window.entry(at / period).or_insert(0) += cost;
+    }
+    per_window
+}
+
 /// Several prefetch nodes never admit more than a fixed window's limit in any window.
 #[test]
 fn prefetch_never_exceeds_a_window() {
@@ -108,10 +117,7 @@ fn prefetch_never_exceeds_a_window() {
         50_000,
         Duration::from_millis(1500),
     );
-    let mut per_window = std::collections::BTreeMap::new();
-    for (at, cost) in &admitted {
-        *per_window.entry(at / period).or_insert(0) += cost;
-    }
+    let per_window = per_window(&admitted, period);
     let busiest = per_window.values().max().copied().unwrap_or(0);
     assert!(
         busiest <= limit,
@@ -158,10 +164,7 @@ fn prefetch_never_exceeds_a_bucket_or_a_sliding_counter() {
         30_000,
         Duration::from_millis(800),
     );
-    let mut per_window = std::collections::BTreeMap::new();
-    for (at, cost) in &admitted {
-        *per_window.entry(at / period).or_insert(0) += cost;
-    }
+    let per_window = per_window(&admitted, period);
     assert!(per_window.values().all(|&n| n <= limit), "{per_window:?}");
 }
 

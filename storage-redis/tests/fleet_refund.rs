@@ -10,8 +10,9 @@ use proptest::test_runner::TestRunner;
 use redis::Commands;
 use tollgate_core::limits::MAX_PERIOD;
 use tollgate_core::{FixedWindow, Refund, Reserve, SlidingCounter, Ticks, TokenBucket, SECOND};
-use tollgate_redis::{LuaAlgorithm, Path, RedisLimiter, MAX_LUA_LIMIT};
+use tollgate_redis::{LuaAlgorithm, Path, RedisLimiter};
 
+use common::strategy::{cost, gap, limit};
 use common::Server;
 
 /// Around 2026 in µs since the Unix epoch.
@@ -34,19 +35,7 @@ fn trace(period: Ticks, limit: u64, charges: bool) -> impl Strategy<Value = Vec<
         Just(Op::Refund),
         Just(charge)
     ];
-    let gap = prop_oneof![Just(0), 0..4u64, 0..=period / 8, 0..=period, 0..=3 * period];
-    let cost = prop_oneof![
-        Just(0),
-        Just(1),
-        0..=limit / 4 + 1,
-        0..=limit + 2,
-        Just(u64::MAX)
-    ];
-    prop::collection::vec((op, gap, cost), 1..40)
-}
-
-fn limit() -> impl Strategy<Value = u64> {
-    prop_oneof![1..=4u64, 1..=100u64, 1..=MAX_LUA_LIMIT]
+    prop::collection::vec((op, gap(period), cost(limit)), 1..40)
 }
 
 fn period() -> impl Strategy<Value = Ticks> {

@@ -365,6 +365,10 @@ fn on_the_servers_clock_a_lease_returns_after_its_ttl_and_tokens_still_grow() {
     let mut con = server.connection();
     let lock = RedisLeases::new(Concurrency::lock());
     let ttl = 150 * tollgate_core::MILLISECOND;
+    let granted = |con: &mut redis::Connection, owner: &[u8]| {
+        let acquired = lock.acquire(con, b"k", owner, ttl).unwrap();
+        acquired.grant.expect("granted")
+    };
     let first = lock.acquire(&mut con, b"k", b"a", ttl).unwrap();
     let grant = first.grant.unwrap();
     let pttl: i64 = redis::cmd("PTTL").arg("k").query(&mut con).unwrap();
@@ -377,22 +381,14 @@ fn on_the_servers_clock_a_lease_returns_after_its_ttl_and_tokens_still_grow() {
     assert!(!denied.decision.allowed);
     assert!(denied.decision.retry_after.unwrap() <= ttl);
     sleep(Duration::from_millis(170));
-    let second = lock
-        .acquire(&mut con, b"k", b"b", ttl)
-        .unwrap()
-        .grant
-        .unwrap();
+    let second = granted(&mut con, b"b");
     assert!(second.token > grant.token);
     // Released at once: the key lives until the clock passes its last token, and a
     // grant after it is gone still gets a larger token.
     let _ = lock.release(&mut con, b"k", b"b").unwrap();
     sleep(Duration::from_millis(5));
     assert_eq!(get(&mut con, "k"), None);
-    let third = lock
-        .acquire(&mut con, b"k", b"c", ttl)
-        .unwrap()
-        .grant
-        .unwrap();
+    let third = granted(&mut con, b"c");
     assert!(third.token > second.token);
 }
 

@@ -5,7 +5,7 @@
 mod common;
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStdout, Command};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
@@ -20,18 +20,7 @@ const ROUNDS: u64 = 25;
 
 /// Starts this binary's `lock_child` with `task` against `server`.
 fn child(server: &Server, task: &str) -> (Child, BufReader<ChildStdout>) {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "lock_child",
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("TOLLGATE_LOCK_CHILD", format!("{} {task}", server.port))
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn a child");
+    let mut child = common::spawn_child("lock_child", "TOLLGATE_LOCK_CHILD", server, task);
     let out = BufReader::new(child.stdout.take().unwrap());
     (child, out)
 }
@@ -157,9 +146,8 @@ fn a_killed_holders_permit_returns_after_its_ttl_and_not_before() {
 #[test]
 #[ignore = "run by the tests above in child processes"]
 fn lock_child() {
-    let spec = std::env::var("TOLLGATE_LOCK_CHILD").expect("started by a lock test");
-    let (port, task) = spec.split_once(' ').unwrap();
-    let url = format!("redis://127.0.0.1:{port}/");
+    let (url, task) = common::child_task("TOLLGATE_LOCK_CHILD");
+    let task = task.as_str();
     let connect = || {
         redis::Client::open(url.as_str())
             .unwrap()

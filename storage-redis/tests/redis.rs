@@ -3,7 +3,6 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
@@ -342,20 +341,7 @@ fn bad_input_is_refused_before_reaching_redis() {
 /// a frozen `now`, and returns the admissions they report.
 fn admitted_by_four_processes(server: &Server, algorithm: &str) -> u64 {
     let children: Vec<_> = (0..4)
-        .map(|_| {
-            Command::new(std::env::current_exe().unwrap())
-                .args([
-                    "hammer_child",
-                    "--exact",
-                    "--ignored",
-                    "--nocapture",
-                    "--test-threads=1",
-                ])
-                .env("TOLLGATE_HAMMER", format!("{} {algorithm}", server.port))
-                .stdout(Stdio::piped())
-                .spawn()
-                .expect("spawn a child")
-        })
+        .map(|_| common::spawn_child("hammer_child", "TOLLGATE_HAMMER", server, algorithm))
         .collect();
     children
         .into_iter()
@@ -385,9 +371,8 @@ fn four_processes_of_eight_threads_admit_exactly_the_bound() {
 #[test]
 #[ignore = "run by four_processes_of_eight_threads_admit_exactly_the_bound"]
 fn hammer_child() {
-    let spec = std::env::var("TOLLGATE_HAMMER").expect("started by the concurrency test");
-    let (port, algorithm) = spec.split_once(' ').unwrap();
-    let url = format!("redis://127.0.0.1:{port}/");
+    let (url, algorithm) = common::child_task("TOLLGATE_HAMMER");
+    let algorithm = algorithm.as_str();
     let admitted = match algorithm {
         "token_bucket" => hammer(&url, algorithm, TokenBucket::new(100, 1, SECOND).unwrap()),
         "fixed_window" => hammer(&url, algorithm, FixedWindow::new(100, SECOND).unwrap()),
@@ -616,33 +601,32 @@ fn a_cluster_takes_composites_and_batches_without_crossslot() {
     runtime.block_on(async {
         let con = client.get_async_connection().await.unwrap();
         let limiter = RedisLimiter::new(TokenBucket::new(2, 1, SECOND).unwrap()).unwrap();
-        let keys: Vec<Vec<u8>> = (0..200)
-            .map(|i| format!("ip:{}", i % 50).into_bytes())
-            .collect();
-        let requests: Vec<(&[u8], u64)> = keys.iter().map(|k| (k.as_slice(), 1)).collect();
-        let results = limiter.check_batch_async(&con, &requests).await;
-        let admitted = results
-            .iter()
-            .map(|r| r.as_ref().expect("no CROSSSLOT"))
-            .filter(|d| d.allowed)
-            .count();
-        assert_eq!(admitted, 50 * 2);
+        let ips = (0..200).map(|i| format!("ip:{}", i % 50));
+        assert_eq!(batch_admitted(&limiter, &con, ips).await, 50 * 2);
         assert_eq!(limiter.path(), Some(tollgate_redis::Path::Functions));
         let buckets =
             Composite::new(vec![TokenBucket::new(3, 1, 60 * SECOND).unwrap(); 2]).unwrap();
         let composite = RedisLimiter::new(buckets).unwrap();
-        let keys: Vec<Vec<u8>> = (0..40)
-            .map(|i| format!("team:{}", i % 10).into_bytes())
-            .collect();
-        let requests: Vec<(&[u8], u64)> = keys.iter().map(|k| (k.as_slice(), 1)).collect();
-        let results = composite.check_batch_async(&con, &requests).await;
-        let admitted = results
-            .iter()
-            .map(|r| r.as_ref().expect("no CROSSSLOT"))
-            .filter(|d| d.allowed)
-            .count();
-        assert_eq!(admitted, 10 * 3);
+        let teams = (0..40).map(|i| format!("team:{}", i % 10));
+        assert_eq!(batch_admitted(&composite, &con, teams).await, 10 * 3);
     });
+}
+
+/// How many requests of cost 1 on `keys` one asynchronous batch admits, none failing
+/// (a cluster's batch spanning slots goes call by call, never `CROSSSLOT`).
+async fn batch_admitted<A: LuaAlgorithm, C: redis::aio::ConnectionLike + Clone>(
+    limiter: &RedisLimiter<A>,
+    con: &C,
+    keys: impl Iterator<Item = String>,
+) -> usize {
+    let keys: Vec<Vec<u8>> = keys.map(String::into_bytes).collect();
+    let requests: Vec<(&[u8], u64)> = keys.iter().map(|k| (k.as_slice(), 1)).collect();
+    let results = limiter.check_batch_async(con, &requests).await;
+    results
+        .iter()
+        .map(|r| r.as_ref().expect("no CROSSSLOT"))
+        .filter(|d| d.allowed)
+        .count()
 }
 
 /// Issue 16, item 1: a key written at an explicit time does not expire on the server's

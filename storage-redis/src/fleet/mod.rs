@@ -56,7 +56,10 @@ use std::time::Duration;
 
 use tollgate_core::{FixedWindow, Refund, SlidingCounter, Ticks, TokenBucket};
 
-use crate::{Error, LuaAlgorithm, RedisLimiter, Taken};
+use crate::error::Error;
+use crate::limiter::RedisLimiter;
+use crate::lua::LuaAlgorithm;
+use crate::reply::Taken;
 
 pub use node::FleetLimiter;
 
@@ -235,42 +238,36 @@ impl FleetAlgorithm for TokenBucket {
     }
 }
 
-impl FleetAlgorithm for FixedWindow {
-    fn limit(&self) -> u64 {
-        self.params().limit
-    }
+/// A window: a limit per period; units taken count until their window ends. `$share`
+/// finishes a node's share from the whole.
+macro_rules! fleet_window {
+    ($window:ty, |$whole:ident, $share:ident| $finish:expr) => {
+        impl FleetAlgorithm for $window {
+            fn limit(&self) -> u64 {
+                self.params().limit
+            }
 
-    fn grant_end(&self, now: Ticks) -> Option<Ticks> {
-        let period = self.params().period;
-        Some((now / period + 1).saturating_mul(period))
-    }
+            fn grant_end(&self, now: Ticks) -> Option<Ticks> {
+                let period = self.params().period;
+                Some((now / period + 1).saturating_mul(period))
+            }
 
-    fn share(&self, nodes: u64, rank: u64) -> Option<Self> {
-        let p = self.params();
-        let share = Self::new(part(p.limit, nodes, rank), p.period).ok()?;
-        Some(if self.counts_denied() {
-            share.counting_denied()
-        } else {
-            share
-        })
-    }
+            fn share(&self, nodes: u64, rank: u64) -> Option<Self> {
+                let p = self.params();
+                let ($whole, $share) =
+                    (self, Self::new(part(p.limit, nodes, rank), p.period).ok()?);
+                Some($finish)
+            }
+        }
+    };
 }
 
-impl FleetAlgorithm for SlidingCounter {
-    fn limit(&self) -> u64 {
-        self.params().limit
-    }
-
-    fn grant_end(&self, now: Ticks) -> Option<Ticks> {
-        let period = self.params().period;
-        Some((now / period + 1).saturating_mul(period))
-    }
-
-    fn share(&self, nodes: u64, rank: u64) -> Option<Self> {
-        let p = self.params();
-        Self::new(part(p.limit, nodes, rank), p.period).ok()
-    }
-}
+fleet_window!(FixedWindow, |whole, share| if whole.counts_denied() {
+    share.counting_denied()
+} else {
+    share
+});
+fleet_window!(SlidingCounter, |_whole, share| share);
 
 #[cfg(test)]
 mod tests {

@@ -8,7 +8,9 @@ use redis::ConnectionLike;
 use tollgate_core::{Algorithm, Clock, Decision, MonotonicClock, Ticks};
 
 use super::{FleetAlgorithm, FleetConfig, FleetMode};
-use crate::{Error, Outcome, RedisLimiter};
+use crate::error::Error;
+use crate::fail::Outcome;
+use crate::limiter::RedisLimiter;
 
 static HEARTBEAT: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("../../lua/fleet_heartbeat.lua")));
@@ -385,7 +387,7 @@ impl<A: FleetAlgorithm> FleetLimiter<A> {
         }
         if now < asking.next_ask {
             if asking.down {
-                return self.limiter.apply_policy(
+                return self.limiter.on_unavailable.apply(
                     &self.key,
                     cost,
                     Err(away("redis was away at the last try")),
@@ -408,7 +410,10 @@ impl<A: FleetAlgorithm> FleetLimiter<A> {
             Err(error @ Error::Unavailable(_)) => {
                 asking.down = true;
                 asking.next_ask = now + interval;
-                return self.limiter.apply_policy(&self.key, cost, Err(error));
+                return self
+                    .limiter
+                    .on_unavailable
+                    .apply(&self.key, cost, Err(error));
             }
             Err(error) => return Err(error),
         };
@@ -479,7 +484,7 @@ impl<A: FleetAlgorithm> FleetLimiter<A> {
             self.settle(con, &mut batch, now)?;
         }
         if !batch.synced || batch.down {
-            return self.limiter.apply_policy(
+            return self.limiter.on_unavailable.apply(
                 &self.key,
                 cost,
                 Err(away("redis was away at the last settle")),
@@ -544,7 +549,7 @@ impl<A: FleetAlgorithm> FleetLimiter<A> {
         let mut share = lock(&split.share);
         if now >= share.fresh_until {
             drop(share);
-            return self.limiter.apply_policy(
+            return self.limiter.on_unavailable.apply(
                 &self.key,
                 cost,
                 Err(away("no heartbeat within its ttl")),

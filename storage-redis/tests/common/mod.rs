@@ -1,10 +1,36 @@
 //! A real `redis-server` on a free loopback port, killed when dropped.
 #![allow(dead_code)]
 
+pub mod strategy;
+
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
+
+/// Starts this test binary's ignored test `test` alone, as a child process with its
+/// standard output piped, telling it in `var` the port of `server` and its `task`.
+pub fn spawn_child(test: &str, var: &str, server: &Server, task: &str) -> Child {
+    Command::new(std::env::current_exe().expect("test binary path"))
+        .args([
+            test,
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(var, format!("{} {task}", server.port))
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn a child")
+}
+
+/// In a child started by [`spawn_child`]: the server's URL and the task, from `var`.
+pub fn child_task(var: &str) -> (String, String) {
+    let spec = std::env::var(var).expect("started by a test");
+    let (port, task) = spec.split_once(' ').expect("a port and a task");
+    (format!("redis://127.0.0.1:{port}/"), task.to_owned())
+}
 
 /// A `redis-server` process the test owns.
 pub struct Server {

@@ -1,0 +1,190 @@
+//! One script call (what it does, a key, a cost, the time and the longest wait) and its
+//! arguments as every path sends them: the library, a script, or the module.
+
+use redis::Cmd;
+use tollgate_core::Ticks;
+
+use crate::error::Error;
+use crate::lua::{LuaAlgorithm, MAX_LUA_TICKS};
+use crate::path::{Invocation, Program};
+
+/// One script call: what it does, a key, a cost, and optionally the time and the
+/// longest wait.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Call<'a> {
+    pub(crate) mode: Mode,
+    pub(crate) key: &'a [u8],
+    pub(crate) cost: u64,
+    pub(crate) now: Option<Ticks>,
+    pub(crate) max_wait: Option<Ticks>,
+}
+
+/// What a script call does (its first argument; see `lua/main.lua`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Mode {
+    /// Decide a request and store the new state.
+    Decide,
+    /// Return the keys' values, refusing keys of other types.
+    Read,
+    /// Delete the keys if each is absent or a valid state, else refuse.
+    Reset,
+    /// Delete the keys holding a valid state.
+    Purge,
+    /// Take up to `cost` units (fleets).
+    Take,
+    /// Give `cost` units back before a deadline (fleets).
+    Refund,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Decide => "decide",
+            Self::Read => "read",
+            Self::Reset => "reset",
+            Self::Purge => "purge",
+            Self::Take => "take",
+            Self::Refund => "refund",
+        }
+    }
+}
+
+impl<'a> Call<'a> {
+    pub(crate) fn of(mode: Mode, key: &'a [u8], cost: u64, now: Option<Ticks>) -> Self {
+        Self {
+            mode,
+            key,
+            cost,
+            now,
+            max_wait: None,
+        }
+    }
+
+    /// A decision of `cost` on `key`.
+    pub(crate) fn new(key: &'a [u8], cost: u64, now: Option<Ticks>) -> Self {
+        Self::of(Mode::Decide, key, cost, now)
+    }
+
+    /// A call that decides nothing: cost 0 at the server's time.
+    pub(crate) fn mode(key: &'a [u8], mode: Mode) -> Self {
+        Self::of(mode, key, 0, None)
+    }
+
+    /// The decisions of a batch's `requests`, each a key and a cost.
+    pub(crate) fn batch(requests: &[(&'a [u8], u64)], now: Option<Ticks>) -> Vec<Self> {
+        requests
+            .iter()
+            .map(|&(key, cost)| Self::new(key, cost, now))
+            .collect()
+    }
+
+    pub(crate) fn waiting(self, max_wait: Option<Ticks>) -> Self {
+        Self { max_wait, ..self }
+    }
+
+    /// The invocation of this call on `keys`, path aside.
+    pub(crate) fn invocation<A: LuaAlgorithm>(
+        &self,
+        algorithm: &A,
+        program: &Program,
+        keys: &[Vec<u8>],
+    ) -> Result<Invocation, Error> {
+        let args = self.arguments(algorithm)?;
+        let (function, read_only) = match args.fast {
+            Some(_) => ("bucket", false),
+            None => (self.mode.name(), matches!(self.mode, Mode::Read)),
+        };
+        let mut invocation = program.invocation(function, read_only, keys);
+        self.append_lua(algorithm, &args, &mut invocation.cmd);
+        if matches!(self.mode, Mode::Decide) && program.may_use_module() {
+            let mut module = redis::cmd("TOLLGATE.CHECK");
+            module.arg(keys.len()).arg(keys);
+            algorithm.module_args(&mut module);
+            module.arg("COST").arg(args.cost);
+            if let Some(now) = self.now {
+                module.arg("NOW").arg(now);
+            }
+            if let Some(max_wait) = args.max_wait {
+                module.arg("MAXWAIT").arg(max_wait);
+            }
+            invocation.module = Some(module);
+        }
+        Ok(invocation)
+    }
+
+    /// The cost, wait and fast argument as every path sends them; an error if the time
+    /// is beyond the scripts' range.
+    pub(crate) fn arguments<A: LuaAlgorithm>(&self, algorithm: &A) -> Result<Arguments, Error> {
+        if let Some(now) = self.now.filter(|&now| now > MAX_LUA_TICKS) {
+            return Err(Error::OutOfRange {
+                what: "now",
+                value: now,
+                max: MAX_LUA_TICKS,
+            });
+        }
+        // Every cost above the cap decides and stores like the cap.
+        let cost = self.cost.min(algorithm.lua_cost_cap());
+        // Any wait beyond 2^53 ticks admits the same requests as an unbounded one.
+        let max_wait = self.max_wait.map(|w| w.min(2 * MAX_LUA_TICKS));
+        let fast = match self.mode {
+            Mode::Decide => algorithm.lua_fast_arg(cost, self.now, max_wait),
+            _ => None,
+        };
+        Ok(Arguments {
+            cost,
+            max_wait,
+            fast,
+        })
+    }
+
+    /// Appends the arguments for the library or a script, after the keys (see
+    /// `lua/main.lua`): the fast path's one argument, or the mode, time, cost, wait and
+    /// the algorithm.
+    pub(crate) fn append_lua<A: LuaAlgorithm>(
+        &self,
+        algorithm: &A,
+        args: &Arguments,
+        cmd: &mut Cmd,
+    ) {
+        if let Some(arg) = &args.fast {
+            cmd.arg(arg);
+            return;
+        }
+        cmd.arg(self.mode.name())
+            .arg(Arg(self.now))
+            .arg(args.cost)
+            .arg(Arg(args.max_wait));
+        // A take's or refund's cost varies in the script: it scales it there.
+        let scaled = if matches!(self.mode, Mode::Take | Mode::Refund) {
+            0
+        } else {
+            args.cost
+        };
+        algorithm.lua_args(scaled, cmd);
+    }
+}
+
+/// A call's arguments as every path sends them (see [`Call::arguments`]).
+#[derive(Debug)]
+pub(crate) struct Arguments {
+    /// The cost, clamped to the algorithm's cap.
+    pub(crate) cost: u64,
+    /// The longest wait, clamped to what the scripts compute.
+    pub(crate) max_wait: Option<Ticks>,
+    /// The fast path's one argument, when the call takes it.
+    pub(crate) fast: Option<Vec<u8>>,
+}
+
+/// An optional script argument: empty when absent.
+pub(crate) struct Arg(pub(crate) Option<u64>);
+
+impl redis::ToRedisArgs for Arg {
+    fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
+        match self.0 {
+            Some(value) => value.write_redis_args(out),
+            None => out.write_arg(b""),
+        }
+    }
+}
+
+impl redis::ToSingleRedisArg for Arg {}

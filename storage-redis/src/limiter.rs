@@ -1,0 +1,533 @@
+//! The limiter: its state in Redis, each decision one call, sync and async alike (each
+//! call builds its command and reads its reply the same way; only the send differs).
+
+use redis::{aio, ConnectionLike, Value};
+use tollgate_core::{Decision, Refund, Reserve, Ticks};
+
+use crate::call::{Call, Mode};
+use crate::error::Error;
+use crate::fail::{FailPolicy, Outcome};
+use crate::lua::{self, LuaAlgorithm};
+use crate::path::{Path, Program};
+use crate::reply::{self, Explain, Taken};
+
+/// How many keys [`RedisLimiter::purge`] asks `SCAN` for, and checks in one script call.
+pub const PURGE_BATCH: usize = 500;
+
+/// A rate limiter whose state lives in Redis, shared by every process using the same
+/// keys, prefix and algorithm.
+#[derive(Debug)]
+pub struct RedisLimiter<A: LuaAlgorithm> {
+    pub(crate) algorithm: A,
+    /// The script, its place in the library, and the path calls take.
+    pub(crate) program: Program,
+    pub(crate) prefix: Vec<u8>,
+    /// What [`RedisLimiter::decide`] answers when Redis cannot be reached.
+    pub(crate) on_unavailable: FailPolicy<A>,
+    /// How many arguments a decision on the general path takes (see `lua/library.lua`'s
+    /// `batch`).
+    pub(crate) decide_args: usize,
+}
+
+impl<A: LuaAlgorithm> RedisLimiter<A> {
+    /// A limiter for `algorithm`, failing closed; an error if its parameters are outside
+    /// the range the scripts compute exactly.
+    pub fn new(algorithm: A) -> Result<Self, Error> {
+        algorithm.lua_range()?;
+        let mut params = redis::Cmd::new();
+        algorithm.lua_args(0, &mut params);
+        // The mode, time, cost and wait, then the algorithm's.
+        let decide_args = 4 + params.args_iter().len();
+        Ok(Self {
+            decide_args,
+            program: Program::new(lua::script(&algorithm)),
+            algorithm,
+            prefix: Vec::new(),
+            on_unavailable: FailPolicy::Closed,
+        })
+    }
+
+    /// Puts `prefix` before every key.
+    pub fn with_prefix(mut self, prefix: impl Into<Vec<u8>>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// What [`RedisLimiter::decide`] answers when Redis cannot be reached.
+    pub fn on_unavailable(mut self, policy: FailPolicy<A>) -> Self {
+        self.on_unavailable = policy;
+        self
+    }
+
+    /// Calls take `path` instead of the fastest one the server offers. With
+    /// [`Path::Module`] on a server without the module, calls fail (`unknown command`).
+    /// Never an error today; the `Result` leaves room for paths a build cannot take.
+    pub fn with_path(mut self, path: Path) -> Result<Self, Error> {
+        self.program.force(Some(path));
+        Ok(self)
+    }
+
+    /// The path calls take: the one chosen with [`RedisLimiter::with_path`], else the
+    /// fastest the server offered on the first call ([`Path::Module`] when the module
+    /// is loaded, else [`Path::Functions`] on Redis ≥ 7 unless `FUNCTION` is refused,
+    /// else [`Path::Scripts`]); `None` before that call.
+    pub fn path(&self) -> Option<Path> {
+        self.program.path()
+    }
+
+    /// The algorithm.
+    pub fn algorithm(&self) -> &A {
+        &self.algorithm
+    }
+
+    /// The script every decision runs on [`Path::Scripts`] (for inspection, or
+    /// `SCRIPT LOAD` ahead of time).
+    pub fn script(&self) -> &str {
+        self.program.source()
+    }
+
+    /// The Redis keys holding `key`'s state: one, or one per composite member.
+    pub fn redis_keys(&self, key: &[u8]) -> Result<Vec<Vec<u8>>, Error> {
+        let members = self.algorithm.lua_keys();
+        if members == 1 {
+            return Ok(vec![[&self.prefix[..], key].concat()]);
+        }
+        // An empty hash tag would hash each member's whole name, scattering them.
+        if key.is_empty() {
+            return Err(Error::EmptyKey);
+        }
+        Ok((0..members)
+            .map(|i| [&self.prefix[..], b"{", key, b"}:", i.to_string().as_bytes()].concat())
+            .collect())
+    }
+
+    /// Decides a request of `cost` on `key` at the server's time.
+    pub fn check<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+        cost: u64,
+    ) -> Result<Decision, Error> {
+        self.one(con, Call::new(key, cost, None), reply::decision)
+    }
+
+    /// Decides at an explicit time `now` (replay, tests) instead of the server's. The
+    /// state written has no expiry (see the crate's docs: clean up with
+    /// [`RedisLimiter::purge`]).
+    pub fn check_at<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+        cost: u64,
+        now: Ticks,
+    ) -> Result<Decision, Error> {
+        self.one(con, Call::new(key, cost, Some(now)), reply::decision)
+    }
+
+    /// Like [`RedisLimiter::check`], applying the [`FailPolicy`] when Redis cannot be
+    /// reached; other errors (a corrupt state, bad input) are returned.
+    pub fn decide<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+        cost: u64,
+    ) -> Result<Outcome, Error> {
+        self.on_unavailable
+            .apply(key, cost, self.check(con, key, cost))
+    }
+
+    /// Decides many requests in one round trip (one connection, so one node: on Redis
+    /// Cluster use [`RedisLimiter::check_batch_async`]), in order, each exactly as its
+    /// own [`RedisLimiter::check`] would, a key repeated seeing the state its earlier
+    /// request left. On [`Path::Module`] and [`Path::Functions`] one command decides
+    /// them all (`TOLLGATE.BATCH`, the library's `batch`); on [`Path::Scripts`], and
+    /// before the first call has detected the path, a pipeline of one call each. The
+    /// outer error is the connection's; each request has its own result.
+    pub fn check_batch<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        requests: &[(&[u8], u64)],
+    ) -> Result<Vec<Result<Decision, Error>>, Error> {
+        self.run(con, &Call::batch(requests, None))
+    }
+
+    /// [`RedisLimiter::check_batch`] at an explicit time `now` (replays, tests).
+    pub fn check_batch_at<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        requests: &[(&[u8], u64)],
+        now: Ticks,
+    ) -> Result<Vec<Result<Decision, Error>>, Error> {
+        self.run(con, &Call::batch(requests, Some(now)))
+    }
+
+    /// Asynchronous [`RedisLimiter::check`], on a multiplexed connection, a connection
+    /// manager or a cluster connection.
+    pub async fn check_async<C: aio::ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+        cost: u64,
+    ) -> Result<Decision, Error> {
+        let call = Call::new(key, cost, None);
+        self.one_async(con, call, reply::decision).await
+    }
+
+    /// Asynchronous [`RedisLimiter::check_at`].
+    pub async fn check_at_async<C: aio::ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+        cost: u64,
+        now: Ticks,
+    ) -> Result<Decision, Error> {
+        let call = Call::new(key, cost, Some(now));
+        self.one_async(con, call, reply::decision).await
+    }
+
+    /// Asynchronous [`RedisLimiter::decide`].
+    pub async fn decide_async<C: aio::ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+        cost: u64,
+    ) -> Result<Outcome, Error> {
+        let result = self.check_async(con, key, cost).await;
+        self.on_unavailable.apply(key, cost, result)
+    }
+
+    /// Decides many requests at once: in one command where the path has one (the
+    /// module's or the library's, see [`RedisLimiter::check_batch`]), else each its own
+    /// call, all sent before any reply is read (a multiplexed connection pipelines
+    /// them), each routed by its own key on a cluster (where a batch's keys span slots,
+    /// the server refuses it once and calls go one by one from then on).
+    pub async fn check_batch_async<C: aio::ConnectionLike + Clone>(
+        &self,
+        con: &C,
+        requests: &[(&[u8], u64)],
+    ) -> Vec<Result<Decision, Error>> {
+        self.run_async(con, &Call::batch(requests, None)).await
+    }
+
+    /// The state stored for `key`, decoded by the core; `None` when fresh. A key holding
+    /// anything but a state of this algorithm is an error ([`Error::Foreign`],
+    /// [`Error::Corrupt`]), never "fresh".
+    pub fn state<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+    ) -> Result<Option<A::State>, Error> {
+        let values = self.read(con, key)?;
+        self.algorithm
+            .lua_decode(&values)
+            .map_err(|e| reply::corrupt(key, e.to_string()))
+    }
+
+    /// Forgets `key`: its next request finds a fresh state. Atomically refuses, deleting
+    /// nothing, if a key holds anything but a valid state of this algorithm.
+    pub fn reset<C: ConnectionLike>(&self, con: &mut C, key: &[u8]) -> Result<(), Error> {
+        self.one(con, Call::mode(key, Mode::Reset), |_, _, _| Ok(()))
+    }
+
+    /// Deletes every state of this algorithm under the limiter's prefix (any member's,
+    /// for a composite) and returns how many keys went; keys holding anything else stay.
+    /// States written at explicit times never expire (see [`RedisLimiter::check_at`]):
+    /// this is their clean-up. The keyspace is scanned in batches of [`PURGE_BATCH`],
+    /// each checked and deleted by one script call, so the server is never blocked for
+    /// long. One server: on a cluster, run it against each primary.
+    pub fn purge<C: ConnectionLike>(&self, con: &mut C) -> Result<u64, Error> {
+        let mut pattern = Vec::with_capacity(self.prefix.len() + 1);
+        for &b in &self.prefix {
+            if matches!(b, b'*' | b'?' | b'[' | b']' | b'\\') {
+                pattern.push(b'\\');
+            }
+            pattern.push(b);
+        }
+        pattern.push(b'*');
+        let (mut cursor, mut deleted) = (0u64, 0);
+        loop {
+            let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(PURGE_BATCH)
+                .query(con)
+                .map_err(|e| Error::from_redis(e, &self.prefix))?;
+            if !keys.is_empty() {
+                let reply = self.query(con, &Call::mode(&self.prefix, Mode::Purge), &keys)?;
+                deleted += redis::from_redis_value::<u64>(reply).map_err(|_| Error::Reply)?;
+            }
+            if next == 0 {
+                return Ok(deleted);
+            }
+            cursor = next;
+        }
+    }
+
+    /// Runs `call` on `keys` on the path in use, loading the library or the script if
+    /// the server lacks it.
+    pub(crate) fn query<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        call: &Call,
+        keys: &[Vec<u8>],
+    ) -> Result<Value, Error> {
+        let invocation = call.invocation(&self.algorithm, &self.program, keys)?;
+        self.program
+            .query(con, &invocation)
+            .map_err(|e| Error::from_redis(e, call.key))
+    }
+
+    /// Asynchronous [`RedisLimiter::query`].
+    async fn query_async<C: aio::ConnectionLike>(
+        &self,
+        con: &mut C,
+        call: &Call<'_>,
+        keys: &[Vec<u8>],
+    ) -> Result<Value, Error> {
+        let invocation = call.invocation(&self.algorithm, &self.program, keys)?;
+        self.program
+            .query_async(con, &invocation)
+            .await
+            .map_err(|e| Error::from_redis(e, call.key))
+    }
+
+    /// Runs `call` on its key's Redis keys and reads the reply with `parse` (see
+    /// [`reply`]), its errors about the state explained.
+    pub(crate) fn one<C: ConnectionLike, T>(
+        &self,
+        con: &mut C,
+        call: Call,
+        parse: impl FnOnce(&A, Value, &Call) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        let keys = self.redis_keys(call.key)?;
+        let result = self
+            .query(con, &call, &keys)
+            .and_then(|reply| parse(&self.algorithm, reply, &call));
+        self.explained(con, call.key, result)
+    }
+
+    /// Asynchronous [`RedisLimiter::one`].
+    pub(crate) async fn one_async<C: aio::ConnectionLike, T>(
+        &self,
+        con: &mut C,
+        call: Call<'_>,
+        parse: impl FnOnce(&A, Value, &Call) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        let keys = self.redis_keys(call.key)?;
+        let result = self
+            .query_async(con, &call, &keys)
+            .await
+            .and_then(|reply| parse(&self.algorithm, reply, &call));
+        self.explained_async(con, call.key, result).await
+    }
+
+    /// The values of `key`'s Redis keys (`None`: absent), refusing other types.
+    fn read<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+    ) -> Result<Vec<Option<Vec<u8>>>, Error> {
+        let keys = self.redis_keys(key)?;
+        reply::values(self.query(con, &Call::mode(key, Mode::Read), &keys)?)
+    }
+
+    /// Asynchronous [`RedisLimiter::read`].
+    async fn read_async<C: aio::ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+    ) -> Result<Vec<Option<Vec<u8>>>, Error> {
+        let keys = self.redis_keys(key)?;
+        reply::values(
+            self.query_async(con, &Call::mode(key, Mode::Read), &keys)
+                .await?,
+        )
+    }
+
+    /// Replaces a script's report of a corrupt state by the core decoder's verdict on
+    /// the same bytes, so every call (and every host) words it the same way; names what
+    /// a key of another type holds.
+    pub(crate) fn explained<C: ConnectionLike, T>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+        result: Result<T, Error>,
+    ) -> Result<T, Error> {
+        Err(match self.explain(key, result) {
+            Explain::Done(result) => return result,
+            Explain::Type(cmd, error) => reply::foreign(key, error, cmd.query(con)),
+            Explain::Read(reason) => self.diagnose(key, self.read(con, key), reason),
+        })
+    }
+
+    /// Asynchronous [`RedisLimiter::explained`].
+    pub(crate) async fn explained_async<C: aio::ConnectionLike, T>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+        result: Result<T, Error>,
+    ) -> Result<T, Error> {
+        Err(match self.explain(key, result) {
+            Explain::Done(result) => return result,
+            Explain::Type(cmd, error) => reply::foreign(key, error, cmd.query_async(con).await),
+            Explain::Read(reason) => self.diagnose(key, self.read_async(con, key).await, reason),
+        })
+    }
+
+    /// What explaining `result` for `key` takes (see [`Explain`]): for a `WRONGTYPE`,
+    /// `TYPE` of its (first) Redis key.
+    fn explain<T>(&self, key: &[u8], result: Result<T, Error>) -> Explain<T> {
+        match result {
+            Err(Error::Corrupt { reason, .. }) => Explain::Read(reason),
+            Err(Error::Redis(error)) if error.code() == Some("WRONGTYPE") => {
+                match self.redis_keys(key) {
+                    Ok(keys) => Explain::Type(redis::cmd("TYPE").arg(&keys[0]).to_owned(), error),
+                    Err(e) => Explain::Done(Err(e)),
+                }
+            }
+            result => Explain::Done(result),
+        }
+    }
+
+    /// The core's reason why `key`'s values, as `read`, are no state of this algorithm;
+    /// if the core reads them, they are beyond the scripts' range, as the `script` said.
+    fn diagnose(
+        &self,
+        key: &[u8],
+        read: Result<Vec<Option<Vec<u8>>>, Error>,
+        script: String,
+    ) -> Error {
+        match read.map(|values| self.algorithm.lua_decode(&values)) {
+            Ok(Err(e)) => reply::corrupt(key, e.to_string()),
+            Ok(Ok(_)) => reply::corrupt(key, format!("beyond the Redis scripts' range ({script})")),
+            Err(e) => e,
+        }
+    }
+}
+
+impl<A: LuaAlgorithm + Reserve> RedisLimiter<A> {
+    /// Reserves `cost` if it can act within `max_wait` ticks: admitted with the `delay`
+    /// to wait before acting, or denied with the exact retry.
+    pub fn reserve<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+        cost: u64,
+        max_wait: Ticks,
+    ) -> Result<Decision, Error> {
+        let call = Call::new(key, cost, None).waiting(Some(max_wait));
+        self.one(con, call, reply::decision)
+    }
+
+    /// [`RedisLimiter::reserve`] at an explicit time `now`.
+    pub fn reserve_at<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+        cost: u64,
+        max_wait: Ticks,
+        now: Ticks,
+    ) -> Result<Decision, Error> {
+        let call = Call::new(key, cost, Some(now)).waiting(Some(max_wait));
+        self.one(con, call, reply::decision)
+    }
+
+    /// Asynchronous [`RedisLimiter::reserve`].
+    pub async fn reserve_async<C: aio::ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+        cost: u64,
+        max_wait: Ticks,
+    ) -> Result<Decision, Error> {
+        let call = Call::new(key, cost, None).waiting(Some(max_wait));
+        self.one_async(con, call, reply::decision).await
+    }
+}
+
+impl<A: LuaAlgorithm + Refund> RedisLimiter<A> {
+    /// Takes up to `max` units of `key`'s limit in one atomic call: as many as are
+    /// admissible now (the core's [`Refund::take`]). A fleet node spends them locally.
+    pub fn take<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+        max: u64,
+    ) -> Result<Taken, Error> {
+        self.take_call(con, Call::of(Mode::Take, key, max, None))
+    }
+
+    /// [`RedisLimiter::take`] at an explicit time `now`.
+    pub fn take_at<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+        max: u64,
+        now: Ticks,
+    ) -> Result<Taken, Error> {
+        self.take_call(con, Call::of(Mode::Take, key, max, Some(now)))
+    }
+
+    /// Gives back `units` taken and not used (the core's [`Refund::refund`]), unless the
+    /// server's time has reached `deadline` (the end of the window they were counted in:
+    /// a late give-back is dropped, never applied to a later window). Returns the
+    /// decision a cost of zero gets afterwards.
+    pub fn refund<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+        units: u64,
+        deadline: Option<Ticks>,
+    ) -> Result<Decision, Error> {
+        let call = Call::of(Mode::Refund, key, units, None).waiting(deadline);
+        self.one(con, call, reply::decision)
+    }
+
+    /// [`RedisLimiter::refund`] at an explicit time `now`, without a deadline.
+    pub fn refund_at<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+        units: u64,
+        now: Ticks,
+    ) -> Result<Decision, Error> {
+        let call = Call::of(Mode::Refund, key, units, Some(now));
+        self.one(con, call, reply::decision)
+    }
+
+    /// A take or a charge: its reply read as what was taken.
+    fn take_call<C: ConnectionLike>(&self, con: &mut C, call: Call) -> Result<Taken, Error> {
+        self.one(con, call, |_, reply, call| reply::taken(reply, call.key))
+    }
+}
+
+impl<A: LuaAlgorithm + Refund + Reserve> RedisLimiter<A> {
+    /// Charges `units` already admitted elsewhere (a fleet's batch settle) in one atomic
+    /// call: booked at once as a reservation with no bound on its wait (the core's
+    /// [`Reserve::reserve`] with `Ticks::MAX`), so a bucket may go into debt, which
+    /// every node then sees; only a charge above the bucket's capacity is refused
+    /// (`units` 0).
+    pub fn charge<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+        units: u64,
+    ) -> Result<Taken, Error> {
+        let call = Call::of(Mode::Take, key, units, None).waiting(Some(Ticks::MAX));
+        self.take_call(con, call)
+    }
+
+    /// [`RedisLimiter::charge`] at an explicit time `now`.
+    pub fn charge_at<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+        units: u64,
+        now: Ticks,
+    ) -> Result<Taken, Error> {
+        let call = Call::of(Mode::Take, key, units, Some(now)).waiting(Some(Ticks::MAX));
+        self.take_call(con, call)
+    }
+}

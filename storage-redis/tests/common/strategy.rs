@@ -1,0 +1,27 @@
+//! Parts of the random traces the property tests share.
+
+use proptest::prelude::*;
+use tollgate_core::Ticks;
+use tollgate_redis::MAX_LUA_LIMIT;
+
+/// A limit: small, middling, or up to the largest the scripts take.
+pub fn limit() -> impl Strategy<Value = u64> {
+    prop_oneof![1..=4u64, 1..=100u64, 1..=MAX_LUA_LIMIT]
+}
+
+/// The gap before a request: none, a few ticks, or up to three periods.
+pub fn gap(period: Ticks) -> impl Strategy<Value = Ticks> {
+    prop_oneof![Just(0), 0..4u64, 0..=period / 8, 0..=period, 0..=3 * period]
+}
+
+/// A cost around `limit`: none, one, up to a quarter of it, up to just past it, or the
+/// most a caller can ask.
+pub fn cost(limit: u64) -> impl Strategy<Value = u64> {
+    prop_oneof![
+        Just(0),
+        Just(1),
+        0..=limit / 4 + 1,
+        0..=limit + 2,
+        Just(u64::MAX)
+    ]
+}
