@@ -16,18 +16,28 @@ use tokio::sync::{mpsc, oneshot};
 use tollgate_core::Decision;
 use tollgate_redis::{ReconnectingAsync, RedisLimiter};
 
-use crate::decide::DecideError;
 use crate::policy::Rule;
 
 /// The most decisions in one batch.
 pub const MAX_PIPELINE: usize = 256;
+
+/// Why a decision sent through the queue has no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Redis failed or refused.
+    #[error(transparent)]
+    Redis(#[from] tollgate_redis::Error),
+    /// The sending task is gone.
+    #[error("the Redis task stopped")]
+    Stopped,
+}
 
 /// A decision waiting to be sent.
 struct Job {
     limiter: Arc<RedisLimiter<Rule>>,
     key: Box<[u8]>,
     cost: u64,
-    reply: oneshot::Sender<Result<Decision, DecideError>>,
+    reply: oneshot::Sender<Result<Decision, tollgate_redis::Error>>,
 }
 
 /// The queue of decisions for Redis, and the task sending them.
@@ -75,7 +85,7 @@ impl Coalescer {
         limiter: &Arc<RedisLimiter<Rule>>,
         key: &[u8],
         cost: u64,
-    ) -> Result<Decision, DecideError> {
+    ) -> Result<Decision, Error> {
         let (reply, answer) = oneshot::channel();
         let job = Job {
             limiter: Arc::clone(limiter),
@@ -83,9 +93,8 @@ impl Coalescer {
             cost,
             reply,
         };
-        let stopped = || DecideError::Backend("the Redis task stopped".into());
-        self.jobs.send(job).map_err(|_| stopped())?;
-        answer.await.map_err(|_| stopped())?
+        self.jobs.send(job).map_err(|_| Error::Stopped)?;
+        Ok(answer.await.map_err(|_| Error::Stopped)??)
     }
 }
 
@@ -113,15 +122,6 @@ async fn send(con: &ReconnectingAsync, limiter: &RedisLimiter<Rule>, jobs: Vec<J
     let requests: Vec<(&[u8], u64)> = jobs.iter().map(|j| (&j.key[..], j.cost)).collect();
     let results = limiter.check_batch_async(con, &requests).await;
     for (job, result) in jobs.into_iter().zip(results) {
-        let _ = job.reply.send(result.map_err(typed));
-    }
-}
-
-/// A Redis error as the decision's error.
-pub fn typed(e: tollgate_redis::Error) -> DecideError {
-    if e.is_unavailable() {
-        DecideError::Unavailable(e.to_string())
-    } else {
-        DecideError::Backend(e.to_string())
+        let _ = job.reply.send(result);
     }
 }

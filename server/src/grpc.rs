@@ -14,7 +14,9 @@ use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
 
-use crate::api::{self, Shared};
+use crate::policy::Built;
+use crate::service::auth::{authenticate, bearer};
+use crate::service::{Service, ServiceError, MAX_BATCH};
 
 /// The code generated from the vendored protos (`proto/`).
 #[allow(
@@ -75,31 +77,34 @@ use envoy::service::ratelimit::v3::rate_limit_service_server::{
 use envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 
 /// The most descriptors in one call (as `/v1/decide/batch`).
-const MAX_DESCRIPTORS: usize = api::MAX_BATCH;
+const MAX_DESCRIPTORS: usize = MAX_BATCH;
 
-/// The service, deciding with the HTTP API's limiters.
+/// The rate limit service, deciding through the decision service (as HTTP does).
 #[derive(Debug, Clone)]
-pub struct Rls {
-    shared: Arc<Shared>,
+pub(crate) struct Rls {
+    service: Arc<Service>,
 }
 
 impl Rls {
-    /// The gRPC service over `shared`.
-    pub(crate) fn service(shared: Arc<Shared>) -> RateLimitServiceServer<Self> {
-        RateLimitServiceServer::new(Self { shared })
+    /// The gRPC service over `service`.
+    pub(crate) fn server(service: Arc<Service>) -> RateLimitServiceServer<Self> {
+        RateLimitServiceServer::new(Self { service })
     }
 }
 
-/// An HTTP status as the gRPC code that means the same.
-fn status(e: &api::ApiError) -> Status {
-    use axum::http::StatusCode as S;
-    let message = e.message.clone();
-    match e.status {
-        S::UNAUTHORIZED => Status::unauthenticated(message),
-        S::FORBIDDEN => Status::permission_denied(message),
-        S::SERVICE_UNAVAILABLE => Status::unavailable(message),
-        S::BAD_REQUEST | S::UNPROCESSABLE_ENTITY => Status::invalid_argument(message),
-        _ => Status::internal(message),
+/// A service error as the gRPC code that means the same.
+fn status(e: ServiceError) -> Status {
+    let message = e.to_string();
+    match e {
+        ServiceError::Unauthorized => Status::unauthenticated(message),
+        ServiceError::Forbidden(_) => Status::permission_denied(message),
+        ServiceError::NotFound(_) => Status::not_found(message),
+        ServiceError::Invalid { .. } => Status::invalid_argument(message),
+        ServiceError::Unavailable(_) => Status::unavailable(message),
+        ServiceError::Conflict(_) | ServiceError::Stale(_) | ServiceError::VersionRequired => {
+            Status::failed_precondition(message)
+        }
+        ServiceError::Internal(_) => Status::internal(message),
     }
 }
 
@@ -124,19 +129,22 @@ impl RateLimitService for Rls {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        let snapshot = self.shared.snapshot();
-        let authorization = request
+        let snapshot = self.service.snapshot();
+        let token = request
             .metadata()
             .get("authorization")
-            .and_then(|v| v.to_str().ok());
-        let app = api::app_of(authorization, &snapshot).map_err(|e| status(&e))?;
+            .and_then(|v| v.to_str().ok())
+            .and_then(bearer);
+        let app = authenticate(&snapshot, token)
+            .and_then(|caller| caller.app())
+            .map_err(status)?;
         let request = request.into_inner();
         if request.descriptors.is_empty() || request.descriptors.len() > MAX_DESCRIPTORS {
             return Err(Status::invalid_argument(format!(
                 "a request has 1 to {MAX_DESCRIPTORS} descriptors"
             )));
         }
-        let limiters = self.shared.limiters();
+        let limiters = self.service.limiters();
         let mut statuses = Vec::with_capacity(request.descriptors.len());
         let mut over = false;
         for descriptor in &request.descriptors {
@@ -157,13 +165,14 @@ impl RateLimitService for Rls {
                 .map(u64::from)
                 .or((request.hits_addend != 0).then_some(u64::from(request.hits_addend)))
                 .unwrap_or(1);
-            let (entry, decision) =
-                api::decide_for(&self.shared, &snapshot, &limiters, app, policy, &key, cost)
-                    .await
-                    .map_err(|e| status(&e))?;
+            let (entry, decision) = self
+                .service
+                .decide(&snapshot, &limiters, &app, policy, &key, cost)
+                .await
+                .map_err(status)?;
             over |= !decision.allowed;
             let period = match &entry.built {
-                crate::policy::Built::Rule(_) => snapshot
+                Built::Rule(_) => snapshot
                     .policies
                     .get(policy)
                     .map_or(0, |s| s.policy.period()),

@@ -13,26 +13,28 @@
 //! ```
 #![deny(missing_docs)]
 
-mod api;
-mod assets;
-pub mod coalesce;
-pub mod decide;
+mod coalesce;
 pub mod grpc;
+mod http;
+mod limiters;
 mod metrics;
 pub mod policy;
-pub mod store;
-pub mod token;
+mod service;
+mod store;
+mod time;
+mod token;
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
-pub use api::{BODY_LIMIT, MAX_BATCH, MAX_KEY};
-use decide::Backend;
-pub use decide::Fail;
-use store::{Store, StoreError, User};
+use limiters::Backend;
+pub use limiters::Fail;
+use service::Service;
+pub use store::StoreError;
+use store::{Store, User};
 
 /// How a server runs (the flags of `tollgate serve`).
 #[derive(Debug, Clone)]
@@ -99,7 +101,7 @@ pub enum Error {
 }
 
 /// Opens the store a configuration names.
-pub async fn open_store(config: &Config) -> Result<Store, StoreError> {
+async fn open_store(config: &Config) -> Result<Store, StoreError> {
     match &config.store {
         Some(url) => Store::open(url).await,
         None => Store::open_dir(&config.data_dir).await,
@@ -131,7 +133,7 @@ pub async fn init_admin(config: &Config, name: &str) -> Result<String, Error> {
 pub struct Server {
     listener: tokio::net::TcpListener,
     grpc: Option<tokio::net::TcpListener>,
-    shared: Arc<api::Shared>,
+    service: Arc<Service>,
     config: Config,
 }
 
@@ -157,16 +159,8 @@ impl Server {
                 }
             }
         };
-        let shared = Arc::new(api::Shared {
-            store,
-            snapshot: RwLock::default(),
-            limiters: RwLock::default(),
-            backend,
-            metrics: metrics::Metrics::default(),
-            metrics_open: config.metrics_open,
-            reloading: tokio::sync::Mutex::new(()),
-        });
-        shared.reload(true).await?;
+        let service = Arc::new(Service::new(store, backend, config.metrics_open));
+        service.reload(true).await?;
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
             .map_err(|e| Error::Listen(config.listen, e))?;
@@ -181,7 +175,7 @@ impl Server {
         Ok(Self {
             listener,
             grpc,
-            shared,
+            service,
             config,
         })
     }
@@ -201,7 +195,7 @@ impl Server {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), Error> {
-        let shared = Arc::clone(&self.shared);
+        let service = Arc::clone(&self.service);
         let poll = self.config.poll;
         // Changes made by other servers arrive through the store's change counter.
         let poller = tokio::spawn(async move {
@@ -209,7 +203,7 @@ impl Server {
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tick.tick().await;
-                if let Err(e) = shared.reload(false).await {
+                if let Err(e) = service.reload(false).await {
                     tracing::warn!(error = %e, "polling the store; serving the policies last read");
                 }
             }
@@ -225,7 +219,7 @@ impl Server {
         };
         tracing::info!(listen = %self.local_addr(), "serving");
         let grpc = self.grpc.map(|listener| {
-            let service = grpc::Rls::service(Arc::clone(&self.shared));
+            let service = grpc::Rls::server(Arc::clone(&self.service));
             let until = until(stopped.clone());
             tracing::info!(listen = ?listener.local_addr().ok(), "serving Envoy's rate limit service (gRPC)");
             tokio::spawn(
@@ -238,7 +232,7 @@ impl Server {
                     ),
             )
         });
-        let app = api::router(Arc::clone(&self.shared), self.config.timeout);
+        let app = http::router::router(Arc::clone(&self.service), self.config.timeout);
         let served = axum::serve(self.listener, app)
             .with_graceful_shutdown(until(stopped))
             .await

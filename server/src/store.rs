@@ -15,6 +15,7 @@ use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
 
 use crate::policy::{Policy, Style};
+use crate::time::rfc3339;
 
 /// A store failure: the database is unreachable or refused a statement.
 #[derive(Debug, thiserror::Error)]
@@ -65,6 +66,26 @@ pub struct Stored {
     pub created_at: i64,
     /// When it was changed last, in seconds since the Unix epoch.
     pub updated_at: i64,
+}
+
+impl Stored {
+    /// The policy as the API and the audit log show it: the file's fields plus metadata.
+    pub(crate) fn to_json(&self) -> serde_json::Value {
+        use serde_json::{json, Value};
+        let mut value = serde_json::to_value(&self.policy).unwrap_or_else(|_| json!({}));
+        if let Value::Object(map) = &mut value {
+            // Always present at the top (a composite's members leave them out).
+            map.insert("apps".into(), json!(self.policy.apps));
+            map.insert("description".into(), json!(self.policy.description));
+            map.insert("name".into(), json!(self.name));
+            map.insert("version".into(), json!(self.version));
+            map.insert("created_by".into(), json!(self.created_by));
+            map.insert("updated_by".into(), json!(self.updated_by));
+            map.insert("created_at".into(), json!(rfc3339(self.created_at)));
+            map.insert("updated_at".into(), json!(rfc3339(self.updated_at)));
+        }
+        value
+    }
 }
 
 /// Who a token belongs to.
@@ -415,8 +436,8 @@ impl Store {
             .bind(actor)
             .bind(action)
             .bind(name)
-            .bind(current.as_ref().map(|s| crate::api::policy_json(s).to_string()))
-            .bind(next.as_ref().map(|s| crate::api::policy_json(s).to_string()))
+            .bind(current.as_ref().map(|s| s.to_json().to_string()))
+            .bind(next.as_ref().map(|s| s.to_json().to_string()))
             .bind(serde_json::to_string(&apps).unwrap_or_default())
             .execute(&mut *tx)
             .await?;

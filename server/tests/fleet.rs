@@ -43,12 +43,7 @@ async fn two_servers_one_limit_and_one_set_of_policies() {
     let b = TestServer::with(config).await;
     let web = app(&a, &admin, "web").await;
     let policy = r#"{"algorithm":"fixed-window","limit":10,"period":"1h","apps":["web"]}"#;
-    assert_eq!(
-        put(&a.url("/v1/policies/api"), &admin, policy, None)
-            .await
-            .status,
-        StatusCode::CREATED
-    );
+    create_policy(&a, &admin, "api", policy).await;
     // Beyond what the Redis scripts compute exactly: 422, nothing stored.
     let huge = policy.replace("\"limit\":10", "\"limit\":2000000");
     let refused = put(&a.url("/v1/policies/huge"), &admin, &huge, None).await;
@@ -110,8 +105,7 @@ async fn two_servers_one_limit_and_one_set_of_policies() {
     assert_eq!(statuses, [200, 409]);
     // Leases in Redis: one holder across both servers.
     let workers = r#"{"algorithm":"concurrency","limit":1,"lease":"30s","apps":["web"]}"#;
-    let made = put(&a.url("/v1/policies/workers"), &admin, workers, None).await;
-    assert_eq!(made.status, StatusCode::CREATED);
+    create_policy(&a, &admin, "workers", workers).await;
     let acquire = |server: &TestServer, owner: &str| {
         let (url, web, body) = (
             server.url("/v1/lease/acquire"),
@@ -199,12 +193,7 @@ async fn redis_killed_then_restarted() {
     .await;
     let web = app(&strict, &admin, "web").await;
     let policy = r#"{"algorithm":"fixed-window","limit":2,"period":"1h","apps":["web"]}"#;
-    assert_eq!(
-        put(&strict.url("/v1/policies/api"), &admin, policy, None)
-            .await
-            .status,
-        StatusCode::CREATED
-    );
+    create_policy(&strict, &admin, "api", policy).await;
     for server in [&local, &closed] {
         assert!(
             eventually(Duration::from_secs(1), || async {

@@ -39,230 +39,52 @@ const WEB_POLICY: &str = r#"{"algorithm":"fixed-window","limit":5,"period":"1s",
 const BOTH_POLICY: &str =
     r#"{"algorithm":"fixed-window","limit":5,"period":"1s","apps":["web","mobile"]}"#;
 const NO_APPS_POLICY: &str = r#"{"algorithm":"fixed-window","limit":5,"period":"1s"}"#;
+const NEW_APP: &str = r#"{"name":"app-{role}"}"#;
+const NEW_USER: &str = r#"{"name":"new-{role}","roles":{"web":"viewer"}}"#;
+const ROLES: &str = r#"{"roles":{"web":"owner"},"admin":false}"#;
+const DECIDE: &str = r#"{"policy":"api","key":"k"}"#;
+const BATCH: &str = r#"{"requests":[{"policy":"api","key":"k"}]}"#;
+/// Each caller's lease on the `workers` policy.
+const LEASE: &str = r#"{"policy":"workers","key":"k","owner":"{role}"}"#;
 
+#[rustfmt::skip]
 fn rows() -> Vec<Row> {
     use Method as M;
-    //                                                   none bad viewer other owner admin app
+    // method, path, body, If-Match; the statuses for: none bad viewer other owner admin app
     vec![
-        row(
-            M::GET,
-            "/healthz",
-            None,
-            None,
-            [200, 200, 200, 200, 200, 200, 200],
-        ),
-        row(M::GET, "/", None, None, [200, 200, 200, 200, 200, 200, 200]),
-        row(
-            M::GET,
-            "/metrics",
-            None,
-            None,
-            [401, 401, 403, 403, 403, 200, 403],
-        ),
-        row(
-            M::GET,
-            "/v1/me",
-            None,
-            None,
-            [401, 401, 200, 200, 200, 200, 403],
-        ),
-        row(
-            M::GET,
-            "/v1/apps",
-            None,
-            None,
-            [401, 401, 200, 200, 200, 200, 403],
-        ),
-        row(
-            M::POST,
-            "/v1/apps",
-            Some(r#"{"name":"app-{role}"}"#),
-            None,
-            [401, 401, 403, 403, 403, 201, 403],
-        ),
-        row(
-            M::POST,
-            "/v1/apps/spare-{role}/token",
-            None,
-            None,
-            [401, 401, 403, 403, 403, 200, 403],
-        ),
-        row(
-            M::DELETE,
-            "/v1/apps/spare-{role}",
-            None,
-            None,
-            [401, 401, 403, 403, 403, 204, 403],
-        ),
-        row(
-            M::GET,
-            "/v1/users",
-            None,
-            None,
-            [401, 401, 403, 403, 403, 200, 403],
-        ),
-        row(
-            M::POST,
-            "/v1/users",
-            Some(r#"{"name":"new-{role}","roles":{"web":"viewer"}}"#),
-            None,
-            [401, 401, 403, 403, 403, 201, 403],
-        ),
-        row(
-            M::PUT,
-            "/v1/users/spare-{role}/roles",
-            Some(r#"{"roles":{"web":"owner"},"admin":false}"#),
-            None,
-            [401, 401, 403, 403, 403, 200, 403],
-        ),
-        row(
-            M::POST,
-            "/v1/users/spare-{role}/token",
-            None,
-            None,
-            [401, 401, 403, 403, 403, 200, 403],
-        ),
-        row(
-            M::DELETE,
-            "/v1/users/spare-{role}",
-            None,
-            None,
-            [401, 401, 403, 403, 403, 204, 403],
-        ),
-        row(
-            M::GET,
-            "/v1/policies",
-            None,
-            None,
-            [401, 401, 200, 200, 200, 200, 403],
-        ),
-        row(
-            M::GET,
-            "/v1/policies?app=web",
-            None,
-            None,
-            [401, 401, 200, 403, 200, 200, 403],
-        ),
+        row(M::GET,    "/healthz",                     None,                 None,          [200, 200, 200, 200, 200, 200, 200]),
+        row(M::GET,    "/",                            None,                 None,          [200, 200, 200, 200, 200, 200, 200]),
+        row(M::GET,    "/metrics",                     None,                 None,          [401, 401, 403, 403, 403, 200, 403]),
+        row(M::GET,    "/v1/me",                       None,                 None,          [401, 401, 200, 200, 200, 200, 403]),
+        row(M::GET,    "/v1/apps",                     None,                 None,          [401, 401, 200, 200, 200, 200, 403]),
+        row(M::POST,   "/v1/apps",                     Some(NEW_APP),        None,          [401, 401, 403, 403, 403, 201, 403]),
+        row(M::POST,   "/v1/apps/spare-{role}/token",  None,                 None,          [401, 401, 403, 403, 403, 200, 403]),
+        row(M::DELETE, "/v1/apps/spare-{role}",        None,                 None,          [401, 401, 403, 403, 403, 204, 403]),
+        row(M::GET,    "/v1/users",                    None,                 None,          [401, 401, 403, 403, 403, 200, 403]),
+        row(M::POST,   "/v1/users",                    Some(NEW_USER),       None,          [401, 401, 403, 403, 403, 201, 403]),
+        row(M::PUT,    "/v1/users/spare-{role}/roles", Some(ROLES),          None,          [401, 401, 403, 403, 403, 200, 403]),
+        row(M::POST,   "/v1/users/spare-{role}/token", None,                 None,          [401, 401, 403, 403, 403, 200, 403]),
+        row(M::DELETE, "/v1/users/spare-{role}",       None,                 None,          [401, 401, 403, 403, 403, 204, 403]),
+        row(M::GET,    "/v1/policies",                 None,                 None,          [401, 401, 200, 200, 200, 200, 403]),
+        row(M::GET,    "/v1/policies?app=web",         None,                 None,          [401, 401, 200, 403, 200, 200, 403]),
         // Whether or not the app exists: the same 403.
-        row(
-            M::GET,
-            "/v1/policies?app=nowhere",
-            None,
-            None,
-            [401, 401, 403, 403, 403, 200, 403],
-        ),
-        row(
-            M::GET,
-            "/v1/policies/api",
-            None,
-            None,
-            [401, 401, 200, 404, 200, 200, 403],
-        ),
-        row(
-            M::GET,
-            "/v1/policies/missing",
-            None,
-            None,
-            [401, 401, 404, 404, 404, 404, 403],
-        ),
-        row(
-            M::PUT,
-            "/v1/policies/new-{role}",
-            Some(WEB_POLICY),
-            None,
-            [401, 401, 403, 403, 201, 201, 403],
-        ),
-        row(
-            M::PUT,
-            "/v1/policies/both-{role}",
-            Some(BOTH_POLICY),
-            None,
-            [401, 401, 403, 403, 403, 201, 403],
-        ),
-        row(
-            M::PUT,
-            "/v1/policies/bare-{role}",
-            Some(NO_APPS_POLICY),
-            None,
-            [401, 401, 403, 403, 403, 201, 403],
-        ),
-        row(
-            M::PUT,
-            "/v1/policies/upd-{role}",
-            Some(WEB_POLICY),
-            Some("\"1\""),
-            [401, 401, 403, 403, 200, 200, 403],
-        ),
-        row(
-            M::PUT,
-            "/v1/policies/upd-{role}",
-            Some(WEB_POLICY),
-            None,
-            [401, 401, 403, 403, 428, 428, 403],
-        ),
-        row(
-            M::DELETE,
-            "/v1/policies/del-{role}",
-            None,
-            Some("\"1\""),
-            [401, 401, 403, 404, 204, 204, 403],
-        ),
-        row(
-            M::GET,
-            "/v1/audit",
-            None,
-            None,
-            [401, 401, 200, 200, 200, 200, 403],
-        ),
-        row(
-            M::GET,
-            "/v1/audit?app=web",
-            None,
-            None,
-            [401, 401, 200, 403, 200, 200, 403],
-        ),
-        row(
-            M::GET,
-            "/v1/stats?app=web",
-            None,
-            None,
-            [401, 401, 200, 403, 200, 200, 403],
-        ),
-        row(
-            M::POST,
-            "/v1/decide",
-            Some(r#"{"policy":"api","key":"k"}"#),
-            None,
-            [401, 401, 403, 403, 403, 403, 200],
-        ),
-        row(
-            M::POST,
-            "/v1/lease/acquire",
-            Some(r#"{"policy":"workers","key":"k","owner":"{role}"}"#),
-            None,
-            [401, 401, 403, 403, 403, 403, 200],
-        ),
-        row(
-            M::POST,
-            "/v1/lease/renew",
-            Some(r#"{"policy":"workers","key":"k","owner":"{role}"}"#),
-            None,
-            [401, 401, 403, 403, 403, 403, 200],
-        ),
-        row(
-            M::POST,
-            "/v1/lease/release",
-            Some(r#"{"policy":"workers","key":"k","owner":"{role}"}"#),
-            None,
-            [401, 401, 403, 403, 403, 403, 200],
-        ),
-        row(
-            M::POST,
-            "/v1/decide/batch",
-            Some(r#"{"requests":[{"policy":"api","key":"k"}]}"#),
-            None,
-            [401, 401, 403, 403, 403, 403, 200],
-        ),
+        row(M::GET,    "/v1/policies?app=nowhere",     None,                 None,          [401, 401, 403, 403, 403, 200, 403]),
+        row(M::GET,    "/v1/policies/api",             None,                 None,          [401, 401, 200, 404, 200, 200, 403]),
+        row(M::GET,    "/v1/policies/missing",         None,                 None,          [401, 401, 404, 404, 404, 404, 403]),
+        row(M::PUT,    "/v1/policies/new-{role}",      Some(WEB_POLICY),     None,          [401, 401, 403, 403, 201, 201, 403]),
+        row(M::PUT,    "/v1/policies/both-{role}",     Some(BOTH_POLICY),    None,          [401, 401, 403, 403, 403, 201, 403]),
+        row(M::PUT,    "/v1/policies/bare-{role}",     Some(NO_APPS_POLICY), None,          [401, 401, 403, 403, 403, 201, 403]),
+        row(M::PUT,    "/v1/policies/upd-{role}",      Some(WEB_POLICY),     Some("\"1\""), [401, 401, 403, 403, 200, 200, 403]),
+        row(M::PUT,    "/v1/policies/upd-{role}",      Some(WEB_POLICY),     None,          [401, 401, 403, 403, 428, 428, 403]),
+        row(M::DELETE, "/v1/policies/del-{role}",      None,                 Some("\"1\""), [401, 401, 403, 404, 204, 204, 403]),
+        row(M::GET,    "/v1/audit",                    None,                 None,          [401, 401, 200, 200, 200, 200, 403]),
+        row(M::GET,    "/v1/audit?app=web",            None,                 None,          [401, 401, 200, 403, 200, 200, 403]),
+        row(M::GET,    "/v1/stats?app=web",            None,                 None,          [401, 401, 200, 403, 200, 200, 403]),
+        row(M::POST,   "/v1/decide",                   Some(DECIDE),         None,          [401, 401, 403, 403, 403, 403, 200]),
+        row(M::POST,   "/v1/lease/acquire",            Some(LEASE),          None,          [401, 401, 403, 403, 403, 403, 200]),
+        row(M::POST,   "/v1/lease/renew",              Some(LEASE),          None,          [401, 401, 403, 403, 403, 403, 200]),
+        row(M::POST,   "/v1/lease/release",            Some(LEASE),          None,          [401, 401, 403, 403, 403, 403, 200]),
+        row(M::POST,   "/v1/decide/batch",             Some(BATCH),          None,          [401, 401, 403, 403, 403, 403, 200]),
     ]
 }
 
@@ -420,27 +242,13 @@ async fn nothing_leaks_beyond_the_roles() {
     )
     .await;
     assert_eq!(demote.status, StatusCode::CONFLICT, "{}", demote.text);
-    let delete = call(
-        Method::DELETE,
-        &server.url("/v1/users/root"),
-        Some(&admin),
-        None,
-        &[],
-    )
-    .await;
+    let delete = send(Method::DELETE, &server.url("/v1/users/root"), &admin).await;
     assert_eq!(delete.status, StatusCode::CONFLICT);
     assert_eq!(
         get(&server.url("/v1/users"), &admin).await.status,
         StatusCode::OK
     );
-    let deleted = call(
-        Method::DELETE,
-        &server.url("/v1/users/other"),
-        Some(&admin),
-        None,
-        &[],
-    )
-    .await;
+    let deleted = send(Method::DELETE, &server.url("/v1/users/other"), &admin).await;
     assert_eq!(deleted.status, StatusCode::NO_CONTENT);
     assert_eq!(
         get(&server.url("/v1/me"), &new).await.status,

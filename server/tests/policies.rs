@@ -15,6 +15,20 @@ async fn setup() -> (TestServer, String, String) {
     (server, admin, web)
 }
 
+/// [`setup`], and policy `api` made from `policy`.
+async fn serving(policy: &str) -> (TestServer, String, String) {
+    let (server, admin, web) = setup().await;
+    create_policy(&server, &admin, "api", policy).await;
+    (server, admin, web)
+}
+
+/// The answers' statuses, sorted.
+fn statuses(answers: Vec<Answer>) -> Vec<u16> {
+    let mut statuses: Vec<u16> = answers.iter().map(|a| a.status.as_u16()).collect();
+    statuses.sort_unstable();
+    statuses
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn versions_conflicts_and_the_audit_log() {
     let (server, admin, _) = setup().await;
@@ -92,39 +106,32 @@ async fn concurrent_updates_one_wins() {
         StatusCode::CREATED
     );
     for round in 1..=5 {
-        let writers = (0..4).map(|i| {
+        let writers = at_once(4, |i| {
             let (url, admin) = (url.clone(), admin.clone());
             let body = BUCKET.replace("\"capacity\":3", &format!("\"capacity\":{}", 10 + i));
-            tokio::spawn(async move { put(&url, &admin, &body, Some(round)).await })
+            async move { put(&url, &admin, &body, Some(round)).await }
         });
-        let mut statuses = Vec::new();
-        for writer in writers {
-            statuses.push(writer.await.unwrap().status.as_u16());
-        }
-        statuses.sort();
-        assert_eq!(statuses, [200, 409, 409, 409], "round {round}");
+        assert_eq!(
+            statuses(writers.await),
+            [200, 409, 409, 409],
+            "round {round}"
+        );
     }
     let audit = get(&server.url("/v1/audit"), &admin).await;
     assert_eq!(audit.json["entries"].as_array().unwrap().len(), 6);
     // Creating the same name at once: one 201, the others see it exists (428).
-    let creators = (0..4).map(|_| {
+    let creators = at_once(4, |_| {
         let (url, admin) = (server.url("/v1/policies/fresh"), admin.clone());
-        tokio::spawn(async move { put(&url, &admin, BUCKET, None).await })
+        async move { put(&url, &admin, BUCKET, None).await }
     });
-    let mut statuses = Vec::new();
-    for creator in creators {
-        statuses.push(creator.await.unwrap().status.as_u16());
-    }
-    statuses.sort();
-    assert_eq!(statuses, [201, 428, 428, 428]);
+    assert_eq!(statuses(creators.await), [201, 428, 428, 428]);
     server.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn decisions_carry_the_headers() {
-    let (server, admin, web) = setup().await;
     let policy = r#"{"algorithm":"fixed-window","limit":2,"period":"10s","apps":["web"]}"#;
-    create_policy(&server, &admin, "api", policy).await;
+    let (server, admin, web) = serving(policy).await;
     let url = server.url("/v1/decide");
     let first = post(&url, &web, r#"{"policy":"api","key":"alice"}"#).await;
     assert_eq!(first.status, StatusCode::OK);
@@ -299,14 +306,7 @@ async fn bad_input_is_refused_and_nothing_is_stored() {
     let query = get(&server.url("/v1/audit?limit=many"), &admin).await;
     assert_eq!(query.status, StatusCode::BAD_REQUEST);
     assert!(query.json["error"].is_string(), "{}", query.text);
-    let method = call(
-        Method::PATCH,
-        &server.url("/v1/policies/api"),
-        Some(&admin),
-        None,
-        &[],
-    )
-    .await;
+    let method = send(Method::PATCH, &server.url("/v1/policies/api"), &admin).await;
     assert_eq!(method.status, StatusCode::METHOD_NOT_ALLOWED);
     assert!(method.json["error"].is_string(), "{}", method.text);
     // Users and apps: bad names, duplicates.
@@ -498,16 +498,14 @@ async fn audit_pages_past_other_apps_entries() {
 /// Many concurrent decisions on one key admit exactly the limit, never one more.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_decisions_admit_exactly_the_limit() {
-    let (server, admin, web) = setup().await;
     let policy = r#"{"algorithm":"sliding-log","limit":25,"period":"1h","apps":["web"]}"#;
-    create_policy(&server, &admin, "api", policy).await;
-    let calls = (0..100).map(|_| {
+    let (server, _, web) = serving(policy).await;
+    let calls = at_once(100, |_| {
         let (url, web) = (server.url("/v1/decide"), web.clone());
-        tokio::spawn(async move { post(&url, &web, r#"{"policy":"api","key":"hot"}"#).await })
+        async move { post(&url, &web, r#"{"policy":"api","key":"hot"}"#).await }
     });
     let mut admitted = 0;
-    for call in calls {
-        let answer = call.await.unwrap();
+    for answer in calls.await {
         assert_eq!(answer.status, StatusCode::OK);
         admitted += u32::from(answer.json["allowed"] == true);
     }

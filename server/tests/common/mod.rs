@@ -166,8 +166,13 @@ pub async fn call(
     }
 }
 
+/// A request without a body.
+pub async fn send(method: Method, url: &str, token: &str) -> Answer {
+    call(method, url, Some(token), None, &[]).await
+}
+
 pub async fn get(url: &str, token: &str) -> Answer {
-    call(Method::GET, url, Some(token), None, &[]).await
+    send(Method::GET, url, token).await
 }
 
 pub async fn post(url: &str, token: &str, body: &str) -> Answer {
@@ -214,6 +219,20 @@ pub async fn user(server: &TestServer, admin: &str, name: &str, roles: &str) -> 
     .await;
     assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.text);
     answer.json["token"].as_str().expect("token").to_owned()
+}
+
+/// `n` requests made at once, request `i` by `request(i)`; their answers, in order.
+pub async fn at_once<F, Fut>(n: usize, request: F) -> Vec<Answer>
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = Answer> + Send + 'static,
+{
+    let tasks: Vec<_> = (0..n).map(|i| tokio::spawn(request(i))).collect();
+    let mut answers = Vec::with_capacity(n);
+    for task in tasks {
+        answers.push(task.await.expect("request task"));
+    }
+    answers
 }
 
 /// Polls `check` every 20 ms until it holds or `within` passed; whether it held.

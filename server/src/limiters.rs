@@ -1,4 +1,4 @@
-//! Decisions: one limiter per policy, in this process (bounded keyed limiters) or in
+//! The limiters: one per policy, in this process (bounded keyed limiters) or in
 //! Redis (`--decisions redis://…`, shared by a fleet), rebuilt only when a policy's
 //! parameters change, so editing its apps or description keeps its counts.
 
@@ -14,8 +14,7 @@ use tollgate_core::{
 };
 use tollgate_redis::{ReconnectingAsync, RedisLeases, RedisLimiter};
 
-use crate::coalesce::Coalescer;
-
+use crate::coalesce::{self, Coalescer};
 use crate::metrics::{Counters, Metrics};
 use crate::policy::{Built, Policy, Rule, Style};
 use crate::store::Stored;
@@ -206,7 +205,13 @@ impl Entry {
                     coalescer, fail, ..
                 },
             ) => {
-                let result = coalescer.check(limiter, key.as_bytes(), cost).await;
+                let result = coalescer
+                    .check(limiter, key.as_bytes(), cost)
+                    .await
+                    .map_err(|e| match e {
+                        coalesce::Error::Redis(e) => typed(e),
+                        coalesce::Error::Stopped => DecideError::Backend(e.to_string()),
+                    });
                 let Err(DecideError::Unavailable(why)) = result else {
                     return result;
                 };
@@ -294,11 +299,6 @@ impl Entry {
             (Limiter::RedisLeases(leases), Backend::Redis { con, .. }) => {
                 let mut con = con.clone();
                 let key = key.as_bytes();
-                let typed = |e: tollgate_redis::Error| match e {
-                    tollgate_redis::Error::Lease(e) => DecideError::Lease(e),
-                    e if e.is_unavailable() => DecideError::Unavailable(e.to_string()),
-                    e => DecideError::Backend(e.to_string()),
-                };
                 let result = match op {
                     LeaseOp::Acquire => {
                         return leases
@@ -325,6 +325,15 @@ impl Entry {
                 Err(DecideError::Rate(name.to_owned()))
             }
         }
+    }
+}
+
+/// A Redis error as the decision's error.
+fn typed(e: tollgate_redis::Error) -> DecideError {
+    match e {
+        tollgate_redis::Error::Lease(e) => DecideError::Lease(e),
+        e if e.is_unavailable() => DecideError::Unavailable(e.to_string()),
+        e => DecideError::Backend(e.to_string()),
     }
 }
 

@@ -4,6 +4,8 @@
 use axum::extract::Path;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
 
 include!(concat!(env!("OUT_DIR"), "/assets.rs"));
 
@@ -42,12 +44,12 @@ fn serve(path: &str) -> Response {
     }
 }
 
-/// `GET /`: `index.html`.
-pub async fn index() -> Response {
-    serve("index.html")
-}
-
-/// `GET /assets/PATH`: `dist/PATH`.
-pub async fn asset(Path(path): Path<String>) -> Response {
-    serve(&path)
+/// `GET /`: `index.html`; `GET /assets/PATH`: `dist/PATH`.
+pub(crate) fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
+    Router::new()
+        .route("/", get(|| async { serve("index.html") }))
+        .route(
+            "/assets/{*path}",
+            get(|Path(path): Path<String>| async move { serve(&path) }),
+        )
 }

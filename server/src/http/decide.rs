@@ -1,0 +1,215 @@
+//! `/v1/decide`, `/v1/decide/batch` and `/v1/lease/…`: what apps call.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::Response;
+use axum::routing::post;
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use tollgate_core::Decision;
+
+use crate::limiters::{Entry, LeaseAnswer, LeaseOp, Limiters};
+use crate::service::auth::App;
+use crate::service::{LeaseRequest, Service, ServiceError, MAX_BATCH};
+use crate::store::Snapshot;
+
+use super::auth::Authed;
+use super::body::{parse, JsonBody, JsonBytes};
+use super::error::{ApiError, Result};
+
+/// The routes apps call.
+pub(crate) fn routes() -> Router<Arc<Service>> {
+    Router::new()
+        .route("/v1/decide", post(decide))
+        .route("/v1/decide/batch", post(batch))
+        .route(
+            "/v1/lease/acquire",
+            post(|s, a, b| lease(s, a, b, LeaseOp::Acquire)),
+        )
+        .route(
+            "/v1/lease/release",
+            post(|s, a, b| lease(s, a, b, LeaseOp::Release)),
+        )
+        .route(
+            "/v1/lease/renew",
+            post(|s, a, b| lease(s, a, b, LeaseOp::Renew)),
+        )
+}
+
+/// One decision asked for, read straight from the body: the strings borrow from it
+/// unless they hold escapes.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DecideRequest<'a> {
+    #[serde(borrow)]
+    policy: Cow<'a, str>,
+    #[serde(borrow)]
+    key: Cow<'a, str>,
+    #[serde(default = "one")]
+    cost: u64,
+}
+
+/// One decision's answer (fields in alphabetical order, as the API has always
+/// written them).
+#[derive(Serialize)]
+struct DecideAnswer<'a> {
+    allowed: bool,
+    delay_us: u64,
+    key: &'a str,
+    limit: u64,
+    policy: &'a str,
+    remaining: u64,
+    reset_after_us: u64,
+    retry_after_us: Option<u64>,
+}
+
+const fn one() -> u64 {
+    1
+}
+
+fn internal(e: &serde_json::Error) -> ApiError {
+    ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+}
+
+/// One decision for `app`: the answer's fields and the entry whose headers it gets.
+async fn decide_one<'r>(
+    service: &Service,
+    snapshot: &Snapshot,
+    limiters: &Limiters,
+    app: &App,
+    request: &'r DecideRequest<'_>,
+) -> Result<(DecideAnswer<'r>, Arc<Entry>, Decision), ServiceError> {
+    let (entry, decision) = service
+        .decide(
+            snapshot,
+            limiters,
+            app,
+            &request.policy,
+            &request.key,
+            request.cost,
+        )
+        .await?;
+    let answer = DecideAnswer {
+        allowed: decision.allowed,
+        delay_us: decision.delay,
+        key: &request.key,
+        limit: decision.limit,
+        policy: &request.policy,
+        remaining: decision.remaining,
+        reset_after_us: decision.reset_after,
+        retry_after_us: decision.retry_after,
+    };
+    Ok((answer, entry, decision))
+}
+
+/// The body is parsed in place (no copy of the headers is made, as axum's `HeaderMap`
+/// extractor would): this runs for every decision.
+async fn decide(
+    State(service): State<Arc<Service>>,
+    Authed { snapshot, caller }: Authed<App>,
+    JsonBytes(body): JsonBytes,
+) -> Result<Response> {
+    let request: DecideRequest = parse(&body)?;
+    let (answer, entry, decision) =
+        decide_one(&service, &snapshot, &service.limiters(), &caller, &request).await?;
+    // Written once into a buffer sized for a usual answer.
+    let mut json = Vec::with_capacity(160 + answer.key.len() + answer.policy.len());
+    serde_json::to_writer(&mut json, &answer).map_err(|e| internal(&e))?;
+    let mut response = Response::new(Body::from(json));
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    if let Some(policy) = &entry.header {
+        // Stamped as a refusal so a denial carries Retry-After; the status stays 200.
+        let status = if decision.allowed {
+            StatusCode::OK
+        } else {
+            StatusCode::TOO_MANY_REQUESTS
+        };
+        policy.stamp(headers, status, &decision, false);
+    }
+    Ok(response)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Batch {
+    requests: Vec<Value>,
+}
+
+async fn batch(
+    State(service): State<Arc<Service>>,
+    Authed { snapshot, caller }: Authed<App>,
+    JsonBody(Batch { requests }): JsonBody<Batch>,
+) -> Result<Json<Value>> {
+    if requests.len() > MAX_BATCH {
+        return Err(ServiceError::invalid(
+            format!(
+                "a batch holds at most {MAX_BATCH} requests, got {}",
+                requests.len()
+            ),
+            Some("requests"),
+        )
+        .into());
+    }
+    let limiters = service.limiters();
+    let mut decisions = Vec::with_capacity(requests.len());
+    for request in requests {
+        let answer = match DecideRequest::deserialize(&request) {
+            Ok(request) => {
+                match decide_one(&service, &snapshot, &limiters, &caller, &request).await {
+                    Ok((answer, ..)) => serde_json::to_value(answer).map_err(|e| internal(&e)),
+                    Err(e) => Err(e.into()),
+                }
+            }
+            Err(e) => Err(ApiError::bad_request(e.to_string())),
+        };
+        decisions.push(answer.unwrap_or_else(|e| e.to_json()));
+    }
+    Ok(Json(json!({ "decisions": decisions })))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LeaseBody {
+    policy: String,
+    key: String,
+    owner: String,
+    ttl_us: Option<u64>,
+}
+
+/// `/v1/lease/acquire`, `release` and `renew`.
+async fn lease(
+    State(service): State<Arc<Service>>,
+    Authed { snapshot, caller }: Authed<App>,
+    JsonBody(body): JsonBody<LeaseBody>,
+    op: LeaseOp,
+) -> Result<Json<Value>> {
+    let request = LeaseRequest {
+        policy: &body.policy,
+        key: &body.key,
+        owner: &body.owner,
+        ttl: body.ttl_us,
+    };
+    let answer = service.lease(&snapshot, &caller, op, &request).await?;
+    Ok(Json(match (op, answer) {
+        (_, LeaseAnswer::Acquired(acquired)) => match acquired.grant {
+            Some(grant) => json!({"acquired": true, "token": grant.token,
+                "expires_at_us": grant.expires_at, "holds": grant.holds}),
+            None => json!({"acquired": false, "retry_after_us": acquired.decision.retry_after}),
+        },
+        (LeaseOp::Renew, LeaseAnswer::Held(grant)) => {
+            json!({"renewed": true, "expires_at_us": grant.expires_at})
+        }
+        (LeaseOp::Renew, _) => json!({"renewed": false, "expires_at_us": null}),
+        (_, LeaseAnswer::Held(grant)) => json!({"released": true, "holds": grant.holds}),
+        (_, LeaseAnswer::NotHeld) => json!({"released": false}),
+    }))
+}

@@ -1,0 +1,140 @@
+//! `/v1/policies`: a policy is written as the file's fields in JSON, and shown with its
+//! metadata; its version is its entity tag, and a change names the version it changes
+//! (`If-Match`).
+
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::policy::{Kind, Policy};
+use crate::service::{Service, ServiceError};
+use crate::store::{Stored, User};
+
+use super::auth::Authed;
+use super::body::{etag, IfMatch, JsonBody};
+use super::error::{ApiError, Result};
+
+/// The routes of policies.
+pub(crate) fn routes() -> Router<Arc<Service>> {
+    Router::new()
+        .route("/v1/policies", get(list))
+        .route("/v1/policies/{name}", get(read).put(write).delete(remove))
+}
+
+type Svc = State<Arc<Service>>;
+
+/// Fields the server sets; ignored when a client sends them.
+const METADATA: [&str; 6] = [
+    "name",
+    "version",
+    "created_by",
+    "updated_by",
+    "created_at",
+    "updated_at",
+];
+
+/// `?app=APP`.
+#[derive(Deserialize)]
+pub(crate) struct AppQuery {
+    pub(crate) app: Option<String>,
+}
+
+/// The policy with its version as entity tag, and `status`.
+fn answer(status: StatusCode, stored: &Stored) -> Response {
+    (
+        status,
+        [(header::ETAG, etag(stored.version))],
+        Json(stored.to_json()),
+    )
+        .into_response()
+}
+
+async fn list(
+    State(service): Svc,
+    Authed { caller, .. }: Authed<User>,
+    Query(query): Query<AppQuery>,
+) -> Result<Json<Value>> {
+    let policies: Vec<Value> = service
+        .policies(&caller, query.app.as_deref())?
+        .iter()
+        .map(Stored::to_json)
+        .collect();
+    Ok(Json(json!({ "policies": policies })))
+}
+
+async fn read(
+    State(service): Svc,
+    Authed { caller, .. }: Authed<User>,
+    Path(name): Path<String>,
+) -> Result<Response> {
+    Ok(answer(StatusCode::OK, &service.policy(&caller, &name)?))
+}
+
+/// The policy in a PUT body: metadata dropped, the algorithm named, then the one parser
+/// (the service checks the rest).
+fn parse_policy(mut value: Value) -> Result<Policy> {
+    let Value::Object(map) = &mut value else {
+        return Err(ApiError::bad_request("a policy is a JSON object"));
+    };
+    for field in METADATA {
+        map.remove(field);
+    }
+    let invalid = |message: String| ServiceError::invalid(message, Some("algorithm"));
+    match map.get("algorithm") {
+        None => return Err(invalid("a policy needs `algorithm`".into()).into()),
+        Some(Value::String(name)) => {
+            name.parse::<Kind>().map_err(invalid)?;
+        }
+        Some(_) => {
+            return Err(ApiError::bad_request("`algorithm` must be a string").field("algorithm"));
+        }
+    }
+    serde_json::from_value(value).map_err(|e| {
+        let message = e.to_string();
+        // serde names an unknown field in its message: point at it.
+        let field = message
+            .strip_prefix("unknown field `")
+            .and_then(|rest| rest.split('`').next())
+            .map(str::to_owned);
+        let error = ApiError::bad_request(message);
+        match field {
+            Some(field) => error.field(field),
+            None => error,
+        }
+    })
+}
+
+async fn write(
+    State(service): Svc,
+    Authed { caller, .. }: Authed<User>,
+    Path(name): Path<String>,
+    IfMatch(expected): IfMatch,
+    JsonBody(policy): JsonBody<Value>,
+) -> Result<Response> {
+    let policy = parse_policy(policy)?;
+    let stored = service
+        .put_policy(&caller, &name, &policy, expected)
+        .await?;
+    let status = if stored.version == 1 {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok(answer(status, &stored))
+}
+
+async fn remove(
+    State(service): Svc,
+    Authed { caller, .. }: Authed<User>,
+    Path(name): Path<String>,
+    IfMatch(expected): IfMatch,
+) -> Result<StatusCode> {
+    service.delete_policy(&caller, &name, expected).await?;
+    Ok(StatusCode::NO_CONTENT)
+}

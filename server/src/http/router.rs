@@ -1,0 +1,79 @@
+//! The routes, and what wraps every request: the body limit, the timeout, the log line,
+//! and axum's own refusals in the API's error shape.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::{DefaultBodyLimit, Request};
+use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+
+use crate::service::Service;
+
+use super::body::BODY_LIMIT;
+use super::error::ApiError;
+use super::{accounts, assets, audit, decide, metrics, policies};
+
+/// The routes, with the body limit and request timeout.
+pub(crate) fn router(service: Arc<Service>, timeout: Duration) -> Router {
+    Router::new()
+        .merge(metrics::routes())
+        .merge(accounts::routes())
+        .merge(policies::routes())
+        .merge(audit::routes())
+        .merge(decide::routes())
+        .merge(assets::routes())
+        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })
+        .layer(middleware::from_fn(move |r, n| bounded(r, n, timeout)))
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .with_state(service)
+}
+
+/// Answers 503 for a request that takes longer than `timeout`, and logs every request.
+async fn bounded(request: Request, next: Next, timeout: Duration) -> Response {
+    let (method, path) = (request.method().clone(), request.uri().path().to_owned());
+    let start = Instant::now();
+    let response = match tokio::time::timeout(timeout, next.run(request)).await {
+        Ok(response) => json_errors(response).await,
+        Err(_) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the request took too long")
+            .into_response(),
+    };
+    tracing::debug!(%method, %path, status = response.status().as_u16(), took_us = u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX), "request");
+    response
+}
+
+/// Errors answered by axum itself (a query string or path it cannot read, a method the
+/// route does not take) in the API's one error shape: `{"error": …}`.
+async fn json_errors(response: Response) -> Response {
+    let json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if json || !(response.status().is_client_error() || response.status().is_server_error()) {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    // axum's own messages are short; anything else is not worth echoing.
+    let text = axum::body::to_bytes(body, 4096)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
+    let text = if text.is_empty() {
+        parts
+            .status
+            .canonical_reason()
+            .unwrap_or("error")
+            .to_owned()
+    } else {
+        text
+    };
+    let mut answer = ApiError::new(parts.status, text).into_response();
+    for name in [header::ALLOW, header::WWW_AUTHENTICATE] {
+        if let Some(value) = parts.headers.get(&name) {
+            answer.headers_mut().insert(name, value.clone());
+        }
+    }
+    answer
+}

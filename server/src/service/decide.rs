@@ -1,0 +1,112 @@
+//! Decisions and leases for an app: the one path both front ends decide through.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use tollgate_core::{Decision, Ticks};
+
+use crate::limiters::{DecideError, Entry, LeaseAnswer, LeaseOp, Limiters};
+use crate::store::{Snapshot, Stored};
+use crate::time::now_s;
+
+use super::auth::App;
+use super::error::{Result, ServiceError};
+use super::state::Service;
+
+/// The most decisions in one call (a batch, or an Envoy request's descriptors).
+pub(crate) const MAX_BATCH: usize = 1000;
+
+/// The longest key, in bytes.
+pub(crate) const MAX_KEY: usize = 1024;
+
+/// A lease asked for: `owner`'s lease on `key` under `policy`, for `ttl` ticks (none:
+/// the policy's own).
+#[derive(Debug)]
+pub(crate) struct LeaseRequest<'a> {
+    pub(crate) policy: &'a str,
+    pub(crate) key: &'a str,
+    pub(crate) owner: &'a str,
+    pub(crate) ttl: Option<Ticks>,
+}
+
+/// The policy `name` if `app` may use it: a policy that does not exist and one that
+/// does not list the app answer alike.
+fn policy_for<'a>(snapshot: &'a Snapshot, app: &App, name: &str) -> Result<&'a Stored> {
+    snapshot
+        .policies
+        .get(name)
+        .filter(|s| s.policy.apps.iter().any(|a| a == app.name()))
+        .ok_or_else(|| ServiceError::forbidden(format!("no such policy for this app: {name:?}")))
+}
+
+fn check_key(key: &str) -> Result<()> {
+    if key.is_empty() || key.len() > MAX_KEY {
+        return Err(ServiceError::invalid(
+            format!("a key is 1 to {MAX_KEY} bytes"),
+            Some("key"),
+        ));
+    }
+    Ok(())
+}
+
+/// The limiter of `stored`, built when the snapshot was.
+fn entry<'a>(limiters: &'a Limiters, stored: &Stored) -> Result<&'a Arc<Entry>> {
+    limiters
+        .get(&stored.name)
+        .ok_or(ServiceError::Unavailable("the policy has no limiter"))
+}
+
+impl Service {
+    /// Decides `cost` units of `key` on `policy` for `app`, with the policies of
+    /// `snapshot` and their `limiters` (a batch reads both once), counting it in the
+    /// metrics. Returns the policy's limiter too: its headers describe the decision.
+    pub(crate) async fn decide(
+        &self,
+        snapshot: &Snapshot,
+        limiters: &Limiters,
+        app: &App,
+        policy: &str,
+        key: &str,
+        cost: u64,
+    ) -> Result<(Arc<Entry>, Decision)> {
+        let stored = policy_for(snapshot, app, policy)?;
+        check_key(key)?;
+        let entry = entry(limiters, stored)?;
+        let start = Instant::now();
+        let decision = entry.decide(&self.backend, &stored.name, key, cost).await?;
+        self.metrics.decision(
+            entry.counters(),
+            decision.allowed,
+            u64::try_from(now_s()).unwrap_or(0),
+            start.elapsed(),
+        );
+        Ok((Arc::clone(entry), decision))
+    }
+
+    /// Acquires, releases or renews a lease for `app`.
+    pub(crate) async fn lease(
+        &self,
+        snapshot: &Snapshot,
+        app: &App,
+        op: LeaseOp,
+        request: &LeaseRequest<'_>,
+    ) -> Result<LeaseAnswer> {
+        let stored = policy_for(snapshot, app, request.policy)?;
+        check_key(request.key)?;
+        let limiters = self.limiters();
+        let entry = entry(&limiters, stored)?;
+        let Some(ttl) = request.ttl.or(entry.lease_ttl()) else {
+            return Err(DecideError::Rate(stored.name.clone()).into());
+        };
+        Ok(entry
+            .lease(
+                &self.backend,
+                &stored.name,
+                op,
+                request.key,
+                request.owner,
+                ttl,
+            )
+            .await?)
+    }
+}
