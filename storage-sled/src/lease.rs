@@ -6,7 +6,8 @@ use tollgate_core::{
     check_now, Acquired, Clock, Concurrency, Grant, LeaseError, LeaseState, MonotonicClock, Ticks,
 };
 
-use crate::{corrupt, swap, Durability, Error};
+use crate::error::Error;
+use crate::record::{Durability, Records};
 
 /// Concurrency limits and locks with fencing tokens over a sled tree: at most `max`
 /// unexpired leases per key (see [`Concurrency`]). Each call is one atomic
@@ -33,22 +34,16 @@ use crate::{corrupt, swap, Durability, Error};
 /// ```
 #[derive(Debug, Clone)]
 pub struct SledLeases<C = MonotonicClock> {
-    tree: Tree,
+    records: Records<C>,
     leases: Concurrency,
-    prefix: Vec<u8>,
-    durability: Durability,
-    clock: C,
 }
 
 impl SledLeases {
     /// Leases over `tree`, with no key prefix, on the process's [`MonotonicClock`].
     pub fn new(tree: Tree, leases: Concurrency, durability: Durability) -> Self {
         Self {
-            tree,
+            records: Records::new(tree, durability),
             leases,
-            prefix: Vec::new(),
-            durability,
-            clock: MonotonicClock::new(),
         }
     }
 }
@@ -57,7 +52,7 @@ impl<C: Clock> SledLeases<C> {
     /// Stores every key under `prefix`, so several tables can share one tree.
     pub fn with_prefix(self, prefix: impl Into<Vec<u8>>) -> Self {
         Self {
-            prefix: prefix.into(),
+            records: self.records.with_prefix(prefix.into()),
             ..self
         }
     }
@@ -65,35 +60,29 @@ impl<C: Clock> SledLeases<C> {
     /// Reads time from `clock` instead.
     pub fn with_clock<D: Clock>(self, clock: D) -> SledLeases<D> {
         SledLeases {
-            tree: self.tree,
+            records: self.records.with_clock(clock),
             leases: self.leases,
-            prefix: self.prefix,
-            durability: self.durability,
-            clock,
         }
     }
 
     /// [`acquire_at`](Self::acquire_at) now. The clock is read after the record, on
     /// every attempt, so a call that lost a race decides at the time it retries.
     pub fn acquire(&self, key: &[u8], owner: &[u8], ttl: Ticks) -> Result<Acquired, Error> {
-        let clock = || self.clock.now();
-        self.update(key, clock, |state, now| {
+        self.update(key, None, |state, now| {
             self.leases.acquire_in(state, now, owner, ttl)
         })
     }
 
     /// [`release_at`](Self::release_at) now.
     pub fn release(&self, key: &[u8], owner: &[u8]) -> Result<Grant, Error> {
-        let clock = || self.clock.now();
-        self.update(key, clock, |state, now| {
+        self.update(key, None, |state, now| {
             self.leases.release_in(state, now, owner)
         })
     }
 
     /// [`renew_at`](Self::renew_at) now.
     pub fn renew(&self, key: &[u8], owner: &[u8], ttl: Ticks) -> Result<Grant, Error> {
-        let clock = || self.clock.now();
-        self.update(key, clock, |state, now| {
+        self.update(key, None, |state, now| {
             self.leases.renew_in(state, now, owner, ttl)
         })
     }
@@ -108,11 +97,9 @@ impl<C: Clock> SledLeases<C> {
         owner: &[u8],
         ttl: Ticks,
     ) -> Result<Acquired, Error> {
-        self.update(
-            key,
-            || now,
-            |state, now| self.leases.acquire_in(state, now, owner, ttl),
-        )
+        self.update(key, Some(now), |state, now| {
+            self.leases.acquire_in(state, now, owner, ttl)
+        })
     }
 
     /// Releases `owner`'s lease on `key` once ([`LeaseError::NotHeld`] if it holds none);
@@ -120,11 +107,9 @@ impl<C: Clock> SledLeases<C> {
     ///
     /// [`LeaseError::NotHeld`]: tollgate_core::LeaseError::NotHeld
     pub fn release_at(&self, key: &[u8], now: Ticks, owner: &[u8]) -> Result<Grant, Error> {
-        self.update(
-            key,
-            || now,
-            |state, now| self.leases.release_in(state, now, owner),
-        )
+        self.update(key, Some(now), |state, now| {
+            self.leases.release_in(state, now, owner)
+        })
     }
 
     /// Extends `owner`'s unexpired lease on `key` to `now + ttl`
@@ -138,20 +123,15 @@ impl<C: Clock> SledLeases<C> {
         owner: &[u8],
         ttl: Ticks,
     ) -> Result<Grant, Error> {
-        self.update(
-            key,
-            || now,
-            |state, now| self.leases.renew_in(state, now, owner, ttl),
-        )
+        self.update(key, Some(now), |state, now| {
+            self.leases.renew_in(state, now, owner, ttl)
+        })
     }
 
     /// The stored lease table of `key`, decoded (`None`: fresh). Leases listed may have
     /// expired since the last call; the next call drops them.
     pub fn state(&self, key: &[u8]) -> Result<Option<LeaseState>, Error> {
-        let record = self.tree.get(self.record_key(key))?;
-        record
-            .map(|bytes| self.leases.decode(&bytes).map_err(|e| corrupt(key, e)))
-            .transpose()
+        self.records.read(key, |bytes| self.leases.decode(bytes))
     }
 
     /// The lease model.
@@ -161,32 +141,28 @@ impl<C: Clock> SledLeases<C> {
 
     /// The tree the records live in.
     pub const fn tree(&self) -> &Tree {
-        &self.tree
+        self.records.tree()
     }
 
-    fn record_key(&self, key: &[u8]) -> Vec<u8> {
-        [self.prefix.as_slice(), key].concat()
-    }
-
-    /// One atomic transition of `key`'s record at the time `now()` reads after the record
-    /// was read, on every attempt. A fresh table is kept, not deleted: its bytes hold the
+    /// One atomic transition of `key`'s record at `now`, or (`None`) at the time the
+    /// clock reads after the record was read, on every attempt. A fresh table is kept, not deleted: its bytes hold the
     /// last token. After a deletion a call that had read the key as absent before it
     /// would still win its compare-and-swap (absent again) and grant a token below the
     /// deleted one; a kept record's bytes change with every grant, so a stale swap fails.
     fn update<T>(
         &self,
         key: &[u8],
-        now: impl Fn() -> Ticks,
+        now: Option<Ticks>,
         transition: impl Fn(&mut LeaseState, Ticks) -> Result<T, LeaseError>,
     ) -> Result<T, Error> {
-        swap(
-            &self.tree,
-            &self.record_key(key),
-            self.durability,
-            |bytes| self.leases.decode(bytes).map_err(|e| corrupt(key, e)),
-            |state| self.leases.encode_to_vec(state),
+        let leases = &self.leases;
+        self.records.update(
+            key,
+            |bytes| leases.decode(bytes),
+            |state| leases.encode_to_vec(state),
             |state| {
-                let now = check_now(now()).map_err(Error::Time)?;
+                let now = now.unwrap_or_else(|| self.records.clock.now());
+                let now = check_now(now).map_err(Error::Time)?;
                 let mut state = state.unwrap_or_default();
                 let answer = transition(&mut state, now)?;
                 Ok((answer, Some(state)))

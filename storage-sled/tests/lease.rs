@@ -7,7 +7,8 @@ use std::time::Duration;
 use proptest::prelude::*;
 use tollgate_core::memory::FencedResource;
 use tollgate_core::{
-    Algorithm, Concurrency, LeaseError, LeaseState, ParamError, Ticks, TokenBucket, SECOND,
+    Acquired, Algorithm, Concurrency, Grant, LeaseError, LeaseState, ParamError, Ticks,
+    TokenBucket, SECOND,
 };
 use tollgate_sled::{Durability, Error, SledLeases};
 
@@ -16,6 +17,18 @@ fn temp_tree() -> (tempfile::TempDir, sled::Db, sled::Tree) {
     let db = sled::Config::new().path(dir.path()).open().unwrap();
     let tree = db.open_tree("leases").unwrap();
     (dir, db, tree)
+}
+
+/// A lock over a fresh tree, flushed on every decision.
+fn temp_lock() -> (tempfile::TempDir, sled::Db, sled::Tree, SledLeases) {
+    let (dir, db, tree) = temp_tree();
+    let lock = SledLeases::new(tree.clone(), Concurrency::lock(), Durability::EveryDecision);
+    (dir, db, tree, lock)
+}
+
+/// The grant of an acquisition that must succeed.
+fn must_grant(acquired: Result<Acquired, Error>) -> Grant {
+    acquired.unwrap().grant.unwrap()
 }
 
 /// One call: (advance, owner index, operation 0 acquire / 1 release / 2 renew, ttl).
@@ -168,13 +181,8 @@ fn a_lock_on_sled_serializes_32_threads_checked_by_fencing() {
 /// errors, and the record is unchanged.
 #[test]
 fn bad_calls_are_typed_errors_that_change_nothing() {
-    let (_dir, _db, tree) = temp_tree();
-    let leases = SledLeases::new(tree.clone(), Concurrency::lock(), Durability::EveryDecision);
-    let grant = leases
-        .acquire_at(b"k", 100, b"a", 50)
-        .unwrap()
-        .grant
-        .unwrap();
+    let (_dir, _db, tree, leases) = temp_lock();
+    let grant = must_grant(leases.acquire_at(b"k", 100, b"a", 50));
     assert_eq!(grant.token, 100);
     let before = tree.get(b"k").unwrap().unwrap();
     let param = |e: Result<_, Error>, name: &str| matches!(e, Err(Error::Lease(LeaseError::Param(ParamError::OutOfRange { name: n, .. }))) if n == name);
@@ -238,40 +246,20 @@ fn bad_calls_are_typed_errors_that_change_nothing() {
 /// reclaimed by the next call.
 #[test]
 fn fresh_tables_are_kept_and_tokens_still_grow() {
-    let (_dir, _db, tree) = temp_tree();
-    let lock = SledLeases::new(tree.clone(), Concurrency::lock(), Durability::EveryDecision);
-    let first = lock
-        .acquire_at(b"k", 1000, b"a", 10)
-        .unwrap()
-        .grant
-        .unwrap();
-    assert_eq!(
-        lock.acquire_at(b"k", 1001, b"a", 10)
-            .unwrap()
-            .grant
-            .unwrap()
-            .holds,
-        2
-    );
+    let (_dir, _db, _tree, lock) = temp_lock();
+    let first = must_grant(lock.acquire_at(b"k", 1000, b"a", 10));
+    assert_eq!(must_grant(lock.acquire_at(b"k", 1001, b"a", 10)).holds, 2);
     assert_eq!(lock.release_at(b"k", 1002, b"a").unwrap().holds, 1);
     assert_eq!(lock.release_at(b"k", 1003, b"a").unwrap().holds, 0);
     let kept = lock.state(b"k").unwrap().unwrap();
     assert!(kept.is_fresh(1003) && kept.last_token() == first.token);
-    let second = lock
-        .acquire_at(b"k", 1004, b"b", 10)
-        .unwrap()
-        .grant
-        .unwrap();
+    let second = must_grant(lock.acquire_at(b"k", 1004, b"b", 10));
     assert!(second.token > first.token);
     // b crashes: its lease is free again at its expiry, not before.
     let denied = lock.acquire_at(b"k", 1013, b"c", 10).unwrap();
     assert!(denied.grant.is_none());
     assert_eq!(denied.decision.retry_after, Some(1));
-    let third = lock
-        .acquire_at(b"k", 1014, b"c", 10)
-        .unwrap()
-        .grant
-        .unwrap();
+    let third = must_grant(lock.acquire_at(b"k", 1014, b"c", 10));
     assert!(third.token > second.token);
     assert!(matches!(
         lock.release_at(b"k", 1015, b"b"),

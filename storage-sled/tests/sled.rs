@@ -16,12 +16,21 @@ fn temp_tree() -> (tempfile::TempDir, sled::Db, sled::Tree) {
     (dir, db, tree)
 }
 
+/// A limiter deciding `alg` over a fresh tree.
+fn temp_limiter<A: Algorithm>(
+    alg: A,
+    durability: Durability,
+) -> (tempfile::TempDir, sled::Db, sled::Tree, SledLimiter<A>) {
+    let (dir, db, tree) = temp_tree();
+    let limiter = SledLimiter::new(tree.clone(), alg, durability);
+    (dir, db, tree, limiter)
+}
+
 /// Decides the same trace through sled and through the bare algorithm: the same
 /// decisions, and after every step the record holds exactly the core's encoding.
 fn same_as_core<A: Algorithm + Clone>(alg: A, trace: &[(Ticks, u64, u8)]) {
-    let (_dir, _db, tree) = temp_tree();
-    let limiter =
-        SledLimiter::new(tree.clone(), alg.clone(), Durability::Background).with_prefix("p/");
+    let (_dir, _db, tree, limiter) = temp_limiter(alg.clone(), Durability::Background);
+    let limiter = limiter.with_prefix("p/");
     let mut states = std::collections::HashMap::new();
     for &(now, cost, key) in trace {
         let key = [key];
@@ -108,8 +117,8 @@ fn every_algorithm_as_the_core(limit: u64, rate: u64, period: Ticks, trace: &[(T
 }
 
 fn exact_under_threads<A: Algorithm + Clone + Send + Sync + 'static>(alg: A, bound: u64) {
-    let (_dir, _db, tree) = temp_tree();
-    let limiter = Arc::new(SledLimiter::new(tree, alg, Durability::Background));
+    let (_dir, _db, _tree, limiter) = temp_limiter(alg, Durability::Background);
+    let limiter = Arc::new(limiter);
     let now = 1_700_000_000 * SECOND;
     let handles: Vec<_> = (0..8)
         .map(|_| {
@@ -142,13 +151,11 @@ fn eight_threads_on_one_key_admit_exactly_the_bound() {
 
 #[test]
 fn expired_keys_are_collected() {
-    let (_dir, _db, tree) = temp_tree();
-    let limiter = SledLimiter::new(
-        tree.clone(),
+    let (_dir, _db, tree, limiter) = temp_limiter(
         TokenBucket::new(10, 10, SECOND).unwrap(),
         Durability::Background,
-    )
-    .with_prefix("k/");
+    );
+    let limiter = limiter.with_prefix("k/");
     let now = 1_700_000_000 * SECOND;
     // 100 000 keys take one token each (fresh again 100 ms later); 10 take all ten.
     for key in 0..100_000u32 {
@@ -174,12 +181,8 @@ fn expired_keys_are_collected() {
 
 #[test]
 fn a_corrupt_record_is_a_typed_error_and_harms_no_other_key() {
-    let (_dir, _db, tree) = temp_tree();
-    let limiter = SledLimiter::new(
-        tree.clone(),
-        FixedWindow::new(5, SECOND).unwrap(),
-        Durability::Background,
-    );
+    let (_dir, _db, tree, limiter) =
+        temp_limiter(FixedWindow::new(5, SECOND).unwrap(), Durability::Background);
     tree.insert(b"garbage", b"\x01\x01 not a state".as_slice())
         .unwrap();
     for _ in 0..2 {
@@ -214,10 +217,9 @@ fn a_corrupt_record_is_a_typed_error_and_harms_no_other_key() {
 
 #[test]
 fn reset_deletes_only_states_of_its_algorithm() {
-    let (_dir, _db, tree) = temp_tree();
     let window = FixedWindow::new(5, SECOND).unwrap();
-    let limiter =
-        SledLimiter::new(tree.clone(), window, Durability::EveryDecision).with_prefix("w/");
+    let (_dir, _db, tree, limiter) = temp_limiter(window, Durability::EveryDecision);
+    let limiter = limiter.with_prefix("w/");
     assert!(limiter.check_at(b"alice", 0, 5).unwrap().allowed);
     assert!(!limiter.check_at(b"alice", 0, 1).unwrap().allowed);
     limiter.reset(b"alice").unwrap();
@@ -261,12 +263,8 @@ fn reset_deletes_only_states_of_its_algorithm() {
 /// Issue 16: a time beyond `MAX_TICKS` is refused before anything is read or written.
 #[test]
 fn times_beyond_the_range_are_typed_errors() {
-    let (_dir, _db, tree) = temp_tree();
-    let limiter = SledLimiter::new(
-        tree.clone(),
-        Pacing::new(0, 1, SECOND).unwrap(),
-        Durability::Background,
-    );
+    let (_dir, _db, tree, limiter) =
+        temp_limiter(Pacing::new(0, 1, SECOND).unwrap(), Durability::Background);
     fn refused<T: std::fmt::Debug>(result: Result<T, Error>, late: Ticks) {
         match result {
             Err(Error::Time(ParamError::OutOfRange {
@@ -327,9 +325,7 @@ fn state_survives_reopening_the_database() {
 
 #[test]
 fn the_sweeper_collects_in_the_background() {
-    let (_dir, _db, tree) = temp_tree();
-    let limiter = SledLimiter::new(
-        tree.clone(),
+    let (_dir, _db, tree, limiter) = temp_limiter(
         TokenBucket::new(10, 1000, SECOND).unwrap(),
         Durability::Background,
     );
@@ -350,10 +346,9 @@ fn the_sweeper_collects_in_the_background() {
 /// its prefix, fresh or not, and nothing else.
 #[test]
 fn purge_deletes_only_states_of_its_algorithm_under_its_prefix() {
-    let (_dir, _db, tree) = temp_tree();
     let window = FixedWindow::new(5, SECOND).unwrap();
-    let limiter =
-        SledLimiter::new(tree.clone(), window, Durability::EveryDecision).with_prefix("w/");
+    let (_dir, _db, tree, limiter) = temp_limiter(window, Durability::EveryDecision);
+    let limiter = limiter.with_prefix("w/");
     for key in [b"a".as_slice(), b"b", b"c"] {
         assert!(limiter.check_at(key, 0, 1).unwrap().allowed);
     }

@@ -8,7 +8,8 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use tollgate_core::{Decision, Ticks, SECOND};
 
-use crate::{Error, Quota};
+use crate::error::Error;
+use crate::limiter::Quota;
 
 /// `RateLimit-Policy`.
 pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");

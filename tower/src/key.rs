@@ -10,7 +10,7 @@ use bytes::Bytes;
 use http::request::Parts;
 use http::{Extensions, HeaderMap, HeaderName, Request, Uri};
 
-use crate::Error;
+use crate::error::Error;
 
 /// The key a request is limited by. IP keys are kept as addresses (no allocation per
 /// request); the others as bytes.

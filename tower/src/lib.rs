@@ -54,42 +54,24 @@
 #![deny(missing_docs)]
 
 mod concurrency;
+mod error;
 mod headers;
 mod key;
 mod limiter;
+mod rate_limit;
 #[cfg(feature = "remote")]
 mod remote;
-mod service;
+mod response;
 mod strategy;
 
 pub use concurrency::{ConcurrencyLimit, ConcurrencyLimitLayer, LeaseBody};
+pub use error::Error;
 pub use headers::{Policy, MAX_NAME, RATELIMIT, RATELIMIT_POLICY};
 pub use key::{Cidr, Key, KeyError, KeyExtractor, KeyFn};
 #[cfg(feature = "redis")]
 pub use limiter::RedisBackend;
 pub use limiter::{BoxFuture, InProcess, Limiter, NoWait, Pending, Quota, Verdict};
+pub use rate_limit::{OnBadKey, RateLimit, RateLimitLayer, ResponseFuture};
 #[cfg(feature = "remote")]
 pub use remote::{Remote, RemoteFail};
-pub use service::{OnBadKey, RateLimit, RateLimitLayer, ResponseFuture};
 pub use strategy::{Degrade, Overload, Reject, Wait};
-
-/// A configuration error: found when the layer is built, never per request.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum Error {
-    /// A limit the core refuses (zero, or beyond its range).
-    #[error(transparent)]
-    Param(#[from] tollgate_core::ParamError),
-    /// Not a network (`10.0.0.0/8`, `::1`).
-    #[error("not an IP network: {0:?}")]
-    Cidr(String),
-    /// A policy name that is not 1 to 64 letters, digits, `-`, `_` and `.`.
-    #[error("policy names are 1 to 64 letters, digits, '-', '_' and '.': {0:?}")]
-    PolicyName(String),
-    /// The template has no such parameter.
-    #[error("the path template {0:?} has no parameter {{{1}}}")]
-    PathParam(String, &'static str),
-    /// A `tollgate serve` URL or token that cannot be used.
-    #[error("{0}")]
-    Remote(String),
-}

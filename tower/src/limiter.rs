@@ -11,7 +11,8 @@ use tollgate_core::memory::{KeyHasher, KeyedLimiter};
 
 use tollgate_core::{Algorithm, Clock, Decision, MonotonicClock, Reserve, Ticks, TokenBucket};
 
-use crate::{Error, Key};
+use crate::error::Error;
+use crate::key::Key;
 
 /// A future boxed to be named and sent between threads.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -48,6 +49,11 @@ impl std::fmt::Debug for Pending {
 }
 
 impl Pending {
+    /// Decided in process.
+    fn decided(decision: Decision) -> Self {
+        Self::Ready(Verdict::Decided(decision))
+    }
+
     /// The verdict.
     pub async fn resolve(self) -> Verdict {
         match self {
@@ -79,20 +85,16 @@ pub(crate) fn ticks(duration: Duration) -> Ticks {
 /// The in-process limiter a [`Quota`] builds: per key, on the monotonic clock.
 pub type InProcess<A = TokenBucket> = KeyedLimiter<Key, A>;
 
-impl<A, C, H> Limiter for KeyedLimiter<Key, A, C, H>
+impl<A: Reserve, C: Clock, H: BuildHasher> Limiter for KeyedLimiter<Key, A, C, H>
 where
-    A: Reserve + Send + Sync + 'static,
-    A::State: Send,
-    C: Clock + Send + Sync + 'static,
-    H: BuildHasher + Send + Sync + 'static,
+    Self: Send + Sync + 'static,
 {
     fn check(&self, key: &Key, cost: u64) -> Pending {
-        Pending::Ready(Verdict::Decided(KeyedLimiter::check(self, key, cost)))
+        Pending::decided(KeyedLimiter::check(self, key, cost))
     }
 
     fn reserve(&self, key: &Key, cost: u64, max_wait: Duration) -> Pending {
-        let decision = KeyedLimiter::reserve(self, key, cost, ticks(max_wait));
-        Pending::Ready(Verdict::Decided(decision))
+        Pending::decided(KeyedLimiter::reserve(self, key, cost, ticks(max_wait)))
     }
 }
 
@@ -101,15 +103,12 @@ where
 #[derive(Debug)]
 pub struct NoWait<A: Algorithm, C = MonotonicClock, H = KeyHasher>(pub KeyedLimiter<Key, A, C, H>);
 
-impl<A, C, H> Limiter for NoWait<A, C, H>
+impl<A: Algorithm, C: Clock, H: BuildHasher> Limiter for NoWait<A, C, H>
 where
-    A: Algorithm + Send + Sync + 'static,
-    A::State: Send,
-    C: Clock + Send + Sync + 'static,
-    H: BuildHasher + Send + Sync + 'static,
+    Self: Send + Sync + 'static,
 {
     fn check(&self, key: &Key, cost: u64) -> Pending {
-        Pending::Ready(Verdict::Decided(self.0.check(key, cost)))
+        Pending::decided(self.0.check(key, cost))
     }
 }
 
@@ -179,7 +178,7 @@ mod redis_backend {
     use tollgate_redis::{LuaAlgorithm, Outcome, ReconnectingAsync, RedisLimiter};
 
     use super::{ticks, Limiter, Pending, Verdict};
-    use crate::Key;
+    use crate::key::Key;
 
     /// A limit in Redis, shared by every replica using the same prefix, through an
     /// asynchronous connection; when Redis is unreachable, the limiter's

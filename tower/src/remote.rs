@@ -14,8 +14,9 @@ use hyper_util::rt::TokioExecutor;
 use serde::{Deserialize, Serialize};
 use tollgate_core::Decision;
 
-use crate::limiter::{Limiter, Pending, Verdict};
-use crate::{Error, InProcess, Key};
+use crate::error::Error;
+use crate::key::Key;
+use crate::limiter::{InProcess, Limiter, Pending, Verdict};
 
 /// The longest decision answer read (the server's are about 200 bytes).
 const MAX_ANSWER: usize = 16 * 1024;
@@ -126,19 +127,19 @@ impl Remote {
 
     /// The longest a decision may take, connecting included, before the fail policy
     /// answers.
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.inner_mut().timeout = timeout;
-        self
+    pub fn timeout(self, timeout: Duration) -> Self {
+        self.configure(|inner| inner.timeout = timeout)
     }
 
     /// What to answer while the service cannot ([`RemoteFail::Closed`] by default).
-    pub fn on_failure(mut self, fail: RemoteFail) -> Self {
-        self.inner_mut().fail = fail;
-        self
+    pub fn on_failure(self, fail: RemoteFail) -> Self {
+        self.configure(|inner| inner.fail = fail)
     }
 
-    fn inner_mut(&mut self) -> &mut Inner {
-        Arc::make_mut(&mut self.inner)
+    /// This limiter with `set` applied to its settings (copied first if shared).
+    fn configure(mut self, set: impl FnOnce(&mut Inner)) -> Self {
+        set(Arc::make_mut(&mut self.inner));
+        self
     }
 }
 

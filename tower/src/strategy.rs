@@ -11,6 +11,7 @@ use tollgate_core::Decision;
 use tower_service::Service;
 
 use crate::limiter::BoxFuture;
+use crate::response::respond;
 
 /// What a denied request gets. The middleware adds the rate-limit headers (and
 /// `Retry-After` to a 429) to whatever response this returns.
@@ -49,7 +50,7 @@ impl Reject {
 
     /// The 429 response.
     pub fn response<B: From<Bytes>>(&self) -> Response<B> {
-        crate::service::respond(StatusCode::TOO_MANY_REQUESTS, self.body.clone())
+        respond(StatusCode::TOO_MANY_REQUESTS, self.body.clone())
     }
 }
 

@@ -2,6 +2,7 @@
 
 mod common;
 
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -16,6 +17,7 @@ use common::{client, get};
 use http::{Request, Response, StatusCode};
 use http_body::Frame;
 use http_body_util::BodyExt;
+use hyper::body::Incoming;
 use tokio::sync::mpsc;
 use tollgate_tower::{ConcurrencyLimitLayer, Key, KeyExtractor, Wait};
 use tower::ServiceExt;
@@ -59,7 +61,9 @@ impl http_body::Body for Channel {
     }
 }
 
-type Senders = mpsc::UnboundedReceiver<mpsc::Sender<Result<Bytes, &'static str>>>;
+/// What feeds a streaming body.
+type Sender = mpsc::Sender<Result<Bytes, &'static str>>;
+type Senders = mpsc::UnboundedReceiver<Sender>;
 
 /// An app whose `/stream` answers with a body fed by a sender it hands to the test, and
 /// whose `/` answers at once.
@@ -82,17 +86,34 @@ fn streaming() -> (Router, Senders) {
 }
 
 /// Serves `streaming()` behind `layer`.
-async fn serve_streaming(layer: ConcurrencyLimitLayer) -> (std::net::SocketAddr, Senders) {
+async fn serve_streaming(layer: ConcurrencyLimitLayer) -> (SocketAddr, Senders) {
     let (app, handed) = streaming();
     (common::serve(app.layer(layer)).await, handed)
 }
 
-/// Opens `/stream` and returns its response once the headers have arrived.
-async fn open(addr: std::net::SocketAddr) -> Response<hyper::body::Incoming> {
-    let request = Request::get(format!("http://{addr}/stream"))
-        .body(Body::empty())
-        .unwrap();
+/// Opens `/stream` with `headers` and returns its response once the headers have arrived.
+async fn open(addr: SocketAddr, headers: &[(&str, &str)]) -> Response<Incoming> {
+    let mut request = Request::get(format!("http://{addr}/stream"));
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let request = request.body(Body::empty()).unwrap();
     client(false).request(request).await.unwrap()
+}
+
+/// A global limit of one over `streaming()` with one `/stream` open: the layer, the
+/// address, the response (its headers arrived) and the sender feeding its body.
+async fn one_open_stream() -> (
+    ConcurrencyLimitLayer,
+    SocketAddr,
+    Response<Incoming>,
+    Sender,
+) {
+    let layer = ConcurrencyLimitLayer::global(1, TTL).unwrap();
+    let (addr, mut handed) = serve_streaming(layer.clone()).await;
+    let response = open(addr, &[]).await;
+    let tx = handed.recv().await.unwrap();
+    (layer, addr, response, tx)
 }
 
 #[tokio::test]
@@ -130,10 +151,7 @@ async fn never_more_than_n_in_flight() {
 
 #[tokio::test]
 async fn the_lease_is_held_until_a_streaming_body_ends() {
-    let layer = ConcurrencyLimitLayer::global(1, TTL).unwrap();
-    let (addr, mut handed) = serve_streaming(layer.clone()).await;
-    let mut response = open(addr).await;
-    let tx = handed.recv().await.unwrap();
+    let (layer, addr, mut response, tx) = one_open_stream().await;
     tx.send(Ok(Bytes::from_static(b"first"))).await.unwrap();
     let frame = response.body_mut().frame().await.unwrap().unwrap();
     assert_eq!(frame.into_data().unwrap(), "first");
@@ -152,10 +170,7 @@ async fn the_lease_is_held_until_a_streaming_body_ends() {
 
 #[tokio::test]
 async fn the_lease_is_released_when_the_client_disconnects_mid_body() {
-    let layer = ConcurrencyLimitLayer::global(1, TTL).unwrap();
-    let (addr, mut handed) = serve_streaming(layer.clone()).await;
-    let mut response = open(addr).await;
-    let tx = handed.recv().await.unwrap();
+    let (layer, addr, mut response, tx) = one_open_stream().await;
     tx.send(Ok(Bytes::from_static(b"first"))).await.unwrap();
     response.body_mut().frame().await.unwrap().unwrap();
     assert_eq!(held(&layer), 1);
@@ -174,10 +189,7 @@ async fn the_lease_is_released_when_the_client_disconnects_mid_body() {
 
 #[tokio::test]
 async fn the_lease_is_released_when_the_body_fails() {
-    let layer = ConcurrencyLimitLayer::global(1, TTL).unwrap();
-    let (addr, mut handed) = serve_streaming(layer.clone()).await;
-    let response = open(addr).await;
-    let tx = handed.recv().await.unwrap();
+    let (layer, addr, response, tx) = one_open_stream().await;
     tx.send(Err("broken")).await.unwrap();
     assert!(response.into_body().collect().await.is_err());
     until_held(&layer, 0).await;
@@ -226,11 +238,7 @@ async fn per_key_limits_are_separate() {
     )
     .unwrap();
     let (addr, mut handed) = serve_streaming(layer.clone()).await;
-    let request = Request::get(format!("http://{addr}/stream"))
-        .header("x-user", "alice")
-        .body(Body::empty())
-        .unwrap();
-    let response = client(false).request(request).await.unwrap();
+    let response = open(addr, &[("x-user", "alice")]).await;
     let tx = handed.recv().await.unwrap();
     let alice = Key::Bytes(Bytes::from_static(b"alice"));
     assert_eq!(held_on(&layer, &alice), 1);
@@ -250,7 +258,7 @@ async fn wait_is_woken_by_a_release_and_bounded() {
         .overload(Wait::at_most(Duration::from_millis(300)));
     let (app, mut handed) = streaming();
     let addr = common::serve(app.layer(layer)).await;
-    let response = open(addr).await;
+    let response = open(addr, &[]).await;
     let tx = handed.recv().await.unwrap();
     // Held throughout the wait: refused once the bound has passed.
     let started = std::time::Instant::now();
@@ -272,7 +280,7 @@ async fn a_stuck_request_frees_its_slot_after_the_ttl() {
     let layer = ConcurrencyLimitLayer::global(1, Duration::from_millis(200)).unwrap();
     let (addr, mut handed) = serve_streaming(layer.clone()).await;
     // A body that never ends.
-    let _stuck = open(addr).await;
+    let _stuck = open(addr, &[]).await;
     let _tx = handed.recv().await.unwrap();
     let refused = get(addr, "/", &[]).await;
     assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);

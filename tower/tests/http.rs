@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use axum::routing::get as route;
 use axum::Router;
-use common::{get, serve};
+use common::{get, root, serve};
 use http::StatusCode;
 use tollgate_core::memory::KeyedLimiter;
 use tollgate_core::{FixedWindow, ManualClock, TokenBucket, SECOND};
@@ -63,12 +63,7 @@ async fn headers_are_the_decisions_figures_in_whole_seconds_rounded_up() {
     let layer =
         RateLimitLayer::new(Policy::new("api", 3, MINUTE).unwrap(), limiter).legacy_headers(true);
     let clock = layer.limiter().clone();
-    let addr = serve(
-        Router::new()
-            .route("/", route(|| async { "ok" }))
-            .layer(layer),
-    )
-    .await;
+    let addr = serve(root("ok").layer(layer)).await;
     let mut seen = Vec::new();
     for _ in 0..4 {
         let r = get(addr, "/", &[]).await;
@@ -266,12 +261,7 @@ async fn wait_queues_on_reservations_up_to_its_bound() {
     let layer = RateLimitLayer::in_process("paced", Quota::per(1, Duration::from_millis(200)), 10)
         .unwrap()
         .overload(Wait::at_most(Duration::from_millis(500)));
-    let addr = serve(
-        Router::new()
-            .route("/", route(|| async { "ok" }))
-            .layer(layer),
-    )
-    .await;
+    let addr = serve(root("ok").layer(layer)).await;
     let start = Instant::now();
     let requests = (0..4).map(|i| async move {
         // Staggered so the bookings are made in order.
@@ -310,12 +300,7 @@ async fn degrade_serves_denied_requests_from_the_fallback() {
         Ok::<_, std::convert::Infallible>(http::Response::new(axum::body::Body::from("cached")))
     });
     let layer = per_minute("degraded", 1).overload(Degrade::to(fallback));
-    let addr = serve(
-        Router::new()
-            .route("/", route(|| async { "fresh" }))
-            .layer(layer),
-    )
-    .await;
+    let addr = serve(root("fresh").layer(layer)).await;
     let first = get(addr, "/", &[]).await;
     let second = get(addr, "/", &[]).await;
     assert_eq!(
@@ -339,12 +324,7 @@ async fn algorithms_without_reservations_decide_at_once_under_wait() {
     ));
     let layer = RateLimitLayer::new(Policy::new("window", 1, MINUTE).unwrap(), limiter)
         .overload(Wait::at_most(Duration::from_secs(5)));
-    let addr = serve(
-        Router::new()
-            .route("/", route(|| async { "ok" }))
-            .layer(layer),
-    )
-    .await;
+    let addr = serve(root("ok").layer(layer)).await;
     let start = Instant::now();
     assert_eq!(statuses(addr, "/", 2).await, [200, 429]);
     assert!(start.elapsed() < Duration::from_secs(1));
@@ -397,12 +377,7 @@ impl Overload<axum::body::Body, axum::body::Body, std::convert::Infallible> for 
 #[tokio::test]
 async fn custom_strategies_answer_denials_and_keep_the_headers() {
     let layer = per_minute("custom", 1).overload(Busy);
-    let addr = serve(
-        Router::new()
-            .route("/", route(|| async { "ok" }))
-            .layer(layer),
-    )
-    .await;
+    let addr = serve(root("ok").layer(layer)).await;
     assert_eq!(get(addr, "/", &[]).await.status, StatusCode::OK);
     let r = get(addr, "/", &[]).await;
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);

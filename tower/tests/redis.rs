@@ -9,9 +9,7 @@ mod redis_server;
 
 use std::time::Duration;
 
-use axum::routing::get as route;
-use axum::Router;
-use common::{get, serve};
+use common::{get, root, serve};
 use http::StatusCode;
 use tollgate_core::memory::KeyedLimiter;
 use tollgate_core::{TokenBucket, SECOND};
@@ -39,12 +37,7 @@ async fn app(
         Policy::new("api", n, MINUTE).unwrap(),
         RedisBackend::new(limiter, con),
     );
-    serve(
-        Router::new()
-            .route("/", route(|| async { "ok" }))
-            .layer(layer),
-    )
-    .await
+    serve(root("ok").layer(layer)).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -127,12 +120,7 @@ async fn wait_books_its_slot_in_redis() {
         RedisBackend::new(limiter, con),
     )
     .overload(Wait::at_most(Duration::from_millis(300)));
-    let addr = serve(
-        Router::new()
-            .route("/", route(|| async { "ok" }))
-            .layer(layer),
-    )
-    .await;
+    let addr = serve(root("ok").layer(layer)).await;
     let start = std::time::Instant::now();
     assert_eq!(get(addr, "/", &[]).await.status, StatusCode::OK);
     assert_eq!(get(addr, "/", &[]).await.status, StatusCode::OK);

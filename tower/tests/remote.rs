@@ -9,10 +9,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::routing::get as route;
-use axum::Router;
 use bytes::Bytes;
-use common::{get, serve};
+use common::{get, root, serve};
 use http::{Method, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
@@ -106,12 +104,7 @@ async fn call(
 /// An app limited by `remote`, announcing the service's policy.
 async fn app(remote: Remote) -> SocketAddr {
     let layer = RateLimitLayer::new(Policy::new("api", 3, MINUTE).unwrap(), remote);
-    serve(
-        Router::new()
-            .route("/", route(|| async { "ok" }))
-            .layer(layer),
-    )
-    .await
+    serve(root("ok").layer(layer)).await
 }
 
 /// Forwards connections to `to`, counting them.

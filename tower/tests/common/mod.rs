@@ -25,6 +25,11 @@ pub async fn serve(app: axum::Router) -> SocketAddr {
     addr
 }
 
+/// An app answering `body` to a GET of `/`.
+pub fn root(body: &'static str) -> axum::Router {
+    axum::Router::new().route("/", axum::routing::get(move || async move { body }))
+}
+
 /// One response, read whole.
 #[derive(Debug)]
 pub struct Reply {

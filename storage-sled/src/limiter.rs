@@ -1,0 +1,204 @@
+//! The limiters: one algorithm's states over a sled tree, a record per key, and the
+//! sweeper that removes the fresh ones.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use sled::Tree;
+use tollgate_core::{check_now, Algorithm, Clock, Decision, MonotonicClock, Reserve, Ticks};
+
+use crate::error::Error;
+use crate::record::{Durability, Records};
+
+/// One algorithm's limits over a sled tree, a record per key.
+#[derive(Debug, Clone)]
+pub struct SledLimiter<A, C = MonotonicClock> {
+    records: Records<C>,
+    algorithm: A,
+}
+
+impl<A: Algorithm> SledLimiter<A> {
+    /// A limiter over `tree`, with no key prefix, on the process's
+    /// [`MonotonicClock`](https://docs.rs/tollgate-core/0.1/tollgate_core/struct.MonotonicClock.html).
+    pub fn new(tree: Tree, algorithm: A, durability: Durability) -> Self {
+        Self {
+            records: Records::new(tree, durability),
+            algorithm,
+        }
+    }
+}
+
+impl<A: Algorithm, C: Clock> SledLimiter<A, C> {
+    /// Stores every key under `prefix`, so several limiters can share one tree.
+    /// [`collect_expired`](Self::collect_expired) only touches keys under it.
+    pub fn with_prefix(self, prefix: impl Into<Vec<u8>>) -> Self {
+        Self {
+            records: self.records.with_prefix(prefix.into()),
+            ..self
+        }
+    }
+
+    /// Reads time from `clock` instead.
+    pub fn with_clock<D: Clock>(self, clock: D) -> SledLimiter<A, D> {
+        SledLimiter {
+            records: self.records.with_clock(clock),
+            algorithm: self.algorithm,
+        }
+    }
+
+    /// Decides a request of `cost` for `key` now.
+    pub fn check(&self, key: &[u8], cost: u64) -> Result<Decision, Error> {
+        self.check_at(key, self.records.clock.now(), cost)
+    }
+
+    /// Decides a request of `cost` for `key` at `now` (replays, tests, a shared clock).
+    /// A `now` beyond [`MAX_TICKS`](https://docs.rs/tollgate-core/0.1/tollgate_core/constant.MAX_TICKS.html) is [`Error::Time`].
+    pub fn check_at(&self, key: &[u8], now: Ticks, cost: u64) -> Result<Decision, Error> {
+        let now = check_now(now).map_err(Error::Time)?;
+        self.update(key, |state| self.algorithm.decide(state, now, cost))
+    }
+
+    /// What a request of `cost` for `key` would get at `now`, changing nothing.
+    /// A `now` beyond [`MAX_TICKS`](https://docs.rs/tollgate-core/0.1/tollgate_core/constant.MAX_TICKS.html) is [`Error::Time`].
+    pub fn peek_at(&self, key: &[u8], now: Ticks, cost: u64) -> Result<Decision, Error> {
+        let now = check_now(now).map_err(Error::Time)?;
+        Ok(self.algorithm.peek(self.state(key)?, now, cost))
+    }
+
+    /// The stored state of `key`, decoded.
+    pub fn state(&self, key: &[u8]) -> Result<Option<A::State>, Error> {
+        self.records.read(key, |bytes| self.algorithm.decode(bytes))
+    }
+
+    /// Forgets `key`: its next request finds it fresh. Only a record holding a state of
+    /// this algorithm is deleted: anything else is [`Error::Corrupt`] and left as it is.
+    pub fn reset(&self, key: &[u8]) -> Result<(), Error> {
+        self.update(key, |_| ((), None))
+    }
+
+    /// Removes the records under this limiter's prefix whose state is fresh at `now`,
+    /// returning how many. A record that does not decode is left for an operator (and
+    /// reported by [`state`](Self::state)); it does not stop the sweep. A `now` beyond
+    /// [`MAX_TICKS`](https://docs.rs/tollgate-core/0.1/tollgate_core/constant.MAX_TICKS.html) is [`Error::Time`].
+    pub fn collect_expired(&self, now: Ticks) -> Result<usize, Error> {
+        let now = check_now(now).map_err(Error::Time)?;
+        self.sweep(|state| self.algorithm.decide(Some(state), now, 0).1.is_none())
+    }
+
+    /// Deletes every state of this algorithm under the limiter's prefix, fresh or not,
+    /// returning how many: the clean-up after a replay or a test. Records holding
+    /// anything else (another algorithm's state, an application's value) stay.
+    pub fn purge(&self) -> Result<usize, Error> {
+        self.sweep(|_| true)
+    }
+
+    /// Deletes the records under the prefix that decode as this algorithm's state and
+    /// that `doomed` picks, each by compare-and-swap, so a record changed meanwhile stays.
+    fn sweep(&self, doomed: impl Fn(A::State) -> bool) -> Result<usize, Error> {
+        let mut removed = 0;
+        let tree = self.records.tree();
+        for record in tree.scan_prefix(self.records.prefix()) {
+            let (record_key, bytes) = record?;
+            let Ok(state) = self.algorithm.decode(&bytes) else {
+                continue;
+            };
+            if doomed(state)
+                && tree
+                    .compare_and_swap(&record_key, Some(&bytes), None::<&[u8]>)?
+                    .is_ok()
+            {
+                removed += 1;
+            }
+        }
+        if removed > 0 {
+            self.records.flush()?;
+        }
+        Ok(removed)
+    }
+
+    /// The algorithm deciding.
+    pub const fn algorithm(&self) -> &A {
+        &self.algorithm
+    }
+
+    /// The tree the records live in.
+    pub const fn tree(&self) -> &Tree {
+        self.records.tree()
+    }
+
+    /// Applies `transition` to `key`'s record atomically (see [`Records::update`]).
+    fn update<T>(
+        &self,
+        key: &[u8],
+        transition: impl Fn(Option<A::State>) -> (T, Option<A::State>),
+    ) -> Result<T, Error> {
+        let algorithm = &self.algorithm;
+        self.records.update(
+            key,
+            |bytes| algorithm.decode(bytes),
+            |state| algorithm.encode_to_vec(state),
+            |state| Ok(transition(state)),
+        )
+    }
+}
+
+impl<A: Reserve, C: Clock> SledLimiter<A, C> {
+    /// Books a slot for `cost` for `key` at `now` if it can act within `max_wait` ticks.
+    /// A `now` beyond [`MAX_TICKS`](https://docs.rs/tollgate-core/0.1/tollgate_core/constant.MAX_TICKS.html) is [`Error::Time`].
+    pub fn reserve_at(
+        &self,
+        key: &[u8],
+        now: Ticks,
+        cost: u64,
+        max_wait: Ticks,
+    ) -> Result<Decision, Error> {
+        let now = check_now(now).map_err(Error::Time)?;
+        self.update(key, |state| {
+            self.algorithm.reserve(state, now, cost, max_wait)
+        })
+    }
+}
+
+impl<A, C> SledLimiter<A, C>
+where
+    A: Algorithm + Clone + Send + 'static,
+    C: Clock + Clone + Send + 'static,
+{
+    /// Runs [`collect_expired`](Self::collect_expired) every `interval` on a background
+    /// thread until the returned [`Sweeper`] is dropped.
+    pub fn spawn_sweeper(&self, interval: Duration) -> Sweeper {
+        let limiter = self.clone();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            while !stopped.load(Ordering::Acquire) {
+                // A failed sweep is retried at the next interval; decisions report errors.
+                let _ = limiter.collect_expired(limiter.records.clock.now());
+                std::thread::park_timeout(interval);
+            }
+        });
+        Sweeper {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+/// A background sweeper; dropping it stops the thread and waits for it.
+#[derive(Debug)]
+pub struct Sweeper {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for Sweeper {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(thread) = self.thread.take() {
+            thread.thread().unpark();
+            let _ = thread.join();
+        }
+    }
+}

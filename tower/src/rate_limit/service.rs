@@ -1,0 +1,150 @@
+//! The service: decides each request, at once when the limiter is in process and
+//! admits, otherwise in a boxed future that waits for the verdict.
+
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use tower_service::Service;
+
+use super::config::{OnBadKey, Shared};
+use super::future::ResponseFuture;
+use crate::headers::Stamp;
+use crate::limiter::{Limiter, Pending, Verdict};
+use crate::response::respond;
+use crate::strategy::{Overload, Reject};
+
+/// The service [`RateLimitLayer`](crate::RateLimitLayer) builds. Readiness is the inner
+/// service's; each request is then decided by the shared limiter.
+#[derive(Debug)]
+pub struct RateLimit<S, L, O = Reject> {
+    inner: S,
+    shared: Arc<Shared<L, O>>,
+}
+
+impl<S, L, O> RateLimit<S, L, O> {
+    pub(super) fn new(inner: S, shared: Arc<Shared<L, O>>) -> Self {
+        Self { inner, shared }
+    }
+}
+
+impl<S: Clone, L, O> Clone for RateLimit<S, L, O> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<S, L, O, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S, L, O>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    L: Limiter,
+    O: Overload<ReqBody, ResBody, S::Error>,
+    ReqBody: Send + 'static,
+    ResBody: From<Bytes> + Send + 'static,
+{
+    type Response = Response<ResBody>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future, ResBody, S::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: Request<ReqBody>) -> Self::Future {
+        let Shared {
+            limiter,
+            config,
+            overload,
+        } = &*self.shared;
+        // The request is split only for closures, which read its `Parts`.
+        let (key, cost) = match (config.key.extract_request(&request), &config.cost) {
+            (Some(key), None) => (key, 1),
+            (key, cost) => {
+                let (parts, body) = request.into_parts();
+                let key = key.unwrap_or_else(|| config.key.extract(&parts));
+                let cost = cost.as_ref().map_or(1, |price| price(&parts));
+                request = Request::from_parts(parts, body);
+                (key, cost)
+            }
+        };
+        let key = match key {
+            Ok(key) => key,
+            Err(error) => match &config.on_bad_key {
+                OnBadKey::Shared(key) => key.clone(),
+                OnBadKey::Reject => {
+                    let body = Bytes::from(format!("{error}\n"));
+                    return ResponseFuture::ready(respond(StatusCode::BAD_REQUEST, body));
+                }
+            },
+        };
+        let pending = match overload.max_wait() {
+            Some(max_wait) => limiter.reserve(&key, cost, max_wait),
+            None => limiter.check(&key, cost),
+        };
+        match pending {
+            // The fast path: decided in process, admitted at once.
+            Pending::Ready(Verdict::Decided(decision))
+                if decision.allowed && decision.delay == 0 =>
+            {
+                let future = self.inner.call(request);
+                if config.headers.any() {
+                    let stamp = Stamp::new(&config.policy, &decision, config.headers);
+                    ResponseFuture::stamped(future, stamp)
+                } else {
+                    ResponseFuture::passthrough(future)
+                }
+            }
+            pending => {
+                // The ready service goes with this request; a fresh clone waits for the next.
+                let clone = self.inner.clone();
+                let inner = std::mem::replace(&mut self.inner, clone);
+                let future = decide(pending, inner, request, self.shared.clone());
+                ResponseFuture::boxed(Box::pin(future))
+            }
+        }
+    }
+}
+
+/// The slow path: waits for the verdict (and a reservation's slot), then answers.
+async fn decide<S, L, O, ReqBody, ResBody>(
+    pending: Pending,
+    mut inner: S,
+    request: Request<ReqBody>,
+    shared: Arc<Shared<L, O>>,
+) -> Result<Response<ResBody>, S::Error>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    O: Overload<ReqBody, ResBody, S::Error>,
+    ResBody: From<Bytes>,
+{
+    match pending.resolve().await {
+        Verdict::Decided(decision) => {
+            let mut response = if decision.allowed {
+                if decision.delay > 0 {
+                    tokio::time::sleep(Duration::from_micros(decision.delay)).await;
+                }
+                inner.call(request).await?
+            } else {
+                shared.overload.denied(request, &decision).await?
+            };
+            shared.config.stamp(&mut response, &decision);
+            Ok(response)
+        }
+        Verdict::Open => inner.call(request).await,
+        Verdict::Closed => Ok(respond(
+            StatusCode::SERVICE_UNAVAILABLE,
+            Bytes::from_static(b"rate limiter unavailable\n"),
+        )),
+        Verdict::Failed(_) => Ok(respond(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            Bytes::from_static(b"rate limiter failed\n"),
+        )),
+    }
+}
