@@ -38,6 +38,7 @@
 //!
 //! The scripts' exact range is narrower than the core's: see [`LuaAlgorithm`].
 
+mod any;
 mod batch;
 mod call;
 mod connection;
