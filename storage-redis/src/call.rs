@@ -50,6 +50,7 @@ impl Mode {
 }
 
 impl<'a> Call<'a> {
+    /// A call of `mode` on `key` for `cost` (units, for a take or a refund).
     pub(crate) fn of(mode: Mode, key: &'a [u8], cost: u64, now: Option<Ticks>) -> Self {
         Self {
             mode,
@@ -78,6 +79,7 @@ impl<'a> Call<'a> {
             .collect()
     }
 
+    /// The call with a longest wait (a refund's: its deadline).
     pub(crate) fn waiting(self, max_wait: Option<Ticks>) -> Self {
         Self { max_wait, ..self }
     }

@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 use redis::ConnectionLike;
 use tollgate_core::{Algorithm, Clock, Decision, MonotonicClock, Ticks};
 
-use super::{FleetAlgorithm, FleetConfig, FleetMode};
+use super::algorithm::FleetAlgorithm;
+use super::config::{FleetConfig, FleetMode};
 use crate::error::Error;
 use crate::fail::Outcome;
 use crate::limiter::RedisLimiter;

@@ -1,0 +1,114 @@
+//! How a fleet shares one limit: the mode and its settings.
+
+use std::time::Duration;
+
+use super::algorithm::FleetAlgorithm;
+use crate::error::Error;
+
+/// How a fleet shares one limit (see the [module](super)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum FleetMode {
+    /// One Redis call per decision.
+    Exact,
+    /// Take batches of units, spend them locally; never over the limit.
+    Prefetch,
+    /// Decide locally, settle every `max_batch` decisions or every interval.
+    Batch,
+    /// Each node enforces `limit / live nodes`, counted by heartbeats.
+    Split,
+}
+
+impl FleetMode {
+    /// Every mode, in the order the measurements list them.
+    pub const ALL: [Self; 4] = [Self::Exact, Self::Prefetch, Self::Batch, Self::Split];
+
+    /// The mode's name in policy files and on the command line.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Exact => "exact",
+            Self::Prefetch => "prefetch",
+            Self::Batch => "batch",
+            Self::Split => "split",
+        }
+    }
+}
+
+impl std::fmt::Display for FleetMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for FleetMode {
+    type Err = Error;
+    fn from_str(name: &str) -> Result<Self, Error> {
+        Self::ALL
+            .into_iter()
+            .find(|m| m.name() == name)
+            .ok_or_else(|| Error::FleetSetting {
+                setting: "mode",
+                reason: format!("unknown mode {name:?}: use exact, prefetch, batch or split"),
+            })
+    }
+}
+
+/// A fleet's settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FleetConfig {
+    /// The mode.
+    pub mode: FleetMode,
+    /// Prefetch: the most units one take asks for. Batch: decisions between settles.
+    /// At least 1, at most the limit (a batch above it could never be granted whole, or
+    /// would let one node's unsettled decisions exceed the limit by themselves).
+    pub max_batch: u64,
+    /// Prefetch: how long a node waits before asking again when the limit is drained.
+    /// Batch: the longest time between settles. Split: the heartbeat period.
+    /// `None`: 100 ms, 100 ms and 1 s.
+    pub interval: Option<Duration>,
+}
+
+impl FleetConfig {
+    /// `mode` with a `max_batch` of 100 and the mode's default interval.
+    pub const fn new(mode: FleetMode) -> Self {
+        Self {
+            mode,
+            max_batch: 100,
+            interval: None,
+        }
+    }
+
+    /// The interval in use: the configured one or the mode's default.
+    pub fn interval(&self) -> Duration {
+        self.interval.unwrap_or(match self.mode {
+            FleetMode::Split => Duration::from_secs(1),
+            _ => Duration::from_millis(100),
+        })
+    }
+
+    /// Prefetch: a batch is the node's traffic over this long (two intervals), and a
+    /// grant expires after it.
+    pub fn horizon(&self) -> Duration {
+        2 * self.interval()
+    }
+
+    /// Refuses settings that cannot work with `algorithm`, saying why.
+    pub fn validate<A: FleetAlgorithm>(&self, algorithm: &A) -> Result<(), Error> {
+        let limit = algorithm.limit();
+        let bad = |setting, reason: String| Err(Error::FleetSetting { setting, reason });
+        if self.max_batch == 0 {
+            return bad("max_batch", "must be at least 1".into());
+        }
+        if self.max_batch > limit {
+            return bad(
+                "max_batch",
+                format!("{} is above the limit of {limit}", self.max_batch),
+            );
+        }
+        let interval = self.interval();
+        if interval < Duration::from_millis(1) || interval > Duration::from_secs(3600) {
+            return bad("interval", format!("{interval:?} is outside 1 ms..=1 h"));
+        }
+        Ok(())
+    }
+}
