@@ -162,6 +162,9 @@ const SCHEMA: [&str; 6] = [
     "CREATE TABLE IF NOT EXISTS tollgate_audit (id BIGINT PRIMARY KEY, at BIGINT NOT NULL, actor TEXT NOT NULL, action TEXT NOT NULL, policy TEXT NOT NULL, before_body TEXT, after_body TEXT, apps TEXT NOT NULL)",
 ];
 
+/// A new user (text parameters: name, token hash, admin flag, roles).
+const INSERT_USER: &str = "INSERT INTO tollgate_users (name, token_hash, admin, roles) VALUES ($1, $2, $3, $4) ON CONFLICT (name) DO NOTHING";
+
 /// The schema version this build writes.
 const SCHEMA_VERSION: i64 = 1;
 
@@ -517,34 +520,20 @@ impl Store {
     /// Creates user `user` with the token hashed as `hash`; false if the name is taken.
     pub async fn create_user(&self, user: &User, hash: &str) -> Result<bool, StoreError> {
         let (admin, roles) = user_columns(user);
-        self.change(
-            "INSERT INTO tollgate_users (name, token_hash, admin, roles) VALUES ($1, $2, $3, $4) ON CONFLICT (name) DO NOTHING",
-            &[&user.name, hash, admin, &roles],
-        )
-        .await
+        self.change(INSERT_USER, &[&user.name, hash, admin, &roles])
+            .await
     }
 
     /// Creates the first admin `user`, unless an admin exists (false then).
     pub async fn create_first_admin(&self, user: &User, hash: &str) -> Result<bool, StoreError> {
-        let (mut tx, _) = self.begin().await?;
-        let admins: i64 = sqlx::query("SELECT COUNT(*) FROM tollgate_users WHERE admin <> '0'")
-            .fetch_one(&mut *tx)
-            .await?
-            .try_get(0)?;
-        if admins > 0 {
-            return Ok(false);
-        }
         let (admin, roles) = user_columns(user);
-        let done = sqlx::query("INSERT INTO tollgate_users (name, token_hash, admin, roles) VALUES ($1, $2, $3, $4) ON CONFLICT (name) DO NOTHING")
-            .bind(&user.name)
-            .bind(hash)
-            .bind(admin)
-            .bind(roles)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-        tx.commit().await?;
-        Ok(done == 1)
+        let any_admin = "SELECT COUNT(*) FROM tollgate_users WHERE admin <> '0'";
+        self.change_unless(
+            Some(any_admin),
+            INSERT_USER,
+            &[&user.name, hash, admin, &roles],
+        )
+        .await
     }
 
     /// Sets user `user`'s admin flag and roles; false if there is no such user.
@@ -574,12 +563,34 @@ impl Store {
 
     /// Runs one statement of text parameters as a change; whether it touched a row.
     async fn change(&self, sql: &str, params: &[&str]) -> Result<bool, StoreError> {
+        self.change_unless(None, sql, params).await
+    }
+
+    /// [`Store::change`], skipped (false) if the count `unless` selects, read in the
+    /// same transaction, is not zero.
+    async fn change_unless(
+        &self,
+        unless: Option<&str>,
+        sql: &str,
+        params: &[&str],
+    ) -> Result<bool, StoreError> {
         let (mut tx, _) = self.begin().await?;
-        let mut query = sqlx::query(sql);
-        for param in params {
-            query = query.bind(*param);
-        }
-        let done = query.execute(&mut *tx).await?.rows_affected();
+        let blocked = match unless {
+            Some(count) => {
+                let n: i64 = sqlx::query(count).fetch_one(&mut *tx).await?.try_get(0)?;
+                n > 0
+            }
+            None => false,
+        };
+        let done = if blocked {
+            0
+        } else {
+            let mut query = sqlx::query(sql);
+            for param in params {
+                query = query.bind(*param);
+            }
+            query.execute(&mut *tx).await?.rows_affected()
+        };
         if done == 0 {
             // Nothing changed: the counter need not move.
             tx.rollback().await?;

@@ -425,39 +425,37 @@ async fn leases_over_http() {
         (zero.status.as_u16(), zero.json["field"].as_str()),
         (422, Some("ttl_us"))
     );
-    let long_owner = post(
-        &server.url("/v1/lease/acquire"),
-        &web,
-        &format!(
-            r#"{{"policy":"workers","key":"k","owner":"{}"}}"#,
-            "o".repeat(200)
-        ),
-    )
-    .await;
-    assert_eq!(long_owner.status, StatusCode::UNPROCESSABLE_ENTITY);
-    let decide = post(
-        &server.url("/v1/decide"),
-        &web,
-        r#"{"policy":"workers","key":"k"}"#,
-    )
-    .await;
-    assert_eq!(decide.status, StatusCode::UNPROCESSABLE_ENTITY);
     create_policy(&server, &admin, "api", BUCKET).await;
-    let rate = post(
-        &server.url("/v1/lease/acquire"),
-        &web,
-        r#"{"policy":"api","key":"k","owner":"a"}"#,
-    )
-    .await;
-    assert_eq!(rate.status, StatusCode::UNPROCESSABLE_ENTITY);
-    // Users may not take leases.
-    let as_user = post(
-        &server.url("/v1/lease/acquire"),
-        &admin,
-        r#"{"policy":"workers","key":"k","owner":"a"}"#,
-    )
-    .await;
-    assert_eq!(as_user.status, StatusCode::FORBIDDEN);
+    let long_owner = format!(
+        r#"{{"policy":"workers","key":"k","owner":"{}"}}"#,
+        "o".repeat(200)
+    );
+    // (path, token, body, status); users may not take leases.
+    let refusals = [
+        ("/v1/lease/acquire", &web, long_owner.as_str(), 422),
+        ("/v1/decide", &web, r#"{"policy":"workers","key":"k"}"#, 422),
+        (
+            "/v1/lease/acquire",
+            &web,
+            r#"{"policy":"api","key":"k","owner":"a"}"#,
+            422,
+        ),
+        (
+            "/v1/lease/acquire",
+            &admin,
+            r#"{"policy":"workers","key":"k","owner":"a"}"#,
+            403,
+        ),
+    ];
+    for (path, token, body, status) in refusals {
+        let answer = post(&server.url(path), token, body).await;
+        assert_eq!(
+            answer.status.as_u16(),
+            status,
+            "{path} {body}: {}",
+            answer.text
+        );
+    }
     server.stop().await;
 }
 
