@@ -425,24 +425,22 @@ fn the_aof_holds_effects_not_commands() {
     assert_eq!(aof.matches("\r\nDEL\r\n").count(), 1, "{aof}");
 }
 
-/// The keys Redis finds in `line` (`COMMAND GETKEYS`, which asks the module).
-fn getkeys(con: &mut Connection, line: &str) -> Vec<String> {
-    redis::cmd("COMMAND")
+/// Redis finds `keys` in `line` (`COMMAND GETKEYS`, which asks the module).
+fn assert_keys(con: &mut Connection, line: &str, keys: &[&str]) {
+    let found: Vec<String> = redis::cmd("COMMAND")
         .arg("GETKEYS")
         .arg(line.split(' ').collect::<Vec<_>>())
         .query(con)
-        .unwrap()
+        .unwrap();
+    assert_eq!(found, keys, "{line}");
 }
 
 #[test]
 fn keys_are_declared_and_writes_refused_out_of_memory() {
     let server = Server::start();
     let mut con = server.connection();
-    let keys = getkeys(
-        &mut con,
-        "TOLLGATE.CHECK 2 {a}:0 {a}:1 fixed_window 1 1 fixed_window 1 1",
-    );
-    assert_eq!(keys, ["{a}:0", "{a}:1"]);
+    let check = "TOLLGATE.CHECK 2 {a}:0 {a}:1 fixed_window 1 1 fixed_window 1 1";
+    assert_keys(&mut con, check, &["{a}:0", "{a}:1"]);
     let _: () = redis::cmd("CONFIG")
         .arg("SET")
         .arg("maxmemory")
@@ -460,11 +458,8 @@ fn keys_are_declared_and_writes_refused_out_of_memory() {
 fn batch_keys_and_packed_lease_replies() {
     let server = Server::start();
     let mut con = server.connection();
-    let keys = getkeys(
-        &mut con,
-        "TOLLGATE.BATCH 3 a b a fixed_window 1 1 COSTS 1 1 1",
-    );
-    assert_eq!(keys, ["a", "b", "a"]);
+    let batch = "TOLLGATE.BATCH 3 a b a fixed_window 1 1 COSTS 1 1 1";
+    assert_keys(&mut con, batch, &["a", "b", "a"]);
     for (plain, packed) in [
         (
             "TOLLGATE.LEASE.ACQUIRE p 2 me 5000000 NOW 100",
