@@ -55,6 +55,8 @@ mod cell;
 mod engine;
 mod host;
 mod spec;
+#[cfg(test)]
+mod tests;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
