@@ -12,30 +12,15 @@
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use tokio::sync::Semaphore;
+use tollgate_benches::on_two_threads;
 use tollgate_core::memory::Leases;
 use tollgate_core::{Clock, Concurrency, LeaseState, ManualClock, MonotonicClock, SECOND};
 
 const PERMITS: u64 = 16;
 const TTL: u64 = 30 * SECOND;
-
-/// Time for `iters` acquire-release pairs split over two threads at once.
-fn two_threads(iters: u64, pair: &(impl Fn() -> bool + Sync)) -> Duration {
-    let start = Instant::now();
-    std::thread::scope(|s| {
-        for _ in 0..2 {
-            s.spawn(|| {
-                for _ in 0..iters / 2 {
-                    black_box(pair());
-                }
-            });
-        }
-    });
-    start.elapsed()
-}
 
 fn lease_inprocess(c: &mut Criterion) {
     let mut group = c.benchmark_group("lease_inprocess");
@@ -50,10 +35,10 @@ fn lease_inprocess(c: &mut Criterion) {
         b.iter(|| manual.try_acquire(None, TTL).map(|g| g.token()).is_ok())
     });
     group.bench_function("tollgate_2_threads", |b| {
-        b.iter_custom(|iters| two_threads(iters, &tollgate))
+        b.iter_custom(|iters| on_two_threads(iters, &tollgate))
     });
     group.bench_function("semaphore_2_threads", |b| {
-        b.iter_custom(|iters| two_threads(iters, &tokio))
+        b.iter_custom(|iters| on_two_threads(iters, &tokio))
     });
     group.finish();
 }

@@ -15,20 +15,11 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use redis::{Connection, Pipeline};
-use tollgate_benches::COMPARE_AND_DELETE;
+use tollgate_benches::{named_keys, BATCH, COMPARE_AND_DELETE, CONNECTIONS, KEYS};
 use tollgate_core::Concurrency;
 use tollgate_redis::{Path, RedisLeases};
 
-const KEYS: usize = 1024;
-const BATCH: usize = 64;
-const CONNECTIONS: usize = 4;
 const TTL_MS: u64 = 10_000;
-
-fn named_keys(prefix: &str) -> Vec<Vec<u8>> {
-    (0..KEYS)
-        .map(|i| format!("{prefix}lock:{i}").into_bytes())
-        .collect()
-}
 
 /// Runs `iters` batches split over [`CONNECTIONS`] threads, each on its own connection
 /// and its own keys; returns the wall time.
@@ -98,9 +89,9 @@ fn recipe_batch(sha: &str, con: &mut Connection, keys: &[Vec<u8>], start: usize,
 
 fn lock_benches(c: &mut Criterion) {
     let server = common::Server::start_with_module(true);
-    let keys = named_keys("tollgate:");
-    let module_keys = named_keys("module:");
-    let recipe_keys = named_keys("recipe:");
+    let keys = named_keys("tollgate:lock:");
+    let module_keys = named_keys("module:lock:");
+    let recipe_keys = named_keys("recipe:lock:");
     let lock = RedisLeases::new(Concurrency::lock())
         .with_path(Path::Functions)
         .unwrap();
@@ -140,26 +131,21 @@ fn lock_benches(c: &mut Criterion) {
     group.throughput(Throughput::Elements(1));
     let mut con = server.connection();
     let mut i = 0;
-    group.bench_function("tollgate_lock", |b| {
-        b.iter(|| {
-            i = (i + 1) % KEYS;
-            let granted = lock
-                .acquire(&mut con, &keys[i], b"owner", TTL_MS * 1000)
-                .unwrap();
-            assert!(granted.decision.allowed);
-            lock.release(&mut con, &keys[i], b"owner").unwrap()
-        })
-    });
-    group.bench_function("tollgate_module", |b| {
-        b.iter(|| {
-            i = (i + 1) % KEYS;
-            let granted = module
-                .acquire(&mut con, &module_keys[i], b"owner", TTL_MS * 1000)
-                .unwrap();
-            assert!(granted.decision.allowed);
-            module.release(&mut con, &module_keys[i], b"owner").unwrap()
-        })
-    });
+    for (name, leases, keys) in [
+        ("tollgate_lock", &lock, &keys),
+        ("tollgate_module", &module, &module_keys),
+    ] {
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                i = (i + 1) % KEYS;
+                let granted = leases
+                    .acquire(&mut con, &keys[i], b"owner", TTL_MS * 1000)
+                    .unwrap();
+                assert!(granted.decision.allowed);
+                leases.release(&mut con, &keys[i], b"owner").unwrap()
+            })
+        });
+    }
     assert_eq!(module.path(), Some(Path::Module));
     group.bench_function("set_nx_px_and_compare_delete", |b| {
         b.iter(|| {

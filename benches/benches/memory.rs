@@ -5,14 +5,14 @@
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use governor::clock::{Clock as _, MonotonicClock as GovernorMonotonic, QuantaClock};
 use governor::middleware::NoOpMiddleware;
 use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
-use tollgate_benches::walk;
+use tollgate_benches::{on_two_threads, walk};
 use tollgate_core::memory::{DirectLimiter, InMemory, KeyedLimiter, StateCell, WordState};
 use tollgate_core::{
     Algorithm, BucketState, Clock, Decision, MonotonicClock, SystemClock, TokenBucket, SECOND,
@@ -86,30 +86,15 @@ fn memory_keyed(c: &mut Criterion) {
     group.finish();
 }
 
-/// Time per decision with two threads deciding on one limiter at once.
-fn contended(iters: u64, decide: &(impl Fn() -> bool + Sync)) -> Duration {
-    let start = Instant::now();
-    std::thread::scope(|s| {
-        for _ in 0..2 {
-            s.spawn(|| {
-                for _ in 0..iters / 2 {
-                    black_box(decide());
-                }
-            });
-        }
-    });
-    start.elapsed()
-}
-
 fn memory_direct_contended(c: &mut Criterion) {
     let mut group = c.benchmark_group("memory_direct_contended");
     let tollgate = DirectLimiter::new(bucket(DIRECT_RATE));
     group.bench_function("tollgate", |b| {
-        b.iter_custom(|iters| contended(iters, &|| tollgate.check(1).allowed))
+        b.iter_custom(|iters| on_two_threads(iters, &|| tollgate.check(1).allowed))
     });
     let governor: GovernorDirect = RateLimiter::direct(quota(DIRECT_RATE));
     group.bench_function("governor", |b| {
-        b.iter_custom(|iters| contended(iters, &|| governor.check().is_ok()))
+        b.iter_custom(|iters| on_two_threads(iters, &|| governor.check().is_ok()))
     });
     group.finish();
 }

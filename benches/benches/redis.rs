@@ -21,39 +21,13 @@
 #[path = "../../storage-redis/tests/common/mod.rs"]
 mod common;
 
-use std::time::Duration;
+use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use redis::{Connection, Pipeline};
+use tollgate_benches::{named_keys, pipelined, BATCH, CONNECTIONS, KEYS};
 use tollgate_core::{SlidingLog, TokenBucket, SECOND};
 use tollgate_redis::{LuaAlgorithm, Path, RedisLimiter};
-
-const KEYS: usize = 1024;
-const BATCH: usize = 64;
-const CONNECTIONS: usize = 4;
-
-fn named_keys(prefix: &str) -> Vec<Vec<u8>> {
-    (0..KEYS)
-        .map(|i| format!("{prefix}user:{i}").into_bytes())
-        .collect()
-}
-
-/// Runs `iters` pipelines split over [`CONNECTIONS`] threads, each on its own connection;
-/// returns the wall time.
-fn pipelined(
-    server: &common::Server,
-    iters: u64,
-    run: impl Fn(&mut Connection, usize) + Sync,
-) -> Duration {
-    let connections = (0..CONNECTIONS).map(|_| server.connection()).collect();
-    tollgate_benches::on_threads(connections, iters, |t, con, rounds| {
-        let mut start = t * 7919;
-        for _ in 0..rounds {
-            start = (start + BATCH) % KEYS;
-            run(con, start);
-        }
-    })
-}
 
 fn decide_batch<A: LuaAlgorithm>(
     limiter: &RedisLimiter<A>,
@@ -178,9 +152,9 @@ fn server_time(server: &common::Server, function: &str, command: &str) {
 
 fn redis_benches(c: &mut Criterion) {
     let server = common::Server::start();
-    let keys = named_keys("");
+    let keys = named_keys("user:");
     // The floor's keys hold strings, so they must not be the ones `INCR` counts.
-    let floor_keys = named_keys("floor:");
+    let floor_keys = named_keys("floor:user:");
     // Mostly admitted: a bucket of 10^6 refilled at 10^6/s, a log of 1000 per second.
     let bucket = RedisLimiter::new(TokenBucket::new(1_000_000, 1_000_000, SECOND).unwrap())
         .unwrap()
@@ -190,7 +164,7 @@ fn redis_benches(c: &mut Criterion) {
         .with_prefix("tbs:")
         .with_path(Path::Scripts)
         .unwrap();
-    let rate_keys = named_keys("rr:");
+    let rate_keys = named_keys("rr:user:");
     let log = RedisLimiter::new(SlidingLog::new(1000, SECOND).unwrap())
         .unwrap()
         .with_prefix("log:");
@@ -218,119 +192,107 @@ fn redis_benches(c: &mut Criterion) {
     );
     assert_eq!(bucket.path(), Some(Path::Functions));
 
+    // Each case: its name, the command whose server time it reports, one pipeline of
+    // calls from a key on, and one call on a key (the single group leaves the log out).
+    type Pipelined<'a> = &'a (dyn Fn(&mut Connection, usize) + Sync);
+    type Single<'a> = Option<&'a dyn Fn(&mut Connection, usize)>;
+    let cases: [(&str, &str, Pipelined, Single); 7] = [
+        (
+            "tollgate_token_bucket",
+            "fcall",
+            &|con, start| decide_batch(&bucket, con, &keys, start),
+            Some(&|con, i| {
+                black_box(bucket.check(con, &keys[i], 1).unwrap().allowed);
+            }),
+        ),
+        (
+            "tollgate_evalsha",
+            "evalsha",
+            &|con, start| decide_batch(&evalsha, con, &keys, start),
+            Some(&|con, i| {
+                black_box(evalsha.check(con, &keys[i], 1).unwrap().allowed);
+            }),
+        ),
+        (
+            "redis_rate_gcra",
+            "evalsha",
+            &|con, start| redis_rate_batch(&rate_sha, con, &rate_keys, start),
+            Some(&|con, i| {
+                let reply: (i64, i64, String, String) = redis_rate_call(&rate_sha, &rate_keys[i])
+                    .query(con)
+                    .unwrap();
+                black_box(reply);
+            }),
+        ),
+        (
+            "tollgate_sliding_log",
+            "fcall",
+            &|con, start| decide_batch(&log, con, &keys, start),
+            None,
+        ),
+        (
+            "script_floor",
+            "evalsha",
+            &|con, start| floor_batch(&sha, con, &floor_keys, start),
+            Some(&|con, i| {
+                black_box(
+                    floor_call(&sha, &floor_keys[i])
+                        .query::<Vec<i64>>(con)
+                        .unwrap(),
+                );
+            }),
+        ),
+        (
+            "function_floor",
+            "fcall",
+            &|con, start| floor_batch("", con, &floor_keys, start),
+            Some(&|con, i| {
+                black_box(
+                    floor_call_on("", &floor_keys[i])
+                        .query::<Vec<i64>>(con)
+                        .unwrap(),
+                );
+            }),
+        ),
+        (
+            "incr",
+            "incr",
+            &|con, start| incr_batch(con, &keys, start),
+            Some(&|con, i| {
+                black_box(redis::cmd("INCR").arg(&keys[i]).query::<i64>(con).unwrap());
+            }),
+        ),
+    ];
+
     // Counters from zero for the first function.
     server_time(&server, "", "");
     let mut group = c.benchmark_group("redis_pipelined");
     group.throughput(Throughput::Elements(BATCH as u64));
-    group.bench_function("tollgate_token_bucket", |b| {
-        b.iter_custom(|iters| {
-            pipelined(&server, iters, |con, start| {
-                decide_batch(&bucket, con, &keys, start)
+    for (name, command, batch, _) in cases {
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                let connections = (0..CONNECTIONS).map(|_| server.connection()).collect();
+                pipelined(connections, iters, batch)
             })
-        })
-    });
-    server_time(&server, "tollgate_token_bucket", "fcall");
-    group.bench_function("tollgate_evalsha", |b| {
-        b.iter_custom(|iters| {
-            pipelined(&server, iters, |con, start| {
-                decide_batch(&evalsha, con, &keys, start)
-            })
-        })
-    });
-    server_time(&server, "tollgate_evalsha", "evalsha");
-    group.bench_function("redis_rate_gcra", |b| {
-        b.iter_custom(|iters| {
-            pipelined(&server, iters, |con, start| {
-                redis_rate_batch(&rate_sha, con, &rate_keys, start)
-            })
-        })
-    });
-    server_time(&server, "redis_rate_gcra", "evalsha");
-    group.bench_function("tollgate_sliding_log", |b| {
-        b.iter_custom(|iters| {
-            pipelined(&server, iters, |con, start| {
-                decide_batch(&log, con, &keys, start)
-            })
-        })
-    });
-    server_time(&server, "tollgate_sliding_log", "fcall");
-    group.bench_function("script_floor", |b| {
-        b.iter_custom(|iters| {
-            pipelined(&server, iters, |con, start| {
-                floor_batch(&sha, con, &floor_keys, start)
-            })
-        })
-    });
-    server_time(&server, "script_floor", "evalsha");
-    group.bench_function("function_floor", |b| {
-        b.iter_custom(|iters| {
-            pipelined(&server, iters, |con, start| {
-                floor_batch("", con, &floor_keys, start)
-            })
-        })
-    });
-    server_time(&server, "function_floor", "fcall");
-    group.bench_function("incr", |b| {
-        b.iter_custom(|iters| pipelined(&server, iters, |con, start| incr_batch(con, &keys, start)))
-    });
-    server_time(&server, "incr", "incr");
+        });
+        server_time(&server, name, command);
+    }
     group.finish();
 
     let mut group = c.benchmark_group("redis_single");
     group.throughput(Throughput::Elements(1));
     let mut con = server.connection();
     let mut i = 0;
-    group.bench_function("tollgate_token_bucket", |b| {
-        b.iter(|| {
-            i = (i + 1) % KEYS;
-            bucket.check(&mut con, &keys[i], 1).unwrap().allowed
-        })
-    });
-    server_time(&server, "tollgate_token_bucket", "fcall");
-    group.bench_function("tollgate_evalsha", |b| {
-        b.iter(|| {
-            i = (i + 1) % KEYS;
-            evalsha.check(&mut con, &keys[i], 1).unwrap().allowed
-        })
-    });
-    server_time(&server, "tollgate_evalsha", "evalsha");
-    group.bench_function("redis_rate_gcra", |b| {
-        b.iter(|| {
-            i = (i + 1) % KEYS;
-            redis_rate_call(&rate_sha, &rate_keys[i])
-                .query::<(i64, i64, String, String)>(&mut con)
-                .unwrap()
-        })
-    });
-    server_time(&server, "redis_rate_gcra", "evalsha");
-    group.bench_function("script_floor", |b| {
-        b.iter(|| {
-            i = (i + 1) % KEYS;
-            floor_call(&sha, &floor_keys[i])
-                .query::<Vec<i64>>(&mut con)
-                .unwrap()
-        })
-    });
-    server_time(&server, "script_floor", "evalsha");
-    group.bench_function("function_floor", |b| {
-        b.iter(|| {
-            i = (i + 1) % KEYS;
-            floor_call_on("", &floor_keys[i])
-                .query::<Vec<i64>>(&mut con)
-                .unwrap()
-        })
-    });
-    server_time(&server, "function_floor", "fcall");
-    group.bench_function("incr", |b| {
-        b.iter(|| {
-            i = (i + 1) % KEYS;
-            redis::cmd("INCR")
-                .arg(&keys[i])
-                .query::<i64>(&mut con)
-                .unwrap()
-        })
-    });
-    server_time(&server, "incr", "incr");
+    for (name, command, _, call) in cases {
+        let Some(call) = call else { continue };
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                i = (i + 1) % KEYS;
+                call(&mut con, i);
+            })
+        });
+        server_time(&server, name, command);
+    }
     group.finish();
 }
 

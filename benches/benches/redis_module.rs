@@ -19,37 +19,27 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use redis::{Cmd, Pipeline};
+use tollgate_benches::{named_keys, BATCH, CONNECTIONS, KEYS};
 
-const KEYS: usize = 1024;
-const BATCH: usize = 64;
-const CONNECTIONS: usize = 4;
-
-fn named_keys(prefix: &str) -> Vec<String> {
-    (0..KEYS).map(|i| format!("{prefix}user:{i}")).collect()
-}
-
-/// Runs `iters` pipelines split over [`CONNECTIONS`] threads; returns the wall time.
+/// Runs `iters` pipelines of `command` on the keys (see [`tollgate_benches::pipelined`]);
+/// returns the wall time.
 fn pipelined(
     server: &common::Server,
     iters: u64,
-    command: impl Fn(&str) -> Cmd + Sync,
-    keys: &[String],
+    command: impl Fn(&[u8]) -> Cmd + Sync,
+    keys: &[Vec<u8>],
 ) -> Duration {
     let connections = (0..CONNECTIONS).map(|_| server.connection()).collect();
-    tollgate_benches::on_threads(connections, iters, |t, con, rounds| {
-        let mut start = t * 7919;
-        for _ in 0..rounds {
-            start = (start + BATCH) % KEYS;
-            let mut pipe = Pipeline::with_capacity(BATCH);
-            for j in 0..BATCH {
-                pipe.add_command(command(&keys[(start + j) % KEYS]));
-            }
-            let _: Vec<redis::Value> = pipe.query(con).unwrap();
+    tollgate_benches::pipelined(connections, iters, |con, start| {
+        let mut pipe = Pipeline::with_capacity(BATCH);
+        for j in 0..BATCH {
+            pipe.add_command(command(&keys[(start + j) % KEYS]));
         }
+        let _: Vec<redis::Value> = pipe.query(con).unwrap();
     })
 }
 
-fn check(key: &str) -> Cmd {
+fn check(key: &[u8]) -> Cmd {
     let mut cmd = redis::cmd("TOLLGATE.CHECK");
     cmd.arg(1)
         .arg(key)
@@ -60,13 +50,13 @@ fn check(key: &str) -> Cmd {
     cmd
 }
 
-fn throttle(key: &str) -> Cmd {
+fn throttle(key: &[u8]) -> Cmd {
     let mut cmd = redis::cmd("CL.THROTTLE");
     cmd.arg(key).arg(15).arg(30).arg(60);
     cmd
 }
 
-fn incr(key: &str) -> Cmd {
+fn incr(key: &[u8]) -> Cmd {
     let mut cmd = redis::cmd("INCR");
     cmd.arg(key);
     cmd
@@ -102,8 +92,12 @@ fn module_benches(c: &mut Criterion) {
     let server = common::Server::start();
     let peer = std::env::var_os("REDIS_CELL_MODULE")
         .map(|cell| common::Server::start_loading(std::path::Path::new(&cell), &[]));
-    let (tb, cell, counters) = (named_keys("tb:"), named_keys("cell:"), named_keys("incr:"));
-    type Case<'a> = (&'a str, fn(&str) -> Cmd, &'a [String], &'a common::Server);
+    let (tb, cell, counters) = (
+        named_keys("tb:user:"),
+        named_keys("cell:user:"),
+        named_keys("incr:user:"),
+    );
+    type Case<'a> = (&'a str, fn(&[u8]) -> Cmd, &'a [Vec<u8>], &'a common::Server);
     let mut cases: Vec<Case> = vec![
         ("tollgate_module", check, &tb, &server),
         ("module_cl_throttle", throttle, &cell, &server),

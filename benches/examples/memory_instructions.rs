@@ -22,7 +22,7 @@ use std::num::NonZeroU32;
 
 use governor::clock::{Clock as _, QuantaClock};
 use governor::{Quota, RateLimiter};
-use tollgate_benches::walk;
+use tollgate_benches::{walk, words_and_count};
 use tollgate_core::memory::{DirectLimiter, KeyedLimiter};
 use tollgate_core::{Clock, MonotonicClock, TokenBucket, SECOND};
 
@@ -42,14 +42,9 @@ fn key(i: u32) -> u64 {
 }
 
 fn main() {
-    let mut args = std::env::args().skip(1);
-    let (Some(name), Some(n)) = (args.next(), args.next().and_then(|n| n.parse::<u32>().ok()))
-    else {
-        eprintln!(
-            "usage: memory_instructions tollgate_direct|governor_direct|tollgate_keyed|governor_keyed|tollgate_clock|governor_clock|race_direct|race_keyed|race_clock N"
-        );
-        std::process::exit(2);
-    };
+    let ([name], n): (_, u32) = words_and_count(
+        "memory_instructions tollgate_direct|governor_direct|tollgate_keyed|governor_keyed|tollgate_clock|governor_clock|race_direct|race_keyed|race_clock N",
+    );
     match name.as_str() {
         "race_direct" => {
             let tollgate = DirectLimiter::new(bucket(1_000_000_000));

@@ -19,7 +19,7 @@
 //! of 400 and 200 rounds, over 200 rounds' worth (which cancels the start-up).
 
 use redis::{Connection, Pipeline};
-use tollgate_benches::COMPARE_AND_DELETE;
+use tollgate_benches::{words_and_count, COMPARE_AND_DELETE};
 use tollgate_core::{Concurrency, TokenBucket, SECOND};
 use tollgate_redis::{Path, RedisLeases, RedisLimiter};
 
@@ -27,15 +27,8 @@ const BATCH: usize = 32;
 const LOCKS: usize = 64;
 
 fn main() {
-    let mut args = std::env::args().skip(1);
-    let (Some(url), Some(name), Some(n)) = (
-        args.next(),
-        args.next(),
-        args.next().and_then(|n| n.parse::<usize>().ok()),
-    ) else {
-        eprintln!("usage: redis_instructions URL batch_module|batch_functions N");
-        std::process::exit(2);
-    };
+    let ([url, name], n): (_, usize) =
+        words_and_count("redis_instructions URL batch_module|batch_functions N");
     let mut con = redis::Client::open(url)
         .and_then(|client| client.get_connection())
         .expect("a Redis server");

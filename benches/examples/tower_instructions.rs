@@ -16,18 +16,14 @@
 #[path = "../benches/common/tower_apps.rs"]
 mod tower_apps;
 
+use tollgate_benches::words_and_count;
 use tower::ServiceExt;
 use tower_apps::{apps, decision, request};
 
 fn main() {
-    let mut args = std::env::args().skip(1);
-    let (Some(name), Some(n)) = (args.next(), args.next().and_then(|n| n.parse::<u32>().ok()))
-    else {
-        eprintln!(
-            "usage: tower_instructions bare|tollgate|tollgate_no_headers|tower_governor|tower_governor_headers|tollgate_decision N"
-        );
-        std::process::exit(2);
-    };
+    let ([name], n): (_, u32) = words_and_count(
+        "tower_instructions bare|tollgate|tollgate_no_headers|tower_governor|tower_governor_headers|tollgate_decision N",
+    );
     if name == "tollgate_decision" {
         let mut decide = decision();
         assert!(decide(u32::MAX));

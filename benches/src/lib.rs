@@ -40,3 +40,65 @@ pub const COMPARE_AND_DELETE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] t
   return redis.call('DEL', KEYS[1])
 end
 return 0";
+
+/// Time for `iters` calls of `call` split over two threads at once: a limiter or a lease
+/// table under contention (the `memory` and `lease` benches).
+pub fn on_two_threads(iters: u64, call: &(impl Fn() -> bool + Sync)) -> Duration {
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| {
+                for _ in 0..iters / 2 {
+                    std::hint::black_box(call());
+                }
+            });
+        }
+    });
+    start.elapsed()
+}
+
+/// Keys a Redis bench spreads its calls over.
+pub const KEYS: usize = 1024;
+/// Calls in one pipeline of a pipelined Redis bench.
+pub const BATCH: usize = 64;
+/// Connections of a pipelined Redis bench, one thread each.
+pub const CONNECTIONS: usize = 4;
+
+/// The [`KEYS`] key names `{prefix}{i}`.
+pub fn named_keys(prefix: &str) -> Vec<Vec<u8>> {
+    (0..KEYS)
+        .map(|i| format!("{prefix}{i}").into_bytes())
+        .collect()
+}
+
+/// Runs `iters` pipelines over the `connections` (see [`on_threads`]), calling
+/// `batch(connection, start)` for the [`BATCH`] keys from `start` on, each thread
+/// starting at its own place and moving on a batch each round; returns the wall time.
+pub fn pipelined<C: Send>(
+    connections: Vec<C>,
+    iters: u64,
+    batch: impl Fn(&mut C, usize) + Sync,
+) -> Duration {
+    on_threads(connections, iters, |t, con, rounds| {
+        let mut start = t * 7919;
+        for _ in 0..rounds {
+            start = (start + BATCH) % KEYS;
+            batch(con, start);
+        }
+    })
+}
+
+/// An example's arguments: `N` words, then a count. Prints `usage` and exits with 2 when
+/// they are not there.
+pub fn words_and_count<const N: usize, T: std::str::FromStr>(usage: &str) -> ([String; N], T) {
+    let mut args = std::env::args().skip(1);
+    let words: Vec<String> = args.by_ref().take(N).collect();
+    let count = args.next().and_then(|n| n.parse().ok());
+    match (<[String; N]>::try_from(words), count) {
+        (Ok(words), Some(count)) => (words, count),
+        _ => {
+            eprintln!("usage: {usage}");
+            std::process::exit(2);
+        }
+    }
+}

@@ -55,13 +55,15 @@ mod cell;
 mod engine;
 mod host;
 mod spec;
+#[cfg(test)]
+mod tests;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use tollgate_core::{Decision, Ticks};
 
 use args::Args;
-use engine::{keys, Failure, LeaseOp, LeaseRequest, Request, MAX_BATCH_KEYS, MAX_KEYS};
+use engine::{keys, Failure, LeaseOp, LeaseRequest, Request, Write, MAX_BATCH_KEYS, MAX_KEYS};
 use host::{Call, Error, Key, Reply};
 
 /// The server's time in microseconds since the Unix epoch: the wall clock `TIME` reads
@@ -91,10 +93,31 @@ fn key_positions(call: &Call<'_>, args: &[&[u8]], max: u64) -> bool {
     true
 }
 
-/// Opens key `i` of a `numkeys key...` command (argument `i + 2`).
-fn open_key<'c>(call: &'c Call<'_>, i: usize, write: bool) -> Result<Key<'c>, Error> {
-    call.open(i + 2, write)
+/// Opens the command's argument `pos` as a key.
+fn open_key<'c>(call: &'c Call<'_>, pos: usize, write: bool) -> Result<Key<'c>, Error> {
+    call.open(pos, write)
         .ok_or_else(|| error("ERR wrong number of arguments"))
+}
+
+/// Opens `count` keys of a `numkeys key...` command from key `first` on (argument
+/// `first + 2`).
+fn open_keys<'c>(
+    call: &'c Call<'_>,
+    first: usize,
+    count: usize,
+    write: bool,
+) -> Result<Vec<Key<'c>>, Error> {
+    (first + 2..first + 2 + count)
+        .map(|pos| open_key(call, pos, write))
+        .collect()
+}
+
+/// The values of `keys`, each `None` if absent; a key of another type is refused.
+fn values<'k>(keys: &'k [Key<'_>]) -> Result<Vec<Option<&'k [u8]>>, Error> {
+    keys.iter()
+        .map(Key::value)
+        .collect::<Result<_, _>>()
+        .map_err(error)
 }
 
 fn check(call: &Call<'_>, args: &[&[u8]]) -> Result<Reply, Error> {
@@ -128,7 +151,7 @@ fn decide_keys(
 ) -> Result<Decision, Error> {
     let explicit = request.now.is_some();
     if let [_] = request.keys {
-        let mut key = open_key(call, first, write)?;
+        let mut key = open_key(call, first + 2, write)?;
         let value = key.value().map_err(error)?;
         let had = value.is_some();
         let (decision, mut writes) = request.decide(&[value], now).map_err(error)?;
@@ -137,14 +160,8 @@ fn decide_keys(
         }
         return Ok(decision);
     }
-    let mut keys = (first..first + request.keys.len())
-        .map(|i| open_key(call, i, write))
-        .collect::<Result<Vec<_>, _>>()?;
-    let values = keys
-        .iter()
-        .map(Key::value)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(error)?;
+    let mut keys = open_keys(call, first, request.keys.len(), write)?;
+    let values = values(&keys)?;
     let had: Vec<bool> = values.iter().map(Option::is_some).collect();
     let (decision, writes) = request.decide(&values, now).map_err(error)?;
     drop(values);
@@ -197,14 +214,8 @@ fn reset(call: &Call<'_>, args: &[&[u8]]) -> Result<Reply, Error> {
     if request.now.is_some() || request.cost != 1 {
         return Err(error("ERR TOLLGATE.RESET takes no COST or NOW"));
     }
-    let mut keys = (0..request.keys.len())
-        .map(|i| open_key(call, i, true))
-        .collect::<Result<Vec<_>, _>>()?;
-    let values = keys
-        .iter()
-        .map(Key::value)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(error)?;
+    let mut keys = open_keys(call, 0, request.keys.len(), true)?;
+    let values = values(&keys)?;
     request.validate(&values).map_err(error)?;
     let had: Vec<bool> = values.iter().map(Option::is_some).collect();
     drop(values);
@@ -218,21 +229,29 @@ fn reset(call: &Call<'_>, args: &[&[u8]]) -> Result<Reply, Error> {
     Ok(Reply::Integer(deleted))
 }
 
-/// The key of the one-key commands, the first argument (their parsers have already
-/// required it).
-fn first_key<'c>(call: &'c Call<'_>) -> Result<Key<'c>, Error> {
-    call.open(1, true)
-        .ok_or_else(|| error("ERR wrong number of arguments"))
+/// Decides on the key of the one-key commands, their first argument (their parsers have
+/// already required it), and stores what `decide` writes at `now` (`explicit`: given
+/// by the caller).
+fn on_first_key<T>(
+    call: &Call<'_>,
+    now: Ticks,
+    explicit: bool,
+    decide: impl FnOnce(Option<&[u8]>) -> Result<(T, Write), Error>,
+) -> Result<T, Error> {
+    let mut key = open_key(call, 1, true)?;
+    let value = key.value().map_err(error)?;
+    let had = value.is_some();
+    let (answer, write) = decide(value)?;
+    key.store(had, write, now, explicit)?;
+    Ok(answer)
 }
 
 fn lease(call: &Call<'_>, args: &[&[u8]], op: LeaseOp) -> Result<Reply, Error> {
     let request = LeaseRequest::parse(args, op).map_err(error)?;
     let now = request.now.unwrap_or_else(server_now);
-    let mut key = first_key(call)?;
-    let value = key.value().map_err(error)?;
-    let had = value.is_some();
-    let (reply, write) = request.run(op, value, now).map_err(error)?;
-    key.store(had, write, now, request.now.is_some())?;
+    let reply = on_first_key(call, now, request.now.is_some(), |value| {
+        request.run(op, value, now).map_err(error)
+    })?;
     let fields = reply.fields(now);
     Ok(if request.packed {
         Reply::Packed(fields)
@@ -257,13 +276,11 @@ fn lease_renew(call: &Call<'_>, args: &[&[u8]]) -> Result<Reply, Error> {
 fn throttle(call: &Call<'_>, args: &[&[u8]]) -> Result<Reply, Error> {
     let throttle = cell::Throttle::parse(args)?;
     let now = server_now();
-    let mut key = first_key(call)?;
-    let value = key.value().map_err(error)?;
-    let had = value.is_some();
-    let (decision, write) = throttle
-        .decide(value, now)
-        .map_err(|e| error(Failure::Corrupt(e)))?;
-    key.store(had, write, now, false)?;
+    let decision = on_first_key(call, now, false, |value| {
+        throttle
+            .decide(value, now)
+            .map_err(|e| error(Failure::Corrupt(e)))
+    })?;
     Ok(Reply::Integers(cell::reply(&decision).into()))
 }
 
@@ -280,55 +297,19 @@ mod load {
     /// Registers the commands on the module API directly (see `host`).
     fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         host::init();
+        // `numkeys key...` commands tell Redis their keys when asked (getkeys-api); the
+        // others have one key, the first argument.
+        let (numkeys, one_key) = ((2, 2, 1), (1, 1, 1));
+        #[rustfmt::skip]
         let commands: [(&std::ffi::CStr, host::Entry, &std::ffi::CStr, _); 8] = [
-            (
-                c"tollgate.check",
-                entry!(check),
-                c"write deny-oom getkeys-api",
-                (2, 2, 1),
-            ),
-            (
-                c"tollgate.batch",
-                entry!(batch),
-                c"write deny-oom getkeys-api",
-                (2, 2, 1),
-            ),
-            (
-                c"tollgate.peek",
-                entry!(peek),
-                c"readonly getkeys-api",
-                (2, 2, 1),
-            ),
-            (
-                c"tollgate.reset",
-                entry!(reset),
-                c"write getkeys-api",
-                (2, 2, 1),
-            ),
-            (
-                c"tollgate.lease.acquire",
-                entry!(lease_acquire),
-                c"write deny-oom",
-                (1, 1, 1),
-            ),
-            (
-                c"tollgate.lease.release",
-                entry!(lease_release),
-                c"write",
-                (1, 1, 1),
-            ),
-            (
-                c"tollgate.lease.renew",
-                entry!(lease_renew),
-                c"write deny-oom",
-                (1, 1, 1),
-            ),
-            (
-                c"cl.throttle",
-                entry!(throttle),
-                c"write deny-oom",
-                (1, 1, 1),
-            ),
+            (c"tollgate.check", entry!(check), c"write deny-oom getkeys-api", numkeys),
+            (c"tollgate.batch", entry!(batch), c"write deny-oom getkeys-api", numkeys),
+            (c"tollgate.peek", entry!(peek), c"readonly getkeys-api", numkeys),
+            (c"tollgate.reset", entry!(reset), c"write getkeys-api", numkeys),
+            (c"tollgate.lease.acquire", entry!(lease_acquire), c"write deny-oom", one_key),
+            (c"tollgate.lease.release", entry!(lease_release), c"write", one_key),
+            (c"tollgate.lease.renew", entry!(lease_renew), c"write deny-oom", one_key),
+            (c"cl.throttle", entry!(throttle), c"write deny-oom", one_key),
         ];
         let raw = ctx.get_raw();
         for (name, entry, flags, keys) in commands {

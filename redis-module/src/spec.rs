@@ -66,33 +66,12 @@ pub enum State {
 macro_rules! each {
     ($spec:expr, $state:expr, |$a:ident, $s:ident| $body:expr) => {{
         match $spec {
-            Spec::FixedWindow($a) => {
-                let $s = match $state {
-                    Some(State::FixedWindow(s)) => Some(s),
-                    _ => None,
-                };
-                let (d, n) = $body;
-                (d, n.map(State::FixedWindow))
-            }
-            Spec::SlidingLog($a) => {
-                let $s = match $state {
-                    Some(State::SlidingLog(s)) => Some(s),
-                    _ => None,
-                };
-                let (d, n) = $body;
-                (d, n.map(State::SlidingLog))
-            }
-            Spec::SlidingCounter($a) => {
-                let $s = match $state {
-                    Some(State::SlidingCounter(s)) => Some(s),
-                    _ => None,
-                };
-                let (d, n) = $body;
-                (d, n.map(State::SlidingCounter))
-            }
-            Spec::TokenBucket($a) => each!(@bucket $state, $a, $s, $body),
-            Spec::LeakyBucket($a) => each!(@bucket $state, $a, $s, $body),
-            Spec::Pacing($a) => each!(@bucket $state, $a, $s, $body),
+            Spec::FixedWindow($a) => each!(@one FixedWindow, $state, $a, $s, $body),
+            Spec::SlidingLog($a) => each!(@one SlidingLog, $state, $a, $s, $body),
+            Spec::SlidingCounter($a) => each!(@one SlidingCounter, $state, $a, $s, $body),
+            Spec::TokenBucket($a) => each!(@one Bucket, $state, $a, $s, $body),
+            Spec::LeakyBucket($a) => each!(@one Bucket, $state, $a, $s, $body),
+            Spec::Pacing($a) => each!(@one Bucket, $state, $a, $s, $body),
             Spec::Ban(ban) => {
                 let $a = &**ban;
                 let $s = match $state {
@@ -104,13 +83,14 @@ macro_rules! each {
             }
         }
     }};
-    (@bucket $state:expr, $a:ident, $s:ident, $body:expr) => {{
+    // A variant whose state is `State::$variant` as it is.
+    (@one $variant:ident, $state:expr, $a:ident, $s:ident, $body:expr) => {{
         let $s = match $state {
-            Some(State::Bucket(s)) => Some(s),
+            Some(State::$variant(s)) => Some(s),
             _ => None,
         };
         let (d, n) = $body;
-        (d, n.map(State::Bucket))
+        (d, n.map(State::$variant))
     }};
 }
 
@@ -159,9 +139,13 @@ impl Reserve for Spec {
         max_wait: Ticks,
     ) -> (Decision, Option<State>) {
         match self {
-            Spec::TokenBucket(a) => each!(@bucket state, a, s, a.reserve(s, now, cost, max_wait)),
-            Spec::LeakyBucket(a) => each!(@bucket state, a, s, a.reserve(s, now, cost, max_wait)),
-            Spec::Pacing(a) => each!(@bucket state, a, s, a.reserve(s, now, cost, max_wait)),
+            Spec::TokenBucket(a) => {
+                each!(@one Bucket, state, a, s, a.reserve(s, now, cost, max_wait))
+            }
+            Spec::LeakyBucket(a) => {
+                each!(@one Bucket, state, a, s, a.reserve(s, now, cost, max_wait))
+            }
+            Spec::Pacing(a) => each!(@one Bucket, state, a, s, a.reserve(s, now, cost, max_wait)),
             other => other.decide(state, now, cost),
         }
     }

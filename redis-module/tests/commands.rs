@@ -9,7 +9,7 @@ use redis::{Connection, RedisResult, Value};
 use tollgate_core::{Algorithm, FixedWindow, LeakyBucket, Ticks, TokenBucket, SECOND};
 use tollgate_redis::{Error, RedisLimiter};
 
-use common::Server;
+use common::{wait_until, Server};
 
 fn time(con: &mut Connection) -> Ticks {
     let (s, us): (u64, u64) = redis::cmd("TIME").query(con).unwrap();
@@ -346,36 +346,30 @@ fn cl_throttle_is_exact_against_the_core() {
     }
 }
 
+/// Writes a key of each kind: `timed` (a bucket at the server's time), `explicit` (a
+/// window at a given time), `lease` and `cell` (`CL.THROTTLE`'s).
+fn write_each_kind(con: &mut Connection) {
+    for line in [
+        "TOLLGATE.CHECK 1 timed token_bucket 10 1 1000000 COST 4",
+        "TOLLGATE.CHECK 1 explicit fixed_window 2 1000 NOW 5",
+        "TOLLGATE.LEASE.ACQUIRE lease 2 me 5000000",
+        "CL.THROTTLE cell 15 30 60",
+    ] {
+        run(con, line).unwrap();
+    }
+}
+
 #[test]
 fn effects_replicate_and_replicas_never_decide() {
     let primary = Server::start();
     let port = primary.port.to_string();
     let replica = Server::start_with(&["--replicaof", "127.0.0.1", &port]);
     let (mut p, mut r) = (primary.connection(), replica.connection());
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    loop {
+    wait_until("the replica never synced", || {
         let info: String = redis::cmd("INFO").arg("replication").query(&mut r).unwrap();
-        if info.contains("master_link_status:up") {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the replica never synced"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    run(
-        &mut p,
-        "TOLLGATE.CHECK 1 timed token_bucket 10 1 1000000 COST 4",
-    )
-    .unwrap();
-    run(
-        &mut p,
-        "TOLLGATE.CHECK 1 explicit fixed_window 2 1000 NOW 5",
-    )
-    .unwrap();
-    run(&mut p, "TOLLGATE.LEASE.ACQUIRE lease 2 me 5000000").unwrap();
-    run(&mut p, "CL.THROTTLE cell 15 30 60").unwrap();
+        info.contains("master_link_status:up")
+    });
+    write_each_kind(&mut p);
     run(&mut p, "TOLLGATE.CHECK 1 gone fixed_window 2 1000 NOW 5").unwrap();
     run(
         &mut p,
@@ -407,18 +401,7 @@ fn effects_replicate_and_replicas_never_decide() {
 fn the_aof_holds_effects_not_commands() {
     let server = Server::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
     let mut con = server.connection();
-    run(
-        &mut con,
-        "TOLLGATE.CHECK 1 timed token_bucket 10 1 1000000 COST 4",
-    )
-    .unwrap();
-    run(
-        &mut con,
-        "TOLLGATE.CHECK 1 explicit fixed_window 2 1000 NOW 5",
-    )
-    .unwrap();
-    run(&mut con, "TOLLGATE.LEASE.ACQUIRE lease 2 me 5000000").unwrap();
-    run(&mut con, "CL.THROTTLE cell 15 30 60").unwrap();
+    write_each_kind(&mut con);
     let _: i64 = redis::cmd("TOLLGATE.RESET")
         .arg(1)
         .arg("explicit")
@@ -442,20 +425,22 @@ fn the_aof_holds_effects_not_commands() {
     assert_eq!(aof.matches("\r\nDEL\r\n").count(), 1, "{aof}");
 }
 
+/// Redis finds `keys` in `line` (`COMMAND GETKEYS`, which asks the module).
+fn assert_keys(con: &mut Connection, line: &str, keys: &[&str]) {
+    let found: Vec<String> = redis::cmd("COMMAND")
+        .arg("GETKEYS")
+        .arg(line.split(' ').collect::<Vec<_>>())
+        .query(con)
+        .unwrap();
+    assert_eq!(found, keys, "{line}");
+}
+
 #[test]
 fn keys_are_declared_and_writes_refused_out_of_memory() {
     let server = Server::start();
     let mut con = server.connection();
-    let keys: Vec<String> = redis::cmd("COMMAND")
-        .arg("GETKEYS")
-        .arg("TOLLGATE.CHECK")
-        .arg(2)
-        .arg("{a}:0")
-        .arg("{a}:1")
-        .arg(&["fixed_window", "1", "1", "fixed_window", "1", "1"][..])
-        .query(&mut con)
-        .unwrap();
-    assert_eq!(keys, ["{a}:0", "{a}:1"]);
+    let check = "TOLLGATE.CHECK 2 {a}:0 {a}:1 fixed_window 1 1 fixed_window 1 1";
+    assert_keys(&mut con, check, &["{a}:0", "{a}:1"]);
     let _: () = redis::cmd("CONFIG")
         .arg("SET")
         .arg("maxmemory")
@@ -473,27 +458,8 @@ fn keys_are_declared_and_writes_refused_out_of_memory() {
 fn batch_keys_and_packed_lease_replies() {
     let server = Server::start();
     let mut con = server.connection();
-    let keys: Vec<String> = redis::cmd("COMMAND")
-        .arg("GETKEYS")
-        .arg("TOLLGATE.BATCH")
-        .arg(3)
-        .arg(
-            &[
-                "a",
-                "b",
-                "a",
-                "fixed_window",
-                "1",
-                "1",
-                "COSTS",
-                "1",
-                "1",
-                "1",
-            ][..],
-        )
-        .query(&mut con)
-        .unwrap();
-    assert_eq!(keys, ["a", "b", "a"]);
+    let batch = "TOLLGATE.BATCH 3 a b a fixed_window 1 1 COSTS 1 1 1";
+    assert_keys(&mut con, batch, &["a", "b", "a"]);
     for (plain, packed) in [
         (
             "TOLLGATE.LEASE.ACQUIRE p 2 me 5000000 NOW 100",
@@ -543,23 +509,15 @@ fn cluster_routes_by_the_declared_keys() {
         .status()
         .expect("redis-cli on PATH");
     assert!(status.success(), "redis-cli --cluster create failed");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    for node in &nodes {
-        loop {
+    wait_until("cluster did not come up", || {
+        nodes.iter().all(|node| {
             let info: String = redis::cmd("CLUSTER")
                 .arg("INFO")
                 .query(&mut node.connection())
                 .unwrap_or_default();
-            if info.contains("cluster_state:ok") {
-                break;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "cluster did not come up"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
-    }
+            info.contains("cluster_state:ok")
+        })
+    });
     let urls: Vec<String> = addresses.iter().map(|a| format!("redis://{a}/")).collect();
     let mut con = redis::cluster::ClusterClient::new(urls)
         .unwrap()

@@ -335,50 +335,34 @@ fn bucket_shape(p: &(u64, u64, Ticks)) -> (Ticks, u64) {
     (p.2.max(p.2 / p.1.max(1)), p.0)
 }
 
-#[test]
-fn token_bucket() {
+/// A bucket algorithm (capacity, rate, period) built from each of `params`, against the
+/// module with its reservations.
+fn bucket_cases<A: Words + Reserve>(
+    params: impl Strategy<Value = (u64, u64, Ticks)>,
+    new: fn(u64, u64, Ticks) -> Result<A, tollgate_core::ParamError>,
+) {
     cases(
-        with_trace(bucket(1), bucket_shape),
+        with_trace(params, bucket_shape),
         |server, ((c, r, p), trace)| {
-            differential(
-                server,
-                TokenBucket::new(c, r, p).unwrap(),
-                trace,
-                Some(Reserve::reserve),
-            )
+            differential(server, new(c, r, p).unwrap(), trace, Some(Reserve::reserve))
         },
     );
 }
 
 #[test]
+fn token_bucket() {
+    bucket_cases(bucket(1), TokenBucket::new);
+}
+
+#[test]
 fn leaky_bucket() {
-    cases(
-        with_trace(bucket(1), bucket_shape),
-        |server, ((c, r, p), trace)| {
-            differential(
-                server,
-                LeakyBucket::new(c, r, p).unwrap(),
-                trace,
-                Some(Reserve::reserve),
-            )
-        },
-    );
+    bucket_cases(bucket(1), LeakyBucket::new);
 }
 
 #[test]
 fn pacing() {
     let params = bucket(0).prop_flat_map(|(c, r, p)| (0..=c.min(4).max(c / 2), Just(r), Just(p)));
-    cases(
-        with_trace(params, bucket_shape),
-        |server, ((c, r, p), trace)| {
-            differential(
-                server,
-                Pacing::new(c, r, p).unwrap(),
-                trace,
-                Some(Reserve::reserve),
-            )
-        },
-    );
+    bucket_cases(params, Pacing::new);
 }
 
 #[test]
@@ -466,6 +450,15 @@ fn leases() {
                 c.arg(t);
             }
             let got: redis::RedisResult<Vec<i64>> = c.arg("NOW").arg(now).query(&mut con);
+            // A release's or renewal's reply: the grant, then the time.
+            let grant_fields = |g: tollgate_core::Grant| {
+                vec![
+                    g.token as i64,
+                    g.expires_at as i64,
+                    g.holds as i64,
+                    now as i64,
+                ]
+            };
             let expected: Result<(Vec<i64>, _), LeaseError> = match ttl {
                 Some(t) if cmd.ends_with("ACQUIRE") => leases
                     .acquire(state.clone(), now, owner.as_bytes(), t)
@@ -477,30 +470,10 @@ fn leases() {
                     }),
                 Some(t) => leases
                     .renew(state.clone(), now, owner.as_bytes(), t)
-                    .map(|(g, new)| {
-                        (
-                            vec![
-                                g.token as i64,
-                                g.expires_at as i64,
-                                g.holds as i64,
-                                now as i64,
-                            ],
-                            new,
-                        )
-                    }),
+                    .map(|(g, new)| (grant_fields(g), new)),
                 None => leases
                     .release(state.clone(), now, owner.as_bytes())
-                    .map(|(g, new)| {
-                        (
-                            vec![
-                                g.token as i64,
-                                g.expires_at as i64,
-                                g.holds as i64,
-                                now as i64,
-                            ],
-                            new,
-                        )
-                    }),
+                    .map(|(g, new)| (grant_fields(g), new)),
             };
             match (got, expected) {
                 (Ok(got), Ok((want, new))) => {

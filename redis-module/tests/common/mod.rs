@@ -44,6 +44,16 @@ pub fn module_path() -> PathBuf {
         .clone()
 }
 
+/// Polls `ready` every 50 ms for up to 20 s; panics saying `what` did not happen if it
+/// never holds.
+pub fn wait_until(what: &str, mut ready: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !ready() {
+        assert!(Instant::now() < deadline, "{what}");
+        sleep(Duration::from_millis(50));
+    }
+}
+
 /// A `redis-server` process the test owns.
 pub struct Server {
     pub port: u16,
