@@ -93,9 +93,9 @@ pub enum FailPolicy<L> {
     Local(L),
 }
 
-/// A host's answer under a [`FailPolicy`], saying where it came from.
+/// A host's answer under a [`FailPolicy`], saying where it came from. Exhaustive, so
+/// callers can match on it whole.
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum Outcome<E> {
     /// The store decided.
     Decided(Decision),

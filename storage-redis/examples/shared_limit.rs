@@ -24,14 +24,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     for (n, replica) in [0, 1, 0].into_iter().enumerate() {
         match limiter.decide(&mut replicas[replica], b"user:42", 1)? {
-            Outcome::Redis(d) if d.allowed => {
+            Outcome::Decided(d) if d.allowed => {
                 println!(
                     "request {} via replica {replica}: allowed, {} left",
                     n + 1,
                     d.remaining
                 );
             }
-            Outcome::Redis(d) => println!(
+            Outcome::Decided(d) => println!(
                 "request {} via replica {replica}: denied, retry in {} ms",
                 n + 1,
                 d.retry_after.map_or(0, |t| t.div_ceil(1000))

@@ -73,9 +73,7 @@ impl LuaAlgorithm for AnyAlgorithm {
         Ok(match self {
             AnyAlgorithm::FixedWindow(a) => a.lua_decode(values)?.map(AnyState::FixedWindow),
             AnyAlgorithm::SlidingLog(a) => a.lua_decode(values)?.map(AnyState::SlidingLog),
-            AnyAlgorithm::SlidingCounter(a) => {
-                a.lua_decode(values)?.map(AnyState::SlidingCounter)
-            }
+            AnyAlgorithm::SlidingCounter(a) => a.lua_decode(values)?.map(AnyState::SlidingCounter),
             AnyAlgorithm::TokenBucket(a) => a.lua_decode(values)?.map(AnyState::TokenBucket),
             AnyAlgorithm::LeakyBucket(a) => a.lua_decode(values)?.map(AnyState::LeakyBucket),
             AnyAlgorithm::Pacing(a) => a.lua_decode(values)?.map(AnyState::Pacing),

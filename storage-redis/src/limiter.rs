@@ -6,7 +6,7 @@ use tollgate_core::{Decision, Refund, Reserve, Ticks};
 
 use crate::call::{Call, Mode};
 use crate::error::Error;
-use crate::fail::{FailPolicy, Outcome};
+use crate::fail::{self, FailPolicy, Outcome};
 use crate::lua::{self, LuaAlgorithm};
 use crate::path::{Path, Program};
 use crate::reply::{self, Explain, Taken};
@@ -132,8 +132,7 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         key: &[u8],
         cost: u64,
     ) -> Result<Outcome, Error> {
-        self.on_unavailable
-            .apply(key, cost, self.check(con, key, cost))
+        fail::apply(&self.on_unavailable, key, cost, self.check(con, key, cost))
     }
 
     /// Decides many requests in one round trip (one connection, so one node: on Redis
@@ -193,7 +192,7 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         cost: u64,
     ) -> Result<Outcome, Error> {
         let result = self.check_async(con, key, cost).await;
-        self.on_unavailable.apply(key, cost, result)
+        fail::apply(&self.on_unavailable, key, cost, result)
     }
 
     /// Decides many requests at once: in one command where the path has one (the

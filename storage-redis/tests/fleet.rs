@@ -268,10 +268,10 @@ fn a_restarted_server_resumes_without_double_spending() {
     let killed = Instant::now();
     // The split node keeps its share while its view is younger than the heartbeat's
     // ttl (3 intervals), then follows the policy.
-    assert!(matches!(split.check(&mut con, 1).unwrap(), Outcome::Redis(d) if d.allowed));
+    assert!(matches!(split.check(&mut con, 1).unwrap(), Outcome::Decided(d) if d.allowed));
     // Units held are spent without Redis.
     for _ in 0..4 {
-        assert!(matches!(prefetch.check(&mut con, 1).unwrap(), Outcome::Redis(d) if d.allowed));
+        assert!(matches!(prefetch.check(&mut con, 1).unwrap(), Outcome::Decided(d) if d.allowed));
     }
     // The grant expires (after two intervals): its 5 units cannot be given back and are
     // dropped; then the policy (closed) answers, within the connection's timeout.
@@ -297,9 +297,9 @@ fn a_restarted_server_resumes_without_double_spending() {
 
     server.restart();
     thread::sleep(Duration::from_millis(35));
-    assert!(matches!(prefetch.check(&mut con, 1).unwrap(), Outcome::Redis(d) if d.allowed));
+    assert!(matches!(prefetch.check(&mut con, 1).unwrap(), Outcome::Decided(d) if d.allowed));
     assert!(batch.check(&mut con, 1).unwrap().allowed());
-    assert!(matches!(split.check(&mut con, 1).unwrap(), Outcome::Redis(d) if d.allowed));
+    assert!(matches!(split.check(&mut con, 1).unwrap(), Outcome::Decided(d) if d.allowed));
     prefetch.shutdown(&mut con).unwrap();
     batch.shutdown(&mut con).unwrap();
     // The restarted server (no persistence) knows what was used since: the prefetch

@@ -509,7 +509,7 @@ fn an_unreachable_server_is_a_typed_error_and_the_fail_policy_holds() {
     let local = RedisLimiter::new(bucket)
         .unwrap()
         .on_unavailable(FailPolicy::Local(KeyedLimiter::new(bucket, 1000)));
-    assert!(matches!(closed.decide(&mut con, b"k", 1).unwrap(), Outcome::Redis(d) if d.allowed));
+    assert!(matches!(closed.decide(&mut con, b"k", 1).unwrap(), Outcome::Decided(d) if d.allowed));
 
     // A server that accepts connections but never answers: the reply times out.
     server.pause();
@@ -539,7 +539,7 @@ fn an_unreachable_server_is_a_typed_error_and_the_fail_policy_holds() {
     );
 
     server.restart();
-    assert!(matches!(closed.decide(&mut con, b"k", 1).unwrap(), Outcome::Redis(d) if d.allowed));
+    assert!(matches!(closed.decide(&mut con, b"k", 1).unwrap(), Outcome::Decided(d) if d.allowed));
 }
 
 #[tokio::test]

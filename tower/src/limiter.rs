@@ -201,7 +201,7 @@ mod redis_backend {
 
     fn verdict(outcome: Result<Outcome, tollgate_redis::Error>) -> Verdict {
         match outcome {
-            Ok(Outcome::Redis(d) | Outcome::Local(d, _)) => Verdict::Decided(d),
+            Ok(Outcome::Decided(d) | Outcome::Local(d, _)) => Verdict::Decided(d),
             Ok(Outcome::Open(_)) => Verdict::Open,
             Ok(Outcome::Closed(_)) => Verdict::Closed,
             Err(e) => Verdict::Failed(e.to_string()),

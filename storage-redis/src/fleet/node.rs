@@ -10,7 +10,7 @@ use tollgate_core::{Algorithm, Clock, Decision, MonotonicClock, Ticks};
 use super::algorithm::FleetAlgorithm;
 use super::config::{FleetConfig, FleetMode};
 use crate::error::Error;
-use crate::fail::Outcome;
+use crate::fail::{self, Outcome};
 use crate::limiter::RedisLimiter;
 
 static HEARTBEAT: LazyLock<redis::Script> =
@@ -262,7 +262,7 @@ impl<A: FleetAlgorithm> FleetLimiter<A> {
     }
 
     /// Decides a request of `cost`: locally where the mode allows, calling Redis when it
-    /// must. [`Outcome::Redis`] for decisions made by the shared limit, directly or by
+    /// must. [`Outcome::Decided`] for decisions made by the shared limit, directly or by
     /// spending units or a share it granted; the other outcomes when the
     /// [`FailPolicy`](crate::FailPolicy) decided because Redis was away.
     pub fn check<C: ConnectionLike>(&self, con: &mut C, cost: u64) -> Result<Outcome, Error> {
@@ -286,7 +286,7 @@ impl<A: FleetAlgorithm> FleetLimiter<A> {
         loop {
             let outcome = self.check(con, cost)?;
             let wait = match &outcome {
-                Outcome::Redis(d) | Outcome::Local(d, _) if !d.allowed => d.retry_after,
+                Outcome::Decided(d) | Outcome::Local(d, _) if !d.allowed => d.retry_after,
                 Outcome::Closed(_) => Some(micros(self.config.interval())),
                 _ => return Ok(outcome),
             };
@@ -373,7 +373,7 @@ impl<A: FleetAlgorithm> FleetLimiter<A> {
         cost: u64,
     ) -> Result<Outcome, Error> {
         let limit = self.limit();
-        let admit = |left| Ok(Outcome::Redis(Decision::admit(limit, left, 0, 0)));
+        let admit = |left| Ok(Outcome::Decided(Decision::admit(limit, left, 0, 0)));
         if let Some(left) = prefetch.spend(cost, || self.local_now()) {
             return admit(left);
         }
@@ -388,7 +388,8 @@ impl<A: FleetAlgorithm> FleetLimiter<A> {
         }
         if now < asking.next_ask {
             if asking.down {
-                return self.limiter.on_unavailable.apply(
+                return fail::apply(
+                    &self.limiter.on_unavailable,
                     &self.key,
                     cost,
                     Err(away("redis was away at the last try")),
@@ -396,7 +397,7 @@ impl<A: FleetAlgorithm> FleetLimiter<A> {
             }
             asking.denied = asking.denied.saturating_add(cost);
             let retry = (cost <= limit).then_some(asking.next_ask - now);
-            return Ok(Outcome::Redis(Decision::deny(limit, 0, retry, 0)));
+            return Ok(Outcome::Decided(Decision::deny(limit, 0, retry, 0)));
         }
         let batch = asking.batch(
             &self.config,
@@ -411,10 +412,7 @@ impl<A: FleetAlgorithm> FleetLimiter<A> {
             Err(error @ Error::Unavailable(_)) => {
                 asking.down = true;
                 asking.next_ask = now + interval;
-                return self
-                    .limiter
-                    .on_unavailable
-                    .apply(&self.key, cost, Err(error));
+                return fail::apply(&self.limiter.on_unavailable, &self.key, cost, Err(error));
             }
             Err(error) => return Err(error),
         };
@@ -453,7 +451,7 @@ impl<A: FleetAlgorithm> FleetLimiter<A> {
             _ if asking.next_ask > now => Some(asking.next_ask - now),
             retry => retry,
         };
-        Ok(Outcome::Redis(Decision::deny(limit, 0, retry, 0)))
+        Ok(Outcome::Decided(Decision::deny(limit, 0, retry, 0)))
     }
 
     /// Gives back every unit held, once: a failed give-back is dropped, never retried.
@@ -485,7 +483,8 @@ impl<A: FleetAlgorithm> FleetLimiter<A> {
             self.settle(con, &mut batch, now)?;
         }
         if !batch.synced || batch.down {
-            return self.limiter.on_unavailable.apply(
+            return fail::apply(
+                &self.limiter.on_unavailable,
                 &self.key,
                 cost,
                 Err(away("redis was away at the last settle")),
@@ -498,7 +497,7 @@ impl<A: FleetAlgorithm> FleetLimiter<A> {
             batch.pending = batch.pending.saturating_add(cost);
         }
         batch.decisions += 1;
-        Ok(Outcome::Redis(decision))
+        Ok(Outcome::Decided(decision))
     }
 
     /// Takes the units admitted since the last settle from the shared limit and adopts
@@ -550,13 +549,14 @@ impl<A: FleetAlgorithm> FleetLimiter<A> {
         let mut share = lock(&split.share);
         if now >= share.fresh_until {
             drop(share);
-            return self.limiter.on_unavailable.apply(
+            return fail::apply(
+                &self.limiter.on_unavailable,
                 &self.key,
                 cost,
                 Err(away("no heartbeat within its ttl")),
             );
         }
-        Ok(Outcome::Redis(share.decide(self.server_now(now), cost)))
+        Ok(Outcome::Decided(share.decide(self.server_now(now), cost)))
     }
 
     /// Sends this node's heartbeat (or, with `join` false, removes it) and recomputes
