@@ -278,24 +278,23 @@ macro_rules! books_ahead {
 }
 books_ahead!(TokenBucket, LeakyBucket, Pacing, Composite<AnyAlgorithm>);
 
+/// Each algorithm is the variant of its own name.
 macro_rules! from_algorithm {
-    ($($variant:ident($algorithm:ty)),*) => {$(
+    ($($algorithm:ident),*) => {$(
         impl From<$algorithm> for AnyAlgorithm {
             fn from(algorithm: $algorithm) -> Self {
-                Self::$variant(algorithm)
+                Self::$algorithm(algorithm)
             }
         }
     )*};
 }
-from_algorithm!(
-    FixedWindow(FixedWindow),
-    SlidingLog(SlidingLog),
-    SlidingCounter(SlidingCounter),
-    TokenBucket(TokenBucket),
-    LeakyBucket(LeakyBucket),
-    Pacing(Pacing),
-    Composite(Composite<AnyAlgorithm>)
-);
+from_algorithm!(FixedWindow, SlidingLog, SlidingCounter, TokenBucket, LeakyBucket, Pacing);
+
+impl From<Composite<AnyAlgorithm>> for AnyAlgorithm {
+    fn from(composite: Composite<AnyAlgorithm>) -> Self {
+        Self::Composite(composite)
+    }
+}
 
 impl From<Ban<AnyAlgorithm>> for AnyAlgorithm {
     fn from(ban: Ban<AnyAlgorithm>) -> Self {
