@@ -69,26 +69,31 @@ impl Backend {
                 "--backend sled:{path}: this tollgate is built without the `sled` feature"
             ));
         } else if redis {
+            #[cfg(feature = "redis")]
+            return Self::redis(text, ca);
             #[cfg(not(feature = "redis"))]
             return Err(format!(
                 "--backend {text}: this tollgate is built without the `redis` feature"
             ));
-            #[cfg(feature = "redis")]
-            let (file, pem) = ca.unzip();
-            #[cfg(feature = "redis")]
-            tollgate_redis::client(text, pem)
-                .map(|client| Self::Redis(Box::new(client)))
-                .map_err(|e| match (e, file) {
-                    (e @ tollgate_redis::Error::Tls(_), Some(file)) => {
-                        format!("--redis-ca {file}: {e}")
-                    }
-                    (e, _) => format!("bad Redis URL {text:?}: {e}"),
-                })
         } else {
             Err(format!(
                 "unknown backend {text:?}: use memory, sled:PATH, redis://HOST[:PORT] or rediss://HOST[:PORT] (TLS)"
             ))
         }
+    }
+
+    /// A client for the Redis URL `text`, trusting the CA in `ca` if given.
+    #[cfg(feature = "redis")]
+    fn redis(text: &str, ca: Option<(&str, &[u8])>) -> Result<Self, String> {
+        let (file, pem) = ca.unzip();
+        tollgate_redis::client(text, pem)
+            .map(|client| Self::Redis(Box::new(client)))
+            .map_err(|e| match (e, file) {
+                (e @ tollgate_redis::Error::Tls(_), Some(file)) => {
+                    format!("--redis-ca {file}: {e}")
+                }
+                (e, _) => format!("bad Redis URL {text:?}: {e}"),
+            })
     }
 
     /// How `simulate` names it: the URL without its password or database.
