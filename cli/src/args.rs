@@ -1,22 +1,35 @@
 //! The flags several commands share (which policy, which backend, which key) and what
 //! they resolve to: a loaded policy and the options to open its store.
 
+use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::Args;
-use tollgate_core::{check_now, Ticks, MAX_TICKS};
+use tollgate_core::{check_now, AnyAlgorithm, Ticks, MAX_TICKS};
+use tollgate_policy::{list, parse_duration, short, Built, Duration, Kind, Policy, Style};
 
 use crate::backend::{self, Backend, Open, SledDurability};
 use crate::failure::Failure;
-use crate::policy::{self, list, Duration, Kind, Limiter, Policy, Style};
 
 /// The algorithms `--algorithm` takes (leases and composites need a policy file).
-const RATE_KINDS: [Kind; 6] = [
-    Kind::FixedWindow,
-    Kind::SlidingLog,
-    Kind::SlidingCounter,
-    Kind::TokenBucket,
-    Kind::LeakyBucket,
-    Kind::LeakyPacing,
-];
+fn rate_kinds() -> impl Iterator<Item = Kind> {
+    Kind::ALL
+        .into_iter()
+        .filter(|kind| !matches!(kind, Kind::Concurrency | Kind::Composite))
+}
+
+/// `--algorithm`: one of [`rate_kinds`], by its canonical name.
+fn algorithm_flag() -> impl TypedValueParser<Value = Kind> {
+    PossibleValuesParser::new(rate_kinds().map(Kind::name))
+        .map(|name| Kind::from_name(&name).unwrap_or(Kind::FixedWindow))
+}
+
+/// The rate kinds that take `fields`, e.g. `fixed-window, sliding-log, sliding-counter`.
+fn kinds_taking(fields: &[&str]) -> String {
+    let names: Vec<&str> = rate_kinds()
+        .filter(|kind| kind.fields() == fields)
+        .map(Kind::name)
+        .collect();
+    names.join(", ")
+}
 
 #[derive(Debug, Args)]
 pub struct PolicyArgs {
@@ -31,7 +44,7 @@ pub struct PolicyArgs {
     app: Option<String>,
     /// Instead of --config: the algorithm; windows take --limit and --period, buckets
     /// --capacity, --rate and --period.
-    #[arg(long, value_parser = clap::builder::TypedValueParser::try_map(clap::builder::PossibleValuesParser::new(RATE_KINDS.map(Kind::name)), |s| s.parse::<Kind>()))]
+    #[arg(long, value_parser = algorithm_flag())]
     algorithm: Option<Kind>,
     /// Windows: units per period.
     #[arg(long, value_parser = whole, allow_negative_numbers = true)]
@@ -43,7 +56,7 @@ pub struct PolicyArgs {
     #[arg(long, value_parser = whole, allow_negative_numbers = true)]
     rate: Option<u64>,
     /// The period, e.g. 1s, 250ms, 1500us.
-    #[arg(long, value_parser = policy::parse_duration, allow_hyphen_values = true)]
+    #[arg(long, value_parser = parse_duration, allow_hyphen_values = true)]
     period: Option<Duration>,
 }
 
@@ -142,12 +155,37 @@ impl BackendArgs {
     }
 }
 
-/// A policy ready to run: what it says, its algorithm and its name.
+/// A policy ready to run: what it says, what it builds and its name.
 #[derive(Debug)]
 pub struct Loaded {
     pub policy: Policy,
-    pub limiter: Limiter,
+    pub built: Built,
     pub name: String,
+}
+
+impl Loaded {
+    /// The algorithm of a rate policy; a concurrency policy has no rate.
+    pub fn rate(&self) -> Result<&AnyAlgorithm, Failure> {
+        match &self.built {
+            Built::Rule(algorithm) => Ok(algorithm),
+            _ => Err(Failure::Input(format!(
+                "policy {:?} is a concurrency limit, not a rate: use `tollgate lease acquire|release|renew KEY` and `tollgate inspect KEY`",
+                self.name
+            ))),
+        }
+    }
+
+    /// The lease model and ttl of a concurrency policy.
+    #[cfg(any(feature = "sled", feature = "redis"))]
+    pub fn leases(&self) -> Result<(tollgate_core::Concurrency, Ticks), Failure> {
+        match self.built {
+            Built::Leases { model, ttl } => Ok((model, ttl)),
+            _ => Err(Failure::Input(format!(
+                "policy {:?} is a rate limit, not a concurrency limit: leases need a policy with algorithm = \"concurrency\", limit and lease",
+                self.name
+            ))),
+        }
+    }
 }
 
 impl PolicyArgs {
@@ -165,7 +203,7 @@ impl PolicyArgs {
         .filter(|(_, given)| *given)
         .map(|(name, _)| (*name).to_owned())
         .collect();
-        let (policy, limiter, name) = match (&self.config, &self.policy) {
+        let (policy, built, name) = match (&self.config, &self.policy) {
             (Some(_), Some(_)) | (None, Some(_)) | (Some(_), None) if !flags.is_empty() => {
                 return Err(Failure::Input(format!(
                     "give either --config FILE --policy NAME or --algorithm with its parameters, not both ({} with {})",
@@ -174,8 +212,9 @@ impl PolicyArgs {
                 )))
             }
             (Some(config), Some(name)) => {
-                let (policy, limiter) = policy::load(config, name)?;
-                (policy, limiter, name.clone())
+                let (policy, built) =
+                    tollgate_policy::load(config, name).map_err(Failure::Input)?;
+                (policy, built, name.clone())
             }
             (None, Some(name)) => {
                 return Err(Failure::Input(format!(
@@ -189,16 +228,19 @@ impl PolicyArgs {
             }
             (None, None) => {
                 let Some(kind) = self.algorithm else {
-                    return Err(Failure::Input(
-                        "no policy given: use --config FILE --policy NAME, or --algorithm with --limit N --period D (fixed-window, sliding-log, sliding-counter) or --capacity N --rate N --period D (token-bucket, leaky-bucket, leaky-pacing)".into(),
-                    ));
+                    return Err(Failure::Input(format!(
+                        "no policy given: use --config FILE --policy NAME, or --algorithm with --limit N --period D ({}) or --capacity N --rate N --period D ({})",
+                        kinds_taking(&["limit", "period"]),
+                        kinds_taking(&["capacity", "rate", "period"]),
+                    )));
                 };
                 let policy =
                     Policy::from_flags(kind, self.limit, self.capacity, self.rate, self.period);
-                let limiter = policy::limiter(&policy, Style::Flags)
+                let built = policy
+                    .build(Style::Flags)
                     .map_err(|p| Failure::Input(p.message))?;
                 let name = flag_name(&policy);
-                (policy, limiter, name)
+                (policy, built, name)
             }
         };
         if !policy.admits_app(self.app.as_deref()) {
@@ -212,7 +254,7 @@ impl PolicyArgs {
         }
         Ok(Loaded {
             policy,
-            limiter,
+            built,
             name,
         })
     }
@@ -230,7 +272,7 @@ fn flag_name(policy: &Policy) -> String {
         "{}-{}-{}",
         policy.algorithm.name(),
         numbers.join("-"),
-        policy::short(policy.period())
+        short(policy.period())
     )
 }
 

@@ -1,16 +1,24 @@
 //! Where states live during a command: process memory, a sled database or Redis. Every
 //! backend decides at an explicit time, so the same trace gives the same answers on each.
 
+#[cfg(feature = "redis")]
 use std::cell::RefCell;
+#[cfg(feature = "sled")]
 use std::path::Path;
+#[cfg(feature = "sled")]
 use std::time::Instant;
 
-use tollgate_core::memory::{InMemory, KeyedLimiter};
-use tollgate_core::{
-    Acquired, Algorithm, Clock, Concurrency, Decision, Grant, LeaseError, LeaseState, ManualClock,
-    MonotonicClock, Ticks,
-};
-use tollgate_redis::{LuaAlgorithm, Reconnecting, RedisLeases, RedisLimiter};
+use tollgate_core::memory::KeyedLimiter;
+#[cfg(feature = "redis")]
+use tollgate_core::Algorithm;
+#[cfg(any(feature = "sled", feature = "redis"))]
+use tollgate_core::LeaseError;
+#[cfg(any(feature = "sled", feature = "redis"))]
+use tollgate_core::{Acquired, Clock, Concurrency, Grant, LeaseState, MonotonicClock};
+use tollgate_core::{AnyAlgorithm, AnyState, Decision, Limiter, ManualClock, Request, Ticks};
+#[cfg(feature = "redis")]
+use tollgate_redis::{Reconnecting, RedisLeases, RedisLimiter};
+#[cfg(feature = "sled")]
 use tollgate_sled::{Create, Durability, SledLeases, SledLimiter};
 
 use crate::Failure;
@@ -19,9 +27,11 @@ use crate::Failure;
 #[derive(Debug, Clone)]
 pub enum Backend {
     Memory,
+    #[cfg(feature = "sled")]
     Sled(String),
     /// A client for the URL, trusting the `--redis-ca` certificates if given (boxed: it
     /// holds the TLS configuration).
+    #[cfg(feature = "redis")]
     Redis(Box<redis::Client>),
 }
 
@@ -33,10 +43,6 @@ pub enum SledDurability {
     /// Let sled flush every 500 ms; a crash forgets at most the last interval.
     Background,
 }
-
-/// An algorithm every backend holds: in process memory, in sled and in Redis.
-pub trait Hosted: InMemory + LuaAlgorithm + Clone + Send + Sync + 'static {}
-impl<A: InMemory + LuaAlgorithm + Clone + Send + Sync + 'static> Hosted for A {}
 
 impl Backend {
     /// The backend `text` names; `ca` (the `--redis-ca` file's name and bytes) is for a
@@ -56,17 +62,19 @@ impl Backend {
         if text == "memory" {
             Ok(Self::Memory)
         } else if let Some(path) = text.strip_prefix("sled:").filter(|p| !p.is_empty()) {
-            Ok(Self::Sled(path.to_owned()))
+            #[cfg(feature = "sled")]
+            return Ok(Self::Sled(path.to_owned()));
+            #[cfg(not(feature = "sled"))]
+            return Err(format!(
+                "--backend sled:{path}: this tollgate is built without the `sled` feature"
+            ));
         } else if redis {
-            let (file, pem) = ca.unzip();
-            tollgate_redis::client(text, pem)
-                .map(|client| Self::Redis(Box::new(client)))
-                .map_err(|e| match (e, file) {
-                    (e @ tollgate_redis::Error::Tls(_), Some(file)) => {
-                        format!("--redis-ca {file}: {e}")
-                    }
-                    (e, _) => format!("bad Redis URL {text:?}: {e}"),
-                })
+            #[cfg(feature = "redis")]
+            return Self::redis(text, ca);
+            #[cfg(not(feature = "redis"))]
+            return Err(format!(
+                "--backend {text}: this tollgate is built without the `redis` feature"
+            ));
         } else {
             Err(format!(
                 "unknown backend {text:?}: use memory, sled:PATH, redis://HOST[:PORT] or rediss://HOST[:PORT] (TLS)"
@@ -74,11 +82,27 @@ impl Backend {
         }
     }
 
+    /// A client for the Redis URL `text`, trusting the CA in `ca` if given.
+    #[cfg(feature = "redis")]
+    fn redis(text: &str, ca: Option<(&str, &[u8])>) -> Result<Self, String> {
+        let (file, pem) = ca.unzip();
+        tollgate_redis::client(text, pem)
+            .map(|client| Self::Redis(Box::new(client)))
+            .map_err(|e| match (e, file) {
+                (e @ tollgate_redis::Error::Tls(_), Some(file)) => {
+                    format!("--redis-ca {file}: {e}")
+                }
+                (e, _) => format!("bad Redis URL {text:?}: {e}"),
+            })
+    }
+
     /// How `simulate` names it: the URL without its password or database.
     pub fn describe(&self) -> String {
         match self {
             Self::Memory => "memory".to_owned(),
+            #[cfg(feature = "sled")]
             Self::Sled(path) => format!("sled:{path}"),
+            #[cfg(feature = "redis")]
             Self::Redis(client) => {
                 let addr = client.get_connection_info().addr();
                 let scheme = match addr {
@@ -97,21 +121,22 @@ pub fn backend_flag(text: &str) -> Result<String, String> {
     Backend::new(text, None).map(|_| text.to_owned())
 }
 
-/// One algorithm's states in one backend.
-pub trait Store<A: Algorithm> {
+/// A rate policy's states in one backend.
+pub trait Store {
     fn decide(&self, key: &str, now: Ticks, cost: u64) -> Result<Decision, Failure>;
     fn peek(&self, key: &str, now: Ticks, cost: u64) -> Result<Decision, Failure>;
     fn reset(&self, key: &str) -> Result<(), Failure>;
     /// Deletes every state of this algorithm in the namespace; returns how many.
     fn purge(&self) -> Result<u64, Failure>;
     /// The stored state, decoded, for `inspect`.
-    fn state(&self, key: &str) -> Result<Option<A::State>, Failure>;
+    fn state(&self, key: &str) -> Result<Option<AnyState>, Failure>;
     /// After a run: a warning if the store had to forget states that were not fresh.
     fn warning(&self) -> Option<String> {
         None
     }
 }
 
+#[cfg(any(feature = "sled", feature = "redis"))]
 /// One lease table per key in one backend: the core's [`Concurrency`] model, stored.
 /// Each call is at `now`, or with `None` on the backend's clock (Redis: the server's).
 pub trait LeaseStore {
@@ -139,6 +164,8 @@ pub trait LeaseStore {
 }
 
 /// How a command opens its store.
+// Creating, durability and waiting are sled's.
+#[cfg_attr(not(feature = "sled"), allow(dead_code))]
 #[derive(Debug, Clone)]
 pub struct Open {
     /// Where the states live, with `--redis-ca` applied.
@@ -161,18 +188,16 @@ pub const MEMORY_FORGETS: &str = "the memory backend keeps states only while one
 
 impl Open {
     /// The states of `algorithm` in this backend.
-    pub fn store<A>(&self, algorithm: A) -> Result<Box<dyn Store<A>>, Failure>
-    where
-        A: Hosted,
-        A::State: Send,
-    {
+    pub fn store(&self, algorithm: AnyAlgorithm) -> Result<Box<dyn Store>, Failure> {
         let how = self;
         Ok(match &self.backend {
+            // Every request carries its time; the clock is never read.
             Backend::Memory => Box::new(MemoryStore(KeyedLimiter::with_clock(
                 algorithm,
                 how.max_keys,
                 ManualClock::new(0),
             ))),
+            #[cfg(feature = "sled")]
             Backend::Sled(path) => {
                 let (db, tree, durability) = open_tree(path, how)?;
                 Box::new(SledStore {
@@ -181,6 +206,7 @@ impl Open {
                     db,
                 })
             }
+            #[cfg(feature = "redis")]
             Backend::Redis(client) => {
                 let limiter = RedisLimiter::new(algorithm)
                     .map_err(|e| Failure::Input(format!("this policy cannot run on Redis: {e}")))?
@@ -194,22 +220,24 @@ impl Open {
     }
 
     /// The lease tables of `model` in this backend.
+    #[cfg(any(feature = "sled", feature = "redis"))]
     pub fn leases(&self, model: Concurrency) -> Result<Box<dyn LeaseStore>, Failure> {
-        let how = self;
         match &self.backend {
             Backend::Memory => Err(Failure::Input(
                 "the memory backend forgets leases when the command ends, so the next command would find every lease free; use --backend sled:PATH or redis://HOST".into(),
             )),
+            #[cfg(feature = "sled")]
             Backend::Sled(path) => {
-                let (db, tree, durability) = open_tree(path, how)?;
+                let (db, tree, durability) = open_tree(path, self)?;
                 Ok(Box::new(SledLeaseStore {
                     leases: SledLeases::new(tree, model, durability)
-                        .with_prefix(how.namespace.as_bytes()),
+                        .with_prefix(self.namespace.as_bytes()),
                     _db: db,
                 }))
             }
+            #[cfg(feature = "redis")]
             Backend::Redis(client) => Ok(Box::new(RedisLeaseStore {
-                leases: RedisLeases::new(model).with_prefix(how.namespace.as_bytes()),
+                leases: RedisLeases::new(model).with_prefix(self.namespace.as_bytes()),
                 con: RefCell::new(Reconnecting::new((**client).clone())),
             })),
         }
@@ -217,6 +245,7 @@ impl Open {
 }
 
 /// The database at `path`, the command line's tree in it, and the durability asked for.
+#[cfg(feature = "sled")]
 fn open_tree(path: &str, how: &Open) -> Result<(sled::Db, sled::Tree, Durability), Failure> {
     let deadline = Instant::now() + how.in_use_wait;
     let db = loop {
@@ -240,6 +269,7 @@ fn open_tree(path: &str, how: &Open) -> Result<(sled::Db, sled::Tree, Durability
 /// Opens the sled database at `path`: an existing one always, a new one only for a
 /// command that records decisions and only inside an existing directory, so a mistyped
 /// path is an error instead of a new empty database.
+#[cfg(feature = "sled")]
 pub fn open_sled(path: &str, creates: bool) -> Result<sled::Db, Failure> {
     let create = if creates {
         Create::InExistingDir
@@ -261,18 +291,18 @@ pub fn open_sled(path: &str, creates: bool) -> Result<sled::Db, Failure> {
     })
 }
 
-/// The memory backend: a keyed limiter on a clock the command sets to each request's time.
-struct MemoryStore<A: Algorithm>(KeyedLimiter<String, A, ManualClock>);
+/// The memory backend: a keyed limiter deciding each request at its own time.
+struct MemoryStore(KeyedLimiter<Vec<u8>, AnyAlgorithm, ManualClock>);
 
-impl<A: Algorithm> Store<A> for MemoryStore<A> {
+impl Store for MemoryStore {
     fn decide(&self, key: &str, now: Ticks, cost: u64) -> Result<Decision, Failure> {
-        self.0.clock().set(now);
-        Ok(self.0.check(key, cost))
+        Limiter::check(&self.0, &Request::new(key).cost(cost).at(now))
+            .map_err(|e| Failure::Input(e.to_string()))
     }
 
     fn peek(&self, key: &str, now: Ticks, cost: u64) -> Result<Decision, Failure> {
-        self.0.clock().set(now);
-        Ok(self.0.peek(key, cost))
+        Limiter::peek(&self.0, &Request::new(key).cost(cost).at(now))
+            .map_err(|e| Failure::Input(e.to_string()))
     }
 
     fn reset(&self, _key: &str) -> Result<(), Failure> {
@@ -283,7 +313,7 @@ impl<A: Algorithm> Store<A> for MemoryStore<A> {
         Err(Failure::Input(MEMORY_FORGETS.into()))
     }
 
-    fn state(&self, _key: &str) -> Result<Option<A::State>, Failure> {
+    fn state(&self, _key: &str) -> Result<Option<AnyState>, Failure> {
         Err(Failure::Input(MEMORY_FORGETS.into()))
     }
 
@@ -297,19 +327,22 @@ impl<A: Algorithm> Store<A> for MemoryStore<A> {
     }
 }
 
-struct SledStore<A> {
-    limiter: SledLimiter<A>,
+#[cfg(feature = "sled")]
+struct SledStore {
+    limiter: SledLimiter<AnyAlgorithm>,
     /// Flushed when the command ends, whatever the durability.
     db: sled::Db,
 }
 
-impl<A> Drop for SledStore<A> {
+#[cfg(feature = "sled")]
+impl Drop for SledStore {
     fn drop(&mut self) {
         let _ = self.db.flush();
     }
 }
 
-impl<A: Algorithm> Store<A> for SledStore<A> {
+#[cfg(feature = "sled")]
+impl Store for SledStore {
     fn decide(&self, key: &str, now: Ticks, cost: u64) -> Result<Decision, Failure> {
         self.limiter
             .check_at(key.as_bytes(), now, cost)
@@ -331,13 +364,14 @@ impl<A: Algorithm> Store<A> for SledStore<A> {
         Ok(u64::try_from(purged).unwrap_or(u64::MAX))
     }
 
-    fn state(&self, key: &str) -> Result<Option<A::State>, Failure> {
+    fn state(&self, key: &str) -> Result<Option<AnyState>, Failure> {
         self.limiter.state(key.as_bytes()).map_err(sled_failure)
     }
 }
 
 /// sled's errors: their messages are the library's (a record tollgate cannot read is
 /// worded by the core's decoder, its key shown by `KeyDisplay`, as on Redis).
+#[cfg(feature = "sled")]
 fn sled_failure(e: tollgate_sled::Error) -> Failure {
     match e {
         tollgate_sled::Error::Lease(e) => lease_failure(e),
@@ -347,6 +381,7 @@ fn sled_failure(e: tollgate_sled::Error) -> Failure {
 }
 
 /// Leases over sled.
+#[cfg(feature = "sled")]
 struct SledLeaseStore {
     leases: SledLeases,
     /// Flushed on drop by sled itself; kept open while the store lives.
@@ -354,6 +389,7 @@ struct SledLeaseStore {
 }
 
 /// sled has no clock of its own: without `--now`, this machine's.
+#[cfg(feature = "sled")]
 impl LeaseStore for SledLeaseStore {
     fn acquire(
         &self,
@@ -394,11 +430,13 @@ impl LeaseStore for SledLeaseStore {
 }
 
 /// Leases in Redis and their one connection.
+#[cfg(feature = "redis")]
 struct RedisLeaseStore {
     leases: RedisLeases,
     con: RefCell<Reconnecting>,
 }
 
+#[cfg(feature = "redis")]
 impl LeaseStore for RedisLeaseStore {
     fn acquire(
         &self,
@@ -460,12 +498,14 @@ impl LeaseStore for RedisLeaseStore {
 }
 
 /// A Redis limiter and its one connection (a command runs on one thread).
-struct RedisStore<A: LuaAlgorithm> {
-    limiter: RedisLimiter<A>,
+#[cfg(feature = "redis")]
+struct RedisStore {
+    limiter: RedisLimiter<AnyAlgorithm>,
     con: RefCell<Reconnecting>,
 }
 
-impl<A: LuaAlgorithm> Store<A> for RedisStore<A> {
+#[cfg(feature = "redis")]
+impl Store for RedisStore {
     fn decide(&self, key: &str, now: Ticks, cost: u64) -> Result<Decision, Failure> {
         let con = &mut *self.con.borrow_mut();
         self.limiter
@@ -492,7 +532,7 @@ impl<A: LuaAlgorithm> Store<A> for RedisStore<A> {
         self.limiter.purge(con).map_err(redis_failure)
     }
 
-    fn state(&self, key: &str) -> Result<Option<A::State>, Failure> {
+    fn state(&self, key: &str) -> Result<Option<AnyState>, Failure> {
         let con = &mut *self.con.borrow_mut();
         self.limiter
             .state(con, key.as_bytes())
@@ -502,6 +542,7 @@ impl<A: LuaAlgorithm> Store<A> for RedisStore<A> {
 
 /// A lease call refused: not held by that owner is exit 1 (a shell script's "no"),
 /// a bad owner or ttl is bad input. The caller names the key and owner.
+#[cfg(any(feature = "sled", feature = "redis"))]
 fn lease_failure(e: LeaseError) -> Failure {
     match e {
         LeaseError::NotHeld => Failure::NotHeld,
@@ -509,6 +550,7 @@ fn lease_failure(e: LeaseError) -> Failure {
     }
 }
 
+#[cfg(feature = "redis")]
 fn redis_failure(e: tollgate_redis::Error) -> Failure {
     match e {
         tollgate_redis::Error::Lease(e) => lease_failure(e),

@@ -7,7 +7,7 @@ use std::fmt::Write;
 
 use tollgate_core::Ticks;
 
-use crate::policy::{human, in_unit_of, Policy};
+use tollgate_policy::{human, in_unit_of, Policy};
 
 const WIDTH: f64 = 900.0;
 const HEIGHT: f64 = 500.0;

@@ -16,7 +16,7 @@ use crate::args::{instant, BackendArgs};
 use crate::backend::Open;
 use crate::failure::{output, Failure};
 use crate::output::{hex, show};
-use crate::policy::{self, human, Duration};
+use tollgate_policy::{human, Duration};
 
 /// How long a lease command waits for a sled database another command has open: each
 /// holds it for milliseconds, so commands of concurrent scripts take turns.
@@ -43,7 +43,7 @@ pub struct Holder {
 pub struct Wait {
     /// If held, keep trying for up to this long (retrying when the earliest lease
     /// expires, and every 100 ms in case one is released sooner).
-    #[arg(long, value_parser = policy::parse_duration, allow_hyphen_values = true)]
+    #[arg(long, value_parser = tollgate_policy::parse_duration, allow_hyphen_values = true)]
     pub wait: Option<Duration>,
 }
 

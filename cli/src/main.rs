@@ -13,9 +13,9 @@ mod backend;
 mod chart;
 mod commands;
 mod failure;
+#[cfg(any(feature = "sled", feature = "redis"))]
 mod leasing;
 mod output;
-mod policy;
 mod rates;
 mod traffic;
 

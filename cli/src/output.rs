@@ -7,32 +7,24 @@ use tollgate_core::{Decision, Ticks};
 
 use crate::failure::{output, Failure};
 
-/// One decision as a JSON line: what `replay`, `check` and `peek` print.
+/// One decision as a JSON line: what `replay`, `check` and `peek` print. The decision
+/// is in the core's one wire shape, beside the request it answers.
 #[derive(Debug, Serialize)]
 pub struct Record<'a> {
     t_us: Ticks,
     key: &'a str,
     cost: u64,
-    allowed: bool,
-    limit: u64,
-    remaining: u64,
-    retry_after_us: Option<Ticks>,
-    reset_after_us: Ticks,
-    delay_us: Ticks,
+    #[serde(flatten)]
+    decision: Decision,
 }
 
 impl<'a> Record<'a> {
-    pub fn new(t_us: Ticks, key: &'a str, cost: u64, d: &Decision) -> Self {
+    pub fn new(t_us: Ticks, key: &'a str, cost: u64, decision: &Decision) -> Self {
         Self {
             t_us,
             key,
             cost,
-            allowed: d.allowed,
-            limit: d.limit,
-            remaining: d.remaining,
-            retry_after_us: d.retry_after.filter(|_| !d.allowed),
-            reset_after_us: d.reset_after,
-            delay_us: d.delay,
+            decision: *decision,
         }
     }
 }

@@ -3,7 +3,7 @@
 
 use tollgate_core::{Ticks, SECOND};
 
-use crate::policy::parse_duration;
+use tollgate_policy::parse_duration;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Traffic {
@@ -112,6 +112,7 @@ impl std::str::FromStr for Traffic {
 impl Traffic {
     /// The traffic node `index` of a fleet offers: the same shape, with a seed of its
     /// own for Poisson traffic, so nodes do not offer identical sequences.
+    #[cfg(feature = "redis")]
     pub fn for_node(&self, index: u64) -> Self {
         let mut traffic = self.clone();
         if let Shape::Poisson { seed, .. } = &mut traffic.shape {

@@ -26,15 +26,15 @@ fn replay_prints_exact_json_lines() {
     assert_eq!(
         stdout(&out),
         concat!(
-            r#"{"t_us":0,"key":"alice","cost":1,"allowed":true,"limit":2,"remaining":1,"retry_after_us":null,"reset_after_us":500000,"delay_us":0}"#,
+            r#"{"t_us":0,"key":"alice","cost":1,"allowed":true,"limit":2,"remaining":1,"retry_after_us":0,"reset_after_us":500000,"delay_us":0}"#,
             "\n",
-            r#"{"t_us":0,"key":"alice","cost":1,"allowed":true,"limit":2,"remaining":0,"retry_after_us":null,"reset_after_us":1000000,"delay_us":0}"#,
+            r#"{"t_us":0,"key":"alice","cost":1,"allowed":true,"limit":2,"remaining":0,"retry_after_us":0,"reset_after_us":1000000,"delay_us":0}"#,
             "\n",
             r#"{"t_us":0,"key":"alice","cost":1,"allowed":false,"limit":2,"remaining":0,"retry_after_us":500000,"reset_after_us":1000000,"delay_us":0}"#,
             "\n",
             r#"{"t_us":250000,"key":"bob, jr","cost":3,"allowed":false,"limit":2,"remaining":2,"retry_after_us":null,"reset_after_us":0,"delay_us":0}"#,
             "\n",
-            r#"{"t_us":500000,"key":"alice","cost":1,"allowed":true,"limit":2,"remaining":0,"retry_after_us":null,"reset_after_us":1000000,"delay_us":0}"#,
+            r#"{"t_us":500000,"key":"alice","cost":1,"allowed":true,"limit":2,"remaining":0,"retry_after_us":0,"reset_after_us":1000000,"delay_us":0}"#,
             "\n",
         )
     );

@@ -8,7 +8,7 @@ use tollgate_core::{Clock, MonotonicClock};
 use crate::args::KeyArgs;
 use crate::failure::{output, Failure};
 use crate::output::{json_line, Record};
-use crate::rates::Rate;
+use crate::rates::Rates;
 
 pub fn run(args: KeyArgs) -> Result<ExitCode, Failure> {
     decide(&args, true)
@@ -18,7 +18,7 @@ pub fn run(args: KeyArgs) -> Result<ExitCode, Failure> {
 /// Only a recorded decision may create a sled database.
 pub(super) fn decide(args: &KeyArgs, records: bool) -> Result<ExitCode, Failure> {
     let (loaded, open) = args.load(records)?;
-    let store = Rate::of(&loaded)?.open(&open)?;
+    let store = Rates::open(&loaded, &open)?;
     let now = args.now.unwrap_or_else(|| MonotonicClock::new().now());
     let mut out = BufWriter::new(std::io::stdout().lock());
     let decision = if records {

@@ -25,8 +25,9 @@ use crate::args::{whole, PolicyBackendArgs};
 use crate::backend::Backend;
 use crate::chart;
 use crate::failure::{output, Failure};
-use crate::policy::{self, human, Duration, Limiter, Policy};
 use crate::traffic::Traffic;
+use tollgate_core::AnyAlgorithm;
+use tollgate_policy::{human, Built, Duration, Policy};
 
 /// `tollgate fleet`'s flags.
 #[derive(Debug, Args)]
@@ -46,13 +47,13 @@ pub struct FleetArgs {
     /// Prefetch: the wait before asking a drained limit again; batch: the longest time
     /// between settles; split: the heartbeat period (default: the policy's, else 100ms,
     /// 100ms, 1s).
-    #[arg(long, value_parser = policy::parse_duration)]
+    #[arg(long, value_parser = tollgate_policy::parse_duration)]
     interval: Option<Duration>,
     /// Each node's traffic: steady:rate=R | poisson:rate=R,seed=S | burst:size=N,every=D.
     #[arg(long)]
     traffic: Traffic,
     /// How long to run, at least 5 periods of the policy.
-    #[arg(long, value_parser = policy::parse_duration)]
+    #[arg(long, value_parser = tollgate_policy::parse_duration)]
     duration: Duration,
     /// Print one JSON object instead of text.
     #[arg(long)]
@@ -106,17 +107,17 @@ fn settings(args: &FleetArgs, policy: &Policy) -> Result<FleetConfig, Failure> {
 
 /// Runs `job` on the policy's algorithm if a fleet can share it.
 fn with_algorithm<R>(
-    limiter: &Limiter,
+    built: &Built,
     name: &str,
     job: impl FnOnce(&dyn Fn(&FleetConfig) -> Result<(), String>) -> R,
 ) -> Result<R, Failure> {
     fn validate<A: FleetAlgorithm>(a: A) -> impl Fn(&FleetConfig) -> Result<(), String> {
         move |c: &FleetConfig| c.validate(&a).map_err(|e| e.to_string())
     }
-    Ok(match limiter {
-        Limiter::TokenBucket(a) => job(&validate(*a)),
-        Limiter::FixedWindow(a) => job(&validate(*a)),
-        Limiter::SlidingCounter(a) => job(&validate(*a)),
+    Ok(match built {
+        Built::Rule(AnyAlgorithm::TokenBucket(a)) => job(&validate(*a)),
+        Built::Rule(AnyAlgorithm::FixedWindow(a)) => job(&validate(*a)),
+        Built::Rule(AnyAlgorithm::SlidingCounter(a)) => job(&validate(*a)),
         _ => {
             return Err(bad(format!(
                 "policy {name:?}: a fleet shares a token bucket, a fixed window or a sliding counter, whose units can be handed out and given back"
@@ -174,7 +175,7 @@ pub fn run(args: FleetArgs) -> Result<std::process::ExitCode, Failure> {
     let loaded = args.target.policy.load()?;
     let (policy, name) = (&loaded.policy, &loaded.name);
     let config = settings(&args, policy)?;
-    with_algorithm(&loaded.limiter, name, |validate| validate(&config))?.map_err(bad)?;
+    with_algorithm(&loaded.built, name, |validate| validate(&config))?.map_err(bad)?;
     let backend = Backend::new(&args.target.backend.backend, None)?;
     let Backend::Redis(client) = backend else {
         return Err(bad(
@@ -303,7 +304,7 @@ pub fn run(args: FleetArgs) -> Result<std::process::ExitCode, Failure> {
     let report = measure(
         &args,
         policy,
-        &loaded.limiter,
+        &loaded.built,
         config.mode,
         periods,
         (kill_period, join_period),
@@ -363,7 +364,7 @@ fn policy_flags(policy: &Policy) -> Vec<String> {
 fn measure(
     args: &FleetArgs,
     policy: &Policy,
-    limiter: &Limiter,
+    built: &Built,
     mode: FleetMode,
     periods: u64,
     (kill, join): (u64, u64),
@@ -388,8 +389,8 @@ fn measure(
     let decisions: u64 = last.values().map(|l| l.decisions).sum();
     let busy: u64 = last.values().map(|l| l.busy_ns).sum();
     // Each period's allowance: a window's limit; a bucket's saved tokens plus refill.
-    let (saved, refill, cap) = match limiter {
-        Limiter::TokenBucket(b) => {
+    let (saved, refill, cap) = match built {
+        Built::Rule(AnyAlgorithm::TokenBucket(b)) => {
             let p = b.params();
             (p.capacity, p.rate, Some(p.capacity))
         }

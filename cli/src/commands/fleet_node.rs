@@ -7,14 +7,14 @@ use std::sync::Arc;
 use std::time::{Duration as StdDuration, Instant};
 
 use clap::Args;
-use tollgate_core::Ticks;
+use tollgate_core::{AnyAlgorithm, Ticks};
+use tollgate_policy::Built;
 use tollgate_redis::fleet::{FleetAlgorithm, FleetConfig, FleetLimiter};
 use tollgate_redis::{Reconnecting, RedisLimiter};
 
 use super::fleet::{bad, wall, Line};
 use crate::args::PolicyArgs;
 use crate::failure::{output, Failure};
-use crate::policy::Limiter;
 use crate::traffic::Traffic;
 
 /// The hidden `fleet-node` subcommand: one node of a measurement.
@@ -49,10 +49,10 @@ pub struct NodeArgs {
 /// One node: offers its traffic to its fleet limiter and prints a line per period.
 pub fn run(args: NodeArgs) -> Result<std::process::ExitCode, Failure> {
     let loaded = args.policy.load()?;
-    match loaded.limiter {
-        Limiter::TokenBucket(a) => run_node(&args, a),
-        Limiter::FixedWindow(a) => run_node(&args, a),
-        Limiter::SlidingCounter(a) => run_node(&args, a),
+    match loaded.built {
+        Built::Rule(AnyAlgorithm::TokenBucket(a)) => run_node(&args, a),
+        Built::Rule(AnyAlgorithm::FixedWindow(a)) => run_node(&args, a),
+        Built::Rule(AnyAlgorithm::SlidingCounter(a)) => run_node(&args, a),
         _ => Err(bad(
             "a fleet node needs a token bucket, a fixed window or a sliding counter".into(),
         )),

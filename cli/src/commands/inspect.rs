@@ -9,10 +9,11 @@ use tollgate_core::{Clock, Decision, MonotonicClock, Ticks};
 
 use crate::args::KeyArgs;
 use crate::failure::Failure;
+#[cfg(any(feature = "sled", feature = "redis"))]
 use crate::leasing;
 use crate::output::{hex, show};
-use crate::policy::{human, Kind, Limiter, Policy};
-use crate::rates::Rate;
+use crate::rates::Rates;
+use tollgate_policy::{human, Kind, Policy};
 
 #[derive(Debug, Args)]
 pub struct InspectArgs {
@@ -26,7 +27,8 @@ pub struct InspectArgs {
 pub fn run(args: InspectArgs) -> Result<ExitCode, Failure> {
     let InspectArgs { key: args, json } = args;
     let (loaded, open) = args.load(false)?;
-    if let Limiter::Leases { model, .. } = loaded.limiter {
+    #[cfg(any(feature = "sled", feature = "redis"))]
+    if let tollgate_policy::Built::Leases { model, .. } = loaded.built {
         return leasing::inspect(leasing::Inspect {
             key: &args.key,
             model,
@@ -36,7 +38,7 @@ pub fn run(args: InspectArgs) -> Result<ExitCode, Failure> {
             json,
         });
     }
-    let store = Rate::of(&loaded)?.open(&open)?;
+    let store = Rates::open(&loaded, &open)?;
     let now = args.now.unwrap_or_else(|| MonotonicClock::new().now());
     let (bytes, decision) = store.stored(&args.key, now)?;
     let view = View::new(
@@ -99,7 +101,7 @@ impl View {
             Kind::SlidingLog => ("admitted in the last period", left),
             Kind::TokenBucket => ("tokens available", decision.remaining),
             Kind::LeakyBucket => ("water level", left),
-            Kind::LeakyPacing => ("queue room", decision.remaining),
+            Kind::Pacing => ("queue room", decision.remaining),
             // Shown by the lease view; no rate algorithm has this kind.
             Kind::Concurrency => ("leases held", left),
             _ => ("used of the tightest limit", left),

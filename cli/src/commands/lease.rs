@@ -56,7 +56,7 @@ pub fn run(command: LeaseCommand) -> Result<ExitCode, Failure> {
         LeaseCommand::Renew { on } => (on, Op::Renew { ttl: 0 }),
     };
     let loaded = on.policy.load()?;
-    let (model, ttl) = loaded.limiter.leases(&loaded.name)?;
+    let (model, ttl) = loaded.leases()?;
     let op = match op {
         Op::Acquire { wait, .. } => Op::Acquire { ttl, wait },
         Op::Renew { .. } => Op::Renew { ttl },

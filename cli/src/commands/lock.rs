@@ -8,7 +8,7 @@ use tollgate_core::{Concurrency, KeyDisplay, Ticks};
 use crate::args::{instant, BackendArgs};
 use crate::failure::Failure;
 use crate::leasing::{self, call, lease_open, Call, Holder, Op, Wait};
-use crate::policy::{self, Duration, Style};
+use tollgate_policy::{Duration, Style};
 
 #[derive(Debug, Subcommand)]
 pub enum LockCommand {
@@ -62,7 +62,7 @@ pub struct LockArgs {
 #[derive(Debug, Args)]
 pub struct Ttl {
     /// How long the lease lasts unless renewed or released, e.g. 30s (at most 366 days).
-    #[arg(long, value_parser = policy::parse_duration, allow_hyphen_values = true)]
+    #[arg(long, value_parser = tollgate_policy::parse_duration, allow_hyphen_values = true)]
     ttl: Duration,
 }
 
@@ -112,8 +112,8 @@ pub fn run(command: LockCommand) -> Result<ExitCode, Failure> {
 
 /// `--ttl` in the core's range, in the units written.
 fn ttl_flag(ttl: Duration) -> Result<Ticks, Failure> {
-    policy::check_lease(ttl.0).map_err(|e| {
-        let problem = policy::param_problem(&e, Style::Flags);
+    tollgate_policy::check_lease(ttl.0).map_err(|e| {
+        let problem = tollgate_policy::param_problem(&e, Style::Flags);
         Failure::Input(problem.message.replace("--lease", "--ttl"))
     })
 }

@@ -21,7 +21,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
-use tollgate_server::policy::{File, Policy};
+use tollgate_policy::{File, Policy};
 
 use crate::failure::{output, Failure};
 
@@ -196,13 +196,10 @@ fn no_policy(name: &str) -> Failure {
 
 /// The file's policies, each checked by the shared parser (positions in its errors).
 fn read_file(path: &str) -> Result<BTreeMap<String, Policy>, Failure> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| Failure::Input(format!("cannot read {path}: {e}")))?;
-    let file: File = toml::from_str(&text)
-        .map_err(|e| Failure::Input(format!("{path}: {}", e.message().trim_end())))?;
+    let (file, _) = File::read(path).map_err(Failure::Input)?;
     for name in file.policies.keys() {
         // The command line's loader: the same checks, pointing at the line at fault.
-        crate::policy::load(path, name)?;
+        tollgate_policy::load(path, name).map_err(Failure::Input)?;
     }
     Ok(file.policies)
 }

@@ -5,11 +5,11 @@ use std::process::ExitCode;
 
 use crate::args::PolicyBackendArgs;
 use crate::failure::{output, Failure};
-use crate::rates::Rate;
+use crate::rates::Rates;
 
 pub fn run(args: PolicyBackendArgs) -> Result<ExitCode, Failure> {
     let (loaded, open) = args.load(false)?;
-    let purged = Rate::of(&loaded)?.open(&open)?.purge()?;
+    let purged = Rates::open(&loaded, &open)?.purge()?;
     let mut out = std::io::stdout().lock();
     writeln!(
         out,

@@ -9,7 +9,7 @@ use tollgate_core::{check_now, Ticks};
 use crate::args::PolicyBackendArgs;
 use crate::failure::{output, Failure};
 use crate::output::{json_line, Record};
-use crate::rates::Rate;
+use crate::rates::Rates;
 
 #[derive(Debug, Args)]
 pub struct ReplayArgs {
@@ -22,7 +22,8 @@ pub struct ReplayArgs {
 
 pub fn run(args: ReplayArgs) -> Result<ExitCode, Failure> {
     let (loaded, open) = args.target.load(true)?;
-    let rate = Rate::of(&loaded)?;
+    // A concurrency policy is refused before the trace is read.
+    loaded.rate()?;
     let trace = args.trace.as_str();
     let (name, input): (&str, Box<dyn Read>) = if trace == "-" {
         ("stdin", Box::new(std::io::stdin().lock()))
@@ -31,7 +32,7 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode, Failure> {
             .map_err(|e| Failure::Input(format!("cannot read {trace}: {e}")))?;
         (trace, Box::new(std::io::BufReader::new(file)))
     };
-    let store = rate.open(&open)?;
+    let store = Rates::open(&loaded, &open)?;
     let mut reader = csv::ReaderBuilder::new()
         .flexible(true)
         .has_headers(false)

@@ -5,11 +5,11 @@ use std::process::ExitCode;
 
 use crate::args::KeyArgs;
 use crate::failure::{output, Failure};
-use crate::rates::Rate;
+use crate::rates::Rates;
 
 pub fn run(args: KeyArgs) -> Result<ExitCode, Failure> {
     let (loaded, open) = args.load(false)?;
-    let store = Rate::of(&loaded)?.open(&open)?;
+    let store = Rates::open(&loaded, &open)?;
     let mut out = BufWriter::new(std::io::stdout().lock());
     store.reset(&args.key)?;
     writeln!(out, "{}: reset (its next request starts fresh)", args.key).map_err(output)?;

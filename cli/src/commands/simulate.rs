@@ -13,9 +13,9 @@ use crate::args::{BackendArgs, PolicyArgs};
 use crate::chart;
 use crate::failure::{output, Failure};
 use crate::output::write_rows;
-use crate::policy::{self, human, Duration, Policy};
-use crate::rates::Rate;
+use crate::rates::Rates;
 use crate::traffic::Traffic;
+use tollgate_policy::{human, Duration, Policy};
 
 #[derive(Debug, Args)]
 pub struct SimulateArgs {
@@ -26,7 +26,7 @@ pub struct SimulateArgs {
     #[arg(long)]
     traffic: Traffic,
     /// How long to simulate, e.g. 10s (more than zero).
-    #[arg(long, value_parser = policy::parse_duration, allow_hyphen_values = true)]
+    #[arg(long, value_parser = tollgate_policy::parse_duration, allow_hyphen_values = true)]
     duration: Duration,
     #[command(flatten)]
     backend: BackendArgs,
@@ -58,7 +58,7 @@ pub fn run(args: SimulateArgs) -> Result<ExitCode, Failure> {
         )));
     }
     let open = backend.open(&loaded.name, true)?;
-    let store = Rate::of(&loaded)?.open(&open)?;
+    let store = Rates::open(&loaded, &open)?;
     let (policy, name, duration) = (&loaded.policy, loaded.name.as_str(), duration.0);
     let period = policy.period();
     let mut run = stats::Run::new(duration, chart::bin_width(duration, period));
