@@ -17,8 +17,9 @@
 //! An algorithm is written as the scripts name it: `fixed_window limit period
 //! [counting_denied]`, `sliding_log limit period`, `sliding_counter limit period`,
 //! `token_bucket capacity rate period`, `leaky_bucket capacity rate period`, `pacing
-//! capacity rate period`, `ban threshold window duration <algorithm>`. Several keys make
-//! a composite, one algorithm per key in order (the scripts' layout is `prefix{key}:i`).
+//! capacity rate period`, `ban threshold window duration <algorithm>`, in any case (the
+//! core's names, `token-bucket`, are read too). Several keys make a composite, one
+//! algorithm per key in order (the scripts' layout is `prefix{key}:i`).
 //!
 //! `TOLLGATE.BATCH` decides many requests of one limit in one command, in order, at one
 //! time, each exactly as its own `TOLLGATE.CHECK` would: with `m` algorithms, each
