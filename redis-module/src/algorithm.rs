@@ -125,12 +125,13 @@ mod tests {
         parse(&mut Args::new(&words))
     }
 
-    /// Every kind the errors list parses under its snake_case name, in any case.
+    /// Every kind the errors list parses under its snake_case name, in any case, and
+    /// under the core's name.
     #[test]
     fn every_listed_kind_parses() {
         for kind in KINDS {
             let name = kind.name().replace('-', "_");
-            for spelled in [name.clone(), name.to_ascii_uppercase()] {
+            for spelled in [name.to_ascii_uppercase(), name, kind.name().to_owned()] {
                 let algorithm = parse_words(&[&spelled, "1", "1", "1"]).unwrap();
                 assert_eq!(algorithm.kind(), kind, "{spelled}");
             }
