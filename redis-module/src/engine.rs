@@ -2,12 +2,12 @@
 //! reply and the keys' new values out. The commands wrap this in key reads and writes.
 
 use tollgate_core::{
-    Acquired, Algorithm, Composite, Concurrency, Decision, DecodeError, Grant, LeaseError, Reserve,
-    Ticks,
+    Acquired, Algorithm, AnyAlgorithm, AnyState, Composite, Concurrency, Decision, DecodeError,
+    Grant, LeaseError, Reserve, Ticks,
 };
 
+use crate::algorithm;
 use crate::args::{ArgError, Args};
-use crate::spec::Spec;
 
 /// Why a command decided nothing. Every variant is a reply, never a panic.
 #[derive(Debug)]
@@ -167,9 +167,9 @@ impl<const N: usize> From<[i64; N]> for Fields {
 #[derive(Debug)]
 pub enum Limit {
     /// One algorithm.
-    One(Spec),
+    One(AnyAlgorithm),
     /// Every member must admit; member `i` keeps its state in key `i`.
-    Many(Composite<Spec>),
+    Many(Composite<AnyAlgorithm>),
 }
 
 /// The arguments of `TOLLGATE.CHECK` and `TOLLGATE.PEEK`:
@@ -214,11 +214,11 @@ impl<'a> Request<'a> {
         let keys = keys(&mut args, MAX_KEYS)?;
         // One key, the common case, needs no vector of specs.
         let limit = if let [_] = keys {
-            Limit::One(Spec::parse(&mut args)?)
+            Limit::One(algorithm::parse(&mut args)?)
         } else {
             let specs = keys
                 .iter()
-                .map(|_| Spec::parse(&mut args))
+                .map(|_| algorithm::parse(&mut args))
                 .collect::<Result<Vec<_>, _>>()?;
             Limit::Many(Composite::new(specs)?)
         };
@@ -229,8 +229,8 @@ impl<'a> Request<'a> {
             [cost, now, None]
         };
         let reserves = match &limit {
-            Limit::One(spec) => spec.reserves(),
-            Limit::Many(c) => c.members().iter().all(Spec::reserves),
+            Limit::One(spec) => spec.can_reserve(),
+            Limit::Many(c) => c.members().iter().all(AnyAlgorithm::can_reserve),
         };
         if max_wait.is_some() && !reserves {
             return Err(ArgError::Syntax(
@@ -255,7 +255,7 @@ impl<'a> Request<'a> {
         let keys = keys(&mut args, MAX_BATCH_KEYS)?;
         let mut specs = Vec::new();
         while !args.eat("COSTS") {
-            specs.push(Spec::parse(&mut args)?);
+            specs.push(algorithm::parse(&mut args)?);
         }
         let members = specs.len();
         if members == 0 || members as u64 > MAX_KEYS || keys.len() % members != 0 {
@@ -346,7 +346,7 @@ impl<'a> Request<'a> {
 }
 
 fn validate_all<'s>(
-    members: impl Iterator<Item = &'s Spec>,
+    members: impl Iterator<Item = &'s AnyAlgorithm>,
     values: &[Option<&[u8]>],
 ) -> Result<(), Failure> {
     for (m, v) in members.zip(values) {
@@ -356,14 +356,11 @@ fn validate_all<'s>(
 }
 
 /// `state`'s bytes under `spec`.
-pub fn encode(spec: &Spec, state: &<Spec as Algorithm>::State) -> Encoded {
+pub fn encode(spec: &AnyAlgorithm, state: &AnyState) -> Encoded {
     Encoded::of(|out, s| spec.encode(s, out), state)
 }
 
-fn decode(
-    spec: &Spec,
-    value: Option<&[u8]>,
-) -> Result<Option<<Spec as Algorithm>::State>, Failure> {
+fn decode(spec: &AnyAlgorithm, value: Option<&[u8]>) -> Result<Option<AnyState>, Failure> {
     Ok(value.map(|b| spec.decode(b)).transpose()?)
 }
 

@@ -17,8 +17,9 @@
 //! An algorithm is written as the scripts name it: `fixed_window limit period
 //! [counting_denied]`, `sliding_log limit period`, `sliding_counter limit period`,
 //! `token_bucket capacity rate period`, `leaky_bucket capacity rate period`, `pacing
-//! capacity rate period`, `ban threshold window duration <algorithm>`. Several keys make
-//! a composite, one algorithm per key in order (the scripts' layout is `prefix{key}:i`).
+//! capacity rate period`, `ban threshold window duration <algorithm>`, in any case (the
+//! core's names, `token-bucket`, are read too). Several keys make a composite, one
+//! algorithm per key in order (the scripts' layout is `prefix{key}:i`).
 //!
 //! `TOLLGATE.BATCH` decides many requests of one limit in one command, in order, at one
 //! time, each exactly as its own `TOLLGATE.CHECK` would: with `m` algorithms, each
@@ -50,28 +51,25 @@
 // Unit tests run without a server: the commands are registered only in the real build.
 #![cfg_attr(test, allow(dead_code))]
 
+mod algorithm;
 mod args;
 mod cell;
 mod engine;
 mod host;
-mod spec;
 #[cfg(test)]
 mod tests;
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
-use tollgate_core::{Decision, Ticks};
+use tollgate_core::{Clock, Decision, SystemClock, Ticks};
 
 use args::Args;
 use engine::{keys, Failure, LeaseOp, LeaseRequest, Request, Write, MAX_BATCH_KEYS, MAX_KEYS};
 use host::{Call, Error, Key, Reply};
 
 /// The server's time in microseconds since the Unix epoch: the wall clock `TIME` reads
-/// (the scripts' clock), not Redis's cached command time, which has only milliseconds.
+/// (the scripts' clock), not Redis's cached command time, which has only milliseconds:
+/// the core's [`SystemClock`], as every host reading the wall clock.
 fn server_now() -> Ticks {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(Ticks::MAX))
+    SystemClock.now()
 }
 
 fn error(failure: impl std::fmt::Display) -> Error {

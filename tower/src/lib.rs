@@ -22,8 +22,9 @@
 //!   a bound), [`Degrade`] (a fallback service), or your own [`Overload`].
 //! - [`ConcurrencyLimitLayer`]: at most N requests in flight, globally or per key, each
 //!   holding a lease until its response body ends, fails or is dropped (the client left).
-//! - Nothing a request carries makes it panic: bad keys are 400, a store that fails
-//!   closed is 503, a corrupt stored state is 500.
+//! - Nothing a request carries makes it panic: bad keys are 400, an unreachable store
+//!   is 503 (unless its fail policy admits or decides locally), a corrupt stored state
+//!   is 500.
 //!
 //! ```no_run
 //! use std::net::SocketAddr;

@@ -25,7 +25,12 @@ pub enum Verdict {
     Decided(Decision),
     /// The store is unreachable and the limiter fails open: admit, with no figures.
     Open,
-    /// The store is unreachable and the limiter fails closed: refuse (503).
+    /// The store is unreachable and the limiter reports it ([`FailPolicy::Error`]) or
+    /// fails closed ([`FailPolicy::Closed`]): refuse with 503, the limiter's fault rather
+    /// than the client's quota (no figures exist for a 429).
+    ///
+    /// [`FailPolicy::Error`]: tollgate_core::FailPolicy::Error
+    /// [`FailPolicy::Closed`]: tollgate_core::FailPolicy::Closed
     Closed,
     /// The store answered something unusable (a corrupt state): refuse (500).
     Failed(String),
@@ -37,6 +42,28 @@ pub enum Pending {
     Ready(Verdict),
     /// Decided elsewhere.
     Later(BoxFuture<Verdict>),
+}
+
+/// The limiters of another process (Redis, a remote service) answer under the core's
+/// [`FailPolicy`](tollgate_core::FailPolicy).
+#[cfg(any(feature = "redis", feature = "remote"))]
+impl Verdict {
+    /// The verdict on such a limiter's answer: an unreachable store is refused (503)
+    /// whether the policy reports it or denies; any other error is the store's failure
+    /// (500).
+    pub(crate) fn of<E: std::fmt::Display>(
+        answer: Result<tollgate_core::Outcome<E>, E>,
+        unreachable: impl FnOnce(&E) -> bool,
+    ) -> Self {
+        use tollgate_core::Outcome;
+        match answer {
+            Ok(Outcome::Decided(d) | Outcome::Local(d, _)) => Self::Decided(d),
+            Ok(Outcome::Open(_)) => Self::Open,
+            Ok(Outcome::Closed(_)) => Self::Closed,
+            Err(e) if unreachable(&e) => Self::Closed,
+            Err(e) => Self::Failed(e.to_string()),
+        }
+    }
 }
 
 impl std::fmt::Debug for Pending {
@@ -78,6 +105,7 @@ pub trait Limiter: Send + Sync + 'static {
     }
 }
 
+/// A duration in the core's ticks (microseconds), saturating: tower's one conversion.
 pub(crate) fn ticks(duration: Duration) -> Ticks {
     Ticks::try_from(duration.as_micros()).unwrap_or(Ticks::MAX)
 }
@@ -152,11 +180,10 @@ impl Quota {
     /// The token bucket; an error for a zero limit or period, or one beyond the core's
     /// range.
     pub fn token_bucket(&self) -> Result<TokenBucket, Error> {
-        let period = Ticks::try_from(self.period.as_micros()).unwrap_or(Ticks::MAX);
         Ok(TokenBucket::new(
             self.burst.unwrap_or(self.limit),
             self.limit,
-            period,
+            ticks(self.period),
         )?)
     }
 
@@ -200,12 +227,7 @@ mod redis_backend {
     }
 
     fn verdict(outcome: Result<Outcome, tollgate_redis::Error>) -> Verdict {
-        match outcome {
-            Ok(Outcome::Decided(d) | Outcome::Local(d, _)) => Verdict::Decided(d),
-            Ok(Outcome::Open(_)) => Verdict::Open,
-            Ok(Outcome::Closed(_)) => Verdict::Closed,
-            Err(e) => Verdict::Failed(e.to_string()),
-        }
+        Verdict::of(outcome, tollgate_redis::Error::is_unavailable)
     }
 
     impl<A> Limiter for RedisBackend<A>

@@ -11,8 +11,8 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use serde::{Deserialize, Serialize};
-use tollgate_core::Decision;
+use serde::Serialize;
+use tollgate_core::{Decision, FailPolicy};
 
 use crate::error::Error;
 use crate::key::Key;
@@ -22,19 +22,21 @@ use crate::limiter::{InProcess, Limiter, Pending, Verdict};
 const MAX_ANSWER: usize = 16 * 1024;
 
 /// What a [`Remote`] limiter answers when the service is unreachable, times out or
-/// fails (a 5xx). A refusal of the request itself (401, 403, 422: a wrong token, a
-/// policy the app may not use, a key too long) is a configuration error, answered 500
-/// whatever the policy, never admitted.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub enum RemoteFail {
-    /// Refuse (the middleware answers 503): protect the service behind the limit.
-    Closed,
-    /// Admit, with no rate-limit headers: keep serving at the cost of the limit.
-    Open,
-    /// Decide in this process: each replica enforces this limit alone meanwhile.
-    Local(Arc<InProcess>),
-}
+/// fails (a 5xx): the core's [`FailPolicy`], whose fallback limiter is in process.
+///
+/// - [`Error`](FailPolicy::Error), the default: report the service unavailable, which
+///   the middleware answers 503 (the limiter's fault, not the client's quota).
+/// - [`Closed`](FailPolicy::Closed): deny. With no figures to answer a 429 with, the
+///   middleware answers 503 too, as for a Redis limit failing closed.
+/// - [`Open`](FailPolicy::Open): admit, with no rate-limit headers: keep serving at the
+///   cost of the limit.
+/// - [`Local`](FailPolicy::Local): decide in this process: each replica enforces this
+///   limit alone meanwhile.
+///
+/// A refusal of the request itself (401, 403, 422: a wrong token, a policy the app may
+/// not use, a key too long) is a configuration error, answered 500 whatever the
+/// policy, never admitted.
+pub type RemoteFail = FailPolicy<Arc<InProcess>>;
 
 /// A limit decided by a `tollgate serve` at `server` for the app whose token is given:
 /// every request is one `POST /v1/decide` of the policy, the request's key and cost.
@@ -79,21 +81,20 @@ enum Failure {
     Refused(String),
 }
 
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Unavailable => f.write_str("the service is unavailable"),
+            Self::Refused(why) => f.write_str(why),
+        }
+    }
+}
+
 #[derive(Serialize)]
 struct Ask<'a> {
     policy: &'a str,
     key: &'a str,
     cost: u64,
-}
-
-#[derive(Deserialize)]
-struct Answer {
-    allowed: bool,
-    limit: u64,
-    remaining: u64,
-    retry_after_us: Option<u64>,
-    reset_after_us: u64,
-    delay_us: u64,
 }
 
 impl Remote {
@@ -120,7 +121,7 @@ impl Remote {
                 authorization,
                 policy: policy.to_owned(),
                 timeout: Duration::from_secs(1),
-                fail: RemoteFail::Closed,
+                fail: RemoteFail::default(),
             }),
         })
     }
@@ -131,7 +132,7 @@ impl Remote {
         self.configure(|inner| inner.timeout = timeout)
     }
 
-    /// What to answer while the service cannot ([`RemoteFail::Closed`] by default).
+    /// What to answer while the service cannot ([`FailPolicy::Error`], a 503, by default).
     pub fn on_failure(self, fail: RemoteFail) -> Self {
         self.configure(|inner| inner.fail = fail)
     }
@@ -145,15 +146,14 @@ impl Remote {
 
 impl Inner {
     async fn decide(&self, key: &Key, cost: u64) -> Verdict {
-        match tokio::time::timeout(self.timeout, self.ask(key, cost)).await {
-            Ok(Ok(decision)) => Verdict::Decided(decision),
-            Ok(Err(Failure::Refused(why))) => Verdict::Failed(why),
-            Ok(Err(Failure::Unavailable)) | Err(_) => match &self.fail {
-                RemoteFail::Closed => Verdict::Closed,
-                RemoteFail::Open => Verdict::Open,
-                RemoteFail::Local(limiter) => Verdict::Decided(limiter.check(key, cost)),
-            },
-        }
+        let answer = tokio::time::timeout(self.timeout, self.ask(key, cost))
+            .await
+            .unwrap_or(Err(Failure::Unavailable));
+        let unreachable = |failure: &Failure| matches!(failure, Failure::Unavailable);
+        let outcome = self
+            .fail
+            .apply(answer, unreachable, |limiter| limiter.check(key, cost));
+        Verdict::of(outcome, unreachable)
     }
 
     async fn ask(&self, key: &Key, cost: u64) -> Result<Decision, Failure> {
@@ -193,23 +193,8 @@ impl Inner {
                 "the service answered {status}: {text}"
             )));
         }
-        let answer: Answer = serde_json::from_slice(&body)
-            .map_err(|e| Failure::Refused(format!("not a decision: {e}")))?;
-        Ok(if answer.allowed {
-            Decision::admit(
-                answer.limit,
-                answer.remaining,
-                answer.reset_after_us,
-                answer.delay_us,
-            )
-        } else {
-            Decision::deny(
-                answer.limit,
-                answer.remaining,
-                answer.retry_after_us,
-                answer.reset_after_us,
-            )
-        })
+        // The service answers the core's wire shape of a decision.
+        serde_json::from_slice(&body).map_err(|e| Failure::Refused(format!("not a decision: {e}")))
     }
 }
 

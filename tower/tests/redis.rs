@@ -53,6 +53,7 @@ async fn replicas_share_the_limit_and_follow_the_fail_policy_when_redis_dies() {
     )
     .await;
     let open = app(&server, "rl:open:", 1, FailPolicy::Open).await;
+    let error = app(&server, "rl:error:", 1, FailPolicy::Error).await;
 
     let mut statuses = Vec::new();
     for addr in [closed, local, closed, local] {
@@ -79,6 +80,9 @@ async fn replicas_share_the_limit_and_follow_the_fail_policy_when_redis_dies() {
     let r = get(closed, "/", &[]).await;
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(r.header("ratelimit"), None);
+    // Reporting the error: the same 503 (unavailable, not the 500 of a failed store).
+    let r = get(error, "/", &[]).await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
     // Fail open: served, with no figures to report.
     let r = get(open, "/", &[]).await;
     assert_eq!((r.status, r.header("ratelimit")), (StatusCode::OK, None));

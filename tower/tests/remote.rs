@@ -178,18 +178,23 @@ async fn a_stopped_service_follows_the_fail_policy() {
     let (url, token) = (service.url(), service.token.clone());
     let remote = |fail| Remote::new(&url, &token, "api").unwrap().on_failure(fail);
     let closed = app(remote(RemoteFail::Closed)).await;
+    let error = app(remote(RemoteFail::Error)).await;
     let open = app(remote(RemoteFail::Open)).await;
     let local = Arc::new(Quota::per(1, MINUTE).in_process(100).unwrap());
     let local = app(remote(RemoteFail::Local(local))).await;
-    // Up: the service decides for all three (one key, one shared limit of 3).
+    // Up: the service decides for all three (one key, one shared limit of 3;
+    // `error` waits for the outage).
     assert_eq!(get(closed, "/", &[]).await.status, StatusCode::OK);
     assert_eq!(get(open, "/", &[]).await.status, StatusCode::OK);
     let reply = get(local, "/", &[]).await;
     assert_eq!(reply.header("ratelimit"), Some("\"api\";r=0;t=60"));
     service.stop().await;
-    // Down: 503, admitted with no figures, and the local limit of 1 (then 429).
-    let reply = get(closed, "/", &[]).await;
-    assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
+    // Down: 503 (denied or reported alike), admitted with no figures, and the local
+    // limit of 1 (then 429).
+    for fails in [closed, error] {
+        let reply = get(fails, "/", &[]).await;
+        assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
+    }
     let reply = get(open, "/", &[]).await;
     assert_eq!(reply.status, StatusCode::OK);
     assert_eq!(reply.header("ratelimit"), None);
