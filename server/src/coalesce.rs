@@ -13,10 +13,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
-use tollgate_core::Decision;
+use tollgate_core::{AnyAlgorithm, Decision};
 use tollgate_redis::{ReconnectingAsync, RedisLimiter};
-
-use crate::policy::Rule;
 
 /// The most decisions in one batch.
 pub const MAX_PIPELINE: usize = 256;
@@ -34,7 +32,7 @@ pub enum Error {
 
 /// A decision waiting to be sent.
 struct Job {
-    limiter: Arc<RedisLimiter<Rule>>,
+    limiter: Arc<RedisLimiter<AnyAlgorithm>>,
     key: Box<[u8]>,
     cost: u64,
     reply: oneshot::Sender<Result<Decision, tollgate_redis::Error>>,
@@ -82,7 +80,7 @@ impl Coalescer {
     /// meanwhile.
     pub async fn check(
         &self,
-        limiter: &Arc<RedisLimiter<Rule>>,
+        limiter: &Arc<RedisLimiter<AnyAlgorithm>>,
         key: &[u8],
         cost: u64,
     ) -> Result<Decision, Error> {
@@ -118,7 +116,7 @@ async fn run(con: ReconnectingAsync, mut queue: mpsc::UnboundedReceiver<Job>, se
 }
 
 /// One batch of `jobs` on `limiter`, each answered with its own result.
-async fn send(con: &ReconnectingAsync, limiter: &RedisLimiter<Rule>, jobs: Vec<Job>) {
+async fn send(con: &ReconnectingAsync, limiter: &RedisLimiter<AnyAlgorithm>, jobs: Vec<Job>) {
     let requests: Vec<(&[u8], u64)> = jobs.iter().map(|j| (&j.key[..], j.cost)).collect();
     let results = limiter.check_batch_async(con, &requests).await;
     for (job, result) in jobs.into_iter().zip(results) {

@@ -14,9 +14,9 @@ use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
 
-use crate::policy::Built;
 use crate::service::auth::{authenticate, bearer};
 use crate::service::{Service, ServiceError, MAX_BATCH};
+use tollgate_policy::Built;
 
 /// The code generated from the vendored protos (`proto/`).
 #[allow(

@@ -18,7 +18,6 @@ pub mod grpc;
 mod http;
 mod limiters;
 mod metrics;
-pub mod policy;
 mod service;
 mod store;
 mod time;
@@ -31,10 +30,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use limiters::Backend;
-pub use limiters::Fail;
 use service::Service;
 pub use store::StoreError;
 use store::{Store, User};
+use tollgate_core::FailPolicy;
 
 /// How a server runs (the flags of `tollgate serve`).
 #[derive(Debug, Clone)]
@@ -50,8 +49,9 @@ pub struct Config {
     pub store: Option<String>,
     /// `redis://…` (`--decisions`): decisions a fleet shares; else in this process.
     pub decisions: Option<String>,
-    /// What to answer while Redis is unreachable (`--fail`).
-    pub fail: Fail,
+    /// What to answer while Redis is unreachable (`--fail`); with `Local(())` each
+    /// policy decides in this process meanwhile.
+    pub fail: FailPolicy<()>,
     /// Keys kept per policy by in-process limiters (`--max-keys`).
     pub max_keys: usize,
     /// `/metrics` without a token (`--metrics-open`).
@@ -70,7 +70,7 @@ impl Default for Config {
             data_dir: PathBuf::from("tollgate-data"),
             store: None,
             decisions: None,
-            fail: Fail::Error,
+            fail: FailPolicy::Error,
             max_keys: 100_000,
             metrics_open: false,
             timeout: Duration::from_secs(10),
@@ -154,7 +154,7 @@ impl Server {
                 Backend::Redis {
                     con,
                     coalescer,
-                    fail: config.fail,
+                    fail: config.fail.clone(),
                     max_keys: config.max_keys,
                 }
             }

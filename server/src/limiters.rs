@@ -3,36 +3,20 @@
 //! parameters change, so editing its apps or description keeps its counts.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
-use tollgate_core::memory::KeyedLimiter;
+use tollgate_core::memory::{AcquireError, KeyedLeases, KeyedLimiter};
 use tollgate_core::{
-    Acquired, Clock, Concurrency, Decision, Grant, LeaseError, LeaseState, SystemClock, Ticks,
-    SECOND,
+    AnyAlgorithm, Concurrency, Decision, FailPolicy, Grant, LeaseError, Outcome, Ticks, SECOND,
 };
+use tollgate_policy::{Built, Policy, Style};
 use tollgate_redis::{ReconnectingAsync, RedisLeases, RedisLimiter};
 
 use crate::coalesce::{self, Coalescer};
 use crate::metrics::{Counters, Metrics};
-use crate::policy::{Built, Policy, Rule, Style};
 use crate::store::Stored;
-
-/// What to answer when Redis cannot be reached (`--fail`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum Fail {
-    /// 503: the caller decides (the default: nothing silently allowed or denied).
-    #[default]
-    Error,
-    /// Admit every request while Redis is away.
-    Open,
-    /// Deny every request while Redis is away.
-    Closed,
-    /// Decide in this process: each server enforces the limit alone meanwhile.
-    Local,
-}
 
 /// Where decisions are kept.
 #[derive(Debug, Clone)]
@@ -48,8 +32,9 @@ pub enum Backend {
         con: ReconnectingAsync,
         /// Decisions, sent together when they arrive together.
         coalescer: Coalescer,
-        /// The answer while Redis is unreachable.
-        fail: Fail,
+        /// The answer while Redis is unreachable (`--fail`; `Local` builds a limiter per
+        /// policy).
+        fail: FailPolicy<()>,
         /// Keys kept per policy by the local fallback.
         max_keys: usize,
     },
@@ -69,19 +54,15 @@ pub struct Entry {
 
 #[derive(Debug)]
 enum Limiter {
-    Memory(KeyedLimiter<String, Rule>),
+    Memory(KeyedLimiter<String, AnyAlgorithm>),
     /// Shared with the decisions queued for Redis.
     Redis {
-        limiter: Arc<RedisLimiter<Rule>>,
-        /// The limiter deciding while Redis is unreachable, with `--fail local`.
-        local: Option<KeyedLimiter<String, Rule>>,
+        limiter: Arc<RedisLimiter<AnyAlgorithm>>,
+        /// The answer while Redis is unreachable, with its own limiter for `--fail local`.
+        fail: FailPolicy<KeyedLimiter<String, AnyAlgorithm>>,
     },
-    /// A concurrency policy's lease tables in this process, at most `max_keys`.
-    MemoryLeases {
-        model: Concurrency,
-        tables: Mutex<HashMap<String, LeaseState>>,
-        max_keys: usize,
-    },
+    /// A concurrency policy's lease tables in this process, at most `max_keys` keys.
+    MemoryLeases(KeyedLeases<String>),
     RedisLeases(RedisLeases),
 }
 
@@ -99,8 +80,11 @@ pub enum LeaseOp {
 /// What a lease operation did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LeaseAnswer {
-    /// Acquired: the grant; or denied: the decision (its `retry_after`).
-    Acquired(Acquired),
+    /// Acquired: the lease.
+    Granted(Grant),
+    /// Denied: every lease is held (or, in this process, every table in use); the
+    /// decision's `retry_after` says when one expires.
+    Busy(Decision),
     /// Released or renewed: the lease as it stands.
     Held(Grant),
     /// The owner holds no unexpired lease.
@@ -126,9 +110,6 @@ pub enum DecideError {
     /// A lease argument is out of range (the owner's length, the ttl).
     #[error("{0}")]
     Lease(LeaseError),
-    /// Every lease table this process may keep is in use.
-    #[error("too many keys hold leases in this process")]
-    Full,
 }
 
 impl Entry {
@@ -154,11 +135,9 @@ impl Entry {
         )
         .ok();
         let limiter = match (&built, backend) {
-            (Built::Leases { model, .. }, Backend::Memory { max_keys }) => Limiter::MemoryLeases {
-                model: *model,
-                tables: Mutex::default(),
-                max_keys: *max_keys,
-            },
+            (Built::Leases { model, .. }, Backend::Memory { max_keys }) => {
+                Limiter::MemoryLeases(KeyedLeases::new(*model, *max_keys))
+            }
             (Built::Leases { model, .. }, Backend::Redis { .. }) => Limiter::RedisLeases(
                 RedisLeases::new(*model).with_prefix(prefix(&stored.name, &stored.policy)),
             ),
@@ -169,11 +148,24 @@ impl Entry {
                 let limiter = RedisLimiter::new(rule.clone())
                     .map_err(|e| e.to_string())?
                     .with_prefix(prefix(&stored.name, &stored.policy));
+                let fail = match fail {
+                    FailPolicy::Local(()) => {
+                        FailPolicy::Local(KeyedLimiter::new(rule.clone(), *max_keys))
+                    }
+                    FailPolicy::Open => FailPolicy::Open,
+                    FailPolicy::Closed => FailPolicy::Closed,
+                    _ => FailPolicy::Error,
+                };
                 Limiter::Redis {
                     limiter: Arc::new(limiter),
-                    local: (*fail == Fail::Local)
-                        .then(|| KeyedLimiter::new(rule.clone(), *max_keys)),
+                    fail,
                 }
+            }
+            _ => {
+                return Err(format!(
+                    "policy {:?}: this server cannot run it",
+                    stored.name
+                ))
             }
         };
         Ok(Arc::new(Self {
@@ -199,12 +191,7 @@ impl Entry {
     ) -> Result<Decision, DecideError> {
         match (&self.limiter, backend) {
             (Limiter::Memory(limiter), _) => Ok(limiter.check(key, cost)),
-            (
-                Limiter::Redis { limiter, local },
-                Backend::Redis {
-                    coalescer, fail, ..
-                },
-            ) => {
+            (Limiter::Redis { limiter, fail }, Backend::Redis { coalescer, .. }) => {
                 let result = coalescer
                     .check(limiter, key.as_bytes(), cost)
                     .await
@@ -212,22 +199,22 @@ impl Entry {
                         coalesce::Error::Redis(e) => typed(e),
                         coalesce::Error::Stopped => DecideError::Backend(e.to_string()),
                     });
-                let Err(DecideError::Unavailable(why)) = result else {
-                    return result;
-                };
-                // Redis is away: say nothing beyond the verdict (no budget is known).
-                let limit = limiter.algorithm_limit();
-                match (fail, local) {
-                    (Fail::Open, _) => Ok(Decision::admit(limit, 0, 0, 0)),
-                    (Fail::Closed, _) => Ok(Decision::deny(limit, 0, Some(SECOND), SECOND)),
-                    (Fail::Local, Some(local)) => Ok(local.check(key, cost)),
-                    _ => Err(DecideError::Unavailable(why)),
-                }
+                let unreachable = |e: &DecideError| matches!(e, DecideError::Unavailable(_));
+                let limit = || limiter.algorithm_limit();
+                // Redis away and failing open or closed: say nothing beyond the verdict
+                // (no budget is known).
+                Ok(
+                    match fail.apply(result, unreachable, |local| local.check(key, cost))? {
+                        Outcome::Decided(decision) | Outcome::Local(decision, _) => decision,
+                        Outcome::Open(_) => Decision::admit(limit(), 0, 0, 0),
+                        Outcome::Closed(_) => Decision::deny(limit(), 0, Some(SECOND), SECOND),
+                    },
+                )
             }
             (Limiter::Redis { .. }, Backend::Memory { .. }) => Err(DecideError::Backend(
                 "the policy was built for another backend".into(),
             )),
-            (Limiter::MemoryLeases { .. } | Limiter::RedisLeases(_), _) => {
+            (Limiter::MemoryLeases(_) | Limiter::RedisLeases(_), _) => {
                 Err(DecideError::Leases(name.to_owned()))
             }
         }
@@ -259,53 +246,28 @@ impl Entry {
             Err(e) => Err(DecideError::Lease(e)),
         };
         match (&self.limiter, backend) {
-            (
-                Limiter::MemoryLeases {
-                    model,
-                    tables,
-                    max_keys,
+            (Limiter::MemoryLeases(leases), _) => match op {
+                LeaseOp::Acquire => match leases.acquire_by(key, owner, ttl) {
+                    Ok(grant) => Ok(LeaseAnswer::Granted(grant)),
+                    Err(AcquireError::Busy(decision)) => Ok(LeaseAnswer::Busy(decision)),
+                    Err(AcquireError::Lease(e)) => Err(DecideError::Lease(e)),
+                    Err(e) => Err(DecideError::Backend(e.to_string())),
                 },
-                _,
-            ) => {
-                // Wall-clock microseconds: tokens keep growing after a table is dropped.
-                let now = SystemClock.now();
-                let mut tables = tables.lock().unwrap_or_else(|e| e.into_inner());
-                if !tables.contains_key(key) && tables.len() >= *max_keys {
-                    tables.retain(|_, state| !state.is_fresh(now));
-                    if tables.len() >= *max_keys {
-                        return Err(DecideError::Full);
-                    }
-                }
-                let state = tables.remove(key);
-                let (answer, next) = match op {
-                    LeaseOp::Acquire => match model.acquire(state.clone(), now, owner, ttl) {
-                        Ok((acquired, next)) => (Ok(LeaseAnswer::Acquired(acquired)), next),
-                        Err(e) => (Err(DecideError::Lease(e)), state),
-                    },
-                    LeaseOp::Release => match model.release(state.clone(), now, owner) {
-                        Ok((grant, next)) => (Ok(LeaseAnswer::Held(grant)), next),
-                        Err(e) => (held(Err(e)), state),
-                    },
-                    LeaseOp::Renew => match model.renew(state.clone(), now, owner, ttl) {
-                        Ok((grant, next)) => (Ok(LeaseAnswer::Held(grant)), next),
-                        Err(e) => (held(Err(e)), state),
-                    },
-                };
-                if let Some(next) = next {
-                    tables.insert(key.to_owned(), next);
-                }
-                answer
-            }
+                LeaseOp::Release => held(leases.release_by(key, owner)),
+                LeaseOp::Renew => held(leases.renew_by(key, owner, ttl)),
+            },
             (Limiter::RedisLeases(leases), Backend::Redis { con, .. }) => {
                 let mut con = con.clone();
                 let key = key.as_bytes();
                 let result = match op {
                     LeaseOp::Acquire => {
-                        return leases
-                            .acquire_async(&mut con, key, owner, ttl)
-                            .await
-                            .map(LeaseAnswer::Acquired)
-                            .map_err(typed)
+                        let acquired = leases.acquire_async(&mut con, key, owner, ttl).await;
+                        return acquired
+                            .map(|a| {
+                                a.grant
+                                    .map_or(LeaseAnswer::Busy(a.decision), LeaseAnswer::Granted)
+                            })
+                            .map_err(typed);
                     }
                     LeaseOp::Release => leases.release_async(&mut con, key, owner).await,
                     LeaseOp::Renew => leases.renew_async(&mut con, key, owner, ttl).await,
@@ -365,7 +327,7 @@ trait LimitOf {
     fn algorithm_limit(&self) -> u64;
 }
 
-impl LimitOf for RedisLimiter<Rule> {
+impl LimitOf for RedisLimiter<AnyAlgorithm> {
     fn algorithm_limit(&self) -> u64 {
         use tollgate_core::Algorithm;
         // A fresh key's decision costs nothing and names the limit.

@@ -14,8 +14,8 @@ use serde::{Deserialize, Serialize};
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
 
-use crate::policy::{Policy, Style};
 use crate::time::rfc3339;
+use tollgate_policy::{Policy, Style};
 
 /// A store failure: the database is unreachable or refused a statement.
 #[derive(Debug, thiserror::Error)]

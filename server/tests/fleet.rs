@@ -9,9 +9,10 @@ use std::time::Duration;
 
 use common::*;
 use hyper::StatusCode;
-use tollgate_server::{Config, Fail};
+use tollgate_core::FailPolicy;
+use tollgate_server::Config;
 
-fn fleet_config(pg: &Postgres, redis: Option<&Redis>, fail: Fail) -> Config {
+fn fleet_config(pg: &Postgres, redis: Option<&Redis>, fail: FailPolicy<()>) -> Config {
     Config {
         store: Some(pg.url()),
         decisions: redis.map(Redis::url),
@@ -33,7 +34,7 @@ async fn decide(server: &TestServer, token: &str, key: &str) -> Answer {
 async fn two_servers_one_limit_and_one_set_of_policies() {
     let pg = Postgres::start();
     let redis = Redis::start();
-    let config = fleet_config(&pg, Some(&redis), Fail::Error);
+    let config = fleet_config(&pg, Some(&redis), FailPolicy::Error);
     let admin = tollgate_server::init_admin(&config, "root")
         .await
         .expect("admin");
@@ -129,7 +130,7 @@ async fn two_servers_one_limit_and_one_set_of_policies() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn store_killed_then_restarted() {
     let pg = Postgres::start();
-    let config = fleet_config(&pg, None, Fail::Error);
+    let config = fleet_config(&pg, None, FailPolicy::Error);
     let admin = tollgate_server::init_admin(&config, "root")
         .await
         .expect("admin");
@@ -176,18 +177,18 @@ async fn store_killed_then_restarted() {
 async fn redis_killed_then_restarted() {
     let pg = Postgres::start();
     let mut redis = Redis::start();
-    let config = fleet_config(&pg, Some(&redis), Fail::Error);
+    let config = fleet_config(&pg, Some(&redis), FailPolicy::Error);
     let admin = tollgate_server::init_admin(&config, "root")
         .await
         .expect("admin");
     let strict = TestServer::with(config.clone()).await;
     let local = TestServer::with(Config {
-        fail: Fail::Local,
+        fail: FailPolicy::Local(()),
         ..config.clone()
     })
     .await;
     let closed = TestServer::with(Config {
-        fail: Fail::Closed,
+        fail: FailPolicy::Closed,
         ..config
     })
     .await;

@@ -54,18 +54,14 @@ struct DecideRequest<'a> {
     cost: u64,
 }
 
-/// One decision's answer (fields in alphabetical order, as the API has always
-/// written them).
+/// One decision's answer: the policy and key asked for, then the decision in the
+/// core's wire shape (its one serializer).
 #[derive(Serialize)]
 struct DecideAnswer<'a> {
-    allowed: bool,
-    delay_us: u64,
-    key: &'a str,
-    limit: u64,
     policy: &'a str,
-    remaining: u64,
-    reset_after_us: u64,
-    retry_after_us: Option<u64>,
+    key: &'a str,
+    #[serde(flatten)]
+    decision: Decision,
 }
 
 const fn one() -> u64 {
@@ -76,14 +72,14 @@ fn internal(e: &serde_json::Error) -> ApiError {
     ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
 }
 
-/// One decision for `app`: the answer's fields and the entry whose headers it gets.
+/// One decision for `app`: the answer and the entry whose headers it gets.
 async fn decide_one<'r>(
     service: &Service,
     snapshot: &Snapshot,
     limiters: &Limiters,
     app: &App,
     request: &'r DecideRequest<'_>,
-) -> Result<(DecideAnswer<'r>, Arc<Entry>, Decision), ServiceError> {
+) -> Result<(DecideAnswer<'r>, Arc<Entry>), ServiceError> {
     let (entry, decision) = service
         .decide(
             snapshot,
@@ -95,16 +91,11 @@ async fn decide_one<'r>(
         )
         .await?;
     let answer = DecideAnswer {
-        allowed: decision.allowed,
-        delay_us: decision.delay,
-        key: &request.key,
-        limit: decision.limit,
         policy: &request.policy,
-        remaining: decision.remaining,
-        reset_after_us: decision.reset_after,
-        retry_after_us: decision.retry_after,
+        key: &request.key,
+        decision,
     };
-    Ok((answer, entry, decision))
+    Ok((answer, entry))
 }
 
 /// The body is parsed in place (no copy of the headers is made, as axum's `HeaderMap`
@@ -115,7 +106,7 @@ async fn decide(
     JsonBytes(body): JsonBytes,
 ) -> Result<Response> {
     let request: DecideRequest = parse(&body)?;
-    let (answer, entry, decision) =
+    let (answer, entry) =
         decide_one(&service, &snapshot, &service.limiters(), &caller, &request).await?;
     // Written once into a buffer sized for a usual answer.
     let mut json = Vec::with_capacity(160 + answer.key.len() + answer.policy.len());
@@ -128,12 +119,12 @@ async fn decide(
     );
     if let Some(policy) = &entry.header {
         // Stamped as a refusal so a denial carries Retry-After; the status stays 200.
-        let status = if decision.allowed {
+        let status = if answer.decision.allowed {
             StatusCode::OK
         } else {
             StatusCode::TOO_MANY_REQUESTS
         };
-        policy.stamp(headers, status, &decision, false);
+        policy.stamp(headers, status, &answer.decision, false);
     }
     Ok(response)
 }
@@ -200,11 +191,11 @@ async fn lease(
     };
     let answer = service.lease(&snapshot, &caller, op, &request).await?;
     Ok(Json(match (op, answer) {
-        (_, LeaseAnswer::Acquired(acquired)) => match acquired.grant {
-            Some(grant) => json!({"acquired": true, "token": grant.token,
-                "expires_at_us": grant.expires_at, "holds": grant.holds}),
-            None => json!({"acquired": false, "retry_after_us": acquired.decision.retry_after}),
-        },
+        (_, LeaseAnswer::Granted(grant)) => json!({"acquired": true, "token": grant.token,
+            "expires_at_us": grant.expires_at, "holds": grant.holds}),
+        // The decision's own `retry_after_us`, as `/v1/decide` writes it.
+        (_, LeaseAnswer::Busy(decision)) => json!({"acquired": false,
+            "retry_after_us": decision.retry_after}),
         (LeaseOp::Renew, LeaseAnswer::Held(grant)) => {
             json!({"renewed": true, "expires_at_us": grant.expires_at})
         }

@@ -12,9 +12,9 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::policy::{Kind, Policy};
 use crate::service::{Service, ServiceError};
 use crate::store::{Stored, User};
+use tollgate_policy::{list_or, Kind, Policy};
 
 use super::auth::Authed;
 use super::body::{etag, IfMatch, JsonBody};
@@ -89,7 +89,11 @@ fn parse_policy(mut value: Value) -> Result<Policy> {
     match map.get("algorithm") {
         None => return Err(invalid("a policy needs `algorithm`".into()).into()),
         Some(Value::String(name)) => {
-            name.parse::<Kind>().map_err(invalid)?;
+            if Kind::from_name(name).is_none() {
+                let names: Vec<String> = Kind::ALL.iter().map(|k| k.name().to_owned()).collect();
+                let message = format!("unknown algorithm {name:?}: use {}", list_or(&names));
+                return Err(invalid(message).into());
+            }
         }
         Some(_) => {
             return Err(ApiError::bad_request("`algorithm` must be a string").field("algorithm"));

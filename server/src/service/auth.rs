@@ -3,9 +3,9 @@
 //! ([`App`], [`Admin`], a [`User`]) is proof of the check, so no operation can be
 //! reached without it.
 
-use crate::policy::Policy;
 use crate::store::{Principal, Role, Snapshot, User};
 use crate::token;
+use tollgate_policy::Policy;
 
 use super::error::{Result, ServiceError};
 

@@ -79,7 +79,7 @@ impl From<DecideError> for ServiceError {
                 };
                 Self::invalid(e.to_string(), Some(field))
             }
-            DecideError::Unavailable(_) | DecideError::Full => {
+            DecideError::Unavailable(_) => {
                 tracing::warn!(error = %e, "decision backend");
                 Self::Unavailable("the decision backend is unavailable")
             }

@@ -2,9 +2,9 @@
 //! audit log, the decision counts).
 
 use crate::limiters::check_backend;
-use crate::policy::{Policy, Style};
 use crate::store::{AuditEntry, Stored, User, WriteError};
 use crate::time::now_s;
+use tollgate_policy::{Policy, Style};
 
 use super::auth::{can_read, can_write, check_app_role, role};
 use super::error::{Result, ServiceError};

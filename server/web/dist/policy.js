@@ -16,13 +16,18 @@ const UNITS = [
 export const ALGORITHMS = {
   "token-bucket": { fields: ["capacity", "rate", "period"], about: "bursts up to the capacity, refilled at the rate" },
   "leaky-bucket": { fields: ["capacity", "rate", "period"], about: "a funnel: holds the capacity, leaks at the rate" },
-  "leaky-pacing": { fields: ["capacity", "rate", "period"], about: "admitted requests spaced evenly, up to the capacity waiting" },
+  pacing: { fields: ["capacity", "rate", "period"], about: "admitted requests spaced evenly, up to the capacity waiting" },
   "fixed-window": { fields: ["limit", "period"], about: "the limit per window aligned to the clock" },
   "sliding-log": { fields: ["limit", "period"], about: "the limit in any period (exact, memory grows with the limit)" },
   "sliding-counter": { fields: ["limit", "period"], about: "the limit in any period, estimated from two windows" },
   concurrency: { fields: ["limit", "lease"], about: "leases: at most the limit held at once" },
   composite: { fields: ["limits"], about: "several limits on one key: admitted only if all admit" },
 };
+
+/** The canonical name of an algorithm: the API still reads "leaky-pacing", pacing's old name. */
+export function algorithmName(name) {
+  return name === "leaky-pacing" ? "pacing" : name;
+}
 
 /** Ticks (microseconds) of a duration written like "250ms", or null if it is not one. */
 export function parseDuration(text) {
@@ -69,14 +74,14 @@ function per(period) {
 export function describe(policy) {
   const { capacity, rate, limit, period } = policy;
   let words;
-  switch (policy.algorithm) {
+  switch (algorithmName(policy.algorithm)) {
     case "token-bucket":
       words = `bursts of ${capacity}, ${rate} ${per(period)}`;
       break;
     case "leaky-bucket":
       words = `holds ${capacity}, leaks ${rate} ${per(period)}`;
       break;
-    case "leaky-pacing":
+    case "pacing":
       words = `${rate} ${per(period)}, evenly spaced, up to ${capacity} waiting`;
       break;
     case "fixed-window":
@@ -124,16 +129,17 @@ export function limiterOptions(policy) {
     return ticks / 1000;
   };
   const number = (value) => (value === "" || value === undefined ? undefined : Number(value));
+  const algorithm = algorithmName(policy.algorithm);
   let options;
-  if (policy.algorithm === "composite") {
+  if (algorithm === "composite") {
     if (!Array.isArray(policy.limits)) throw new Error("limits: a JSON list of limits");
     options = { algorithm: "composite", members: (policy.limits ?? []).map(limiterOptions) };
-  } else if (policy.algorithm === "concurrency") {
+  } else if (algorithm === "concurrency") {
     throw new Error("leases cannot be previewed: they depend on how long each holder keeps one");
   } else {
-    options = { algorithm: policy.algorithm, periodMs: ms("period", policy.period) };
+    options = { algorithm, periodMs: ms("period", policy.period) };
     for (const field of ["limit", "capacity", "rate"]) {
-      if (ALGORITHMS[policy.algorithm]?.fields.includes(field)) options[field] = number(policy[field]);
+      if (ALGORITHMS[algorithm]?.fields.includes(field)) options[field] = number(policy[field]);
     }
   }
   if (policy.ban) {

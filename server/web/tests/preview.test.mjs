@@ -44,6 +44,11 @@ test("durations and words", () => {
     words({ algorithm: "sliding-log", limit: 5, period: "1m", ban: { threshold: 3, window: "1m", duration: "10m" } }),
     "5 in any 1 min (exact); banned for 10 min after more than 3 denied in 1 min",
   );
+  // Pacing's old name still reads, as the API reads it.
+  const pacing = { algorithm: "pacing", capacity: 4, rate: 1, period: "2s" };
+  const old = { ...pacing, algorithm: "leaky-pacing" };
+  assert.equal(words(old), words(pacing));
+  assert.deepEqual(limiterOptions({ algorithm: "composite", limits: [old] }), limiterOptions({ algorithm: "composite", limits: [pacing] }));
   assert.throws(() => limiterOptions({ algorithm: "concurrency", limit: 3, lease: "30s" }), /leases cannot be previewed/);
   assert.throws(() => limiterOptions({ algorithm: "fixed-window", limit: 3, period: "soon" }), /period: use a whole number/);
 });
@@ -76,7 +81,7 @@ function simulated(toml, traffic, duration) {
 const POLICIES = [
   [{ algorithm: "token-bucket", capacity: 10, rate: 5, period: "1s" }, 'algorithm = "token-bucket"\ncapacity = 10\nrate = 5\nperiod = "1s"'],
   [{ algorithm: "leaky-bucket", capacity: 4, rate: 3, period: "1s" }, 'algorithm = "leaky-bucket"\ncapacity = 4\nrate = 3\nperiod = "1s"'],
-  [{ algorithm: "leaky-pacing", capacity: 4, rate: 1, period: "2s" }, 'algorithm = "leaky-pacing"\ncapacity = 4\nrate = 1\nperiod = "2s"'],
+  [{ algorithm: "pacing", capacity: 4, rate: 1, period: "2s" }, 'algorithm = "pacing"\ncapacity = 4\nrate = 1\nperiod = "2s"'],
   [{ algorithm: "fixed-window", limit: 7, period: "1s" }, 'algorithm = "fixed-window"\nlimit = 7\nperiod = "1s"'],
   [{ algorithm: "sliding-log", limit: 5, period: "3s" }, 'algorithm = "sliding-log"\nlimit = 5\nperiod = "3s"'],
   [{ algorithm: "sliding-counter", limit: 9, period: "1s" }, 'algorithm = "sliding-counter"\nlimit = 9\nperiod = "1s"'],
