@@ -144,12 +144,11 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         con: &mut C,
         request: &Request<'_>,
     ) -> Result<Decision, Error> {
-        let now = call::lua_now(match request.now {
-            Some(now) => now,
-            None => server_time(redis::cmd("TIME").query(con), request.key)?,
-        })?;
-        let state = self.state(con, request.key)?;
-        Ok(self.algorithm.peek(state, now, request.cost))
+        let time = || server_time(redis::cmd("TIME").query(con), request.key);
+        let now = call::lua_now(request.now.map_or_else(time, Ok)?)?;
+        Ok(self
+            .algorithm
+            .peek(self.state(con, request.key)?, now, request.cost))
     }
 
     /// Asynchronous [`RedisLimiter::peek`].
@@ -158,10 +157,11 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         con: &mut C,
         request: &Request<'_>,
     ) -> Result<Decision, Error> {
-        let now = call::lua_now(match request.now {
+        let now = match request.now {
             Some(now) => now,
             None => server_time(redis::cmd("TIME").query_async(con).await, request.key)?,
-        })?;
+        };
+        let now = call::lua_now(now)?;
         let state = self.decoded(request.key, self.read_async(con, request.key).await?)?;
         Ok(self.algorithm.peek(state, now, request.cost))
     }
