@@ -284,6 +284,16 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         self.one(con, Call::mode(key, Mode::Reset), |_, _, _| Ok(()))
     }
 
+    /// Asynchronous [`RedisLimiter::reset`].
+    pub async fn reset_async<C: aio::ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+    ) -> Result<(), Error> {
+        let call = Call::mode(key, Mode::Reset);
+        self.one_async(con, call, |_, _, _| Ok(())).await
+    }
+
     /// Deletes every state of this algorithm under the limiter's prefix (any member's,
     /// for a composite) and returns how many keys went; keys holding anything else stay.
     /// States written at explicit times never expire (see [`RedisLimiter::check_at`]):

@@ -67,7 +67,7 @@ impl<A: LuaAlgorithm + Reserve + Clone> Hosts<A> {
 
     /// `op` for `request` three ways: through the trait, the inherent positional method
     /// (at the request's own time), and the asynchronous `Request` form; `None` for a
-    /// reset (which has no asynchronous form: the synchronous one resets the third).
+    /// reset.
     fn run(&mut self, op: &Op, request: &Request<'_>) -> Option<[Result<Decision, Error>; 3]> {
         let (key, cost, now) = (request.key, request.cost, request.now.unwrap());
         let (con, limiter, mux) = (&mut self.con, &self.asynchronous, &mut self.multiplexed);
@@ -92,7 +92,9 @@ impl<A: LuaAlgorithm + Reserve + Clone> Hosts<A> {
             Op::Reset => {
                 Limiter::reset(&self.contract, key).unwrap();
                 self.inherent.reset(con, key).unwrap();
-                limiter.reset(con, key).unwrap();
+                self.runtime
+                    .block_on(limiter.reset_async(mux, key))
+                    .unwrap();
                 return None;
             }
         })
