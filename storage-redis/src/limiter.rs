@@ -125,8 +125,8 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
     }
 
     /// Decides `request`: at its own `now` if it has one (as
-    /// [`RedisLimiter::check_at`]), else at the server's time (as
-    /// [`RedisLimiter::check`]).
+    /// [`RedisLimiter::check_at`], the state then written having no expiry), else at the
+    /// server's time (as [`RedisLimiter::check`]).
     pub fn check_request<C: ConnectionLike>(
         &self,
         con: &mut C,
