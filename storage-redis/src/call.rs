@@ -2,7 +2,7 @@
 //! arguments as every path sends them: the library, a script, or the module.
 
 use redis::Cmd;
-use tollgate_core::Ticks;
+use tollgate_core::{Request, Ticks};
 
 use crate::error::Error;
 use crate::lua::{LuaAlgorithm, MAX_LUA_TICKS};
@@ -66,6 +66,11 @@ impl<'a> Call<'a> {
         Self::of(Mode::Decide, key, cost, now)
     }
 
+    /// The decision of `request`.
+    pub(crate) fn request(request: &Request<'a>) -> Self {
+        Self::new(request.key, request.cost, request.now)
+    }
+
     /// A call that decides nothing: cost 0 at the server's time.
     pub(crate) fn mode(key: &'a [u8], mode: Mode) -> Self {
         Self::of(mode, key, 0, None)
@@ -117,12 +122,8 @@ impl<'a> Call<'a> {
     /// The cost, wait and fast argument as every path sends them; an error if the time
     /// is beyond the scripts' range.
     pub(crate) fn arguments<A: LuaAlgorithm>(&self, algorithm: &A) -> Result<Arguments, Error> {
-        if let Some(now) = self.now.filter(|&now| now > MAX_LUA_TICKS) {
-            return Err(Error::OutOfRange {
-                what: "now",
-                value: now,
-                max: MAX_LUA_TICKS,
-            });
+        if let Some(now) = self.now {
+            lua_now(now)?;
         }
         // Every cost above the cap decides and stores like the cap.
         let cost = self.cost.min(algorithm.lua_cost_cap());
@@ -190,3 +191,15 @@ impl redis::ToRedisArgs for Arg {
 }
 
 impl redis::ToSingleRedisArg for Arg {}
+
+/// `now` if the scripts compute at it exactly, else [`Error::OutOfRange`].
+pub(crate) fn lua_now(now: Ticks) -> Result<Ticks, Error> {
+    if now > MAX_LUA_TICKS {
+        return Err(Error::OutOfRange {
+            what: "now",
+            value: now,
+            max: MAX_LUA_TICKS,
+        });
+    }
+    Ok(now)
+}

@@ -41,6 +41,7 @@
 mod any;
 mod batch;
 mod call;
+mod connected;
 mod connection;
 mod error;
 mod fail;
@@ -54,6 +55,7 @@ mod redlock;
 mod reply;
 mod watchdog;
 
+pub use connected::Connected;
 pub use connection::{client, connect_async, Reconnecting, ReconnectingAsync, DEFAULT_TIMEOUT};
 pub use error::Error;
 pub use fail::{FailPolicy, Outcome};

@@ -2,9 +2,9 @@
 //! call builds its command and reads its reply the same way; only the send differs).
 
 use redis::{aio, ConnectionLike, Value};
-use tollgate_core::{Decision, Refund, Reserve, Ticks};
+use tollgate_core::{Decision, Refund, Request, Reserve, Ticks, SECOND};
 
-use crate::call::{Call, Mode};
+use crate::call::{self, Call, Mode};
 use crate::error::Error;
 use crate::fail::{self, FailPolicy, Outcome};
 use crate::lua::{self, LuaAlgorithm};
@@ -108,7 +108,7 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         key: &[u8],
         cost: u64,
     ) -> Result<Decision, Error> {
-        self.one(con, Call::new(key, cost, None), reply::decision)
+        self.check_request(con, &Request::new(key).cost(cost))
     }
 
     /// Decides at an explicit time `now` (replay, tests) instead of the server's. The
@@ -121,7 +121,49 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         cost: u64,
         now: Ticks,
     ) -> Result<Decision, Error> {
-        self.one(con, Call::new(key, cost, Some(now)), reply::decision)
+        self.check_request(con, &Request::new(key).cost(cost).at(now))
+    }
+
+    /// Decides `request`: at its own `now` if it has one (as
+    /// [`RedisLimiter::check_at`], the state then written having no expiry), else at the
+    /// server's time (as [`RedisLimiter::check`]).
+    pub fn check_request<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        request: &Request<'_>,
+    ) -> Result<Decision, Error> {
+        self.one(con, Call::request(request), reply::decision)
+    }
+
+    /// What `request` would get, changing nothing: the scripts only decide, so this
+    /// reads the stored state and lets the core answer with the same math. Without its
+    /// own `now`, at the server's `TIME` (one more round trip). A time beyond the
+    /// scripts' range is [`Error::OutOfRange`], as for a check.
+    pub fn peek<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        request: &Request<'_>,
+    ) -> Result<Decision, Error> {
+        let time = || server_time(redis::cmd("TIME").query(con), request.key);
+        let now = call::lua_now(request.now.map_or_else(time, Ok)?)?;
+        Ok(self
+            .algorithm
+            .peek(self.state(con, request.key)?, now, request.cost))
+    }
+
+    /// Asynchronous [`RedisLimiter::peek`].
+    pub async fn peek_async<C: aio::ConnectionLike>(
+        &self,
+        con: &mut C,
+        request: &Request<'_>,
+    ) -> Result<Decision, Error> {
+        let now = match request.now {
+            Some(now) => now,
+            None => server_time(redis::cmd("TIME").query_async(con).await, request.key)?,
+        };
+        let now = call::lua_now(now)?;
+        let state = self.decoded(request.key, self.read_async(con, request.key).await?)?;
+        Ok(self.algorithm.peek(state, now, request.cost))
     }
 
     /// Like [`RedisLimiter::check`], applying the [`FailPolicy`] when Redis cannot be
@@ -168,8 +210,8 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         key: &[u8],
         cost: u64,
     ) -> Result<Decision, Error> {
-        let call = Call::new(key, cost, None);
-        self.one_async(con, call, reply::decision).await
+        self.check_request_async(con, &Request::new(key).cost(cost))
+            .await
     }
 
     /// Asynchronous [`RedisLimiter::check_at`].
@@ -180,8 +222,18 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         cost: u64,
         now: Ticks,
     ) -> Result<Decision, Error> {
-        let call = Call::new(key, cost, Some(now));
-        self.one_async(con, call, reply::decision).await
+        self.check_request_async(con, &Request::new(key).cost(cost).at(now))
+            .await
+    }
+
+    /// Asynchronous [`RedisLimiter::check_request`].
+    pub async fn check_request_async<C: aio::ConnectionLike>(
+        &self,
+        con: &mut C,
+        request: &Request<'_>,
+    ) -> Result<Decision, Error> {
+        self.one_async(con, Call::request(request), reply::decision)
+            .await
     }
 
     /// Asynchronous [`RedisLimiter::decide`].
@@ -216,7 +268,11 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         con: &mut C,
         key: &[u8],
     ) -> Result<Option<A::State>, Error> {
-        let values = self.read(con, key)?;
+        self.decoded(key, self.read(con, key)?)
+    }
+
+    /// `key`'s values, as read, decoded by the core.
+    fn decoded(&self, key: &[u8], values: Vec<Option<Vec<u8>>>) -> Result<Option<A::State>, Error> {
         self.algorithm
             .lua_decode(&values)
             .map_err(|e| reply::corrupt(key, e.to_string()))
@@ -226,6 +282,16 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
     /// nothing, if a key holds anything but a valid state of this algorithm.
     pub fn reset<C: ConnectionLike>(&self, con: &mut C, key: &[u8]) -> Result<(), Error> {
         self.one(con, Call::mode(key, Mode::Reset), |_, _, _| Ok(()))
+    }
+
+    /// Asynchronous [`RedisLimiter::reset`].
+    pub async fn reset_async<C: aio::ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+    ) -> Result<(), Error> {
+        let call = Call::mode(key, Mode::Reset);
+        self.one_async(con, call, |_, _, _| Ok(())).await
     }
 
     /// Deletes every state of this algorithm under the limiter's prefix (any member's,
@@ -416,8 +482,7 @@ impl<A: LuaAlgorithm + Reserve> RedisLimiter<A> {
         cost: u64,
         max_wait: Ticks,
     ) -> Result<Decision, Error> {
-        let call = Call::new(key, cost, None).waiting(Some(max_wait));
-        self.one(con, call, reply::decision)
+        self.reserve_request(con, &Request::new(key).cost(cost), max_wait)
     }
 
     /// [`RedisLimiter::reserve`] at an explicit time `now`.
@@ -429,7 +494,18 @@ impl<A: LuaAlgorithm + Reserve> RedisLimiter<A> {
         max_wait: Ticks,
         now: Ticks,
     ) -> Result<Decision, Error> {
-        let call = Call::new(key, cost, Some(now)).waiting(Some(max_wait));
+        self.reserve_request(con, &Request::new(key).cost(cost).at(now), max_wait)
+    }
+
+    /// Reserves for `request` if it can act within `max_wait` ticks: at its own `now` if
+    /// it has one (as [`RedisLimiter::reserve_at`]), else at the server's time.
+    pub fn reserve_request<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        request: &Request<'_>,
+        max_wait: Ticks,
+    ) -> Result<Decision, Error> {
+        let call = Call::request(request).waiting(Some(max_wait));
         self.one(con, call, reply::decision)
     }
 
@@ -441,7 +517,18 @@ impl<A: LuaAlgorithm + Reserve> RedisLimiter<A> {
         cost: u64,
         max_wait: Ticks,
     ) -> Result<Decision, Error> {
-        let call = Call::new(key, cost, None).waiting(Some(max_wait));
+        let request = Request::new(key).cost(cost);
+        self.reserve_request_async(con, &request, max_wait).await
+    }
+
+    /// Asynchronous [`RedisLimiter::reserve_request`].
+    pub async fn reserve_request_async<C: aio::ConnectionLike>(
+        &self,
+        con: &mut C,
+        request: &Request<'_>,
+        max_wait: Ticks,
+    ) -> Result<Decision, Error> {
+        let call = Call::request(request).waiting(Some(max_wait));
         self.one_async(con, call, reply::decision).await
     }
 }
@@ -529,4 +616,10 @@ impl<A: LuaAlgorithm + Refund + Reserve> RedisLimiter<A> {
         let call = Call::of(Mode::Take, key, units, Some(now)).waiting(Some(Ticks::MAX));
         self.take_call(con, call)
     }
+}
+
+/// The server's `TIME` reply, in microseconds as the scripts read it.
+fn server_time(reply: redis::RedisResult<(u64, u64)>, key: &[u8]) -> Result<Ticks, Error> {
+    let (seconds, micros) = reply.map_err(|e| Error::from_redis(e, key))?;
+    Ok(seconds.saturating_mul(SECOND).saturating_add(micros))
 }

@@ -7,7 +7,9 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use sled::Tree;
-use tollgate_core::{check_now, Algorithm, Clock, Decision, MonotonicClock, Reserve, Ticks};
+use tollgate_core::{
+    check_now, Algorithm, Clock, Decision, Limiter, MonotonicClock, Request, Reserve, Ticks,
+};
 
 use crate::error::Error;
 use crate::record::{Durability, Records};
@@ -46,6 +48,11 @@ impl<A: Algorithm, C: Clock> SledLimiter<A, C> {
             records: self.records.with_clock(clock),
             algorithm: self.algorithm,
         }
+    }
+
+    /// The time to decide `request` at: its own, or the clock's.
+    fn time(&self, request: &Request<'_>) -> Ticks {
+        request.now.unwrap_or_else(|| self.records.clock.now())
     }
 
     /// Decides a request of `cost` for `key` now.
@@ -158,6 +165,30 @@ impl<A: Reserve, C: Clock> SledLimiter<A, C> {
         self.update(key, |state| {
             self.algorithm.reserve(state, now, cost, max_wait)
         })
+    }
+}
+
+/// The host contract: a request with its own `now` is decided at that time (beyond
+/// [`MAX_TICKS`](https://docs.rs/tollgate-core/0.1/tollgate_core/constant.MAX_TICKS.html)
+/// it is [`Error::Time`]), one without at the limiter's clock; each operation is the
+/// inherent one of the same name.
+impl<A: Reserve, C: Clock> Limiter for SledLimiter<A, C> {
+    type Error = Error;
+
+    fn check(&self, r: &Request<'_>) -> Result<Decision, Error> {
+        self.check_at(r.key, self.time(r), r.cost)
+    }
+
+    fn peek(&self, r: &Request<'_>) -> Result<Decision, Error> {
+        self.peek_at(r.key, self.time(r), r.cost)
+    }
+
+    fn reset(&self, key: &[u8]) -> Result<(), Error> {
+        SledLimiter::reset(self, key)
+    }
+
+    fn reserve(&self, r: &Request<'_>, max_wait: Ticks) -> Result<Decision, Error> {
+        self.reserve_at(r.key, self.time(r), r.cost, max_wait)
     }
 }
 

@@ -1,9 +1,12 @@
 //! Leases over a real sled database, against the core's pure model.
 
+mod common;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::temp_tree;
 use proptest::prelude::*;
 use tollgate_core::memory::FencedResource;
 use tollgate_core::{
@@ -12,16 +15,9 @@ use tollgate_core::{
 };
 use tollgate_sled::{Durability, Error, SledLeases};
 
-fn temp_tree() -> (tempfile::TempDir, sled::Db, sled::Tree) {
-    let dir = tempfile::tempdir().unwrap();
-    let db = sled::Config::new().path(dir.path()).open().unwrap();
-    let tree = db.open_tree("leases").unwrap();
-    (dir, db, tree)
-}
-
 /// A lock over a fresh tree, flushed on every decision.
 fn temp_lock() -> (tempfile::TempDir, sled::Db, sled::Tree, SledLeases) {
-    let (dir, db, tree) = temp_tree();
+    let (dir, db, tree) = temp_tree("leases");
     let lock = SledLeases::new(tree.clone(), Concurrency::lock(), Durability::EveryDecision);
     (dir, db, tree, lock)
 }
@@ -43,7 +39,7 @@ proptest! {
     /// after every step the record is exactly the core's encoding (absent when fresh).
     #[test]
     fn leases_on_sled_are_the_core(max in 1..4u64, start in 0..1000u64, steps in steps()) {
-        let (_dir, _db, tree) = temp_tree();
+        let (_dir, _db, tree) = temp_tree("leases");
         let model = Concurrency::new(max).unwrap();
         let sled = SledLeases::new(tree.clone(), model, Durability::Background).with_prefix("l/");
         let mut state = None;
@@ -88,7 +84,7 @@ proptest! {
 /// and every acquire and release goes through despite the races.
 #[test]
 fn eight_threads_never_hold_more_than_max() {
-    let (_dir, _db, tree) = temp_tree();
+    let (_dir, _db, tree) = temp_tree("leases");
     let max = 3;
     let leases = SledLeases::new(tree, Concurrency::new(max).unwrap(), Durability::Background);
     let in_flight = Arc::new(AtomicU64::new(0));
@@ -139,7 +135,7 @@ fn eight_threads_never_hold_more_than_max() {
 fn a_lock_on_sled_serializes_32_threads_checked_by_fencing() {
     const THREADS: u64 = 32;
     const ROUNDS: u64 = 100;
-    let (_dir, _db, tree) = temp_tree();
+    let (_dir, _db, tree) = temp_tree("leases");
     let lock = SledLeases::new(tree, Concurrency::lock(), Durability::Background);
     let counter = Arc::new(FencedResource::new(0u64));
     let threads: Vec<_> = (0..THREADS)

@@ -1,27 +1,23 @@
 //! tollgate-sled against the core and against a real sled database in a temp dir.
 
+mod common;
+
 use std::sync::Arc;
 
+use common::temp_tree;
 use proptest::prelude::*;
 use tollgate_core::{
-    Algorithm, Ban, Composite, DecodeError, FixedWindow, LeakyBucket, Pacing, ParamError,
-    SlidingCounter, SlidingLog, Ticks, TokenBucket, MAX_TICKS, SECOND,
+    Algorithm, Ban, Composite, DecodeError, FixedWindow, LeakyBucket, Limiter, Pacing, ParamError,
+    Request, SlidingCounter, SlidingLog, Ticks, TokenBucket, MAX_TICKS, SECOND,
 };
 use tollgate_sled::{Durability, Error, SledLimiter};
-
-fn temp_tree() -> (tempfile::TempDir, sled::Db, sled::Tree) {
-    let dir = tempfile::tempdir().unwrap();
-    let db = sled::Config::new().path(dir.path()).open().unwrap();
-    let tree = db.open_tree("limits").unwrap();
-    (dir, db, tree)
-}
 
 /// A limiter deciding `alg` over a fresh tree.
 fn temp_limiter<A: Algorithm>(
     alg: A,
     durability: Durability,
 ) -> (tempfile::TempDir, sled::Db, sled::Tree, SledLimiter<A>) {
-    let (dir, db, tree) = temp_tree();
+    let (dir, db, tree) = temp_tree("limits");
     let limiter = SledLimiter::new(tree.clone(), alg, durability);
     (dir, db, tree, limiter)
 }
@@ -278,6 +274,11 @@ fn times_beyond_the_range_are_typed_errors() {
         refused(limiter.peek_at(b"k", late, 1), late);
         refused(limiter.reserve_at(b"k", late, 1, 0), late);
         refused(limiter.collect_expired(late), late);
+        // The host contract refuses the same times the same way.
+        let request = Request::new(b"k").at(late);
+        refused(Limiter::check(&limiter, &request), late);
+        refused(Limiter::peek(&limiter, &request), late);
+        refused(Limiter::reserve(&limiter, &request, 0), late);
     }
     assert!(tree.is_empty());
     // At the top itself: one unit, admitted once.

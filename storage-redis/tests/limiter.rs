@@ -1,0 +1,247 @@
+//! The host contract over Redis: `tollgate_core::Limiter` on [`Connected`], and the
+//! asynchronous `Request` forms, answer exactly as the positional inherent methods, on a
+//! real `redis-server`.
+
+mod common;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use proptest::prelude::*;
+use proptest::test_runner::TestRunner;
+use redis::aio::MultiplexedConnection;
+use redis::{Commands, Connection};
+use tollgate_core::{
+    AnyAlgorithm, Ban, Composite, Decision, FixedWindow, Limiter, Pacing, Request, Reserve,
+    SlidingLog, Ticks, TokenBucket, SECOND,
+};
+use tollgate_redis::{Connected, Error, LuaAlgorithm, Reconnecting, RedisLimiter, MAX_LUA_TICKS};
+
+use common::Server;
+
+/// Around 2026 in µs since the Unix epoch.
+const EPOCH: Ticks = 1_790_000_000_000_000;
+
+#[derive(Debug, Clone)]
+enum Op {
+    Check,
+    Peek,
+    Reserve(Ticks),
+    Reset,
+}
+
+/// The three ways of calling one limiter, each on its own prefix of one server.
+struct Hosts<A: LuaAlgorithm> {
+    contract: Connected<A>,
+    inherent: RedisLimiter<A>,
+    con: Connection,
+    asynchronous: RedisLimiter<A>,
+    multiplexed: MultiplexedConnection,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl<A: LuaAlgorithm + Reserve + Clone> Hosts<A> {
+    fn new(server: &Server, alg: A) -> Self {
+        static CASE: AtomicU64 = AtomicU64::new(0);
+        let case = CASE.fetch_add(1, Ordering::Relaxed);
+        let limiter = |name: &str| {
+            RedisLimiter::new(alg.clone())
+                .unwrap()
+                .with_prefix(format!("case{case}:{name}:"))
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let multiplexed = runtime
+            .block_on(server.client().get_multiplexed_async_connection())
+            .unwrap();
+        Self {
+            contract: Connected::new(limiter("t"), Reconnecting::new(server.client())),
+            inherent: limiter("i"),
+            con: server.connection(),
+            asynchronous: limiter("a"),
+            multiplexed,
+            runtime,
+        }
+    }
+
+    /// `op` for `request` three ways: through the trait, the inherent positional method
+    /// (at the request's own time), and the asynchronous `Request` form; `None` for a
+    /// reset.
+    fn run(&mut self, op: &Op, request: &Request<'_>) -> Option<[Result<Decision, Error>; 3]> {
+        let (key, cost, now) = (request.key, request.cost, request.now.unwrap());
+        let (con, limiter, mux) = (&mut self.con, &self.asynchronous, &mut self.multiplexed);
+        Some(match *op {
+            Op::Check => [
+                self.contract.check(request),
+                self.inherent.check_at(con, key, cost, now),
+                self.runtime
+                    .block_on(limiter.check_request_async(mux, request)),
+            ],
+            Op::Peek => [
+                self.contract.peek(request),
+                self.inherent.peek(con, request),
+                self.runtime.block_on(limiter.peek_async(mux, request)),
+            ],
+            Op::Reserve(wait) => [
+                self.contract.reserve(request, wait),
+                self.inherent.reserve_at(con, key, cost, wait, now),
+                self.runtime
+                    .block_on(limiter.reserve_request_async(mux, request, wait)),
+            ],
+            Op::Reset => {
+                Limiter::reset(&self.contract, key).unwrap();
+                self.inherent.reset(con, key).unwrap();
+                self.runtime
+                    .block_on(limiter.reset_async(mux, key))
+                    .unwrap();
+                return None;
+            }
+        })
+    }
+
+    /// The values each host stored for `key`.
+    fn stored(&mut self, key: &[u8]) -> [Vec<Option<Vec<u8>>>; 3] {
+        [self.contract.limiter(), &self.inherent, &self.asynchronous].map(|limiter| {
+            let keys = limiter.redis_keys(key).unwrap();
+            keys.iter().map(|k| self.con.get(k).unwrap()).collect()
+        })
+    }
+}
+
+/// Runs `steps` (a gap, an operation, a cost, a key) from `EPOCH` through [`Hosts`]:
+/// every answer the same three ways, and the same values stored after each step.
+fn same_three_ways<A: LuaAlgorithm + Reserve + Clone>(
+    server: &Server,
+    alg: A,
+    steps: &[(Ticks, Op, u64, u8)],
+) -> Result<(), TestCaseError> {
+    let mut hosts = Hosts::new(server, alg);
+    let mut now = EPOCH;
+    for (gap, op, cost, key) in steps {
+        now += gap;
+        let key = [*key];
+        let request = Request::new(&key).cost(*cost).at(now);
+        if let Some([contract, inherent, asynchronous]) = hosts.run(op, &request) {
+            let (contract, inherent) = (contract.unwrap(), inherent.unwrap());
+            prop_assert_eq!(&contract, &inherent, "{:?} at {}", op, now);
+            prop_assert_eq!(&asynchronous.unwrap(), &inherent, "{:?} at {}", op, now);
+        }
+        let [contract, inherent, asynchronous] = hosts.stored(&key);
+        prop_assert_eq!(&contract, &inherent);
+        prop_assert_eq!(&asynchronous, &inherent);
+    }
+    Ok(())
+}
+
+fn steps() -> impl Strategy<Value = Vec<(Ticks, Op, u64, u8)>> {
+    let op = prop_oneof![
+        4 => Just(Op::Check),
+        2 => Just(Op::Peek),
+        2 => (0..3 * SECOND).prop_map(Op::Reserve),
+        1 => Just(Op::Reset),
+    ];
+    prop::collection::vec((0..SECOND, op, 0..8u64, 0..3u8), 1..40)
+}
+
+#[test]
+fn the_trait_and_the_async_forms_answer_as_the_inherent_methods() {
+    let server = Server::start();
+    let mut runner = TestRunner::new(ProptestConfig::with_cases(16));
+    let strategy = (1..10u64, 1..10u64, steps());
+    let result = runner.run(&strategy, |(limit, rate, steps)| {
+        let bucket = TokenBucket::new(limit, rate, SECOND).unwrap();
+        same_three_ways(&server, bucket, &steps)?;
+        same_three_ways(&server, Pacing::new(limit, rate, SECOND).unwrap(), &steps)?;
+        // Windows cannot book ahead: through `AnyAlgorithm`, a reserve decides.
+        let window = FixedWindow::new(limit, SECOND).unwrap();
+        same_three_ways(&server, AnyAlgorithm::from(window), &steps)?;
+        let log = SlidingLog::new(limit, SECOND).unwrap();
+        same_three_ways(&server, AnyAlgorithm::from(log), &steps)?;
+        let long = TokenBucket::new(3 * limit, rate, 10 * SECOND).unwrap();
+        same_three_ways(&server, Composite::new(vec![bucket, long]).unwrap(), &steps)?;
+        let ban = Ban::new(AnyAlgorithm::from(bucket), 3, SECOND, SECOND).unwrap();
+        same_three_ways(&server, AnyAlgorithm::from(ban), &steps)
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
+
+/// Without its own time a request is decided at the server's: within one window of an
+/// hour, the same figures as the positional `check`, and a peek sees what the checks left.
+#[test]
+fn a_request_without_a_time_is_decided_at_the_servers() {
+    let server = Server::start();
+    let window = || AnyAlgorithm::from(FixedWindow::new(5, 3600 * SECOND).unwrap());
+    let host = Connected::new(
+        RedisLimiter::new(window()).unwrap().with_prefix("t:"),
+        Reconnecting::new(server.client()),
+    );
+    let inherent = RedisLimiter::new(window()).unwrap().with_prefix("i:");
+    let mut con = server.connection();
+    let request = Request::new("k").cost(2);
+    for _ in 0..3 {
+        let (got, want) = (
+            host.check(&request).unwrap(),
+            inherent.check(&mut con, b"k", 2).unwrap(),
+        );
+        assert_eq!((got.allowed, got.remaining), (want.allowed, want.remaining));
+    }
+    let peek = host.peek(&Request::new("k").cost(1)).unwrap();
+    assert_eq!((peek.allowed, peek.remaining), (true, 0));
+    let reserved = host.reserve(&Request::new("k"), SECOND).unwrap();
+    assert_eq!((reserved.allowed, reserved.remaining), (true, 0));
+    assert!(!host.peek(&Request::new("k")).unwrap().allowed);
+}
+
+/// A time beyond the scripts' range is refused by every operation, before any call.
+#[test]
+fn a_time_beyond_the_scripts_range_is_a_typed_error() {
+    let server = Server::start();
+    let host = Connected::new(
+        RedisLimiter::new(TokenBucket::new(5, 1, SECOND).unwrap()).unwrap(),
+        Reconnecting::new(server.client()),
+    );
+    for late in [MAX_LUA_TICKS + 1, Ticks::MAX] {
+        let request = Request::new("k").at(late);
+        for result in [
+            host.check(&request),
+            host.peek(&request),
+            host.reserve(&request, 0),
+        ] {
+            match result {
+                Err(Error::OutOfRange {
+                    what: "now",
+                    value,
+                    max,
+                }) => {
+                    assert_eq!((value, max), (late, MAX_LUA_TICKS));
+                }
+                other => panic!("expected a time error, got {other:?}"),
+            }
+        }
+    }
+    assert_eq!(
+        redis::cmd("DBSIZE")
+            .query::<u64>(&mut server.connection())
+            .unwrap(),
+        0
+    );
+}
+
+/// With no server, every operation is a typed error a fail policy can act on.
+#[test]
+fn an_unreachable_server_is_unavailable() {
+    let client =
+        redis::Client::open(format!("redis://127.0.0.1:{}/", common::free_port())).unwrap();
+    let host = Connected::new(
+        RedisLimiter::new(TokenBucket::new(5, 1, SECOND).unwrap()).unwrap(),
+        Reconnecting::new(client),
+    );
+    let request = Request::new("k");
+    assert!(host.check(&request).unwrap_err().is_unavailable());
+    assert!(host.peek(&request).unwrap_err().is_unavailable());
+    assert!(host.reserve(&request, SECOND).unwrap_err().is_unavailable());
+    assert!(Limiter::reset(&host, b"k").unwrap_err().is_unavailable());
+}
