@@ -288,7 +288,14 @@ macro_rules! from_algorithm {
         }
     )*};
 }
-from_algorithm!(FixedWindow, SlidingLog, SlidingCounter, TokenBucket, LeakyBucket, Pacing);
+from_algorithm!(
+    FixedWindow,
+    SlidingLog,
+    SlidingCounter,
+    TokenBucket,
+    LeakyBucket,
+    Pacing
+);
 
 impl From<Composite<AnyAlgorithm>> for AnyAlgorithm {
     fn from(composite: Composite<AnyAlgorithm>) -> Self {

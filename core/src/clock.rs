@@ -28,6 +28,20 @@ pub fn check_now(now: Ticks) -> Result<Ticks, crate::ParamError> {
     crate::ParamError::check("now", now, 0, MAX_TICKS)
 }
 
+/// `duration` in ticks (microseconds), saturating at `Ticks::MAX`: the one conversion
+/// from a [`Duration`](core::time::Duration) every host and caller uses.
+///
+/// ```
+/// use core::time::Duration;
+/// use tollgate_core::ticks;
+///
+/// assert_eq!(ticks(Duration::from_millis(250)), 250_000);
+/// assert_eq!(ticks(Duration::MAX), u64::MAX);
+/// ```
+pub fn ticks(duration: core::time::Duration) -> Ticks {
+    Ticks::try_from(duration.as_micros()).unwrap_or(Ticks::MAX)
+}
+
 /// A source of the current time. Algorithms never read one; hosts do, at the edge.
 pub trait Clock {
     /// The current time in ticks. Successive calls never go backwards.
@@ -89,7 +103,7 @@ impl Clock for SystemClock {
     fn now(&self) -> Ticks {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(MAX_TICKS))
+            .map_or(0, ticks)
     }
 }
 

@@ -73,7 +73,7 @@ pub use ban::{Ban, BanState};
 pub use bucket::{BucketParams, BucketState, LeakyBucket, Pacing, TokenBucket};
 #[cfg(target_has_atomic = "64")]
 pub use clock::ManualClock;
-pub use clock::{check_now, Clock, Ticks, MAX_TICKS, MILLISECOND, SECOND};
+pub use clock::{check_now, ticks, Clock, Ticks, MAX_TICKS, MILLISECOND, SECOND};
 #[cfg(feature = "clock")]
 pub use clock::{MonotonicClock, SystemClock};
 #[cfg(feature = "alloc")]

@@ -207,7 +207,7 @@ fn majority(n: usize) -> usize {
 
 /// `ttl` less the time since `start` and the drift allowance, or 0.
 fn validity(ttl: Ticks, start: Instant) -> Ticks {
-    let elapsed = Ticks::try_from(start.elapsed().as_micros()).unwrap_or(Ticks::MAX);
+    let elapsed = tollgate_core::ticks(start.elapsed());
     let drift = ttl / 100 + 2 * MILLISECOND;
     ttl.saturating_sub(elapsed).saturating_sub(drift)
 }

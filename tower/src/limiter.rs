@@ -9,7 +9,7 @@ use std::time::Duration;
 use std::hash::BuildHasher;
 use tollgate_core::memory::{KeyHasher, KeyedLimiter};
 
-use tollgate_core::{Algorithm, Clock, Decision, MonotonicClock, Reserve, Ticks, TokenBucket};
+use tollgate_core::{Algorithm, Clock, Decision, MonotonicClock, Reserve, TokenBucket};
 
 use crate::error::Error;
 use crate::key::Key;
@@ -105,10 +105,7 @@ pub trait Limiter: Send + Sync + 'static {
     }
 }
 
-/// A duration in the core's ticks (microseconds), saturating: tower's one conversion.
-pub(crate) fn ticks(duration: Duration) -> Ticks {
-    Ticks::try_from(duration.as_micros()).unwrap_or(Ticks::MAX)
-}
+pub(crate) use tollgate_core::ticks;
 
 /// The in-process limiter a [`Quota`] builds: per key, on the monotonic clock.
 pub type InProcess<A = TokenBucket> = KeyedLimiter<Key, A>;

@@ -79,7 +79,7 @@ pub(super) fn wall() -> Ticks {
     let since = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
-    u64::try_from(since.as_micros()).unwrap_or(Ticks::MAX)
+    tollgate_core::ticks(since)
 }
 
 pub(super) fn bad(message: String) -> Failure {

@@ -5,7 +5,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
-use tollgate_server::{Config, Fail, Server};
+use tollgate_core::FailPolicy;
+use tollgate_server::{Config, Server};
 
 use crate::failure::Failure;
 
@@ -65,10 +66,10 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, Failure> {
         store: args.store,
         decisions: args.decisions,
         fail: match args.fail {
-            FailFlag::Error => Fail::Error,
-            FailFlag::Open => Fail::Open,
-            FailFlag::Closed => Fail::Closed,
-            FailFlag::Local => Fail::Local,
+            FailFlag::Error => FailPolicy::Error,
+            FailFlag::Open => FailPolicy::Open,
+            FailFlag::Closed => FailPolicy::Closed,
+            FailFlag::Local => FailPolicy::Local(()),
         },
         max_keys: args.max_keys,
         metrics_open: args.metrics_open,

@@ -2,12 +2,9 @@
 
 use std::time::Duration;
 
-use crate::{Decision, Ticks};
+use crate::Decision;
 
-/// `duration` in ticks (microseconds), saturating.
-pub(super) fn ticks(duration: Duration) -> Ticks {
-    Ticks::try_from(duration.as_micros()).unwrap_or(Ticks::MAX)
-}
+pub(super) use crate::ticks;
 
 /// How long an admitted reservation must wait; a denial as the error.
 fn delay(decision: &Decision) -> Result<Duration, Decision> {

@@ -130,7 +130,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 fn micros(d: Duration) -> Ticks {
-    u64::try_from(d.as_micros()).unwrap_or(Ticks::MAX)
+    tollgate_core::ticks(d)
 }
 
 /// The error decisions made while Redis is known to be away carry.
