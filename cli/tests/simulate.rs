@@ -218,7 +218,7 @@ fn the_readme_shows_what_its_first_command_prints() {
         .unwrap();
     assert_eq!(stdout(&out), shown);
     assert!(readme.contains(
-        "cargo run -p tollgate -- simulate --config examples/policies.toml --policy api --app web --traffic steady:rate=20 --duration 10s --chart api.svg"
+        "cargo run -p tollgate --no-default-features -- simulate --config examples/policies.toml --policy api --app web --traffic steady:rate=20 --duration 10s --chart api.svg"
     ));
 }
 
