@@ -1,5 +1,5 @@
 //! Embeds every file under `web/dist/` (the management page) in the binary, and
-//! generates Envoy's rate limit service from the vendored protos in `proto/`.
+//! generates Envoy's rate limit service from the vendored protos in `vendor/proto/`.
 
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
@@ -43,12 +43,15 @@ fn main() {
     let out = PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("assets.rs");
     std::fs::write(out, code).unwrap();
 
-    println!("cargo:rerun-if-changed=proto");
+    println!("cargo:rerun-if-changed=vendor/proto");
     use_bundled_protoc();
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
-        .compile_protos(&["proto/envoy/service/ratelimit/v3/rls.proto"], &["proto"])
+        .compile_protos(
+            &["vendor/proto/envoy/service/ratelimit/v3/rls.proto"],
+            &["vendor/proto"],
+        )
         .unwrap();
 }
 

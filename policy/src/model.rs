@@ -82,6 +82,17 @@ pub struct FleetSettings {
     pub interval: Option<Duration>,
 }
 
+/// Fields the service stores beside a policy (its name, version, authors and times):
+/// a client never sets them, and comparing a stored policy with a file leaves them out.
+pub const STORED_FIELDS: [&str; 6] = [
+    "name",
+    "version",
+    "created_by",
+    "updated_by",
+    "created_at",
+    "updated_at",
+];
+
 /// A policy file: `[policies.NAME]` tables.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

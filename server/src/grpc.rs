@@ -18,7 +18,7 @@ use crate::service::auth::{authenticate, bearer};
 use crate::service::{Service, ServiceError, MAX_BATCH};
 use tollgate_policy::Built;
 
-/// The code generated from the vendored protos (`proto/`).
+/// The code generated from the vendored protos (`vendor/proto/`).
 #[allow(
     missing_docs,
     clippy::all,

@@ -29,15 +29,6 @@ use crate::failure::{output, Failure};
 const TIMEOUT: Duration = Duration::from_secs(10);
 /// The largest answer read (a list of many policies).
 const MAX_ANSWER: usize = 16 * 1024 * 1024;
-/// Fields the server sets on a policy, left out when comparing it with a file's.
-const METADATA: [&str; 6] = [
-    "name",
-    "version",
-    "created_by",
-    "updated_by",
-    "created_at",
-    "updated_at",
-];
 
 #[derive(Debug, Args)]
 pub struct ServerArgs {
@@ -209,7 +200,7 @@ fn as_toml(name: &str, policy: &Value) -> Result<String, Failure> {
     let mut fields = policy.clone();
     let mut comments = String::new();
     if let Value::Object(map) = &mut fields {
-        for key in METADATA {
+        for key in tollgate_policy::STORED_FIELDS {
             if let Some(value) = map.remove(key) {
                 if key != "name" {
                     comments.push_str(&format!("# {key}: {value}\n"));
@@ -361,7 +352,7 @@ impl Server {
             Some(current) => {
                 let mut fields = current.clone();
                 if let Value::Object(map) = &mut fields {
-                    for key in METADATA {
+                    for key in tollgate_policy::STORED_FIELDS {
                         map.remove(key);
                     }
                 }

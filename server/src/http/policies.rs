@@ -29,16 +29,6 @@ pub(crate) fn routes() -> Router<Arc<Service>> {
 
 type Svc = State<Arc<Service>>;
 
-/// Fields the server sets; ignored when a client sends them.
-const METADATA: [&str; 6] = [
-    "name",
-    "version",
-    "created_by",
-    "updated_by",
-    "created_at",
-    "updated_at",
-];
-
 /// `?app=APP`.
 #[derive(Deserialize)]
 pub(crate) struct AppQuery {
@@ -82,7 +72,7 @@ fn parse_policy(mut value: Value) -> Result<Policy> {
     let Value::Object(map) = &mut value else {
         return Err(ApiError::bad_request("a policy is a JSON object"));
     };
-    for field in METADATA {
+    for field in tollgate_policy::STORED_FIELDS {
         map.remove(field);
     }
     let invalid = |message: String| ServiceError::invalid(message, Some("algorithm"));
