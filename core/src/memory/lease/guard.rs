@@ -21,7 +21,7 @@ pub struct LeaseGuard<'a, K = ()> {
     host: HostRef<'a, K>,
     key: K,
     owner: Owner,
-    /// Where a [`Leases`] table holds the lease (0 for a keyed one).
+    /// Where a [`Leases`](crate::memory::Leases) table holds the lease (0 for a keyed one).
     slot: usize,
     grant: Grant,
     held: bool,
@@ -84,7 +84,7 @@ impl<'a, K> LeaseGuard<'a, K> {
 
     /// The fencing token: pass it with every write to the protected resource, which
     /// refuses a token below the highest it has seen (see
-    /// [`FencedResource`](super::FencedResource)).
+    /// [`FencedResource`](crate::memory::FencedResource)).
     pub const fn token(&self) -> u64 {
         self.grant.token
     }
@@ -105,7 +105,7 @@ impl<'a, K> LeaseGuard<'a, K> {
         self.owner.bytes()
     }
 
-    /// The key it is held on (`()` for [`Leases`]).
+    /// The key it is held on (`()` for [`Leases`](crate::memory::Leases)).
     pub const fn key(&self) -> &K {
         &self.key
     }
@@ -160,7 +160,7 @@ pub(super) trait Host<K>: Sync {
 }
 
 /// A guard's lease as its host finds it: the owner, the token granted, and the slot of
-/// a [`Leases`] table.
+/// a [`Leases`](crate::memory::Leases) table.
 pub(super) struct Held<'g> {
     pub(super) owner: &'g [u8],
     pub(super) token: u64,

@@ -37,7 +37,7 @@ fn advance(latest: &mut Ticks, read: Ticks) -> Ticks {
 /// A [`Concurrency`] limit per key (a lock per resource name, a cap on requests in
 /// flight per user), holding at most `max_keys` keys.
 ///
-/// Keys live in shards like a [`KeyedLimiter`](super::KeyedLimiter)'s. A key is dropped
+/// Keys live in shards like a [`KeyedLimiter`](crate::memory::KeyedLimiter)'s. A key is dropped
 /// once its state is fresh (nothing held and the clock past its last token, so a later
 /// grant still gets a larger token), at once when a release leaves it fresh and by a
 /// sweep whenever a shard has doubled. A key in use is never evicted: a shard full of
@@ -123,7 +123,7 @@ impl<K: Hash + Eq + Send, C: Clock + Sync, H: BuildHasher + Sync> KeyedLeases<K,
         }
     }
 
-    /// A lease on `key` for `ttl` ticks now; see [`Leases::try_acquire`].
+    /// A lease on `key` for `ttl` ticks now; see [`Leases::try_acquire`](crate::memory::Leases::try_acquire).
     pub fn try_acquire<Q>(
         &self,
         key: &Q,
@@ -138,7 +138,7 @@ impl<K: Hash + Eq + Send, C: Clock + Sync, H: BuildHasher + Sync> KeyedLeases<K,
     }
 
     /// A lease on `key` for `ttl` ticks, waiting up to `timeout`; see
-    /// [`Leases::acquire`].
+    /// [`Leases::acquire`](crate::memory::Leases::acquire).
     pub fn acquire<Q>(
         &self,
         key: &Q,
@@ -167,7 +167,7 @@ impl<K: Hash + Eq + Send, C: Clock + Sync, H: BuildHasher + Sync> KeyedLeases<K,
         Ok(LeaseGuard::new(self, key.to_owned(), owner, 0, grant))
     }
 
-    /// [`acquire`](Self::acquire) as a future; see [`Leases::acquire_async`].
+    /// [`acquire`](Self::acquire) as a future; see [`Leases::acquire_async`](crate::memory::Leases::acquire_async).
     #[cfg(feature = "tokio")]
     pub async fn acquire_async<Q>(
         &self,
