@@ -76,6 +76,40 @@ pub trait Limiter {
     fn reserve(&self, request: &Request<'_>, max_wait: Ticks) -> Result<Decision, Self::Error>;
 }
 
+/// The [`Limiter`] operations for hosts whose store answers asynchronously (Redis
+/// through tokio): the same contract, each operation a future that can move between
+/// threads.
+pub trait AsyncLimiter {
+    /// Why a host could not decide.
+    type Error;
+
+    /// Decides `request` and stores the key's new state.
+    fn check(
+        &self,
+        request: &Request<'_>,
+    ) -> impl core::future::Future<Output = Result<Decision, Self::Error>> + Send;
+
+    /// What `request` would get, changing nothing.
+    fn peek(
+        &self,
+        request: &Request<'_>,
+    ) -> impl core::future::Future<Output = Result<Decision, Self::Error>> + Send;
+
+    /// Forgets `key`: its next request finds it fresh.
+    fn reset(
+        &self,
+        key: &[u8],
+    ) -> impl core::future::Future<Output = Result<(), Self::Error>> + Send;
+
+    /// Books a slot for `request` if it can act within `max_wait` ticks (see
+    /// [`Limiter::reserve`]).
+    fn reserve(
+        &self,
+        request: &Request<'_>,
+        max_wait: Ticks,
+    ) -> impl core::future::Future<Output = Result<Decision, Self::Error>> + Send;
+}
+
 /// What a host answers while its store (Redis, a remote service) cannot be reached.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]

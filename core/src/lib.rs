@@ -81,7 +81,7 @@ pub use composite::Composite;
 pub use decision::Decision;
 pub use error::{DecodeError, ParamError};
 pub use fixed_window::{FixedWindow, FixedWindowState, WindowParams};
-pub use host::{FailPolicy, Limiter, Outcome, Request};
+pub use host::{AsyncLimiter, FailPolicy, Limiter, Outcome, Request};
 pub use key::KeyDisplay;
 pub use kind::Kind;
 #[cfg(feature = "alloc")]

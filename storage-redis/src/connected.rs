@@ -1,11 +1,12 @@
-//! A limiter bound to a connection it owns: the core's host contract over Redis.
+//! A limiter bound to a connection it owns: the core's host contract over Redis, sync
+//! and async.
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use redis::ConnectionLike;
-use tollgate_core::{Decision, Limiter, Request, Reserve, Ticks};
+use redis::{aio, ConnectionLike};
+use tollgate_core::{AsyncLimiter, Decision, Limiter, Request, Reserve, Ticks};
 
-use crate::connection::Reconnecting;
+use crate::connection::{Reconnecting, ReconnectingAsync};
 use crate::error::Error;
 use crate::limiter::RedisLimiter;
 use crate::lua::LuaAlgorithm;
@@ -73,5 +74,59 @@ impl<A: LuaAlgorithm + Reserve, C: ConnectionLike> Limiter for Connected<A, C> {
     fn reserve(&self, request: &Request<'_>, max_wait: Ticks) -> Result<Decision, Error> {
         self.limiter
             .reserve_request(&mut *self.connection(), request, max_wait)
+    }
+}
+
+/// A [`RedisLimiter`] with an asynchronous connection, so it can implement
+/// [`tollgate_core::AsyncLimiter`]. Each call works on its own clone of the connection
+/// (a [`ReconnectingAsync`] or a multiplexed connection: clones share one socket), so
+/// calls from many tasks run at once.
+#[derive(Debug)]
+pub struct ConnectedAsync<A: LuaAlgorithm, C = ReconnectingAsync> {
+    limiter: RedisLimiter<A>,
+    con: C,
+}
+
+impl<A: LuaAlgorithm, C: aio::ConnectionLike + Clone> ConnectedAsync<A, C> {
+    /// `limiter` calling through clones of `con`.
+    pub const fn new(limiter: RedisLimiter<A>, con: C) -> Self {
+        Self { limiter, con }
+    }
+
+    /// The limiter, for the calls the contract does not cover (batches, purge, state).
+    pub const fn limiter(&self) -> &RedisLimiter<A> {
+        &self.limiter
+    }
+}
+
+/// The asynchronous host contract over Redis, with the same times as [`Connected`]'s.
+impl<A, C> AsyncLimiter for ConnectedAsync<A, C>
+where
+    A: LuaAlgorithm + Reserve + Sync,
+    A::State: Send + Sync,
+    C: aio::ConnectionLike + Clone + Send + Sync,
+{
+    type Error = Error;
+
+    async fn check(&self, request: &Request<'_>) -> Result<Decision, Error> {
+        let mut con = self.con.clone();
+        self.limiter.check_request_async(&mut con, request).await
+    }
+
+    async fn peek(&self, request: &Request<'_>) -> Result<Decision, Error> {
+        let mut con = self.con.clone();
+        self.limiter.peek_async(&mut con, request).await
+    }
+
+    async fn reset(&self, key: &[u8]) -> Result<(), Error> {
+        let mut con = self.con.clone();
+        self.limiter.reset_async(&mut con, key).await
+    }
+
+    async fn reserve(&self, request: &Request<'_>, max_wait: Ticks) -> Result<Decision, Error> {
+        let mut con = self.con.clone();
+        self.limiter
+            .reserve_request_async(&mut con, request, max_wait)
+            .await
     }
 }

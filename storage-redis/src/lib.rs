@@ -55,7 +55,7 @@ mod redlock;
 mod reply;
 mod watchdog;
 
-pub use connected::Connected;
+pub use connected::{Connected, ConnectedAsync};
 pub use connection::{client, connect_async, Reconnecting, ReconnectingAsync, DEFAULT_TIMEOUT};
 pub use error::Error;
 pub use fail::{FailPolicy, Outcome};

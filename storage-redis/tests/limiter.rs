@@ -1,6 +1,6 @@
-//! The host contract over Redis: `tollgate_core::Limiter` on [`Connected`], and the
-//! asynchronous `Request` forms, answer exactly as the positional inherent methods, on a
-//! real `redis-server`.
+//! The host contract over Redis: `tollgate_core::Limiter` on [`Connected`] and
+//! `tollgate_core::AsyncLimiter` on [`ConnectedAsync`] answer exactly as the positional
+//! inherent methods, on a real `redis-server`.
 
 mod common;
 
@@ -11,10 +11,12 @@ use proptest::test_runner::TestRunner;
 use redis::aio::MultiplexedConnection;
 use redis::{Commands, Connection};
 use tollgate_core::{
-    AnyAlgorithm, Ban, Composite, Decision, FixedWindow, Limiter, Pacing, Request, Reserve,
-    SlidingLog, Ticks, TokenBucket, SECOND,
+    AnyAlgorithm, AsyncLimiter, Ban, Composite, Decision, FixedWindow, Limiter, Pacing, Request,
+    Reserve, SlidingLog, Ticks, TokenBucket, SECOND,
 };
-use tollgate_redis::{Connected, Error, LuaAlgorithm, Reconnecting, RedisLimiter, MAX_LUA_TICKS};
+use tollgate_redis::{
+    Connected, ConnectedAsync, Error, LuaAlgorithm, Reconnecting, RedisLimiter, MAX_LUA_TICKS,
+};
 
 use common::Server;
 
@@ -34,12 +36,14 @@ struct Hosts<A: LuaAlgorithm> {
     contract: Connected<A>,
     inherent: RedisLimiter<A>,
     con: Connection,
-    asynchronous: RedisLimiter<A>,
-    multiplexed: MultiplexedConnection,
+    asynchronous: ConnectedAsync<A, MultiplexedConnection>,
     runtime: tokio::runtime::Runtime,
 }
 
-impl<A: LuaAlgorithm + Reserve + Clone> Hosts<A> {
+impl<A: LuaAlgorithm + Reserve + Clone + Sync> Hosts<A>
+where
+    A::State: Send + Sync,
+{
     fn new(server: &Server, alg: A) -> Self {
         static CASE: AtomicU64 = AtomicU64::new(0);
         let case = CASE.fetch_add(1, Ordering::Relaxed);
@@ -59,41 +63,38 @@ impl<A: LuaAlgorithm + Reserve + Clone> Hosts<A> {
             contract: Connected::new(limiter("t"), Reconnecting::new(server.client())),
             inherent: limiter("i"),
             con: server.connection(),
-            asynchronous: limiter("a"),
-            multiplexed,
+            asynchronous: ConnectedAsync::new(limiter("a"), multiplexed),
             runtime,
         }
     }
 
     /// `op` for `request` three ways: through the trait, the inherent positional method
-    /// (at the request's own time), and the asynchronous `Request` form; `None` for a
-    /// reset.
+    /// (at the request's own time), and the asynchronous trait; `None` for a reset.
     fn run(&mut self, op: &Op, request: &Request<'_>) -> Option<[Result<Decision, Error>; 3]> {
         let (key, cost, now) = (request.key, request.cost, request.now.unwrap());
-        let (con, limiter, mux) = (&mut self.con, &self.asynchronous, &mut self.multiplexed);
+        let (con, host) = (&mut self.con, &self.asynchronous);
         Some(match *op {
             Op::Check => [
                 self.contract.check(request),
                 self.inherent.check_at(con, key, cost, now),
-                self.runtime
-                    .block_on(limiter.check_request_async(mux, request)),
+                self.runtime.block_on(AsyncLimiter::check(host, request)),
             ],
             Op::Peek => [
                 self.contract.peek(request),
                 self.inherent.peek(con, request),
-                self.runtime.block_on(limiter.peek_async(mux, request)),
+                self.runtime.block_on(AsyncLimiter::peek(host, request)),
             ],
             Op::Reserve(wait) => [
                 self.contract.reserve(request, wait),
                 self.inherent.reserve_at(con, key, cost, wait, now),
                 self.runtime
-                    .block_on(limiter.reserve_request_async(mux, request, wait)),
+                    .block_on(AsyncLimiter::reserve(host, request, wait)),
             ],
             Op::Reset => {
                 Limiter::reset(&self.contract, key).unwrap();
                 self.inherent.reset(con, key).unwrap();
                 self.runtime
-                    .block_on(limiter.reset_async(mux, key))
+                    .block_on(AsyncLimiter::reset(host, key))
                     .unwrap();
                 return None;
             }
@@ -102,7 +103,12 @@ impl<A: LuaAlgorithm + Reserve + Clone> Hosts<A> {
 
     /// The values each host stored for `key`.
     fn stored(&mut self, key: &[u8]) -> [Vec<Option<Vec<u8>>>; 3] {
-        [self.contract.limiter(), &self.inherent, &self.asynchronous].map(|limiter| {
+        [
+            self.contract.limiter(),
+            &self.inherent,
+            self.asynchronous.limiter(),
+        ]
+        .map(|limiter| {
             let keys = limiter.redis_keys(key).unwrap();
             keys.iter().map(|k| self.con.get(k).unwrap()).collect()
         })
@@ -111,11 +117,14 @@ impl<A: LuaAlgorithm + Reserve + Clone> Hosts<A> {
 
 /// Runs `steps` (a gap, an operation, a cost, a key) from `EPOCH` through [`Hosts`]:
 /// every answer the same three ways, and the same values stored after each step.
-fn same_three_ways<A: LuaAlgorithm + Reserve + Clone>(
+fn same_three_ways<A: LuaAlgorithm + Reserve + Clone + Sync>(
     server: &Server,
     alg: A,
     steps: &[(Ticks, Op, u64, u8)],
-) -> Result<(), TestCaseError> {
+) -> Result<(), TestCaseError>
+where
+    A::State: Send + Sync,
+{
     let mut hosts = Hosts::new(server, alg);
     let mut now = EPOCH;
     for (gap, op, cost, key) in steps {
