@@ -336,7 +336,7 @@ fn everything_missing_from_a_policy_is_reported_at_once() {
     }
 }
 
-/// The exit codes are one table: `--help`, the crate's doc and the README say the same.
+/// The exit codes are one table: `--help`, the crate's doc and the guide say the same.
 #[test]
 fn the_exit_code_table_is_the_same_everywhere() {
     let normal = |text: &str| {
@@ -360,14 +360,14 @@ fn the_exit_code_table_is_the_same_everywhere() {
         .filter_map(|l| l.strip_prefix("//!"))
         .collect::<Vec<_>>()
         .join(" ");
-    let readme = std::fs::read_to_string(manifest.join("../README.md")).unwrap();
+    let guide = std::fs::read_to_string(manifest.join("../docs/cli.md")).unwrap();
     assert!(
         normal(&doc).contains(&format!("Exit codes: {table}")),
         "{doc}"
     );
     assert!(
-        normal(&readme).contains(&format!("- Exit codes: {table}")),
-        "the README's exit codes differ from --help: {table}"
+        normal(&guide).contains(&format!("- Exit codes: {table}")),
+        "the guide's exit codes differ from --help: {table}"
     );
 }
 

@@ -5,7 +5,7 @@
 //! The `redis-module` crate's command wrappers retain every argument as an owned
 //! string, build replies as trees and format each replicated argument into a new
 //! string; at the server those cost more than the decision itself (measured in the
-//! README, "Redis module").
+//! guide, docs/redis-module.md).
 
 // The module API is C: this file is where the crate calls it.
 #![allow(unsafe_code)]

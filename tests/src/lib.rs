@@ -13,8 +13,27 @@ pub const CRASH_KEY: &[u8] = b"quota";
 /// The frozen instant the crash test's child decides at.
 pub const CRASH_NOW: u64 = 1_700_000_000 * SECOND;
 
-/// The README's examples, compiled and run as doc tests (here, where every crate they
-/// use is a dependency).
-#[cfg(doctest)]
-#[doc = include_str!("../../README.md")]
-struct ReadmeDoctests;
+/// The README's and the guide's examples, compiled and run as doc tests (here, where
+/// every crate they use is a dependency).
+macro_rules! doctests {
+    ($($name:ident = $path:literal),* $(,)?) => {$(
+        #[cfg(doctest)]
+        #[doc = include_str!($path)]
+        struct $name;
+    )*};
+}
+doctests!(
+    Readme = "../../README.md",
+    Algorithms = "../../docs/algorithms.md",
+    CommandLine = "../../docs/cli.md",
+    InProcess = "../../docs/in-process.md",
+    Redis = "../../docs/redis.md",
+    RedisModule = "../../docs/redis-module.md",
+    Sled = "../../docs/sled.md",
+    Wasm = "../../docs/wasm.md",
+    Service = "../../docs/service.md",
+    Middleware = "../../docs/middleware.md",
+    Architecture = "../../docs/architecture.md",
+    Tests = "../../docs/tests.md",
+    Benchmarks = "../../BENCHMARKS.md",
+);
