@@ -1,7 +1,10 @@
 //! The contract every host of the algorithms keeps (in memory, Redis, sled, a remote
-//! service): a [`Request`] whose parts are named, the [`Limiter`] operations on it, and
-//! the one [`FailPolicy`] for a store that cannot be reached.
+//! service): a [`Request`] whose parts are named, the [`Limiter`] operations on it, the
+//! same for leases ([`LeaseRequest`], [`LeaseHost`]), and the one [`FailPolicy`] for a
+//! store that cannot be reached.
 
+#[cfg(feature = "alloc")]
+use crate::{Acquired, Grant, LeaseState};
 use crate::{Decision, Ticks};
 
 /// One request to a limiter: a key, a cost and optionally the time to decide at.
@@ -108,6 +111,123 @@ pub trait AsyncLimiter {
         request: &Request<'_>,
         max_wait: Ticks,
     ) -> impl core::future::Future<Output = Result<Decision, Self::Error>> + Send;
+}
+
+/// One lease operation: a key, the owner acting on it, the lease's time to live and
+/// optionally the time to act at.
+///
+/// Built by name, like [`Request`], so neither the key and the owner nor the ttl and the
+/// time can be swapped. An owner or a ttl left unset is refused by every host with the
+/// same [`LeaseError::Param`](crate::LeaseError::Param) (a release needs no ttl):
+///
+/// ```
+/// use tollgate_core::{LeaseRequest, SECOND};
+///
+/// let lease = LeaseRequest::new("db-migration").owner("node-a").ttl(30 * SECOND);
+/// assert_eq!((lease.key, lease.owner), (&b"db-migration"[..], &b"node-a"[..]));
+/// assert_eq!((lease.ttl, lease.now), (30 * SECOND, None));
+/// assert_eq!(lease.at(5).now, Some(5));
+/// ```
+#[cfg(feature = "alloc")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct LeaseRequest<'a> {
+    /// The key whose leases are counted.
+    pub key: &'a [u8],
+    /// Who holds, renews or releases the lease (1 to 128 bytes).
+    pub owner: &'a [u8],
+    /// How long an acquired or renewed lease lives, in ticks (unused by a release).
+    pub ttl: Ticks,
+    /// The time to act at; `None` for the host's clock.
+    pub now: Option<Ticks>,
+}
+
+#[cfg(feature = "alloc")]
+impl<'a> LeaseRequest<'a> {
+    /// A request on `key`, its owner and ttl still to set, at the host's time.
+    pub fn new<K: AsRef<[u8]> + ?Sized>(key: &'a K) -> Self {
+        Self {
+            key: key.as_ref(),
+            owner: &[],
+            ttl: 0,
+            now: None,
+        }
+    }
+
+    /// The same request made by `owner`.
+    #[must_use]
+    pub fn owner<O: AsRef<[u8]> + ?Sized>(mut self, owner: &'a O) -> Self {
+        self.owner = owner.as_ref();
+        self
+    }
+
+    /// The same request for a lease living `ttl` ticks.
+    #[must_use]
+    pub const fn ttl(mut self, ttl: Ticks) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// The same request made at `now` rather than at the host's time.
+    #[must_use]
+    pub const fn at(mut self, now: Ticks) -> Self {
+        self.now = Some(now);
+        self
+    }
+}
+
+/// The lease operations every host offers on keyed leases (counting semaphores and
+/// locks with fencing tokens): the same contract as [`Limiter`], for leases.
+#[cfg(feature = "alloc")]
+pub trait LeaseHost {
+    /// Why a host could not act (its store unreachable, a parameter out of range, a
+    /// release by an owner holding nothing).
+    type Error;
+
+    /// Grants the owner a lease if fewer than the maximum are held (or re-enters its
+    /// own); a denial is a value, with `retry_after`.
+    fn acquire(&self, request: &LeaseRequest<'_>) -> Result<Acquired, Self::Error>;
+
+    /// Gives back one hold of the owner's lease: the lease as it stands (`holds` 0 when
+    /// freed).
+    fn release(&self, request: &LeaseRequest<'_>) -> Result<Grant, Self::Error>;
+
+    /// Extends the owner's unexpired lease to the request's ttl from now, its token kept.
+    fn renew(&self, request: &LeaseRequest<'_>) -> Result<Grant, Self::Error>;
+
+    /// The key's lease table as stored, `None` when fresh.
+    fn state(&self, key: &[u8]) -> Result<Option<LeaseState>, Self::Error>;
+}
+
+/// The [`LeaseHost`] operations for hosts whose store answers asynchronously.
+#[cfg(feature = "alloc")]
+pub trait AsyncLeaseHost {
+    /// Why a host could not act.
+    type Error;
+
+    /// Grants the owner a lease (see [`LeaseHost::acquire`]).
+    fn acquire(
+        &self,
+        request: &LeaseRequest<'_>,
+    ) -> impl core::future::Future<Output = Result<Acquired, Self::Error>> + Send;
+
+    /// Gives back one hold of the owner's lease (see [`LeaseHost::release`]).
+    fn release(
+        &self,
+        request: &LeaseRequest<'_>,
+    ) -> impl core::future::Future<Output = Result<Grant, Self::Error>> + Send;
+
+    /// Extends the owner's unexpired lease (see [`LeaseHost::renew`]).
+    fn renew(
+        &self,
+        request: &LeaseRequest<'_>,
+    ) -> impl core::future::Future<Output = Result<Grant, Self::Error>> + Send;
+
+    /// The key's lease table as stored, `None` when fresh.
+    fn state(
+        &self,
+        key: &[u8],
+    ) -> impl core::future::Future<Output = Result<Option<LeaseState>, Self::Error>> + Send;
 }
 
 /// What a host answers while its store (Redis, a remote service) cannot be reached.

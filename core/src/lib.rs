@@ -81,6 +81,8 @@ pub use composite::Composite;
 pub use decision::Decision;
 pub use error::{DecodeError, ParamError};
 pub use fixed_window::{FixedWindow, FixedWindowState, WindowParams};
+#[cfg(feature = "alloc")]
+pub use host::{AsyncLeaseHost, LeaseHost, LeaseRequest};
 pub use host::{AsyncLimiter, FailPolicy, Limiter, Outcome, Request};
 pub use key::KeyDisplay;
 pub use kind::Kind;
