@@ -38,6 +38,10 @@ if command -v systemctl >/dev/null 2>&1; then systemctl stop postgresql >/dev/nu
 # The package starts a system service; the tests do not use it.
 if command -v systemctl >/dev/null 2>&1; then systemctl stop redis-server >/dev/null 2>&1 || true; fi
 
+# The guide is an mdBook (docs/book.toml); the test command builds it.
+if ! command -v mdbook >/dev/null 2>&1; then
+  cargo install mdbook --locked --version 0.5.4 --no-default-features --features search
+fi
 if ! cargo nextest --version >/dev/null 2>&1; then
   cargo install cargo-nextest --locked
 fi

@@ -17,6 +17,10 @@ export TOLLGATE_REDIS_MODULE="$target_dir/debug/libtollgate_redis_module.so"
 
 # Doc tests (including the README's examples), which nextest does not run.
 cargo test --workspace --all-features --doc
+# The guide as a book (its Rust snippets are among the doc tests above, through
+# tollgate-tests), and every relative link and anchor of the docs resolving.
+mdbook build docs
+python3 scripts/check-links.py
 # Unit, integration and property tests (proptest regressions are committed next to them).
 cargo nextest run --workspace --all-features --no-fail-fast
 

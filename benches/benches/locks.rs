@@ -1,5 +1,5 @@
-//! tollgate's Redis lock beside seed 004's recipe on the same local redis-server, in the
-//! same run: `SET key owner NX PX ttl` to acquire, a Lua compare-and-delete to release.
+//! tollgate's Redis lock beside the common single-server lock recipe on the same local
+//! redis-server, in the same run: `SET key owner NX PX ttl` to acquire, a Lua compare-and-delete to release.
 //! Each element is one acquire + release of a free lock.
 //!
 //! `lock_pipelined`: a pipeline of 64 acquires then one of 64 releases, on four

@@ -12,8 +12,8 @@
 //!   that path;
 //! - `lock_module`, `lock_functions`: 64 lock acquires in one pipeline, then their 64
 //!   releases in another (`acquire_batch`, `release_batch`), as the `locks` bench;
-//! - `lock_recipe`: the same with seed 004's recipe (`SET NX PX`, a Lua
-//!   compare-and-delete).
+//! - `lock_recipe`: the same with the common single-server lock recipe
+//!   (`SET NX PX`, a Lua compare-and-delete).
 //!
 //! The instructions per decision (or acquire + release) are the difference between runs
 //! of 400 and 200 rounds, over 200 rounds' worth (which cancels the start-up).

@@ -34,7 +34,7 @@ pub fn walk(step: u64, keys: u64) -> u64 {
     x % keys.max(1)
 }
 
-/// Seed 004's lock release, the recipe's: delete the key only if it still holds the
+/// The common single-server lock recipe's release: delete the key only if it still holds the
 /// owner's value (the `locks` bench and the `redis_instructions` example).
 pub const COMPARE_AND_DELETE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then
   return redis.call('DEL', KEYS[1])

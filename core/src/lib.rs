@@ -1,42 +1,8 @@
-//! Exact, deterministic rate-limiting algorithms as pure state transitions.
-//!
-//! Every algorithm is a value holding its validated parameters. It decides a request
-//! from the key's current state, the current time and the request's cost, and returns
-//! the [`Decision`] and the new state; it never reads a clock and never writes anywhere.
-//! Hosts (in memory, Redis, sled, wasm) store the state, using the one canonical byte
-//! encoding of [`Algorithm::encode`] and [`Algorithm::decode`].
-//!
-//! ```
-//! use tollgate_core::{Algorithm, TokenBucket, SECOND};
-//!
-//! // 10 requests at once, refilled at 5 per second.
-//! let bucket = TokenBucket::new(10, 5, SECOND)?;
-//! let (decision, state) = bucket.decide(None, 0, 4);
-//! assert!(decision.allowed);
-//! assert_eq!(decision.remaining, 6);
-//!
-//! let (decision, _) = bucket.decide(state, 0, 7);
-//! assert!(!decision.allowed);
-//! // One token is missing; it arrives after 200 ms.
-//! assert_eq!(decision.retry_after, Some(200_000));
-//! # Ok::<(), tollgate_core::ParamError>(())
-//! ```
-//!
-//! Time is an integer count of [`Ticks`] (microseconds); no decision uses floating point,
-//! and remainders are carried so the long-run admitted rate is exactly the configured one.
-//!
-//! # Features
-//! - `memory` (default): the in-process limiters and leases of [`memory`]; implies
-//!   `clock`.
-//! - `clock`: the clocks [`SystemClock`] and [`MonotonicClock`]; implies `std`.
-//! - `std`: links the standard library, the base of the two above; implies `alloc`.
-//! - `tokio`: `acquire_async` on the in-process limiters and leases; implies `memory`.
-//! - `alloc`: [`SlidingLog`], [`Composite`], [`AnyAlgorithm`], the leases of
-//!   [`Concurrency`] and encoding to a `Vec`.
-//! - `serde`: `Serialize`/`Deserialize` for parameters and decisions.
+#![doc = include_str!("../README.md")]
 #![no_std]
 #![deny(missing_docs)]
-#![cfg_attr(docsrs, feature(doc_auto_cfg))]
+// docs.rs marks what each feature adds.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(feature = "alloc")]
 extern crate alloc;

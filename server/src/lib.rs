@@ -1,16 +1,4 @@
-//! The service behind `tollgate serve`: policies, apps and users in a database (SQLite
-//! embedded, or PostgreSQL for a fleet), decisions over HTTP/JSON (in this process or in
-//! Redis), an audit log, Prometheus metrics and the management page. `API.md` beside
-//! this crate is the reference of its API.
-//!
-//! ```no_run
-//! # async fn run() -> Result<(), tollgate_server::Error> {
-//! let config = tollgate_server::Config::default();
-//! let server = tollgate_server::Server::bind(config).await?;
-//! println!("listening on {}", server.local_addr());
-//! server.run(std::future::pending()).await
-//! # }
-//! ```
+#![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
 
 mod coalesce;

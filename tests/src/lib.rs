@@ -24,16 +24,20 @@ macro_rules! doctests {
 }
 doctests!(
     Readme = "../../README.md",
+    Introduction = "../../docs/introduction.md",
     Algorithms = "../../docs/algorithms.md",
     CommandLine = "../../docs/cli.md",
     InProcess = "../../docs/in-process.md",
+    Leases = "../../docs/leases.md",
     Redis = "../../docs/redis.md",
     RedisModule = "../../docs/redis-module.md",
     Sled = "../../docs/sled.md",
     Wasm = "../../docs/wasm.md",
     Service = "../../docs/service.md",
+    ManagementPage = "../../docs/management-page.md",
     Middleware = "../../docs/middleware.md",
     Architecture = "../../docs/architecture.md",
     Tests = "../../docs/tests.md",
+    OneConceptOnePlace = "../../docs/design/one-concept-one-place.md",
     Benchmarks = "../../BENCHMARKS.md",
 );

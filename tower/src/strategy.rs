@@ -1,4 +1,4 @@
-//! Overload strategies (seed 000): what happens to a request the limit refuses.
+//! Overload strategies (reject, wait or degrade): what happens to a request the limit refuses.
 //! [`Reject`] answers 429, [`Wait`] queues up to a bound first, [`Degrade`] calls a
 //! fallback service; implement [`Overload`] for anything else.
 
