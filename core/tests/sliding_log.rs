@@ -14,21 +14,17 @@ fn reference(limit: u64, period: Ticks, arrivals: &[(Ticks, u64)]) -> Vec<(bool,
 proptest! {
     #[test]
     fn matches_definition(limit in limit(MAX_LOG_LIMIT), period in period(), raw in raw_arrivals()) {
-        let alg = SlidingLog::new(limit, period).unwrap();
         let arrivals = arrivals(&raw, period, limit);
-        let decisions = run(&alg, 10 * period, &arrivals);
-        prop_assert_eq!(outcomes(&decisions), reference(limit, period, &arrivals));
+        let alg = SlidingLog::new(limit, period).unwrap();
+        prop_assert_eq!(decided(&alg, period, &arrivals), reference(limit, period, &arrivals));
     }
 
     #[test]
     fn never_more_than_limit_in_any_window(limit in 1..50u64, period in 1..1000u64, raw in raw_arrivals()) {
-        let alg = SlidingLog::new(limit, period).unwrap();
-        let arrivals = arrivals(&raw, period, limit);
-        let admitted = admitted(&arrivals, &run(&alg, 10 * period, &arrivals));
+        let admitted = admitted_by(&SlidingLog::new(limit, period).unwrap(), period, limit, &raw);
         // Any window of length `period` with the most admitted cost ends at an admission.
         for &(end, _) in &admitted {
-            let total: u64 = admitted.iter().filter(|a| a.0 <= end && a.0 + period > end).map(|a| a.1).sum();
-            prop_assert!(total <= limit);
+            prop_assert!(cost_where(&admitted, |t| t <= end && t + period > end) <= limit);
         }
     }
 }
