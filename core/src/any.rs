@@ -83,13 +83,12 @@ pub enum Transition {
     },
 }
 
+/// A transition's answer: the decision and the state to store.
+type Step<S> = (Decision, Option<S>);
+
 impl Transition {
     /// On an algorithm that books ahead (buckets, pacing, composites of them).
-    fn booked<A: Reserve>(
-        self,
-        algorithm: &A,
-        state: Option<A::State>,
-    ) -> (Decision, Option<A::State>) {
+    fn booked<A: Reserve>(self, algorithm: &A, state: Option<A::State>) -> Step<A::State> {
         match self {
             Self::Reserve {
                 now,
@@ -102,11 +101,7 @@ impl Transition {
 
     /// On an algorithm that decides at `now` only (windows, bans): a reservation is a
     /// decision.
-    fn decided<A: Algorithm>(
-        self,
-        algorithm: &A,
-        state: Option<A::State>,
-    ) -> (Decision, Option<A::State>) {
+    fn decided<A: Algorithm>(self, algorithm: &A, state: Option<A::State>) -> Step<A::State> {
         match self {
             Self::Decide { now, cost } | Self::Reserve { now, cost, .. } => {
                 algorithm.decide(state, now, cost)

@@ -398,3 +398,47 @@ macro_rules! bucket_properties {
 // Used by the bucket tests only, like the rest of this module.
 #[allow(unused_imports)]
 pub(crate) use bucket_properties;
+
+/// A window against [`window_reference`] with `counts` (whether an admission at `t`
+/// counts against a request at `now`) over the arrivals drawn from `raw`, and never more
+/// than `limit` admitted in the window of any admission.
+pub fn window_holds<A: Algorithm>(
+    alg: &A,
+    (limit, period): (u64, Ticks),
+    raw: &[RawArrival],
+    counts: impl Fn(Ticks, Ticks) -> bool,
+) {
+    let arrivals = arrivals(raw, period, limit);
+    let decisions = run(alg, 10 * period, &arrivals);
+    assert_eq!(
+        outcomes(&decisions),
+        window_reference(limit, &arrivals, &counts)
+    );
+    let admitted = admitted(&arrivals, &decisions);
+    for &(end, _) in &admitted {
+        let total = cost_where(&admitted, |t| t <= end && counts(end, t));
+        assert!(total <= limit, "{total} admitted in the window of {end}");
+    }
+}
+
+/// The properties the fixed window and the sliding log share ([`window_holds`], with
+/// `$counts(period)` saying what counts), with limits up to `$max` and with small ones
+/// where the bound bites.
+macro_rules! window_properties {
+    ($window:ident, $max:expr, $counts:expr) => {
+        proptest! {
+            #[test]
+            fn matches_definition(limit in limit($max), period in period(), raw in raw_arrivals()) {
+                window_holds(&$window::new(limit, period).unwrap(), (limit, period), &raw, $counts(period));
+            }
+
+            #[test]
+            fn never_more_than_limit_in_its_window(limit in 1..50u64, period in 1..1000u64, raw in raw_arrivals()) {
+                window_holds(&$window::new(limit, period).unwrap(), (limit, period), &raw, $counts(period));
+            }
+        }
+    };
+}
+// Used by the window tests only, like the rest of this module.
+#[allow(unused_imports)]
+pub(crate) use window_properties;
