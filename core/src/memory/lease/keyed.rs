@@ -270,22 +270,6 @@ impl<K: Hash + Eq + Send, C: Clock + Sync, H: BuildHasher + Sync> KeyedLeases<K,
         Ok(acquired)
     }
 
-    /// [`attempt`](Self::attempt) on `key`'s shard, locked for it.
-    fn acquire_at<Q>(
-        &self,
-        key: &Q,
-        read: Ticks,
-        owner: &[u8],
-        ttl: Ticks,
-    ) -> Result<Acquired, LeaseError>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        let hash = self.hasher.hash_one(key);
-        self.attempt(&mut self.shard(hash).lock(), read, hash, key, owner, ttl)
-    }
-
     /// A lease on `key` for `owner` for `ttl` ticks now, held by the owner rather than
     /// by a guard: until [`release_by`](Self::release_by) gives it back (as often as it
     /// was acquired) or it expires. For hosts whose callers hold a lease across calls
@@ -296,7 +280,8 @@ impl<K: Hash + Eq + Send, C: Clock + Sync, H: BuildHasher + Sync> KeyedLeases<K,
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        granted(self.acquire_at(key, self.clock.now(), owner, ttl))
+        let (hash, read) = (self.hasher.hash_one(key), self.clock.now());
+        granted(self.attempt(&mut self.shard(hash).lock(), read, hash, key, owner, ttl))
     }
 
     /// Gives back one hold of `owner`'s lease on `key`: the lease as it stands (`holds`
@@ -455,7 +440,14 @@ where
     type Error = LeaseError;
 
     fn acquire(&self, r: &LeaseRequest<'_>) -> Result<Acquired, LeaseError> {
-        self.acquire_at(r.key, time(r.now, &self.clock)?, r.owner, r.ttl)
+        let LeaseRequest {
+            key,
+            owner,
+            ttl,
+            now,
+        } = *r;
+        let (hash, read) = (self.hasher.hash_one(key), time(now, &self.clock)?);
+        self.attempt(&mut self.shard(hash).lock(), read, hash, key, owner, ttl)
     }
 
     fn release(&self, r: &LeaseRequest<'_>) -> Result<Grant, LeaseError> {
