@@ -83,33 +83,43 @@ pub enum Transition {
     },
 }
 
+/// A transition's answer: the decision and the state to store.
+type Step<S> = (Decision, Option<S>);
+
 impl Transition {
-    fn apply<A: Reservable>(
-        self,
-        algorithm: &A,
-        state: Option<A::State>,
-    ) -> (Decision, Option<A::State>) {
+    /// On an algorithm that books ahead (buckets, pacing, composites of them).
+    fn booked<A: Reserve>(self, algorithm: &A, state: Option<A::State>) -> Step<A::State> {
         match self {
-            Self::Decide { now, cost } => algorithm.decide(state, now, cost),
-            Self::Peek { now, cost } => (algorithm.peek(state, now, cost), None),
             Self::Reserve {
                 now,
                 cost,
                 max_wait,
-            } => algorithm.reserve_or_decide(state, now, cost, max_wait),
+            } => algorithm.reserve(state, now, cost, max_wait),
+            other => other.decided(algorithm, state),
+        }
+    }
+
+    /// On an algorithm that decides at `now` only (windows, bans): a reservation is a
+    /// decision.
+    fn decided<A: Algorithm>(self, algorithm: &A, state: Option<A::State>) -> Step<A::State> {
+        match self {
+            Self::Decide { now, cost } | Self::Reserve { now, cost, .. } => {
+                algorithm.decide(state, now, cost)
+            }
+            Self::Peek { now, cost } => (algorithm.peek(state, now, cost), None),
         }
     }
 }
 
-/// Runs a transition on one plain variant: its state out of the slot (a state of
-/// another variant as fresh), the new state back in.
+/// Runs a transition (`booked` or `decided`) on one plain variant: its state out of the
+/// slot (a state of another variant as fresh), the new state back in.
 macro_rules! on_variant {
-    ($slot:ident, $transition:ident, $variant:ident, $algorithm:expr) => {{
+    ($slot:ident, $transition:ident.$how:ident, $variant:ident, $algorithm:expr) => {{
         let state = match $slot.take() {
             Some(AnyState::$variant(state)) => Some(state),
             _ => None,
         };
-        let (decision, state) = $transition.apply($algorithm, state);
+        let (decision, state) = $transition.$how($algorithm, state);
         *$slot = state.map(AnyState::$variant);
         decision
     }};
@@ -126,19 +136,19 @@ impl AnyAlgorithm {
     /// that changed kind decodes the old bytes with the new algorithm, which refuses them.
     pub fn run(&self, slot: &mut Option<AnyState>, transition: Transition) -> Decision {
         match self {
-            Self::FixedWindow(a) => on_variant!(slot, transition, FixedWindow, a),
-            Self::SlidingLog(a) => on_variant!(slot, transition, SlidingLog, a),
-            Self::SlidingCounter(a) => on_variant!(slot, transition, SlidingCounter, a),
-            Self::TokenBucket(a) => on_variant!(slot, transition, TokenBucket, a),
-            Self::LeakyBucket(a) => on_variant!(slot, transition, LeakyBucket, a),
-            Self::Pacing(a) => on_variant!(slot, transition, Pacing, a),
-            Self::Composite(a) => on_variant!(slot, transition, Composite, a),
+            Self::FixedWindow(a) => on_variant!(slot, transition.decided, FixedWindow, a),
+            Self::SlidingLog(a) => on_variant!(slot, transition.decided, SlidingLog, a),
+            Self::SlidingCounter(a) => on_variant!(slot, transition.decided, SlidingCounter, a),
+            Self::TokenBucket(a) => on_variant!(slot, transition.booked, TokenBucket, a),
+            Self::LeakyBucket(a) => on_variant!(slot, transition.booked, LeakyBucket, a),
+            Self::Pacing(a) => on_variant!(slot, transition.booked, Pacing, a),
+            Self::Composite(a) => on_variant!(slot, transition.booked, Composite, a),
             Self::Ban(ban) => {
                 let state = match slot.take() {
                     Some(AnyState::Ban(state)) => Some(*state),
                     _ => None,
                 };
-                let (decision, state) = transition.apply(&**ban, state);
+                let (decision, state) = transition.decided(&**ban, state);
                 *slot = state.map(|state| AnyState::Ban(Box::new(state)));
                 decision
             }
@@ -240,43 +250,6 @@ impl Reserve for AnyAlgorithm {
         (decision, state)
     }
 }
-
-/// Reservation where the algorithm has it. By default an algorithm books nothing ahead
-/// and decides at `now` (windows and bans).
-trait Reservable: Algorithm {
-    fn reserve_or_decide(
-        &self,
-        state: Option<Self::State>,
-        now: Ticks,
-        cost: u64,
-        _max_wait: Ticks,
-    ) -> (Decision, Option<Self::State>) {
-        self.decide(state, now, cost)
-    }
-}
-
-impl Reservable for FixedWindow {}
-impl Reservable for SlidingLog {}
-impl Reservable for SlidingCounter {}
-impl Reservable for Ban<AnyAlgorithm> {}
-
-/// The algorithms that book their slot.
-macro_rules! books_ahead {
-    ($($algorithm:ty),*) => {$(
-        impl Reservable for $algorithm {
-            fn reserve_or_decide(
-                &self,
-                state: Option<Self::State>,
-                now: Ticks,
-                cost: u64,
-                max_wait: Ticks,
-            ) -> (Decision, Option<Self::State>) {
-                self.reserve(state, now, cost, max_wait)
-            }
-        }
-    )*};
-}
-books_ahead!(TokenBucket, LeakyBucket, Pacing, Composite<AnyAlgorithm>);
 
 /// Each algorithm is the variant of its own name.
 macro_rules! from_algorithm {

@@ -43,41 +43,33 @@ fn steps(
         .collect()
 }
 
-/// How the concrete algorithm answers a reservation: booking ahead, or deciding at now.
-type ReserveFn<A> = fn(
-    &A,
-    Option<<A as Algorithm>::State>,
-    Ticks,
-    u64,
-    Ticks,
-) -> (Decision, Option<<A as Algorithm>::State>);
-
-fn books<A: Reserve>(
-    a: &A,
-    s: Option<A::State>,
-    now: Ticks,
-    cost: u64,
-    max_wait: Ticks,
-) -> (Decision, Option<A::State>) {
-    a.reserve(s, now, cost, max_wait)
+/// [`same`] for an algorithm that books ahead: a reservation is its `reserve`.
+fn same_booking<A: Reserve>(concrete: &A, any: &AnyAlgorithm, steps: &[(Ticks, u64, Op)]) {
+    same(
+        concrete,
+        any,
+        |s, now, cost, wait| concrete.reserve(s, now, cost, wait),
+        steps,
+    );
 }
 
-fn decides<A: Algorithm>(
-    a: &A,
-    s: Option<A::State>,
-    now: Ticks,
-    cost: u64,
-    _: Ticks,
-) -> (Decision, Option<A::State>) {
-    a.decide(s, now, cost)
+/// [`same`] for an algorithm that decides at `now` only: a reservation is a decision.
+fn same_deciding<A: Algorithm>(concrete: &A, any: &AnyAlgorithm, steps: &[(Ticks, u64, Op)]) {
+    same(
+        concrete,
+        any,
+        |s, now, cost, _| concrete.decide(s, now, cost),
+        steps,
+    );
 }
 
 /// Runs `concrete` and `any` side by side: the same decisions, the same stored bytes, and
-/// the stored bytes decode under `any` to its state.
+/// the stored bytes decode under `any` to its state. `reserve` is how the concrete
+/// algorithm answers a reservation.
 fn same<A: Algorithm>(
     concrete: &A,
     any: &AnyAlgorithm,
-    reserve: ReserveFn<A>,
+    reserve: impl Fn(Option<A::State>, Ticks, u64, Ticks) -> (Decision, Option<A::State>),
     steps: &[(Ticks, u64, Op)],
 ) {
     let (mut state, mut any_state): (Option<A::State>, Option<AnyState>) = (None, None);
@@ -95,7 +87,7 @@ fn same<A: Algorithm>(
                 )
             }
             Op::Reserve(max_wait) => (
-                reserve(concrete, state.clone(), now, cost, max_wait),
+                reserve(state.clone(), now, cost, max_wait),
                 any.reserve(any_state.clone(), now, cost, max_wait),
             ),
         };
@@ -121,32 +113,32 @@ proptest! {
         if counting {
             alg = alg.counting_denied();
         }
-        same(&alg, &alg.into(), decides, &steps(&raw, &ops, period, limit));
+        same_deciding(&alg, &alg.into(), &steps(&raw, &ops, period, limit));
     }
 
     #[test]
     fn sliding_log(limit in 1..=MAX_LOG_LIMIT.min(200), period in period(), raw in raw_arrivals(), ops in ops()) {
         let alg = SlidingLog::new(limit, period).unwrap();
-        same(&alg, &alg.into(), decides, &steps(&raw, &ops, period, limit));
+        same_deciding(&alg, &alg.into(), &steps(&raw, &ops, period, limit));
     }
 
     #[test]
     fn sliding_counter(limit in window_limit(), period in period(), raw in raw_arrivals(), ops in ops()) {
         let alg = SlidingCounter::new(limit, period).unwrap();
-        same(&alg, &alg.into(), decides, &steps(&raw, &ops, period, limit));
+        same_deciding(&alg, &alg.into(), &steps(&raw, &ops, period, limit));
     }
 
     #[test]
     fn buckets((capacity, rate, period) in bucket_params(), raw in raw_arrivals(), ops in ops()) {
         let steps = steps(&raw, &ops, period, capacity);
         if let Ok(alg) = TokenBucket::new(capacity, rate, period) {
-            same(&alg, &alg.into(), books, &steps);
+            same_booking(&alg, &alg.into(), &steps);
         }
         if let Ok(alg) = LeakyBucket::new(capacity, rate, period) {
-            same(&alg, &alg.into(), books, &steps);
+            same_booking(&alg, &alg.into(), &steps);
         }
         if let Ok(alg) = Pacing::new(capacity, rate, period) {
-            same(&alg, &alg.into(), books, &steps);
+            same_booking(&alg, &alg.into(), &steps);
         }
     }
 
@@ -157,7 +149,7 @@ proptest! {
         let members = [TokenBucket::new(a, a, period).unwrap(), TokenBucket::new(b, 1, period).unwrap()];
         let concrete = Composite::new(members.to_vec()).unwrap();
         let any = AnyAlgorithm::from(Composite::new(members.map(AnyAlgorithm::from).to_vec()).unwrap());
-        same(&concrete, &any, books, &steps(&raw, &ops, period, a.max(b)));
+        same_booking(&concrete, &any, &steps(&raw, &ops, period, a.max(b)));
     }
 
     /// A ban around a window and around a composite of windows.
@@ -167,13 +159,13 @@ proptest! {
         let inner = FixedWindow::new(limit, period).unwrap();
         let concrete = Ban::new(inner, threshold, window, duration).unwrap();
         let any = AnyAlgorithm::from(Ban::new(AnyAlgorithm::from(inner), threshold, window, duration).unwrap());
-        same(&concrete, &any, decides, &steps);
+        same_deciding(&concrete, &any, &steps);
 
         let members = [inner, FixedWindow::new(limit + 1, 2 * period).unwrap()];
         let concrete = Ban::new(Composite::new(members.to_vec()).unwrap(), threshold, window, duration).unwrap();
         let composite = Composite::new(members.map(AnyAlgorithm::from).to_vec()).unwrap();
         let any = AnyAlgorithm::from(Ban::new(AnyAlgorithm::from(composite), threshold, window, duration).unwrap());
-        same(&concrete, &any, decides, &steps);
+        same_deciding(&concrete, &any, &steps);
     }
 }
 

@@ -7,30 +7,13 @@ use tollgate_core::{Algorithm, FixedWindow, ParamError, Ticks, SECOND};
 
 /// The definition, by brute force over every admitted request: the cost admitted in
 /// `now`'s aligned window plus `cost` must be at most `limit`.
-fn reference(limit: u64, period: Ticks, arrivals: &[(Ticks, u64)]) -> Vec<(bool, u64)> {
-    window_reference(limit, arrivals, |now, t| t / period == now / period)
+fn aligned(period: Ticks) -> impl Fn(Ticks, Ticks) -> bool {
+    move |now, t| t / period == now / period
 }
 
+window_properties!(FixedWindow, MAX_LIMIT, aligned);
+
 proptest! {
-    #[test]
-    fn matches_definition(limit in limit(MAX_LIMIT), period in period(), raw in raw_arrivals()) {
-        let alg = FixedWindow::new(limit, period).unwrap();
-        let arrivals = arrivals(&raw, period, limit);
-        let decisions = run(&alg, 10 * period, &arrivals);
-        prop_assert_eq!(outcomes(&decisions), reference(limit, period, &arrivals));
-    }
-
-    #[test]
-    fn never_more_than_limit_in_an_aligned_window(limit in 1..50u64, period in 1..1000u64, raw in raw_arrivals()) {
-        let alg = FixedWindow::new(limit, period).unwrap();
-        let arrivals = arrivals(&raw, period, limit);
-        let admitted = admitted(&arrivals, &run(&alg, 10 * period, &arrivals));
-        for &(t, _) in &admitted {
-            let total: u64 = admitted.iter().filter(|a| a.0 / period == t / period).map(|a| a.1).sum();
-            prop_assert!(total <= limit);
-        }
-    }
-
     /// Costs up to `u64::MAX`, counting denied cost: the stored count saturates at the
     /// limit and every decision is the one an unbounded count gives (a cost of zero is
     /// always admitted).

@@ -2,9 +2,12 @@
 //! the concurrency bound, expiry of forgotten guards, waiters woken by release (not by
 //! polling), deadlines, reentrancy and bounded keyed memory.
 
+mod common;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Barrier;
 
+use common::{assert_prompt_wakes, LATE, LONG};
 use proptest::prelude::*;
 use std::time::{Duration, Instant};
 
@@ -15,11 +18,6 @@ use tollgate_core::{
 
 const THREADS: usize = 32;
 const ROUNDS: usize = 200;
-/// How late a wake may be on a loaded machine (the many-thread tests run beside these):
-/// still far from what it is told apart from, a timeout of 5 s or more, a 60 s lease.
-const LATE: Duration = Duration::from_secs(1);
-/// Long enough that no lease expires during a test on the real clock.
-const LONG: u64 = 60 * SECOND;
 
 /// `THREADS` threads each take the lock `ROUNDS` times around a read-modify-write of
 /// a fenced value: the final value is exact and no write is refused.
@@ -197,7 +195,7 @@ fn bad_input_is_a_typed_error() {
 fn release_wakes_a_waiter_at_once() {
     let lock = Leases::new(Concurrency::lock());
     let ready = Barrier::new(2);
-    let mut latencies: Vec<Duration> = (0..20)
+    let latencies: Vec<Duration> = (0..20)
         .map(|_| {
             let guard = lock.try_acquire(None, LONG).unwrap();
             std::thread::scope(|s| {
@@ -217,13 +215,7 @@ fn release_wakes_a_waiter_at_once() {
             })
         })
         .collect();
-    latencies.sort();
-    println!(
-        "wake latency over 20 releases: median {:?}, max {:?}",
-        latencies[10], latencies[19]
-    );
-    assert!(latencies[10] < Duration::from_millis(20), "{latencies:?}");
-    assert!(latencies[19] < LATE, "{latencies:?}");
+    assert_prompt_wakes("thread", latencies);
 }
 
 #[test]

@@ -1,17 +1,14 @@
 //! In-process leases in async tasks (the `tokio` feature): `acquire_async` sleeps until
 //! a release or an expiry wakes it, and gives up at its deadline.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::{assert_prompt_wakes, LATE, LONG};
 use tollgate_core::memory::{AcquireError, FencedResource, KeyedLeases, Leases};
 use tollgate_core::{Concurrency, MILLISECOND, SECOND};
-
-/// How late a wake may be on a loaded machine (the many-thread tests run beside these):
-/// still far from what it is told apart from, a timeout of 5 s or more, a 60 s lease.
-const LATE: Duration = Duration::from_secs(1);
-/// Long enough that no lease expires during a test.
-const LONG: u64 = 60 * SECOND;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thirty_two_tasks_take_a_lock_around_a_read_modify_write() {
@@ -65,13 +62,7 @@ async fn release_wakes_an_async_waiter_at_once() {
         let (woke, _) = waiter.await.unwrap();
         latencies.push(woke - released);
     }
-    latencies.sort();
-    println!(
-        "async wake latency over 20 releases: median {:?}, max {:?}",
-        latencies[10], latencies[19]
-    );
-    assert!(latencies[10] < Duration::from_millis(20), "{latencies:?}");
-    assert!(latencies[19] < LATE, "{latencies:?}");
+    assert_prompt_wakes("async", latencies);
 }
 
 #[tokio::test]

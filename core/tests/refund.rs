@@ -164,24 +164,16 @@ proptest! {
         matches(&bucket, reference, &steps(&raw, &ops, period, capacity));
     }
 
+    /// The fixed window and the sliding counter, over the same steps.
     #[test]
-    fn fixed_window_refund_and_take_match_definition(
+    fn window_refund_and_take_match_definition(
         limit in limit(1000), period in small_period(),
         raw in raw_arrivals(), ops in prop::collection::vec(any::<u8>(), 1..8),
     ) {
-        let window = FixedWindow::new(limit, period).unwrap();
-        let reference = Windows { limit, period, sliding: false, counts: HashMap::new() };
-        matches(&window, reference, &steps(&raw, &ops, period, limit));
-    }
-
-    #[test]
-    fn sliding_counter_refund_and_take_match_definition(
-        limit in limit(1000), period in small_period(),
-        raw in raw_arrivals(), ops in prop::collection::vec(any::<u8>(), 1..8),
-    ) {
-        let counter = SlidingCounter::new(limit, period).unwrap();
-        let reference = Windows { limit, period, sliding: true, counts: HashMap::new() };
-        matches(&counter, reference, &steps(&raw, &ops, period, limit));
+        let steps = steps(&raw, &ops, period, limit);
+        let reference = |sliding| Windows { limit, period, sliding, counts: HashMap::new() };
+        matches(&FixedWindow::new(limit, period).unwrap(), reference(false), &steps);
+        matches(&SlidingCounter::new(limit, period).unwrap(), reference(true), &steps);
     }
 }
 

@@ -15,13 +15,7 @@ fn reference(limit: u64, period: Ticks, arrivals: &[(Ticks, u64)]) -> Vec<(bool,
         .iter()
         .map(|&(now, cost)| {
             let window = now / period;
-            let sum = |w: u64| -> u64 {
-                admitted
-                    .iter()
-                    .filter(|a| a.0 / period == w)
-                    .map(|a| a.1)
-                    .sum()
-            };
+            let sum = |w: u64| cost_where(&admitted, |t| t / period == w);
             let prev = if window > 0 { sum(window - 1) } else { 0 };
             let cur = sum(window);
             let weight = u128::from(period - now % period);
@@ -46,19 +40,17 @@ fn reference(limit: u64, period: Ticks, arrivals: &[(Ticks, u64)]) -> Vec<(bool,
 proptest! {
     #[test]
     fn matches_definition(limit in prop_oneof![1..=4u64, 1..=100u64], period in period(), raw in raw_arrivals()) {
-        let alg = SlidingCounter::new(limit, period).unwrap();
         let arrivals = arrivals(&raw, period, limit);
-        let decisions = run(&alg, 10 * period, &arrivals);
-        prop_assert_eq!(outcomes(&decisions), reference(limit, period, &arrivals));
+        let alg = SlidingCounter::new(limit, period).unwrap();
+        prop_assert_eq!(decided(&alg, period, &arrivals), reference(limit, period, &arrivals));
     }
 
     /// The same in the last periods before `MAX_TICKS`, windows still aligned to tick 0.
     #[test]
     fn matches_definition_at_the_top(limit in prop_oneof![1..=4u64, 1..=100u64], period in period(), raw in raw_arrivals(), end in top_end()) {
-        let alg = SlidingCounter::new(limit, period).unwrap();
         let arrivals = at_the_top(&arrivals(&raw, period, limit), 1, period, end);
-        let decisions = run(&alg, 10 * period, &arrivals);
-        prop_assert_eq!(outcomes(&decisions), reference(limit, period, &arrivals));
+        let alg = SlidingCounter::new(limit, period).unwrap();
+        prop_assert_eq!(decided(&alg, period, &arrivals), reference(limit, period, &arrivals));
     }
 
     #[test]
@@ -71,14 +63,10 @@ proptest! {
     /// `2 × limit` in any sliding window of one period.
     #[test]
     fn error_bound(limit in 1..50u64, period in 1..1000u64, raw in raw_arrivals()) {
-        let alg = SlidingCounter::new(limit, period).unwrap();
-        let arrivals = arrivals(&raw, period, limit);
-        let admitted = admitted(&arrivals, &run(&alg, 10 * period, &arrivals));
+        let admitted = admitted_by(&SlidingCounter::new(limit, period).unwrap(), period, limit, &raw);
         for &(end, _) in &admitted {
-            let aligned: u64 = admitted.iter().filter(|a| a.0 / period == end / period).map(|a| a.1).sum();
-            prop_assert!(aligned <= limit);
-            let sliding: u64 = admitted.iter().filter(|a| a.0 <= end && a.0 + period > end).map(|a| a.1).sum();
-            prop_assert!(sliding < 2 * limit);
+            prop_assert!(cost_where(&admitted, |t| t / period == end / period) <= limit);
+            prop_assert!(cost_where(&admitted, |t| t <= end && t + period > end) < 2 * limit);
         }
     }
 }

@@ -2,37 +2,10 @@ mod common;
 
 use common::*;
 use proptest::prelude::*;
-use tollgate_core::{Algorithm, ParamError, Ticks, TokenBucket, MILLISECOND, SECOND};
+use tollgate_core::{Algorithm, ParamError, TokenBucket, MILLISECOND, SECOND};
 
-/// The definition with exact rationals: tokens `min(B, tokens + elapsed · R / P)`,
-/// starting full; admit iff tokens ≥ cost, then subtract. Tokens are kept in units of
-/// `1 / P`.
-fn reference(
-    capacity: u64,
-    rate: u64,
-    period: Ticks,
-    arrivals: &[(Ticks, u64)],
-) -> Vec<(bool, u64)> {
-    let p = u128::from(period);
-    let cap = u128::from(capacity) * p;
-    let mut tokens = Level {
-        scaled: cap,
-        at: arrivals[0].0,
-    };
-    arrivals
-        .iter()
-        .map(|&(now, cost)| {
-            tokens.flow(now, rate, cap, true);
-            let allowed = tokens.scaled >= u128::from(cost) * p;
-            if allowed {
-                tokens.scaled -= u128::from(cost) * p;
-            }
-            (allowed, u64::try_from(tokens.scaled / p).unwrap())
-        })
-        .collect()
-}
-
-bucket_properties!(TokenBucket, reference);
+// Decided as tokens refilled and taken (see `bucket_reference`).
+bucket_properties!(TokenBucket, filling = true);
 
 proptest! {
     /// A reservation is admitted iff the request would be admitted by waiting at most

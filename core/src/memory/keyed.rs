@@ -677,8 +677,14 @@ impl<A: Reserve, C: Clock, H: BuildHasher> Limiter for KeyedLimiter<Vec<u8>, A, 
 impl<K, A: Algorithm, C: Clock, H> KeyedLimiter<K, A, C, H> {
     /// The time to decide `request` at: its own, or the clock's.
     fn time(&self, request: &Request<'_>) -> Result<Ticks, ParamError> {
-        request.now.map_or_else(|| Ok(self.clock.now()), check_now)
+        time(request.now, &self.clock)
     }
+}
+
+/// The time a host request acts at: its own `now` (refused beyond
+/// [`MAX_TICKS`](crate::MAX_TICKS)), or else `clock`'s.
+pub(super) fn time(now: Option<Ticks>, clock: &impl Clock) -> Result<Ticks, ParamError> {
+    now.map_or_else(|| Ok(clock.now()), check_now)
 }
 
 /// How `max_keys` (at least one) are split into shards: about four shards per core and

@@ -1,10 +1,32 @@
 //! Shared by the algorithm tests: random arrival sequences and the checks every
-//! algorithm's decisions must pass whatever its definition.
+//! algorithm's decisions must pass whatever its definition; and by the lease tests, the
+//! bounds a wake is held to.
 #![allow(dead_code, unused_macros)]
+
+use std::time::Duration;
 
 use proptest::prelude::*;
 use tollgate_core::limits::MAX_PERIOD;
 use tollgate_core::{Algorithm, Decision, Ticks, MAX_TICKS};
+
+/// How late a wake may be on a loaded machine (the many-thread tests run beside the
+/// lease tests): still far from what it is told apart from, a timeout of 5 s or more, a
+/// 60 s lease.
+pub const LATE: Duration = Duration::from_secs(1);
+/// Long enough that no lease expires during a test on the real clock.
+pub const LONG: Ticks = 60 * tollgate_core::SECOND;
+
+/// Checks the latencies of 20 waiters woken by a release (`what` names them in the
+/// report): the median under 20 ms, the slowest under [`LATE`].
+pub fn assert_prompt_wakes(what: &str, mut latencies: Vec<Duration>) {
+    latencies.sort();
+    println!(
+        "{what} wake latency over 20 releases: median {:?}, max {:?}",
+        latencies[10], latencies[19]
+    );
+    assert!(latencies[10] < Duration::from_millis(20), "{latencies:?}");
+    assert!(latencies[19] < LATE, "{latencies:?}");
+}
 
 /// One random request: a gap before it and a cost, as raw numbers that [`arrivals`]
 /// scales to the parameters under test.
@@ -176,6 +198,31 @@ pub fn admitted(arrivals: &[(Ticks, u64)], decisions: &[Decision]) -> Vec<(Ticks
         .collect()
 }
 
+/// `alg`'s admissions over the arrivals drawn from `raw` (see [`arrivals`]).
+pub fn admitted_by<A: Algorithm>(
+    alg: &A,
+    period: Ticks,
+    limit: u64,
+    raw: &[RawArrival],
+) -> Vec<(Ticks, u64)> {
+    let arrivals = arrivals(raw, period, limit);
+    admitted(&arrivals, &run(alg, 10 * period, &arrivals))
+}
+
+/// The cost admitted at the instants `when` selects.
+pub fn cost_where(admitted: &[(Ticks, u64)], when: impl Fn(Ticks) -> bool) -> u64 {
+    admitted.iter().filter(|a| when(a.0)).map(|a| a.1).sum()
+}
+
+/// `alg`'s `(allowed, remaining)` over `arrivals`, to hold beside a reference model's.
+pub fn decided<A: Algorithm>(
+    alg: &A,
+    period: Ticks,
+    arrivals: &[(Ticks, u64)],
+) -> Vec<(bool, u64)> {
+    outcomes(&run(alg, 10 * period, arrivals))
+}
+
 /// Bucket parameters across the whole range; `None` where they exceed the horizon,
 /// which the constructor must then refuse.
 pub fn bucket_params() -> impl Strategy<Value = (u64, u64, Ticks)> {
@@ -210,6 +257,45 @@ impl Level {
     }
 }
 
+/// A bucket by its definition, with exact rationals: its level is kept in units of
+/// `1 / P`. A token bucket (`filling`) starts full of tokens `min(C, t + elapsed · R / P)`
+/// and admits iff `t ≥ cost`, then subtracts it; a leaky bucket starts empty of water
+/// `max(0, w − elapsed · R / P)` and admits iff `w + cost ≤ C`, then pours it in.
+/// `remaining` is the tokens, or the room above the water.
+pub fn bucket_reference(
+    filling: bool,
+    (capacity, rate, period): (u64, u64, Ticks),
+    arrivals: &[(Ticks, u64)],
+) -> Vec<(bool, u64)> {
+    let p = u128::from(period);
+    let cap = u128::from(capacity) * p;
+    let mut level = Level {
+        scaled: if filling { cap } else { 0 },
+        at: arrivals[0].0,
+    };
+    arrivals
+        .iter()
+        .map(|&(now, cost)| {
+            level.flow(now, rate, cap, filling);
+            let cost = u128::from(cost) * p;
+            let room = |level: &Level| {
+                if filling {
+                    level.scaled
+                } else {
+                    cap - level.scaled
+                }
+            };
+            let allowed = cost <= room(&level);
+            if allowed && filling {
+                level.scaled -= cost;
+            } else if allowed {
+                level.scaled += cost;
+            }
+            (allowed, u64::try_from(room(&level) / p).unwrap())
+        })
+        .collect()
+}
+
 /// `(allowed, remaining)` of each decision: what the reference models predict.
 pub fn outcomes(decisions: &[Decision]) -> Vec<(bool, u64)> {
     decisions.iter().map(|d| (d.allowed, d.remaining)).collect()
@@ -226,11 +312,7 @@ pub fn window_reference(
     arrivals
         .iter()
         .map(|&(now, cost)| {
-            let used: u64 = admitted
-                .iter()
-                .filter(|a| counts(now, a.0))
-                .map(|a| a.1)
-                .sum();
+            let used = cost_where(&admitted, |t| counts(now, t));
             let allowed = used + cost <= limit;
             if allowed {
                 admitted.push((now, cost));
@@ -245,11 +327,7 @@ pub fn window_reference(
 pub fn assert_rate_bound(admitted: &[(Ticks, u64)], capacity: u64, rate: u64, period: Ticks) {
     for &(a, _) in admitted {
         for &(b, _) in admitted.iter().filter(|x| x.0 >= a) {
-            let total: u64 = admitted
-                .iter()
-                .filter(|x| x.0 >= a && x.0 <= b)
-                .map(|x| x.1)
-                .sum();
+            let total = cost_where(admitted, |t| t >= a && t <= b);
             let bound =
                 u128::from(capacity) * u128::from(period) + u128::from(b - a) * u128::from(rate);
             assert!(
@@ -260,15 +338,15 @@ pub fn assert_rate_bound(admitted: &[(Ticks, u64)], capacity: u64, rate: u64, pe
     }
 }
 
-/// A bucket against its reference model: built iff within the horizon, and then the
-/// same `(allowed, remaining)` for every arrival; with `top`, over arrivals moved to
-/// the top of the time range by [`at_the_top`].
+/// A bucket against [`bucket_reference`] (of tokens if `filling`, else of water): built
+/// iff within the horizon, and then the same `(allowed, remaining)` for every arrival;
+/// with `top`, over arrivals moved to the top of the time range by [`at_the_top`].
 pub fn bucket_matches<A: Algorithm>(
     built: Result<A, tollgate_core::ParamError>,
     (capacity, rate, period): (u64, u64, Ticks),
     raw: &[RawArrival],
     top: Option<u64>,
-    reference: impl Fn(u64, u64, Ticks, &[(Ticks, u64)]) -> Vec<(bool, u64)>,
+    filling: bool,
 ) {
     assert_eq!(built.is_ok(), within_horizon(capacity, rate, period));
     if let Ok(alg) = built {
@@ -276,10 +354,9 @@ pub fn bucket_matches<A: Algorithm>(
         if let Some(end) = top {
             arrivals = at_the_top(&arrivals, 1, period, end);
         }
-        let decisions = run(&alg, 10 * period, &arrivals);
         assert_eq!(
-            outcomes(&decisions),
-            reference(capacity, rate, period, &arrivals)
+            decided(&alg, period, &arrivals),
+            bucket_reference(filling, (capacity, rate, period), &arrivals)
         );
     }
 }
@@ -290,26 +367,25 @@ pub fn bucket_bounded<A: Algorithm>(
     (capacity, rate, period): (u64, u64, Ticks),
     raw: &[RawArrival],
 ) {
-    let arrivals = arrivals(raw, period, capacity);
-    let admitted = admitted(&arrivals, &run(alg, 10 * period, &arrivals));
+    let admitted = admitted_by(alg, period, capacity, raw);
     assert_rate_bound(&admitted, capacity, rate, period);
 }
 
 /// The properties the token and the leaky bucket share: built iff within the horizon and
-/// then decided as `$reference` (also in the last periods before `MAX_TICKS`, where
+/// then decided as [`bucket_reference`] (of tokens if `$filling`; also in the last periods before `MAX_TICKS`, where
 /// nothing saturates), and in any interval `[a, b]` at most `C + (b − a) · R / P`
 /// admitted.
 macro_rules! bucket_properties {
-    ($bucket:ident, $reference:expr) => {
+    ($bucket:ident, filling = $filling:expr) => {
         proptest! {
             #[test]
             fn matches_definition(params in bucket_params(), raw in raw_arrivals()) {
-                bucket_matches($bucket::new(params.0, params.1, params.2), params, &raw, None, $reference);
+                bucket_matches($bucket::new(params.0, params.1, params.2), params, &raw, None, $filling);
             }
 
             #[test]
             fn matches_definition_at_the_top(params in bucket_params(), raw in raw_arrivals(), end in top_end()) {
-                bucket_matches($bucket::new(params.0, params.1, params.2), params, &raw, Some(end), $reference);
+                bucket_matches($bucket::new(params.0, params.1, params.2), params, &raw, Some(end), $filling);
             }
 
             #[test]
@@ -322,3 +398,47 @@ macro_rules! bucket_properties {
 // Used by the bucket tests only, like the rest of this module.
 #[allow(unused_imports)]
 pub(crate) use bucket_properties;
+
+/// A window against [`window_reference`] with `counts` (whether an admission at `t`
+/// counts against a request at `now`) over the arrivals drawn from `raw`, and never more
+/// than `limit` admitted in the window of any admission.
+pub fn window_holds<A: Algorithm>(
+    alg: &A,
+    (limit, period): (u64, Ticks),
+    raw: &[RawArrival],
+    counts: impl Fn(Ticks, Ticks) -> bool,
+) {
+    let arrivals = arrivals(raw, period, limit);
+    let decisions = run(alg, 10 * period, &arrivals);
+    assert_eq!(
+        outcomes(&decisions),
+        window_reference(limit, &arrivals, &counts)
+    );
+    let admitted = admitted(&arrivals, &decisions);
+    for &(end, _) in &admitted {
+        let total = cost_where(&admitted, |t| t <= end && counts(end, t));
+        assert!(total <= limit, "{total} admitted in the window of {end}");
+    }
+}
+
+/// The properties the fixed window and the sliding log share ([`window_holds`], with
+/// `$counts(period)` saying what counts), with limits up to `$max` and with small ones
+/// where the bound bites.
+macro_rules! window_properties {
+    ($window:ident, $max:expr, $counts:expr) => {
+        proptest! {
+            #[test]
+            fn matches_definition(limit in limit($max), period in period(), raw in raw_arrivals()) {
+                window_holds(&$window::new(limit, period).unwrap(), (limit, period), &raw, $counts(period));
+            }
+
+            #[test]
+            fn never_more_than_limit_in_its_window(limit in 1..50u64, period in 1..1000u64, raw in raw_arrivals()) {
+                window_holds(&$window::new(limit, period).unwrap(), (limit, period), &raw, $counts(period));
+            }
+        }
+    };
+}
+// Used by the window tests only, like the rest of this module.
+#[allow(unused_imports)]
+pub(crate) use window_properties;

@@ -16,10 +16,11 @@ use super::error::{AcquireError, Released};
 use super::guard::HostRef;
 use super::guard::{Held, Host, LeaseGuard, Owner};
 use super::wait::Waitable;
-use crate::memory::keyed::{layout, shard_index};
+use crate::memory::keyed::{layout, shard_index, time};
 use crate::memory::KeyHasher;
 use crate::{
-    Clock, Concurrency, Decision, Grant, Lease, LeaseError, LeaseState, MonotonicClock, Ticks,
+    Acquired, Clock, Concurrency, Decision, Grant, Lease, LeaseError, LeaseHost, LeaseRequest,
+    LeaseState, MonotonicClock, Ticks,
 };
 
 /// Shards never sweep below this many keys: small tables are cheap to keep.
@@ -153,8 +154,9 @@ impl<K: Hash + Eq + Send, C: Clock + Sync, H: BuildHasher + Sync> KeyedLeases<K,
         let owner = Owner::new(owner)?;
         let hash = self.hasher.hash_one(key);
         let shard = self.shard(hash);
-        let attempt =
-            |shard: &mut Shard<K>, read| self.attempt(shard, read, hash, key, owner.bytes(), ttl);
+        let attempt = |shard: &mut Shard<K>, read| {
+            granted(self.attempt(shard, read, hash, key, owner.bytes(), ttl))
+        };
         // The clock is read before locking, to keep the lock short.
         let read = self.clock.now();
         let first = attempt(&mut shard.lock(), read);
@@ -224,12 +226,15 @@ impl<K: Hash + Eq + Send, C: Clock + Sync, H: BuildHasher + Sync> KeyedLeases<K,
             .wait_async(
                 timeout,
                 || self.clock.now(),
-                |shard, read| self.attempt(shard, read, hash, key, owner.bytes(), ttl),
+                |shard, read| granted(self.attempt(shard, read, hash, key, owner.bytes(), ttl)),
             )
             .await?;
         Ok((owner, grant))
     }
 
+    /// Acquires for `owner` on `key` in its locked `shard` at `read` (or the shard's
+    /// later time, see [`advance`]): a denial, or a shard full of keys in use, is an
+    /// answer; only a parameter, holds or tokens out of range is an error.
     fn attempt<Q>(
         &self,
         shard: &mut Shard<K>,
@@ -238,20 +243,23 @@ impl<K: Hash + Eq + Send, C: Clock + Sync, H: BuildHasher + Sync> KeyedLeases<K,
         key: &Q,
         owner: &[u8],
         ttl: Ticks,
-    ) -> Result<Grant, AcquireError>
+    ) -> Result<Acquired, LeaseError>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let now = advance(&mut shard.now, read);
         if let Some(entry) = shard.table.find_mut(hash, |e| e.key.borrow() == key) {
-            return grant(&self.concurrency, &mut entry.state, now, owner, ttl);
+            return self
+                .concurrency
+                .acquire_in(&mut entry.state, now, owner, ttl);
         }
+        // A fresh key is always granted (or refused for a parameter): it needs room.
         let mut state = LeaseState::default();
-        let granted = grant(&self.concurrency, &mut state, now, owner, ttl)?;
+        let acquired = self.concurrency.acquire_in(&mut state, now, owner, ttl)?;
         if let Err(retry) = shard.make_room(now) {
-            let max = self.concurrency.max();
-            return Err(AcquireError::Busy(Decision::deny(max, 0, Some(retry), 0)));
+            let full = Decision::deny(self.concurrency.max(), 0, Some(retry), 0);
+            return Ok(Acquired::new(full, None));
         }
         let entry = Entry {
             hash,
@@ -259,21 +267,21 @@ impl<K: Hash + Eq + Send, C: Clock + Sync, H: BuildHasher + Sync> KeyedLeases<K,
             state,
         };
         shard.table.insert_unique(hash, entry, |e| e.hash);
-        Ok(granted)
+        Ok(acquired)
     }
 
     /// A lease on `key` for `owner` for `ttl` ticks now, held by the owner rather than
     /// by a guard: until [`release_by`](Self::release_by) gives it back (as often as it
     /// was acquired) or it expires. For hosts whose callers hold a lease across calls
-    /// (a service); a lease acquired again by its owner is re-entered.
+    /// (a service); a lease acquired again by its owner is re-entered. The
+    /// [`LeaseHost`] operations do the same with the time given by name.
     pub fn acquire_by<Q>(&self, key: &Q, owner: &[u8], ttl: Ticks) -> Result<Grant, AcquireError>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let hash = self.hasher.hash_one(key);
-        let read = self.clock.now();
-        self.attempt(&mut self.shard(hash).lock(), read, hash, key, owner, ttl)
+        let (hash, read) = (self.hasher.hash_one(key), self.clock.now());
+        granted(self.attempt(&mut self.shard(hash).lock(), read, hash, key, owner, ttl))
     }
 
     /// Gives back one hold of `owner`'s lease on `key`: the lease as it stands (`holds`
@@ -283,7 +291,16 @@ impl<K: Hash + Eq + Send, C: Clock + Sync, H: BuildHasher + Sync> KeyedLeases<K,
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.with_state(key, true, |state, now| {
+        self.release_at(key, self.clock.now(), owner)
+    }
+
+    /// [`release_by`](Self::release_by) at `read` (or the shard's later time).
+    fn release_at<Q>(&self, key: &Q, read: Ticks, owner: &[u8]) -> Released
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.with_state(key, read, |state, now| {
             self.concurrency.release_in(state, now, owner)
         })
     }
@@ -295,7 +312,16 @@ impl<K: Hash + Eq + Send, C: Clock + Sync, H: BuildHasher + Sync> KeyedLeases<K,
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.with_state(key, true, |state, now| {
+        self.renew_at(key, self.clock.now(), owner, ttl)
+    }
+
+    /// [`renew_by`](Self::renew_by) at `read` (or the shard's later time).
+    fn renew_at<Q>(&self, key: &Q, read: Ticks, owner: &[u8], ttl: Ticks) -> Released
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.with_state(key, read, |state, now| {
             self.concurrency.renew_in(state, now, owner, ttl)
         })
     }
@@ -351,25 +377,26 @@ impl<K: Hash + Eq + Send, C: Clock + Sync, H: BuildHasher + Sync> KeyedLeases<K,
         &self.shards[shard_index(hash, self.shard_bits)]
     }
 
-    /// Applies `op` to `key`'s state (if it has one) at the shard's time, after reading
-    /// the clock if `read_clock`; drops the key if that leaves it fresh.
+    /// Applies `op` to `key`'s state at `read` (or the shard's later time, see
+    /// [`advance`]); drops the key if that leaves it fresh. A key not held gets a fresh
+    /// state, not stored: `op` refuses a bad parameter before saying the lease is not
+    /// held, as the pure transitions do.
     fn with_state<Q>(
         &self,
         key: &Q,
-        read_clock: bool,
+        read: Ticks,
         op: impl FnOnce(&mut LeaseState, Ticks) -> Released,
     ) -> Released
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let read = if read_clock { self.clock.now() } else { 0 };
         let hash = self.hasher.hash_one(key);
         let waitable = self.shard(hash);
         let mut shard = waitable.lock();
         let now = advance(&mut shard.now, read);
         let Ok(mut entry) = shard.table.find_entry(hash, |e| e.key.borrow() == key) else {
-            return Err(LeaseError::NotHeld);
+            return op(&mut LeaseState::default(), now);
         };
         let done = op(&mut entry.get_mut().state, now);
         if entry.get().state.is_fresh(now) {
@@ -388,15 +415,51 @@ where
     H: BuildHasher + Sync,
 {
     fn release(&self, key: &K, held: &Held<'_>, read_clock: bool) -> Released {
-        self.with_state(key, read_clock, |state, now| {
+        let read = if read_clock { self.clock.now() } else { 0 };
+        self.with_state(key, read, |state, now| {
             give_back(&self.concurrency, state, now, held.owner, held.token)
         })
     }
 
     fn renew(&self, key: &K, held: &Held<'_>, ttl: Ticks) -> Released {
-        self.with_state(key, true, |state, now| {
+        self.with_state(key, self.clock.now(), |state, now| {
             extend(&self.concurrency, state, now, held.owner, held.token, ttl)
         })
+    }
+}
+
+/// The lease contract on byte keys. A request with its own `now` acts at that time
+/// (refused beyond [`MAX_TICKS`](crate::MAX_TICKS)), one without at the clock's; a key
+/// acted on at both acts at the later of the two, so a fencing token never repeats. A
+/// denial, and a table full of keys in use, is an [`Acquired`] without a grant.
+impl<C, H> LeaseHost for KeyedLeases<Vec<u8>, C, H>
+where
+    C: Clock + Sync,
+    H: BuildHasher + Sync,
+{
+    type Error = LeaseError;
+
+    fn acquire(&self, r: &LeaseRequest<'_>) -> Result<Acquired, LeaseError> {
+        let LeaseRequest {
+            key,
+            owner,
+            ttl,
+            now,
+        } = *r;
+        let (hash, read) = (self.hasher.hash_one(key), time(now, &self.clock)?);
+        self.attempt(&mut self.shard(hash).lock(), read, hash, key, owner, ttl)
+    }
+
+    fn release(&self, r: &LeaseRequest<'_>) -> Result<Grant, LeaseError> {
+        self.release_at(r.key, time(r.now, &self.clock)?, r.owner)
+    }
+
+    fn renew(&self, r: &LeaseRequest<'_>) -> Result<Grant, LeaseError> {
+        self.renew_at(r.key, time(r.now, &self.clock)?, r.owner, r.ttl)
+    }
+
+    fn state(&self, key: &[u8]) -> Result<Option<LeaseState>, LeaseError> {
+        Ok(KeyedLeases::state(self, key))
     }
 }
 
@@ -409,15 +472,10 @@ impl<K, C, H> fmt::Debug for KeyedLeases<K, C, H> {
     }
 }
 
-/// Grants `owner` a lease on `state` at `now`, or says when to retry.
-fn grant(
-    concurrency: &Concurrency,
-    state: &mut LeaseState,
-    now: Ticks,
-    owner: &[u8],
-    ttl: Ticks,
-) -> Result<Grant, AcquireError> {
-    let acquired = concurrency.acquire_in(state, now, owner, ttl)?;
+/// The lease `acquired` granted, or [`AcquireError::Busy`] with the denial: what a
+/// caller that waits for a grant needs.
+fn granted(acquired: Result<Acquired, LeaseError>) -> Result<Grant, AcquireError> {
+    let acquired = acquired?;
     acquired.grant.ok_or(AcquireError::Busy(acquired.decision))
 }
 

@@ -63,12 +63,9 @@ impl<T> Waitable<T> {
         loop {
             // Registered before the attempt: a release after it sees the waiter.
             let waiting = Waiting::new(&self.waiting);
-            let denied = match attempt(&mut value, read()) {
-                Err(AcquireError::Busy(denied)) => denied,
-                done => return done,
-            };
-            let Some(pause) = deadline.pause(&denied) else {
-                return Err(AcquireError::Busy(denied));
+            let pause = match deadline.after(attempt(&mut value, read())) {
+                Ok(pause) => pause,
+                Err(done) => return done,
             };
             value = self
                 .freed
@@ -94,12 +91,9 @@ impl<T> Waitable<T> {
             notified.as_mut().enable();
             let _waiting = Waiting::new(&self.waiting);
             let now = read();
-            let denied = match attempt(&mut self.lock(), now) {
-                Err(AcquireError::Busy(denied)) => denied,
-                done => return done,
-            };
-            let Some(pause) = deadline.pause(&denied) else {
-                return Err(AcquireError::Busy(denied));
+            let pause = match deadline.after(attempt(&mut self.lock(), now)) {
+                Ok(pause) => pause,
+                Err(done) => return done,
             };
             let _ = tokio::time::timeout(pause, notified).await;
         }
@@ -119,9 +113,24 @@ impl Deadline {
         Self { timeout, at: None }
     }
 
+    /// How long to sleep after an attempt that was denied, or else (granted, failed, or
+    /// the deadline passed) what the wait returns: the attempt's answer.
+    fn after<R>(
+        &mut self,
+        attempt: Result<R, AcquireError>,
+    ) -> Result<Duration, Result<R, AcquireError>> {
+        match attempt {
+            Err(AcquireError::Busy(denied)) => match self.pause(&denied) {
+                Some(pause) => Ok(pause),
+                None => Err(Err(AcquireError::Busy(denied))),
+            },
+            done => Err(done),
+        }
+    }
+
     /// How long to sleep after `denied`: until the earliest lease expires or the
     /// deadline, `None` once the deadline has passed.
-    pub(super) fn pause(&mut self, denied: &Decision) -> Option<Duration> {
+    fn pause(&mut self, denied: &Decision) -> Option<Duration> {
         if self.timeout.is_zero() {
             return None;
         }
