@@ -12,7 +12,7 @@
 //! fresh (and may be deleted) only once no lease is held *and* `now` has passed its last
 //! token, so the next grant on a fresh key, at a later `now`, gets a larger token. This
 //! holds as long as the hosts' clock does not go back by more than the key's lifetime
-//! (see docs/in-process.md, "Fencing tokens", for what could break it).
+//! (see docs/leases.md#fencing-tokens for what could break it).
 
 use alloc::vec::Vec;
 

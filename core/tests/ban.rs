@@ -90,9 +90,9 @@ proptest! {
     }
 }
 
-/// Seed 001: a client far over its limit is shut out for a while.
+/// A client far over its limit is shut out for a while.
 #[test]
-fn seed_ban_after_hammering() {
+fn ban_after_hammering() {
     let alg = Ban::new(
         FixedWindow::new(5, SECOND).unwrap(),
         10,

@@ -78,7 +78,7 @@ fn counts_per_aligned_window() {
     let (d, _) = alg.decide(state, 999_999, 1);
     assert!(!d.allowed);
     assert_eq!(d.retry_after, Some(1));
-    // The boundary burst the seeds warn about: the next window starts afresh.
+    // The boundary burst fixed windows are known for: the next window starts afresh.
     let (d, _) = alg.decide(state, SECOND, 3);
     assert!(d.allowed);
 }

@@ -7,9 +7,9 @@ use tollgate_core::{Algorithm, LeakyBucket, SECOND};
 // Decided as water poured in and leaking out (see `bucket_reference`).
 bucket_properties!(LeakyBucket, filling = false);
 
-/// Seed 002's funnel: capacity 15 leaking 0.5 per second, called 20 times at once.
+/// The funnel example: a funnel of capacity 15 leaking 0.5 per second, called 20 times at once.
 #[test]
-fn seed_funnel_of_fifteen() {
+fn funnel_of_fifteen() {
     let funnel = LeakyBucket::new(15, 1, 2 * SECOND).unwrap();
     let mut state = None;
     let mut allowed = Vec::new();
@@ -25,10 +25,10 @@ fn seed_funnel_of_fifteen() {
     assert_eq!(d.reset_after, 30 * SECOND);
 }
 
-/// Seed 002's `CL.THROTTLE laoqian:reply 15 30 60`: limit 16, remaining 15, reset 2 s,
+/// The funnel as redis-cell's `CL.THROTTLE laoqian:reply 15 30 60`: limit 16, remaining 15, reset 2 s,
 /// exact to the microsecond.
 #[test]
-fn seed_cl_throttle() {
+fn funnel_as_cl_throttle() {
     let cell = LeakyBucket::redis_cell(15, 30, 60 * SECOND).unwrap();
     let (d, mut state) = cell.decide(None, 0, 1);
     assert_eq!(d.cl_throttle_reply(), [0, 16, 15, -1, 2 * SECOND as i64]);

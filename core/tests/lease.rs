@@ -1,6 +1,7 @@
 //! Leases: a reference model written from the definition, proptests of the invariants
 //! (at most `max` held, owner isolation, expiry, reentrancy, fencing tokens that never
-//! repeat, also across deletions of the key) and the seeds' scenarios.
+//! repeat, also across deletions of the key) and the classic lock scenarios (the
+//! `SET NX PX` recipe).
 
 use std::collections::BTreeMap;
 
@@ -306,7 +307,7 @@ proptest! {
 
 #[test]
 fn a_crashed_holder_returns_its_lease_after_ttl_and_not_before() {
-    // Seed 004: `SET lock owner NX PX 30000`, the holder dies without releasing.
+    // The `SET NX PX` lock recipe: `SET lock owner NX PX 30000`, the holder dies without releasing.
     let lock = Concurrency::lock();
     let (a, state) = lock.acquire(None, 1_000, b"a", 30_000).unwrap();
     let a = a.grant.unwrap();

@@ -37,9 +37,9 @@ proptest! {
     }
 }
 
-/// Seed 000's multi-permit acquire: `max_permits` 10 refilled at 5 per second.
+/// The multi-permit acquire of a policy service: `max_permits` 10 refilled at 5 per second.
 #[test]
-fn seed_multi_permit_acquire() {
+fn multi_permit_acquire() {
     let bucket = TokenBucket::new(10, 5, SECOND).unwrap();
     let (d, state) = bucket.decide(None, 0, 4);
     assert!(d.allowed);
