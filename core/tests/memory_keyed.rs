@@ -3,7 +3,6 @@
 mod common;
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 
 use common::*;
@@ -113,24 +112,6 @@ fn fresh_keys_are_dropped() {
     assert_eq!(limiter.sweep(), 500);
     assert!(limiter.is_empty());
     assert_eq!(limiter.evicted(), 0);
-}
-
-/// Sends every key to one shard, so the test sees that shard's eviction order.
-#[derive(Debug, Clone, Copy, Default)]
-struct OneShard;
-
-impl BuildHasher for OneShard {
-    type Hasher = OneShard;
-    fn build_hasher(&self) -> OneShard {
-        OneShard
-    }
-}
-
-impl Hasher for OneShard {
-    fn finish(&self) -> u64 {
-        0
-    }
-    fn write(&mut self, _: &[u8]) {}
 }
 
 /// A bucket of 1000 per second for each of at most 1000 keys, all in one shard (which

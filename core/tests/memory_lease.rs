@@ -7,7 +7,7 @@ mod common;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Barrier;
 
-use common::{assert_prompt_wakes, LATE, LONG};
+use common::{assert_prompt_wakes, OneShard, LATE, LONG};
 use proptest::prelude::*;
 use std::time::{Duration, Instant};
 
@@ -275,6 +275,63 @@ fn keyed_memory_is_bounded_and_never_evicts_a_key_in_use() {
     assert_eq!(leases.sweep(), 1);
     assert!(leases.is_empty());
     assert!(leases.try_acquire(&1u32, None, 100).unwrap().token() > first);
+}
+
+/// A table filled with long leases (one app taking every key) refuses a new key after
+/// one sweep, then answers each refusal without another until the earliest lease could
+/// expire: a refusal costs about what a grant does, not a scan of the table. A release
+/// brings that instant forward; an expiry admits a new key.
+#[test]
+fn a_full_lease_table_refuses_without_sweeping_until_a_lease_can_end() {
+    let leases = KeyedLeases::with_hasher(
+        Concurrency::lock(),
+        1 << 19,
+        ManualClock::new(SECOND),
+        OneShard,
+    );
+    assert_eq!(leases.capacity(), 1 << 19);
+    let clock = leases.clock();
+    // Fill the one shard every key goes to, key k held for `LONG + k`.
+    let started = Instant::now();
+    let mut key = 0u64;
+    while leases.acquire_by(&key, b"app", LONG + key).is_ok() {
+        key += 1;
+    }
+    let per_grant = started.elapsed() / u32::try_from(key).unwrap();
+    let held = key;
+    assert_eq!(leases.len() as u64, held);
+    assert_eq!(leases.refused(), 1);
+    // A thousand new keys refused: each told when key 0 could end, none sweeping.
+    let started = Instant::now();
+    for new in held..held + 1000 {
+        let Err(AcquireError::Busy(denied)) = leases.acquire_by(&new, b"app", LONG) else {
+            panic!("a new key in a full table");
+        };
+        assert_eq!(denied.retry_after, Some(LONG));
+    }
+    let per_refusal = started.elapsed() / 1000;
+    println!("{held} keys: {per_grant:?} per grant, {per_refusal:?} per refusal");
+    assert!(
+        per_refusal < 10 * per_grant,
+        "{per_refusal:?} per refusal, {per_grant:?} per grant: refusals sweep {held} keys"
+    );
+    assert_eq!(leases.refused(), 1001);
+    // Released at the tick it was granted, the last key is fresh one tick later.
+    let last = held - 1;
+    assert_eq!(leases.release_by(&last, b"app").unwrap().holds, 0);
+    let Err(AcquireError::Busy(denied)) = leases.acquire_by(&held, b"app", LONG) else {
+        panic!("a new key before the released one is fresh");
+    };
+    assert_eq!(denied.retry_after, Some(1));
+    clock.advance(1);
+    assert!(leases.acquire_by(&held, b"app", LONG).is_ok());
+    // Full again: key 0's lease expires at `LONG` after the fill, and a new key takes
+    // its place.
+    assert!(leases.acquire_by(&(held + 1), b"app", LONG).is_err());
+    clock.advance(LONG - 1);
+    assert!(leases.acquire_by(&(held + 1), b"app", LONG).is_ok());
+    assert_eq!(leases.len() as u64, held);
+    assert_eq!(leases.refused(), 1003);
 }
 
 #[test]

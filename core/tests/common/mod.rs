@@ -442,3 +442,32 @@ macro_rules! window_properties {
 // Used by the window tests only, like the rest of this module.
 #[allow(unused_imports)]
 pub(crate) use window_properties;
+
+/// Sends every key to one shard of a keyed limiter or lease table (spread over that
+/// shard's table), so a test sees one shard's behaviour.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OneShard;
+
+impl std::hash::BuildHasher for OneShard {
+    type Hasher = OneShardHasher;
+    fn build_hasher(&self) -> OneShardHasher {
+        OneShardHasher(0xCBF2_9CE4_8422_2325)
+    }
+}
+
+/// [`OneShard`]'s hasher: the key's bytes, mixed, with the bits that choose a shard
+/// (the ones just below the top seven) cleared.
+#[derive(Debug)]
+pub struct OneShardHasher(u64);
+
+impl std::hash::Hasher for OneShardHasher {
+    fn finish(&self) -> u64 {
+        self.0.wrapping_mul(0x9E37_79B9_7F4A_7C15) & !(0xFFF << 45)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        // FNV-1a.
+        for &byte in bytes {
+            self.0 = (self.0 ^ u64::from(byte)).wrapping_mul(0x0100_0000_01B3);
+        }
+    }
+}

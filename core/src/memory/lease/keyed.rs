@@ -3,6 +3,7 @@
 use core::borrow::Borrow;
 use core::fmt;
 use core::hash::{BuildHasher, Hash};
+use core::sync::atomic::{AtomicU64, Ordering};
 use std::borrow::ToOwned;
 #[cfg(feature = "tokio")]
 use std::sync::Arc;
@@ -42,7 +43,11 @@ fn advance(latest: &mut Ticks, read: Ticks) -> Ticks {
 /// once its state is fresh (nothing held and the clock past its last token, so a later
 /// grant still gets a larger token), at once when a release leaves it fresh and by a
 /// sweep whenever a shard has doubled. A key in use is never evicted: a shard full of
-/// keys in use answers a new key with [`AcquireError::Busy`] until one is fresh.
+/// keys in use answers a new key with [`AcquireError::Busy`] until one is fresh, after
+/// one sweep: the shard remembers when its earliest key is fresh and refuses without
+/// another until then, so a table filled by long leases costs each refusal no more than
+/// a lookup. [`len`](Self::len), [`capacity`](Self::capacity) and
+/// [`refused`](Self::refused) say how full it is.
 pub struct KeyedLeases<K, C = MonotonicClock, H = KeyHasher> {
     concurrency: Concurrency,
     clock: C,
@@ -50,6 +55,9 @@ pub struct KeyedLeases<K, C = MonotonicClock, H = KeyHasher> {
     shards: Vec<Waitable<Shard<K>>>,
     /// `log2(shards.len())`.
     shard_bits: u32,
+    /// The sum of the shards' capacities.
+    capacity: usize,
+    refused: AtomicU64,
 }
 
 #[derive(Debug)]
@@ -60,6 +68,10 @@ struct Shard<K> {
     capacity: usize,
     /// Sweep fresh keys when the table reaches this length.
     sweep_at: usize,
+    /// No key is fresh before this instant: a full table refuses a new key without a
+    /// sweep until then. Set by the sweep that found the table full; a state left with
+    /// an earlier end (a release) lowers it, and a key that goes unfills the table.
+    full_until: Ticks,
 }
 
 #[derive(Debug)]
@@ -71,18 +83,23 @@ struct Entry<K> {
 
 impl<K> Shard<K> {
     /// Makes room for one more key if keys that are fresh can go; otherwise the time
-    /// until the earliest key is fresh.
+    /// until the earliest key is fresh, found by one sweep and then remembered.
     fn make_room(&mut self, now: Ticks) -> Result<(), Ticks> {
         if self.table.len() < self.sweep_at {
             return Ok(());
+        }
+        if self.table.len() >= self.capacity && now < self.full_until {
+            return Err(self.full_until - now);
         }
         self.table.retain(|e| !e.state.is_fresh(now));
         self.sweep_at = (2 * self.table.len()).max(MIN_SWEEP).min(self.capacity);
         if self.table.len() < self.capacity {
             return Ok(());
         }
+        // Full of keys in use, each fresh after `now` (a capacity is at least one).
         let earliest = self.table.iter().map(|e| e.state.fresh_at()).min();
-        Err(earliest.map_or(1, |t| t.saturating_sub(now)))
+        self.full_until = earliest.unwrap_or(now).max(now.saturating_add(1));
+        Err(self.full_until - now)
     }
 }
 
@@ -112,6 +129,7 @@ impl<K: Hash + Eq + Send, C: Clock + Sync, H: BuildHasher + Sync> KeyedLeases<K,
                     now: 0,
                     capacity,
                     sweep_at: MIN_SWEEP.min(capacity),
+                    full_until: 0,
                 })
             })
             .collect();
@@ -121,6 +139,8 @@ impl<K: Hash + Eq + Send, C: Clock + Sync, H: BuildHasher + Sync> KeyedLeases<K,
             hasher,
             shards,
             shard_bits,
+            capacity: max_keys.max(1),
+            refused: AtomicU64::new(0),
         }
     }
 
@@ -258,6 +278,7 @@ impl<K: Hash + Eq + Send, C: Clock + Sync, H: BuildHasher + Sync> KeyedLeases<K,
         let mut state = LeaseState::default();
         let acquired = self.concurrency.acquire_in(&mut state, now, owner, ttl)?;
         if let Err(retry) = shard.make_room(now) {
+            self.refused.fetch_add(1, Ordering::Relaxed);
             let full = Decision::deny(self.concurrency.max(), 0, Some(retry), 0);
             return Ok(Acquired::new(full, None));
         }
@@ -348,6 +369,16 @@ impl<K: Hash + Eq + Send, C: Clock + Sync, H: BuildHasher + Sync> KeyedLeases<K,
         self.len() == 0
     }
 
+    /// The most keys held at once: `max_keys` (at least one), split among the shards.
+    pub const fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// New keys refused because their shard was full of keys in use.
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
+    }
+
     /// Drops every key whose state is fresh now, returning how many were dropped.
     pub fn sweep(&self) -> usize {
         let read = self.clock.now();
@@ -399,8 +430,12 @@ impl<K: Hash + Eq + Send, C: Clock + Sync, H: BuildHasher + Sync> KeyedLeases<K,
             return op(&mut LeaseState::default(), now);
         };
         let done = op(&mut entry.get_mut().state, now);
+        let fresh_at = entry.get().state.fresh_at();
         if entry.get().state.is_fresh(now) {
             entry.remove();
+        } else {
+            // A release can bring the key's end forward.
+            shard.full_until = shard.full_until.min(fresh_at);
         }
         drop(shard);
         waitable.woken_by(&done);
