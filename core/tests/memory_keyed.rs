@@ -4,10 +4,11 @@ mod common;
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Instant;
 
 use common::*;
 use proptest::prelude::*;
-use tollgate_core::memory::{InMemory, KeyedLimiter};
+use tollgate_core::memory::{InMemory, KeyedLimiter, OnFull};
 use tollgate_core::{FixedWindow, ManualClock, SlidingLog, Ticks, TokenBucket, SECOND};
 
 fn same_as_core<A: InMemory + Clone>(alg: A, trace: &[(Ticks, u64)], keys: &[u8]) {
@@ -196,6 +197,132 @@ fn a_key_spray_never_grows_past_the_cap() {
     assert!(held <= CAP && held > CAP / 2, "{held} keys held");
     assert!(limiter.evicted() >= SPRAY - CAP as u64);
     println!("{SPRAY} keys sprayed, {held} held, peak RSS {}", peak_rss());
+}
+
+const HOUR: Ticks = 3600 * SECOND;
+
+/// A key denied by a one-per-hour window, then a spray of new keys (each spent by its
+/// one request) into a table that holds a tenth of them: the denied key is not
+/// forgotten, so it stays denied; new keys are refused instead.
+#[test]
+fn a_key_spray_does_not_reset_a_denied_key() {
+    let limiter =
+        KeyedLimiter::with_clock(SlidingLog::new(1, HOUR).unwrap(), 100, ManualClock::new(0));
+    let victim = u64::MAX;
+    assert!(limiter.check(&victim, 1).allowed);
+    assert!(!limiter.check(&victim, 1).allowed);
+    // Each sprayed key is fresh later than the victim: the closest to fresh is the victim.
+    for key in 0..1000 {
+        limiter.clock().advance(1);
+        let _ = limiter.check(&key, 1);
+    }
+    assert!(limiter.len() <= 100);
+    assert!(limiter.refused() > 0);
+    let again = limiter.check(&victim, 1);
+    assert!(!again.allowed, "the victim was forgotten: {again:?}");
+    assert_eq!(again.retry_after, Some(HOUR - 1000));
+}
+
+/// The same spray of keys that still admit (one request of five): they are forgotten,
+/// the denied key is not, and no new key is refused.
+#[test]
+fn keys_that_admit_are_forgotten_before_a_key_that_refuses() {
+    let limiter =
+        KeyedLimiter::with_clock(SlidingLog::new(5, HOUR).unwrap(), 100, ManualClock::new(0));
+    let victim = u64::MAX;
+    for _ in 0..5 {
+        assert!(limiter.check(&victim, 1).allowed);
+    }
+    assert!(!limiter.check(&victim, 1).allowed);
+    for key in 0..1000 {
+        limiter.clock().advance(1);
+        assert!(limiter.check(&key, 1).allowed);
+    }
+    assert!(limiter.len() <= 100);
+    assert!(limiter.evicted() >= 900);
+    assert_eq!(limiter.refused(), 0);
+    assert!(
+        !limiter.check(&victim, 1).allowed,
+        "the victim was forgotten"
+    );
+}
+
+/// One shard of a large table, filled with keys that refuse: key k spent its bucket
+/// (two, refilled at one per hour) at tick k, so it admits again at `k + HOUR` and is
+/// fresh at `k + 2 HOUR`. Returns the limiter and how many keys it holds.
+fn full_of_refusing_keys(
+    on_full: OnFull,
+) -> (KeyedLimiter<u64, TokenBucket, ManualClock, OneShard>, u64) {
+    let limiter = KeyedLimiter::with_hasher(
+        TokenBucket::new(2, 1, HOUR).unwrap(),
+        1 << 19,
+        ManualClock::new(0),
+        OneShard,
+    )
+    .on_full(on_full);
+    let held = ((1 << 19) / limiter.shard_count()) as u64;
+    for key in 0..held {
+        assert!(limiter.check(&key, 2).allowed);
+        limiter.clock().advance(1);
+    }
+    assert_eq!(limiter.len() as u64, held);
+    assert_eq!(limiter.evicted(), 0);
+    (limiter, held)
+}
+
+/// Under `DenyNew` a shard full of keys that refuse refuses a new key until the
+/// earliest of them admits again (told in `retry_after`), without sweeping its keys on
+/// every refusal; then that key is forgotten for the new one.
+#[test]
+fn deny_new_refuses_new_keys_while_every_key_refuses() {
+    let started = Instant::now();
+    let (limiter, held) = full_of_refusing_keys(OnFull::DenyNew);
+    let per_insertion = started.elapsed() / u32::try_from(held).unwrap();
+    let now = held;
+    let refused = limiter.check(&held, 1);
+    assert!(!refused.allowed);
+    assert_eq!(
+        (
+            refused.limit,
+            refused.remaining,
+            refused.retry_after,
+            refused.reset_after
+        ),
+        (2, 0, Some(HOUR - now), 0)
+    );
+    let started = Instant::now();
+    for key in held + 1..held + 1001 {
+        assert_eq!(limiter.check(&key, 1).retry_after, Some(HOUR - now));
+    }
+    let per_refusal = started.elapsed() / 1000;
+    println!("{held} keys: {per_insertion:?} per insertion, {per_refusal:?} per refusal");
+    assert!(
+        per_refusal < 10 * per_insertion,
+        "{per_refusal:?} per refusal, {per_insertion:?} per insertion: refusals sweep {held} keys"
+    );
+    assert_eq!(limiter.refused(), 1001);
+    assert_eq!(limiter.evicted(), 0);
+    // Key 0 admits again: it goes for a new key, and the next one waits for key 1.
+    limiter.clock().set(HOUR);
+    assert!(limiter.check(&held, 1).allowed);
+    assert_eq!(limiter.evicted(), 1);
+    assert_eq!(limiter.peek(&0, 0).remaining, 2, "key 0 was forgotten");
+    assert_eq!(limiter.check(&(held + 1), 1).retry_after, Some(1));
+    assert_eq!(limiter.len() as u64, held);
+}
+
+/// Under `Evict` the same shard forgets an eighth of its keys, closest to fresh first.
+#[test]
+fn evict_forgets_the_keys_closest_to_fresh_when_every_key_refuses() {
+    let (limiter, held) = full_of_refusing_keys(OnFull::Evict);
+    assert!(limiter.check(&held, 1).allowed);
+    let evicted = (held / 8).max(1);
+    assert_eq!(limiter.evicted(), evicted);
+    assert_eq!(limiter.refused(), 0);
+    for key in [0, evicted - 1, evicted, held - 1] {
+        let fresh = limiter.peek(&key, 0).remaining == 2;
+        assert_eq!(fresh, key < evicted, "key {key}");
+    }
 }
 
 fn peak_rss() -> String {

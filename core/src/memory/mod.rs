@@ -34,7 +34,7 @@ pub use cell::{
 };
 pub use direct::DirectLimiter;
 pub use fenced::{FencedResource, StaleToken};
-pub use keyed::KeyedLimiter;
+pub use keyed::{KeyedLimiter, OnFull};
 pub use lease::{AcquireError, KeyedLeases, LeaseGuard, Leases};
 
 /// How [`KeyedLimiter`] and [`KeyedLeases`] hash keys by default: foldhash's quality

@@ -17,6 +17,10 @@ use crate::{
     Ticks,
 };
 
+mod room;
+
+pub use room::OnFull;
+
 /// A limit per key (user, IP, route), with memory bounded by a maximum number of keys.
 ///
 /// Keys live in shards, each behind its own read-write lock. A key's entry is the key and
@@ -29,9 +33,12 @@ use crate::{
 /// fresh again is dropped when a decision leaves it fresh, else when its shard is full
 /// (or by [`sweep`](Self::sweep)). A key spray cannot grow the map past `max_keys`: a
 /// full shard that has less than an eighth free after dropping its fresh keys evicts
-/// the keys closest to fresh until an eighth is (counted in
-/// [`evicted`](Self::evicted)); an evicted key starts fresh if it returns. Nothing is
-/// ever admitted without being decided.
+/// keys until an eighth is (counted in [`evicted`](Self::evicted)): first the keys that
+/// would admit a request now, never one that would refuse it while such a key is left,
+/// then as [`OnFull`] says (by default a new key is refused, counted in
+/// [`refused`](Self::refused)); an evicted key starts fresh if it returns. Nothing is
+/// ever admitted without being decided. [`max_keys_within`](Self::max_keys_within)
+/// turns a memory budget into `max_keys`.
 #[derive(Debug)]
 pub struct KeyedLimiter<K, A: Algorithm, C = MonotonicClock, H = KeyHasher> {
     algorithm: A,
@@ -42,7 +49,11 @@ pub struct KeyedLimiter<K, A: Algorithm, C = MonotonicClock, H = KeyHasher> {
     shards: Vec<ShardLock<K, A::State>>,
     /// `log2(shards.len())`.
     shard_bits: u32,
+    on_full: OnFull,
+    /// The sum of the shards' capacities.
+    capacity: usize,
     evicted: AtomicU64,
+    refused: AtomicU64,
 }
 
 /// A value alone on its cache lines (two, for the prefetcher that fetches lines in
@@ -63,6 +74,10 @@ struct Shard<K, S> {
     wide: WideStates<S>,
     /// The most keys this shard holds.
     capacity: usize,
+    /// Under [`OnFull::DenyNew`], after a sweep that found too few keys to forget: no
+    /// key held then admits before this instant, so a full shard refuses a new key
+    /// without another sweep until then.
+    frees_at: Ticks,
 }
 
 /// A key and its state's word. No hash is kept: rehashing the key when the table grows
@@ -188,6 +203,7 @@ impl<K: Hash + Eq, A: InMemory, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C, 
                     table: HashTable::new(),
                     wide: WideStates::new(),
                     capacity,
+                    frees_at: 0,
                 }))
             })
             .collect();
@@ -198,8 +214,19 @@ impl<K: Hash + Eq, A: InMemory, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C, 
             hasher,
             shards,
             shard_bits,
+            on_full: OnFull::default(),
+            capacity: max_keys.max(1),
             evicted: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
         }
+    }
+
+    /// What a full shard does when only keys that would refuse a request are left to
+    /// forget (the default is [`OnFull::DenyNew`], see there why).
+    #[must_use]
+    pub fn on_full(mut self, on_full: OnFull) -> Self {
+        self.on_full = on_full;
+        self
     }
 }
 
@@ -315,6 +342,17 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C,
     /// Keys evicted before their state was fresh, because the limiter was full.
     pub fn evicted(&self) -> u64 {
         self.evicted.load(Ordering::Relaxed)
+    }
+
+    /// Requests on new keys refused because their shard was full of keys that would
+    /// refuse a request ([`OnFull::DenyNew`]).
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
+    }
+
+    /// The most keys held at once: `max_keys` (at least one), split among the shards.
+    pub const fn capacity(&self) -> usize {
+        self.capacity
     }
 
     /// The algorithm deciding.
@@ -433,16 +471,21 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C,
                     self.decide_held(&mut entry, &mut shard.wide, now, step, transition);
                 if fresh {
                     shard.wide.release(entry.word.into_inner());
-                } else {
-                    let evicted = self.make_room(shard, now);
-                    if evicted > 0 {
-                        self.evicted.fetch_add(evicted, Ordering::Relaxed);
-                    }
-                    shard
-                        .table
-                        .insert_unique(hash, entry, |e| self.hasher.hash_one(&e.key));
+                    return decision;
                 }
-                decision
+                match self.make_room(shard, now) {
+                    Ok(()) => {
+                        shard
+                            .table
+                            .insert_unique(hash, entry, |e| self.hasher.hash_one(&e.key));
+                        decision
+                    }
+                    Err(wait) => {
+                        shard.wide.release(entry.word.into_inner());
+                        self.refused.fetch_add(1, Ordering::Relaxed);
+                        room::refusal(&decision, wait)
+                    }
+                }
             }
         }
     }
@@ -556,42 +599,6 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C,
     /// lock (no decision in flight).
     fn is_fresh(&self, entry: &Entry<K>, wide: &WideStates<A::State>, now: Ticks) -> bool {
         self.fresh_at(entry, wide) <= now
-    }
-
-    /// Makes room in `shard` for one more key, returning how many live keys it evicted.
-    /// Only a full shard sweeps: until then a fresh key costs its entry and nothing else,
-    /// and dropping it early would make its next decision an insertion. A sweep that
-    /// leaves less than an eighth of the shard free evicts the keys closest to fresh
-    /// until an eighth is, so every sweep is paid by that many insertions.
-    fn make_room(&self, shard: &mut Shard<K, A::State>, now: Ticks) -> u64 {
-        if shard.table.len() < shard.capacity {
-            return 0;
-        }
-        shard.retain(|e, wide| !self.is_fresh(e, wide, now));
-        let most = shard.capacity - (shard.capacity / 8).max(1);
-        let count = shard.table.len().saturating_sub(most);
-        if count == 0 {
-            return 0;
-        }
-        let mut times: Vec<Ticks> = shard
-            .table
-            .iter()
-            .map(|e| self.fresh_at(e, &shard.wide))
-            .collect();
-        let (_, &mut threshold, _) = times.select_nth_unstable(count - 1);
-        let mut at_threshold = count - times.iter().filter(|&&t| t < threshold).count();
-        shard.retain(|e, wide| {
-            let t = self.fresh_at(e, wide);
-            if t < threshold {
-                false
-            } else if t == threshold && at_threshold > 0 {
-                at_threshold -= 1;
-                false
-            } else {
-                true
-            }
-        });
-        count as u64
     }
 }
 
