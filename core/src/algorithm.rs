@@ -33,6 +33,14 @@ pub trait Algorithm {
     /// in any host. Bytes that no valid state encodes are an error, never a panic.
     fn decode(&self, bytes: &[u8]) -> Result<Self::State, DecodeError>;
 
+    /// The most heap bytes one state holds beyond its own `size_of` (a sliding log's
+    /// entries, a composite's members), as allocated by its transitions: with the
+    /// state's size, what a host keeping states in memory bounds a key's memory by.
+    /// Zero, the default, for states without heap.
+    fn max_heap_bytes(&self) -> usize {
+        0
+    }
+
     /// The canonical encoding of `state` as a new vector.
     #[cfg(feature = "alloc")]
     fn encode_to_vec(&self, state: &Self::State) -> alloc::vec::Vec<u8> {

@@ -217,6 +217,22 @@ impl Algorithm for AnyAlgorithm {
         }
     }
 
+    /// The variant's, and a ban's box.
+    fn max_heap_bytes(&self) -> usize {
+        match self {
+            Self::SlidingLog(a) => a.max_heap_bytes(),
+            Self::Composite(a) => a.max_heap_bytes(),
+            Self::Ban(a) => {
+                core::mem::size_of::<BanState<AnyState>>().saturating_add(a.max_heap_bytes())
+            }
+            Self::FixedWindow(_)
+            | Self::SlidingCounter(_)
+            | Self::TokenBucket(_)
+            | Self::LeakyBucket(_)
+            | Self::Pacing(_) => 0,
+        }
+    }
+
     fn decode(&self, bytes: &[u8]) -> Result<AnyState, DecodeError> {
         Ok(match self {
             Self::FixedWindow(a) => AnyState::FixedWindow(a.decode(bytes)?),

@@ -121,6 +121,11 @@ impl<A: Algorithm> Algorithm for Ban<A> {
         (decision, (!fresh).then_some(state))
     }
 
+    /// The inner limit's state is held inline.
+    fn max_heap_bytes(&self) -> usize {
+        self.inner().max_heap_bytes()
+    }
+
     fn encode<E: Extend<u8>>(&self, state: &Self::State, out: &mut E) {
         encoding::write(
             out,

@@ -111,6 +111,16 @@ impl<A: Algorithm> Algorithm for Composite<A> {
         }
     }
 
+    /// A state per member, in a vector built at its length (never below four, the
+    /// least a vector allocates), and what each member's state holds.
+    fn max_heap_bytes(&self) -> usize {
+        let states = self.members.len().max(4);
+        let own = states.saturating_mul(core::mem::size_of::<Option<A::State>>());
+        self.members
+            .iter()
+            .fold(own, |sum, m| sum.saturating_add(m.max_heap_bytes()))
+    }
+
     fn decode(&self, bytes: &[u8]) -> Result<Self::State, DecodeError> {
         let mut reader = Reader::new(bytes, tag::COMPOSITE)?;
         let members = self.members.len() as u64;

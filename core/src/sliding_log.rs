@@ -120,6 +120,17 @@ impl Algorithm for SlidingLog {
         }
     }
 
+    /// At most `limit` entries (one per instant, each of cost at least 1), in a deque
+    /// that grows by doubling from four when full, and that a clone leaves exactly
+    /// full: never more than twice `limit` entries' room.
+    fn max_heap_bytes(&self) -> usize {
+        let limit = usize::try_from(self.params.limit).unwrap_or(usize::MAX);
+        limit
+            .saturating_mul(2)
+            .max(4)
+            .saturating_mul(core::mem::size_of::<Entry>())
+    }
+
     fn decode(&self, bytes: &[u8]) -> Result<SlidingLogState, DecodeError> {
         let limit = self.params.limit;
         let mut reader = Reader::new(bytes, tag::SLIDING_LOG)?;

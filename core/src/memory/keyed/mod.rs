@@ -17,6 +17,7 @@ use crate::{
     Ticks,
 };
 
+mod budget;
 mod room;
 
 pub use room::OnFull;

@@ -2,6 +2,7 @@
 //! refuses a new key rather than forget one that would refuse a request.
 
 use core::hash::{BuildHasher, Hash};
+use core::mem::size_of;
 use core::sync::atomic::Ordering;
 use std::vec::Vec;
 
@@ -47,6 +48,10 @@ struct Rank {
     refuses: bool,
     fresh_at: Ticks,
 }
+
+/// The most bytes a sweep works in per key: each key's rank and instant, and the states
+/// its evictions free, in a vector that grows by doubling.
+pub(super) const SWEEP_BYTES: usize = size_of::<Rank>() + size_of::<Ticks>() + 2 * size_of::<u64>();
 
 impl<K: Hash + Eq, A: Algorithm, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C, H> {
     /// Makes room in `shard` for one more key, or says how long until it can. Only a full
