@@ -471,3 +471,19 @@ impl std::hash::Hasher for OneShardHasher {
         }
     }
 }
+
+/// Times `refuse(i)` for `i` in `0..1000`, each refusing a new key to a full table of
+/// `held` keys, and checks that a refusal costs less than ten insertions
+/// (`per_insertion`): a refusal that swept the table would cost about `held` lookups.
+pub fn assert_refusals_do_not_sweep(held: u64, per_insertion: Duration, refuse: impl Fn(u64)) {
+    let started = std::time::Instant::now();
+    for i in 0..1000 {
+        refuse(i);
+    }
+    let per_refusal = started.elapsed() / 1000;
+    println!("{held} keys: {per_insertion:?} per insertion, {per_refusal:?} per refusal");
+    assert!(
+        per_refusal < 10 * per_insertion,
+        "{per_refusal:?} per refusal, {per_insertion:?} per insertion: refusals sweep {held} keys"
+    );
+}
