@@ -32,7 +32,8 @@ pub enum OnFull {
     /// Refuse the request on the new key: denied, `remaining` 0, `retry_after` the time
     /// until the earliest key held would admit (or the request's own wait, if longer),
     /// `reset_after` 0 (the key holds no state), the algorithm's `limit`. The shard
-    /// remembers that instant and refuses without looking again until then.
+    /// remembers that instant and refuses without looking again until then. A `peek`
+    /// stores nothing, so it still answers as for a fresh key.
     #[default]
     DenyNew,
     /// Forget the keys that refuse too, closest to fresh first: a forgotten key starts
