@@ -98,7 +98,7 @@ impl Rls {
 fn status(e: ServiceError) -> Status {
     let message = e.to_string();
     match e {
-        ServiceError::Unauthorized => Status::unauthenticated(message),
+        ServiceError::Unauthorized(_) => Status::unauthenticated(message),
         ServiceError::Forbidden(_) => Status::permission_denied(message),
         ServiceError::NotFound(_) => Status::not_found(message),
         ServiceError::Invalid { .. } => Status::invalid_argument(message),
@@ -162,11 +162,8 @@ impl RateLimitService for Rls {
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
         let snapshot = self.service.snapshot();
-        let token = request
-            .metadata()
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .and_then(bearer);
+        let values = request.metadata().get_all("authorization");
+        let token = bearer(values.iter().map(|v| v.as_encoded_bytes())).map_err(status)?;
         let app = authenticate(&snapshot, token)
             .and_then(|caller| caller.app())
             .map_err(status)?;

@@ -114,6 +114,9 @@ pub enum Error {
     /// The decision backend's URL is unusable.
     #[error("--decisions: {0}")]
     Decisions(String),
+    /// `--admin-name` is not a user name.
+    #[error("--admin-name: {0}")]
+    AdminName(String),
     /// `--init-admin` found an admin already.
     #[error("an admin exists already; ask them for a token (POST /v1/users)")]
     AdminExists,
@@ -130,6 +133,7 @@ async fn open_store(config: &Config) -> Result<Store, StoreError> {
 /// Creates the first admin, `name`, and returns its token (shown once); refuses if an
 /// admin exists.
 pub async fn init_admin(config: &Config, name: &str) -> Result<String, Error> {
+    service::check_name(name, "user name").map_err(|e| Error::AdminName(e.to_string()))?;
     let store = open_store(config).await?;
     let token = token::new(token::USER);
     let user = User {

@@ -179,6 +179,23 @@ pub struct Store {
 
 type Tx = sqlx::Transaction<'static, sqlx::Any>;
 
+/// Creates `dir` (0700) and the database file `db` (0600) if they do not exist: tokens'
+/// hashes and the audit log are for this server's user only. SQLite gives its journal
+/// files the database's mode.
+fn private_files(dir: &std::path::Path, db: &std::path::Path) -> std::io::Result<()> {
+    let mut folder = std::fs::DirBuilder::new();
+    let mut file = std::fs::OpenOptions::new();
+    file.create(true).append(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        folder.mode(0o700);
+        file.mode(0o600);
+    }
+    folder.recursive(true).create(dir)?;
+    file.open(db).map(drop)
+}
+
 impl Store {
     /// Opens the store `url` (`sqlite://PATH?mode=rwc` or `postgres://…`) and creates or
     /// migrates its schema.
@@ -210,9 +227,9 @@ impl Store {
 
     /// The store under `dir`: `dir/tollgate.db`, the directory created if missing.
     pub async fn open_dir(dir: &std::path::Path) -> Result<Self, StoreError> {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| StoreError(format!("cannot create {}: {e}", dir.display())))?;
         let path = dir.join("tollgate.db");
+        private_files(dir, &path)
+            .map_err(|e| StoreError(format!("cannot create {}: {e}", path.display())))?;
         let path = path
             .to_str()
             .ok_or_else(|| StoreError(format!("{} is not UTF-8", path.display())))?;

@@ -256,3 +256,54 @@ async fn nothing_leaks_beyond_the_roles() {
     );
     server.stop().await;
 }
+
+#[tokio::test]
+async fn the_bearer_scheme_is_read_in_any_case() {
+    let (server, admin) = TestServer::start().await;
+    for scheme in ["Bearer", "bearer", "BEARER", "bEaReR"] {
+        let value = format!("{scheme} {admin}");
+        let answer = call(
+            Method::GET,
+            &server.url("/v1/me"),
+            None,
+            None,
+            &[("authorization", &value)],
+        )
+        .await;
+        assert_eq!(answer.status, StatusCode::OK, "{scheme}: {}", answer.text);
+    }
+    let basic = format!("Basic {admin}");
+    let answer = call(
+        Method::GET,
+        &server.url("/v1/me"),
+        None,
+        None,
+        &[("authorization", &basic)],
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::UNAUTHORIZED);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn two_authorization_headers_are_refused_even_when_both_are_valid() {
+    let (server, admin) = TestServer::start().await;
+    let value = format!("Bearer {admin}");
+    let answer = call(
+        Method::GET,
+        &server.url("/v1/me"),
+        None,
+        None,
+        &[("authorization", &value), ("authorization", &value)],
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::UNAUTHORIZED);
+    assert!(
+        answer.json["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("one Authorization header")),
+        "{}",
+        answer.text
+    );
+    server.stop().await;
+}

@@ -9,9 +9,9 @@ use crate::store::{StoreError, Stored};
 /// A refusal or failure of the decision service.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ServiceError {
-    /// No token, or one nobody holds.
-    #[error("a valid bearer token is required (Authorization: Bearer <token>)")]
-    Unauthorized,
+    /// No token, one nobody holds, or several: what is wrong.
+    #[error("{0}")]
+    Unauthorized(&'static str),
     /// The caller may not do this.
     #[error("{0}")]
     Forbidden(Cow<'static, str>),

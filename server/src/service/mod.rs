@@ -15,4 +15,5 @@ mod state;
 pub(crate) use accounts::Holder;
 pub(crate) use decide::{LeaseRequest, MAX_BATCH};
 pub(crate) use error::ServiceError;
+pub(crate) use names::check_name;
 pub(crate) use state::Service;
