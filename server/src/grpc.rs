@@ -103,9 +103,10 @@ fn status(e: ServiceError) -> Status {
         ServiceError::NotFound(_) => Status::not_found(message),
         ServiceError::Invalid { .. } => Status::invalid_argument(message),
         ServiceError::Unavailable(_) => Status::unavailable(message),
-        ServiceError::Conflict(_) | ServiceError::Stale(_) | ServiceError::VersionRequired => {
-            Status::failed_precondition(message)
-        }
+        ServiceError::Conflict(_)
+        | ServiceError::Stale(_)
+        | ServiceError::Gone
+        | ServiceError::VersionRequired => Status::failed_precondition(message),
         ServiceError::Internal(_) => Status::internal(message),
     }
 }

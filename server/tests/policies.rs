@@ -531,3 +531,27 @@ async fn data_dir_names_are_paths_not_urls() {
     );
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_conditional_write_on_a_deleted_policy_fails_and_creates_nothing() {
+    let (server, admin, _) = serving(BUCKET).await;
+    let url = server.url("/v1/policies/api");
+    let deleted = call(
+        Method::DELETE,
+        &url,
+        Some(&admin),
+        None,
+        &[("if-match", "\"1\"")],
+    )
+    .await;
+    assert_eq!(deleted.status, StatusCode::NO_CONTENT, "{}", deleted.text);
+    let late = put(&url, &admin, BUCKET, Some(1)).await;
+    assert_eq!(
+        late.status,
+        StatusCode::PRECONDITION_FAILED,
+        "{}",
+        late.text
+    );
+    assert_eq!(get(&url, &admin).await.status, StatusCode::NOT_FOUND);
+    server.stop().await;
+}

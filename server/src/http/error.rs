@@ -57,6 +57,7 @@ impl From<ServiceError> for ApiError {
             ServiceError::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             ServiceError::Conflict(_) | ServiceError::Stale(_) => StatusCode::CONFLICT,
             ServiceError::VersionRequired => StatusCode::PRECONDITION_REQUIRED,
+            ServiceError::Gone => StatusCode::PRECONDITION_FAILED,
             ServiceError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ServiceError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         };

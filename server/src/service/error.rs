@@ -32,6 +32,9 @@ pub(crate) enum ServiceError {
     /// A policy change named a version that is no longer current.
     #[error("the policy changed: it is at version {}", .0.version)]
     Stale(Box<Stored>),
+    /// A policy change named a version of a policy that no longer exists.
+    #[error("the policy no longer exists; create it without If-Match")]
+    Gone,
     /// A policy change named no version to change.
     #[error("changing a policy needs the version it changes")]
     VersionRequired,

@@ -24,6 +24,8 @@ fn check_write(
     }
     match current {
         None if next.is_none() => Err(ServiceError::NotFound("policy")),
+        // A version names a policy that was: recreating it would undo a delete.
+        None if expected.is_some() => Err(ServiceError::Gone),
         None => Ok(()),
         Some(current) => {
             if !can_read(user, &current.policy) {
