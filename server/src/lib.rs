@@ -141,13 +141,23 @@ pub async fn init_admin(config: &Config, name: &str) -> Result<String, Error> {
         admin: true,
         roles: Default::default(),
     };
-    if store
-        .create_first_admin(&user, &token::hash(&token))
-        .await?
+    let hash = token::hash(&token);
+    let change = store::Account::CreateUser {
+        user: &user,
+        hash: &hash,
+    };
+    // Checked in the write's transaction: two first admins cannot both be made.
+    let no_admin = |facts: &store::Facts| match facts.users.values().any(|u| u.admin) {
+        true => Err(Error::AdminExists),
+        false => Ok(()),
+    };
+    match store
+        .write_account(change, name, time::now_s(), no_admin)
+        .await
     {
-        Ok(token)
-    } else {
-        Err(Error::AdminExists)
+        Ok(true) => Ok(token),
+        Ok(false) | Err(store::WriteError::Refused(_)) => Err(Error::AdminExists),
+        Err(store::WriteError::Store(e)) => Err(e.into()),
     }
 }
 

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put};
@@ -95,12 +95,22 @@ async fn rotate(
     Ok(Json(json!({"name": name, "token": token})))
 }
 
+/// `DELETE /v1/apps/{name}?cascade=true`: take the app out of the policies and roles
+/// that name it, rather than be refused while they do.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Cascade {
+    #[serde(default)]
+    cascade: bool,
+}
+
 async fn delete_app(
     State(service): Svc,
     Authed { caller, .. }: Authed<Admin>,
     Path(name): Path<String>,
+    Query(Cascade { cascade }): Query<Cascade>,
 ) -> Result<StatusCode> {
-    service.delete_app(&caller, &name).await?;
+    service.delete_app(&caller, &name, cascade).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

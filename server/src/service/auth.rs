@@ -31,7 +31,14 @@ impl App {
 
 /// An admin, authenticated: manages users and apps (a proof, made only here).
 #[derive(Debug)]
-pub(crate) struct Admin(());
+pub(crate) struct Admin(String);
+
+impl Admin {
+    /// The admin's name (the audit log's actor).
+    pub(crate) fn name(&self) -> &str {
+        &self.0
+    }
+}
 
 /// Why a request is refused when it carries no token, or one nobody holds.
 const NO_TOKEN: &str = "a valid bearer token is required (Authorization: Bearer <token>)";
@@ -96,7 +103,7 @@ impl Caller {
     pub(crate) fn admin(self) -> Result<Admin> {
         let user = self.user()?;
         if user.admin {
-            Ok(Admin(()))
+            Ok(Admin(user.name))
         } else {
             Err(ServiceError::forbidden("only an admin may do this"))
         }

@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 
 use crate::limiters::DecideError;
-use crate::store::{StoreError, Stored};
+use crate::store::{StoreError, Stored, WriteError};
 
 /// A refusal or failure of the decision service.
 #[derive(Debug, thiserror::Error)]
@@ -96,3 +96,12 @@ impl From<DecideError> for ServiceError {
 
 /// The service's results.
 pub(crate) type Result<T, E = ServiceError> = std::result::Result<T, E>;
+
+impl From<WriteError<ServiceError>> for ServiceError {
+    fn from(e: WriteError<ServiceError>) -> Self {
+        match e {
+            WriteError::Store(e) => e.into(),
+            WriteError::Refused(e) => e,
+        }
+    }
+}

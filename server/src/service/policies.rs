@@ -2,7 +2,7 @@
 //! audit log, the decision counts).
 
 use crate::limiters::check_backend;
-use crate::store::{AuditEntry, Stored, User, WriteError};
+use crate::store::{AuditEntry, Stored, User};
 use crate::time::now_s;
 use tollgate_policy::{Policy, Style};
 
@@ -131,11 +131,7 @@ impl Service {
             .write_policy(name, next, &user.name, now_s(), |current| {
                 check_write(user, current, next, expected)
             })
-            .await
-            .map_err(|e| match e {
-                WriteError::Store(e) => e.into(),
-                WriteError::Refused(e) => e,
-            })?;
+            .await?;
         self.changed().await;
         Ok(stored)
     }

@@ -14,6 +14,10 @@ use serde::{Deserialize, Serialize};
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
 
+mod accounts;
+
+pub use accounts::{Account, Facts};
+
 use crate::time::rfc3339;
 use tollgate_policy::{Policy, Style};
 
@@ -161,9 +165,6 @@ const SCHEMA: [&str; 6] = [
     "CREATE TABLE IF NOT EXISTS tollgate_users (name TEXT PRIMARY KEY, token_hash TEXT NOT NULL, admin TEXT NOT NULL, roles TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS tollgate_audit (id BIGINT PRIMARY KEY, at BIGINT NOT NULL, actor TEXT NOT NULL, action TEXT NOT NULL, policy TEXT NOT NULL, before_body TEXT, after_body TEXT, apps TEXT NOT NULL)",
 ];
-
-/// A new user (text parameters: name, token hash, admin flag, roles).
-const INSERT_USER: &str = "INSERT INTO tollgate_users (name, token_hash, admin, roles) VALUES ($1, $2, $3, $4) ON CONFLICT (name) DO NOTHING";
 
 /// The schema version this build writes.
 const SCHEMA_VERSION: i64 = 1;
@@ -509,113 +510,6 @@ impl Store {
         }
         Ok(entries)
     }
-
-    /// Creates app `name` with the token hashed as `hash`; false if it exists.
-    pub async fn create_app(&self, name: &str, hash: &str) -> Result<bool, StoreError> {
-        self.change(
-            "INSERT INTO tollgate_apps (name, token_hash) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
-            &[name, hash],
-        )
-        .await
-    }
-
-    /// Replaces app `name`'s token hash; false if there is no such app.
-    pub async fn set_app_token(&self, name: &str, hash: &str) -> Result<bool, StoreError> {
-        self.change(
-            "UPDATE tollgate_apps SET token_hash = $1 WHERE name = $2",
-            &[hash, name],
-        )
-        .await
-    }
-
-    /// Deletes app `name`; false if there is no such app.
-    pub async fn delete_app(&self, name: &str) -> Result<bool, StoreError> {
-        self.change("DELETE FROM tollgate_apps WHERE name = $1", &[name])
-            .await
-    }
-
-    /// Creates user `user` with the token hashed as `hash`; false if the name is taken.
-    pub async fn create_user(&self, user: &User, hash: &str) -> Result<bool, StoreError> {
-        let (admin, roles) = user_columns(user);
-        self.change(INSERT_USER, &[&user.name, hash, admin, &roles])
-            .await
-    }
-
-    /// Creates the first admin `user`, unless an admin exists (false then).
-    pub async fn create_first_admin(&self, user: &User, hash: &str) -> Result<bool, StoreError> {
-        let (admin, roles) = user_columns(user);
-        let any_admin = "SELECT COUNT(*) FROM tollgate_users WHERE admin <> '0'";
-        self.change_unless(
-            Some(any_admin),
-            INSERT_USER,
-            &[&user.name, hash, admin, &roles],
-        )
-        .await
-    }
-
-    /// Sets user `user`'s admin flag and roles; false if there is no such user.
-    pub async fn set_roles(&self, user: &User) -> Result<bool, StoreError> {
-        let (admin, roles) = user_columns(user);
-        self.change(
-            "UPDATE tollgate_users SET admin = $1, roles = $2 WHERE name = $3",
-            &[admin, &roles, &user.name],
-        )
-        .await
-    }
-
-    /// Replaces user `name`'s token hash; false if there is no such user.
-    pub async fn set_user_token(&self, name: &str, hash: &str) -> Result<bool, StoreError> {
-        self.change(
-            "UPDATE tollgate_users SET token_hash = $1 WHERE name = $2",
-            &[hash, name],
-        )
-        .await
-    }
-
-    /// Deletes user `name`; false if there is no such user.
-    pub async fn delete_user(&self, name: &str) -> Result<bool, StoreError> {
-        self.change("DELETE FROM tollgate_users WHERE name = $1", &[name])
-            .await
-    }
-
-    /// Runs one statement of text parameters as a change; whether it touched a row.
-    async fn change(&self, sql: &str, params: &[&str]) -> Result<bool, StoreError> {
-        self.change_unless(None, sql, params).await
-    }
-
-    /// [`Store::change`], skipped (false) if the count `unless` selects, read in the
-    /// same transaction, is not zero.
-    async fn change_unless(
-        &self,
-        unless: Option<&str>,
-        sql: &str,
-        params: &[&str],
-    ) -> Result<bool, StoreError> {
-        let (mut tx, _) = self.begin().await?;
-        let blocked = match unless {
-            Some(count) => {
-                let n: i64 = sqlx::query(count).fetch_one(&mut *tx).await?.try_get(0)?;
-                n > 0
-            }
-            None => false,
-        };
-        let done = if blocked {
-            0
-        } else {
-            let mut query = sqlx::query(sql);
-            for param in params {
-                query = query.bind(*param);
-            }
-            query.execute(&mut *tx).await?.rows_affected()
-        };
-        if done == 0 {
-            // Nothing changed: the counter need not move.
-            tx.rollback().await?;
-            return Ok(false);
-        }
-        tx.commit().await?;
-        Ok(true)
-    }
 }
 
 /// `path` with every byte but letters, digits, `-._~/` percent-encoded, so `?`, `#` or
@@ -630,15 +524,6 @@ fn url_path(path: &str) -> String {
             }
         })
         .collect()
-}
-
-/// The admin flag (`"0"`/`"1"`: text, so every parameter binds as text) and roles
-/// (JSON) as stored.
-fn user_columns(user: &User) -> (&'static str, String) {
-    (
-        if user.admin { "1" } else { "0" },
-        serde_json::to_string(&user.roles).unwrap_or_else(|_| "{}".into()),
-    )
 }
 
 fn body(policy: &Policy) -> String {
