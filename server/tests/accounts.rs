@@ -85,3 +85,85 @@ async fn roles_name_only_apps_that_exist() {
     assert_eq!(set.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", set.text);
     server.stop().await;
 }
+
+/// Two admins demote each other at once, `rounds` times (through `a` and `b`, which may
+/// be one server): one of them stays an admin every time.
+async fn demote_each_other(a: &TestServer, b: &TestServer, root: &str, rounds: usize) {
+    let second = user(a, root, "second", "{}").await;
+    let demote = r#"{"roles":{},"admin":false}"#;
+    let promote = r#"{"roles":{},"admin":true}"#;
+    for round in 0..rounds {
+        let promoted = put(&a.url("/v1/users/second/roles"), root, promote, None).await;
+        assert_eq!(promoted.status, StatusCode::OK, "{}", promoted.text);
+        // Both servers know `second` as an admin before the race.
+        let admin_on_b =
+            || async { get(&b.url("/v1/users"), &second).await.status == StatusCode::OK };
+        assert!(eventually(std::time::Duration::from_secs(3), admin_on_b).await);
+        let (second_url, root_url) = (
+            a.url("/v1/users/second/roles"),
+            b.url("/v1/users/root/roles"),
+        );
+        let (x, y) = tokio::join!(
+            put(&second_url, root, demote, None),
+            put(&root_url, &second, demote, None),
+        );
+        let mut statuses = [x.status.as_u16(), y.status.as_u16()];
+        statuses.sort_unstable();
+        assert_eq!(
+            statuses,
+            [200, 409],
+            "round {round}: {} / {}",
+            x.text,
+            y.text
+        );
+        let winner = if x.status == StatusCode::OK {
+            root
+        } else {
+            &second
+        };
+        // One admin left, once `a` has read the change (it may have been made on `b`).
+        let one_admin = || async {
+            let users = get(&a.url("/v1/users"), winner).await;
+            users.json["users"]
+                .as_array()
+                .map_or(0, |u| u.iter().filter(|u| u["admin"] == true).count())
+                == 1
+        };
+        assert!(
+            eventually(std::time::Duration::from_secs(3), one_admin).await,
+            "round {round}"
+        );
+        if y.status == StatusCode::OK {
+            // `second` won: it gives root its flag back for the next round.
+            let back = put(&b.url("/v1/users/root/roles"), &second, promote, None).await;
+            assert_eq!(back.status, StatusCode::OK, "{}", back.text);
+            let root_on_a =
+                || async { get(&a.url("/v1/users"), root).await.status == StatusCode::OK };
+            assert!(eventually(std::time::Duration::from_secs(3), root_on_a).await);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_admins_demoting_each_other_leave_one() {
+    let (server, root) = TestServer::start().await;
+    demote_each_other(&server, &server, &root, 20).await;
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_admins_demoting_each_other_through_two_servers_leave_one() {
+    let pg = Postgres::start();
+    let config = tollgate_server::Config {
+        store: Some(pg.url()),
+        ..config()
+    };
+    let root = tollgate_server::init_admin(&config, "root")
+        .await
+        .expect("admin");
+    let a = TestServer::with(config.clone()).await;
+    let b = TestServer::with(config).await;
+    demote_each_other(&a, &b, &root, 10).await;
+    a.stop().await;
+    b.stop().await;
+}
