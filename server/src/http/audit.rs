@@ -42,7 +42,7 @@ async fn audit(
         .into_iter()
         .map(|e| {
             json!({"id": e.id, "at": rfc3339(e.at), "actor": e.actor, "action": e.action,
-                   "policy": e.policy, "before": e.before, "after": e.after})
+                   "policy": e.subject, "before": e.before, "after": e.after})
         })
         .collect();
     Ok(Json(json!({ "entries": entries })))

@@ -6,7 +6,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use sqlx::Row;
 
-use super::{body, stored, Store, Stored, Tx, User, WriteError};
+use serde_json::{json, Value};
+
+use super::{body, stored, Entry, Store, Stored, Tx, User, WriteError};
 
 /// A change to apps or users (hashes, never tokens).
 #[derive(Debug, Clone, Copy)]
@@ -151,7 +153,7 @@ impl Store {
         now: i64,
         check: impl FnOnce(&Facts) -> Result<(), E>,
     ) -> Result<bool, WriteError<E>> {
-        let (mut tx, _) = self.begin().await?;
+        let (mut tx, id) = self.begin().await?;
         let deleted = match change {
             Account::DeleteApp { name, .. } => Some(name),
             _ => None,
@@ -191,8 +193,56 @@ impl Store {
             tx.rollback().await?;
             return Ok(false);
         }
+        let (action, subject, before, after) = described(change, &facts);
+        let entry = Entry {
+            id,
+            at: now,
+            actor,
+            action,
+            subject,
+            before,
+            after,
+            // Apps and users are managed by admins: their entries are for admins.
+            apps: &[],
+        };
+        entry.append(&mut tx).await?;
         tx.commit().await?;
         Ok(true)
+    }
+}
+
+/// A user as the audit log shows it (never its token's hash).
+fn user_json(user: &User) -> Value {
+    json!({"name": user.name, "admin": user.admin, "roles": user.roles})
+}
+
+/// A change's audit action, subject, and the state before and after where they mean
+/// something (a rotation shows neither: tokens and hashes are never logged; an app's
+/// deletion shows what named it, which a cascade took it out of).
+fn described<'a>(
+    change: Account<'a>,
+    facts: &Facts,
+) -> (&'static str, &'a str, Option<Value>, Option<Value>) {
+    let user_before = |name: &str| facts.users.get(name).map(user_json);
+    match change {
+        Account::CreateApp { name, .. } => ("app.create", name, None, Some(json!({"name": name}))),
+        Account::AppToken { name, .. } => ("app.rotate", name, None, None),
+        Account::DeleteApp { name, .. } => {
+            let policies: Vec<&str> = facts.policies.iter().map(|s| s.name.as_str()).collect();
+            let before = json!({"name": name, "policies": policies, "users": facts.users_of(name)});
+            ("app.delete", name, Some(before), None)
+        }
+        Account::CreateUser { user, .. } => {
+            ("user.create", &user.name, None, Some(user_json(user)))
+        }
+        Account::Roles { user } => (
+            "user.roles",
+            &user.name,
+            user_before(&user.name),
+            Some(user_json(user)),
+        ),
+        Account::UserToken { name, .. } => ("user.rotate", name, None, None),
+        Account::DeleteUser { name } => ("user.delete", name, user_before(name), None),
     }
 }
 

@@ -128,16 +128,49 @@ pub struct AuditEntry {
     pub at: i64,
     /// Who.
     pub actor: String,
-    /// `create`, `update` or `delete`.
+    /// A policy's `create`, `update` or `delete`; `app.create`, `app.rotate`,
+    /// `app.delete`; `user.create`, `user.roles`, `user.rotate`, `user.delete`.
     pub action: String,
-    /// The policy's name.
-    pub policy: String,
-    /// The policy before (JSON), if it existed.
+    /// The name of the policy, app or user changed.
+    pub subject: String,
+    /// What it was before (JSON), if it existed and is worth showing.
     pub before: Option<serde_json::Value>,
-    /// The policy after (JSON), if it exists.
+    /// What it is after (JSON), likewise.
     pub after: Option<serde_json::Value>,
     /// The apps either version lists.
     pub apps: Vec<String>,
+}
+
+/// An audit entry as a write appends it, in the write's transaction.
+struct Entry<'a> {
+    /// The write's number (the change counter).
+    id: i64,
+    at: i64,
+    actor: &'a str,
+    action: &'a str,
+    /// The policy, app or user changed.
+    subject: &'a str,
+    before: Option<serde_json::Value>,
+    after: Option<serde_json::Value>,
+    /// Whose roles may read it (none: admins only).
+    apps: &'a [String],
+}
+
+impl Entry<'_> {
+    async fn append(&self, tx: &mut Tx) -> Result<(), sqlx::Error> {
+        sqlx::query("INSERT INTO tollgate_audit (id, at, actor, action, policy, before_body, after_body, apps) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)")
+            .bind(self.id)
+            .bind(self.at)
+            .bind(self.actor)
+            .bind(self.action)
+            .bind(self.subject)
+            .bind(self.before.as_ref().map(ToString::to_string))
+            .bind(self.after.as_ref().map(ToString::to_string))
+            .bind(serde_json::to_string(self.apps).unwrap_or_default())
+            .execute(&mut **tx)
+            .await?;
+        Ok(())
+    }
 }
 
 /// What a write refused, decided inside its transaction.
@@ -451,17 +484,17 @@ impl Store {
             .collect();
         apps.sort();
         apps.dedup();
-        sqlx::query("INSERT INTO tollgate_audit (id, at, actor, action, policy, before_body, after_body, apps) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)")
-            .bind(id)
-            .bind(now)
-            .bind(actor)
-            .bind(action)
-            .bind(name)
-            .bind(current.as_ref().map(|s| s.to_json().to_string()))
-            .bind(next.as_ref().map(|s| s.to_json().to_string()))
-            .bind(serde_json::to_string(&apps).unwrap_or_default())
-            .execute(&mut *tx)
-            .await?;
+        let entry = Entry {
+            id,
+            at: now,
+            actor,
+            action,
+            subject: name,
+            before: current.as_ref().map(Stored::to_json),
+            after: next.as_ref().map(Stored::to_json),
+            apps: &apps,
+        };
+        entry.append(&mut tx).await?;
         tx.commit().await?;
         Ok(next)
     }
@@ -491,7 +524,7 @@ impl Store {
                     at: row.try_get(1)?,
                     actor: row.try_get(2)?,
                     action: row.try_get(3)?,
-                    policy: row.try_get(4)?,
+                    subject: row.try_get(4)?,
                     before: json(5)?,
                     after: json(6)?,
                     apps: serde_json::from_str(&apps).unwrap_or_default(),
