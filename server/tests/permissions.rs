@@ -307,3 +307,26 @@ async fn two_authorization_headers_are_refused_even_when_both_are_valid() {
     );
     server.stop().await;
 }
+
+/// The page and its files run only their own code and cannot be framed.
+#[tokio::test]
+async fn the_page_is_served_under_a_strict_content_security_policy() {
+    let (server, _) = TestServer::start().await;
+    for path in ["/", "/assets/app.js"] {
+        let answer = call(Method::GET, &server.url(path), None, None, &[]).await;
+        assert_eq!(answer.status, StatusCode::OK);
+        let csp = answer.headers["content-security-policy"]
+            .to_str()
+            .expect("ASCII");
+        for directive in [
+            "default-src 'none'",
+            "script-src 'self' 'wasm-unsafe-eval'",
+            "frame-ancestors 'none'",
+        ] {
+            assert!(csp.contains(directive), "{path}: {csp}");
+        }
+        assert!(!csp.contains("unsafe-inline"), "{csp}");
+        assert_eq!(answer.headers["x-frame-options"], "DENY");
+    }
+    server.stop().await;
+}
