@@ -76,6 +76,10 @@ pub struct Config {
     pub grpc_keepalive: Duration,
     /// Calls at once on one gRPC connection (`--grpc-max-streams`).
     pub grpc_max_streams: u32,
+    /// The most policies the store may hold (`--max-policies`).
+    pub max_policies: usize,
+    /// The most policies listing one app (`--max-policies-per-app`).
+    pub max_policies_per_app: usize,
 }
 
 impl Default for Config {
@@ -97,6 +101,8 @@ impl Default for Config {
             shutdown_timeout: Duration::from_secs(10),
             grpc_keepalive: Duration::from_secs(30),
             grpc_max_streams: 100,
+            max_policies: 10_000,
+            max_policies_per_app: 1_000,
         }
     }
 }
@@ -192,7 +198,11 @@ impl Server {
                 }
             }
         };
-        let service = Arc::new(Service::new(store, backend, config.metrics_open));
+        let caps = service::Caps {
+            total: config.max_policies,
+            per_app: config.max_policies_per_app,
+        };
+        let service = Arc::new(Service::new(store, backend, config.metrics_open, caps));
         service.reload(true).await?;
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await

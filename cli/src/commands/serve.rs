@@ -72,6 +72,12 @@ pub struct ServeArgs {
     /// Calls at once on one gRPC connection.
     #[arg(long, default_value_t = 100)]
     grpc_max_streams: u32,
+    /// The most policies the store may hold.
+    #[arg(long, default_value_t = 10_000)]
+    max_policies: usize,
+    /// The most policies that may list one app.
+    #[arg(long, default_value_t = 1_000)]
+    max_policies_per_app: usize,
     /// Create the first admin, print its token once, and exit.
     #[arg(long)]
     init_admin: bool,
@@ -101,6 +107,8 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, Failure> {
         shutdown_timeout: args.shutdown_timeout,
         grpc_keepalive: args.grpc_keepalive,
         grpc_max_streams: args.grpc_max_streams,
+        max_policies: args.max_policies,
+        max_policies_per_app: args.max_policies_per_app,
         ..Config::default()
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()

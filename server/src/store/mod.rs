@@ -499,15 +499,17 @@ impl Store {
         Ok(next)
     }
 
-    /// The newest `limit` audit entries `visible` lets through, newest first.
+    /// The newest `limit` audit entries `visible` lets through, older than `before` if
+    /// given, newest first.
     pub async fn audit(
         &self,
         limit: usize,
+        before: Option<i64>,
         visible: impl Fn(&AuditEntry) -> bool,
     ) -> Result<Vec<AuditEntry>, StoreError> {
         let mut entries = Vec::new();
         // Newest first, a page at a time, until `limit` visible entries are found.
-        let mut before = i64::MAX;
+        let mut before = before.unwrap_or(i64::MAX);
         loop {
             let rows = sqlx::query("SELECT id, at, actor, action, policy, before_body, after_body, apps FROM tollgate_audit WHERE id < $1 ORDER BY id DESC LIMIT 500")
                 .bind(before)
