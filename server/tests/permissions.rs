@@ -257,30 +257,20 @@ async fn nothing_leaks_beyond_the_roles() {
     server.stop().await;
 }
 
+/// `GET /v1/me` with these `Authorization` values, as they are sent.
+async fn me_with(server: &TestServer, values: &[&str]) -> Answer {
+    let headers: Vec<(&str, &str)> = values.iter().map(|v| ("authorization", *v)).collect();
+    call(Method::GET, &server.url("/v1/me"), None, None, &headers).await
+}
+
 #[tokio::test]
 async fn the_bearer_scheme_is_read_in_any_case() {
     let (server, admin) = TestServer::start().await;
     for scheme in ["Bearer", "bearer", "BEARER", "bEaReR"] {
-        let value = format!("{scheme} {admin}");
-        let answer = call(
-            Method::GET,
-            &server.url("/v1/me"),
-            None,
-            None,
-            &[("authorization", &value)],
-        )
-        .await;
+        let answer = me_with(&server, &[&format!("{scheme} {admin}")]).await;
         assert_eq!(answer.status, StatusCode::OK, "{scheme}: {}", answer.text);
     }
-    let basic = format!("Basic {admin}");
-    let answer = call(
-        Method::GET,
-        &server.url("/v1/me"),
-        None,
-        None,
-        &[("authorization", &basic)],
-    )
-    .await;
+    let answer = me_with(&server, &[&format!("Basic {admin}")]).await;
     assert_eq!(answer.status, StatusCode::UNAUTHORIZED);
     server.stop().await;
 }
@@ -289,14 +279,7 @@ async fn the_bearer_scheme_is_read_in_any_case() {
 async fn two_authorization_headers_are_refused_even_when_both_are_valid() {
     let (server, admin) = TestServer::start().await;
     let value = format!("Bearer {admin}");
-    let answer = call(
-        Method::GET,
-        &server.url("/v1/me"),
-        None,
-        None,
-        &[("authorization", &value), ("authorization", &value)],
-    )
-    .await;
+    let answer = me_with(&server, &[&value, &value]).await;
     assert_eq!(answer.status, StatusCode::UNAUTHORIZED);
     assert!(
         answer.json["error"]
