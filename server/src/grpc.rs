@@ -4,9 +4,10 @@
 //!
 //! The mapping (also in `API.md`): the call carries an app token in its
 //! `authorization` metadata (`Bearer tga_…`). Each descriptor is decided on one policy:
-//! the value of its entry `policy` if it has one, else the request's `domain`. The key is
-//! the descriptor's other entries as `key=value` joined by `|`, in order
-//! (`remote_address=10.0.0.1|path=/a`). The cost is the descriptor's `hits_addend`, else
+//! the value of its first entry `policy` if it has one, else the request's `domain`. The
+//! key is the descriptor's other entries as `key=value` joined by `|`, in order
+//! (`remote_address=10.0.0.1|path=/a`), with `\`, `|` and `=` inside a key or value
+//! escaped by a `\`, so that no two lists of entries share a key. The cost is the descriptor's `hits_addend`, else
 //! the request's (if not 0), else 1. A descriptor's `limit` override is ignored (the
 //! policy is the limit).
 
@@ -68,6 +69,7 @@ pub mod envoy {
     }
 }
 
+use envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy::service::ratelimit::v3::rate_limit_response::{
     rate_limit::Unit, Code, DescriptorStatus, RateLimit,
 };
@@ -96,14 +98,15 @@ impl Rls {
 fn status(e: ServiceError) -> Status {
     let message = e.to_string();
     match e {
-        ServiceError::Unauthorized => Status::unauthenticated(message),
+        ServiceError::Unauthorized(_) => Status::unauthenticated(message),
         ServiceError::Forbidden(_) => Status::permission_denied(message),
         ServiceError::NotFound(_) => Status::not_found(message),
         ServiceError::Invalid { .. } => Status::invalid_argument(message),
         ServiceError::Unavailable(_) => Status::unavailable(message),
-        ServiceError::Conflict(_) | ServiceError::Stale(_) | ServiceError::VersionRequired => {
-            Status::failed_precondition(message)
-        }
+        ServiceError::Conflict(_)
+        | ServiceError::Stale(_)
+        | ServiceError::Gone
+        | ServiceError::VersionRequired => Status::failed_precondition(message),
         ServiceError::Internal(_) => Status::internal(message),
     }
 }
@@ -123,6 +126,36 @@ fn saturate(n: u64) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
 
+/// A descriptor's policy (its first entry `policy`) and its key: the other entries as
+/// `key=value` joined by `|`, each escaped ([`escape`]) so that the key names one list.
+fn descriptor_key(entries: &[Entry]) -> (Option<&str>, String) {
+    let named = entries.iter().position(|e| e.key == "policy");
+    let mut key = String::new();
+    for (i, entry) in entries.iter().enumerate() {
+        if Some(i) == named {
+            continue;
+        }
+        // Every entry writes at least its `=`: a key not empty has one before it.
+        if !key.is_empty() {
+            key.push('|');
+        }
+        escape(&entry.key, &mut key);
+        key.push('=');
+        escape(&entry.value, &mut key);
+    }
+    (named.map(|i| entries[i].value.as_str()), key)
+}
+
+/// Appends `text` with `\`, `|` and `=` preceded by a `\`.
+fn escape(text: &str, out: &mut String) {
+    for c in text.chars() {
+        if matches!(c, '\\' | '|' | '=') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+}
+
 #[tonic::async_trait]
 impl RateLimitService for Rls {
     async fn should_rate_limit(
@@ -130,11 +163,8 @@ impl RateLimitService for Rls {
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
         let snapshot = self.service.snapshot();
-        let token = request
-            .metadata()
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .and_then(bearer);
+        let values = request.metadata().get_all("authorization");
+        let token = bearer(values.iter().map(|v| v.as_encoded_bytes())).map_err(status)?;
         let app = authenticate(&snapshot, token)
             .and_then(|caller| caller.app())
             .map_err(status)?;
@@ -148,18 +178,8 @@ impl RateLimitService for Rls {
         let mut statuses = Vec::with_capacity(request.descriptors.len());
         let mut over = false;
         for descriptor in &request.descriptors {
-            let policy = descriptor
-                .entries
-                .iter()
-                .find(|e| e.key == "policy")
-                .map_or(request.domain.as_str(), |e| e.value.as_str());
-            let key = descriptor
-                .entries
-                .iter()
-                .filter(|e| e.key != "policy")
-                .map(|e| format!("{}={}", e.key, e.value))
-                .collect::<Vec<_>>()
-                .join("|");
+            let (policy, key) = descriptor_key(&descriptor.entries);
+            let policy = policy.unwrap_or(request.domain.as_str());
             let cost = descriptor
                 .hits_addend
                 .map(u64::from)
@@ -203,5 +223,84 @@ impl RateLimitService for Rls {
             statuses,
             ..RateLimitResponse::default()
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{descriptor_key, Entry};
+    use proptest::prelude::*;
+
+    fn entries(pairs: &[(String, String)]) -> Vec<Entry> {
+        pairs
+            .iter()
+            .map(|(key, value)| Entry {
+                key: key.clone(),
+                value: value.clone(),
+            })
+            .collect()
+    }
+
+    /// Names and values from the characters that could make two lists look alike.
+    fn lists() -> impl Strategy<Value = Vec<(String, String)>> {
+        let text = "(policy|[a|=\\\\]{0,3})";
+        prop::collection::vec((text, text), 0..4)
+    }
+
+    #[test]
+    fn plain_entries_keep_their_readable_key() {
+        let pairs = [("remote_address", "10.0.0.1"), ("path", "/a")]
+            .map(|(k, v)| (k.to_owned(), v.to_owned()));
+        let entries = entries(&pairs);
+        let (policy, key) = descriptor_key(&entries);
+        assert_eq!(
+            (policy, key.as_str()),
+            (None, "remote_address=10.0.0.1|path=/a")
+        );
+    }
+
+    #[test]
+    fn one_entry_holding_a_separator_is_not_two_entries() {
+        let one = [("user".to_owned(), "bob|ip=1.2.3.4".to_owned())];
+        let two = [("user", "bob"), ("ip", "1.2.3.4")].map(|(k, v)| (k.to_owned(), v.to_owned()));
+        assert_ne!(
+            descriptor_key(&entries(&one)),
+            descriptor_key(&entries(&two))
+        );
+    }
+
+    /// Reads a key back into its entries: that it can is why no two lists share one.
+    fn decode(key: &str) -> Vec<(String, String)> {
+        let mut pairs = Vec::new();
+        if key.is_empty() {
+            return pairs;
+        }
+        let (mut name, mut text, mut chars) = (None, String::new(), key.chars());
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' => text.push(chars.next().expect("an escaped character")),
+                '=' if name.is_none() => name = Some(std::mem::take(&mut text)),
+                '|' => pairs.push((name.take().expect("a name"), std::mem::take(&mut text))),
+                c => text.push(c),
+            }
+        }
+        pairs.push((name.expect("a name"), text));
+        pairs
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2048))]
+
+        /// A descriptor's policy and key give back its entries: distinct descriptors
+        /// have distinct (policy, key).
+        #[test]
+        fn a_key_names_one_descriptor(pairs in lists()) {
+            let entries = entries(&pairs);
+        let (policy, key) = descriptor_key(&entries);
+            let mut rest = pairs.clone();
+            let named = rest.iter().position(|(k, _)| k == "policy").map(|i| rest.remove(i).1);
+            prop_assert_eq!(policy.map(str::to_owned), named);
+            prop_assert_eq!(decode(&key), rest);
+        }
     }
 }

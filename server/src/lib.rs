@@ -2,6 +2,7 @@
 #![deny(missing_docs)]
 
 mod coalesce;
+mod conn;
 pub mod grpc;
 mod http;
 mod limiters;
@@ -48,6 +49,25 @@ pub struct Config {
     pub timeout: Duration,
     /// How often the store's change counter is polled.
     pub poll: Duration,
+    /// How long a request's head may take to arrive (`--header-timeout`).
+    pub header_timeout: Duration,
+    /// How long a keep-alive connection may wait for its next request (`--idle-timeout`).
+    pub idle_timeout: Duration,
+    /// Connections open at once per listener (`--max-connections`); the excess is
+    /// answered 503 and closed.
+    pub max_connections: usize,
+    /// How long shutdown waits for requests in flight before closing what is left
+    /// (`--shutdown-timeout`).
+    pub shutdown_timeout: Duration,
+    /// How often gRPC pings an idle connection; one unanswered for as long closes it
+    /// (`--grpc-keepalive`).
+    pub grpc_keepalive: Duration,
+    /// Calls at once on one gRPC connection (`--grpc-max-streams`).
+    pub grpc_max_streams: u32,
+    /// The most policies the store may hold (`--max-policies`).
+    pub max_policies: usize,
+    /// The most policies listing one app (`--max-policies-per-app`).
+    pub max_policies_per_app: usize,
 }
 
 impl Default for Config {
@@ -63,6 +83,14 @@ impl Default for Config {
             metrics_open: false,
             timeout: Duration::from_secs(10),
             poll: Duration::from_millis(250),
+            header_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(60),
+            max_connections: 1024,
+            shutdown_timeout: Duration::from_secs(10),
+            grpc_keepalive: Duration::from_secs(30),
+            grpc_max_streams: 100,
+            max_policies: 10_000,
+            max_policies_per_app: 1_000,
         }
     }
 }
@@ -80,12 +108,12 @@ pub enum Error {
     /// The decision backend's URL is unusable.
     #[error("--decisions: {0}")]
     Decisions(String),
+    /// `--admin-name` is not a user name.
+    #[error("--admin-name: {0}")]
+    AdminName(String),
     /// `--init-admin` found an admin already.
     #[error("an admin exists already; ask them for a token (POST /v1/users)")]
     AdminExists,
-    /// Serving failed.
-    #[error("serving: {0}")]
-    Serve(std::io::Error),
 }
 
 /// Opens the store a configuration names.
@@ -99,6 +127,7 @@ async fn open_store(config: &Config) -> Result<Store, StoreError> {
 /// Creates the first admin, `name`, and returns its token (shown once); refuses if an
 /// admin exists.
 pub async fn init_admin(config: &Config, name: &str) -> Result<String, Error> {
+    service::check_name(name, "user name").map_err(|e| Error::AdminName(e.to_string()))?;
     let store = open_store(config).await?;
     let token = token::new(token::USER);
     let user = User {
@@ -106,13 +135,23 @@ pub async fn init_admin(config: &Config, name: &str) -> Result<String, Error> {
         admin: true,
         roles: Default::default(),
     };
-    if store
-        .create_first_admin(&user, &token::hash(&token))
-        .await?
+    let hash = token::hash(&token);
+    let change = store::Account::CreateUser {
+        user: &user,
+        hash: &hash,
+    };
+    // Checked in the write's transaction: two first admins cannot both be made.
+    let no_admin = |facts: &store::Facts| match facts.users.values().any(|u| u.admin) {
+        true => Err(Error::AdminExists),
+        false => Ok(()),
+    };
+    match store
+        .write_account(change, name, time::now_s(), no_admin)
+        .await
     {
-        Ok(token)
-    } else {
-        Err(Error::AdminExists)
+        Ok(true) => Ok(token),
+        Ok(false) | Err(store::WriteError::Refused(_)) => Err(Error::AdminExists),
+        Err(store::WriteError::Store(e)) => Err(e.into()),
     }
 }
 
@@ -147,7 +186,11 @@ impl Server {
                 }
             }
         };
-        let service = Arc::new(Service::new(store, backend, config.metrics_open));
+        let caps = service::Caps {
+            total: config.max_policies,
+            per_app: config.max_policies_per_app,
+        };
+        let service = Arc::new(Service::new(store, backend, config.metrics_open, caps));
         service.reload(true).await?;
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
@@ -206,33 +249,50 @@ impl Server {
             let _ = stopped.wait_for(|stop| *stop).await;
         };
         tracing::info!(listen = %self.local_addr(), "serving");
+        let config = &self.config;
+        let bounds = conn::Bounds {
+            header: config.header_timeout,
+            idle: config.idle_timeout,
+        };
+        let grpc_addr = self.grpc_addr();
         let grpc = self.grpc.map(|listener| {
-            let service = grpc::Rls::server(Arc::clone(&self.service));
-            let until = until(stopped.clone());
-            tracing::info!(listen = ?listener.local_addr().ok(), "serving Envoy's rate limit service (gRPC)");
+            let gate = conn::Gate::new(listener, config.max_connections, bounds, b"");
+            let incoming = futures_util::stream::unfold(gate, |gate| async {
+                let conn = gate.accept().await;
+                Some((Ok::<_, std::convert::Infallible>(conn), gate))
+            });
+            tracing::info!(listen = ?grpc_addr, "serving Envoy's rate limit service (gRPC)");
             tokio::spawn(
                 tonic::transport::Server::builder()
-                    .timeout(self.config.timeout)
-                    .add_service(service)
-                    .serve_with_incoming_shutdown(
-                        tonic::transport::server::TcpIncoming::from(listener),
-                        until,
-                    ),
+                    .timeout(config.timeout)
+                    .max_concurrent_streams(config.grpc_max_streams)
+                    .http2_keepalive_interval(Some(config.grpc_keepalive))
+                    .http2_keepalive_timeout(Some(config.grpc_keepalive))
+                    .add_service(grpc::Rls::server(Arc::clone(&self.service)))
+                    .serve_with_incoming_shutdown(incoming, until(stopped.clone())),
             )
         });
-        let app = http::router::router(Arc::clone(&self.service), self.config.timeout);
-        let served = axum::serve(self.listener, app)
-            .with_graceful_shutdown(until(stopped))
-            .await
-            .map_err(Error::Serve);
-        if let Some(grpc) = grpc {
-            match grpc.await {
-                Ok(Err(e)) => tracing::error!(error = %e, "gRPC server"),
-                Err(e) => tracing::error!(error = %e, "gRPC server task"),
-                Ok(Ok(())) => {}
+        let gate = conn::Gate::new(
+            self.listener,
+            config.max_connections,
+            bounds,
+            conn::HTTP_REFUSAL,
+        );
+        let app = http::router::router(Arc::clone(&self.service), config.timeout);
+        conn::serve_http1(gate, app, stopped.clone(), config.shutdown_timeout).await;
+        if let Some(mut grpc) = grpc {
+            // tonic waits for every connection to end: bounded by the same deadline.
+            match tokio::time::timeout(config.shutdown_timeout, &mut grpc).await {
+                Ok(Ok(Err(e))) => tracing::error!(error = %e, "gRPC server"),
+                Ok(Err(e)) => tracing::error!(error = %e, "gRPC server task"),
+                Ok(Ok(Ok(()))) => {}
+                Err(_) => {
+                    tracing::warn!("gRPC shutdown deadline passed; closing its connections");
+                    grpc.abort();
+                }
             }
         }
         poller.abort();
-        served
+        Ok(())
     }
 }

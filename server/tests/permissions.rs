@@ -256,3 +256,60 @@ async fn nothing_leaks_beyond_the_roles() {
     );
     server.stop().await;
 }
+
+/// `GET /v1/me` with these `Authorization` values, as they are sent.
+async fn me_with(server: &TestServer, values: &[&str]) -> Answer {
+    let headers: Vec<(&str, &str)> = values.iter().map(|v| ("authorization", *v)).collect();
+    call(Method::GET, &server.url("/v1/me"), None, None, &headers).await
+}
+
+#[tokio::test]
+async fn the_bearer_scheme_is_read_in_any_case() {
+    let (server, admin) = TestServer::start().await;
+    for scheme in ["Bearer", "bearer", "BEARER", "bEaReR"] {
+        let answer = me_with(&server, &[&format!("{scheme} {admin}")]).await;
+        assert_eq!(answer.status, StatusCode::OK, "{scheme}: {}", answer.text);
+    }
+    let answer = me_with(&server, &[&format!("Basic {admin}")]).await;
+    assert_eq!(answer.status, StatusCode::UNAUTHORIZED);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn two_authorization_headers_are_refused_even_when_both_are_valid() {
+    let (server, admin) = TestServer::start().await;
+    let value = format!("Bearer {admin}");
+    let answer = me_with(&server, &[&value, &value]).await;
+    assert_eq!(answer.status, StatusCode::UNAUTHORIZED);
+    assert!(
+        answer.json["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("one Authorization header")),
+        "{}",
+        answer.text
+    );
+    server.stop().await;
+}
+
+/// The page and its files run only their own code and cannot be framed.
+#[tokio::test]
+async fn the_page_is_served_under_a_strict_content_security_policy() {
+    let (server, _) = TestServer::start().await;
+    for path in ["/", "/assets/app.js"] {
+        let answer = call(Method::GET, &server.url(path), None, None, &[]).await;
+        assert_eq!(answer.status, StatusCode::OK);
+        let csp = answer.headers["content-security-policy"]
+            .to_str()
+            .expect("ASCII");
+        for directive in [
+            "default-src 'none'",
+            "script-src 'self' 'wasm-unsafe-eval'",
+            "frame-ancestors 'none'",
+        ] {
+            assert!(csp.contains(directive), "{path}: {csp}");
+        }
+        assert!(!csp.contains("unsafe-inline"), "{csp}");
+        assert_eq!(answer.headers["x-frame-options"], "DENY");
+    }
+    server.stop().await;
+}

@@ -118,7 +118,7 @@ async fn concurrent_updates_one_wins() {
         );
     }
     let audit = get(&server.url("/v1/audit"), &admin).await;
-    assert_eq!(audit.json["entries"].as_array().unwrap().len(), 6);
+    assert_eq!(policy_entries(&audit).len(), 6);
     // Creating the same name at once: one 201, the others see it exists (428).
     let creators = at_once(4, |_| {
         let (url, admin) = (server.url("/v1/policies/fresh"), admin.clone());
@@ -270,8 +270,8 @@ async fn bad_input_is_refused_and_nothing_is_stored() {
         json!([])
     );
     assert_eq!(
-        get(&server.url("/v1/audit"), &admin).await.json["entries"],
-        json!([])
+        policy_entries(&get(&server.url("/v1/audit"), &admin).await),
+        Vec::<Value>::new()
     );
     // Decisions: bad keys, types and sizes.
     create_policy(&server, &admin, "api", BUCKET).await;
@@ -489,7 +489,7 @@ async fn audit_pages_past_other_apps_entries() {
     let limited = get(&server.url("/v1/audit?app=mobile&limit=7"), &admin).await;
     assert_eq!(limited.json["entries"].as_array().unwrap().len(), 7);
     let all = get(&server.url("/v1/audit?limit=1000"), &admin).await;
-    assert_eq!(all.json["entries"].as_array().unwrap().len(), 507);
+    assert_eq!(policy_entries(&all).len(), 507);
     server.stop().await;
 }
 
@@ -529,5 +529,29 @@ async fn data_dir_names_are_paths_not_urls() {
         get(&server.url("/v1/me"), &admin).await.status,
         StatusCode::OK
     );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_conditional_write_on_a_deleted_policy_fails_and_creates_nothing() {
+    let (server, admin, _) = serving(BUCKET).await;
+    let url = server.url("/v1/policies/api");
+    let deleted = call(
+        Method::DELETE,
+        &url,
+        Some(&admin),
+        None,
+        &[("if-match", "\"1\"")],
+    )
+    .await;
+    assert_eq!(deleted.status, StatusCode::NO_CONTENT, "{}", deleted.text);
+    let late = put(&url, &admin, BUCKET, Some(1)).await;
+    assert_eq!(
+        late.status,
+        StatusCode::PRECONDITION_FAILED,
+        "{}",
+        late.text
+    );
+    assert_eq!(get(&url, &admin).await.status, StatusCode::NOT_FOUND);
     server.stop().await;
 }

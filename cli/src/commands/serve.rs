@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::Args;
 use tollgate_core::FailPolicy;
@@ -50,6 +51,33 @@ pub struct ServeArgs {
     /// Serve /metrics without a token (for a scraper on a trusted network).
     #[arg(long)]
     metrics_open: bool,
+    /// How long a request's head may take to arrive, from its first byte (and a new
+    /// connection's first byte, from its opening).
+    #[arg(long, default_value = "5s", value_parser = duration)]
+    header_timeout: Duration,
+    /// How long a keep-alive connection may wait for its next request.
+    #[arg(long, default_value = "60s", value_parser = duration)]
+    idle_timeout: Duration,
+    /// Connections open at once, per listener (HTTP, gRPC); the excess is answered 503
+    /// and closed at once.
+    #[arg(long, default_value_t = 1024)]
+    max_connections: usize,
+    /// On SIGTERM or Ctrl-C, how long requests in flight may take before the
+    /// connections left are closed.
+    #[arg(long, default_value = "10s", value_parser = duration)]
+    shutdown_timeout: Duration,
+    /// How often gRPC pings a connection; one ping unanswered for as long closes it.
+    #[arg(long, default_value = "30s", value_parser = duration)]
+    grpc_keepalive: Duration,
+    /// Calls at once on one gRPC connection.
+    #[arg(long, default_value_t = 100)]
+    grpc_max_streams: u32,
+    /// The most policies the store may hold.
+    #[arg(long, default_value_t = 10_000)]
+    max_policies: usize,
+    /// The most policies that may list one app.
+    #[arg(long, default_value_t = 1_000)]
+    max_policies_per_app: usize,
     /// Create the first admin, print its token once, and exit.
     #[arg(long)]
     init_admin: bool,
@@ -73,6 +101,14 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, Failure> {
         },
         max_keys: args.max_keys,
         metrics_open: args.metrics_open,
+        header_timeout: args.header_timeout,
+        idle_timeout: args.idle_timeout,
+        max_connections: args.max_connections,
+        shutdown_timeout: args.shutdown_timeout,
+        grpc_keepalive: args.grpc_keepalive,
+        grpc_max_streams: args.grpc_max_streams,
+        max_policies: args.max_policies,
+        max_policies_per_app: args.max_policies_per_app,
         ..Config::default()
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -107,6 +143,11 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, Failure> {
             .map_err(|e| Failure::Backend(e.to_string()))
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// A flag's duration (`250ms`, `5s`), as policies write them.
+fn duration(text: &str) -> Result<Duration, String> {
+    tollgate_policy::parse_duration(text).map(|d| Duration::from_micros(d.0))
 }
 
 /// Completes on Ctrl-C or SIGTERM: the server then finishes the requests in flight.

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put};
@@ -18,6 +18,7 @@ use crate::store::{Role, User};
 use super::auth::Authed;
 use super::body::JsonBody;
 use super::error::Result;
+use super::page::Page;
 
 /// The routes of apps and users.
 pub(crate) fn routes() -> Router<Arc<Service>> {
@@ -57,16 +58,20 @@ async fn me(Authed { caller, .. }: Authed<User>) -> Json<Value> {
     Json(user_json(&caller))
 }
 
-async fn apps(State(service): Svc, Authed { caller, .. }: Authed<User>) -> Json<Value> {
-    let apps: Vec<Value> = service
-        .apps(&caller)
+async fn apps(
+    State(service): Svc,
+    Authed { caller, .. }: Authed<User>,
+    Query(page): Query<Page>,
+) -> Result<Json<Value>> {
+    let (apps, next) = page.of(service.apps(&caller), |(name, _)| name)?;
+    let apps: Vec<Value> = apps
         .into_iter()
         .map(|(name, role)| match role {
             Some(role) => json!({"name": name, "role": role}),
             None => json!({"name": name, "role": "admin"}),
         })
         .collect();
-    Json(json!({ "apps": apps }))
+    Ok(Json(json!({ "apps": apps, "next": next })))
 }
 
 #[derive(Deserialize)]
@@ -95,18 +100,33 @@ async fn rotate(
     Ok(Json(json!({"name": name, "token": token})))
 }
 
+/// `DELETE /v1/apps/{name}?cascade=true`: take the app out of the policies and roles
+/// that name it, rather than be refused while they do.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Cascade {
+    #[serde(default)]
+    cascade: bool,
+}
+
 async fn delete_app(
     State(service): Svc,
     Authed { caller, .. }: Authed<Admin>,
     Path(name): Path<String>,
+    Query(Cascade { cascade }): Query<Cascade>,
 ) -> Result<StatusCode> {
-    service.delete_app(&caller, &name).await?;
+    service.delete_app(&caller, &name, cascade).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
-async fn users(State(service): Svc, Authed { caller, .. }: Authed<Admin>) -> Json<Value> {
-    let users: Vec<Value> = service.users(&caller).iter().map(user_json).collect();
-    Json(json!({ "users": users }))
+async fn users(
+    State(service): Svc,
+    Authed { caller, .. }: Authed<Admin>,
+    Query(page): Query<Page>,
+) -> Result<Json<Value>> {
+    let (users, next) = page.of(service.users(&caller), |u| &u.name)?;
+    let users: Vec<Value> = users.iter().map(user_json).collect();
+    Ok(Json(json!({ "users": users, "next": next })))
 }
 
 #[derive(Deserialize)]

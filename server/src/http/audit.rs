@@ -28,6 +28,8 @@ pub(crate) fn routes() -> Router<Arc<Service>> {
 pub(crate) struct AuditQuery {
     app: Option<String>,
     limit: Option<usize>,
+    /// The cursor: entries older than this id (the previous page's `next`).
+    before: Option<i64>,
 }
 
 async fn audit(
@@ -35,17 +37,22 @@ async fn audit(
     Authed { caller, .. }: Authed<User>,
     Query(query): Query<AuditQuery>,
 ) -> Result<Json<Value>> {
+    let limit = query.limit.unwrap_or(100);
     let entries = service
-        .audit(&caller, query.app.as_deref(), query.limit.unwrap_or(100))
+        .audit(&caller, query.app.as_deref(), limit, query.before)
         .await?;
+    // A full page may have more after it.
+    let next = (entries.len() >= limit.clamp(1, 1000))
+        .then(|| entries.last().map(|e| e.id))
+        .flatten();
     let entries: Vec<Value> = entries
         .into_iter()
         .map(|e| {
             json!({"id": e.id, "at": rfc3339(e.at), "actor": e.actor, "action": e.action,
-                   "policy": e.policy, "before": e.before, "after": e.after})
+                   "policy": e.subject, "before": e.before, "after": e.after})
         })
         .collect();
-    Ok(Json(json!({ "entries": entries })))
+    Ok(Json(json!({ "entries": entries, "next": next })))
 }
 
 async fn stats(

@@ -53,11 +53,13 @@ impl<T: Access + Send> FromRequestParts<Arc<Service>> for Authed<T> {
         service: &Arc<Service>,
     ) -> Result<Self, Self::Rejection> {
         let snapshot = service.snapshot();
-        let token = parts
-            .headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(bearer);
+        let token = bearer(
+            parts
+                .headers
+                .get_all(header::AUTHORIZATION)
+                .iter()
+                .map(|v| v.as_bytes()),
+        )?;
         let caller = T::from_caller(authenticate(&snapshot, token)?)?;
         Ok(Self { snapshot, caller })
     }

@@ -51,12 +51,13 @@ impl ApiError {
 impl From<ServiceError> for ApiError {
     fn from(e: ServiceError) -> Self {
         let status = match &e {
-            ServiceError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ServiceError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ServiceError::Forbidden(_) => StatusCode::FORBIDDEN,
             ServiceError::NotFound(_) => StatusCode::NOT_FOUND,
             ServiceError::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             ServiceError::Conflict(_) | ServiceError::Stale(_) => StatusCode::CONFLICT,
             ServiceError::VersionRequired => StatusCode::PRECONDITION_REQUIRED,
+            ServiceError::Gone => StatusCode::PRECONDITION_FAILED,
             ServiceError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ServiceError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         };

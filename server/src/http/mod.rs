@@ -10,5 +10,6 @@ mod body;
 mod decide;
 mod error;
 mod metrics;
+mod page;
 mod policies;
 pub(crate) mod router;

@@ -19,6 +19,7 @@ use tollgate_policy::{list_or, Kind, Policy};
 use super::auth::Authed;
 use super::body::{etag, IfMatch, JsonBody};
 use super::error::{ApiError, Result};
+use super::page::Page;
 
 /// The routes of policies.
 pub(crate) fn routes() -> Router<Arc<Service>> {
@@ -49,13 +50,12 @@ async fn list(
     State(service): Svc,
     Authed { caller, .. }: Authed<User>,
     Query(query): Query<AppQuery>,
+    Query(page): Query<Page>,
 ) -> Result<Json<Value>> {
-    let policies: Vec<Value> = service
-        .policies(&caller, query.app.as_deref())?
-        .iter()
-        .map(Stored::to_json)
-        .collect();
-    Ok(Json(json!({ "policies": policies })))
+    let all = service.policies(&caller, query.app.as_deref())?;
+    let (policies, next) = page.of(all, |s| &s.name)?;
+    let policies: Vec<Value> = policies.iter().map(Stored::to_json).collect();
+    Ok(Json(json!({ "policies": policies, "next": next })))
 }
 
 async fn read(

@@ -31,16 +31,41 @@ impl App {
 
 /// An admin, authenticated: manages users and apps (a proof, made only here).
 #[derive(Debug)]
-pub(crate) struct Admin(());
+pub(crate) struct Admin(String);
 
-/// The token in an `Authorization` value (`Bearer <token>`), as HTTP and gRPC carry it.
-pub(crate) fn bearer(authorization: &str) -> Option<&str> {
-    authorization.strip_prefix("Bearer ").map(str::trim)
+impl Admin {
+    /// The admin's name (the audit log's actor).
+    pub(crate) fn name(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Why a request is refused when it carries no token, or one nobody holds.
+const NO_TOKEN: &str = "a valid bearer token is required (Authorization: Bearer <token>)";
+
+/// The token in a request's `Authorization` values (HTTP headers or gRPC metadata):
+/// `Bearer <token>`, the scheme in any case (RFC 9110). Several values are refused
+/// rather than one of them picked, since a proxy and a client may each have added one.
+pub(crate) fn bearer<'a>(values: impl IntoIterator<Item = &'a [u8]>) -> Result<Option<&'a str>> {
+    let mut values = values.into_iter();
+    let Some(value) = values.next() else {
+        return Ok(None);
+    };
+    if values.next().is_some() {
+        return Err(ServiceError::Unauthorized(
+            "send one Authorization header, not several",
+        ));
+    }
+    Ok(std::str::from_utf8(value)
+        .ok()
+        .and_then(|v| v.trim().split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim()))
 }
 
 /// The holder of `token` (none: unauthorized), as of `snapshot`.
 pub(crate) fn authenticate(snapshot: &Snapshot, token: Option<&str>) -> Result<Caller> {
-    let token = token.ok_or(ServiceError::Unauthorized)?;
+    let token = token.ok_or(ServiceError::Unauthorized(NO_TOKEN))?;
     match snapshot.tokens.get(&token::digest(token)) {
         Some(Principal::App(name)) => Ok(Caller::App(App(name.clone()))),
         Some(Principal::User(name)) => snapshot
@@ -48,8 +73,8 @@ pub(crate) fn authenticate(snapshot: &Snapshot, token: Option<&str>) -> Result<C
             .get(name)
             .cloned()
             .map(Caller::User)
-            .ok_or(ServiceError::Unauthorized),
-        None => Err(ServiceError::Unauthorized),
+            .ok_or(ServiceError::Unauthorized(NO_TOKEN)),
+        None => Err(ServiceError::Unauthorized(NO_TOKEN)),
     }
 }
 
@@ -78,7 +103,7 @@ impl Caller {
     pub(crate) fn admin(self) -> Result<Admin> {
         let user = self.user()?;
         if user.admin {
-            Ok(Admin(()))
+            Ok(Admin(user.name))
         } else {
             Err(ServiceError::forbidden("only an admin may do this"))
         }

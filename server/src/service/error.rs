@@ -4,14 +4,14 @@
 use std::borrow::Cow;
 
 use crate::limiters::DecideError;
-use crate::store::{StoreError, Stored};
+use crate::store::{StoreError, Stored, WriteError};
 
 /// A refusal or failure of the decision service.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ServiceError {
-    /// No token, or one nobody holds.
-    #[error("a valid bearer token is required (Authorization: Bearer <token>)")]
-    Unauthorized,
+    /// No token, one nobody holds, or several: what is wrong.
+    #[error("{0}")]
+    Unauthorized(&'static str),
     /// The caller may not do this.
     #[error("{0}")]
     Forbidden(Cow<'static, str>),
@@ -32,6 +32,9 @@ pub(crate) enum ServiceError {
     /// A policy change named a version that is no longer current.
     #[error("the policy changed: it is at version {}", .0.version)]
     Stale(Box<Stored>),
+    /// A policy change named a version of a policy that no longer exists.
+    #[error("the policy no longer exists; create it without If-Match")]
+    Gone,
     /// A policy change named no version to change.
     #[error("changing a policy needs the version it changes")]
     VersionRequired,
@@ -93,3 +96,12 @@ impl From<DecideError> for ServiceError {
 
 /// The service's results.
 pub(crate) type Result<T, E = ServiceError> = std::result::Result<T, E>;
+
+impl From<WriteError<ServiceError>> for ServiceError {
+    fn from(e: WriteError<ServiceError>) -> Self {
+        match e {
+            WriteError::Store(e) => e.into(),
+            WriteError::Refused(e) => e,
+        }
+    }
+}

@@ -15,4 +15,6 @@ mod state;
 pub(crate) use accounts::Holder;
 pub(crate) use decide::{LeaseRequest, MAX_BATCH};
 pub(crate) use error::ServiceError;
+pub(crate) use names::check_name;
+pub(crate) use policies::Caps;
 pub(crate) use state::Service;

@@ -2,7 +2,7 @@
 //! audit log, the decision counts).
 
 use crate::limiters::check_backend;
-use crate::store::{AuditEntry, Stored, User, WriteError};
+use crate::store::{AuditEntry, Snapshot, Stored, User};
 use crate::time::now_s;
 use tollgate_policy::{Policy, Style};
 
@@ -24,6 +24,8 @@ fn check_write(
     }
     match current {
         None if next.is_none() => Err(ServiceError::NotFound("policy")),
+        // A version names a policy that was: recreating it would undo a delete.
+        None if expected.is_some() => Err(ServiceError::Gone),
         None => Ok(()),
         Some(current) => {
             if !can_read(user, &current.policy) {
@@ -46,6 +48,48 @@ fn check_write(
                 Some(_) => Ok(()),
             }
         }
+    }
+}
+
+/// The most policies the store may hold, in all and per app (`--max-policies`,
+/// `--max-policies-per-app`), so that one owner cannot slow the store for everyone.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Caps {
+    /// In all.
+    pub(crate) total: usize,
+    /// Listing one app.
+    pub(crate) per_app: usize,
+}
+
+impl Caps {
+    /// Refuses `policy` as `name` if it would be one more than a cap allows, as of
+    /// `snapshot` (a few concurrent writes may pass a cap by as many: it bounds size,
+    /// it is not a quota).
+    fn check(self, snapshot: &Snapshot, name: &str, policy: &Policy) -> Result<()> {
+        let current = snapshot.policies.get(name);
+        if current.is_none() && snapshot.policies.len() >= self.total {
+            return Err(ServiceError::Conflict(format!(
+                "the store holds {} policies, the most allowed (--max-policies)",
+                self.total
+            )));
+        }
+        let added = policy
+            .apps
+            .iter()
+            .filter(|app| current.is_none_or(|c| !c.policy.apps.contains(app)));
+        for app in added {
+            let listed = snapshot
+                .policies
+                .values()
+                .filter(|s| s.policy.apps.contains(app))
+                .count();
+            if listed >= self.per_app {
+                return Err(ServiceError::Conflict(format!(
+                    "app {app:?} has {listed} policies, the most allowed (--max-policies-per-app)"
+                )));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -102,6 +146,7 @@ impl Service {
         validate(policy)?;
         check_backend(policy, &self.backend)
             .map_err(|(field, message)| ServiceError::invalid(message, field.as_deref()))?;
+        self.caps.check(&self.snapshot(), name, policy)?;
         self.write(user, name, Some(policy), expected)
             .await?
             .ok_or(ServiceError::Internal("nothing written"))
@@ -129,22 +174,19 @@ impl Service {
             .write_policy(name, next, &user.name, now_s(), |current| {
                 check_write(user, current, next, expected)
             })
-            .await
-            .map_err(|e| match e {
-                WriteError::Store(e) => e.into(),
-                WriteError::Refused(e) => e,
-            })?;
+            .await?;
         self.changed().await;
         Ok(stored)
     }
 
-    /// The newest `limit` (1 to 1000) entries of the audit log `user` may see; with
-    /// `app`, those of that app (a role in it needed).
+    /// The newest `limit` (1 to 1000) entries of the audit log `user` may see, older
+    /// than entry `before` if given; with `app`, those of that app (a role in it needed).
     pub(crate) async fn audit(
         &self,
         user: &User,
         app: Option<&str>,
         limit: usize,
+        before: Option<i64>,
     ) -> Result<Vec<AuditEntry>> {
         if let Some(app) = app {
             check_app_role(user, app)?;
@@ -153,7 +195,10 @@ impl Service {
             Some(app) => entry.apps.iter().any(|a| a == app),
             None => user.admin || entry.apps.iter().any(|app| role(user, app).is_some()),
         };
-        Ok(self.store.audit(limit.clamp(1, 1000), visible).await?)
+        Ok(self
+            .store
+            .audit(limit.clamp(1, 1000), before, visible)
+            .await?)
     }
 
     /// The decision counts of the last ten minutes of each policy of `app`, by policy.

@@ -7,6 +7,8 @@ use crate::limiters::{Backend, Entry, Limiters};
 use crate::metrics::Metrics;
 use crate::store::{Snapshot, Store, StoreError};
 
+use super::policies::Caps;
+
 /// What every request shares, whichever front end it came through.
 #[derive(Debug)]
 pub(crate) struct Service {
@@ -22,6 +24,8 @@ pub(crate) struct Service {
     pub(crate) metrics: Metrics,
     /// `/metrics` without a token.
     pub(crate) metrics_open: bool,
+    /// The most policies the store may hold.
+    pub(crate) caps: Caps,
     /// Serializes reloads, so a slow one never overwrites a newer one.
     reloading: tokio::sync::Mutex<()>,
 }
@@ -29,8 +33,9 @@ pub(crate) struct Service {
 impl Service {
     /// A service over `store`, deciding on `backend`, with nothing loaded yet (see
     /// [`Service::reload`]).
-    pub(crate) fn new(store: Store, backend: Backend, metrics_open: bool) -> Self {
+    pub(crate) fn new(store: Store, backend: Backend, metrics_open: bool, caps: Caps) -> Self {
         Self {
+            caps,
             store,
             snapshot: RwLock::default(),
             limiters: RwLock::default(),

@@ -470,3 +470,15 @@ impl Drop for Redis {
 pub fn show(path: &Path) -> String {
     path.display().to_string()
 }
+
+/// The policy entries of an audit answer (account changes, `app.…` and `user.…`, left
+/// out).
+pub fn policy_entries(audit: &Answer) -> Vec<Value> {
+    audit.json["entries"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["action"].as_str().is_some_and(|a| !a.contains('.')))
+        .cloned()
+        .collect()
+}

@@ -32,6 +32,9 @@ assert.ok(adminToken, "--init-admin prints the admin's token");
 const listen = `127.0.0.1:${await freePort()}`;
 const server = spawn(bin, ["serve", "--data-dir", data, "--listen", listen], { stdio: ["ignore", "ignore", "inherit"] });
 const site = `http://${listen}`;
+// Every check below runs under the page's Content-Security-Policy: a script, style or
+// wasm module it blocked would fail them.
+const csp = async () => (await fetch(site + "/")).headers.get("content-security-policy") ?? "";
 
 /** A JSON call to the server as `token`: `{ status, body, headers }`. */
 async function api(token, method, path, body, headers = {}) {
@@ -54,6 +57,7 @@ try {
     }
     await sleep(50);
   }
+  assert.match(await csp(), /frame-ancestors 'none'/, "the page's Content-Security-Policy");
   const created = async (path, body) => {
     const reply = await api(adminToken, "POST", path, body);
     assert.equal(reply.status, 201, `${path}: ${JSON.stringify(reply.body)}`);

@@ -14,6 +14,10 @@ use serde::{Deserialize, Serialize};
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
 
+mod accounts;
+
+pub use accounts::{Account, Facts};
+
 use crate::time::rfc3339;
 use tollgate_policy::{Policy, Style};
 
@@ -124,16 +128,49 @@ pub struct AuditEntry {
     pub at: i64,
     /// Who.
     pub actor: String,
-    /// `create`, `update` or `delete`.
+    /// A policy's `create`, `update` or `delete`; `app.create`, `app.rotate`,
+    /// `app.delete`; `user.create`, `user.roles`, `user.rotate`, `user.delete`.
     pub action: String,
-    /// The policy's name.
-    pub policy: String,
-    /// The policy before (JSON), if it existed.
+    /// The name of the policy, app or user changed.
+    pub subject: String,
+    /// What it was before (JSON), if it existed and is worth showing.
     pub before: Option<serde_json::Value>,
-    /// The policy after (JSON), if it exists.
+    /// What it is after (JSON), likewise.
     pub after: Option<serde_json::Value>,
     /// The apps either version lists.
     pub apps: Vec<String>,
+}
+
+/// An audit entry as a write appends it, in the write's transaction.
+struct Entry<'a> {
+    /// The write's number (the change counter).
+    id: i64,
+    at: i64,
+    actor: &'a str,
+    action: &'a str,
+    /// The policy, app or user changed.
+    subject: &'a str,
+    before: Option<serde_json::Value>,
+    after: Option<serde_json::Value>,
+    /// Whose roles may read it (none: admins only).
+    apps: &'a [String],
+}
+
+impl Entry<'_> {
+    async fn append(&self, tx: &mut Tx) -> Result<(), sqlx::Error> {
+        sqlx::query("INSERT INTO tollgate_audit (id, at, actor, action, policy, before_body, after_body, apps) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)")
+            .bind(self.id)
+            .bind(self.at)
+            .bind(self.actor)
+            .bind(self.action)
+            .bind(self.subject)
+            .bind(self.before.as_ref().map(ToString::to_string))
+            .bind(self.after.as_ref().map(ToString::to_string))
+            .bind(serde_json::to_string(self.apps).unwrap_or_default())
+            .execute(&mut **tx)
+            .await?;
+        Ok(())
+    }
 }
 
 /// What a write refused, decided inside its transaction.
@@ -162,9 +199,6 @@ const SCHEMA: [&str; 6] = [
     "CREATE TABLE IF NOT EXISTS tollgate_audit (id BIGINT PRIMARY KEY, at BIGINT NOT NULL, actor TEXT NOT NULL, action TEXT NOT NULL, policy TEXT NOT NULL, before_body TEXT, after_body TEXT, apps TEXT NOT NULL)",
 ];
 
-/// A new user (text parameters: name, token hash, admin flag, roles).
-const INSERT_USER: &str = "INSERT INTO tollgate_users (name, token_hash, admin, roles) VALUES ($1, $2, $3, $4) ON CONFLICT (name) DO NOTHING";
-
 /// The schema version this build writes.
 const SCHEMA_VERSION: i64 = 1;
 
@@ -178,6 +212,23 @@ pub struct Store {
 }
 
 type Tx = sqlx::Transaction<'static, sqlx::Any>;
+
+/// Creates `dir` (0700) and the database file `db` (0600) if they do not exist: tokens'
+/// hashes and the audit log are for this server's user only. SQLite gives its journal
+/// files the database's mode.
+fn private_files(dir: &std::path::Path, db: &std::path::Path) -> std::io::Result<()> {
+    let mut folder = std::fs::DirBuilder::new();
+    let mut file = std::fs::OpenOptions::new();
+    file.create(true).append(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        folder.mode(0o700);
+        file.mode(0o600);
+    }
+    folder.recursive(true).create(dir)?;
+    file.open(db).map(drop)
+}
 
 impl Store {
     /// Opens the store `url` (`sqlite://PATH?mode=rwc` or `postgres://…`) and creates or
@@ -210,9 +261,9 @@ impl Store {
 
     /// The store under `dir`: `dir/tollgate.db`, the directory created if missing.
     pub async fn open_dir(dir: &std::path::Path) -> Result<Self, StoreError> {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| StoreError(format!("cannot create {}: {e}", dir.display())))?;
         let path = dir.join("tollgate.db");
+        private_files(dir, &path)
+            .map_err(|e| StoreError(format!("cannot create {}: {e}", path.display())))?;
         let path = path
             .to_str()
             .ok_or_else(|| StoreError(format!("{} is not UTF-8", path.display())))?;
@@ -433,30 +484,32 @@ impl Store {
             .collect();
         apps.sort();
         apps.dedup();
-        sqlx::query("INSERT INTO tollgate_audit (id, at, actor, action, policy, before_body, after_body, apps) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)")
-            .bind(id)
-            .bind(now)
-            .bind(actor)
-            .bind(action)
-            .bind(name)
-            .bind(current.as_ref().map(|s| s.to_json().to_string()))
-            .bind(next.as_ref().map(|s| s.to_json().to_string()))
-            .bind(serde_json::to_string(&apps).unwrap_or_default())
-            .execute(&mut *tx)
-            .await?;
+        let entry = Entry {
+            id,
+            at: now,
+            actor,
+            action,
+            subject: name,
+            before: current.as_ref().map(Stored::to_json),
+            after: next.as_ref().map(Stored::to_json),
+            apps: &apps,
+        };
+        entry.append(&mut tx).await?;
         tx.commit().await?;
         Ok(next)
     }
 
-    /// The newest `limit` audit entries `visible` lets through, newest first.
+    /// The newest `limit` audit entries `visible` lets through, older than `before` if
+    /// given, newest first.
     pub async fn audit(
         &self,
         limit: usize,
+        before: Option<i64>,
         visible: impl Fn(&AuditEntry) -> bool,
     ) -> Result<Vec<AuditEntry>, StoreError> {
         let mut entries = Vec::new();
         // Newest first, a page at a time, until `limit` visible entries are found.
-        let mut before = i64::MAX;
+        let mut before = before.unwrap_or(i64::MAX);
         loop {
             let rows = sqlx::query("SELECT id, at, actor, action, policy, before_body, after_body, apps FROM tollgate_audit WHERE id < $1 ORDER BY id DESC LIMIT 500")
                 .bind(before)
@@ -473,7 +526,7 @@ impl Store {
                     at: row.try_get(1)?,
                     actor: row.try_get(2)?,
                     action: row.try_get(3)?,
-                    policy: row.try_get(4)?,
+                    subject: row.try_get(4)?,
                     before: json(5)?,
                     after: json(6)?,
                     apps: serde_json::from_str(&apps).unwrap_or_default(),
@@ -492,113 +545,6 @@ impl Store {
         }
         Ok(entries)
     }
-
-    /// Creates app `name` with the token hashed as `hash`; false if it exists.
-    pub async fn create_app(&self, name: &str, hash: &str) -> Result<bool, StoreError> {
-        self.change(
-            "INSERT INTO tollgate_apps (name, token_hash) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
-            &[name, hash],
-        )
-        .await
-    }
-
-    /// Replaces app `name`'s token hash; false if there is no such app.
-    pub async fn set_app_token(&self, name: &str, hash: &str) -> Result<bool, StoreError> {
-        self.change(
-            "UPDATE tollgate_apps SET token_hash = $1 WHERE name = $2",
-            &[hash, name],
-        )
-        .await
-    }
-
-    /// Deletes app `name`; false if there is no such app.
-    pub async fn delete_app(&self, name: &str) -> Result<bool, StoreError> {
-        self.change("DELETE FROM tollgate_apps WHERE name = $1", &[name])
-            .await
-    }
-
-    /// Creates user `user` with the token hashed as `hash`; false if the name is taken.
-    pub async fn create_user(&self, user: &User, hash: &str) -> Result<bool, StoreError> {
-        let (admin, roles) = user_columns(user);
-        self.change(INSERT_USER, &[&user.name, hash, admin, &roles])
-            .await
-    }
-
-    /// Creates the first admin `user`, unless an admin exists (false then).
-    pub async fn create_first_admin(&self, user: &User, hash: &str) -> Result<bool, StoreError> {
-        let (admin, roles) = user_columns(user);
-        let any_admin = "SELECT COUNT(*) FROM tollgate_users WHERE admin <> '0'";
-        self.change_unless(
-            Some(any_admin),
-            INSERT_USER,
-            &[&user.name, hash, admin, &roles],
-        )
-        .await
-    }
-
-    /// Sets user `user`'s admin flag and roles; false if there is no such user.
-    pub async fn set_roles(&self, user: &User) -> Result<bool, StoreError> {
-        let (admin, roles) = user_columns(user);
-        self.change(
-            "UPDATE tollgate_users SET admin = $1, roles = $2 WHERE name = $3",
-            &[admin, &roles, &user.name],
-        )
-        .await
-    }
-
-    /// Replaces user `name`'s token hash; false if there is no such user.
-    pub async fn set_user_token(&self, name: &str, hash: &str) -> Result<bool, StoreError> {
-        self.change(
-            "UPDATE tollgate_users SET token_hash = $1 WHERE name = $2",
-            &[hash, name],
-        )
-        .await
-    }
-
-    /// Deletes user `name`; false if there is no such user.
-    pub async fn delete_user(&self, name: &str) -> Result<bool, StoreError> {
-        self.change("DELETE FROM tollgate_users WHERE name = $1", &[name])
-            .await
-    }
-
-    /// Runs one statement of text parameters as a change; whether it touched a row.
-    async fn change(&self, sql: &str, params: &[&str]) -> Result<bool, StoreError> {
-        self.change_unless(None, sql, params).await
-    }
-
-    /// [`Store::change`], skipped (false) if the count `unless` selects, read in the
-    /// same transaction, is not zero.
-    async fn change_unless(
-        &self,
-        unless: Option<&str>,
-        sql: &str,
-        params: &[&str],
-    ) -> Result<bool, StoreError> {
-        let (mut tx, _) = self.begin().await?;
-        let blocked = match unless {
-            Some(count) => {
-                let n: i64 = sqlx::query(count).fetch_one(&mut *tx).await?.try_get(0)?;
-                n > 0
-            }
-            None => false,
-        };
-        let done = if blocked {
-            0
-        } else {
-            let mut query = sqlx::query(sql);
-            for param in params {
-                query = query.bind(*param);
-            }
-            query.execute(&mut *tx).await?.rows_affected()
-        };
-        if done == 0 {
-            // Nothing changed: the counter need not move.
-            tx.rollback().await?;
-            return Ok(false);
-        }
-        tx.commit().await?;
-        Ok(true)
-    }
 }
 
 /// `path` with every byte but letters, digits, `-._~/` percent-encoded, so `?`, `#` or
@@ -613,15 +559,6 @@ fn url_path(path: &str) -> String {
             }
         })
         .collect()
-}
-
-/// The admin flag (`"0"`/`"1"`: text, so every parameter binds as text) and roles
-/// (JSON) as stored.
-fn user_columns(user: &User) -> (&'static str, String) {
-    (
-        if user.admin { "1" } else { "0" },
-        serde_json::to_string(&user.roles).unwrap_or_else(|_| "{}".into()),
-    )
 }
 
 fn body(policy: &Policy) -> String {

@@ -1,0 +1,275 @@
+//! Connections under bounds, so that slow or silent clients cannot hold the server: a
+//! cap on open connections (the excess closed at once), a deadline for a request's head,
+//! an idle deadline between requests, and a shutdown that ends by a deadline.
+//!
+//! The deadlines live in the socket ([`Guarded`]) rather than in hyper, because hyper's
+//! own header timer starts when a connection becomes ready for a request, so it cannot
+//! tell a slow head from an idle keep-alive connection.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::{Instant, Sleep};
+
+/// The bounds on connections (flags of `tollgate serve`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Bounds {
+    /// A request's head must arrive within this from its first byte (and a new
+    /// connection's first byte within this from its opening).
+    pub header: Duration,
+    /// A keep-alive connection waiting for its next request is closed after this.
+    pub idle: Duration,
+}
+
+/// What a connection is doing, as its socket sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Opened, or a response written: waiting for a request's first byte.
+    Idle,
+    /// A request's head is arriving.
+    Head,
+    /// No deadline: a request is being served (its own timeout applies), or an HTTP/2
+    /// connection past its first bytes (HTTP/2 keep-alive pings apply).
+    Open,
+}
+
+/// A socket holding its place under the connection cap, whose reads fail with
+/// `TimedOut` when the peer misses a deadline.
+#[derive(Debug)]
+pub(crate) struct Guarded {
+    io: TcpStream,
+    _permit: OwnedSemaphorePermit,
+    bounds: Bounds,
+    phase: Phase,
+    /// Set by the HTTP service when a request's head has been read; `None` for HTTP/2,
+    /// which has no deadline once its first bytes arrived.
+    serving: Option<Arc<AtomicBool>>,
+    deadline: Pin<Box<Sleep>>,
+}
+
+impl Guarded {
+    fn new(io: TcpStream, permit: OwnedSemaphorePermit, bounds: Bounds) -> Self {
+        Self {
+            io,
+            _permit: permit,
+            bounds,
+            phase: Phase::Idle,
+            serving: None,
+            // A new connection gets the head's deadline for its first byte.
+            deadline: Box::pin(tokio::time::sleep(bounds.header)),
+        }
+    }
+
+    /// Watches `serving`, which the HTTP service sets when it takes a request.
+    pub(crate) fn http1(mut self, serving: Arc<AtomicBool>) -> Self {
+        self.serving = Some(serving);
+        self
+    }
+
+    fn arm(&mut self, after: Duration) {
+        self.deadline.as_mut().reset(Instant::now() + after);
+    }
+
+    /// The phase after `read` bytes arrived.
+    fn on_read(&mut self, read: usize) {
+        if read == 0 {
+            return;
+        }
+        match (self.phase, &self.serving) {
+            (Phase::Idle, None) => self.phase = Phase::Open,
+            (Phase::Idle, Some(_)) => {
+                self.phase = Phase::Head;
+                self.arm(self.bounds.header);
+            }
+            _ => {}
+        }
+    }
+}
+
+impl AsyncRead for Guarded {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        if this.phase == Phase::Head
+            && this
+                .serving
+                .as_ref()
+                .is_some_and(|s| s.swap(false, Ordering::AcqRel))
+        {
+            this.phase = Phase::Open;
+        }
+        // Checked before reading too, so that a byte now and then does not stretch it.
+        if this.phase != Phase::Open && this.deadline.is_elapsed() {
+            return Poll::Ready(Err(io::ErrorKind::TimedOut.into()));
+        }
+        let before = buf.filled().len();
+        match Pin::new(&mut this.io).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                this.on_read(buf.filled().len() - before);
+                Poll::Ready(Ok(()))
+            }
+            Poll::Pending if this.phase != Phase::Open => match this.deadline.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Err(io::ErrorKind::TimedOut.into())),
+                Poll::Pending => Poll::Pending,
+            },
+            other => other,
+        }
+    }
+}
+
+impl AsyncWrite for Guarded {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = &mut *self;
+        let written = Pin::new(&mut this.io).poll_write(cx, buf);
+        // HTTP/1 writes only answers: once one is written, the next request may come.
+        if let (Some(serving), Poll::Ready(Ok(1..))) = (&this.serving, &written) {
+            serving.store(false, Ordering::Release);
+            this.phase = Phase::Idle;
+            this.arm(this.bounds.idle);
+            // hyper may not read again until woken: the deadline wakes it.
+            let _ = this.deadline.as_mut().poll(cx);
+        }
+        written
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+impl tonic::transport::server::Connected for Guarded {
+    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.io.connect_info()
+    }
+}
+
+/// A listener admitting at most its cap of open connections; the excess is sent
+/// `refusal` (if the socket takes it at once) and closed.
+#[derive(Debug)]
+pub(crate) struct Gate {
+    listener: TcpListener,
+    open: Arc<Semaphore>,
+    bounds: Bounds,
+    refusal: &'static [u8],
+}
+
+/// HTTP/1's answer to a connection over the cap.
+pub(crate) const HTTP_REFUSAL: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: 36\r\nretry-after: 1\r\nconnection: close\r\n\r\n{\"error\":\"too many open connections\"}";
+
+impl Gate {
+    pub(crate) fn new(
+        listener: TcpListener,
+        max: usize,
+        bounds: Bounds,
+        refusal: &'static [u8],
+    ) -> Self {
+        Self {
+            listener,
+            open: Arc::new(Semaphore::new(max)),
+            bounds,
+            refusal,
+        }
+    }
+
+    /// The next connection under the cap.
+    pub(crate) async fn accept(&self) -> Guarded {
+        loop {
+            let stream = match self.listener.accept().await {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of descriptors, or a connection reset before it was taken:
+                    // wait a little rather than spin.
+                    tracing::warn!(error = %e, "accepting a connection");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                }
+            };
+            match Arc::clone(&self.open).try_acquire_owned() {
+                Ok(permit) => {
+                    let _ = stream.set_nodelay(true);
+                    return Guarded::new(stream, permit, self.bounds);
+                }
+                Err(_) => {
+                    let _ = stream.try_write(self.refusal);
+                }
+            }
+        }
+    }
+}
+
+/// Waits for `tasks` until `deadline`, then ends those left.
+async fn drain(tasks: &mut tokio::task::JoinSet<()>, deadline: Duration) {
+    let finished = tokio::time::timeout(deadline, async {
+        while tasks.join_next().await.is_some() {}
+    })
+    .await;
+    if finished.is_err() {
+        tracing::warn!(
+            left = tasks.len(),
+            "shutdown deadline passed; closing the connections left"
+        );
+        tasks.shutdown().await;
+    }
+}
+
+/// Serves HTTP/1 on `gate`'s connections until `stopped`, then lets each finish its
+/// request in flight for at most `deadline`.
+pub(crate) async fn serve_http1(
+    gate: Gate,
+    app: axum::Router,
+    stopped: tokio::sync::watch::Receiver<bool>,
+    deadline: Duration,
+) {
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut stop = stopped.clone();
+    loop {
+        let guarded = tokio::select! {
+            guarded = gate.accept() => guarded,
+            _ = stop.wait_for(|stop| *stop) => break,
+        };
+        while tasks.try_join_next().is_some() {}
+        let serving = Arc::new(AtomicBool::new(false));
+        let io = hyper_util::rt::TokioIo::new(guarded.http1(Arc::clone(&serving)));
+        let app = app.clone();
+        let service = hyper::service::service_fn(move |request| {
+            serving.store(true, Ordering::Release);
+            tower_service::Service::call(&mut app.clone(), request)
+        });
+        let mut stop = stopped.clone();
+        tasks.spawn(async move {
+            let connection = hyper::server::conn::http1::Builder::new()
+                .header_read_timeout(None)
+                .serve_connection(io, service);
+            tokio::pin!(connection);
+            tokio::select! {
+                _ = connection.as_mut() => return,
+                _ = stop.wait_for(|stop| *stop) => {}
+            }
+            connection.as_mut().graceful_shutdown();
+            let _ = connection.await;
+        });
+    }
+    drop(gate);
+    drain(&mut tasks, deadline).await;
+}
