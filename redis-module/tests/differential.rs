@@ -15,8 +15,8 @@ use proptest::test_runner::TestRunner;
 use redis::Connection;
 use tollgate_core::limits::{MAX_LIMIT, MAX_PERIOD};
 use tollgate_core::{
-    Ban, Composite, Concurrency, Decision, FixedWindow, LeakyBucket, LeaseError, Pacing, Reserve,
-    SlidingCounter, SlidingLog, Ticks, TokenBucket, MAX_TICKS, SECOND,
+    Ban, Composite, Concurrency, Decision, FixedWindow, LeakyBucket, LeaseError, Pacing, Request,
+    Reserve, SlidingCounter, SlidingLog, Ticks, TokenBucket, MAX_TICKS, SECOND,
 };
 use tollgate_redis::{LuaAlgorithm, RedisLimiter, MAX_LUA_TICKS};
 
@@ -239,7 +239,10 @@ fn differential<A: Words>(
         match &limiter {
             Some(limiter) if step.script && now <= MAX_LUA_TICKS && wait.is_none() => {
                 let got = limiter
-                    .check_at(&mut con, key.as_bytes(), step.cost, now)
+                    .check_request(
+                        &mut con,
+                        &Request::new(key.as_bytes()).cost(step.cost).at(now),
+                    )
                     .map_err(|e| TestCaseError::fail(format!("script: {e}")))?;
                 prop_assert_eq!(got, expected, "script at {}", now);
             }

@@ -76,12 +76,14 @@ impl<'a> Call<'a> {
         Self::of(mode, key, 0, None)
     }
 
-    /// The decisions of a batch's `requests`, each a key and a cost.
-    pub(crate) fn batch(requests: &[(&'a [u8], u64)], now: Option<Ticks>) -> Vec<Self> {
-        requests
-            .iter()
-            .map(|&(key, cost)| Self::new(key, cost, now))
-            .collect()
+    /// The decisions of a batch's `requests`.
+    pub(crate) fn batch(requests: &[Request<'a>]) -> Vec<Self> {
+        requests.iter().map(Self::request).collect()
+    }
+
+    /// The same call doing `mode` (a take or a refund of the request's cost).
+    pub(crate) fn mode_of(self, mode: Mode) -> Self {
+        Self { mode, ..self }
     }
 
     /// The call with a longest wait (a refund's: its deadline).

@@ -16,8 +16,8 @@ use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
 use tollgate_core::limits::MAX_PERIOD;
 use tollgate_core::{
-    Algorithm, Ban, Composite, Decision, FixedWindow, LeakyBucket, Pacing, Reserve, SlidingCounter,
-    SlidingLog, Ticks, TokenBucket, SECOND,
+    Algorithm, Ban, Composite, Decision, FixedWindow, LeakyBucket, Pacing, Request, Reserve,
+    SlidingCounter, SlidingLog, Ticks, TokenBucket, SECOND,
 };
 use tollgate_redis::{Error, LuaAlgorithm, Path, RedisLimiter, MAX_LUA_LIMIT, MAX_LUA_TICKS};
 
@@ -120,7 +120,9 @@ fn member_keys<A: Algorithm>(
 fn checked<A: LuaAlgorithm>() -> (Decide<A>, RedisDecide<A>) {
     (
         |alg, state, now, step| alg.decide(state, now, step.cost),
-        |limiter, con, key, now, step| limiter.check_at(con, key, step.cost, now),
+        |limiter, con, key, now, step| {
+            limiter.check_request(con, &Request::new(key).cost(step.cost).at(now))
+        },
     )
 }
 
@@ -132,8 +134,8 @@ fn reserved<A: LuaAlgorithm + Reserve>() -> (Decide<A>, RedisDecide<A>) {
             None => alg.decide(state, now, step.cost),
         },
         |limiter, con, key, now, step| match step.max_wait {
-            Some(wait) => limiter.reserve_at(con, key, step.cost, wait, now),
-            None => limiter.check_at(con, key, step.cost, now),
+            Some(wait) => limiter.reserve(con, &Request::new(key).cost(step.cost).at(now), wait),
+            None => limiter.check_request(con, &Request::new(key).cost(step.cost).at(now)),
         },
     )
 }
@@ -528,8 +530,14 @@ impl FastCase {
             let key = limiter.redis_keys(b"k").expect("keys").remove(0);
             set(&mut con, &key);
             let got = match self.wait {
-                Some(wait) => limiter.reserve_at(&mut con, b"k", self.cost, wait, EPOCH),
-                None => limiter.check_at(&mut con, b"k", self.cost, EPOCH),
+                Some(wait) => limiter.reserve(
+                    &mut con,
+                    &Request::new(b"k").cost(self.cost).at(EPOCH),
+                    wait,
+                ),
+                None => {
+                    limiter.check_request(&mut con, &Request::new(b"k").cost(self.cost).at(EPOCH))
+                }
             };
             let got = got.map_err(|e| TestCaseError::fail(format!("{path:?}: {e}")))?;
             prop_assert_eq!(got, want, "{:?}", path);

@@ -1,6 +1,6 @@
 //! What an algorithm needs to be shared by a fleet, and the algorithms that can be.
 
-use tollgate_core::{FixedWindow, Refund, SlidingCounter, Ticks, TokenBucket};
+use tollgate_core::{FixedWindow, Refund, Request, SlidingCounter, Ticks, TokenBucket};
 
 use crate::error::Error;
 use crate::limiter::RedisLimiter;
@@ -24,7 +24,7 @@ pub trait FleetAlgorithm:
     /// nodes` ranks taking one more. `None` when the share is zero.
     fn share(&self, nodes: u64, rank: u64) -> Option<Self>;
 
-    /// Batch mode's settle of `units` a node admitted on its own: taken from the shared
+    /// Batch mode's settle of the units a node admitted on its own (the request's cost): taken from the shared
     /// limit as far as it has room ([`RedisLimiter::take`]; the rest is over-admission),
     /// or, for a bucket, charged whole ([`RedisLimiter::charge`]): its debt then holds
     /// every node back until the refill has paid it, so over-admission does not
@@ -32,10 +32,9 @@ pub trait FleetAlgorithm:
     fn settle<C: redis::ConnectionLike>(
         limiter: &RedisLimiter<Self>,
         con: &mut C,
-        key: &[u8],
-        units: u64,
+        request: &Request<'_>,
     ) -> Result<Taken, Error> {
-        limiter.take(con, key, units)
+        limiter.take(con, request)
     }
 }
 
@@ -67,10 +66,9 @@ impl FleetAlgorithm for TokenBucket {
     fn settle<C: redis::ConnectionLike>(
         limiter: &RedisLimiter<Self>,
         con: &mut C,
-        key: &[u8],
-        units: u64,
+        request: &Request<'_>,
     ) -> Result<Taken, Error> {
-        limiter.charge(con, key, units)
+        limiter.charge(con, request)
     }
 }
 
