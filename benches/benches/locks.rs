@@ -8,8 +8,7 @@
 //! (loaded with `--loadmodule`: `TOLLGATE_REDIS_MODULE`, else its release build), which
 //! the client detects; `tollgate_lock` is forced onto the function library.
 
-#[path = "../../storage-redis/tests/common/mod.rs"]
-mod common;
+use tollgate_test_support as common;
 
 use std::time::Duration;
 

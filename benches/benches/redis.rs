@@ -18,8 +18,7 @@
 //! path the client picks (the function library on this server), `tollgate_evalsha` the
 //! script path, chosen.
 
-#[path = "../../storage-redis/tests/common/mod.rs"]
-mod common;
+use tollgate_test_support as common;
 
 use std::hint::black_box;
 

@@ -7,10 +7,7 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use proptest::prelude::*;
-use proptest::test_runner::TestRunner;
 use tollgate_core::{
     Ban, Composite, Decision, FixedWindow, LeakyBucket, Pacing, Request, SlidingCounter,
     SlidingLog, Ticks, TokenBucket, SECOND,
@@ -66,8 +63,7 @@ fn rounds(period: Ticks, limit: u64) -> impl Strategy<Value = Vec<Round>> {
 
 /// A fresh key prefix per limiter, so cases never see each other's keys.
 fn prefix() -> String {
-    static CASE: AtomicU64 = AtomicU64::new(0);
-    format!("batch{}:", CASE.fetch_add(1, Ordering::Relaxed))
+    common::fresh("batch") + ":"
 }
 
 /// An error as a comparable text, the key (whose prefix differs) left out.
@@ -156,16 +152,12 @@ fn differential<A: LuaAlgorithm + Clone>(
 /// Runs 24 random cases of each algorithm `make` builds on the module's and the
 /// library's paths.
 fn cases<A: LuaAlgorithm + Clone + std::fmt::Debug>(make: impl Strategy<Value = (A, Ticks, u64)>) {
-    let server = Server::start_with_module(false);
     let strategy = make.prop_flat_map(|(alg, period, limit)| (Just(alg), rounds(period, limit)));
-    let mut runner = TestRunner::new(ProptestConfig::with_cases(24));
-    let result = runner.run(&strategy, |(alg, rounds)| {
-        differential(&server, &alg, Path::Module, &rounds)?;
-        differential(&server, &alg, Path::Functions, &rounds)
+    let server = Server::start_with_module(false);
+    common::cases(&server, 24, strategy, |server, (alg, rounds)| {
+        differential(server, &alg, Path::Module, &rounds)?;
+        differential(server, &alg, Path::Functions, &rounds)
     });
-    if let Err(e) = result {
-        panic!("{e}");
-    }
 }
 
 fn period() -> impl Strategy<Value = Ticks> {

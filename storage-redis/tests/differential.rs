@@ -10,10 +10,7 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use proptest::prelude::*;
-use proptest::test_runner::TestRunner;
 use tollgate_core::limits::MAX_PERIOD;
 use tollgate_core::{
     Algorithm, Ban, Composite, Decision, FixedWindow, LeakyBucket, Pacing, Request, Reserve,
@@ -29,17 +26,12 @@ const EPOCH: Ticks = 1_790_000_000_000_000;
 
 /// Runs 48 random cases of `test` against a server of their own.
 fn cases<S: Strategy>(strategy: S, test: impl Fn(&Server, S::Value) -> Result<(), TestCaseError>) {
-    let server = Server::start_with_module(false);
-    let mut runner = TestRunner::new(ProptestConfig::with_cases(48));
-    if let Err(e) = runner.run(&strategy, |value| test(&server, value)) {
-        panic!("{e}");
-    }
+    common::cases(&Server::start_with_module(false), 48, strategy, test);
 }
 
 /// A fresh key prefix per case, so cases never see each other's keys.
 fn prefix() -> String {
-    static CASE: AtomicU64 = AtomicU64::new(0);
-    format!("case{}:", CASE.fetch_add(1, Ordering::Relaxed))
+    common::fresh("case") + ":"
 }
 
 /// One request: which of three keys, the gap before it, its cost, and the longest wait

@@ -6,7 +6,6 @@
 mod common;
 
 use proptest::prelude::*;
-use proptest::test_runner::TestRunner;
 use redis::Commands;
 use tollgate_core::limits::MAX_PERIOD;
 use tollgate_core::{
@@ -138,11 +137,7 @@ fn differential<A: LuaAlgorithm + Refund + Clone>(
 }
 
 fn cases<S: Strategy>(strategy: S, test: impl Fn(&Server, S::Value) -> Result<(), TestCaseError>) {
-    let server = Server::start();
-    let mut runner = TestRunner::new(ProptestConfig::with_cases(32));
-    if let Err(e) = runner.run(&strategy, |value| test(&server, value)) {
-        panic!("{e}");
-    }
+    common::cases(&Server::start(), 32, strategy, test);
 }
 
 #[test]

@@ -5,8 +5,6 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use std::thread::sleep;
 use std::time::Duration;
 
@@ -25,8 +23,7 @@ use common::{Cluster, Server};
 const EPOCH: Ticks = 1_790_000_000_000_000;
 
 fn prefix() -> String {
-    static CASE: AtomicU64 = AtomicU64::new(0);
-    format!("lease{}:", CASE.fetch_add(1, Ordering::Relaxed))
+    common::fresh("lease") + ":"
 }
 
 #[derive(Debug, Clone)]

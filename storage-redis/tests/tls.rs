@@ -23,7 +23,7 @@ fn trace() -> impl Iterator<Item = (u64, u64)> {
 fn decisions_over_tls_equal_those_over_plain_tcp() {
     let server = Server::start_tls();
     let limiter = limiter();
-    let mut tls = Reconnecting::new(server.tls_client());
+    let mut tls = Reconnecting::new(common::tls_client(&server));
     let mut plain = Reconnecting::new(server.client());
     let mut now = EPOCH;
     for (gap, cost) in trace() {
@@ -50,7 +50,7 @@ fn decisions_over_tls_equal_those_over_plain_tcp() {
 async fn the_async_connection_speaks_tls() {
     let server = Server::start_tls();
     let limiter = limiter();
-    let mut tls = connect_async(server.tls_client(), DEFAULT_TIMEOUT).unwrap();
+    let mut tls = connect_async(common::tls_client(&server), DEFAULT_TIMEOUT).unwrap();
     let mut plain = Reconnecting::new(server.client());
     let mut now = EPOCH;
     for (gap, cost) in trace() {

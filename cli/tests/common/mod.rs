@@ -7,11 +7,8 @@ use std::ffi::OsStr;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 
-#[path = "../../../storage-redis/tests/common/mod.rs"]
-mod redis_server;
-
 #[allow(unused_imports)]
-pub use redis_server::{free_port, Certs, Server};
+pub use tollgate_test_support::{free_port, Certs, Server};
 
 /// The `tollgate` binary, ready for arguments.
 pub fn bin() -> Command {
