@@ -203,37 +203,30 @@ fn bad_calls_are_typed_errors_that_change_nothing() {
     let grant = must_grant(leases.acquire(&LeaseRequest::new(b"k").owner(b"a").ttl(50).at(100)));
     assert_eq!(grant.token, 100);
     let before = tree.get(b"k").unwrap().unwrap();
+    let at110 = LeaseRequest::new(b"k").at(110);
     let param = |e: Result<_, Error>, name: &str| matches!(e, Err(Error::Lease(LeaseError::Param(ParamError::OutOfRange { name: n, .. }))) if n == name);
     assert!(param(
-        leases
-            .acquire(&LeaseRequest::new(b"k").owner(b"").ttl(50).at(110))
-            .map(drop),
+        leases.acquire(&at110.owner(b"").ttl(50)).map(drop),
         "owner length"
     ));
     assert!(param(
-        leases
-            .acquire(&LeaseRequest::new(b"k").owner(&[b'x'; 129]).ttl(50).at(110))
-            .map(drop),
+        leases.acquire(&at110.owner(&[b'x'; 129]).ttl(50)).map(drop),
         "owner length"
     ));
     assert!(param(
-        leases
-            .acquire(&LeaseRequest::new(b"k").owner(b"b").ttl(0).at(110))
-            .map(drop),
+        leases.acquire(&at110.owner(b"b").ttl(0)).map(drop),
         "ttl"
     ));
     assert!(param(
-        leases
-            .renew(&LeaseRequest::new(b"k").owner(b"a").ttl(0).at(110))
-            .map(drop),
+        leases.renew(&at110.owner(b"a").ttl(0)).map(drop),
         "ttl"
     ));
     assert!(matches!(
-        leases.release(&LeaseRequest::new(b"k").owner(b"b").at(110)),
+        leases.release(&at110.owner(b"b")),
         Err(Error::Lease(LeaseError::NotHeld))
     ));
     assert!(matches!(
-        leases.renew(&LeaseRequest::new(b"k").owner(b"b").ttl(50).at(110)),
+        leases.renew(&at110.owner(b"b").ttl(50)),
         Err(Error::Lease(LeaseError::NotHeld))
     ));
     assert!(matches!(

@@ -215,12 +215,7 @@ fn a_corrupt_record_is_a_typed_error_and_harms_no_other_key() {
         tree.get(b"garbage").unwrap().unwrap().as_ref(),
         b"\x01\x01 not a state"
     );
-    assert!(
-        limiter
-            .check_request(&Request::new(b"fine").at(0))
-            .unwrap()
-            .allowed
-    );
+    assert!(admits(&limiter, Request::new(b"fine").at(0)));
     assert!(limiter.state(b"garbage").is_err());
     // `reset` deletes only a state of its algorithm: this one stays for an operator.
     assert!(matches!(
@@ -228,12 +223,7 @@ fn a_corrupt_record_is_a_typed_error_and_harms_no_other_key() {
         Err(Error::Corrupt { .. })
     ));
     tree.remove(b"garbage").unwrap();
-    assert!(
-        limiter
-            .check_request(&Request::new(b"garbage").at(0))
-            .unwrap()
-            .allowed
-    );
+    assert!(admits(&limiter, Request::new(b"garbage").at(0)));
 }
 
 #[test]
@@ -241,26 +231,11 @@ fn reset_deletes_only_states_of_its_algorithm() {
     let window = FixedWindow::new(5, SECOND).unwrap();
     let (_dir, _db, tree, limiter) = temp_limiter(window, Durability::EveryDecision);
     let limiter = limiter.with_prefix("w/");
-    assert!(
-        limiter
-            .check_request(&Request::new(b"alice").cost(5).at(0))
-            .unwrap()
-            .allowed
-    );
-    assert!(
-        !limiter
-            .check_request(&Request::new(b"alice").at(0))
-            .unwrap()
-            .allowed
-    );
+    assert!(admits(&limiter, Request::new(b"alice").cost(5).at(0)));
+    assert!(!admits(&limiter, Request::new(b"alice").at(0)));
     limiter.reset(b"alice").unwrap();
     assert!(tree.get(b"w/alice").unwrap().is_none());
-    assert!(
-        limiter
-            .check_request(&Request::new(b"alice").at(0))
-            .unwrap()
-            .allowed
-    );
+    assert!(admits(&limiter, Request::new(b"alice").at(0)));
     // A missing key is already fresh.
     limiter.reset(b"nobody").unwrap();
     // An application's own value, and another algorithm's state, are refused by name.
@@ -365,18 +340,8 @@ fn state_survives_reopening_the_database() {
     // Two of three were used before the restart: one more fits.
     let peek = limiter.peek(&Request::new(b"daily").at(1)).unwrap();
     assert!(peek.allowed && peek.remaining == 0);
-    assert!(
-        limiter
-            .check_request(&Request::new(b"daily").at(1))
-            .unwrap()
-            .allowed
-    );
-    assert!(
-        !limiter
-            .check_request(&Request::new(b"daily").at(2))
-            .unwrap()
-            .allowed
-    );
+    assert!(admits(&limiter, Request::new(b"daily").at(1)));
+    assert!(!admits(&limiter, Request::new(b"daily").at(2)));
 }
 
 #[test]
@@ -438,4 +403,9 @@ fn purge_deletes_only_states_of_its_algorithm_under_its_prefix() {
         tree.get(b"v/a").unwrap().unwrap().as_ref(),
         outside.as_slice()
     );
+}
+
+/// Whether `limiter` admits `request`.
+fn admits<A: Algorithm>(limiter: &SledLimiter<A>, request: Request<'_>) -> bool {
+    limiter.check_request(&request).unwrap().allowed
 }

@@ -117,39 +117,41 @@ impl<H: LeaseHost> Checked<'_, H>
 where
     H::Error: Debug,
 {
-    fn acquire(&mut self, r: LeaseRequest<'_>) -> Acquired {
-        let now = r.now.unwrap();
-        let (want, next) = self
-            .model
-            .acquire(self.state.take(), now, r.owner, r.ttl)
-            .unwrap();
+    /// The host's answer to `request`, after checking it is the core's.
+    fn call<T: PartialEq + Debug>(
+        &mut self,
+        request: LeaseRequest<'_>,
+        core: impl FnOnce(&Concurrency, Option<LeaseState>, Ticks) -> CoreAnswer<T>,
+        host: impl FnOnce(&H, &LeaseRequest<'_>) -> Result<T, H::Error>,
+    ) -> T {
+        let now = request
+            .now
+            .expect("the script's calls are at explicit times");
+        let (want, next) = core(&self.model, self.state.take(), now).unwrap();
         self.state = next;
-        let got = self.host.acquire(&r).unwrap();
-        assert_eq!(got, want, "acquire by {:?} at {now}", r.owner);
+        let got = host(self.host, &request).unwrap();
+        assert_eq!(got, want, "{request:?}");
         got
+    }
+
+    fn acquire(&mut self, r: LeaseRequest<'_>) -> Acquired {
+        let core = |m: &Concurrency, s, now| m.acquire(s, now, r.owner, r.ttl);
+        self.call(r, core, |h, r| h.acquire(r))
     }
 
     fn renew(&mut self, r: LeaseRequest<'_>) -> Grant {
-        let now = r.now.unwrap();
-        let (want, next) = self
-            .model
-            .renew(self.state.take(), now, r.owner, r.ttl)
-            .unwrap();
-        self.state = next;
-        let got = self.host.renew(&r).unwrap();
-        assert_eq!(got, want, "renew by {:?} at {now}", r.owner);
-        got
+        let core = |m: &Concurrency, s, now| m.renew(s, now, r.owner, r.ttl);
+        self.call(r, core, |h, r| h.renew(r))
     }
 
     fn release(&mut self, r: LeaseRequest<'_>) -> Grant {
-        let now = r.now.unwrap();
-        let (want, next) = self.model.release(self.state.take(), now, r.owner).unwrap();
-        self.state = next;
-        let got = self.host.release(&r).unwrap();
-        assert_eq!(got, want, "release by {:?} at {now}", r.owner);
-        got
+        let core = |m: &Concurrency, s, now| m.release(s, now, r.owner);
+        self.call(r, core, |h, r| h.release(r))
     }
 }
+
+/// The core's answer and the state it leaves.
+type CoreAnswer<T> = Result<(T, Option<LeaseState>), LeaseError>;
 
 #[test]
 fn sled() {

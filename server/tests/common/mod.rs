@@ -3,7 +3,7 @@
 //! small HTTP client.
 #![allow(dead_code)]
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -399,6 +399,7 @@ impl Drop for Postgres {
 }
 
 /// A `redis-server` without persistence on a free port, killed when dropped.
+#[allow(unused_imports)]
 pub use tollgate_test_support::Server as Redis;
 
 /// A directory path for messages.
