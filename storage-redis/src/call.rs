@@ -86,6 +86,12 @@ impl<'a> Call<'a> {
         Self { mode, ..self }
     }
 
+    /// The request this call decides, for `cost`.
+    fn as_request(&self, cost: u64) -> Request<'a> {
+        let request = Request::new(self.key).cost(cost);
+        self.now.map_or(request, |now| request.at(now))
+    }
+
     /// The call with a longest wait (a refund's: its deadline).
     pub(crate) fn waiting(self, max_wait: Option<Ticks>) -> Self {
         Self { max_wait, ..self }
@@ -132,7 +138,7 @@ impl<'a> Call<'a> {
         // Any wait beyond 2^53 ticks admits the same requests as an unbounded one.
         let max_wait = self.max_wait.map(|w| w.min(2 * MAX_LUA_TICKS));
         let fast = match self.mode {
-            Mode::Decide => algorithm.lua_fast_arg(cost, self.now, max_wait),
+            Mode::Decide => algorithm.lua_fast_arg(&self.as_request(cost), max_wait),
             _ => None,
         };
         Ok(Arguments {

@@ -494,6 +494,18 @@ impl<A: LuaAlgorithm + Refund> RedisLimiter<A> {
         self.one(con, call, reply::decision)
     }
 
+    /// A fleet's settle of `request.cost` units: a take, or `charged`, a charge (see
+    /// [`RedisLimiter::charge`]).
+    pub(crate) fn settle<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        request: &Request<'_>,
+        charged: bool,
+    ) -> Result<Taken, Error> {
+        let call = Call::request(request).mode_of(Mode::Take);
+        self.take_call(con, call.waiting(charged.then_some(Ticks::MAX)))
+    }
+
     /// A take or a charge: its reply read as what was taken.
     fn take_call<C: ConnectionLike>(&self, con: &mut C, call: Call) -> Result<Taken, Error> {
         self.one(con, call, |_, reply, call| reply::taken(reply, call.key))
@@ -511,8 +523,7 @@ impl<A: LuaAlgorithm + Refund + Reserve> RedisLimiter<A> {
         con: &mut C,
         request: &Request<'_>,
     ) -> Result<Taken, Error> {
-        let call = Call::request(request).mode_of(Mode::Take);
-        self.take_call(con, call.waiting(Some(Ticks::MAX)))
+        self.settle(con, request, true)
     }
 }
 

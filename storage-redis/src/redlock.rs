@@ -67,23 +67,18 @@ impl Redlock {
         servers: &mut [C],
         request: &LeaseRequest<'_>,
     ) -> Result<Option<RedlockGrant>, Error> {
-        let start = Instant::now();
-        let Tally {
-            tokens,
-            answered,
-            last_error,
-        } = tally(servers, |con| {
+        let n = servers.len();
+        let tally = tally(servers, request.ttl, |con| {
             let acquired = self.leases.acquire(con, request)?;
             Ok(acquired.grant.map(|grant| grant.token))
         })?;
-        let validity = validity(request.ttl, start);
-        let granted = tokens.iter().flatten().count();
-        if granted >= majority(servers.len()) && validity > 0 {
-            return Ok(Some(RedlockGrant { validity, tokens }));
-        }
-        self.undo(servers, &tokens, request);
-        match last_error {
-            Some(e) if answered < majority(servers.len()) => Err(e),
+        let tally = match tally.held(n) {
+            Ok(grant) => return Ok(Some(grant)),
+            Err(tally) => tally,
+        };
+        self.undo(servers, &tally.tokens, request);
+        match tally.last_error {
+            Some(e) if tally.answered < majority(n) => Err(e),
             _ => Ok(None),
         }
     }
@@ -96,15 +91,11 @@ impl Redlock {
         servers: &mut [C],
         request: &LeaseRequest<'_>,
     ) -> Result<Option<RedlockGrant>, Error> {
-        let start = Instant::now();
-        let tokens = tally(servers, |con| {
-            let grant = self.leases.renew(con, request)?;
-            Ok(Some(grant.token))
-        })?
-        .tokens;
-        let validity = validity(request.ttl, start);
-        let renewed = tokens.iter().flatten().count() >= majority(servers.len());
-        Ok((renewed && validity > 0).then_some(RedlockGrant { validity, tokens }))
+        let n = servers.len();
+        let tally = tally(servers, request.ttl, |con| {
+            Ok(Some(self.leases.renew(con, request)?.token))
+        })?;
+        Ok(tally.held(n).ok())
     }
 
     /// Releases the owner's hold on the request's key on every server (also where its grant seemed to
@@ -154,19 +145,40 @@ struct Tally {
     answered: usize,
     /// The last failure of a server that did not answer.
     last_error: Option<Error>,
+    /// The ttl less the time the calls took and the drift allowance.
+    validity: Ticks,
 }
 
-/// Runs `call` on every server of `servers`, then counts the answers; the caller's
-/// error (see [`callers_error`]) instead, as every server answers the same.
+impl Tally {
+    /// The lock, if a majority of `servers` servers gave a token and time is left;
+    /// else the tally.
+    fn held(self, servers: usize) -> Result<RedlockGrant, Self> {
+        if self.tokens.iter().flatten().count() >= majority(servers) && self.validity > 0 {
+            Ok(RedlockGrant {
+                validity: self.validity,
+                tokens: self.tokens,
+            })
+        } else {
+            Err(self)
+        }
+    }
+}
+
+/// Runs `call` on every server of `servers`, then counts the answers and the validity
+/// left of `ttl`; the caller's error (see [`callers_error`]) instead, as every server
+/// answers the same.
 fn tally<C>(
     servers: &mut [C],
+    ttl: Ticks,
     call: impl FnMut(&mut C) -> Result<Option<u64>, Error>,
 ) -> Result<Tally, Error> {
+    let start = Instant::now();
     let replies: Vec<_> = servers.iter_mut().map(call).collect();
     let mut tally = Tally {
         tokens: Vec::with_capacity(replies.len()),
         answered: 0,
         last_error: None,
+        validity: validity(ttl, start),
     };
     for reply in replies {
         match reply {

@@ -539,7 +539,7 @@ impl FastCase {
         // The library's fast function itself (loaded by the calls above): one integer
         // exactly when every quantity is below the bound.
         let sent = self.cost.min(alg.lua_cost_cap());
-        let Some(arg) = alg.lua_fast_arg(sent, Some(EPOCH), self.wait) else {
+        let Some(arg) = alg.lua_fast_arg(&Request::new("").cost(sent).at(EPOCH), self.wait) else {
             return Ok(());
         };
         let key = format!("{}raw", prefix()).into_bytes();

@@ -512,11 +512,8 @@ impl<A: FleetAlgorithm> FleetLimiter<A> {
         batch: &mut Batch<A>,
         now: Ticks,
     ) -> Result<(), Error> {
-        match self.counted(A::settle(
-            &self.limiter,
-            con,
-            &Request::new(&self.key).cost(batch.pending),
-        )) {
+        let pending = Request::new(&self.key).cost(batch.pending);
+        match self.counted(self.limiter.settle(con, &pending, A::CHARGED)) {
             Ok(taken) => {
                 self.learn_offset(now, taken.now);
                 let algorithm = self.limiter.algorithm();
