@@ -52,13 +52,7 @@ where
                 .unwrap()
                 .with_prefix(format!("case{case}:{name}:"))
         };
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let multiplexed = runtime
-            .block_on(server.client().get_multiplexed_async_connection())
-            .unwrap();
+        let (runtime, multiplexed) = server.multiplexed();
         Self {
             contract: Connected::new(limiter("t"), Reconnecting::new(server.client())),
             inherent: limiter("i"),

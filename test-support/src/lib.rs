@@ -208,6 +208,19 @@ impl Server {
         assert!(status.success(), "kill -{signal} {pid}");
     }
 
+    /// A current-thread tokio runtime and a multiplexed connection to the server made on
+    /// it, for the asynchronous calls.
+    pub fn multiplexed(&self) -> (tokio::runtime::Runtime, redis::aio::MultiplexedConnection) {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a tokio runtime");
+        let con = runtime
+            .block_on(self.client().get_multiplexed_async_connection())
+            .expect("a multiplexed connection");
+        (runtime, con)
+    }
+
     /// The server's working directory (its AOF lives here).
     pub fn dir(&self) -> &std::path::Path {
         &self.dir

@@ -186,13 +186,7 @@ fn redis() {
 #[test]
 fn redis_async() {
     let server = Server::start();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let con = runtime
-        .block_on(server.client().get_multiplexed_async_connection())
-        .unwrap();
+    let (runtime, con) = server.multiplexed();
     let leases = RedisLeases::new(Concurrency::lock()).with_prefix("async:");
     let host = Blocking {
         host: ConnectedAsync::new(leases, con),

@@ -22,10 +22,10 @@ pub trait FleetAlgorithm:
     fn share(&self, nodes: u64, rank: u64) -> Option<Self>;
 
     /// How batch mode settles the units a node admitted on its own: taken from the
-    /// shared limit as far as it has room ([`RedisLimiter::take`](crate::RedisLimiter::take); the rest is
-    /// over-admission), or, `true` for a bucket, charged whole
-    /// ([`RedisLimiter::charge`](crate::RedisLimiter::charge)): its debt then holds every node back until the refill
-    /// has paid it, so over-admission does not accumulate.
+    /// shared limit as far as it has room ([`take`](crate::RedisLimiter::take); the rest
+    /// is over-admission), or, `true` for a bucket, charged whole
+    /// ([`charge`](crate::RedisLimiter::charge)): its debt then holds every node back
+    /// until the refill has paid it, so over-admission does not accumulate.
     const CHARGED: bool = false;
 }
 
