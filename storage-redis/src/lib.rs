@@ -10,7 +10,7 @@
 //!
 //! Expiry: a state written at the server's time expires exactly when it is fresh again
 //! (TTL = `reset_after`, rounded up to a millisecond), so idle keys vanish. A state
-//! written at an explicit `now` (`check_at`, `reserve_at`: replays, tests) has no
+//! written at a request's own time (`Request::new(key).at(now)`: replays, tests) has no
 //! expiry: the server cannot know how fast the caller's clock runs, and a TTL on its
 //! own clock would forget state a slow replay still needs. Such keys stay until a
 //! decision returns them to fresh (then they are deleted), [`RedisLimiter::reset`], or

@@ -67,18 +67,17 @@ impl Redlock {
         servers: &mut [C],
         request: &LeaseRequest<'_>,
     ) -> Result<Option<RedlockGrant>, Error> {
-        let n = servers.len();
         let tally = tally(servers, request.ttl, |con| {
             let acquired = self.leases.acquire(con, request)?;
             Ok(acquired.grant.map(|grant| grant.token))
         })?;
-        let tally = match tally.held(n) {
+        let tally = match tally.held() {
             Ok(grant) => return Ok(Some(grant)),
             Err(tally) => tally,
         };
         self.undo(servers, &tally.tokens, request);
         match tally.last_error {
-            Some(e) if tally.answered < majority(n) => Err(e),
+            Some(e) if tally.answered < majority(servers.len()) => Err(e),
             _ => Ok(None),
         }
     }
@@ -91,11 +90,8 @@ impl Redlock {
         servers: &mut [C],
         request: &LeaseRequest<'_>,
     ) -> Result<Option<RedlockGrant>, Error> {
-        let n = servers.len();
-        let tally = tally(servers, request.ttl, |con| {
-            Ok(Some(self.leases.renew(con, request)?.token))
-        })?;
-        Ok(tally.held(n).ok())
+        let renewed = |con: &mut C| Ok(Some(self.leases.renew(con, request)?.token));
+        Ok(tally(servers, request.ttl, renewed)?.held().ok())
     }
 
     /// Releases the owner's hold on the request's key on every server (also where its grant seemed to
@@ -150,10 +146,11 @@ struct Tally {
 }
 
 impl Tally {
-    /// The lock, if a majority of `servers` servers gave a token and time is left;
-    /// else the tally.
-    fn held(self, servers: usize) -> Result<RedlockGrant, Self> {
-        if self.tokens.iter().flatten().count() >= majority(servers) && self.validity > 0 {
+    /// The lock, if a majority of the servers gave a token and time is left; else the
+    /// tally.
+    fn held(self) -> Result<RedlockGrant, Self> {
+        let granted = self.tokens.iter().flatten().count();
+        if granted >= majority(self.tokens.len()) && self.validity > 0 {
             Ok(RedlockGrant {
                 validity: self.validity,
                 tokens: self.tokens,
