@@ -128,6 +128,11 @@ impl<H, C: aio::ConnectionLike + Clone> ConnectedAsync<H, C> {
     pub const fn host(&self) -> &H {
         &self.host
     }
+
+    /// The connection a call works on: a clone of the one given.
+    fn con(&self) -> C {
+        self.con.clone()
+    }
 }
 
 /// The asynchronous host contract over Redis, with the same times as [`Connected`]'s.
@@ -140,23 +145,23 @@ where
     type Error = Error;
 
     async fn check(&self, request: &Request<'_>) -> Result<Decision, Error> {
-        let mut con = self.con.clone();
-        self.host.check_request_async(&mut con, request).await
+        self.host
+            .check_request_async(&mut self.con(), request)
+            .await
     }
 
     async fn peek(&self, request: &Request<'_>) -> Result<Decision, Error> {
-        let mut con = self.con.clone();
-        self.host.peek_async(&mut con, request).await
+        self.host.peek_async(&mut self.con(), request).await
     }
 
     async fn reset(&self, key: &[u8]) -> Result<(), Error> {
-        let mut con = self.con.clone();
-        self.host.reset_async(&mut con, key).await
+        self.host.reset_async(&mut self.con(), key).await
     }
 
     async fn reserve(&self, request: &Request<'_>, max_wait: Ticks) -> Result<Decision, Error> {
-        let mut con = self.con.clone();
-        self.host.reserve_async(&mut con, request, max_wait).await
+        self.host
+            .reserve_async(&mut self.con(), request, max_wait)
+            .await
     }
 }
 
@@ -167,22 +172,18 @@ impl<C: aio::ConnectionLike + Clone + Send + Sync> AsyncLeaseHost
     type Error = Error;
 
     async fn acquire(&self, request: &LeaseRequest<'_>) -> Result<Acquired, Error> {
-        let mut con = self.con.clone();
-        self.host.acquire_async(&mut con, request).await
+        self.host.acquire_async(&mut self.con(), request).await
     }
 
     async fn release(&self, request: &LeaseRequest<'_>) -> Result<Grant, Error> {
-        let mut con = self.con.clone();
-        self.host.release_async(&mut con, request).await
+        self.host.release_async(&mut self.con(), request).await
     }
 
     async fn renew(&self, request: &LeaseRequest<'_>) -> Result<Grant, Error> {
-        let mut con = self.con.clone();
-        self.host.renew_async(&mut con, request).await
+        self.host.renew_async(&mut self.con(), request).await
     }
 
     async fn state(&self, key: &[u8]) -> Result<Option<LeaseState>, Error> {
-        let mut con = self.con.clone();
-        self.host.state_async(&mut con, key).await
+        self.host.state_async(&mut self.con(), key).await
     }
 }
