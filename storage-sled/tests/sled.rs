@@ -331,7 +331,7 @@ fn state_survives_reopening_the_database() {
                 .allowed
         );
     }
-    let db = sled::open(dir.path()).unwrap();
+    let db = tollgate_test_support::sled_open(dir.path());
     let limiter = SledLimiter::new(
         db.open_tree("q").unwrap(),
         window,

@@ -1,6 +1,7 @@
 //! What the workspace's test suites share: a real `redis-server` on a free loopback port
 //! (killed when dropped), with TLS, the native module or as a three-node cluster; the
-//! module's build; child test processes; proptest runs against one server.
+//! module's build; child test processes; proptest runs against one server; sled
+//! databases reopened in one process.
 #![allow(missing_debug_implementations)]
 
 use proptest::strategy::Strategy;
@@ -367,4 +368,21 @@ pub fn fresh(what: &str) -> String {
     static CASE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let case = CASE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     format!("{what}{case}")
+}
+
+/// The sled database at `path`, once the lock of one this process closed a moment ago
+/// is free: sled's background thread lets go of it a little after the database is
+/// dropped.
+pub fn sled_open(path: &std::path::Path) -> sled::Db {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match sled::open(path) {
+            Err(sled::Error::Io(e))
+                if e.to_string().contains("lock") && Instant::now() < deadline =>
+            {
+                sleep(Duration::from_millis(10));
+            }
+            result => return result.expect("a sled database"),
+        }
+    }
 }
