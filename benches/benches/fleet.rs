@@ -5,8 +5,7 @@
 //! against the node's share under a mutex (a heartbeat per hour here). The goal is at
 //! least 10 million decisions per second per node.
 
-#[path = "../../storage-redis/tests/common/mod.rs"]
-mod common;
+use tollgate_test_support as common;
 
 use std::num::NonZeroU32;
 use std::time::Duration;

@@ -8,15 +8,14 @@
 //! (loaded with `--loadmodule`: `TOLLGATE_REDIS_MODULE`, else its release build), which
 //! the client detects; `tollgate_lock` is forced onto the function library.
 
-#[path = "../../storage-redis/tests/common/mod.rs"]
-mod common;
+use tollgate_test_support as common;
 
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use redis::{Connection, Pipeline};
 use tollgate_benches::{named_keys, BATCH, COMPARE_AND_DELETE, CONNECTIONS, KEYS};
-use tollgate_core::Concurrency;
+use tollgate_core::{Concurrency, LeaseRequest};
 use tollgate_redis::{Path, RedisLeases};
 
 const TTL_MS: u64 = 10_000;
@@ -51,14 +50,17 @@ fn tollgate_batch(
     start: usize,
     owner: &[u8],
 ) {
-    let acquires: Vec<(&[u8], &[u8], u64)> = (0..BATCH)
-        .map(|j| (key(keys, start, j), owner, TTL_MS * 1000))
+    let acquires: Vec<LeaseRequest> = (0..BATCH)
+        .map(|j| {
+            LeaseRequest::new(key(keys, start, j))
+                .owner(owner)
+                .ttl(TTL_MS * 1000)
+        })
         .collect();
     for result in leases.acquire_batch(con, &acquires).unwrap() {
         assert!(result.unwrap().decision.allowed);
     }
-    let releases: Vec<(&[u8], &[u8])> = (0..BATCH).map(|j| (key(keys, start, j), owner)).collect();
-    for result in leases.release_batch(con, &releases).unwrap() {
+    for result in leases.release_batch(con, &acquires).unwrap() {
         assert_eq!(result.unwrap().holds, 0);
     }
 }
@@ -139,10 +141,17 @@ fn lock_benches(c: &mut Criterion) {
             b.iter(|| {
                 i = (i + 1) % KEYS;
                 let granted = leases
-                    .acquire(&mut con, &keys[i], b"owner", TTL_MS * 1000)
+                    .acquire(
+                        &mut con,
+                        &LeaseRequest::new(&keys[i])
+                            .owner(b"owner")
+                            .ttl(TTL_MS * 1000),
+                    )
                     .unwrap();
                 assert!(granted.decision.allowed);
-                leases.release(&mut con, &keys[i], b"owner").unwrap()
+                leases
+                    .release(&mut con, &LeaseRequest::new(&keys[i]).owner(b"owner"))
+                    .unwrap()
             })
         });
     }

@@ -18,15 +18,14 @@
 //! path the client picks (the function library on this server), `tollgate_evalsha` the
 //! script path, chosen.
 
-#[path = "../../storage-redis/tests/common/mod.rs"]
-mod common;
+use tollgate_test_support as common;
 
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use redis::{Connection, Pipeline};
 use tollgate_benches::{named_keys, pipelined, BATCH, CONNECTIONS, KEYS};
-use tollgate_core::{SlidingLog, TokenBucket, SECOND};
+use tollgate_core::{Request, SlidingLog, TokenBucket, SECOND};
 use tollgate_redis::{LuaAlgorithm, Path, RedisLimiter};
 
 fn decide_batch<A: LuaAlgorithm>(
@@ -35,8 +34,8 @@ fn decide_batch<A: LuaAlgorithm>(
     keys: &[Vec<u8>],
     start: usize,
 ) {
-    let requests: Vec<(&[u8], u64)> = (0..BATCH)
-        .map(|j| (keys[(start + j) % KEYS].as_slice(), 1))
+    let requests: Vec<Request> = (0..BATCH)
+        .map(|j| Request::new(&keys[(start + j) % KEYS]))
         .collect();
     for result in limiter.check_batch(con, &requests).unwrap() {
         assert!(result.unwrap().allowed);

@@ -12,8 +12,7 @@
 //!
 //! The module is `TOLLGATE_REDIS_MODULE` if set, else built here with `--release`.
 
-#[path = "../../redis-module/tests/common/mod.rs"]
-mod common;
+use tollgate_test_support as common;
 
 use std::time::Duration;
 
@@ -89,7 +88,7 @@ fn release_module() {
 
 fn module_benches(c: &mut Criterion) {
     release_module();
-    let server = common::Server::start();
+    let server = common::Server::start_with_module(false);
     let peer = std::env::var_os("REDIS_CELL_MODULE")
         .map(|cell| common::Server::start_loading(std::path::Path::new(&cell), &[]));
     let (tb, cell, counters) = (

@@ -20,7 +20,7 @@
 
 use redis::{Connection, Pipeline};
 use tollgate_benches::{words_and_count, COMPARE_AND_DELETE};
-use tollgate_core::{Concurrency, TokenBucket, SECOND};
+use tollgate_core::{Concurrency, LeaseRequest, Request, TokenBucket, SECOND};
 use tollgate_redis::{Path, RedisLeases, RedisLimiter};
 
 const BATCH: usize = 32;
@@ -52,7 +52,7 @@ fn main() {
     let keys: Vec<Vec<u8>> = (0..BATCH)
         .map(|i| format!("user:{i}").into_bytes())
         .collect();
-    let requests: Vec<(&[u8], u64)> = keys.iter().map(|k| (&k[..], 1)).collect();
+    let requests: Vec<Request> = keys.iter().map(Request::new).collect();
     for _ in 0..n {
         for result in limiter.check_batch(&mut con, &requests).unwrap() {
             assert!(result.unwrap().allowed);
@@ -71,16 +71,15 @@ fn locks(con: &mut Connection, path: Path, n: usize) {
         .with_path(path)
         .unwrap();
     let keys = lock_keys();
-    let acquires: Vec<(&[u8], &[u8], u64)> = keys
+    let acquires: Vec<LeaseRequest> = keys
         .iter()
-        .map(|k| (&k[..], &b"me"[..], 10 * SECOND))
+        .map(|k| LeaseRequest::new(k).owner("me").ttl(10 * SECOND))
         .collect();
-    let releases: Vec<(&[u8], &[u8])> = keys.iter().map(|k| (&k[..], &b"me"[..])).collect();
     for _ in 0..n {
         for result in leases.acquire_batch(con, &acquires).unwrap() {
             assert!(result.unwrap().decision.allowed);
         }
-        for result in leases.release_batch(con, &releases).unwrap() {
+        for result in leases.release_batch(con, &acquires).unwrap() {
             let _released = result.unwrap();
         }
     }

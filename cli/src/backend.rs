@@ -1,23 +1,20 @@
 //! Where states live during a command: process memory, a sled database or Redis. Every
 //! backend decides at an explicit time, so the same trace gives the same answers on each.
 
-#[cfg(feature = "redis")]
-use std::cell::RefCell;
 #[cfg(feature = "sled")]
 use std::path::Path;
 #[cfg(feature = "sled")]
 use std::time::Instant;
 
 use tollgate_core::memory::KeyedLimiter;
-#[cfg(feature = "redis")]
-use tollgate_core::Algorithm;
 #[cfg(any(feature = "sled", feature = "redis"))]
-use tollgate_core::LeaseError;
-#[cfg(any(feature = "sled", feature = "redis"))]
-use tollgate_core::{Acquired, Clock, Concurrency, Grant, LeaseState, MonotonicClock};
-use tollgate_core::{AnyAlgorithm, AnyState, Decision, Limiter, ManualClock, Request, Ticks};
+use tollgate_core::{
+    Acquired, Clock, Concurrency, Grant, LeaseError, LeaseHost, LeaseRequest, LeaseState,
+    MonotonicClock, Ticks,
+};
+use tollgate_core::{AnyAlgorithm, AnyState, Decision, Limiter, ManualClock, ParamError, Request};
 #[cfg(feature = "redis")]
-use tollgate_redis::{Reconnecting, RedisLeases, RedisLimiter};
+use tollgate_redis::{Connected, Reconnecting, RedisLeases, RedisLimiter};
 #[cfg(feature = "sled")]
 use tollgate_sled::{Create, Durability, SledLeases, SledLimiter};
 
@@ -121,45 +118,132 @@ pub fn backend_flag(text: &str) -> Result<String, String> {
     Backend::new(text, None).map(|_| text.to_owned())
 }
 
-/// A rate policy's states in one backend.
+/// A rate policy's states in one backend, for the commands: the core's [`Limiter`] with
+/// the CLI's failures, and what only a stored backend has (see [`Stored`]).
 pub trait Store {
-    fn decide(&self, key: &str, now: Ticks, cost: u64) -> Result<Decision, Failure>;
-    fn peek(&self, key: &str, now: Ticks, cost: u64) -> Result<Decision, Failure>;
+    fn decide(&self, request: &Request<'_>) -> Result<Decision, Failure>;
+    fn peek(&self, request: &Request<'_>) -> Result<Decision, Failure>;
     fn reset(&self, key: &str) -> Result<(), Failure>;
     /// Deletes every state of this algorithm in the namespace; returns how many.
     fn purge(&self) -> Result<u64, Failure>;
     /// The stored state, decoded, for `inspect`.
     fn state(&self, key: &str) -> Result<Option<AnyState>, Failure>;
     /// After a run: a warning if the store had to forget states that were not fresh.
+    fn warning(&self) -> Option<String>;
+}
+
+#[cfg(any(feature = "sled", feature = "redis"))]
+/// One lease table per key in one backend, for the commands: the core's [`LeaseHost`]
+/// with the CLI's failures, and the backend's clock. A request without its own time is
+/// on the backend's clock (Redis: the server's).
+pub trait LeaseStore {
+    fn acquire(&self, request: &LeaseRequest<'_>) -> Result<Acquired, Failure>;
+    fn release(&self, request: &LeaseRequest<'_>) -> Result<Grant, Failure>;
+    fn renew(&self, request: &LeaseRequest<'_>) -> Result<Grant, Failure>;
+    /// The stored table, for `inspect`.
+    fn state(&self, key: &str) -> Result<Option<LeaseState>, Failure>;
+    /// The backend's clock, which `inspect` reads expiries against.
+    fn now(&self) -> Result<Ticks, Failure>;
+}
+
+/// What a limiting host has beyond the core's contract, for the commands: the per-host
+/// code is this and the host's construction.
+trait Stored: Limiter {
+    fn purge(&self) -> Result<u64, Failure>;
+    fn state(&self, key: &[u8]) -> Result<Option<AnyState>, Failure>;
+    /// The contract's reset; the memory backend refuses, as nothing outlives a command.
+    fn forget(&self, key: &[u8]) -> Result<(), Failure>
+    where
+        Failure: From<Self::Error>,
+    {
+        Ok(Limiter::reset(self, key)?)
+    }
     fn warning(&self) -> Option<String> {
         None
     }
 }
 
+/// What a lease host has beyond the core's contract: its clock.
 #[cfg(any(feature = "sled", feature = "redis"))]
-/// One lease table per key in one backend: the core's [`Concurrency`] model, stored.
-/// Each call is at `now`, or with `None` on the backend's clock (Redis: the server's).
-pub trait LeaseStore {
-    fn acquire(
-        &self,
-        key: &str,
-        now: Option<Ticks>,
-        owner: &str,
-        ttl: Ticks,
-    ) -> Result<Acquired, Failure>;
-    fn release(&self, key: &str, now: Option<Ticks>, owner: &str) -> Result<Grant, Failure>;
-    fn renew(
-        &self,
-        key: &str,
-        now: Option<Ticks>,
-        owner: &str,
-        ttl: Ticks,
-    ) -> Result<Grant, Failure>;
-    /// The stored table, for `inspect`.
-    fn state(&self, key: &str) -> Result<Option<LeaseState>, Failure>;
-    /// The backend's clock, which `inspect` reads expiries against.
+trait Clocked: LeaseHost {
+    /// sled has no clock of its own: this machine's.
     fn now(&self) -> Result<Ticks, Failure> {
         Ok(MonotonicClock::new().now())
+    }
+}
+
+/// A host for the length of one command, and what it keeps open meanwhile.
+struct Hosted<H> {
+    host: H,
+    _keep: Keep,
+}
+
+/// What a host keeps open while a command runs: sled's database, flushed when the
+/// command ends, whatever the durability.
+#[derive(Default)]
+struct Keep(#[cfg(feature = "sled")] Option<sled::Db>);
+
+#[cfg(feature = "sled")]
+impl Drop for Keep {
+    fn drop(&mut self) {
+        if let Some(db) = &self.0 {
+            let _ = db.flush();
+        }
+    }
+}
+
+impl<H: Stored> Store for Hosted<H>
+where
+    Failure: From<H::Error>,
+{
+    fn decide(&self, request: &Request<'_>) -> Result<Decision, Failure> {
+        Ok(Limiter::check(&self.host, request)?)
+    }
+
+    fn peek(&self, request: &Request<'_>) -> Result<Decision, Failure> {
+        Ok(Limiter::peek(&self.host, request)?)
+    }
+
+    fn reset(&self, key: &str) -> Result<(), Failure> {
+        self.host.forget(key.as_bytes())
+    }
+
+    fn purge(&self) -> Result<u64, Failure> {
+        Stored::purge(&self.host)
+    }
+
+    fn state(&self, key: &str) -> Result<Option<AnyState>, Failure> {
+        Stored::state(&self.host, key.as_bytes())
+    }
+
+    fn warning(&self) -> Option<String> {
+        self.host.warning()
+    }
+}
+
+#[cfg(any(feature = "sled", feature = "redis"))]
+impl<H: Clocked> LeaseStore for Hosted<H>
+where
+    Failure: From<H::Error>,
+{
+    fn acquire(&self, request: &LeaseRequest<'_>) -> Result<Acquired, Failure> {
+        Ok(LeaseHost::acquire(&self.host, request)?)
+    }
+
+    fn release(&self, request: &LeaseRequest<'_>) -> Result<Grant, Failure> {
+        Ok(LeaseHost::release(&self.host, request)?)
+    }
+
+    fn renew(&self, request: &LeaseRequest<'_>) -> Result<Grant, Failure> {
+        Ok(LeaseHost::renew(&self.host, request)?)
+    }
+
+    fn state(&self, key: &str) -> Result<Option<LeaseState>, Failure> {
+        Ok(LeaseHost::state(&self.host, key.as_bytes())?)
+    }
+
+    fn now(&self) -> Result<Ticks, Failure> {
+        self.host.now()
     }
 }
 
@@ -192,18 +276,17 @@ impl Open {
         let how = self;
         Ok(match &self.backend {
             // Every request carries its time; the clock is never read.
-            Backend::Memory => Box::new(MemoryStore(KeyedLimiter::with_clock(
-                algorithm,
-                how.max_keys,
-                ManualClock::new(0),
-            ))),
+            Backend::Memory => Box::new(Hosted {
+                host: KeyedLimiter::with_clock(algorithm, how.max_keys, ManualClock::new(0)),
+                _keep: Keep::default(),
+            }),
             #[cfg(feature = "sled")]
             Backend::Sled(path) => {
                 let (db, tree, durability) = open_tree(path, how)?;
-                Box::new(SledStore {
-                    limiter: SledLimiter::new(tree, algorithm, durability)
+                Box::new(Hosted {
+                    host: SledLimiter::new(tree, algorithm, durability)
                         .with_prefix(how.namespace.as_bytes()),
-                    db,
+                    _keep: Keep(Some(db)),
                 })
             }
             #[cfg(feature = "redis")]
@@ -211,9 +294,9 @@ impl Open {
                 let limiter = RedisLimiter::new(algorithm)
                     .map_err(|e| Failure::Input(format!("this policy cannot run on Redis: {e}")))?
                     .with_prefix(how.namespace.as_bytes());
-                Box::new(RedisStore {
-                    limiter,
-                    con: RefCell::new(Reconnecting::new((**client).clone())),
+                Box::new(Hosted {
+                    host: Connected::new(limiter, Reconnecting::new((**client).clone())),
+                    _keep: Keep::default(),
                 })
             }
         })
@@ -229,16 +312,19 @@ impl Open {
             #[cfg(feature = "sled")]
             Backend::Sled(path) => {
                 let (db, tree, durability) = open_tree(path, self)?;
-                Ok(Box::new(SledLeaseStore {
-                    leases: SledLeases::new(tree, model, durability)
+                Ok(Box::new(Hosted {
+                    host: SledLeases::new(tree, model, durability)
                         .with_prefix(self.namespace.as_bytes()),
-                    _db: db,
+                    _keep: Keep(Some(db)),
                 }))
             }
             #[cfg(feature = "redis")]
-            Backend::Redis(client) => Ok(Box::new(RedisLeaseStore {
-                leases: RedisLeases::new(model).with_prefix(self.namespace.as_bytes()),
-                con: RefCell::new(Reconnecting::new((**client).clone())),
+            Backend::Redis(client) => Ok(Box::new(Hosted {
+                host: Connected::new(
+                    RedisLeases::new(model).with_prefix(self.namespace.as_bytes()),
+                    Reconnecting::new((**client).clone()),
+                ),
+                _keep: Keep::default(),
             })),
         }
     }
@@ -291,34 +377,23 @@ pub fn open_sled(path: &str, creates: bool) -> Result<sled::Db, Failure> {
     })
 }
 
-/// The memory backend: a keyed limiter deciding each request at its own time.
-struct MemoryStore(KeyedLimiter<Vec<u8>, AnyAlgorithm, ManualClock>);
-
-impl Store for MemoryStore {
-    fn decide(&self, key: &str, now: Ticks, cost: u64) -> Result<Decision, Failure> {
-        Limiter::check(&self.0, &Request::new(key).cost(cost).at(now))
-            .map_err(|e| Failure::Input(e.to_string()))
-    }
-
-    fn peek(&self, key: &str, now: Ticks, cost: u64) -> Result<Decision, Failure> {
-        Limiter::peek(&self.0, &Request::new(key).cost(cost).at(now))
-            .map_err(|e| Failure::Input(e.to_string()))
-    }
-
-    fn reset(&self, _key: &str) -> Result<(), Failure> {
-        Err(Failure::Input(MEMORY_FORGETS.into()))
-    }
-
+/// The memory backend: a keyed limiter deciding each request at its own time (the
+/// clock is never read), whose states end with the command.
+impl Stored for KeyedLimiter<Vec<u8>, AnyAlgorithm, ManualClock> {
     fn purge(&self) -> Result<u64, Failure> {
         Err(Failure::Input(MEMORY_FORGETS.into()))
     }
 
-    fn state(&self, _key: &str) -> Result<Option<AnyState>, Failure> {
+    fn state(&self, _key: &[u8]) -> Result<Option<AnyState>, Failure> {
+        Err(Failure::Input(MEMORY_FORGETS.into()))
+    }
+
+    fn forget(&self, _key: &[u8]) -> Result<(), Failure> {
         Err(Failure::Input(MEMORY_FORGETS.into()))
     }
 
     fn warning(&self) -> Option<String> {
-        let evicted = self.0.evicted();
+        let evicted = self.evicted();
         (evicted > 0).then(|| {
             format!(
                 "warning: more keys were limited at once than --max-keys holds; {evicted} keys were forgotten before their state was fresh (any that came back were decided as new) (raise --max-keys, or use --backend sled:PATH)"
@@ -327,216 +402,60 @@ impl Store for MemoryStore {
     }
 }
 
-#[cfg(feature = "sled")]
-struct SledStore {
-    limiter: SledLimiter<AnyAlgorithm>,
-    /// Flushed when the command ends, whatever the durability.
-    db: sled::Db,
-}
-
-#[cfg(feature = "sled")]
-impl Drop for SledStore {
-    fn drop(&mut self) {
-        let _ = self.db.flush();
+/// A time beyond the core's range.
+impl From<ParamError> for Failure {
+    fn from(e: ParamError) -> Self {
+        Self::Input(e.to_string())
     }
 }
 
 #[cfg(feature = "sled")]
-impl Store for SledStore {
-    fn decide(&self, key: &str, now: Ticks, cost: u64) -> Result<Decision, Failure> {
-        self.limiter
-            .check_at(key.as_bytes(), now, cost)
-            .map_err(sled_failure)
-    }
-
-    fn peek(&self, key: &str, now: Ticks, cost: u64) -> Result<Decision, Failure> {
-        self.limiter
-            .peek_at(key.as_bytes(), now, cost)
-            .map_err(sled_failure)
-    }
-
-    fn reset(&self, key: &str) -> Result<(), Failure> {
-        self.limiter.reset(key.as_bytes()).map_err(sled_failure)
-    }
-
+impl Stored for SledLimiter<AnyAlgorithm> {
     fn purge(&self) -> Result<u64, Failure> {
-        let purged = self.limiter.purge().map_err(sled_failure)?;
+        let purged = SledLimiter::purge(self)?;
         Ok(u64::try_from(purged).unwrap_or(u64::MAX))
     }
 
-    fn state(&self, key: &str) -> Result<Option<AnyState>, Failure> {
-        self.limiter.state(key.as_bytes()).map_err(sled_failure)
+    fn state(&self, key: &[u8]) -> Result<Option<AnyState>, Failure> {
+        Ok(SledLimiter::state(self, key)?)
     }
 }
+
+#[cfg(feature = "sled")]
+impl Clocked for SledLeases {}
 
 /// sled's errors: their messages are the library's (a record tollgate cannot read is
 /// worded by the core's decoder, its key shown by `KeyDisplay`, as on Redis).
 #[cfg(feature = "sled")]
-fn sled_failure(e: tollgate_sled::Error) -> Failure {
-    match e {
-        tollgate_sled::Error::Lease(e) => lease_failure(e),
-        e @ tollgate_sled::Error::Time(_) => Failure::Input(e.to_string()),
-        e => Failure::Backend(e.to_string()),
+impl From<tollgate_sled::Error> for Failure {
+    fn from(e: tollgate_sled::Error) -> Self {
+        match e {
+            tollgate_sled::Error::Lease(e) => lease_failure(e),
+            e @ tollgate_sled::Error::Time(_) => Self::Input(e.to_string()),
+            e => Self::Backend(e.to_string()),
+        }
     }
-}
-
-/// Leases over sled.
-#[cfg(feature = "sled")]
-struct SledLeaseStore {
-    leases: SledLeases,
-    /// Flushed on drop by sled itself; kept open while the store lives.
-    _db: sled::Db,
-}
-
-/// sled has no clock of its own: without `--now`, this machine's.
-#[cfg(feature = "sled")]
-impl LeaseStore for SledLeaseStore {
-    fn acquire(
-        &self,
-        key: &str,
-        now: Option<Ticks>,
-        owner: &str,
-        ttl: Ticks,
-    ) -> Result<Acquired, Failure> {
-        let now = now.unwrap_or_else(|| MonotonicClock::new().now());
-        self.leases
-            .acquire_at(key.as_bytes(), now, owner.as_bytes(), ttl)
-            .map_err(sled_failure)
-    }
-
-    fn release(&self, key: &str, now: Option<Ticks>, owner: &str) -> Result<Grant, Failure> {
-        let now = now.unwrap_or_else(|| MonotonicClock::new().now());
-        self.leases
-            .release_at(key.as_bytes(), now, owner.as_bytes())
-            .map_err(sled_failure)
-    }
-
-    fn renew(
-        &self,
-        key: &str,
-        now: Option<Ticks>,
-        owner: &str,
-        ttl: Ticks,
-    ) -> Result<Grant, Failure> {
-        let now = now.unwrap_or_else(|| MonotonicClock::new().now());
-        self.leases
-            .renew_at(key.as_bytes(), now, owner.as_bytes(), ttl)
-            .map_err(sled_failure)
-    }
-
-    fn state(&self, key: &str) -> Result<Option<LeaseState>, Failure> {
-        self.leases.state(key.as_bytes()).map_err(sled_failure)
-    }
-}
-
-/// Leases in Redis and their one connection.
-#[cfg(feature = "redis")]
-struct RedisLeaseStore {
-    leases: RedisLeases,
-    con: RefCell<Reconnecting>,
 }
 
 #[cfg(feature = "redis")]
-impl LeaseStore for RedisLeaseStore {
-    fn acquire(
-        &self,
-        key: &str,
-        now: Option<Ticks>,
-        owner: &str,
-        ttl: Ticks,
-    ) -> Result<Acquired, Failure> {
-        let con = &mut *self.con.borrow_mut();
-        let (key, owner) = (key.as_bytes(), owner.as_bytes());
-        match now {
-            Some(now) => self.leases.acquire_at(con, key, owner, ttl, now),
-            None => self.leases.acquire(con, key, owner, ttl),
-        }
-        .map_err(redis_failure)
+impl Stored for Connected<RedisLimiter<AnyAlgorithm>> {
+    fn purge(&self) -> Result<u64, Failure> {
+        Ok(self.host().purge(&mut *self.connection())?)
     }
 
-    fn release(&self, key: &str, now: Option<Ticks>, owner: &str) -> Result<Grant, Failure> {
-        let con = &mut *self.con.borrow_mut();
-        let (key, owner) = (key.as_bytes(), owner.as_bytes());
-        match now {
-            Some(now) => self.leases.release_at(con, key, owner, now),
-            None => self.leases.release(con, key, owner),
-        }
-        .map_err(redis_failure)
+    fn state(&self, key: &[u8]) -> Result<Option<AnyState>, Failure> {
+        Ok(self.host().state(&mut *self.connection(), key)?)
     }
+}
 
-    fn renew(
-        &self,
-        key: &str,
-        now: Option<Ticks>,
-        owner: &str,
-        ttl: Ticks,
-    ) -> Result<Grant, Failure> {
-        let con = &mut *self.con.borrow_mut();
-        let (key, owner) = (key.as_bytes(), owner.as_bytes());
-        match now {
-            Some(now) => self.leases.renew_at(con, key, owner, ttl, now),
-            None => self.leases.renew(con, key, owner, ttl),
-        }
-        .map_err(redis_failure)
-    }
-
-    fn state(&self, key: &str) -> Result<Option<LeaseState>, Failure> {
-        let con = &mut *self.con.borrow_mut();
-        self.leases
-            .state(con, key.as_bytes())
-            .map_err(redis_failure)
-    }
-
+#[cfg(feature = "redis")]
+impl Clocked for Connected<RedisLeases> {
     /// The server's `TIME`, the clock its leases expire on.
     fn now(&self) -> Result<Ticks, Failure> {
-        let con = &mut *self.con.borrow_mut();
         let (seconds, micros): (u64, u64) = redis::cmd("TIME")
-            .query(con)
-            .map_err(|e| redis_failure(tollgate_redis::Error::Redis(e)))?;
+            .query(&mut *self.connection())
+            .map_err(tollgate_redis::Error::Redis)?;
         Ok(seconds.saturating_mul(1_000_000).saturating_add(micros))
-    }
-}
-
-/// A Redis limiter and its one connection (a command runs on one thread).
-#[cfg(feature = "redis")]
-struct RedisStore {
-    limiter: RedisLimiter<AnyAlgorithm>,
-    con: RefCell<Reconnecting>,
-}
-
-#[cfg(feature = "redis")]
-impl Store for RedisStore {
-    fn decide(&self, key: &str, now: Ticks, cost: u64) -> Result<Decision, Failure> {
-        let con = &mut *self.con.borrow_mut();
-        self.limiter
-            .check_at(con, key.as_bytes(), cost, now)
-            .map_err(redis_failure)
-    }
-
-    /// The scripts only decide, so a peek reads the stored state and lets the core
-    /// answer: the same math, nothing written.
-    fn peek(&self, key: &str, now: Ticks, cost: u64) -> Result<Decision, Failure> {
-        let state = self.state(key)?;
-        Ok(self.limiter.algorithm().peek(state, now, cost))
-    }
-
-    fn reset(&self, key: &str) -> Result<(), Failure> {
-        let con = &mut *self.con.borrow_mut();
-        self.limiter
-            .reset(con, key.as_bytes())
-            .map_err(redis_failure)
-    }
-
-    fn purge(&self) -> Result<u64, Failure> {
-        let con = &mut *self.con.borrow_mut();
-        self.limiter.purge(con).map_err(redis_failure)
-    }
-
-    fn state(&self, key: &str) -> Result<Option<AnyState>, Failure> {
-        let con = &mut *self.con.borrow_mut();
-        self.limiter
-            .state(con, key.as_bytes())
-            .map_err(redis_failure)
     }
 }
 
@@ -551,11 +470,13 @@ fn lease_failure(e: LeaseError) -> Failure {
 }
 
 #[cfg(feature = "redis")]
-fn redis_failure(e: tollgate_redis::Error) -> Failure {
-    match e {
-        tollgate_redis::Error::Lease(e) => lease_failure(e),
-        e @ tollgate_redis::Error::OutOfRange { .. } => Failure::Input(e.to_string()),
-        e @ tollgate_redis::Error::Tls(_) => Failure::Tls(e.to_string()),
-        e => Failure::Backend(e.to_string()),
+impl From<tollgate_redis::Error> for Failure {
+    fn from(e: tollgate_redis::Error) -> Self {
+        match e {
+            tollgate_redis::Error::Lease(e) => lease_failure(e),
+            e @ tollgate_redis::Error::OutOfRange { .. } => Self::Input(e.to_string()),
+            e @ tollgate_redis::Error::Tls(_) => Self::Tls(e.to_string()),
+            e => Self::Backend(e.to_string()),
+        }
     }
 }

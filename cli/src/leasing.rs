@@ -10,7 +10,9 @@ use std::process::ExitCode;
 use clap::Args;
 use serde::Serialize;
 use tollgate_core::limits::MAX_OWNER_LEN;
-use tollgate_core::{Clock, Concurrency, KeyDisplay, LeaseState, MonotonicClock, Ticks};
+use tollgate_core::{
+    Clock, Concurrency, KeyDisplay, LeaseRequest, LeaseState, MonotonicClock, Ticks,
+};
 
 use crate::args::{instant, BackendArgs};
 use crate::backend::Open;
@@ -97,6 +99,8 @@ pub fn call(c: &Call) -> Result<ExitCode, Failure> {
     // Each attempt opens the store and closes it again, so that while this command
     // waits, the holder's `release` can open the (one-process) sled database.
     let store = || c.open.leases(c.model);
+    let request = LeaseRequest::new(c.key).owner(&holder.owner);
+    let request = holder.now.map_or(request, |now| request.at(now));
     let not_held = |e: Failure| match e {
         Failure::NotHeld => Failure::Refused(format!(
             "owner {} holds no lease on {} (never acquired, released, or expired)",
@@ -109,7 +113,7 @@ pub fn call(c: &Call) -> Result<ExitCode, Failure> {
         Op::Acquire { ttl, wait } => {
             let deadline = wait.map(|w| now().saturating_add(w));
             loop {
-                let acquired = store()?.acquire(c.key, holder.now, &holder.owner, ttl)?;
+                let acquired = store()?.acquire(&request.ttl(ttl))?;
                 if let Some(grant) = acquired.grant {
                     break format!(
                         "acquired token={} expires_at_us={} holds={}",
@@ -137,15 +141,11 @@ pub fn call(c: &Call) -> Result<ExitCode, Failure> {
             }
         }
         Op::Release => {
-            let grant = store()?
-                .release(c.key, holder.now, &holder.owner)
-                .map_err(not_held)?;
+            let grant = store()?.release(&request).map_err(not_held)?;
             format!("released token={} holds={}", grant.token, grant.holds)
         }
         Op::Renew { ttl } => {
-            let grant = store()?
-                .renew(c.key, holder.now, &holder.owner, ttl)
-                .map_err(not_held)?;
+            let grant = store()?.renew(&request.ttl(ttl)).map_err(not_held)?;
             format!(
                 "renewed token={} expires_at_us={} holds={}",
                 grant.token, grant.expires_at, grant.holds

@@ -9,7 +9,7 @@ use redis::{Connection, RedisResult, Value};
 use tollgate_core::{Algorithm, FixedWindow, LeakyBucket, Ticks, TokenBucket, SECOND};
 use tollgate_redis::{Error, RedisLimiter};
 
-use common::{wait_until, Server};
+use common::{wait_until, Cluster};
 
 fn time(con: &mut Connection) -> Ticks {
     let (s, us): (u64, u64) = redis::cmd("TIME").query(con).unwrap();
@@ -52,7 +52,7 @@ fn assert_ttl(con: &mut Connection, key: &str, reset: i64, sent: Ticks) {
 
 #[test]
 fn server_time_states_expire_when_fresh_and_fresh_ones_are_deleted() {
-    let server = Server::start();
+    let server = common::server(&[]);
     let mut con = server.connection();
     let before = time(&mut con);
     let reply = run(
@@ -106,7 +106,7 @@ fn server_time_states_expire_when_fresh_and_fresh_ones_are_deleted() {
 
 #[test]
 fn module_and_script_share_keys_at_the_server_time() {
-    let server = Server::start();
+    let server = common::server(&[]);
     let mut con = server.connection();
     // One token an hour: nothing refills during the test.
     let bucket = TokenBucket::new(10, 1, 3600 * SECOND).unwrap();
@@ -130,7 +130,7 @@ fn module_and_script_share_keys_at_the_server_time() {
 
 #[test]
 fn foreign_and_corrupt_keys_are_refused_by_every_command_and_kept() {
-    let server = Server::start();
+    let server = common::server(&[]);
     let mut con = server.connection();
     let _: () = redis::cmd("RPUSH")
         .arg("list")
@@ -174,7 +174,7 @@ fn foreign_and_corrupt_keys_are_refused_by_every_command_and_kept() {
 
 #[test]
 fn peek_writes_nothing_and_reset_deletes_only_valid_states() {
-    let server = Server::start();
+    let server = common::server(&[]);
     let mut con = server.connection();
     let words = "fixed_window 3 1000000 sliding_counter 5 1000000";
     run(
@@ -215,7 +215,7 @@ fn peek_writes_nothing_and_reset_deletes_only_valid_states() {
 
 #[test]
 fn bad_arguments_are_errors() {
-    let server = Server::start();
+    let server = common::server(&[]);
     let mut con = server.connection();
     for line in [
         "TOLLGATE.CHECK",
@@ -243,7 +243,7 @@ fn bad_arguments_are_errors() {
 
 #[test]
 fn cl_throttle_answers_as_redis_cell() {
-    let server = Server::start();
+    let server = common::server(&[]);
     let mut con = server.connection();
     // Seed 002: 15 burst, 30 per 60 s. One unit leaks every 2 s.
     let sent = time(&mut con);
@@ -280,7 +280,7 @@ fn cl_throttle_answers_as_redis_cell() {
 
 #[test]
 fn cl_throttle_reads_what_redis_cell_stored() {
-    let server = Server::start();
+    let server = common::server(&[]);
     let mut con = server.connection();
     // redis-cell keeps the arrival time in decimal nanoseconds: here half a unit of water.
     let tat_ns = (time(&mut con) + SECOND) * 1000;
@@ -305,7 +305,7 @@ fn cl_throttle_reads_what_redis_cell_stored() {
 /// second) and any period (1 s to a day), where redis-cell rounds through floats.
 #[test]
 fn cl_throttle_is_exact_against_the_core() {
-    let server = Server::start();
+    let server = common::server(&[]);
     let mut con = server.connection();
     let cases: [(u64, u64, u64); 6] = [
         (15, 30, 60),
@@ -361,9 +361,9 @@ fn write_each_kind(con: &mut Connection) {
 
 #[test]
 fn effects_replicate_and_replicas_never_decide() {
-    let primary = Server::start();
+    let primary = common::server(&[]);
     let port = primary.port.to_string();
-    let replica = Server::start_with(&["--replicaof", "127.0.0.1", &port]);
+    let replica = common::server(&["--replicaof", "127.0.0.1", &port]);
     let (mut p, mut r) = (primary.connection(), replica.connection());
     wait_until("the replica never synced", || {
         let info: String = redis::cmd("INFO").arg("replication").query(&mut r).unwrap();
@@ -399,7 +399,7 @@ fn effects_replicate_and_replicas_never_decide() {
 /// Redis postpone writing the buffer, and the file was read with one effect of five.
 #[test]
 fn the_aof_holds_effects_not_commands() {
-    let server = Server::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let server = common::server(&["--appendonly", "yes", "--appendfsync", "always"]);
     let mut con = server.connection();
     write_each_kind(&mut con);
     let _: i64 = redis::cmd("TOLLGATE.RESET")
@@ -437,7 +437,7 @@ fn assert_keys(con: &mut Connection, line: &str, keys: &[&str]) {
 
 #[test]
 fn keys_are_declared_and_writes_refused_out_of_memory() {
-    let server = Server::start();
+    let server = common::server(&[]);
     let mut con = server.connection();
     let check = "TOLLGATE.CHECK 2 {a}:0 {a}:1 fixed_window 1 1 fixed_window 1 1";
     assert_keys(&mut con, check, &["{a}:0", "{a}:1"]);
@@ -456,7 +456,7 @@ fn keys_are_declared_and_writes_refused_out_of_memory() {
 /// one string, the same integers.
 #[test]
 fn batch_keys_and_packed_lease_replies() {
-    let server = Server::start();
+    let server = common::server(&[]);
     let mut con = server.connection();
     let batch = "TOLLGATE.BATCH 3 a b a fixed_window 1 1 COSTS 1 1 1";
     assert_keys(&mut con, batch, &["a", "b", "a"]);
@@ -491,35 +491,8 @@ fn batch_keys_and_packed_lease_replies() {
 /// keys in different slots are refused by Redis (`CROSSSLOT`), as for any command.
 #[test]
 fn cluster_routes_by_the_declared_keys() {
-    let nodes: Vec<Server> = (0..3)
-        .map(|_| {
-            Server::start_with(&["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"])
-        })
-        .collect();
-    let addresses: Vec<String> = nodes
-        .iter()
-        .map(|n| format!("127.0.0.1:{}", n.port))
-        .collect();
-    let status = std::process::Command::new("redis-cli")
-        .args(["--cluster", "create"])
-        .args(&addresses)
-        .args(["--cluster-replicas", "0", "--cluster-yes"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .expect("redis-cli on PATH");
-    assert!(status.success(), "redis-cli --cluster create failed");
-    wait_until("cluster did not come up", || {
-        nodes.iter().all(|node| {
-            let info: String = redis::cmd("CLUSTER")
-                .arg("INFO")
-                .query(&mut node.connection())
-                .unwrap_or_default();
-            info.contains("cluster_state:ok")
-        })
-    });
-    let urls: Vec<String> = addresses.iter().map(|a| format!("redis://{a}/")).collect();
-    let mut con = redis::cluster::ClusterClient::new(urls)
+    let cluster = Cluster::start_with(common::server);
+    let mut con = redis::cluster::ClusterClient::new(cluster.urls())
         .unwrap()
         .get_connection()
         .unwrap();
@@ -552,7 +525,7 @@ fn cluster_routes_by_the_declared_keys() {
         .arg("a")
         .arg("b")
         .arg(&words[..])
-        .query(&mut nodes[0].connection());
+        .query(&mut cluster.nodes[0].connection());
     let e = crossed.unwrap_err();
     assert!(matches!(e.code(), Some("CROSSSLOT") | Some("MOVED")), "{e}");
 }

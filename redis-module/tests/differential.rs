@@ -8,15 +8,12 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use proptest::prelude::*;
-use proptest::test_runner::TestRunner;
 use redis::Connection;
 use tollgate_core::limits::{MAX_LIMIT, MAX_PERIOD};
 use tollgate_core::{
-    Ban, Composite, Concurrency, Decision, FixedWindow, LeakyBucket, LeaseError, Pacing, Reserve,
-    SlidingCounter, SlidingLog, Ticks, TokenBucket, MAX_TICKS, SECOND,
+    Ban, Composite, Concurrency, Decision, FixedWindow, LeakyBucket, LeaseError, Pacing, Request,
+    Reserve, SlidingCounter, SlidingLog, Ticks, TokenBucket, MAX_TICKS, SECOND,
 };
 use tollgate_redis::{LuaAlgorithm, RedisLimiter, MAX_LUA_TICKS};
 
@@ -26,17 +23,12 @@ use common::Server;
 const EPOCH: Ticks = 1_790_000_000_000_000;
 
 fn cases<S: Strategy>(strategy: S, test: impl Fn(&Server, S::Value) -> Result<(), TestCaseError>) {
-    let server = Server::start();
-    let mut runner = TestRunner::new(ProptestConfig::with_cases(48));
-    if let Err(e) = runner.run(&strategy, |value| test(&server, value)) {
-        panic!("{e}");
-    }
+    common::cases(&common::server(&[]), 48, strategy, test);
 }
 
 /// A fresh key per case.
 fn fresh_key() -> String {
-    static CASE: AtomicU64 = AtomicU64::new(0);
-    format!("case{}", CASE.fetch_add(1, Ordering::Relaxed))
+    common::fresh("case")
 }
 
 /// An algorithm as the module's arguments name it.
@@ -239,7 +231,10 @@ fn differential<A: Words>(
         match &limiter {
             Some(limiter) if step.script && now <= MAX_LUA_TICKS && wait.is_none() => {
                 let got = limiter
-                    .check_at(&mut con, key.as_bytes(), step.cost, now)
+                    .check_request(
+                        &mut con,
+                        &Request::new(key.as_bytes()).cost(step.cost).at(now),
+                    )
                     .map_err(|e| TestCaseError::fail(format!("script: {e}")))?;
                 prop_assert_eq!(got, expected, "script at {}", now);
             }

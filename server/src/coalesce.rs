@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
-use tollgate_core::{AnyAlgorithm, Decision};
+use tollgate_core::{AnyAlgorithm, Decision, Request};
 use tollgate_redis::{ReconnectingAsync, RedisLimiter};
 
 /// The most decisions in one batch.
@@ -117,7 +117,10 @@ async fn run(con: ReconnectingAsync, mut queue: mpsc::UnboundedReceiver<Job>, se
 
 /// One batch of `jobs` on `limiter`, each answered with its own result.
 async fn send(con: &ReconnectingAsync, limiter: &RedisLimiter<AnyAlgorithm>, jobs: Vec<Job>) {
-    let requests: Vec<(&[u8], u64)> = jobs.iter().map(|j| (&j.key[..], j.cost)).collect();
+    let requests: Vec<Request> = jobs
+        .iter()
+        .map(|j| Request::new(&j.key).cost(j.cost))
+        .collect();
     let results = limiter.check_batch_async(con, &requests).await;
     for (job, result) in jobs.into_iter().zip(results) {
         let _ = job.reply.send(result);

@@ -9,7 +9,8 @@ use std::time::Duration;
 use sha2::{Digest, Sha256};
 use tollgate_core::memory::{AcquireError, KeyedLeases, KeyedLimiter};
 use tollgate_core::{
-    AnyAlgorithm, Concurrency, Decision, FailPolicy, Grant, LeaseError, Outcome, Ticks, SECOND,
+    AnyAlgorithm, Concurrency, Decision, FailPolicy, Grant, LeaseError, LeaseRequest, Outcome,
+    Ticks, SECOND,
 };
 use tollgate_policy::{Built, Policy, Style};
 use tollgate_redis::{ReconnectingAsync, RedisLeases, RedisLimiter};
@@ -258,10 +259,10 @@ impl Entry {
             },
             (Limiter::RedisLeases(leases), Backend::Redis { con, .. }) => {
                 let mut con = con.clone();
-                let key = key.as_bytes();
+                let request = LeaseRequest::new(key).owner(owner).ttl(ttl);
                 let result = match op {
                     LeaseOp::Acquire => {
-                        let acquired = leases.acquire_async(&mut con, key, owner, ttl).await;
+                        let acquired = leases.acquire_async(&mut con, &request).await;
                         return acquired
                             .map(|a| {
                                 a.grant
@@ -269,8 +270,8 @@ impl Entry {
                             })
                             .map_err(typed);
                     }
-                    LeaseOp::Release => leases.release_async(&mut con, key, owner).await,
-                    LeaseOp::Renew => leases.renew_async(&mut con, key, owner, ttl).await,
+                    LeaseOp::Release => leases.release_async(&mut con, &request).await,
+                    LeaseOp::Renew => leases.renew_async(&mut con, &request).await,
                 };
                 match result {
                     Ok(grant) => Ok(LeaseAnswer::Held(grant)),

@@ -3,7 +3,7 @@
 //! too, so a bucket policy takes the scripts' fast path exactly when its bucket would.
 
 use proptest::prelude::*;
-use tollgate_core::{AnyAlgorithm, TokenBucket};
+use tollgate_core::{AnyAlgorithm, Request, TokenBucket};
 use tollgate_redis::LuaAlgorithm;
 
 proptest! {
@@ -21,8 +21,8 @@ proptest! {
         prop_assert_eq!(rule.lua_keys(), bucket.lua_keys());
         prop_assert_eq!(rule.lua_cost_cap(), bucket.lua_cost_cap());
         prop_assert_eq!(
-            rule.lua_fast_arg(cost, None, max_wait),
-            bucket.lua_fast_arg(cost, None, max_wait)
+            rule.lua_fast_arg(&Request::new("").cost(cost), max_wait),
+            bucket.lua_fast_arg(&Request::new("").cost(cost), max_wait)
         );
         prop_assert_eq!(
             rule.lua_fast_decision(relative, cost, max_wait),
@@ -30,7 +30,7 @@ proptest! {
         );
         // Small buckets do take the fast path, so the comparison above is not of two Nones.
         if limit < 1000 && period < 1_000_000 && cost <= limit {
-            prop_assert!(rule.lua_fast_arg(cost, None, max_wait).is_some());
+            prop_assert!(rule.lua_fast_arg(&Request::new("").cost(cost), max_wait).is_some());
         }
     }
 }

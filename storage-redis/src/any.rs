@@ -2,7 +2,7 @@
 //! [`AnyAlgorithm`] decides and stores there exactly as the algorithm it holds.
 
 use redis::Cmd;
-use tollgate_core::{AnyAlgorithm, AnyState, Decision, DecodeError, Ticks};
+use tollgate_core::{AnyAlgorithm, AnyState, Decision, DecodeError, Request, Ticks};
 
 use crate::lua::LuaAlgorithm;
 use crate::Error;
@@ -51,13 +51,8 @@ impl LuaAlgorithm for AnyAlgorithm {
         each!(self, |a| a.lua_keys())
     }
 
-    fn lua_fast_arg(
-        &self,
-        cost: u64,
-        now: Option<Ticks>,
-        max_wait: Option<Ticks>,
-    ) -> Option<Vec<u8>> {
-        each!(self, |a| a.lua_fast_arg(cost, now, max_wait))
+    fn lua_fast_arg(&self, request: &Request<'_>, max_wait: Option<Ticks>) -> Option<Vec<u8>> {
+        each!(self, |a| a.lua_fast_arg(request, max_wait))
     }
 
     fn lua_fast_decision(

@@ -132,7 +132,11 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
                 })
             })
             .collect();
+        // One time for the whole command: requests at different times go one by one.
         let now = calls[sent[0]].now;
+        if sent.iter().any(|&i| calls[i].now != now) {
+            return None;
+        }
         let command = if path == Path::Module {
             let mut cmd = redis::cmd("TOLLGATE.BATCH");
             cmd.arg(keys.len()).arg(&keys[..]);

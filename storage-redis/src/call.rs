@@ -76,12 +76,20 @@ impl<'a> Call<'a> {
         Self::of(mode, key, 0, None)
     }
 
-    /// The decisions of a batch's `requests`, each a key and a cost.
-    pub(crate) fn batch(requests: &[(&'a [u8], u64)], now: Option<Ticks>) -> Vec<Self> {
-        requests
-            .iter()
-            .map(|&(key, cost)| Self::new(key, cost, now))
-            .collect()
+    /// The decisions of a batch's `requests`.
+    pub(crate) fn batch(requests: &[Request<'a>]) -> Vec<Self> {
+        requests.iter().map(Self::request).collect()
+    }
+
+    /// The same call doing `mode` (a take or a refund of the request's cost).
+    pub(crate) fn mode_of(self, mode: Mode) -> Self {
+        Self { mode, ..self }
+    }
+
+    /// The request this call decides, for `cost`.
+    fn as_request(&self, cost: u64) -> Request<'a> {
+        let request = Request::new(self.key).cost(cost);
+        self.now.map_or(request, |now| request.at(now))
     }
 
     /// The call with a longest wait (a refund's: its deadline).
@@ -130,7 +138,7 @@ impl<'a> Call<'a> {
         // Any wait beyond 2^53 ticks admits the same requests as an unbounded one.
         let max_wait = self.max_wait.map(|w| w.min(2 * MAX_LUA_TICKS));
         let fast = match self.mode {
-            Mode::Decide => algorithm.lua_fast_arg(cost, self.now, max_wait),
+            Mode::Decide => algorithm.lua_fast_arg(&self.as_request(cost), max_wait),
             _ => None,
         };
         Ok(Arguments {

@@ -2,7 +2,9 @@
 //! (`lua/lease.lua`) on the core's bytes, at the server's clock or an explicit time.
 
 use redis::{aio, ConnectionLike, Value};
-use tollgate_core::{Acquired, Concurrency, Decision, Grant, LeaseError, LeaseState, Ticks};
+use tollgate_core::{
+    Acquired, Concurrency, Decision, Grant, LeaseError, LeaseRequest, LeaseState, Ticks,
+};
 
 use crate::batch::RedisKey;
 use crate::call::Arg;
@@ -17,7 +19,7 @@ use crate::reply::{self, corrupt};
 /// Each call is one `EVALSHA` of one script doing the core's exact transition on the
 /// core's bytes. At the server's time (`TIME`) a key lives until its state is fresh: no
 /// lease held and the clock past its last token, so a token granted after the key is
-/// gone is still larger. At an explicit time (`*_at`: tests, replays) the key has no
+/// gone is still larger. At a request's own time (tests, replays) the key has no
 /// expiry, as every state written at an explicit time.
 ///
 /// Several keys given at once are decided together, all or nothing (a multi-key lock);
@@ -108,30 +110,16 @@ impl RedisLeases {
         self.program.source()
     }
 
-    /// Grants `owner` a lease on `key` for `ttl` ticks if fewer than `max` are held, or
-    /// re-enters the one it holds (see [`Concurrency::acquire`]).
+    /// Grants the request's owner a lease on its key for its ttl if fewer than `max` are
+    /// held, or re-enters the one it holds (see [`Concurrency::acquire`]); at the
+    /// request's own time if it has one, else at the server's.
     pub fn acquire<C: ConnectionLike>(
         &self,
         con: &mut C,
-        key: &[u8],
-        owner: &[u8],
-        ttl: Ticks,
+        request: &LeaseRequest<'_>,
     ) -> Result<Acquired, Error> {
-        let cmd = self.command(Op::Acquire, &[key], owner, Some(ttl), None)?;
-        acquired(self.run(con, &cmd, &[key])?).map(one)
-    }
-
-    /// [`RedisLeases::acquire`] at an explicit time `now`.
-    pub fn acquire_at<C: ConnectionLike>(
-        &self,
-        con: &mut C,
-        key: &[u8],
-        owner: &[u8],
-        ttl: Ticks,
-        now: Ticks,
-    ) -> Result<Acquired, Error> {
-        let cmd = self.command(Op::Acquire, &[key], owner, Some(ttl), Some(now))?;
-        acquired(self.run(con, &cmd, &[key])?).map(one)
+        let cmd = self.single(Op::Acquire, request)?;
+        acquired(self.run(con, &cmd, &[request.key])?).map(one)
     }
 
     /// Acquires a lease on every key of `keys` or on none, in one script (a multi-key
@@ -150,27 +138,16 @@ impl RedisLeases {
         acquired(self.run(con, &cmd, keys)?)
     }
 
-    /// Releases `owner`'s lease on `key` once; it is freed when released as often as
-    /// acquired. [`LeaseError::NotHeld`] (nothing changed) if the owner holds none.
+    /// Releases the owner's lease on the request's key once; it is freed when released
+    /// as often as acquired. [`LeaseError::NotHeld`] (nothing changed) if the owner
+    /// holds none.
     pub fn release<C: ConnectionLike>(
         &self,
         con: &mut C,
-        key: &[u8],
-        owner: &[u8],
+        request: &LeaseRequest<'_>,
     ) -> Result<Grant, Error> {
-        self.release_all(con, &[key], owner).map(first)
-    }
-
-    /// [`RedisLeases::release`] at an explicit time `now`.
-    pub fn release_at<C: ConnectionLike>(
-        &self,
-        con: &mut C,
-        key: &[u8],
-        owner: &[u8],
-        now: Ticks,
-    ) -> Result<Grant, Error> {
-        let cmd = self.command(Op::Release, &[key], owner, None, Some(now))?;
-        held(self.run(con, &cmd, &[key])?).map(first)
+        let cmd = self.single(Op::Release, request)?;
+        held(self.run(con, &cmd, &[request.key])?).map(first)
     }
 
     /// Releases `owner`'s lease on every key of `keys` once, or, if it holds none on some
@@ -185,29 +162,16 @@ impl RedisLeases {
         held(self.run(con, &cmd, keys)?)
     }
 
-    /// Extends `owner`'s unexpired lease on `key` to `now + ttl`; its token stays.
-    /// [`LeaseError::NotHeld`] if it expired: its holder must stop acting on it.
+    /// Extends the owner's unexpired lease on the request's key to `now + ttl`; its
+    /// token stays. [`LeaseError::NotHeld`] if it expired: its holder must stop acting
+    /// on it.
     pub fn renew<C: ConnectionLike>(
         &self,
         con: &mut C,
-        key: &[u8],
-        owner: &[u8],
-        ttl: Ticks,
+        request: &LeaseRequest<'_>,
     ) -> Result<Grant, Error> {
-        self.renew_all(con, &[key], owner, ttl).map(first)
-    }
-
-    /// [`RedisLeases::renew`] at an explicit time `now`.
-    pub fn renew_at<C: ConnectionLike>(
-        &self,
-        con: &mut C,
-        key: &[u8],
-        owner: &[u8],
-        ttl: Ticks,
-        now: Ticks,
-    ) -> Result<Grant, Error> {
-        let cmd = self.command(Op::Renew, &[key], owner, Some(ttl), Some(now))?;
-        held(self.run(con, &cmd, &[key])?).map(first)
+        let cmd = self.single(Op::Renew, request)?;
+        held(self.run(con, &cmd, &[request.key])?).map(first)
     }
 
     /// Renews `owner`'s leases on every key of `keys`, or, if one is gone, none.
@@ -222,48 +186,46 @@ impl RedisLeases {
         held(self.run(con, &cmd, keys)?)
     }
 
-    /// Acquires many leases, each `(key, owner, ttl)` on its own, in one pipelined round
-    /// trip (one connection, so one node on a cluster). The outer error is the
-    /// connection's; each request has its own result.
+    /// Acquires many leases, each request on its own, in one pipelined round trip (one
+    /// connection, so one node on a cluster). The outer error is the connection's; each
+    /// request has its own result.
     pub fn acquire_batch<C: ConnectionLike>(
         &self,
         con: &mut C,
-        requests: &[(&[u8], &[u8], Ticks)],
+        requests: &[LeaseRequest<'_>],
     ) -> Result<Vec<Result<Acquired, Error>>, Error> {
-        let calls = requests.iter().map(|&(key, owner, ttl)| {
-            let cmd = self.command(Op::Acquire, &[key], owner, Some(ttl), None);
-            (cmd, key)
-        });
-        let replies = self.batch(con, calls.collect())?;
+        let replies = self.batch(con, Op::Acquire, requests)?;
         Ok(replies
             .into_iter()
             .map(|r| r.and_then(acquired).map(one))
             .collect())
     }
 
-    /// Releases many leases, each `(key, owner)`, in one pipelined round trip.
+    /// Releases many leases, each request on its own, in one pipelined round trip.
     pub fn release_batch<C: ConnectionLike>(
         &self,
         con: &mut C,
-        requests: &[(&[u8], &[u8])],
+        requests: &[LeaseRequest<'_>],
     ) -> Result<Vec<Result<Grant, Error>>, Error> {
-        let calls = requests
-            .iter()
-            .map(|&(key, owner)| (self.command(Op::Release, &[key], owner, None, None), key));
-        let replies = self.batch(con, calls.collect())?;
+        let replies = self.batch(con, Op::Release, requests)?;
         Ok(replies
             .into_iter()
             .map(|r| r.and_then(held).map(first))
             .collect())
     }
 
-    /// Sends the valid commands of `calls` in one pipeline; a call the server had no
-    /// script for goes again alone, as `EVAL`.
+    /// Sends the valid commands `op` makes of `requests` in one pipeline; a call the
+    /// server had no script for goes again alone, as `EVAL`.
     fn batch<C: ConnectionLike>(
         &self,
         con: &mut C,
-        calls: Vec<(Result<Invocation, Error>, &[u8])>,
+        op: Op,
+        requests: &[LeaseRequest<'_>],
     ) -> Result<Vec<Result<Value, Error>>, Error> {
+        let calls: Vec<_> = requests
+            .iter()
+            .map(|request| (self.single(op, request), request.key))
+            .collect();
         let module = self
             .program
             .detect(con)
@@ -310,35 +272,39 @@ impl RedisLeases {
     pub async fn acquire_async<C: aio::ConnectionLike>(
         &self,
         con: &mut C,
-        key: &[u8],
-        owner: &[u8],
-        ttl: Ticks,
+        request: &LeaseRequest<'_>,
     ) -> Result<Acquired, Error> {
-        let cmd = self.command(Op::Acquire, &[key], owner, Some(ttl), None)?;
-        acquired(self.run_async(con, &cmd, &[key]).await?).map(one)
+        let cmd = self.single(Op::Acquire, request)?;
+        acquired(self.run_async(con, &cmd, &[request.key]).await?).map(one)
     }
 
     /// Asynchronous [`RedisLeases::release`].
     pub async fn release_async<C: aio::ConnectionLike>(
         &self,
         con: &mut C,
-        key: &[u8],
-        owner: &[u8],
+        request: &LeaseRequest<'_>,
     ) -> Result<Grant, Error> {
-        let cmd = self.command(Op::Release, &[key], owner, None, None)?;
-        held(self.run_async(con, &cmd, &[key]).await?).map(first)
+        let cmd = self.single(Op::Release, request)?;
+        held(self.run_async(con, &cmd, &[request.key]).await?).map(first)
     }
 
     /// Asynchronous [`RedisLeases::renew`].
     pub async fn renew_async<C: aio::ConnectionLike>(
         &self,
         con: &mut C,
-        key: &[u8],
-        owner: &[u8],
-        ttl: Ticks,
+        request: &LeaseRequest<'_>,
     ) -> Result<Grant, Error> {
-        let cmd = self.command(Op::Renew, &[key], owner, Some(ttl), None)?;
-        held(self.run_async(con, &cmd, &[key]).await?).map(first)
+        let cmd = self.single(Op::Renew, request)?;
+        held(self.run_async(con, &cmd, &[request.key]).await?).map(first)
+    }
+
+    /// Asynchronous [`RedisLeases::state`].
+    pub async fn state_async<C: aio::ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+    ) -> Result<Option<LeaseState>, Error> {
+        self.table(key, self.read_async(con, &[key]).await?)
     }
 
     /// The lease table stored for `key`, decoded by the core; `None` when fresh. A key
@@ -348,7 +314,11 @@ impl RedisLeases {
         con: &mut C,
         key: &[u8],
     ) -> Result<Option<LeaseState>, Error> {
-        let values = self.read(con, &[key])?;
+        self.table(key, self.read(con, &[key])?)
+    }
+
+    /// `key`'s lease table from its value as read.
+    fn table(&self, key: &[u8], values: Vec<Option<Vec<u8>>>) -> Result<Option<LeaseState>, Error> {
         match values.first() {
             Some(Some(bytes)) => self
                 .concurrency
@@ -357,6 +327,12 @@ impl RedisLeases {
                 .map_err(|e| corrupt(key, e.to_string())),
             _ => Ok(None),
         }
+    }
+
+    /// The call `op` makes of `request` on its one key (a release takes no ttl).
+    fn single(&self, op: Op, request: &LeaseRequest<'_>) -> Result<Invocation, Error> {
+        let ttl = (!matches!(op, Op::Release)).then_some(request.ttl);
+        self.command(op, &[request.key], request.owner, ttl, request.now)
     }
 
     /// The script call, after checking what the core checks (the owner's length, the

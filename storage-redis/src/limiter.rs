@@ -111,22 +111,9 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         self.check_request(con, &Request::new(key).cost(cost))
     }
 
-    /// Decides at an explicit time `now` (replay, tests) instead of the server's. The
-    /// state written has no expiry (see the crate's docs: clean up with
-    /// [`RedisLimiter::purge`]).
-    pub fn check_at<C: ConnectionLike>(
-        &self,
-        con: &mut C,
-        key: &[u8],
-        cost: u64,
-        now: Ticks,
-    ) -> Result<Decision, Error> {
-        self.check_request(con, &Request::new(key).cost(cost).at(now))
-    }
-
-    /// Decides `request`: at its own `now` if it has one (as
-    /// [`RedisLimiter::check_at`], the state then written having no expiry), else at the
-    /// server's time (as [`RedisLimiter::check`]).
+    /// Decides `request`: at its own `now` if it has one (replays, tests; the state then
+    /// written has no expiry, see the crate's docs: clean up with
+    /// [`RedisLimiter::purge`]), else at the server's time (as [`RedisLimiter::check`]).
     pub fn check_request<C: ConnectionLike>(
         &self,
         con: &mut C,
@@ -184,22 +171,15 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
     /// them all (`TOLLGATE.BATCH`, the library's `batch`); on [`Path::Scripts`], and
     /// before the first call has detected the path, a pipeline of one call each. The
     /// outer error is the connection's; each request has its own result.
+    ///
+    /// Requests with their own `now` are decided at it; a batch whose requests carry
+    /// different times goes as one call each.
     pub fn check_batch<C: ConnectionLike>(
         &self,
         con: &mut C,
-        requests: &[(&[u8], u64)],
+        requests: &[Request<'_>],
     ) -> Result<Vec<Result<Decision, Error>>, Error> {
-        self.run(con, &Call::batch(requests, None))
-    }
-
-    /// [`RedisLimiter::check_batch`] at an explicit time `now` (replays, tests).
-    pub fn check_batch_at<C: ConnectionLike>(
-        &self,
-        con: &mut C,
-        requests: &[(&[u8], u64)],
-        now: Ticks,
-    ) -> Result<Vec<Result<Decision, Error>>, Error> {
-        self.run(con, &Call::batch(requests, Some(now)))
+        self.run(con, &Call::batch(requests))
     }
 
     /// Asynchronous [`RedisLimiter::check`], on a multiplexed connection, a connection
@@ -211,18 +191,6 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         cost: u64,
     ) -> Result<Decision, Error> {
         self.check_request_async(con, &Request::new(key).cost(cost))
-            .await
-    }
-
-    /// Asynchronous [`RedisLimiter::check_at`].
-    pub async fn check_at_async<C: aio::ConnectionLike>(
-        &self,
-        con: &mut C,
-        key: &[u8],
-        cost: u64,
-        now: Ticks,
-    ) -> Result<Decision, Error> {
-        self.check_request_async(con, &Request::new(key).cost(cost).at(now))
             .await
     }
 
@@ -255,9 +223,9 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
     pub async fn check_batch_async<C: aio::ConnectionLike + Clone>(
         &self,
         con: &C,
-        requests: &[(&[u8], u64)],
+        requests: &[Request<'_>],
     ) -> Vec<Result<Decision, Error>> {
-        self.run_async(con, &Call::batch(requests, None)).await
+        self.run_async(con, &Call::batch(requests)).await
     }
 
     /// The state stored for `key`, decoded by the core; `None` when fresh. A key holding
@@ -296,7 +264,7 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
 
     /// Deletes every state of this algorithm under the limiter's prefix (any member's,
     /// for a composite) and returns how many keys went; keys holding anything else stay.
-    /// States written at explicit times never expire (see [`RedisLimiter::check_at`]):
+    /// States written at explicit times never expire (see the crate's docs):
     /// this is their clean-up. The keyspace is scanned in batches of [`PURGE_BATCH`],
     /// each checked and deleted by one script call, so the server is never blocked for
     /// long. One server: on a cluster, run it against each primary.
@@ -473,33 +441,10 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
 }
 
 impl<A: LuaAlgorithm + Reserve> RedisLimiter<A> {
-    /// Reserves `cost` if it can act within `max_wait` ticks: admitted with the `delay`
-    /// to wait before acting, or denied with the exact retry.
+    /// Reserves for `request` if it can act within `max_wait` ticks (at its own `now` if
+    /// it has one, else at the server's time): admitted with the `delay` to wait before
+    /// acting, or denied with the exact retry.
     pub fn reserve<C: ConnectionLike>(
-        &self,
-        con: &mut C,
-        key: &[u8],
-        cost: u64,
-        max_wait: Ticks,
-    ) -> Result<Decision, Error> {
-        self.reserve_request(con, &Request::new(key).cost(cost), max_wait)
-    }
-
-    /// [`RedisLimiter::reserve`] at an explicit time `now`.
-    pub fn reserve_at<C: ConnectionLike>(
-        &self,
-        con: &mut C,
-        key: &[u8],
-        cost: u64,
-        max_wait: Ticks,
-        now: Ticks,
-    ) -> Result<Decision, Error> {
-        self.reserve_request(con, &Request::new(key).cost(cost).at(now), max_wait)
-    }
-
-    /// Reserves for `request` if it can act within `max_wait` ticks: at its own `now` if
-    /// it has one (as [`RedisLimiter::reserve_at`]), else at the server's time.
-    pub fn reserve_request<C: ConnectionLike>(
         &self,
         con: &mut C,
         request: &Request<'_>,
@@ -513,18 +458,6 @@ impl<A: LuaAlgorithm + Reserve> RedisLimiter<A> {
     pub async fn reserve_async<C: aio::ConnectionLike>(
         &self,
         con: &mut C,
-        key: &[u8],
-        cost: u64,
-        max_wait: Ticks,
-    ) -> Result<Decision, Error> {
-        let request = Request::new(key).cost(cost);
-        self.reserve_request_async(con, &request, max_wait).await
-    }
-
-    /// Asynchronous [`RedisLimiter::reserve_request`].
-    pub async fn reserve_request_async<C: aio::ConnectionLike>(
-        &self,
-        con: &mut C,
         request: &Request<'_>,
         max_wait: Ticks,
     ) -> Result<Decision, Error> {
@@ -534,53 +467,43 @@ impl<A: LuaAlgorithm + Reserve> RedisLimiter<A> {
 }
 
 impl<A: LuaAlgorithm + Refund> RedisLimiter<A> {
-    /// Takes up to `max` units of `key`'s limit in one atomic call: as many as are
-    /// admissible now (the core's [`Refund::take`]). A fleet node spends them locally.
+    /// Takes up to `request.cost` units of its key's limit in one atomic call: as many
+    /// as are admissible at its time (the core's [`Refund::take`]). A fleet node spends
+    /// them locally.
     pub fn take<C: ConnectionLike>(
         &self,
         con: &mut C,
-        key: &[u8],
-        max: u64,
+        request: &Request<'_>,
     ) -> Result<Taken, Error> {
-        self.take_call(con, Call::of(Mode::Take, key, max, None))
+        self.take_call(con, Call::request(request).mode_of(Mode::Take))
     }
 
-    /// [`RedisLimiter::take`] at an explicit time `now`.
-    pub fn take_at<C: ConnectionLike>(
-        &self,
-        con: &mut C,
-        key: &[u8],
-        max: u64,
-        now: Ticks,
-    ) -> Result<Taken, Error> {
-        self.take_call(con, Call::of(Mode::Take, key, max, Some(now)))
-    }
-
-    /// Gives back `units` taken and not used (the core's [`Refund::refund`]), unless the
-    /// server's time has reached `deadline` (the end of the window they were counted in:
-    /// a late give-back is dropped, never applied to a later window). Returns the
-    /// decision a cost of zero gets afterwards.
+    /// Gives back `request.cost` units taken and not used (the core's
+    /// [`Refund::refund`]), unless the request's time has reached `deadline` (the end
+    /// of the window they were counted in: a late give-back is dropped, never applied
+    /// to a later window). Returns the decision a cost of zero gets afterwards.
     pub fn refund<C: ConnectionLike>(
         &self,
         con: &mut C,
-        key: &[u8],
-        units: u64,
+        request: &Request<'_>,
         deadline: Option<Ticks>,
     ) -> Result<Decision, Error> {
-        let call = Call::of(Mode::Refund, key, units, None).waiting(deadline);
+        let call = Call::request(request)
+            .mode_of(Mode::Refund)
+            .waiting(deadline);
         self.one(con, call, reply::decision)
     }
 
-    /// [`RedisLimiter::refund`] at an explicit time `now`, without a deadline.
-    pub fn refund_at<C: ConnectionLike>(
+    /// A fleet's settle of `request.cost` units: a take, or `charged`, a charge (see
+    /// [`RedisLimiter::charge`]).
+    pub(crate) fn settle<C: ConnectionLike>(
         &self,
         con: &mut C,
-        key: &[u8],
-        units: u64,
-        now: Ticks,
-    ) -> Result<Decision, Error> {
-        let call = Call::of(Mode::Refund, key, units, Some(now));
-        self.one(con, call, reply::decision)
+        request: &Request<'_>,
+        charged: bool,
+    ) -> Result<Taken, Error> {
+        let call = Call::request(request).mode_of(Mode::Take);
+        self.take_call(con, call.waiting(charged.then_some(Ticks::MAX)))
     }
 
     /// A take or a charge: its reply read as what was taken.
@@ -590,31 +513,17 @@ impl<A: LuaAlgorithm + Refund> RedisLimiter<A> {
 }
 
 impl<A: LuaAlgorithm + Refund + Reserve> RedisLimiter<A> {
-    /// Charges `units` already admitted elsewhere (a fleet's batch settle) in one atomic
-    /// call: booked at once as a reservation with no bound on its wait (the core's
-    /// [`Reserve::reserve`] with `Ticks::MAX`), so a bucket may go into debt, which
-    /// every node then sees; only a charge above the bucket's capacity is refused
-    /// (`units` 0).
+    /// Charges `request.cost` units already admitted elsewhere (a fleet's batch settle)
+    /// in one atomic call: booked at once as a reservation with no bound on its wait
+    /// (the core's [`Reserve::reserve`] with `Ticks::MAX`), so a bucket may go into
+    /// debt, which every node then sees; only a charge above the bucket's capacity is
+    /// refused (`units` 0).
     pub fn charge<C: ConnectionLike>(
         &self,
         con: &mut C,
-        key: &[u8],
-        units: u64,
+        request: &Request<'_>,
     ) -> Result<Taken, Error> {
-        let call = Call::of(Mode::Take, key, units, None).waiting(Some(Ticks::MAX));
-        self.take_call(con, call)
-    }
-
-    /// [`RedisLimiter::charge`] at an explicit time `now`.
-    pub fn charge_at<C: ConnectionLike>(
-        &self,
-        con: &mut C,
-        key: &[u8],
-        units: u64,
-        now: Ticks,
-    ) -> Result<Taken, Error> {
-        let call = Call::of(Mode::Take, key, units, Some(now)).waiting(Some(Ticks::MAX));
-        self.take_call(con, call)
+        self.settle(con, request, true)
     }
 }
 

@@ -6,7 +6,7 @@ use redis::Cmd;
 use tollgate_core::limits::MAX_WAIT;
 use tollgate_core::{
     Algorithm, Ban, BucketParams, Composite, Decision, DecodeError, FixedWindow, LeakyBucket,
-    Pacing, Reserve, SlidingCounter, SlidingLog, Ticks, TokenBucket,
+    Pacing, Request, Reserve, SlidingCounter, SlidingLog, Ticks, TokenBucket,
 };
 
 use crate::error::Error;
@@ -153,15 +153,11 @@ pub trait LuaAlgorithm: Algorithm {
 
     /// The argument of a decision on the buckets' fast path (`lua/bucket_fast.lua`), the
     /// function the client calls instead of the general one when this is `Some`: for a
-    /// single bucket whose `capacity × period` is below 2^52 and a `cost` (at most
-    /// [`lua_cost_cap`](Self::lua_cost_cap)) within its burst.
-    fn lua_fast_arg(
-        &self,
-        cost: u64,
-        now: Option<Ticks>,
-        max_wait: Option<Ticks>,
-    ) -> Option<Vec<u8>> {
-        let _ = (cost, now, max_wait);
+    /// single bucket whose `capacity × period` is below 2^52 and a request whose cost (at
+    /// most [`lua_cost_cap`](Self::lua_cost_cap)) is within its burst. The request's
+    /// key is not read.
+    fn lua_fast_arg(&self, request: &Request<'_>, max_wait: Option<Ticks>) -> Option<Vec<u8>> {
+        let _ = (request, max_wait);
         None
     }
 
@@ -194,7 +190,7 @@ pub(crate) fn script<A: LuaAlgorithm>(algorithm: &A) -> String {
     let mut needed = Vec::new();
     algorithm.lua_files(&mut needed);
     // A bucket's fast calls are decided before the rest of the script defines anything.
-    let fast = algorithm.lua_fast_arg(0, None, None).is_some();
+    let fast = algorithm.lua_fast_arg(&Request::new(""), None).is_some();
     let mut files = if fast {
         vec![BUCKET_FAST, FAST_HEAD, LIB]
     } else {
@@ -390,15 +386,10 @@ macro_rules! lua_bucket {
                 bucket_range(params, params.capacity + $extra)
             }
 
-            fn lua_fast_arg(
-                &self,
-                cost: u64,
-                now: Option<Ticks>,
-                max_wait: Option<Ticks>,
-            ) -> Option<Vec<u8>> {
+            fn lua_fast_arg(&self, r: &Request<'_>, max_wait: Option<Ticks>) -> Option<Vec<u8>> {
                 let params = self.params();
                 let wait = max_wait.unwrap_or($wait);
-                fast_arg($tag, params, params.capacity + $extra, cost, now, wait)
+                fast_arg($tag, params, params.capacity + $extra, r.cost, r.now, wait)
             }
 
             fn lua_fast_decision(

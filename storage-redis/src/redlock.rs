@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use redis::ConnectionLike;
-use tollgate_core::{Concurrency, LeaseError, Ticks, MILLISECOND};
+use tollgate_core::{Concurrency, LeaseError, LeaseRequest, Ticks, MILLISECOND};
 
 use crate::error::Error;
 use crate::lease::RedisLeases;
@@ -53,7 +53,7 @@ impl Redlock {
         &self.leases
     }
 
-    /// Acquires `key` for `owner` for `ttl` ticks on every server of `servers` (one
+    /// Acquires the request's key for its owner for its ttl on every server of `servers` (one
     /// connection per independent server; give each a timeout well below `ttl`).
     ///
     /// `Ok(Some(grant))` when a majority granted it and time is left
@@ -65,64 +65,46 @@ impl Redlock {
     pub fn acquire<C: ConnectionLike>(
         &self,
         servers: &mut [C],
-        key: &[u8],
-        owner: &[u8],
-        ttl: Ticks,
+        request: &LeaseRequest<'_>,
     ) -> Result<Option<RedlockGrant>, Error> {
-        let start = Instant::now();
-        let Tally {
-            tokens,
-            answered,
-            last_error,
-        } = tally(servers, |con| {
-            let acquired = self.leases.acquire(con, key, owner, ttl)?;
+        let tally = tally(servers, request.ttl, |con| {
+            let acquired = self.leases.acquire(con, request)?;
             Ok(acquired.grant.map(|grant| grant.token))
         })?;
-        let validity = validity(ttl, start);
-        let granted = tokens.iter().flatten().count();
-        if granted >= majority(servers.len()) && validity > 0 {
-            return Ok(Some(RedlockGrant { validity, tokens }));
-        }
-        self.undo(servers, &tokens, key, owner);
-        match last_error {
-            Some(e) if answered < majority(servers.len()) => Err(e),
+        let tally = match tally.held() {
+            Ok(grant) => return Ok(Some(grant)),
+            Err(tally) => tally,
+        };
+        self.undo(servers, &tally.tokens, request);
+        match tally.last_error {
+            Some(e) if tally.answered < majority(servers.len()) => Err(e),
             _ => Ok(None),
         }
     }
 
-    /// Extends `owner`'s lock to `ttl` from now on every server that still holds it;
+    /// Extends the owner's lock to the request's ttl from now on every server that still holds it;
     /// `Ok(Some(grant))` if a majority still did, with a fresh validity (the tokens stay).
     /// `Ok(None)` when the lock is lost: its holder must stop acting on it.
     pub fn renew<C: ConnectionLike>(
         &self,
         servers: &mut [C],
-        key: &[u8],
-        owner: &[u8],
-        ttl: Ticks,
+        request: &LeaseRequest<'_>,
     ) -> Result<Option<RedlockGrant>, Error> {
-        let start = Instant::now();
-        let tokens = tally(servers, |con| {
-            let grant = self.leases.renew(con, key, owner, ttl)?;
-            Ok(Some(grant.token))
-        })?
-        .tokens;
-        let validity = validity(ttl, start);
-        let renewed = tokens.iter().flatten().count() >= majority(servers.len());
-        Ok((renewed && validity > 0).then_some(RedlockGrant { validity, tokens }))
+        let renewed = |con: &mut C| Ok(Some(self.leases.renew(con, request)?.token));
+        Ok(tally(servers, request.ttl, renewed)?.held().ok())
     }
 
-    /// Releases `owner`'s hold on `key` on every server (also where its grant seemed to
+    /// Releases the owner's hold on the request's key on every server (also where its grant seemed to
     /// fail: the reply may have been lost after the server granted it). Returns how many
     /// servers released a hold; an error only when no server answered.
     pub fn release<C: ConnectionLike>(
         &self,
         servers: &mut [C],
-        key: &[u8],
-        owner: &[u8],
+        request: &LeaseRequest<'_>,
     ) -> Result<usize, Error> {
         let (mut released, mut answered, mut last_error) = (0, 0, None);
         for con in servers.iter_mut() {
-            match self.leases.release(con, key, owner) {
+            match self.leases.release(con, request) {
                 Ok(_) => (released, answered) = (released + 1, answered + 1),
                 Err(Error::Lease(LeaseError::NotHeld)) => answered += 1,
                 Err(e) => last_error = Some(e),
@@ -141,12 +123,11 @@ impl Redlock {
         &self,
         servers: &mut [C],
         tokens: &[Option<u64>],
-        key: &[u8],
-        owner: &[u8],
+        request: &LeaseRequest<'_>,
     ) {
         for (con, token) in servers.iter_mut().zip(tokens) {
             if token.is_some() {
-                let _ = self.leases.release(con, key, owner);
+                let _ = self.leases.release(con, request);
             }
         }
     }
@@ -160,19 +141,41 @@ struct Tally {
     answered: usize,
     /// The last failure of a server that did not answer.
     last_error: Option<Error>,
+    /// The ttl less the time the calls took and the drift allowance.
+    validity: Ticks,
 }
 
-/// Runs `call` on every server of `servers`, then counts the answers; the caller's
-/// error (see [`callers_error`]) instead, as every server answers the same.
+impl Tally {
+    /// The lock, if a majority of the servers gave a token and time is left; else the
+    /// tally.
+    fn held(self) -> Result<RedlockGrant, Self> {
+        let granted = self.tokens.iter().flatten().count();
+        if granted >= majority(self.tokens.len()) && self.validity > 0 {
+            Ok(RedlockGrant {
+                validity: self.validity,
+                tokens: self.tokens,
+            })
+        } else {
+            Err(self)
+        }
+    }
+}
+
+/// Runs `call` on every server of `servers`, then counts the answers and the validity
+/// left of `ttl`; the caller's error (see [`callers_error`]) instead, as every server
+/// answers the same.
 fn tally<C>(
     servers: &mut [C],
+    ttl: Ticks,
     call: impl FnMut(&mut C) -> Result<Option<u64>, Error>,
 ) -> Result<Tally, Error> {
+    let start = Instant::now();
     let replies: Vec<_> = servers.iter_mut().map(call).collect();
     let mut tally = Tally {
         tokens: Vec::with_capacity(replies.len()),
         answered: 0,
         last_error: None,
+        validity: validity(ttl, start),
     };
     for reply in replies {
         match reply {

@@ -7,7 +7,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use redis::{aio, ConnectionLike};
-use tollgate_core::{Grant, LeaseError, Ticks};
+use tollgate_core::{Grant, LeaseError, LeaseRequest, Ticks};
 
 use crate::error::Error;
 use crate::lease::RedisLeases;
@@ -22,13 +22,20 @@ struct Watched {
 }
 
 impl Watched {
-    fn new(leases: &RedisLeases, key: &[u8], owner: &[u8], ttl: Ticks) -> Self {
+    fn new(leases: &RedisLeases, request: &LeaseRequest<'_>) -> Self {
         Self {
             leases: leases.clone(),
-            key: key.to_vec(),
-            owner: owner.to_vec(),
-            ttl,
+            key: request.key.to_vec(),
+            owner: request.owner.to_vec(),
+            ttl: request.ttl,
         }
+    }
+
+    /// The renewals' and the release's request, at the server's time.
+    fn request(&self) -> LeaseRequest<'_> {
+        LeaseRequest::new(&self.key)
+            .owner(&self.owner)
+            .ttl(self.ttl)
     }
 
     /// A third of the ttl: two renewals can fail (a slow or absent server) before the
@@ -116,21 +123,19 @@ fn gone(result: &Result<Grant, Error>) -> bool {
 }
 
 impl RedisLeases {
-    /// Acquires a lease on `key` and, if granted, guards it with a thread that renews it
+    /// Acquires the requested lease and, if granted, guards it with a thread that renews it
     /// on `con` (a connection of its own, say a [`Reconnecting`](crate::Reconnecting))
     /// every `ttl / 3` until the guard is dropped, then releases it. `Ok(None)` when
     /// denied.
     pub fn acquire_watched<C: ConnectionLike + Send + 'static>(
         &self,
         mut con: C,
-        key: &[u8],
-        owner: &[u8],
-        ttl: Ticks,
+        request: &LeaseRequest<'_>,
     ) -> Result<Option<LeaseGuard>, Error> {
-        let Some(held) = self.acquire(&mut con, key, owner, ttl)?.grant else {
+        let Some(held) = self.acquire(&mut con, request)?.grant else {
             return Ok(None);
         };
-        let watched = Watched::new(self, key, owner, ttl);
+        let watched = Watched::new(self, request);
         let lost = Arc::new(AtomicBool::new(false));
         let stop = Arc::new((Mutex::new(false), Condvar::new()));
         let (thread_lost, thread_stop) = (Arc::clone(&lost), Arc::clone(&stop));
@@ -142,17 +147,11 @@ impl RedisLeases {
                     .wait_timeout_while(guard, watched.period(), |stopped| !*stopped)
                     .unwrap_or_else(|e| e.into_inner());
                 guard = next;
-                let Watched {
-                    leases,
-                    key,
-                    owner,
-                    ttl,
-                } = &watched;
                 if *guard {
-                    let _ = leases.release(&mut con, key, owner);
+                    let _ = watched.leases.release(&mut con, &watched.request());
                     return;
                 }
-                if gone(&leases.renew(&mut con, key, owner, *ttl)) {
+                if gone(&watched.leases.renew(&mut con, &watched.request())) {
                     thread_lost.store(true, Ordering::Release);
                     return;
                 }
@@ -170,32 +169,24 @@ impl RedisLeases {
     pub async fn acquire_watched_async<C: aio::ConnectionLike + Send + 'static>(
         &self,
         mut con: C,
-        key: &[u8],
-        owner: &[u8],
-        ttl: Ticks,
+        request: &LeaseRequest<'_>,
     ) -> Result<Option<AsyncLeaseGuard>, Error> {
-        let Some(held) = self.acquire_async(&mut con, key, owner, ttl).await?.grant else {
+        let Some(held) = self.acquire_async(&mut con, request).await?.grant else {
             return Ok(None);
         };
-        let watched = Watched::new(self, key, owner, ttl);
+        let watched = Watched::new(self, request);
         let period = watched.period();
-        let Watched {
-            leases,
-            key,
-            owner,
-            ttl,
-        } = watched;
         let (lost_tx, lost) = tokio::sync::watch::channel(false);
         let (stop, mut stopped) = tokio::sync::oneshot::channel();
         tokio::spawn(async move {
             loop {
                 tokio::select! {
                     _ = &mut stopped => {
-                        let _ = leases.release_async(&mut con, &key, &owner).await;
+                        let _ = watched.leases.release_async(&mut con, &watched.request()).await;
                         return;
                     }
                     () = tokio::time::sleep(period) => {
-                        if gone(&leases.renew_async(&mut con, &key, &owner, ttl).await) {
+                        if gone(&watched.leases.renew_async(&mut con, &watched.request()).await) {
                             let _ = lost_tx.send(true);
                             return;
                         }

@@ -7,13 +7,10 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use proptest::prelude::*;
-use proptest::test_runner::TestRunner;
 use tollgate_core::{
-    Ban, Composite, Decision, FixedWindow, LeakyBucket, Pacing, SlidingCounter, SlidingLog, Ticks,
-    TokenBucket, SECOND,
+    Ban, Composite, Decision, FixedWindow, LeakyBucket, Pacing, Request, SlidingCounter,
+    SlidingLog, Ticks, TokenBucket, SECOND,
 };
 use tollgate_redis::{Error, LuaAlgorithm, Path, RedisLimiter};
 
@@ -66,8 +63,7 @@ fn rounds(period: Ticks, limit: u64) -> impl Strategy<Value = Vec<Round>> {
 
 /// A fresh key prefix per limiter, so cases never see each other's keys.
 fn prefix() -> String {
-    static CASE: AtomicU64 = AtomicU64::new(0);
-    format!("batch{}:", CASE.fetch_add(1, Ordering::Relaxed))
+    common::fresh("batch") + ":"
 }
 
 /// An error as a comparable text, the key (whose prefix differs) left out.
@@ -117,20 +113,20 @@ fn differential<A: LuaAlgorithm + Clone>(
             }
         }
         let keys: Vec<[u8; 2]> = round.requests.iter().map(|&(k, _)| [b'k', k]).collect();
-        let requests: Vec<(&[u8], u64)> = keys
+        let requests: Vec<Request> = keys
             .iter()
             .zip(&round.requests)
-            .map(|(key, &(_, cost))| (&key[..], cost))
+            .map(|(key, &(_, cost))| Request::new(key).cost(cost).at(now))
             .collect();
         let got: Vec<_> = batched
-            .check_batch_at(&mut con, &requests, now)
+            .check_batch(&mut con, &requests)
             .expect("the connection")
             .into_iter()
             .map(kind)
             .collect();
         let want: Vec<_> = requests
             .iter()
-            .map(|&(key, cost)| kind(single.check_at(&mut con, key, cost, now)))
+            .map(|request| kind(single.check_request(&mut con, request)))
             .collect();
         prop_assert_eq!(got, want, "at {} {:?}", now, round);
         for k in 0..4u8 {
@@ -156,16 +152,12 @@ fn differential<A: LuaAlgorithm + Clone>(
 /// Runs 24 random cases of each algorithm `make` builds on the module's and the
 /// library's paths.
 fn cases<A: LuaAlgorithm + Clone + std::fmt::Debug>(make: impl Strategy<Value = (A, Ticks, u64)>) {
-    let server = Server::start_with_module(false);
     let strategy = make.prop_flat_map(|(alg, period, limit)| (Just(alg), rounds(period, limit)));
-    let mut runner = TestRunner::new(ProptestConfig::with_cases(24));
-    let result = runner.run(&strategy, |(alg, rounds)| {
-        differential(&server, &alg, Path::Module, &rounds)?;
-        differential(&server, &alg, Path::Functions, &rounds)
+    let server = Server::start_with_module(false);
+    common::cases(&server, 24, strategy, |server, (alg, rounds)| {
+        differential(server, &alg, Path::Module, &rounds)?;
+        differential(server, &alg, Path::Functions, &rounds)
     });
-    if let Err(e) = result {
-        panic!("{e}");
-    }
 }
 
 fn period() -> impl Strategy<Value = Ticks> {
@@ -221,7 +213,7 @@ fn a_batch_is_one_command() {
     let server = Server::start_with_module(false);
     let mut con = server.connection();
     let keys: Vec<Vec<u8>> = (0..32).map(|i| format!("u{i}").into_bytes()).collect();
-    let requests: Vec<(&[u8], u64)> = keys.iter().map(|k| (&k[..], 1)).collect();
+    let requests: Vec<Request> = keys.iter().map(Request::new).collect();
     for (path, stat) in [
         (Path::Module, "cmdstat_tollgate.batch:calls="),
         (Path::Functions, "cmdstat_fcall:calls="),
@@ -282,16 +274,16 @@ fn async_batches() {
         runtime.block_on(async {
             let client = server.client();
             let con = client.get_multiplexed_async_connection().await.unwrap();
-            let requests: [(&[u8], u64); 4] = [(b"k", 1), (b"k", 1), (b"k", 1), (b"j", 3)];
+            let (k, j) = (Request::new("k"), Request::new("j").cost(3));
             let allowed: Vec<bool> = limiter
-                .check_batch_async(&con, &requests)
+                .check_batch_async(&con, &[k, k, k, j])
                 .await
                 .into_iter()
                 .map(|d| d.unwrap().allowed)
                 .collect();
             assert_eq!(allowed, [true, true, false, false]);
             let got = list
-                .check_batch_async(&con, &[(b"list", 1), (b"other", 1)])
+                .check_batch_async(&con, &[Request::new("list"), Request::new("other")])
                 .await;
             assert!(
                 matches!(&got[0], Err(Error::Foreign { found, .. }) if found == "list"),
@@ -310,7 +302,7 @@ fn a_batch_at_the_server_time_is_at_one_time() {
     let server = Server::start_with_module(false);
     let mut con = server.connection();
     let interval = SECOND * 3600;
-    let requests: Vec<(&[u8], u64)> = vec![(b"k", 1); 7];
+    let requests = [Request::new("k"); 7];
     for path in [Path::Module, Path::Functions] {
         let limiter = RedisLimiter::new(TokenBucket::new(5, 1, interval).unwrap())
             .unwrap()

@@ -10,14 +10,11 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use proptest::prelude::*;
-use proptest::test_runner::TestRunner;
 use tollgate_core::limits::MAX_PERIOD;
 use tollgate_core::{
-    Algorithm, Ban, Composite, Decision, FixedWindow, LeakyBucket, Pacing, Reserve, SlidingCounter,
-    SlidingLog, Ticks, TokenBucket, SECOND,
+    Algorithm, Ban, Composite, Decision, FixedWindow, LeakyBucket, Pacing, Request, Reserve,
+    SlidingCounter, SlidingLog, Ticks, TokenBucket, SECOND,
 };
 use tollgate_redis::{Error, LuaAlgorithm, Path, RedisLimiter, MAX_LUA_LIMIT, MAX_LUA_TICKS};
 
@@ -29,17 +26,12 @@ const EPOCH: Ticks = 1_790_000_000_000_000;
 
 /// Runs 48 random cases of `test` against a server of their own.
 fn cases<S: Strategy>(strategy: S, test: impl Fn(&Server, S::Value) -> Result<(), TestCaseError>) {
-    let server = Server::start_with_module(false);
-    let mut runner = TestRunner::new(ProptestConfig::with_cases(48));
-    if let Err(e) = runner.run(&strategy, |value| test(&server, value)) {
-        panic!("{e}");
-    }
+    common::cases(&Server::start_with_module(false), 48, strategy, test);
 }
 
 /// A fresh key prefix per case, so cases never see each other's keys.
 fn prefix() -> String {
-    static CASE: AtomicU64 = AtomicU64::new(0);
-    format!("case{}:", CASE.fetch_add(1, Ordering::Relaxed))
+    common::fresh("case") + ":"
 }
 
 /// One request: which of three keys, the gap before it, its cost, and the longest wait
@@ -120,7 +112,9 @@ fn member_keys<A: Algorithm>(
 fn checked<A: LuaAlgorithm>() -> (Decide<A>, RedisDecide<A>) {
     (
         |alg, state, now, step| alg.decide(state, now, step.cost),
-        |limiter, con, key, now, step| limiter.check_at(con, key, step.cost, now),
+        |limiter, con, key, now, step| {
+            limiter.check_request(con, &Request::new(key).cost(step.cost).at(now))
+        },
     )
 }
 
@@ -132,8 +126,8 @@ fn reserved<A: LuaAlgorithm + Reserve>() -> (Decide<A>, RedisDecide<A>) {
             None => alg.decide(state, now, step.cost),
         },
         |limiter, con, key, now, step| match step.max_wait {
-            Some(wait) => limiter.reserve_at(con, key, step.cost, wait, now),
-            None => limiter.check_at(con, key, step.cost, now),
+            Some(wait) => limiter.reserve(con, &Request::new(key).cost(step.cost).at(now), wait),
+            None => limiter.check_request(con, &Request::new(key).cost(step.cost).at(now)),
         },
     )
 }
@@ -528,8 +522,14 @@ impl FastCase {
             let key = limiter.redis_keys(b"k").expect("keys").remove(0);
             set(&mut con, &key);
             let got = match self.wait {
-                Some(wait) => limiter.reserve_at(&mut con, b"k", self.cost, wait, EPOCH),
-                None => limiter.check_at(&mut con, b"k", self.cost, EPOCH),
+                Some(wait) => limiter.reserve(
+                    &mut con,
+                    &Request::new(b"k").cost(self.cost).at(EPOCH),
+                    wait,
+                ),
+                None => {
+                    limiter.check_request(&mut con, &Request::new(b"k").cost(self.cost).at(EPOCH))
+                }
             };
             let got = got.map_err(|e| TestCaseError::fail(format!("{path:?}: {e}")))?;
             prop_assert_eq!(got, want, "{:?}", path);
@@ -539,7 +539,7 @@ impl FastCase {
         // The library's fast function itself (loaded by the calls above): one integer
         // exactly when every quantity is below the bound.
         let sent = self.cost.min(alg.lua_cost_cap());
-        let Some(arg) = alg.lua_fast_arg(sent, Some(EPOCH), self.wait) else {
+        let Some(arg) = alg.lua_fast_arg(&Request::new("").cost(sent).at(EPOCH), self.wait) else {
             return Ok(());
         };
         let key = format!("{}raw", prefix()).into_bytes();

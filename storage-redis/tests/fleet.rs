@@ -8,7 +8,9 @@ use std::sync::{Arc, Barrier, Mutex};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use tollgate_core::{FixedWindow, SlidingCounter, Ticks, TokenBucket, MILLISECOND, SECOND};
+use tollgate_core::{
+    FixedWindow, Request, SlidingCounter, Ticks, TokenBucket, MILLISECOND, SECOND,
+};
 use tollgate_redis::fleet::{FleetAlgorithm, FleetConfig, FleetLimiter, FleetMode};
 use tollgate_redis::{Error, Outcome, Reconnecting, RedisLimiter};
 
@@ -307,7 +309,7 @@ fn a_restarted_server_resumes_without_double_spending() {
     // batch node's 5 units settled once and its sixth.
     let limiter = RedisLimiter::new(window).unwrap().with_prefix("fleet:");
     let left = limiter
-        .take(&mut con, b"shared", 0)
+        .take(&mut con, &Request::new(b"shared").cost(0))
         .unwrap()
         .decision
         .remaining;

@@ -6,10 +6,11 @@
 mod common;
 
 use proptest::prelude::*;
-use proptest::test_runner::TestRunner;
 use redis::Commands;
 use tollgate_core::limits::MAX_PERIOD;
-use tollgate_core::{FixedWindow, Refund, Reserve, SlidingCounter, Ticks, TokenBucket, SECOND};
+use tollgate_core::{
+    FixedWindow, Refund, Request, Reserve, SlidingCounter, Ticks, TokenBucket, SECOND,
+};
 use tollgate_redis::{LuaAlgorithm, Path, RedisLimiter};
 
 use common::strategy::{cost, gap, limit};
@@ -87,7 +88,12 @@ fn differential<A: LuaAlgorithm + Refund + Clone>(
                     state = s;
                     (
                         (d, 0),
-                        (limiter.check_at(&mut con, b"k", cost, now).unwrap(), 0),
+                        (
+                            limiter
+                                .check_request(&mut con, &Request::new(b"k").cost(cost).at(now))
+                                .unwrap(),
+                            0,
+                        ),
                     )
                 }
                 Op::Take | Op::Charge => {
@@ -98,7 +104,9 @@ fn differential<A: LuaAlgorithm + Refund + Clone>(
                     state = s;
                     let taken = match (op, charge) {
                         (Op::Charge, Some((_, redis))) => redis(&limiter, &mut con, cost, now),
-                        _ => limiter.take_at(&mut con, b"k", cost, now).unwrap(),
+                        _ => limiter
+                            .take(&mut con, &Request::new(b"k").cost(cost).at(now))
+                            .unwrap(),
                     };
                     prop_assert_eq!(taken.now, now);
                     let bytes = state.as_ref().map(|s| algorithm.encode_to_vec(s));
@@ -110,7 +118,12 @@ fn differential<A: LuaAlgorithm + Refund + Clone>(
                     let d = algorithm.peek(state.clone(), now, 0);
                     (
                         (d, 0),
-                        (limiter.refund_at(&mut con, b"k", cost, now).unwrap(), 0),
+                        (
+                            limiter
+                                .refund(&mut con, &Request::new(b"k").cost(cost).at(now), None)
+                                .unwrap(),
+                            0,
+                        ),
                     )
                 }
             };
@@ -124,11 +137,7 @@ fn differential<A: LuaAlgorithm + Refund + Clone>(
 }
 
 fn cases<S: Strategy>(strategy: S, test: impl Fn(&Server, S::Value) -> Result<(), TestCaseError>) {
-    let server = Server::start();
-    let mut runner = TestRunner::new(ProptestConfig::with_cases(32));
-    if let Err(e) = runner.run(&strategy, |value| test(&server, value)) {
-        panic!("{e}");
-    }
+    common::cases(&Server::start(), 32, strategy, test);
 }
 
 #[test]
@@ -148,8 +157,11 @@ fn token_bucket_take_and_refund_match_the_core() {
             &mut redis::Connection,
             u64,
             Ticks,
-        ) -> tollgate_redis::Taken =
-            |limiter, con, units, now| limiter.charge_at(con, b"k", units, now).unwrap();
+        ) -> tollgate_redis::Taken = |limiter, con, units, now| {
+            limiter
+                .charge(con, &Request::new(b"k").cost(units).at(now))
+                .unwrap()
+        };
         differential(server, &bucket, &trace, Some((core, redis)))
     });
 }
@@ -176,12 +188,18 @@ fn refund_after_the_deadline_is_dropped() {
     let server = Server::start();
     let mut con = server.connection();
     let limiter = RedisLimiter::new(FixedWindow::new(10, 3600 * SECOND).unwrap()).unwrap();
-    let taken = limiter.take(&mut con, b"w", 6).unwrap();
+    let taken = limiter.take(&mut con, &Request::new(b"w").cost(6)).unwrap();
     assert_eq!(taken.units, 6);
-    let late = limiter.refund(&mut con, b"w", 6, Some(taken.now)).unwrap();
+    let late = limiter
+        .refund(&mut con, &Request::new(b"w").cost(6), Some(taken.now))
+        .unwrap();
     assert_eq!(late.remaining, 4);
     let in_time = limiter
-        .refund(&mut con, b"w", 6, Some(taken.now + 3600 * SECOND))
+        .refund(
+            &mut con,
+            &Request::new(b"w").cost(6),
+            Some(taken.now + 3600 * SECOND),
+        )
         .unwrap();
     assert_eq!(in_time.remaining, 10);
 }

@@ -5,8 +5,6 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use std::thread::sleep;
 use std::time::Duration;
 
@@ -14,7 +12,8 @@ use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
 use tollgate_core::limits::MAX_PERIOD;
 use tollgate_core::{
-    Acquired, Concurrency, FixedWindow, Grant, LeaseError, LeaseState, ParamError, Ticks, SECOND,
+    Acquired, Concurrency, FixedWindow, Grant, LeaseError, LeaseRequest, LeaseState, ParamError,
+    Request, Ticks, SECOND,
 };
 use tollgate_redis::{Error, Path, RedisLeases, RedisLimiter, MAX_LUA_TICKS};
 
@@ -24,8 +23,7 @@ use common::{Cluster, Server};
 const EPOCH: Ticks = 1_790_000_000_000_000;
 
 fn prefix() -> String {
-    static CASE: AtomicU64 = AtomicU64::new(0);
-    format!("lease{}:", CASE.fetch_add(1, Ordering::Relaxed))
+    common::fresh("lease") + ":"
 }
 
 #[derive(Debug, Clone)]
@@ -139,7 +137,10 @@ fn the_script_and_the_core_agree_on_answers_and_bytes() {
                 };
                 let got: Outcome = match op {
                     Op::Acquire { owner, ttl } => leases
-                        .acquire_at(&mut con, key, owner, *ttl, now)
+                        .acquire(
+                            &mut con,
+                            &LeaseRequest::new(key).owner(owner).ttl(*ttl).at(now),
+                        )
                         .map(|a| {
                             let d = a.decision;
                             let g = a.grant.map(|g| (g.token, g.expires_at, g.holds));
@@ -147,11 +148,14 @@ fn the_script_and_the_core_agree_on_answers_and_bytes() {
                         })
                         .map_err(redis_error),
                     Op::Release { owner } => leases
-                        .release_at(&mut con, key, owner, now)
+                        .release(&mut con, &LeaseRequest::new(key).owner(owner).at(now))
                         .map(|g| (true, 0, None, 0, Some((g.token, g.expires_at, g.holds))))
                         .map_err(redis_error),
                     Op::Renew { owner, ttl } => leases
-                        .renew_at(&mut con, key, owner, *ttl, now)
+                        .renew(
+                            &mut con,
+                            &LeaseRequest::new(key).owner(owner).ttl(*ttl).at(now),
+                        )
                         .map(|g| (true, 0, None, 0, Some((g.token, g.expires_at, g.holds))))
                         .map_err(redis_error),
                 };
@@ -200,12 +204,20 @@ fn answers_are_the_cores_types_and_values() {
             .unwrap();
         let (key, t) = (b"k".as_slice(), 1_000);
         let (want, state) = core.acquire(None, t, b"a", SECOND).unwrap();
-        let got: Acquired = leases.acquire_at(&mut con, key, b"a", SECOND, t).unwrap();
+        let got: Acquired = leases
+            .acquire(
+                &mut con,
+                &LeaseRequest::new(key).owner(b"a").ttl(SECOND).at(t),
+            )
+            .unwrap();
         assert_eq!(got, want, "{path:?}");
         let (want, state) = core.acquire(state, t + 1, b"b", SECOND).unwrap();
         assert_eq!(
             leases
-                .acquire_at(&mut con, key, b"b", SECOND, t + 1)
+                .acquire(
+                    &mut con,
+                    &LeaseRequest::new(key).owner(b"b").ttl(SECOND).at(t + 1)
+                )
                 .unwrap(),
             want
         );
@@ -214,17 +226,30 @@ fn answers_are_the_cores_types_and_values() {
         assert!(want.grant.is_none());
         assert_eq!(
             leases
-                .acquire_at(&mut con, key, b"c", SECOND, t + 2)
+                .acquire(
+                    &mut con,
+                    &LeaseRequest::new(key).owner(b"c").ttl(SECOND).at(t + 2)
+                )
                 .unwrap(),
             want
         );
         let (want, state): (Grant, _) = core.renew(state, t + 3, b"a", SECOND).unwrap();
         assert_eq!(
-            leases.renew_at(&mut con, key, b"a", SECOND, t + 3).unwrap(),
+            leases
+                .renew(
+                    &mut con,
+                    &LeaseRequest::new(key).owner(b"a").ttl(SECOND).at(t + 3)
+                )
+                .unwrap(),
             want
         );
         let (want, _) = core.release(state, t + 4, b"b").unwrap();
-        assert_eq!(leases.release_at(&mut con, key, b"b", t + 4).unwrap(), want);
+        assert_eq!(
+            leases
+                .release(&mut con, &LeaseRequest::new(key).owner(b"b").at(t + 4))
+                .unwrap(),
+            want
+        );
     }
 }
 
@@ -238,7 +263,10 @@ fn bad_input_is_a_typed_error_and_changes_nothing() {
     let mut con = server.connection();
     let leases = RedisLeases::new(Concurrency::new(2).unwrap());
     let held = leases
-        .acquire_at(&mut con, b"k", b"a", SECOND, EPOCH)
+        .acquire(
+            &mut con,
+            &LeaseRequest::new(b"k").owner(b"a").ttl(SECOND).at(EPOCH),
+        )
         .unwrap();
     assert!(held.decision.allowed);
     let before = get(&mut con, "k");
@@ -248,47 +276,73 @@ fn bad_input_is_a_typed_error_and_changes_nothing() {
     };
     let owner = "owner length";
     assert_eq!(
-        param(leases.acquire(&mut con, b"k", b"", SECOND).unwrap_err()),
-        owner
-    );
-    assert_eq!(
         param(
             leases
-                .acquire(&mut con, b"k", &[7; 129], SECOND)
+                .acquire(&mut con, &LeaseRequest::new(b"k").owner(b"").ttl(SECOND))
                 .unwrap_err()
         ),
         owner
     );
     assert_eq!(
-        param(leases.release(&mut con, b"k", b"").unwrap_err()),
+        param(
+            leases
+                .acquire(
+                    &mut con,
+                    &LeaseRequest::new(b"k").owner(&[7; 129]).ttl(SECOND)
+                )
+                .unwrap_err()
+        ),
         owner
     );
     assert_eq!(
-        param(leases.acquire(&mut con, b"k", b"b", 0).unwrap_err()),
+        param(
+            leases
+                .release(&mut con, &LeaseRequest::new(b"k").owner(b""))
+                .unwrap_err()
+        ),
+        owner
+    );
+    assert_eq!(
+        param(
+            leases
+                .acquire(&mut con, &LeaseRequest::new(b"k").owner(b"b").ttl(0))
+                .unwrap_err()
+        ),
         "ttl"
     );
     assert_eq!(
         param(
             leases
-                .renew(&mut con, b"k", b"a", MAX_PERIOD + 1)
+                .renew(
+                    &mut con,
+                    &LeaseRequest::new(b"k").owner(b"a").ttl(MAX_PERIOD + 1)
+                )
                 .unwrap_err()
         ),
         "ttl"
     );
     let not_held = |r: Result<_, Error>| matches!(r, Err(Error::Lease(LeaseError::NotHeld)));
-    assert!(not_held(leases.release_at(&mut con, b"k", b"b", EPOCH)));
-    assert!(not_held(
-        leases.renew_at(&mut con, b"k", b"b", SECOND, EPOCH)
-    ));
-    assert!(not_held(leases.release(&mut con, b"absent", b"a")));
-    // Expired: the holder must stop; renewing cannot bring it back.
-    assert!(not_held(leases.renew_at(
+    assert!(not_held(leases.release(
         &mut con,
-        b"k",
-        b"a",
-        SECOND,
-        EPOCH + SECOND
+        &LeaseRequest::new(b"k").owner(b"b").at(EPOCH)
     )));
+    assert!(not_held(leases.renew(
+        &mut con,
+        &LeaseRequest::new(b"k").owner(b"b").ttl(SECOND).at(EPOCH)
+    )));
+    assert!(not_held(
+        leases.release(&mut con, &LeaseRequest::new(b"absent").owner(b"a"))
+    ));
+    // Expired: the holder must stop; renewing cannot bring it back.
+    assert!(not_held(
+        leases.renew(
+            &mut con,
+            &LeaseRequest::new(b"k")
+                .owner(b"a")
+                .ttl(SECOND)
+                .at(EPOCH + SECOND)
+        )
+    ));
     assert!(matches!(
         leases.acquire_all(&mut con, &[], b"a", SECOND),
         Err(Error::NoKeys)
@@ -303,7 +357,7 @@ fn keys_of_other_kinds_are_refused_and_kept() {
     let window = RedisLimiter::new(FixedWindow::new(5, SECOND).unwrap()).unwrap();
     assert!(
         window
-            .check_at(&mut con, b"window", 1, EPOCH)
+            .check_request(&mut con, &Request::new(b"window").at(EPOCH))
             .unwrap()
             .allowed
     );
@@ -316,7 +370,10 @@ fn keys_of_other_kinds_are_refused_and_kept() {
     let three = RedisLeases::new(Concurrency::new(3).unwrap());
     for o in [b"a".as_slice(), b"b", b"c"] {
         let _ = three
-            .acquire_at(&mut con, b"three", o, SECOND, EPOCH)
+            .acquire(
+                &mut con,
+                &LeaseRequest::new(b"three").owner(o).ttl(SECOND).at(EPOCH),
+            )
             .unwrap();
     }
     let before: Vec<Option<Vec<u8>>> = redis::cmd("MGET")
@@ -325,9 +382,12 @@ fn keys_of_other_kinds_are_refused_and_kept() {
         .unwrap();
     for key in [b"window".as_slice(), b"three"] {
         for result in [
-            lock.acquire(&mut con, key, b"a", SECOND).map(drop),
-            lock.release(&mut con, key, b"a").map(drop),
-            lock.renew(&mut con, key, b"a", SECOND).map(drop),
+            lock.acquire(&mut con, &LeaseRequest::new(key).owner(b"a").ttl(SECOND))
+                .map(drop),
+            lock.release(&mut con, &LeaseRequest::new(key).owner(b"a"))
+                .map(drop),
+            lock.renew(&mut con, &LeaseRequest::new(key).owner(b"a").ttl(SECOND))
+                .map(drop),
             lock.acquire_all(&mut con, &[b"free", key], b"a", SECOND)
                 .map(drop),
             lock.state(&mut con, key).map(drop),
@@ -345,7 +405,10 @@ fn keys_of_other_kinds_are_refused_and_kept() {
             }
         }
     }
-    match lock.acquire(&mut con, b"list", b"a", SECOND) {
+    match lock.acquire(
+        &mut con,
+        &LeaseRequest::new(b"list").owner(b"a").ttl(SECOND),
+    ) {
         Err(Error::Foreign { key, found }) => {
             assert_eq!((&key[..], &found[..]), (&b"list"[..], "list"))
         }
@@ -366,10 +429,14 @@ fn on_the_servers_clock_a_lease_returns_after_its_ttl_and_tokens_still_grow() {
     let lock = RedisLeases::new(Concurrency::lock());
     let ttl = 150 * tollgate_core::MILLISECOND;
     let granted = |con: &mut redis::Connection, owner: &[u8]| {
-        let acquired = lock.acquire(con, b"k", owner, ttl).unwrap();
+        let acquired = lock
+            .acquire(con, &LeaseRequest::new(b"k").owner(owner).ttl(ttl))
+            .unwrap();
         acquired.grant.expect("granted")
     };
-    let first = lock.acquire(&mut con, b"k", b"a", ttl).unwrap();
+    let first = lock
+        .acquire(&mut con, &LeaseRequest::new(b"k").owner(b"a").ttl(ttl))
+        .unwrap();
     let grant = first.grant.unwrap();
     let pttl: i64 = redis::cmd("PTTL").arg("k").query(&mut con).unwrap();
     let reset_ms = i64::try_from(first.decision.reset_after.div_ceil(1000)).unwrap();
@@ -377,7 +444,9 @@ fn on_the_servers_clock_a_lease_returns_after_its_ttl_and_tokens_still_grow() {
         (reset_ms - 20..=reset_ms).contains(&pttl),
         "{pttl} vs {reset_ms}"
     );
-    let denied = lock.acquire(&mut con, b"k", b"b", ttl).unwrap();
+    let denied = lock
+        .acquire(&mut con, &LeaseRequest::new(b"k").owner(b"b").ttl(ttl))
+        .unwrap();
     assert!(!denied.decision.allowed);
     assert!(denied.decision.retry_after.unwrap() <= ttl);
     sleep(Duration::from_millis(170));
@@ -385,7 +454,9 @@ fn on_the_servers_clock_a_lease_returns_after_its_ttl_and_tokens_still_grow() {
     assert!(second.token > grant.token);
     // Released at once: the key lives until the clock passes its last token, and a
     // grant after it is gone still gets a larger token.
-    let _ = lock.release(&mut con, b"k", b"b").unwrap();
+    let _ = lock
+        .release(&mut con, &LeaseRequest::new(b"k").owner(b"b"))
+        .unwrap();
     sleep(Duration::from_millis(5));
     assert_eq!(get(&mut con, "k"), None);
     let third = granted(&mut con, b"c");
@@ -410,11 +481,17 @@ fn a_multi_key_lock_runs_on_one_cluster_node() {
     for i in 0..30 {
         let key = format!("resource:{i}");
         let first = lock
-            .acquire(&mut con, key.as_bytes(), b"a", SECOND)
+            .acquire(
+                &mut con,
+                &LeaseRequest::new(key.as_bytes()).owner(b"a").ttl(SECOND),
+            )
             .unwrap();
         assert!(first.decision.allowed);
         let other = lock
-            .acquire(&mut con, key.as_bytes(), b"b", SECOND)
+            .acquire(
+                &mut con,
+                &LeaseRequest::new(key.as_bytes()).owner(b"b").ttl(SECOND),
+            )
             .unwrap();
         assert!(!other.decision.allowed);
     }
@@ -458,12 +535,14 @@ fn batches_acquire_and_release_each_request_on_its_own() {
         .query(&mut con)
         .unwrap();
     // The server has no script yet: every call is sent again as EVAL.
-    let requests: [(&[u8], &[u8], Ticks); 5] = [
-        (b"a", b"o1", SECOND),
-        (b"b", b"", SECOND),
-        (b"a", b"o2", SECOND),
-        (b"corrupt", b"o1", SECOND),
-        (b"c", b"o1", SECOND),
+    let lease =
+        |key: &'static str, owner: &'static str| LeaseRequest::new(key).owner(owner).ttl(SECOND);
+    let requests = [
+        lease("a", "o1"),
+        lease("b", ""),
+        lease("a", "o2"),
+        lease("corrupt", "o1"),
+        lease("c", "o1"),
     ];
     let results = lock.acquire_batch(&mut con, &requests).unwrap();
     assert!(results[0].as_ref().unwrap().decision.allowed);
@@ -480,7 +559,10 @@ fn batches_acquire_and_release_each_request_on_its_own() {
     assert!(results[4].as_ref().unwrap().decision.allowed);
     // Loaded now: EVALSHA in one round trip.
     let released = lock
-        .release_batch(&mut con, &[(b"a", b"o1"), (b"a", b"o1"), (b"c", b"o1")])
+        .release_batch(
+            &mut con,
+            &[lease("a", "o1"), lease("a", "o1"), lease("c", "o1")],
+        )
         .unwrap();
     assert_eq!(released[0].as_ref().unwrap().holds, 0);
     assert!(matches!(

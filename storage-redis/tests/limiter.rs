@@ -1,6 +1,6 @@
 //! The host contract over Redis: `tollgate_core::Limiter` on [`Connected`] and
-//! `tollgate_core::AsyncLimiter` on [`ConnectedAsync`] answer exactly as the positional
-//! inherent methods, on a real `redis-server`.
+//! `tollgate_core::AsyncLimiter` on [`ConnectedAsync`] answer exactly as the inherent
+//! methods taking a connection, on a real `redis-server`.
 
 mod common;
 
@@ -33,10 +33,10 @@ enum Op {
 
 /// The three ways of calling one limiter, each on its own prefix of one server.
 struct Hosts<A: LuaAlgorithm> {
-    contract: Connected<A>,
+    contract: Connected<RedisLimiter<A>>,
     inherent: RedisLimiter<A>,
     con: Connection,
-    asynchronous: ConnectedAsync<A, MultiplexedConnection>,
+    asynchronous: ConnectedAsync<RedisLimiter<A>, MultiplexedConnection>,
     runtime: tokio::runtime::Runtime,
 }
 
@@ -52,13 +52,7 @@ where
                 .unwrap()
                 .with_prefix(format!("case{case}:{name}:"))
         };
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let multiplexed = runtime
-            .block_on(server.client().get_multiplexed_async_connection())
-            .unwrap();
+        let (runtime, multiplexed) = server.multiplexed();
         Self {
             contract: Connected::new(limiter("t"), Reconnecting::new(server.client())),
             inherent: limiter("i"),
@@ -68,15 +62,15 @@ where
         }
     }
 
-    /// `op` for `request` three ways: through the trait, the inherent positional method
-    /// (at the request's own time), and the asynchronous trait; `None` for a reset.
+    /// `op` for `request` three ways: through the trait, the inherent method taking a
+    /// connection, and the asynchronous trait; `None` for a reset.
     fn run(&mut self, op: &Op, request: &Request<'_>) -> Option<[Result<Decision, Error>; 3]> {
-        let (key, cost, now) = (request.key, request.cost, request.now.unwrap());
+        let key = request.key;
         let (con, host) = (&mut self.con, &self.asynchronous);
         Some(match *op {
             Op::Check => [
                 self.contract.check(request),
-                self.inherent.check_at(con, key, cost, now),
+                self.inherent.check_request(con, request),
                 self.runtime.block_on(AsyncLimiter::check(host, request)),
             ],
             Op::Peek => [
@@ -86,7 +80,7 @@ where
             ],
             Op::Reserve(wait) => [
                 self.contract.reserve(request, wait),
-                self.inherent.reserve_at(con, key, cost, wait, now),
+                self.inherent.reserve(con, request, wait),
                 self.runtime
                     .block_on(AsyncLimiter::reserve(host, request, wait)),
             ],
@@ -104,9 +98,9 @@ where
     /// The values each host stored for `key`.
     fn stored(&mut self, key: &[u8]) -> [Vec<Option<Vec<u8>>>; 3] {
         [
-            self.contract.limiter(),
+            self.contract.host(),
             &self.inherent,
-            self.asynchronous.limiter(),
+            self.asynchronous.host(),
         ]
         .map(|limiter| {
             let keys = limiter.redis_keys(key).unwrap();
@@ -178,7 +172,7 @@ fn the_trait_and_the_async_forms_answer_as_the_inherent_methods() {
 }
 
 /// Without its own time a request is decided at the server's: within one window of an
-/// hour, the same figures as the positional `check`, and a peek sees what the checks left.
+/// hour, the same figures as the inherent `check`, and a peek sees what the checks left.
 #[test]
 fn a_request_without_a_time_is_decided_at_the_servers() {
     let server = Server::start();

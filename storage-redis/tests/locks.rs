@@ -9,7 +9,7 @@ use std::process::{Child, ChildStdout, Command};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use tollgate_core::{Concurrency, Ticks, MILLISECOND, SECOND};
+use tollgate_core::{Concurrency, LeaseRequest, Ticks, MILLISECOND, SECOND};
 use tollgate_redis::{Error, FencedResource, RedisLeases};
 
 use common::Server;
@@ -93,7 +93,10 @@ fn a_paused_holders_stale_write_is_refused() {
     sleep(Duration::from_millis(300));
     let lock = RedisLeases::new(Concurrency::lock());
     let grant = lock
-        .acquire(&mut con, b"lock", b"parent", SECOND)
+        .acquire(
+            &mut con,
+            &LeaseRequest::new(b"lock").owner(b"parent").ttl(SECOND),
+        )
         .unwrap()
         .grant
         .expect("the paused holder's lease expired");
@@ -120,7 +123,12 @@ fn a_killed_holders_permit_returns_after_its_ttl_and_not_before() {
     let ttl = 300 * MILLISECOND;
     let started = Instant::now();
     let granted_at = loop {
-        let acquired = lock.acquire(&mut con, b"lock", b"parent", ttl).unwrap();
+        let acquired = lock
+            .acquire(
+                &mut con,
+                &LeaseRequest::new(b"lock").owner(b"parent").ttl(ttl),
+            )
+            .unwrap();
         match acquired.grant {
             // The server's time of the grant.
             Some(grant) => break grant.expires_at - ttl,
@@ -164,7 +172,10 @@ fn lock_child() {
             let owner = pid.to_string();
             let ttl = 200 * MILLISECOND;
             let grant = lock
-                .acquire(&mut con, b"lock", owner.as_bytes(), ttl)
+                .acquire(
+                    &mut con,
+                    &LeaseRequest::new(b"lock").owner(owner.as_bytes()).ttl(ttl),
+                )
                 .unwrap();
             let token = grant.grant.unwrap().token;
             println!("token={token}");
@@ -179,7 +190,12 @@ fn lock_child() {
             let mut con = connect();
             let lock = RedisLeases::new(Concurrency::lock());
             let ttl = 300 * MILLISECOND;
-            let grant = lock.acquire(&mut con, b"lock", b"doomed", ttl).unwrap();
+            let grant = lock
+                .acquire(
+                    &mut con,
+                    &LeaseRequest::new(b"lock").owner(b"doomed").ttl(ttl),
+                )
+                .unwrap();
             println!("expires_at={}", grant.grant.unwrap().expires_at);
             sleep(Duration::from_secs(60));
         }
@@ -210,7 +226,12 @@ fn exclusive(connect: &(dyn Fn() -> redis::Connection + Sync), pid: u32) -> u64 
                             Err(Error::Stale { .. }) => stale += 1,
                             Err(e) => panic!("{e}"),
                         }
-                        let _freed = lock.release(&mut con, b"lock", owner.as_bytes()).unwrap();
+                        let _freed = lock
+                            .release(
+                                &mut con,
+                                &LeaseRequest::new(b"lock").owner(owner.as_bytes()),
+                            )
+                            .unwrap();
                     }
                     stale
                 })
@@ -240,7 +261,12 @@ fn limited(connect: &(dyn Fn() -> redis::Connection + Sync), pid: u32) -> u64 {
                         most = most.max(in_flight);
                         sleep(Duration::from_micros(500));
                         let _: i64 = redis::cmd("DECR").arg("in_flight").query(&mut con).unwrap();
-                        let _freed = leases.release(&mut con, b"pool", owner.as_bytes()).unwrap();
+                        let _freed = leases
+                            .release(
+                                &mut con,
+                                &LeaseRequest::new(b"pool").owner(owner.as_bytes()),
+                            )
+                            .unwrap();
                     }
                     most
                 })
@@ -264,7 +290,12 @@ fn wait_for(
     ttl: Ticks,
 ) -> u64 {
     loop {
-        let acquired = leases.acquire(con, key, owner.as_bytes(), ttl).unwrap();
+        let acquired = leases
+            .acquire(
+                con,
+                &LeaseRequest::new(key).owner(owner.as_bytes()).ttl(ttl),
+            )
+            .unwrap();
         if let Some(grant) = acquired.grant {
             return grant.token;
         }
@@ -288,22 +319,34 @@ fn a_restarted_lock_server_grants_larger_tokens_and_stale_writes_stay_refused() 
     let lock = RedisLeases::new(Concurrency::lock());
     let resource = FencedResource::new("resource");
     let old = lock
-        .acquire(&mut con, b"lock", b"old", 10 * SECOND)
+        .acquire(
+            &mut con,
+            &LeaseRequest::new(b"lock").owner(b"old").ttl(10 * SECOND),
+        )
         .unwrap();
     let old = old.grant.unwrap().token;
     resource.write(&mut data, old, b"old").unwrap();
     locks.kill();
-    let down = lock.acquire(&mut con, b"lock", b"new", 10 * SECOND);
+    let down = lock.acquire(
+        &mut con,
+        &LeaseRequest::new(b"lock").owner(b"new").ttl(10 * SECOND),
+    );
     assert!(matches!(down, Err(ref e) if e.is_unavailable()), "{down:?}");
     locks.restart();
     // The restarted server forgot the lease: the old holder learns it on renewal...
     assert!(matches!(
-        lock.renew(&mut con, b"lock", b"old", 10 * SECOND),
+        lock.renew(
+            &mut con,
+            &LeaseRequest::new(b"lock").owner(b"old").ttl(10 * SECOND)
+        ),
         Err(Error::Lease(tollgate_core::LeaseError::NotHeld))
     ));
     // ...and a new holder's token is still larger.
     let new = lock
-        .acquire(&mut con, b"lock", b"new", 10 * SECOND)
+        .acquire(
+            &mut con,
+            &LeaseRequest::new(b"lock").owner(b"new").ttl(10 * SECOND),
+        )
         .unwrap();
     let new = new.grant.unwrap().token;
     assert!(new > old, "{new} after {old}");

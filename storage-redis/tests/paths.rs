@@ -6,7 +6,7 @@
 mod common;
 
 use redis::Value;
-use tollgate_core::{Concurrency, FixedWindow, TokenBucket, SECOND};
+use tollgate_core::{Concurrency, FixedWindow, LeaseRequest, Request, TokenBucket, SECOND};
 use tollgate_redis::{library_name, Error, Path, RedisLeases, RedisLimiter};
 
 use common::Server;
@@ -48,7 +48,7 @@ fn the_library_is_loaded_on_first_use_and_again_when_flushed() {
     let () = redis::cmd("FUNCTION").arg("FLUSH").query(&mut con).unwrap();
     // In a pipeline: every call goes again alone once the library is back.
     let batch = limiter
-        .check_batch(&mut con, &[(b"k", 1), (b"j", 1), (b"j", 1)])
+        .check_batch(&mut con, &["k", "j", "j"].map(Request::new))
         .unwrap();
     let allowed: Vec<bool> = batch.into_iter().map(|d| d.unwrap().allowed).collect();
     assert_eq!(allowed, [false, true, true]);
@@ -58,7 +58,7 @@ fn the_library_is_loaded_on_first_use_and_again_when_flushed() {
     let () = redis::cmd("FUNCTION").arg("FLUSH").query(&mut con).unwrap();
     assert!(
         leases
-            .acquire(&mut con, b"l", b"a", SECOND)
+            .acquire(&mut con, &LeaseRequest::new(b"l").owner(b"a").ttl(SECOND))
             .unwrap()
             .decision
             .allowed
@@ -112,14 +112,16 @@ fn a_server_refusing_function_falls_back_to_scripts() {
     // A fresh limiter's first calls in a pipeline fall back too.
     let window = RedisLimiter::new(FixedWindow::new(1, SECOND).unwrap()).unwrap();
     let batch = window
-        .check_batch(&mut con, &[(b"w", 1), (b"w", 1)])
+        .check_batch(&mut con, &["w", "w"].map(Request::new))
         .unwrap();
     let allowed: Vec<bool> = batch.into_iter().map(|d| d.unwrap().allowed).collect();
     assert_eq!(allowed, [true, false]);
     assert_eq!(window.path(), Some(Path::Scripts));
 
     let leases = RedisLeases::new(Concurrency::lock());
-    let got = leases.acquire(&mut con, b"l", b"a", SECOND).unwrap();
+    let got = leases
+        .acquire(&mut con, &LeaseRequest::new(b"l").owner(b"a").ttl(SECOND))
+        .unwrap();
     assert!(got.decision.allowed);
     assert_eq!(leases.path(), Some(Path::Scripts));
 
@@ -153,15 +155,19 @@ fn the_module_is_detected_and_taken_when_loaded() {
     assert!(limiter.check(&mut con, b"k", 1).unwrap().allowed);
     assert_eq!(limiter.path(), Some(Path::Module));
     let batch = limiter
-        .check_batch(&mut con, &[(b"k", 1), (b"k", 1), (b"j", 1)])
+        .check_batch(&mut con, &["k", "k", "j"].map(Request::new))
         .unwrap();
     let allowed: Vec<bool> = batch.into_iter().map(|d| d.unwrap().allowed).collect();
     assert_eq!(allowed, [true, false, true]);
     let leases = RedisLeases::new(Concurrency::lock());
-    let held = leases.acquire(&mut con, b"l", b"a", SECOND).unwrap();
+    let held = leases
+        .acquire(&mut con, &LeaseRequest::new(b"l").owner(b"a").ttl(SECOND))
+        .unwrap();
     assert!(held.decision.allowed);
     assert_eq!(leases.path(), Some(Path::Module));
-    let _freed = leases.release(&mut con, b"l", b"a").unwrap();
+    let _freed = leases
+        .release(&mut con, &LeaseRequest::new(b"l").owner(b"a"))
+        .unwrap();
     // Neither the library nor a script was needed for the decisions.
     assert!(!libraries(&mut con).contains(library_name()));
     let sha1 = redis::Script::new(limiter.script()).get_hash().to_owned();
@@ -183,7 +189,9 @@ fn the_module_chosen_without_it_is_an_error() {
     let leases = RedisLeases::new(Concurrency::lock())
         .with_path(Path::Module)
         .unwrap();
-    assert!(leases.acquire(&mut con, b"l", b"a", SECOND).is_err());
+    assert!(leases
+        .acquire(&mut con, &LeaseRequest::new(b"l").owner(b"a").ttl(SECOND))
+        .is_err());
     // Nothing was written by another path.
     let keys: Vec<Vec<u8>> = redis::cmd("KEYS").arg("*").query(&mut con).unwrap();
     assert!(keys.is_empty());
@@ -206,7 +214,9 @@ async fn the_async_client_detects_and_takes_the_module() {
     assert_eq!(allowed, [true, true, false]);
     assert_eq!(limiter.path(), Some(Path::Module));
     let leases = RedisLeases::new(Concurrency::lock());
-    let held = leases.acquire_async(&mut con, b"l", b"a", SECOND).await;
+    let held = leases
+        .acquire_async(&mut con, &LeaseRequest::new(b"l").owner(b"a").ttl(SECOND))
+        .await;
     assert!(held.unwrap().decision.allowed);
     assert_eq!(leases.path(), Some(Path::Module));
     // Neither the library nor a script was needed.

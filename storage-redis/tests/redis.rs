@@ -11,8 +11,8 @@ use proptest::test_runner::TestRunner;
 use redis::ConnectionLike;
 use tollgate_core::memory::KeyedLimiter;
 use tollgate_core::{
-    Algorithm, Composite, FixedWindow, LeakyBucket, SlidingLog, Ticks, TokenBucket, MILLISECOND,
-    SECOND,
+    Algorithm, Composite, FixedWindow, LeakyBucket, Request, SlidingLog, Ticks, TokenBucket,
+    MILLISECOND, SECOND,
 };
 use tollgate_redis::{
     connect_async, Error, FailPolicy, LuaAlgorithm, Outcome, Reconnecting, RedisLimiter,
@@ -82,18 +82,27 @@ fn every_call<A: LuaAlgorithm + tollgate_core::Reserve>(
         let client = redis::Client::open(url).unwrap();
         let mut con = client.get_multiplexed_async_connection().await.unwrap();
         let one = limiter.check_async(&mut con, key, 1).await;
-        let batch = limiter.check_batch_async(&con, &[(key, 1)]).await;
+        let batch = limiter.check_batch_async(&con, &[Request::new(key)]).await;
         (err(one), err(batch.into_iter().next().unwrap()))
     });
     vec![
         ("check", err(limiter.check(con, key, 1))),
-        ("check_at", err(limiter.check_at(con, key, 1, NOW))),
-        ("reserve", err(limiter.reserve(con, key, 1, SECOND))),
+        (
+            "check_at",
+            err(limiter.check_request(con, &Request::new(key).at(NOW))),
+        ),
+        (
+            "reserve",
+            err(limiter.reserve(con, &Request::new(key), SECOND)),
+        ),
         ("state", err(limiter.state(con, key))),
         ("reset", err(limiter.reset(con, key))),
         (
             "check_batch",
-            err(limiter.check_batch(con, &[(key, 1)]).unwrap().remove(0)),
+            err(limiter
+                .check_batch(con, &[Request::new(key)])
+                .unwrap()
+                .remove(0)),
         ),
         ("check_async", check_async),
         ("check_batch_async", batch_async),
@@ -250,7 +259,7 @@ fn same_verdict<A: LuaAlgorithm>(
     cost: u64,
 ) -> Result<(), TestCaseError> {
     redis::cmd("SET").arg("k").arg(bytes).exec(con).unwrap();
-    let got = limiter.check_at(con, b"k", cost, NOW);
+    let got = limiter.check_request(con, &Request::new(b"k").cost(cost).at(NOW));
     match limiter.algorithm().decode(bytes) {
         Ok(state) => {
             let want = limiter.algorithm().decide(Some(state), NOW, cost).0;
@@ -272,7 +281,7 @@ fn the_seed_funnel_replies_like_cl_throttle() {
     // CL.THROTTLE laoqian:reply 15 30 60: capacity 16, 30 per 60 s.
     let limiter = RedisLimiter::new(LeakyBucket::redis_cell(15, 30, 60 * SECOND).unwrap()).unwrap();
     let first = limiter
-        .check_at(&mut con, b"laoqian:reply", 1, NOW)
+        .check_request(&mut con, &Request::new(b"laoqian:reply").at(NOW))
         .unwrap();
     assert_eq!(
         first.cl_throttle_reply(),
@@ -281,13 +290,13 @@ fn the_seed_funnel_replies_like_cl_throttle() {
     for _ in 0..15 {
         assert!(
             limiter
-                .check_at(&mut con, b"laoqian:reply", 1, NOW)
+                .check_request(&mut con, &Request::new(b"laoqian:reply").at(NOW))
                 .unwrap()
                 .allowed
         );
     }
     let denied = limiter
-        .check_at(&mut con, b"laoqian:reply", 1, NOW)
+        .check_request(&mut con, &Request::new(b"laoqian:reply").at(NOW))
         .unwrap();
     assert_eq!(
         denied.cl_throttle_reply(),
@@ -319,7 +328,7 @@ fn bad_input_is_refused_before_reaching_redis() {
     // Any cost works: above the capacity it can never fit.
     let cost = limiter.check(&mut con, b"k", u64::MAX).unwrap();
     assert!(!cost.allowed && cost.retry_after.is_none());
-    let time = limiter.check_at(&mut con, b"k", 1, u64::MAX);
+    let time = limiter.check_request(&mut con, &Request::new(b"k").at(u64::MAX));
     assert!(matches!(time, Err(Error::OutOfRange { what: "now", .. })));
     let both = Composite::new(vec![FixedWindow::new(1, SECOND).unwrap(); 2]).unwrap();
     let composite = RedisLimiter::new(both).unwrap();
@@ -402,7 +411,12 @@ where
                 scope.spawn(|| {
                     let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
                     (0..20)
-                        .filter(|_| limiter.check_at(&mut con, b"hot", 1, NOW).unwrap().allowed)
+                        .filter(|_| {
+                            limiter
+                                .check_request(&mut con, &Request::new(b"hot").at(NOW))
+                                .unwrap()
+                                .allowed
+                        })
                         .count() as u64
                 })
             })
@@ -421,7 +435,7 @@ fn batches_decide_every_request_in_one_round_trip() {
     let keys: Vec<Vec<u8>> = (0..64)
         .map(|i| format!("user:{}", i % 16).into_bytes())
         .collect();
-    let requests: Vec<(&[u8], u64)> = keys.iter().map(|k| (k.as_slice(), 1)).collect();
+    let requests: Vec<Request> = keys.iter().map(Request::new).collect();
     let results = limiter.check_batch(&mut con, &requests).unwrap();
     let admitted = results
         .iter()
@@ -434,7 +448,7 @@ fn batches_decide_every_request_in_one_round_trip() {
         .arg("hello")
         .exec(&mut con)
         .unwrap();
-    let mixed = [(b"a".as_slice(), 1), (b"b", 1), (b"c", 1)];
+    let mixed = ["a", "b", "c"].map(Request::new);
     let results = limiter.check_batch(&mut con, &mixed).unwrap();
     assert!(results[0].as_ref().unwrap().allowed && results[2].as_ref().unwrap().allowed);
     assert_eq!(
@@ -457,24 +471,27 @@ async fn the_async_client_decides_like_the_sync_one() {
     for _ in 0..3 {
         allowed.push(
             limiter
-                .check_at_async(&mut con, b"k", 1, NOW)
+                .check_request_async(&mut con, &Request::new(b"k").at(NOW))
                 .await
                 .unwrap()
                 .allowed,
         );
     }
     assert_eq!(allowed, [true, true, false]);
-    let first = limiter.reserve_async(&mut con, b"r", 2, 0).await.unwrap();
+    let first = limiter
+        .reserve_async(&mut con, &Request::new(b"r").cost(2), 0)
+        .await
+        .unwrap();
     assert!(first.allowed && first.delay == 0);
     let later = limiter
-        .reserve_async(&mut con, b"r", 2, 10 * SECOND)
+        .reserve_async(&mut con, &Request::new(b"r").cost(2), 10 * SECOND)
         .await
         .unwrap();
     assert!(later.allowed && later.delay > SECOND, "{later:?}");
     let keys: Vec<Vec<u8>> = (0..40)
         .map(|i| format!("b{}", i % 10).into_bytes())
         .collect();
-    let requests: Vec<(&[u8], u64)> = keys.iter().map(|k| (k.as_slice(), 1)).collect();
+    let requests: Vec<Request> = keys.iter().map(Request::new).collect();
     let results = limiter.check_batch_async(&con, &requests).await;
     assert_eq!(
         results
@@ -588,7 +605,12 @@ fn a_cluster_takes_composites_and_batches_without_crossslot() {
     for user in 0..20 {
         let key = format!("user:{user}").into_bytes();
         let allowed: Vec<bool> = (0..4)
-            .map(|_| composite.check_at(&mut con, &key, 1, NOW).unwrap().allowed)
+            .map(|_| {
+                composite
+                    .check_request(&mut con, &Request::new(&key).at(NOW))
+                    .unwrap()
+                    .allowed
+            })
             .collect();
         assert_eq!(allowed, [true, true, true, false], "user {user}");
     }
@@ -620,7 +642,7 @@ async fn batch_admitted<A: LuaAlgorithm, C: redis::aio::ConnectionLike + Clone>(
     keys: impl Iterator<Item = String>,
 ) -> usize {
     let keys: Vec<Vec<u8>> = keys.map(String::into_bytes).collect();
-    let requests: Vec<(&[u8], u64)> = keys.iter().map(|k| (k.as_slice(), 1)).collect();
+    let requests: Vec<Request> = keys.iter().map(Request::new).collect();
     let results = limiter.check_batch_async(con, &requests).await;
     results
         .iter()
@@ -637,10 +659,17 @@ fn explicit_time_state_outlives_real_time() {
     let server = Server::start();
     let mut con = server.connection();
     let limiter = RedisLimiter::new(FixedWindow::new(1, MILLISECOND).unwrap()).unwrap();
-    assert!(limiter.check_at(&mut con, b"a", 1, 0).unwrap().allowed);
+    assert!(
+        limiter
+            .check_request(&mut con, &Request::new(b"a").at(0))
+            .unwrap()
+            .allowed
+    );
     assert_eq!(pttl(&mut con, b"a"), -1, "no expiry");
     sleep(Duration::from_millis(200));
-    let later = limiter.check_at(&mut con, b"a", 1, 10).unwrap();
+    let later = limiter
+        .check_request(&mut con, &Request::new(b"a").at(10))
+        .unwrap();
     assert!(!later.allowed, "{later:?}");
     assert_eq!(later.retry_after, Some(MILLISECOND - 10));
 }
@@ -669,7 +698,9 @@ fn a_slow_replay_decides_as_the_core() {
             let (want, next) = limiter.algorithm().decide(state, now, cost);
             state = next;
             assert_eq!(
-                limiter.check_at(con, b"k", cost, now).unwrap(),
+                limiter
+                    .check_request(con, &Request::new(b"k").cost(cost).at(now))
+                    .unwrap(),
                 want,
                 "at {now}"
             );
@@ -711,14 +742,19 @@ fn purge_deletes_the_prefix_states_and_nothing_else() {
     for i in 0..keys {
         let now = NOW + i as u64;
         let _ = limiter
-            .check_at(&mut con, format!("u{i}").as_bytes(), 1, now)
+            .check_request(&mut con, &Request::new(format!("u{i}").as_bytes()).at(now))
             .unwrap();
     }
     let _ = limiter.check(&mut con, b"server-time", 1).unwrap();
     let other = RedisLimiter::new(TokenBucket::new(5, 1, SECOND).unwrap())
         .unwrap()
         .with_prefix(prefix);
-    assert!(other.check_at(&mut con, b"bucket", 1, NOW).unwrap().allowed);
+    assert!(
+        other
+            .check_request(&mut con, &Request::new(b"bucket").at(NOW))
+            .unwrap()
+            .allowed
+    );
     let keep = [
         format!("{prefix}plain"),
         format!("{prefix}list"),
@@ -763,7 +799,12 @@ fn huge_costs_decide_and_store_as_the_core() {
         for (i, &cost) in costs.iter().enumerate() {
             let now = NOW + i as u64;
             let (want, next) = limiter.algorithm().decide(state, now, cost);
-            assert_eq!(limiter.check_at(con, b"k", cost, now).unwrap(), want);
+            assert_eq!(
+                limiter
+                    .check_request(con, &Request::new(b"k").cost(cost).at(now))
+                    .unwrap(),
+                want
+            );
             let stored: Option<Vec<u8>> = redis::cmd("GET").arg("huge:k").query(con).unwrap();
             assert_eq!(
                 stored,
@@ -947,7 +988,9 @@ fn full_log_decision_time() {
         .unwrap();
     // The script is compiled on its first call: not part of a decision's time.
     let warm = RedisLimiter::new(SlidingLog::new(1, 1).unwrap()).unwrap();
-    let _ = warm.check_at(&mut con, b"warm", 1, 0).unwrap();
+    let _ = warm
+        .check_request(&mut con, &Request::new(b"warm").at(0))
+        .unwrap();
     for limit in [100u64, 1000, tollgate_redis::MAX_LUA_LOG_LIMIT] {
         let alg = SlidingLog::new(limit, 10 * limit).unwrap();
         let mut state = None;
@@ -966,7 +1009,9 @@ fn full_log_decision_time() {
                 .unwrap();
             redis::cmd("SLOWLOG").arg("RESET").exec(&mut con).unwrap();
             let started = Instant::now();
-            let d = limiter.check_at(&mut con, b"log", 1, limit + i).unwrap();
+            let d = limiter
+                .check_request(&mut con, &Request::new(b"log").at(limit + i))
+                .unwrap();
             worst = worst.max(started.elapsed());
             assert!(!d.allowed);
             let log: Vec<redis::Value> = redis::cmd("SLOWLOG").arg("GET").query(&mut con).unwrap();
@@ -994,8 +1039,18 @@ fn reconnecting_authenticates_and_selects_the_database() {
     let url = format!("redis://:s3cret@127.0.0.1:{}/2", server.port);
     let mut con = Reconnecting::new(redis::Client::open(url).unwrap());
     let limiter = RedisLimiter::new(FixedWindow::new(1, SECOND).unwrap()).unwrap();
-    assert!(limiter.check_at(&mut con, b"k", 1, NOW).unwrap().allowed);
-    assert!(!limiter.check_at(&mut con, b"k", 1, NOW).unwrap().allowed);
+    assert!(
+        limiter
+            .check_request(&mut con, &Request::new(b"k").at(NOW))
+            .unwrap()
+            .allowed
+    );
+    assert!(
+        !limiter
+            .check_request(&mut con, &Request::new(b"k").at(NOW))
+            .unwrap()
+            .allowed
+    );
     let direct = format!("redis://:s3cret@127.0.0.1:{}/2", server.port);
     let mut direct = redis::Client::open(direct)
         .unwrap()

@@ -6,7 +6,7 @@ mod common;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use tollgate_core::{Ticks, MILLISECOND, SECOND};
+use tollgate_core::{LeaseRequest, Ticks, MILLISECOND, SECOND};
 use tollgate_redis::{Error, FencedResource, Redlock};
 
 use common::Server;
@@ -24,11 +24,14 @@ fn connections(servers: &[Server]) -> Vec<redis::Connection> {
 /// Whether `owner` could take the lock on `server` alone (then gives it back).
 fn free_on(lock: &Redlock, server: &Server, owner: &[u8]) -> bool {
     let mut con = server.connection();
-    let acquired = lock.leases().acquire(&mut con, b"job", owner, TTL).unwrap();
+    let acquired = lock
+        .leases()
+        .acquire(&mut con, &LeaseRequest::new(b"job").owner(owner).ttl(TTL))
+        .unwrap();
     if acquired.grant.is_some() {
         assert_eq!(
             lock.leases()
-                .release(&mut con, b"job", owner)
+                .release(&mut con, &LeaseRequest::new(b"job").owner(owner))
                 .unwrap()
                 .holds,
             0
@@ -43,27 +46,53 @@ fn a_majority_grants_the_lock_and_excludes_every_other_owner() {
     let mut cons = connections(&servers);
     let lock = Redlock::new("lock:");
 
-    let grant = lock.acquire(&mut cons, b"job", b"a", TTL).unwrap().unwrap();
+    let grant = lock
+        .acquire(&mut cons, &LeaseRequest::new(b"job").owner(b"a").ttl(TTL))
+        .unwrap()
+        .unwrap();
     assert_eq!(grant.tokens.iter().flatten().count(), 3);
     assert!(grant.validity <= TTL - TTL / 100 - 2 * MILLISECOND);
     assert!(grant.validity > TTL - SECOND);
 
-    assert_eq!(lock.acquire(&mut cons, b"job", b"b", TTL).unwrap(), None);
-    let again = lock.acquire(&mut cons, b"job", b"a", TTL).unwrap().unwrap();
+    assert_eq!(
+        lock.acquire(&mut cons, &LeaseRequest::new(b"job").owner(b"b").ttl(TTL))
+            .unwrap(),
+        None
+    );
+    let again = lock
+        .acquire(&mut cons, &LeaseRequest::new(b"job").owner(b"a").ttl(TTL))
+        .unwrap()
+        .unwrap();
     assert_eq!(again.tokens, grant.tokens, "the owner re-enters its lock");
 
-    assert_eq!(lock.release(&mut cons, b"job", b"a").unwrap(), 3);
     assert_eq!(
-        lock.acquire(&mut cons, b"job", b"b", TTL).unwrap(),
+        lock.release(&mut cons, &LeaseRequest::new(b"job").owner(b"a"))
+            .unwrap(),
+        3
+    );
+    assert_eq!(
+        lock.acquire(&mut cons, &LeaseRequest::new(b"job").owner(b"b").ttl(TTL))
+            .unwrap(),
         None,
         "entered twice, released once"
     );
-    assert_eq!(lock.release(&mut cons, b"job", b"a").unwrap(), 3);
-    let next = lock.acquire(&mut cons, b"job", b"b", TTL).unwrap().unwrap();
+    assert_eq!(
+        lock.release(&mut cons, &LeaseRequest::new(b"job").owner(b"a"))
+            .unwrap(),
+        3
+    );
+    let next = lock
+        .acquire(&mut cons, &LeaseRequest::new(b"job").owner(b"b").ttl(TTL))
+        .unwrap()
+        .unwrap();
     for (old, new) in grant.tokens.iter().zip(&next.tokens) {
         assert!(new > old, "every server's token grew: {old:?} -> {new:?}");
     }
-    assert_eq!(lock.release(&mut cons, b"job", b"a").unwrap(), 0);
+    assert_eq!(
+        lock.release(&mut cons, &LeaseRequest::new(b"job").owner(b"a"))
+            .unwrap(),
+        0
+    );
 }
 
 #[test]
@@ -73,13 +102,20 @@ fn a_minority_down_still_locks_and_a_majority_down_is_an_error_holding_nothing()
     servers[0].kill();
     let mut cons: Vec<_> = servers.iter().map(|s| s.client()).collect();
 
-    let grant = lock.acquire(&mut cons, b"job", b"a", TTL).unwrap().unwrap();
+    let grant = lock
+        .acquire(&mut cons, &LeaseRequest::new(b"job").owner(b"a").ttl(TTL))
+        .unwrap()
+        .unwrap();
     assert_eq!(grant.tokens[0], None);
     assert!(grant.tokens[1].is_some() && grant.tokens[2].is_some());
-    assert_eq!(lock.release(&mut cons, b"job", b"a").unwrap(), 2);
+    assert_eq!(
+        lock.release(&mut cons, &LeaseRequest::new(b"job").owner(b"a"))
+            .unwrap(),
+        2
+    );
 
     servers[1].kill();
-    match lock.acquire(&mut cons, b"job", b"a", TTL) {
+    match lock.acquire(&mut cons, &LeaseRequest::new(b"job").owner(b"a").ttl(TTL)) {
         Err(Error::Unavailable(_)) => {}
         other => panic!("expected Unavailable, got {other:?}"),
     }
@@ -88,7 +124,8 @@ fn a_minority_down_still_locks_and_a_majority_down_is_an_error_holding_nothing()
         "the failed acquire gave back its one grant"
     );
     assert!(
-        lock.release(&mut cons, b"job", b"a").is_ok(),
+        lock.release(&mut cons, &LeaseRequest::new(b"job").owner(b"a"))
+            .is_ok(),
         "one server answered"
     );
 }
@@ -98,17 +135,23 @@ fn a_split_vote_gives_no_one_the_lock_and_keeps_nothing() {
     let servers = servers();
     let lock = Redlock::new("lock:");
     // Two contenders each hold one server, as when their calls interleave.
-    let held = lock
-        .leases()
-        .acquire(&mut servers[0].connection(), b"job", b"x", TTL);
+    let held = lock.leases().acquire(
+        &mut servers[0].connection(),
+        &LeaseRequest::new(b"job").owner(b"x").ttl(TTL),
+    );
     assert!(held.unwrap().grant.is_some());
-    let held = lock
-        .leases()
-        .acquire(&mut servers[1].connection(), b"job", b"y", TTL);
+    let held = lock.leases().acquire(
+        &mut servers[1].connection(),
+        &LeaseRequest::new(b"job").owner(b"y").ttl(TTL),
+    );
     assert!(held.unwrap().grant.is_some());
 
     let mut cons = connections(&servers);
-    assert_eq!(lock.acquire(&mut cons, b"job", b"c", TTL).unwrap(), None);
+    assert_eq!(
+        lock.acquire(&mut cons, &LeaseRequest::new(b"job").owner(b"c").ttl(TTL))
+            .unwrap(),
+        None
+    );
     assert!(
         free_on(&lock, &servers[2], b"d"),
         "c's grant was given back"
@@ -122,12 +165,16 @@ fn too_short_a_ttl_is_never_a_grant() {
     let lock = Redlock::new("lock:");
     // The drift allowance alone (2 ms) exceeds the ttl: no time is left to act.
     assert_eq!(
-        lock.acquire(&mut cons, b"job", b"a", MILLISECOND).unwrap(),
+        lock.acquire(
+            &mut cons,
+            &LeaseRequest::new(b"job").owner(b"a").ttl(MILLISECOND)
+        )
+        .unwrap(),
         None
     );
     assert!(free_on(&lock, &servers[0], b"b"));
     assert!(matches!(
-        lock.acquire(&mut cons, b"job", b"", TTL),
+        lock.acquire(&mut cons, &LeaseRequest::new(b"job").owner(b"").ttl(TTL)),
         Err(Error::Lease(_))
     ));
 }
@@ -146,19 +193,30 @@ fn an_expired_holders_write_is_refused_by_the_shared_servers_token() {
     // x holds server 2, so a's majority is servers 0 and 1.
     let ttl = 200 * MILLISECOND;
     let mut side = servers[2].connection();
-    let held = lock.leases().acquire(&mut side, b"job", b"x", ttl);
+    let held = lock
+        .leases()
+        .acquire(&mut side, &LeaseRequest::new(b"job").owner(b"x").ttl(ttl));
     assert!(held.unwrap().grant.is_some());
-    let a = lock.acquire(&mut cons, b"job", b"a", ttl).unwrap().unwrap();
+    let a = lock
+        .acquire(&mut cons, &LeaseRequest::new(b"job").owner(b"a").ttl(ttl))
+        .unwrap()
+        .unwrap();
     assert_eq!(a.tokens[2], None);
 
     // a pauses past its ttl; x moves from server 2 to server 0, so b gets 1 and 2.
     sleep(Duration::from_micros(ttl + 50 * MILLISECOND));
-    lock.leases().release(&mut side, b"job", b"x").ok();
-    let held = lock
-        .leases()
-        .acquire(&mut servers[0].connection(), b"job", b"x", TTL);
+    lock.leases()
+        .release(&mut side, &LeaseRequest::new(b"job").owner(b"x"))
+        .ok();
+    let held = lock.leases().acquire(
+        &mut servers[0].connection(),
+        &LeaseRequest::new(b"job").owner(b"x").ttl(TTL),
+    );
     assert!(held.unwrap().grant.is_some());
-    let b = lock.acquire(&mut cons, b"job", b"b", TTL).unwrap().unwrap();
+    let b = lock
+        .acquire(&mut cons, &LeaseRequest::new(b"job").owner(b"b").ttl(TTL))
+        .unwrap()
+        .unwrap();
     assert_eq!(b.tokens[0], None);
 
     resource.write_redlock(&mut store, &b, b"b").unwrap();
@@ -179,13 +237,24 @@ fn renewal_keeps_the_tokens_and_fails_once_the_lock_is_lost() {
     let mut cons = connections(&servers);
     let lock = Redlock::new("lock:");
     let ttl = 150 * MILLISECOND;
-    let grant = lock.acquire(&mut cons, b"job", b"a", ttl).unwrap().unwrap();
-    let renewed = lock.renew(&mut cons, b"job", b"a", TTL).unwrap().unwrap();
+    let grant = lock
+        .acquire(&mut cons, &LeaseRequest::new(b"job").owner(b"a").ttl(ttl))
+        .unwrap()
+        .unwrap();
+    let renewed = lock
+        .renew(&mut cons, &LeaseRequest::new(b"job").owner(b"a").ttl(TTL))
+        .unwrap()
+        .unwrap();
     assert_eq!(renewed.tokens, grant.tokens);
     assert!(renewed.validity > ttl, "renewed to the longer ttl");
 
-    lock.release(&mut cons, b"job", b"a").unwrap();
-    assert_eq!(lock.renew(&mut cons, b"job", b"a", TTL).unwrap(), None);
+    lock.release(&mut cons, &LeaseRequest::new(b"job").owner(b"a"))
+        .unwrap();
+    assert_eq!(
+        lock.renew(&mut cons, &LeaseRequest::new(b"job").owner(b"a").ttl(TTL))
+            .unwrap(),
+        None
+    );
 }
 
 /// Threads contend for the lock around a read-modify-write of a fenced counter: every
@@ -209,7 +278,10 @@ fn threads_around_a_fenced_counter_count_exactly() {
                 for round in 0..ROUNDS {
                     let grant = loop {
                         assert!(Instant::now() < deadline, "thread {thread} starved");
-                        match lock.acquire(&mut cons, b"job", owner.as_bytes(), TTL) {
+                        match lock.acquire(
+                            &mut cons,
+                            &LeaseRequest::new(b"job").owner(owner.as_bytes()).ttl(TTL),
+                        ) {
                             Ok(Some(grant)) => break grant,
                             Ok(None) => sleep(Duration::from_micros(200 + 97 * round % 700)),
                             Err(e) => panic!("{e}"),
@@ -223,7 +295,11 @@ fn threads_around_a_fenced_counter_count_exactly() {
                         .unwrap();
                     let held = grant.tokens.iter().flatten().count();
                     assert_eq!(
-                        lock.release(&mut cons, b"job", owner.as_bytes()).unwrap(),
+                        lock.release(
+                            &mut cons,
+                            &LeaseRequest::new(b"job").owner(owner.as_bytes())
+                        )
+                        .unwrap(),
                         held
                     );
                 }

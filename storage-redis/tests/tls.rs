@@ -3,7 +3,7 @@
 
 mod common;
 
-use tollgate_core::{TokenBucket, SECOND};
+use tollgate_core::{Request, TokenBucket, SECOND};
 use tollgate_redis::{client, connect_async, Error, Reconnecting, RedisLimiter, DEFAULT_TIMEOUT};
 
 use common::{Certs, Server};
@@ -23,13 +23,17 @@ fn trace() -> impl Iterator<Item = (u64, u64)> {
 fn decisions_over_tls_equal_those_over_plain_tcp() {
     let server = Server::start_tls();
     let limiter = limiter();
-    let mut tls = Reconnecting::new(server.tls_client());
+    let mut tls = Reconnecting::new(common::tls_client(&server));
     let mut plain = Reconnecting::new(server.client());
     let mut now = EPOCH;
     for (gap, cost) in trace() {
         now += gap;
-        let over_tls = limiter.check_at(&mut tls, b"tls", cost, now).unwrap();
-        let over_tcp = limiter.check_at(&mut plain, b"tcp", cost, now).unwrap();
+        let over_tls = limiter
+            .check_request(&mut tls, &Request::new(b"tls").cost(cost).at(now))
+            .unwrap();
+        let over_tcp = limiter
+            .check_request(&mut plain, &Request::new(b"tcp").cost(cost).at(now))
+            .unwrap();
         assert_eq!(over_tls, over_tcp);
         let stored: Vec<Option<Vec<u8>>> = redis::cmd("MGET")
             .arg("tls")
@@ -46,13 +50,17 @@ fn decisions_over_tls_equal_those_over_plain_tcp() {
 async fn the_async_connection_speaks_tls() {
     let server = Server::start_tls();
     let limiter = limiter();
-    let mut tls = connect_async(server.tls_client(), DEFAULT_TIMEOUT).unwrap();
+    let mut tls = connect_async(common::tls_client(&server), DEFAULT_TIMEOUT).unwrap();
     let mut plain = Reconnecting::new(server.client());
     let mut now = EPOCH;
     for (gap, cost) in trace() {
         now += gap;
-        let over_tls = limiter.check_at_async(&mut tls, b"tls", cost, now).await;
-        let over_tcp = limiter.check_at(&mut plain, b"tcp", cost, now).unwrap();
+        let over_tls = limiter
+            .check_request_async(&mut tls, &Request::new(b"tls").cost(cost).at(now))
+            .await;
+        let over_tcp = limiter
+            .check_request(&mut plain, &Request::new(b"tcp").cost(cost).at(now))
+            .unwrap();
         assert_eq!(over_tls.unwrap(), over_tcp);
     }
 }

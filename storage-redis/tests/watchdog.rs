@@ -6,7 +6,7 @@ mod common;
 use std::thread::sleep;
 use std::time::Duration;
 
-use tollgate_core::{Concurrency, MILLISECOND};
+use tollgate_core::{Concurrency, LeaseRequest, MILLISECOND};
 use tollgate_redis::{connect_async, Reconnecting, RedisLeases, DEFAULT_TIMEOUT};
 
 use common::Server;
@@ -20,7 +20,7 @@ fn a_watched_lease_is_renewed_released_on_drop_and_reports_its_loss() {
     let lock = RedisLeases::new(Concurrency::lock());
     let watched = Reconnecting::new(server.client());
     let guard = lock
-        .acquire_watched(watched, b"k", b"a", TTL)
+        .acquire_watched(watched, &LeaseRequest::new(b"k").owner(b"a").ttl(TTL))
         .unwrap()
         .unwrap();
     // Four ttls later it is still held: renewed.
@@ -28,7 +28,7 @@ fn a_watched_lease_is_renewed_released_on_drop_and_reports_its_loss() {
         sleep(Duration::from_millis(100));
         assert!(
             !lock
-                .acquire(&mut con, b"k", b"b", TTL)
+                .acquire(&mut con, &LeaseRequest::new(b"k").owner(b"b").ttl(TTL))
                 .unwrap()
                 .decision
                 .allowed
@@ -39,15 +39,20 @@ fn a_watched_lease_is_renewed_released_on_drop_and_reports_its_loss() {
     drop(guard);
     // Released at once, not after the ttl.
     let next = lock
-        .acquire(&mut con, b"k", b"b", TTL)
+        .acquire(&mut con, &LeaseRequest::new(b"k").owner(b"b").ttl(TTL))
         .unwrap()
         .grant
         .unwrap();
     assert!(next.token > token);
-    let _ = lock.release(&mut con, b"k", b"b").unwrap();
+    let _ = lock
+        .release(&mut con, &LeaseRequest::new(b"k").owner(b"b"))
+        .unwrap();
 
     let guard = lock
-        .acquire_watched(Reconnecting::new(server.client()), b"k", b"a", TTL)
+        .acquire_watched(
+            Reconnecting::new(server.client()),
+            &LeaseRequest::new(b"k").owner(b"a").ttl(TTL),
+        )
         .unwrap()
         .unwrap();
     let () = redis::cmd("DEL").arg("k").query(&mut con).unwrap();
@@ -55,11 +60,14 @@ fn a_watched_lease_is_renewed_released_on_drop_and_reports_its_loss() {
     assert!(guard.is_lost(), "a renewal at ttl/3 found the lease gone");
     // Denied: no guard.
     let _held = lock
-        .acquire(&mut con, b"k", b"c", TTL)
+        .acquire(&mut con, &LeaseRequest::new(b"k").owner(b"c").ttl(TTL))
         .unwrap()
         .grant
         .unwrap();
-    let denied = lock.acquire_watched(Reconnecting::new(server.client()), b"k", b"a", TTL);
+    let denied = lock.acquire_watched(
+        Reconnecting::new(server.client()),
+        &LeaseRequest::new(b"k").owner(b"a").ttl(TTL),
+    );
     assert!(denied.unwrap().is_none());
 }
 
@@ -69,13 +77,16 @@ async fn an_async_watched_lease_is_renewed_released_on_drop_and_its_loss_awaited
     let mut con = connect_async(server.client(), DEFAULT_TIMEOUT).unwrap();
     let lock = RedisLeases::new(Concurrency::lock());
     let guard = lock
-        .acquire_watched_async(con.clone(), b"k", b"a", TTL)
+        .acquire_watched_async(con.clone(), &LeaseRequest::new(b"k").owner(b"a").ttl(TTL))
         .await
         .unwrap()
         .unwrap();
     for _ in 0..6 {
         tokio::time::sleep(Duration::from_millis(100)).await;
-        let other = lock.acquire_async(&mut con, b"k", b"b", TTL).await.unwrap();
+        let other = lock
+            .acquire_async(&mut con, &LeaseRequest::new(b"k").owner(b"b").ttl(TTL))
+            .await
+            .unwrap();
         assert!(!other.decision.allowed);
     }
     drop(guard);
@@ -83,7 +94,7 @@ async fn an_async_watched_lease_is_renewed_released_on_drop_and_its_loss_awaited
     let mut granted = None;
     for _ in 0..50 {
         granted = lock
-            .acquire_async(&mut con, b"k", b"b", TTL)
+            .acquire_async(&mut con, &LeaseRequest::new(b"k").owner(b"b").ttl(TTL))
             .await
             .unwrap()
             .grant;
@@ -93,10 +104,13 @@ async fn an_async_watched_lease_is_renewed_released_on_drop_and_its_loss_awaited
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     assert!(granted.is_some(), "released when the guard dropped");
-    let _ = lock.release_async(&mut con, b"k", b"b").await.unwrap();
+    let _ = lock
+        .release_async(&mut con, &LeaseRequest::new(b"k").owner(b"b"))
+        .await
+        .unwrap();
 
     let guard = lock
-        .acquire_watched_async(con.clone(), b"k", b"a", TTL)
+        .acquire_watched_async(con.clone(), &LeaseRequest::new(b"k").owner(b"a").ttl(TTL))
         .await
         .unwrap()
         .unwrap();

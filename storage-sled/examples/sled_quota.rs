@@ -2,7 +2,7 @@
 //!
 //! Run with `cargo run -p tollgate-sled --example sled_quota`.
 
-use tollgate_core::{FixedWindow, SECOND};
+use tollgate_core::{FixedWindow, Request, SECOND};
 use tollgate_sled::{open, Create, Durability, SledLimiter};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -19,7 +19,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let limiter = SledLimiter::new(db.open_tree("quota")?, quota, Durability::EveryDecision);
         for n in 1..=3 {
             // Explicit times keep the example deterministic; `check` reads the clock.
-            let d = limiter.check_at(b"customer-42", now + n, 1)?;
+            let d = limiter.check_request(&Request::new(b"customer-42").at(now + n))?;
             println!(
                 "request {n}: allowed {}, {} left today",
                 d.allowed, d.remaining
@@ -30,12 +30,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Reopen without creating: the quota remembers the 3 requests.
     let db = open(&path, Create::Never)?;
     let limiter = SledLimiter::new(db.open_tree("quota")?, quota, Durability::EveryDecision);
-    let d = limiter.check_at(b"customer-42", now + 10, 2)?;
+    let d = limiter.check_request(&Request::new(b"customer-42").cost(2).at(now + 10))?;
     println!(
         "after reopening, 2 more: allowed {}, {} left",
         d.allowed, d.remaining
     );
-    let d = limiter.check_at(b"customer-42", now + 11, 1)?;
+    let d = limiter.check_request(&Request::new(b"customer-42").at(now + 11))?;
     println!(
         "one more: allowed {}, retry in {} min (at midnight UTC)",
         d.allowed,

@@ -3,7 +3,8 @@
 
 use sled::Tree;
 use tollgate_core::{
-    check_now, Acquired, Clock, Concurrency, Grant, LeaseError, LeaseState, MonotonicClock, Ticks,
+    check_now, Acquired, Clock, Concurrency, Grant, LeaseError, LeaseHost, LeaseRequest,
+    LeaseState, MonotonicClock, Ticks,
 };
 
 use crate::error::Error;
@@ -17,18 +18,19 @@ use crate::record::{Durability, Records};
 /// however its call raced with the release (see `update`).
 ///
 /// ```
-/// use tollgate_core::{Concurrency, SECOND};
+/// use tollgate_core::{Concurrency, LeaseRequest, SECOND};
 /// use tollgate_sled::{Create, Durability, SledLeases};
 ///
 /// let dir = tempfile::tempdir()?;
 /// let db = tollgate_sled::open(&dir.path().join("locks"), Create::InExistingDir)?;
 /// let locks = SledLeases::new(db.open_tree("locks")?, Concurrency::lock(), Durability::EveryDecision);
-/// let grant = locks.acquire(b"nightly-export", b"worker-1", 30 * SECOND)?.grant.unwrap();
+/// let export = LeaseRequest::new("nightly-export").ttl(30 * SECOND);
+/// let grant = locks.acquire(&export.owner("worker-1"))?.grant.unwrap();
 /// // Another owner is refused while the lease is held.
-/// assert!(locks.acquire(b"nightly-export", b"worker-2", 30 * SECOND)?.grant.is_none());
+/// assert!(locks.acquire(&export.owner("worker-2"))?.grant.is_none());
 /// // Pass `grant.token` with every write to the protected resource.
-/// locks.release(b"nightly-export", b"worker-1")?;
-/// let next = locks.acquire(b"nightly-export", b"worker-2", 30 * SECOND)?.grant.unwrap();
+/// locks.release(&export.owner("worker-1"))?;
+/// let next = locks.acquire(&export.owner("worker-2"))?.grant.unwrap();
 /// assert!(next.token > grant.token);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -65,66 +67,31 @@ impl<C: Clock> SledLeases<C> {
         }
     }
 
-    /// [`acquire_at`](Self::acquire_at) now. The clock is read after the record, on
-    /// every attempt, so a call that lost a race decides at the time it retries.
-    pub fn acquire(&self, key: &[u8], owner: &[u8], ttl: Ticks) -> Result<Acquired, Error> {
-        self.update(key, None, |state, now| {
-            self.leases.acquire_in(state, now, owner, ttl)
+    /// Grants the request's owner a lease on its key for its ttl if fewer than `max` are
+    /// held (or re-enters the one it holds); a denial is a value with `retry_after` (see
+    /// [`Concurrency::acquire`]). Without the request's own time, the clock is read after
+    /// the record, on every attempt, so a call that lost a race decides at the time it
+    /// retries.
+    pub fn acquire(&self, request: &LeaseRequest<'_>) -> Result<Acquired, Error> {
+        self.update(request, |state, now| {
+            self.leases
+                .acquire_in(state, now, request.owner, request.ttl)
         })
     }
 
-    /// [`release_at`](Self::release_at) now.
-    pub fn release(&self, key: &[u8], owner: &[u8]) -> Result<Grant, Error> {
-        self.update(key, None, |state, now| {
-            self.leases.release_in(state, now, owner)
+    /// Releases the owner's lease once ([`LeaseError::NotHeld`] if it holds none); the
+    /// lease is freed when released as often as acquired.
+    pub fn release(&self, request: &LeaseRequest<'_>) -> Result<Grant, Error> {
+        self.update(request, |state, now| {
+            self.leases.release_in(state, now, request.owner)
         })
     }
 
-    /// [`renew_at`](Self::renew_at) now.
-    pub fn renew(&self, key: &[u8], owner: &[u8], ttl: Ticks) -> Result<Grant, Error> {
-        self.update(key, None, |state, now| {
-            self.leases.renew_in(state, now, owner, ttl)
-        })
-    }
-
-    /// Grants `owner` a lease on `key` for `ttl` ticks from `now` if fewer than `max`
-    /// are held (or re-enters the one it holds); a denial is a value with `retry_after`
-    /// (see [`Concurrency::acquire`]).
-    pub fn acquire_at(
-        &self,
-        key: &[u8],
-        now: Ticks,
-        owner: &[u8],
-        ttl: Ticks,
-    ) -> Result<Acquired, Error> {
-        self.update(key, Some(now), |state, now| {
-            self.leases.acquire_in(state, now, owner, ttl)
-        })
-    }
-
-    /// Releases `owner`'s lease on `key` once ([`LeaseError::NotHeld`] if it holds none);
-    /// the lease is freed when released as often as acquired.
-    ///
-    /// [`LeaseError::NotHeld`]: tollgate_core::LeaseError::NotHeld
-    pub fn release_at(&self, key: &[u8], now: Ticks, owner: &[u8]) -> Result<Grant, Error> {
-        self.update(key, Some(now), |state, now| {
-            self.leases.release_in(state, now, owner)
-        })
-    }
-
-    /// Extends `owner`'s unexpired lease on `key` to `now + ttl`
-    /// ([`LeaseError::NotHeld`] if it holds none); its token stays.
-    ///
-    /// [`LeaseError::NotHeld`]: tollgate_core::LeaseError::NotHeld
-    pub fn renew_at(
-        &self,
-        key: &[u8],
-        now: Ticks,
-        owner: &[u8],
-        ttl: Ticks,
-    ) -> Result<Grant, Error> {
-        self.update(key, Some(now), |state, now| {
-            self.leases.renew_in(state, now, owner, ttl)
+    /// Extends the owner's unexpired lease to `now + ttl` ([`LeaseError::NotHeld`] if it
+    /// holds none); its token stays.
+    pub fn renew(&self, request: &LeaseRequest<'_>) -> Result<Grant, Error> {
+        self.update(request, |state, now| {
+            self.leases.renew_in(state, now, request.owner, request.ttl)
         })
     }
 
@@ -144,29 +111,50 @@ impl<C: Clock> SledLeases<C> {
         self.records.tree()
     }
 
-    /// One atomic transition of `key`'s record at `now`, or (`None`) at the time the
-    /// clock reads after the record was read, on every attempt. A fresh table is kept, not deleted: its bytes hold the
+    /// One atomic transition of the request's record at its time, or (none) at the time
+    /// the clock reads after the record was read, on every attempt. A fresh table is
+    /// kept, not deleted: its bytes hold the
     /// last token. After a deletion a call that had read the key as absent before it
     /// would still win its compare-and-swap (absent again) and grant a token below the
     /// deleted one; a kept record's bytes change with every grant, so a stale swap fails.
     fn update<T>(
         &self,
-        key: &[u8],
-        now: Option<Ticks>,
+        request: &LeaseRequest<'_>,
         transition: impl Fn(&mut LeaseState, Ticks) -> Result<T, LeaseError>,
     ) -> Result<T, Error> {
         let leases = &self.leases;
         self.records.update(
-            key,
+            request.key,
             |bytes| leases.decode(bytes),
             |state| leases.encode_to_vec(state),
             |state| {
-                let now = now.unwrap_or_else(|| self.records.clock.now());
+                let now = request.now.unwrap_or_else(|| self.records.clock.now());
                 let now = check_now(now).map_err(Error::Time)?;
                 let mut state = state.unwrap_or_default();
                 let answer = transition(&mut state, now)?;
                 Ok((answer, Some(state)))
             },
         )
+    }
+}
+
+/// The host contract: each operation is the inherent one of the same name.
+impl<C: Clock> LeaseHost for SledLeases<C> {
+    type Error = Error;
+
+    fn acquire(&self, request: &LeaseRequest<'_>) -> Result<Acquired, Error> {
+        SledLeases::acquire(self, request)
+    }
+
+    fn release(&self, request: &LeaseRequest<'_>) -> Result<Grant, Error> {
+        SledLeases::release(self, request)
+    }
+
+    fn renew(&self, request: &LeaseRequest<'_>) -> Result<Grant, Error> {
+        SledLeases::renew(self, request)
+    }
+
+    fn state(&self, key: &[u8]) -> Result<Option<LeaseState>, Error> {
+        SledLeases::state(self, key)
     }
 }

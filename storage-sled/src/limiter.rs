@@ -50,28 +50,33 @@ impl<A: Algorithm, C: Clock> SledLimiter<A, C> {
         }
     }
 
-    /// The time to decide `request` at: its own, or the clock's.
-    fn time(&self, request: &Request<'_>) -> Ticks {
-        request.now.unwrap_or_else(|| self.records.clock.now())
+    /// The time to decide `request` at: its own, or the clock's; beyond
+    /// [`MAX_TICKS`](https://docs.rs/tollgate-core/0.1/tollgate_core/constant.MAX_TICKS.html)
+    /// it is [`Error::Time`].
+    fn time(&self, request: &Request<'_>) -> Result<Ticks, Error> {
+        let now = request.now.unwrap_or_else(|| self.records.clock.now());
+        check_now(now).map_err(Error::Time)
     }
 
     /// Decides a request of `cost` for `key` now.
     pub fn check(&self, key: &[u8], cost: u64) -> Result<Decision, Error> {
-        self.check_at(key, self.records.clock.now(), cost)
+        self.check_request(&Request::new(key).cost(cost))
     }
 
-    /// Decides a request of `cost` for `key` at `now` (replays, tests, a shared clock).
-    /// A `now` beyond [`MAX_TICKS`](https://docs.rs/tollgate-core/0.1/tollgate_core/constant.MAX_TICKS.html) is [`Error::Time`].
-    pub fn check_at(&self, key: &[u8], now: Ticks, cost: u64) -> Result<Decision, Error> {
-        let now = check_now(now).map_err(Error::Time)?;
-        self.update(key, |state| self.algorithm.decide(state, now, cost))
+    /// Decides `request`, at its own time if it has one (replays, tests, a shared clock).
+    pub fn check_request(&self, request: &Request<'_>) -> Result<Decision, Error> {
+        let now = self.time(request)?;
+        self.update(request.key, |state| {
+            self.algorithm.decide(state, now, request.cost)
+        })
     }
 
-    /// What a request of `cost` for `key` would get at `now`, changing nothing.
-    /// A `now` beyond [`MAX_TICKS`](https://docs.rs/tollgate-core/0.1/tollgate_core/constant.MAX_TICKS.html) is [`Error::Time`].
-    pub fn peek_at(&self, key: &[u8], now: Ticks, cost: u64) -> Result<Decision, Error> {
-        let now = check_now(now).map_err(Error::Time)?;
-        Ok(self.algorithm.peek(self.state(key)?, now, cost))
+    /// What `request` would get, changing nothing.
+    pub fn peek(&self, request: &Request<'_>) -> Result<Decision, Error> {
+        let now = self.time(request)?;
+        Ok(self
+            .algorithm
+            .peek(self.state(request.key)?, now, request.cost))
     }
 
     /// The stored state of `key`, decoded.
@@ -152,43 +157,34 @@ impl<A: Algorithm, C: Clock> SledLimiter<A, C> {
 }
 
 impl<A: Reserve, C: Clock> SledLimiter<A, C> {
-    /// Books a slot for `cost` for `key` at `now` if it can act within `max_wait` ticks.
-    /// A `now` beyond [`MAX_TICKS`](https://docs.rs/tollgate-core/0.1/tollgate_core/constant.MAX_TICKS.html) is [`Error::Time`].
-    pub fn reserve_at(
-        &self,
-        key: &[u8],
-        now: Ticks,
-        cost: u64,
-        max_wait: Ticks,
-    ) -> Result<Decision, Error> {
-        let now = check_now(now).map_err(Error::Time)?;
-        self.update(key, |state| {
-            self.algorithm.reserve(state, now, cost, max_wait)
+    /// Books a slot for `request` if it can act within `max_wait` ticks.
+    pub fn reserve(&self, request: &Request<'_>, max_wait: Ticks) -> Result<Decision, Error> {
+        let now = self.time(request)?;
+        self.update(request.key, |state| {
+            self.algorithm.reserve(state, now, request.cost, max_wait)
         })
     }
 }
 
-/// The host contract: a request with its own `now` is decided at that time (beyond
-/// [`MAX_TICKS`](https://docs.rs/tollgate-core/0.1/tollgate_core/constant.MAX_TICKS.html)
-/// it is [`Error::Time`]), one without at the limiter's clock; each operation is the
-/// inherent one of the same name.
+/// The host contract: a request with its own `now` is decided at that time, one without
+/// at the limiter's clock; each operation is the inherent one of the same name.
 impl<A: Reserve, C: Clock> Limiter for SledLimiter<A, C> {
     type Error = Error;
 
-    fn check(&self, r: &Request<'_>) -> Result<Decision, Error> {
-        self.check_at(r.key, self.time(r), r.cost)
+    fn check(&self, request: &Request<'_>) -> Result<Decision, Error> {
+        self.check_request(request)
     }
 
-    fn peek(&self, r: &Request<'_>) -> Result<Decision, Error> {
-        self.peek_at(r.key, self.time(r), r.cost)
+    fn peek(&self, request: &Request<'_>) -> Result<Decision, Error> {
+        SledLimiter::peek(self, request)
     }
 
     fn reset(&self, key: &[u8]) -> Result<(), Error> {
         SledLimiter::reset(self, key)
     }
 
-    fn reserve(&self, r: &Request<'_>, max_wait: Ticks) -> Result<Decision, Error> {
-        self.reserve_at(r.key, self.time(r), r.cost, max_wait)
+    fn reserve(&self, request: &Request<'_>, max_wait: Ticks) -> Result<Decision, Error> {
+        SledLimiter::reserve(self, request, max_wait)
     }
 }
 

@@ -10,8 +10,8 @@ use common::temp_tree;
 use proptest::prelude::*;
 use tollgate_core::memory::FencedResource;
 use tollgate_core::{
-    Acquired, Algorithm, Concurrency, Grant, LeaseError, LeaseState, ParamError, Ticks,
-    TokenBucket, SECOND,
+    Acquired, Algorithm, Concurrency, Grant, LeaseError, LeaseRequest, LeaseState, ParamError,
+    Ticks, TokenBucket, SECOND,
 };
 use tollgate_sled::{Durability, Error, SledLeases};
 
@@ -50,24 +50,24 @@ proptest! {
             match op {
                 0 => {
                     let expected = model.acquire(state.clone(), now, &owner, ttl);
-                    let got = sled.acquire_at(b"k", now, &owner, ttl);
+                    let got = sled.acquire(&LeaseRequest::new(b"k").owner(&owner).ttl(ttl).at(now));
                     let (answer, next) = expected.unwrap();
                     prop_assert_eq!(got.unwrap(), answer);
                     state = next;
                 }
                 1 => match model.release(state.clone(), now, &owner) {
                     Ok((grant, next)) => {
-                        prop_assert_eq!(sled.release_at(b"k", now, &owner).unwrap(), grant);
+                        prop_assert_eq!(sled.release(&LeaseRequest::new(b"k").owner(&owner).at(now)).unwrap(), grant);
                         state = next;
                     }
-                    Err(e) => prop_assert!(matches!(sled.release_at(b"k", now, &owner), Err(Error::Lease(got)) if got == e)),
+                    Err(e) => prop_assert!(matches!(sled.release(&LeaseRequest::new(b"k").owner(&owner).at(now)), Err(Error::Lease(got)) if got == e)),
                 },
                 _ => match model.renew(state.clone(), now, &owner, ttl) {
                     Ok((grant, next)) => {
-                        prop_assert_eq!(sled.renew_at(b"k", now, &owner, ttl).unwrap(), grant);
+                        prop_assert_eq!(sled.renew(&LeaseRequest::new(b"k").owner(&owner).ttl(ttl).at(now)).unwrap(), grant);
                         state = next;
                     }
-                    Err(e) => prop_assert!(matches!(sled.renew_at(b"k", now, &owner, ttl), Err(Error::Lease(got)) if got == e)),
+                    Err(e) => prop_assert!(matches!(sled.renew(&LeaseRequest::new(b"k").owner(&owner).ttl(ttl).at(now)), Err(Error::Lease(got)) if got == e)),
                 },
             }
             // The record is the core's state, or once fresh that fresh state, kept.
@@ -102,14 +102,27 @@ fn eight_threads_never_hold_more_than_max() {
             std::thread::spawn(move || {
                 let owner = [b't', t];
                 for _ in 0..300 {
-                    let acquired = leases.acquire_at(b"k", now, &owner, 60 * SECOND).unwrap();
+                    let acquired = leases
+                        .acquire(
+                            &LeaseRequest::new(b"k")
+                                .owner(&owner)
+                                .ttl(60 * SECOND)
+                                .at(now),
+                        )
+                        .unwrap();
                     if acquired.grant.is_some() {
                         let held = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
                         peak.fetch_max(held, Ordering::SeqCst);
                         granted.fetch_add(1, Ordering::SeqCst);
                         std::thread::yield_now();
                         in_flight.fetch_sub(1, Ordering::SeqCst);
-                        assert_eq!(leases.release_at(b"k", now, &owner).unwrap().holds, 0);
+                        assert_eq!(
+                            leases
+                                .release(&LeaseRequest::new(b"k").owner(&owner).at(now))
+                                .unwrap()
+                                .holds,
+                            0
+                        );
                     }
                 }
             })
@@ -146,7 +159,11 @@ fn a_lock_on_sled_serializes_32_threads_checked_by_fencing() {
                 for _ in 0..ROUNDS {
                     let grant = loop {
                         match lock
-                            .acquire(b"k", owner.as_bytes(), 5 * SECOND)
+                            .acquire(
+                                &LeaseRequest::new(b"k")
+                                    .owner(owner.as_bytes())
+                                    .ttl(5 * SECOND),
+                            )
                             .unwrap()
                             .grant
                         {
@@ -161,7 +178,12 @@ fn a_lock_on_sled_serializes_32_threads_checked_by_fencing() {
                     counter
                         .write(grant.token, |v| *v = seen + 1)
                         .expect("a lease holder's write is refused as stale");
-                    assert_eq!(lock.release(b"k", owner.as_bytes()).unwrap().holds, 0);
+                    assert_eq!(
+                        lock.release(&LeaseRequest::new(b"k").owner(owner.as_bytes()))
+                            .unwrap()
+                            .holds,
+                        0
+                    );
                 }
             })
         })
@@ -178,33 +200,37 @@ fn a_lock_on_sled_serializes_32_threads_checked_by_fencing() {
 #[test]
 fn bad_calls_are_typed_errors_that_change_nothing() {
     let (_dir, _db, tree, leases) = temp_lock();
-    let grant = must_grant(leases.acquire_at(b"k", 100, b"a", 50));
+    let grant = must_grant(leases.acquire(&LeaseRequest::new(b"k").owner(b"a").ttl(50).at(100)));
     assert_eq!(grant.token, 100);
     let before = tree.get(b"k").unwrap().unwrap();
+    let at110 = LeaseRequest::new(b"k").at(110);
     let param = |e: Result<_, Error>, name: &str| matches!(e, Err(Error::Lease(LeaseError::Param(ParamError::OutOfRange { name: n, .. }))) if n == name);
     assert!(param(
-        leases.acquire_at(b"k", 110, b"", 50).map(drop),
+        leases.acquire(&at110.owner(b"").ttl(50)).map(drop),
         "owner length"
     ));
     assert!(param(
-        leases.acquire_at(b"k", 110, &[b'x'; 129], 50).map(drop),
+        leases.acquire(&at110.owner(&[b'x'; 129]).ttl(50)).map(drop),
         "owner length"
     ));
     assert!(param(
-        leases.acquire_at(b"k", 110, b"b", 0).map(drop),
+        leases.acquire(&at110.owner(b"b").ttl(0)).map(drop),
         "ttl"
     ));
-    assert!(param(leases.renew_at(b"k", 110, b"a", 0).map(drop), "ttl"));
+    assert!(param(
+        leases.renew(&at110.owner(b"a").ttl(0)).map(drop),
+        "ttl"
+    ));
     assert!(matches!(
-        leases.release_at(b"k", 110, b"b"),
+        leases.release(&at110.owner(b"b")),
         Err(Error::Lease(LeaseError::NotHeld))
     ));
     assert!(matches!(
-        leases.renew_at(b"k", 110, b"b", 50),
+        leases.renew(&at110.owner(b"b").ttl(50)),
         Err(Error::Lease(LeaseError::NotHeld))
     ));
     assert!(matches!(
-        leases.acquire_at(b"k", u64::MAX, b"a", 50),
+        leases.acquire(&LeaseRequest::new(b"k").owner(b"a").ttl(50).at(u64::MAX)),
         Err(Error::Time(_))
     ));
     assert_eq!(tree.get(b"k").unwrap().unwrap(), before);
@@ -221,9 +247,15 @@ fn bad_calls_are_typed_errors_that_change_nothing() {
         (b"app", "state encoding version 117 is not supported"),
     ] {
         for result in [
-            leases.acquire_at(key, 110, b"a", 50).map(drop),
-            leases.release_at(key, 110, b"a").map(drop),
-            leases.renew_at(key, 110, b"a", 50).map(drop),
+            leases
+                .acquire(&LeaseRequest::new(key).owner(b"a").ttl(50).at(110))
+                .map(drop),
+            leases
+                .release(&LeaseRequest::new(key).owner(b"a").at(110))
+                .map(drop),
+            leases
+                .renew(&LeaseRequest::new(key).owner(b"a").ttl(50).at(110))
+                .map(drop),
             leases.state(key).map(drop),
         ] {
             let message = result.unwrap_err().to_string();
@@ -243,22 +275,37 @@ fn bad_calls_are_typed_errors_that_change_nothing() {
 #[test]
 fn fresh_tables_are_kept_and_tokens_still_grow() {
     let (_dir, _db, _tree, lock) = temp_lock();
-    let first = must_grant(lock.acquire_at(b"k", 1000, b"a", 10));
-    assert_eq!(must_grant(lock.acquire_at(b"k", 1001, b"a", 10)).holds, 2);
-    assert_eq!(lock.release_at(b"k", 1002, b"a").unwrap().holds, 1);
-    assert_eq!(lock.release_at(b"k", 1003, b"a").unwrap().holds, 0);
+    let first = must_grant(lock.acquire(&LeaseRequest::new(b"k").owner(b"a").ttl(10).at(1000)));
+    assert_eq!(
+        must_grant(lock.acquire(&LeaseRequest::new(b"k").owner(b"a").ttl(10).at(1001))).holds,
+        2
+    );
+    assert_eq!(
+        lock.release(&LeaseRequest::new(b"k").owner(b"a").at(1002))
+            .unwrap()
+            .holds,
+        1
+    );
+    assert_eq!(
+        lock.release(&LeaseRequest::new(b"k").owner(b"a").at(1003))
+            .unwrap()
+            .holds,
+        0
+    );
     let kept = lock.state(b"k").unwrap().unwrap();
     assert!(kept.is_fresh(1003) && kept.last_token() == first.token);
-    let second = must_grant(lock.acquire_at(b"k", 1004, b"b", 10));
+    let second = must_grant(lock.acquire(&LeaseRequest::new(b"k").owner(b"b").ttl(10).at(1004)));
     assert!(second.token > first.token);
     // b crashes: its lease is free again at its expiry, not before.
-    let denied = lock.acquire_at(b"k", 1013, b"c", 10).unwrap();
+    let denied = lock
+        .acquire(&LeaseRequest::new(b"k").owner(b"c").ttl(10).at(1013))
+        .unwrap();
     assert!(denied.grant.is_none());
     assert_eq!(denied.decision.retry_after, Some(1));
-    let third = must_grant(lock.acquire_at(b"k", 1014, b"c", 10));
+    let third = must_grant(lock.acquire(&LeaseRequest::new(b"k").owner(b"c").ttl(10).at(1014)));
     assert!(third.token > second.token);
     assert!(matches!(
-        lock.release_at(b"k", 1015, b"b"),
+        lock.release(&LeaseRequest::new(b"k").owner(b"b").at(1015)),
         Err(Error::Lease(LeaseError::NotHeld))
     ));
 }

@@ -50,15 +50,15 @@ fn trait_as_inherent<A: Reserve + Clone>(alg: A, steps: &[(Op, Ticks, bool, u64,
         let (got, want) = match op {
             Op::Check => (
                 Limiter::check(&host, &request),
-                inherent.check_at(&key, now, *cost),
+                inherent.check_request(&Request::new(&key).cost(*cost).at(now)),
             ),
             Op::Peek => (
                 Limiter::peek(&host, &request),
-                inherent.peek_at(&key, now, *cost),
+                inherent.peek(&Request::new(&key).cost(*cost).at(now)),
             ),
             Op::Reserve(wait) => (
                 Limiter::reserve(&host, &request, *wait),
-                inherent.reserve_at(&key, now, *cost, *wait),
+                inherent.reserve(&Request::new(&key).cost(*cost).at(now), *wait),
             ),
             Op::Reset => {
                 Limiter::reset(&host, &key).unwrap();

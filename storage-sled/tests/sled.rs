@@ -32,7 +32,12 @@ fn same_as_core<A: Algorithm + Clone>(alg: A, trace: &[(Ticks, u64, u8)]) {
         let key = [key];
         let state = states.remove(&key).flatten();
         let (expected, next) = alg.decide(state, now, cost);
-        assert_eq!(limiter.check_at(&key, now, cost).unwrap(), expected);
+        assert_eq!(
+            limiter
+                .check_request(&Request::new(&key).cost(cost).at(now))
+                .unwrap(),
+            expected
+        );
         let stored = tree.get([b"p/".as_slice(), &key].concat()).unwrap();
         let encoded = next.as_ref().map(|s| alg.encode_to_vec(s));
         assert_eq!(stored.as_deref(), encoded.as_deref());
@@ -121,7 +126,12 @@ fn exact_under_threads<A: Algorithm + Clone + Send + Sync + 'static>(alg: A, bou
             let limiter = Arc::clone(&limiter);
             std::thread::spawn(move || {
                 (0..bound / 4 + 10)
-                    .filter(|_| limiter.check_at(b"hot", now, 1).unwrap().allowed)
+                    .filter(|_| {
+                        limiter
+                            .check_request(&Request::new(b"hot").at(now))
+                            .unwrap()
+                            .allowed
+                    })
                     .count()
             })
         })
@@ -157,14 +167,19 @@ fn expired_keys_are_collected() {
     for key in 0..100_000u32 {
         assert!(
             limiter
-                .check_at(&key.to_be_bytes(), now, 1)
+                .check_request(&Request::new(&key.to_be_bytes()).at(now))
                 .unwrap()
                 .allowed
         );
     }
     for key in 0..10u32 {
         let key = [b"live-".as_slice(), &key.to_be_bytes()].concat();
-        assert!(limiter.check_at(&key, now, 10).unwrap().allowed);
+        assert!(
+            limiter
+                .check_request(&Request::new(&key).cost(10).at(now))
+                .unwrap()
+                .allowed
+        );
     }
     // Another limiter's key in the same tree is not this limiter's to collect.
     tree.insert(b"other", b"not a state".as_slice()).unwrap();
@@ -182,7 +197,7 @@ fn a_corrupt_record_is_a_typed_error_and_harms_no_other_key() {
     tree.insert(b"garbage", b"\x01\x01 not a state".as_slice())
         .unwrap();
     for _ in 0..2 {
-        match limiter.check_at(b"garbage", 0, 1) {
+        match limiter.check_request(&Request::new(b"garbage").at(0)) {
             Err(Error::Corrupt { key, source }) => {
                 assert_eq!(key, b"garbage");
                 assert!(matches!(
@@ -200,7 +215,7 @@ fn a_corrupt_record_is_a_typed_error_and_harms_no_other_key() {
         tree.get(b"garbage").unwrap().unwrap().as_ref(),
         b"\x01\x01 not a state"
     );
-    assert!(limiter.check_at(b"fine", 0, 1).unwrap().allowed);
+    assert!(admits(&limiter, Request::new(b"fine").at(0)));
     assert!(limiter.state(b"garbage").is_err());
     // `reset` deletes only a state of its algorithm: this one stays for an operator.
     assert!(matches!(
@@ -208,7 +223,7 @@ fn a_corrupt_record_is_a_typed_error_and_harms_no_other_key() {
         Err(Error::Corrupt { .. })
     ));
     tree.remove(b"garbage").unwrap();
-    assert!(limiter.check_at(b"garbage", 0, 1).unwrap().allowed);
+    assert!(admits(&limiter, Request::new(b"garbage").at(0)));
 }
 
 #[test]
@@ -216,11 +231,11 @@ fn reset_deletes_only_states_of_its_algorithm() {
     let window = FixedWindow::new(5, SECOND).unwrap();
     let (_dir, _db, tree, limiter) = temp_limiter(window, Durability::EveryDecision);
     let limiter = limiter.with_prefix("w/");
-    assert!(limiter.check_at(b"alice", 0, 5).unwrap().allowed);
-    assert!(!limiter.check_at(b"alice", 0, 1).unwrap().allowed);
+    assert!(admits(&limiter, Request::new(b"alice").cost(5).at(0)));
+    assert!(!admits(&limiter, Request::new(b"alice").at(0)));
     limiter.reset(b"alice").unwrap();
     assert!(tree.get(b"w/alice").unwrap().is_none());
-    assert!(limiter.check_at(b"alice", 0, 1).unwrap().allowed);
+    assert!(admits(&limiter, Request::new(b"alice").at(0)));
     // A missing key is already fresh.
     limiter.reset(b"nobody").unwrap();
     // An application's own value, and another algorithm's state, are refused by name.
@@ -270,9 +285,9 @@ fn times_beyond_the_range_are_typed_errors() {
         }
     }
     for late in [MAX_TICKS + 1, Ticks::MAX] {
-        refused(limiter.check_at(b"k", late, 1), late);
-        refused(limiter.peek_at(b"k", late, 1), late);
-        refused(limiter.reserve_at(b"k", late, 1, 0), late);
+        refused(limiter.check_request(&Request::new(b"k").at(late)), late);
+        refused(limiter.peek(&Request::new(b"k").at(late)), late);
+        refused(limiter.reserve(&Request::new(b"k").at(late), 0), late);
         refused(limiter.collect_expired(late), late);
         // The host contract refuses the same times the same way.
         let request = Request::new(b"k").at(late);
@@ -285,13 +300,13 @@ fn times_beyond_the_range_are_typed_errors() {
     for now in [MAX_TICKS - 1, MAX_TICKS] {
         assert!(
             limiter
-                .check_at(&now.to_be_bytes(), now, 1)
+                .check_request(&Request::new(&now.to_be_bytes()).at(now))
                 .unwrap()
                 .allowed
         );
         assert!(
             !limiter
-                .check_at(&now.to_be_bytes(), now, 1)
+                .check_request(&Request::new(&now.to_be_bytes()).at(now))
                 .unwrap()
                 .allowed
         );
@@ -309,19 +324,24 @@ fn state_survives_reopening_the_database() {
             window,
             Durability::EveryDecision,
         );
-        assert!(limiter.check_at(b"daily", 0, 2).unwrap().allowed);
+        assert!(
+            limiter
+                .check_request(&Request::new(b"daily").cost(2).at(0))
+                .unwrap()
+                .allowed
+        );
     }
-    let db = sled::open(dir.path()).unwrap();
+    let db = tollgate_test_support::sled_open(dir.path());
     let limiter = SledLimiter::new(
         db.open_tree("q").unwrap(),
         window,
         Durability::EveryDecision,
     );
     // Two of three were used before the restart: one more fits.
-    let peek = limiter.peek_at(b"daily", 1, 1).unwrap();
+    let peek = limiter.peek(&Request::new(b"daily").at(1)).unwrap();
     assert!(peek.allowed && peek.remaining == 0);
-    assert!(limiter.check_at(b"daily", 1, 1).unwrap().allowed);
-    assert!(!limiter.check_at(b"daily", 2, 1).unwrap().allowed);
+    assert!(admits(&limiter, Request::new(b"daily").at(1)));
+    assert!(!admits(&limiter, Request::new(b"daily").at(2)));
 }
 
 #[test]
@@ -351,7 +371,12 @@ fn purge_deletes_only_states_of_its_algorithm_under_its_prefix() {
     let (_dir, _db, tree, limiter) = temp_limiter(window, Durability::EveryDecision);
     let limiter = limiter.with_prefix("w/");
     for key in [b"a".as_slice(), b"b", b"c"] {
-        assert!(limiter.check_at(key, 0, 1).unwrap().allowed);
+        assert!(
+            limiter
+                .check_request(&Request::new(key).at(0))
+                .unwrap()
+                .allowed
+        );
     }
     // An application's value and another algorithm's state under the prefix, and a
     // state of this algorithm outside it.
@@ -378,4 +403,9 @@ fn purge_deletes_only_states_of_its_algorithm_under_its_prefix() {
         tree.get(b"v/a").unwrap().unwrap().as_ref(),
         outside.as_slice()
     );
+}
+
+/// Whether `limiter` admits `request`.
+fn admits<A: Algorithm>(limiter: &SledLimiter<A>, request: Request<'_>) -> bool {
+    limiter.check_request(&request).unwrap().allowed
 }

@@ -6,6 +6,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
+use tollgate_core::Request;
 use tollgate_sled::{Durability, SledLimiter};
 use tollgate_tests::{crash_limit, CRASH_KEY, CRASH_NOW};
 
@@ -53,7 +54,10 @@ fn crash_once(mode: &str, flush_every_ms: u64, pause_us: u64) -> (u64, u64) {
         crash_limit(),
         Durability::EveryDecision,
     );
-    let remaining = limiter.peek_at(CRASH_KEY, CRASH_NOW, 0).unwrap().remaining;
+    let remaining = limiter
+        .peek(&Request::new(CRASH_KEY).cost(0).at(CRASH_NOW))
+        .unwrap()
+        .remaining;
     let durable = crash_limit().params().limit - remaining;
     (reported, durable)
 }

@@ -198,7 +198,7 @@ mod redis_backend {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use tollgate_core::Reserve;
+    use tollgate_core::{Request, Reserve};
     use tollgate_redis::{LuaAlgorithm, Outcome, ReconnectingAsync, RedisLimiter};
 
     use super::{ticks, Limiter, Pending, Verdict};
@@ -245,7 +245,7 @@ mod redis_backend {
             let (limiter, mut con, key) = (self.limiter.clone(), self.con.clone(), key.to_bytes());
             Pending::Later(Box::pin(async move {
                 match limiter
-                    .reserve_async(&mut con, &key, cost, ticks(max_wait))
+                    .reserve_async(&mut con, &Request::new(&key).cost(cost), ticks(max_wait))
                     .await
                 {
                     Ok(d) => Verdict::Decided(d),

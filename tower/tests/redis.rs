@@ -3,9 +3,8 @@
 
 mod common;
 
-// The redis-server the Redis host's own tests start and kill.
-#[path = "../../storage-redis/tests/common/mod.rs"]
-mod redis_server;
+// The redis-server the workspace's tests start and kill.
+use tollgate_test_support as redis_server;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 use std::io::{BufWriter, Write};
 use std::process::ExitCode;
 
-use tollgate_core::{Clock, MonotonicClock};
+use tollgate_core::{Clock, MonotonicClock, Request};
 
 use crate::args::KeyArgs;
 use crate::failure::{output, Failure};
@@ -21,10 +21,11 @@ pub(super) fn decide(args: &KeyArgs, records: bool) -> Result<ExitCode, Failure>
     let store = Rates::open(&loaded, &open)?;
     let now = args.now.unwrap_or_else(|| MonotonicClock::new().now());
     let mut out = BufWriter::new(std::io::stdout().lock());
+    let request = Request::new(&args.key).cost(args.cost).at(now);
     let decision = if records {
-        store.decide(&args.key, now, args.cost)?
+        store.decide(&request)?
     } else {
-        store.peek(&args.key, now, args.cost)?
+        store.peek(&request)?
     };
     json_line(&mut out, &Record::new(now, &args.key, args.cost, &decision))?;
     out.flush().map_err(output)?;

@@ -4,7 +4,7 @@ use std::io::{BufWriter, Read, Write};
 use std::process::ExitCode;
 
 use clap::Args;
-use tollgate_core::{check_now, Ticks};
+use tollgate_core::{check_now, Request, Ticks};
 
 use crate::args::PolicyBackendArgs;
 use crate::failure::{output, Failure};
@@ -88,7 +88,7 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode, Failure> {
             ));
         }
         last = t_us;
-        let decision = store.decide(key, t_us, cost)?;
+        let decision = store.decide(&Request::new(key).cost(cost).at(t_us))?;
         json_line(&mut out, &Record::new(t_us, key, cost, &decision))?;
     }
     if line == 0 {

@@ -7,7 +7,7 @@ use std::io::{BufWriter, IsTerminal, Write};
 use std::process::ExitCode;
 
 use clap::Args;
-use tollgate_core::Ticks;
+use tollgate_core::{Request, Ticks};
 
 use crate::args::{BackendArgs, PolicyArgs};
 use crate::chart;
@@ -71,7 +71,8 @@ pub fn run(args: SimulateArgs) -> Result<ExitCode, Failure> {
                 stats::MAX_OFFERED
             )));
         }
-        let decision = store.decide(&request.key(), request.at, request.cost)?;
+        let key = request.key();
+        let decision = store.decide(&Request::new(&key).cost(request.cost).at(request.at))?;
         run.record(&request, &decision);
         progress.show(request.at);
     }

@@ -7,11 +7,8 @@ use std::ffi::OsStr;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 
-#[path = "../../../storage-redis/tests/common/mod.rs"]
-mod redis_server;
-
 #[allow(unused_imports)]
-pub use redis_server::{free_port, Certs, Server};
+pub use tollgate_test_support::{free_port, sled_open, Certs, Server};
 
 /// The `tollgate` binary, ready for arguments.
 pub fn bin() -> Command {
@@ -135,7 +132,7 @@ pub fn lock(args: &[&str]) -> Output {
 /// Writes `value` under `key` in the sled database at `path`, in the CLI's tree, as
 /// another program might; the database is closed again before returning.
 pub fn sled_put(path: &Path, key: &[u8], value: &[u8]) {
-    let db = sled::open(path).unwrap();
+    let db = sled_open(path);
     db.open_tree("tollgate")
         .unwrap()
         .insert(key, value)
@@ -144,7 +141,7 @@ pub fn sled_put(path: &Path, key: &[u8], value: &[u8]) {
 }
 
 pub fn sled_get(path: &Path, key: &[u8]) -> Option<Vec<u8>> {
-    let db = sled::open(path).unwrap();
+    let db = sled_open(path);
     let value = db.open_tree("tollgate").unwrap().get(key).unwrap();
     value.map(|v| v.to_vec())
 }

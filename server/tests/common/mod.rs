@@ -3,7 +3,7 @@
 //! small HTTP client.
 #![allow(dead_code)]
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -16,11 +16,7 @@ use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
 use tollgate_server::{Config, Server};
 
-/// A port nothing listens on right now.
-pub fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
-    listener.local_addr().expect("local address").port()
-}
+pub use tollgate_test_support::free_port;
 
 /// A running `tollgate serve`, stopped (gracefully) when dropped.
 pub struct TestServer {
@@ -403,68 +399,8 @@ impl Drop for Postgres {
 }
 
 /// A `redis-server` without persistence on a free port, killed when dropped.
-pub struct Redis {
-    pub port: u16,
-    child: Option<std::process::Child>,
-}
-
-impl Redis {
-    pub fn start() -> Self {
-        let mut redis = Self {
-            port: free_port(),
-            child: None,
-        };
-        redis.restart();
-        redis
-    }
-
-    pub fn restart(&mut self) {
-        self.kill();
-        let child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server on PATH (scripts/test.sh installs it)");
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        panic!("redis-server did not start");
-    }
-
-    pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
-    }
-
-    /// Sends the server a signal (`STOP`, `CONT`).
-    pub fn signal(&self, signal: &str) {
-        let pid = self.child.as_ref().expect("redis-server runs").id();
-        let status = Command::new("kill")
-            .args([format!("-{signal}"), pid.to_string()])
-            .status()
-            .expect("kill");
-        assert!(status.success(), "kill -{signal} {pid}");
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
+#[allow(unused_imports)]
+pub use tollgate_test_support::Server as Redis;
 
 /// A directory path for messages.
 pub fn show(path: &Path) -> String {

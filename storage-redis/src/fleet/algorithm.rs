@@ -2,10 +2,7 @@
 
 use tollgate_core::{FixedWindow, Refund, SlidingCounter, Ticks, TokenBucket};
 
-use crate::error::Error;
-use crate::limiter::RedisLimiter;
 use crate::lua::LuaAlgorithm;
-use crate::reply::Taken;
 
 /// An algorithm a fleet can share: its units are a stock ([`Refund`]), it can be split
 /// into shares, and it says when units taken at a time stop counting.
@@ -24,19 +21,12 @@ pub trait FleetAlgorithm:
     /// nodes` ranks taking one more. `None` when the share is zero.
     fn share(&self, nodes: u64, rank: u64) -> Option<Self>;
 
-    /// Batch mode's settle of `units` a node admitted on its own: taken from the shared
-    /// limit as far as it has room ([`RedisLimiter::take`]; the rest is over-admission),
-    /// or, for a bucket, charged whole ([`RedisLimiter::charge`]): its debt then holds
-    /// every node back until the refill has paid it, so over-admission does not
-    /// accumulate.
-    fn settle<C: redis::ConnectionLike>(
-        limiter: &RedisLimiter<Self>,
-        con: &mut C,
-        key: &[u8],
-        units: u64,
-    ) -> Result<Taken, Error> {
-        limiter.take(con, key, units)
-    }
+    /// How batch mode settles the units a node admitted on its own: taken from the
+    /// shared limit as far as it has room ([`take`](crate::RedisLimiter::take); the rest
+    /// is over-admission), or, `true` for a bucket, charged whole
+    /// ([`charge`](crate::RedisLimiter::charge)): its debt then holds every node back
+    /// until the refill has paid it, so over-admission does not accumulate.
+    const CHARGED: bool = false;
 }
 
 /// `amount / nodes`, plus one for the first `amount mod nodes` ranks.
@@ -64,14 +54,7 @@ impl FleetAlgorithm for TokenBucket {
         .ok()
     }
 
-    fn settle<C: redis::ConnectionLike>(
-        limiter: &RedisLimiter<Self>,
-        con: &mut C,
-        key: &[u8],
-        units: u64,
-    ) -> Result<Taken, Error> {
-        limiter.charge(con, key, units)
-    }
+    const CHARGED: bool = true;
 }
 
 /// A window: a limit per period; units taken count until their window ends. `$share`

@@ -17,7 +17,7 @@
 //!   [`FleetConfig::interval`], taking them from the shared limit; over-admission is at
 //!   most `max_batch` × nodes per settle interval (each node may spend what the last
 //!   state showed free before it learns the others did too). A bucket is charged the
-//!   units whole, into debt if need be ([`FleetAlgorithm::settle`]), so its refill pays
+//!   units whole, into debt if need be ([`FleetAlgorithm::CHARGED`]), so its refill pays
 //!   the over-admission back and the long-run rate stays the limit's; a window forgets
 //!   at its end.
 //! - [`FleetMode::Split`]: each node keeps a heartbeat (a member of a sorted set scored

@@ -5,7 +5,7 @@ use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use redis::ConnectionLike;
-use tollgate_core::{Algorithm, Clock, Decision, MonotonicClock, Ticks};
+use tollgate_core::{Algorithm, Clock, Decision, MonotonicClock, Request, Ticks};
 
 use super::algorithm::FleetAlgorithm;
 use super::config::{FleetConfig, FleetMode};
@@ -405,7 +405,7 @@ impl<A: FleetAlgorithm> FleetLimiter<A> {
             prefetch.units.load(Ordering::Acquire),
             cost,
         );
-        let result = self.counted(self.limiter.take(con, &self.key, batch));
+        let result = self.counted(self.limiter.take(con, &Request::new(&self.key).cost(batch)));
         let interval = micros(self.config.interval());
         let taken = match result {
             Ok(taken) => taken,
@@ -460,7 +460,11 @@ impl<A: FleetAlgorithm> FleetLimiter<A> {
         asking.give_back_at = 0;
         let left = prefetch.units.swap(0, Ordering::AcqRel);
         if left > 0 {
-            let result = self.counted(self.limiter.refund(con, &self.key, left, asking.deadline));
+            let result = self.counted(self.limiter.refund(
+                con,
+                &Request::new(&self.key).cost(left),
+                asking.deadline,
+            ));
             if let Err(Error::Unavailable(_)) = result {
                 asking.down = true;
             }
@@ -508,7 +512,8 @@ impl<A: FleetAlgorithm> FleetLimiter<A> {
         batch: &mut Batch<A>,
         now: Ticks,
     ) -> Result<(), Error> {
-        match self.counted(A::settle(&self.limiter, con, &self.key, batch.pending)) {
+        let pending = Request::new(&self.key).cost(batch.pending);
+        match self.counted(self.limiter.settle(con, &pending, A::CHARGED)) {
             Ok(taken) => {
                 self.learn_offset(now, taken.now);
                 let algorithm = self.limiter.algorithm();

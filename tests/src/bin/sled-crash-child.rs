@@ -6,6 +6,7 @@
 use std::io::Write;
 use std::time::Duration;
 
+use tollgate_core::Request;
 use tollgate_sled::{Durability, SledLimiter};
 use tollgate_tests::{crash_limit, CRASH_KEY, CRASH_NOW};
 
@@ -29,7 +30,11 @@ fn main() {
     let mut stdout = std::io::stdout().lock();
     let mut admitted = 0u64;
     loop {
-        if limiter.check_at(CRASH_KEY, CRASH_NOW, 1).unwrap().allowed {
+        if limiter
+            .check_request(&Request::new(CRASH_KEY).at(CRASH_NOW))
+            .unwrap()
+            .allowed
+        {
             admitted += 1;
             writeln!(stdout, "{admitted}").unwrap();
             stdout.flush().unwrap();
