@@ -6,7 +6,7 @@ use std::path::Path;
 #[cfg(feature = "sled")]
 use std::time::Instant;
 
-use tollgate_core::memory::KeyedLimiter;
+use tollgate_core::memory::{KeyedLimiter, OnFull};
 #[cfg(any(feature = "sled", feature = "redis"))]
 use tollgate_core::{
     Acquired, Clock, Concurrency, Grant, LeaseError, LeaseHost, LeaseRequest, LeaseState,
@@ -277,7 +277,10 @@ impl Open {
         Ok(match &self.backend {
             // Every request carries its time; the clock is never read.
             Backend::Memory => Box::new(Hosted {
-                host: KeyedLimiter::with_clock(algorithm, how.max_keys, ManualClock::new(0)),
+                // A replay forgets rather than refuses when full, and says so (`warning`):
+                // refusing new keys would turn the trace's admissions into denials.
+                host: KeyedLimiter::with_clock(algorithm, how.max_keys, ManualClock::new(0))
+                    .on_full(OnFull::Evict),
                 _keep: Keep::default(),
             }),
             #[cfg(feature = "sled")]
