@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
-use tollgate_core::memory::{AcquireError, KeyedLeases, KeyedLimiter};
+use tollgate_core::memory::{AcquireError, KeyedLeases, KeyedLimiter, OnFull};
 use tollgate_core::{
     AnyAlgorithm, Concurrency, Decision, FailPolicy, Grant, LeaseError, LeaseRequest, Outcome,
     Ticks, SECOND,
@@ -24,7 +24,8 @@ use crate::store::Stored;
 pub enum Backend {
     /// In this process, at most `max_keys` keys per policy.
     Memory {
-        /// Keys kept per policy (least fresh evicted first).
+        /// Keys kept per policy: a full table forgets keys that would admit a request
+        /// first, fresh soonest first, then does as the policy's `on_full` says.
         max_keys: usize,
     },
     /// In Redis.
@@ -44,8 +45,11 @@ pub enum Backend {
 /// One policy's limiter and the headers it stamps.
 #[derive(Debug)]
 pub struct Entry {
-    /// What the policy builds: its limiter is rebuilt only when this changes.
+    /// What the policy builds: its limiter is rebuilt only when this or `on_full`
+    /// changes.
     pub built: Built,
+    /// What the policy's full key table does (in this process).
+    on_full: OnFull,
     /// `RateLimit-Policy` for this policy.
     pub header: Option<tollgate_tower::Policy>,
     limiter: Limiter,
@@ -126,7 +130,8 @@ impl Entry {
             .policy
             .build(Style::File)
             .map_err(|p| p.to_string())?;
-        if let Some(previous) = previous.filter(|p| p.built == built) {
+        let on_full = stored.policy.on_full.unwrap_or_default();
+        if let Some(previous) = previous.filter(|p| p.built == built && p.on_full == on_full) {
             return Ok(Arc::clone(previous));
         }
         let header = tollgate_tower::Policy::new(
@@ -143,16 +148,16 @@ impl Entry {
                 RedisLeases::new(*model).with_prefix(prefix(&stored.name, &stored.policy)),
             ),
             (Built::Rule(rule), Backend::Memory { max_keys }) => {
-                Limiter::Memory(KeyedLimiter::new(rule.clone(), *max_keys))
+                Limiter::Memory(KeyedLimiter::new(rule.clone(), *max_keys).on_full(on_full))
             }
             (Built::Rule(rule), Backend::Redis { fail, max_keys, .. }) => {
                 let limiter = RedisLimiter::new(rule.clone())
                     .map_err(|e| e.to_string())?
                     .with_prefix(prefix(&stored.name, &stored.policy));
                 let fail = match fail {
-                    FailPolicy::Local(()) => {
-                        FailPolicy::Local(KeyedLimiter::new(rule.clone(), *max_keys))
-                    }
+                    FailPolicy::Local(()) => FailPolicy::Local(
+                        KeyedLimiter::new(rule.clone(), *max_keys).on_full(on_full),
+                    ),
                     FailPolicy::Open => FailPolicy::Open,
                     FailPolicy::Closed => FailPolicy::Closed,
                     _ => FailPolicy::Error,
@@ -171,6 +176,7 @@ impl Entry {
         };
         Ok(Arc::new(Self {
             built,
+            on_full,
             header,
             limiter,
             counters: metrics.counters(&stored.name),
@@ -345,6 +351,9 @@ fn prefix(name: &str, policy: &Policy) -> String {
         description: String::new(),
         owner: String::new(),
         fleet: None,
+        // Neither changes what Redis holds.
+        on_full: None,
+        max_lease: None,
         ..policy.clone()
     };
     let digest = Sha256::digest(
