@@ -16,7 +16,7 @@ use tollgate_policy::{Built, Policy, Style};
 use tollgate_redis::{ReconnectingAsync, RedisLeases, RedisLimiter};
 
 use crate::coalesce::{self, Coalescer};
-use crate::metrics::{Counters, Metrics};
+use crate::metrics::{Counters, Metrics, Table};
 use crate::store::Stored;
 
 /// Where decisions are kept.
@@ -186,6 +186,32 @@ impl Entry {
     /// The policy's counters in the metrics.
     pub(crate) fn counters(&self) -> &Counters {
         &self.counters
+    }
+
+    /// The fill of the policy's key table in this process (its limiter, its lease table
+    /// or its `--fail local` fallback), if it has one.
+    pub(crate) fn table(&self) -> Option<Table> {
+        let keyed = |l: &KeyedLimiter<String, AnyAlgorithm>| Table {
+            keys: l.len(),
+            capacity: l.capacity(),
+            evicted: l.evicted(),
+            refused: l.refused(),
+        };
+        match &self.limiter {
+            Limiter::Memory(limiter)
+            | Limiter::Redis {
+                fail: FailPolicy::Local(limiter),
+                ..
+            } => Some(keyed(limiter)),
+            // A lease table forgets expired leases only.
+            Limiter::MemoryLeases(leases) => Some(Table {
+                keys: leases.len(),
+                capacity: leases.capacity(),
+                evicted: 0,
+                refused: leases.refused(),
+            }),
+            Limiter::Redis { .. } | Limiter::RedisLeases(_) => None,
+        }
     }
 
     /// Decides `cost` units for `key`.

@@ -54,5 +54,59 @@ async fn a_key_spray_does_not_undo_a_refusal_unless_the_policy_evicts() {
     assert_eq!(decide_all(&server, &web, "login", &fresh).await, [false]);
     // evict: a new key is admitted.
     assert_eq!(decide_all(&server, &web, "search", &fresh).await, [true]);
+    // What each table did shows in /metrics.
+    let metrics = get(&server.url("/metrics"), &admin).await.text;
+    let login = |name| metric(&metrics, name, "login");
+    let search = |name| metric(&metrics, name, "search");
+    assert_eq!(
+        login("tollgate_keys_capacity"),
+        MAX_KEYS as u64,
+        "{metrics}"
+    );
+    assert!((1..=MAX_KEYS as u64).contains(&login("tollgate_keys")));
+    assert!(login("tollgate_keys_refused_total") > 0, "{metrics}");
+    assert_eq!(login("tollgate_keys_evicted_total"), 0, "{metrics}");
+    assert!(search("tollgate_keys_evicted_total") > 0, "{metrics}");
+    assert_eq!(search("tollgate_keys_refused_total"), 0, "{metrics}");
+    server.stop().await;
+}
+
+/// The value of metric `name` for `policy` in the Prometheus text `metrics`.
+fn metric(metrics: &str, name: &str, policy: &str) -> u64 {
+    let series = format!("{name}{{policy=\"{policy}\"}} ");
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(&series))
+        .and_then(|value| value.parse().ok())
+        .unwrap_or_else(|| panic!("no {series} in {metrics}"))
+}
+
+/// A lease table's fill shows in /metrics: keys held, capacity, refusals.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_table_shows_its_fill() {
+    let (server, admin) = TestServer::start_with(Config {
+        max_keys: 4,
+        ..config()
+    })
+    .await;
+    let web = app(&server, &admin, "web").await;
+    let workers = r#"{"algorithm":"concurrency","limit":1,"lease":"1h","apps":["web"]}"#;
+    create_policy(&server, &admin, "workers", workers).await;
+    let acquire = |key: usize| {
+        let (url, web) = (server.url("/v1/lease/acquire"), web.clone());
+        async move {
+            let body = format!(r#"{{"policy":"workers","key":"k{key}","owner":"a"}}"#);
+            post(&url, &web, &body).await.json["acquired"] == true
+        }
+    };
+    let mut acquired = 0;
+    for key in 0..8 {
+        acquired += usize::from(acquire(key).await);
+    }
+    let metrics = get(&server.url("/metrics"), &admin).await.text;
+    let workers = |name| metric(&metrics, name, "workers");
+    assert_eq!(workers("tollgate_keys_capacity"), 4, "{metrics}");
+    assert_eq!(workers("tollgate_keys"), acquired as u64, "{metrics}");
+    assert_eq!(workers("tollgate_keys_refused_total"), 8 - acquired as u64);
     server.stop().await;
 }
