@@ -19,15 +19,44 @@ use crate::coalesce::{self, Coalescer};
 use crate::metrics::{Counters, Metrics, Table};
 use crate::store::Stored;
 
+/// The longest key, in bytes.
+pub(crate) const MAX_KEY: usize = 1024;
+
+/// How many keys a policy's table holds in this process. A full table forgets keys that
+/// would admit a request first, fresh soonest first, then does as the policy's
+/// `on_full` says.
+#[derive(Debug, Clone, Copy)]
+pub struct Keys {
+    /// Keys per policy (`--max-keys`).
+    pub max_keys: usize,
+    /// Bytes per policy's limiter at the worst (`--max-policy-bytes`): a sliding log
+    /// of a large limit gets fewer keys.
+    pub max_policy_bytes: usize,
+}
+
+impl Keys {
+    /// The key cap of a limiter deciding `rule`: `max_keys`, lowered so that its keys,
+    /// each as long as the service accepts, fit in `max_policy_bytes`.
+    fn of(self, rule: &AnyAlgorithm) -> usize {
+        let within = KeyedLimiter::<String, AnyAlgorithm>::max_keys_within(
+            rule,
+            self.max_policy_bytes,
+            MAX_KEY,
+        );
+        self.max_keys.min(within)
+    }
+
+    /// A limiter deciding `rule`, doing as `on_full` says when full.
+    fn limiter(self, rule: &AnyAlgorithm, on_full: OnFull) -> KeyedLimiter<String, AnyAlgorithm> {
+        KeyedLimiter::new(rule.clone(), self.of(rule)).on_full(on_full)
+    }
+}
+
 /// Where decisions are kept.
 #[derive(Debug, Clone)]
 pub enum Backend {
-    /// In this process, at most `max_keys` keys per policy.
-    Memory {
-        /// Keys kept per policy: a full table forgets keys that would admit a request
-        /// first, fresh soonest first, then does as the policy's `on_full` says.
-        max_keys: usize,
-    },
+    /// In this process.
+    Memory(Keys),
     /// In Redis.
     Redis {
         /// The connection (reconnects by itself, bounded timeouts), for leases.
@@ -38,7 +67,7 @@ pub enum Backend {
         /// policy).
         fail: FailPolicy<()>,
         /// Keys kept per policy by the local fallback.
-        max_keys: usize,
+        keys: Keys,
     },
 }
 
@@ -141,23 +170,21 @@ impl Entry {
         )
         .ok();
         let limiter = match (&built, backend) {
-            (Built::Leases { model, .. }, Backend::Memory { max_keys }) => {
-                Limiter::MemoryLeases(KeyedLeases::new(*model, *max_keys))
+            (Built::Leases { model, .. }, Backend::Memory(keys)) => {
+                Limiter::MemoryLeases(KeyedLeases::new(*model, keys.max_keys))
             }
             (Built::Leases { model, .. }, Backend::Redis { .. }) => Limiter::RedisLeases(
                 RedisLeases::new(*model).with_prefix(prefix(&stored.name, &stored.policy)),
             ),
-            (Built::Rule(rule), Backend::Memory { max_keys }) => {
-                Limiter::Memory(KeyedLimiter::new(rule.clone(), *max_keys).on_full(on_full))
+            (Built::Rule(rule), Backend::Memory(keys)) => {
+                Limiter::Memory(keys.limiter(rule, on_full))
             }
-            (Built::Rule(rule), Backend::Redis { fail, max_keys, .. }) => {
+            (Built::Rule(rule), Backend::Redis { fail, keys, .. }) => {
                 let limiter = RedisLimiter::new(rule.clone())
                     .map_err(|e| e.to_string())?
                     .with_prefix(prefix(&stored.name, &stored.policy));
                 let fail = match fail {
-                    FailPolicy::Local(()) => FailPolicy::Local(
-                        KeyedLimiter::new(rule.clone(), *max_keys).on_full(on_full),
-                    ),
+                    FailPolicy::Local(()) => FailPolicy::Local(keys.limiter(rule, on_full)),
                     FailPolicy::Open => FailPolicy::Open,
                     FailPolicy::Closed => FailPolicy::Closed,
                     _ => FailPolicy::Error,
@@ -244,7 +271,7 @@ impl Entry {
                     },
                 )
             }
-            (Limiter::Redis { .. }, Backend::Memory { .. }) => Err(DecideError::Backend(
+            (Limiter::Redis { .. }, Backend::Memory(_)) => Err(DecideError::Backend(
                 "the policy was built for another backend".into(),
             )),
             (Limiter::MemoryLeases(_) | Limiter::RedisLeases(_), _) => {
@@ -313,7 +340,7 @@ impl Entry {
                     Err(e) => Err(typed(e)),
                 }
             }
-            (Limiter::RedisLeases(_), Backend::Memory { .. }) => Err(DecideError::Backend(
+            (Limiter::RedisLeases(_), Backend::Memory(_)) => Err(DecideError::Backend(
                 "the policy was built for another backend".into(),
             )),
             (Limiter::Memory(_) | Limiter::Redis { .. }, _) => {

@@ -110,3 +110,26 @@ async fn a_lease_table_shows_its_fill() {
     assert_eq!(workers("tollgate_keys_refused_total"), 8 - acquired as u64);
     server.stop().await;
 }
+
+/// `--max-policy-bytes` lowers the key cap of a policy whose keys could take much
+/// memory (a sliding log of 10^5 entries), and leaves a window's at `--max-keys`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_s_memory_is_bounded_in_bytes() {
+    let (server, admin) = TestServer::start_with(Config {
+        max_keys: 10_000,
+        max_policy_bytes: 64 << 20,
+        ..config()
+    })
+    .await;
+    app(&server, &admin, "web").await;
+    let log = r#"{"algorithm":"sliding-log","limit":100000,"period":"1s","apps":["web"]}"#;
+    create_policy(&server, &admin, "log", log).await;
+    let window = r#"{"algorithm":"fixed-window","limit":100000,"period":"1s","apps":["web"]}"#;
+    create_policy(&server, &admin, "window", window).await;
+    let metrics = get(&server.url("/metrics"), &admin).await.text;
+    // 10^5 entries of 32 bytes at the worst: 3.2 MB a key, some twenty keys in 64 MiB.
+    let log = metric(&metrics, "tollgate_keys_capacity", "log");
+    assert!((1..100).contains(&log), "{metrics}");
+    assert_eq!(metric(&metrics, "tollgate_keys_capacity", "window"), 10_000);
+    server.stop().await;
+}

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use tollgate_core::{Decision, Ticks};
 
-use crate::limiters::{DecideError, Entry, LeaseAnswer, LeaseOp, Limiters};
+use crate::limiters::{DecideError, Entry, LeaseAnswer, LeaseOp, Limiters, MAX_KEY};
 use crate::store::{Snapshot, Stored};
 use crate::time::now_s;
 
@@ -15,9 +15,6 @@ use super::state::Service;
 
 /// The most decisions in one call (a batch, or an Envoy request's descriptors).
 pub(crate) const MAX_BATCH: usize = 1000;
-
-/// The longest key, in bytes.
-pub(crate) const MAX_KEY: usize = 1024;
 
 /// A lease asked for: `owner`'s lease on `key` under `policy`, for `ttl` ticks (none:
 /// the policy's own).
