@@ -81,7 +81,8 @@ fn metric(metrics: &str, name: &str, policy: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {series} in {metrics}"))
 }
 
-/// A lease table's fill shows in /metrics: keys held, capacity, refusals.
+/// A lease table's fill shows in /metrics: keys held, capacity, refusals; and no lease
+/// is asked for longer than the policy's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_table_shows_its_fill() {
     let (server, admin) = TestServer::start_with(Config {
@@ -103,6 +104,12 @@ async fn a_lease_table_shows_its_fill() {
     for key in 0..8 {
         acquired += usize::from(acquire(key).await);
     }
+    // No lease outlasts the policy's (its max_lease by default): the table cannot be
+    // held for longer than that.
+    let body = r#"{"policy":"workers","key":"k0","owner":"b","ttl_us":3600000001}"#;
+    let long = post(&server.url("/v1/lease/acquire"), &web, body).await;
+    assert_eq!(long.status.as_u16(), 422, "{}", long.text);
+    assert_eq!(long.json["field"], "ttl_us");
     let metrics = get(&server.url("/metrics"), &admin).await.text;
     let workers = |name| metric(&metrics, name, "workers");
     assert_eq!(workers("tollgate_keys_capacity"), 4, "{metrics}");
