@@ -208,7 +208,35 @@ const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
 /// The database.
 #[derive(Debug, Clone)]
 pub struct Store {
+    /// Writes, and the reads inside them.
     pool: AnyPool,
+    /// The snapshot and the counter: on SQLite, connections of their own reading in
+    /// WAL mode beside the writer (they see the last commit without blocking the next);
+    /// on PostgreSQL, `pool`.
+    reads: AnyPool,
+    /// The audit log's scans, on connections of their own: however many run at once,
+    /// they hold up only each other, never a write or a reload.
+    audit: AnyPool,
+}
+
+/// Connections of `reads` on SQLite, and of `audit`.
+const READERS: u32 = 2;
+
+/// A pool of `max` connections to `url` that cannot write.
+async fn read_only(url: &str, max: u32) -> Result<AnyPool, sqlx::Error> {
+    let statement = if url.starts_with("sqlite:") {
+        "PRAGMA query_only = ON"
+    } else {
+        "SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY"
+    };
+    AnyPoolOptions::new()
+        .acquire_timeout(ACQUIRE_TIMEOUT)
+        .max_connections(max)
+        .after_connect(move |con, _| {
+            Box::pin(async move { sqlx::query(statement).execute(con).await.map(drop) })
+        })
+        .connect(url)
+        .await
 }
 
 type Tx = sqlx::Transaction<'static, sqlx::Any>;
@@ -235,15 +263,25 @@ impl Store {
     /// migrates its schema.
     pub async fn open(url: &str) -> Result<Self, StoreError> {
         sqlx::any::install_default_drivers();
+        let sqlite = url.starts_with("sqlite:");
         // SQLite takes one writer at a time: one connection serializes them here instead
         // of failing with "database is locked".
-        let max = if url.starts_with("sqlite:") { 1 } else { 8 };
         let pool = AnyPoolOptions::new()
-            .max_connections(max)
+            .max_connections(if sqlite { 1 } else { 8 })
             .acquire_timeout(ACQUIRE_TIMEOUT)
             .connect(url)
             .await?;
-        let store = Self { pool };
+        let reads = if sqlite {
+            // Kept by the file: readers and the writer no longer wait for each other.
+            sqlx::query("PRAGMA journal_mode = WAL")
+                .execute(&pool)
+                .await?;
+            read_only(url, READERS).await?
+        } else {
+            pool.clone()
+        };
+        let audit = read_only(url, READERS).await?;
+        let store = Self { pool, reads, audit };
         // Servers starting together race to create the tables (PostgreSQL may refuse
         // the loser's `CREATE TABLE IF NOT EXISTS`); the schema is idempotent, so retry.
         let mut tries = 0;
@@ -289,7 +327,7 @@ impl Store {
     /// The change counter: it moves with every change, in the change's transaction.
     pub async fn counter(&self) -> Result<i64, StoreError> {
         let row = sqlx::query("SELECT counter FROM tollgate_meta WHERE id = 1")
-            .fetch_one(&self.pool)
+            .fetch_one(&self.reads)
             .await?;
         Ok(row.try_get(0)?)
     }
@@ -297,7 +335,7 @@ impl Store {
     /// Everything the servers keep in memory. Read in one transaction, so it is one
     /// consistent state.
     pub async fn snapshot(&self) -> Result<Snapshot, StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.reads.begin().await?;
         let counter: i64 = sqlx::query("SELECT counter FROM tollgate_meta WHERE id = 1")
             .fetch_one(&mut *tx)
             .await?
@@ -513,7 +551,7 @@ impl Store {
         loop {
             let rows = sqlx::query("SELECT id, at, actor, action, policy, before_body, after_body, apps FROM tollgate_audit WHERE id < $1 ORDER BY id DESC LIMIT 500")
                 .bind(before)
-                .fetch_all(&self.pool)
+                .fetch_all(&self.audit)
                 .await?;
             for row in &rows {
                 let json = |i: usize| -> Result<Option<serde_json::Value>, StoreError> {
