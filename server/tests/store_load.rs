@@ -1,4 +1,5 @@
-//! The store under load: reading a long audit log does not hold up writes.
+//! The store under load: reading a long audit log does not hold up writes, and a write
+//! reads back only what it changed.
 
 mod common;
 
@@ -12,12 +13,18 @@ use tollgate_server::Config;
 const ENTRIES: i64 = 4000;
 const BODY: usize = 10_000;
 
+/// A connection to the store in `dir`, behind the server's back.
+async fn store(dir: &std::path::Path) -> sqlx::SqliteConnection {
+    use sqlx::Connection;
+    let url = format!("sqlite://{}", dir.join("tollgate.db").display());
+    sqlx::SqliteConnection::connect(&url).await.expect("store")
+}
+
 /// Appends `ENTRIES` entries of another app to the audit log of the store in `dir`,
 /// numbered below every real one.
 async fn fill_audit(dir: &std::path::Path) {
     use sqlx::Connection;
-    let url = format!("sqlite://{}", dir.join("tollgate.db").display());
-    let mut db = sqlx::SqliteConnection::connect(&url).await.expect("store");
+    let mut db = store(dir).await;
     let body = format!("{{\"description\":\"{}\"}}", "x".repeat(BODY));
     let mut tx = db.begin().await.expect("transaction");
     for id in 1..=ENTRIES {
@@ -31,10 +38,8 @@ async fn fill_audit(dir: &std::path::Path) {
     tx.commit().await.expect("commit");
 }
 
-/// Eight viewers scanning the whole audit log (none of it theirs) at once do not
-/// delay a policy write past a bound.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn audit_reads_do_not_block_writes() {
+/// A fresh store's directory, a configuration on it, and its first admin's token.
+async fn fresh() -> (tempfile::TempDir, Config, String) {
     let dir = tempfile::tempdir().expect("temporary directory");
     let config = Config {
         data_dir: dir.path().to_path_buf(),
@@ -43,6 +48,14 @@ async fn audit_reads_do_not_block_writes() {
     let admin = tollgate_server::init_admin(&config, "root")
         .await
         .expect("first admin");
+    (dir, config, admin)
+}
+
+/// Eight viewers scanning the whole audit log (none of it theirs) at once do not
+/// delay a policy write past a bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn audit_reads_do_not_block_writes() {
+    let (dir, config, admin) = fresh().await;
     fill_audit(dir.path()).await;
     let server = TestServer::with(config).await;
     app(&server, &admin, "web").await;
@@ -76,5 +89,44 @@ async fn audit_reads_do_not_block_writes() {
         took < longest / 5,
         "the write took {took:?}, the longest scan {longest:?}"
     );
+    server.stop().await;
+}
+
+/// A policy write reads back that policy only: another one, edited in the store behind
+/// the server's back (no change counted), stays as the server last read it, until a
+/// change the server cannot narrow down (an app's) reads everything again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_write_reloads_only_that_policy() {
+    let (dir, config, admin) = fresh().await;
+    let server = TestServer::with(config).await;
+    app(&server, &admin, "web").await;
+    let policy = |description: &str| {
+        format!(
+            r#"{{"algorithm":"fixed-window","limit":5,"period":"1s","apps":["web"],"description":"{description}"}}"#
+        )
+    };
+    create_policy(&server, &admin, "a", &policy("one")).await;
+    create_policy(&server, &admin, "b", &policy("one")).await;
+    sqlx::query("UPDATE tollgate_policies SET body = replace(body, 'one', 'two') WHERE name = 'b'")
+        .execute(&mut store(dir.path()).await)
+        .await
+        .expect("edit");
+    let written = put(
+        &server.url("/v1/policies/a"),
+        &admin,
+        &policy("three"),
+        Some(1),
+    )
+    .await;
+    assert_eq!(written.status, StatusCode::OK, "{}", written.text);
+    let description = |name: &'static str| {
+        let url = server.url(&format!("/v1/policies/{name}"));
+        let admin = admin.clone();
+        async move { get(&url, &admin).await.json["description"].clone() }
+    };
+    assert_eq!(description("a").await, "three");
+    assert_eq!(description("b").await, "one");
+    app(&server, &admin, "mobile").await;
+    assert_eq!(description("b").await, "two");
     server.stop().await;
 }
