@@ -49,6 +49,7 @@ impl Policy {
                 })
                 .and_then(|model| {
                     check_lease(ttl)?;
+                    check_max_lease(ttl, self.max_lease())?;
                     Ok(Built::Leases { model, ttl })
                 })
                 .map_err(|e| param_problem(&e, style));
@@ -112,8 +113,16 @@ impl Policy {
                 list(&extra)
             ));
         }
-        if self.ban.is_some() && self.algorithm == Kind::Concurrency {
-            problems.push(format!("{kind} takes no {}", style.name("ban")));
+        // Leases take no ban nor key-table choice; only leases take a longest lease.
+        let leases = self.algorithm == Kind::Concurrency;
+        for (field, present) in [
+            ("ban", leases && self.ban.is_some()),
+            ("on_full", leases && self.on_full.is_some()),
+            ("max_lease", !leases && self.max_lease.is_some()),
+        ] {
+            if present {
+                problems.push(format!("{kind} takes no {}", style.name(field)));
+            }
         }
         if problems.is_empty() {
             return Ok(());
@@ -136,12 +145,13 @@ impl Policy {
     fn member_rate(&self, style: Style, i: usize) -> Result<AnyAlgorithm, Problem> {
         let at = format!("limits[{i}]");
         let plain = self.ban.is_none()
+            && self.on_full.is_none()
             && self.apps.is_empty()
             && self.description.is_empty()
             && self.owner.is_empty();
         if !plain || matches!(self.algorithm, Kind::Composite | Kind::Concurrency) {
             return Err(Problem::whole(format!(
-                "each of {} is one rate algorithm and its parameters (no composite, concurrency, ban, apps, description or owner)",
+                "each of {} is one rate algorithm and its parameters (no composite, concurrency, ban, on_full, apps, description or owner)",
                 style.name("limits")
             ))
             .within(&at, style));
@@ -200,6 +210,20 @@ pub fn check_lease(ttl: Ticks) -> Result<Ticks, ParamError> {
             name: "lease",
             value: ttl,
             min: 1,
+            max: MAX_PERIOD,
+        })
+    }
+}
+
+/// A longest lease (`max_lease`) from the policy's `lease` to `MAX_PERIOD`.
+fn check_max_lease(lease: Ticks, max_lease: Ticks) -> Result<Ticks, ParamError> {
+    if (lease..=MAX_PERIOD).contains(&max_lease) {
+        Ok(max_lease)
+    } else {
+        Err(ParamError::OutOfRange {
+            name: "max_lease",
+            value: max_lease,
+            min: lease,
             max: MAX_PERIOD,
         })
     }

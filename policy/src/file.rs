@@ -22,8 +22,10 @@ struct Spans {
     rate: Option<toml::Spanned<toml::Value>>,
     period: Option<toml::Spanned<toml::Value>>,
     lease: Option<toml::Spanned<toml::Value>>,
+    max_lease: Option<toml::Spanned<toml::Value>>,
     limits: Option<toml::Spanned<toml::Value>>,
     ban: Option<toml::Spanned<toml::Value>>,
+    on_full: Option<toml::Spanned<toml::Value>>,
 }
 
 impl Spans {
@@ -35,6 +37,8 @@ impl Spans {
             "rate" => self.rate.as_ref(),
             "period" => self.period.as_ref(),
             "lease" => self.lease.as_ref(),
+            "max_lease" => self.max_lease.as_ref(),
+            "on_full" => self.on_full.as_ref(),
             "limits" => self.limits.as_ref(),
             "ban" => self.ban.as_ref(),
             _ => None,

@@ -5,6 +5,7 @@ mod build;
 mod duration;
 mod file;
 mod model;
+mod on_full;
 mod problem;
 
 pub use build::{check_lease, Built, MAX_MEMBERS};
@@ -12,4 +13,5 @@ pub use duration::{human, in_unit_of, parse_duration, short, Duration};
 pub use file::load;
 pub use model::{BanSpec, File, FleetSettings, Policy, STORED_FIELDS};
 pub use problem::{list, list_or, param_problem, Problem, Style};
+pub use tollgate_core::memory::OnFull;
 pub use tollgate_core::Kind;

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+use tollgate_core::memory::OnFull;
 use tollgate_core::{Kind, Ticks};
 
 use crate::duration::Duration;
@@ -30,12 +31,24 @@ pub struct Policy {
     /// Leases: how long one is held unless renewed or released.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease: Option<Duration>,
+    /// Leases: the longest `ttl` a caller may ask for (default `lease`): one app cannot
+    /// hold a key of a shared table for longer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_lease: Option<Duration>,
     /// Composite: the member limits (each an algorithm and its parameters only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<Vec<Policy>>,
     /// A penalty box around the limit (not around leases).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ban: Option<BanSpec>,
+    /// Rate limits kept in this process: what a full key table does when every key it
+    /// could forget would still refuse a request (`deny-new`, the default, or `evict`).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "crate::on_full"
+    )]
+    pub on_full: Option<OnFull>,
     /// Applications allowed to use the policy; empty means any (the command line) or
     /// admins only (the service).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -117,8 +130,10 @@ impl Policy {
             rate,
             period,
             lease: None,
+            max_lease: None,
             limits: None,
             ban: None,
+            on_full: None,
             apps: Vec::new(),
             description: String::new(),
             owner: String::new(),
@@ -141,6 +156,11 @@ impl Policy {
             Some(members) => members.iter().map(Self::limit).min().unwrap_or(0),
             None => self.limit.or(self.capacity).unwrap_or(0),
         }
+    }
+
+    /// Leases: the longest ttl a caller may ask for (`max_lease`, else `lease`).
+    pub fn max_lease(&self) -> Ticks {
+        self.max_lease.or(self.lease).map_or(0, |d| d.0)
     }
 
     /// Whether `app` may use this policy (its allow-list; an empty list admits any).

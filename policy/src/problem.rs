@@ -77,7 +77,7 @@ pub fn param_problem(e: &ParamError, style: Style) -> Problem {
         } => {
             let (value, min, max) = if matches!(
                 name,
-                "period" | "lease" | "ttl" | "window" | "duration"
+                "period" | "lease" | "max_lease" | "ttl" | "window" | "duration"
             ) {
                 (human(value), human(min), human(max))
             } else {

@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use limiters::Backend;
+use limiters::{Backend, Keys};
 use service::Service;
 pub use store::StoreError;
 use store::{Store, User};
@@ -43,6 +43,9 @@ pub struct Config {
     pub fail: FailPolicy<()>,
     /// Keys kept per policy by in-process limiters (`--max-keys`).
     pub max_keys: usize,
+    /// Bytes per policy's in-process limiter at the worst (`--max-policy-bytes`): its
+    /// key cap is lowered to fit.
+    pub max_policy_bytes: usize,
     /// `/metrics` without a token (`--metrics-open`).
     pub metrics_open: bool,
     /// The longest a request may take before it is answered 503.
@@ -80,6 +83,7 @@ impl Default for Config {
             decisions: None,
             fail: FailPolicy::Error,
             max_keys: 100_000,
+            max_policy_bytes: 256 << 20,
             metrics_open: false,
             timeout: Duration::from_secs(10),
             poll: Duration::from_millis(250),
@@ -168,10 +172,12 @@ impl Server {
     /// Opens the store, loads it, and binds the listening socket.
     pub async fn bind(config: Config) -> Result<Self, Error> {
         let store = open_store(&config).await?;
+        let keys = Keys {
+            max_keys: config.max_keys,
+            max_policy_bytes: config.max_policy_bytes,
+        };
         let backend = match &config.decisions {
-            None => Backend::Memory {
-                max_keys: config.max_keys,
-            },
+            None => Backend::Memory(keys),
             Some(url) => {
                 let client = tollgate_redis::client(url, None)
                     .map_err(|e| Error::Decisions(e.to_string()))?;
@@ -182,7 +188,7 @@ impl Server {
                     con,
                     coalescer,
                     fail: config.fail.clone(),
-                    max_keys: config.max_keys,
+                    keys,
                 }
             }
         };

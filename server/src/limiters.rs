@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
-use tollgate_core::memory::{AcquireError, KeyedLeases, KeyedLimiter};
+use tollgate_core::memory::{AcquireError, KeyedLeases, KeyedLimiter, OnFull};
 use tollgate_core::{
     AnyAlgorithm, Concurrency, Decision, FailPolicy, Grant, LeaseError, LeaseRequest, Outcome,
     Ticks, SECOND,
@@ -16,17 +16,47 @@ use tollgate_policy::{Built, Policy, Style};
 use tollgate_redis::{ReconnectingAsync, RedisLeases, RedisLimiter};
 
 use crate::coalesce::{self, Coalescer};
-use crate::metrics::{Counters, Metrics};
+use crate::metrics::{Counters, Metrics, Table};
 use crate::store::Stored;
+
+/// The longest key, in bytes.
+pub(crate) const MAX_KEY: usize = 1024;
+
+/// How many keys a policy's table holds in this process. A full table forgets keys that
+/// would admit a request first, fresh soonest first, then does as the policy's
+/// `on_full` says.
+#[derive(Debug, Clone, Copy)]
+pub struct Keys {
+    /// Keys per policy (`--max-keys`).
+    pub max_keys: usize,
+    /// Bytes per policy's limiter at the worst (`--max-policy-bytes`): a sliding log
+    /// of a large limit gets fewer keys.
+    pub max_policy_bytes: usize,
+}
+
+impl Keys {
+    /// The key cap of a limiter deciding `rule`: `max_keys`, lowered so that its keys,
+    /// each as long as the service accepts, fit in `max_policy_bytes`.
+    fn of(self, rule: &AnyAlgorithm) -> usize {
+        let within = KeyedLimiter::<String, AnyAlgorithm>::max_keys_within(
+            rule,
+            self.max_policy_bytes,
+            MAX_KEY,
+        );
+        self.max_keys.min(within)
+    }
+
+    /// A limiter deciding `rule`, doing as `on_full` says when full.
+    fn limiter(self, rule: &AnyAlgorithm, on_full: OnFull) -> KeyedLimiter<String, AnyAlgorithm> {
+        KeyedLimiter::new(rule.clone(), self.of(rule)).on_full(on_full)
+    }
+}
 
 /// Where decisions are kept.
 #[derive(Debug, Clone)]
 pub enum Backend {
-    /// In this process, at most `max_keys` keys per policy.
-    Memory {
-        /// Keys kept per policy (least fresh evicted first).
-        max_keys: usize,
-    },
+    /// In this process.
+    Memory(Keys),
     /// In Redis.
     Redis {
         /// The connection (reconnects by itself, bounded timeouts), for leases.
@@ -37,15 +67,18 @@ pub enum Backend {
         /// policy).
         fail: FailPolicy<()>,
         /// Keys kept per policy by the local fallback.
-        max_keys: usize,
+        keys: Keys,
     },
 }
 
 /// One policy's limiter and the headers it stamps.
 #[derive(Debug)]
 pub struct Entry {
-    /// What the policy builds: its limiter is rebuilt only when this changes.
+    /// What the policy builds: its limiter is rebuilt only when this or `on_full`
+    /// changes.
     pub built: Built,
+    /// What the policy's full key table does (in this process).
+    on_full: OnFull,
     /// `RateLimit-Policy` for this policy.
     pub header: Option<tollgate_tower::Policy>,
     limiter: Limiter,
@@ -126,7 +159,8 @@ impl Entry {
             .policy
             .build(Style::File)
             .map_err(|p| p.to_string())?;
-        if let Some(previous) = previous.filter(|p| p.built == built) {
+        let on_full = stored.policy.on_full.unwrap_or_default();
+        if let Some(previous) = previous.filter(|p| p.built == built && p.on_full == on_full) {
             return Ok(Arc::clone(previous));
         }
         let header = tollgate_tower::Policy::new(
@@ -136,23 +170,21 @@ impl Entry {
         )
         .ok();
         let limiter = match (&built, backend) {
-            (Built::Leases { model, .. }, Backend::Memory { max_keys }) => {
-                Limiter::MemoryLeases(KeyedLeases::new(*model, *max_keys))
+            (Built::Leases { model, .. }, Backend::Memory(keys)) => {
+                Limiter::MemoryLeases(KeyedLeases::new(*model, keys.max_keys))
             }
             (Built::Leases { model, .. }, Backend::Redis { .. }) => Limiter::RedisLeases(
                 RedisLeases::new(*model).with_prefix(prefix(&stored.name, &stored.policy)),
             ),
-            (Built::Rule(rule), Backend::Memory { max_keys }) => {
-                Limiter::Memory(KeyedLimiter::new(rule.clone(), *max_keys))
+            (Built::Rule(rule), Backend::Memory(keys)) => {
+                Limiter::Memory(keys.limiter(rule, on_full))
             }
-            (Built::Rule(rule), Backend::Redis { fail, max_keys, .. }) => {
+            (Built::Rule(rule), Backend::Redis { fail, keys, .. }) => {
                 let limiter = RedisLimiter::new(rule.clone())
                     .map_err(|e| e.to_string())?
                     .with_prefix(prefix(&stored.name, &stored.policy));
                 let fail = match fail {
-                    FailPolicy::Local(()) => {
-                        FailPolicy::Local(KeyedLimiter::new(rule.clone(), *max_keys))
-                    }
+                    FailPolicy::Local(()) => FailPolicy::Local(keys.limiter(rule, on_full)),
                     FailPolicy::Open => FailPolicy::Open,
                     FailPolicy::Closed => FailPolicy::Closed,
                     _ => FailPolicy::Error,
@@ -171,6 +203,7 @@ impl Entry {
         };
         Ok(Arc::new(Self {
             built,
+            on_full,
             header,
             limiter,
             counters: metrics.counters(&stored.name),
@@ -180,6 +213,32 @@ impl Entry {
     /// The policy's counters in the metrics.
     pub(crate) fn counters(&self) -> &Counters {
         &self.counters
+    }
+
+    /// The fill of the policy's key table in this process (its limiter, its lease table
+    /// or its `--fail local` fallback), if it has one.
+    pub(crate) fn table(&self) -> Option<Table> {
+        let keyed = |l: &KeyedLimiter<String, AnyAlgorithm>| Table {
+            keys: l.len(),
+            capacity: l.capacity(),
+            evicted: l.evicted(),
+            refused: l.refused(),
+        };
+        match &self.limiter {
+            Limiter::Memory(limiter)
+            | Limiter::Redis {
+                fail: FailPolicy::Local(limiter),
+                ..
+            } => Some(keyed(limiter)),
+            // A lease table forgets expired leases only.
+            Limiter::MemoryLeases(leases) => Some(Table {
+                keys: leases.len(),
+                capacity: leases.capacity(),
+                evicted: 0,
+                refused: leases.refused(),
+            }),
+            Limiter::Redis { .. } | Limiter::RedisLeases(_) => None,
+        }
     }
 
     /// Decides `cost` units for `key`.
@@ -212,7 +271,7 @@ impl Entry {
                     },
                 )
             }
-            (Limiter::Redis { .. }, Backend::Memory { .. }) => Err(DecideError::Backend(
+            (Limiter::Redis { .. }, Backend::Memory(_)) => Err(DecideError::Backend(
                 "the policy was built for another backend".into(),
             )),
             (Limiter::MemoryLeases(_) | Limiter::RedisLeases(_), _) => {
@@ -281,7 +340,7 @@ impl Entry {
                     Err(e) => Err(typed(e)),
                 }
             }
-            (Limiter::RedisLeases(_), Backend::Memory { .. }) => Err(DecideError::Backend(
+            (Limiter::RedisLeases(_), Backend::Memory(_)) => Err(DecideError::Backend(
                 "the policy was built for another backend".into(),
             )),
             (Limiter::Memory(_) | Limiter::Redis { .. }, _) => {
@@ -345,6 +404,9 @@ fn prefix(name: &str, policy: &Policy) -> String {
         description: String::new(),
         owner: String::new(),
         fleet: None,
+        // Neither changes what Redis holds.
+        on_full: None,
+        max_lease: None,
         ..policy.clone()
     };
     let digest = Sha256::digest(

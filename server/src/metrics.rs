@@ -87,6 +87,63 @@ struct Latency {
     count: AtomicU64,
 }
 
+/// An in-process key table's fill (a policy's limiter or lease table), for `/metrics`:
+/// a table near its capacity refuses (or, with `on_full = "evict"`, forgets) keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Table {
+    /// Keys held now.
+    pub keys: usize,
+    /// The most keys held at once.
+    pub capacity: usize,
+    /// Keys forgotten while they still held state.
+    pub evicted: u64,
+    /// New keys refused because the table was full of keys in use.
+    pub refused: u64,
+}
+
+/// A metric of key tables: its name, type, help and value.
+type TableMetric = (&'static str, &'static str, &'static str, fn(&Table) -> u64);
+
+/// The Prometheus text of the key tables of `tables` (by policy name).
+pub fn render_tables<'a>(tables: impl Iterator<Item = (&'a str, Table)>) -> String {
+    let mut tables: Vec<(&str, Table)> = tables.collect();
+    tables.sort_unstable_by_key(|&(policy, _)| policy);
+    let mut out = String::new();
+    let metrics: [TableMetric; 4] = [
+        (
+            "tollgate_keys",
+            "gauge",
+            "Keys held by a policy's in-process table.",
+            |t| t.keys as u64,
+        ),
+        (
+            "tollgate_keys_capacity",
+            "gauge",
+            "The most keys a policy's in-process table holds.",
+            |t| t.capacity as u64,
+        ),
+        (
+            "tollgate_keys_evicted_total",
+            "counter",
+            "Keys forgotten while they held state, by policy.",
+            |t| t.evicted,
+        ),
+        (
+            "tollgate_keys_refused_total",
+            "counter",
+            "New keys refused by a full table, by policy.",
+            |t| t.refused,
+        ),
+    ];
+    for (name, kind, help, value) in metrics {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for (policy, table) in &tables {
+            let _ = writeln!(out, "{name}{{policy=\"{policy}\"}} {}", value(table));
+        }
+    }
+    out
+}
+
 /// The server's counters.
 #[derive(Debug, Default)]
 pub struct Metrics {

@@ -389,7 +389,8 @@ async fn ban_and_composite_decide() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leases_over_http() {
     let (server, admin, web) = setup().await;
-    let workers = r#"{"algorithm":"concurrency","limit":1,"lease":"30s","apps":["web"]}"#;
+    let workers =
+        r#"{"algorithm":"concurrency","limit":1,"lease":"30s","max_lease":"1m","apps":["web"]}"#;
     let made = put(&server.url("/v1/policies/workers"), &admin, workers, None).await;
     assert_eq!(made.status, StatusCode::CREATED, "{}", made.text);
     let lease = |op: &'static str, owner: &'static str, extra: &'static str| {
@@ -415,6 +416,17 @@ async fn leases_over_http() {
     assert_eq!(lease("renew", "b", "").await.json["renewed"], false);
     let renewed = lease("renew", "a", r#","ttl_us":60000000"#).await;
     assert_eq!(renewed.json["renewed"], true);
+    // Past the policy's max_lease: 422 naming the field, to acquire or renew.
+    for op in ["renew", "acquire"] {
+        let long = lease(op, "a", r#","ttl_us":60000001"#).await;
+        assert_eq!(
+            (long.status.as_u16(), long.json["field"].as_str()),
+            (422, Some("ttl_us")),
+            "{}",
+            long.text
+        );
+        assert!(long.text.contains("max_lease"), "{}", long.text);
+    }
     assert_eq!(lease("release", "a", "").await.json["released"], true);
     let second = lease("acquire", "b", "").await;
     assert_eq!(second.json["acquired"], true);

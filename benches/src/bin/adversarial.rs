@@ -1,6 +1,7 @@
 //! Adversarial load against `tollgate serve`, every phase bounded: slow connections,
-//! connections past the cap, a key spray, a policy flood, and a shutdown while slow
-//! clients hold connections. It prints what held (see "Running tollgate serve safely" in
+//! connections past the cap, a key spray (refusing new keys, and evicting), a lease
+//! fill, a policy of large keys, a policy flood, and a shutdown while slow clients hold
+//! connections. It prints what held (see "Running tollgate serve safely" in
 //! docs/service.md).
 //!
 //! ```text
@@ -108,6 +109,7 @@ fn main() -> ExitCode {
         max_policies: 200,
         max_policies_per_app: 200,
         max_keys: 100,
+        max_policy_bytes: 64 << 20,
         ..Config::default()
     };
     let started = runtime.block_on(async {
@@ -159,39 +161,85 @@ fn main() -> ExitCode {
     drop(held);
     std::thread::sleep(Duration::from_millis(200));
 
-    // 3. Key spray: a key denied by a 1-per-hour window, then 200 new keys.
+    // 3. Key spray: a key denied by a 1-per-hour window, then 200 new keys, on a policy
+    // that refuses new keys when full (the default) and on one that evicts.
     let (_, body) = request(addr, "POST", "/v1/apps", &admin, r#"{"name":"web"}"#);
     let app: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
     let web = app["token"].as_str().unwrap_or_default().to_owned();
-    let hourly = r#"{"algorithm":"fixed-window","limit":1,"period":"1h","apps":["web"]}"#;
-    request(addr, "PUT", "/v1/policies/login", &admin, hourly);
-    let decide = |key: &str| {
-        let (_, body) = request(
-            addr,
-            "POST",
-            "/v1/decide",
-            &web,
-            &format!(r#"{{"policy":"login","key":"{key}"}}"#),
-        );
-        serde_json::from_str::<serde_json::Value>(&body).unwrap_or_default()["allowed"] == true
+    let hourly = r#"{"algorithm":"fixed-window","limit":1,"period":"1h","apps":["web"]"#;
+    request(
+        addr,
+        "PUT",
+        "/v1/policies/login",
+        &admin,
+        &format!("{hourly}}}"),
+    );
+    let evicting = format!(r#"{hourly},"on_full":"evict"}}"#);
+    request(addr, "PUT", "/v1/policies/search", &admin, &evicting);
+    let call = |path: &str, body: String| {
+        let (status, body) = request(addr, "POST", path, &web, &body);
+        let json = serde_json::from_str::<serde_json::Value>(&body).unwrap_or_default();
+        (status, json)
     };
-    let first = decide("victim");
-    let second = decide("victim");
-    for i in 0..200 {
-        decide(&format!("spray-{i}"));
-    }
-    let after = decide("victim");
-    println!(
-        "key spray: victim admitted {first}, then {second}; after 200 new keys (--max-keys {}): {}",
-        config.max_keys,
-        if after {
-            "admitted AGAIN (its state was evicted)"
-        } else {
-            "still denied"
+    let decide = |policy: &str, key: &str| {
+        let body = format!(r#"{{"policy":"{policy}","key":"{key}"}}"#);
+        call("/v1/decide", body).1["allowed"] == true
+    };
+    for policy in ["login", "search"] {
+        let first = decide(policy, "victim");
+        let second = decide(policy, "victim");
+        for i in 0..200 {
+            decide(policy, &format!("spray-{i}"));
         }
+        let after = decide(policy, "victim");
+        let newcomer = decide(policy, "newcomer");
+        println!(
+            "key spray ({policy}): victim admitted {first}, then {second}; after 200 new keys (--max-keys {}): {}; a new key admitted {newcomer}",
+            config.max_keys,
+            if after { "admitted again" } else { "still denied" }
+        );
+    }
+    let (_, metrics) = request(addr, "GET", "/metrics", &admin, "");
+    let series: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("tollgate_keys_") && !l.contains("capacity"))
+        .collect();
+    println!("key spray: /metrics {}", series.join(", "));
+
+    // 4. Lease fill: a lease past the policy's max_lease, then every key of the table
+    // held as long as allowed.
+    let leases = r#"{"algorithm":"concurrency","limit":1,"lease":"1s","apps":["web"]}"#;
+    request(addr, "PUT", "/v1/policies/workers", &admin, leases);
+    let acquire = |key: &str, ttl: &str| {
+        let body = format!(r#"{{"policy":"workers","key":"{key}","owner":"a"{ttl}}}"#);
+        call("/v1/lease/acquire", body)
+    };
+    let (year, _) = acquire("k", r#","ttl_us":31536000000000"#);
+    let held = (0..config.max_keys)
+        .filter(|i| acquire(&format!("k{i}"), "").1["acquired"] == true)
+        .count();
+    let (_, refused) = acquire("newcomer", "");
+    std::thread::sleep(Duration::from_millis(1100));
+    let (_, later) = acquire("newcomer", "");
+    println!(
+        "lease fill: a 1-year ttl answered {year} (max_lease 1s); {held} keys held; a new key acquired {}, retry after {} µs; 1.1 s later acquired {}",
+        refused["acquired"], refused["retry_after_us"], later["acquired"]
     );
 
-    // 4. Policy flood: 60 KB policies until the cap refuses.
+    // 5. A sliding log of 10^5 entries a key: its key cap under --max-policy-bytes.
+    let log = r#"{"algorithm":"sliding-log","limit":100000,"period":"1s","apps":["web"]}"#;
+    request(addr, "PUT", "/v1/policies/log", &admin, log);
+    let (_, metrics) = request(addr, "GET", "/metrics", &admin, "");
+    let cap = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(r#"tollgate_keys_capacity{policy="log"} "#))
+        .unwrap_or("?");
+    println!(
+        "policy bytes: a sliding log of 100000 a key holds {cap} keys (--max-policy-bytes {} MiB)",
+        config.max_policy_bytes >> 20
+    );
+
+    // 6. Policy flood: 60 KB policies until the cap refuses.
     let big = format!(
         r#"{{"algorithm":"fixed-window","limit":5,"period":"1s","apps":["web"],"description":"{}"}}"#,
         "x".repeat(60_000)
@@ -226,7 +274,7 @@ fn main() -> ExitCode {
         page.len()
     );
 
-    // 5. Shutdown while slow clients hold connections.
+    // 7. Shutdown while slow clients hold connections.
     let _slow = stalled(addr, 100, b"POST /v1/decide HTTP/1.1\r\n");
     let start = Instant::now();
     let _ = stop.send(());

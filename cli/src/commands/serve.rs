@@ -48,6 +48,11 @@ pub struct ServeArgs {
     /// Keys kept per policy by in-process limiters (least fresh forgotten first).
     #[arg(long, default_value_t = 100_000)]
     max_keys: usize,
+    /// Memory per policy's in-process limiter at the worst (bytes, or with KiB, MiB or
+    /// GiB): a policy whose keys could take more (a sliding log of a large limit) holds
+    /// fewer keys than --max-keys.
+    #[arg(long, default_value = "256MiB", value_parser = bytes)]
+    max_policy_bytes: usize,
     /// Serve /metrics without a token (for a scraper on a trusted network).
     #[arg(long)]
     metrics_open: bool,
@@ -100,6 +105,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, Failure> {
             FailFlag::Local => FailPolicy::Local(()),
         },
         max_keys: args.max_keys,
+        max_policy_bytes: args.max_policy_bytes,
         metrics_open: args.metrics_open,
         header_timeout: args.header_timeout,
         idle_timeout: args.idle_timeout,
@@ -148,6 +154,21 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, Failure> {
 /// A flag's duration (`250ms`, `5s`), as policies write them.
 fn duration(text: &str) -> Result<Duration, String> {
     tollgate_policy::parse_duration(text).map(|d| Duration::from_micros(d.0))
+}
+
+/// `65536`, `64KiB`, `256MiB`, `1GiB`.
+fn bytes(text: &str) -> Result<usize, String> {
+    let (digits, shift) = [("KiB", 10), ("MiB", 20), ("GiB", 30)]
+        .iter()
+        .find_map(|&(unit, shift)| Some((text.strip_suffix(unit)?, shift)))
+        .unwrap_or((text, 0));
+    digits
+        .trim()
+        .parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_mul(1 << shift))
+        .filter(|&n| n > 0)
+        .ok_or_else(|| format!("{text:?} is not a size (bytes, or with KiB, MiB or GiB)"))
 }
 
 /// Completes on Ctrl-C or SIGTERM: the server then finishes the requests in flight.

@@ -11,6 +11,7 @@ use axum::routing::get;
 use axum::Router;
 
 use crate::limiters::Backend;
+use crate::metrics::render_tables;
 use crate::service::auth::Admin;
 use crate::service::Service;
 
@@ -36,9 +37,19 @@ async fn metrics(
             header::CONTENT_TYPE,
             HeaderValue::from_static("text/plain; version=0.0.4"),
         )],
-        service.metrics.render() + &redis_metrics(&service.backend),
+        service.metrics.render() + &tables(&service) + &redis_metrics(&service.backend),
     )
         .into_response())
+}
+
+/// The fill of every policy's in-process key table.
+fn tables(service: &Service) -> String {
+    let limiters = service.limiters();
+    render_tables(
+        limiters
+            .iter()
+            .filter_map(|(name, entry)| Some((name.as_str(), entry.table()?))),
+    )
 }
 
 /// The coalescing of decisions sent to Redis, when they are.

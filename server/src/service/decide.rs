@@ -4,8 +4,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use tollgate_core::{Decision, Ticks};
+use tollgate_policy::human;
 
-use crate::limiters::{DecideError, Entry, LeaseAnswer, LeaseOp, Limiters};
+use crate::limiters::{DecideError, Entry, LeaseAnswer, LeaseOp, Limiters, MAX_KEY};
 use crate::store::{Snapshot, Stored};
 use crate::time::now_s;
 
@@ -15,9 +16,6 @@ use super::state::Service;
 
 /// The most decisions in one call (a batch, or an Envoy request's descriptors).
 pub(crate) const MAX_BATCH: usize = 1000;
-
-/// The longest key, in bytes.
-pub(crate) const MAX_KEY: usize = 1024;
 
 /// A lease asked for: `owner`'s lease on `key` under `policy`, for `ttl` ticks (none:
 /// the policy's own).
@@ -98,6 +96,18 @@ impl Service {
         let Some(ttl) = request.ttl.or(entry.lease_ttl()) else {
             return Err(DecideError::Rate(stored.name.clone()).into());
         };
+        // One app holding keys of a shared table for months would refuse everyone's
+        // new keys: a lease lasts at most the policy's `max_lease`.
+        let max = stored.policy.max_lease();
+        if op != LeaseOp::Release && ttl > max {
+            return Err(ServiceError::invalid(
+                format!(
+                    "ttl_us is at most the policy's max_lease, {} ({max} µs)",
+                    human(max)
+                ),
+                Some("ttl_us"),
+            ));
+        }
         Ok(entry
             .lease(
                 &self.backend,

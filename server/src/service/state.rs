@@ -64,7 +64,9 @@ impl Service {
             if !force && self.store.counter().await? == self.snapshot().counter {
                 return Ok(());
             }
-            let snapshot = self.store.snapshot().await?;
+            // A forced read (at start) reads everything; else only what changed.
+            let old = self.snapshot();
+            let snapshot = self.store.snapshot((!force).then_some(&*old)).await?;
             for _ in 0..snapshot.unreadable {
                 self.metrics.store_error();
             }

@@ -7,7 +7,7 @@
 //! change reaches every server within the poll interval, without a restart. The counter
 //! also numbers audit entries (no dialect's auto-increment needed).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -115,8 +115,50 @@ pub struct Snapshot {
     pub users: BTreeMap<String, User>,
     /// Token digest → its holder.
     pub tokens: HashMap<crate::token::Digest, Principal>,
-    /// Stored rows that could not be read (logged, skipped, counted as store errors).
+    /// Stored rows this read could not read (logged, skipped, counted as store errors).
     pub unreadable: usize,
+}
+
+impl Snapshot {
+    /// Adds the policy a row holds, or counts it unreadable.
+    fn add_policy(&mut self, row: &AnyRow) {
+        match stored(row) {
+            Ok(policy) => {
+                self.policies.insert(policy.name.clone(), policy);
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "skipping a policy the store holds but this server cannot read");
+                self.unreadable += 1;
+            }
+        }
+    }
+}
+
+/// The policies changed after change `from` up to change `to`, if every change between
+/// was a policy's create, update or delete, each with its audit entry; `None` if any
+/// was not (an app or user change may touch policies too) or has no entry.
+async fn policies_changed(
+    tx: &mut Tx,
+    from: i64,
+    to: i64,
+) -> Result<Option<BTreeSet<String>>, StoreError> {
+    let rows = sqlx::query("SELECT action, policy FROM tollgate_audit WHERE id > $1 AND id <= $2")
+        .bind(from)
+        .bind(to)
+        .fetch_all(&mut **tx)
+        .await?;
+    if i64::try_from(rows.len()).ok() != to.checked_sub(from) {
+        return Ok(None);
+    }
+    let mut names = BTreeSet::new();
+    for row in &rows {
+        let action: String = row.try_get(0)?;
+        if !matches!(action.as_str(), "create" | "update" | "delete") {
+            return Ok(None);
+        }
+        names.insert(row.try_get(1)?);
+    }
+    Ok(Some(names))
 }
 
 /// One entry of the audit log.
@@ -208,7 +250,35 @@ const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
 /// The database.
 #[derive(Debug, Clone)]
 pub struct Store {
+    /// Writes, and the reads inside them.
     pool: AnyPool,
+    /// The snapshot and the counter: on SQLite, connections of their own reading in
+    /// WAL mode beside the writer (they see the last commit without blocking the next);
+    /// on PostgreSQL, `pool`.
+    reads: AnyPool,
+    /// The audit log's scans, on connections of their own: however many run at once,
+    /// they hold up only each other, never a write or a reload.
+    audit: AnyPool,
+}
+
+/// Connections of `reads` on SQLite, and of `audit`.
+const READERS: u32 = 2;
+
+/// A pool of `max` connections to `url` that cannot write.
+async fn read_only(url: &str, max: u32) -> Result<AnyPool, sqlx::Error> {
+    let statement = if url.starts_with("sqlite:") {
+        "PRAGMA query_only = ON"
+    } else {
+        "SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY"
+    };
+    AnyPoolOptions::new()
+        .acquire_timeout(ACQUIRE_TIMEOUT)
+        .max_connections(max)
+        .after_connect(move |con, _| {
+            Box::pin(async move { sqlx::query(statement).execute(con).await.map(drop) })
+        })
+        .connect(url)
+        .await
 }
 
 type Tx = sqlx::Transaction<'static, sqlx::Any>;
@@ -235,15 +305,25 @@ impl Store {
     /// migrates its schema.
     pub async fn open(url: &str) -> Result<Self, StoreError> {
         sqlx::any::install_default_drivers();
+        let sqlite = url.starts_with("sqlite:");
         // SQLite takes one writer at a time: one connection serializes them here instead
         // of failing with "database is locked".
-        let max = if url.starts_with("sqlite:") { 1 } else { 8 };
         let pool = AnyPoolOptions::new()
-            .max_connections(max)
+            .max_connections(if sqlite { 1 } else { 8 })
             .acquire_timeout(ACQUIRE_TIMEOUT)
             .connect(url)
             .await?;
-        let store = Self { pool };
+        let reads = if sqlite {
+            // Kept by the file: readers and the writer no longer wait for each other.
+            sqlx::query("PRAGMA journal_mode = WAL")
+                .execute(&pool)
+                .await?;
+            read_only(url, READERS).await?
+        } else {
+            pool.clone()
+        };
+        let audit = read_only(url, READERS).await?;
+        let store = Self { pool, reads, audit };
         // Servers starting together race to create the tables (PostgreSQL may refuse
         // the loser's `CREATE TABLE IF NOT EXISTS`); the schema is idempotent, so retry.
         let mut tries = 0;
@@ -289,19 +369,41 @@ impl Store {
     /// The change counter: it moves with every change, in the change's transaction.
     pub async fn counter(&self) -> Result<i64, StoreError> {
         let row = sqlx::query("SELECT counter FROM tollgate_meta WHERE id = 1")
-            .fetch_one(&self.pool)
+            .fetch_one(&self.reads)
             .await?;
         Ok(row.try_get(0)?)
     }
 
-    /// Everything the servers keep in memory. Read in one transaction, so it is one
-    /// consistent state.
-    pub async fn snapshot(&self) -> Result<Snapshot, StoreError> {
-        let mut tx = self.pool.begin().await?;
+    /// Everything the servers keep in memory, read in one transaction. From `old`, when
+    /// every change since it is a policy's, only those policies are read again (the
+    /// audit log names each change: its entry's id is the change's number); else
+    /// everything.
+    pub async fn snapshot(&self, old: Option<&Snapshot>) -> Result<Snapshot, StoreError> {
+        let mut tx = self.reads.begin().await?;
         let counter: i64 = sqlx::query("SELECT counter FROM tollgate_meta WHERE id = 1")
             .fetch_one(&mut *tx)
             .await?
             .try_get(0)?;
+        if let Some(old) = old {
+            if let Some(names) = policies_changed(&mut tx, old.counter, counter).await? {
+                let mut snapshot = Snapshot {
+                    counter,
+                    unreadable: 0,
+                    ..old.clone()
+                };
+                for name in names {
+                    let row = sqlx::query("SELECT name, body, version, created_by, updated_by, created_at, updated_at FROM tollgate_policies WHERE name = $1")
+                        .bind(&name)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                    snapshot.policies.remove(&name);
+                    if let Some(row) = row {
+                        snapshot.add_policy(&row);
+                    }
+                }
+                return Ok(snapshot);
+            }
+        }
         let mut snapshot = Snapshot {
             counter,
             ..Snapshot::default()
@@ -310,15 +412,7 @@ impl Store {
             .fetch_all(&mut *tx)
             .await?;
         for row in &rows {
-            match stored(row) {
-                Ok(policy) => {
-                    snapshot.policies.insert(policy.name.clone(), policy);
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "skipping a policy the store holds but this server cannot read");
-                    snapshot.unreadable += 1;
-                }
-            }
+            snapshot.add_policy(row);
         }
         for row in sqlx::query("SELECT name, token_hash FROM tollgate_apps")
             .fetch_all(&mut *tx)
@@ -513,7 +607,7 @@ impl Store {
         loop {
             let rows = sqlx::query("SELECT id, at, actor, action, policy, before_body, after_body, apps FROM tollgate_audit WHERE id < $1 ORDER BY id DESC LIMIT 500")
                 .bind(before)
-                .fetch_all(&self.pool)
+                .fetch_all(&self.audit)
                 .await?;
             for row in &rows {
                 let json = |i: usize| -> Result<Option<serde_json::Value>, StoreError> {
