@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds tollgate-wasm's two packages: wasm/pkg/web (ES modules for browsers and
+# Builds sluicegate-wasm's two packages: wasm/pkg/web (ES modules for browsers and
 # bundlers) and wasm/pkg/nodejs (wasm-bindgen's CommonJS for Node.js under an ES module
 # entry), each with TypeScript types, then checks the gzipped size of the optimized
 # module. Both export `Limiter` from wasm/js/limiter.js (over the module's LimiterCore)
@@ -13,8 +13,8 @@ install_wasm_tools
 # cargo keeps them: name them the same everywhere, so the page's committed copy
 # (server/web/dist/wasm) rebuilds bit for bit on any machine with the same toolchain.
 CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="--remap-path-prefix=${CARGO_HOME:-$HOME/.cargo}=/cargo" \
-  cargo build -q -p tollgate-wasm --target wasm32-unknown-unknown --profile wasm
-module=${CARGO_TARGET_DIR:-target}/wasm32-unknown-unknown/wasm/tollgate_wasm.wasm
+  cargo build -q -p sluicegate-wasm --target wasm32-unknown-unknown --profile wasm
+module=${CARGO_TARGET_DIR:-target}/wasm32-unknown-unknown/wasm/sluicegate_wasm.wasm
 # The features rustc's wasm32 target enables by default.
 features="--enable-bulk-memory --enable-mutable-globals --enable-nontrapping-float-to-int
   --enable-sign-ext --enable-reference-types --enable-multivalue"
@@ -23,7 +23,7 @@ for target in web nodejs; do
   rm -rf "$out"
   wasm-bindgen --target "$target" --out-dir "$out" "$module"
   # shellcheck disable=SC2086
-  wasm/node_modules/.bin/wasm-opt -Oz $features "$out/tollgate_wasm_bg.wasm" -o "$out/tollgate_wasm_bg.wasm"
+  wasm/node_modules/.bin/wasm-opt -Oz $features "$out/sluicegate_wasm_bg.wasm" -o "$out/sluicegate_wasm_bg.wasm"
   # The entry and the JS half of Limiter; `.mjs` where the package is CommonJS.
   type=commonjs js=mjs
   if [ "$target" = web ]; then type=module js=js; fi
@@ -36,7 +36,7 @@ for target in web nodejs; do
   echo '{ "type": "module" }' >"$out/snippets/package.json"
   cat >"$out/package.json" <<JSON
 {
-  "name": "tollgate-wasm",
+  "name": "sluicegate-wasm",
   "version": "$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -1)",
   "description": "Client-side rate limiting for browsers and JS apps",
   "license": "MIT OR Apache-2.0",
@@ -47,9 +47,9 @@ for target in web nodejs; do
 JSON
 done
 
-raw=$(wc -c <wasm/pkg/web/tollgate_wasm_bg.wasm)
-gzipped=$(gzip -9 -c wasm/pkg/web/tollgate_wasm_bg.wasm | wc -c)
-echo "tollgate_wasm_bg.wasm: $raw bytes, $gzipped gzipped (budget 40000)"
+raw=$(wc -c <wasm/pkg/web/sluicegate_wasm_bg.wasm)
+gzipped=$(gzip -9 -c wasm/pkg/web/sluicegate_wasm_bg.wasm | wc -c)
+echo "sluicegate_wasm_bg.wasm: $raw bytes, $gzipped gzipped (budget 40000)"
 if [ "$gzipped" -gt 40000 ]; then
   echo "the gzipped module is over its 40 KB budget" >&2
   exit 1

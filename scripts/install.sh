@@ -13,7 +13,7 @@ source scripts/wasm-tools.sh
 if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
   apt_install redis-server
 fi
-# The TLS tests (tollgate-redis's and the CLI's) make their certificates with openssl.
+# The TLS tests (sluicegate-redis's and the CLI's) make their certificates with openssl.
 if ! command -v openssl >/dev/null 2>&1; then
   apt_install openssl
 fi

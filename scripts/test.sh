@@ -10,25 +10,25 @@ bash scripts/install.sh
 # The Redis module, loaded by its tests' redis-server: cargo does not rebuild a cdylib
 # for integration tests, so build it here, with the tests' profile (its dependencies are
 # the tests' own, already built), and tell the tests where it is.
-cargo build --profile test -p tollgate-redis-module
+cargo build --profile test -p sluicegate-redis-module
 target_dir=${CARGO_TARGET_DIR:-target}
 case $target_dir in /*) ;; *) target_dir="$(pwd)/$target_dir" ;; esac
-export TOLLGATE_REDIS_MODULE="$target_dir/debug/libtollgate_redis_module.so"
+export SLUICEGATE_REDIS_MODULE="$target_dir/debug/libsluicegate_redis_module.so"
 
 # Doc tests (including the README's examples), which nextest does not run.
 cargo test --workspace --all-features --doc
 # The guide as a book (its Rust snippets are among the doc tests above, through
-# tollgate-tests), and every relative link and anchor of the docs resolving.
+# sluicegate-tests), and every relative link and anchor of the docs resolving.
 mdbook build docs
 python3 scripts/check-links.py
 # Unit, integration and property tests (proptest regressions are committed next to them).
 cargo nextest run --workspace --all-features --no-fail-fast
 
-# tollgate-wasm in a real JS engine: the bindings under Node.js (wasm-bindgen-test), then
+# sluicegate-wasm in a real JS engine: the bindings under Node.js (wasm-bindgen-test), then
 # the built packages (size budget checked) as users import them, and the demo page in
 # headless Chromium.
 CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=wasm-bindgen-test-runner \
-  cargo test -p tollgate-wasm --target wasm32-unknown-unknown --test node
+  cargo test -p sluicegate-wasm --target wasm32-unknown-unknown --test node
 bash scripts/build-wasm.sh
 node --test wasm/tests/limiter.test.mjs
 node wasm/examples/throttle.mjs   # the README's example runs as shown
@@ -37,9 +37,9 @@ wasm/node_modules/.bin/tsc --noEmit --strict --target es2022 --module es2022 \
 node wasm/e2e/e2e.mjs
 
 # The management page (server/web): its committed copy of the wasm package is the current
-# build, its preview decides as `tollgate simulate` does, and the page in headless
-# Chromium against a real `tollgate serve` (screenshots in target/page-e2e/).
+# build, its preview decides as `sluicegate simulate` does, and the page in headless
+# Chromium against a real `sluicegate serve` (screenshots in target/page-e2e/).
 bash server/web/build.sh --check
-cargo build --profile test -p tollgate
+cargo build --profile test -p sluicegate
 node --test server/web/tests/preview.test.mjs
 node server/web/e2e/e2e.mjs

@@ -1,4 +1,4 @@
-# Sourced by the wasm scripts: installs what building tollgate-wasm needs, only what is
+# Sourced by the wasm scripts: installs what building sluicegate-wasm needs, only what is
 # missing: the wasm32 target, the wasm-bindgen CLI of the version Cargo.lock pins, and
 # binaryen's wasm-opt (from npm, pinned in wasm/package-lock.json; Debian's is too old
 # for wasm-bindgen's reference types). `install_browser` adds Chromium and ChromeDriver.

@@ -5,7 +5,7 @@
 //! of a busy key.
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
-use tollgate_core::{
+use sluicegate_core::{
     Algorithm, FixedWindow, LeakyBucket, Pacing, SlidingCounter, SlidingLog, Ticks, TokenBucket,
     SECOND,
 };

@@ -5,15 +5,15 @@
 //! against the node's share under a mutex (a heartbeat per hour here). The goal is at
 //! least 10 million decisions per second per node.
 
-use tollgate_test_support as common;
+use sluicegate_test_support as common;
 
 use std::num::NonZeroU32;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use tollgate_core::{TokenBucket, MILLISECOND};
-use tollgate_redis::fleet::{FleetConfig, FleetLimiter, FleetMode};
-use tollgate_redis::RedisLimiter;
+use sluicegate_core::{TokenBucket, MILLISECOND};
+use sluicegate_redis::fleet::{FleetConfig, FleetLimiter, FleetMode};
+use sluicegate_redis::RedisLimiter;
 
 fn fleet_local(c: &mut Criterion) {
     let server = common::Server::start();

@@ -1,9 +1,9 @@
 //! In-process leases beside tokio's `Semaphore`, same run: acquire and release one permit
 //! of a limit of 16, uncontended and from two threads at once.
 //!
-//! tollgate's lease reads the clock (`MonotonicClock`) for its expiry and fencing token
+//! sluicegate's lease reads the clock (`MonotonicClock`) for its expiry and fencing token
 //! and records its owner; the semaphore counts permits and nothing else.
-//! `tollgate_manual_clock` reads a `ManualClock` (one atomic load) instead, to price the
+//! `sluicegate_manual_clock` reads a `ManualClock` (one atomic load) instead, to price the
 //! clock. The `lease_parts` group prices the pieces of one pair alone: the clock read,
 //! the pure transitions on a `LeaseState` (grant and release, an owner's bytes copied
 //! in), the table's three atomic read-modify-writes on their own, and two lock round
@@ -14,10 +14,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use criterion::{criterion_group, criterion_main, Criterion};
+use sluicegate_benches::on_two_threads;
+use sluicegate_core::memory::Leases;
+use sluicegate_core::{Clock, Concurrency, LeaseState, ManualClock, MonotonicClock, SECOND};
 use tokio::sync::Semaphore;
-use tollgate_benches::on_two_threads;
-use tollgate_core::memory::Leases;
-use tollgate_core::{Clock, Concurrency, LeaseState, ManualClock, MonotonicClock, SECOND};
 
 const PERMITS: u64 = 16;
 const TTL: u64 = 30 * SECOND;
@@ -26,16 +26,16 @@ fn lease_inprocess(c: &mut Criterion) {
     let mut group = c.benchmark_group("lease_inprocess");
     let leases = Leases::new(Concurrency::new(PERMITS).unwrap());
     let semaphore = Semaphore::new(usize::try_from(PERMITS).unwrap());
-    let tollgate = || leases.try_acquire(None, TTL).map(|g| g.token()).is_ok();
+    let sluicegate = || leases.try_acquire(None, TTL).map(|g| g.token()).is_ok();
     let tokio = || semaphore.try_acquire().is_ok();
-    group.bench_function("tollgate", |b| b.iter(tollgate));
+    group.bench_function("sluicegate", |b| b.iter(sluicegate));
     group.bench_function("semaphore", |b| b.iter(tokio));
     let manual = Leases::with_clock(Concurrency::new(PERMITS).unwrap(), ManualClock::new(SECOND));
-    group.bench_function("tollgate_manual_clock", |b| {
+    group.bench_function("sluicegate_manual_clock", |b| {
         b.iter(|| manual.try_acquire(None, TTL).map(|g| g.token()).is_ok())
     });
-    group.bench_function("tollgate_2_threads", |b| {
-        b.iter_custom(|iters| on_two_threads(iters, &tollgate))
+    group.bench_function("sluicegate_2_threads", |b| {
+        b.iter_custom(|iters| on_two_threads(iters, &sluicegate))
     });
     group.bench_function("semaphore_2_threads", |b| {
         b.iter_custom(|iters| on_two_threads(iters, &tokio))

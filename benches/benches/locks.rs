@@ -1,22 +1,22 @@
-//! tollgate's Redis lock beside the common single-server lock recipe on the same local
+//! sluicegate's Redis lock beside the common single-server lock recipe on the same local
 //! redis-server, in the same run: `SET key owner NX PX ttl` to acquire, a Lua compare-and-delete to release.
 //! Each element is one acquire + release of a free lock.
 //!
 //! `lock_pipelined`: a pipeline of 64 acquires then one of 64 releases, on four
 //! connections in four threads. `lock_single`: one connection, one call per round trip.
-//! `tollgate_module` is the same lock on the same server through the native module
-//! (loaded with `--loadmodule`: `TOLLGATE_REDIS_MODULE`, else its release build), which
-//! the client detects; `tollgate_lock` is forced onto the function library.
+//! `sluicegate_module` is the same lock on the same server through the native module
+//! (loaded with `--loadmodule`: `SLUICEGATE_REDIS_MODULE`, else its release build), which
+//! the client detects; `sluicegate_lock` is forced onto the function library.
 
-use tollgate_test_support as common;
+use sluicegate_test_support as common;
 
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use redis::{Connection, Pipeline};
-use tollgate_benches::{named_keys, BATCH, COMPARE_AND_DELETE, CONNECTIONS, KEYS};
-use tollgate_core::{Concurrency, LeaseRequest};
-use tollgate_redis::{Path, RedisLeases};
+use sluicegate_benches::{named_keys, BATCH, COMPARE_AND_DELETE, CONNECTIONS, KEYS};
+use sluicegate_core::{Concurrency, LeaseRequest};
+use sluicegate_redis::{Path, RedisLeases};
 
 const TTL_MS: u64 = 10_000;
 
@@ -28,7 +28,7 @@ fn pipelined(
     run: impl Fn(&mut Connection, usize, &[u8]) + Sync,
 ) -> Duration {
     let connections = (0..CONNECTIONS).map(|_| server.connection()).collect();
-    tollgate_benches::on_threads(connections, iters, |t, con, rounds| {
+    sluicegate_benches::on_threads(connections, iters, |t, con, rounds| {
         let owner = format!("owner-{t}");
         // Thread t uses keys t, t + 4, ...: no two threads contend.
         let mut start = 0;
@@ -43,7 +43,7 @@ fn key(keys: &[Vec<u8>], start: usize, j: usize) -> &[u8] {
     &keys[(start + j * CONNECTIONS) % KEYS]
 }
 
-fn tollgate_batch(
+fn sluicegate_batch(
     leases: &RedisLeases,
     con: &mut Connection,
     keys: &[Vec<u8>],
@@ -91,7 +91,7 @@ fn recipe_batch(sha: &str, con: &mut Connection, keys: &[Vec<u8>], start: usize,
 
 fn lock_benches(c: &mut Criterion) {
     let server = common::Server::start_with_module(true);
-    let keys = named_keys("tollgate:lock:");
+    let keys = named_keys("sluicegate:lock:");
     let module_keys = named_keys("module:lock:");
     let recipe_keys = named_keys("recipe:lock:");
     let lock = RedisLeases::new(Concurrency::lock())
@@ -106,17 +106,17 @@ fn lock_benches(c: &mut Criterion) {
 
     let mut group = c.benchmark_group("lock_pipelined");
     group.throughput(Throughput::Elements(BATCH as u64));
-    group.bench_function("tollgate_lock", |b| {
+    group.bench_function("sluicegate_lock", |b| {
         b.iter_custom(|iters| {
             pipelined(&server, iters, |con, start, owner| {
-                tollgate_batch(&lock, con, &keys, start, owner)
+                sluicegate_batch(&lock, con, &keys, start, owner)
             })
         })
     });
-    group.bench_function("tollgate_module", |b| {
+    group.bench_function("sluicegate_module", |b| {
         b.iter_custom(|iters| {
             pipelined(&server, iters, |con, start, owner| {
-                tollgate_batch(&module, con, &module_keys, start, owner)
+                sluicegate_batch(&module, con, &module_keys, start, owner)
             })
         })
     });
@@ -134,8 +134,8 @@ fn lock_benches(c: &mut Criterion) {
     let mut con = server.connection();
     let mut i = 0;
     for (name, leases, keys) in [
-        ("tollgate_lock", &lock, &keys),
-        ("tollgate_module", &module, &module_keys),
+        ("sluicegate_lock", &lock, &keys),
+        ("sluicegate_module", &module, &module_keys),
     ] {
         group.bench_function(name, |b| {
             b.iter(|| {

@@ -1,5 +1,5 @@
 //! In-process limiting beside governor: same quota, same run, each on its default clock
-//! (tollgate's `MonotonicClock`, governor's `DefaultClock`, both on the CPU counter
+//! (sluicegate's `MonotonicClock`, governor's `DefaultClock`, both on the CPU counter
 //! through quanta). `memory_direct/governor_std` adds governor on `std::time::Instant`
 //! for reference. The `clock` group prices the clocks alone.
 
@@ -12,9 +12,9 @@ use governor::clock::{Clock as _, MonotonicClock as GovernorMonotonic, QuantaClo
 use governor::middleware::NoOpMiddleware;
 use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
-use tollgate_benches::{on_two_threads, walk};
-use tollgate_core::memory::{DirectLimiter, InMemory, KeyedLimiter, StateCell, WordState};
-use tollgate_core::{
+use sluicegate_benches::{on_two_threads, walk};
+use sluicegate_core::memory::{DirectLimiter, InMemory, KeyedLimiter, StateCell, WordState};
+use sluicegate_core::{
     Algorithm, BucketState, Clock, Decision, MonotonicClock, SystemClock, TokenBucket, SECOND,
 };
 
@@ -35,8 +35,8 @@ fn bucket(rate: u32) -> TokenBucket {
 fn clock(c: &mut Criterion) {
     let mut group = c.benchmark_group("clock");
     let monotonic = MonotonicClock::new();
-    group.bench_function("tollgate_monotonic", |b| b.iter(|| monotonic.now()));
-    group.bench_function("tollgate_system", |b| b.iter(|| SystemClock.now()));
+    group.bench_function("sluicegate_monotonic", |b| b.iter(|| monotonic.now()));
+    group.bench_function("sluicegate_system", |b| b.iter(|| SystemClock.now()));
     group.bench_function("instant_now", |b| b.iter(Instant::now));
     let quanta = QuantaClock::default();
     group.bench_function("governor_quanta", |b| b.iter(|| quanta.now()));
@@ -53,8 +53,8 @@ type GovernorDirect = RateLimiter<
 
 fn memory_direct(c: &mut Criterion) {
     let mut group = c.benchmark_group("memory_direct");
-    let tollgate = DirectLimiter::new(bucket(DIRECT_RATE));
-    group.bench_function("tollgate", |b| b.iter(|| tollgate.check(1).allowed));
+    let sluicegate = DirectLimiter::new(bucket(DIRECT_RATE));
+    group.bench_function("sluicegate", |b| b.iter(|| sluicegate.check(1).allowed));
     let governor: GovernorDirect = RateLimiter::direct(quota(DIRECT_RATE));
     group.bench_function("governor", |b| b.iter(|| governor.check().is_ok()));
     let std = RateLimiter::direct_with_clock(quota(DIRECT_RATE), GovernorMonotonic);
@@ -64,17 +64,17 @@ fn memory_direct(c: &mut Criterion) {
 
 fn memory_keyed(c: &mut Criterion) {
     let mut group = c.benchmark_group("memory_keyed");
-    let tollgate = KeyedLimiter::new(bucket(KEYED_RATE), 200_000);
+    let sluicegate = KeyedLimiter::new(bucket(KEYED_RATE), 200_000);
     let governor = RateLimiter::keyed(quota(KEYED_RATE));
     for key in 0..KEYS {
-        let _ = tollgate.check(&key, 1);
+        let _ = sluicegate.check(&key, 1);
         let _ = governor.check_key(&key);
     }
     let mut step = 0;
-    group.bench_function("tollgate", |b| {
+    group.bench_function("sluicegate", |b| {
         b.iter(|| {
             step += 1;
-            tollgate.check(&walk(step, KEYS), 1).allowed
+            sluicegate.check(&walk(step, KEYS), 1).allowed
         })
     });
     group.bench_function("governor", |b| {
@@ -88,9 +88,9 @@ fn memory_keyed(c: &mut Criterion) {
 
 fn memory_direct_contended(c: &mut Criterion) {
     let mut group = c.benchmark_group("memory_direct_contended");
-    let tollgate = DirectLimiter::new(bucket(DIRECT_RATE));
-    group.bench_function("tollgate", |b| {
-        b.iter_custom(|iters| on_two_threads(iters, &|| tollgate.check(1).allowed))
+    let sluicegate = DirectLimiter::new(bucket(DIRECT_RATE));
+    group.bench_function("sluicegate", |b| {
+        b.iter_custom(|iters| on_two_threads(iters, &|| sluicegate.check(1).allowed))
     });
     let governor: GovernorDirect = RateLimiter::direct(quota(DIRECT_RATE));
     group.bench_function("governor", |b| {
@@ -109,7 +109,7 @@ impl Clock for Ticking {
     }
 }
 
-/// The pieces of one `memory_direct/tollgate` decision alone: the clock, the pure
+/// The pieces of one `memory_direct/sluicegate` decision alone: the clock, the pure
 /// decision on the unpacked state (the state the bench's limiter holds; the exact
 /// 128-bit path), the limiter's decision on its word without the clock, and the 64-bit
 /// cell's load and compare-and-swap around a transition that computes nothing.

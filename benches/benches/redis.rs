@@ -1,4 +1,4 @@
-//! tollgate-redis beside a plain `INCR` of the same keys on the same local redis-server,
+//! sluicegate-redis beside a plain `INCR` of the same keys on the same local redis-server,
 //! in the same run: `INCR` is the floor for a one-key round trip.
 //!
 //! `redis_pipelined`: pipelines of 64 decisions, one per connection on four threads.
@@ -14,19 +14,19 @@
 //! commandstats`), which the shared machine's noise moves far less than throughput.
 //!
 //! `redis_rate_gcra` is go-redis redis_rate's GCRA script (`fixtures/redis_rate_gcra.lua`,
-//! its source and licence noted there), by `EVALSHA`. `tollgate_token_bucket` is the
-//! path the client picks (the function library on this server), `tollgate_evalsha` the
+//! its source and licence noted there), by `EVALSHA`. `sluicegate_token_bucket` is the
+//! path the client picks (the function library on this server), `sluicegate_evalsha` the
 //! script path, chosen.
 
-use tollgate_test_support as common;
+use sluicegate_test_support as common;
 
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use redis::{Connection, Pipeline};
-use tollgate_benches::{named_keys, pipelined, BATCH, CONNECTIONS, KEYS};
-use tollgate_core::{Request, SlidingLog, TokenBucket, SECOND};
-use tollgate_redis::{LuaAlgorithm, Path, RedisLimiter};
+use sluicegate_benches::{named_keys, pipelined, BATCH, CONNECTIONS, KEYS};
+use sluicegate_core::{Request, SlidingLog, TokenBucket, SECOND};
+use sluicegate_redis::{LuaAlgorithm, Path, RedisLimiter};
 
 fn decide_batch<A: LuaAlgorithm>(
     limiter: &RedisLimiter<A>,
@@ -45,7 +45,7 @@ fn decide_batch<A: LuaAlgorithm>(
 /// The floor script: the Redis calls and reply of a decision, without its arithmetic.
 const FLOOR: &str = "local t = redis.call('TIME')
 redis.call('GET', KEYS[1])
-redis.call('SET', KEYS[1], 'tollgate', 'PX', 1000)
+redis.call('SET', KEYS[1], 'sluicegate', 'PX', 1000)
 return { 1, 0, 0, 0, 0, 0, tonumber(t[1]) }";
 
 /// The floor as a function library: the same calls and reply, through `FCALL`.
@@ -53,7 +53,7 @@ const FUNCTION_FLOOR: &str = "#!lua name=bench_floor
 redis.register_function('bench_floor', function(keys, args)
   local t = redis.call('TIME')
   redis.call('GET', keys[1])
-  redis.call('SET', keys[1], 'tollgate', 'PX', 1000)
+  redis.call('SET', keys[1], 'sluicegate', 'PX', 1000)
   return { 1, 0, 0, 0, 0, 0, tonumber(t[1]) }
 end)";
 
@@ -197,7 +197,7 @@ fn redis_benches(c: &mut Criterion) {
     type Single<'a> = Option<&'a dyn Fn(&mut Connection, usize)>;
     let cases: [(&str, &str, Pipelined, Single); 7] = [
         (
-            "tollgate_token_bucket",
+            "sluicegate_token_bucket",
             "fcall",
             &|con, start| decide_batch(&bucket, con, &keys, start),
             Some(&|con, i| {
@@ -205,7 +205,7 @@ fn redis_benches(c: &mut Criterion) {
             }),
         ),
         (
-            "tollgate_evalsha",
+            "sluicegate_evalsha",
             "evalsha",
             &|con, start| decide_batch(&evalsha, con, &keys, start),
             Some(&|con, i| {
@@ -224,7 +224,7 @@ fn redis_benches(c: &mut Criterion) {
             }),
         ),
         (
-            "tollgate_sliding_log",
+            "sluicegate_sliding_log",
             "fcall",
             &|con, start| decide_batch(&log, con, &keys, start),
             None,

@@ -4,23 +4,23 @@
 //!
 //! `redis_module_pipelined`: pipelines of 64 commands, one per connection on four
 //! threads. `redis_module_single`: one connection, one command per round trip.
-//! `tollgate_module` is `TOLLGATE.CHECK` of a token bucket (10^6 refilled at 10^6/s);
+//! `sluicegate_module` is `SLUICEGATE.CHECK` of a token bucket (10^6 refilled at 10^6/s);
 //! `module_cl_throttle` is `CL.THROTTLE key 15 30 60`; `redis_cell` is the same command
 //! on a second server running redis-cell's module instead (the two modules both name
 //! `CL.THROTTLE`), measured when `REDIS_CELL_MODULE` names its `.so` (a peer built from
 //! its source, not a dependency).
 //!
-//! The module is `TOLLGATE_REDIS_MODULE` if set, else built here with `--release`.
+//! The module is `SLUICEGATE_REDIS_MODULE` if set, else built here with `--release`.
 
-use tollgate_test_support as common;
+use sluicegate_test_support as common;
 
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use redis::{Cmd, Pipeline};
-use tollgate_benches::{named_keys, BATCH, CONNECTIONS, KEYS};
+use sluicegate_benches::{named_keys, BATCH, CONNECTIONS, KEYS};
 
-/// Runs `iters` pipelines of `command` on the keys (see [`tollgate_benches::pipelined`]);
+/// Runs `iters` pipelines of `command` on the keys (see [`sluicegate_benches::pipelined`]);
 /// returns the wall time.
 fn pipelined(
     server: &common::Server,
@@ -29,7 +29,7 @@ fn pipelined(
     keys: &[Vec<u8>],
 ) -> Duration {
     let connections = (0..CONNECTIONS).map(|_| server.connection()).collect();
-    tollgate_benches::pipelined(connections, iters, |con, start| {
+    sluicegate_benches::pipelined(connections, iters, |con, start| {
         let mut pipe = Pipeline::with_capacity(BATCH);
         for j in 0..BATCH {
             pipe.add_command(command(&keys[(start + j) % KEYS]));
@@ -39,7 +39,7 @@ fn pipelined(
 }
 
 fn check(key: &[u8]) -> Cmd {
-    let mut cmd = redis::cmd("TOLLGATE.CHECK");
+    let mut cmd = redis::cmd("SLUICEGATE.CHECK");
     cmd.arg(1)
         .arg(key)
         .arg("token_bucket")
@@ -63,7 +63,7 @@ fn incr(key: &[u8]) -> Cmd {
 
 /// The release build of the module, unless one is named.
 fn release_module() {
-    if std::env::var_os("TOLLGATE_REDIS_MODULE").is_some() {
+    if std::env::var_os("SLUICEGATE_REDIS_MODULE").is_some() {
         return;
     }
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
@@ -73,7 +73,7 @@ fn release_module() {
             "--quiet",
             "--release",
             "-p",
-            "tollgate-redis-module",
+            "sluicegate-redis-module",
         ])
         .status()
         .expect("cargo");
@@ -81,8 +81,8 @@ fn release_module() {
     let target = std::env::var("CARGO_TARGET_DIR")
         .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../target").to_owned());
     std::env::set_var(
-        "TOLLGATE_REDIS_MODULE",
-        format!("{target}/release/libtollgate_redis_module.so"),
+        "SLUICEGATE_REDIS_MODULE",
+        format!("{target}/release/libsluicegate_redis_module.so"),
     );
 }
 
@@ -98,7 +98,7 @@ fn module_benches(c: &mut Criterion) {
     );
     type Case<'a> = (&'a str, fn(&[u8]) -> Cmd, &'a [Vec<u8>], &'a common::Server);
     let mut cases: Vec<Case> = vec![
-        ("tollgate_module", check, &tb, &server),
+        ("sluicegate_module", check, &tb, &server),
         ("module_cl_throttle", throttle, &cell, &server),
         ("incr", incr, &counters, &server),
     ];

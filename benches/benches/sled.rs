@@ -1,10 +1,10 @@
-//! tollgate-sled beside a hand-written sled compare-and-swap increment, same keys, same
+//! sluicegate-sled beside a hand-written sled compare-and-swap increment, same keys, same
 //! run: the floor for an atomic read-modify-write of one sled record.
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use sled::Tree;
-use tollgate_core::{TokenBucket, SECOND};
-use tollgate_sled::{Durability, SledLimiter};
+use sluicegate_core::{TokenBucket, SECOND};
+use sluicegate_sled::{Durability, SledLimiter};
 
 const KEYS: u32 = 1024;
 
@@ -34,12 +34,12 @@ fn sled_decide(c: &mut Criterion) {
     let mut group = c.benchmark_group("sled_decide");
 
     let limiter = SledLimiter::new(
-        db.open_tree("tollgate").unwrap(),
+        db.open_tree("sluicegate").unwrap(),
         bucket,
         Durability::Background,
     );
     let mut i = 0;
-    group.bench_function("tollgate", |b| {
+    group.bench_function("sluicegate", |b| {
         b.iter(|| {
             i = (i + 1) % keys.len();
             limiter.check(&keys[i], 1).unwrap().allowed
@@ -57,7 +57,7 @@ fn sled_decide(c: &mut Criterion) {
         bucket,
         Durability::EveryDecision,
     );
-    group.bench_function("tollgate_flush_every_decision", |b| {
+    group.bench_function("sluicegate_flush_every_decision", |b| {
         b.iter(|| {
             i = (i + 1) % keys.len();
             durable.check(&keys[i], 1).unwrap().allowed

@@ -1,17 +1,17 @@
 //! The middleware's overhead per request: one axum route alone (`bare`), behind
-//! tollgate's layer, and behind tower_governor's, each limiting per client IP with a
+//! sluicegate's layer, and behind tower_governor's, each limiting per client IP with a
 //! limit that never denies, called in process with `ServiceExt::oneshot` (no sockets).
-//! The figure that matters is the added time: `tollgate - bare` against
+//! The figure that matters is the added time: `sluicegate - bare` against
 //! `tower_governor - bare`.
 //!
 //! Both layers read the peer from axum's `ConnectInfo`, over 256 client addresses in
 //! turn. tower_governor runs with its defaults (no headers, governor's TSC clock);
-//! tollgate by default writes `RateLimit-Policy` and `RateLimit`. Like is compared with
-//! like: `tollgate_no_headers` (`ratelimit_headers(false)`) beside `tower_governor`,
-//! and `tollgate` beside `tower_governor_headers` (its `use_headers()`: its
+//! sluicegate by default writes `RateLimit-Policy` and `RateLimit`. Like is compared with
+//! like: `sluicegate_no_headers` (`ratelimit_headers(false)`) beside `tower_governor`,
+//! and `sluicegate` beside `tower_governor_headers` (its `use_headers()`: its
 //! `x-ratelimit-limit` and `x-ratelimit-remaining` on every admitted response).
-//! `tollgate_decision` prices tollgate's limiter alone (the same keys, no layer), so the
-//! layer's own share is `tollgate - bare - tollgate_decision`.
+//! `sluicegate_decision` prices sluicegate's limiter alone (the same keys, no layer), so the
+//! layer's own share is `sluicegate - bare - sluicegate_decision`.
 //! `examples/tower_instructions.rs` counts the instructions of the same apps, a figure
 //! a busy machine does not blur.
 
@@ -47,7 +47,7 @@ fn tower_overhead(c: &mut Criterion) {
     }
     let mut decide = decision();
     let mut i = 0u32;
-    group.bench_function("tollgate_decision", |b| {
+    group.bench_function("sluicegate_decision", |b| {
         b.iter(|| {
             i = i.wrapping_add(1);
             black_box(decide(i))

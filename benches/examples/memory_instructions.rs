@@ -2,17 +2,17 @@
 //! under callgrind where timings are too noisy (a shared machine):
 //!
 //! ```text
-//! cargo build --release -p tollgate-benches --example memory_instructions
+//! cargo build --release -p sluicegate-benches --example memory_instructions
 //! valgrind --tool=callgrind --callgrind-out-file=/dev/null --collect-atstart=no \
 //!     --toggle-collect='*memory_instructions::measured*' \
-//!     target/release/examples/memory_instructions tollgate_direct 200000
+//!     target/release/examples/memory_instructions sluicegate_direct 200000
 //! ```
 //!
 //! The instructions per decision are the difference between runs of 200 000 and
 //! 100 000 decisions, over 100 000. The keyed limiters are filled with the bench's
 //! 100 000 keys before the count, as in the bench.
 //!
-//! `race_direct`, `race_keyed` and `race_clock` time tollgate and governor in one process
+//! `race_direct`, `race_keyed` and `race_clock` time sluicegate and governor in one process
 //! instead, in alternating blocks of `N` decisions (`race_direct 500000`): the fastest
 //! blocks of each are the least disturbed by other work on a shared machine, so their
 //! ratio repeats where two separate timings do not.
@@ -22,9 +22,9 @@ use std::num::NonZeroU32;
 
 use governor::clock::{Clock as _, QuantaClock};
 use governor::{Quota, RateLimiter};
-use tollgate_benches::{walk, words_and_count};
-use tollgate_core::memory::{DirectLimiter, KeyedLimiter};
-use tollgate_core::{Clock, MonotonicClock, TokenBucket, SECOND};
+use sluicegate_benches::{walk, words_and_count};
+use sluicegate_core::memory::{DirectLimiter, KeyedLimiter};
+use sluicegate_core::{Clock, MonotonicClock, TokenBucket, SECOND};
 
 const KEYS: u64 = 100_000;
 
@@ -43,16 +43,16 @@ fn key(i: u32) -> u64 {
 
 fn main() {
     let ([name], n): (_, u32) = words_and_count(
-        "memory_instructions tollgate_direct|governor_direct|tollgate_keyed|governor_keyed|tollgate_clock|governor_clock|race_direct|race_keyed|race_clock N",
+        "memory_instructions sluicegate_direct|governor_direct|sluicegate_keyed|governor_keyed|sluicegate_clock|governor_clock|race_direct|race_keyed|race_clock N",
     );
     match name.as_str() {
         "race_direct" => {
-            let tollgate = DirectLimiter::new(bucket(1_000_000_000));
+            let sluicegate = DirectLimiter::new(bucket(1_000_000_000));
             let governor = RateLimiter::direct(quota(1_000_000_000));
             race(
                 n,
                 |_| {
-                    black_box(tollgate.check(1).allowed);
+                    black_box(sluicegate.check(1).allowed);
                 },
                 |_| {
                     black_box(governor.check().is_ok());
@@ -60,12 +60,12 @@ fn main() {
             );
         }
         "race_clock" => {
-            let tollgate = MonotonicClock::new();
+            let sluicegate = MonotonicClock::new();
             let governor = QuantaClock::default();
             race(
                 n,
                 |_| {
-                    black_box(tollgate.now());
+                    black_box(sluicegate.now());
                 },
                 |_| {
                     black_box(governor.now());
@@ -73,23 +73,23 @@ fn main() {
             );
         }
         "race_keyed" => {
-            let tollgate = KeyedLimiter::new(bucket(1_000), 200_000);
+            let sluicegate = KeyedLimiter::new(bucket(1_000), 200_000);
             let governor = RateLimiter::keyed(quota(1_000));
             (0..KEYS).for_each(|k| {
-                assert!(tollgate.check(&k, 1).allowed);
+                assert!(sluicegate.check(&k, 1).allowed);
                 assert!(governor.check_key(&k).is_ok());
             });
             race(
                 n,
                 |i| {
-                    black_box(tollgate.check(&key(i), 1).allowed);
+                    black_box(sluicegate.check(&key(i), 1).allowed);
                 },
                 |i| {
                     black_box(governor.check_key(&key(i)).is_ok());
                 },
             );
         }
-        "tollgate_direct" => {
+        "sluicegate_direct" => {
             let limiter = DirectLimiter::new(bucket(1_000_000_000));
             measured(n, |_| assert!(limiter.check(1).allowed));
         }
@@ -97,7 +97,7 @@ fn main() {
             let limiter = RateLimiter::direct(quota(1_000_000_000));
             measured(n, |_| assert!(limiter.check().is_ok()));
         }
-        "tollgate_keyed" => {
+        "sluicegate_keyed" => {
             let limiter = KeyedLimiter::new(bucket(1_000), 200_000);
             (0..KEYS).for_each(|k| assert!(limiter.check(&k, 1).allowed));
             measured(n, |i| {
@@ -111,7 +111,7 @@ fn main() {
                 black_box(limiter.check_key(&key(i)).is_ok());
             });
         }
-        "tollgate_clock" => {
+        "sluicegate_clock" => {
             let clock = MonotonicClock::new();
             measured(n, |_| {
                 black_box(clock.now());
@@ -141,17 +141,17 @@ fn measured(n: u32, mut decide: impl FnMut(u32)) {
 /// Alternates blocks of `n` decisions of each, 40 rounds, and prints the fastest and
 /// the median block of each in ns per decision: the fastest blocks are the least
 /// disturbed by other work on a shared machine.
-fn race(n: u32, mut tollgate: impl FnMut(u32), mut governor: impl FnMut(u32)) {
+fn race(n: u32, mut sluicegate: impl FnMut(u32), mut governor: impl FnMut(u32)) {
     let mut times = [Vec::new(), Vec::new()];
     for _ in 0..40 {
-        times[0].push(block(n, &mut tollgate));
+        times[0].push(block(n, &mut sluicegate));
         times[1].push(block(n, &mut governor));
     }
     for t in &mut times {
         t.sort_by(f64::total_cmp);
     }
     println!(
-        "tollgate min {:.1} med {:.1} | governor min {:.1} med {:.1} | ratio min {:.2} med {:.2}",
+        "sluicegate min {:.1} med {:.1} | governor min {:.1} med {:.1} | ratio min {:.2} med {:.2}",
         times[0][0],
         times[0][20],
         times[1][0],

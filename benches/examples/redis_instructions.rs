@@ -3,7 +3,7 @@
 //! machine; the server is another process, so only the client is counted):
 //!
 //! ```text
-//! cargo build --release -p tollgate-benches --example redis_instructions
+//! cargo build --release -p sluicegate-benches --example redis_instructions
 //! valgrind --tool=callgrind --callgrind-out-file=/dev/null \
 //!     target/release/examples/redis_instructions redis://127.0.0.1:6391 batch_module 400
 //! ```
@@ -19,9 +19,9 @@
 //! of 400 and 200 rounds, over 200 rounds' worth (which cancels the start-up).
 
 use redis::{Connection, Pipeline};
-use tollgate_benches::{words_and_count, COMPARE_AND_DELETE};
-use tollgate_core::{Concurrency, LeaseRequest, Request, TokenBucket, SECOND};
-use tollgate_redis::{Path, RedisLeases, RedisLimiter};
+use sluicegate_benches::{words_and_count, COMPARE_AND_DELETE};
+use sluicegate_core::{Concurrency, LeaseRequest, Request, TokenBucket, SECOND};
+use sluicegate_redis::{Path, RedisLeases, RedisLimiter};
 
 const BATCH: usize = 32;
 const LOCKS: usize = 64;

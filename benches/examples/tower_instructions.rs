@@ -2,10 +2,10 @@
 //! instructions under callgrind where timings are too noisy (a shared machine):
 //!
 //! ```text
-//! cargo build --release -p tollgate-benches --example tower_instructions
+//! cargo build --release -p sluicegate-benches --example tower_instructions
 //! valgrind --tool=callgrind --callgrind-out-file=/dev/null --collect-atstart=no \
 //!     --toggle-collect='*tower_instructions::measured*' \
-//!     target/release/examples/tower_instructions tollgate 20000
+//!     target/release/examples/tower_instructions sluicegate 20000
 //! ```
 //!
 //! The instructions per request are the difference between runs of 20 000 and 10 000
@@ -16,15 +16,15 @@
 #[path = "../benches/common/tower_apps.rs"]
 mod tower_apps;
 
-use tollgate_benches::words_and_count;
+use sluicegate_benches::words_and_count;
 use tower::ServiceExt;
 use tower_apps::{apps, decision, request};
 
 fn main() {
     let ([name], n): (_, u32) = words_and_count(
-        "tower_instructions bare|tollgate|tollgate_no_headers|tower_governor|tower_governor_headers|tollgate_decision N",
+        "tower_instructions bare|sluicegate|sluicegate_no_headers|tower_governor|tower_governor_headers|sluicegate_decision N",
     );
-    if name == "tollgate_decision" {
+    if name == "sluicegate_decision" {
         let mut decide = decision();
         assert!(decide(u32::MAX));
         measured(n, |i| assert!(decide(i)));

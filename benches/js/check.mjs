@@ -1,4 +1,4 @@
-// tollgate-wasm's `Limiter.check()` beside a hand-written JS token bucket, in one run.
+// sluicegate-wasm's `Limiter.check()` beside a hand-written JS token bucket, in one run.
 // Both read `performance.now()` and return the same six-field decision object, so the
 // difference is the boundary crossing and the exact integer math.
 // Run after scripts/build-wasm.sh: `node benches/js/check.mjs`.
@@ -34,7 +34,7 @@ class JsTokenBucket {
 // Mostly allowed: a large bucket refilled faster than the loop drains it.
 const options = { capacity: 1_000_000, rate: 100_000_000, periodMs: 1000 };
 const subjects = {
-  tollgate: new Limiter({ algorithm: "token-bucket", ...options }),
+  sluicegate: new Limiter({ algorithm: "token-bucket", ...options }),
   js: new JsTokenBucket(options.capacity, options.rate, options.periodMs),
 };
 
@@ -48,14 +48,14 @@ function nsPerCheck(limiter) {
 
 // Warm up, then alternate rounds so both see the same machine; report medians.
 for (const limiter of Object.values(subjects)) nsPerCheck(limiter);
-const rounds = { tollgate: [], js: [] };
+const rounds = { sluicegate: [], js: [] };
 for (let round = 0; round < 7; round++) {
   for (const [name, limiter] of Object.entries(subjects)) rounds[name].push(nsPerCheck(limiter));
 }
 const median = (xs) => xs.sort((a, b) => a - b)[xs.length >> 1];
-const tollgate = median(rounds.tollgate);
+const sluicegate = median(rounds.sluicegate);
 const js = median(rounds.js);
-console.log(`tollgate-wasm check(): ${tollgate.toFixed(1)} ns`);
+console.log(`sluicegate-wasm check(): ${sluicegate.toFixed(1)} ns`);
 console.log(`JS token bucket check(): ${js.toFixed(1)} ns`);
-console.log(`ratio tollgate / JS: ${(tollgate / js).toFixed(2)}x (goal: at most 3x)`);
+console.log(`ratio sluicegate / JS: ${(sluicegate / js).toFixed(2)}x (goal: at most 3x)`);
 if (sink === 0) console.log("(unreachable: keeps the loop from being optimized away)");

@@ -3,8 +3,8 @@
 
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::Args;
-use tollgate_core::{check_now, AnyAlgorithm, Ticks, MAX_TICKS};
-use tollgate_policy::{list, parse_duration, short, Built, Duration, Kind, Policy, Style};
+use sluicegate_core::{check_now, AnyAlgorithm, Ticks, MAX_TICKS};
+use sluicegate_policy::{list, parse_duration, short, Built, Duration, Kind, Policy, Style};
 
 use crate::backend::{self, Backend, Open, SledDurability};
 use crate::failure::Failure;
@@ -73,7 +73,7 @@ pub struct BackendArgs {
     redis_ca: Option<String>,
     /// Stored keys are PREFIX + policy name + ":" + KEY (with flags instead of a policy
     /// file, the algorithm and its parameters name the policy).
-    #[arg(long, default_value = "tollgate:")]
+    #[arg(long, default_value = "sluicegate:")]
     pub prefix: String,
     /// sled only: every-decision flushes before each state-changing decision returns
     /// (nothing admitted is lost in a crash; one fsync each, about 11 000 decisions per
@@ -169,7 +169,7 @@ impl Loaded {
         match &self.built {
             Built::Rule(algorithm) => Ok(algorithm),
             _ => Err(Failure::Input(format!(
-                "policy {:?} is a concurrency limit, not a rate: use `tollgate lease acquire|release|renew KEY` and `tollgate inspect KEY`",
+                "policy {:?} is a concurrency limit, not a rate: use `sluicegate lease acquire|release|renew KEY` and `sluicegate inspect KEY`",
                 self.name
             ))),
         }
@@ -177,7 +177,7 @@ impl Loaded {
 
     /// The lease model and ttl of a concurrency policy.
     #[cfg(any(feature = "sled", feature = "redis"))]
-    pub fn leases(&self) -> Result<(tollgate_core::Concurrency, Ticks), Failure> {
+    pub fn leases(&self) -> Result<(sluicegate_core::Concurrency, Ticks), Failure> {
         match self.built {
             Built::Leases { model, ttl } => Ok((model, ttl)),
             _ => Err(Failure::Input(format!(
@@ -213,7 +213,7 @@ impl PolicyArgs {
             }
             (Some(config), Some(name)) => {
                 let (policy, built) =
-                    tollgate_policy::load(config, name).map_err(Failure::Input)?;
+                    sluicegate_policy::load(config, name).map_err(Failure::Input)?;
                 (policy, built, name.clone())
             }
             (None, Some(name)) => {

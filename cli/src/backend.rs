@@ -6,17 +6,19 @@ use std::path::Path;
 #[cfg(feature = "sled")]
 use std::time::Instant;
 
-use tollgate_core::memory::{KeyedLimiter, OnFull};
+use sluicegate_core::memory::{KeyedLimiter, OnFull};
 #[cfg(any(feature = "sled", feature = "redis"))]
-use tollgate_core::{
+use sluicegate_core::{
     Acquired, Clock, Concurrency, Grant, LeaseError, LeaseHost, LeaseRequest, LeaseState,
     MonotonicClock, Ticks,
 };
-use tollgate_core::{AnyAlgorithm, AnyState, Decision, Limiter, ManualClock, ParamError, Request};
+use sluicegate_core::{
+    AnyAlgorithm, AnyState, Decision, Limiter, ManualClock, ParamError, Request,
+};
 #[cfg(feature = "redis")]
-use tollgate_redis::{Connected, Reconnecting, RedisLeases, RedisLimiter};
+use sluicegate_redis::{Connected, Reconnecting, RedisLeases, RedisLimiter};
 #[cfg(feature = "sled")]
-use tollgate_sled::{Create, Durability, SledLeases, SledLimiter};
+use sluicegate_sled::{Create, Durability, SledLeases, SledLimiter};
 
 use crate::Failure;
 
@@ -63,14 +65,14 @@ impl Backend {
             return Ok(Self::Sled(path.to_owned()));
             #[cfg(not(feature = "sled"))]
             return Err(format!(
-                "--backend sled:{path}: this tollgate is built without the `sled` feature"
+                "--backend sled:{path}: this sluicegate is built without the `sled` feature"
             ));
         } else if redis {
             #[cfg(feature = "redis")]
             return Self::redis(text, ca);
             #[cfg(not(feature = "redis"))]
             return Err(format!(
-                "--backend {text}: this tollgate is built without the `redis` feature"
+                "--backend {text}: this sluicegate is built without the `redis` feature"
             ));
         } else {
             Err(format!(
@@ -83,10 +85,10 @@ impl Backend {
     #[cfg(feature = "redis")]
     fn redis(text: &str, ca: Option<(&str, &[u8])>) -> Result<Self, String> {
         let (file, pem) = ca.unzip();
-        tollgate_redis::client(text, pem)
+        sluicegate_redis::client(text, pem)
             .map(|client| Self::Redis(Box::new(client)))
             .map_err(|e| match (e, file) {
-                (e @ tollgate_redis::Error::Tls(_), Some(file)) => {
+                (e @ sluicegate_redis::Error::Tls(_), Some(file)) => {
                     format!("--redis-ca {file}: {e}")
                 }
                 (e, _) => format!("bad Redis URL {text:?}: {e}"),
@@ -346,7 +348,7 @@ fn open_tree(path: &str, how: &Open) -> Result<(sled::Db, sled::Tree, Durability
         }
     };
     let tree = db
-        .open_tree("tollgate")
+        .open_tree("sluicegate")
         .map_err(|e| Failure::Backend(format!("sled at {path}: {e}")))?;
     let durability = match how.durability {
         SledDurability::EveryDecision => Durability::EveryDecision,
@@ -365,15 +367,15 @@ pub fn open_sled(path: &str, creates: bool) -> Result<sled::Db, Failure> {
     } else {
         Create::Never
     };
-    tollgate_sled::open(Path::new(path), create).map_err(|e| match e {
-        tollgate_sled::Error::NotFound { .. } => Failure::Input(format!(
+    sluicegate_sled::open(Path::new(path), create).map_err(|e| match e {
+        sluicegate_sled::Error::NotFound { .. } => Failure::Input(format!(
             "no database at {path} (commands that only read or delete never create one)"
         )),
-        tollgate_sled::Error::NoParentDir { parent, .. } => Failure::Input(format!(
+        sluicegate_sled::Error::NoParentDir { parent, .. } => Failure::Input(format!(
             "no database at {path}, and no directory {} to create it in",
             parent.display()
         )),
-        tollgate_sled::Error::InUse { .. } => Failure::InUse(format!(
+        sluicegate_sled::Error::InUse { .. } => Failure::InUse(format!(
             "the sled database at {path} is in use by another process; sled allows one process at a time"
         )),
         e => Failure::Backend(format!("sled at {path}: {e}")),
@@ -427,14 +429,14 @@ impl Stored for SledLimiter<AnyAlgorithm> {
 #[cfg(feature = "sled")]
 impl Clocked for SledLeases {}
 
-/// sled's errors: their messages are the library's (a record tollgate cannot read is
+/// sled's errors: their messages are the library's (a record sluicegate cannot read is
 /// worded by the core's decoder, its key shown by `KeyDisplay`, as on Redis).
 #[cfg(feature = "sled")]
-impl From<tollgate_sled::Error> for Failure {
-    fn from(e: tollgate_sled::Error) -> Self {
+impl From<sluicegate_sled::Error> for Failure {
+    fn from(e: sluicegate_sled::Error) -> Self {
         match e {
-            tollgate_sled::Error::Lease(e) => lease_failure(e),
-            e @ tollgate_sled::Error::Time(_) => Self::Input(e.to_string()),
+            sluicegate_sled::Error::Lease(e) => lease_failure(e),
+            e @ sluicegate_sled::Error::Time(_) => Self::Input(e.to_string()),
             e => Self::Backend(e.to_string()),
         }
     }
@@ -457,7 +459,7 @@ impl Clocked for Connected<RedisLeases> {
     fn now(&self) -> Result<Ticks, Failure> {
         let (seconds, micros): (u64, u64) = redis::cmd("TIME")
             .query(&mut *self.connection())
-            .map_err(tollgate_redis::Error::Redis)?;
+            .map_err(sluicegate_redis::Error::Redis)?;
         Ok(seconds.saturating_mul(1_000_000).saturating_add(micros))
     }
 }
@@ -473,12 +475,12 @@ fn lease_failure(e: LeaseError) -> Failure {
 }
 
 #[cfg(feature = "redis")]
-impl From<tollgate_redis::Error> for Failure {
-    fn from(e: tollgate_redis::Error) -> Self {
+impl From<sluicegate_redis::Error> for Failure {
+    fn from(e: sluicegate_redis::Error) -> Self {
         match e {
-            tollgate_redis::Error::Lease(e) => lease_failure(e),
-            e @ tollgate_redis::Error::OutOfRange { .. } => Self::Input(e.to_string()),
-            e @ tollgate_redis::Error::Tls(_) => Self::Tls(e.to_string()),
+            sluicegate_redis::Error::Lease(e) => lease_failure(e),
+            e @ sluicegate_redis::Error::OutOfRange { .. } => Self::Input(e.to_string()),
+            e @ sluicegate_redis::Error::Tls(_) => Self::Tls(e.to_string()),
             e => Self::Backend(e.to_string()),
         }
     }

@@ -5,9 +5,9 @@
 
 use std::fmt::Write;
 
-use tollgate_core::Ticks;
+use sluicegate_core::Ticks;
 
-use tollgate_policy::{human, in_unit_of, Policy};
+use sluicegate_policy::{human, in_unit_of, Policy};
 
 const WIDTH: f64 = 900.0;
 const HEIGHT: f64 = 500.0;

@@ -21,7 +21,7 @@ pub enum Failure {
     /// TLS refused: the server's certificate is not signed by a trusted CA (`--redis-ca`
     /// or the system's roots) or names another host. Retrying does not help, so not 4.
     Tls(String),
-    /// Standard output is a pipe whose reader has gone (`tollgate ... | head`): exit 5
+    /// Standard output is a pipe whose reader has gone (`sluicegate ... | head`): exit 5
     /// without a message, as the reader asked for no more.
     ClosedPipe,
 }

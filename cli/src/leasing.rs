@@ -9,8 +9,8 @@ use std::process::ExitCode;
 
 use clap::Args;
 use serde::Serialize;
-use tollgate_core::limits::MAX_OWNER_LEN;
-use tollgate_core::{
+use sluicegate_core::limits::MAX_OWNER_LEN;
+use sluicegate_core::{
     Clock, Concurrency, KeyDisplay, LeaseRequest, LeaseState, MonotonicClock, Ticks,
 };
 
@@ -18,7 +18,7 @@ use crate::args::{instant, BackendArgs};
 use crate::backend::Open;
 use crate::failure::{output, Failure};
 use crate::output::{hex, show};
-use tollgate_policy::{human, Duration};
+use sluicegate_policy::{human, Duration};
 
 /// How long a lease command waits for a sled database another command has open: each
 /// holds it for milliseconds, so commands of concurrent scripts take turns.
@@ -45,7 +45,7 @@ pub struct Holder {
 pub struct Wait {
     /// If held, keep trying for up to this long (retrying when the earliest lease
     /// expires, and every 100 ms in case one is released sooner).
-    #[arg(long, value_parser = tollgate_policy::parse_duration, allow_hyphen_values = true)]
+    #[arg(long, value_parser = sluicegate_policy::parse_duration, allow_hyphen_values = true)]
     pub wait: Option<Duration>,
 }
 

@@ -1,9 +1,9 @@
-//! `tollgate`: simulate, replay and inspect rate limits on any host.
+//! `sluicegate`: simulate, replay and inspect rate limits on any host.
 //!
 //! Exit codes: 0 success (check: admitted; lock and lease: done), 1 check denied, or a
 //! lock or lease held by another owner (acquire) or not held by this owner (release,
 //! renew), 2 bad flags or input, 3 no such policy for this app, 4 backend failure
-//! (unreachable, a sled database in use, or a key holding something tollgate cannot
+//! (unreachable, a sled database in use, or a key holding something sluicegate cannot
 //! read, left as it is), 5 the output could not be written, 6 TLS refused (the Redis
 //! server's certificate is not signed by a trusted CA, or names another host). Exit code
 //! 5 has no message for a closed pipe.
@@ -28,12 +28,12 @@ use failure::{output, Failure};
 
 #[derive(Debug, Parser)]
 #[command(
-    name = "tollgate",
+    name = "sluicegate",
     version,
-    about = "Simulate, replay and inspect rate limits on any tollgate host"
+    about = "Simulate, replay and inspect rate limits on any sluicegate host"
 )]
 #[command(
-    after_help = "Exit codes: 0 success (check: admitted; lock and lease: done), 1 check denied, or a lock or lease held by another owner (acquire) or not held by this owner (release, renew), 2 bad flags or input, 3 no such policy for this app, 4 backend failure (unreachable, a sled database in use, or a key holding something tollgate cannot read, left as it is), 5 the output could not be written, 6 TLS refused (the Redis server's certificate is not signed by a trusted CA, or names another host)."
+    after_help = "Exit codes: 0 success (check: admitted; lock and lease: done), 1 check denied, or a lock or lease held by another owner (acquire) or not held by this owner (release, renew), 2 bad flags or input, 3 no such policy for this app, 4 backend failure (unreachable, a sled database in use, or a key holding something sluicegate cannot read, left as it is), 5 the output could not be written, 6 TLS refused (the Redis server's certificate is not signed by a trusted CA, or names another host)."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -63,7 +63,7 @@ fn main() -> ExitCode {
                 Failure::Tls(m) => (6, m),
                 Failure::ClosedPipe => return ExitCode::from(5),
             };
-            let _ = writeln!(std::io::stderr(), "tollgate: {message}");
+            let _ = writeln!(std::io::stderr(), "sluicegate: {message}");
             ExitCode::from(code)
         }
     }

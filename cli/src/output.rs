@@ -3,7 +3,7 @@
 use std::io::{BufWriter, Write};
 
 use serde::Serialize;
-use tollgate_core::{Decision, Ticks};
+use sluicegate_core::{Decision, Ticks};
 
 use crate::failure::{output, Failure};
 

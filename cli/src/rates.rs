@@ -2,7 +2,7 @@
 
 use std::ops::Deref;
 
-use tollgate_core::{Algorithm, AnyAlgorithm, Decision, Ticks};
+use sluicegate_core::{Algorithm, AnyAlgorithm, Decision, Ticks};
 
 use crate::args::Loaded;
 use crate::backend::{Open, Store};

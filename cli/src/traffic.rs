@@ -1,9 +1,9 @@
 //! Synthetic traffic: `steady:rate=R`, `poisson:rate=R,seed=S`, `burst:size=N,every=D`,
 //! each optionally with `keys=K` (spread over K keys) and `cost=C`.
 
-use tollgate_core::{Ticks, SECOND};
+use sluicegate_core::{Ticks, SECOND};
 
-use tollgate_policy::parse_duration;
+use sluicegate_policy::parse_duration;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Traffic {

@@ -1,4 +1,4 @@
-//! The `tollgate` binary as a whole, run as a user runs it: flags and policy errors,
+//! The `sluicegate` binary as a whole, run as a user runs it: flags and policy errors,
 //! help, exit codes, a full disk, and Redis over TLS.
 
 use std::path::Path;
@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 mod common;
 
 use common::{
-    assert_contains, assert_exit, bin, bucket, examples, lock, run_line, stderr, stdout, tollgate,
-    trace, with, write, BUCKET,
+    assert_contains, assert_exit, bin, bucket, examples, lock, run_line, sluicegate, stderr,
+    stdout, trace, with, write, BUCKET,
 };
 
 #[test]
@@ -88,7 +88,7 @@ fn bad_files_are_reported_with_their_line() {
     ];
     for (name, text, message) in bad_traces {
         let trace = write(dir.path(), name, text);
-        let out = tollgate(
+        let out = sluicegate(
             format!("replay --trace {trace} --algorithm fixed-window --limit 1 --period 1s")
                 .split_whitespace(),
         );
@@ -111,7 +111,7 @@ fn bad_flags_exit_2_with_a_message() {
         "check k --config /nonexistent.toml --policy a".to_owned(),
         "frobnicate".to_owned(),
     ] {
-        let out = tollgate(args.split_whitespace());
+        let out = sluicegate(args.split_whitespace());
         assert_eq!(out.status.code(), Some(2), "{args}");
         assert!(!stderr(&out).trim().is_empty(), "{args}");
     }
@@ -120,7 +120,7 @@ fn bad_flags_exit_2_with_a_message() {
 #[test]
 fn a_policy_refuses_apps_it_does_not_serve() {
     let check = |app: &str| {
-        tollgate(
+        sluicegate(
             format!(
                 "check k --config {} --policy api --app {app} --now 0",
                 examples()
@@ -150,7 +150,7 @@ fn an_unreachable_redis_fails_with_exit_code_4_within_the_timeout() {
 #[test]
 fn a_policy_beyond_the_lua_range_is_refused_on_redis() {
     let redis = common::Server::start();
-    let out = tollgate(
+    let out = sluicegate(
         format!(
             "check k --algorithm fixed-window --limit 2000000 --period 1s --backend {}",
             redis.url()
@@ -181,20 +181,20 @@ fn every_command_has_help() {
     for command in [
         "simulate", "replay", "check", "peek", "reset", "inspect", "purge", "lock", "lease",
     ] {
-        let out = tollgate([command, "--help"]);
+        let out = sluicegate([command, "--help"]);
         assert_exit(&out, 0);
-        assert!(stdout(&out).contains("Usage: tollgate"), "{command}");
+        assert!(stdout(&out).contains("Usage: sluicegate"), "{command}");
     }
     for command in ["acquire", "release", "renew"] {
         for group in ["lock", "lease"] {
-            let out = tollgate([group, command, "--help"]);
+            let out = sluicegate([group, command, "--help"]);
             assert!(
                 stdout(&out).contains("--owner <OWNER>"),
                 "{group} {command}"
             );
         }
     }
-    let out = tollgate(["--help"]);
+    let out = sluicegate(["--help"]);
     assert!(stdout(&out).contains("Exit codes"));
 }
 
@@ -239,7 +239,7 @@ fn every_command_reports_a_full_disk_the_same_way() {
         let message = stderr(&out);
         assert_eq!(out.status.code(), Some(5), "{args:?}: {message}");
         assert!(
-            message.starts_with("tollgate: cannot write") && message.contains("No space left"),
+            message.starts_with("sluicegate: cannot write") && message.contains("No space left"),
             "{args:?}: {message}"
         );
         assert!(!message.contains("panicked"), "{args:?}: {message}");
@@ -290,7 +290,7 @@ fn negative_numbers_and_times_out_of_range_say_what_is_wanted() {
             "at most 4611686018427387904 (2^62)",
         ),
     ] {
-        let out = tollgate(&args);
+        let out = sluicegate(&args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         let message = stderr(&out);
         assert!(message.contains(wanted), "{args:?}: {message}");
@@ -307,15 +307,15 @@ fn everything_missing_from_a_policy_is_reported_at_once() {
     for (args, wanted) in [
         (
             "check k --algorithm token-bucket".to_owned(),
-            "tollgate: token-bucket needs --capacity, --rate and --period\n",
+            "sluicegate: token-bucket needs --capacity, --rate and --period\n",
         ),
         (
             "check k --algorithm fixed-window --capacity 3".to_owned(),
-            "tollgate: fixed-window needs --limit and --period; fixed-window takes --limit and --period, not --capacity\n",
+            "sluicegate: fixed-window needs --limit and --period; fixed-window takes --limit and --period, not --capacity\n",
         ),
         (
             "check alice --policy api".to_owned(),
-            "tollgate: --policy api needs --config FILE, the policy file that defines it\n",
+            "sluicegate: --policy api needs --config FILE, the policy file that defines it\n",
         ),
         (
             format!("check alice --config {config}"),
@@ -327,10 +327,10 @@ fn everything_missing_from_a_policy_is_reported_at_once() {
         ),
         (
             "check alice".to_owned(),
-            "tollgate: no policy given: use --config FILE --policy NAME, or --algorithm with --limit N --period D",
+            "sluicegate: no policy given: use --config FILE --policy NAME, or --algorithm with --limit N --period D",
         ),
     ] {
-        let out = tollgate(args.split_whitespace());
+        let out = sluicegate(args.split_whitespace());
         assert_eq!(out.status.code(), Some(2), "{args}");
         assert!(stderr(&out).contains(wanted), "{args}: {}", stderr(&out));
     }
@@ -345,7 +345,7 @@ fn the_exit_code_table_is_the_same_everywhere() {
             .collect::<Vec<_>>()
             .join(" ")
     };
-    let help = stdout(&tollgate(["--help"]));
+    let help = stdout(&sluicegate(["--help"]));
     let table = help
         .split("Exit codes: ")
         .nth(1)
@@ -384,7 +384,7 @@ fn redis_over_tls_decides_as_over_tcp_and_refuses_an_untrusted_server() {
     let trace = write(dir.path(), "trace.csv", &trace(500, 5));
     let policy = ["--config", &examples(), "--policy", "api", "--app", "web"];
     let replay = |backend: &str, more: &[&str]| {
-        let out = tollgate(
+        let out = sluicegate(
             [
                 &["replay", "--trace", &trace, "--backend", backend],
                 &policy[..],
@@ -404,10 +404,10 @@ fn redis_over_tls_decides_as_over_tcp_and_refuses_an_untrusted_server() {
         "TCP and TLS differ"
     );
     let with_ca = ["--backend", tls.as_str(), "--redis-ca", ca.as_str()];
-    let out = tollgate([&["check", "carol", "--now", "5"], &policy[..], &with_ca[..]].concat());
+    let out = sluicegate([&["check", "carol", "--now", "5"], &policy[..], &with_ca[..]].concat());
     assert_exit(&out, 0);
     assert!(stdout(&out).starts_with(r#"{"t_us":5,"key":"carol","cost":1,"allowed":true"#));
-    let out = tollgate(
+    let out = sluicegate(
         [
             &["inspect", "carol", "--now", "5"],
             &policy[..],
@@ -416,7 +416,7 @@ fn redis_over_tls_decides_as_over_tcp_and_refuses_an_untrusted_server() {
         .concat(),
     );
     assert_contains(&stdout(&out), "tokens available  9 of 10\n");
-    let out = tollgate([&["purge"], &policy[..], &with_ca[..]].concat());
+    let out = sluicegate([&["purge"], &policy[..], &with_ca[..]].concat());
     assert!(
         stdout(&out).starts_with("api: purged 6 states"),
         "{}",
@@ -432,7 +432,7 @@ fn redis_over_tls_decides_as_over_tcp_and_refuses_an_untrusted_server() {
     assert_exit(&out, 0);
     let out = lock(&[&["inspect", "tls"], &with_ca[..]].concat());
     assert_contains(&stdout(&out), "held        1 of 1\nlease       owner \"a\"");
-    let out = tollgate(
+    let out = sluicegate(
         [
             &[
                 "simulate",
@@ -461,7 +461,7 @@ fn redis_over_tls_decides_as_over_tcp_and_refuses_an_untrusted_server() {
             &check[..],
             &["lock", "acquire", "tls", "--owner", "b", "--ttl", "1s"],
         ] {
-            let out = tollgate([command, &["--backend", &tls], &ca[..]].concat());
+            let out = sluicegate([command, &["--backend", &tls], &ca[..]].concat());
             assert_eq!(
                 out.status.code(),
                 Some(6),
@@ -470,7 +470,7 @@ fn redis_over_tls_decides_as_over_tcp_and_refuses_an_untrusted_server() {
             );
             // Another CA of the same name: BadSignature; the system's roots: UnknownIssuer.
             assert!(
-                stderr(&out).starts_with("tollgate: TLS: invalid peer certificate: "),
+                stderr(&out).starts_with("sluicegate: TLS: invalid peer certificate: "),
                 "{ca:?}: {}",
                 stderr(&out)
             );
@@ -487,9 +487,9 @@ fn redis_over_tls_decides_as_over_tcp_and_refuses_an_untrusted_server() {
         ("memory", ca.as_str(), "--redis-ca is for a rediss:// backend (TLS); this --backend is not Redis".to_owned()),
         (&sled, ca.as_str(), "--redis-ca is for a rediss:// backend (TLS); this --backend is not Redis".to_owned()),
     ] {
-        let out = tollgate([&["check", "carol"], &policy[..], &["--backend", backend, "--redis-ca", file]].concat());
+        let out = sluicegate([&["check", "carol"], &policy[..], &["--backend", backend, "--redis-ca", file]].concat());
         assert_eq!(out.status.code(), Some(2), "{backend} {file}: {}", stderr(&out));
-        assert!(stderr(&out).starts_with(&format!("tollgate: {wanted}")), "{}", stderr(&out));
+        assert!(stderr(&out).starts_with(&format!("sluicegate: {wanted}")), "{}", stderr(&out));
     }
     assert!(!dir.path().join("db").exists());
 }

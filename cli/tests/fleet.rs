@@ -1,10 +1,10 @@
-//! `tollgate fleet` with real node processes on a real `redis-server`: prefetch's
+//! `sluicegate fleet` with real node processes on a real `redis-server`: prefetch's
 //! ceiling under random traffic (never above the limit in any period, also while a
 //! node is killed and one joins), and fleet settings that cannot work refused.
 
 mod common;
 
-use common::{assert_exit, tollgate};
+use common::{assert_exit, sluicegate};
 
 /// Runs a measurement and returns its JSON report.
 fn measure(server: &common::Server, policy: &[&str], extra: &[&str]) -> serde_json::Value {
@@ -12,7 +12,7 @@ fn measure(server: &common::Server, policy: &[&str], extra: &[&str]) -> serde_js
     let mut args = vec!["fleet", "--backend", &url, "--json"];
     args.extend(policy);
     args.extend(extra);
-    let out = tollgate(&args);
+    let out = sluicegate(&args);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     serde_json::from_slice(&out.stdout).unwrap()
@@ -110,7 +110,7 @@ fn settings_that_cannot_work_are_refused() {
             "5s",
         ];
         args.extend(extra);
-        let out = tollgate(&args);
+        let out = sluicegate(&args);
         (
             out.status.code(),
             String::from_utf8_lossy(&out.stderr).trim().to_owned(),
@@ -119,7 +119,7 @@ fn settings_that_cannot_work_are_refused() {
     let refused = |extra: &[&str], message: &str| {
         assert_eq!(
             run(extra),
-            (Some(2), format!("tollgate: {message}")),
+            (Some(2), format!("sluicegate: {message}")),
             "{extra:?}"
         );
     };
@@ -151,7 +151,7 @@ fn settings_that_cannot_work_are_refused() {
         &["--config", file, "--policy", "api"],
         "fleet setting max_batch: 51 is above the limit of 50",
     );
-    let out = tollgate([
+    let out = sluicegate([
         "fleet",
         "--backend",
         "memory",

@@ -1,5 +1,5 @@
 //! `check`, `peek`, `reset`, `inspect` and `purge` on stored states: namespaces,
-//! sled databases created only by a write, and states tollgate cannot read left alone.
+//! sled databases created only by a write, and states sluicegate cannot read left alone.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -9,7 +9,7 @@ mod common;
 
 use common::{
     assert_contains, assert_exit, bin, bucket, examples, on_sled_and_redis, run_line, sled_get,
-    sled_put, stderr, stdout, tollgate, with, BUCKET, GARBAGE,
+    sled_put, sluicegate, stderr, stdout, with, BUCKET, GARBAGE,
 };
 
 #[test]
@@ -83,7 +83,7 @@ fn policies_on_one_store_never_share_keys() {
             .map(str::to_owned)
             .collect::<Vec<_>>();
             args.extend(extra.iter().map(|s| (*s).to_owned()));
-            tollgate(&args)
+            sluicegate(&args)
         };
         for policy in ["login", "api", "login", "reports", "daily", "api"] {
             let out = check(policy, &[]);
@@ -110,9 +110,9 @@ fn policies_on_one_store_never_share_keys() {
                 "1000000",
             ];
             all.extend(args);
-            stdout(&tollgate(&all))
+            stdout(&sluicegate(&all))
         };
-        assert!(inspect(&BUCKET).contains("stored as  tollgate:token-bucket-10-5-1s:alice\n"));
+        assert!(inspect(&BUCKET).contains("stored as  sluicegate:token-bucket-10-5-1s:alice\n"));
     }
     // In Redis the keys are there under their names, as text.
     let client = redis::Client::open(redis.url()).unwrap();
@@ -123,10 +123,10 @@ fn policies_on_one_store_never_share_keys() {
         keys,
         [
             "other:api:alice",
-            "tollgate:api:alice",
-            "tollgate:daily:alice",
-            "tollgate:login:alice",
-            "tollgate:reports:alice"
+            "sluicegate:api:alice",
+            "sluicegate:daily:alice",
+            "sluicegate:login:alice",
+            "sluicegate:reports:alice"
         ]
     );
 }
@@ -182,7 +182,7 @@ fn a_sled_database_in_use_by_another_process_is_said_plainly() {
     assert_eq!(
         stderr(&out),
         format!(
-            "tollgate: the sled database at {} is in use by another process; sled allows one process at a time\n",
+            "sluicegate: the sled database at {} is in use by another process; sled allows one process at a time\n",
             &backend["sled:".len()..]
         )
     );
@@ -206,7 +206,7 @@ fn inspect_prints_json_in_the_policy_units() {
             &BUCKET,
         );
         args.extend(extra.iter().map(|s| (*s).to_owned()));
-        tollgate(&args)
+        sluicegate(&args)
     };
     assert_exit(&run("check", &["--cost", "3"]), 0);
     let json: serde_json::Value =
@@ -215,7 +215,7 @@ fn inspect_prints_json_in_the_policy_units() {
         json,
         serde_json::json!({
             "key": "alice",
-            "stored_key": "tollgate:token-bucket-10-5-1s:alice",
+            "stored_key": "sluicegate:token-bucket-10-5-1s:alice",
             "algorithm": "token-bucket",
             "stored": true,
             "now_us": 1_000_000,
@@ -255,7 +255,7 @@ fn a_state_of_another_algorithm_is_named_with_its_key_as_text() {
     let dir = tempfile::tempdir().unwrap();
     let backend = format!("sled:{}", dir.path().join("db").display());
     // Crafted prefixes put a sliding-log state where the bucket looks.
-    let out = tollgate([
+    let out = sluicegate([
         "check",
         "token-bucket-10-5-1s:alice",
         "--config",
@@ -283,7 +283,7 @@ fn a_state_of_another_algorithm_is_named_with_its_key_as_text() {
     assert_exit(&out, 4);
     assert_eq!(
         stderr(&out),
-        "tollgate: key \"alice\" holds a state tollgate cannot read: state is a sliding log's, expected a token bucket's\n"
+        "sluicegate: key \"alice\" holds a state sluicegate cannot read: state is a sliding log's, expected a token bucket's\n"
     );
 }
 
@@ -313,9 +313,9 @@ fn stores() -> (tempfile::TempDir, PathBuf, String, common::Server) {
     (dir, path, sled, common::Server::start())
 }
 
-const ALICE: &str = "tollgate:token-bucket-10-5-1s:alice";
+const ALICE: &str = "sluicegate:token-bucket-10-5-1s:alice";
 
-/// An application's value, which tollgate must leave alone.
+/// An application's value, which sluicegate must leave alone.
 const USER: &[u8] = b"user=alice";
 
 /// Issue 16 item 4: the same garbage bytes give the same message and exit code from
@@ -323,7 +323,7 @@ const USER: &[u8] = b"user=alice";
 /// the core decoder's reason, the key as text); a Redis list is named as such by every
 /// command; nothing is changed or deleted.
 #[test]
-fn a_key_tollgate_cannot_read_gives_one_message_from_every_command() {
+fn a_key_sluicegate_cannot_read_gives_one_message_from_every_command() {
     let (_dir, path, sled, redis) = stores();
     // A database with one state in it, then the garbage under alice's key.
     assert_exit(
@@ -348,7 +348,7 @@ fn a_key_tollgate_cannot_read_gives_one_message_from_every_command() {
     }
     assert_eq!(
         messages[0],
-        "tollgate: key \"alice\" holds a state tollgate cannot read: state field tat is invalid for these parameters\n"
+        "sluicegate: key \"alice\" holds a state sluicegate cannot read: state field tat is invalid for these parameters\n"
     );
     assert!(messages.iter().all(|m| *m == messages[0]), "{messages:#?}");
     assert_eq!(sled_get(&path, ALICE.as_bytes()).as_deref(), Some(GARBAGE));
@@ -364,22 +364,22 @@ fn a_key_tollgate_cannot_read_gives_one_message_from_every_command() {
         assert_eq!(out.status.code(), Some(4), "{command}");
         assert_eq!(
             stderr(&out),
-            "tollgate: key \"alice\" holds a Redis list, not a tollgate state\n",
+            "sluicegate: key \"alice\" holds a Redis list, not a sluicegate state\n",
             "{command}"
         );
     }
     assert_eq!(redis_list(&redis, ALICE.as_bytes()), "x\n");
 }
 
-/// Issue 17 item 2: `reset` deletes only tollgate states inside the policy's namespace:
+/// Issue 17 item 2: `reset` deletes only sluicegate states inside the policy's namespace:
 /// an application's string or list under the namespaced key is refused and kept, and a
 /// key outside the namespace (`session:42`) is never touched.
 #[test]
-fn reset_touches_only_tollgate_states_inside_the_namespace() {
+fn reset_touches_only_sluicegate_states_inside_the_namespace() {
     let (_dir, path, sled, redis) = stores();
     let reset = |key: &str, backend: &str| bucket(&["reset", key, "--backend", backend]);
     let outside = b"session:42".as_slice();
-    let session = "tollgate:token-bucket-10-5-1s:session:42";
+    let session = "sluicegate:token-bucket-10-5-1s:session:42";
     assert_exit(
         &bucket(&["check", "bob", "--backend", &sled, "--now", "0"]),
         0,
@@ -394,9 +394,9 @@ fn reset_touches_only_tollgate_states_inside_the_namespace() {
         assert_eq!(out.status.code(), Some(4), "{backend}");
         assert_eq!(
             stderr(&out),
-            "tollgate: key \"alice\" holds a state tollgate cannot read: state encoding version 117 is not supported (this build reads version 1)\n"
+            "sluicegate: key \"alice\" holds a state sluicegate cannot read: state encoding version 117 is not supported (this build reads version 1)\n"
         );
-        // `reset session:42` is about tollgate's own key for it, absent here.
+        // `reset session:42` is about sluicegate's own key for it, absent here.
         let out = reset("session:42", backend);
         if backend == sled {
             assert_exit(&out, 0);
@@ -404,7 +404,7 @@ fn reset_touches_only_tollgate_states_inside_the_namespace() {
             assert_exit(&out, 4);
             assert_eq!(
                 stderr(&out),
-                "tollgate: key \"session:42\" holds a Redis list, not a tollgate state\n"
+                "sluicegate: key \"session:42\" holds a Redis list, not a sluicegate state\n"
             );
         }
     }
@@ -433,7 +433,7 @@ fn purge_deletes_the_policys_states_and_nothing_else() {
             assert_exit(&out, 0);
         }
         // Another policy's state, in its own namespace.
-        let out = tollgate(with(
+        let out = sluicegate(with(
             &["check", "a", "--backend", backend, "--now", "1000000"],
             &window,
         ));
@@ -445,21 +445,21 @@ fn purge_deletes_the_policys_states_and_nothing_else() {
     redis_cli(&redis, &[b"SET", b"session:42", USER]);
     redis_cli(
         &redis,
-        &[b"LPUSH", b"tollgate:token-bucket-10-5-1s:list", b"x"],
+        &[b"LPUSH", b"sluicegate:token-bucket-10-5-1s:list", b"x"],
     );
     for backend in [sled.as_str(), &redis.url()] {
         let out = bucket(&["purge", "--backend", backend]);
         assert_exit(&out, 0);
         assert_eq!(
             stdout(&out),
-            "token-bucket-10-5-1s: purged 3 states (keys tollgate:token-bucket-10-5-1s:*)\n"
+            "token-bucket-10-5-1s: purged 3 states (keys sluicegate:token-bucket-10-5-1s:*)\n"
         );
         let again = bucket(&["purge", "--backend", backend]);
         assert_contains(&stdout(&again), "purged 0 states");
         // Purged keys are fresh; the other policy's state is still there.
         let out = bucket(&["inspect", "b", "--backend", backend, "--now", "1000000"]);
         assert_contains(&stdout(&out), "fresh (nothing stored)");
-        let out = tollgate(with(
+        let out = sluicegate(with(
             &["inspect", "a", "--backend", backend, "--now", "1000000"],
             &window,
         ));
@@ -474,9 +474,9 @@ fn purge_deletes_the_policys_states_and_nothing_else() {
         keys,
         [
             "session:42",
-            "tollgate:fixed-window-5-1s:a",
-            "tollgate:token-bucket-10-5-1s:alice",
-            "tollgate:token-bucket-10-5-1s:list"
+            "sluicegate:fixed-window-5-1s:a",
+            "sluicegate:token-bucket-10-5-1s:alice",
+            "sluicegate:token-bucket-10-5-1s:list"
         ]
     );
     let out = bucket(&["purge"]);

@@ -1,4 +1,4 @@
-//! `tollgate lock` and `tollgate lease`: exclusive, reentrant and fenced locks, the
+//! `sluicegate lock` and `sluicegate lease`: exclusive, reentrant and fenced locks, the
 //! leases of a concurrency policy, waiting, and bad input, on sled and Redis alike.
 
 use std::process::Output;
@@ -7,12 +7,12 @@ use std::time::{Duration, Instant};
 mod common;
 
 use common::{
-    assert_contains, assert_exit, examples, lock, on_sled_and_redis, spawn, stderr, stdout,
-    tollgate, Raw, GARBAGE,
+    assert_contains, assert_exit, examples, lock, on_sled_and_redis, sluicegate, spawn, stderr,
+    stdout, Raw, GARBAGE,
 };
 
-/// Lock and lease commands on one backend: `tollgate lock COMMAND NAME --owner O
-/// --backend B ...`, or with a policy, `tollgate lease COMMAND KEY --config C --policy P
+/// Lock and lease commands on one backend: `sluicegate lock COMMAND NAME --owner O
+/// --backend B ...`, or with a policy, `sluicegate lease COMMAND KEY --config C --policy P
 /// --owner O --backend B ...`.
 struct Leasing<'a> {
     backend: &'a str,
@@ -37,7 +37,7 @@ impl<'a> Leasing<'a> {
             None => vec!["lock", command, key],
         };
         args.extend(["--owner", owner, "--backend", self.backend]);
-        tollgate([&args[..], more].concat())
+        sluicegate([&args[..], more].concat())
     }
 
     /// The command at an explicit time.
@@ -84,7 +84,7 @@ fn a_lock_is_exclusive_reentrant_and_its_token_grows(backend: &str) {
     assert_eq!(stdout(&out), "");
     assert_eq!(
         stderr(&out),
-        "tollgate: lock \"nightly\" is held by another owner; the earliest expires in 29 s unless renewed\n"
+        "sluicegate: lock \"nightly\" is held by another owner; the earliest expires in 29 s unless renewed\n"
     );
     for command in ["release", "renew"] {
         let ttl: &[&str] = if command == "renew" {
@@ -96,7 +96,7 @@ fn a_lock_is_exclusive_reentrant_and_its_token_grows(backend: &str) {
         assert_eq!(out.status.code(), Some(1), "{command}");
         assert_eq!(
             stderr(&out),
-            "tollgate: owner \"b\" holds no lease on lock \"nightly\" (never acquired, released, or expired)\n"
+            "sluicegate: owner \"b\" holds no lease on lock \"nightly\" (never acquired, released, or expired)\n"
         );
     }
     let out = l.at("acquire", "nightly", "a", 3_000_000, &["--ttl", "30s"]);
@@ -114,7 +114,7 @@ fn a_lock_is_exclusive_reentrant_and_its_token_grows(backend: &str) {
         stdout(&inspect),
         concat!(
             "key         nightly\n",
-            "stored as   tollgate:lock:nightly\n",
+            "stored as   sluicegate:lock:nightly\n",
             "algorithm   lock\n",
             "held        1 of 1\n",
             "lease       owner \"a\", token 1000000, holds 2, expires in 1 min (at 64000000 µs)\n",
@@ -132,7 +132,7 @@ fn a_lock_is_exclusive_reentrant_and_its_token_grows(backend: &str) {
         ]
         .concat(),
     ));
-    assert!(json.starts_with(r#"{"key":"nightly","stored_key":"tollgate:lock:nightly","algorithm":"lock","stored":true,"now_us":4000000,"limit":1,"held":1,"leases":[{"owner":"a","token":1000000,"expires_at_us":64000000,"holds":2}],"last_token":1000000,"encoded":"01"#), "{json}");
+    assert!(json.starts_with(r#"{"key":"nightly","stored_key":"sluicegate:lock:nightly","algorithm":"lock","stored":true,"now_us":4000000,"limit":1,"held":1,"leases":[{"owner":"a","token":1000000,"expires_at_us":64000000,"holds":2}],"last_token":1000000,"encoded":"01"#), "{json}");
     let release = |owner: &str, t: u64| l.at("release", "nightly", owner, t, &[]);
     assert_eq!(
         stdout(&release("a", 5_000_000)),
@@ -339,10 +339,10 @@ fn leases_of_a_concurrency_policy(backend: &str) {
     assert_exit(&out, 1);
     assert_eq!(
         stderr(&out),
-        "tollgate: all 3 leases of key \"export\" of policy \"report-workers\" are held; the earliest expires in 27 s unless renewed\n"
+        "sluicegate: all 3 leases of key \"export\" of policy \"report-workers\" are held; the earliest expires in 27 s unless renewed\n"
     );
     let inspect = |args: &[&str]| {
-        stdout(&tollgate(
+        stdout(&sluicegate(
             [
                 &[
                     "inspect",
@@ -363,7 +363,7 @@ fn leases_of_a_concurrency_policy(backend: &str) {
     assert!(
         text.starts_with(concat!(
             "key         export\n",
-            "stored as   tollgate:report-workers:export\n",
+            "stored as   sluicegate:report-workers:export\n",
             "algorithm   concurrency\n",
             "held        3 of 3\n",
             "lease       owner \"w1\", token 1000000, holds 1, expires in 27 s (at 31000000 µs)\n",
@@ -393,7 +393,7 @@ fn leases_of_a_concurrency_policy(backend: &str) {
     assert_exit(&lease("acquire", "w5", 32_999_999), 1);
     assert_exit(&lease("acquire", "w5", 33_000_000), 0);
     // Rate commands refuse a concurrency policy, lease commands a rate policy.
-    let out = tollgate(
+    let out = sluicegate(
         format!("check export --config {config} --policy report-workers --backend {backend}")
             .split_whitespace(),
     );
@@ -487,7 +487,7 @@ fn bad_lease_input_and_foreign_states_change_nothing(backend: &str, raw: &Raw) {
     // A rate state and garbage where locks live: refused by every lease command, kept.
     let l = Leasing::lock(backend);
     assert_exit(&l.run("acquire", "y", "a", &["--ttl", "1s"]), 0);
-    raw.put(b"tollgate:lock:x", GARBAGE);
+    raw.put(b"sluicegate:lock:x", GARBAGE);
     for args in [
         vec!["acquire", "x", "--owner", "a", "--ttl", "1s"],
         vec!["release", "x", "--owner", "a"],
@@ -498,9 +498,9 @@ fn bad_lease_input_and_foreign_states_change_nothing(backend: &str, raw: &Raw) {
         assert_eq!(out.status.code(), Some(4), "{args:?}");
         assert_eq!(
             stderr(&out),
-            "tollgate: key \"x\" holds a state tollgate cannot read: state is a token bucket's, expected a lease table's\n",
+            "sluicegate: key \"x\" holds a state sluicegate cannot read: state is a token bucket's, expected a lease table's\n",
             "{args:?}"
         );
     }
-    assert_eq!(raw.get(b"tollgate:lock:x").as_deref(), Some(GARBAGE));
+    assert_eq!(raw.get(b"sluicegate:lock:x").as_deref(), Some(GARBAGE));
 }

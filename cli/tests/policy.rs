@@ -1,4 +1,4 @@
-//! `tollgate policy` against a real `tollgate serve` on loopback (in this process): a
+//! `sluicegate policy` against a real `sluicegate serve` on loopback (in this process): a
 //! policy file applied, shown, changed, pruned and deleted, and each exit code.
 
 use std::process::Output;
@@ -7,7 +7,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use tollgate_server::{Config, Server};
+use sluicegate_server::{Config, Server};
 
 mod common;
 
@@ -50,7 +50,9 @@ impl Service {
             ..Config::default()
         };
         let (url, owner, viewer) = runtime.block_on(async {
-            let admin = tollgate_server::init_admin(&config, "root").await.unwrap();
+            let admin = sluicegate_server::init_admin(&config, "root")
+                .await
+                .unwrap();
             let server = Server::bind(config).await.unwrap();
             let url = format!("http://{}", server.local_addr());
             tokio::spawn(server.run(std::future::pending()));
@@ -72,13 +74,13 @@ impl Service {
         }
     }
 
-    /// `tollgate policy ARGS` as `token`'s user (through TOLLGATE_TOKEN).
+    /// `sluicegate policy ARGS` as `token`'s user (through SLUICEGATE_TOKEN).
     fn run(&self, token: &str, args: &[&str]) -> Output {
         bin()
             .arg("policy")
             .args(args)
             .args(["--server", &self.url])
-            .env("TOLLGATE_TOKEN", token)
+            .env("SLUICEGATE_TOKEN", token)
             .output()
             .unwrap()
     }
@@ -167,14 +169,14 @@ fn exit_codes() {
     let dir = tempfile::tempdir().unwrap();
     let file = write(dir.path(), "policies.toml", FILE);
     // 1: an unknown token, and a viewer writing.
-    assert_eq!(code(&service.run("tgu_nobody", &["list"])), 1);
+    assert_eq!(code(&service.run("sgu_nobody", &["list"])), 1);
     let viewer = service.run(&service.viewer, &["apply", &file]);
     assert_eq!(code(&viewer), 1, "{viewer:?}");
     // 2: no token; a file the parser refuses (its line named, nothing sent); a policy
     // the server refuses (a name it does not take).
     let none = bin()
         .args(["policy", "list", "--server", &service.url])
-        .env_remove("TOLLGATE_TOKEN")
+        .env_remove("SLUICEGATE_TOKEN")
         .output()
         .unwrap();
     assert_eq!(code(&none), 2);
@@ -209,7 +211,7 @@ fn exit_codes() {
             "--server",
             &format!("http://127.0.0.1:{port}"),
         ])
-        .env("TOLLGATE_TOKEN", &service.owner)
+        .env("SLUICEGATE_TOKEN", &service.owner)
         .output()
         .unwrap();
     assert_eq!(code(&away), 4);
@@ -224,7 +226,7 @@ fn exit_codes() {
             "--token-file",
             &token,
         ])
-        .env_remove("TOLLGATE_TOKEN")
+        .env_remove("SLUICEGATE_TOKEN")
         .output()
         .unwrap();
     assert_eq!(code(&listed), 0, "{listed:?}");

@@ -1,11 +1,11 @@
 //! The policy file's ban and composite (the service's policy model, one parser), and
-//! `tollgate serve --init-admin`, run as a user runs them.
+//! `sluicegate serve --init-admin`, run as a user runs them.
 
 use std::process::{Command, Output};
 
 mod common;
 
-use common::{assert_exit, bin, tollgate, write};
+use common::{assert_exit, bin, sluicegate, write};
 
 const POLICIES: &str = r#"
 [policies.both]
@@ -50,7 +50,7 @@ fn composite_and_ban_run_on_every_backend_kind() {
     std::fs::create_dir(&db).unwrap();
     let sled = format!("sled:{}", db.display());
     for backend in ["memory", sled.as_str()] {
-        let out = tollgate([
+        let out = sluicegate([
             "replay",
             "--trace",
             &trace,
@@ -70,7 +70,7 @@ fn composite_and_ban_run_on_every_backend_kind() {
         "ban.csv",
         "t_us,key,cost\n0,k,1\n1,k,1\n2,k,1\n3600000000,k,1\n7200000002,k,1\n",
     );
-    let out = tollgate([
+    let out = sluicegate([
         "replay", "--trace", &trace, "--config", &file, "--policy", "login",
     ]);
     assert_eq!(allowed(&out), [true, false, false, false, true]);
@@ -84,14 +84,14 @@ fn errors_point_into_composites_and_bans() {
         "bad.toml",
         "[policies.c]\nalgorithm = \"composite\"\nlimits = [{ algorithm = \"fixed-window\", limit = 1, period = \"1s\" }, { algorithm = \"token-bucket\", capacity = 1, rate = 0, period = \"1s\" }]\n\n[policies.b]\nalgorithm = \"fixed-window\"\nlimit = 1\nperiod = \"1s\"\nban = { threshold = 1, window = \"400d\", duration = \"1m\" }\n",
     );
-    let out = tollgate(["check", "k", "--config", &file, "--policy", "c"]);
+    let out = sluicegate(["check", "k", "--config", &file, "--policy", "c"]);
     assert_exit(&out, 2);
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(
         err.ends_with("bad.toml:3:10: policy \"c\": `limits[1]`: `rate` must be between 1 and 1000000000, got 0\n"),
         "{err}"
     );
-    let out = tollgate(["check", "k", "--config", &file, "--policy", "b"]);
+    let out = sluicegate(["check", "k", "--config", &file, "--policy", "b"]);
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(
         err.ends_with("bad.toml:9:7: policy \"b\": `ban`: `window` must be between 1 µs and 366 days, got 400 days\n"),
@@ -104,7 +104,7 @@ fn init_admin_prints_a_token_once() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let data = data.to_str().unwrap();
-    let first = tollgate(["serve", "--data-dir", data, "--init-admin"]);
+    let first = sluicegate(["serve", "--data-dir", data, "--init-admin"]);
     assert!(
         first.status.success(),
         "{}",
@@ -112,15 +112,15 @@ fn init_admin_prints_a_token_once() {
     );
     let token = String::from_utf8(first.stdout).unwrap();
     assert!(
-        token.starts_with("tgu_") && token.trim().len() == 47,
+        token.starts_with("sgu_") && token.trim().len() == 47,
         "{token}"
     );
-    let again = tollgate(["serve", "--data-dir", data, "--init-admin"]);
+    let again = sluicegate(["serve", "--data-dir", data, "--init-admin"]);
     assert_exit(&again, 4);
     assert!(String::from_utf8_lossy(&again.stderr).contains("an admin exists already"));
 }
 
-/// `tollgate serve` answers on its port, and stops cleanly (exit 0) on SIGTERM.
+/// `sluicegate serve` answers on its port, and stops cleanly (exit 0) on SIGTERM.
 #[test]
 fn serve_stops_on_sigterm() {
     use std::io::{Read, Write};

@@ -1,11 +1,11 @@
-//! `tollgate replay`: traces decided alike on every backend, their errors, standard
+//! `sluicegate replay`: traces decided alike on every backend, their errors, standard
 //! input, the memory backend's bound, and a reader that stops early.
 
 mod common;
 
 use common::{
-    assert_contains, assert_exit, bucket, examples, run_line, spawn, stderr, stdout, tollgate,
-    tollgate_with_stdin, trace, with, write, BUCKET,
+    assert_contains, assert_exit, bucket, examples, run_line, sluicegate, sluicegate_with_stdin,
+    spawn, stderr, stdout, trace, with, write, BUCKET,
 };
 
 #[test]
@@ -16,7 +16,7 @@ fn replay_prints_exact_json_lines() {
         "t.csv",
         "t_us,key,cost\n0,alice,1\n0,alice,1\n0,alice,1\n250000,\"bob, jr\",3\n500000,alice,1\n",
     );
-    let out = tollgate(
+    let out = sluicegate(
         format!(
             "replay --trace {trace} --algorithm token-bucket --capacity 2 --rate 2 --period 1s"
         )
@@ -95,27 +95,27 @@ fn sled_replays_alike_with_either_durability() {
         let sled = format!("sled:{}", dir.path().join(durability).display());
         assert!(memory == run(&sled, durability), "{durability}");
     }
-    let out = tollgate(["replay", "--trace", &trace, "--durability", "sometimes"]);
+    let out = sluicegate(["replay", "--trace", &trace, "--durability", "sometimes"]);
     assert_exit(&out, 2);
 }
 
 #[test]
 fn traces_trim_keys_and_read_standard_input() {
     let trace = "t_us,key,cost\n 0 , alice ,1\n0,alice, 1\n\n";
-    let out = tollgate_with_stdin(with(&["replay", "--trace", "-"], &BUCKET), trace);
+    let out = sluicegate_with_stdin(with(&["replay", "--trace", "-"], &BUCKET), trace);
     assert_exit(&out, 0);
     let lines: Vec<&str> = std::str::from_utf8(&out.stdout).unwrap().lines().collect();
     assert_eq!(lines.len(), 2);
     assert!(lines[0].contains(r#""key":"alice","cost":1,"allowed":true,"limit":10,"remaining":9"#));
     assert!(lines[1].contains(r#""key":"alice","cost":1,"allowed":true,"limit":10,"remaining":8"#));
-    let out = tollgate_with_stdin(
+    let out = sluicegate_with_stdin(
         with(&["replay", "--trace", "-"], &BUCKET),
         "t_us,key,cost\n0,a,1\n1,a\n",
     );
     assert_exit(&out, 2);
     assert_eq!(
         stderr(&out),
-        "tollgate: stdin:3: expected 3 fields (t_us,key,cost), found 2\n"
+        "sluicegate: stdin:3: expected 3 fields (t_us,key,cost), found 2\n"
     );
 }
 

@@ -1,4 +1,4 @@
-//! `tollgate simulate`: the summary, the chart, the size limits and the progress bar.
+//! `sluicegate simulate`: the summary, the chart, the size limits and the progress bar.
 
 use std::path::Path;
 use std::process::Command;
@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 mod common;
 
 use common::{
-    assert_contains, assert_exit, bin, bucket, examples, run_line, stderr, stdout, tollgate, with,
-    BUCKET,
+    assert_contains, assert_exit, bin, bucket, examples, run_line, sluicegate, stderr, stdout,
+    with, BUCKET,
 };
 
 #[test]
@@ -170,7 +170,7 @@ fn a_long_simulation_shows_progress_on_a_terminal_only() {
         ],
         &BUCKET,
     );
-    let quoted: Vec<String> = std::iter::once(env!("CARGO_BIN_EXE_tollgate").to_owned())
+    let quoted: Vec<String> = std::iter::once(env!("CARGO_BIN_EXE_sluicegate").to_owned())
         .chain(args.iter().cloned())
         .collect();
     // `script` gives the command a terminal; its output is what the terminal showed.
@@ -181,7 +181,7 @@ fn a_long_simulation_shows_progress_on_a_terminal_only() {
     let shown = String::from_utf8_lossy(&out.stdout);
     assert!(shown.contains("50% simulated"), "{shown}");
     assert!(shown.contains("offered"), "{shown}");
-    let piped = tollgate(&args);
+    let piped = sluicegate(&args);
     assert!(!stderr(&piped).contains("simulated"));
 }
 
@@ -218,7 +218,7 @@ fn the_readme_shows_what_its_first_command_prints() {
         .unwrap();
     assert_eq!(stdout(&out), shown);
     assert!(readme.contains(
-        "cargo run -p tollgate --no-default-features -- simulate --config examples/policies.toml --policy api --app web --traffic steady:rate=20 --duration 10s --chart api.svg"
+        "cargo run -p sluicegate --no-default-features -- simulate --config examples/policies.toml --policy api --app web --traffic steady:rate=20 --duration 10s --chart api.svg"
     ));
 }
 

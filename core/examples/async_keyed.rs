@@ -2,13 +2,13 @@
 //! `acquire_async` (sleeping once on tokio's timer) instead of failing, and give up
 //! with a denial, to answer 429, when their turn is further away than they will wait.
 //!
-//! Run with `cargo run -p tollgate-core --example async_keyed --features tokio`.
+//! Run with `cargo run -p sluicegate-core --example async_keyed --features tokio`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tollgate_core::memory::KeyedLimiter;
-use tollgate_core::{TokenBucket, SECOND};
+use sluicegate_core::memory::KeyedLimiter;
+use sluicegate_core::{TokenBucket, SECOND};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

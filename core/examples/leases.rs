@@ -1,12 +1,12 @@
 //! A lock around a ledger kept safe by fencing tokens: eight threads add to it under the
 //! lock, then a holder paused past its lease's expiry comes back and is refused.
 //!
-//! `cargo run -p tollgate-core --example leases`
+//! `cargo run -p sluicegate-core --example leases`
 
 use std::time::Duration;
 
-use tollgate_core::memory::{FencedResource, Leases};
-use tollgate_core::{Concurrency, MILLISECOND, SECOND};
+use sluicegate_core::memory::{FencedResource, Leases};
+use sluicegate_core::{Concurrency, MILLISECOND, SECOND};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let lock = Leases::new(Concurrency::lock());

@@ -3,9 +3,9 @@
 //!
 //! Run with `cargo run --example quickstart`.
 
-use tollgate_core::{Algorithm, TokenBucket, MILLISECOND, SECOND};
+use sluicegate_core::{Algorithm, TokenBucket, MILLISECOND, SECOND};
 
-fn main() -> Result<(), tollgate_core::ParamError> {
+fn main() -> Result<(), sluicegate_core::ParamError> {
     let bucket = TokenBucket::new(5, 2, SECOND)?;
     let mut state = None;
     println!(

@@ -66,7 +66,7 @@ pub trait Reserve: Algorithm {
 }
 
 /// Algorithms whose units can be taken in advance and given back: what a fleet node
-/// needs to spend a share of a central limit locally (see `tollgate-redis`'s `fleet`).
+/// needs to spend a share of a central limit locally (see `sluicegate-redis`'s `fleet`).
 ///
 /// Implemented by the token bucket, the fixed window and the sliding counter. Not by the
 /// leaky bucket or pacing queue (their units are slots in time, not a stock), the

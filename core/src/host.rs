@@ -12,7 +12,7 @@ use crate::{Decision, Ticks};
 /// Built by name, never by position, so a cost and a time cannot be swapped:
 ///
 /// ```
-/// use tollgate_core::Request;
+/// use sluicegate_core::Request;
 ///
 /// let plain = Request::new("alice");
 /// assert_eq!((plain.key, plain.cost, plain.now), (&b"alice"[..], 1, None));
@@ -121,7 +121,7 @@ pub trait AsyncLimiter {
 /// same [`LeaseError::Param`](crate::LeaseError::Param) (a release needs no ttl):
 ///
 /// ```
-/// use tollgate_core::{LeaseRequest, SECOND};
+/// use sluicegate_core::{LeaseRequest, SECOND};
 ///
 /// let lease = LeaseRequest::new("db-migration").owner("node-a").ttl(30 * SECOND);
 /// assert_eq!((lease.key, lease.owner), (&b"db-migration"[..], &b"node-a"[..]));
@@ -296,7 +296,7 @@ impl<L> FailPolicy<L> {
     /// under [`FailPolicy::Error`], is returned as the error.
     ///
     /// ```
-    /// use tollgate_core::{Decision, FailPolicy, Outcome};
+    /// use sluicegate_core::{Decision, FailPolicy, Outcome};
     ///
     /// let unreachable: Result<Decision, &str> = Err("connection refused");
     /// let open = FailPolicy::<()>::Open.apply(unreachable, |_| true, |_| unreachable!());

@@ -4,8 +4,8 @@ mod common;
 
 use common::*;
 use proptest::prelude::*;
-use tollgate_core::limits::{MAX_LIMIT, MAX_LOG_LIMIT};
-use tollgate_core::{
+use sluicegate_core::limits::{MAX_LIMIT, MAX_LOG_LIMIT};
+use sluicegate_core::{
     Algorithm, AnyAlgorithm, AnyState, Ban, Composite, Decision, FixedWindow, Kind, LeakyBucket,
     Pacing, Reserve, SlidingCounter, SlidingLog, Ticks, TokenBucket, SECOND,
 };

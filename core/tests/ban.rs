@@ -2,7 +2,7 @@ mod common;
 
 use common::*;
 use proptest::prelude::*;
-use tollgate_core::{Algorithm, Ban, FixedWindow, Ticks, TokenBucket, SECOND};
+use sluicegate_core::{Algorithm, Ban, FixedWindow, Ticks, TokenBucket, SECOND};
 
 /// The definition: the inner limiter decides unless the key is banned; once the cost
 /// denied within one aligned ban window exceeds the threshold, every request is denied
@@ -127,7 +127,7 @@ fn denied_cost_saturates_one_past_the_threshold() {
     bytes[10..18].copy_from_slice(&7u64.to_be_bytes());
     assert_eq!(
         alg.decode(&bytes),
-        Err(tollgate_core::DecodeError::InvalidField { field: "denied" })
+        Err(sluicegate_core::DecodeError::InvalidField { field: "denied" })
     );
 }
 

@@ -2,7 +2,7 @@ mod common;
 
 use common::*;
 use proptest::prelude::*;
-use tollgate_core::{Algorithm, Composite, Reserve, TokenBucket, SECOND};
+use sluicegate_core::{Algorithm, Composite, Reserve, TokenBucket, SECOND};
 
 proptest! {
     /// Admitted iff every member admits; a denial by any member changes no member's state;

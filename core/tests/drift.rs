@@ -1,7 +1,7 @@
 //! No drift: under saturating demand for 10^6 periods, each algorithm admits exactly
 //! the closed-form count, however the rate divides the period.
 
-use tollgate_core::{Algorithm, FixedWindow, LeakyBucket, Pacing, Ticks, TokenBucket};
+use sluicegate_core::{Algorithm, FixedWindow, LeakyBucket, Pacing, Ticks, TokenBucket};
 
 const PERIODS: u64 = 1_000_000;
 

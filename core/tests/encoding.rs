@@ -1,5 +1,5 @@
 use proptest::prelude::*;
-use tollgate_core::*;
+use sluicegate_core::*;
 
 /// Decoding any bytes with any algorithm is a value or a typed error, never a panic,
 /// and whatever decodes re-encodes to the same bytes.

@@ -2,8 +2,8 @@ mod common;
 
 use common::*;
 use proptest::prelude::*;
-use tollgate_core::limits::MAX_LIMIT;
-use tollgate_core::{Algorithm, FixedWindow, ParamError, Ticks, SECOND};
+use sluicegate_core::limits::MAX_LIMIT;
+use sluicegate_core::{Algorithm, FixedWindow, ParamError, Ticks, SECOND};
 
 /// The definition, by brute force over every admitted request: the cost admitted in
 /// `now`'s aligned window plus `cost` must be at most `limit`.
@@ -107,7 +107,7 @@ fn invalid_parameters_are_errors() {
         Err(ParamError::OutOfRange { name: "period", .. })
     ));
     assert!(FixedWindow::new(MAX_LIMIT + 1, SECOND).is_err());
-    assert!(FixedWindow::new(MAX_LIMIT, tollgate_core::limits::MAX_PERIOD).is_ok());
+    assert!(FixedWindow::new(MAX_LIMIT, sluicegate_core::limits::MAX_PERIOD).is_ok());
 }
 
 /// Issue 16, item 3: a cost of 2^52 counted as denied stores the limit, not the cost,
@@ -123,7 +123,7 @@ fn a_huge_denied_cost_stores_the_limit() {
     let (d, _) = alg.decide(state, 1, 1);
     assert!(!d.allowed);
     assert_eq!((d.remaining, d.retry_after), (0, Some(SECOND - 1)));
-    let invalid = Err(tollgate_core::DecodeError::InvalidField { field: "count" });
+    let invalid = Err(sluicegate_core::DecodeError::InvalidField { field: "count" });
     let mut over = bytes;
     over[10..18].copy_from_slice(&11u64.to_be_bytes());
     assert_eq!(alg.decode(&over), invalid);

@@ -1,8 +1,8 @@
 //! The host contract: requests by name, the in-memory keyed limiter as a `Limiter`, and
 //! the fail policy.
 
-use tollgate_core::memory::KeyedLimiter;
-use tollgate_core::{
+use sluicegate_core::memory::KeyedLimiter;
+use sluicegate_core::{
     AnyAlgorithm, Clock, Decision, FailPolicy, FixedWindow, Limiter, ManualClock, Outcome,
     ParamError, Request, TokenBucket, MAX_TICKS, SECOND,
 };

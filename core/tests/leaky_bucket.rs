@@ -2,7 +2,7 @@ mod common;
 
 use common::*;
 use proptest::prelude::*;
-use tollgate_core::{Algorithm, LeakyBucket, SECOND};
+use sluicegate_core::{Algorithm, LeakyBucket, SECOND};
 
 // Decided as water poured in and leaking out (see `bucket_reference`).
 bucket_properties!(LeakyBucket, filling = false);

@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;
-use tollgate_core::limits::{MAX_LEASES, MAX_OWNER_LEN, MAX_PERIOD};
-use tollgate_core::{
+use sluicegate_core::limits::{MAX_LEASES, MAX_OWNER_LEN, MAX_PERIOD};
+use sluicegate_core::{
     Acquired, Concurrency, DecodeError, Grant, LeaseError, LeaseState, ParamError, MAX_TICKS,
 };
 
@@ -440,7 +440,7 @@ fn the_decoder_refuses_states_no_transition_writes() {
 fn same_hold(
     what: &str,
     got: Result<(Grant, Option<LeaseState>), LeaseError>,
-    want: Option<(u64, tollgate_core::Ticks, u64)>,
+    want: Option<(u64, sluicegate_core::Ticks, u64)>,
     state: &mut Option<LeaseState>,
 ) {
     match (got, want) {

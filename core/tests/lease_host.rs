@@ -2,8 +2,8 @@
 //! clock's time or the request's, the pure transitions' answers, denials as values.
 
 use proptest::prelude::*;
-use tollgate_core::memory::KeyedLeases;
-use tollgate_core::{
+use sluicegate_core::memory::KeyedLeases;
+use sluicegate_core::{
     Clock, Concurrency, LeaseError, LeaseHost, LeaseRequest, LeaseState, ManualClock, ParamError,
     Ticks, MAX_TICKS, SECOND,
 };

@@ -2,8 +2,8 @@
 //! largest state really takes (the process's resident memory, one test in this binary so
 //! that no other test moves it), and a byte budget bounds the key count.
 
-use tollgate_core::memory::{InMemory, KeyedLimiter, OnFull};
-use tollgate_core::{
+use sluicegate_core::memory::{InMemory, KeyedLimiter, OnFull};
+use sluicegate_core::{
     Algorithm, AnyAlgorithm, Ban, Composite, ManualClock, SlidingLog, Ticks, SECOND,
 };
 

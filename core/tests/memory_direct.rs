@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use common::*;
 use proptest::prelude::*;
-use tollgate_core::memory::{DirectLimiter, InMemory};
-use tollgate_core::{
+use sluicegate_core::memory::{DirectLimiter, InMemory};
+use sluicegate_core::{
     limits, Ban, Clock, FixedWindow, LeakyBucket, ManualClock, MonotonicClock, Pacing,
     SlidingCounter, SlidingLog, SystemClock, Ticks, TokenBucket, SECOND,
 };

@@ -8,8 +8,8 @@ use std::time::Instant;
 
 use common::*;
 use proptest::prelude::*;
-use tollgate_core::memory::{InMemory, KeyedLimiter, OnFull};
-use tollgate_core::{FixedWindow, ManualClock, SlidingLog, Ticks, TokenBucket, SECOND};
+use sluicegate_core::memory::{InMemory, KeyedLimiter, OnFull};
+use sluicegate_core::{FixedWindow, ManualClock, SlidingLog, Ticks, TokenBucket, SECOND};
 
 fn same_as_core<A: InMemory + Clone>(alg: A, trace: &[(Ticks, u64)], keys: &[u8]) {
     let limiter = KeyedLimiter::with_clock(alg.clone(), 1_000, ManualClock::new(trace[0].0));
@@ -337,7 +337,7 @@ thread_local! {
     static NOW: std::cell::Cell<Ticks> = const { std::cell::Cell::new(0) };
 }
 
-impl tollgate_core::Clock for ThreadClock {
+impl sluicegate_core::Clock for ThreadClock {
     fn now(&self) -> Ticks {
         NOW.with(std::cell::Cell::get)
     }

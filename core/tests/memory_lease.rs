@@ -11,8 +11,8 @@ use common::{assert_prompt_wakes, assert_refusals_do_not_sweep, OneShard, LATE, 
 use proptest::prelude::*;
 use std::time::{Duration, Instant};
 
-use tollgate_core::memory::{AcquireError, FencedResource, KeyedLeases, Leases};
-use tollgate_core::{
+use sluicegate_core::memory::{AcquireError, FencedResource, KeyedLeases, Leases};
+use sluicegate_core::{
     Clock, Concurrency, LeaseError, LeaseState, ManualClock, ParamError, MILLISECOND, SECOND,
 };
 
@@ -344,7 +344,7 @@ fn keys_are_independent() {
 #[derive(Debug)]
 struct Readings(std::sync::Mutex<Vec<u64>>);
 
-impl tollgate_core::Clock for Readings {
+impl sluicegate_core::Clock for Readings {
     fn now(&self) -> u64 {
         self.0.lock().unwrap().pop().unwrap()
     }
@@ -522,7 +522,7 @@ fn same_acquire(
     now: u64,
     owner: &[u8],
     ttl: u64,
-    got: Result<tollgate_core::Grant, AcquireError>,
+    got: Result<sluicegate_core::Grant, AcquireError>,
 ) -> Result<(), TestCaseError> {
     let (want, next) = concurrency.acquire(model.take(), now, owner, ttl).unwrap();
     *model = next;

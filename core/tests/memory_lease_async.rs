@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{assert_prompt_wakes, LATE, LONG};
-use tollgate_core::memory::{AcquireError, FencedResource, KeyedLeases, Leases};
-use tollgate_core::{Concurrency, MILLISECOND, SECOND};
+use sluicegate_core::memory::{AcquireError, FencedResource, KeyedLeases, Leases};
+use sluicegate_core::{Concurrency, MILLISECOND, SECOND};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thirty_two_tasks_take_a_lock_around_a_read_modify_write() {

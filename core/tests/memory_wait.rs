@@ -4,8 +4,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tollgate_core::memory::DirectLimiter;
-use tollgate_core::{Pacing, TokenBucket, SECOND};
+use sluicegate_core::memory::DirectLimiter;
+use sluicegate_core::{Pacing, TokenBucket, SECOND};
 
 /// Scheduling noise allowed on a busy machine.
 const SLACK: Duration = Duration::from_millis(40);

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tollgate_core::memory::KeyedLimiter;
-use tollgate_core::{Pacing, SECOND};
+use sluicegate_core::memory::KeyedLimiter;
+use sluicegate_core::{Pacing, SECOND};
 
 /// Scheduling noise allowed on a busy machine.
 const SLACK: Duration = Duration::from_millis(40);

@@ -2,7 +2,7 @@ mod common;
 
 use common::*;
 use proptest::prelude::*;
-use tollgate_core::{Algorithm, Pacing, Reserve, Ticks, SECOND};
+use sluicegate_core::{Algorithm, Pacing, Reserve, Ticks, SECOND};
 
 /// The definition with exact rationals (instants in units of `1 / R` tick): requests are
 /// served in order, each starting at `max(now, previous start + previous cost · P / R)`;

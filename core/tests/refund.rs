@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use common::*;
 use proptest::prelude::*;
-use tollgate_core::{Algorithm, FixedWindow, Refund, SlidingCounter, Ticks, TokenBucket};
+use sluicegate_core::{Algorithm, FixedWindow, Refund, SlidingCounter, Ticks, TokenBucket};
 
 /// What a step does with its cost: decide it, take up to it, or give it back.
 #[derive(Debug, Clone, Copy)]

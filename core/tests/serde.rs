@@ -1,6 +1,6 @@
 //! Parameters, decisions and kinds through serde (the `serde` feature).
 
-use tollgate_core::*;
+use sluicegate_core::*;
 
 #[test]
 fn parameters_serialize() {

@@ -2,8 +2,8 @@ mod common;
 
 use common::*;
 use proptest::prelude::*;
-use tollgate_core::limits::MAX_LIMIT;
-use tollgate_core::{Algorithm, SlidingCounter, Ticks, SECOND};
+use sluicegate_core::limits::MAX_LIMIT;
+use sluicegate_core::{Algorithm, SlidingCounter, Ticks, SECOND};
 
 /// The definition, by brute force over every admitted request: with `prev` and `cur`
 /// the cost admitted in the previous and current aligned windows and `e` the time into

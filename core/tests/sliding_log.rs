@@ -2,8 +2,8 @@ mod common;
 
 use common::*;
 use proptest::prelude::*;
-use tollgate_core::limits::MAX_LOG_LIMIT;
-use tollgate_core::{Algorithm, SlidingLog, Ticks, SECOND};
+use sluicegate_core::limits::MAX_LOG_LIMIT;
+use sluicegate_core::{Algorithm, SlidingLog, Ticks, SECOND};
 
 /// The definition, by brute force: the cost admitted at instants `t > now − period`,
 /// plus `cost`, must be at most `limit`. (Any window of length `period` with the most

@@ -2,7 +2,7 @@ mod common;
 
 use common::*;
 use proptest::prelude::*;
-use tollgate_core::{Algorithm, ParamError, TokenBucket, MILLISECOND, SECOND};
+use sluicegate_core::{Algorithm, ParamError, TokenBucket, MILLISECOND, SECOND};
 
 // Decided as tokens refilled and taken (see `bucket_reference`).
 bucket_properties!(TokenBucket, filling = true);
@@ -12,7 +12,7 @@ proptest! {
     /// `max_wait`, and its delay is exactly the wait a plain decision would report.
     #[test]
     fn reservations_wait_exactly((capacity, rate, period) in bucket_params(), raw in raw_arrivals(), max_wait in prop_oneof![0..10u64, 0..=10 * SECOND]) {
-        use tollgate_core::Reserve;
+        use sluicegate_core::Reserve;
         let Ok(alg) = TokenBucket::new(capacity, rate, period) else { return Ok(()) };
         let mut state = None;
         for (now, cost) in arrivals(&raw, period, capacity) {

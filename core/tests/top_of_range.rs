@@ -10,8 +10,8 @@ mod common;
 
 use common::*;
 use proptest::prelude::*;
-use tollgate_core::limits::{MAX_LOG_LIMIT, MAX_WAIT};
-use tollgate_core::*;
+use sluicegate_core::limits::{MAX_LOG_LIMIT, MAX_WAIT};
+use sluicegate_core::*;
 
 /// One transition of `A`: a decision or a reservation.
 type Step<A> = dyn Fn(

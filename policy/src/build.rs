@@ -1,7 +1,7 @@
 //! What a policy builds: the core's one dynamic algorithm, or a lease model.
 
-use tollgate_core::limits::MAX_PERIOD;
-use tollgate_core::{
+use sluicegate_core::limits::MAX_PERIOD;
+use sluicegate_core::{
     AnyAlgorithm, Ban, Composite, Concurrency, FixedWindow, Kind, LeakyBucket, Pacing, ParamError,
     SlidingCounter, SlidingLog, Ticks, TokenBucket,
 };

@@ -3,7 +3,7 @@
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
-use tollgate_core::Ticks;
+use sluicegate_core::Ticks;
 
 /// A duration in microseconds, written `"1500us"`, `"250ms"`, `"1s"`, `"5m"`, `"1h"`,
 /// `"1d"`.

@@ -13,5 +13,5 @@ pub use duration::{human, in_unit_of, parse_duration, short, Duration};
 pub use file::load;
 pub use model::{BanSpec, File, FleetSettings, Policy, STORED_FIELDS};
 pub use problem::{list, list_or, param_problem, Problem, Style};
-pub use tollgate_core::memory::OnFull;
-pub use tollgate_core::Kind;
+pub use sluicegate_core::memory::OnFull;
+pub use sluicegate_core::Kind;

@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use tollgate_core::memory::OnFull;
-use tollgate_core::{Kind, Ticks};
+use sluicegate_core::memory::OnFull;
+use sluicegate_core::{Kind, Ticks};
 
 use crate::duration::Duration;
 
@@ -59,7 +59,7 @@ pub struct Policy {
     /// Who answers for it (free text).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub owner: String,
-    /// How `tollgate fleet` shares it through Redis unless its flags say otherwise.
+    /// How `sluicegate fleet` shares it through Redis unless its flags say otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fleet: Option<FleetSettings>,
 }
@@ -79,7 +79,7 @@ pub struct BanSpec {
 }
 
 /// `fleet = { mode = "prefetch", max_batch = 100, interval = "100ms" }`: the defaults of
-/// `tollgate fleet` for a policy (checked by the fleet when it starts, as its flags are).
+/// `sluicegate fleet` for a policy (checked by the fleet when it starts, as its flags are).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct FleetSettings {

@@ -2,7 +2,7 @@
 
 use serde::de::Error;
 use serde::{Deserialize, Deserializer, Serializer};
-use tollgate_core::memory::OnFull;
+use sluicegate_core::memory::OnFull;
 
 /// The names, as policies write them.
 const NAMES: [&str; 2] = ["deny-new", "evict"];

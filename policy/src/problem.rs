@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use tollgate_core::ParamError;
+use sluicegate_core::ParamError;
 
 use crate::duration::human;
 

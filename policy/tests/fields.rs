@@ -1,7 +1,7 @@
 //! The service-side fields: `on_full` (rate limits) and `max_lease` (leases), in TOML
 //! and JSON alike, each refused where it means nothing.
 
-use tollgate_policy::{File, OnFull, Policy, Style};
+use sluicegate_policy::{File, OnFull, Policy, Style};
 
 fn json(text: &str) -> Policy {
     serde_json::from_str(text).unwrap()

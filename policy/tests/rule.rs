@@ -2,10 +2,10 @@
 //! decisions and the same state bytes for any arrivals, and one parser gives the same
 //! policy from TOML-shaped and JSON input.
 
-use tollgate_core::{
+use sluicegate_core::{
     Algorithm, AnyAlgorithm, Ban, Composite, FixedWindow, SlidingLog, TokenBucket,
 };
-use tollgate_policy::{Built, Policy, Style};
+use sluicegate_policy::{Built, Policy, Style};
 
 /// Runs `arrivals` (gap, cost) through `a` and `b` side by side, comparing decisions and
 /// encoded states at every step, and decoding each state back.

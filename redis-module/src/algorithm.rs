@@ -4,7 +4,7 @@
 
 use std::boxed::Box;
 
-use tollgate_core::{
+use sluicegate_core::{
     AnyAlgorithm, Ban, FixedWindow, Kind, LeakyBucket, Pacing, SlidingCounter, SlidingLog, Ticks,
     TokenBucket,
 };

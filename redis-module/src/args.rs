@@ -1,6 +1,6 @@
 //! A command's arguments, read front to back; every malformed input is an [`ArgError`].
 
-use tollgate_core::{check_now, ParamError};
+use sluicegate_core::{check_now, ParamError};
 
 /// Arguments a command cannot use. Replied as an error; nothing is read or written.
 #[derive(Debug, Clone, PartialEq, Eq)]

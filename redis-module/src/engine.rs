@@ -1,7 +1,7 @@
 //! The decisions, with no Redis in sight: parsed arguments and the keys' values in, the
 //! reply and the keys' new values out. The commands wrap this in key reads and writes.
 
-use tollgate_core::{
+use sluicegate_core::{
     Acquired, Algorithm, AnyAlgorithm, AnyState, Composite, Concurrency, Decision, DecodeError,
     Grant, LeaseError, Reserve, Ticks,
 };
@@ -46,14 +46,14 @@ impl From<LeaseError> for Failure {
 
 impl std::fmt::Display for Failure {
     /// The error reply. The first word is the error code; a state's problems read as the
-    /// scripts' (`TOLLGATE foreign ...`, `TOLLGATE corrupt state: ...`), so a client
+    /// scripts' (`SLUICEGATE foreign ...`, `SLUICEGATE corrupt state: ...`), so a client
     /// classifies both paths alike.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Arg(e) => write!(f, "ERR {e}"),
-            Self::Foreign(found) => write!(f, "TOLLGATE foreign {found}"),
-            Self::Corrupt(e) => write!(f, "TOLLGATE corrupt state: {e}"),
-            Self::Lease(e) => write!(f, "TOLLGATE lease: {e}"),
+            Self::Foreign(found) => write!(f, "SLUICEGATE foreign {found}"),
+            Self::Corrupt(e) => write!(f, "SLUICEGATE corrupt state: {e}"),
+            Self::Lease(e) => write!(f, "SLUICEGATE lease: {e}"),
         }
     }
 }
@@ -172,7 +172,7 @@ pub enum Limit {
     Many(Composite<AnyAlgorithm>),
 }
 
-/// The arguments of `TOLLGATE.CHECK` and `TOLLGATE.PEEK`:
+/// The arguments of `SLUICEGATE.CHECK` and `SLUICEGATE.PEEK`:
 /// `numkeys key [key ...] algorithm [algorithm ...] [COST c] [NOW t] [MAXWAIT w]`.
 #[derive(Debug)]
 pub struct Request<'a> {
@@ -191,7 +191,7 @@ pub struct Request<'a> {
 /// The most keys (and composite members) one command takes: the core's bound.
 pub const MAX_KEYS: u64 = 255;
 
-/// The most keys one `TOLLGATE.BATCH` takes (the client's batches stay within it).
+/// The most keys one `SLUICEGATE.BATCH` takes (the client's batches stay within it).
 pub const MAX_BATCH_KEYS: u64 = 4096;
 
 /// Reads `numkeys key...` (at most `max` keys) and returns the keys; the first argument
@@ -246,7 +246,7 @@ impl<'a> Request<'a> {
         })
     }
 
-    /// Parses `TOLLGATE.BATCH`'s arguments, `numkeys key [key ...] algorithm
+    /// Parses `SLUICEGATE.BATCH`'s arguments, `numkeys key [key ...] algorithm
     /// [algorithm ...] COSTS cost [cost ...] [NOW t]`: one limit of as many members as
     /// algorithms, each request as many keys in a row and one cost. The request
     /// returned has the first request's keys and cost; the costs are all of them.
@@ -330,7 +330,7 @@ impl<'a> Request<'a> {
         }
     }
 
-    /// Checks that every value is a state of its member, as `TOLLGATE.RESET` does
+    /// Checks that every value is a state of its member, as `SLUICEGATE.RESET` does
     /// before deleting anything.
     pub fn validate(&self, values: &[Option<&[u8]>]) -> Result<(), Failure> {
         let one;

@@ -16,7 +16,7 @@ use std::slice;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
 use redis_module::raw::{self, RedisModuleCtx, RedisModuleKey, RedisModuleString};
-use tollgate_core::Ticks;
+use sluicegate_core::Ticks;
 
 use crate::engine::{Failure, Fields, Write};
 
@@ -28,7 +28,7 @@ pub enum Reply {
     Packed(Fields),
     /// One integer.
     Integer(i64),
-    /// A bulk string (`TOLLGATE.BATCH`'s records).
+    /// A bulk string (`SLUICEGATE.BATCH`'s records).
     Bytes(Vec<u8>),
     /// Nothing: Redis asked where the keys are (`COMMAND GETKEYS`, Cluster).
     KeyPositions,
@@ -228,7 +228,7 @@ impl Key<'_> {
         now: Ticks,
         explicit: bool,
     ) -> Result<(), Error> {
-        let failed = || "ERR tollgate could not write the key".to_owned();
+        let failed = || "ERR sluicegate could not write the key".to_owned();
         let ctx = self.call.ctx;
         unsafe {
             match write {

@@ -11,7 +11,7 @@ mod host;
 #[cfg(test)]
 mod tests;
 
-use tollgate_core::{Clock, Decision, SystemClock, Ticks};
+use sluicegate_core::{Clock, Decision, SystemClock, Ticks};
 
 use args::Args;
 use engine::{keys, Failure, LeaseOp, LeaseRequest, Request, Write, MAX_BATCH_KEYS, MAX_KEYS};
@@ -78,7 +78,7 @@ fn peek(call: &Call<'_>, args: &[&[u8]]) -> Result<Reply, Error> {
     decide(call, args, false)
 }
 
-/// `TOLLGATE.CHECK` (`write`) or `TOLLGATE.PEEK` (nothing stored).
+/// `SLUICEGATE.CHECK` (`write`) or `SLUICEGATE.PEEK` (nothing stored).
 fn decide(call: &Call<'_>, args: &[&[u8]], write: bool) -> Result<Reply, Error> {
     if key_positions(call, args, MAX_KEYS) {
         return Ok(Reply::KeyPositions);
@@ -123,8 +123,8 @@ fn decide_keys(
     Ok(decision)
 }
 
-/// `TOLLGATE.BATCH`: decides each request in order at one time, each as its own
-/// `TOLLGATE.CHECK` would (a key repeated sees what its earlier request stored). The
+/// `SLUICEGATE.BATCH`: decides each request in order at one time, each as its own
+/// `SLUICEGATE.CHECK` would (a key repeated sees what its earlier request stored). The
 /// reply is one bulk string of records, one per request (see the crate's docs).
 fn batch(call: &Call<'_>, args: &[&[u8]]) -> Result<Reply, Error> {
     if key_positions(call, args, MAX_BATCH_KEYS) {
@@ -154,7 +154,7 @@ fn batch(call: &Call<'_>, args: &[&[u8]]) -> Result<Reply, Error> {
     Ok(Reply::Bytes(records))
 }
 
-/// `TOLLGATE.RESET`: deletes the keys if each is absent or a valid state, else refuses;
+/// `SLUICEGATE.RESET`: deletes the keys if each is absent or a valid state, else refuses;
 /// replies how many keys were deleted.
 fn reset(call: &Call<'_>, args: &[&[u8]]) -> Result<Reply, Error> {
     if key_positions(call, args, MAX_KEYS) {
@@ -162,7 +162,7 @@ fn reset(call: &Call<'_>, args: &[&[u8]]) -> Result<Reply, Error> {
     }
     let request = Request::parse(args, false).map_err(|e| error(Failure::Arg(e)))?;
     if request.now.is_some() || request.cost != 1 {
-        return Err(error("ERR TOLLGATE.RESET takes no COST or NOW"));
+        return Err(error("ERR SLUICEGATE.RESET takes no COST or NOW"));
     }
     let mut keys = open_keys(call, 0, request.keys.len(), true)?;
     let values = values(&keys)?;
@@ -252,19 +252,19 @@ mod load {
         let (numkeys, one_key) = ((2, 2, 1), (1, 1, 1));
         #[rustfmt::skip]
         let commands: [(&std::ffi::CStr, host::Entry, &std::ffi::CStr, _); 8] = [
-            (c"tollgate.check", entry!(check), c"write deny-oom getkeys-api", numkeys),
-            (c"tollgate.batch", entry!(batch), c"write deny-oom getkeys-api", numkeys),
-            (c"tollgate.peek", entry!(peek), c"readonly getkeys-api", numkeys),
-            (c"tollgate.reset", entry!(reset), c"write getkeys-api", numkeys),
-            (c"tollgate.lease.acquire", entry!(lease_acquire), c"write deny-oom", one_key),
-            (c"tollgate.lease.release", entry!(lease_release), c"write", one_key),
-            (c"tollgate.lease.renew", entry!(lease_renew), c"write deny-oom", one_key),
+            (c"sluicegate.check", entry!(check), c"write deny-oom getkeys-api", numkeys),
+            (c"sluicegate.batch", entry!(batch), c"write deny-oom getkeys-api", numkeys),
+            (c"sluicegate.peek", entry!(peek), c"readonly getkeys-api", numkeys),
+            (c"sluicegate.reset", entry!(reset), c"write getkeys-api", numkeys),
+            (c"sluicegate.lease.acquire", entry!(lease_acquire), c"write deny-oom", one_key),
+            (c"sluicegate.lease.release", entry!(lease_release), c"write", one_key),
+            (c"sluicegate.lease.renew", entry!(lease_renew), c"write deny-oom", one_key),
             (c"cl.throttle", entry!(throttle), c"write deny-oom", one_key),
         ];
         let raw = ctx.get_raw();
         for (name, entry, flags, keys) in commands {
             if !host::register(raw, name, entry, flags, keys) {
-                ctx.log_warning(&format!("tollgate: could not register {name:?}"));
+                ctx.log_warning(&format!("sluicegate: could not register {name:?}"));
                 return Status::Err;
             }
         }
@@ -272,7 +272,7 @@ mod load {
     }
 
     redis_module::redis_module! {
-        name: "tollgate",
+        name: "sluicegate",
         version: 1,
         allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
         data_types: [],

@@ -6,8 +6,8 @@
 mod common;
 
 use redis::{Connection, RedisResult, Value};
-use tollgate_core::{Algorithm, FixedWindow, LeakyBucket, Ticks, TokenBucket, SECOND};
-use tollgate_redis::{Error, RedisLimiter};
+use sluicegate_core::{Algorithm, FixedWindow, LeakyBucket, Ticks, TokenBucket, SECOND};
+use sluicegate_redis::{Error, RedisLimiter};
 
 use common::{wait_until, Cluster};
 
@@ -57,7 +57,7 @@ fn server_time_states_expire_when_fresh_and_fresh_ones_are_deleted() {
     let before = time(&mut con);
     let reply = run(
         &mut con,
-        "TOLLGATE.CHECK 1 tb token_bucket 10 1 1000000 COST 3",
+        "SLUICEGATE.CHECK 1 tb token_bucket 10 1 1000000 COST 3",
     )
     .unwrap();
     let after = time(&mut con);
@@ -69,13 +69,13 @@ fn server_time_states_expire_when_fresh_and_fresh_ones_are_deleted() {
     assert_ttl(&mut con, "tb", reply[4], before);
 
     let sent = time(&mut con);
-    let reply = run(&mut con, "TOLLGATE.CHECK 1 fw fixed_window 5 60000000").unwrap();
+    let reply = run(&mut con, "SLUICEGATE.CHECK 1 fw fixed_window 5 60000000").unwrap();
     assert_eq!(reply[..4], [1, 5, 4, 0]);
     assert_ttl(&mut con, "fw", reply[4], sent);
 
     // A composite's keys each live until their own member is fresh, as in the scripts.
     let line =
-        "TOLLGATE.CHECK 2 {c}:0 {c}:1 fixed_window 5 60000000 token_bucket 10 1 1000000 COST 3";
+        "SLUICEGATE.CHECK 2 {c}:0 {c}:1 fixed_window 5 60000000 token_bucket 10 1 1000000 COST 3";
     let sent = time(&mut con);
     let reply = run(&mut con, line).unwrap();
     assert_eq!(reply[..3], [1, 5, 2], "the window binds: 2 of 5 left");
@@ -86,19 +86,19 @@ fn server_time_states_expire_when_fresh_and_fresh_ones_are_deleted() {
     // A decision leaving the state fresh deletes the key (and writes none).
     run(
         &mut con,
-        "TOLLGATE.CHECK 1 zero token_bucket 10 1 1000000 COST 0",
+        "SLUICEGATE.CHECK 1 zero token_bucket 10 1 1000000 COST 0",
     )
     .unwrap();
     assert_eq!(get(&mut con, "zero"), None);
     run(
         &mut con,
-        "TOLLGATE.CHECK 1 short token_bucket 1 1000 1000 NOW 5",
+        "SLUICEGATE.CHECK 1 short token_bucket 1 1000 1000 NOW 5",
     )
     .unwrap();
     assert_eq!(pttl(&mut con, "short"), -1, "explicit times never expire");
     run(
         &mut con,
-        "TOLLGATE.CHECK 1 short token_bucket 1 1000 1000 COST 0 NOW 10",
+        "SLUICEGATE.CHECK 1 short token_bucket 1 1000 1000 COST 0 NOW 10",
     )
     .unwrap();
     assert_eq!(get(&mut con, "short"), None, "fresh again: deleted");
@@ -114,11 +114,19 @@ fn module_and_script_share_keys_at_the_server_time() {
     let words = "token_bucket 10 1 3600000000";
     assert_eq!(limiter.check(&mut con, b"shared", 3).unwrap().remaining, 7);
     let sent = time(&mut con);
-    let reply = run(&mut con, &format!("TOLLGATE.CHECK 1 shared {words} COST 2")).unwrap();
+    let reply = run(
+        &mut con,
+        &format!("SLUICEGATE.CHECK 1 shared {words} COST 2"),
+    )
+    .unwrap();
     assert_eq!(reply[..3], [1, 10, 5]);
     assert_ttl(&mut con, "shared", reply[4], sent);
     assert_eq!(limiter.check(&mut con, b"shared", 1).unwrap().remaining, 4);
-    let peek = run(&mut con, &format!("TOLLGATE.PEEK 1 shared {words} COST 5")).unwrap();
+    let peek = run(
+        &mut con,
+        &format!("SLUICEGATE.PEEK 1 shared {words} COST 5"),
+    )
+    .unwrap();
     assert_eq!(peek[..4], [0, 10, 4, peek[3]]);
     assert!(peek[3] > 3599 * SECOND as i64);
     let state = limiter.state(&mut con, b"shared").unwrap().unwrap();
@@ -145,21 +153,24 @@ fn foreign_and_corrupt_keys_are_refused_by_every_command_and_kept() {
     let window = FixedWindow::new(2, 1000).unwrap();
     let reason = window.decode(b"garbage").unwrap_err().to_string();
     for (key, expected) in [
-        ("list", "TOLLGATE foreign list".to_owned()),
-        ("junk", format!("TOLLGATE corrupt state: {reason}")),
+        ("list", "SLUICEGATE foreign list".to_owned()),
+        ("junk", format!("SLUICEGATE corrupt state: {reason}")),
     ] {
         for line in [
-            format!("TOLLGATE.CHECK 1 {key} fixed_window 2 1000"),
-            format!("TOLLGATE.CHECK 1 {key} fixed_window 2 1000 NOW 7"),
-            format!("TOLLGATE.PEEK 1 {key} fixed_window 2 1000"),
-            format!("TOLLGATE.RESET 1 {key} fixed_window 2 1000"),
+            format!("SLUICEGATE.CHECK 1 {key} fixed_window 2 1000"),
+            format!("SLUICEGATE.CHECK 1 {key} fixed_window 2 1000 NOW 7"),
+            format!("SLUICEGATE.PEEK 1 {key} fixed_window 2 1000"),
+            format!("SLUICEGATE.RESET 1 {key} fixed_window 2 1000"),
         ] {
             assert_eq!(error(&mut con, &line), expected, "{line}");
         }
-        let lease = error(&mut con, &format!("TOLLGATE.LEASE.ACQUIRE {key} 1 me 1000"));
-        assert!(lease.starts_with("TOLLGATE "), "{lease}");
+        let lease = error(
+            &mut con,
+            &format!("SLUICEGATE.LEASE.ACQUIRE {key} 1 me 1000"),
+        );
+        assert!(lease.starts_with("SLUICEGATE "), "{lease}");
         let cell = error(&mut con, &format!("CL.THROTTLE {key} 15 30 60"));
-        assert!(cell.starts_with("TOLLGATE "), "{cell}");
+        assert!(cell.starts_with("SLUICEGATE "), "{cell}");
     }
     // The script words the same bytes the same way.
     let limiter = RedisLimiter::new(window).unwrap();
@@ -179,13 +190,13 @@ fn peek_writes_nothing_and_reset_deletes_only_valid_states() {
     let words = "fixed_window 3 1000000 sliding_counter 5 1000000";
     run(
         &mut con,
-        &format!("TOLLGATE.PEEK 2 {{p}}:0 {{p}}:1 {words} NOW 9"),
+        &format!("SLUICEGATE.PEEK 2 {{p}}:0 {{p}}:1 {words} NOW 9"),
     )
     .unwrap();
     assert_eq!(get(&mut con, "{p}:0"), None);
     run(
         &mut con,
-        &format!("TOLLGATE.CHECK 2 {{p}}:0 {{p}}:1 {words} NOW 9"),
+        &format!("SLUICEGATE.CHECK 2 {{p}}:0 {{p}}:1 {words} NOW 9"),
     )
     .unwrap();
     assert!(get(&mut con, "{p}:0").is_some() && get(&mut con, "{p}:1").is_some());
@@ -197,12 +208,12 @@ fn peek_writes_nothing_and_reset_deletes_only_valid_states() {
         .unwrap();
     assert!(error(
         &mut con,
-        &format!("TOLLGATE.RESET 2 {{p}}:0 {{p}}:1 {words}")
+        &format!("SLUICEGATE.RESET 2 {{p}}:0 {{p}}:1 {words}")
     )
     .contains("corrupt"));
     assert!(get(&mut con, "{p}:0").is_some());
     let _: () = redis::cmd("DEL").arg("{p}:1").query(&mut con).unwrap();
-    let deleted: i64 = redis::cmd("TOLLGATE.RESET")
+    let deleted: i64 = redis::cmd("SLUICEGATE.RESET")
         .arg(2)
         .arg("{p}:0")
         .arg("{p}:1")
@@ -218,19 +229,19 @@ fn bad_arguments_are_errors() {
     let server = common::server(&[]);
     let mut con = server.connection();
     for line in [
-        "TOLLGATE.CHECK",
-        "TOLLGATE.CHECK 0 k fixed_window 1 1",
-        "TOLLGATE.CHECK 2 k fixed_window 1 1",
-        "TOLLGATE.CHECK 1 k fixed_window 0 1",
-        "TOLLGATE.CHECK 1 k fixed_window 1 1 COST -1",
-        "TOLLGATE.CHECK 1 k fixed_window 1 1 NOW 4611686018427387905",
-        "TOLLGATE.CHECK 1 k fixed_window 1 1 MAXWAIT 5",
-        "TOLLGATE.CHECK 1 k fixed_window 1 1 COST 1 COST 2",
-        "TOLLGATE.CHECK 1 k nonsense 1 1",
-        "TOLLGATE.PEEK 1 k token_bucket 1 1 1 MAXWAIT 5",
-        "TOLLGATE.LEASE.ACQUIRE k 0 me 1000",
-        "TOLLGATE.LEASE.ACQUIRE k 1 me 0",
-        "TOLLGATE.LEASE.RENEW k 1 me",
+        "SLUICEGATE.CHECK",
+        "SLUICEGATE.CHECK 0 k fixed_window 1 1",
+        "SLUICEGATE.CHECK 2 k fixed_window 1 1",
+        "SLUICEGATE.CHECK 1 k fixed_window 0 1",
+        "SLUICEGATE.CHECK 1 k fixed_window 1 1 COST -1",
+        "SLUICEGATE.CHECK 1 k fixed_window 1 1 NOW 4611686018427387905",
+        "SLUICEGATE.CHECK 1 k fixed_window 1 1 MAXWAIT 5",
+        "SLUICEGATE.CHECK 1 k fixed_window 1 1 COST 1 COST 2",
+        "SLUICEGATE.CHECK 1 k nonsense 1 1",
+        "SLUICEGATE.PEEK 1 k token_bucket 1 1 1 MAXWAIT 5",
+        "SLUICEGATE.LEASE.ACQUIRE k 0 me 1000",
+        "SLUICEGATE.LEASE.ACQUIRE k 1 me 0",
+        "SLUICEGATE.LEASE.RENEW k 1 me",
     ] {
         assert!(error(&mut con, line).starts_with("ERR "), "{line}");
     }
@@ -245,7 +256,7 @@ fn bad_arguments_are_errors() {
 fn cl_throttle_answers_as_redis_cell() {
     let server = common::server(&[]);
     let mut con = server.connection();
-    // Seed 002: 15 burst, 30 per 60 s. One unit leaks every 2 s.
+    // The funnel example: 15 burst, 30 per 60 s. One unit leaks every 2 s.
     let sent = time(&mut con);
     assert_eq!(
         run(&mut con, "CL.THROTTLE laoqian:reply 15 30 60").unwrap(),
@@ -350,9 +361,9 @@ fn cl_throttle_is_exact_against_the_core() {
 /// window at a given time), `lease` and `cell` (`CL.THROTTLE`'s).
 fn write_each_kind(con: &mut Connection) {
     for line in [
-        "TOLLGATE.CHECK 1 timed token_bucket 10 1 1000000 COST 4",
-        "TOLLGATE.CHECK 1 explicit fixed_window 2 1000 NOW 5",
-        "TOLLGATE.LEASE.ACQUIRE lease 2 me 5000000",
+        "SLUICEGATE.CHECK 1 timed token_bucket 10 1 1000000 COST 4",
+        "SLUICEGATE.CHECK 1 explicit fixed_window 2 1000 NOW 5",
+        "SLUICEGATE.LEASE.ACQUIRE lease 2 me 5000000",
         "CL.THROTTLE cell 15 30 60",
     ] {
         run(con, line).unwrap();
@@ -370,10 +381,10 @@ fn effects_replicate_and_replicas_never_decide() {
         info.contains("master_link_status:up")
     });
     write_each_kind(&mut p);
-    run(&mut p, "TOLLGATE.CHECK 1 gone fixed_window 2 1000 NOW 5").unwrap();
+    run(&mut p, "SLUICEGATE.CHECK 1 gone fixed_window 2 1000 NOW 5").unwrap();
     run(
         &mut p,
-        "TOLLGATE.CHECK 1 gone fixed_window 2 1000 COST 0 NOW 5000",
+        "SLUICEGATE.CHECK 1 gone fixed_window 2 1000 COST 0 NOW 5000",
     )
     .unwrap();
     let synced: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(&mut p).unwrap();
@@ -388,9 +399,9 @@ fn effects_replicate_and_replicas_never_decide() {
     }
     assert_eq!(pttl(&mut r, "explicit"), -1);
     assert!(
-        error(&mut r, "TOLLGATE.CHECK 1 timed token_bucket 10 1 1000000").starts_with("READONLY")
+        error(&mut r, "SLUICEGATE.CHECK 1 timed token_bucket 10 1 1000000").starts_with("READONLY")
     );
-    assert!(run(&mut r, "TOLLGATE.PEEK 1 timed token_bucket 10 1 1000000").is_ok());
+    assert!(run(&mut r, "SLUICEGATE.PEEK 1 timed token_bucket 10 1 1000000").is_ok());
 }
 
 /// The AOF holds the effects (`SET ... PXAT`, `SET`, `DEL`), never a module command that
@@ -402,7 +413,7 @@ fn the_aof_holds_effects_not_commands() {
     let server = common::server(&["--appendonly", "yes", "--appendfsync", "always"]);
     let mut con = server.connection();
     write_each_kind(&mut con);
-    let _: i64 = redis::cmd("TOLLGATE.RESET")
+    let _: i64 = redis::cmd("SLUICEGATE.RESET")
         .arg(1)
         .arg("explicit")
         .arg(&["fixed_window", "2", "1000"][..])
@@ -417,7 +428,7 @@ fn the_aof_holds_effects_not_commands() {
     }
     let aof = String::from_utf8_lossy(&aof).to_ascii_uppercase();
     assert!(
-        !aof.contains("TOLLGATE.") && !aof.contains("CL.THROTTLE"),
+        !aof.contains("SLUICEGATE.") && !aof.contains("CL.THROTTLE"),
         "{aof}"
     );
     assert_eq!(aof.matches("PXAT").count(), 3, "{aof}");
@@ -439,7 +450,7 @@ fn assert_keys(con: &mut Connection, line: &str, keys: &[&str]) {
 fn keys_are_declared_and_writes_refused_out_of_memory() {
     let server = common::server(&[]);
     let mut con = server.connection();
-    let check = "TOLLGATE.CHECK 2 {a}:0 {a}:1 fixed_window 1 1 fixed_window 1 1";
+    let check = "SLUICEGATE.CHECK 2 {a}:0 {a}:1 fixed_window 1 1 fixed_window 1 1";
     assert_keys(&mut con, check, &["{a}:0", "{a}:1"]);
     let _: () = redis::cmd("CONFIG")
         .arg("SET")
@@ -447,31 +458,31 @@ fn keys_are_declared_and_writes_refused_out_of_memory() {
         .arg(1)
         .query(&mut con)
         .unwrap();
-    assert!(error(&mut con, "TOLLGATE.CHECK 1 k fixed_window 1 1000").starts_with("OOM"));
+    assert!(error(&mut con, "SLUICEGATE.CHECK 1 k fixed_window 1 1000").starts_with("OOM"));
     assert!(error(&mut con, "CL.THROTTLE k 15 30 60").starts_with("OOM"));
-    assert!(run(&mut con, "TOLLGATE.PEEK 1 k fixed_window 1 1000").is_ok());
+    assert!(run(&mut con, "SLUICEGATE.PEEK 1 k fixed_window 1 1000").is_ok());
 }
 
-/// `TOLLGATE.BATCH` declares every key; `PACKED` replies a lease command's integers as
+/// `SLUICEGATE.BATCH` declares every key; `PACKED` replies a lease command's integers as
 /// one string, the same integers.
 #[test]
 fn batch_keys_and_packed_lease_replies() {
     let server = common::server(&[]);
     let mut con = server.connection();
-    let batch = "TOLLGATE.BATCH 3 a b a fixed_window 1 1 COSTS 1 1 1";
+    let batch = "SLUICEGATE.BATCH 3 a b a fixed_window 1 1 COSTS 1 1 1";
     assert_keys(&mut con, batch, &["a", "b", "a"]);
     for (plain, packed) in [
         (
-            "TOLLGATE.LEASE.ACQUIRE p 2 me 5000000 NOW 100",
-            "TOLLGATE.LEASE.ACQUIRE q 2 me 5000000 PACKED NOW 100",
+            "SLUICEGATE.LEASE.ACQUIRE p 2 me 5000000 NOW 100",
+            "SLUICEGATE.LEASE.ACQUIRE q 2 me 5000000 PACKED NOW 100",
         ),
         (
-            "TOLLGATE.LEASE.RENEW p 2 me 6000000 NOW 200",
-            "TOLLGATE.LEASE.RENEW q 2 me 6000000 PACKED NOW 200",
+            "SLUICEGATE.LEASE.RENEW p 2 me 6000000 NOW 200",
+            "SLUICEGATE.LEASE.RENEW q 2 me 6000000 PACKED NOW 200",
         ),
         (
-            "TOLLGATE.LEASE.RELEASE p 2 me NOW 300",
-            "TOLLGATE.LEASE.RELEASE q 2 me PACKED NOW 300",
+            "SLUICEGATE.LEASE.RELEASE p 2 me NOW 300",
+            "SLUICEGATE.LEASE.RELEASE q 2 me PACKED NOW 300",
         ),
     ] {
         let plain = run(&mut con, plain).unwrap();
@@ -507,7 +518,7 @@ fn cluster_routes_by_the_declared_keys() {
     for user in 0..20 {
         let (a, b) = (format!("{{user{user}}}:0"), format!("{{user{user}}}:1"));
         let check = |con: &mut redis::cluster::ClusterConnection| -> Vec<i64> {
-            redis::cmd("TOLLGATE.CHECK")
+            redis::cmd("SLUICEGATE.CHECK")
                 .arg(2)
                 .arg(&a)
                 .arg(&b)
@@ -520,7 +531,7 @@ fn cluster_routes_by_the_declared_keys() {
         assert_eq!(check(&mut con)[..3], [1, 1, 0]);
         assert_eq!(check(&mut con)[..3], [0, 1, 0]);
     }
-    let crossed: RedisResult<Vec<i64>> = redis::cmd("TOLLGATE.CHECK")
+    let crossed: RedisResult<Vec<i64>> = redis::cmd("SLUICEGATE.CHECK")
         .arg(2)
         .arg("a")
         .arg("b")

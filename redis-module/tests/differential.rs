@@ -1,7 +1,7 @@
 //! The module against the core, and against the scripts, on a real `redis-server
 //! --loadmodule`: random parameters over the core's whole range and random traces at
-//! explicit times, each step decided by `TOLLGATE.CHECK` or (where the parameters are
-//! inside the scripts' range) by `tollgate_redis::RedisLimiter`'s script, on the same
+//! explicit times, each step decided by `SLUICEGATE.CHECK` or (where the parameters are
+//! inside the scripts' range) by `sluicegate_redis::RedisLimiter`'s script, on the same
 //! keys. After every step the decision equals the core's and every key holds exactly
 //! the core's encoding (gone when the core's state is fresh), with no expiry: a state
 //! written by either path is read and continued by the other.
@@ -10,12 +10,12 @@ mod common;
 
 use proptest::prelude::*;
 use redis::Connection;
-use tollgate_core::limits::{MAX_LIMIT, MAX_PERIOD};
-use tollgate_core::{
+use sluicegate_core::limits::{MAX_LIMIT, MAX_PERIOD};
+use sluicegate_core::{
     Ban, Composite, Concurrency, Decision, FixedWindow, LeakyBucket, LeaseError, Pacing, Request,
     Reserve, SlidingCounter, SlidingLog, Ticks, TokenBucket, MAX_TICKS, SECOND,
 };
-use tollgate_redis::{LuaAlgorithm, RedisLimiter, MAX_LUA_TICKS};
+use sluicegate_redis::{LuaAlgorithm, RedisLimiter, MAX_LUA_TICKS};
 
 use common::Server;
 
@@ -134,7 +134,7 @@ fn keys_of(key: &str, members: usize) -> Vec<String> {
     }
 }
 
-/// `TOLLGATE.CHECK` at an explicit time.
+/// `SLUICEGATE.CHECK` at an explicit time.
 fn module_check(
     con: &mut Connection,
     keys: &[String],
@@ -143,7 +143,7 @@ fn module_check(
     now: Ticks,
     max_wait: Option<Ticks>,
 ) -> redis::RedisResult<Vec<i64>> {
-    let mut cmd = redis::cmd("TOLLGATE.CHECK");
+    let mut cmd = redis::cmd("SLUICEGATE.CHECK");
     cmd.arg(keys.len()).arg(keys).arg(words);
     cmd.arg("COST").arg(cost).arg("NOW").arg(now);
     if let Some(w) = max_wait {
@@ -201,11 +201,11 @@ fn trace(period: Ticks, limit: u64) -> impl Strategy<Value = Trace> {
 /// The core's reservation: algorithm, state, now, cost, max wait.
 type ReserveFn<A> = fn(
     &A,
-    Option<<A as tollgate_core::Algorithm>::State>,
+    Option<<A as sluicegate_core::Algorithm>::State>,
     Ticks,
     u64,
     Ticks,
-) -> (Decision, Option<<A as tollgate_core::Algorithm>::State>);
+) -> (Decision, Option<<A as sluicegate_core::Algorithm>::State>);
 
 /// Runs `trace` through the core and, step by step, the module or the script.
 /// `reserve`: the core's transition with a wait (buckets), else waits are dropped.
@@ -334,7 +334,7 @@ fn bucket_shape(p: &(u64, u64, Ticks)) -> (Ticks, u64) {
 /// module with its reservations.
 fn bucket_cases<A: Words + Reserve>(
     params: impl Strategy<Value = (u64, u64, Ticks)>,
-    new: fn(u64, u64, Ticks) -> Result<A, tollgate_core::ParamError>,
+    new: fn(u64, u64, Ticks) -> Result<A, sluicegate_core::ParamError>,
 ) {
     cases(
         with_trace(params, bucket_shape),
@@ -434,9 +434,9 @@ fn leases() {
         for (gap, step) in steps {
             now += gap;
             let (cmd, owner, ttl) = match step {
-                LeaseStep::Acquire(o, t) => ("TOLLGATE.LEASE.ACQUIRE", o, Some(t)),
-                LeaseStep::Release(o) => ("TOLLGATE.LEASE.RELEASE", o, None),
-                LeaseStep::Renew(o, t) => ("TOLLGATE.LEASE.RENEW", o, Some(t)),
+                LeaseStep::Acquire(o, t) => ("SLUICEGATE.LEASE.ACQUIRE", o, Some(t)),
+                LeaseStep::Release(o) => ("SLUICEGATE.LEASE.RELEASE", o, None),
+                LeaseStep::Renew(o, t) => ("SLUICEGATE.LEASE.RENEW", o, Some(t)),
             };
             let owner = format!("owner{owner}");
             let mut c = redis::cmd(cmd);
@@ -446,7 +446,7 @@ fn leases() {
             }
             let got: redis::RedisResult<Vec<i64>> = c.arg("NOW").arg(now).query(&mut con);
             // A release's or renewal's reply: the grant, then the time.
-            let grant_fields = |g: tollgate_core::Grant| {
+            let grant_fields = |g: sluicegate_core::Grant| {
                 vec![
                     g.token as i64,
                     g.expires_at as i64,
@@ -476,7 +476,7 @@ fn leases() {
                     state = new;
                 }
                 (Err(got), Err(want)) => {
-                    prop_assert_eq!(got.code(), Some("TOLLGATE"));
+                    prop_assert_eq!(got.code(), Some("SLUICEGATE"));
                     let want = format!("lease: {want}");
                     prop_assert_eq!(got.detail(), Some(want.as_str()));
                 }

@@ -12,9 +12,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use sluicegate_core::{AnyAlgorithm, Decision, Request};
+use sluicegate_redis::{ReconnectingAsync, RedisLimiter};
 use tokio::sync::{mpsc, oneshot};
-use tollgate_core::{AnyAlgorithm, Decision, Request};
-use tollgate_redis::{ReconnectingAsync, RedisLimiter};
 
 /// The most decisions in one batch.
 pub const MAX_PIPELINE: usize = 256;
@@ -24,7 +24,7 @@ pub const MAX_PIPELINE: usize = 256;
 pub enum Error {
     /// Redis failed or refused.
     #[error(transparent)]
-    Redis(#[from] tollgate_redis::Error),
+    Redis(#[from] sluicegate_redis::Error),
     /// The sending task is gone.
     #[error("the Redis task stopped")]
     Stopped,
@@ -35,7 +35,7 @@ struct Job {
     limiter: Arc<RedisLimiter<AnyAlgorithm>>,
     key: Box<[u8]>,
     cost: u64,
-    reply: oneshot::Sender<Result<Decision, tollgate_redis::Error>>,
+    reply: oneshot::Sender<Result<Decision, sluicegate_redis::Error>>,
 }
 
 /// The queue of decisions for Redis, and the task sending them.

@@ -19,7 +19,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 
-/// The bounds on connections (flags of `tollgate serve`).
+/// The bounds on connections (flags of `sluicegate serve`).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Bounds {
     /// A request's head must arrive within this from its first byte (and a new

@@ -1,9 +1,9 @@
 //! Envoy's rate limit service over gRPC (`--grpc-listen`): a gateway that speaks it
-//! (Envoy's `envoy.filters.http.ratelimit`, and others) decides through tollgate, with
-//! every tollgate algorithm.
+//! (Envoy's `envoy.filters.http.ratelimit`, and others) decides through sluicegate, with
+//! every sluicegate algorithm.
 //!
 //! The mapping (also in `API.md`): the call carries an app token in its
-//! `authorization` metadata (`Bearer tga_…`). Each descriptor is decided on one policy:
+//! `authorization` metadata (`Bearer sga_…`). Each descriptor is decided on one policy:
 //! the value of its first entry `policy` if it has one, else the request's `domain`. The
 //! key is the descriptor's other entries as `key=value` joined by `|`, in order
 //! (`remote_address=10.0.0.1|path=/a`), with `\`, `|` and `=` inside a key or value
@@ -17,7 +17,7 @@ use tonic::{Request, Response, Status};
 
 use crate::service::auth::{authenticate, bearer};
 use crate::service::{Service, ServiceError, MAX_BATCH};
-use tollgate_policy::Built;
+use sluicegate_policy::Built;
 
 /// The code generated from the vendored protos (`vendor/proto/`).
 #[allow(

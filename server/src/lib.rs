@@ -20,11 +20,11 @@ use std::time::Duration;
 
 use limiters::{Backend, Keys};
 use service::Service;
+use sluicegate_core::FailPolicy;
 pub use store::StoreError;
 use store::{Store, User};
-use tollgate_core::FailPolicy;
 
-/// How a server runs (the flags of `tollgate serve`).
+/// How a server runs (the flags of `sluicegate serve`).
 #[derive(Debug, Clone)]
 pub struct Config {
     /// Where to listen (`--listen`, default `127.0.0.1:8080`).
@@ -78,7 +78,7 @@ impl Default for Config {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             grpc_listen: None,
-            data_dir: PathBuf::from("tollgate-data"),
+            data_dir: PathBuf::from("sluicegate-data"),
             store: None,
             decisions: None,
             fail: FailPolicy::Error,
@@ -179,10 +179,11 @@ impl Server {
         let backend = match &config.decisions {
             None => Backend::Memory(keys),
             Some(url) => {
-                let client = tollgate_redis::client(url, None)
+                let client = sluicegate_redis::client(url, None)
                     .map_err(|e| Error::Decisions(e.to_string()))?;
-                let con = tollgate_redis::connect_async(client, tollgate_redis::DEFAULT_TIMEOUT)
-                    .map_err(|e| Error::Decisions(e.to_string()))?;
+                let con =
+                    sluicegate_redis::connect_async(client, sluicegate_redis::DEFAULT_TIMEOUT)
+                        .map_err(|e| Error::Decisions(e.to_string()))?;
                 let coalescer = coalesce::Coalescer::start(con.clone());
                 Backend::Redis {
                     con,

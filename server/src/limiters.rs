@@ -7,13 +7,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
-use tollgate_core::memory::{AcquireError, KeyedLeases, KeyedLimiter, OnFull};
-use tollgate_core::{
+use sluicegate_core::memory::{AcquireError, KeyedLeases, KeyedLimiter, OnFull};
+use sluicegate_core::{
     AnyAlgorithm, Concurrency, Decision, FailPolicy, Grant, LeaseError, LeaseRequest, Outcome,
     Ticks, SECOND,
 };
-use tollgate_policy::{Built, Policy, Style};
-use tollgate_redis::{ReconnectingAsync, RedisLeases, RedisLimiter};
+use sluicegate_policy::{Built, Policy, Style};
+use sluicegate_redis::{ReconnectingAsync, RedisLeases, RedisLimiter};
 
 use crate::coalesce::{self, Coalescer};
 use crate::metrics::{Counters, Metrics, Table};
@@ -80,7 +80,7 @@ pub struct Entry {
     /// What the policy's full key table does (in this process).
     on_full: OnFull,
     /// `RateLimit-Policy` for this policy.
-    pub header: Option<tollgate_tower::Policy>,
+    pub header: Option<sluicegate_tower::Policy>,
     limiter: Limiter,
     /// The policy's counters in the metrics (kept when the limiter is rebuilt).
     counters: Arc<Counters>,
@@ -163,7 +163,7 @@ impl Entry {
         if let Some(previous) = previous.filter(|p| p.built == built && p.on_full == on_full) {
             return Ok(Arc::clone(previous));
         }
-        let header = tollgate_tower::Policy::new(
+        let header = sluicegate_tower::Policy::new(
             &stored.name,
             stored.policy.limit(),
             Duration::from_micros(stored.policy.period()),
@@ -334,7 +334,7 @@ impl Entry {
                 };
                 match result {
                     Ok(grant) => Ok(LeaseAnswer::Held(grant)),
-                    Err(tollgate_redis::Error::Lease(LeaseError::NotHeld)) => {
+                    Err(sluicegate_redis::Error::Lease(LeaseError::NotHeld)) => {
                         Ok(LeaseAnswer::NotHeld)
                     }
                     Err(e) => Err(typed(e)),
@@ -351,9 +351,9 @@ impl Entry {
 }
 
 /// A Redis error as the decision's error.
-fn typed(e: tollgate_redis::Error) -> DecideError {
+fn typed(e: sluicegate_redis::Error) -> DecideError {
     match e {
-        tollgate_redis::Error::Lease(e) => DecideError::Lease(e),
+        sluicegate_redis::Error::Lease(e) => DecideError::Lease(e),
         e if e.is_unavailable() => DecideError::Unavailable(e.to_string()),
         e => DecideError::Backend(e.to_string()),
     }
@@ -368,7 +368,7 @@ pub fn check_backend(policy: &Policy, backend: &Backend) -> Result<(), (Option<S
     };
     RedisLimiter::new(rule).map(drop).map_err(|e| {
         let field = match &e {
-            tollgate_redis::Error::OutOfRange { what, .. }
+            sluicegate_redis::Error::OutOfRange { what, .. }
                 if matches!(*what, "limit" | "capacity" | "rate" | "period") =>
             {
                 Some((*what).to_owned())
@@ -389,13 +389,13 @@ trait LimitOf {
 
 impl LimitOf for RedisLimiter<AnyAlgorithm> {
     fn algorithm_limit(&self) -> u64 {
-        use tollgate_core::Algorithm;
+        use sluicegate_core::Algorithm;
         // A fresh key's decision costs nothing and names the limit.
         self.algorithm().peek(None, 0, 0).limit
     }
 }
 
-/// Redis keys of policy `name`: `tollgate:serve:NAME:HASH:KEY`, where HASH is of the
+/// Redis keys of policy `name`: `sluicegate:serve:NAME:HASH:KEY`, where HASH is of the
 /// parameters only, so changing them starts fresh states (old ones expire) and changing
 /// apps or description keeps them.
 fn prefix(name: &str, policy: &Policy) -> String {
@@ -415,7 +415,7 @@ fn prefix(name: &str, policy: &Policy) -> String {
             .as_bytes(),
     );
     let hash: String = digest[..6].iter().map(|b| format!("{b:02x}")).collect();
-    format!("tollgate:serve:{name}:{hash}:")
+    format!("sluicegate:serve:{name}:{hash}:")
 }
 
 /// The limiters of every policy, by name.

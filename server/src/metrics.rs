@@ -111,25 +111,25 @@ pub fn render_tables<'a>(tables: impl Iterator<Item = (&'a str, Table)>) -> Stri
     let mut out = String::new();
     let metrics: [TableMetric; 4] = [
         (
-            "tollgate_keys",
+            "sluicegate_keys",
             "gauge",
             "Keys held by a policy's in-process table.",
             |t| t.keys as u64,
         ),
         (
-            "tollgate_keys_capacity",
+            "sluicegate_keys_capacity",
             "gauge",
             "The most keys a policy's in-process table holds.",
             |t| t.capacity as u64,
         ),
         (
-            "tollgate_keys_evicted_total",
+            "sluicegate_keys_evicted_total",
             "counter",
             "Keys forgotten while they held state, by policy.",
             |t| t.evicted,
         ),
         (
-            "tollgate_keys_refused_total",
+            "sluicegate_keys_refused_total",
             "counter",
             "New keys refused by a full table, by policy.",
             |t| t.refused,
@@ -200,7 +200,7 @@ impl Metrics {
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
         let mut out = String::new();
-        out.push_str("# HELP tollgate_decisions_total Decisions by policy and outcome.\n# TYPE tollgate_decisions_total counter\n");
+        out.push_str("# HELP sluicegate_decisions_total Decisions by policy and outcome.\n# TYPE sluicegate_decisions_total counter\n");
         for (name, p) in self
             .policies
             .read()
@@ -218,14 +218,14 @@ impl Metrics {
             // Policy names are letters, digits, `-`, `_` and `.`: nothing to escape.
             let _ = writeln!(
                 out,
-                "tollgate_decisions_total{{policy=\"{name}\",outcome=\"allowed\"}} {allowed}"
+                "sluicegate_decisions_total{{policy=\"{name}\",outcome=\"allowed\"}} {allowed}"
             );
             let _ = writeln!(
                 out,
-                "tollgate_decisions_total{{policy=\"{name}\",outcome=\"denied\"}} {denied}"
+                "sluicegate_decisions_total{{policy=\"{name}\",outcome=\"denied\"}} {denied}"
             );
         }
-        out.push_str("# HELP tollgate_decision_seconds Time to decide one request.\n# TYPE tollgate_decision_seconds histogram\n");
+        out.push_str("# HELP sluicegate_decision_seconds Time to decide one request.\n# TYPE sluicegate_decision_seconds histogram\n");
         // Read while decisions go on: the buckets, then the count, then the sum, so
         // the cumulative counts never exceed the count shown.
         let mut cumulative = 0;
@@ -233,18 +233,18 @@ impl Metrics {
             cumulative += count.load(Ordering::Relaxed);
             let _ = writeln!(
                 out,
-                "tollgate_decision_seconds_bucket{{le=\"{bound}\"}} {cumulative}"
+                "sluicegate_decision_seconds_bucket{{le=\"{bound}\"}} {cumulative}"
             );
         }
         let count = self.latency.count.load(Ordering::Relaxed).max(cumulative);
         let sum = self.latency.sum_ns.load(Ordering::Relaxed) as f64 / 1e9;
         let _ = writeln!(
             out,
-            "tollgate_decision_seconds_bucket{{le=\"+Inf\"}} {count}\ntollgate_decision_seconds_sum {sum}\ntollgate_decision_seconds_count {count}"
+            "sluicegate_decision_seconds_bucket{{le=\"+Inf\"}} {count}\nsluicegate_decision_seconds_sum {sum}\nsluicegate_decision_seconds_count {count}"
         );
         let _ = writeln!(
             out,
-            "# HELP tollgate_store_errors_total Failed store operations.\n# TYPE tollgate_store_errors_total counter\ntollgate_store_errors_total {}",
+            "# HELP sluicegate_store_errors_total Failed store operations.\n# TYPE sluicegate_store_errors_total counter\nsluicegate_store_errors_total {}",
             self.store_errors.load(Ordering::Relaxed)
         );
         out

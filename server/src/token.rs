@@ -7,9 +7,9 @@ use base64::Engine;
 use sha2::{Digest as _, Sha256};
 
 /// The prefix of app tokens.
-pub const APP: &str = "tga_";
+pub const APP: &str = "sga_";
 /// The prefix of user tokens.
-pub const USER: &str = "tgu_";
+pub const USER: &str = "sgu_";
 
 /// A new token with `prefix`.
 pub fn new(prefix: &str) -> String {

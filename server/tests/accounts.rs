@@ -155,11 +155,11 @@ async fn two_admins_demoting_each_other_leave_one() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_admins_demoting_each_other_through_two_servers_leave_one() {
     let pg = Postgres::start();
-    let config = tollgate_server::Config {
+    let config = sluicegate_server::Config {
         store: Some(pg.url()),
         ..config()
     };
-    let root = tollgate_server::init_admin(&config, "root")
+    let root = sluicegate_server::init_admin(&config, "root")
         .await
         .expect("admin");
     let a = TestServer::with(config.clone()).await;

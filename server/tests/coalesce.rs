@@ -1,6 +1,6 @@
 //! Decisions in Redis are coalesced: requests arriving while a pipeline is in flight go
-//! together in the next one (`tollgate_redis_pipelines_total` below
-//! `tollgate_redis_decisions_total`), and every decision is still exact, as if each had
+//! together in the next one (`sluicegate_redis_pipelines_total` below
+//! `sluicegate_redis_decisions_total`), and every decision is still exact, as if each had
 //! been sent alone.
 
 mod common;
@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::*;
 use hyper::StatusCode;
-use tollgate_server::Config;
+use sluicegate_server::Config;
 
 /// A counter's value in the Prometheus text.
 fn counter(metrics: &str, name: &str) -> u64 {
@@ -64,8 +64,8 @@ async fn concurrent_decisions_share_pipelines_and_stay_exact() {
     assert_eq!(denied, 200);
     let metrics = get(&server.url("/metrics"), &admin).await.text;
     let (pipelines, decisions) = (
-        counter(&metrics, "tollgate_redis_pipelines_total"),
-        counter(&metrics, "tollgate_redis_decisions_total"),
+        counter(&metrics, "sluicegate_redis_pipelines_total"),
+        counter(&metrics, "sluicegate_redis_decisions_total"),
     );
     assert_eq!(decisions, 300, "{metrics}");
     assert!(

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use common::*;
 use hyper::StatusCode;
-use tollgate_core::FailPolicy;
-use tollgate_server::Config;
+use sluicegate_core::FailPolicy;
+use sluicegate_server::Config;
 
 fn fleet_config(pg: &Postgres, redis: Option<&Redis>, fail: FailPolicy<()>) -> Config {
     Config {
@@ -35,11 +35,13 @@ async fn two_servers_one_limit_and_one_set_of_policies() {
     let pg = Postgres::start();
     let redis = Redis::start();
     let config = fleet_config(&pg, Some(&redis), FailPolicy::Error);
-    let admin = tollgate_server::init_admin(&config, "root")
+    let admin = sluicegate_server::init_admin(&config, "root")
         .await
         .expect("admin");
     // A second --init-admin is refused.
-    assert!(tollgate_server::init_admin(&config, "again").await.is_err());
+    assert!(sluicegate_server::init_admin(&config, "again")
+        .await
+        .is_err());
     let a = TestServer::with(config.clone()).await;
     let b = TestServer::with(config).await;
     let web = app(&a, &admin, "web").await;
@@ -131,7 +133,7 @@ async fn two_servers_one_limit_and_one_set_of_policies() {
 async fn store_killed_then_restarted() {
     let pg = Postgres::start();
     let config = fleet_config(&pg, None, FailPolicy::Error);
-    let admin = tollgate_server::init_admin(&config, "root")
+    let admin = sluicegate_server::init_admin(&config, "root")
         .await
         .expect("admin");
     let server = TestServer::with(config).await;
@@ -158,7 +160,7 @@ async fn store_killed_then_restarted() {
     assert_eq!(decide(&server, &web, "k").await.json["allowed"], true);
     let metrics = get(&server.url("/metrics"), &admin).await;
     assert!(
-        !metrics.text.contains("tollgate_store_errors_total 0"),
+        !metrics.text.contains("sluicegate_store_errors_total 0"),
         "{}",
         metrics.text
     );
@@ -178,7 +180,7 @@ async fn redis_killed_then_restarted() {
     let pg = Postgres::start();
     let mut redis = Redis::start();
     let config = fleet_config(&pg, Some(&redis), FailPolicy::Error);
-    let admin = tollgate_server::init_admin(&config, "root")
+    let admin = sluicegate_server::init_admin(&config, "root")
         .await
         .expect("admin");
     let strict = TestServer::with(config.clone()).await;

@@ -4,14 +4,14 @@
 mod common;
 
 use common::*;
-use tollgate_server::grpc::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use tollgate_server::grpc::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use tollgate_server::grpc::envoy::service::ratelimit::v3::rate_limit_response::{
+use sluicegate_server::grpc::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use sluicegate_server::grpc::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use sluicegate_server::grpc::envoy::service::ratelimit::v3::rate_limit_response::{
     rate_limit::Unit, Code,
 };
-use tollgate_server::grpc::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use tollgate_server::grpc::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use tollgate_server::Config;
+use sluicegate_server::grpc::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use sluicegate_server::grpc::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use sluicegate_server::Config;
 
 fn descriptor(entries: &[(&str, &str)], hits: Option<u32>) -> RateLimitDescriptor {
     RateLimitDescriptor {
@@ -149,7 +149,7 @@ async fn grpc_answers_as_http_does() {
         tonic::Code::Unauthenticated
     );
     assert_eq!(
-        code(ask(&mut client, Some("tga_forged"), "api", one()).await),
+        code(ask(&mut client, Some("sga_forged"), "api", one()).await),
         tonic::Code::Unauthenticated
     );
     assert_eq!(

@@ -5,7 +5,7 @@ mod common;
 
 use common::*;
 use serde_json::{json, Value};
-use tollgate_server::Config;
+use sluicegate_server::Config;
 
 /// Decides `keys` on `policy` in one batch as `app`; whether each was allowed.
 async fn decide_all(server: &TestServer, app: &str, policy: &str, keys: &[String]) -> Vec<bool> {
@@ -59,15 +59,15 @@ async fn a_key_spray_does_not_undo_a_refusal_unless_the_policy_evicts() {
     let login = |name| metric(&metrics, name, "login");
     let search = |name| metric(&metrics, name, "search");
     assert_eq!(
-        login("tollgate_keys_capacity"),
+        login("sluicegate_keys_capacity"),
         MAX_KEYS as u64,
         "{metrics}"
     );
-    assert!((1..=MAX_KEYS as u64).contains(&login("tollgate_keys")));
-    assert!(login("tollgate_keys_refused_total") > 0, "{metrics}");
-    assert_eq!(login("tollgate_keys_evicted_total"), 0, "{metrics}");
-    assert!(search("tollgate_keys_evicted_total") > 0, "{metrics}");
-    assert_eq!(search("tollgate_keys_refused_total"), 0, "{metrics}");
+    assert!((1..=MAX_KEYS as u64).contains(&login("sluicegate_keys")));
+    assert!(login("sluicegate_keys_refused_total") > 0, "{metrics}");
+    assert_eq!(login("sluicegate_keys_evicted_total"), 0, "{metrics}");
+    assert!(search("sluicegate_keys_evicted_total") > 0, "{metrics}");
+    assert_eq!(search("sluicegate_keys_refused_total"), 0, "{metrics}");
     server.stop().await;
 }
 
@@ -112,9 +112,12 @@ async fn a_lease_table_shows_its_fill() {
     assert_eq!(long.json["field"], "ttl_us");
     let metrics = get(&server.url("/metrics"), &admin).await.text;
     let workers = |name| metric(&metrics, name, "workers");
-    assert_eq!(workers("tollgate_keys_capacity"), 4, "{metrics}");
-    assert_eq!(workers("tollgate_keys"), acquired as u64, "{metrics}");
-    assert_eq!(workers("tollgate_keys_refused_total"), 8 - acquired as u64);
+    assert_eq!(workers("sluicegate_keys_capacity"), 4, "{metrics}");
+    assert_eq!(workers("sluicegate_keys"), acquired as u64, "{metrics}");
+    assert_eq!(
+        workers("sluicegate_keys_refused_total"),
+        8 - acquired as u64
+    );
     server.stop().await;
 }
 
@@ -135,8 +138,11 @@ async fn a_policy_s_memory_is_bounded_in_bytes() {
     create_policy(&server, &admin, "window", window).await;
     let metrics = get(&server.url("/metrics"), &admin).await.text;
     // 10^5 entries of 32 bytes at the worst: 3.2 MB a key, some twenty keys in 64 MiB.
-    let log = metric(&metrics, "tollgate_keys_capacity", "log");
+    let log = metric(&metrics, "sluicegate_keys_capacity", "log");
     assert!((1..100).contains(&log), "{metrics}");
-    assert_eq!(metric(&metrics, "tollgate_keys_capacity", "window"), 10_000);
+    assert_eq!(
+        metric(&metrics, "sluicegate_keys_capacity", "window"),
+        10_000
+    );
     server.stop().await;
 }

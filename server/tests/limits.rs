@@ -6,7 +6,7 @@ mod common;
 use common::*;
 use hyper::StatusCode;
 use serde_json::Value;
-use tollgate_server::Config;
+use sluicegate_server::Config;
 
 fn policy(apps: &str) -> String {
     format!(r#"{{"algorithm":"fixed-window","limit":5,"period":"1s","apps":{apps}}}"#)

@@ -3,8 +3,8 @@
 //! too, so a bucket policy takes the scripts' fast path exactly when its bucket would.
 
 use proptest::prelude::*;
-use tollgate_core::{AnyAlgorithm, Request, TokenBucket};
-use tollgate_redis::LuaAlgorithm;
+use sluicegate_core::{AnyAlgorithm, Request, TokenBucket};
+use sluicegate_redis::LuaAlgorithm;
 
 proptest! {
     #[test]

@@ -108,7 +108,7 @@ async fn every_endpoint_for_every_caller() {
 
     let tokens = [
         None,
-        Some("tgu_not-a-token".to_owned()),
+        Some("sgu_not-a-token".to_owned()),
         Some(viewer),
         Some(other),
         Some(owner),

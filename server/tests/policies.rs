@@ -185,14 +185,14 @@ async fn decisions_carry_the_headers() {
     assert!(
         metrics
             .text
-            .contains("tollgate_decisions_total{policy=\"api\",outcome=\"allowed\"} 3"),
+            .contains("sluicegate_decisions_total{policy=\"api\",outcome=\"allowed\"} 3"),
         "{}",
         metrics.text
     );
     assert!(metrics
         .text
-        .contains("tollgate_decisions_total{policy=\"api\",outcome=\"denied\"} 2"));
-    assert!(metrics.text.contains("tollgate_decision_seconds_count 5"));
+        .contains("sluicegate_decisions_total{policy=\"api\",outcome=\"denied\"} 2"));
+    assert!(metrics.text.contains("sluicegate_decision_seconds_count 5"));
     let stats = get(&server.url("/v1/stats?app=web"), &admin).await;
     let series = &stats.json["policies"]["api"];
     let sum = |field: &str| -> u64 {
@@ -298,7 +298,7 @@ async fn bad_input_is_refused_and_nothing_is_stored() {
     assert_eq!(batch.status, StatusCode::UNPROCESSABLE_ENTITY);
     let metrics = get(&server.url("/metrics"), &admin).await;
     assert!(
-        !metrics.text.contains("tollgate_decisions_total{"),
+        !metrics.text.contains("sluicegate_decisions_total{"),
         "{}",
         metrics.text
     );
@@ -528,14 +528,14 @@ async fn concurrent_decisions_admit_exactly_the_limit() {
 async fn data_dir_names_are_paths_not_urls() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("a dir?mode=ro#x%41");
-    let config = tollgate_server::Config {
+    let config = sluicegate_server::Config {
         data_dir: data.clone(),
         ..config()
     };
-    let admin = tollgate_server::init_admin(&config, "root")
+    let admin = sluicegate_server::init_admin(&config, "root")
         .await
         .expect("store opens");
-    assert!(data.join("tollgate.db").exists());
+    assert!(data.join("sluicegate.db").exists());
     let server = TestServer::with(config).await;
     assert_eq!(
         get(&server.url("/v1/me"), &admin).await.status,

@@ -7,9 +7,9 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
+use sluicegate_server::Config;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tollgate_server::Config;
 
 /// Opens `n` connections to `addr`, each sending `bytes` and nothing more.
 async fn stalled(addr: std::net::SocketAddr, n: usize, bytes: &[u8]) -> Vec<TcpStream> {

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use hyper::StatusCode;
-use tollgate_server::Config;
+use sluicegate_server::Config;
 
 /// Entries in the audit log, and the bytes of each one's body.
 const ENTRIES: i64 = 4000;
@@ -16,7 +16,7 @@ const BODY: usize = 10_000;
 /// A connection to the store in `dir`, behind the server's back.
 async fn store(dir: &std::path::Path) -> sqlx::SqliteConnection {
     use sqlx::Connection;
-    let url = format!("sqlite://{}", dir.join("tollgate.db").display());
+    let url = format!("sqlite://{}", dir.join("sluicegate.db").display());
     sqlx::SqliteConnection::connect(&url).await.expect("store")
 }
 
@@ -28,7 +28,7 @@ async fn fill_audit(dir: &std::path::Path) {
     let body = format!("{{\"description\":\"{}\"}}", "x".repeat(BODY));
     let mut tx = db.begin().await.expect("transaction");
     for id in 1..=ENTRIES {
-        sqlx::query("INSERT INTO tollgate_audit (id, at, actor, action, policy, before_body, after_body, apps) VALUES ($1, 0, 'root', 'update', 'other', $2, $2, '[\"other\"]')")
+        sqlx::query("INSERT INTO sluicegate_audit (id, at, actor, action, policy, before_body, after_body, apps) VALUES ($1, 0, 'root', 'update', 'other', $2, $2, '[\"other\"]')")
             .bind(-id)
             .bind(&body)
             .execute(&mut *tx)
@@ -45,7 +45,7 @@ async fn fresh() -> (tempfile::TempDir, Config, String) {
         data_dir: dir.path().to_path_buf(),
         ..config()
     };
-    let admin = tollgate_server::init_admin(&config, "root")
+    let admin = sluicegate_server::init_admin(&config, "root")
         .await
         .expect("first admin");
     (dir, config, admin)
@@ -107,10 +107,12 @@ async fn a_policy_write_reloads_only_that_policy() {
     };
     create_policy(&server, &admin, "a", &policy("one")).await;
     create_policy(&server, &admin, "b", &policy("one")).await;
-    sqlx::query("UPDATE tollgate_policies SET body = replace(body, 'one', 'two') WHERE name = 'b'")
-        .execute(&mut store(dir.path()).await)
-        .await
-        .expect("edit");
+    sqlx::query(
+        "UPDATE sluicegate_policies SET body = replace(body, 'one', 'two') WHERE name = 'b'",
+    )
+    .execute(&mut store(dir.path()).await)
+    .await
+    .expect("edit");
     let written = put(
         &server.url("/v1/policies/a"),
         &admin,

@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 package=wasm/pkg/web
-if [ ! -f "$package/tollgate_wasm_bg.wasm" ]; then
+if [ ! -f "$package/sluicegate_wasm_bg.wasm" ]; then
   echo "no $package: run scripts/build-wasm.sh first" >&2
   exit 1
 fi
@@ -25,7 +25,7 @@ copy() {
   out=$(realpath -m "$1")
   rm -rf "$out"
   mkdir -p "$out"
-  cp "$package"/{index.js,limiter.js,tollgate_wasm.js,tollgate_wasm_bg.wasm} "$out/"
+  cp "$package"/{index.js,limiter.js,sluicegate_wasm.js,sluicegate_wasm_bg.wasm} "$out/"
   (cd "$package" && find snippets -name '*.js' -print0 | xargs -0 -I{} cp --parents {} "$out/")
 }
 
@@ -43,7 +43,7 @@ copy "$fresh/wasm"
 exclude=()
 if [ "$rustc" != "$(cat server/web/wasm-rustc)" ]; then
   echo "notice: server/web/dist/wasm was built with $(cat server/web/wasm-rustc), this is $rustc: the module is not compared" >&2
-  exclude=(--exclude=tollgate_wasm_bg.wasm)
+  exclude=(--exclude=sluicegate_wasm_bg.wasm)
 fi
 if ! diff -r "${exclude[@]}" server/web/dist/wasm "$fresh/wasm" >/dev/null; then
   diff -rq "${exclude[@]}" server/web/dist/wasm "$fresh/wasm" >&2 || true

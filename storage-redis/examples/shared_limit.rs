@@ -1,13 +1,13 @@
 //! One limit shared by every replica of a service, kept in Redis.
 //!
 //! Start a server (`redis-server --port 6379`), then run
-//! `cargo run -p tollgate-redis --example shared_limit` (or set `REDIS_URL`). Two
+//! `cargo run -p sluicegate-redis --example shared_limit` (or set `REDIS_URL`). Two
 //! "replicas" (two connections, as two processes would have) draw from one bucket; a
 //! third request from either is denied until the bucket refills. Redis being down is
 //! not a crash: the limiter's fail policy answers, and the example says so.
 
-use tollgate_core::{memory::KeyedLimiter, TokenBucket, SECOND};
-use tollgate_redis::{FailPolicy, Outcome, Reconnecting, RedisLimiter};
+use sluicegate_core::{memory::KeyedLimiter, TokenBucket, SECOND};
+use sluicegate_redis::{FailPolicy, Outcome, Reconnecting, RedisLimiter};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into());

@@ -43,7 +43,7 @@ local function gcra(tag)
     -- rate and period, then burst * period / R and cost * period / R as (ticks,
     -- remainder), divided by the caller (exact in Rust).
     local packed = argv[i]
-    if #packed ~= 56 then error({ err = 'TOLLGATE bad bucket arguments' }) end
+    if #packed ~= 56 then error({ err = 'SLUICEGATE bad bucket arguments' }) end
     local burst, rate, period, tol_t, tol_f, cost_t, cost_f = struct.unpack(BUCKET_ARGS, packed)
     local pacing = tag == 6
     -- With `refund`, gives `cost` units back instead (the bucket holds them again, at

@@ -1,4 +1,4 @@
--- tollgate: a bucket's decision on its fast path (token bucket, leaky bucket, pacing; one
+-- sluicegate: a bucket's decision on its fast path (token bucket, leaky bucket, pacing; one
 -- key), the call most limiters make. Every quantity is held relative to `now` in units
 -- of 1 / rate tick, one double each: the state's arrival time a = tat - now, the cost
 -- c = cost * period, the burst t = burst * period. Below 2^52 each is an integer a double

@@ -1,4 +1,4 @@
--- tollgate: a fenced resource, a hash holding the highest fencing token seen from each
+-- sluicegate: a fenced resource, a hash holding the highest fencing token seen from each
 -- source and a value. ARGV: the value, then pairs of a source's field and the writer's
 -- token from that source (one pair, field `token`, for a lock on one server; one pair
 -- per granting server for a Redlock). A token below the highest seen from its source is

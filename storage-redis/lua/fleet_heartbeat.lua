@@ -1,4 +1,4 @@
--- tollgate fleet (split mode): a node's heartbeat. KEYS[1]: the fleet's members, a sorted
+-- sluicegate fleet (split mode): a node's heartbeat. KEYS[1]: the fleet's members, a sorted
 -- set of node ids, each scored by the server time (µs) its heartbeat expires at.
 -- ARGV[1]: this node's id; ARGV[2]: its heartbeat's time to live in µs, 0 to leave.
 -- Registers or removes the node, forgets members whose heartbeat expired, and replies

@@ -1,4 +1,4 @@
--- tollgate: leases (tag 9), the core's `Concurrency` transitions on its bytes: the last
+-- sluicegate: leases (tag 9), the core's `Concurrency` transitions on its bytes: the last
 -- fencing token and the number of leases, then per lease (oldest grant first) its
 -- token, expiry, hold count, owner length and owner. The entry point is
 -- lease(op, KEYS, ARGV), its helpers defined once (per library load, or per script call).
@@ -8,7 +8,7 @@
 -- owner) or nothing changes.
 -- Replies per key: acquire {allowed, max, remaining, retry, reset, token, expiry, holds};
 -- release and renew {token, expiry, holds}. An owner without a lease on some key:
--- error 'TOLLGATE not held', nothing changed.
+-- error 'SLUICEGATE not held', nothing changed.
 
 local MAX_EXACT = 9007199254740990 -- 2^53 - 2: a token, expiry or hold count + 1 is exact
 
@@ -152,7 +152,7 @@ local function lease(op, KEYS, ARGV)
 
   -- Release and renew: the owner must hold a lease on every key.
   for k = 1, #KEYS do
-    if not position(states[k], owner) then error({ err = 'TOLLGATE not held' }) end
+    if not position(states[k], owner) then error({ err = 'SLUICEGATE not held' }) end
   end
   local replies = {}
   for k = 1, #KEYS do

@@ -1,2 +1,2 @@
--- tollgate: the last line of the leases' EVALSHA script: the operation is the first argument.
+-- sluicegate: the last line of the leases' EVALSHA script: the operation is the first argument.
 return lease(ARGV[1], KEYS, ARGV)

@@ -1,4 +1,4 @@
--- tollgate: helpers shared by every script. Lua numbers are doubles, exact for integers
+-- sluicegate: helpers shared by every script. Lua numbers are doubles, exact for integers
 -- below 2^53; the one wider product the algorithms need is split so every step stays
 -- below it. A function library's code sees no global but `redis` while it loads, so
 -- the standard libraries are reached from inside functions only. The Rust side keeps inputs in this range (see `LuaAlgorithm` in src/lua.rs).
@@ -9,7 +9,7 @@ local EXACT = 9007199254740992 -- 2^53: every integer below is a double
 local FORMATS = { '>BBI8', '>BBI8I8', '>BBI8I8I8' }
 
 local function corrupt(what)
-  error({ err = 'TOLLGATE corrupt state: ' .. what })
+  error({ err = 'SLUICEGATE corrupt state: ' .. what })
 end
 
 -- The string at `key`, or nil if there is none; a key of another type (a list, a hash)
@@ -17,7 +17,7 @@ end
 local function get(key)
   local value = redis.pcall('GET', key)
   if type(value) == 'table' and value.err then
-    error({ err = 'TOLLGATE foreign ' .. redis.call('TYPE', key).ok })
+    error({ err = 'SLUICEGATE foreign ' .. redis.call('TYPE', key).ok })
   end
   return value or nil
 end
@@ -132,7 +132,7 @@ local algorithms = {}
 
 local function build(argv, i)
   local make = algorithms[argv[i]]
-  if not make then error({ err = 'TOLLGATE unknown algorithm ' .. tostring(argv[i]) }) end
+  if not make then error({ err = 'SLUICEGATE unknown algorithm ' .. tostring(argv[i]) }) end
   return make(argv, i + 1)
 end
 
@@ -156,6 +156,6 @@ local function clock(arg)
     local time = redis.call('TIME')
     now = time[1] * 1000000 + time[2]
   end
-  if now > MAX_NOW then error({ err = 'TOLLGATE time beyond 2^52 microseconds' }) end
+  if now > MAX_NOW then error({ err = 'SLUICEGATE time beyond 2^52 microseconds' }) end
   return now, explicit
 end

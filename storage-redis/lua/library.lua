@@ -1,6 +1,6 @@
--- tollgate: the function library's registrations (Redis >= 7). The code above is defined
+-- sluicegate: the function library's registrations (Redis >= 7). The code above is defined
 -- once, when the library loads; a call runs only its function. The client puts the
--- library's name, NAME (`tollgate_` and a hash of the library), in every function's name:
+-- library's name, NAME (`sluicegate_` and a hash of the library), in every function's name:
 -- Redis keeps one namespace of functions, so two releases with different libraries are
 -- loaded side by side during a rolling upgrade, each client calling its own.
 local function register(suffix, callback, flags)

@@ -1,4 +1,4 @@
--- tollgate: the entry point, run(mode, KEYS, ARGV), called by a script's tail with its
+-- sluicegate: the entry point, run(mode, KEYS, ARGV), called by a script's tail with its
 -- first argument or by the library's function for each mode. ARGV: the mode, now ('' =
 -- the server's TIME), cost, max wait ('' = the algorithm's default), then the algorithm:
 -- its name and parameters.

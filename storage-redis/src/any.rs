@@ -2,7 +2,7 @@
 //! [`AnyAlgorithm`] decides and stores there exactly as the algorithm it holds.
 
 use redis::Cmd;
-use tollgate_core::{AnyAlgorithm, AnyState, Decision, DecodeError, Request, Ticks};
+use sluicegate_core::{AnyAlgorithm, AnyState, Decision, DecodeError, Request, Ticks};
 
 use crate::lua::LuaAlgorithm;
 use crate::Error;

@@ -1,4 +1,4 @@
-//! Many decisions of one limiter in one command: the module's `TOLLGATE.BATCH` or the
+//! Many decisions of one limiter in one command: the module's `SLUICEGATE.BATCH` or the
 //! library's `batch` function, each deciding the requests in order, each exactly as its
 //! own call would. One command instead of a pipeline of one per request: the client
 //! builds one command and parses one flat array of integers, and the server runs one
@@ -14,7 +14,7 @@
 use std::io::Write;
 
 use redis::{aio, Cmd, ConnectionLike, Pipeline, RedisError, RedisWrite, Value};
-use tollgate_core::Decision;
+use sluicegate_core::Decision;
 
 use crate::call::Call;
 use crate::error::Error;
@@ -43,7 +43,7 @@ struct Batch {
 
 /// The command, on the path that has one.
 enum Command {
-    /// `TOLLGATE.BATCH`.
+    /// `SLUICEGATE.BATCH`.
     Module(Cmd),
     /// `FCALL` of the library's `batch`, loaded if the server lacks it.
     Library(Invocation),
@@ -138,7 +138,7 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
             return None;
         }
         let command = if path == Path::Module {
-            let mut cmd = redis::cmd("TOLLGATE.BATCH");
+            let mut cmd = redis::cmd("SLUICEGATE.BATCH");
             cmd.arg(keys.len()).arg(&keys[..]);
             self.algorithm.module_args(&mut cmd);
             cmd.arg("COSTS");

@@ -2,7 +2,7 @@
 //! arguments as every path sends them: the library, a script, or the module.
 
 use redis::Cmd;
-use tollgate_core::{Request, Ticks};
+use sluicegate_core::{Request, Ticks};
 
 use crate::error::Error;
 use crate::lua::{LuaAlgorithm, MAX_LUA_TICKS};
@@ -112,7 +112,7 @@ impl<'a> Call<'a> {
         let mut invocation = program.invocation(function, read_only, keys);
         self.append_lua(algorithm, &args, &mut invocation.cmd);
         if matches!(self.mode, Mode::Decide) && program.may_use_module() {
-            let mut module = redis::cmd("TOLLGATE.CHECK");
+            let mut module = redis::cmd("SLUICEGATE.CHECK");
             module.arg(keys.len()).arg(keys);
             algorithm.module_args(&mut module);
             module.arg("COST").arg(args.cost);

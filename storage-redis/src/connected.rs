@@ -4,7 +4,7 @@
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use redis::{aio, ConnectionLike};
-use tollgate_core::{
+use sluicegate_core::{
     Acquired, AsyncLeaseHost, AsyncLimiter, Decision, Grant, LeaseHost, LeaseRequest, LeaseState,
     Limiter, Request, Reserve, Ticks,
 };
@@ -16,13 +16,13 @@ use crate::limiter::RedisLimiter;
 use crate::lua::LuaAlgorithm;
 
 /// A [`RedisLimiter`] or [`RedisLeases`] with the connection its calls take, so it can
-/// implement [`tollgate_core::Limiter`] or [`tollgate_core::LeaseHost`], whose operations
+/// implement [`sluicegate_core::Limiter`] or [`sluicegate_core::LeaseHost`], whose operations
 /// take no connection. Calls through one `Connected` take turns on its connection; open
 /// one per thread for parallel calls.
 ///
 /// ```no_run
-/// use tollgate_core::{Concurrency, LeaseHost, LeaseRequest, Limiter, Request, TokenBucket, SECOND};
-/// use tollgate_redis::{Connected, Reconnecting, RedisLeases, RedisLimiter};
+/// use sluicegate_core::{Concurrency, LeaseHost, LeaseRequest, Limiter, Request, TokenBucket, SECOND};
+/// use sluicegate_redis::{Connected, Reconnecting, RedisLeases, RedisLimiter};
 ///
 /// let client = redis::Client::open("redis://127.0.0.1/")?;
 /// let limiter = RedisLimiter::new(TokenBucket::new(10, 5, SECOND)?)?;
@@ -107,7 +107,7 @@ impl<C: ConnectionLike> LeaseHost for Connected<RedisLeases, C> {
 }
 
 /// A [`RedisLimiter`] or [`RedisLeases`] with an asynchronous connection, so it can
-/// implement [`tollgate_core::AsyncLimiter`] or [`tollgate_core::AsyncLeaseHost`]. Each
+/// implement [`sluicegate_core::AsyncLimiter`] or [`sluicegate_core::AsyncLeaseHost`]. Each
 /// call works on its own clone of the connection (a [`ReconnectingAsync`] or a
 /// multiplexed connection: clones share one socket), so calls from many tasks run at
 /// once.

@@ -1,5 +1,5 @@
 use redis::RedisError;
-use tollgate_core::{KeyDisplay, LeaseError};
+use sluicegate_core::{KeyDisplay, LeaseError};
 
 /// What can go wrong deciding through Redis.
 #[derive(Debug, thiserror::Error)]
@@ -18,7 +18,7 @@ pub enum Error {
     /// The key holds bytes that are not a state of this algorithm (`reason` is the core
     /// decoder's, the same in every host), or a state outside the scripts' range.
     /// Nothing was admitted and the key is unchanged.
-    #[error("key {} holds a state tollgate cannot read: {reason}", KeyDisplay(.key))]
+    #[error("key {} holds a state sluicegate cannot read: {reason}", KeyDisplay(.key))]
     Corrupt {
         /// The caller's key.
         key: Vec<u8>,
@@ -26,8 +26,8 @@ pub enum Error {
         reason: String,
     },
     /// The key holds a Redis value that is not a string (a list, a hash...): something
-    /// other than tollgate wrote it. Nothing was admitted and the key is unchanged.
-    #[error("key {} holds a Redis {found}, not a tollgate state", KeyDisplay(.key))]
+    /// other than sluicegate wrote it. Nothing was admitted and the key is unchanged.
+    #[error("key {} holds a Redis {found}, not a sluicegate state", KeyDisplay(.key))]
     Foreign {
         /// The caller's key.
         key: Vec<u8>,
@@ -95,7 +95,7 @@ impl Error {
 
     /// Classifies an error from Redis about `key`.
     pub(crate) fn from_redis(error: RedisError, key: &[u8]) -> Self {
-        if error.code() == Some("TOLLGATE") {
+        if error.code() == Some("SLUICEGATE") {
             // Redis appends the script's location after the message.
             let detail = error.detail().unwrap_or_default();
             let detail = detail.split(" script:").next().unwrap_or(detail);

@@ -2,7 +2,7 @@
 //! (`lua/lease.lua`) on the core's bytes, at the server's clock or an explicit time.
 
 use redis::{aio, ConnectionLike, Value};
-use tollgate_core::{
+use sluicegate_core::{
     Acquired, Concurrency, Decision, Grant, LeaseError, LeaseRequest, LeaseState, Ticks,
 };
 
@@ -53,9 +53,9 @@ impl Op {
     /// Its command in the module (one key), if it has one.
     fn module_command(self) -> Option<&'static str> {
         match self {
-            Self::Acquire => Some("TOLLGATE.LEASE.ACQUIRE"),
-            Self::Release => Some("TOLLGATE.LEASE.RELEASE"),
-            Self::Renew => Some("TOLLGATE.LEASE.RENEW"),
+            Self::Acquire => Some("SLUICEGATE.LEASE.ACQUIRE"),
+            Self::Release => Some("SLUICEGATE.LEASE.RELEASE"),
+            Self::Renew => Some("SLUICEGATE.LEASE.RENEW"),
             Self::Read => None,
         }
     }

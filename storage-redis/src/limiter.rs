@@ -2,7 +2,7 @@
 //! call builds its command and reads its reply the same way; only the send differs).
 
 use redis::{aio, ConnectionLike, Value};
-use tollgate_core::{Decision, Refund, Request, Reserve, Ticks, SECOND};
+use sluicegate_core::{Decision, Refund, Request, Reserve, Ticks, SECOND};
 
 use crate::call::{self, Call, Mode};
 use crate::error::Error;
@@ -168,7 +168,7 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
     /// Cluster use [`RedisLimiter::check_batch_async`]), in order, each exactly as its
     /// own [`RedisLimiter::check`] would, a key repeated seeing the state its earlier
     /// request left. On [`Path::Module`] and [`Path::Functions`] one command decides
-    /// them all (`TOLLGATE.BATCH`, the library's `batch`); on [`Path::Scripts`], and
+    /// them all (`SLUICEGATE.BATCH`, the library's `batch`); on [`Path::Scripts`], and
     /// before the first call has detected the path, a pipeline of one call each. The
     /// outer error is the connection's; each request has its own result.
     ///

@@ -3,8 +3,8 @@
 //! the entry point.
 
 use redis::Cmd;
-use tollgate_core::limits::MAX_WAIT;
-use tollgate_core::{
+use sluicegate_core::limits::MAX_WAIT;
+use sluicegate_core::{
     Algorithm, Ban, BucketParams, Composite, Decision, DecodeError, FixedWindow, LeakyBucket,
     Pacing, Request, Reserve, SlidingCounter, SlidingLog, Ticks, TokenBucket,
 };
@@ -30,7 +30,7 @@ static REGISTER: &str = include_str!("../lua/library.lua");
 /// The function library: every file once, then the registrations, under a name made of
 /// a hash of its code (see `lua/library.lua`).
 pub(crate) struct Library {
-    /// `tollgate_` and the first 12 hex digits of the SHA-1 of the code.
+    /// `sluicegate_` and the first 12 hex digits of the SHA-1 of the code.
     pub(crate) name: String,
     /// The text `FUNCTION LOAD` takes.
     pub(crate) source: String,
@@ -80,7 +80,7 @@ pub(crate) static LIBRARY: std::sync::LazyLock<Library> = std::sync::LazyLock::n
     ]
     .concat();
     let hash = redis::Script::new(&body).get_hash().to_owned();
-    let name = format!("tollgate_{}", &hash[..12]);
+    let name = format!("sluicegate_{}", &hash[..12]);
     let source = format!("#!lua name={name}\nlocal NAME = '{name}'\n{body}");
     let functions = FUNCTIONS
         .iter()
@@ -93,7 +93,7 @@ pub(crate) static LIBRARY: std::sync::LazyLock<Library> = std::sync::LazyLock::n
     }
 });
 
-/// The name of the function library this client loads and calls: `tollgate_` and a hash
+/// The name of the function library this client loads and calls: `sluicegate_` and a hash
 /// of its code, so two releases' libraries coexist on one server.
 pub fn library_name() -> &'static str {
     &LIBRARY.name

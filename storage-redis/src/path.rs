@@ -14,7 +14,7 @@ use crate::lua::LIBRARY;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Path {
-    /// The native module's commands (`tollgate-redis-module`: `TOLLGATE.CHECK`), for
+    /// The native module's commands (`sluicegate-redis-module`: `SLUICEGATE.CHECK`), for
     /// decisions (checks, reservations, batches); reads of the state, resets and purges
     /// still take the library or a script, as the module offers no raw read. Detected
     /// once per limiter with `COMMAND INFO`; chosen on a server without the module,
@@ -189,7 +189,7 @@ impl Program {
         }
     }
 
-    /// Asks the server once whether the module is loaded (`COMMAND INFO tollgate.check`
+    /// Asks the server once whether the module is loaded (`COMMAND INFO sluicegate.check`
     /// names it), unless known; a refused `COMMAND` counts as no module.
     pub(crate) fn detect<C: ConnectionLike>(&self, con: &mut C) -> RedisResult<bool> {
         match self.module_known() {
@@ -457,7 +457,7 @@ impl Program {
 fn module_info() -> Cmd {
     redis::cmd("COMMAND")
         .arg("INFO")
-        .arg("tollgate.check")
+        .arg("sluicegate.check")
         .to_owned()
 }
 

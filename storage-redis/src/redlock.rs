@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use redis::ConnectionLike;
-use tollgate_core::{Concurrency, LeaseError, LeaseRequest, Ticks, MILLISECOND};
+use sluicegate_core::{Concurrency, LeaseError, LeaseRequest, Ticks, MILLISECOND};
 
 use crate::error::Error;
 use crate::lease::RedisLeases;
@@ -210,7 +210,7 @@ fn majority(n: usize) -> usize {
 
 /// `ttl` less the time since `start` and the drift allowance, or 0.
 fn validity(ttl: Ticks, start: Instant) -> Ticks {
-    let elapsed = tollgate_core::ticks(start.elapsed());
+    let elapsed = sluicegate_core::ticks(start.elapsed());
     let drift = ttl / 100 + 2 * MILLISECOND;
     ttl.saturating_sub(elapsed).saturating_sub(drift)
 }

@@ -2,7 +2,7 @@
 //! worded as every host words them.
 
 use redis::Value;
-use tollgate_core::{Decision, Ticks};
+use sluicegate_core::{Decision, Ticks};
 
 use crate::call::Call;
 use crate::error::Error;

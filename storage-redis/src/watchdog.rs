@@ -7,7 +7,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use redis::{aio, ConnectionLike};
-use tollgate_core::{Grant, LeaseError, LeaseRequest, Ticks};
+use sluicegate_core::{Grant, LeaseError, LeaseRequest, Ticks};
 
 use crate::error::Error;
 use crate::lease::RedisLeases;

@@ -2,17 +2,17 @@
 //! sequences of batches (keys repeated within a batch, costs of 0, huge costs, keys
 //! holding another type or bytes no state encodes) decided by `check_batch_at` on one
 //! prefix and by `check_at` one request at a time on another, through the module's
-//! `TOLLGATE.BATCH` and the library's `batch`: the same decisions, the same errors and
+//! `SLUICEGATE.BATCH` and the library's `batch`: the same decisions, the same errors and
 //! the same stored bytes after every batch.
 
 mod common;
 
 use proptest::prelude::*;
-use tollgate_core::{
+use sluicegate_core::{
     Ban, Composite, Decision, FixedWindow, LeakyBucket, Pacing, Request, SlidingCounter,
     SlidingLog, Ticks, TokenBucket, SECOND,
 };
-use tollgate_redis::{Error, LuaAlgorithm, Path, RedisLimiter};
+use sluicegate_redis::{Error, LuaAlgorithm, Path, RedisLimiter};
 
 use common::Server;
 
@@ -207,7 +207,7 @@ fn ban_and_composite() {
     }));
 }
 
-/// One command per batch: a batch of 32 is one `TOLLGATE.BATCH` or one `FCALL`.
+/// One command per batch: a batch of 32 is one `SLUICEGATE.BATCH` or one `FCALL`.
 #[test]
 fn a_batch_is_one_command() {
     let server = Server::start_with_module(false);
@@ -215,7 +215,7 @@ fn a_batch_is_one_command() {
     let keys: Vec<Vec<u8>> = (0..32).map(|i| format!("u{i}").into_bytes()).collect();
     let requests: Vec<Request> = keys.iter().map(Request::new).collect();
     for (path, stat) in [
-        (Path::Module, "cmdstat_tollgate.batch:calls="),
+        (Path::Module, "cmdstat_sluicegate.batch:calls="),
         (Path::Functions, "cmdstat_fcall:calls="),
     ] {
         let limiter = RedisLimiter::new(TokenBucket::new(5, 1, SECOND).unwrap())

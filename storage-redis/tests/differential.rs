@@ -11,12 +11,12 @@
 mod common;
 
 use proptest::prelude::*;
-use tollgate_core::limits::MAX_PERIOD;
-use tollgate_core::{
+use sluicegate_core::limits::MAX_PERIOD;
+use sluicegate_core::{
     Algorithm, Ban, Composite, Decision, FixedWindow, LeakyBucket, Pacing, Request, Reserve,
     SlidingCounter, SlidingLog, Ticks, TokenBucket, SECOND,
 };
-use tollgate_redis::{Error, LuaAlgorithm, Path, RedisLimiter, MAX_LUA_LIMIT, MAX_LUA_TICKS};
+use sluicegate_redis::{Error, LuaAlgorithm, Path, RedisLimiter, MAX_LUA_LIMIT, MAX_LUA_TICKS};
 
 use common::strategy::{cost, gap, limit};
 use common::Server;
@@ -545,7 +545,7 @@ impl FastCase {
         let key = format!("{}raw", prefix()).into_bytes();
         set(&mut con, &key);
         let reply: redis::Value = redis::cmd("FCALL")
-            .arg(format!("{}_bucket", tollgate_redis::library_name()))
+            .arg(format!("{}_bucket", sluicegate_redis::library_name()))
             .arg(1)
             .arg(&key)
             .arg(arg)

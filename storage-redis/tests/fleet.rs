@@ -8,11 +8,11 @@ use std::sync::{Arc, Barrier, Mutex};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use tollgate_core::{
+use sluicegate_core::{
     FixedWindow, Request, SlidingCounter, Ticks, TokenBucket, MILLISECOND, SECOND,
 };
-use tollgate_redis::fleet::{FleetAlgorithm, FleetConfig, FleetLimiter, FleetMode};
-use tollgate_redis::{Error, Outcome, Reconnecting, RedisLimiter};
+use sluicegate_redis::fleet::{FleetAlgorithm, FleetConfig, FleetLimiter, FleetMode};
+use sluicegate_redis::{Error, Outcome, Reconnecting, RedisLimiter};
 
 use common::Server;
 

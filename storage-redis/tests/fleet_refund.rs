@@ -7,11 +7,11 @@ mod common;
 
 use proptest::prelude::*;
 use redis::Commands;
-use tollgate_core::limits::MAX_PERIOD;
-use tollgate_core::{
+use sluicegate_core::limits::MAX_PERIOD;
+use sluicegate_core::{
     FixedWindow, Refund, Request, Reserve, SlidingCounter, Ticks, TokenBucket, SECOND,
 };
-use tollgate_redis::{LuaAlgorithm, Path, RedisLimiter};
+use sluicegate_redis::{LuaAlgorithm, Path, RedisLimiter};
 
 use common::strategy::{cost, gap, limit};
 use common::Server;
@@ -51,18 +51,18 @@ fn period() -> impl Strategy<Value = Ticks> {
 /// A charge in the core: a reservation with no bound on its wait.
 type Charge<A> = fn(
     &A,
-    Option<<A as tollgate_core::Algorithm>::State>,
+    Option<<A as sluicegate_core::Algorithm>::State>,
     Ticks,
     u64,
 ) -> (
     u64,
-    tollgate_core::Decision,
-    Option<<A as tollgate_core::Algorithm>::State>,
+    sluicegate_core::Decision,
+    Option<<A as sluicegate_core::Algorithm>::State>,
 );
 
 /// The same charge through Redis.
 type RedisCharge<A> =
-    fn(&RedisLimiter<A>, &mut redis::Connection, u64, Ticks) -> tollgate_redis::Taken;
+    fn(&RedisLimiter<A>, &mut redis::Connection, u64, Ticks) -> sluicegate_redis::Taken;
 
 /// Runs `trace` through the core and through Redis on both Lua paths; charges through
 /// `charge` (buckets only).
@@ -157,7 +157,7 @@ fn token_bucket_take_and_refund_match_the_core() {
             &mut redis::Connection,
             u64,
             Ticks,
-        ) -> tollgate_redis::Taken = |limiter, con, units, now| {
+        ) -> sluicegate_redis::Taken = |limiter, con, units, now| {
             limiter
                 .charge(con, &Request::new(b"k").cost(units).at(now))
                 .unwrap()

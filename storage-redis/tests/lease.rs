@@ -10,12 +10,12 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
-use tollgate_core::limits::MAX_PERIOD;
-use tollgate_core::{
+use sluicegate_core::limits::MAX_PERIOD;
+use sluicegate_core::{
     Acquired, Concurrency, FixedWindow, Grant, LeaseError, LeaseRequest, LeaseState, ParamError,
     Request, Ticks, SECOND,
 };
-use tollgate_redis::{Error, Path, RedisLeases, RedisLimiter, MAX_LUA_TICKS};
+use sluicegate_redis::{Error, Path, RedisLeases, RedisLimiter, MAX_LUA_TICKS};
 
 use common::{Cluster, Server};
 
@@ -427,7 +427,7 @@ fn on_the_servers_clock_a_lease_returns_after_its_ttl_and_tokens_still_grow() {
     let server = Server::start();
     let mut con = server.connection();
     let lock = RedisLeases::new(Concurrency::lock());
-    let ttl = 150 * tollgate_core::MILLISECOND;
+    let ttl = 150 * sluicegate_core::MILLISECOND;
     let granted = |con: &mut redis::Connection, owner: &[u8]| {
         let acquired = lock
             .acquire(con, &LeaseRequest::new(b"k").owner(owner).ttl(ttl))

@@ -1,5 +1,5 @@
-//! The host contract over Redis: `tollgate_core::Limiter` on [`Connected`] and
-//! `tollgate_core::AsyncLimiter` on [`ConnectedAsync`] answer exactly as the inherent
+//! The host contract over Redis: `sluicegate_core::Limiter` on [`Connected`] and
+//! `sluicegate_core::AsyncLimiter` on [`ConnectedAsync`] answer exactly as the inherent
 //! methods taking a connection, on a real `redis-server`.
 
 mod common;
@@ -10,11 +10,11 @@ use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
 use redis::aio::MultiplexedConnection;
 use redis::{Commands, Connection};
-use tollgate_core::{
+use sluicegate_core::{
     AnyAlgorithm, AsyncLimiter, Ban, Composite, Decision, FixedWindow, Limiter, Pacing, Request,
     Reserve, SlidingLog, Ticks, TokenBucket, SECOND,
 };
-use tollgate_redis::{
+use sluicegate_redis::{
     Connected, ConnectedAsync, Error, LuaAlgorithm, Reconnecting, RedisLimiter, MAX_LUA_TICKS,
 };
 

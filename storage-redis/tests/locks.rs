@@ -9,8 +9,8 @@ use std::process::{Child, ChildStdout, Command};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use tollgate_core::{Concurrency, LeaseRequest, Ticks, MILLISECOND, SECOND};
-use tollgate_redis::{Error, FencedResource, RedisLeases};
+use sluicegate_core::{Concurrency, LeaseRequest, Ticks, MILLISECOND, SECOND};
+use sluicegate_redis::{Error, FencedResource, RedisLeases};
 
 use common::Server;
 
@@ -20,7 +20,7 @@ const ROUNDS: u64 = 25;
 
 /// Starts this binary's `lock_child` with `task` against `server`.
 fn child(server: &Server, task: &str) -> (Child, BufReader<ChildStdout>) {
-    let mut child = common::spawn_child("lock_child", "TOLLGATE_LOCK_CHILD", server, task);
+    let mut child = common::spawn_child("lock_child", "SLUICEGATE_LOCK_CHILD", server, task);
     let out = BufReader::new(child.stdout.take().unwrap());
     (child, out)
 }
@@ -154,7 +154,7 @@ fn a_killed_holders_permit_returns_after_its_ttl_and_not_before() {
 #[test]
 #[ignore = "run by the tests above in child processes"]
 fn lock_child() {
-    let (url, task) = common::child_task("TOLLGATE_LOCK_CHILD");
+    let (url, task) = common::child_task("SLUICEGATE_LOCK_CHILD");
     let task = task.as_str();
     let connect = || {
         redis::Client::open(url.as_str())
@@ -313,7 +313,7 @@ fn a_restarted_lock_server_grants_larger_tokens_and_stale_writes_stay_refused() 
     let mut locks = Server::start();
     let store = Server::start();
     let (mut con, mut data) = (
-        tollgate_redis::Reconnecting::new(locks.client()),
+        sluicegate_redis::Reconnecting::new(locks.client()),
         store.connection(),
     );
     let lock = RedisLeases::new(Concurrency::lock());
@@ -339,7 +339,7 @@ fn a_restarted_lock_server_grants_larger_tokens_and_stale_writes_stay_refused() 
             &mut con,
             &LeaseRequest::new(b"lock").owner(b"old").ttl(10 * SECOND)
         ),
-        Err(Error::Lease(tollgate_core::LeaseError::NotHeld))
+        Err(Error::Lease(sluicegate_core::LeaseError::NotHeld))
     ));
     // ...and a new holder's token is still larger.
     let new = lock

@@ -6,8 +6,8 @@
 mod common;
 
 use redis::Value;
-use tollgate_core::{Concurrency, FixedWindow, LeaseRequest, Request, TokenBucket, SECOND};
-use tollgate_redis::{library_name, Error, Path, RedisLeases, RedisLimiter};
+use sluicegate_core::{Concurrency, FixedWindow, LeaseRequest, Request, TokenBucket, SECOND};
+use sluicegate_redis::{library_name, Error, Path, RedisLeases, RedisLimiter};
 
 use common::Server;
 

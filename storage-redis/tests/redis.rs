@@ -9,12 +9,12 @@ use std::time::{Duration, Instant};
 use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
 use redis::ConnectionLike;
-use tollgate_core::memory::KeyedLimiter;
-use tollgate_core::{
+use sluicegate_core::memory::KeyedLimiter;
+use sluicegate_core::{
     Algorithm, Composite, FixedWindow, LeakyBucket, Request, SlidingLog, Ticks, TokenBucket,
     MILLISECOND, SECOND,
 };
-use tollgate_redis::{
+use sluicegate_redis::{
     connect_async, Error, FailPolicy, LuaAlgorithm, Outcome, Reconnecting, RedisLimiter,
 };
 
@@ -65,7 +65,7 @@ fn keys_expire_exactly_when_their_state_is_fresh() {
 }
 
 /// Every library call on `key`, each reduced to its error (or `None`).
-fn every_call<A: LuaAlgorithm + tollgate_core::Reserve>(
+fn every_call<A: LuaAlgorithm + sluicegate_core::Reserve>(
     limiter: &RedisLimiter<A>,
     con: &mut redis::Connection,
     key: &[u8],
@@ -120,7 +120,7 @@ fn con_addr(con: &mut redis::Connection) -> String {
     format!("127.0.0.1:{info}")
 }
 
-/// Issue 16, item 4: a key holding something tollgate did not write is, for every call,
+/// Issue 16, item 4: a key holding something sluicegate did not write is, for every call,
 /// a typed error naming the key, worded by the core's decoder (the same words from every
 /// call), never "fresh" and never a raw script error; nothing is changed or deleted.
 #[test]
@@ -150,8 +150,8 @@ fn a_foreign_or_corrupt_key_is_the_same_typed_error_from_every_call() {
             .unwrap();
         let reason = bucket.decode(bytes).unwrap_err().to_string();
         let want = format!(
-            "key {} holds a state tollgate cannot read: {reason}",
-            tollgate_core::KeyDisplay(key)
+            "key {} holds a state sluicegate cannot read: {reason}",
+            sluicegate_core::KeyDisplay(key)
         );
         for (call, got) in every_call(&limiter, &mut con, key) {
             assert_eq!(got.as_deref(), Some(want.as_str()), "{call} on {bytes:?}");
@@ -182,8 +182,8 @@ fn a_foreign_or_corrupt_key_is_the_same_typed_error_from_every_call() {
         .unwrap();
     for (key, found) in [(b"foreign".as_slice(), "list"), (b"hash", "hash")] {
         let want = format!(
-            "key {} holds a Redis {found}, not a tollgate state",
-            tollgate_core::KeyDisplay(key)
+            "key {} holds a Redis {found}, not a sluicegate state",
+            sluicegate_core::KeyDisplay(key)
         );
         for (call, got) in every_call(&limiter, &mut con, key) {
             assert_eq!(got.as_deref(), Some(want.as_str()), "{call} on a {found}");
@@ -309,9 +309,9 @@ fn bad_input_is_refused_before_reaching_redis() {
     let huge = RedisLimiter::new(FixedWindow::new(2_000_000, SECOND).unwrap());
     assert!(matches!(huge, Err(Error::OutOfRange { what: "limit", .. })));
     // A sliding log's script reads every entry: its limit is capped lower.
-    let log = SlidingLog::new(tollgate_redis::MAX_LUA_LOG_LIMIT, SECOND).unwrap();
+    let log = SlidingLog::new(sluicegate_redis::MAX_LUA_LOG_LIMIT, SECOND).unwrap();
     assert!(RedisLimiter::new(log).is_ok());
-    let log = SlidingLog::new(tollgate_redis::MAX_LUA_LOG_LIMIT + 1, SECOND).unwrap();
+    let log = SlidingLog::new(sluicegate_redis::MAX_LUA_LOG_LIMIT + 1, SECOND).unwrap();
     assert!(matches!(
         RedisLimiter::new(log),
         Err(Error::OutOfRange {
@@ -350,7 +350,7 @@ fn bad_input_is_refused_before_reaching_redis() {
 /// a frozen `now`, and returns the admissions they report.
 fn admitted_by_four_processes(server: &Server, algorithm: &str) -> u64 {
     let children: Vec<_> = (0..4)
-        .map(|_| common::spawn_child("hammer_child", "TOLLGATE_HAMMER", server, algorithm))
+        .map(|_| common::spawn_child("hammer_child", "SLUICEGATE_HAMMER", server, algorithm))
         .collect();
     children
         .into_iter()
@@ -380,7 +380,7 @@ fn four_processes_of_eight_threads_admit_exactly_the_bound() {
 #[test]
 #[ignore = "run by four_processes_of_eight_threads_admit_exactly_the_bound"]
 fn hammer_child() {
-    let (url, algorithm) = common::child_task("TOLLGATE_HAMMER");
+    let (url, algorithm) = common::child_task("SLUICEGATE_HAMMER");
     let algorithm = algorithm.as_str();
     let admitted = match algorithm {
         "token_bucket" => hammer(&url, algorithm, TokenBucket::new(100, 1, SECOND).unwrap()),
@@ -453,7 +453,7 @@ fn batches_decide_every_request_in_one_round_trip() {
     assert!(results[0].as_ref().unwrap().allowed && results[2].as_ref().unwrap().allowed);
     assert_eq!(
         results[1].as_ref().unwrap_err().to_string(),
-        "key \"b\" holds a state tollgate cannot read: \
+        "key \"b\" holds a state sluicegate cannot read: \
          state encoding version 104 is not supported (this build reads version 1)"
     );
 }
@@ -615,7 +615,7 @@ fn a_cluster_takes_composites_and_batches_without_crossslot() {
         assert_eq!(allowed, [true, true, true, false], "user {user}");
     }
     // The library was loaded on every primary (the keys span them) and taken.
-    assert_eq!(composite.path(), Some(tollgate_redis::Path::Functions));
+    assert_eq!(composite.path(), Some(sluicegate_redis::Path::Functions));
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -625,7 +625,7 @@ fn a_cluster_takes_composites_and_batches_without_crossslot() {
         let limiter = RedisLimiter::new(TokenBucket::new(2, 1, SECOND).unwrap()).unwrap();
         let ips = (0..200).map(|i| format!("ip:{}", i % 50));
         assert_eq!(batch_admitted(&limiter, &con, ips).await, 50 * 2);
-        assert_eq!(limiter.path(), Some(tollgate_redis::Path::Functions));
+        assert_eq!(limiter.path(), Some(sluicegate_redis::Path::Functions));
         let buckets =
             Composite::new(vec![TokenBucket::new(3, 1, 60 * SECOND).unwrap(); 2]).unwrap();
         let composite = RedisLimiter::new(buckets).unwrap();
@@ -683,7 +683,7 @@ fn a_slow_replay_decides_as_the_core() {
     let window = FixedWindow::new(2, MILLISECOND).unwrap();
     let log = SlidingLog::new(2, MILLISECOND).unwrap();
     let bucket = TokenBucket::new(2, 1, MILLISECOND).unwrap();
-    let banned = tollgate_core::Ban::new(window, 1, MILLISECOND, 3 * MILLISECOND).unwrap();
+    let banned = sluicegate_core::Ban::new(window, 1, MILLISECOND, 3 * MILLISECOND).unwrap();
     // (now, cost): bursts within one explicit millisecond, then gaps of a few hundred µs.
     let trace: Vec<(Ticks, u64)> = (0..40u64).map(|i| (i * 150, 1 + i % 2)).collect();
     fn replay<A: LuaAlgorithm>(
@@ -738,7 +738,7 @@ fn purge_deletes_the_prefix_states_and_nothing_else() {
     let limiter = RedisLimiter::new(FixedWindow::new(5, SECOND).unwrap())
         .unwrap()
         .with_prefix(prefix);
-    let keys = tollgate_redis::PURGE_BATCH * 2 + 17;
+    let keys = sluicegate_redis::PURGE_BATCH * 2 + 17;
     for i in 0..keys {
         let now = NOW + i as u64;
         let _ = limiter
@@ -817,7 +817,7 @@ fn huge_costs_decide_and_store_as_the_core() {
     let costs = [1 << 52, 1, u64::MAX, 0, 3];
     let window = FixedWindow::new(10, SECOND).unwrap().counting_denied();
     same(&mut con, window, &costs);
-    let ban = tollgate_core::Ban::new(window, 1 << 40, SECOND, SECOND).unwrap();
+    let ban = sluicegate_core::Ban::new(window, 1 << 40, SECOND, SECOND).unwrap();
     same(&mut con, ban, &costs);
     same(&mut con, TokenBucket::new(10, 1, SECOND).unwrap(), &costs);
 }
@@ -970,7 +970,7 @@ fn timeouts_bound_the_whole_call_and_say_what_happened() {
 /// checks every entry): the slowest of 50 decisions per limit, as the server timed it
 /// (`SLOWLOG`, the time the server was blocked), and as the client saw it.
 #[test]
-#[ignore = "a measurement: cargo test -p tollgate-redis --test redis full_log -- --ignored --nocapture"]
+#[ignore = "a measurement: cargo test -p sluicegate-redis --test redis full_log -- --ignored --nocapture"]
 fn full_log_decision_time() {
     let server = Server::start();
     let mut con = server.connection();
@@ -991,7 +991,7 @@ fn full_log_decision_time() {
     let _ = warm
         .check_request(&mut con, &Request::new(b"warm").at(0))
         .unwrap();
-    for limit in [100u64, 1000, tollgate_redis::MAX_LUA_LOG_LIMIT] {
+    for limit in [100u64, 1000, sluicegate_redis::MAX_LUA_LOG_LIMIT] {
         let alg = SlidingLog::new(limit, 10 * limit).unwrap();
         let mut state = None;
         for i in 0..limit {

@@ -6,8 +6,8 @@ mod common;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use tollgate_core::{LeaseRequest, Ticks, MILLISECOND, SECOND};
-use tollgate_redis::{Error, FencedResource, Redlock};
+use sluicegate_core::{LeaseRequest, Ticks, MILLISECOND, SECOND};
+use sluicegate_redis::{Error, FencedResource, Redlock};
 
 use common::Server;
 

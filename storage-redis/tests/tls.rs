@@ -3,8 +3,8 @@
 
 mod common;
 
-use tollgate_core::{Request, TokenBucket, SECOND};
-use tollgate_redis::{client, connect_async, Error, Reconnecting, RedisLimiter, DEFAULT_TIMEOUT};
+use sluicegate_core::{Request, TokenBucket, SECOND};
+use sluicegate_redis::{client, connect_async, Error, Reconnecting, RedisLimiter, DEFAULT_TIMEOUT};
 
 use common::{Certs, Server};
 
@@ -138,5 +138,5 @@ fn tls_to_a_plain_port_is_a_typed_error_within_the_timeout() {
 }
 
 fn tempdir(name: &str) -> std::path::PathBuf {
-    std::env::temp_dir().join(format!("tollgate-tls-{name}-{}", std::process::id()))
+    std::env::temp_dir().join(format!("sluicegate-tls-{name}-{}", std::process::id()))
 }

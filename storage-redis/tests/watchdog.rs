@@ -6,8 +6,8 @@ mod common;
 use std::thread::sleep;
 use std::time::Duration;
 
-use tollgate_core::{Concurrency, LeaseRequest, MILLISECOND};
-use tollgate_redis::{connect_async, Reconnecting, RedisLeases, DEFAULT_TIMEOUT};
+use sluicegate_core::{Concurrency, LeaseRequest, MILLISECOND};
+use sluicegate_redis::{connect_async, Reconnecting, RedisLeases, DEFAULT_TIMEOUT};
 
 use common::Server;
 

@@ -1,9 +1,9 @@
 //! A daily quota per customer that survives restarts, in a sled database.
 //!
-//! Run with `cargo run -p tollgate-sled --example sled_quota`.
+//! Run with `cargo run -p sluicegate-sled --example sled_quota`.
 
-use tollgate_core::{FixedWindow, Request, SECOND};
-use tollgate_sled::{open, Create, Durability, SledLimiter};
+use sluicegate_core::{FixedWindow, Request, SECOND};
+use sluicegate_sled::{open, Create, Durability, SledLimiter};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;

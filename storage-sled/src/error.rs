@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use tollgate_core::{DecodeError, KeyDisplay, ParamError};
+use sluicegate_core::{DecodeError, KeyDisplay, ParamError};
 
 /// What can go wrong deciding over sled.
 #[derive(Debug, thiserror::Error)]
@@ -15,21 +15,21 @@ pub enum Error {
     /// else, or by a limiter with other parameters). The record is left as it is. The
     /// message is worded as the Redis host's, the key shown by [`KeyDisplay`] and the
     /// reason by the core's decoder, so every host says the same of the same bytes.
-    #[error("key {} holds a state tollgate cannot read: {source}", KeyDisplay(.key))]
+    #[error("key {} holds a state sluicegate cannot read: {source}", KeyDisplay(.key))]
     Corrupt {
         /// The key as given (without the prefix).
         key: Vec<u8>,
         /// Why the bytes were refused.
         source: DecodeError,
     },
-    /// A time given by the caller is beyond [`MAX_TICKS`](https://docs.rs/tollgate-core/0.1/tollgate_core/constant.MAX_TICKS.html)
-    /// (see [`check_now`](https://docs.rs/tollgate-core/0.1/tollgate_core/fn.check_now.html)): nothing was decided.
+    /// A time given by the caller is beyond [`MAX_TICKS`](https://docs.rs/sluicegate-core/0.1/sluicegate_core/constant.MAX_TICKS.html)
+    /// (see [`check_now`](https://docs.rs/sluicegate-core/0.1/sluicegate_core/fn.check_now.html)): nothing was decided.
     #[error("{0}")]
     Time(ParamError),
     /// A lease call that cannot be carried out (bad owner or ttl, a lease not held by
     /// that owner): nothing was changed.
     #[error("{0}")]
-    Lease(#[from] tollgate_core::LeaseError),
+    Lease(#[from] sluicegate_core::LeaseError),
     /// Another process has the database open: sled allows one process at a time.
     #[error("the sled database at {} is in use by another process (sled allows one process at a time)", .path.display())]
     InUse {

@@ -2,7 +2,7 @@
 //! compare-and-swap like the limiters' states.
 
 use sled::Tree;
-use tollgate_core::{
+use sluicegate_core::{
     check_now, Acquired, Clock, Concurrency, Grant, LeaseError, LeaseHost, LeaseRequest,
     LeaseState, MonotonicClock, Ticks,
 };
@@ -18,11 +18,11 @@ use crate::record::{Durability, Records};
 /// however its call raced with the release (see `update`).
 ///
 /// ```
-/// use tollgate_core::{Concurrency, LeaseRequest, SECOND};
-/// use tollgate_sled::{Create, Durability, SledLeases};
+/// use sluicegate_core::{Concurrency, LeaseRequest, SECOND};
+/// use sluicegate_sled::{Create, Durability, SledLeases};
 ///
 /// let dir = tempfile::tempdir()?;
-/// let db = tollgate_sled::open(&dir.path().join("locks"), Create::InExistingDir)?;
+/// let db = sluicegate_sled::open(&dir.path().join("locks"), Create::InExistingDir)?;
 /// let locks = SledLeases::new(db.open_tree("locks")?, Concurrency::lock(), Durability::EveryDecision);
 /// let export = LeaseRequest::new("nightly-export").ttl(30 * SECOND);
 /// let grant = locks.acquire(&export.owner("worker-1"))?.grant.unwrap();

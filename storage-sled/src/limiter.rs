@@ -7,7 +7,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use sled::Tree;
-use tollgate_core::{
+use sluicegate_core::{
     check_now, Algorithm, Clock, Decision, Limiter, MonotonicClock, Request, Reserve, Ticks,
 };
 
@@ -23,7 +23,7 @@ pub struct SledLimiter<A, C = MonotonicClock> {
 
 impl<A: Algorithm> SledLimiter<A> {
     /// A limiter over `tree`, with no key prefix, on the process's
-    /// [`MonotonicClock`](https://docs.rs/tollgate-core/0.1/tollgate_core/struct.MonotonicClock.html).
+    /// [`MonotonicClock`](https://docs.rs/sluicegate-core/0.1/sluicegate_core/struct.MonotonicClock.html).
     pub fn new(tree: Tree, algorithm: A, durability: Durability) -> Self {
         Self {
             records: Records::new(tree, durability),
@@ -51,7 +51,7 @@ impl<A: Algorithm, C: Clock> SledLimiter<A, C> {
     }
 
     /// The time to decide `request` at: its own, or the clock's; beyond
-    /// [`MAX_TICKS`](https://docs.rs/tollgate-core/0.1/tollgate_core/constant.MAX_TICKS.html)
+    /// [`MAX_TICKS`](https://docs.rs/sluicegate-core/0.1/sluicegate_core/constant.MAX_TICKS.html)
     /// it is [`Error::Time`].
     fn time(&self, request: &Request<'_>) -> Result<Ticks, Error> {
         let now = request.now.unwrap_or_else(|| self.records.clock.now());
@@ -93,7 +93,7 @@ impl<A: Algorithm, C: Clock> SledLimiter<A, C> {
     /// Removes the records under this limiter's prefix whose state is fresh at `now`,
     /// returning how many. A record that does not decode is left for an operator (and
     /// reported by [`state`](Self::state)); it does not stop the sweep. A `now` beyond
-    /// [`MAX_TICKS`](https://docs.rs/tollgate-core/0.1/tollgate_core/constant.MAX_TICKS.html) is [`Error::Time`].
+    /// [`MAX_TICKS`](https://docs.rs/sluicegate-core/0.1/sluicegate_core/constant.MAX_TICKS.html) is [`Error::Time`].
     pub fn collect_expired(&self, now: Ticks) -> Result<usize, Error> {
         let now = check_now(now).map_err(Error::Time)?;
         self.sweep(|state| self.algorithm.decide(Some(state), now, 0).1.is_none())

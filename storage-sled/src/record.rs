@@ -3,7 +3,7 @@
 //! stand on it, so they store, race and flush the same way.
 
 use sled::{CompareAndSwapError, IVec, Tree};
-use tollgate_core::{DecodeError, MonotonicClock};
+use sluicegate_core::{DecodeError, MonotonicClock};
 
 use crate::error::{corrupt, Error};
 

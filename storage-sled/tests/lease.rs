@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use common::temp_tree;
 use proptest::prelude::*;
-use tollgate_core::memory::FencedResource;
-use tollgate_core::{
+use sluicegate_core::memory::FencedResource;
+use sluicegate_core::{
     Acquired, Algorithm, Concurrency, Grant, LeaseError, LeaseRequest, LeaseState, ParamError,
     Ticks, TokenBucket, SECOND,
 };
-use tollgate_sled::{Durability, Error, SledLeases};
+use sluicegate_sled::{Durability, Error, SledLeases};
 
 /// A lock over a fresh tree, flushed on every decision.
 fn temp_lock() -> (tempfile::TempDir, sled::Db, sled::Tree, SledLeases) {

@@ -1,4 +1,4 @@
-//! The host contract over sled: `tollgate_core::Limiter` answers exactly as the inherent
+//! The host contract over sled: `sluicegate_core::Limiter` answers exactly as the inherent
 //! methods it stands for.
 
 mod common;
@@ -7,11 +7,11 @@ use std::sync::Arc;
 
 use common::temp_tree;
 use proptest::prelude::*;
-use tollgate_core::{
+use sluicegate_core::{
     AnyAlgorithm, Ban, Clock, Composite, FixedWindow, Limiter, ManualClock, Pacing, Request,
     Reserve, SlidingLog, Ticks, TokenBucket, SECOND,
 };
-use tollgate_sled::{Durability, SledLimiter};
+use sluicegate_sled::{Durability, SledLimiter};
 
 /// A clock the test moves while the limiter holds it.
 #[derive(Debug, Clone)]

@@ -1,13 +1,13 @@
-//! `tollgate_sled::open` against real directories and a real second process.
+//! `sluicegate_sled::open` against real directories and a real second process.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use tollgate_sled::{open, Create, Error};
+use sluicegate_sled::{open, Create, Error};
 
 /// Set in the child process: the database it holds open until its stdin closes.
-const HOLD: &str = "TOLLGATE_SLED_HOLD";
+const HOLD: &str = "SLUICEGATE_SLED_HOLD";
 
 /// Run as a child (by [`a_database_open_in_another_process_is_in_use`]): opens the
 /// database, says so, and keeps it open until the parent closes stdin.

@@ -1,4 +1,4 @@
-//! tollgate-sled against the core and against a real sled database in a temp dir.
+//! sluicegate-sled against the core and against a real sled database in a temp dir.
 
 mod common;
 
@@ -6,11 +6,11 @@ use std::sync::Arc;
 
 use common::temp_tree;
 use proptest::prelude::*;
-use tollgate_core::{
+use sluicegate_core::{
     Algorithm, Ban, Composite, DecodeError, FixedWindow, LeakyBucket, Limiter, Pacing, ParamError,
     Request, SlidingCounter, SlidingLog, Ticks, TokenBucket, MAX_TICKS, SECOND,
 };
-use tollgate_sled::{Durability, Error, SledLimiter};
+use sluicegate_sled::{Durability, Error, SledLimiter};
 
 /// A limiter deciding `alg` over a fresh tree.
 fn temp_limiter<A: Algorithm>(
@@ -251,14 +251,14 @@ fn reset_deletes_only_states_of_its_algorithm() {
     };
     assert_eq!(
         refused(b"session:42"),
-        "key \"session:42\" holds a state tollgate cannot read: state encoding version 117 is not supported (this build reads version 1)"
+        "key \"session:42\" holds a state sluicegate cannot read: state encoding version 117 is not supported (this build reads version 1)"
     );
     assert_eq!(
         refused(b"bob"),
-        "key \"bob\" holds a state tollgate cannot read: state is a token bucket's, expected a fixed window's"
+        "key \"bob\" holds a state sluicegate cannot read: state is a token bucket's, expected a fixed window's"
     );
     assert!(
-        refused(b"\xff\x00").starts_with("key \"\\xff\\x00\" holds a state tollgate cannot read")
+        refused(b"\xff\x00").starts_with("key \"\\xff\\x00\" holds a state sluicegate cannot read")
     );
     assert_eq!(
         tree.get(b"w/session:42").unwrap().unwrap().as_ref(),
@@ -331,7 +331,7 @@ fn state_survives_reopening_the_database() {
                 .allowed
         );
     }
-    let db = tollgate_test_support::sled_open(dir.path());
+    let db = sluicegate_test_support::sled_open(dir.path());
     let limiter = SledLimiter::new(
         db.open_tree("q").unwrap(),
         window,

@@ -65,7 +65,7 @@ impl Certs {
         };
         // Elliptic-curve keys: generated in milliseconds.
         let ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
-        let ca = "req -x509 -days 2 -subj /CN=tollgate-test-CA -keyout ca.key -out ca.crt \
+        let ca = "req -x509 -days 2 -subj /CN=sluicegate-test-CA -keyout ca.key -out ca.crt \
             -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign";
         openssl(&format!("{ca} {ec}"));
         std::fs::write(
@@ -124,7 +124,7 @@ impl Server {
     pub fn start_with(extra: &[&str]) -> Self {
         let port = free_port();
         let dir =
-            std::env::temp_dir().join(format!("tollgate-redis-{port}-{}", std::process::id()));
+            std::env::temp_dir().join(format!("sluicegate-redis-{port}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("server directory");
         let mut server = Self {
             port,
@@ -309,7 +309,7 @@ impl Cluster {
     }
 }
 
-/// The native module: `TOLLGATE_REDIS_MODULE` if set (scripts/test.sh builds it and sets
+/// The native module: `SLUICEGATE_REDIS_MODULE` if set (scripts/test.sh builds it and sets
 /// it), else built once per binary into this target directory (cargo does not rebuild a
 /// cdylib for integration tests), with cargo's test profile for tests and `--release`
 /// for benchmarks (`release`).
@@ -317,14 +317,14 @@ pub fn module_path(release: bool) -> std::path::PathBuf {
     static BUILT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
     BUILT
         .get_or_init(|| {
-            if let Some(path) = std::env::var_os("TOLLGATE_REDIS_MODULE") {
+            if let Some(path) = std::env::var_os("SLUICEGATE_REDIS_MODULE") {
                 return path.into();
             }
             let profile = if release { "release" } else { "test" };
             let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
             let status = Command::new(cargo)
                 .args(["build", "--quiet", "--profile", profile])
-                .args(["-p", "tollgate-redis-module"])
+                .args(["-p", "sluicegate-redis-module"])
                 .current_dir(env!("CARGO_MANIFEST_DIR"))
                 .status()
                 .expect("cargo");
@@ -333,7 +333,7 @@ pub fn module_path(release: bool) -> std::path::PathBuf {
             // target/<profile dir>/deps/<binary> -> target/
             let target = exe.ancestors().nth(3).expect("target directory");
             let dir = if release { "release" } else { "debug" };
-            target.join(dir).join("libtollgate_redis_module.so")
+            target.join(dir).join("libsluicegate_redis_module.so")
         })
         .clone()
 }

@@ -1,6 +1,6 @@
 //! Shared by the workspace tests and their helper binaries.
 
-use tollgate_core::{FixedWindow, SECOND};
+use sluicegate_core::{FixedWindow, SECOND};
 
 /// The limit the crash test's child decides against: far more than it can reach.
 pub fn crash_limit() -> FixedWindow {

@@ -1,7 +1,7 @@
 //! The clock/state split end to end: hosts read a clock at the edge and hand `now` to
 //! the pure core.
 
-use tollgate_core::{Algorithm, Clock, ManualClock, SystemClock, TokenBucket, SECOND};
+use sluicegate_core::{Algorithm, Clock, ManualClock, SystemClock, TokenBucket, SECOND};
 
 #[test]
 fn system_clock_counts_microseconds_since_the_epoch() {

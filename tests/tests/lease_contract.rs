@@ -1,17 +1,17 @@
-//! The lease contract (`tollgate_core::LeaseHost`) kept the same by every host: one
+//! The lease contract (`sluicegate_core::LeaseHost`) kept the same by every host: one
 //! script of calls, the same expected answers on sled, on Redis through a connection
 //! and on Redis asynchronously. A host joins with one line: a test calling
 //! [`keeps_the_lease_contract`] with it and a way to read its lease errors.
 
 use std::fmt::Debug;
 
-use tollgate_core::{
+use sluicegate_core::{
     Acquired, AsyncLeaseHost, Concurrency, Grant, LeaseError, LeaseHost, LeaseRequest, LeaseState,
     ParamError, Ticks, SECOND,
 };
-use tollgate_redis::{Connected, ConnectedAsync, RedisLeases};
-use tollgate_sled::{Durability, SledLeases};
-use tollgate_test_support::Server;
+use sluicegate_redis::{Connected, ConnectedAsync, RedisLeases};
+use sluicegate_sled::{Durability, SledLeases};
+use sluicegate_test_support::Server;
 
 /// Around 2026 in µs since the Unix epoch: within every host's range.
 const T: Ticks = 1_790_000_000_000_000;
@@ -163,14 +163,14 @@ fn sled() {
         Durability::Background,
     );
     keeps_the_lease_contract(&host, |e| match e {
-        tollgate_sled::Error::Lease(e) => Some(e),
+        sluicegate_sled::Error::Lease(e) => Some(e),
         _ => None,
     });
 }
 
-fn redis_lease_error(e: &tollgate_redis::Error) -> Option<&LeaseError> {
+fn redis_lease_error(e: &sluicegate_redis::Error) -> Option<&LeaseError> {
     match e {
-        tollgate_redis::Error::Lease(e) => Some(e),
+        sluicegate_redis::Error::Lease(e) => Some(e),
         _ => None,
     }
 }

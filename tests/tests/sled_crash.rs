@@ -6,9 +6,9 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
-use tollgate_core::Request;
-use tollgate_sled::{Durability, SledLimiter};
-use tollgate_tests::{crash_limit, CRASH_KEY, CRASH_NOW};
+use sluicegate_core::Request;
+use sluicegate_sled::{Durability, SledLimiter};
+use sluicegate_tests::{crash_limit, CRASH_KEY, CRASH_NOW};
 
 /// Runs the child until a random moment in `60..360` ms after its first admission,
 /// kills it, and returns (admissions it reported, admissions the database remembers).

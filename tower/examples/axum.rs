@@ -4,8 +4,8 @@
 //! cached answer. It calls itself to show the headers, then keeps serving:
 //!
 //! ```text
-//! cargo run -p tollgate-tower --example axum            # then: curl -i localhost:3000/api
-//! cargo run -p tollgate-tower --example axum -- --once  # the demonstration alone
+//! cargo run -p sluicegate-tower --example axum            # then: curl -i localhost:3000/api
+//! cargo run -p sluicegate-tower --example axum -- --once  # the demonstration alone
 //! ```
 
 use std::convert::Infallible;
@@ -19,7 +19,7 @@ use http::{Request, Response};
 use http_body_util::BodyExt;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use tollgate_tower::{Degrade, KeyExtractor, Quota, RateLimitLayer, Wait};
+use sluicegate_tower::{Degrade, KeyExtractor, Quota, RateLimitLayer, Wait};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -6,7 +6,7 @@
 pub enum Error {
     /// A limit the core refuses (zero, or beyond its range).
     #[error(transparent)]
-    Param(#[from] tollgate_core::ParamError),
+    Param(#[from] sluicegate_core::ParamError),
     /// Not a network (`10.0.0.0/8`, `::1`).
     #[error("not an IP network: {0:?}")]
     Cidr(String),
@@ -16,7 +16,7 @@ pub enum Error {
     /// The template has no such parameter.
     #[error("the path template {0:?} has no parameter {{{1}}}")]
     PathParam(String, &'static str),
-    /// A `tollgate serve` URL or token that cannot be used.
+    /// A `sluicegate serve` URL or token that cannot be used.
     #[error("{0}")]
     Remote(String),
 }

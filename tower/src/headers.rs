@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
-use tollgate_core::{Decision, Ticks, SECOND};
+use sluicegate_core::{Decision, Ticks, SECOND};
 
 use crate::error::Error;
 use crate::limiter::Quota;

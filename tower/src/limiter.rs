@@ -1,15 +1,15 @@
 //! The limiters the middleware runs on: in-process ([`KeyedLimiter`]) and, with the
-//! `redis` feature, Redis ([`RedisBackend`]). A fleet or a remote `tollgate serve` fits
+//! `redis` feature, Redis ([`RedisBackend`]). A fleet or a remote `sluicegate serve` fits
 //! the same [`Limiter`] trait: a decision that may take a round trip.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
+use sluicegate_core::memory::{KeyHasher, KeyedLimiter};
 use std::hash::BuildHasher;
-use tollgate_core::memory::{KeyHasher, KeyedLimiter};
 
-use tollgate_core::{Algorithm, Clock, Decision, MonotonicClock, Reserve, TokenBucket};
+use sluicegate_core::{Algorithm, Clock, Decision, MonotonicClock, Reserve, TokenBucket};
 
 use crate::error::Error;
 use crate::key::Key;
@@ -29,8 +29,8 @@ pub enum Verdict {
     /// fails closed ([`FailPolicy::Closed`]): refuse with 503, the limiter's fault rather
     /// than the client's quota (no figures exist for a 429).
     ///
-    /// [`FailPolicy::Error`]: tollgate_core::FailPolicy::Error
-    /// [`FailPolicy::Closed`]: tollgate_core::FailPolicy::Closed
+    /// [`FailPolicy::Error`]: sluicegate_core::FailPolicy::Error
+    /// [`FailPolicy::Closed`]: sluicegate_core::FailPolicy::Closed
     Closed,
     /// The store answered something unusable (a corrupt state): refuse (500).
     Failed(String),
@@ -45,17 +45,17 @@ pub enum Pending {
 }
 
 /// The limiters of another process (Redis, a remote service) answer under the core's
-/// [`FailPolicy`](tollgate_core::FailPolicy).
+/// [`FailPolicy`](sluicegate_core::FailPolicy).
 #[cfg(any(feature = "redis", feature = "remote"))]
 impl Verdict {
     /// The verdict on such a limiter's answer: an unreachable store is refused (503)
     /// whether the policy reports it or denies; any other error is the store's failure
     /// (500).
     pub(crate) fn of<E: std::fmt::Display>(
-        answer: Result<tollgate_core::Outcome<E>, E>,
+        answer: Result<sluicegate_core::Outcome<E>, E>,
         unreachable: impl FnOnce(&E) -> bool,
     ) -> Self {
-        use tollgate_core::Outcome;
+        use sluicegate_core::Outcome;
         match answer {
             Ok(Outcome::Decided(d) | Outcome::Local(d, _)) => Self::Decided(d),
             Ok(Outcome::Open(_)) => Self::Open,
@@ -105,7 +105,7 @@ pub trait Limiter: Send + Sync + 'static {
     }
 }
 
-pub(crate) use tollgate_core::ticks;
+pub(crate) use sluicegate_core::ticks;
 
 /// The in-process limiter a [`Quota`] builds: per key, on the monotonic clock.
 pub type InProcess<A = TokenBucket> = KeyedLimiter<Key, A>;
@@ -198,15 +198,15 @@ mod redis_backend {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use tollgate_core::{Request, Reserve};
-    use tollgate_redis::{LuaAlgorithm, Outcome, ReconnectingAsync, RedisLimiter};
+    use sluicegate_core::{Request, Reserve};
+    use sluicegate_redis::{LuaAlgorithm, Outcome, ReconnectingAsync, RedisLimiter};
 
     use super::{ticks, Limiter, Pending, Verdict};
     use crate::key::Key;
 
     /// A limit in Redis, shared by every replica using the same prefix, through an
     /// asynchronous connection; when Redis is unreachable, the limiter's
-    /// [`FailPolicy`](tollgate_redis::FailPolicy) answers.
+    /// [`FailPolicy`](sluicegate_redis::FailPolicy) answers.
     #[derive(Debug)]
     pub struct RedisBackend<A: LuaAlgorithm> {
         limiter: Arc<RedisLimiter<A>>,
@@ -223,8 +223,8 @@ mod redis_backend {
         }
     }
 
-    fn verdict(outcome: Result<Outcome, tollgate_redis::Error>) -> Verdict {
-        Verdict::of(outcome, tollgate_redis::Error::is_unavailable)
+    fn verdict(outcome: Result<Outcome, sluicegate_redis::Error>) -> Verdict {
+        Verdict::of(outcome, sluicegate_redis::Error::is_unavailable)
     }
 
     impl<A> Limiter for RedisBackend<A>

@@ -1,4 +1,4 @@
-//! A limit kept by a `tollgate serve` (the `remote` feature): each decision is one
+//! A limit kept by a `sluicegate serve` (the `remote` feature): each decision is one
 //! `POST /v1/decide` over a pooled keep-alive connection, bounded by a timeout; when the
 //! service cannot answer, the [`RemoteFail`] policy does.
 
@@ -12,7 +12,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde::Serialize;
-use tollgate_core::{Decision, FailPolicy};
+use sluicegate_core::{Decision, FailPolicy};
 
 use crate::error::Error;
 use crate::key::Key;
@@ -38,7 +38,7 @@ const MAX_ANSWER: usize = 16 * 1024;
 /// policy, never admitted.
 pub type RemoteFail = FailPolicy<Arc<InProcess>>;
 
-/// A limit decided by a `tollgate serve` at `server` for the app whose token is given:
+/// A limit decided by a `sluicegate serve` at `server` for the app whose token is given:
 /// every request is one `POST /v1/decide` of the policy, the request's key and cost.
 /// Clones of the layer share one connection pool (HTTP/1.1 keep-alive), so a busy
 /// service reuses its connections. Plain `http://` (a service on the same host or
@@ -46,10 +46,10 @@ pub type RemoteFail = FailPolicy<Arc<InProcess>>;
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use tollgate_tower::{Policy, RateLimitLayer, Remote, RemoteFail};
+/// use sluicegate_tower::{Policy, RateLimitLayer, Remote, RemoteFail};
 ///
-/// # fn run() -> Result<(), tollgate_tower::Error> {
-/// let token = std::env::var("TOLLGATE_APP_TOKEN").unwrap_or_default();
+/// # fn run() -> Result<(), sluicegate_tower::Error> {
+/// let token = std::env::var("SLUICEGATE_APP_TOKEN").unwrap_or_default();
 /// let remote = Remote::new("http://127.0.0.1:8080", &token, "api")?
 ///     .timeout(Duration::from_millis(200))
 ///     .on_failure(RemoteFail::Open);

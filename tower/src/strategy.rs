@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
-use tollgate_core::Decision;
+use sluicegate_core::Decision;
 use tower_service::Service;
 
 use crate::limiter::BoxFuture;

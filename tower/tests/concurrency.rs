@@ -18,8 +18,8 @@ use http::{Request, Response, StatusCode};
 use http_body::Frame;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
+use sluicegate_tower::{ConcurrencyLimitLayer, Key, KeyExtractor, Wait};
 use tokio::sync::mpsc;
-use tollgate_tower::{ConcurrencyLimitLayer, Key, KeyExtractor, Wait};
 use tower::ServiceExt;
 
 const TTL: Duration = Duration::from_secs(30);

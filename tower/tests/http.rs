@@ -8,9 +8,9 @@ use axum::routing::get as route;
 use axum::Router;
 use common::{get, root, serve};
 use http::StatusCode;
-use tollgate_core::memory::KeyedLimiter;
-use tollgate_core::{FixedWindow, ManualClock, TokenBucket, SECOND};
-use tollgate_tower::{
+use sluicegate_core::memory::KeyedLimiter;
+use sluicegate_core::{FixedWindow, ManualClock, TokenBucket, SECOND};
+use sluicegate_tower::{
     BoxFuture, Degrade, InProcess, Key, KeyExtractor, NoWait, OnBadKey, Overload, Policy, Quota,
     RateLimitLayer, Wait,
 };
@@ -362,7 +362,7 @@ impl Overload<axum::body::Body, axum::body::Body, std::convert::Infallible> for 
     fn denied(
         &self,
         _: http::Request<axum::body::Body>,
-        decision: &tollgate_core::Decision,
+        decision: &sluicegate_core::Decision,
     ) -> BoxFuture<Result<http::Response<axum::body::Body>, std::convert::Infallible>> {
         let body = format!(
             "{{\"retry_after_us\":{}}}",

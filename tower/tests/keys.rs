@@ -5,7 +5,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use http::HeaderValue;
 use proptest::prelude::*;
-use tollgate_tower::{Key, KeyExtractor};
+use sluicegate_tower::{Key, KeyExtractor};
 
 fn request(peer: SocketAddr, headers: &[(&'static str, Vec<u8>)]) -> http::request::Parts {
     let (mut parts, ()) = http::Request::new(()).into_parts();

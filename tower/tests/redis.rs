@@ -4,16 +4,16 @@
 mod common;
 
 // The redis-server the workspace's tests start and kill.
-use tollgate_test_support as redis_server;
+use sluicegate_test_support as redis_server;
 
 use std::time::Duration;
 
 use common::{get, root, serve};
 use http::StatusCode;
-use tollgate_core::memory::KeyedLimiter;
-use tollgate_core::{TokenBucket, SECOND};
-use tollgate_redis::{connect_async, FailPolicy, RedisLimiter};
-use tollgate_tower::{Policy, RateLimitLayer, RedisBackend, Wait};
+use sluicegate_core::memory::KeyedLimiter;
+use sluicegate_core::{TokenBucket, SECOND};
+use sluicegate_redis::{connect_async, FailPolicy, RedisLimiter};
+use sluicegate_tower::{Policy, RateLimitLayer, RedisBackend, Wait};
 
 const MINUTE: Duration = Duration::from_secs(60);
 

@@ -1,4 +1,4 @@
-//! The layer on a limit kept by a real `tollgate serve` on loopback: decisions and
+//! The layer on a limit kept by a real `sluicegate serve` on loopback: decisions and
 //! headers, one pooled connection for many decisions, and the fail policy when the
 //! service is stopped, hangs or refuses the app.
 
@@ -15,13 +15,13 @@ use http::{Method, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
+use sluicegate_server::{Config, Server};
+use sluicegate_tower::{Policy, Quota, RateLimitLayer, Remote, RemoteFail};
 use tokio::net::{TcpListener, TcpStream};
-use tollgate_server::{Config, Server};
-use tollgate_tower::{Policy, Quota, RateLimitLayer, Remote, RemoteFail};
 
 const MINUTE: Duration = Duration::from_secs(60);
 
-/// A `tollgate serve` in this process with an app `web` and a policy `api` (a bucket of
+/// A `sluicegate serve` in this process with an app `web` and a policy `api` (a bucket of
 /// 3 a minute) it may use: its address, the app's token, and a handle that stops it.
 struct Service {
     addr: SocketAddr,
@@ -39,7 +39,9 @@ impl Service {
             listen: "127.0.0.1:0".parse().unwrap(),
             ..Config::default()
         };
-        let admin = tollgate_server::init_admin(&config, "root").await.unwrap();
+        let admin = sluicegate_server::init_admin(&config, "root")
+            .await
+            .unwrap();
         let server = Server::bind(config).await.unwrap();
         let addr = server.local_addr();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -218,7 +220,7 @@ async fn a_hanging_service_is_bounded_by_the_timeout() {
             held.push(socket);
         }
     });
-    let remote = Remote::new(&format!("http://{silent}"), "tga_x", "api")
+    let remote = Remote::new(&format!("http://{silent}"), "sga_x", "api")
         .unwrap()
         .timeout(Duration::from_millis(200));
     let addr = app(remote).await;
@@ -236,7 +238,7 @@ async fn a_hanging_service_is_bounded_by_the_timeout() {
 async fn a_refused_app_is_never_admitted() {
     let service = Service::start().await;
     // A wrong token (401) and a policy the app may not use (403), even failing open.
-    for (token, policy) in [("tga_wrong", "api"), (service.token.as_str(), "other")] {
+    for (token, policy) in [("sga_wrong", "api"), (service.token.as_str(), "other")] {
         let remote = Remote::new(&service.url(), token, policy)
             .unwrap()
             .on_failure(RemoteFail::Open);
@@ -255,8 +257,8 @@ fn urls_and_tokens_are_checked() {
         "http://",
         "ftp://x",
     ] {
-        assert!(Remote::new(bad, "tga_x", "api").is_err(), "{bad}");
+        assert!(Remote::new(bad, "sga_x", "api").is_err(), "{bad}");
     }
     assert!(Remote::new("http://127.0.0.1:1", "bad\ntoken", "api").is_err());
-    assert!(Remote::new("http://127.0.0.1:1/", "tga_x", "api").is_ok());
+    assert!(Remote::new("http://127.0.0.1:1/", "sga_x", "api").is_ok());
 }

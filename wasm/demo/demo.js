@@ -3,7 +3,7 @@ import init, { Throttle } from "../pkg/web/index.js";
 
 await init();
 
-const STORAGE_KEY = "tollgate-demo-state";
+const STORAGE_KEY = "sluicegate-demo-state";
 const throttle = new Throttle({
   algorithm: "token-bucket",
   capacity: 2,
@@ -12,13 +12,13 @@ const throttle = new Throttle({
   maxQueued: 50,
 });
 
-// Restore the bucket a previous visit left (bytes in tollgate's canonical encoding).
+// Restore the bucket a previous visit left (bytes in sluicegate's canonical encoding).
 const saved = localStorage.getItem(STORAGE_KEY);
 if (saved) {
   try {
     throttle.load(Uint8Array.from(atob(saved), (c) => c.charCodeAt(0)));
   } catch (error) {
-    console.warn("ignoring a saved state tollgate cannot read:", error.message);
+    console.warn("ignoring a saved state sluicegate cannot read:", error.message);
   }
 }
 function save() {

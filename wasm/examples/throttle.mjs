@@ -1,4 +1,4 @@
-// A client that throttles itself with tollgate-wasm and obeys the server's pushback.
+// A client that throttles itself with sluicegate-wasm and obeys the server's pushback.
 // Run after `bash scripts/build-wasm.sh`: `node wasm/examples/throttle.mjs`.
 //
 // A local HTTP server stands in for an API; its fourth request is answered with 429 and

@@ -1,4 +1,4 @@
-import type { Decision, LimiterOptions } from "./tollgate_wasm.js";
+import type { Decision, LimiterOptions } from "./sluicegate_wasm.js";
 
 /**
  * A limit this client keeps for itself: `check` before acting, `reserve` to book a slot,
@@ -18,7 +18,7 @@ export declare class Limiter {
    * and composites of them only; throws for windows and bans.
    */
   reserve(cost: number, maxWaitMs: number, nowMs?: number | null): Decision;
-  /** The state in tollgate's canonical encoding (empty when fresh). */
+  /** The state in sluicegate's canonical encoding (empty when fresh). */
   save(): Uint8Array;
   /** Restores a state `save` returned; throws, keeping the state, for foreign bytes. */
   load(bytes: Uint8Array | number[]): void;

@@ -2,7 +2,7 @@
 // decision into shared slots, and this builds the plain object in JS. Returning the
 // object from wasm would cost an allocation and a table slot per call, more than the
 // decision itself. Copied verbatim into both packages by scripts/build-wasm.sh.
-import { LimiterCore } from "./tollgate_wasm.js";
+import { LimiterCore } from "./sluicegate_wasm.js";
 
 /** `{ nowMs, slots }` from the module, read once the module is initialized. */
 let shared;
@@ -53,7 +53,7 @@ export class Limiter {
     return this.#answer(this.#core.reserve(cost, maxWaitMs, nowMs ?? shared.nowMs()));
   }
 
-  /** The state in tollgate's canonical encoding (empty when fresh). */
+  /** The state in sluicegate's canonical encoding (empty when fresh). */
   save() {
     return this.#core.save();
   }

@@ -1,3 +1,3 @@
 // The Node.js package's entry (index.mjs); `require` loads it too (Node.js 20.19 or later).
-export { Throttle } from "./tollgate_wasm.js";
+export { Throttle } from "./sluicegate_wasm.js";
 export { Limiter } from "./limiter.mjs";

@@ -2,7 +2,7 @@
 //! date) pauses the queue; the IETF `RateLimit` header (with `RateLimit-Policy`) caps the
 //! local budget until the server's window ends.
 
-use tollgate_core::{Ticks, SECOND};
+use sluicegate_core::{Ticks, SECOND};
 
 use crate::scheduler::Budget;
 

@@ -5,7 +5,7 @@ use std::cell::RefCell;
 use std::rc::{Rc, Weak};
 
 use js_sys::{Array, Function, Promise, Reflect};
-use tollgate_core::{Decision, Ticks};
+use sluicegate_core::{Decision, Ticks};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
@@ -304,7 +304,7 @@ impl LimiterCore {
         shared()
     }
 
-    /// The state in tollgate's canonical encoding (empty when fresh); the same bytes
+    /// The state in sluicegate's canonical encoding (empty when fresh); the same bytes
     /// the Rust hosts store.
     pub fn save(&self) -> Vec<u8> {
         self.limit.save()

@@ -1,6 +1,6 @@
 //! One limit and the state it governs: what a client holds for itself.
 
-use tollgate_core::{Algorithm, AnyAlgorithm, AnyState, Decision, Ticks, Transition};
+use sluicegate_core::{Algorithm, AnyAlgorithm, AnyState, Decision, Ticks, Transition};
 
 /// An algorithm and the one state it governs (a client limits only itself, so there is
 /// one key).
@@ -82,7 +82,7 @@ impl Limit {
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
-    use tollgate_core::{Reserve, TokenBucket, MAX_TICKS, MILLISECOND, SECOND};
+    use sluicegate_core::{Reserve, TokenBucket, MAX_TICKS, MILLISECOND, SECOND};
 
     use super::*;
     use crate::options::{algorithm, tests::bucket, tests::window};

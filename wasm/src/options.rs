@@ -3,7 +3,7 @@
 //! The reading is written against [`Fields`], so it runs (and is tested) without a JS
 //! engine; the bindings implement `Fields` for JS objects.
 
-use tollgate_core::{
+use sluicegate_core::{
     AnyAlgorithm, Ban, Composite, FixedWindow, Kind, LeakyBucket, Pacing, ParamError,
     SlidingCounter, SlidingLog, Ticks, TokenBucket,
 };
@@ -140,7 +140,7 @@ fn describe(error: ParamError) -> String {
 pub(crate) mod tests {
     use std::collections::BTreeMap;
 
-    use tollgate_core::{Algorithm, SECOND};
+    use sluicegate_core::{Algorithm, SECOND};
 
     use super::*;
 

@@ -5,7 +5,7 @@
 
 use std::collections::VecDeque;
 
-use tollgate_core::Ticks;
+use sluicegate_core::Ticks;
 
 use crate::limit::Limit;
 
@@ -162,12 +162,12 @@ impl<J> Scheduler<J> {
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
-    use tollgate_core::{Algorithm, MILLISECOND, SECOND};
+    use sluicegate_core::{Algorithm, MILLISECOND, SECOND};
 
     use super::*;
     use crate::options::algorithm;
     use crate::options::tests::{bucket, window};
-    use tollgate_core::AnyAlgorithm;
+    use sluicegate_core::AnyAlgorithm;
 
     /// Drives a scheduler the way the bindings do: calls arrive at their times, the clock
     /// jumps to each instant the scheduler asks for. Returns (job, run time) in run order.

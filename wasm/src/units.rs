@@ -1,7 +1,7 @@
 //! JS numbers in and out: whole units, and milliseconds (JS's unit of time) to and from
 //! the core's microsecond ticks.
 
-use tollgate_core::{Ticks, MAX_TICKS};
+use sluicegate_core::{Ticks, MAX_TICKS};
 
 /// The largest integer a JS number holds exactly (`Number.MAX_SAFE_INTEGER`).
 const MAX_SAFE_INTEGER: f64 = 9_007_199_254_740_991.0;

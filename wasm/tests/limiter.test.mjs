@@ -97,7 +97,7 @@ test("require() loads the Node.js package too", () => {
 });
 
 test("the web package decides the same once initialized", () => {
-  const wasm = new URL("../pkg/web/tollgate_wasm_bg.wasm", import.meta.url);
+  const wasm = new URL("../pkg/web/sluicegate_wasm_bg.wasm", import.meta.url);
   web.initSync({ module: readFileSync(wasm) });
   const limiter = new web.Limiter(bucket);
   assert.deepEqual(limiter.check(1, 0), new Limiter(bucket).check(1, 0));

@@ -5,8 +5,8 @@
 #![cfg(target_arch = "wasm32")]
 
 use js_sys::{Date, Float64Array, Function, Promise, Reflect, JSON};
-use tollgate_core::{Algorithm, Decision, Reserve, SlidingLog, TokenBucket, MILLISECOND};
-use tollgate_wasm::{LimiterCore, Throttle};
+use sluicegate_core::{Algorithm, Decision, Reserve, SlidingLog, TokenBucket, MILLISECOND};
+use sluicegate_wasm::{LimiterCore, Throttle};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 use wasm_bindgen_test::wasm_bindgen_test;

@@ -9,7 +9,7 @@ use axum::extract::ConnectInfo;
 use axum::http::Request;
 use axum::routing::get;
 use axum::Router;
-use tollgate_tower::{Key, Quota, RateLimitLayer};
+use sluicegate_tower::{Key, Quota, RateLimitLayer};
 use tower_governor::governor::GovernorConfigBuilder;
 use tower_governor::GovernorLayer;
 
@@ -38,7 +38,7 @@ pub fn request(i: u32) -> Request<Body> {
     request
 }
 
-/// The `tollgate` app's decision alone: its in-process limiter asked for the `i`th
+/// The `sluicegate` app's decision alone: its in-process limiter asked for the `i`th
 /// client, which the layer's time includes (priced apart, since the limiter and the
 /// layer are sped up separately).
 pub fn decision() -> impl FnMut(u32) -> bool {
@@ -46,12 +46,12 @@ pub fn decision() -> impl FnMut(u32) -> bool {
     move |i| limiter.check(&Key::Ip(client(i).into()), 1).allowed
 }
 
-/// The route alone, behind tollgate's layer with its headers (the default) and without,
+/// The route alone, behind sluicegate's layer with its headers (the default) and without,
 /// behind tower_governor's without (its default) and with its headers; every limit per
 /// client IP and never denying.
 pub fn apps() -> [(&'static str, Router); 5] {
-    let tollgate = RateLimitLayer::in_process("bench", quota(), 10_000).unwrap();
-    let tollgate_no_headers = RateLimitLayer::in_process("bench", quota(), 10_000)
+    let sluicegate = RateLimitLayer::in_process("bench", quota(), 10_000).unwrap();
+    let sluicegate_no_headers = RateLimitLayer::in_process("bench", quota(), 10_000)
         .unwrap()
         .ratelimit_headers(false);
     let governor = || {
@@ -63,10 +63,10 @@ pub fn apps() -> [(&'static str, Router); 5] {
     let headers = governor().use_headers().finish().unwrap();
     [
         ("bare", route()),
-        ("tollgate", route().route_layer(tollgate)),
+        ("sluicegate", route().route_layer(sluicegate)),
         (
-            "tollgate_no_headers",
-            route().route_layer(tollgate_no_headers),
+            "sluicegate_no_headers",
+            route().route_layer(sluicegate_no_headers),
         ),
         (
             "tower_governor",

@@ -1,11 +1,11 @@
-//! Adversarial load against `tollgate serve`, every phase bounded: slow connections,
+//! Adversarial load against `sluicegate serve`, every phase bounded: slow connections,
 //! connections past the cap, a key spray (refusing new keys, and evicting), a lease
 //! fill, a policy of large keys, a policy flood, and a shutdown while slow clients hold
-//! connections. It prints what held (see "Running tollgate serve safely" in
+//! connections. It prints what held (see "Running sluicegate serve safely" in
 //! docs/service.md).
 //!
 //! ```text
-//! cargo run --release -p tollgate-benches --bin adversarial
+//! cargo run --release -p sluicegate-benches --bin adversarial
 //! ```
 //!
 //! The server runs in this process on a fresh embedded store, with small limits so that
@@ -16,7 +16,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use tollgate_server::{Config, Server};
+use sluicegate_server::{Config, Server};
 
 /// One request on its own connection: the status (0 if none came) and the body.
 fn request(addr: SocketAddr, method: &str, path: &str, token: &str, body: &str) -> (u16, String) {
@@ -113,9 +113,9 @@ fn main() -> ExitCode {
         ..Config::default()
     };
     let started = runtime.block_on(async {
-        let admin = tollgate_server::init_admin(&config, "root").await?;
+        let admin = sluicegate_server::init_admin(&config, "root").await?;
         let server = Server::bind(config.clone()).await?;
-        Ok::<_, tollgate_server::Error>((admin, server))
+        Ok::<_, sluicegate_server::Error>((admin, server))
     });
     let (admin, server) = match started {
         Ok(started) => started,
@@ -202,7 +202,7 @@ fn main() -> ExitCode {
     let (_, metrics) = request(addr, "GET", "/metrics", &admin, "");
     let series: Vec<&str> = metrics
         .lines()
-        .filter(|l| l.starts_with("tollgate_keys_") && !l.contains("capacity"))
+        .filter(|l| l.starts_with("sluicegate_keys_") && !l.contains("capacity"))
         .collect();
     println!("key spray: /metrics {}", series.join(", "));
 
@@ -232,7 +232,7 @@ fn main() -> ExitCode {
     let (_, metrics) = request(addr, "GET", "/metrics", &admin, "");
     let cap = metrics
         .lines()
-        .find_map(|l| l.strip_prefix(r#"tollgate_keys_capacity{policy="log"} "#))
+        .find_map(|l| l.strip_prefix(r#"sluicegate_keys_capacity{policy="log"} "#))
         .unwrap_or("?");
     println!(
         "policy bytes: a sliding log of 100000 a key holds {cap} keys (--max-policy-bytes {} MiB)",

@@ -1,8 +1,8 @@
-//! tollgate beside governor under contention: `--threads N` threads decide as fast as
+//! sluicegate beside governor under contention: `--threads N` threads decide as fast as
 //! they can for `--seconds S` on one key (the direct limiters) or on `--keys K` keys (the
 //! keyed limiters, each thread walking the keys in its own pseudo-random order), with
 //! limits high enough never to deny. Prints one line per limiter, in million decisions
-//! per second, and for tollgate's direct limiter the compare-and-swaps retried (a lower
+//! per second, and for sluicegate's direct limiter the compare-and-swaps retried (a lower
 //! bound, see `DirectLimiter::retries`).
 //!
 //! The two limiters take turns, in five rounds of a fifth of `S` each, and each line
@@ -11,7 +11,7 @@
 //! walked, the headroom of the criterion bench's `memory_keyed`.
 //!
 //! ```sh
-//! cargo run --release -p tollgate-benches --bin contend -- --threads 8 --keys 100000 --seconds 5
+//! cargo run --release -p sluicegate-benches --bin contend -- --threads 8 --keys 100000 --seconds 5
 //! ```
 
 use std::hint::black_box;
@@ -20,9 +20,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use governor::{Quota, RateLimiter};
-use tollgate_benches::walk;
-use tollgate_core::memory::{DirectLimiter, KeyedLimiter};
-use tollgate_core::{TokenBucket, SECOND};
+use sluicegate_benches::walk;
+use sluicegate_core::memory::{DirectLimiter, KeyedLimiter};
+use sluicegate_core::{TokenBucket, SECOND};
 
 /// A billion per second, per key: never denied at these speeds.
 const RATE: u32 = 1_000_000_000;
@@ -108,14 +108,14 @@ fn main() {
         println!("{name:<9} threads={threads:<3} keys={keys:<7} {rate:>7.2} M decisions/s{extra}");
     };
     if keys == 1 {
-        let tollgate = DirectLimiter::new(bucket);
+        let sluicegate = DirectLimiter::new(bucket);
         let governor = RateLimiter::direct(quota);
-        let (rates, decisions) = turns(&args, &|_, _| tollgate.check(1).allowed, &|_, _| {
+        let (rates, decisions) = turns(&args, &|_, _| sluicegate.check(1).allowed, &|_, _| {
             governor.check().is_ok()
         });
-        let retries = tollgate.retries();
+        let retries = sluicegate.retries();
         line(
-            "tollgate",
+            "sluicegate",
             rates[0],
             format!(
                 "  ({retries} CAS retries, {:.3} per decision)",
@@ -127,30 +127,30 @@ fn main() {
         let capacity = usize::try_from(keys)
             .unwrap_or(usize::MAX)
             .saturating_mul(2);
-        let tollgate = KeyedLimiter::new(bucket, capacity);
+        let sluicegate = KeyedLimiter::new(bucket, capacity);
         let governor = RateLimiter::keyed(quota);
         let (rates, _) = turns(
             &args,
-            &|t, i| tollgate.check(&key(t, i, keys), 1).allowed,
+            &|t, i| sluicegate.check(&key(t, i, keys), 1).allowed,
             &|t, i| governor.check_key(&key(t, i, keys)).is_ok(),
         );
-        line("tollgate", rates[0], String::new());
+        line("sluicegate", rates[0], String::new());
         line("governor", rates[1], String::new());
     }
 }
 
-/// The median round's rate of each of `tollgate` and `governor`, running in turns, and
-/// tollgate's decisions in all rounds.
+/// The median round's rate of each of `sluicegate` and `governor`, running in turns, and
+/// sluicegate's decisions in all rounds.
 fn turns(
     args: &Args,
-    tollgate: &(impl Fn(usize, u64) -> bool + Sync),
+    sluicegate: &(impl Fn(usize, u64) -> bool + Sync),
     governor: &(impl Fn(usize, u64) -> bool + Sync),
 ) -> ([f64; 2], u64) {
     let seconds = args.seconds / f64::from(ROUNDS);
     let mut rates = [Vec::new(), Vec::new()];
     let mut decisions = 0;
     for _ in 0..ROUNDS {
-        let (rate, done) = run(args, seconds, tollgate);
+        let (rate, done) = run(args, seconds, sluicegate);
         rates[0].push(rate);
         decisions += done;
         rates[1].push(run(args, seconds, governor).0);

@@ -1,19 +1,19 @@
-//! An HTTP load generator for `tollgate serve`: N keep-alive connections (64 by default)
+//! An HTTP load generator for `sluicegate serve`: N keep-alive connections (64 by default)
 //! each sending one request after another for a fixed time, first `GET /healthz` (the
 //! floor: the same server answering without deciding), then `POST /v1/decide`, and the
 //! decisions per second, p50 and p99 of each, and their ratio.
 //!
 //! ```text
-//! cargo run --release -p tollgate-benches --bin load -- [--duration 10s] [--connections 64]
+//! cargo run --release -p sluicegate-benches --bin load -- [--duration 10s] [--connections 64]
 //!     [--keys 10000] [--decisions redis://127.0.0.1:6379]          # a server in this process
-//! cargo run --release -p tollgate-benches --bin load -- --url http://HOST:PORT
-//!     --policy api                                        # a running one (TOLLGATE_TOKEN: an app token)
+//! cargo run --release -p sluicegate-benches --bin load -- --url http://HOST:PORT
+//!     --policy api                                        # a running one (SLUICEGATE_TOKEN: an app token)
 //! load --serve [--decisions redis://…]     # only the server: prints `ADDR TOKEN`, serves until killed
 //! load --url … --requests 200000 --only decide   # a fixed number of requests, one phase
 //! ```
 //!
-//! Without `--url` it starts a `tollgate serve` in this process (its own runtime and
-//! threads, named `tollgate-serve`, a fresh embedded store, an app and a token bucket
+//! Without `--url` it starts a `sluicegate serve` in this process (its own runtime and
+//! threads, named `sluicegate-serve`, a fresh embedded store, an app and a token bucket
 //! that never denies), in memory or with `--decisions`. `--serve` runs that server alone,
 //! so a profiler (`perf stat -p`) counts the server and not the generator.
 //!
@@ -381,27 +381,27 @@ struct Spawned {
     _dir: tempfile::TempDir,
 }
 
-/// A `tollgate serve` in this process on its own runtime: its address and an app token
+/// A `sluicegate serve` in this process on its own runtime: its address and an app token
 /// for a policy `api` that never denies (a million a second per key: within the Redis
 /// scripts' range).
 fn spawn_server(options: &Options) -> Result<Spawned, String> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let config = tollgate_server::Config {
+    let config = sluicegate_server::Config {
         data_dir: dir.path().to_path_buf(),
         listen: "127.0.0.1:0".parse().map_err(|_| "address")?,
         decisions: options.decisions.clone(),
-        ..tollgate_server::Config::default()
+        ..sluicegate_server::Config::default()
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .thread_name("tollgate-serve")
+        .thread_name("sluicegate-serve")
         .build()
         .map_err(|e| e.to_string())?;
     let (addr, token) = runtime.block_on(async {
-        let admin = tollgate_server::init_admin(&config, "root")
+        let admin = sluicegate_server::init_admin(&config, "root")
             .await
             .map_err(|e| e.to_string())?;
-        let server = tollgate_server::Server::bind(config)
+        let server = sluicegate_server::Server::bind(config)
             .await
             .map_err(|e| e.to_string())?;
         let addr = server.local_addr().to_string();
@@ -460,7 +460,7 @@ fn main() -> ExitCode {
                 .trim_start_matches("http://")
                 .trim_end_matches('/')
                 .to_owned();
-            let token = std::env::var("TOLLGATE_TOKEN").unwrap_or_default();
+            let token = std::env::var("SLUICEGATE_TOKEN").unwrap_or_default();
             (addr, token, None)
         }
         None => match spawn_server(&options) {

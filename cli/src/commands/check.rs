@@ -1,9 +1,9 @@
-//! `tollgate check KEY`: decide one request now (or at `--now`) and print the decision.
+//! `sluicegate check KEY`: decide one request now (or at `--now`) and print the decision.
 
 use std::io::{BufWriter, Write};
 use std::process::ExitCode;
 
-use tollgate_core::{Clock, MonotonicClock, Request};
+use sluicegate_core::{Clock, MonotonicClock, Request};
 
 use crate::args::KeyArgs;
 use crate::failure::{output, Failure};

@@ -1,8 +1,8 @@
-//! `tollgate fleet`: measures a fleet mode with real node processes on one Redis.
+//! `sluicegate fleet`: measures a fleet mode with real node processes on one Redis.
 //!
 //! The command starts N node processes (this binary, re-invoked as the hidden
 //! `fleet-node` subcommand), each offering the traffic to its own
-//! [`FleetLimiter`](tollgate_redis::fleet::FleetLimiter) on the shared key, SIGKILLs node
+//! [`FleetLimiter`](sluicegate_redis::fleet::FleetLimiter) on the shared key, SIGKILLs node
 //! 0 at 40% of the run and starts one more node at 70%. Nodes print one JSON line per
 //! period of the policy; the command adds them up and compares each period's admitted
 //! units with what one exact limiter would admit: over-admission is what exceeds the
@@ -18,18 +18,18 @@ use std::time::{Duration as StdDuration, SystemTime, UNIX_EPOCH};
 
 use clap::Args;
 use serde::{Deserialize, Serialize};
-use tollgate_core::Ticks;
-use tollgate_redis::fleet::{FleetAlgorithm, FleetConfig, FleetMode};
+use sluicegate_core::Ticks;
+use sluicegate_redis::fleet::{FleetAlgorithm, FleetConfig, FleetMode};
 
 use crate::args::{whole, PolicyBackendArgs};
 use crate::backend::Backend;
 use crate::chart;
 use crate::failure::{output, Failure};
 use crate::traffic::Traffic;
-use tollgate_core::AnyAlgorithm;
-use tollgate_policy::{human, Built, Duration, Policy};
+use sluicegate_core::AnyAlgorithm;
+use sluicegate_policy::{human, Built, Duration, Policy};
 
-/// `tollgate fleet`'s flags.
+/// `sluicegate fleet`'s flags.
 #[derive(Debug, Args)]
 pub struct FleetArgs {
     #[command(flatten)]
@@ -47,13 +47,13 @@ pub struct FleetArgs {
     /// Prefetch: the wait before asking a drained limit again; batch: the longest time
     /// between settles; split: the heartbeat period (default: the policy's, else 100ms,
     /// 100ms, 1s).
-    #[arg(long, value_parser = tollgate_policy::parse_duration)]
+    #[arg(long, value_parser = sluicegate_policy::parse_duration)]
     interval: Option<Duration>,
     /// Each node's traffic: steady:rate=R | poisson:rate=R,seed=S | burst:size=N,every=D.
     #[arg(long)]
     traffic: Traffic,
     /// How long to run, at least 5 periods of the policy.
-    #[arg(long, value_parser = tollgate_policy::parse_duration)]
+    #[arg(long, value_parser = sluicegate_policy::parse_duration)]
     duration: Duration,
     /// Print one JSON object instead of text.
     #[arg(long)]
@@ -79,7 +79,7 @@ pub(super) fn wall() -> Ticks {
     let since = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
-    tollgate_core::ticks(since)
+    sluicegate_core::ticks(since)
 }
 
 pub(super) fn bad(message: String) -> Failure {

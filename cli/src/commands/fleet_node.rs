@@ -1,4 +1,4 @@
-//! `tollgate fleet-node` (hidden): one node of a `tollgate fleet` measurement, started
+//! `sluicegate fleet-node` (hidden): one node of a `sluicegate fleet` measurement, started
 //! by it. It offers its traffic to its own fleet limiter on the shared key and prints
 //! one JSON line per period of the policy.
 
@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::time::{Duration as StdDuration, Instant};
 
 use clap::Args;
-use tollgate_core::{AnyAlgorithm, Ticks};
-use tollgate_policy::Built;
-use tollgate_redis::fleet::{FleetAlgorithm, FleetConfig, FleetLimiter};
-use tollgate_redis::{Reconnecting, RedisLimiter};
+use sluicegate_core::{AnyAlgorithm, Ticks};
+use sluicegate_policy::Built;
+use sluicegate_redis::fleet::{FleetAlgorithm, FleetConfig, FleetLimiter};
+use sluicegate_redis::{Reconnecting, RedisLimiter};
 
 use super::fleet::{bad, wall, Line};
 use crate::args::PolicyArgs;
@@ -63,8 +63,8 @@ fn run_node<A: FleetAlgorithm>(
     args: &NodeArgs,
     algorithm: A,
 ) -> Result<std::process::ExitCode, Failure> {
-    let backend = |e: tollgate_redis::Error| Failure::Backend(e.to_string());
-    let client = tollgate_redis::client(&args.url, None).map_err(backend)?;
+    let backend = |e: sluicegate_redis::Error| Failure::Backend(e.to_string());
+    let client = sluicegate_redis::client(&args.url, None).map_err(backend)?;
     let limiter = RedisLimiter::new(algorithm)
         .map_err(backend)?
         .with_prefix(args.key_prefix.as_bytes());

@@ -1,11 +1,11 @@
-//! `tollgate inspect KEY`: a stored state in the policy's units; for a concurrency
+//! `sluicegate inspect KEY`: a stored state in the policy's units; for a concurrency
 //! policy, its holders.
 
 use std::process::ExitCode;
 
 use clap::Args;
 use serde::Serialize;
-use tollgate_core::{Clock, Decision, MonotonicClock, Ticks};
+use sluicegate_core::{Clock, Decision, MonotonicClock, Ticks};
 
 use crate::args::KeyArgs;
 use crate::failure::Failure;
@@ -13,7 +13,7 @@ use crate::failure::Failure;
 use crate::leasing;
 use crate::output::{hex, show};
 use crate::rates::Rates;
-use tollgate_policy::{human, Kind, Policy};
+use sluicegate_policy::{human, Kind, Policy};
 
 #[derive(Debug, Args)]
 pub struct InspectArgs {
@@ -28,7 +28,7 @@ pub fn run(args: InspectArgs) -> Result<ExitCode, Failure> {
     let InspectArgs { key: args, json } = args;
     let (loaded, open) = args.load(false)?;
     #[cfg(any(feature = "sled", feature = "redis"))]
-    if let tollgate_policy::Built::Leases { model, .. } = loaded.built {
+    if let sluicegate_policy::Built::Leases { model, .. } = loaded.built {
         return leasing::inspect(leasing::Inspect {
             key: &args.key,
             model,

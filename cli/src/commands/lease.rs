@@ -1,10 +1,10 @@
-//! `tollgate lease acquire|release|renew`: the leases of a concurrency policy, each
+//! `sluicegate lease acquire|release|renew`: the leases of a concurrency policy, each
 //! held for the policy's `lease`.
 
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
-use tollgate_core::KeyDisplay;
+use sluicegate_core::KeyDisplay;
 
 use crate::args::PolicyArgs;
 use crate::failure::Failure;

@@ -1,14 +1,14 @@
-//! `tollgate lock acquire|release|renew|inspect`: a lease table of one holder per name.
+//! `sluicegate lock acquire|release|renew|inspect`: a lease table of one holder per name.
 
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
-use tollgate_core::{Concurrency, KeyDisplay, Ticks};
+use sluicegate_core::{Concurrency, KeyDisplay, Ticks};
 
 use crate::args::{instant, BackendArgs};
 use crate::failure::Failure;
 use crate::leasing::{self, call, lease_open, Call, Holder, Op, Wait};
-use tollgate_policy::{Duration, Style};
+use sluicegate_policy::{Duration, Style};
 
 #[derive(Debug, Subcommand)]
 pub enum LockCommand {
@@ -62,7 +62,7 @@ pub struct LockArgs {
 #[derive(Debug, Args)]
 pub struct Ttl {
     /// How long the lease lasts unless renewed or released, e.g. 30s (at most 366 days).
-    #[arg(long, value_parser = tollgate_policy::parse_duration, allow_hyphen_values = true)]
+    #[arg(long, value_parser = sluicegate_policy::parse_duration, allow_hyphen_values = true)]
     ttl: Duration,
 }
 
@@ -112,8 +112,8 @@ pub fn run(command: LockCommand) -> Result<ExitCode, Failure> {
 
 /// `--ttl` in the core's range, in the units written.
 fn ttl_flag(ttl: Duration) -> Result<Ticks, Failure> {
-    tollgate_policy::check_lease(ttl.0).map_err(|e| {
-        let problem = tollgate_policy::param_problem(&e, Style::Flags);
+    sluicegate_policy::check_lease(ttl.0).map_err(|e| {
+        let problem = sluicegate_policy::param_problem(&e, Style::Flags);
         Failure::Input(problem.message.replace("--lease", "--ttl"))
     })
 }

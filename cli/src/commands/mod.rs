@@ -58,7 +58,7 @@ pub enum Command {
     /// under-admission per period, also with a node killed and one joining mid-run.
     Fleet(fleet::FleetArgs),
     #[cfg(feature = "redis")]
-    /// One node of `tollgate fleet` (started by it).
+    /// One node of `sluicegate fleet` (started by it).
     #[command(hide = true)]
     FleetNode(fleet_node::NodeArgs),
     /// Print KEY's stored state in the policy's units (--json for JSON); for a
@@ -69,7 +69,7 @@ pub enum Command {
     /// over HTTP (see server/API.md); --init-admin prints the first admin's token.
     Serve(serve::ServeArgs),
     #[cfg(feature = "remote")]
-    /// Manage the policies of a `tollgate serve` (list, show, apply a policy file,
+    /// Manage the policies of a `sluicegate serve` (list, show, apply a policy file,
     /// delete) with a user token, for scripts and CI.
     #[command(subcommand)]
     Policy(policy::PolicyCommand),

@@ -1,4 +1,4 @@
-//! `tollgate peek KEY`: what a request for KEY would get, changing nothing.
+//! `sluicegate peek KEY`: what a request for KEY would get, changing nothing.
 
 use std::process::ExitCode;
 

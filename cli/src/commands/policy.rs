@@ -1,7 +1,7 @@
-//! `tollgate policy list|show|apply|delete`: the policies of a `tollgate serve`, managed
+//! `sluicegate policy list|show|apply|delete`: the policies of a `sluicegate serve`, managed
 //! from scripts and CI with a user token (its management API, `server/API.md`).
 //!
-//! The token is read from `--token-file` or `TOLLGATE_TOKEN`, never from a flag (a flag
+//! The token is read from `--token-file` or `SLUICEGATE_TOKEN`, never from a flag (a flag
 //! shows in the process list). Exit codes: 0 done, 1 refused by the server (401 unknown
 //! token, 403 no role, 409/428 the policy changed meanwhile), 2 bad flags or input (a
 //! policy file the shared parser refuses, or a policy the server finds invalid: 400,
@@ -21,7 +21,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
-use tollgate_policy::{File, Policy};
+use sluicegate_policy::{File, Policy};
 
 use crate::failure::{output, Failure};
 
@@ -33,9 +33,13 @@ const MAX_ANSWER: usize = 16 * 1024 * 1024;
 #[derive(Debug, Args)]
 pub struct ServerArgs {
     /// The server's URL.
-    #[arg(long, env = "TOLLGATE_SERVER", default_value = "http://127.0.0.1:8080")]
+    #[arg(
+        long,
+        env = "SLUICEGATE_SERVER",
+        default_value = "http://127.0.0.1:8080"
+    )]
     server: String,
-    /// A file holding a user token (else the TOLLGATE_TOKEN environment variable).
+    /// A file holding a user token (else the SLUICEGATE_TOKEN environment variable).
     #[arg(long)]
     token_file: Option<String>,
 }
@@ -190,7 +194,7 @@ fn read_file(path: &str) -> Result<BTreeMap<String, Policy>, Failure> {
     let (file, _) = File::read(path).map_err(Failure::Input)?;
     for name in file.policies.keys() {
         // The command line's loader: the same checks, pointing at the line at fault.
-        tollgate_policy::load(path, name).map_err(Failure::Input)?;
+        sluicegate_policy::load(path, name).map_err(Failure::Input)?;
     }
     Ok(file.policies)
 }
@@ -200,7 +204,7 @@ fn as_toml(name: &str, policy: &Value) -> Result<String, Failure> {
     let mut fields = policy.clone();
     let mut comments = String::new();
     if let Value::Object(map) = &mut fields {
-        for key in tollgate_policy::STORED_FIELDS {
+        for key in sluicegate_policy::STORED_FIELDS {
             if let Some(value) = map.remove(key) {
                 if key != "name" {
                     comments.push_str(&format!("# {key}: {value}\n"));
@@ -236,8 +240,8 @@ impl ServerArgs {
         let token = match &self.token_file {
             Some(path) => std::fs::read_to_string(path)
                 .map_err(|e| Failure::Input(format!("cannot read {path}: {e}")))?,
-            None => std::env::var("TOLLGATE_TOKEN").map_err(|_| {
-                Failure::Input("no token: give --token-file or set TOLLGATE_TOKEN".into())
+            None => std::env::var("SLUICEGATE_TOKEN").map_err(|_| {
+                Failure::Input("no token: give --token-file or set SLUICEGATE_TOKEN".into())
             })?,
         };
         let token = token.trim();
@@ -352,7 +356,7 @@ impl Server {
             Some(current) => {
                 let mut fields = current.clone();
                 if let Value::Object(map) = &mut fields {
-                    for key in tollgate_policy::STORED_FIELDS {
+                    for key in sluicegate_policy::STORED_FIELDS {
                         map.remove(key);
                     }
                 }

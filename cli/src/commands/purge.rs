@@ -1,4 +1,4 @@
-//! `tollgate purge`: every state of one policy in its namespace, deleted.
+//! `sluicegate purge`: every state of one policy in its namespace, deleted.
 
 use std::io::Write;
 use std::process::ExitCode;

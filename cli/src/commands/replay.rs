@@ -1,10 +1,10 @@
-//! `tollgate replay`: a CSV trace decided request by request, one JSON line each.
+//! `sluicegate replay`: a CSV trace decided request by request, one JSON line each.
 
 use std::io::{BufWriter, Read, Write};
 use std::process::ExitCode;
 
 use clap::Args;
-use tollgate_core::{check_now, Request, Ticks};
+use sluicegate_core::{check_now, Request, Ticks};
 
 use crate::args::PolicyBackendArgs;
 use crate::failure::{output, Failure};
@@ -96,7 +96,7 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode, Failure> {
     }
     out.flush().map_err(output)?;
     if let Some(warning) = store.warning() {
-        let _ = writeln!(std::io::stderr(), "tollgate: {warning}");
+        let _ = writeln!(std::io::stderr(), "sluicegate: {warning}");
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,4 +1,4 @@
-//! `tollgate reset KEY`: forget KEY's state.
+//! `sluicegate reset KEY`: forget KEY's state.
 
 use std::io::{BufWriter, Write};
 use std::process::ExitCode;

@@ -1,4 +1,4 @@
-//! `tollgate serve`: the rate-limit service (see the `tollgate-server` crate).
+//! `sluicegate serve`: the rate-limit service (see the `sluicegate-server` crate).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -6,8 +6,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use tollgate_core::FailPolicy;
-use tollgate_server::{Config, Server};
+use sluicegate_core::FailPolicy;
+use sluicegate_server::{Config, Server};
 
 use crate::failure::Failure;
 
@@ -34,7 +34,7 @@ pub struct ServeArgs {
     #[arg(long)]
     grpc_listen: Option<SocketAddr>,
     /// The embedded store's directory (SQLite), unless --store is given.
-    #[arg(long, default_value = "tollgate-data")]
+    #[arg(long, default_value = "sluicegate-data")]
     data_dir: PathBuf,
     /// postgres://USER@HOST:PORT/DB: the store a fleet of servers shares.
     #[arg(long)]
@@ -123,7 +123,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, Failure> {
         .map_err(|e| Failure::Backend(format!("cannot start the runtime: {e}")))?;
     if args.init_admin {
         let token = runtime
-            .block_on(tollgate_server::init_admin(&config, &args.admin_name))
+            .block_on(sluicegate_server::init_admin(&config, &args.admin_name))
             .map_err(|e| Failure::Backend(e.to_string()))?;
         println!("{token}");
         return Ok(ExitCode::SUCCESS);
@@ -139,9 +139,9 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, Failure> {
         let server = Server::bind(config)
             .await
             .map_err(|e| Failure::Backend(e.to_string()))?;
-        eprintln!("tollgate: serving on http://{}", server.local_addr());
+        eprintln!("sluicegate: serving on http://{}", server.local_addr());
         if let Some(grpc) = server.grpc_addr() {
-            eprintln!("tollgate: Envoy's rate limit service (gRPC) on {grpc}");
+            eprintln!("sluicegate: Envoy's rate limit service (gRPC) on {grpc}");
         }
         server
             .run(shutdown())
@@ -153,7 +153,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, Failure> {
 
 /// A flag's duration (`250ms`, `5s`), as policies write them.
 fn duration(text: &str) -> Result<Duration, String> {
-    tollgate_policy::parse_duration(text).map(|d| Duration::from_micros(d.0))
+    sluicegate_policy::parse_duration(text).map(|d| Duration::from_micros(d.0))
 }
 
 /// `65536`, `64KiB`, `256MiB`, `1GiB`.

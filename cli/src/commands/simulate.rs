@@ -1,4 +1,4 @@
-//! `tollgate simulate`: synthetic traffic offered to a policy on a simulated clock; a
+//! `sluicegate simulate`: synthetic traffic offered to a policy on a simulated clock; a
 //! summary of what was admitted, and a chart.
 
 mod stats;
@@ -7,7 +7,7 @@ use std::io::{BufWriter, IsTerminal, Write};
 use std::process::ExitCode;
 
 use clap::Args;
-use tollgate_core::{Request, Ticks};
+use sluicegate_core::{Request, Ticks};
 
 use crate::args::{BackendArgs, PolicyArgs};
 use crate::chart;
@@ -15,7 +15,7 @@ use crate::failure::{output, Failure};
 use crate::output::write_rows;
 use crate::rates::Rates;
 use crate::traffic::Traffic;
-use tollgate_policy::{human, Duration, Policy};
+use sluicegate_policy::{human, Duration, Policy};
 
 #[derive(Debug, Args)]
 pub struct SimulateArgs {
@@ -26,7 +26,7 @@ pub struct SimulateArgs {
     #[arg(long)]
     traffic: Traffic,
     /// How long to simulate, e.g. 10s (more than zero).
-    #[arg(long, value_parser = tollgate_policy::parse_duration, allow_hyphen_values = true)]
+    #[arg(long, value_parser = sluicegate_policy::parse_duration, allow_hyphen_values = true)]
     duration: Duration,
     #[command(flatten)]
     backend: BackendArgs,
@@ -78,7 +78,7 @@ pub fn run(args: SimulateArgs) -> Result<ExitCode, Failure> {
     }
     progress.finish();
     if let Some(warning) = store.warning() {
-        let _ = writeln!(std::io::stderr(), "tollgate: {warning}");
+        let _ = writeln!(std::io::stderr(), "sluicegate: {warning}");
     }
     let summary = run.summary(period);
     let mut out = BufWriter::new(std::io::stdout().lock());

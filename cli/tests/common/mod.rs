@@ -1,5 +1,5 @@
-//! What the `tollgate` binary's tests share: running it, reading its output, files for
-//! it, and a real `redis-server` (tollgate-redis's own test server).
+//! What the `sluicegate` binary's tests share: running it, reading its output, files for
+//! it, and a real `redis-server` (sluicegate-redis's own test server).
 // Each test binary uses part of this.
 #![allow(dead_code)]
 
@@ -8,19 +8,19 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 
 #[allow(unused_imports)]
-pub use tollgate_test_support::{free_port, sled_open, Certs, Server};
+pub use sluicegate_test_support::{free_port, sled_open, Certs, Server};
 
-/// The `tollgate` binary, ready for arguments.
+/// The `sluicegate` binary, ready for arguments.
 pub fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_tollgate"))
+    Command::new(env!("CARGO_BIN_EXE_sluicegate"))
 }
 
-/// Runs `tollgate` with `args`, as a user runs it.
-pub fn tollgate(args: impl IntoIterator<Item = impl AsRef<OsStr>>) -> Output {
+/// Runs `sluicegate` with `args`, as a user runs it.
+pub fn sluicegate(args: impl IntoIterator<Item = impl AsRef<OsStr>>) -> Output {
     bin().args(args).output().unwrap()
 }
 
-/// Starts `tollgate` with `args`, its output piped.
+/// Starts `sluicegate` with `args`, its output piped.
 pub fn spawn(args: impl IntoIterator<Item = impl AsRef<OsStr>>) -> Child {
     bin()
         .args(args)
@@ -30,8 +30,8 @@ pub fn spawn(args: impl IntoIterator<Item = impl AsRef<OsStr>>) -> Child {
         .unwrap()
 }
 
-/// Runs `tollgate` with `args`, `input` on its standard input.
-pub fn tollgate_with_stdin(
+/// Runs `sluicegate` with `args`, `input` on its standard input.
+pub fn sluicegate_with_stdin(
     args: impl IntoIterator<Item = impl AsRef<OsStr>>,
     input: &str,
 ) -> Output {
@@ -111,14 +111,14 @@ pub const BUCKET: [&str; 8] = [
     "1s",
 ];
 
-/// Runs `tollgate` with `command`'s words, as a shell splits a line without quotes.
+/// Runs `sluicegate` with `command`'s words, as a shell splits a line without quotes.
 pub fn run_line(command: &str) -> Output {
-    tollgate(command.split_whitespace())
+    sluicegate(command.split_whitespace())
 }
 
-/// Runs `tollgate` with `args` and the [`BUCKET`] policy's flags.
+/// Runs `sluicegate` with `args` and the [`BUCKET`] policy's flags.
 pub fn bucket(args: &[&str]) -> Output {
-    tollgate(with(args, &BUCKET))
+    sluicegate(with(args, &BUCKET))
 }
 
 pub fn with(prefix: &[&str], rest: &[&str]) -> Vec<String> {
@@ -126,14 +126,14 @@ pub fn with(prefix: &[&str], rest: &[&str]) -> Vec<String> {
 }
 
 pub fn lock(args: &[&str]) -> Output {
-    tollgate([&["lock"], args].concat())
+    sluicegate([&["lock"], args].concat())
 }
 
 /// Writes `value` under `key` in the sled database at `path`, in the CLI's tree, as
 /// another program might; the database is closed again before returning.
 pub fn sled_put(path: &Path, key: &[u8], value: &[u8]) {
     let db = sled_open(path);
-    db.open_tree("tollgate")
+    db.open_tree("sluicegate")
         .unwrap()
         .insert(key, value)
         .unwrap();
@@ -142,7 +142,7 @@ pub fn sled_put(path: &Path, key: &[u8], value: &[u8]) {
 
 pub fn sled_get(path: &Path, key: &[u8]) -> Option<Vec<u8>> {
     let db = sled_open(path);
-    let value = db.open_tree("tollgate").unwrap().get(key).unwrap();
+    let value = db.open_tree("sluicegate").unwrap().get(key).unwrap();
     value.map(|v| v.to_vec())
 }
 

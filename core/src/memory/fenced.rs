@@ -10,7 +10,7 @@ use std::sync::{Mutex, PoisonError};
 /// own transaction (a `WHERE token <= $1` condition, a compare-and-set).
 ///
 /// ```
-/// use tollgate_core::memory::{FencedResource, StaleToken};
+/// use sluicegate_core::memory::{FencedResource, StaleToken};
 ///
 /// let balance = FencedResource::new(100);
 /// assert_eq!(balance.write(7, |b| { *b += 1; *b }), Ok(101));

@@ -5,8 +5,8 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use tollgate_core::memory::{DirectLimiter, KeyedLimiter};
-//! use tollgate_core::{FixedWindow, TokenBucket, SECOND};
+//! use sluicegate_core::memory::{DirectLimiter, KeyedLimiter};
+//! use sluicegate_core::{FixedWindow, TokenBucket, SECOND};
 //!
 //! // One shared limit: 100 requests at once, refilled at 100 per second.
 //! let api = DirectLimiter::new(TokenBucket::new(100, 100, SECOND)?);
@@ -17,7 +17,7 @@
 //! // A limit per user, holding at most 10 000 users.
 //! let per_user = KeyedLimiter::new(FixedWindow::new(10, SECOND)?, 10_000);
 //! assert!(per_user.check(&"alice", 1).allowed);
-//! # Ok::<(), tollgate_core::ParamError>(())
+//! # Ok::<(), sluicegate_core::ParamError>(())
 //! ```
 
 mod cell;

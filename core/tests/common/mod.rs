@@ -6,15 +6,15 @@
 use std::time::Duration;
 
 use proptest::prelude::*;
-use tollgate_core::limits::MAX_PERIOD;
-use tollgate_core::{Algorithm, Decision, Ticks, MAX_TICKS};
+use sluicegate_core::limits::MAX_PERIOD;
+use sluicegate_core::{Algorithm, Decision, Ticks, MAX_TICKS};
 
 /// How late a wake may be on a loaded machine (the many-thread tests run beside the
 /// lease tests): still far from what it is told apart from, a timeout of 5 s or more, a
 /// 60 s lease.
 pub const LATE: Duration = Duration::from_secs(1);
 /// Long enough that no lease expires during a test on the real clock.
-pub const LONG: Ticks = 60 * tollgate_core::SECOND;
+pub const LONG: Ticks = 60 * sluicegate_core::SECOND;
 
 /// Checks the latencies of 20 waiters woken by a release (`what` names them in the
 /// report): the median under 20 ms, the slowest under [`LATE`].
@@ -226,14 +226,14 @@ pub fn decided<A: Algorithm>(
 /// Bucket parameters across the whole range; `None` where they exceed the horizon,
 /// which the constructor must then refuse.
 pub fn bucket_params() -> impl Strategy<Value = (u64, u64, Ticks)> {
-    use tollgate_core::limits::MAX_LIMIT;
+    use sluicegate_core::limits::MAX_LIMIT;
     (limit(MAX_LIMIT), limit(MAX_LIMIT), period())
 }
 
 /// Whether `capacity × period / rate` is within the documented horizon.
 pub fn within_horizon(capacity: u64, rate: u64, period: Ticks) -> bool {
     u128::from(capacity) * u128::from(period)
-        <= u128::from(tollgate_core::limits::MAX_HORIZON) * u128::from(rate)
+        <= u128::from(sluicegate_core::limits::MAX_HORIZON) * u128::from(rate)
 }
 
 /// A bucket's level by the definition, as an exact rational in units of
@@ -342,7 +342,7 @@ pub fn assert_rate_bound(admitted: &[(Ticks, u64)], capacity: u64, rate: u64, pe
 /// iff within the horizon, and then the same `(allowed, remaining)` for every arrival;
 /// with `top`, over arrivals moved to the top of the time range by [`at_the_top`].
 pub fn bucket_matches<A: Algorithm>(
-    built: Result<A, tollgate_core::ParamError>,
+    built: Result<A, sluicegate_core::ParamError>,
     (capacity, rate, period): (u64, u64, Ticks),
     raw: &[RawArrival],
     top: Option<u64>,

@@ -2,7 +2,7 @@
 //! test build).
 #![allow(dead_code, unused_imports)]
 
-pub use tollgate_test_support::*;
+pub use sluicegate_test_support::*;
 
 /// A server without persistence, the module loaded, with extra `redis-server` arguments.
 pub fn server(extra: &[&str]) -> Server {

@@ -11,7 +11,7 @@ use axum::routing::post;
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use tollgate_core::Decision;
+use sluicegate_core::Decision;
 
 use crate::limiters::{Entry, LeaseAnswer, LeaseOp, Limiters};
 use crate::service::auth::App;

@@ -60,7 +60,7 @@ fn redis_metrics(backend: &Backend) -> String {
     let sent = coalescer.sent();
     let load = |n: &AtomicU64| n.load(Ordering::Relaxed);
     format!(
-        "# HELP tollgate_redis_pipelines_total Pipelines of decisions sent to Redis.\n# TYPE tollgate_redis_pipelines_total counter\ntollgate_redis_pipelines_total {}\n# HELP tollgate_redis_decisions_total Decisions sent to Redis (in the pipelines).\n# TYPE tollgate_redis_decisions_total counter\ntollgate_redis_decisions_total {}\n",
+        "# HELP sluicegate_redis_pipelines_total Pipelines of decisions sent to Redis.\n# TYPE sluicegate_redis_pipelines_total counter\nsluicegate_redis_pipelines_total {}\n# HELP sluicegate_redis_decisions_total Decisions sent to Redis (in the pipelines).\n# TYPE sluicegate_redis_decisions_total counter\nsluicegate_redis_decisions_total {}\n",
         load(&sent.pipelines),
         load(&sent.decisions)
     )

@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 
 use crate::service::{Service, ServiceError};
 use crate::store::{Stored, User};
-use tollgate_policy::{list_or, Kind, Policy};
+use sluicegate_policy::{list_or, Kind, Policy};
 
 use super::auth::Authed;
 use super::body::{etag, IfMatch, JsonBody};
@@ -72,7 +72,7 @@ fn parse_policy(mut value: Value) -> Result<Policy> {
     let Value::Object(map) = &mut value else {
         return Err(ApiError::bad_request("a policy is a JSON object"));
     };
-    for field in tollgate_policy::STORED_FIELDS {
+    for field in sluicegate_policy::STORED_FIELDS {
         map.remove(field);
     }
     let invalid = |message: String| ServiceError::invalid(message, Some("algorithm"));

@@ -5,7 +5,7 @@
 
 use crate::store::{Principal, Role, Snapshot, User};
 use crate::token;
-use tollgate_policy::Policy;
+use sluicegate_policy::Policy;
 
 use super::error::{Result, ServiceError};
 

@@ -3,8 +3,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use tollgate_core::{Decision, Ticks};
-use tollgate_policy::human;
+use sluicegate_core::{Decision, Ticks};
+use sluicegate_policy::human;
 
 use crate::limiters::{DecideError, Entry, LeaseAnswer, LeaseOp, Limiters, MAX_KEY};
 use crate::store::{Snapshot, Stored};

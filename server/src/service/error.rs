@@ -74,10 +74,9 @@ impl From<DecideError> for ServiceError {
             }
             DecideError::Lease(ref inner) => {
                 let field = match inner {
-                    tollgate_core::LeaseError::Param(tollgate_core::ParamError::OutOfRange {
-                        name,
-                        ..
-                    }) if *name == "ttl" => "ttl_us",
+                    sluicegate_core::LeaseError::Param(
+                        sluicegate_core::ParamError::OutOfRange { name, .. },
+                    ) if *name == "ttl" => "ttl_us",
                     _ => "owner",
                 };
                 Self::invalid(e.to_string(), Some(field))

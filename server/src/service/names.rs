@@ -3,7 +3,7 @@
 use super::error::{Result, ServiceError};
 
 /// The longest name of a policy, app or user (the `RateLimit-Policy` header's limit).
-pub(crate) const MAX_NAME: usize = tollgate_tower::MAX_NAME;
+pub(crate) const MAX_NAME: usize = sluicegate_tower::MAX_NAME;
 
 /// 1 to [`MAX_NAME`] letters, digits, `-`, `_`, `.` (so names go into headers, metric
 /// labels and URLs unchanged); `field` names the argument in the error.

@@ -4,7 +4,7 @@
 use crate::limiters::check_backend;
 use crate::store::{AuditEntry, Snapshot, Stored, User};
 use crate::time::now_s;
-use tollgate_policy::{Policy, Style};
+use sluicegate_policy::{Policy, Style};
 
 use super::auth::{can_read, can_write, check_app_role, role};
 use super::error::{Result, ServiceError};

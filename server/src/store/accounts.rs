@@ -84,7 +84,7 @@ impl Facts {
 }
 
 /// A new user (text parameters: name, token hash, admin flag, roles).
-const INSERT_USER: &str = "INSERT INTO tollgate_users (name, token_hash, admin, roles) VALUES ($1, $2, $3, $4) ON CONFLICT (name) DO NOTHING";
+const INSERT_USER: &str = "INSERT INTO sluicegate_users (name, token_hash, admin, roles) VALUES ($1, $2, $3, $4) ON CONFLICT (name) DO NOTHING";
 
 /// The admin flag (`"0"`/`"1"`: text, so every parameter binds as text) and roles
 /// (JSON) as stored.
@@ -107,13 +107,13 @@ async fn run(tx: &mut Tx, sql: &str, params: &[&str]) -> Result<u64, sqlx::Error
 /// The apps and users as of `tx`, and the policies listing the app `deleted`.
 async fn facts(tx: &mut Tx, deleted: Option<&str>) -> Result<Facts, sqlx::Error> {
     let mut facts = Facts::default();
-    for row in sqlx::query("SELECT name FROM tollgate_apps")
+    for row in sqlx::query("SELECT name FROM sluicegate_apps")
         .fetch_all(&mut **tx)
         .await?
     {
         facts.apps.insert(row.try_get(0)?);
     }
-    for row in sqlx::query("SELECT name, admin, roles FROM tollgate_users")
+    for row in sqlx::query("SELECT name, admin, roles FROM sluicegate_users")
         .fetch_all(&mut **tx)
         .await?
     {
@@ -127,7 +127,7 @@ async fn facts(tx: &mut Tx, deleted: Option<&str>) -> Result<Facts, sqlx::Error>
             .insert(name.clone(), User { name, admin, roles });
     }
     if let Some(app) = deleted {
-        for row in sqlx::query("SELECT name, body, version, created_by, updated_by, created_at, updated_at FROM tollgate_policies")
+        for row in sqlx::query("SELECT name, body, version, created_by, updated_by, created_at, updated_at FROM sluicegate_policies")
             .fetch_all(&mut **tx)
             .await?
         {
@@ -162,16 +162,16 @@ impl Store {
         check(&facts).map_err(WriteError::Refused)?;
         let touched = match change {
             Account::CreateApp { name, hash } => {
-                run(&mut tx, "INSERT INTO tollgate_apps (name, token_hash) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING", &[name, hash]).await?
+                run(&mut tx, "INSERT INTO sluicegate_apps (name, token_hash) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING", &[name, hash]).await?
             }
             Account::AppToken { name, hash } => {
-                run(&mut tx, "UPDATE tollgate_apps SET token_hash = $1 WHERE name = $2", &[hash, name]).await?
+                run(&mut tx, "UPDATE sluicegate_apps SET token_hash = $1 WHERE name = $2", &[hash, name]).await?
             }
             Account::DeleteApp { name, cascade } => {
                 if cascade {
                     detach(&mut tx, name, &facts, actor, now).await?;
                 }
-                run(&mut tx, "DELETE FROM tollgate_apps WHERE name = $1", &[name]).await?
+                run(&mut tx, "DELETE FROM sluicegate_apps WHERE name = $1", &[name]).await?
             }
             Account::CreateUser { user, hash } => {
                 let (admin, roles) = user_columns(user);
@@ -179,13 +179,13 @@ impl Store {
             }
             Account::Roles { user } => {
                 let (admin, roles) = user_columns(user);
-                run(&mut tx, "UPDATE tollgate_users SET admin = $1, roles = $2 WHERE name = $3", &[admin, &roles, &user.name]).await?
+                run(&mut tx, "UPDATE sluicegate_users SET admin = $1, roles = $2 WHERE name = $3", &[admin, &roles, &user.name]).await?
             }
             Account::UserToken { name, hash } => {
-                run(&mut tx, "UPDATE tollgate_users SET token_hash = $1 WHERE name = $2", &[hash, name]).await?
+                run(&mut tx, "UPDATE sluicegate_users SET token_hash = $1 WHERE name = $2", &[hash, name]).await?
             }
             Account::DeleteUser { name } => {
-                run(&mut tx, "DELETE FROM tollgate_users WHERE name = $1", &[name]).await?
+                run(&mut tx, "DELETE FROM sluicegate_users WHERE name = $1", &[name]).await?
             }
         };
         if touched == 0 {
@@ -257,7 +257,7 @@ async fn detach(
     for stored in &facts.policies {
         let mut policy = stored.policy.clone();
         policy.apps.retain(|a| a != name);
-        sqlx::query("UPDATE tollgate_policies SET body = $1, version = $2, updated_by = $3, updated_at = $4 WHERE name = $5")
+        sqlx::query("UPDATE sluicegate_policies SET body = $1, version = $2, updated_by = $3, updated_at = $4 WHERE name = $5")
             .bind(body(&policy))
             .bind(stored.version + 1)
             .bind(actor)
@@ -272,7 +272,7 @@ async fn detach(
         let (_, roles) = user_columns(&user);
         run(
             tx,
-            "UPDATE tollgate_users SET roles = $1 WHERE name = $2",
+            "UPDATE sluicegate_users SET roles = $1 WHERE name = $2",
             &[&roles, &user.name],
         )
         .await?;

@@ -19,7 +19,7 @@ mod accounts;
 pub use accounts::{Account, Facts};
 
 use crate::time::rfc3339;
-use tollgate_policy::{Policy, Style};
+use sluicegate_policy::{Policy, Style};
 
 /// A store failure: the database is unreachable or refused a statement.
 #[derive(Debug, thiserror::Error)]
@@ -142,11 +142,12 @@ async fn policies_changed(
     from: i64,
     to: i64,
 ) -> Result<Option<BTreeSet<String>>, StoreError> {
-    let rows = sqlx::query("SELECT action, policy FROM tollgate_audit WHERE id > $1 AND id <= $2")
-        .bind(from)
-        .bind(to)
-        .fetch_all(&mut **tx)
-        .await?;
+    let rows =
+        sqlx::query("SELECT action, policy FROM sluicegate_audit WHERE id > $1 AND id <= $2")
+            .bind(from)
+            .bind(to)
+            .fetch_all(&mut **tx)
+            .await?;
     if i64::try_from(rows.len()).ok() != to.checked_sub(from) {
         return Ok(None);
     }
@@ -200,7 +201,7 @@ struct Entry<'a> {
 
 impl Entry<'_> {
     async fn append(&self, tx: &mut Tx) -> Result<(), sqlx::Error> {
-        sqlx::query("INSERT INTO tollgate_audit (id, at, actor, action, policy, before_body, after_body, apps) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)")
+        sqlx::query("INSERT INTO sluicegate_audit (id, at, actor, action, policy, before_body, after_body, apps) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)")
             .bind(self.id)
             .bind(self.at)
             .bind(self.actor)
@@ -233,13 +234,26 @@ impl<E> From<sqlx::Error> for WriteError<E> {
 /// The schema. Every statement is valid SQLite and PostgreSQL; re-running it changes
 /// nothing.
 const SCHEMA: [&str; 6] = [
-    "CREATE TABLE IF NOT EXISTS tollgate_meta (id BIGINT PRIMARY KEY, schema_version BIGINT NOT NULL, counter BIGINT NOT NULL)",
-    "INSERT INTO tollgate_meta (id, schema_version, counter) VALUES (1, 1, 0) ON CONFLICT (id) DO NOTHING",
-    "CREATE TABLE IF NOT EXISTS tollgate_policies (name TEXT PRIMARY KEY, body TEXT NOT NULL, version BIGINT NOT NULL, created_by TEXT NOT NULL, updated_by TEXT NOT NULL, created_at BIGINT NOT NULL, updated_at BIGINT NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS tollgate_apps (name TEXT PRIMARY KEY, token_hash TEXT NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS tollgate_users (name TEXT PRIMARY KEY, token_hash TEXT NOT NULL, admin TEXT NOT NULL, roles TEXT NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS tollgate_audit (id BIGINT PRIMARY KEY, at BIGINT NOT NULL, actor TEXT NOT NULL, action TEXT NOT NULL, policy TEXT NOT NULL, before_body TEXT, after_body TEXT, apps TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS sluicegate_meta (id BIGINT PRIMARY KEY, schema_version BIGINT NOT NULL, counter BIGINT NOT NULL)",
+    "INSERT INTO sluicegate_meta (id, schema_version, counter) VALUES (1, 1, 0) ON CONFLICT (id) DO NOTHING",
+    "CREATE TABLE IF NOT EXISTS sluicegate_policies (name TEXT PRIMARY KEY, body TEXT NOT NULL, version BIGINT NOT NULL, created_by TEXT NOT NULL, updated_by TEXT NOT NULL, created_at BIGINT NOT NULL, updated_at BIGINT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS sluicegate_apps (name TEXT PRIMARY KEY, token_hash TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS sluicegate_users (name TEXT PRIMARY KEY, token_hash TEXT NOT NULL, admin TEXT NOT NULL, roles TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS sluicegate_audit (id BIGINT PRIMARY KEY, at BIGINT NOT NULL, actor TEXT NOT NULL, action TEXT NOT NULL, policy TEXT NOT NULL, before_body TEXT, after_body TEXT, apps TEXT NOT NULL)",
 ];
+
+/// The tables as they were named under the product's working name: a store written then
+/// keeps its data, its tables renamed when a server first opens it.
+const FORMER_TABLES: [(&str, &str); 5] = [
+    ("tollgate_meta", "sluicegate_meta"),
+    ("tollgate_policies", "sluicegate_policies"),
+    ("tollgate_apps", "sluicegate_apps"),
+    ("tollgate_users", "sluicegate_users"),
+    ("tollgate_audit", "sluicegate_audit"),
+];
+
+/// The embedded store's file under the working name (with SQLite's WAL siblings).
+const FORMER_FILE: &str = "tollgate.db";
 
 /// The schema version this build writes.
 const SCHEMA_VERSION: i64 = 1;
@@ -300,6 +314,22 @@ fn private_files(dir: &std::path::Path, db: &std::path::Path) -> std::io::Result
     file.open(db).map(drop)
 }
 
+/// Renames the embedded store's file written under the working name (and its WAL
+/// siblings) to `path`, when only the former exists.
+fn adopt_former_file(dir: &std::path::Path, path: &std::path::Path) -> std::io::Result<()> {
+    let former = dir.join(FORMER_FILE);
+    if path.exists() || !former.exists() {
+        return Ok(());
+    }
+    for suffix in ["-wal", "-shm"] {
+        let sibling = dir.join(format!("{FORMER_FILE}{suffix}"));
+        if sibling.exists() {
+            std::fs::rename(sibling, format!("{}{suffix}", path.display()))?;
+        }
+    }
+    std::fs::rename(former, path)
+}
+
 impl Store {
     /// Opens the store `url` (`sqlite://PATH?mode=rwc` or `postgres://…`) and creates or
     /// migrates its schema.
@@ -328,7 +358,7 @@ impl Store {
         // the loser's `CREATE TABLE IF NOT EXISTS`); the schema is idempotent, so retry.
         let mut tries = 0;
         loop {
-            match store.migrate().await {
+            match store.migrate(sqlite).await {
                 Ok(()) => return Ok(store),
                 Err(_) if tries < 3 => {
                     tries += 1;
@@ -339,9 +369,11 @@ impl Store {
         }
     }
 
-    /// The store under `dir`: `dir/tollgate.db`, the directory created if missing.
+    /// The store under `dir`: `dir/sluicegate.db`, the directory created if missing.
     pub async fn open_dir(dir: &std::path::Path) -> Result<Self, StoreError> {
-        let path = dir.join("tollgate.db");
+        let path = dir.join("sluicegate.db");
+        adopt_former_file(dir, &path)
+            .map_err(|e| StoreError(format!("cannot rename {FORMER_FILE}: {e}")))?;
         private_files(dir, &path)
             .map_err(|e| StoreError(format!("cannot create {}: {e}", path.display())))?;
         let path = path
@@ -350,11 +382,12 @@ impl Store {
         Self::open(&format!("sqlite://{}?mode=rwc", url_path(path))).await
     }
 
-    async fn migrate(&self) -> Result<(), StoreError> {
+    async fn migrate(&self, sqlite: bool) -> Result<(), StoreError> {
+        self.adopt_former_tables(sqlite).await?;
         for statement in SCHEMA {
             sqlx::query(statement).execute(&self.pool).await?;
         }
-        let row = sqlx::query("SELECT schema_version FROM tollgate_meta WHERE id = 1")
+        let row = sqlx::query("SELECT schema_version FROM sluicegate_meta WHERE id = 1")
             .fetch_one(&self.pool)
             .await?;
         let version: i64 = row.try_get(0)?;
@@ -366,9 +399,35 @@ impl Store {
         Ok(())
     }
 
+    /// Renames the tables of a store written under the working name, in one transaction
+    /// (so two servers opening it at once rename it once); a store that has both keeps
+    /// them as they are.
+    async fn adopt_former_tables(&self, sqlite: bool) -> Result<(), StoreError> {
+        let exists = if sqlite {
+            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = $1"
+        } else {
+            "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = current_schema() AND table_name = $1"
+        };
+        let mut tx = self.pool.begin().await?;
+        for (former, current) in FORMER_TABLES {
+            let mut found = [false; 2];
+            for (name, found) in [former, current].into_iter().zip(&mut found) {
+                let row = sqlx::query(exists).bind(name).fetch_one(&mut *tx).await?;
+                *found = row.try_get::<i64, _>(0)? > 0;
+            }
+            if found == [true, false] {
+                sqlx::query(&format!("ALTER TABLE {former} RENAME TO {current}"))
+                    .execute(&mut *tx)
+                    .await?;
+            }
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
     /// The change counter: it moves with every change, in the change's transaction.
     pub async fn counter(&self) -> Result<i64, StoreError> {
-        let row = sqlx::query("SELECT counter FROM tollgate_meta WHERE id = 1")
+        let row = sqlx::query("SELECT counter FROM sluicegate_meta WHERE id = 1")
             .fetch_one(&self.reads)
             .await?;
         Ok(row.try_get(0)?)
@@ -380,7 +439,7 @@ impl Store {
     /// everything.
     pub async fn snapshot(&self, old: Option<&Snapshot>) -> Result<Snapshot, StoreError> {
         let mut tx = self.reads.begin().await?;
-        let counter: i64 = sqlx::query("SELECT counter FROM tollgate_meta WHERE id = 1")
+        let counter: i64 = sqlx::query("SELECT counter FROM sluicegate_meta WHERE id = 1")
             .fetch_one(&mut *tx)
             .await?
             .try_get(0)?;
@@ -392,7 +451,7 @@ impl Store {
                     ..old.clone()
                 };
                 for name in names {
-                    let row = sqlx::query("SELECT name, body, version, created_by, updated_by, created_at, updated_at FROM tollgate_policies WHERE name = $1")
+                    let row = sqlx::query("SELECT name, body, version, created_by, updated_by, created_at, updated_at FROM sluicegate_policies WHERE name = $1")
                         .bind(&name)
                         .fetch_optional(&mut *tx)
                         .await?;
@@ -408,13 +467,13 @@ impl Store {
             counter,
             ..Snapshot::default()
         };
-        let rows = sqlx::query("SELECT name, body, version, created_by, updated_by, created_at, updated_at FROM tollgate_policies")
+        let rows = sqlx::query("SELECT name, body, version, created_by, updated_by, created_at, updated_at FROM sluicegate_policies")
             .fetch_all(&mut *tx)
             .await?;
         for row in &rows {
             snapshot.add_policy(row);
         }
-        for row in sqlx::query("SELECT name, token_hash FROM tollgate_apps")
+        for row in sqlx::query("SELECT name, token_hash FROM sluicegate_apps")
             .fetch_all(&mut *tx)
             .await?
         {
@@ -432,7 +491,7 @@ impl Store {
             }
             snapshot.apps.push(name);
         }
-        for row in sqlx::query("SELECT name, token_hash, admin, roles FROM tollgate_users")
+        for row in sqlx::query("SELECT name, token_hash, admin, roles FROM sluicegate_users")
             .fetch_all(&mut *tx)
             .await?
         {
@@ -474,10 +533,10 @@ impl Store {
     /// from its first statement (SQLite) and its changes are numbered (`id`).
     async fn begin(&self) -> Result<(Tx, i64), sqlx::Error> {
         let mut tx = self.pool.begin().await?;
-        sqlx::query("UPDATE tollgate_meta SET counter = counter + 1 WHERE id = 1")
+        sqlx::query("UPDATE sluicegate_meta SET counter = counter + 1 WHERE id = 1")
             .execute(&mut *tx)
             .await?;
-        let id: i64 = sqlx::query("SELECT counter FROM tollgate_meta WHERE id = 1")
+        let id: i64 = sqlx::query("SELECT counter FROM sluicegate_meta WHERE id = 1")
             .fetch_one(&mut *tx)
             .await?
             .try_get(0)?;
@@ -496,7 +555,7 @@ impl Store {
         check: impl FnOnce(Option<&Stored>) -> Result<(), E>,
     ) -> Result<Option<Stored>, WriteError<E>> {
         let (mut tx, id) = self.begin().await?;
-        let current = sqlx::query("SELECT name, body, version, created_by, updated_by, created_at, updated_at FROM tollgate_policies WHERE name = $1")
+        let current = sqlx::query("SELECT name, body, version, created_by, updated_by, created_at, updated_at FROM sluicegate_policies WHERE name = $1")
             .bind(name)
             .fetch_optional(&mut *tx)
             .await?;
@@ -526,7 +585,7 @@ impl Store {
         let written = match (&current, &next) {
             (None, None) => 0,
             (None, Some(new)) => {
-                sqlx::query("INSERT INTO tollgate_policies (name, body, version, created_by, updated_by, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (name) DO NOTHING")
+                sqlx::query("INSERT INTO sluicegate_policies (name, body, version, created_by, updated_by, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (name) DO NOTHING")
                     .bind(name)
                     .bind(body(&new.policy))
                     .bind(new.version)
@@ -539,7 +598,7 @@ impl Store {
                     .rows_affected()
             }
             (Some(old), Some(new)) => {
-                sqlx::query("UPDATE tollgate_policies SET body = $1, version = $2, updated_by = $3, updated_at = $4 WHERE name = $5 AND version = $6")
+                sqlx::query("UPDATE sluicegate_policies SET body = $1, version = $2, updated_by = $3, updated_at = $4 WHERE name = $5 AND version = $6")
                     .bind(body(&new.policy))
                     .bind(new.version)
                     .bind(&new.updated_by)
@@ -551,7 +610,7 @@ impl Store {
                     .rows_affected()
             }
             (Some(old), None) => {
-                sqlx::query("DELETE FROM tollgate_policies WHERE name = $1 AND version = $2")
+                sqlx::query("DELETE FROM sluicegate_policies WHERE name = $1 AND version = $2")
                     .bind(name)
                     .bind(old.version)
                     .execute(&mut *tx)
@@ -605,7 +664,7 @@ impl Store {
         // Newest first, a page at a time, until `limit` visible entries are found.
         let mut before = before.unwrap_or(i64::MAX);
         loop {
-            let rows = sqlx::query("SELECT id, at, actor, action, policy, before_body, after_body, apps FROM tollgate_audit WHERE id < $1 ORDER BY id DESC LIMIT 500")
+            let rows = sqlx::query("SELECT id, at, actor, action, policy, before_body, after_body, apps FROM sluicegate_audit WHERE id < $1 ORDER BY id DESC LIMIT 500")
                 .bind(before)
                 .fetch_all(&self.audit)
                 .await?;

@@ -1,4 +1,4 @@
-//! Real servers on loopback for the tests: `tollgate serve` in this process on a free
+//! Real servers on loopback for the tests: `sluicegate serve` in this process on a free
 //! port, a throwaway PostgreSQL cluster (`initdb` + `pg_ctl`), a `redis-server`, and a
 //! small HTTP client.
 #![allow(dead_code)]
@@ -14,11 +14,11 @@ use hyper::{HeaderMap, Method, StatusCode};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
-use tollgate_server::{Config, Server};
+use sluicegate_server::{Config, Server};
 
-pub use tollgate_test_support::free_port;
+pub use sluicegate_test_support::free_port;
 
-/// A running `tollgate serve`, stopped (gracefully) when dropped.
+/// A running `sluicegate serve`, stopped (gracefully) when dropped.
 pub struct TestServer {
     pub addr: SocketAddr,
     /// Envoy's rate limit service, when the configuration asked for it.
@@ -41,7 +41,7 @@ impl TestServer {
             data_dir: dir.path().to_path_buf(),
             ..config
         };
-        let admin = tollgate_server::init_admin(&config, "root")
+        let admin = sluicegate_server::init_admin(&config, "root")
             .await
             .expect("first admin");
         let mut server = Self::with(config).await;
@@ -287,7 +287,7 @@ impl Postgres {
     /// Creates and starts a cluster (trust authentication, user `postgres`).
     pub fn start() -> Self {
         let port = free_port();
-        let dir = std::env::temp_dir().join(format!("tollgate-pg-{port}-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("sluicegate-pg-{port}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("cluster directory");
         let pg = Self {
@@ -400,7 +400,7 @@ impl Drop for Postgres {
 
 /// A `redis-server` without persistence on a free port, killed when dropped.
 #[allow(unused_imports)]
-pub use tollgate_test_support::Server as Redis;
+pub use sluicegate_test_support::Server as Redis;
 
 /// A directory path for messages.
 pub fn show(path: &Path) -> String {

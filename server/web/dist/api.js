@@ -1,7 +1,7 @@
 // The service's JSON API (server/API.md) as the page calls it: one function, typed errors.
 
 /** Where the token is kept: this tab only, forgotten when it closes. */
-const TOKEN = "tollgate.token";
+const TOKEN = "sluicegate.token";
 
 export const token = {
   get: () => sessionStorage.getItem(TOKEN),

@@ -42,7 +42,7 @@ function html(strings, ...values) {
 
 function show(content, title) {
   view.innerHTML = String(content);
-  document.title = title ? `${title} · tollgate` : "tollgate";
+  document.title = title ? `${title} · sluicegate` : "sluicegate";
   // Move focus to the new view's heading, so keyboard and screen reader users follow.
   view.querySelector("h1")?.focus();
 }
@@ -83,7 +83,7 @@ function signIn(message) {
       <label for="token">Access token</label>
       <input id="token" name="token" type="password" autocomplete="off" required
         aria-describedby="token-hint${message ? " token-error" : ""}">
-      <p id="token-hint" class="hint">The user token (tgu_…) an admin gave you. It is kept in this tab only.</p>
+      <p id="token-hint" class="hint">The user token (sgu_…) an admin gave you. It is kept in this tab only.</p>
       ${message ? html`<p id="token-error" class="error" role="alert">${message}</p>` : ""}
       <button type="submit">Sign in</button>
     </form>`,
@@ -634,7 +634,7 @@ async function route() {
     }
     if (error instanceof ApiError && error.status === 403 && !session) {
       token.clear();
-      return signIn("This token cannot sign in here: use a user token (tgu_…), not an app token.");
+      return signIn("This token cannot sign in here: use a user token (sgu_…), not an app token.");
     }
     show(
       html`<h1 tabindex="-1">${error instanceof ApiError ? `Error ${error.status}` : "Cannot reach the server"}</h1>

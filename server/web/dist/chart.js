@@ -1,5 +1,5 @@
 // Admitted and denied requests over time as an SVG of stacked bars, drawn like
-// `tollgate simulate --chart`: admitted solid blue, denied hatched orange (told apart by
+// `sluicegate simulate --chart`: admitted solid blue, denied hatched orange (told apart by
 // shade and pattern, not by red and green), round ticks, the limit as a dashed line.
 // The legend is HTML next to the chart, so it wraps on narrow screens.
 

@@ -1,5 +1,5 @@
 // The preview: synthetic traffic offered to a policy decided by the wasm core, counted
-// in round time bins, as `tollgate simulate` does (same traffic generators, same bins).
+// in round time bins, as `sluicegate simulate` does (same traffic generators, same bins).
 // The `Limiter` class is passed in, so Node.js tests run this with the Node.js package.
 
 import { limiterOptions } from "./policy.js";

@@ -1,13 +1,13 @@
 // End-to-end: the management page in real headless Chromium against a real
-// `tollgate serve` on loopback (its embedded store in a scratch directory). A viewer sees
+// `sluicegate serve` on loopback (its embedded store in a scratch directory). A viewer sees
 // no edit controls and a forged write is refused; an owner creates a policy, the preview
 // changes as the rate is edited, saves, and the decision API then decides with it; a
 // second tab's stale save gets the 409 with the newer version and a retry; the audit
 // view shows the changes; a stale tab loads the newer version and deletes. Screenshots of the main views at 320 and 1400 px wide go to
 // target/page-e2e/ (not committed). Labels and keyboard use are checked on every view.
 //
-// Run after building the CLI: `node server/web/e2e/e2e.mjs` (TOLLGATE_BIN names the
-// binary, else target/debug/tollgate).
+// Run after building the CLI: `node server/web/e2e/e2e.mjs` (SLUICEGATE_BIN names the
+// binary, else target/debug/sluicegate).
 import { spawn, execFileSync } from "node:child_process";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -18,14 +18,14 @@ import { freePort, sleep, startBrowser } from "../../../scripts/webdriver.mjs";
 
 const root = fileURLToPath(new URL("../../..", import.meta.url));
 const target = resolve(root, process.env.CARGO_TARGET_DIR ?? "target");
-const bin = process.env.TOLLGATE_BIN ?? join(target, "debug", "tollgate");
+const bin = process.env.SLUICEGATE_BIN ?? join(target, "debug", "sluicegate");
 const shots = join(target, "page-e2e");
 mkdirSync(shots, { recursive: true });
 
 // ---- The server, its apps and users --------------------------------------------------
 
-const data = mkdtempSync(join(tmpdir(), "tollgate-page-"));
-const adminToken = /tgu_[A-Za-z0-9_-]+/.exec(
+const data = mkdtempSync(join(tmpdir(), "sluicegate-page-"));
+const adminToken = /sgu_[A-Za-z0-9_-]+/.exec(
   execFileSync(bin, ["serve", "--data-dir", data, "--init-admin"], { encoding: "utf8" }),
 )?.[0];
 assert.ok(adminToken, "--init-admin prints the admin's token");
@@ -176,7 +176,7 @@ try {
   await accessible("policy (viewer)");
   await screenshots("policy-viewer");
   const forged = await run(`
-    const token = sessionStorage.getItem("tollgate.token");
+    const token = sessionStorage.getItem("sluicegate.token");
     const headers = { Authorization: "Bearer " + token, "Content-Type": "application/json", "If-Match": '"1"' };
     const put = await fetch("/v1/policies/api", { method: "PUT", headers,
       body: JSON.stringify({ algorithm: "token-bucket", capacity: 1000, rate: 1000, period: "1s", apps: ["web"] }) });
@@ -323,7 +323,7 @@ try {
   // Sign-in, last: with a bad token, the message.
   await run("sessionStorage.clear(); location.hash = '#/'; location.reload(); return true;");
   await until(`document.getElementById("token")`);
-  await type("#token", "tgu_not-a-token");
+  await type("#token", "sgu_not-a-token");
   await click('#sign-in button[type="submit"]');
   await until(`document.getElementById("token-error")`, "the sign-in error");
   await type("#token", webToken);

@@ -1,8 +1,8 @@
-// The page's preview decides as `tollgate simulate` does: the same traffic, the same bins,
+// The page's preview decides as `sluicegate simulate` does: the same traffic, the same bins,
 // the same admitted and denied counts, through the wasm core (the Node.js package, the
 // same module the page loads), composites and bans included. Run after scripts/build-wasm.sh and a build of the CLI:
-// `node --test server/web/tests/preview.test.mjs` (TOLLGATE_BIN names the binary, else
-// target/debug/tollgate).
+// `node --test server/web/tests/preview.test.mjs` (SLUICEGATE_BIN names the binary, else
+// target/debug/sluicegate).
 import { execFileSync } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -16,7 +16,7 @@ import { binWidth, simulate } from "../dist/preview.js";
 import { describe as words, inUnitOf, limiterOptions, parseDuration, shortDuration } from "../dist/policy.js";
 
 const root = fileURLToPath(new URL("../../..", import.meta.url));
-const cli = process.env.TOLLGATE_BIN ?? join(resolve(root, process.env.CARGO_TARGET_DIR ?? "target"), "debug", "tollgate");
+const cli = process.env.SLUICEGATE_BIN ?? join(resolve(root, process.env.CARGO_TARGET_DIR ?? "target"), "debug", "sluicegate");
 const S = 1_000_000;
 
 test("bins are the CLI's", () => {
@@ -65,9 +65,9 @@ test("an invalid parameter is the core's message, not a crash", () => {
   );
 });
 
-/** What `tollgate simulate` admits and denies for `policy` (TOML lines) and `traffic`. */
+/** What `sluicegate simulate` admits and denies for `policy` (TOML lines) and `traffic`. */
 function simulated(toml, traffic, duration) {
-  const dir = mkdtempSync(join(tmpdir(), "tollgate-preview-"));
+  const dir = mkdtempSync(join(tmpdir(), "sluicegate-preview-"));
   try {
     writeFileSync(join(dir, "policies.toml"), `[policies.p]\n${toml}\n`);
     const out = execFileSync(cli, ["simulate", "--config", join(dir, "policies.toml"), "--policy", "p", "--traffic", traffic, "--duration", duration], { encoding: "utf8" });
@@ -106,7 +106,7 @@ const TRAFFIC = [
   [{ kind: "burst", size: 12, every: 1_500_000 }, "burst:size=12,every=1500ms"],
 ];
 
-test("the preview admits exactly what `tollgate simulate` admits", () => {
+test("the preview admits exactly what `sluicegate simulate` admits", () => {
   for (const [policy, toml] of POLICIES) {
     for (const [traffic, spec] of TRAFFIC) {
       const page = simulate(Limiter, policy, traffic, 30 * S, parseDuration(policy.period ?? "1s"));

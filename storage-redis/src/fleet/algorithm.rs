@@ -1,6 +1,6 @@
 //! What an algorithm needs to be shared by a fleet, and the algorithms that can be.
 
-use tollgate_core::{FixedWindow, Refund, SlidingCounter, Ticks, TokenBucket};
+use sluicegate_core::{FixedWindow, Refund, SlidingCounter, Ticks, TokenBucket};
 
 use crate::lua::LuaAlgorithm;
 

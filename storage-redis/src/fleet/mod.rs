@@ -1,6 +1,7 @@
 //! Fleet modes: one global limit enforced by many nodes at in-process speed, trading
-//! Redis calls per decision against a bounded, stated error (seed 003's three
-//! optimizations of a central limiter, and the exact baseline).
+//! Redis calls per decision against a bounded, stated error: the three classic
+//! optimizations of a central limiter (prefetching units, deciding on a synced global
+//! state, splitting the limit between live nodes) beside the exact baseline.
 //!
 //! - [`FleetMode::Exact`]: every decision is one call ([`RedisLimiter::decide`]).
 //! - [`FleetMode::Prefetch`]: a node takes up to a batch of units in one atomic call
@@ -53,7 +54,7 @@
 //! [`RedisLimiter::decide`]: crate::RedisLimiter::decide
 //! [`RedisLimiter::take`]: crate::RedisLimiter::take
 //! [`RedisLimiter::refund`]: crate::RedisLimiter::refund
-//! [`Refund`]: tollgate_core::Refund
+//! [`Refund`]: sluicegate_core::Refund
 
 mod algorithm;
 mod config;

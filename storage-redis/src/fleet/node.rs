@@ -5,7 +5,7 @@ use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use redis::ConnectionLike;
-use tollgate_core::{Algorithm, Clock, Decision, MonotonicClock, Request, Ticks};
+use sluicegate_core::{Algorithm, Clock, Decision, MonotonicClock, Request, Ticks};
 
 use super::algorithm::FleetAlgorithm;
 use super::config::{FleetConfig, FleetMode};
@@ -20,9 +20,9 @@ static HEARTBEAT: LazyLock<redis::Script> =
 /// per node and key, shared by the node's threads.
 ///
 /// ```no_run
-/// use tollgate_core::{TokenBucket, SECOND};
-/// use tollgate_redis::fleet::{FleetConfig, FleetLimiter, FleetMode};
-/// use tollgate_redis::{Reconnecting, RedisLimiter};
+/// use sluicegate_core::{TokenBucket, SECOND};
+/// use sluicegate_redis::fleet::{FleetConfig, FleetLimiter, FleetMode};
+/// use sluicegate_redis::{Reconnecting, RedisLimiter};
 ///
 /// let limiter = RedisLimiter::new(TokenBucket::new(5000, 5000, SECOND)?)?;
 /// let config = FleetConfig { max_batch: 200, ..FleetConfig::new(FleetMode::Prefetch) };
@@ -130,7 +130,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 fn micros(d: Duration) -> Ticks {
-    tollgate_core::ticks(d)
+    sluicegate_core::ticks(d)
 }
 
 /// The error decisions made while Redis is known to be away carry.

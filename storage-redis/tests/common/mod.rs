@@ -4,10 +4,10 @@
 
 pub mod strategy;
 
-pub use tollgate_test_support::*;
+pub use sluicegate_test_support::*;
 
 /// A client of a [`Server::start_tls`] server over TLS, trusting its CA.
 pub fn tls_client(server: &Server) -> redis::Client {
     let (_, certs) = server.tls.as_ref().expect("a TLS server");
-    tollgate_redis::client(&server.tls_url(), Some(&certs.ca_pem())).expect("TLS client")
+    sluicegate_redis::client(&server.tls_url(), Some(&certs.ca_pem())).expect("TLS client")
 }

@@ -1,8 +1,8 @@
 //! Parts of the random traces the property tests share.
 
 use proptest::prelude::*;
-use tollgate_core::Ticks;
-use tollgate_redis::MAX_LUA_LIMIT;
+use sluicegate_core::Ticks;
+use sluicegate_redis::MAX_LUA_LIMIT;
 
 /// A limit: small, middling, or up to the largest the scripts take.
 pub fn limit() -> impl Strategy<Value = u64> {

@@ -6,9 +6,9 @@
 use std::io::Write;
 use std::time::Duration;
 
-use tollgate_core::Request;
-use tollgate_sled::{Durability, SledLimiter};
-use tollgate_tests::{crash_limit, CRASH_KEY, CRASH_NOW};
+use sluicegate_core::Request;
+use sluicegate_sled::{Durability, SledLimiter};
+use sluicegate_tests::{crash_limit, CRASH_KEY, CRASH_NOW};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();

@@ -4,7 +4,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use http_body::{Body, Frame, SizeHint};
-use tollgate_core::memory::LeaseGuard;
+use sluicegate_core::memory::LeaseGuard;
 
 use crate::key::Key;
 

@@ -3,8 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tollgate_core::memory::KeyedLeases;
-use tollgate_core::{Concurrency, LeaseError};
+use sluicegate_core::memory::KeyedLeases;
+use sluicegate_core::{Concurrency, LeaseError};
 use tower_layer::Layer;
 
 use super::service::{ConcurrencyLimit, Limits};
@@ -28,7 +28,7 @@ use crate::strategy::Reject;
 /// ```
 /// use std::time::Duration;
 /// use axum::routing::get;
-/// use tollgate_tower::{ConcurrencyLimitLayer, KeyExtractor, Wait};
+/// use sluicegate_tower::{ConcurrencyLimitLayer, KeyExtractor, Wait};
 ///
 /// // At most 64 exports in flight per client IP, waiting up to 5 s for a slot; a request
 /// // that never finishes frees its slot after 10 minutes.
@@ -38,7 +38,7 @@ use crate::strategy::Reject;
 /// let app: axum::Router = axum::Router::new()
 ///     .route("/export", get(|| async { "export" }).layer(exports))
 ///     .layer(ConcurrencyLimitLayer::global(200, Duration::from_secs(60))?);
-/// # Ok::<(), tollgate_tower::Error>(())
+/// # Ok::<(), sluicegate_tower::Error>(())
 /// ```
 #[derive(Debug, Clone)]
 pub struct ConcurrencyLimitLayer<O = Reject> {

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
-use tollgate_core::memory::{AcquireError, KeyedLeases};
-use tollgate_core::{Decision, Ticks};
+use sluicegate_core::memory::{AcquireError, KeyedLeases};
+use sluicegate_core::{Decision, Ticks};
 use tower_service::Service;
 
 use super::body::LeaseBody;

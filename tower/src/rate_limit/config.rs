@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use http::request::Parts;
 use http::Response;
-use tollgate_core::Decision;
+use sluicegate_core::Decision;
 
 use crate::headers::{Headers, Policy};
 use crate::key::{Key, KeyExtractor};

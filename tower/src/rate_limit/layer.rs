@@ -19,7 +19,7 @@ use crate::strategy::Reject;
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate_tower::{KeyExtractor, Quota, RateLimitLayer};
+/// use sluicegate_tower::{KeyExtractor, Quota, RateLimitLayer};
 ///
 /// // 100 requests a minute per client IP, behind a proxy on 10.0.0.0/8.
 /// let layer = RateLimitLayer::in_process("api", Quota::per(100, Duration::from_secs(60)), 100_000)?
@@ -27,7 +27,7 @@ use crate::strategy::Reject;
 /// let app: axum::Router = axum::Router::new()
 ///     .route("/", axum::routing::get(|| async { "hello" }))
 ///     .route_layer(layer);
-/// # Ok::<(), tollgate_tower::Error>(())
+/// # Ok::<(), sluicegate_tower::Error>(())
 /// ```
 #[derive(Debug)]
 pub struct RateLimitLayer<L, O = Reject> {

@@ -1,7 +1,7 @@
 //! What a simulation counts: offered, admitted and denied per bin of time, when admitted
 //! units act, and the summary's figures. Sums are 128-bit, so no traffic overflows them.
 
-use tollgate_core::{Decision, Ticks};
+use sluicegate_core::{Decision, Ticks};
 
 use crate::traffic::Request;
 

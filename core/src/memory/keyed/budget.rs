@@ -29,8 +29,8 @@ impl<K, A: Algorithm, C, H> KeyedLimiter<K, A, C, H> {
     /// under a kilobyte).
     ///
     /// ```
-    /// use tollgate_core::memory::KeyedLimiter;
-    /// use tollgate_core::{SlidingLog, SECOND};
+    /// use sluicegate_core::memory::KeyedLimiter;
+    /// use sluicegate_core::{SlidingLog, SECOND};
     ///
     /// // Up to 10 000 entries per key (320 KB at the worst), and keys of up to 1 KiB: a
     /// // 64 MiB budget holds about 200 keys.
@@ -39,7 +39,7 @@ impl<K, A: Algorithm, C, H> KeyedLimiter<K, A, C, H> {
     /// let limiter = KeyedLimiter::<String, _>::new(log, max_keys);
     /// assert_eq!(limiter.capacity(), max_keys);
     /// assert!((150..256).contains(&max_keys));
-    /// # Ok::<(), tollgate_core::ParamError>(())
+    /// # Ok::<(), sluicegate_core::ParamError>(())
     /// ```
     pub fn max_keys_within(algorithm: &A, budget: usize, key_bytes: usize) -> usize {
         (budget / Self::bytes_per_key(algorithm, key_bytes)).max(1)

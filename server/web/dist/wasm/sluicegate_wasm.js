@@ -1,7 +1,7 @@
-/* @ts-self-types="./tollgate_wasm.d.ts" */
-import { store } from './snippets/tollgate-wasm-9ed4656dd5acf05f/inline0.js';
-import * as import1 from "./snippets/tollgate-wasm-9ed4656dd5acf05f/inline0.js"
-import * as import2 from "./snippets/tollgate-wasm-9ed4656dd5acf05f/inline0.js"
+/* @ts-self-types="./sluicegate_wasm.d.ts" */
+import { store } from './snippets/sluicegate-wasm-092e72b50b90fc2f/inline0.js';
+import * as import1 from "./snippets/sluicegate-wasm-092e72b50b90fc2f/inline0.js"
+import * as import2 from "./snippets/sluicegate-wasm-092e72b50b90fc2f/inline0.js"
 
 
 /**
@@ -107,7 +107,7 @@ export class LimiterCore {
         wasm.limitercore_reset(this.__wbg_ptr);
     }
     /**
-     * The state in tollgate's canonical encoding (empty when fresh); the same bytes
+     * The state in sluicegate's canonical encoding (empty when fresh); the same bytes
      * the Rust hosts store.
      * @returns {Uint8Array}
      */
@@ -270,11 +270,11 @@ function __wbg_get_imports() {
         __wbg__wbg_cb_unref_09736879a3f67559: function(arg0) {
             arg0._wbg_cb_unref();
         },
-        __wbg_aborted_e954661a8a479a90: function(arg0) {
+        __wbg_aborted_dcd545d09843c7d2: function(arg0) {
             const ret = arg0.aborted;
             return ret;
         },
-        __wbg_addEventListener_6ba793287555022a: function(arg0, arg1, arg2, arg3) {
+        __wbg_addEventListener_3a23019442459dae: function(arg0, arg1, arg2, arg3) {
             arg0.addEventListener(getStringFromWasm0(arg1, arg2), arg3);
         },
         __wbg_call_40b008ba32f73991: function() { return handleError(function (arg0, arg1) {
@@ -285,7 +285,7 @@ function __wbg_get_imports() {
             const ret = arg0.call(arg1, arg2);
             return ret;
         }, arguments); },
-        __wbg_clearTimeout_d4fe4206ad6fc7a7: function(arg0) {
+        __wbg_clearTimeout_3eb9154d467f2d29: function(arg0) {
             clearTimeout(arg0);
         },
         __wbg_from_eac91875c8a5ffa4: function(arg0) {
@@ -326,18 +326,18 @@ function __wbg_get_imports() {
                 state0.a = 0;
             }
         },
-        __wbg_reason_63256bc40fd5ba5c: function(arg0) {
+        __wbg_reason_9032c00285160b74: function(arg0) {
             const ret = arg0.reason;
             return ret;
         },
-        __wbg_removeEventListener_da448b980e809c29: function(arg0, arg1, arg2, arg3) {
+        __wbg_removeEventListener_b4d2936a706a6e14: function(arg0, arg1, arg2, arg3) {
             arg0.removeEventListener(getStringFromWasm0(arg1, arg2), arg3);
         },
-        __wbg_setTimeout_48c0e3f7c99a204d: function(arg0, arg1) {
+        __wbg_setTimeout_976d49ea77b8203e: function(arg0, arg1) {
             const ret = setTimeout(arg0, arg1);
             return ret;
         },
-        __wbg_store_8a9a650d725e3cf4: function(arg0, arg1, arg2, arg3, arg4, arg5) {
+        __wbg_store_b63eb0d68b09e8b2: function(arg0, arg1, arg2, arg3, arg4, arg5) {
             store(arg0 !== 0, arg1, arg2, arg3, arg4, arg5);
         },
         __wbg_toString_6b1cac73c93ef5d1: function() { return handleError(function (arg0, arg1) {
@@ -346,7 +346,7 @@ function __wbg_get_imports() {
         }, arguments); },
         __wbindgen_generic_0000000000000001: function(arg0, arg1) {
             // Cast intrinsic for `Closure(Closure { owned: true, function: Function { arguments: [], shim_idx: 3, ret: Unit, inner_ret: Some(Unit) }, mutable: true }) -> Externref`.
-            const ret = makeMutClosure(arg0, arg1, wasm_bindgen__convert__closures_____invoke__hf6bdb272be220123);
+            const ret = makeMutClosure(arg0, arg1, wasm_bindgen__convert__closures_____invoke__hb8a3a6cde60a51f5);
             return ret;
         },
         __wbindgen_generic_0000000000000002: function(arg0) {
@@ -370,14 +370,14 @@ function __wbg_get_imports() {
     };
     return {
         __proto__: null,
-        "./tollgate_wasm_bg.js": import0,
-        "./snippets/tollgate-wasm-9ed4656dd5acf05f/inline0.js": import1,
-        "./snippets/tollgate-wasm-9ed4656dd5acf05f/inline0.js": import2,
+        "./sluicegate_wasm_bg.js": import0,
+        "./snippets/sluicegate-wasm-092e72b50b90fc2f/inline0.js": import1,
+        "./snippets/sluicegate-wasm-092e72b50b90fc2f/inline0.js": import2,
     };
 }
 
-function wasm_bindgen__convert__closures_____invoke__hf6bdb272be220123(arg0, arg1) {
-    wasm.wasm_bindgen__convert__closures_____invoke__hf6bdb272be220123(arg0, arg1);
+function wasm_bindgen__convert__closures_____invoke__hb8a3a6cde60a51f5(arg0, arg1) {
+    wasm.wasm_bindgen__convert__closures_____invoke__hb8a3a6cde60a51f5(arg0, arg1);
 }
 
 function wasm_bindgen__convert__closures_____invoke__h9898e121a8b471d0(arg0, arg1, arg2, arg3) {
@@ -638,7 +638,7 @@ async function __wbg_init_once(module_or_path) {
     }
 
     if (module_or_path === undefined) {
-        module_or_path = new URL('tollgate_wasm_bg.wasm', import.meta.url);
+        module_or_path = new URL('sluicegate_wasm_bg.wasm', import.meta.url);
     }
     const imports = __wbg_get_imports();
 
