@@ -107,7 +107,7 @@ impl Server {
         Self::start_with(&[])
     }
 
-    /// Starts a server with the native module loaded (see [`module_path`]; `release`:
+    /// Starts a server with the native module loaded (see [`module_path()`]; `release`:
     /// its optimized build).
     pub fn start_with_module(release: bool) -> Self {
         Self::start_loading(&module_path(release), &[])
