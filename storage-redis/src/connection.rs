@@ -396,39 +396,8 @@ impl Primary {
     }
 }
 
-/// The connection one asynchronous request runs on.
-enum AsyncCon {
-    Fixed(ConnectionManager),
-    Primary(MultiplexedConnection),
-}
-
-impl redis::aio::ConnectionLike for AsyncCon {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        match self {
-            Self::Fixed(con) => con.req_packed_command(cmd),
-            Self::Primary(con) => con.req_packed_command(cmd),
-        }
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        match self {
-            Self::Fixed(con) => con.req_packed_commands(pipeline, offset, count),
-            Self::Primary(con) => con.req_packed_commands(pipeline, offset, count),
-        }
-    }
-
-    fn get_db(&self) -> i64 {
-        match self {
-            Self::Fixed(con) => con.get_db(),
-            Self::Primary(con) => con.get_db(),
-        }
-    }
-}
+/// The connection one asynchronous request runs on: the manager, or the primary's.
+type AsyncCon = Box<dyn redis::aio::ConnectionLike + Send>;
 
 /// Replies that may hold a `READONLY` error (see [`read_only`]).
 trait Replies {
@@ -495,10 +464,10 @@ impl ReconnectingAsync {
     ) -> RedisResult<T> {
         let attempt = async {
             match &self.inner {
-                AsyncTarget::Fixed(con) => request(AsyncCon::Fixed(con.clone())).await,
+                AsyncTarget::Fixed(con) => request(Box::new(con.clone())).await,
                 AsyncTarget::Sentinel(primary) => {
                     let (generation, con) = primary.get().await?;
-                    let result = request(AsyncCon::Primary(con)).await;
+                    let result = request(Box::new(con)).await;
                     let broken = match &result {
                         Ok(replies) => replies.read_only(),
                         Err(e) => must_reconnect(e),

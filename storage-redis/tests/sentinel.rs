@@ -11,8 +11,10 @@ use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use redis::ConnectionLike;
-use sluicegate_core::{Decision, TokenBucket, SECOND};
-use sluicegate_redis::{Error, Reconnecting, ReconnectingAsync, RedisLimiter, DEFAULT_TIMEOUT};
+use sluicegate_core::{Concurrency, Decision, LeaseRequest, TokenBucket, SECOND};
+use sluicegate_redis::{
+    Error, Reconnecting, ReconnectingAsync, RedisLeases, RedisLimiter, DEFAULT_TIMEOUT,
+};
 
 use common::sentinel::{Sentinels, DOWN_AFTER_MS, FAILOVER_TIMEOUT_MS};
 use common::Server;
@@ -111,15 +113,17 @@ fn decisions_continue_on_the_promoted_replica() {
     let mut con = Reconnecting::open(&set.url(), None).unwrap();
     let failover = through_failover(&mut set, || limiter.check(&mut con, b"k", 1));
     report("sync", &failover);
+    // Leases and locks take the same connection: a lock on the new primary.
+    let lock = RedisLeases::new(Concurrency::lock());
+    let request = LeaseRequest::new(b"lock").owner(b"a").ttl(SECOND);
+    let grant = lock.acquire(&mut con, &request).unwrap().grant;
+    assert!(grant.is_some(), "the lock is free on the new primary");
 }
 
 #[test]
 fn async_decisions_continue_on_the_promoted_replica() {
     let mut set = Sentinels::start();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = runtime();
     let limiter = limiter();
     let mut con = runtime
         .block_on(async { ReconnectingAsync::open(&set.url(), None, DEFAULT_TIMEOUT) })
@@ -128,6 +132,21 @@ fn async_decisions_continue_on_the_promoted_replica() {
         runtime.block_on(limiter.check_async(&mut con, b"k", 1))
     });
     report("async", &failover);
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// A decision on `con` fails as unavailable, saying `why`, and leaves no connection open.
+fn assert_refused(con: &mut Reconnecting, why: &str) {
+    let refused = limiter().check(con, b"k", 1).unwrap_err();
+    assert!(refused.is_unavailable(), "{refused}");
+    assert!(refused.to_string().contains(why), "{refused}");
+    assert!(!con.is_open());
 }
 
 /// A fake sentinel on a loopback port that names `port` as the primary to every
@@ -155,19 +174,12 @@ fn a_replica_named_as_primary_is_refused() {
     let sentinel = fake_sentinel(replica.port, 2);
     let url = format!("redis+sentinel://127.0.0.1:{sentinel}/main");
     let limiter = limiter();
-    let mut con = Reconnecting::open(&url, None).unwrap();
-    let refused = limiter.check(&mut con, b"k", 1).unwrap_err();
-    assert!(refused.is_unavailable(), "{refused}");
-    assert!(
-        refused.to_string().contains("is not a primary"),
-        "{refused}"
+    assert_refused(
+        &mut Reconnecting::open(&url, None).unwrap(),
+        "is not a primary",
     );
-    assert!(!con.is_open());
     // The asynchronous connection checks the same way.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = runtime();
     let mut con = ReconnectingAsync::open(&url, None, DEFAULT_TIMEOUT).unwrap();
     let refused = runtime
         .block_on(limiter.check_async(&mut con, b"k", 1))
@@ -193,23 +205,17 @@ fn a_primary_demoted_under_an_open_connection_is_left() {
         .arg(other.port)
         .query::<()>(&mut primary.connection())
         .unwrap();
-    let refused = limiter.check(&mut con, b"k", 1).unwrap_err();
-    assert!(refused.is_unavailable(), "{refused}");
-    assert!(
-        refused.to_string().contains("read only replica"),
-        "{refused}"
-    );
-    assert!(!con.is_open());
+    assert_refused(&mut con, "read only replica");
 }
 
 #[test]
 fn no_sentinel_answering_is_unavailable_naming_each() {
     let closed = common::free_port();
     let url = format!("redis+sentinel://127.0.0.1:{closed},127.0.0.1:{closed}/main");
-    let mut con = Reconnecting::open(&url, None).unwrap();
-    let e = limiter().check(&mut con, b"k", 1).unwrap_err();
-    assert!(e.is_unavailable(), "{e}");
-    assert!(e.to_string().contains("no sentinel named"), "{e}");
+    assert_refused(
+        &mut Reconnecting::open(&url, None).unwrap(),
+        "no sentinel named",
+    );
     let bad = Reconnecting::open("redis+sentinel://h:x/main", None).unwrap_err();
     assert!(matches!(bad, Error::SentinelUrl(_)), "{bad}");
 }
