@@ -13,6 +13,10 @@ source scripts/wasm-tools.sh
 if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
   apt_install redis-server
 fi
+# The Sentinel tests start three sentinels (`redis-server --sentinel`) watching a primary.
+if ! dpkg -s redis-sentinel >/dev/null 2>&1; then
+  apt_install redis-sentinel
+fi
 # The TLS tests (sluicegate-redis's and the CLI's) make their certificates with openssl.
 if ! command -v openssl >/dev/null 2>&1; then
   apt_install openssl
@@ -36,7 +40,7 @@ if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb 
 fi
 if command -v systemctl >/dev/null 2>&1; then systemctl stop postgresql >/dev/null 2>&1 || true; fi
 # The package starts a system service; the tests do not use it.
-if command -v systemctl >/dev/null 2>&1; then systemctl stop redis-server >/dev/null 2>&1 || true; fi
+if command -v systemctl >/dev/null 2>&1; then systemctl stop redis-server redis-sentinel >/dev/null 2>&1 || true; fi
 
 # The guide is an mdBook (docs/book.toml); the test command builds it.
 if ! command -v mdbook >/dev/null 2>&1; then

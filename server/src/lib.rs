@@ -179,11 +179,9 @@ impl Server {
         let backend = match &config.decisions {
             None => Backend::Memory(keys),
             Some(url) => {
-                let client = sluicegate_redis::client(url, None)
+                let timeout = sluicegate_redis::DEFAULT_TIMEOUT;
+                let con = sluicegate_redis::ReconnectingAsync::open(url, None, timeout)
                     .map_err(|e| Error::Decisions(e.to_string()))?;
-                let con =
-                    sluicegate_redis::connect_async(client, sluicegate_redis::DEFAULT_TIMEOUT)
-                        .map_err(|e| Error::Decisions(e.to_string()))?;
                 let coalescer = coalesce::Coalescer::start(con.clone());
                 Backend::Redis {
                     con,

@@ -81,6 +81,9 @@ pub enum Error {
         /// Why it is refused.
         reason: String,
     },
+    /// A `redis+sentinel://` URL that cannot be used.
+    #[error("bad Sentinel URL: {0}")]
+    SentinelUrl(#[from] crate::SentinelUrlError),
     /// The script's reply had an unexpected shape.
     #[error("unexpected reply from the script")]
     Reply,
@@ -140,6 +143,8 @@ impl Error {
             || error.is_connection_dropped()
             || error.is_connection_refusal()
             || error.kind() == redis::ErrorKind::ClusterConnectionNotFound
+            // The server was the primary and is a replica now: a failover is under way.
+            || error.code() == Some("READONLY")
         {
             Self::Unavailable(error)
         } else {

@@ -4,6 +4,7 @@
 mod any;
 mod batch;
 mod call;
+mod client;
 mod connected;
 mod connection;
 mod error;
@@ -16,10 +17,12 @@ mod lua;
 mod path;
 mod redlock;
 mod reply;
+mod sentinel;
 mod watchdog;
 
+pub use client::client;
 pub use connected::{Connected, ConnectedAsync};
-pub use connection::{client, connect_async, Reconnecting, ReconnectingAsync, DEFAULT_TIMEOUT};
+pub use connection::{connect_async, Reconnecting, ReconnectingAsync, DEFAULT_TIMEOUT};
 pub use error::Error;
 pub use fail::{FailPolicy, Outcome};
 pub use fence::FencedResource;
@@ -31,4 +34,5 @@ pub use lua::{
 pub use path::Path;
 pub use redlock::{Redlock, RedlockGrant};
 pub use reply::Taken;
+pub use sentinel::{Sentinel, SentinelUrlError, DEFAULT_SENTINEL_PORT};
 pub use watchdog::{AsyncLeaseGuard, LeaseGuard};

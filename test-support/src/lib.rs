@@ -4,6 +4,8 @@
 //! databases reopened in one process.
 #![allow(missing_debug_implementations)]
 
+pub mod sentinel;
+
 use proptest::strategy::Strategy;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use std::net::TcpListener;
