@@ -49,21 +49,31 @@ async fn ask(
         .map(|r| r.into_inner())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn grpc_answers_as_http_does() {
+/// A server with its gRPC listener, its admin's token and app `web`'s.
+async fn with_grpc() -> (TestServer, String, String) {
     let (server, admin) = TestServer::start_with(Config {
         grpc_listen: Some("127.0.0.1:0".parse().unwrap()),
         ..config()
     })
     .await;
     let web = app(&server, &admin, "web").await;
+    (server, admin, web)
+}
+
+async fn client(server: &TestServer) -> RateLimitServiceClient<tonic::transport::Channel> {
+    let grpc = server.grpc.expect("gRPC listener");
+    RateLimitServiceClient::connect(format!("http://{grpc}"))
+        .await
+        .expect("connect")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_answers_as_http_does() {
+    let (server, admin, web) = with_grpc().await;
     let policy =
         r#"{"algorithm":"token-bucket","capacity":3,"rate":1,"period":"1h","apps":["web"]}"#;
     create_policy(&server, &admin, "api", policy).await;
-    let grpc = server.grpc.expect("gRPC listener");
-    let mut client = RateLimitServiceClient::connect(format!("http://{grpc}"))
-        .await
-        .expect("connect");
+    let mut client = client(&server).await;
     // The same history on two keys, one over gRPC, one over HTTP: the same answers.
     for (step, cost) in [1u32, 1, 2, 1].into_iter().enumerate() {
         let answer = ask(
@@ -175,12 +185,7 @@ async fn grpc_answers_as_http_does() {
 /// the whole answer over the limit (what Envoy acts on).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shadow_policy_answers_ok_with_the_would_be_status() {
-    let (server, admin) = TestServer::start_with(Config {
-        grpc_listen: Some("127.0.0.1:0".parse().unwrap()),
-        ..config()
-    })
-    .await;
-    let web = app(&server, &admin, "web").await;
+    let (server, admin, web) = with_grpc().await;
     let once = r#"{"algorithm":"fixed-window","limit":1,"period":"1h","apps":["web"]"#;
     create_policy(
         &server,
@@ -190,10 +195,7 @@ async fn a_shadow_policy_answers_ok_with_the_would_be_status() {
     )
     .await;
     create_policy(&server, &admin, "strict", &format!("{once}}}")).await;
-    let grpc = server.grpc.expect("gRPC listener");
-    let mut client = RateLimitServiceClient::connect(format!("http://{grpc}"))
-        .await
-        .expect("connect");
+    let mut client = client(&server).await;
     let trial = || descriptor(&[("policy", "trial"), ("user", "alice")], None);
     let strict = || descriptor(&[("policy", "strict"), ("user", "alice")], None);
     let codes = |r: &RateLimitResponse| -> Vec<i32> { r.statuses.iter().map(|s| s.code).collect() };
