@@ -34,6 +34,8 @@ pub struct Counters {
     denied: AtomicU64,
     /// Admitted in shadow mode, which would have been denied.
     shadow_denied: AtomicU64,
+    /// Admissions that left their key near its limit ([`near_limit`]).
+    near_limit: AtomicU64,
     /// The last ten minutes: the step starting at `s` lives in slot `s / STEP_S % STEPS`.
     steps: [Step; STEPS],
     /// Held while a slot moves to a new step.
@@ -46,6 +48,7 @@ impl Default for Counters {
             allowed: AtomicU64::new(0),
             denied: AtomicU64::new(0),
             shadow_denied: AtomicU64::new(0),
+            near_limit: AtomicU64::new(0),
             steps: std::array::from_fn(|_| Step::default()),
             turning: Mutex::new(()),
         }
@@ -108,6 +111,18 @@ pub struct Table {
 
 /// A metric of key tables: its name, type, help and value.
 type TableMetric = (&'static str, &'static str, &'static str, fn(&Table) -> u64);
+
+/// Whether `decision` admitted and left its key at least 80% used, "used" being
+/// `(limit - remaining) / limit` (as envoyproxy/ratelimit's `near_limit`: a denial is
+/// over the limit, not near it). An admission that left no state to reset (`--fail
+/// open` while Redis is away says `remaining` 0 for want of figures) is not near.
+fn near_limit(decision: &Decision) -> bool {
+    let used = u128::from(decision.limit.saturating_sub(decision.remaining));
+    decision.allowed
+        && decision.reset_after > 0
+        && decision.limit > 0
+        && used * 5 >= u128::from(decision.limit) * 4
+}
 
 /// A counter of each policy: its name, help and where it is kept.
 type PolicyCounter = (&'static str, &'static str, fn(&Counters) -> &AtomicU64);
@@ -190,6 +205,9 @@ impl Metrics {
         if shadow && !decision.allowed {
             counters.shadow_denied.fetch_add(1, Ordering::Relaxed);
         }
+        if near_limit(decision) {
+            counters.near_limit.fetch_add(1, Ordering::Relaxed);
+        }
         let seconds = took.as_secs_f64();
         let bucket = BUCKETS
             .iter()
@@ -238,11 +256,18 @@ impl Metrics {
                 );
             }
         }
-        let per_policy: [PolicyCounter; 1] = [(
-            "sluicegate_shadow_denied_total",
-            "Requests a shadow policy admitted that it would have denied, by policy.",
-            |p| &p.shadow_denied,
-        )];
+        let per_policy: [PolicyCounter; 2] = [
+            (
+                "sluicegate_shadow_denied_total",
+                "Requests a shadow policy admitted that it would have denied, by policy.",
+                |p| &p.shadow_denied,
+            ),
+            (
+                "sluicegate_near_limit_total",
+                "Admissions that left their key at least 80% used, by policy.",
+                |p| &p.near_limit,
+            ),
+        ];
         for (metric, help, counter) in per_policy {
             let _ = writeln!(out, "# HELP {metric} {help}\n# TYPE {metric} counter");
             for (name, p) in &decided {
@@ -303,5 +328,21 @@ impl Metrics {
             step += STEP_S;
         }
         serde_json::json!({"t": t, "allowed": allowed, "denied": denied})
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{near_limit, Decision};
+
+    #[test]
+    fn near_is_an_admission_at_four_fifths_used_with_figures() {
+        assert!(near_limit(&Decision::admit(10, 2, 1, 0)));
+        assert!(!near_limit(&Decision::admit(10, 3, 1, 0)));
+        assert!(near_limit(&Decision::admit(u64::MAX, 0, 1, 0)));
+        // Over the limit is not near it; no figures (failing open) is not near either.
+        assert!(!near_limit(&Decision::deny(10, 0, Some(1), 1)));
+        assert!(!near_limit(&Decision::admit(10, 0, 0, 0)));
+        assert!(!near_limit(&Decision::admit(0, 0, 1, 0)));
     }
 }

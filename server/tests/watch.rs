@@ -1,6 +1,7 @@
-//! Shadow mode over HTTP: a shadow policy (or `--shadow`) decides and counts as if
-//! enforcing, admits every request, and says what it would have denied, in the answer,
-//! in `/metrics` and, switched on or off, in the audit log.
+//! What a team watches before it enforces a limit. Shadow mode over HTTP: a shadow
+//! policy (or `--shadow`) decides and counts as if enforcing, admits every request, and
+//! says what it would have denied, in the answer, in `/metrics` and, switched on or off,
+//! in the audit log. Near-limit counts: admissions that left a key 80% used or more.
 
 mod common;
 
@@ -125,5 +126,42 @@ async fn serve_shadow_makes_every_rate_policy_a_shadow() {
         metric(&metrics, "sluicegate_shadow_denied_total", "login"),
         1
     );
+    server.stop().await;
+}
+
+/// `sluicegate_near_limit_total` counts admissions leaving a key at least 80% used
+/// (`(limit - remaining) / limit`), not denials, per policy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn near_limit_counts_admissions_at_four_fifths_used_or_more() {
+    let (server, admin) = TestServer::start().await;
+    let web = app(&server, &admin, "web").await;
+    let of = |limit: u64| {
+        format!(r#"{{"algorithm":"fixed-window","limit":{limit},"period":"1h","apps":["web"]}}"#)
+    };
+    create_policy(&server, &admin, "five", &of(5)).await;
+    create_policy(&server, &admin, "ten", &of(10)).await;
+    let url = server.url("/v1/decide");
+    let near = |policy: &'static str| {
+        let (url, server, admin) = (url.clone(), &server, admin.clone());
+        let web = web.clone();
+        async move {
+            let body = format!(r#"{{"policy":"{policy}","key":"bob"}}"#);
+            post(&url, &web, &body).await;
+            let metrics = get(&server.url("/metrics"), &admin).await.text;
+            metric(&metrics, "sluicegate_near_limit_total", policy)
+        }
+    };
+    // Five: 1/5 .. 3/5 used, then 4/5 (exactly 80%) and 5/5, then a denial.
+    let mut five = Vec::new();
+    for _ in 0..6 {
+        five.push(near("five").await);
+    }
+    assert_eq!(five, [0, 0, 0, 1, 2, 2]);
+    // Ten: 8, 9 and 10 of 10 used.
+    let mut ten = Vec::new();
+    for _ in 0..11 {
+        ten.push(near("ten").await);
+    }
+    assert_eq!(ten, [0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 3]);
     server.stop().await;
 }
