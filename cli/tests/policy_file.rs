@@ -1,11 +1,12 @@
-//! The policy file's ban and composite (the service's policy model, one parser), and
-//! `sluicegate serve --init-admin`, run as a user runs them.
+//! The policy file's ban and composite (the service's policy model, one parser),
+//! `sluicegate policy validate`, and `sluicegate serve --init-admin`, run as a user runs
+//! them.
 
 use std::process::{Command, Output};
 
 mod common;
 
-use common::{assert_exit, bin, sluicegate, write};
+use common::{assert_exit, bin, examples, sluicegate, stderr, stdout, write};
 
 const POLICIES: &str = r#"
 [policies.both]
@@ -96,6 +97,66 @@ fn errors_point_into_composites_and_bans() {
     assert!(
         err.ends_with("bad.toml:9:7: policy \"b\": `ban`: `window` must be between 1 µs and 366 days, got 400 days\n"),
         "{err}"
+    );
+}
+
+/// `policy validate` checks a file or a directory's `*.toml` files with the parser of
+/// `--config`, without a server: 0 when all are valid, 2 with each file's problem.
+#[test]
+fn policy_validate_checks_files_and_directories_as_config_reads_them() {
+    let out = sluicegate(["policy", "validate", &examples()]);
+    assert_exit(&out, 0);
+    assert!(stdout(&out).contains("policies.toml: "), "{}", stdout(&out));
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "good.toml", POLICIES);
+    write(dir.path(), "notes.txt", "not a policy file");
+    let folder = dir.path().to_str().unwrap();
+    let out = sluicegate(["policy", "validate", folder]);
+    assert_exit(&out, 0);
+    assert!(
+        stdout(&out).contains("good.toml: 2 policies valid (both, login)"),
+        "{}",
+        stdout(&out)
+    );
+    write(
+        dir.path(),
+        "bad.toml",
+        "[policies.late]\nalgorithm = \"fixed-window\"\nlimit = 0\nperiod = \"1s\"\n",
+    );
+    write(
+        dir.path(),
+        "broken.toml",
+        "[policies.x]\nalgorithm = \"nope\"\n",
+    );
+    let out = sluicegate(["policy", "validate", folder]);
+    assert_exit(&out, 2);
+    let err = stderr(&out);
+    assert!(
+        err.contains("bad.toml:3:9: policy \"late\": `limit`"),
+        "{err}"
+    );
+    assert!(err.contains("broken.toml:2:13: "), "{err}");
+    // The same message as `--config` gives.
+    let check = sluicegate([
+        "check",
+        "k",
+        "--config",
+        &format!("{folder}/bad.toml"),
+        "--policy",
+        "late",
+    ]);
+    assert!(
+        err.contains(stderr(&check).trim_start_matches("sluicegate: ").trim_end()),
+        "{err}"
+    );
+    assert_exit(
+        &sluicegate(["policy", "validate", &format!("{folder}/missing.toml")]),
+        2,
+    );
+    let empty = tempfile::tempdir().unwrap();
+    assert_exit(
+        &sluicegate(["policy", "validate", empty.path().to_str().unwrap()]),
+        2,
     );
 }
 

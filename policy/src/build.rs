@@ -118,6 +118,7 @@ impl Policy {
         for (field, present) in [
             ("ban", leases && self.ban.is_some()),
             ("on_full", leases && self.on_full.is_some()),
+            ("shadow", leases && self.shadow),
             ("max_lease", !leases && self.max_lease.is_some()),
         ] {
             if present {
@@ -148,10 +149,11 @@ impl Policy {
             && self.on_full.is_none()
             && self.apps.is_empty()
             && self.description.is_empty()
-            && self.owner.is_empty();
+            && self.owner.is_empty()
+            && !self.shadow;
         if !plain || matches!(self.algorithm, Kind::Composite | Kind::Concurrency) {
             return Err(Problem::whole(format!(
-                "each of {} is one rate algorithm and its parameters (no composite, concurrency, ban, on_full, apps, description or owner)",
+                "each of {} is one rate algorithm and its parameters (no composite, concurrency, ban, on_full, shadow, apps, description or owner)",
                 style.name("limits")
             ))
             .within(&at, style));

@@ -62,6 +62,11 @@ pub struct Policy {
     /// How `sluicegate fleet` shares it through Redis unless its flags say otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fleet: Option<FleetSettings>,
+    /// Shadow mode (rate limits): decide and count as if enforcing, but admit every
+    /// request, reporting what would have been denied; a limit is tried on live
+    /// traffic before it refuses anyone.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shadow: bool,
 }
 
 /// `ban = { threshold = 20, window = "1m", duration = "10m" }`: once more than
@@ -138,6 +143,7 @@ impl Policy {
             description: String::new(),
             owner: String::new(),
             fleet: None,
+            shadow: false,
         }
     }
 

@@ -44,3 +44,40 @@ fn max_lease_bounds_leases_only_and_is_at_least_the_lease() {
     let problem = rate.build(Style::File).unwrap_err();
     assert!(problem.message.contains("`max_lease`"), "{problem}");
 }
+
+#[test]
+fn shadow_reads_from_files_and_json_and_is_written_only_when_on() {
+    let file = File::parse(
+        "p.toml",
+        "[policies.login]\nalgorithm = \"fixed-window\"\nlimit = 1\nperiod = \"1h\"\nshadow = true\n",
+    )
+    .unwrap();
+    let login = &file.policies["login"];
+    assert!(login.shadow);
+    assert!(login.build(Style::File).is_ok());
+    assert_eq!(serde_json::to_value(login).unwrap()["shadow"], true);
+    let enforcing = json(r#"{"algorithm":"fixed-window","limit":1,"period":"1h"}"#);
+    assert!(!enforcing.shadow);
+    assert!(serde_json::to_value(&enforcing)
+        .unwrap()
+        .get("shadow")
+        .is_none());
+    assert!(json(r#"{"algorithm":"fixed-window","limit":1,"period":"1h","shadow":true}"#).shadow);
+}
+
+#[test]
+fn shadow_is_refused_on_leases_and_on_a_composite_member() {
+    let leases = json(r#"{"algorithm":"concurrency","limit":1,"lease":"1s","shadow":true}"#);
+    let problem = leases.build(Style::File).unwrap_err();
+    assert!(problem.message.contains("`shadow`"), "{problem}");
+    let member = json(
+        r#"{"algorithm":"composite","limits":[{"algorithm":"fixed-window","limit":1,"period":"1s","shadow":true}]}"#,
+    );
+    let problem = member.build(Style::File).unwrap_err();
+    assert!(problem.message.contains("shadow"), "{problem}");
+    // The composite itself may be a shadow.
+    let whole = json(
+        r#"{"algorithm":"composite","limits":[{"algorithm":"fixed-window","limit":1,"period":"1s"}],"shadow":true}"#,
+    );
+    assert!(whole.build(Style::File).is_ok());
+}

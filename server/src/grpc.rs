@@ -10,6 +10,11 @@
 //! escaped by a `\`, so that no two lists of entries share a key. The cost is the descriptor's `hits_addend`, else
 //! the request's (if not 0), else 1. A descriptor's `limit` override is ignored (the
 //! policy is the limit).
+//!
+//! Shadow mode: a descriptor decided in shadow mode (its policy's `shadow`, or
+//! `--shadow`) reports its would-be code in its status (`OVER_LIMIT` when enforcing
+//! would deny) but never makes the `overall_code` `OVER_LIMIT`, which is what Envoy
+//! acts on: the request goes through, and the status shows what would have happened.
 
 use std::sync::Arc;
 
@@ -185,12 +190,13 @@ impl RateLimitService for Rls {
                 .map(u64::from)
                 .or((request.hits_addend != 0).then_some(u64::from(request.hits_addend)))
                 .unwrap_or(1);
-            let (entry, decision) = self
+            let (entry, decided) = self
                 .service
                 .decide(&snapshot, &limiters, &app, policy, &key, cost)
                 .await
                 .map_err(status)?;
-            over |= !decision.allowed;
+            over |= !decided.admitted();
+            let decision = decided.decision;
             let period = match &entry.built {
                 Built::Rule(_) => snapshot
                     .policies

@@ -71,6 +71,9 @@ pub struct Config {
     pub max_policies: usize,
     /// The most policies listing one app (`--max-policies-per-app`).
     pub max_policies_per_app: usize,
+    /// Every rate policy in shadow mode (`--shadow`): decided and counted, always
+    /// admitted, would-be denials reported.
+    pub shadow: bool,
 }
 
 impl Default for Config {
@@ -95,6 +98,7 @@ impl Default for Config {
             grpc_max_streams: 100,
             max_policies: 10_000,
             max_policies_per_app: 1_000,
+            shadow: false,
         }
     }
 }
@@ -195,7 +199,13 @@ impl Server {
             total: config.max_policies,
             per_app: config.max_policies_per_app,
         };
-        let service = Arc::new(Service::new(store, backend, config.metrics_open, caps));
+        let service = Arc::new(Service::new(
+            store,
+            backend,
+            config.metrics_open,
+            caps,
+            config.shadow,
+        ));
         service.reload(true).await?;
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await

@@ -404,8 +404,9 @@ fn prefix(name: &str, policy: &Policy) -> String {
         description: String::new(),
         owner: String::new(),
         fleet: None,
-        // Neither changes what Redis holds.
+        // None of these changes what Redis holds.
         on_full: None,
+        shadow: false,
         max_lease: None,
         ..policy.clone()
     };

@@ -6,6 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use sluicegate_core::Decision;
+
 /// Seconds per step of `/v1/stats`.
 pub const STEP_S: u64 = 5;
 /// Steps kept: ten minutes.
@@ -30,6 +32,10 @@ struct Step {
 pub struct Counters {
     allowed: AtomicU64,
     denied: AtomicU64,
+    /// Admitted in shadow mode, which would have been denied.
+    shadow_denied: AtomicU64,
+    /// Admissions that left their key near its limit ([`near_limit`]).
+    near_limit: AtomicU64,
     /// The last ten minutes: the step starting at `s` lives in slot `s / STEP_S % STEPS`.
     steps: [Step; STEPS],
     /// Held while a slot moves to a new step.
@@ -41,6 +47,8 @@ impl Default for Counters {
         Self {
             allowed: AtomicU64::new(0),
             denied: AtomicU64::new(0),
+            shadow_denied: AtomicU64::new(0),
+            near_limit: AtomicU64::new(0),
             steps: std::array::from_fn(|_| Step::default()),
             turning: Mutex::new(()),
         }
@@ -103,6 +111,21 @@ pub struct Table {
 
 /// A metric of key tables: its name, type, help and value.
 type TableMetric = (&'static str, &'static str, &'static str, fn(&Table) -> u64);
+
+/// Whether `decision` admitted and left its key at least 80% used, "used" being
+/// `(limit - remaining) / limit` (as envoyproxy/ratelimit's `near_limit`: a denial is
+/// over the limit, not near it). An admission that left no state to reset (`--fail
+/// open` while Redis is away says `remaining` 0 for want of figures) is not near.
+fn near_limit(decision: &Decision) -> bool {
+    let used = u128::from(decision.limit.saturating_sub(decision.remaining));
+    decision.allowed
+        && decision.reset_after > 0
+        && decision.limit > 0
+        && used * 5 >= u128::from(decision.limit) * 4
+}
+
+/// A counter of each policy: its name, help and where it is kept.
+type PolicyCounter = (&'static str, &'static str, fn(&Counters) -> &AtomicU64);
 
 /// The Prometheus text of the key tables of `tables` (by policy name).
 pub fn render_tables<'a>(tables: impl Iterator<Item = (&'a str, Table)>) -> String {
@@ -168,9 +191,23 @@ impl Metrics {
         Arc::clone(policies.entry(policy.to_owned()).or_default())
     }
 
-    /// Counts a decision into `counters` at unix second `now_s`, taking `took`.
-    pub fn decision(&self, counters: &Counters, allowed: bool, now_s: u64, took: Duration) {
-        counters.count(allowed, now_s);
+    /// Counts `decision` into `counters` at unix second `now_s`, taking `took`. In
+    /// shadow mode the request is admitted (and counted so), a denial counted apart.
+    pub fn decision(
+        &self,
+        counters: &Counters,
+        decision: &Decision,
+        shadow: bool,
+        now_s: u64,
+        took: Duration,
+    ) {
+        counters.count(decision.allowed || shadow, now_s);
+        if shadow && !decision.allowed {
+            counters.shadow_denied.fetch_add(1, Ordering::Relaxed);
+        }
+        if near_limit(decision) {
+            counters.near_limit.fetch_add(1, Ordering::Relaxed);
+        }
         let seconds = took.as_secs_f64();
         let bucket = BUCKETS
             .iter()
@@ -200,31 +237,48 @@ impl Metrics {
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
         let mut out = String::new();
-        out.push_str("# HELP sluicegate_decisions_total Decisions by policy and outcome.\n# TYPE sluicegate_decisions_total counter\n");
-        for (name, p) in self
-            .policies
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
+        // A policy shows once it has decided (its counters exist from its build).
+        let policies = self.policies.read().unwrap_or_else(|e| e.into_inner());
+        let decided: Vec<(&String, &Arc<Counters>)> = policies
             .iter()
-        {
-            let (allowed, denied) = (
-                p.allowed.load(Ordering::Relaxed),
-                p.denied.load(Ordering::Relaxed),
-            );
-            // A policy shows once it has decided (its counters exist from its build).
-            if allowed == 0 && denied == 0 {
-                continue;
-            }
+            .filter(|(_, p)| {
+                p.allowed.load(Ordering::Relaxed) > 0 || p.denied.load(Ordering::Relaxed) > 0
+            })
+            .collect();
+        out.push_str("# HELP sluicegate_decisions_total Decisions by policy and outcome (a shadow policy admits).\n# TYPE sluicegate_decisions_total counter\n");
+        for (name, p) in &decided {
             // Policy names are letters, digits, `-`, `_` and `.`: nothing to escape.
-            let _ = writeln!(
-                out,
-                "sluicegate_decisions_total{{policy=\"{name}\",outcome=\"allowed\"}} {allowed}"
-            );
-            let _ = writeln!(
-                out,
-                "sluicegate_decisions_total{{policy=\"{name}\",outcome=\"denied\"}} {denied}"
-            );
+            for (outcome, count) in [("allowed", &p.allowed), ("denied", &p.denied)] {
+                let _ = writeln!(
+                    out,
+                    "sluicegate_decisions_total{{policy=\"{name}\",outcome=\"{outcome}\"}} {}",
+                    count.load(Ordering::Relaxed)
+                );
+            }
         }
+        let per_policy: [PolicyCounter; 2] = [
+            (
+                "sluicegate_shadow_denied_total",
+                "Requests a shadow policy admitted that it would have denied, by policy.",
+                |p| &p.shadow_denied,
+            ),
+            (
+                "sluicegate_near_limit_total",
+                "Admissions that left their key at least 80% used, by policy.",
+                |p| &p.near_limit,
+            ),
+        ];
+        for (metric, help, counter) in per_policy {
+            let _ = writeln!(out, "# HELP {metric} {help}\n# TYPE {metric} counter");
+            for (name, p) in &decided {
+                let _ = writeln!(
+                    out,
+                    "{metric}{{policy=\"{name}\"}} {}",
+                    counter(p).load(Ordering::Relaxed)
+                );
+            }
+        }
+        drop(policies);
         out.push_str("# HELP sluicegate_decision_seconds Time to decide one request.\n# TYPE sluicegate_decision_seconds histogram\n");
         // Read while decisions go on: the buckets, then the count, then the sum, so
         // the cumulative counts never exceed the count shown.
@@ -274,5 +328,21 @@ impl Metrics {
             step += STEP_S;
         }
         serde_json::json!({"t": t, "allowed": allowed, "denied": denied})
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{near_limit, Decision};
+
+    #[test]
+    fn near_is_an_admission_at_four_fifths_used_with_figures() {
+        assert!(near_limit(&Decision::admit(10, 2, 1, 0)));
+        assert!(!near_limit(&Decision::admit(10, 3, 1, 0)));
+        assert!(near_limit(&Decision::admit(u64::MAX, 0, 1, 0)));
+        // Over the limit is not near it; no figures (failing open) is not near either.
+        assert!(!near_limit(&Decision::deny(10, 0, Some(1), 1)));
+        assert!(!near_limit(&Decision::admit(10, 0, 0, 0)));
+        assert!(!near_limit(&Decision::admit(0, 0, 1, 0)));
     }
 }

@@ -49,21 +49,31 @@ async fn ask(
         .map(|r| r.into_inner())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn grpc_answers_as_http_does() {
+/// A server with its gRPC listener, its admin's token and app `web`'s.
+async fn with_grpc() -> (TestServer, String, String) {
     let (server, admin) = TestServer::start_with(Config {
         grpc_listen: Some("127.0.0.1:0".parse().unwrap()),
         ..config()
     })
     .await;
     let web = app(&server, &admin, "web").await;
+    (server, admin, web)
+}
+
+async fn client(server: &TestServer) -> RateLimitServiceClient<tonic::transport::Channel> {
+    let grpc = server.grpc.expect("gRPC listener");
+    RateLimitServiceClient::connect(format!("http://{grpc}"))
+        .await
+        .expect("connect")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_answers_as_http_does() {
+    let (server, admin, web) = with_grpc().await;
     let policy =
         r#"{"algorithm":"token-bucket","capacity":3,"rate":1,"period":"1h","apps":["web"]}"#;
     create_policy(&server, &admin, "api", policy).await;
-    let grpc = server.grpc.expect("gRPC listener");
-    let mut client = RateLimitServiceClient::connect(format!("http://{grpc}"))
-        .await
-        .expect("connect");
+    let mut client = client(&server).await;
     // The same history on two keys, one over gRPC, one over HTTP: the same answers.
     for (step, cost) in [1u32, 1, 2, 1].into_iter().enumerate() {
         let answer = ask(
@@ -167,6 +177,53 @@ async fn grpc_answers_as_http_does() {
     assert_eq!(
         code(ask(&mut client, Some(&web), "api", vec![descriptor(&[], None)]).await),
         tonic::Code::InvalidArgument
+    );
+    server.stop().await;
+}
+
+/// A shadow policy's descriptor shows its would-be code, but only an enforcing one makes
+/// the whole answer over the limit (what Envoy acts on).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shadow_policy_answers_ok_with_the_would_be_status() {
+    let (server, admin, web) = with_grpc().await;
+    let once = r#"{"algorithm":"fixed-window","limit":1,"period":"1h","apps":["web"]"#;
+    create_policy(
+        &server,
+        &admin,
+        "trial",
+        &format!(r#"{once},"shadow":true}}"#),
+    )
+    .await;
+    create_policy(&server, &admin, "strict", &format!("{once}}}")).await;
+    let mut client = client(&server).await;
+    let trial = || descriptor(&[("policy", "trial"), ("user", "alice")], None);
+    let strict = || descriptor(&[("policy", "strict"), ("user", "alice")], None);
+    let codes = |r: &RateLimitResponse| -> Vec<i32> { r.statuses.iter().map(|s| s.code).collect() };
+    let (ok, over) = (Code::Ok as i32, Code::OverLimit as i32);
+    let first = ask(&mut client, Some(&web), "any", vec![trial()])
+        .await
+        .unwrap();
+    assert_eq!((first.overall_code, codes(&first)), (ok, vec![ok]));
+    let second = ask(&mut client, Some(&web), "any", vec![trial(), strict()])
+        .await
+        .unwrap();
+    assert_eq!((second.overall_code, codes(&second)), (ok, vec![over, ok]));
+    assert_eq!(second.statuses[0].limit_remaining, 0);
+    let third = ask(&mut client, Some(&web), "any", vec![trial(), strict()])
+        .await
+        .unwrap();
+    assert_eq!(
+        (third.overall_code, codes(&third)),
+        (over, vec![over, over])
+    );
+    let metrics = get(&server.url("/metrics"), &admin).await.text;
+    assert_eq!(
+        metric(&metrics, "sluicegate_shadow_denied_total", "trial"),
+        2
+    );
+    assert_eq!(
+        metric(&metrics, "sluicegate_shadow_denied_total", "strict"),
+        0
     );
     server.stop().await;
 }

@@ -71,16 +71,6 @@ async fn a_key_spray_does_not_undo_a_refusal_unless_the_policy_evicts() {
     server.stop().await;
 }
 
-/// The value of metric `name` for `policy` in the Prometheus text `metrics`.
-fn metric(metrics: &str, name: &str, policy: &str) -> u64 {
-    let series = format!("{name}{{policy=\"{policy}\"}} ");
-    metrics
-        .lines()
-        .find_map(|line| line.strip_prefix(&series))
-        .and_then(|value| value.parse().ok())
-        .unwrap_or_else(|| panic!("no {series} in {metrics}"))
-}
-
 /// A lease table's fill shows in /metrics: keys held, capacity, refusals; and no lease
 /// is asked for longer than the policy's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -390,3 +390,50 @@ async fn custom_strategies_answer_denials_and_keep_the_headers() {
     // A 503 may say when to come back too (RFC 9110); a degraded 200 does not.
     assert_eq!(r.header("retry-after"), Some("60"));
 }
+
+/// Shadow mode: every request reaches the service with the headers as usual, the
+/// would-be denials counted; nothing waits and the overload strategy is not called.
+#[tokio::test]
+async fn shadow_mode_always_serves_and_counts_the_would_be_denials() {
+    let layer = per_minute("trial", 2).shadow(true);
+    let addr = serve(root("ok").layer(layer.clone())).await;
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        let reply = get(addr, "/", &[]).await;
+        assert_eq!((reply.status, reply.body.as_str()), (StatusCode::OK, "ok"));
+        assert_eq!(reply.header("retry-after"), None);
+        seen.push(reply.header("ratelimit").unwrap().to_owned());
+    }
+    let left: Vec<bool> = seen.iter().map(|h| h.contains(";r=0;")).collect();
+    assert_eq!(left, [false, true, true, true], "{seen:?}");
+    assert_eq!(layer.shadow_denied(), 2);
+    // A strategy that would wait or degrade does neither.
+    let fallback = tower::service_fn(|_req: http::Request<axum::body::Body>| async {
+        Ok::<_, std::convert::Infallible>(http::Response::new(axum::body::Body::from("cached")))
+    });
+    let degrading = per_minute("degraded", 1)
+        .shadow(true)
+        .overload(Degrade::to(fallback));
+    let waiting = per_minute("waiting", 1)
+        .shadow(true)
+        .overload(Wait::at_most(Duration::from_secs(5)));
+    for layer in [degrading.shadow_denied(), waiting.shadow_denied()] {
+        assert_eq!(layer, 0);
+    }
+    let degrades = serve(root("fresh").layer(degrading.clone())).await;
+    let waits = serve(root("fresh").layer(waiting.clone())).await;
+    let start = Instant::now();
+    for addr in [degrades, degrades, waits, waits] {
+        let reply = get(addr, "/", &[]).await;
+        assert_eq!(
+            (reply.status, reply.body.as_str()),
+            (StatusCode::OK, "fresh")
+        );
+    }
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!((degrading.shadow_denied(), waiting.shadow_denied()), (1, 1));
+}

@@ -209,6 +209,30 @@ async fn a_stopped_service_follows_the_fail_policy() {
     );
 }
 
+/// In shadow mode a stopped service's refusal (failing closed) lets the request through,
+/// counted as a would-be denial.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shadow_mode_lets_a_refusal_through_and_counts_it() {
+    let service = Service::start().await;
+    let remote = Remote::new(&service.url(), &service.token, "api")
+        .unwrap()
+        .on_failure(RemoteFail::Closed);
+    let layer = RateLimitLayer::new(Policy::new("api", 3, MINUTE).unwrap(), remote).shadow(true);
+    let addr = serve(root("ok").layer(layer.clone())).await;
+    for _ in 0..4 {
+        assert_eq!(get(addr, "/", &[]).await.status, StatusCode::OK);
+    }
+    assert_eq!(
+        layer.shadow_denied(),
+        1,
+        "the fourth was over the limit of 3"
+    );
+    service.stop().await;
+    let reply = get(addr, "/", &[]).await;
+    assert_eq!((reply.status, reply.body.as_str()), (StatusCode::OK, "ok"));
+    assert_eq!(layer.shadow_denied(), 2);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hanging_service_is_bounded_by_the_timeout() {
     // Accepts connections and never answers.

@@ -1,5 +1,6 @@
 //! `sluicegate policy list|show|apply|delete`: the policies of a `sluicegate serve`, managed
-//! from scripts and CI with a user token (its management API, `server/API.md`).
+//! from scripts and CI with a user token (its management API, `server/API.md`); and
+//! `sluicegate policy validate`, which checks policy files in CI without a server.
 //!
 //! The token is read from `--token-file` or `SLUICEGATE_TOKEN`, never from a flag (a flag
 //! shows in the process list). Exit codes: 0 done, 1 refused by the server (401 unknown
@@ -58,6 +59,13 @@ pub enum PolicyCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Check policy files (FILE, or every *.toml in DIR) with the parser of `apply` and
+    /// `--config`, without a server: exit 0 if all are valid, else 2 with each file's
+    /// problem (file, line and column).
+    Validate {
+        /// A policy file, or a directory of them.
+        path: String,
+    },
     /// Print one policy as a policy file's table (metadata as comments), or --json.
     Show {
         #[command(flatten)]
@@ -100,6 +108,25 @@ impl PolicyCommand {
     async fn run_async(self) -> Result<(), Failure> {
         let mut out = std::io::stdout().lock();
         match self {
+            Self::Validate { path } => {
+                let mut problems = Vec::new();
+                for file in policy_files(&path)? {
+                    match read_file(&file) {
+                        Ok(policies) => {
+                            let names: Vec<&str> = policies.keys().map(String::as_str).collect();
+                            let count = names.len();
+                            let names = names.join(", ");
+                            writeln!(out, "{file}: {count} policies valid ({names})")
+                                .map_err(output)?;
+                        }
+                        Err(Failure::Input(problem)) => problems.push(problem),
+                        Err(e) => return Err(e),
+                    }
+                }
+                if !problems.is_empty() {
+                    return Err(Failure::Input(problems.join("\n")));
+                }
+            }
             Self::List { server, app, json } => {
                 let server = server.connect()?;
                 let path = match &app {
@@ -187,6 +214,25 @@ impl PolicyCommand {
 
 fn no_policy(name: &str) -> Failure {
     Failure::NoPolicyForApp(format!("no policy {name:?} this token may read"))
+}
+
+/// `path` if it is a file, else the `*.toml` files of the directory `path`, sorted.
+fn policy_files(path: &str) -> Result<Vec<String>, Failure> {
+    if !std::path::Path::new(path).is_dir() {
+        return Ok(vec![path.to_owned()]);
+    }
+    let entries = std::fs::read_dir(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+    let mut files: Vec<String> = entries
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .filter(|file| file.extension().is_some_and(|ext| ext == "toml") && file.is_file())
+        .map(|file| file.to_string_lossy().into_owned())
+        .collect();
+    if files.is_empty() {
+        return Err(Failure::Input(format!("{path} holds no .toml policy file")));
+    }
+    files.sort_unstable();
+    Ok(files)
 }
 
 /// The file's policies, each checked by the shared parser (positions in its errors).

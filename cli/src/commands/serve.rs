@@ -83,6 +83,10 @@ pub struct ServeArgs {
     /// The most policies that may list one app.
     #[arg(long, default_value_t = 1_000)]
     max_policies_per_app: usize,
+    /// Every rate policy in shadow mode: decided and counted as if enforcing, always
+    /// admitted, would-be denials reported (to try limits on live traffic).
+    #[arg(long)]
+    shadow: bool,
     /// Create the first admin, print its token once, and exit.
     #[arg(long)]
     init_admin: bool,
@@ -115,6 +119,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, Failure> {
         grpc_max_streams: args.grpc_max_streams,
         max_policies: args.max_policies,
         max_policies_per_app: args.max_policies_per_app,
+        shadow: args.shadow,
         ..Config::default()
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()

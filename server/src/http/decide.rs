@@ -15,7 +15,7 @@ use sluicegate_core::Decision;
 
 use crate::limiters::{Entry, LeaseAnswer, LeaseOp, Limiters};
 use crate::service::auth::App;
-use crate::service::{LeaseRequest, Service, ServiceError, MAX_BATCH};
+use crate::service::{Decided, LeaseRequest, Service, ServiceError, MAX_BATCH};
 use crate::store::Snapshot;
 
 use super::auth::Authed;
@@ -55,13 +55,40 @@ struct DecideRequest<'a> {
 }
 
 /// One decision's answer: the policy and key asked for, then the decision in the
-/// core's wire shape (its one serializer).
+/// core's wire shape (its one serializer), and in shadow mode what it would have been.
 #[derive(Serialize)]
 struct DecideAnswer<'a> {
     policy: &'a str,
     key: &'a str,
     #[serde(flatten)]
     decision: Decision,
+    #[serde(flatten)]
+    shadow: Option<Shadow>,
+}
+
+/// A shadow answer's addition: it is `allowed`, and `would_allow` says what enforcing
+/// would have answered (the other fields are the enforcing decision's).
+#[derive(Serialize)]
+struct Shadow {
+    shadow: bool,
+    would_allow: bool,
+}
+
+impl<'a> DecideAnswer<'a> {
+    fn new(policy: &'a str, key: &'a str, decided: Decided) -> Self {
+        let shadow = decided.shadow.then_some(Shadow {
+            shadow: true,
+            would_allow: decided.decision.allowed,
+        });
+        let mut decision = decided.decision;
+        decision.allowed = decided.admitted();
+        Self {
+            policy,
+            key,
+            decision,
+            shadow,
+        }
+    }
 }
 
 const fn one() -> u64 {
@@ -72,15 +99,16 @@ fn internal(e: &serde_json::Error) -> ApiError {
     ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
 }
 
-/// One decision for `app`: the answer and the entry whose headers it gets.
+/// One decision for `app`: the answer, the decision as enforcing made it and the entry
+/// whose headers it gets.
 async fn decide_one<'r>(
     service: &Service,
     snapshot: &Snapshot,
     limiters: &Limiters,
     app: &App,
     request: &'r DecideRequest<'_>,
-) -> Result<(DecideAnswer<'r>, Arc<Entry>), ServiceError> {
-    let (entry, decision) = service
+) -> Result<(DecideAnswer<'r>, Decided, Arc<Entry>), ServiceError> {
+    let (entry, decided) = service
         .decide(
             snapshot,
             limiters,
@@ -90,12 +118,8 @@ async fn decide_one<'r>(
             request.cost,
         )
         .await?;
-    let answer = DecideAnswer {
-        policy: &request.policy,
-        key: &request.key,
-        decision,
-    };
-    Ok((answer, entry))
+    let answer = DecideAnswer::new(&request.policy, &request.key, decided);
+    Ok((answer, decided, entry))
 }
 
 /// The body is parsed in place (no copy of the headers is made, as axum's `HeaderMap`
@@ -106,7 +130,7 @@ async fn decide(
     JsonBytes(body): JsonBytes,
 ) -> Result<Response> {
     let request: DecideRequest = parse(&body)?;
-    let (answer, entry) =
+    let (answer, decided, entry) =
         decide_one(&service, &snapshot, &service.limiters(), &caller, &request).await?;
     // Written once into a buffer sized for a usual answer.
     let mut json = Vec::with_capacity(160 + answer.key.len() + answer.policy.len());
@@ -119,12 +143,13 @@ async fn decide(
     );
     if let Some(policy) = &entry.header {
         // Stamped as a refusal so a denial carries Retry-After; the status stays 200.
-        let status = if answer.decision.allowed {
+        // A shadow admission gets the enforcing decision's figures, but no Retry-After.
+        let status = if decided.admitted() {
             StatusCode::OK
         } else {
             StatusCode::TOO_MANY_REQUESTS
         };
-        policy.stamp(headers, status, &answer.decision, false);
+        policy.stamp(headers, status, &decided.decision, false);
     }
     Ok(response)
 }

@@ -17,6 +17,24 @@ use super::state::Service;
 /// The most decisions in one call (a batch, or an Envoy request's descriptors).
 pub(crate) const MAX_BATCH: usize = 1000;
 
+/// A decision as answered: the limit's own, made as if enforcing, and whether it was
+/// made in shadow mode (the policy's `shadow` or `--shadow`), where the request is
+/// admitted whatever the limit says.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Decided {
+    /// What the limit decided; its state moved exactly as when enforcing.
+    pub(crate) decision: Decision,
+    /// Made in shadow mode.
+    pub(crate) shadow: bool,
+}
+
+impl Decided {
+    /// Whether the request is admitted: always, in shadow mode.
+    pub(crate) fn admitted(&self) -> bool {
+        self.decision.allowed || self.shadow
+    }
+}
+
 /// A lease asked for: `owner`'s lease on `key` under `policy`, for `ttl` ticks (none:
 /// the policy's own).
 #[derive(Debug)]
@@ -66,19 +84,24 @@ impl Service {
         policy: &str,
         key: &str,
         cost: u64,
-    ) -> Result<(Arc<Entry>, Decision)> {
+    ) -> Result<(Arc<Entry>, Decided)> {
         let stored = policy_for(snapshot, app, policy)?;
         check_key(key)?;
         let entry = entry(limiters, stored)?;
         let start = Instant::now();
         let decision = entry.decide(&self.backend, &stored.name, key, cost).await?;
+        let decided = Decided {
+            decision,
+            shadow: self.shadow || stored.policy.shadow,
+        };
         self.metrics.decision(
             entry.counters(),
-            decision.allowed,
+            &decided.decision,
+            decided.shadow,
             u64::try_from(now_s()).unwrap_or(0),
             start.elapsed(),
         );
-        Ok((Arc::clone(entry), decision))
+        Ok((Arc::clone(entry), decided))
     }
 
     /// Acquires, releases or renews a lease for `app`.

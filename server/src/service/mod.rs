@@ -13,7 +13,7 @@ mod policies;
 mod state;
 
 pub(crate) use accounts::Holder;
-pub(crate) use decide::{LeaseRequest, MAX_BATCH};
+pub(crate) use decide::{Decided, LeaseRequest, MAX_BATCH};
 pub(crate) use error::ServiceError;
 pub(crate) use names::check_name;
 pub(crate) use policies::Caps;

@@ -26,16 +26,25 @@ pub(crate) struct Service {
     pub(crate) metrics_open: bool,
     /// The most policies the store may hold.
     pub(crate) caps: Caps,
+    /// Every rate policy in shadow mode (`--shadow`).
+    pub(crate) shadow: bool,
     /// Serializes reloads, so a slow one never overwrites a newer one.
     reloading: tokio::sync::Mutex<()>,
 }
 
 impl Service {
-    /// A service over `store`, deciding on `backend`, with nothing loaded yet (see
-    /// [`Service::reload`]).
-    pub(crate) fn new(store: Store, backend: Backend, metrics_open: bool, caps: Caps) -> Self {
+    /// A service over `store`, deciding on `backend` (every rate policy in shadow mode
+    /// if `shadow`), with nothing loaded yet (see [`Service::reload`]).
+    pub(crate) fn new(
+        store: Store,
+        backend: Backend,
+        metrics_open: bool,
+        caps: Caps,
+        shadow: bool,
+    ) -> Self {
         Self {
             caps,
+            shadow,
             store,
             snapshot: RwLock::default(),
             limiters: RwLock::default(),

@@ -181,6 +181,16 @@ pub async fn put(url: &str, token: &str, body: &str, version: Option<i64>) -> An
     call(Method::PUT, url, Some(token), Some(body), &extra).await
 }
 
+/// The value of metric `name` for `policy` in the Prometheus text `metrics`.
+pub fn metric(metrics: &str, name: &str, policy: &str) -> u64 {
+    let series = format!("{name}{{policy=\"{policy}\"}} ");
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(&series))
+        .and_then(|value| value.parse().ok())
+        .unwrap_or_else(|| panic!("no {series} in {metrics}"))
+}
+
 /// Creates policy `name` from its JSON `body` as `admin`.
 pub async fn create_policy(server: &TestServer, admin: &str, name: &str, body: &str) {
     let answer = put(

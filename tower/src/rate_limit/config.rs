@@ -1,6 +1,7 @@
 //! What the layer and its services share: the limiter, the strategy and how a request
 //! is keyed, priced and stamped.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use http::request::Parts;
@@ -32,6 +33,8 @@ pub(super) struct Config {
     pub(super) cost: Option<CostFn>,
     pub(super) on_bad_key: OnBadKey,
     pub(super) headers: Headers,
+    /// Shadow mode: every request goes through; would-be denials are only counted.
+    pub(super) shadow: bool,
 }
 
 impl std::fmt::Debug for Config {
@@ -42,6 +45,7 @@ impl std::fmt::Debug for Config {
             .field("cost", &self.cost.as_ref().map(|_| "closure"))
             .field("on_bad_key", &self.on_bad_key)
             .field("headers", &self.headers)
+            .field("shadow", &self.shadow)
             .finish()
     }
 }
@@ -58,6 +62,7 @@ impl Config {
                 ietf: true,
                 legacy: false,
             },
+            shadow: false,
         }
     }
 
@@ -75,6 +80,19 @@ pub(super) struct Shared<L, O> {
     pub(super) limiter: Arc<L>,
     pub(super) config: Config,
     pub(super) overload: O,
+    /// Requests admitted in shadow mode that the limit denied.
+    pub(super) shadow_denied: AtomicU64,
+}
+
+impl<L, O> Shared<L, O> {
+    /// Whether a request the limiter `allowed` (or not) goes through: if allowed, or
+    /// always in shadow mode, where a refusal is counted instead.
+    pub(super) fn passes(&self, allowed: bool) -> bool {
+        if !allowed && self.config.shadow {
+            self.shadow_denied.fetch_add(1, Ordering::Relaxed);
+        }
+        allowed || self.config.shadow
+    }
 }
 
 impl<L, O: Clone> Clone for Shared<L, O> {
@@ -83,6 +101,7 @@ impl<L, O: Clone> Clone for Shared<L, O> {
             limiter: self.limiter.clone(),
             config: self.config.clone(),
             overload: self.overload.clone(),
+            shadow_denied: AtomicU64::new(self.shadow_denied.load(Ordering::Relaxed)),
         }
     }
 }

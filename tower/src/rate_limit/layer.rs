@@ -1,5 +1,6 @@
 //! The layer: the limit's configuration, shared by every service it builds.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use http::request::Parts;
@@ -62,6 +63,7 @@ impl<L: Limiter> RateLimitLayer<L> {
                 limiter: Arc::new(limiter),
                 config: Config::new(policy),
                 overload: Reject::default(),
+                shadow_denied: AtomicU64::new(0),
             }),
         }
     }
@@ -101,17 +103,37 @@ impl<L: Limiter, O: Clone> RateLimitLayer<L, O> {
         self.configure(|config| config.headers.legacy = on)
     }
 
+    /// Shadow mode: every request reaches the service, with the rate-limit headers as
+    /// usual (no `Retry-After`); the limit decides and counts as when enforcing, and a
+    /// request it would have denied is counted in [`shadow_denied`](Self::shadow_denied).
+    /// Nothing waits (no reservation, no pacing delay) and the overload strategy is not
+    /// called: a limit is tried on live traffic before it refuses anyone.
+    pub fn shadow(self, on: bool) -> Self {
+        self.configure(|config| config.shadow = on)
+    }
+
+    /// How many requests shadow mode let through that the limit denied (or that an
+    /// unavailable or failed limiter would have refused), across every service this
+    /// layer built.
+    pub fn shadow_denied(&self) -> u64 {
+        self.shared.shadow_denied.load(Ordering::Relaxed)
+    }
+
     /// What a denied request gets: [`Reject`] (the default),
     /// [`Wait`](crate::Wait), [`Degrade`](crate::Degrade) or your own [`Overload`](crate::Overload).
     pub fn overload<P>(self, overload: P) -> RateLimitLayer<L, P> {
         let Shared {
-            limiter, config, ..
+            limiter,
+            config,
+            shadow_denied,
+            ..
         } = Arc::unwrap_or_clone(self.shared);
         RateLimitLayer {
             shared: Arc::new(Shared {
                 limiter,
                 config,
                 overload,
+                shadow_denied,
             }),
         }
     }

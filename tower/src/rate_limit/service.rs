@@ -62,6 +62,7 @@ where
             limiter,
             config,
             overload,
+            ..
         } = &*self.shared;
         // The request is split only for closures, which read its `Parts`.
         let (key, cost) = match (config.key.extract_request(&request), &config.cost) {
@@ -84,14 +85,15 @@ where
                 }
             },
         };
+        // Shadow mode never waits: no reservation.
         let pending = match overload.max_wait() {
-            Some(max_wait) => limiter.reserve(&key, cost, max_wait),
-            None => limiter.check(&key, cost),
+            Some(max_wait) if !config.shadow => limiter.reserve(&key, cost, max_wait),
+            _ => limiter.check(&key, cost),
         };
         match pending {
             // The fast path: decided in process, admitted at once.
             Pending::Ready(Verdict::Decided(decision))
-                if decision.allowed && decision.delay == 0 =>
+                if decision.delay == 0 && self.shared.passes(decision.allowed) =>
             {
                 let future = self.inner.call(request);
                 if config.headers.any() {
@@ -124,10 +126,11 @@ where
     O: Overload<ReqBody, ResBody, S::Error>,
     ResBody: From<Bytes>,
 {
+    let shadow = shared.config.shadow;
     match pending.resolve().await {
         Verdict::Decided(decision) => {
-            let mut response = if decision.allowed {
-                if decision.delay > 0 {
+            let mut response = if shared.passes(decision.allowed) {
+                if decision.delay > 0 && !shadow {
                     tokio::time::sleep(Duration::from_micros(decision.delay)).await;
                 }
                 inner.call(request).await?
@@ -138,6 +141,7 @@ where
             Ok(response)
         }
         Verdict::Open => inner.call(request).await,
+        Verdict::Closed | Verdict::Failed(_) if shared.passes(false) => inner.call(request).await,
         Verdict::Closed => Ok(respond(
             StatusCode::SERVICE_UNAVAILABLE,
             Bytes::from_static(b"rate limiter unavailable\n"),
