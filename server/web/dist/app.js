@@ -6,7 +6,7 @@
 import init, { Limiter } from "./wasm/index.js";
 import { ApiError, call, segment, token } from "./api.js";
 import { barChart, legend } from "./chart.js";
-import { ALGORITHMS, describe, human, inUnitOf, parseDuration, shortDuration, sustained } from "./policy.js";
+import { ALGORITHMS, describe, human, inUnitOf, parseDuration, shortDuration, sustained, unshownSettings } from "./policy.js";
 import { simulate } from "./preview.js";
 
 // The module loads once; if it cannot, the preview says so and the rest of the page works.
@@ -435,7 +435,9 @@ function setUpEditor(app, policy) {
     if (!name) return showError(new ApiError(422, { error: "A policy needs a name.", field: "name" }));
     status.textContent = "Saving…";
     try {
-      const saved = await call("PUT", `v1/policies/${segment(name)}`, { body: readForm(), version: ifVersion });
+      const shown = ["algorithm", "ban", "apps", "description", ...Object.keys(PARAMETERS)];
+      const body = { ...unshownSettings(policy, shown), ...readForm() };
+      const saved = await call("PUT", `v1/policies/${segment(name)}`, { body, version: ifVersion });
       status.textContent = `Saved: version ${saved.version}.`;
       if (!policy) {
         location.hash = `#/apps/${segment(app)}/policies/${segment(name)}`;

@@ -151,3 +151,17 @@ export function limiterOptions(policy) {
   }
   return options;
 }
+
+/** The fields of a stored policy that only describe it (who made it, when, its version). */
+const METADATA = ["name", "version", "created_by", "updated_by", "created_at", "updated_at"];
+
+/**
+ * The settings of a stored `policy` the editor does not show (`shadow`, `on_full`,
+ * `max_lease`, …), without its metadata: a save from the page sends them back as they
+ * are, so it changes only what the form shows. `shown` names the fields the form writes.
+ */
+export function unshownSettings(policy, shown) {
+  return Object.fromEntries(
+    Object.entries(policy ?? {}).filter(([field]) => !shown.includes(field) && !METADATA.includes(field)),
+  );
+}

@@ -13,7 +13,7 @@ import assert from "node:assert/strict";
 
 import { Limiter } from "../../../wasm/pkg/nodejs/index.mjs";
 import { binWidth, simulate } from "../dist/preview.js";
-import { describe as words, inUnitOf, limiterOptions, parseDuration, shortDuration } from "../dist/policy.js";
+import { describe as words, inUnitOf, limiterOptions, parseDuration, shortDuration, unshownSettings } from "../dist/policy.js";
 
 const root = fileURLToPath(new URL("../../..", import.meta.url));
 const cli = process.env.SLUICEGATE_BIN ?? join(resolve(root, process.env.CARGO_TARGET_DIR ?? "target"), "debug", "sluicegate");
@@ -120,4 +120,15 @@ test("the preview admits exactly what `sluicegate simulate` admits", () => {
       assert.equal(page.bins.reduce((sum, [a]) => sum + a, 0), page.admitted);
     }
   }
+});
+
+test("a save from the page keeps the settings its form does not show", () => {
+  const stored = {
+    name: "api", version: 3, created_by: "root", updated_by: "root", created_at: "x", updated_at: "y",
+    algorithm: "token-bucket", capacity: 10, rate: 5, period: "1s", apps: ["web"], description: "",
+    shadow: true, on_full: "evict",
+  };
+  const shown = ["algorithm", "capacity", "rate", "period", "limit", "ban", "apps", "description"];
+  assert.deepEqual(unshownSettings(stored, shown), { shadow: true, on_full: "evict" });
+  assert.deepEqual(unshownSettings(null, shown), {});
 });
