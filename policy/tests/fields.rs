@@ -7,14 +7,18 @@ fn json(text: &str) -> Policy {
     serde_json::from_str(text).unwrap()
 }
 
+/// A policy file's `login`, one per hour, with `extra` added to its table.
+fn login_file(extra: &str) -> Policy {
+    let text = format!(
+        "[policies.login]\nalgorithm = \"fixed-window\"\nlimit = 1\nperiod = \"1h\"\n{extra}\n"
+    );
+    let mut file = File::parse("p.toml", &text).unwrap();
+    file.policies.remove("login").unwrap()
+}
+
 #[test]
 fn on_full_reads_and_writes_its_names() {
-    let file = File::parse(
-        "p.toml",
-        "[policies.login]\nalgorithm = \"fixed-window\"\nlimit = 1\nperiod = \"1h\"\non_full = \"evict\"\n",
-    )
-    .unwrap();
-    let login = &file.policies["login"];
+    let login = &login_file("on_full = \"evict\"");
     assert_eq!(login.on_full, Some(OnFull::Evict));
     assert!(login.build(Style::File).is_ok());
     let written = serde_json::to_value(login).unwrap();
@@ -47,12 +51,7 @@ fn max_lease_bounds_leases_only_and_is_at_least_the_lease() {
 
 #[test]
 fn shadow_reads_from_files_and_json_and_is_written_only_when_on() {
-    let file = File::parse(
-        "p.toml",
-        "[policies.login]\nalgorithm = \"fixed-window\"\nlimit = 1\nperiod = \"1h\"\nshadow = true\n",
-    )
-    .unwrap();
-    let login = &file.policies["login"];
+    let login = &login_file("shadow = true");
     assert!(login.shadow);
     assert!(login.build(Style::File).is_ok());
     assert_eq!(serde_json::to_value(login).unwrap()["shadow"], true);

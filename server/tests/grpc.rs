@@ -187,13 +187,7 @@ async fn grpc_answers_as_http_does() {
 async fn a_shadow_policy_answers_ok_with_the_would_be_status() {
     let (server, admin, web) = with_grpc().await;
     let once = r#"{"algorithm":"fixed-window","limit":1,"period":"1h","apps":["web"]"#;
-    create_policy(
-        &server,
-        &admin,
-        "trial",
-        &format!(r#"{once},"shadow":true}}"#),
-    )
-    .await;
+    create_policy(&server, &admin, "trial", &shadow(&format!("{once}}}"))).await;
     create_policy(&server, &admin, "strict", &format!("{once}}}")).await;
     let mut client = client(&server).await;
     let trial = || descriptor(&[("policy", "trial"), ("user", "alice")], None);

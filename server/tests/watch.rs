@@ -27,13 +27,7 @@ fn fields(answer: &Value) -> Vec<&str> {
 async fn a_shadow_policy_admits_reports_counts_and_is_audited() {
     let (server, admin) = TestServer::start().await;
     let web = app(&server, &admin, "web").await;
-    create_policy(
-        &server,
-        &admin,
-        "login",
-        &format!(r#"{HOURLY},"shadow":true}}"#),
-    )
-    .await;
+    create_policy(&server, &admin, "login", &shadow(&format!("{HOURLY}}}"))).await;
     let url = server.url("/v1/decide");
     let decide = || post(&url, &web, r#"{"policy":"login","key":"bob"}"#);
     let mut would = Vec::new();

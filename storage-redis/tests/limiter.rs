@@ -17,19 +17,12 @@ use sluicegate_core::{
 use sluicegate_redis::{
     Connected, ConnectedAsync, Error, LuaAlgorithm, Reconnecting, RedisLimiter, MAX_LUA_TICKS,
 };
+use sluicegate_test_support::ops::{op, Op};
 
 use common::Server;
 
 /// Around 2026 in µs since the Unix epoch.
 const EPOCH: Ticks = 1_790_000_000_000_000;
-
-#[derive(Debug, Clone)]
-enum Op {
-    Check,
-    Peek,
-    Reserve(Ticks),
-    Reset,
-}
 
 /// The three ways of calling one limiter, each on its own prefix of one server.
 struct Hosts<A: LuaAlgorithm> {
@@ -138,13 +131,7 @@ where
 }
 
 fn steps() -> impl Strategy<Value = Vec<(Ticks, Op, u64, u8)>> {
-    let op = prop_oneof![
-        4 => Just(Op::Check),
-        2 => Just(Op::Peek),
-        2 => (0..3 * SECOND).prop_map(Op::Reserve),
-        1 => Just(Op::Reset),
-    ];
-    prop::collection::vec((0..SECOND, op, 0..8u64, 0..3u8), 1..40)
+    prop::collection::vec((0..SECOND, op(), 0..8u64, 0..3u8), 1..40)
 }
 
 #[test]

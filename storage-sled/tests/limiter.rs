@@ -12,6 +12,7 @@ use sluicegate_core::{
     Reserve, SlidingLog, Ticks, TokenBucket, SECOND,
 };
 use sluicegate_sled::{Durability, SledLimiter};
+use sluicegate_test_support::ops::{op, Op};
 
 /// A clock the test moves while the limiter holds it.
 #[derive(Debug, Clone)]
@@ -21,16 +22,6 @@ impl Clock for Shared {
     fn now(&self) -> Ticks {
         self.0.now()
     }
-}
-
-/// One step: an operation, the time it happens at (given with the request, or set on
-/// the limiter's clock), a cost and a key.
-#[derive(Debug, Clone)]
-enum Op {
-    Check,
-    Peek,
-    Reserve(Ticks),
-    Reset,
 }
 
 /// Runs `steps` through the trait on one prefix and through the inherent methods on
@@ -75,13 +66,7 @@ fn trait_as_inherent<A: Reserve + Clone>(alg: A, steps: &[(Op, Ticks, bool, u64,
 }
 
 fn steps() -> impl Strategy<Value = Vec<(Op, Ticks, bool, u64, u8)>> {
-    let op = prop_oneof![
-        4 => Just(Op::Check),
-        2 => Just(Op::Peek),
-        2 => (0..3 * SECOND).prop_map(Op::Reserve),
-        1 => Just(Op::Reset),
-    ];
-    prop::collection::vec((op, 0..SECOND, any::<bool>(), 0..8u64, 0..3u8), 1..50).prop_map(
+    prop::collection::vec((op(), 0..SECOND, any::<bool>(), 0..8u64, 0..3u8), 1..50).prop_map(
         |steps| {
             let mut now = 1_700_000_000 * SECOND;
             steps

@@ -192,6 +192,14 @@ pub fn metric(metrics: &str, name: &str, policy: &str) -> u64 {
 }
 
 /// Creates policy `name` from its JSON `body` as `admin`.
+/// The policy `body` (a JSON object) made a shadow.
+pub fn shadow(body: &str) -> String {
+    format!(
+        r#"{},"shadow":true}}"#,
+        body.trim_end().trim_end_matches('}')
+    )
+}
+
 pub async fn create_policy(server: &TestServer, admin: &str, name: &str, body: &str) {
     let answer = put(
         &server.url(&format!("/v1/policies/{name}")),
