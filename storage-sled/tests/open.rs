@@ -3,6 +3,8 @@
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
 
 use sluicegate_sled::{open, Create, Error};
 
@@ -97,7 +99,16 @@ fn creates_only_where_the_parent_directory_exists() {
         db.insert(b"k", b"v".as_slice()).unwrap();
         db.flush().unwrap();
     }
-    // Created once, it is found without creating.
-    let db = open(&path, Create::Never).unwrap();
+    // Created once, it is found without creating (once sled's background thread has let
+    // go of the lock of the database just dropped: a moment later, under load).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let db = loop {
+        match open(&path, Create::Never) {
+            Err(Error::InUse { .. }) if Instant::now() < deadline => {
+                sleep(Duration::from_millis(10))
+            }
+            reopened => break reopened.unwrap(),
+        }
+    };
     assert_eq!(db.get(b"k").unwrap().unwrap().as_ref(), b"v");
 }
