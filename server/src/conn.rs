@@ -175,7 +175,7 @@ pub(crate) struct Gate {
 }
 
 /// HTTP/1's answer to a connection over the cap.
-pub(crate) const HTTP_REFUSAL: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: 36\r\nretry-after: 1\r\nconnection: close\r\n\r\n{\"error\":\"too many open connections\"}";
+pub(crate) const HTTP_REFUSAL: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: 37\r\nretry-after: 1\r\nconnection: close\r\n\r\n{\"error\":\"too many open connections\"}";
 
 impl Gate {
     pub(crate) fn new(
@@ -272,4 +272,20 @@ pub(crate) async fn serve_http1(
     }
     drop(gate);
     drain(&mut tasks, deadline).await;
+}
+
+#[cfg(test)]
+mod tests {
+    /// The refusal's `content-length` is its body's length, so a client reads it whole.
+    #[test]
+    fn the_refusal_declares_its_body_length() {
+        let text = std::str::from_utf8(super::HTTP_REFUSAL).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        let declared = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length: "))
+            .unwrap();
+        assert_eq!(declared.parse::<usize>().unwrap(), body.len());
+        assert!(serde_json::from_str::<serde_json::Value>(body).is_ok());
+    }
 }
