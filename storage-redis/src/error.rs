@@ -67,6 +67,16 @@ pub enum Error {
         /// The highest token the resource has seen.
         highest: u64,
     },
+    /// A grant that too few replicas acknowledged in time
+    /// ([`RedisLeases::with_replicas`](crate::RedisLeases::with_replicas)): it was given
+    /// back, nothing is held.
+    #[error("the grant reached {acknowledged} of the {wanted} replicas asked for in time; it was given back")]
+    NotReplicated {
+        /// Replicas that acknowledged it.
+        acknowledged: u64,
+        /// Replicas asked for.
+        wanted: u32,
+    },
     /// A lease call on no key at all.
     #[error("a lease call needs at least one key")]
     NoKeys,

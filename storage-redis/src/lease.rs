@@ -30,6 +30,14 @@ pub struct RedisLeases {
     concurrency: Concurrency,
     prefix: Vec<u8>,
     program: Program,
+    durable: Option<Durable>,
+}
+
+/// Grants returned only once replicas hold them (see [`RedisLeases::with_replicas`]).
+#[derive(Debug, Clone, Copy)]
+struct Durable {
+    replicas: u32,
+    timeout_ms: u64,
 }
 
 /// Which transition a call runs (the script's first argument).
@@ -78,7 +86,31 @@ impl RedisLeases {
             concurrency,
             program: Program::new(crate::lua::lease_script()),
             prefix: Vec::new(),
+            durable: None,
         }
+    }
+
+    /// Returns a grant (an acquire, a renew) only once `replicas` replicas acknowledged
+    /// it, waiting at most `timeout` (Redis's `WAIT`, sent after the grant on the same
+    /// connection). Redis replicates asynchronously: without this, a failover can promote
+    /// a replica that never saw the grant, and a second holder gets the lock. A grant
+    /// not acknowledged in time is given back (released) and the call is
+    /// [`Error::NotReplicated`], so the caller never holds a lease the next primary may
+    /// not know. It costs a second round trip and the replicas' acknowledgement on each
+    /// grant (see docs/redis.md for figures); denials and releases do not wait. Fencing
+    /// tokens are monotonic across a failover without it (they are at least the server's
+    /// time), so this guards mutual exclusion, not the tokens. On Redis Cluster `WAIT`
+    /// goes to the node the connection routes it to: use it with one primary (or
+    /// Sentinel).
+    pub fn with_replicas(mut self, replicas: u32, timeout: std::time::Duration) -> Self {
+        let timeout_ms = u64::try_from(timeout.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        self.durable = (replicas > 0).then_some(Durable {
+            replicas,
+            timeout_ms,
+        });
+        self
     }
 
     /// Puts `prefix` before every key.
@@ -119,7 +151,11 @@ impl RedisLeases {
         request: &LeaseRequest<'_>,
     ) -> Result<Acquired, Error> {
         let cmd = self.single(Op::Acquire, request)?;
-        acquired(self.run(con, &cmd, &[request.key])?).map(one)
+        let acquired = acquired(self.run(con, &cmd, &[request.key])?).map(one)?;
+        if acquired.grant.is_some() {
+            self.replicated(con, &[request.key], request.owner)?;
+        }
+        Ok(acquired)
     }
 
     /// Acquires a lease on every key of `keys` or on none, in one script (a multi-key
@@ -135,7 +171,11 @@ impl RedisLeases {
         ttl: Ticks,
     ) -> Result<(Decision, Vec<Grant>), Error> {
         let cmd = self.command(Op::Acquire, keys, owner, Some(ttl), None)?;
-        acquired(self.run(con, &cmd, keys)?)
+        let (decision, grants) = acquired(self.run(con, &cmd, keys)?)?;
+        if !grants.is_empty() {
+            self.replicated(con, keys, owner)?;
+        }
+        Ok((decision, grants))
     }
 
     /// Releases the owner's lease on the request's key once; it is freed when released
@@ -171,7 +211,9 @@ impl RedisLeases {
         request: &LeaseRequest<'_>,
     ) -> Result<Grant, Error> {
         let cmd = self.single(Op::Renew, request)?;
-        held(self.run(con, &cmd, &[request.key])?).map(first)
+        let grant = held(self.run(con, &cmd, &[request.key])?).map(first)?;
+        self.replicated(con, &[request.key], request.owner)?;
+        Ok(grant)
     }
 
     /// Renews `owner`'s leases on every key of `keys`, or, if one is gone, none.
@@ -183,7 +225,9 @@ impl RedisLeases {
         ttl: Ticks,
     ) -> Result<Vec<Grant>, Error> {
         let cmd = self.command(Op::Renew, keys, owner, Some(ttl), None)?;
-        held(self.run(con, &cmd, keys)?)
+        let grants = held(self.run(con, &cmd, keys)?)?;
+        self.replicated(con, keys, owner)?;
+        Ok(grants)
     }
 
     /// Acquires many leases, each request on its own, in one pipelined round trip (one
@@ -195,10 +239,26 @@ impl RedisLeases {
         requests: &[LeaseRequest<'_>],
     ) -> Result<Vec<Result<Acquired, Error>>, Error> {
         let replies = self.batch(con, Op::Acquire, requests)?;
-        Ok(replies
-            .into_iter()
+        let mut results: Vec<_> = (replies.into_iter())
             .map(|r| r.and_then(acquired).map(one))
-            .collect())
+            .collect();
+        let granted = |r: &Result<Acquired, Error>| matches!(r, Ok(a) if a.grant.is_some());
+        if let (Some(durable), true) = (self.durable, results.iter().any(granted)) {
+            let waited = durable.wait(con);
+            if !matches!(waited, Ok(None)) {
+                // Every grant of the batch is given back, and fails alike.
+                let given_back: Vec<_> = (requests.iter().zip(&results))
+                    .filter(|(_, r)| granted(r))
+                    .map(|(request, _)| *request)
+                    .collect();
+                let _ = self.release_batch(con, &given_back);
+                let acknowledged = waited.map_err(|e| Error::from_redis(e, b""))?;
+                for result in results.iter_mut().filter(|r| granted(r)) {
+                    *result = Err(durable.error(acknowledged.unwrap_or_default()));
+                }
+            }
+        }
+        Ok(results)
     }
 
     /// Releases many leases, each request on its own, in one pipelined round trip.
@@ -275,7 +335,11 @@ impl RedisLeases {
         request: &LeaseRequest<'_>,
     ) -> Result<Acquired, Error> {
         let cmd = self.single(Op::Acquire, request)?;
-        acquired(self.run_async(con, &cmd, &[request.key]).await?).map(one)
+        let acquired = acquired(self.run_async(con, &cmd, &[request.key]).await?).map(one)?;
+        if acquired.grant.is_some() {
+            self.replicated_async(con, request).await?;
+        }
+        Ok(acquired)
     }
 
     /// Asynchronous [`RedisLeases::release`].
@@ -295,7 +359,9 @@ impl RedisLeases {
         request: &LeaseRequest<'_>,
     ) -> Result<Grant, Error> {
         let cmd = self.single(Op::Renew, request)?;
-        held(self.run_async(con, &cmd, &[request.key]).await?).map(first)
+        let grant = held(self.run_async(con, &cmd, &[request.key]).await?).map(first)?;
+        self.replicated_async(con, request).await?;
+        Ok(grant)
     }
 
     /// Asynchronous [`RedisLeases::state`].
@@ -404,6 +470,45 @@ impl RedisLeases {
                 Ok(call)
             }
         }
+    }
+
+    /// With [`RedisLeases::with_replicas`]: waits for the replicas to acknowledge the
+    /// grant just made on `keys`; if too few do in time, releases it and fails.
+    fn replicated<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        keys: &[&[u8]],
+        owner: &[u8],
+    ) -> Result<(), Error> {
+        let Some(durable) = self.durable else {
+            return Ok(());
+        };
+        let error = match durable.wait(con) {
+            Ok(None) => return Ok(()),
+            Ok(Some(acknowledged)) => durable.error(acknowledged),
+            Err(e) => Error::from_redis(e, first_key(keys)),
+        };
+        // Given back on a best-effort basis: if this fails too, the lease expires.
+        let _ = self.release_all(con, keys, owner);
+        Err(error)
+    }
+
+    /// Asynchronous [`RedisLeases::replicated`] for one request.
+    async fn replicated_async<C: aio::ConnectionLike>(
+        &self,
+        con: &mut C,
+        request: &LeaseRequest<'_>,
+    ) -> Result<(), Error> {
+        let Some(durable) = self.durable else {
+            return Ok(());
+        };
+        let error = match durable.wait_async(con).await {
+            Ok(None) => return Ok(()),
+            Ok(Some(acknowledged)) => durable.error(acknowledged),
+            Err(e) => Error::from_redis(e, request.key),
+        };
+        let _ = self.release_async(con, request).await;
+        Err(error)
     }
 
     /// Sends `cmd` for `keys`; a script's report of a corrupt table is replaced by the
@@ -590,6 +695,37 @@ fn held(reply: Value) -> Result<Vec<Grant>, Error> {
             ))
         })
         .collect()
+}
+
+impl Durable {
+    /// `None` once enough replicas acknowledged what this connection wrote; else how
+    /// many did.
+    fn wait<C: ConnectionLike>(self, con: &mut C) -> redis::RedisResult<Option<u64>> {
+        let acknowledged: u64 = self.command().query(con)?;
+        Ok((acknowledged < u64::from(self.replicas)).then_some(acknowledged))
+    }
+
+    /// Asynchronous [`Durable::wait`].
+    async fn wait_async<C: aio::ConnectionLike>(
+        self,
+        con: &mut C,
+    ) -> redis::RedisResult<Option<u64>> {
+        let acknowledged: u64 = self.command().query_async(con).await?;
+        Ok((acknowledged < u64::from(self.replicas)).then_some(acknowledged))
+    }
+
+    fn command(self) -> redis::Cmd {
+        let mut wait = redis::cmd("WAIT");
+        wait.arg(self.replicas).arg(self.timeout_ms);
+        wait
+    }
+
+    fn error(self, acknowledged: u64) -> Error {
+        Error::NotReplicated {
+            acknowledged,
+            wanted: self.replicas,
+        }
+    }
 }
 
 impl From<LeaseError> for Error {
