@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 
 use redis::ConnectionLike;
 use sluicegate_core::{Concurrency, Decision, LeaseRequest, TokenBucket, SECOND};
+use sluicegate_redis::fleet::{FleetConfig, FleetLimiter, FleetMode};
 use sluicegate_redis::{
-    Error, Reconnecting, ReconnectingAsync, RedisLeases, RedisLimiter, DEFAULT_TIMEOUT,
+    Error, Outcome, Reconnecting, ReconnectingAsync, RedisLeases, RedisLimiter, DEFAULT_TIMEOUT,
 };
 
 use common::sentinel::{Sentinels, DOWN_AFTER_MS, FAILOVER_TIMEOUT_MS};
@@ -132,6 +133,56 @@ fn async_decisions_continue_on_the_promoted_replica() {
         runtime.block_on(limiter.check_async(&mut con, b"k", 1))
     });
     report("async", &failover);
+}
+
+#[test]
+fn a_fleet_node_continues_on_the_promoted_replica() {
+    let mut set = Sentinels::start();
+    let config = FleetConfig {
+        max_batch: 50,
+        ..FleetConfig::new(FleetMode::Prefetch)
+    };
+    let fleet = FleetLimiter::new(limiter(), b"shared", config).unwrap();
+    let mut con = Reconnecting::open(&set.url(), None).unwrap();
+    let check = |con: &mut Reconnecting| match fleet.check(con, 1) {
+        Ok(Outcome::Decided(decision)) => Ok(decision),
+        // Its default fail policy denies while Redis is away.
+        Ok(Outcome::Closed(e)) => Err(e),
+        Ok(other) => panic!("a fleet failing closed decided {other:?}"),
+        Err(e) => Err(e),
+    };
+    for _ in 0..200 {
+        assert!(check(&mut con).unwrap().allowed);
+    }
+    set.primary.kill();
+    // Prefetched units go on being spent while Redis is away; once they run out the
+    // node says unavailable, then decides again on the new primary.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (mut failed, mut recovered, mut after) = (None, None, 0);
+    while after < 200 {
+        assert!(Instant::now() < deadline, "no failover within 60 s");
+        match check(&mut con) {
+            Ok(decision) => {
+                assert!(decision.allowed, "{decision:?}");
+                if failed.is_some() {
+                    recovered.get_or_insert_with(Instant::now);
+                    after += 1;
+                }
+            }
+            Err(e) => {
+                assert!(e.is_unavailable(), "{e}");
+                assert!(after == 0, "a failure after the recovery: {e}");
+                failed.get_or_insert_with(Instant::now);
+                sleep(Duration::from_millis(2));
+            }
+        }
+        let _ = fleet.tick(&mut con);
+    }
+    assert_eq!(set.primary_port(), Some(set.replica.port));
+    println!(
+        "fleet: unavailable for {} ms across the failover",
+        (recovered.unwrap() - failed.unwrap()).as_millis()
+    );
 }
 
 fn runtime() -> tokio::runtime::Runtime {
