@@ -16,7 +16,9 @@
 //! `redis_rate_gcra` is go-redis redis_rate's GCRA script (`fixtures/redis_rate_gcra.lua`,
 //! its source and licence noted there), by `EVALSHA`. `sluicegate_token_bucket` is the
 //! path the client picks (the function library on this server), `sluicegate_evalsha` the
-//! script path, chosen.
+//! script path, chosen: a bucket of 10^6 per second, whose `capacity × period` fits a
+//! double (the fast path). `sluicegate_evalsha_large` is the same call on a bucket of
+//! 10^9 per 366 days, beyond it: the general path, its products in limbs.
 
 use sluicegate_test_support as common;
 
@@ -25,6 +27,7 @@ use std::hint::black_box;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use redis::{Connection, Pipeline};
 use sluicegate_benches::{named_keys, pipelined, BATCH, CONNECTIONS, KEYS};
+use sluicegate_core::limits::{MAX_LIMIT, MAX_PERIOD};
 use sluicegate_core::{Request, SlidingLog, TokenBucket, SECOND};
 use sluicegate_redis::{LuaAlgorithm, Path, RedisLimiter};
 
@@ -163,6 +166,11 @@ fn redis_benches(c: &mut Criterion) {
         .with_prefix("tbs:")
         .with_path(Path::Scripts)
         .unwrap();
+    let large = RedisLimiter::new(TokenBucket::new(MAX_LIMIT, MAX_LIMIT, MAX_PERIOD).unwrap())
+        .unwrap()
+        .with_prefix("tbl:")
+        .with_path(Path::Scripts)
+        .unwrap();
     let rate_keys = named_keys("rr:user:");
     let log = RedisLimiter::new(SlidingLog::new(1000, SECOND).unwrap())
         .unwrap()
@@ -195,7 +203,7 @@ fn redis_benches(c: &mut Criterion) {
     // calls from a key on, and one call on a key (the single group leaves the log out).
     type Pipelined<'a> = &'a (dyn Fn(&mut Connection, usize) + Sync);
     type Single<'a> = Option<&'a dyn Fn(&mut Connection, usize)>;
-    let cases: [(&str, &str, Pipelined, Single); 7] = [
+    let cases: [(&str, &str, Pipelined, Single); 8] = [
         (
             "sluicegate_token_bucket",
             "fcall",
@@ -210,6 +218,14 @@ fn redis_benches(c: &mut Criterion) {
             &|con, start| decide_batch(&evalsha, con, &keys, start),
             Some(&|con, i| {
                 black_box(evalsha.check(con, &keys[i], 1).unwrap().allowed);
+            }),
+        ),
+        (
+            "sluicegate_evalsha_large",
+            "evalsha",
+            &|con, start| decide_batch(&large, con, &keys, start),
+            Some(&|con, i| {
+                black_box(large.check(con, &keys[i], 1).unwrap().allowed);
             }),
         ),
         (
