@@ -261,7 +261,7 @@ macro_rules! lua_window {
     };
 }
 
-/// The windows of fixed size take the core's whole range.
+/// A fixed window and a sliding counter take the core's whole range of limits.
 fn any_limit(_: u64) -> Result<(), Error> {
     Ok(())
 }
