@@ -16,7 +16,11 @@
 //! `redis_rate_gcra` is go-redis redis_rate's GCRA script (`fixtures/redis_rate_gcra.lua`,
 //! its source and licence noted there), by `EVALSHA`. `sluicegate_token_bucket` is the
 //! path the client picks (the function library on this server), `sluicegate_evalsha` the
-//! script path, chosen.
+//! script path, chosen: a bucket of 10^6 per second, whose `capacity × period` fits a
+//! double (the fast path). `sluicegate_evalsha_general` is the same call on a bucket
+//! where it is between 2^52 and 2^53 (1.2 × 10^6 per 4000 s): the general path, in
+//! doubles; `sluicegate_evalsha_large` on a bucket of 10^9 per 366 days, beyond 2^53:
+//! the general path, its products in limbs.
 
 use sluicegate_test_support as common;
 
@@ -25,6 +29,7 @@ use std::hint::black_box;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use redis::{Connection, Pipeline};
 use sluicegate_benches::{named_keys, pipelined, BATCH, CONNECTIONS, KEYS};
+use sluicegate_core::limits::{MAX_LIMIT, MAX_PERIOD};
 use sluicegate_core::{Request, SlidingLog, TokenBucket, SECOND};
 use sluicegate_redis::{LuaAlgorithm, Path, RedisLimiter};
 
@@ -40,6 +45,22 @@ fn decide_batch<A: LuaAlgorithm>(
     for result in limiter.check_batch(con, &requests).unwrap() {
         assert!(result.unwrap().allowed);
     }
+}
+
+/// A pipeline of checks of `limiter` from a key on, and one check on a key.
+fn checks<'a>(
+    limiter: &'a RedisLimiter<TokenBucket>,
+    keys: &'a [Vec<u8>],
+) -> (
+    impl Fn(&mut Connection, usize) + Sync + 'a,
+    impl Fn(&mut Connection, usize) + 'a,
+) {
+    (
+        move |con: &mut Connection, start| decide_batch(limiter, con, keys, start),
+        move |con: &mut Connection, i: usize| {
+            black_box(limiter.check(con, &keys[i], 1).unwrap().allowed);
+        },
+    )
 }
 
 /// The floor script: the Redis calls and reply of a decision, without its arithmetic.
@@ -163,6 +184,16 @@ fn redis_benches(c: &mut Criterion) {
         .with_prefix("tbs:")
         .with_path(Path::Scripts)
         .unwrap();
+    let general = RedisLimiter::new(TokenBucket::new(1_200_000, 1_200_000, 4000 * SECOND).unwrap())
+        .unwrap()
+        .with_prefix("tbg:")
+        .with_path(Path::Scripts)
+        .unwrap();
+    let large = RedisLimiter::new(TokenBucket::new(MAX_LIMIT, MAX_LIMIT, MAX_PERIOD).unwrap())
+        .unwrap()
+        .with_prefix("tbl:")
+        .with_path(Path::Scripts)
+        .unwrap();
     let rate_keys = named_keys("rr:user:");
     let log = RedisLimiter::new(SlidingLog::new(1000, SECOND).unwrap())
         .unwrap()
@@ -191,27 +222,19 @@ fn redis_benches(c: &mut Criterion) {
     );
     assert_eq!(bucket.path(), Some(Path::Functions));
 
+    // Each bucket's pipeline of checks and single check.
+    let buckets = [
+        ("sluicegate_token_bucket", "fcall", &bucket),
+        ("sluicegate_evalsha", "evalsha", &evalsha),
+        ("sluicegate_evalsha_general", "evalsha", &general),
+        ("sluicegate_evalsha_large", "evalsha", &large),
+    ]
+    .map(|(name, command, limiter)| (name, command, checks(limiter, &keys)));
     // Each case: its name, the command whose server time it reports, one pipeline of
     // calls from a key on, and one call on a key (the single group leaves the log out).
     type Pipelined<'a> = &'a (dyn Fn(&mut Connection, usize) + Sync);
     type Single<'a> = Option<&'a dyn Fn(&mut Connection, usize)>;
-    let cases: [(&str, &str, Pipelined, Single); 7] = [
-        (
-            "sluicegate_token_bucket",
-            "fcall",
-            &|con, start| decide_batch(&bucket, con, &keys, start),
-            Some(&|con, i| {
-                black_box(bucket.check(con, &keys[i], 1).unwrap().allowed);
-            }),
-        ),
-        (
-            "sluicegate_evalsha",
-            "evalsha",
-            &|con, start| decide_batch(&evalsha, con, &keys, start),
-            Some(&|con, i| {
-                black_box(evalsha.check(con, &keys[i], 1).unwrap().allowed);
-            }),
-        ),
+    let others: [(&str, &str, Pipelined, Single); 5] = [
         (
             "redis_rate_gcra",
             "evalsha",
@@ -262,12 +285,20 @@ fn redis_benches(c: &mut Criterion) {
             }),
         ),
     ];
+    let cases: Vec<(&str, &str, Pipelined, Single)> = buckets
+        .iter()
+        .map(|(name, command, (batch, call))| {
+            let call: &dyn Fn(&mut Connection, usize) = call;
+            (*name, *command, batch as Pipelined, Some(call))
+        })
+        .chain(others)
+        .collect();
 
     // Counters from zero for the first function.
     server_time(&server, "", "");
     let mut group = c.benchmark_group("redis_pipelined");
     group.throughput(Throughput::Elements(BATCH as u64));
-    for (name, command, batch, _) in cases {
+    for &(name, command, batch, _) in &cases {
         group.bench_function(name, |b| {
             b.iter_custom(|iters| {
                 let connections = (0..CONNECTIONS).map(|_| server.connection()).collect();
@@ -282,7 +313,7 @@ fn redis_benches(c: &mut Criterion) {
     group.throughput(Throughput::Elements(1));
     let mut con = server.connection();
     let mut i = 0;
-    for (name, command, _, call) in cases {
+    for &(name, command, _, call) in &cases {
         let Some(call) = call else { continue };
         group.bench_function(name, |b| {
             b.iter(|| {

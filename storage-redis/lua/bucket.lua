@@ -28,13 +28,10 @@ local function bucket_room(rate, period, tol_t, tol_f, t, f)
   return muldiv(rate, ft, ff, period)
 end
 
--- cost * period / rate as (ticks, remainder), exact for cost <= 2^20: a call whose cost
--- the client could not know (take, refund) gets its scaled cost here.
+-- cost * period / rate as (ticks, remainder), exact: a call whose cost the client could
+-- not know (take, refund) gets its scaled cost here.
 local function scale(cost, rate, period)
-  local t = muldiv(cost, period, 0, rate)
-  local h, l = wide(cost, period, 0)
-  local qh, ql = times(t, rate)
-  return t, (h - qh) * SPLIT + (l - ql)
+  return muldivmod(cost, period, 0, rate)
 end
 
 local function gcra(tag)

@@ -1,8 +1,12 @@
 -- sluicegate: helpers shared by every script. Lua numbers are doubles, exact for integers
--- below 2^53; the one wider product the algorithms need is split so every step stays
--- below it. A function library's code sees no global but `redis` while it loads, so
--- the standard libraries are reached from inside functions only. The Rust side keeps inputs in this range (see `LuaAlgorithm` in src/lua.rs).
-local SPLIT = 1048576 -- 2^20: small factors (limits, rates, counts) are at most this
+-- below 2^53; the wider products and quotients the core computes in 128 bits (a limit or
+-- rate up to 10^9 times a period or a scaled instant) are computed in limbs of 24 bits,
+-- each held in a double, only when a product does not fit 2^53: one comparison decides.
+-- A function library's code sees no global but `redis` while it loads, so the standard
+-- libraries are reached from inside functions only. The Rust side keeps inputs in this
+-- range (see `LuaAlgorithm` in src/lua.rs).
+local LIMB = 16777216 -- 2^24
+local HALF = 281474976710656 -- 2^48: a wide number is hi * 2^48 + lo
 local MAX_NOW = 4503599627370496 -- 2^52 microseconds: the year 2112
 local EXACT = 9007199254740992 -- 2^53: every integer below is a double
 -- The formats of a state's header and its 1, 2 or 3 fields, built once.
@@ -22,65 +26,76 @@ local function get(key)
   return value or nil
 end
 
--- a * b + c as (hi, lo) = hi * 2^20 + lo, exact for a <= 2^20, b <= 2^52, c < 2^52.
-local function wide(a, b, c)
-  local bh = math.floor(b / SPLIT)
-  local lo = a * (b - bh * SPLIT) + c
-  local carry = math.floor(lo / SPLIT)
-  return a * bh + carry, lo - carry * SPLIT
+-- x, an integer below 2^72, as three limbs of 24 bits, lowest first. Dividing by a
+-- power of two is exact, so every step is.
+local function limbs(x)
+  local x0 = x % LIMB
+  x = (x - x0) / LIMB
+  local x1 = x % LIMB
+  return x0, x1, (x - x1) / LIMB
 end
 
--- a * b as (hi, lo), the smaller factor at most 2^20.
-local function times(a, b)
-  if a <= SPLIT then return wide(a, b, 0) end
-  return wide(b, a, 0)
+-- a * b + c as (hi, lo) = hi * 2^48 + lo, 0 <= lo < 2^48, exact for a, b, c below 2^72
+-- and a result below 2^101: a schoolbook product of limbs, each column (at most three
+-- products below 2^48 and carries) below 2^53.
+local function wide(a, b, c)
+  local a0, a1, a2 = limbs(a)
+  local b0, b1, b2 = limbs(b)
+  local c0, c1, c2 = limbs(c)
+  local t = a0 * b0 + c0
+  local r0 = t % LIMB
+  t = a0 * b1 + a1 * b0 + c1 + (t - r0) / LIMB
+  local r1 = t % LIMB
+  t = a0 * b2 + a1 * b1 + a2 * b0 + c2 + (t - r1) / LIMB
+  local r2 = t % LIMB
+  t = a1 * b2 + a2 * b1 + (t - r2) / LIMB
+  local r3 = t % LIMB
+  return r2 + (r3 + (a2 * b2 + (t - r3) / LIMB) * LIMB) * LIMB, r0 + r1 * LIMB
 end
 
 local function wide_le(h1, l1, h2, l2)
   return h1 < h2 or (h1 == h2 and l1 <= l2)
 end
 
--- a * b <= c * d, each product with one factor at most 2^20.
+-- a * b <= c * d, exactly. A product beyond 2^53 rounds to at least 2^53, so two below
+-- it are exact.
 local function product_le(a, b, c, d)
-  local h1, l1 = times(a, b)
-  local h2, l2 = times(c, d)
+  local x, y = a * b, c * d
+  if x < EXACT and y < EXACT then return x <= y end
+  local h1, l1 = wide(a, b, 0)
+  local h2, l2 = wide(c, d, 0)
   return wide_le(h1, l1, h2, l2)
 end
 
--- math.floor((a * b + c) / d) for a <= 2^20: the floating estimate is off by at most a few
--- units, and exact comparisons correct it.
-local function muldiv(a, b, c, d)
-  local n = a * b + c
-  local q = math.floor(n / d)
-  -- Fast path: n + d below 2^53 makes n, q * d and the remainder exact, and the estimate
-  -- is off by at most one.
-  if n < EXACT - d then
-    local r = n - q * d
-    if r < 0 then return q - 1 end
-    if r >= d then return q + 1 end
-    return q
-  end
-  local h, l = wide(a, b, c)
-  while q > 0 do
-    local qh, ql = times(q, d)
-    if wide_le(qh, ql, h, l) then break end
-    q = q - 1
-  end
-  while true do
-    local qh, ql = times(q + 1, d)
-    if not wide_le(qh, ql, h, l) then break end
-    q = q + 1
-  end
-  return q
-end
-
--- (math.floor(a / d), a % d) for 0 <= a <= 2^52, exact.
+-- (math.floor(a / d), a % d) for |a| + d below 2^53, exact: the floating estimate is
+-- off by at most one.
 local function divmod(a, d)
   local q = math.floor(a / d)
   local r = a - q * d
   if r < 0 then return q - 1, r + d end
   if r >= d then return q + 1, r - d end
   return q, r
+end
+
+-- (math.floor((a * b + c) / d), the remainder), exact for a quotient below 2^53 and d
+-- below 2^50. Fast path: a * b + c + d below 2^53 (one comparison; a larger result
+-- rounds to at least 2^53) is exact as a double. Else the floating estimate of the
+-- quotient is off by a few units at most, so the remainder it leaves, computed in
+-- limbs, is a few divisors at most: exact as a double, and it corrects the estimate.
+local function muldivmod(a, b, c, d)
+  local n = a * b + c
+  if n < EXACT - d then return divmod(n, d) end
+  local h, l = wide(a, b, c)
+  local q = math.floor((h * HALF + l) / d)
+  local qh, ql = wide(q, d, 0)
+  local k, r = divmod((h - qh) * HALF + (l - ql), d)
+  return q + k, r
+end
+
+-- math.floor((a * b + c) / d), as `muldivmod`.
+local function muldiv(a, b, c, d)
+  local q = muldivmod(a, b, c, d)
+  return q
 end
 
 -- Reads a state: version 1, `tag`, then `n` big-endian u64 fields; returns the fields

@@ -207,6 +207,7 @@ pub(crate) fn lua_now(now: Ticks) -> Result<Ticks, Error> {
             what: "now",
             value: now,
             max: MAX_LUA_TICKS,
+            reason: crate::error::INEXACT,
         });
     }
     Ok(now)

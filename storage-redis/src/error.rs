@@ -39,8 +39,9 @@ pub enum Error {
     /// TLS, or the CA given is not a PEM certificate. Retrying does not help.
     #[error("TLS: {0}")]
     Tls(String),
-    /// A parameter or input outside the range the scripts compute exactly.
-    #[error("{what} is {value}, beyond {max}, the most the Redis scripts compute exactly")]
+    /// A parameter or input outside the range the scripts take: a time beyond the range
+    /// they compute exactly, or a sliding log longer than they read on each decision.
+    #[error("{what} is {value}, beyond {max}, {reason}")]
     OutOfRange {
         /// The parameter or input.
         what: &'static str,
@@ -48,6 +49,8 @@ pub enum Error {
         value: u64,
         /// The most allowed.
         max: u64,
+        /// Why `max` is the most, and what to use beyond it.
+        reason: &'static str,
     },
     /// A composite's members share a hash tag made of the key, so it cannot be empty.
     #[error("a composite limit needs a non-empty key")]
@@ -98,6 +101,9 @@ pub enum Error {
     #[error("unexpected reply from the script")]
     Reply,
 }
+
+/// Why a time or token beyond the scripts' range is refused.
+pub(crate) const INEXACT: &str = "the most the Redis scripts compute exactly";
 
 impl Error {
     /// Whether Redis could not be reached (what a [`FailPolicy`](crate::FailPolicy)

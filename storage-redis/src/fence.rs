@@ -76,6 +76,7 @@ impl FencedResource {
                     what: "token",
                     value: *token,
                     max: MAX_LUA_TICKS * 2,
+                    reason: crate::error::INEXACT,
                 });
             }
             call.arg(source.as_ref()).arg(*token);

@@ -423,6 +423,7 @@ impl RedisLeases {
                 what: "now",
                 value: now,
                 max: MAX_LUA_TICKS,
+                reason: crate::error::INEXACT,
             });
         }
         let module = match (keys, op.module_command()) {

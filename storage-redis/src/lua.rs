@@ -3,13 +3,13 @@
 //! the entry point.
 
 use redis::Cmd;
-use sluicegate_core::limits::MAX_WAIT;
+use sluicegate_core::limits::{MAX_LIMIT, MAX_WAIT};
 use sluicegate_core::{
     Algorithm, Ban, BucketParams, Composite, Decision, DecodeError, FixedWindow, LeakyBucket,
     Pacing, Request, Reserve, SlidingCounter, SlidingLog, Ticks, TokenBucket,
 };
 
-use crate::error::Error;
+use crate::error::{Error, INEXACT};
 
 static LIB: &str = include_str!("../lua/lib.lua");
 static FIXED_WINDOW: &str = include_str!("../lua/fixed_window.lua");
@@ -104,14 +104,17 @@ pub(crate) fn lease_script() -> String {
     [LIB, LEASE, LEASE_TAIL].concat()
 }
 
-/// The largest limit, capacity or rate the scripts take: their products with periods
-/// must split into exact halves of a Lua double.
-pub const MAX_LUA_LIMIT: u64 = 1_000_000;
+/// The largest limit, capacity or rate the scripts take: the core's. Their products with
+/// periods are computed in limbs where they exceed a Lua double (see `lua/lib.lua`).
+pub const MAX_LUA_LIMIT: u64 = MAX_LIMIT;
 /// The largest limit of a sliding log on Redis. The script reads and checks every entry
 /// of the log on each decision, blocking the server meanwhile: a full log of 2000
 /// entries (one per unit, the worst case) takes about 0.6 ms; 10^4 take 3 ms and the
 /// core's 10^5 30 ms, too long to block every other client.
 pub const MAX_LUA_LOG_LIMIT: u64 = 2000;
+/// Why a longer sliding log is refused, and what to use instead.
+const LOG_TOO_LONG: &str = "the longest sliding log the Redis scripts keep (each decision \
+    reads the whole log, blocking the server): use a sliding counter, or the module";
 /// The longest bucket horizon (`capacity × period / rate`) the scripts take, in ticks
 /// (about 71 years): instants plus horizons stay below 2^53.
 pub const MAX_LUA_HORIZON: Ticks = 1 << 51;
@@ -121,11 +124,10 @@ pub const MAX_LUA_TICKS: Ticks = 1 << 52;
 
 /// An algorithm the Redis scripts implement: every algorithm of the core.
 ///
-/// The scripts reproduce the core's integer math exactly within the Lua range, which is
-/// narrower than the core's: limits, capacities and rates up to [`MAX_LUA_LIMIT`]
-/// (a sliding log's limit up to [`MAX_LUA_LOG_LIMIT`]),
-/// bucket horizons up to [`MAX_LUA_HORIZON`], ban thresholds and times up to
-/// [`MAX_LUA_TICKS`]; any cost.
+/// The scripts reproduce the core's integer math exactly within the Lua range: the
+/// core's limits, capacities, rates and periods (a sliding log's limit up to
+/// [`MAX_LUA_LOG_LIMIT`]), bucket horizons up to [`MAX_LUA_HORIZON`], ban thresholds
+/// and times up to [`MAX_LUA_TICKS`]; any cost.
 pub trait LuaAlgorithm: Algorithm {
     /// Appends the Lua files this algorithm needs to `files`.
     fn lua_files(&self, files: &mut Vec<&'static str>);
@@ -209,18 +211,26 @@ pub(crate) fn script<A: LuaAlgorithm>(algorithm: &A) -> String {
     files.concat()
 }
 
-fn in_range(what: &'static str, value: u64, max: u64) -> Result<(), Error> {
+fn in_range(what: &'static str, value: u64, max: u64, reason: &'static str) -> Result<(), Error> {
     if value <= max {
         Ok(())
     } else {
-        Err(Error::OutOfRange { what, value, max })
+        Err(Error::OutOfRange {
+            what,
+            value,
+            max,
+            reason,
+        })
     }
 }
 
+/// Why a ban or a composite member of several keys is refused.
+const ONE_KEY: &str = "the most the Redis scripts nest: a composite's members are single limits";
+
 /// Implements [`LuaAlgorithm`] for a window algorithm: its name, limit and period, then
-/// the flags named after them.
+/// the flags named after them; `$range` checks its parameters.
 macro_rules! lua_window {
-    ($type:ty, $name:literal, $file:expr, $max:expr $(, $flag:ident)?) => {
+    ($type:ty, $name:literal, $file:expr, $range:expr $(, $flag:ident)?) => {
         impl LuaAlgorithm for $type {
             fn lua_files(&self, files: &mut Vec<&'static str>) {
                 files.push($file);
@@ -245,26 +255,35 @@ macro_rules! lua_window {
             }
 
             fn lua_range(&self) -> Result<(), Error> {
-                in_range("limit", self.params().limit, $max)
+                $range(self.params().limit)
             }
         }
     };
+}
+
+/// A fixed window and a sliding counter take the core's whole range of limits.
+fn any_limit(_: u64) -> Result<(), Error> {
+    Ok(())
+}
+
+fn log_limit(limit: u64) -> Result<(), Error> {
+    in_range("limit", limit, MAX_LUA_LOG_LIMIT, LOG_TOO_LONG)
 }
 
 lua_window!(
     FixedWindow,
     "fixed_window",
     FIXED_WINDOW,
-    MAX_LUA_LIMIT,
+    any_limit,
     counts_denied
 );
 lua_window!(
     SlidingCounter,
     "sliding_counter",
     SLIDING_COUNTER,
-    MAX_LUA_LIMIT
+    any_limit
 );
-lua_window!(SlidingLog, "sliding_log", SLIDING_LOG, MAX_LUA_LOG_LIMIT);
+lua_window!(SlidingLog, "sliding_log", SLIDING_LOG, log_limit);
 
 /// A bucket's script arguments: its name, then one string of seven big-endian u64 (one
 /// unpack in Lua instead of seven conversions): the burst, rate and period, then
@@ -348,11 +367,14 @@ fn fast_state<A: Algorithm>(
 }
 
 fn bucket_range(params: BucketParams, burst: u64) -> Result<(), Error> {
-    in_range("capacity", params.capacity, MAX_LUA_LIMIT)?;
-    in_range("rate", params.rate, MAX_LUA_LIMIT)?;
     let horizon = u128::from(burst) * u128::from(params.period) / u128::from(params.rate);
     let horizon = u64::try_from(horizon).unwrap_or(u64::MAX);
-    in_range("capacity × period / rate", horizon, MAX_LUA_HORIZON)
+    in_range(
+        "capacity × period / rate",
+        horizon,
+        MAX_LUA_HORIZON,
+        INEXACT,
+    )
 }
 
 /// Implements [`LuaAlgorithm`] for a bucket whose burst is `capacity + $extra`, tagged
@@ -441,8 +463,13 @@ impl<A: LuaAlgorithm> LuaAlgorithm for Ban<A> {
     }
 
     fn lua_range(&self) -> Result<(), Error> {
-        in_range("ban threshold", self.threshold(), MAX_LUA_TICKS)?;
-        in_range("keys of a banned limit", self.inner().lua_keys() as u64, 1)?;
+        in_range("ban threshold", self.threshold(), MAX_LUA_TICKS, INEXACT)?;
+        in_range(
+            "keys of a banned limit",
+            self.inner().lua_keys() as u64,
+            1,
+            ONE_KEY,
+        )?;
         self.inner().lua_range()
     }
 }
@@ -477,7 +504,12 @@ impl<A: LuaAlgorithm> LuaAlgorithm for Composite<A> {
 
     fn lua_range(&self) -> Result<(), Error> {
         for member in self.members() {
-            in_range("keys of a composite member", member.lua_keys() as u64, 1)?;
+            in_range(
+                "keys of a composite member",
+                member.lua_keys() as u64,
+                1,
+                ONE_KEY,
+            )?;
             member.lua_range()?;
         }
         Ok(())

@@ -8,6 +8,7 @@
 mod common;
 
 use proptest::prelude::*;
+use sluicegate_core::limits::{MAX_LIMIT, MAX_PERIOD};
 use sluicegate_core::{
     Ban, Composite, Decision, FixedWindow, LeakyBucket, Pacing, Request, SlidingCounter,
     SlidingLog, Ticks, TokenBucket, SECOND,
@@ -205,6 +206,21 @@ fn ban_and_composite() {
         .unwrap();
         (composite, p, c)
     }));
+}
+
+/// The top of the range: limits, capacities and rates within a thousand of 10^9 and
+/// periods within a thousand ticks of 366 days, where the scripts compute in limbs.
+#[test]
+fn top_of_range() {
+    let limit = || MAX_LIMIT - 1000..=MAX_LIMIT;
+    let period = || MAX_PERIOD - 1000..=MAX_PERIOD;
+    cases(
+        (limit(), limit(), period())
+            .prop_map(|(c, r, p)| (TokenBucket::new(c, r, p).unwrap(), p, c)),
+    );
+    cases((limit(), limit(), period()).prop_map(|(c, r, p)| (Pacing::new(c, r, p).unwrap(), p, c)));
+    cases((limit(), period()).prop_map(|(l, p)| (SlidingCounter::new(l, p).unwrap(), p, l)));
+    cases((limit(), period()).prop_map(|(l, p)| (FixedWindow::new(l, p).unwrap(), p, l)));
 }
 
 /// One command per batch: a batch of 32 is one `SLUICEGATE.BATCH` or one `FCALL`.

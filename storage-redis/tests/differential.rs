@@ -82,8 +82,16 @@ fn threshold() -> impl Strategy<Value = u64> {
     prop_oneof![4 => 0..=8u64, 1 => Just(MAX_LUA_TICKS)]
 }
 
+/// A period: short, up to an hour, up to the core's longest (366 days), or within a
+/// thousand ticks of it.
 fn period() -> impl Strategy<Value = Ticks> {
-    prop_oneof![1..=10u64, 1..=10_000u64, 1..=SECOND * 3600, 1..=MAX_PERIOD]
+    prop_oneof![
+        1..=10u64,
+        1..=10_000u64,
+        1..=SECOND * 3600,
+        1..=MAX_PERIOD,
+        MAX_PERIOD - 1000..=MAX_PERIOD
+    ]
 }
 
 /// The bytes each of an algorithm's keys should hold for a core state.

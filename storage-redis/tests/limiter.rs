@@ -205,6 +205,7 @@ fn a_time_beyond_the_scripts_range_is_a_typed_error() {
                     what: "now",
                     value,
                     max,
+                    ..
                 }) => {
                     assert_eq!((value, max), (late, MAX_LUA_TICKS));
                 }

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
 use redis::ConnectionLike;
+use sluicegate_core::limits::{MAX_LIMIT, MAX_PERIOD};
 use sluicegate_core::memory::KeyedLimiter;
 use sluicegate_core::{
     Algorithm, Composite, FixedWindow, LeakyBucket, Request, SlidingLog, Ticks, TokenBucket,
@@ -306,20 +307,28 @@ fn the_seed_funnel_replies_like_cl_throttle() {
 
 #[test]
 fn bad_input_is_refused_before_reaching_redis() {
-    let huge = RedisLimiter::new(FixedWindow::new(2_000_000, SECOND).unwrap());
-    assert!(matches!(huge, Err(Error::OutOfRange { what: "limit", .. })));
-    // A sliding log's script reads every entry: its limit is capped lower.
+    // The core's whole range of limits and periods runs on the scripts.
+    let huge = FixedWindow::new(MAX_LIMIT, MAX_PERIOD).unwrap();
+    assert!(RedisLimiter::new(huge).is_ok());
+    // A sliding log's script reads every entry: its limit is capped lower, and the
+    // error names what to use instead.
     let log = SlidingLog::new(sluicegate_redis::MAX_LUA_LOG_LIMIT, SECOND).unwrap();
     assert!(RedisLimiter::new(log).is_ok());
     let log = SlidingLog::new(sluicegate_redis::MAX_LUA_LOG_LIMIT + 1, SECOND).unwrap();
+    let refused = RedisLimiter::new(log);
     assert!(matches!(
-        RedisLimiter::new(log),
+        refused,
         Err(Error::OutOfRange {
             what: "limit",
             max: 2000,
             ..
         })
     ));
+    let message = refused.err().unwrap().to_string();
+    assert!(
+        message.contains("sliding counter") && message.contains("module"),
+        "{message}"
+    );
     let long = RedisLimiter::new(TokenBucket::new(1_000_000, 1, 3600 * SECOND).unwrap());
     assert!(matches!(long, Err(Error::OutOfRange { .. })));
     let server = Server::start();

@@ -4,9 +4,15 @@ use proptest::prelude::*;
 use sluicegate_core::Ticks;
 use sluicegate_redis::MAX_LUA_LIMIT;
 
-/// A limit: small, middling, or up to the largest the scripts take.
+/// A limit: small, middling, up to the largest the scripts take (the core's), or within
+/// a thousand of it, where the scripts compute in limbs.
 pub fn limit() -> impl Strategy<Value = u64> {
-    prop_oneof![1..=4u64, 1..=100u64, 1..=MAX_LUA_LIMIT]
+    prop_oneof![
+        1..=4u64,
+        1..=100u64,
+        1..=MAX_LUA_LIMIT,
+        MAX_LUA_LIMIT - 1000..=MAX_LUA_LIMIT
+    ]
 }
 
 /// The gap before a request: none, a few ticks, or up to three periods.
@@ -14,14 +20,15 @@ pub fn gap(period: Ticks) -> impl Strategy<Value = Ticks> {
     prop_oneof![Just(0), 0..4u64, 0..=period / 8, 0..=period, 0..=3 * period]
 }
 
-/// A cost around `limit`: none, one, up to a quarter of it, up to just past it, or the
-/// most a caller can ask.
+/// A cost around `limit` (at least 1): none, one, up to a quarter of it, up to just past
+/// it, at it, or the most a caller can ask.
 pub fn cost(limit: u64) -> impl Strategy<Value = u64> {
     prop_oneof![
         Just(0),
         Just(1),
         0..=limit / 4 + 1,
         0..=limit + 2,
+        limit.saturating_sub(1)..=limit + 1,
         Just(u64::MAX)
     ]
 }
