@@ -150,15 +150,26 @@ fn an_unreachable_redis_fails_with_exit_code_4_within_the_timeout() {
 #[test]
 fn a_policy_beyond_the_lua_range_is_refused_on_redis() {
     let redis = common::Server::start();
+    // The core's range runs on the scripts: ten million a month.
     let out = sluicegate(
         format!(
-            "check k --algorithm fixed-window --limit 2000000 --period 1s --backend {}",
+            "check k --algorithm fixed-window --limit 10000000 --period 30d --backend {}",
+            redis.url()
+        )
+        .split_whitespace(),
+    );
+    assert_exit(&out, 0);
+    // A sliding log beyond what a script may keep is refused, naming the alternatives.
+    let out = sluicegate(
+        format!(
+            "check k --algorithm sliding-log --limit 2001 --period 1s --backend {}",
             redis.url()
         )
         .split_whitespace(),
     );
     assert_exit(&out, 2);
     assert_contains(&stderr(&out), "cannot run on Redis");
+    assert_contains(&stderr(&out), "sliding counter");
     // A time within the core's range but beyond the scripts' exact range.
     let url = redis.url();
     let out = bucket(&[

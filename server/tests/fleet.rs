@@ -47,9 +47,16 @@ async fn two_servers_one_limit_and_one_set_of_policies() {
     let web = app(&a, &admin, "web").await;
     let policy = r#"{"algorithm":"fixed-window","limit":10,"period":"1h","apps":["web"]}"#;
     create_policy(&a, &admin, "api", policy).await;
-    // Beyond what the Redis scripts compute exactly: 422, nothing stored.
-    let huge = policy.replace("\"limit\":10", "\"limit\":2000000");
-    let refused = put(&a.url("/v1/policies/huge"), &admin, &huge, None).await;
+    // The core's range runs on Redis: ten million a month.
+    let monthly = policy.replace(
+        "\"limit\":10,\"period\":\"1h\"",
+        "\"limit\":10000000,\"period\":\"30d\"",
+    );
+    let created = put(&a.url("/v1/policies/monthly"), &admin, &monthly, None).await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
+    // A sliding log beyond what a script may keep: 422, nothing stored.
+    let huge = r#"{"algorithm":"sliding-log","limit":2001,"period":"1h","apps":["web"]}"#;
+    let refused = put(&a.url("/v1/policies/huge"), &admin, huge, None).await;
     assert_eq!(
         refused.status,
         StatusCode::UNPROCESSABLE_ENTITY,
