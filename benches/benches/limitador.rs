@@ -23,11 +23,16 @@ use sluicegate_core::memory::KeyedLimiter;
 use sluicegate_core::{FixedWindow, TokenBucket, SECOND};
 
 const LIMIT: u64 = 1_000_000;
-const KEYS: u64 = 10_000;
+const KEYS: usize = 10_000;
 
 /// The keys `k0`, `k1`, … as both libraries take them.
 fn keys() -> Vec<String> {
     (0..KEYS).map(|k| format!("k{k}")).collect()
+}
+
+/// The item of step `step` of the walk over `items` (the same for every limiter).
+fn pick<T>(items: &[T], step: u64) -> &T {
+    &items[usize::try_from(walk(step, items.len() as u64)).unwrap_or(0)]
 }
 
 /// limitador's `limiter` with the one limit, and a context per key.
@@ -51,33 +56,26 @@ fn limitador(limiter: RateLimiter) -> (RateLimiter, Namespace, Vec<Context<'stat
 fn memory(c: &mut Criterion) {
     let mut group = c.benchmark_group("limitador_memory");
     let keys = keys();
-    let window = KeyedLimiter::new(FixedWindow::new(LIMIT, SECOND).unwrap(), 2 * KEYS as usize);
-    let bucket = KeyedLimiter::new(
-        TokenBucket::new(LIMIT, LIMIT, SECOND).unwrap(),
-        2 * KEYS as usize,
-    );
-    let (peer, namespace, contexts) = limitador(RateLimiter::new(2 * KEYS));
+    let window = KeyedLimiter::new(FixedWindow::new(LIMIT, SECOND).unwrap(), 2 * KEYS);
+    let bucket = KeyedLimiter::new(TokenBucket::new(LIMIT, LIMIT, SECOND).unwrap(), 2 * KEYS);
+    let (peer, namespace, contexts) = limitador(RateLimiter::new(2 * KEYS as u64));
     let mut step = 0;
     group.bench_function("sluicegate_fixed_window", |b| {
         b.iter(|| {
             step += 1;
-            window
-                .check(keys[walk(step, KEYS) as usize].as_str(), 1)
-                .allowed
+            window.check(pick(&keys, step).as_str(), 1).allowed
         })
     });
     group.bench_function("sluicegate_token_bucket", |b| {
         b.iter(|| {
             step += 1;
-            bucket
-                .check(keys[walk(step, KEYS) as usize].as_str(), 1)
-                .allowed
+            bucket.check(pick(&keys, step).as_str(), 1).allowed
         })
     });
     group.bench_function("limitador", |b| {
         b.iter(|| {
             step += 1;
-            let ctx = &contexts[walk(step, KEYS) as usize];
+            let ctx = pick(&contexts, step);
             black_box(
                 peer.check_rate_limited_and_update(&namespace, ctx, 1)
                     .unwrap(),

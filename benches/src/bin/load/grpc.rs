@@ -47,7 +47,8 @@ impl Calls {
 
     /// The `n`th turn's call.
     fn call(&self, n: u64) -> tonic::Request<RateLimitRequest> {
-        let request = &self.requests[(n % self.requests.len() as u64) as usize];
+        let i = usize::try_from(n % self.requests.len() as u64).unwrap_or(0);
+        let request = &self.requests[i];
         let mut call = tonic::Request::new(request.clone());
         call.metadata_mut()
             .insert("authorization", self.token.clone());
