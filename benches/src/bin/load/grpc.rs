@@ -14,7 +14,7 @@ use sluicegate_server::grpc::envoy::service::ratelimit::v3::{
 use tonic::metadata::MetadataValue;
 use tonic::transport::{Channel, Endpoint};
 
-use crate::measure::{Load, Outcome, Phase};
+use crate::measure::{turns, Load, Phase, Sender};
 
 /// What the calls carry: the domain (sluicegate's policy, limitador's namespace), one
 /// descriptor `k=k{i}` per key, and a bearer token (which a peer ignores).
@@ -73,28 +73,25 @@ async fn connect(addr: &str, n: usize) -> Result<Vec<Channel>, String> {
     Ok(channels)
 }
 
-/// Worker `w`: calls one after another on `channel` as `load` says. An `OVER_LIMIT` is
-/// an answer like `OK`; an error status or `UNKNOWN` is a failure.
-async fn worker(channel: Channel, calls: Calls, load: Load, start: Instant, w: usize) -> Outcome {
-    let mut client = RateLimitServiceClient::new(channel);
-    let mut outcome = Outcome::default();
-    let (until, count) = load.bounds(start, w);
-    let mut pace = load.pace(start, w);
-    let mut n = w as u64 * 1_000_003;
-    let mut sent = 0;
-    while sent < count && Instant::now() < until {
-        sent += 1;
-        n = n.wrapping_add(7919);
-        let start = pace.next().await;
-        match client.should_rate_limit(calls.call(n)).await {
-            Ok(answer) if answer.get_ref().overall_code != Code::Unknown as i32 => {
-                outcome.answered(start);
-            }
-            Ok(answer) => outcome.fail(format!("no verdict: {:?}", answer.get_ref())),
-            Err(status) => outcome.fail(status.to_string()),
+/// One worker's calls. An `OVER_LIMIT` is an answer like `OK`; an error status or
+/// `UNKNOWN` is a failure.
+struct Grpc {
+    client: RateLimitServiceClient<Channel>,
+    calls: Calls,
+}
+
+impl Sender for Grpc {
+    async fn ready(&mut self) -> Result<(), String> {
+        Ok(())
+    }
+
+    async fn send(&mut self, n: u64) -> Result<(), String> {
+        match self.client.should_rate_limit(self.calls.call(n)).await {
+            Ok(answer) if answer.get_ref().overall_code != Code::Unknown as i32 => Ok(()),
+            Ok(answer) => Err(format!("no verdict: {:?}", answer.get_ref())),
+            Err(status) => Err(status.to_string()),
         }
     }
-    outcome
 }
 
 /// `calls` sent to `addr` over `connections` connections, `load.workers` calls in flight
@@ -110,7 +107,9 @@ pub async fn phase(
     let tasks = (0..load.workers)
         .map(|w| {
             let channel = channels[w % channels.len()].clone();
-            tokio::spawn(worker(channel, calls.clone(), load, start, w))
+            let client = RateLimitServiceClient::new(channel);
+            let calls = calls.clone();
+            tokio::spawn(turns(Grpc { client, calls }, load, start, w))
         })
         .collect();
     Ok(Phase::gather(start, tasks).await)

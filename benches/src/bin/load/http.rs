@@ -10,7 +10,7 @@ use hyper::{Method, Request, StatusCode, Uri};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
-use crate::measure::{Load, Outcome, Phase};
+use crate::measure::{turns, Load, Outcome, Phase, Sender};
 
 /// What a connection sends, every part made once and cloned per request (a clone of
 /// `Bytes` or a `HeaderValue` counts a reference), so the generator's work per request
@@ -135,59 +135,52 @@ pub async fn exchange(
     Ok((status, body))
 }
 
-/// Connection `w` sending requests one after another as `load` says: its latencies (µs)
-/// and errors. A 429 (a peer's denial) is an answer like any other.
-async fn connection(addr: String, ask: Ask, load: Load, start: Instant, w: usize) -> Outcome {
-    let mut outcome = Outcome::default();
-    let mut sender = match open(&addr).await {
-        Ok(sender) => sender,
-        Err(why) => {
-            outcome.fail(why);
-            return outcome;
-        }
-    };
-    let (until, count) = load.bounds(start, w);
-    let mut pace = load.pace(start, w);
-    let mut n = w as u64 * 1_000_003;
-    let mut sent = 0;
-    while sent < count && Instant::now() < until {
-        sent += 1;
-        n = n.wrapping_add(7919);
+/// One HTTP/1.1 connection's requests. A 429 (a peer's denial) is an answer like any
+/// other.
+struct Http {
+    sender: hyper::client::conn::http1::SendRequest<Full<Bytes>>,
+    ask: Ask,
+}
+
+impl Sender for Http {
+    async fn ready(&mut self) -> Result<(), String> {
         // A request sent before the connection is ready again (its task has not yet
         // taken the last answer's end) is refused.
-        if let Err(e) = sender.ready().await {
-            outcome.fail(e.to_string());
-            break;
+        self.sender.ready().await.map_err(|e| e.to_string())
+    }
+
+    async fn send(&mut self, n: u64) -> Result<(), String> {
+        let response = self
+            .sender
+            .send_request(self.ask.request(n))
+            .await
+            .map_err(|e| e.to_string())?;
+        let status = response.status();
+        if status.is_success() || status == StatusCode::TOO_MANY_REQUESTS {
+            return drain(response.into_body()).await.map_err(|e| e.to_string());
         }
-        let start = pace.next().await;
-        let failure = match sender.send_request(ask.request(n)).await {
-            Ok(response)
-                if response.status().is_success()
-                    || response.status() == StatusCode::TOO_MANY_REQUESTS =>
-            {
-                drain(response.into_body())
-                    .await
-                    .err()
-                    .map(|e| e.to_string())
-            }
-            Ok(response) => {
-                let status = response.status();
-                match response.into_body().collect().await {
-                    Ok(body) => Some(format!(
-                        "{status} {}",
-                        String::from_utf8_lossy(&body.to_bytes())
-                    )),
-                    Err(e) => Some(e.to_string()),
-                }
-            }
-            Err(e) => Some(e.to_string()),
-        };
-        match failure {
-            None => outcome.answered(start),
-            Some(why) => outcome.fail(why),
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| e.to_string())?;
+        Err(format!(
+            "{status} {}",
+            String::from_utf8_lossy(&body.to_bytes())
+        ))
+    }
+}
+
+/// Connection `w` sending requests one after another as `load` says.
+async fn connection(addr: String, ask: Ask, load: Load, start: Instant, w: usize) -> Outcome {
+    match open(&addr).await {
+        Ok(sender) => turns(Http { sender, ask }, load, start, w).await,
+        Err(why) => {
+            let mut outcome = Outcome::default();
+            outcome.fail(why);
+            outcome
         }
     }
-    outcome
 }
 
 /// Sends a few decisions outside the measured phases and checks their JSON: the policy

@@ -59,6 +59,38 @@ impl Pace {
     }
 }
 
+/// A worker's way of asking: HTTP/1.1 on one connection, or gRPC calls.
+pub trait Sender {
+    /// Waits until a request may be sent; an error ends the worker.
+    async fn ready(&mut self) -> Result<(), String>;
+    /// Sends the request of turn `n` and waits for its whole answer.
+    async fn send(&mut self, n: u64) -> Result<(), String>;
+}
+
+/// Worker `w`'s turns through `sender` as `load` says: its latencies (µs) and errors.
+/// Each worker walks the keys from its own place.
+pub async fn turns(mut sender: impl Sender, load: Load, start: Instant, w: usize) -> Outcome {
+    let mut outcome = Outcome::default();
+    let (until, count) = load.bounds(start, w);
+    let mut pace = load.pace(start, w);
+    let mut n = w as u64 * 1_000_003;
+    let mut sent = 0;
+    while sent < count && Instant::now() < until {
+        sent += 1;
+        n = n.wrapping_add(7919);
+        if let Err(why) = sender.ready().await {
+            outcome.fail(why);
+            break;
+        }
+        let due = pace.next().await;
+        match sender.send(n).await {
+            Ok(()) => outcome.answered(due),
+            Err(why) => outcome.fail(why),
+        }
+    }
+    outcome
+}
+
 /// What one phase measured.
 pub struct Phase {
     pub requests: usize,
