@@ -1,0 +1,358 @@
+//! A load generator for `sluicegate serve`, in two modes.
+//!
+//! Beside a peer (`--protocol`, see `side.rs`): servers started as processes of their own,
+//! row by row, each measured for decisions a second, latency and its CPU per decision:
+//!
+//! ```text
+//! cargo run --release -p sluicegate-benches --bin load -- --protocol grpc|http
+//!     --backend memory|redis|redis://… [--peer limitador] [--duration 10] [--json]
+//!     [--connections N] [--in-flight M] [--keys K] [--rate R]
+//! ```
+//!
+//! Alone (no `--protocol`): an HTTP load generator, N keep-alive connections (64 by default)
+//! each sending one request after another for a fixed time, first `GET /healthz` (the
+//! floor: the same server answering without deciding), then `POST /v1/decide`, and the
+//! decisions per second, p50 and p99 of each, and their ratio.
+//!
+//! ```text
+//! cargo run --release -p sluicegate-benches --bin load -- [--duration 10s] [--connections 64]
+//!     [--keys 10000] [--decisions redis://127.0.0.1:6379]          # a server in this process
+//! cargo run --release -p sluicegate-benches --bin load -- --url http://HOST:PORT
+//!     --policy api                                        # a running one (SLUICEGATE_TOKEN: an app token)
+//! load --serve [--decisions redis://…]     # only the server: prints `ADDR TOKEN`, serves until killed
+//! load --url … --requests 200000 --only decide   # a fixed number of requests, one phase
+//! ```
+//!
+//! Without `--url` it starts a `sluicegate serve` in this process (its own runtime and
+//! threads, named `sluicegate-serve`, a fresh embedded store, an app and a token bucket
+//! that never denies), in memory or with `--decisions`. `--serve` runs that server alone,
+//! so a profiler (`perf stat -p`) counts the server and not the generator.
+//!
+//! Both phases cost the generator alike: requests are built from values made once
+//! (bodies and headers are `Bytes`, cloned per request) and answers are drained
+//! unparsed, only their status checked; a few decisions' JSON is checked before the
+//! measured phases.
+
+mod grpc;
+mod http;
+mod measure;
+mod procs;
+mod side;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use http::{call, check_answers, phase, Ask, MAX_KEYS};
+use hyper::Method;
+use measure::Load;
+
+/// The protocol of the side-by-side rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Protocol {
+    Grpc,
+    Http,
+}
+
+#[derive(Clone)]
+struct Options {
+    url: Option<String>,
+    policy: String,
+    duration: Duration,
+    connections: usize,
+    keys: u64,
+    decisions: Option<String>,
+    /// A fixed number of requests per phase instead of a duration.
+    requests: Option<u64>,
+    /// Only this phase (`healthz` or `decide`), with no warm-up.
+    only: Option<String>,
+    /// Run the server alone.
+    serve: bool,
+    /// Side by side with separate server processes, over this protocol.
+    protocol: Option<Protocol>,
+    /// `redis` (a redis-server started for the run) or `redis://…`; else in memory.
+    backend: Option<String>,
+    /// limitador's rows too (`--peer limitador`, from `LIMITADOR_SERVER`).
+    peer: bool,
+    /// One JSON object per row.
+    json: bool,
+    /// gRPC calls in flight per connection.
+    in_flight: usize,
+    /// An open loop: this many requests a second in all.
+    rate: Option<f64>,
+}
+
+impl Options {
+    /// How a phase sends: one worker per connection over HTTP/1.1, `in_flight` per
+    /// connection over gRPC.
+    fn load(&self) -> Load {
+        let per = if self.protocol == Some(Protocol::Grpc) {
+            self.in_flight
+        } else {
+            1
+        };
+        Load {
+            workers: self.connections * per,
+            duration: self.duration,
+            requests: self.requests,
+            rate: self.rate,
+        }
+    }
+}
+
+fn options() -> Result<Options, String> {
+    let mut options = Options {
+        url: None,
+        policy: "api".into(),
+        duration: Duration::from_secs(10),
+        connections: 0,
+        keys: 10_000,
+        decisions: None,
+        requests: None,
+        only: None,
+        serve: false,
+        protocol: None,
+        backend: None,
+        peer: false,
+        json: false,
+        in_flight: 16,
+        rate: None,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        let mut value = || args.next().ok_or_else(|| format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--url" => options.url = Some(value()?),
+            "--policy" => options.policy = value()?,
+            "--decisions" => options.decisions = Some(value()?),
+            "--duration" => {
+                let text = value()?;
+                let seconds: u64 = text
+                    .trim_end_matches('s')
+                    .parse()
+                    .map_err(|_| format!("--duration is whole seconds: {text}"))?;
+                options.duration = Duration::from_secs(seconds.max(1));
+            }
+            "--connections" => {
+                options.connections = value()?.parse().map_err(|_| "--connections N")?;
+            }
+            "--keys" => options.keys = value()?.parse().map_err(|_| "--keys N")?,
+            "--requests" => {
+                options.requests = Some(value()?.parse().map_err(|_| "--requests N")?);
+            }
+            "--only" => {
+                let phase = value()?;
+                if !matches!(phase.as_str(), "healthz" | "decide") {
+                    return Err(format!("--only healthz|decide, not {phase}"));
+                }
+                options.only = Some(phase);
+            }
+            "--serve" => options.serve = true,
+            "--protocol" => {
+                options.protocol = Some(match value()?.as_str() {
+                    "grpc" => Protocol::Grpc,
+                    "http" => Protocol::Http,
+                    other => return Err(format!("--protocol grpc|http, not {other}")),
+                });
+            }
+            "--backend" => {
+                let backend = value()?;
+                options.backend = (backend != "memory").then_some(backend);
+            }
+            "--peer" => {
+                let peer = value()?;
+                if peer != "limitador" {
+                    return Err(format!("--peer limitador, not {peer}"));
+                }
+                options.peer = true;
+            }
+            "--json" => options.json = true,
+            "--in-flight" => options.in_flight = value()?.parse().map_err(|_| "--in-flight M")?,
+            "--rate" => options.rate = Some(value()?.parse().map_err(|_| "--rate R")?),
+            _ => return Err(format!("unknown flag {flag}")),
+        }
+    }
+    if options.connections == 0 {
+        // HTTP/1.1 has one request in flight per connection; gRPC many.
+        options.connections = if options.protocol == Some(Protocol::Grpc) {
+            4
+        } else {
+            64
+        };
+    }
+    if options.in_flight == 0 || !(1..=MAX_KEYS).contains(&options.keys) {
+        return Err(format!(
+            "--connections and --in-flight are at least 1, --keys 1 to {MAX_KEYS}"
+        ));
+    }
+    Ok(options)
+}
+
+/// A server in this process, kept running until dropped.
+struct Spawned {
+    addr: String,
+    token: String,
+    _runtime: tokio::runtime::Runtime,
+    _dir: tempfile::TempDir,
+}
+
+/// A `sluicegate serve` in this process on its own runtime: its address and an app token
+/// for a policy `api` that never denies (a million a second per key: within the Redis
+/// scripts' range).
+fn spawn_server(options: &Options) -> Result<Spawned, String> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let config = sluicegate_server::Config {
+        data_dir: dir.path().to_path_buf(),
+        listen: "127.0.0.1:0".parse().map_err(|_| "address")?,
+        decisions: options.decisions.clone(),
+        ..sluicegate_server::Config::default()
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("sluicegate-serve")
+        .build()
+        .map_err(|e| e.to_string())?;
+    let (addr, token) = runtime.block_on(async {
+        let admin = sluicegate_server::init_admin(&config, "root")
+            .await
+            .map_err(|e| e.to_string())?;
+        let server = sluicegate_server::Server::bind(config)
+            .await
+            .map_err(|e| e.to_string())?;
+        let addr = server.local_addr().to_string();
+        tokio::spawn(server.run(std::future::pending()));
+        let app = call(&addr, Method::POST, "/v1/apps", &admin, r#"{"name":"load"}"#).await?;
+        let policy = r#"{"algorithm":"token-bucket","capacity":1000000,"rate":1000000,"period":"1s","apps":["load"]}"#;
+        call(&addr, Method::PUT, "/v1/policies/api", &admin, policy).await?;
+        let token = app["token"].as_str().unwrap_or_default().to_owned();
+        Ok::<_, String>((addr, token))
+    })?;
+    Ok(Spawned {
+        addr,
+        token,
+        _runtime: runtime,
+        _dir: dir,
+    })
+}
+
+fn main() -> ExitCode {
+    let options = match options() {
+        Ok(options) => options,
+        Err(e) => {
+            eprintln!("load: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if options.protocol.is_some() {
+        return side::run(&options);
+    }
+    let (addr, token, _server) = match &options.url {
+        Some(url) => {
+            let addr = url
+                .trim_start_matches("http://")
+                .trim_end_matches('/')
+                .to_owned();
+            let token = std::env::var("SLUICEGATE_TOKEN").unwrap_or_default();
+            (addr, token, None)
+        }
+        None => match spawn_server(&options) {
+            Ok(server) => (server.addr.clone(), server.token.clone(), Some(server)),
+            Err(e) => {
+                eprintln!("load: cannot start the server: {e}");
+                return ExitCode::from(4);
+            }
+        },
+    };
+    if options.serve {
+        println!("{addr} {token}");
+        loop {
+            std::thread::park();
+        }
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("load")
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("load: {e}");
+            return ExitCode::from(4);
+        }
+    };
+    let asks = Ask::health(&addr).and_then(|health| {
+        Ok((
+            health,
+            Ask::decide(&addr, &token, &options.policy, options.keys)?,
+        ))
+    });
+    let (health, decide) = match asks {
+        Ok(asks) => asks,
+        Err(e) => {
+            eprintln!("load: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let only = options.only.as_deref();
+    let phases = runtime.block_on(async {
+        check_answers(&addr, &decide, &options.policy).await?;
+        let mut phases = Vec::new();
+        if only.is_none() {
+            // A short warm-up of both, then the measured phases.
+            let warm = Options {
+                duration: Duration::from_secs(1),
+                requests: None,
+                ..options.clone()
+            };
+            phase(&addr, health.clone(), warm.load()).await;
+            phase(&addr, decide.clone(), warm.load()).await;
+        }
+        if only != Some("decide") {
+            phases.push(("GET /healthz", phase(&addr, health, options.load()).await));
+        }
+        if only != Some("healthz") {
+            phases.push((
+                "POST /v1/decide",
+                phase(&addr, decide, options.load()).await,
+            ));
+        }
+        Ok::<_, String>(phases)
+    });
+    let phases = match phases {
+        Ok(phases) => phases,
+        Err(e) => {
+            eprintln!("load: the decisions' answers: {e}");
+            return ExitCode::from(3);
+        }
+    };
+    match options.requests {
+        Some(n) => println!("{} connections, {n} requests a phase", options.connections),
+        None => println!(
+            "{} connections, {} s each",
+            options.connections,
+            options.duration.as_secs()
+        ),
+    }
+    println!(
+        "decisions {}",
+        options.decisions.as_deref().unwrap_or("in memory")
+    );
+    for (name, phase) in &phases {
+        println!(
+            "{name:<16} {:>9.0} /s  p50 {:>6.2} ms  p99 {:>6.2} ms  errors {}",
+            phase.per_second(),
+            f64::from(phase.percentile(500)) / 1000.0,
+            f64::from(phase.percentile(990)) / 1000.0,
+            phase.errors
+        );
+        if let Some(why) = &phase.first_error {
+            println!("  first error: {}", why.trim_end());
+        }
+    }
+    if let [(_, floor), (_, decided)] = &phases[..] {
+        println!(
+            "decide / healthz: {:.2}x",
+            decided.per_second() / floor.per_second().max(f64::MIN_POSITIVE)
+        );
+    }
+    ExitCode::SUCCESS
+}
