@@ -2,7 +2,7 @@
 //! holder process paused (SIGSTOP) past its lease, and a restart on the same data.
 
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use sluicegate_core::memory::{FencedResource, StaleToken};
@@ -112,19 +112,13 @@ async fn a_waiter_wakes_on_the_release_and_gives_up_at_its_bound() {
     assert!(woke < Duration::from_millis(500), "{woke:?}");
 }
 
-/// Reads the child's lines until one starts with `word=`: its number.
-fn field(out: &mut BufReader<ChildStdout>, word: &str) -> u64 {
-    let mut line = String::new();
-    loop {
-        line.clear();
-        assert!(
-            out.read_line(&mut line).unwrap() > 0,
-            "the child ended before {word}"
-        );
-        if let Some(value) = line.trim().strip_prefix(&format!("{word}=")) {
-            return value.parse().unwrap();
-        }
-    }
+/// The number after `word=` on the first of the child's lines that has one (the test
+/// harness prints its own lines first).
+fn field(lines: &mut impl Iterator<Item = std::io::Result<String>>, word: &str) -> u64 {
+    let prefix = format!("{word}=");
+    lines
+        .find_map(|line| line.ok()?.strip_prefix(&prefix)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("the child ended before {word}"))
 }
 
 fn signal(child: &Child, signal: &str) {
@@ -146,7 +140,7 @@ async fn a_paused_holder_loses_the_lock_and_its_token_is_refused() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut out = BufReader::new(holder.stdout.take().unwrap());
+    let mut out = BufReader::new(holder.stdout.take().unwrap()).lines();
     let old = field(&mut out, "token");
     // The holder renews every third of a second; stopped, it renews nothing, and etcd
     // deletes its key once the lease's second has passed.
