@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use etcd_client::{EventType, WatchOptions};
+use etcd_client::{EventType, LeaseKeepAliveStream, LeaseKeeper, WatchOptions};
 use sluicegate_core::{Acquired, Grant, LeaseRequest};
 use tokio::time::Instant;
 
@@ -76,7 +76,7 @@ impl EtcdLeases {
         let (_, Some(held)) = self.held_waiting(request, max_wait).await? else {
             return Ok(None);
         };
-        let (mut keeper, mut answers) = self.client().lease_keep_alive(held.lease).await?;
+        let mut stream = Some(self.client().lease_keep_alive(held.lease).await?);
         let period = Duration::from_micros((request.ttl / 3).max(1));
         let (lost_tx, lost) = tokio::sync::watch::channel(false);
         // The guard holds the sender: dropping it completes `stopped`.
@@ -92,15 +92,20 @@ impl EtcdLeases {
                         return;
                     }
                     () = tokio::time::sleep(period) => {
-                        // An error (etcd unreachable) is retried at the next period; only
-                        // an answer with no ttl left says the lease is gone.
-                        if keeper.keep_alive().await.is_ok() {
-                            if let Ok(Some(answer)) = answers.message().await {
-                                if answer.ttl() <= 0 {
-                                    let _ = lost_tx.send(true);
-                                    return;
-                                }
+                        // A broken stream (etcd restarted, unreachable) is opened again at
+                        // the next period; only an answer with no ttl left says the lease
+                        // is gone.
+                        if stream.is_none() {
+                            stream = leases.client().lease_keep_alive(held.lease).await.ok();
+                        }
+                        let Some((keeper, answers)) = stream.as_mut() else { continue };
+                        match keep_alive(keeper, answers).await {
+                            Some(ttl) if ttl <= 0 => {
+                                let _ = lost_tx.send(true);
+                                return;
                             }
+                            Some(_) => {}
+                            None => stream = None,
                         }
                     }
                 }
@@ -112,6 +117,13 @@ impl EtcdLeases {
             _stop: stop,
         }))
     }
+}
+
+/// One keep-alive: the ttl etcd answers the lease has (0 once gone), or `None` if the
+/// stream broke.
+async fn keep_alive(keeper: &mut LeaseKeeper, answers: &mut LeaseKeepAliveStream) -> Option<i64> {
+    keeper.keep_alive().await.ok()?;
+    Some(answers.message().await.ok()??.ttl())
 }
 
 /// A lease kept alive by a task while the guard lives; dropping it releases the lease.

@@ -230,6 +230,31 @@ async fn tokens_stay_monotonic_and_leases_held_across_a_restart() {
     );
 }
 
+/// The watchdog keeps a one-second lease past its ttl, and past an etcd restart (its
+/// keep-alive stream opened again); dropping the guard releases it.
+#[tokio::test]
+async fn a_kept_alive_lease_outlives_its_ttl_and_a_restart() {
+    let mut etcd = Etcd::start();
+    let lock = lock(&etcd).await;
+    let short = LeaseRequest::new("job").owner("a").ttl(SECOND);
+    let guard = (lock.acquire_watched(&short, Duration::ZERO).await.unwrap()).unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    etcd.restart();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!guard.is_lost());
+    let state = lock.state(b"job").await.unwrap().unwrap();
+    assert_eq!(state.last_token(), guard.held().token);
+    let token = guard.held().token;
+    drop(guard);
+    let next = (lock
+        .acquire_waiting(&request("b"), Duration::from_secs(5))
+        .await
+        .unwrap())
+    .grant
+    .unwrap();
+    assert!(next.token > token);
+}
+
 #[test]
 fn urls_name_every_endpoint() {
     assert_eq!(
