@@ -17,6 +17,8 @@ fi
 if ! dpkg -s redis-sentinel >/dev/null 2>&1; then
   apt_install redis-sentinel
 fi
+# The etcd lock's tests start their own etcd; etcd-client compiles etcd's API with protoc.
+command -v etcd >/dev/null 2>&1 && command -v protoc >/dev/null 2>&1 || apt_install etcd-server protobuf-compiler
 # The TLS tests (sluicegate-redis's and the CLI's) make their certificates with openssl.
 if ! command -v openssl >/dev/null 2>&1; then
   apt_install openssl

@@ -1,5 +1,6 @@
-//! Where states live during a command: process memory, a sled database or Redis. Every
-//! backend decides at an explicit time, so the same trace gives the same answers on each.
+//! Where states live during a command: process memory, a sled database or Redis (and,
+//! for locks and leases only, etcd). Every backend decides at an explicit time, so the
+//! same trace gives the same answers on each.
 
 #[cfg(feature = "sled")]
 use std::path::Path;
@@ -7,7 +8,9 @@ use std::path::Path;
 use std::time::Instant;
 
 use sluicegate_core::memory::{KeyedLimiter, OnFull};
-#[cfg(any(feature = "sled", feature = "redis"))]
+#[cfg(feature = "etcd")]
+use sluicegate_core::AsyncLeaseHost;
+#[cfg(any(feature = "sled", feature = "redis", feature = "etcd"))]
 use sluicegate_core::{
     Acquired, Clock, Concurrency, Grant, LeaseError, LeaseHost, LeaseRequest, LeaseState,
     MonotonicClock, Ticks,
@@ -15,6 +18,8 @@ use sluicegate_core::{
 use sluicegate_core::{
     AnyAlgorithm, AnyState, Decision, Limiter, ManualClock, ParamError, Request,
 };
+#[cfg(feature = "etcd")]
+use sluicegate_etcd::EtcdLeases;
 #[cfg(feature = "redis")]
 use sluicegate_redis::{Connected, Reconnecting, RedisLeases, RedisLimiter};
 #[cfg(feature = "sled")]
@@ -22,7 +27,8 @@ use sluicegate_sled::{Create, Durability, SledLeases, SledLimiter};
 
 use crate::Failure;
 
-/// `--backend`: `memory`, `sled:PATH`, `redis://HOST[:PORT][/DB]` or `rediss://` (TLS).
+/// `--backend`: `memory`, `sled:PATH`, `redis://HOST[:PORT][/DB]` or `rediss://` (TLS),
+/// or for locks and leases `etcd://HOST:PORT[,HOST:PORT…]`.
 #[derive(Debug, Clone)]
 pub enum Backend {
     Memory,
@@ -32,6 +38,9 @@ pub enum Backend {
     /// holds the TLS configuration).
     #[cfg(feature = "redis")]
     Redis(Box<redis::Client>),
+    /// The cluster's endpoints, `http://HOST:PORT`.
+    #[cfg(feature = "etcd")]
+    Etcd(Vec<String>),
 }
 
 /// `--durability`: when sled writes a decision to disk.
@@ -74,9 +83,18 @@ impl Backend {
             return Err(format!(
                 "--backend {text}: this sluicegate is built without the `redis` feature"
             ));
+        } else if text.starts_with("etcd://") {
+            #[cfg(feature = "etcd")]
+            return sluicegate_etcd::endpoints(text)
+                .map(Self::Etcd)
+                .map_err(|e| e.to_string());
+            #[cfg(not(feature = "etcd"))]
+            return Err(format!(
+                "--backend {text}: this sluicegate is built without the `etcd` feature"
+            ));
         } else {
             Err(format!(
-                "unknown backend {text:?}: use memory, sled:PATH, redis://HOST[:PORT] or rediss://HOST[:PORT] (TLS)"
+                "unknown backend {text:?}: use memory, sled:PATH, redis://HOST[:PORT], rediss://HOST[:PORT] (TLS) or, for locks and leases, etcd://HOST:PORT[,HOST:PORT…]"
             ))
         }
     }
@@ -110,6 +128,14 @@ impl Backend {
                 };
                 format!("{scheme}://{addr}")
             }
+            #[cfg(feature = "etcd")]
+            Self::Etcd(endpoints) => {
+                let hosts: Vec<_> = endpoints
+                    .iter()
+                    .map(|e| e.trim_start_matches("http://"))
+                    .collect();
+                format!("etcd://{}", hosts.join(","))
+            }
         }
     }
 }
@@ -134,7 +160,7 @@ pub trait Store {
     fn warning(&self) -> Option<String>;
 }
 
-#[cfg(any(feature = "sled", feature = "redis"))]
+#[cfg(any(feature = "sled", feature = "redis", feature = "etcd"))]
 /// One lease table per key in one backend, for the commands: the core's [`LeaseHost`]
 /// with the CLI's failures, and the backend's clock. A request without its own time is
 /// on the backend's clock (Redis: the server's).
@@ -166,7 +192,7 @@ trait Stored: Limiter {
 }
 
 /// What a lease host has beyond the core's contract: its clock.
-#[cfg(any(feature = "sled", feature = "redis"))]
+#[cfg(any(feature = "sled", feature = "redis", feature = "etcd"))]
 trait Clocked: LeaseHost {
     /// sled has no clock of its own: this machine's.
     fn now(&self) -> Result<Ticks, Failure> {
@@ -223,7 +249,7 @@ where
     }
 }
 
-#[cfg(any(feature = "sled", feature = "redis"))]
+#[cfg(any(feature = "sled", feature = "redis", feature = "etcd"))]
 impl<H: Clocked> LeaseStore for Hosted<H>
 where
     Failure: From<H::Error>,
@@ -304,11 +330,13 @@ impl Open {
                     _keep: Keep::default(),
                 })
             }
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(_) => return Err(Failure::Input(ETCD_LEASES_ONLY.into())),
         })
     }
 
     /// The lease tables of `model` in this backend.
-    #[cfg(any(feature = "sled", feature = "redis"))]
+    #[cfg(any(feature = "sled", feature = "redis", feature = "etcd"))]
     pub fn leases(&self, model: Concurrency) -> Result<Box<dyn LeaseStore>, Failure> {
         match &self.backend {
             Backend::Memory => Err(Failure::Input(
@@ -331,6 +359,69 @@ impl Open {
                 ),
                 _keep: Keep::default(),
             })),
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(endpoints) => {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| Failure::Backend(format!("cannot start a runtime: {e}")))?;
+                let leases = runtime.block_on(EtcdLeases::connect(endpoints, model))?;
+                Ok(Box::new(EtcdStore {
+                    leases: leases.with_prefix(self.namespace.as_bytes()),
+                    runtime,
+                }))
+            }
+        }
+    }
+}
+
+/// The message for rate policies on etcd, which holds locks and leases only.
+#[cfg(feature = "etcd")]
+const ETCD_LEASES_ONLY: &str = "etcd holds locks and leases only (lock, lease); rate limits need memory, sled:PATH or redis://HOST";
+
+/// Leases on etcd, whose client is asynchronous: each call runs on a runtime of the
+/// command's own.
+#[cfg(feature = "etcd")]
+struct EtcdStore {
+    leases: EtcdLeases,
+    runtime: tokio::runtime::Runtime,
+}
+
+#[cfg(feature = "etcd")]
+impl LeaseStore for EtcdStore {
+    fn acquire(&self, request: &LeaseRequest<'_>) -> Result<Acquired, Failure> {
+        Ok(self.runtime.block_on(self.leases.acquire(request))?)
+    }
+
+    fn release(&self, request: &LeaseRequest<'_>) -> Result<Grant, Failure> {
+        Ok(self.runtime.block_on(self.leases.release(request))?)
+    }
+
+    fn renew(&self, request: &LeaseRequest<'_>) -> Result<Grant, Failure> {
+        Ok(self.runtime.block_on(self.leases.renew(request))?)
+    }
+
+    fn state(&self, key: &str) -> Result<Option<LeaseState>, Failure> {
+        Ok(self.runtime.block_on(self.leases.state(key.as_bytes()))?)
+    }
+
+    /// Expiries are this machine's clock plus the time etcd says a lease has left.
+    fn now(&self) -> Result<Ticks, Failure> {
+        Ok(MonotonicClock::new().now())
+    }
+}
+
+/// etcd's errors: a lease refused as on every backend, a request's own time or a bad URL
+/// is bad input, anything else the backend's failure.
+#[cfg(feature = "etcd")]
+impl From<sluicegate_etcd::Error> for Failure {
+    fn from(e: sluicegate_etcd::Error) -> Self {
+        match e {
+            sluicegate_etcd::Error::Lease(e) => lease_failure(e),
+            e @ (sluicegate_etcd::Error::ExplicitTime | sluicegate_etcd::Error::Url { .. }) => {
+                Self::Input(e.to_string())
+            }
+            e => Self::Backend(e.to_string()),
         }
     }
 }
@@ -466,7 +557,7 @@ impl Clocked for Connected<RedisLeases> {
 
 /// A lease call refused: not held by that owner is exit 1 (a shell script's "no"),
 /// a bad owner or ttl is bad input. The caller names the key and owner.
-#[cfg(any(feature = "sled", feature = "redis"))]
+#[cfg(any(feature = "sled", feature = "redis", feature = "etcd"))]
 fn lease_failure(e: LeaseError) -> Failure {
     match e {
         LeaseError::NotHeld => Failure::NotHeld,

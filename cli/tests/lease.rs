@@ -504,3 +504,76 @@ fn bad_lease_input_and_foreign_states_change_nothing(backend: &str, raw: &Raw) {
     }
     assert_eq!(raw.get(b"sluicegate:lock:x").as_deref(), Some(GARBAGE));
 }
+
+/// The lock and lease commands on etcd: the same lines and exit codes as on sled and
+/// Redis, on the server's clock (so no `--now`), the token a revision of the cluster.
+#[test]
+fn locks_and_leases_on_etcd() {
+    let etcd = sluicegate_test_support::etcd::Etcd::start();
+    let url = etcd.url();
+    let l = Leasing::lock(&url);
+    let out = l.run("acquire", "nightly", "a", &["--ttl", "30s"]);
+    assert_exit(&out, 0);
+    let first = token(&out);
+    assert!(stdout(&out).ends_with(" holds=1\n"), "{}", stdout(&out));
+    let out = l.run("acquire", "nightly", "b", &["--ttl", "30s"]);
+    assert_exit(&out, 1);
+    assert_contains(
+        &stderr(&out),
+        "sluicegate: lock \"nightly\" is held by another owner; the earliest expires in 2",
+    );
+    let out = l.run("release", "nightly", "b", &[]);
+    assert_exit(&out, 1);
+    assert_contains(
+        &stderr(&out),
+        "owner \"b\" holds no lease on lock \"nightly\"",
+    );
+    let out = l.run("acquire", "nightly", "a", &["--ttl", "30s"]);
+    assert_eq!(token(&out), first);
+    assert!(stdout(&out).ends_with(" holds=2\n"), "{}", stdout(&out));
+    let out = l.run("renew", "nightly", "a", &["--ttl", "1m"]);
+    assert!(stdout(&out).starts_with(&format!("renewed token={first} ")));
+    let inspect = stdout(&lock(&["inspect", "nightly", "--backend", &url]));
+    assert_contains(&inspect, &format!("owner \"a\", token {first}, holds 2"));
+    for holds in [1, 0] {
+        let out = l.run("release", "nightly", "a", &[]);
+        assert_eq!(
+            stdout(&out),
+            format!("released token={first} holds={holds}\n")
+        );
+    }
+    let out = l.run("acquire", "nightly", "b", &["--ttl", "30s", "--wait", "1s"]);
+    assert!(token(&out) > first);
+    let out = l.run("acquire", "nightly", "c", &["--ttl", "1s", "--now", "5"]);
+    assert_exit(&out, 2);
+    assert_contains(&stderr(&out), "etcd leases expire on the server's clock");
+    // A concurrency policy's leases: three slots, the fourth owner refused.
+    let config = examples();
+    let leases = Leasing {
+        backend: &url,
+        policy: Some((&config, "report-workers")),
+    };
+    for owner in ["w1", "w2", "w3"] {
+        assert_exit(&leases.run("acquire", "export", owner, &[]), 0);
+    }
+    let out = leases.run("acquire", "export", "w4", &[]);
+    assert_exit(&out, 1);
+    assert_contains(&stderr(&out), "all 3 leases of key \"export\"");
+    // Rate limits are not etcd's; an unreachable cluster is a backend failure.
+    let out = sluicegate([
+        "check",
+        "k",
+        "--config",
+        &config,
+        "--policy",
+        "daily",
+        "--backend",
+        &url,
+    ]);
+    assert_exit(&out, 2);
+    assert_contains(&stderr(&out), "etcd holds locks and leases only");
+    let unreachable = format!("etcd://127.0.0.1:{}", common::free_port());
+    let out = Leasing::lock(&unreachable).run("acquire", "x", "a", &["--ttl", "1s"]);
+    assert_exit(&out, 4);
+    assert_contains(&stderr(&out), "etcd is unavailable");
+}

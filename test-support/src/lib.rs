@@ -1,9 +1,10 @@
 //! What the workspace's test suites share: a real `redis-server` on a free loopback port
-//! (killed when dropped), with TLS, the native module or as a three-node cluster; the
+//! (killed when dropped), with TLS, the native module or as a three-node cluster; an etcd; the
 //! module's build; child test processes; proptest runs against one server; sled
 //! databases reopened in one process; the contract's operations drawn at random.
 #![allow(missing_debug_implementations)]
 
+pub mod etcd;
 pub mod ops;
 pub mod sentinel;
 

@@ -1,5 +1,5 @@
 //! `sluicegate lease acquire|release|renew`: the leases of a concurrency policy, each
-//! held for the policy's `lease`.
+//! held for the policy's `lease`, on sled, Redis or etcd (one key per slot on etcd).
 
 use std::process::ExitCode;
 

@@ -1,4 +1,6 @@
-//! `sluicegate lock acquire|release|renew|inspect`: a lease table of one holder per name.
+//! `sluicegate lock acquire|release|renew|inspect`: a lease table of one holder per name,
+//! on sled, Redis or etcd (`--backend etcd://HOST:PORT[,HOST:PORT…]`, where the token is
+//! the cluster's revision and `--now` is refused: etcd's leases run on its clock).
 
 use std::process::ExitCode;
 

@@ -1,0 +1,461 @@
+//! Leases on etcd: each held lease is one key attached to an etcd lease, its fencing
+//! token the key's `create_revision`.
+
+use std::time::Duration;
+
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, PutOptions, Txn, TxnOp,
+};
+use sluicegate_core::{
+    Acquired, AsyncLeaseHost, Clock, Concurrency, Decision, Grant, LeaseError, LeaseRequest,
+    LeaseState, MonotonicClock, Ticks, SECOND,
+};
+
+use crate::error::Error;
+
+/// How long connecting to an endpoint, and then each call, may take.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How many times a call re-reads the key after a transaction found it changed (only
+/// calls by the same owner, or an expiry, change a held key).
+const ATTEMPTS: usize = 8;
+
+/// A key's leases on an etcd cluster: at most `max` held at once, each by one owner, each
+/// an etcd key attached to an etcd lease of the request's ttl.
+///
+/// Lease `i` of key `K` is the etcd key `PREFIX K/i` (`i` below `max`), whose value is the
+/// hold count (8 bytes, big-endian) then the owner. A grant creates the key in a
+/// transaction that requires it absent (`create_revision == 0`), so the key's
+/// `create_revision`, the cluster's revision at that write, is the fencing token: etcd's
+/// revision counts every write to the cluster, is persisted with it, and never goes back,
+/// so each grant's token is above every token granted before on any key. Renewals and
+/// re-entries rewrite the key without deleting it: its `create_revision`, the token,
+/// stays (a `mod_revision` would change with each renewal). Release and renewal are
+/// transactions that compare the key's `mod_revision` with the one the owner read: only
+/// the owner's own key, unchanged since, is deleted or rewritten.
+///
+/// The clock is the server's: an etcd lease lives a whole number of seconds (the ttl
+/// rounded up, and at least the cluster's minimum, about 1.5 election timeouts), and a
+/// request with its own time is refused ([`Error::ExplicitTime`]). `expires_at` in a grant
+/// is this process's clock plus the lease's ttl as etcd granted it.
+#[derive(Clone)]
+pub struct EtcdLeases {
+    client: Client,
+    model: Concurrency,
+    prefix: Vec<u8>,
+}
+
+impl std::fmt::Debug for EtcdLeases {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The client has no `Debug`: its channel says nothing useful.
+        f.debug_struct("EtcdLeases")
+            .field("model", &self.model)
+            .field("prefix", &sluicegate_core::KeyDisplay(&self.prefix))
+            .finish_non_exhaustive()
+    }
+}
+
+/// One held lease as read: its key, its owner's hold count, its revisions, its etcd lease.
+#[derive(Debug, Clone)]
+pub(crate) struct Slot {
+    pub(crate) key: Vec<u8>,
+    owner: Vec<u8>,
+    holds: u64,
+    token: u64,
+    mod_revision: i64,
+    pub(crate) lease: i64,
+}
+
+/// A grant with the etcd lease behind it, for the keep-alive.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Held {
+    pub(crate) grant: Grant,
+    pub(crate) lease: i64,
+}
+
+/// An acquire's answer and the revision it read at: a waiter watches from the next one,
+/// so no release after the read is missed.
+#[derive(Debug)]
+pub(crate) struct Attempt {
+    pub(crate) acquired: Acquired,
+    pub(crate) held: Option<Held>,
+    pub(crate) revision: i64,
+}
+
+/// The endpoints of `etcd://HOST:PORT[,HOST:PORT…]`, as `http://HOST:PORT`.
+pub fn endpoints(url: &str) -> Result<Vec<String>, Error> {
+    let bad = |reason| Error::Url {
+        url: url.to_owned(),
+        reason,
+    };
+    let hosts = url
+        .strip_prefix("etcd://")
+        .ok_or(bad("it does not start with etcd://"))?;
+    let hosts = hosts.strip_suffix('/').unwrap_or(hosts);
+    hosts
+        .split(',')
+        .map(|host| match host.rsplit_once(':') {
+            Some((name, port)) if !name.is_empty() && port.parse::<u16>().is_ok() => {
+                Ok(format!("http://{host}"))
+            }
+            _ => Err(bad("each endpoint is HOST:PORT")),
+        })
+        .collect()
+}
+
+impl EtcdLeases {
+    /// Connects to the cluster at `endpoints` (`http://HOST:PORT`, see [`endpoints`]),
+    /// each call bounded by [`DEFAULT_TIMEOUT`].
+    pub async fn connect(endpoints: &[impl AsRef<str>], model: Concurrency) -> Result<Self, Error> {
+        let options = ConnectOptions::new()
+            .with_connect_timeout(DEFAULT_TIMEOUT)
+            .with_timeout(DEFAULT_TIMEOUT);
+        let client = Client::connect(endpoints, Some(options)).await?;
+        Ok(Self {
+            client,
+            model,
+            prefix: Vec::new(),
+        })
+    }
+
+    /// The same leases with every key under `prefix`.
+    #[must_use]
+    pub fn with_prefix(mut self, prefix: impl Into<Vec<u8>>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// The client, for the keep-alive and the watch.
+    pub(crate) fn client(&self) -> Client {
+        self.client.clone()
+    }
+
+    /// The key's slots' common prefix: `PREFIX key/`.
+    pub(crate) fn slots_prefix(&self, key: &[u8]) -> Vec<u8> {
+        [&self.prefix[..], key, b"/"].concat()
+    }
+
+    /// The leases held on `key` and the revision read at.
+    async fn read(&self, key: &[u8]) -> Result<(Vec<Slot>, i64), Error> {
+        let response = (self.client.clone())
+            .get(
+                self.slots_prefix(key),
+                Some(GetOptions::new().with_prefix()),
+            )
+            .await?;
+        let revision = response.header().map_or(0, |h| h.revision());
+        let slots = response
+            .kvs()
+            .iter()
+            .map(slot)
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((slots, revision))
+    }
+
+    /// Acquires, or re-enters, the request's lease (see [`AsyncLeaseHost::acquire`]).
+    pub(crate) async fn attempt(&self, request: &LeaseRequest<'_>) -> Result<Attempt, Error> {
+        let ttl = checked(request, true)?;
+        for _ in 0..ATTEMPTS {
+            let (slots, revision) = self.read(request.key).await?;
+            let (done, new) = match slots.iter().find(|s| s.owner == request.owner) {
+                Some(mine) => (self.reenter(mine, ttl).await?, false),
+                None => (self.grant(request, &slots, ttl).await?, true),
+            };
+            let Some(held) = done else { continue };
+            let taken = slots.len() as u64 + u64::from(new && held.is_some());
+            let remaining = self.model.max().saturating_sub(taken);
+            let acquired = match held {
+                Some(held) => Acquired::new(
+                    Decision::admit(self.model.max(), remaining, ttl, 0),
+                    Some(held.grant),
+                ),
+                None => {
+                    let retry = self.earliest_expiry(&slots).await?;
+                    Acquired::new(
+                        Decision::deny(self.model.max(), 0, Some(retry), retry),
+                        None,
+                    )
+                }
+            };
+            return Ok(Attempt {
+                acquired,
+                held,
+                revision,
+            });
+        }
+        Err(Error::Contended)
+    }
+
+    /// A new lease in a free slot: `Some(None)` when none is free, `None` when every
+    /// free slot was taken meanwhile (read again).
+    async fn grant(
+        &self,
+        request: &LeaseRequest<'_>,
+        slots: &[Slot],
+        ttl: Ticks,
+    ) -> Result<Option<Option<Held>>, Error> {
+        let free: Vec<u64> = (0..self.model.max())
+            .filter(|i| {
+                !slots
+                    .iter()
+                    .any(|s| s.key == self.slot_key(request.key, *i))
+            })
+            .collect();
+        if free.is_empty() {
+            return Ok(Some(None));
+        }
+        let (lease, lease_ttl) = self.new_lease(ttl).await?;
+        for i in free {
+            let key = self.slot_key(request.key, i);
+            let put = TxnOp::put(
+                key.clone(),
+                value(1, request.owner),
+                Some(PutOptions::new().with_lease(lease)),
+            );
+            let txn = Txn::new()
+                .when([Compare::create_revision(key, CompareOp::Equal, 0)])
+                .and_then([put]);
+            let response = self.client.clone().txn(txn).await?;
+            if response.succeeded() {
+                let token = response.header().map_or(0, |h| h.revision());
+                let grant = Grant::new(to_token(token), expiry_in(lease_ttl), 1);
+                return Ok(Some(Some(Held { grant, lease })));
+            }
+        }
+        self.revoke(lease).await;
+        Ok(None)
+    }
+
+    /// The owner's lease held once more, living at least `ttl` from now: `None` if the
+    /// key changed meanwhile (read again).
+    async fn reenter(&self, mine: &Slot, ttl: Ticks) -> Result<Option<Option<Held>>, Error> {
+        let holds = mine.holds.checked_add(1).ok_or(LeaseError::TooManyHolds)?;
+        let left = self.lease_left(mine.lease).await?;
+        let held = if left >= ttl {
+            let rewritten = self.rewrite(mine, holds, mine.lease).await?;
+            rewritten.then_some((mine.lease, left))
+        } else {
+            self.relet(mine, holds, ttl).await?
+        };
+        Ok(held.map(|(lease, left)| {
+            let grant = Grant::new(mine.token, expiry_in(left), holds);
+            Some(Held { grant, lease })
+        }))
+    }
+
+    /// The owner's key attached to a new lease of `ttl` with `holds`, the old lease
+    /// revoked: the new lease and its ttl, or `None` if the key changed meanwhile.
+    async fn relet(
+        &self,
+        mine: &Slot,
+        holds: u64,
+        ttl: Ticks,
+    ) -> Result<Option<(i64, Ticks)>, Error> {
+        let (lease, lease_ttl) = self.new_lease(ttl).await?;
+        if self.rewrite(mine, holds, lease).await? {
+            self.revoke(mine.lease).await;
+            Ok(Some((lease, lease_ttl)))
+        } else {
+            self.revoke(lease).await;
+            Ok(None)
+        }
+    }
+
+    /// Rewrites the owner's key with `holds` on `lease` if it is unchanged since read.
+    async fn rewrite(&self, mine: &Slot, holds: u64, lease: i64) -> Result<bool, Error> {
+        let put = TxnOp::put(
+            mine.key.clone(),
+            value(holds, &mine.owner),
+            Some(PutOptions::new().with_lease(lease)),
+        );
+        self.if_unchanged(mine, put).await
+    }
+
+    /// Runs `op` if the owner's key is unchanged since it was read.
+    async fn if_unchanged(&self, mine: &Slot, op: TxnOp) -> Result<bool, Error> {
+        let txn = Txn::new()
+            .when([Compare::mod_revision(
+                mine.key.clone(),
+                CompareOp::Equal,
+                mine.mod_revision,
+            )])
+            .and_then([op]);
+        Ok(self.client.clone().txn(txn).await?.succeeded())
+    }
+
+    /// Releases the owner's lease once (see [`AsyncLeaseHost::release`]).
+    async fn release_once(&self, request: &LeaseRequest<'_>) -> Result<Grant, Error> {
+        checked(request, false)?;
+        for _ in 0..ATTEMPTS {
+            let mine = self.mine(request).await?;
+            let holds = mine.holds - 1;
+            if holds > 0 {
+                if self.rewrite(&mine, holds, mine.lease).await? {
+                    let left = self.lease_left(mine.lease).await?;
+                    return Ok(Grant::new(mine.token, expiry_in(left), holds));
+                }
+            } else if self
+                .if_unchanged(&mine, TxnOp::delete(mine.key.clone(), None))
+                .await?
+            {
+                self.revoke(mine.lease).await;
+                return Ok(Grant::new(mine.token, MonotonicClock::new().now(), 0));
+            }
+        }
+        Err(Error::Contended)
+    }
+
+    /// Extends the owner's lease to `ttl` from now (see [`AsyncLeaseHost::renew`]).
+    async fn renew_once(&self, request: &LeaseRequest<'_>) -> Result<Grant, Error> {
+        let ttl = checked(request, true)?;
+        for _ in 0..ATTEMPTS {
+            let mine = self.mine(request).await?;
+            if let Some((_, left)) = self.relet(&mine, mine.holds, ttl).await? {
+                return Ok(Grant::new(mine.token, expiry_in(left), mine.holds));
+            }
+        }
+        Err(Error::Contended)
+    }
+
+    /// The owner's lease on the request's key, or [`LeaseError::NotHeld`].
+    async fn mine(&self, request: &LeaseRequest<'_>) -> Result<Slot, Error> {
+        let (slots, _) = self.read(request.key).await?;
+        let mine = slots.into_iter().find(|s| s.owner == request.owner);
+        Ok(mine.ok_or(LeaseError::NotHeld)?)
+    }
+
+    /// The key's lease table as the core describes it: the held leases by token, the last
+    /// token the highest held, built in the core's canonical encoding (the format every
+    /// host writes) and read back by its decoder.
+    async fn table(&self, key: &[u8]) -> Result<Option<LeaseState>, Error> {
+        let (mut slots, _) = self.read(key).await?;
+        if slots.is_empty() {
+            return Ok(None);
+        }
+        slots.sort_by_key(|s| s.token);
+        let last = slots.last().map_or(0, |s| s.token);
+        // Version 1, tag 9 (leases): the last token and the count, then each lease.
+        let mut bytes = vec![1, 9];
+        bytes.extend(last.to_be_bytes());
+        bytes.extend((slots.len() as u64).to_be_bytes());
+        for s in &slots {
+            let left = self.lease_left(s.lease).await?;
+            for field in [s.token, expiry_in(left), s.holds, s.owner.len() as u64] {
+                bytes.extend(field.to_be_bytes());
+            }
+            bytes.extend(&s.owner);
+        }
+        let state = self.model.decode(&bytes).map_err(|e| Error::Corrupt {
+            key: self.slots_prefix(key),
+            reason: e.to_string(),
+        })?;
+        Ok(Some(state))
+    }
+
+    /// The time until the earliest of `slots`' leases expires.
+    async fn earliest_expiry(&self, slots: &[Slot]) -> Result<Ticks, Error> {
+        let mut earliest = Ticks::MAX;
+        for s in slots {
+            earliest = earliest.min(self.lease_left(s.lease).await?);
+        }
+        Ok(if slots.is_empty() { 0 } else { earliest })
+    }
+
+    /// A new etcd lease living at least `ttl`: its id and its ttl as granted.
+    async fn new_lease(&self, ttl: Ticks) -> Result<(i64, Ticks), Error> {
+        let seconds = i64::try_from(ttl.div_ceil(SECOND)).unwrap_or(i64::MAX);
+        let lease = self.client.clone().lease_grant(seconds, None).await?;
+        Ok((lease.id(), seconds_to_ticks(lease.ttl())))
+    }
+
+    /// The time `lease` has left (0 once expired).
+    async fn lease_left(&self, lease: i64) -> Result<Ticks, Error> {
+        let left = self.client.clone().lease_time_to_live(lease, None).await?;
+        Ok(seconds_to_ticks(left.ttl()))
+    }
+
+    /// Revokes `lease`, which this call no longer uses; a failure leaves it to expire.
+    pub(crate) async fn revoke(&self, lease: i64) {
+        let _ = self.client.clone().lease_revoke(lease).await;
+    }
+
+    fn slot_key(&self, key: &[u8], i: u64) -> Vec<u8> {
+        [self.slots_prefix(key), i.to_string().into_bytes()].concat()
+    }
+}
+
+impl AsyncLeaseHost for EtcdLeases {
+    type Error = Error;
+
+    async fn acquire(&self, request: &LeaseRequest<'_>) -> Result<Acquired, Error> {
+        Ok(self.attempt(request).await?.acquired)
+    }
+
+    async fn release(&self, request: &LeaseRequest<'_>) -> Result<Grant, Error> {
+        self.release_once(request).await
+    }
+
+    async fn renew(&self, request: &LeaseRequest<'_>) -> Result<Grant, Error> {
+        self.renew_once(request).await
+    }
+
+    async fn state(&self, key: &[u8]) -> Result<Option<LeaseState>, Error> {
+        self.table(key).await
+    }
+}
+
+/// The request's ttl, after the checks every host makes (and no explicit time).
+fn checked(request: &LeaseRequest<'_>, with_ttl: bool) -> Result<Ticks, Error> {
+    if request.now.is_some() {
+        return Err(Error::ExplicitTime);
+    }
+    if with_ttl {
+        Concurrency::check(request.owner, request.ttl)?;
+    } else {
+        Concurrency::check(request.owner, 1)?;
+    }
+    Ok(request.ttl)
+}
+
+/// A slot's value: the hold count, then the owner.
+fn value(holds: u64, owner: &[u8]) -> Vec<u8> {
+    [&holds.to_be_bytes()[..], owner].concat()
+}
+
+/// Reads a slot key's value back.
+fn slot(kv: &KeyValue) -> Result<Slot, Error> {
+    let corrupt = |reason: &str| Error::Corrupt {
+        key: kv.key().to_vec(),
+        reason: reason.to_owned(),
+    };
+    let (holds, owner) = kv
+        .value()
+        .split_first_chunk::<8>()
+        .ok_or_else(|| corrupt("shorter than a hold count"))?;
+    let holds = u64::from_be_bytes(*holds);
+    if holds == 0 || owner.is_empty() {
+        return Err(corrupt("no holds or no owner"));
+    }
+    Ok(Slot {
+        key: kv.key().to_vec(),
+        owner: owner.to_vec(),
+        holds,
+        token: to_token(kv.create_revision()),
+        mod_revision: kv.mod_revision(),
+        lease: kv.lease(),
+    })
+}
+
+/// A revision as a token (revisions are positive).
+fn to_token(revision: i64) -> u64 {
+    u64::try_from(revision).unwrap_or(0)
+}
+
+fn seconds_to_ticks(seconds: i64) -> Ticks {
+    u64::try_from(seconds).unwrap_or(0).saturating_mul(SECOND)
+}
+
+/// The instant `left` from now on this process's clock.
+fn expiry_in(left: Ticks) -> Ticks {
+    MonotonicClock::new().now().saturating_add(left)
+}
