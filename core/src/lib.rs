@@ -14,6 +14,7 @@ mod algorithm;
 mod any;
 mod ban;
 mod bucket;
+mod calendar;
 mod clock;
 #[cfg(feature = "alloc")]
 mod composite;
@@ -28,6 +29,7 @@ mod kind;
 mod lease;
 #[cfg(feature = "memory")]
 pub mod memory;
+mod report;
 mod sliding_counter;
 #[cfg(feature = "alloc")]
 mod sliding_log;
@@ -37,6 +39,7 @@ pub use algorithm::{Algorithm, Refund, Reserve};
 pub use any::{AnyAlgorithm, AnyState, Transition};
 pub use ban::{Ban, BanState};
 pub use bucket::{BucketParams, BucketState, LeakyBucket, Pacing, TokenBucket};
+pub use calendar::{CalendarPeriod, CalendarWindow, CalendarWindowAt, CalendarWindowState};
 #[cfg(target_has_atomic = "64")]
 pub use clock::ManualClock;
 pub use clock::{check_now, ticks, Clock, Ticks, MAX_TICKS, MILLISECOND, SECOND};
@@ -54,6 +57,7 @@ pub use key::KeyDisplay;
 pub use kind::Kind;
 #[cfg(feature = "alloc")]
 pub use lease::{Acquired, Concurrency, Grant, Lease, LeaseError, LeaseState};
+pub use report::{Report, Reported};
 pub use sliding_counter::{SlidingCounter, SlidingCounterState};
 #[cfg(feature = "alloc")]
 pub use sliding_log::{SlidingLog, SlidingLogState};
