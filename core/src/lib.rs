@@ -15,6 +15,8 @@ mod any;
 mod ban;
 mod bucket;
 mod calendar;
+#[cfg(feature = "calendar")]
+mod calendar_zone;
 mod clock;
 #[cfg(feature = "alloc")]
 mod composite;
@@ -40,6 +42,8 @@ pub use any::{AnyAlgorithm, AnyState, Transition};
 pub use ban::{Ban, BanState};
 pub use bucket::{BucketParams, BucketState, LeakyBucket, Pacing, TokenBucket};
 pub use calendar::{CalendarPeriod, CalendarWindow, CalendarWindowAt, CalendarWindowState};
+#[cfg(feature = "calendar")]
+pub use calendar_zone::{Calendar, CalendarError, CalendarZone};
 #[cfg(target_has_atomic = "64")]
 pub use clock::ManualClock;
 pub use clock::{check_now, ticks, Clock, Ticks, MAX_TICKS, MILLISECOND, SECOND};
