@@ -56,7 +56,9 @@ pub use error::{DecodeError, ParamError};
 pub use fixed_window::{FixedWindow, FixedWindowState, WindowParams};
 #[cfg(feature = "alloc")]
 pub use host::{AsyncLeaseHost, LeaseHost, LeaseRequest};
-pub use host::{AsyncLimiter, FailPolicy, Limiter, Outcome, Request};
+pub use host::{
+    AsyncLimiter, AsyncReporter, FailPolicy, Limiter, Outcome, ReportRequest, Reporter, Request,
+};
 pub use key::KeyDisplay;
 pub use kind::Kind;
 #[cfg(feature = "alloc")]
