@@ -74,7 +74,11 @@ fn matches<A: Report>(at: impl Fn(Ticks) -> A, mut model: impl Model, steps: &[(
             }
         };
         let zero = alg.peek(state.clone(), now, 0);
-        let zero_at = if zero.allowed { Some(0) } else { zero.retry_after };
+        let zero_at = if zero.allowed {
+            Some(0)
+        } else {
+            zero.retry_after
+        };
         let got = (allowed, recorded, zero.remaining, zero_at);
         assert_eq!(got, step(&mut model, now, op), "step {i} {op:?} at {now}");
         if let Some(s) = &state {
@@ -200,7 +204,11 @@ impl Windows {
         match self.sliding {
             Some(p) if start >= p => {
                 let prev = self.counts.get(&(start - p)).copied().unwrap_or(0);
-                (cur, u128::from(prev) * u128::from(end - self.now), u128::from(p))
+                (
+                    cur,
+                    u128::from(prev) * u128::from(end - self.now),
+                    u128::from(p),
+                )
             }
             _ => (cur, 0, 1),
         }
