@@ -56,6 +56,9 @@ impl BucketState {
     }
 }
 
+/// The units a report recorded on a bucket, and its new state.
+type Adjusted = (u64, Option<BucketState>);
+
 /// The shared GCRA engine behind the three bucket algorithms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Gcra {
@@ -145,12 +148,7 @@ impl Gcra {
     /// a full burst plus the overdraft after `now`) or earlier (not before `now`: never
     /// above capacity). A refund records the whole units it took to reach `now`, the
     /// last of them possibly in part.
-    fn adjust(
-        &self,
-        state: Option<BucketState>,
-        now: Ticks,
-        adjustment: i64,
-    ) -> (u64, Option<BucketState>) {
+    fn adjust(&self, state: Option<BucketState>, now: Ticks, adjustment: i64) -> Adjusted {
         let now = self.scaled(now);
         let tat = state.map_or(now, |s| s.tat.get()).max(now);
         let units = adjustment.unsigned_abs();
@@ -365,13 +363,8 @@ macro_rules! reported_bucket {
                 self.0.overdraft
             }
 
-            fn adjust(
-                &self,
-                state: Option<BucketState>,
-                now: Ticks,
-                adjustment: i64,
-            ) -> (u64, Option<BucketState>) {
-                self.0.adjust(state, now, adjustment)
+            fn adjust(&self, state: Option<BucketState>, now: Ticks, by: i64) -> Adjusted {
+                self.0.adjust(state, now, by)
             }
         }
     )*};

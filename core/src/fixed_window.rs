@@ -45,10 +45,11 @@ impl WindowParams {
 ///
 /// A denied request changes nothing, unless built with
 /// [`counting_denied`](Self::counting_denied), which counts denied cost too (so a client
-/// that keeps hammering stays blocked), as some peers do. The count never exceeds
-/// `limit`: beyond it no decision differs (no positive cost fits, a cost of zero always
-/// does, and the window ends at the same time), so counted cost saturates there and
-/// every host stores the same bytes.
+/// that keeps hammering stays blocked), as some peers do. Decided cost never takes the
+/// count beyond `limit`: there no decision differs (no positive cost fits, and the
+/// window ends at the same time), so counted cost saturates there and every host stores
+/// the same bytes. Only a [report](crate::Report) takes it further, up to `limit +
+/// overdraft`: a debt that admits nothing, not even a cost of zero, until the window ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FixedWindow {
     params: WindowParams,
