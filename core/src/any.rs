@@ -7,8 +7,8 @@ use alloc::vec::Vec;
 
 use crate::{
     Algorithm, Ban, BanState, BucketState, Composite, Decision, DecodeError, FixedWindow,
-    FixedWindowState, Kind, LeakyBucket, Pacing, Reserve, SlidingCounter, SlidingCounterState,
-    SlidingLog, SlidingLogState, Ticks, TokenBucket,
+    FixedWindowState, Kind, LeakyBucket, Pacing, Report, Reserve, SlidingCounter,
+    SlidingCounterState, SlidingLog, SlidingLogState, Ticks, TokenBucket,
 };
 
 /// Any rate algorithm of the core, including composites and bans of any of them.
@@ -111,17 +111,17 @@ impl Transition {
     }
 }
 
-/// Runs a transition (`booked` or `decided`) on one plain variant: its state out of the
-/// slot (a state of another variant as fresh), the new state back in.
+/// Runs `run` (a transition or a report) on one plain variant's state: its state out of
+/// the slot (a state of another variant as fresh), the new state back in.
 macro_rules! on_variant {
-    ($slot:ident, $transition:ident.$how:ident, $variant:ident, $algorithm:expr) => {{
+    ($slot:ident, $variant:ident, $run:expr) => {{
         let state = match $slot.take() {
             Some(AnyState::$variant(state)) => Some(state),
             _ => None,
         };
-        let (decision, state) = $transition.$how($algorithm, state);
+        let (out, state) = $run(state);
         *$slot = state.map(AnyState::$variant);
-        decision
+        out
     }};
 }
 
@@ -136,13 +136,15 @@ impl AnyAlgorithm {
     /// that changed kind decodes the old bytes with the new algorithm, which refuses them.
     pub fn run(&self, slot: &mut Option<AnyState>, transition: Transition) -> Decision {
         match self {
-            Self::FixedWindow(a) => on_variant!(slot, transition.decided, FixedWindow, a),
-            Self::SlidingLog(a) => on_variant!(slot, transition.decided, SlidingLog, a),
-            Self::SlidingCounter(a) => on_variant!(slot, transition.decided, SlidingCounter, a),
-            Self::TokenBucket(a) => on_variant!(slot, transition.booked, TokenBucket, a),
-            Self::LeakyBucket(a) => on_variant!(slot, transition.booked, LeakyBucket, a),
-            Self::Pacing(a) => on_variant!(slot, transition.booked, Pacing, a),
-            Self::Composite(a) => on_variant!(slot, transition.booked, Composite, a),
+            Self::FixedWindow(a) => on_variant!(slot, FixedWindow, |s| transition.decided(a, s)),
+            Self::SlidingLog(a) => on_variant!(slot, SlidingLog, |s| transition.decided(a, s)),
+            Self::SlidingCounter(a) => {
+                on_variant!(slot, SlidingCounter, |s| transition.decided(a, s))
+            }
+            Self::TokenBucket(a) => on_variant!(slot, TokenBucket, |s| transition.booked(a, s)),
+            Self::LeakyBucket(a) => on_variant!(slot, LeakyBucket, |s| transition.booked(a, s)),
+            Self::Pacing(a) => on_variant!(slot, Pacing, |s| transition.booked(a, s)),
+            Self::Composite(a) => on_variant!(slot, Composite, |s| transition.booked(a, s)),
             Self::Ban(ban) => {
                 let state = match slot.take() {
                     Some(AnyState::Ban(state)) => Some(*state),
@@ -165,6 +167,21 @@ impl AnyAlgorithm {
             Self::FixedWindow(_) | Self::SlidingLog(_) | Self::SlidingCounter(_) | Self::Ban(_) => {
                 false
             }
+        }
+    }
+
+    /// Whether a [`Report`] charges the key: not on a pacing queue or a ban (see
+    /// [`Report`]), nor a composite with one among its members, where a report records
+    /// nothing and drops every unit.
+    pub fn can_report(&self) -> bool {
+        match self {
+            Self::FixedWindow(_)
+            | Self::SlidingLog(_)
+            | Self::SlidingCounter(_)
+            | Self::TokenBucket(_)
+            | Self::LeakyBucket(_) => true,
+            Self::Composite(composite) => composite.members().iter().all(Self::can_report),
+            Self::Pacing(_) | Self::Ban(_) => false,
         }
     }
 
@@ -264,6 +281,49 @@ impl Reserve for AnyAlgorithm {
         };
         let decision = self.run(&mut state, transition);
         (decision, state)
+    }
+}
+
+/// Reports on the variant's own algorithm; a pacing queue or a ban records nothing (see
+/// [`AnyAlgorithm::can_report`]).
+impl Report for AnyAlgorithm {
+    fn overdraft(&self) -> u64 {
+        match self {
+            Self::FixedWindow(a) => a.overdraft(),
+            Self::SlidingLog(a) => a.overdraft(),
+            Self::SlidingCounter(a) => a.overdraft(),
+            Self::TokenBucket(a) => a.overdraft(),
+            Self::LeakyBucket(a) => a.overdraft(),
+            Self::Composite(a) => a.overdraft(),
+            Self::Pacing(_) | Self::Ban(_) => 0,
+        }
+    }
+
+    fn adjust(
+        &self,
+        mut state: Option<AnyState>,
+        now: Ticks,
+        adjustment: i64,
+    ) -> (u64, Option<AnyState>) {
+        let slot = &mut state;
+        let recorded = match self {
+            Self::FixedWindow(a) => {
+                on_variant!(slot, FixedWindow, |s| a.adjust(s, now, adjustment))
+            }
+            Self::SlidingLog(a) => on_variant!(slot, SlidingLog, |s| a.adjust(s, now, adjustment)),
+            Self::SlidingCounter(a) => {
+                on_variant!(slot, SlidingCounter, |s| a.adjust(s, now, adjustment))
+            }
+            Self::TokenBucket(a) => {
+                on_variant!(slot, TokenBucket, |s| a.adjust(s, now, adjustment))
+            }
+            Self::LeakyBucket(a) => {
+                on_variant!(slot, LeakyBucket, |s| a.adjust(s, now, adjustment))
+            }
+            Self::Composite(a) => on_variant!(slot, Composite, |s| a.adjust(s, now, adjustment)),
+            Self::Pacing(_) | Self::Ban(_) => 0,
+        };
+        (recorded, state)
     }
 }
 

@@ -20,6 +20,7 @@ use core::num::NonZeroU128;
 
 use crate::encoding::{self, tag, Reader};
 use crate::limits::{MAX_HORIZON, MAX_LIMIT, MAX_PERIOD, MAX_WAIT};
+use crate::report::refund_adjustment;
 use crate::{Algorithm, Decision, DecodeError, ParamError, Reserve, Ticks, MAX_TICKS};
 
 /// Parameters of a bucket: `rate` units of cost refill (or leak) every `period` ticks, up
@@ -55,6 +56,9 @@ impl BucketState {
     }
 }
 
+/// The units a report recorded on a bucket, and its new state.
+type Adjusted = (u64, Option<BucketState>);
+
 /// The shared GCRA engine behind the three bucket algorithms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Gcra {
@@ -64,6 +68,10 @@ pub(crate) struct Gcra {
     pub(crate) burst: u64,
     /// `burst × period`: the scaled time a full burst occupies.
     tolerance: u128,
+    /// The most units a report may take a key into debt (see [`crate::Report`]).
+    pub(crate) overdraft: u64,
+    /// `overdraft × period`: the scaled time the deepest debt occupies beyond a burst.
+    debt: u128,
     /// The latest scaled instant a state of this bucket can hold: [`MAX_TICKS`] plus
     /// the horizon, plus [`MAX_WAIT`] for the algorithms whose reservations book
     /// beyond the horizon (a pacing queue books within it).
@@ -96,6 +104,8 @@ impl Gcra {
             tag,
             burst,
             tolerance,
+            overdraft: 0,
+            debt: 0,
             latest: wide(MAX_TICKS, rate)
                 + tolerance
                 + if tag == tag::PACING {
@@ -106,6 +116,55 @@ impl Gcra {
             rate: Divisor::new(rate),
             period: Divisor::new(period),
         })
+    }
+
+    /// The same bucket with `overdraft` (at most 10^9, and `(capacity + overdraft) ×
+    /// period / rate` at most 2^53 ticks). The deepest debt then lies within
+    /// [`MAX_WAIT`] of a full burst, where a reservation may already book: the range of
+    /// states (`latest`), and so the decoder, are unchanged.
+    fn with_overdraft(self, overdraft: u64) -> Result<Self, ParamError> {
+        let overdraft = ParamError::check("overdraft", overdraft, 0, MAX_LIMIT)?;
+        let BucketParams {
+            capacity,
+            rate,
+            period,
+        } = self.params;
+        let debt = wide(overdraft, period);
+        if self.tolerance + debt > u128::from(MAX_HORIZON) * u128::from(rate) {
+            return Err(ParamError::HorizonTooLong {
+                capacity: capacity.saturating_add(overdraft),
+                rate,
+                period,
+            });
+        }
+        Ok(Self {
+            overdraft,
+            debt,
+            ..self
+        })
+    }
+
+    /// A report on the arrival time: `adjustment` whole units move it later (at most to
+    /// a full burst plus the overdraft after `now`) or earlier (not before `now`: never
+    /// above capacity). A refund records the whole units it took to reach `now`, the
+    /// last of them possibly in part.
+    fn adjust(&self, state: Option<BucketState>, now: Ticks, adjustment: i64) -> Adjusted {
+        let now = self.scaled(now);
+        let tat = state.map_or(now, |s| s.tat.get()).max(now);
+        let units = adjustment.unsigned_abs();
+        let (recorded, tat) = if adjustment >= 0 {
+            let bound = now + self.tolerance + self.debt;
+            let room = self.period.div_rem(bound.saturating_sub(tat)).0;
+            let recorded = u64::try_from(room).unwrap_or(u64::MAX).min(units);
+            (recorded, tat + wide(recorded, self.params.period))
+        } else {
+            let (whole, part) = self.period.div_rem(tat - now);
+            let owed = u64::try_from(whole + u128::from(part != 0)).unwrap_or(u64::MAX);
+            let recorded = owed.min(units);
+            let back = tat.saturating_sub(wide(recorded, self.params.period));
+            (recorded, back.max(now))
+        };
+        (recorded, BucketState::new(tat).filter(|_| tat > now))
     }
 
     // The helpers of `decide` are inlined even where the build optimizes for size (the
@@ -181,15 +240,6 @@ impl Gcra {
                 state,
             )
         }
-    }
-
-    /// Moves the arrival time back by `units × period` (scaled), not before `now`: the
-    /// bucket holds `units` more tokens, at most its capacity.
-    fn refund(&self, state: Option<BucketState>, now: Ticks, units: u64) -> Option<BucketState> {
-        let now = self.scaled(now);
-        let tat = state.filter(|s| s.tat.get() > now)?.tat.get();
-        let back = tat.saturating_sub(wide(units.min(self.burst), self.params.period));
-        BucketState::new(back).filter(|_| back > now)
     }
 
     fn encode<E: Extend<u8>>(&self, state: &BucketState, out: &mut E) {
@@ -290,9 +340,36 @@ gcra_algorithm!(
 
 impl crate::Refund for TokenBucket {
     fn refund(&self, state: Option<BucketState>, now: Ticks, units: u64) -> Option<BucketState> {
-        self.0.refund(state, now, units)
+        self.0.adjust(state, now, refund_adjustment(units)).1
     }
 }
+
+/// Implements [`Report`](crate::Report) and the overdraft's builder for the buckets
+/// whose units are a stock (not the pacing queue's slots).
+macro_rules! reported_bucket {
+    ($($name:ident),*) => {$(
+        impl $name {
+            /// The same bucket, letting a report take a key up to `overdraft` units
+            /// into debt: the tokens go below zero (the water above capacity), and the
+            /// next admission waits until they are paid back. `overdraft` is at most
+            /// 10^9, and `(capacity + overdraft) × period / rate` at most 2^53 ticks.
+            pub fn with_overdraft(self, overdraft: u64) -> Result<Self, ParamError> {
+                self.0.with_overdraft(overdraft).map(Self)
+            }
+        }
+
+        impl crate::Report for $name {
+            fn overdraft(&self) -> u64 {
+                self.0.overdraft
+            }
+
+            fn adjust(&self, state: Option<BucketState>, now: Ticks, by: i64) -> Adjusted {
+                self.0.adjust(state, now, by)
+            }
+        }
+    )*};
+}
+reported_bucket!(TokenBucket, LeakyBucket);
 
 /// Leaky bucket as a meter (the "funnel"): holds up to `capacity` units of water, starts
 /// empty, leaks `rate` units per `period`; a request of cost `c` is admitted iff

@@ -1,7 +1,7 @@
 use alloc::vec::Vec;
 
 use crate::encoding::{self, tag, Reader};
-use crate::{Algorithm, Decision, DecodeError, ParamError, Reserve, Ticks};
+use crate::{Algorithm, Decision, DecodeError, ParamError, Report, Reserve, Ticks};
 
 /// One member's transition (decide or reserve) from its state.
 type MemberTransition<'a, A> =
@@ -140,6 +140,37 @@ impl<A: Algorithm> Algorithm for Composite<A> {
         }
         reader.finish()?;
         Ok(states)
+    }
+}
+
+/// A report charges every member within its own overdraft: each records what it can,
+/// and the composite reports the least any member recorded.
+impl<A: Report> Report for Composite<A> {
+    /// The least of the members': the most every member records.
+    fn overdraft(&self) -> u64 {
+        self.members
+            .iter()
+            .map(Report::overdraft)
+            .min()
+            .unwrap_or(0)
+    }
+
+    fn adjust(
+        &self,
+        state: Option<Self::State>,
+        now: Ticks,
+        adjustment: i64,
+    ) -> (u64, Option<Self::State>) {
+        let old = state.unwrap_or_else(|| alloc::vec![None; self.members.len()]);
+        let (recorded, states): (Vec<_>, Vec<_>) = self
+            .members
+            .iter()
+            .zip(old)
+            .map(|(member, state)| member.adjust(state, now, adjustment))
+            .unzip();
+        let fresh = states.iter().all(Option::is_none);
+        let recorded = recorded.into_iter().min().unwrap_or(0);
+        (recorded, (!fresh).then_some(states))
     }
 }
 

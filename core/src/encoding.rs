@@ -20,6 +20,7 @@ pub(crate) mod tag {
     pub const COMPOSITE: u8 = 8;
     #[cfg(feature = "alloc")]
     pub const LEASES: u8 = 9;
+    pub const CALENDAR_WINDOW: u8 = 10;
 
     /// The algorithm a tag stands for, as messages name it.
     pub fn name(tag: u8) -> Option<&'static str> {
@@ -33,6 +34,7 @@ pub(crate) mod tag {
             7 => "ban",
             8 => "composite limit",
             9 => "lease table",
+            10 => "calendar window",
             _ => return None,
         })
     }

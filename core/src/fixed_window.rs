@@ -1,5 +1,6 @@
 use crate::encoding::{self, tag, Reader};
 use crate::limits::{MAX_LIMIT, MAX_PERIOD};
+use crate::report::{adjust_count, refund_adjustment};
 use crate::{Algorithm, Decision, DecodeError, ParamError, Ticks, MAX_TICKS};
 
 /// Parameters of the window algorithms: at most `limit` units of cost per `period` ticks.
@@ -44,14 +45,16 @@ impl WindowParams {
 ///
 /// A denied request changes nothing, unless built with
 /// [`counting_denied`](Self::counting_denied), which counts denied cost too (so a client
-/// that keeps hammering stays blocked), as some peers do. The count never exceeds
-/// `limit`: beyond it no decision differs (no positive cost fits, a cost of zero always
-/// does, and the window ends at the same time), so counted cost saturates there and
-/// every host stores the same bytes.
+/// that keeps hammering stays blocked), as some peers do. Decided cost never takes the
+/// count beyond `limit`: there no decision differs (no positive cost fits, and the
+/// window ends at the same time), so counted cost saturates there and every host stores
+/// the same bytes. Only a [report](crate::Report) takes it further, up to `limit +
+/// overdraft`: a debt that admits nothing, not even a cost of zero, until the window ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FixedWindow {
     params: WindowParams,
     count_denied: bool,
+    overdraft: u64,
 }
 
 /// The state of a [`FixedWindow`]: the current window and the cost counted in it.
@@ -80,6 +83,16 @@ impl FixedWindow {
         Ok(Self {
             params: WindowParams::new(limit, period, MAX_LIMIT)?,
             count_denied: false,
+            overdraft: 0,
+        })
+    }
+
+    /// The same limit, letting a report count up to `overdraft` (at most 10^9) units
+    /// beyond it: the window stays shut until it ends (its debt ends with it).
+    pub fn with_overdraft(self, overdraft: u64) -> Result<Self, ParamError> {
+        Ok(Self {
+            overdraft: ParamError::check("overdraft", overdraft, 0, MAX_LIMIT)?,
+            ..self
         })
     }
 
@@ -131,20 +144,8 @@ impl Algorithm for FixedWindow {
         }
         let now = now.max(self.params.start_of(window));
         let until_end = self.params.start_of(window).saturating_add(period) - now;
-        let allowed = cost <= limit.saturating_sub(count);
-        if allowed || self.count_denied {
-            // Counted cost saturates at the limit: a larger count decides the same.
-            count = count.saturating_add(cost).min(limit);
-        }
-        let remaining = limit.saturating_sub(count);
-        let reset_after = if count > 0 { until_end } else { 0 };
+        let (decision, count) = window_decision(limit, count, cost, self.count_denied, until_end);
         let state = (count > 0).then_some(FixedWindowState { window, count });
-        let decision = if allowed {
-            Decision::admit(limit, remaining, reset_after, 0)
-        } else {
-            let retry_after = (cost <= limit).then_some(until_end);
-            Decision::deny(limit, remaining, retry_after, reset_after)
-        };
         (decision, state)
     }
 
@@ -155,11 +156,39 @@ impl Algorithm for FixedWindow {
     fn decode(&self, bytes: &[u8]) -> Result<FixedWindowState, DecodeError> {
         let mut reader = Reader::new(bytes, tag::FIXED_WINDOW)?;
         let window = reader.u64_where("window", &|w| self.params.valid_window(w))?;
-        // Counted cost saturates at the limit, so no count beyond it is ever written.
-        let limit = self.params.limit;
-        let count = reader.u64_where("count", &|c| (1..=limit).contains(&c))?;
+        // Counted cost saturates at the limit, so no count beyond it (and the overdraft)
+        // is ever written.
+        let most = self.params.limit + self.overdraft;
+        let count = reader.u64_where("count", &|c| (1..=most).contains(&c))?;
         reader.finish()?;
         Ok(FixedWindowState { window, count })
+    }
+}
+
+impl crate::Report for FixedWindow {
+    fn overdraft(&self) -> u64 {
+        self.overdraft
+    }
+
+    /// On now's window (a stored window before it has ended: fresh), the count at most
+    /// `limit + overdraft`.
+    fn adjust(
+        &self,
+        state: Option<FixedWindowState>,
+        now: Ticks,
+        adjustment: i64,
+    ) -> (u64, Option<FixedWindowState>) {
+        let current = self.params.window_of(now.min(MAX_TICKS));
+        let (window, count) = match state {
+            Some(s) if s.window >= current => (s.window, s.count),
+            _ => (current, 0),
+        };
+        let room = (self.params.limit + self.overdraft).saturating_sub(count);
+        let (recorded, count) = adjust_count(count, room, adjustment);
+        (
+            recorded,
+            (count > 0).then_some(FixedWindowState { window, count }),
+        )
     }
 }
 
@@ -170,9 +199,34 @@ impl crate::Refund for FixedWindow {
         now: Ticks,
         units: u64,
     ) -> Option<FixedWindowState> {
-        // A stored window before now's has ended: the state is fresh.
-        let s = state.filter(|s| s.window >= self.params.window_of(now.min(MAX_TICKS)))?;
-        let count = s.count - units.min(s.count);
-        (count > 0).then_some(FixedWindowState { count, ..s })
+        crate::Report::adjust(self, state, now, refund_adjustment(units)).1
     }
+}
+
+/// A window's decision on a request of `cost` with `count` taken, `until_end` before the
+/// window ends; returns it and the new count. A count above the limit (a reported debt)
+/// admits nothing, not even a cost of zero, until the window ends.
+pub(crate) fn window_decision(
+    limit: u64,
+    count: u64,
+    cost: u64,
+    count_denied: bool,
+    until_end: Ticks,
+) -> (Decision, u64) {
+    let allowed = count.checked_add(cost).is_some_and(|total| total <= limit);
+    let mut count = count;
+    if allowed || count_denied {
+        // Counted cost saturates at the limit (a larger count decides the same), and
+        // never lowers a debt.
+        count = count.saturating_add(cost).min(limit.max(count));
+    }
+    let remaining = limit.saturating_sub(count);
+    let reset_after = if count > 0 { until_end } else { 0 };
+    let decision = if allowed {
+        Decision::admit(limit, remaining, reset_after, 0)
+    } else {
+        let retry_after = (cost <= limit).then_some(until_end);
+        Decision::deny(limit, remaining, retry_after, reset_after)
+    };
+    (decision, count)
 }

@@ -5,7 +5,7 @@
 
 #[cfg(feature = "alloc")]
 use crate::{Acquired, Grant, LeaseState};
-use crate::{Decision, Ticks};
+use crate::{Decision, Reported, Ticks};
 
 /// One request to a limiter: a key, a cost and optionally the time to decide at.
 ///
@@ -55,6 +55,84 @@ impl<'k> Request<'k> {
         self.now = Some(now);
         self
     }
+}
+
+/// A cost reported for a key after its decision: the actual cost minus what was decided
+/// (negative: units given back), optionally at a given time.
+///
+/// Built by name, like [`Request`], so an adjustment and a time cannot be swapped:
+///
+/// ```
+/// use sluicegate_core::ReportRequest;
+///
+/// // 700 tokens were used where 500 were estimated.
+/// let extra = ReportRequest::new("alice").adjust(700 - 500).at(1_000);
+/// assert_eq!((extra.key, extra.adjustment, extra.now), (&b"alice"[..], 200, Some(1_000)));
+/// // A cancelled request of cost 3 gives its units back.
+/// assert_eq!(ReportRequest::new("alice").adjust(-3).now, None);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct ReportRequest<'k> {
+    /// The key charged or refunded.
+    pub key: &'k [u8],
+    /// Units added to what the key has taken (negative: given back); 0 unless set with
+    /// [`adjust`](Self::adjust).
+    pub adjustment: i64,
+    /// The time to report at; `None` for the host's clock.
+    pub now: Option<Ticks>,
+}
+
+impl<'k> ReportRequest<'k> {
+    /// A report of no units for `key`, at the host's time.
+    pub fn new<K: AsRef<[u8]> + ?Sized>(key: &'k K) -> Self {
+        Self {
+            key: key.as_ref(),
+            adjustment: 0,
+            now: None,
+        }
+    }
+
+    /// The same report adding `adjustment` units (negative: giving them back).
+    #[must_use]
+    pub const fn adjust(mut self, adjustment: i64) -> Self {
+        self.adjustment = adjustment;
+        self
+    }
+
+    /// The same report made at `now` rather than at the host's time.
+    #[must_use]
+    pub const fn at(mut self, now: Ticks) -> Self {
+        self.now = Some(now);
+        self
+    }
+}
+
+/// The report operation of hosts whose algorithm takes costs after the decision (see
+/// [`Report`](crate::Report)): a trait beside [`Limiter`] rather than a method of it, so
+/// that each host gains it when its store runs the transition, and a request id to count
+/// a retried report once belongs to the caller that has one (the service), not to
+/// every host.
+pub trait Reporter {
+    /// Why a host could not report (its store unreachable, a corrupt state, a time out
+    /// of range).
+    type Error;
+
+    /// Applies `request` to its key's state and stores it: what was recorded and
+    /// dropped, and the key's standing after it.
+    fn report(&self, request: &ReportRequest<'_>) -> Result<Reported, Self::Error>;
+}
+
+/// [`Reporter`] for hosts whose store answers asynchronously.
+pub trait AsyncReporter {
+    /// Why a host could not report.
+    type Error;
+
+    /// Applies `request` to its key's state and stores it (see [`Reporter::report`]).
+    fn report(
+        &self,
+        request: &ReportRequest<'_>,
+    ) -> impl core::future::Future<Output = Result<Reported, Self::Error>> + Send;
 }
 
 /// The operations every host offers on a keyed limit.

@@ -14,6 +14,9 @@ mod algorithm;
 mod any;
 mod ban;
 mod bucket;
+mod calendar;
+#[cfg(feature = "calendar")]
+mod calendar_zone;
 mod clock;
 #[cfg(feature = "alloc")]
 mod composite;
@@ -28,6 +31,7 @@ mod kind;
 mod lease;
 #[cfg(feature = "memory")]
 pub mod memory;
+mod report;
 mod sliding_counter;
 #[cfg(feature = "alloc")]
 mod sliding_log;
@@ -37,6 +41,9 @@ pub use algorithm::{Algorithm, Refund, Reserve};
 pub use any::{AnyAlgorithm, AnyState, Transition};
 pub use ban::{Ban, BanState};
 pub use bucket::{BucketParams, BucketState, LeakyBucket, Pacing, TokenBucket};
+pub use calendar::{CalendarPeriod, CalendarWindow, CalendarWindowAt, CalendarWindowState};
+#[cfg(feature = "calendar")]
+pub use calendar_zone::{Calendar, CalendarError, CalendarZone};
 #[cfg(target_has_atomic = "64")]
 pub use clock::ManualClock;
 pub use clock::{check_now, ticks, Clock, Ticks, MAX_TICKS, MILLISECOND, SECOND};
@@ -49,11 +56,14 @@ pub use error::{DecodeError, ParamError};
 pub use fixed_window::{FixedWindow, FixedWindowState, WindowParams};
 #[cfg(feature = "alloc")]
 pub use host::{AsyncLeaseHost, LeaseHost, LeaseRequest};
-pub use host::{AsyncLimiter, FailPolicy, Limiter, Outcome, Request};
+pub use host::{
+    AsyncLimiter, AsyncReporter, FailPolicy, Limiter, Outcome, ReportRequest, Reporter, Request,
+};
 pub use key::KeyDisplay;
 pub use kind::Kind;
 #[cfg(feature = "alloc")]
 pub use lease::{Acquired, Concurrency, Grant, Lease, LeaseError, LeaseState};
+pub use report::{Report, Reported};
 pub use sliding_counter::{SlidingCounter, SlidingCounterState};
 #[cfg(feature = "alloc")]
 pub use sliding_log::{SlidingLog, SlidingLogState};

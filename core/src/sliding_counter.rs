@@ -1,6 +1,7 @@
 use crate::encoding::{self, tag, Reader};
 use crate::fixed_window::WindowParams;
 use crate::limits::MAX_LIMIT;
+use crate::report::{adjust_count, refund_adjustment};
 use crate::{Algorithm, Decision, DecodeError, ParamError, Ticks, MAX_TICKS};
 
 /// Sliding window counter: the two-window estimate `prev · (period − e) / period + cur`,
@@ -15,6 +16,7 @@ use crate::{Algorithm, Decision, DecodeError, ParamError, Ticks, MAX_TICKS};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SlidingCounter {
     params: WindowParams,
+    overdraft: u64,
 }
 
 /// The state of a [`SlidingCounter`]: the current window and the cost admitted in it
@@ -27,7 +29,7 @@ pub struct SlidingCounterState {
 }
 
 /// A presence bit and the window index in the high word; both counts, each at most the
-/// limit (below 2^32), in the low one.
+/// limit plus the overdraft (below 2^31 each), in the low one.
 #[cfg(feature = "memory")]
 impl crate::memory::WordState for SlidingCounterState {
     fn to_word(self) -> u128 {
@@ -52,6 +54,17 @@ impl SlidingCounter {
     pub fn new(limit: u64, period: Ticks) -> Result<Self, ParamError> {
         Ok(Self {
             params: WindowParams::new(limit, period, MAX_LIMIT)?,
+            overdraft: 0,
+        })
+    }
+
+    /// The same limit, letting a report take the estimate up to `overdraft` (at most
+    /// 10^9) units beyond it; the debt is carried into the next window, weighted like
+    /// any count.
+    pub fn with_overdraft(self, overdraft: u64) -> Result<Self, ParamError> {
+        Ok(Self {
+            overdraft: ParamError::check("overdraft", overdraft, 0, MAX_LIMIT)?,
+            ..self
         })
     }
 
@@ -151,7 +164,7 @@ impl Algorithm for SlidingCounter {
     }
 
     fn decode(&self, bytes: &[u8]) -> Result<SlidingCounterState, DecodeError> {
-        let limit = self.params.limit;
+        let limit = self.params.limit + self.overdraft;
         let mut reader = Reader::new(bytes, tag::SLIDING_COUNTER)?;
         let window = reader.u64_where("window", &|w| self.params.valid_window(w))?;
         let prev = reader.u64_where("prev", &|p| p <= limit)?;
@@ -161,17 +174,44 @@ impl Algorithm for SlidingCounter {
     }
 }
 
+impl crate::Report for SlidingCounter {
+    fn overdraft(&self) -> u64 {
+        self.overdraft
+    }
+
+    /// On now's current count: a report records while the estimate stays within
+    /// `limit + overdraft`; a refund comes off the current window's count only (the
+    /// previous window's count is history, and units taken in it ended with it).
+    fn adjust(
+        &self,
+        state: Option<SlidingCounterState>,
+        now: Ticks,
+        adjustment: i64,
+    ) -> (u64, Option<SlidingCounterState>) {
+        let now = now.min(MAX_TICKS);
+        let (window, prev, cur) = self.roll(state, now);
+        let period = self.params.period;
+        let start = self.params.start_of(window);
+        let carried = u128::from(prev) * u128::from(period - (now.max(start) - start));
+        // The most `cur` may reach: `carried + cur · period <= (limit + overdraft) · period`.
+        let most = (u128::from(self.params.limit + self.overdraft) * u128::from(period))
+            .saturating_sub(carried)
+            / u128::from(period);
+        let room = u64::try_from(most).unwrap_or(u64::MAX).saturating_sub(cur);
+        let (recorded, cur) = adjust_count(cur, room, adjustment);
+        let state = (prev + cur > 0).then_some(SlidingCounterState { window, prev, cur });
+        (recorded, state)
+    }
+}
+
 impl crate::Refund for SlidingCounter {
-    /// Units come off the current window's count only: the previous window's count is
-    /// history, and units taken in it ended with it.
+    /// See [`Report::adjust`](crate::Report::adjust).
     fn refund(
         &self,
         state: Option<SlidingCounterState>,
         now: Ticks,
         units: u64,
     ) -> Option<SlidingCounterState> {
-        let (window, prev, cur) = self.roll(state, now.min(MAX_TICKS));
-        let cur = cur - units.min(cur);
-        (prev + cur > 0).then_some(SlidingCounterState { window, prev, cur })
+        crate::Report::adjust(self, state, now, refund_adjustment(units)).1
     }
 }

@@ -3,6 +3,7 @@ use alloc::collections::VecDeque;
 use crate::encoding::{self, tag, Reader};
 use crate::fixed_window::WindowParams;
 use crate::limits::MAX_LOG_LIMIT;
+use crate::report::adjust_count;
 use crate::{Algorithm, Decision, DecodeError, ParamError, Ticks, MAX_TICKS};
 
 /// Sliding window log: a request of cost `c` at `now` is admitted iff the cost admitted
@@ -12,6 +13,7 @@ use crate::{Algorithm, Decision, DecodeError, ParamError, Ticks, MAX_TICKS};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SlidingLog {
     params: WindowParams,
+    overdraft: u64,
 }
 
 /// The state of a [`SlidingLog`]: admitted cost per instant, oldest first.
@@ -38,7 +40,53 @@ impl SlidingLog {
     pub fn new(limit: u64, period: Ticks) -> Result<Self, ParamError> {
         Ok(Self {
             params: WindowParams::new(limit, period, MAX_LOG_LIMIT)?,
+            overdraft: 0,
         })
+    }
+
+    /// The same limit, letting a report log up to `overdraft` (at most 10^5) units
+    /// beyond it; the debt leaves the window with the entries that hold it.
+    pub fn with_overdraft(self, overdraft: u64) -> Result<Self, ParamError> {
+        Ok(Self {
+            overdraft: ParamError::check("overdraft", overdraft, 0, MAX_LOG_LIMIT)?,
+            ..self
+        })
+    }
+
+    /// The most cost the log holds: the limit and the overdraft.
+    const fn most(&self) -> u64 {
+        self.params.limit + self.overdraft
+    }
+
+    /// The state's entries and their sum at `now` (raised to the newest entry's
+    /// instant), the entries that left the window dropped.
+    fn expire(
+        state: Option<SlidingLogState>,
+        now: Ticks,
+        period: Ticks,
+    ) -> (SlidingLogState, Ticks) {
+        let mut state = state.unwrap_or_default();
+        let now = now
+            .min(MAX_TICKS)
+            .max(state.entries.back().map_or(0, |e| e.at));
+        // Entries at or before `now − period` have left the window.
+        while let Some(oldest) = state
+            .entries
+            .front()
+            .filter(|e| e.at.saturating_add(period) <= now)
+        {
+            state.used -= oldest.cost;
+            state.entries.pop_front();
+        }
+        (state, now)
+    }
+
+    /// Logs `cost` at `now`, the newest instant (merged with an entry there).
+    fn log(entries: &mut VecDeque<Entry>, now: Ticks, cost: u64) {
+        match entries.back_mut() {
+            Some(last) if last.at == now => last.cost += cost,
+            _ => entries.push_back(Entry { at: now, cost }),
+        }
     }
 
     /// The parameters this was built from.
@@ -64,43 +112,37 @@ impl Algorithm for SlidingLog {
         cost: u64,
     ) -> (Decision, Option<SlidingLogState>) {
         let WindowParams { limit, period } = self.params;
-        let SlidingLogState {
-            mut entries,
-            mut used,
-        } = state.unwrap_or_default();
-        let now = now.min(MAX_TICKS).max(entries.back().map_or(0, |e| e.at));
-        // Entries at or before `now − period` have left the window.
-        while let Some(oldest) = entries
-            .front()
-            .filter(|e| e.at.saturating_add(period) <= now)
-        {
-            used -= oldest.cost;
-            entries.pop_front();
-        }
-        let allowed = cost <= limit - used;
+        let (
+            SlidingLogState {
+                mut entries,
+                mut used,
+            },
+            now,
+        ) = Self::expire(state, now, period);
+        // A reported debt (`used` above the limit) admits nothing, not even a cost of zero.
+        let allowed = used.checked_add(cost).is_some_and(|total| total <= limit);
         if allowed && cost > 0 {
-            match entries.back_mut() {
-                Some(last) if last.at == now => last.cost += cost,
-                _ => entries.push_back(Entry { at: now, cost }),
-            }
+            Self::log(&mut entries, now, cost);
         }
         let before = used;
         if allowed {
             used += cost;
         }
-        let remaining = limit - used;
+        let remaining = limit.saturating_sub(used);
         let reset_after = entries.back().map_or(0, |e| e.at + period - now);
         let decision = if allowed {
             Decision::admit(limit, remaining, reset_after, 0)
         } else {
             // Wait for the oldest entries to leave until `cost` fits.
             let retry_after = (cost <= limit).then(|| {
-                let mut freed = limit - before;
+                // The cost that must leave the window before this one fits.
+                let excess = before + cost - limit;
+                let mut freed = 0;
                 let last_needed = entries
                     .iter()
                     .find(|e| {
                         freed += e.cost;
-                        freed >= cost
+                        freed >= excess
                     })
                     .map_or(now, |e| e.at + period);
                 last_needed - now
@@ -120,19 +162,18 @@ impl Algorithm for SlidingLog {
         }
     }
 
-    /// At most `limit` entries (one per instant, each of cost at least 1), in a deque
+    /// At most `limit + overdraft` entries (one per instant, each of cost at least 1), in a deque
     /// that grows by doubling from four when full, and that a clone leaves exactly
     /// full: never more than twice `limit` entries' room.
     fn max_heap_bytes(&self) -> usize {
-        let limit = usize::try_from(self.params.limit).unwrap_or(usize::MAX);
-        limit
-            .saturating_mul(2)
+        let most = usize::try_from(self.most()).unwrap_or(usize::MAX);
+        most.saturating_mul(2)
             .max(4)
             .saturating_mul(core::mem::size_of::<Entry>())
     }
 
     fn decode(&self, bytes: &[u8]) -> Result<SlidingLogState, DecodeError> {
-        let limit = self.params.limit;
+        let limit = self.most();
         let mut reader = Reader::new(bytes, tag::SLIDING_LOG)?;
         let len = reader.u64_where("len", &|n| (1..=limit).contains(&n))?;
         let mut entries = VecDeque::with_capacity(entries_to_reserve(len, bytes.len()));
@@ -146,6 +187,43 @@ impl Algorithm for SlidingLog {
         }
         reader.finish()?;
         Ok(SlidingLogState { entries, used })
+    }
+}
+
+impl crate::Report for SlidingLog {
+    fn overdraft(&self) -> u64 {
+        self.overdraft
+    }
+
+    /// A report logs its units at `now` while the window holds at most
+    /// `limit + overdraft`; a refund takes units off the newest entries first (the undo
+    /// of the latest admissions, which a report follows).
+    fn adjust(
+        &self,
+        state: Option<SlidingLogState>,
+        now: Ticks,
+        adjustment: i64,
+    ) -> (u64, Option<SlidingLogState>) {
+        let (SlidingLogState { mut entries, used }, now) =
+            Self::expire(state, now, self.params.period);
+        let (recorded, used) = adjust_count(used, self.most().saturating_sub(used), adjustment);
+        if adjustment >= 0 {
+            if recorded > 0 {
+                Self::log(&mut entries, now, recorded);
+            }
+        } else {
+            let mut owed = recorded;
+            while let Some(newest) = entries.back_mut().filter(|_| owed > 0) {
+                let taken = owed.min(newest.cost);
+                newest.cost -= taken;
+                owed -= taken;
+                if newest.cost == 0 {
+                    entries.pop_back();
+                }
+            }
+        }
+        let state = (!entries.is_empty()).then_some(SlidingLogState { entries, used });
+        (recorded, state)
     }
 }
 

@@ -2,7 +2,7 @@ use std::time::Duration;
 
 use super::cell::{InMemory, StateCell};
 use super::wait;
-use crate::{Clock, Decision, MonotonicClock, Reserve, Ticks};
+use crate::{Clock, Decision, MonotonicClock, Report, Reported, Reserve, Ticks};
 
 /// One limit shared by every caller: a whole service, one downstream API.
 ///
@@ -82,6 +82,21 @@ impl<A: InMemory, C: Clock> DirectLimiter<A, C> {
     /// The clock read for every decision.
     pub const fn clock(&self) -> &C {
         &self.clock
+    }
+}
+
+impl<A: InMemory + Report, C: Clock> DirectLimiter<A, C> {
+    /// Reports a cost known after the work, now: `adjustment` units added to what the
+    /// limit has taken (negative: given back), within the algorithm's overdraft.
+    pub fn report(&self, adjustment: i64) -> Reported {
+        let now = self.clock.now();
+        let mut recorded = 0;
+        let decision = self.cell.update(|state| {
+            let (reported, state) = self.algorithm.report(state, now, adjustment);
+            recorded = reported.recorded;
+            (reported.decision, state)
+        });
+        Reported::new(adjustment, recorded, decision)
     }
 }
 

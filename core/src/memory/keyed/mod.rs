@@ -18,6 +18,7 @@ use crate::{
 };
 
 mod budget;
+mod report;
 mod room;
 
 pub use room::OnFull;

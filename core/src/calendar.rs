@@ -1,0 +1,179 @@
+//! Calendar windows: a fixed window whose boundaries the host computes (a day, an ISO
+//! week, a month in a time zone; see `Calendar` under the `calendar` feature) and passes
+//! to every transition, so the core needs no calendar and no time-zone database.
+
+use crate::encoding::{self, tag, Reader};
+use crate::fixed_window::window_decision;
+use crate::limits::{MAX_LIMIT, MAX_PERIOD};
+use crate::report::adjust_count;
+use crate::{Algorithm, Decision, DecodeError, ParamError, Report, Ticks, MAX_TICKS};
+
+/// The current period of a calendar, `[start, end)` in ticks: the instants a host's
+/// calendar puts in one day, week or month.
+///
+/// Ranges: `start < end <= MAX_TICKS + 366 days`, at most 366 days long (a day of 23 or
+/// 25 hours, a month of 28 to 31 days and a leap year all fit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CalendarPeriod {
+    start: Ticks,
+    end: Ticks,
+}
+
+impl CalendarPeriod {
+    /// The period from `start` (included) to `end` (excluded).
+    pub fn new(start: Ticks, end: Ticks) -> Result<Self, ParamError> {
+        let end = ParamError::check("end", end, 1, MAX_TICKS + MAX_PERIOD)?;
+        ParamError::check("length", end.saturating_sub(start), 1, MAX_PERIOD)?;
+        Ok(Self { start, end })
+    }
+
+    /// The first instant of the period.
+    pub const fn start(&self) -> Ticks {
+        self.start
+    }
+
+    /// The first instant after the period: the next period's start.
+    pub const fn end(&self) -> Ticks {
+        self.end
+    }
+}
+
+/// Calendar window: at most `limit` units of cost per calendar period; a request of cost
+/// `c` is admitted iff `count + c <= limit`, and adds `c` to the period's count. Decided
+/// with the period's boundaries, through [`during`](Self::during).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CalendarWindow {
+    limit: u64,
+    overdraft: u64,
+}
+
+/// The state of a calendar window: the end of the period it counts, and its count.
+///
+/// The end, not the start: it says alone when the state is fresh (for a sweep, a TTL)
+/// and how long until then, exactly, whatever period the host passes next; the period a
+/// count belongs to is the one that ends there (periods never overlap).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CalendarWindowState {
+    end: Ticks,
+    count: u64,
+}
+
+impl CalendarWindow {
+    /// At most `limit` (up to 10^9) per calendar period.
+    pub fn new(limit: u64) -> Result<Self, ParamError> {
+        Ok(Self {
+            limit: ParamError::check("limit", limit, 1, MAX_LIMIT)?,
+            overdraft: 0,
+        })
+    }
+
+    /// The same limit, letting a report count up to `overdraft` (at most 10^9) units
+    /// beyond it, until the period ends.
+    pub fn with_overdraft(self, overdraft: u64) -> Result<Self, ParamError> {
+        Ok(Self {
+            overdraft: ParamError::check("overdraft", overdraft, 0, MAX_LIMIT)?,
+            ..self
+        })
+    }
+
+    /// The units of cost admitted per period.
+    pub const fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// This window in `period`: the [`Algorithm`] (and [`Report`]) a host runs with the
+    /// boundaries of the period holding the request's time.
+    pub const fn during(self, period: CalendarPeriod) -> CalendarWindowAt {
+        CalendarWindowAt {
+            window: self,
+            period,
+        }
+    }
+}
+
+/// A [`CalendarWindow`] in its current period (see [`CalendarWindow::during`]).
+///
+/// A `now` outside the period is decided as at its nearest instant in it. A stored count
+/// whose period has not ended at `now` (a state written at a later time, when `now` went
+/// backwards over a boundary) is decided in its own period, to its own end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CalendarWindowAt {
+    window: CalendarWindow,
+    period: CalendarPeriod,
+}
+
+impl CalendarWindowAt {
+    /// The window's parameters.
+    pub const fn window(&self) -> CalendarWindow {
+        self.window
+    }
+
+    /// The period it decides in.
+    pub const fn period(&self) -> CalendarPeriod {
+        self.period
+    }
+
+    /// `now` within the period, and the period and count to decide on there.
+    fn current(&self, state: Option<CalendarWindowState>, now: Ticks) -> (Ticks, Ticks, u64) {
+        let now = now
+            .min(MAX_TICKS)
+            .clamp(self.period.start, self.period.end - 1);
+        match state {
+            Some(s) if s.end > now => (now, s.end, s.count),
+            _ => (now, self.period.end, 0),
+        }
+    }
+}
+
+impl Algorithm for CalendarWindowAt {
+    type State = CalendarWindowState;
+
+    fn decide(
+        &self,
+        state: Option<CalendarWindowState>,
+        now: Ticks,
+        cost: u64,
+    ) -> (Decision, Option<CalendarWindowState>) {
+        let (now, end, count) = self.current(state, now);
+        let (decision, count) = window_decision(self.window.limit, count, cost, false, end - now);
+        (
+            decision,
+            (count > 0).then_some(CalendarWindowState { end, count }),
+        )
+    }
+
+    fn encode<E: Extend<u8>>(&self, state: &CalendarWindowState, out: &mut E) {
+        encoding::write(out, tag::CALENDAR_WINDOW, &[state.end, state.count]);
+    }
+
+    fn decode(&self, bytes: &[u8]) -> Result<CalendarWindowState, DecodeError> {
+        let mut reader = Reader::new(bytes, tag::CALENDAR_WINDOW)?;
+        let end = reader.u64_where("end", &|e| (1..=MAX_TICKS + MAX_PERIOD).contains(&e))?;
+        let most = self.window.limit + self.window.overdraft;
+        let count = reader.u64_where("count", &|c| (1..=most).contains(&c))?;
+        reader.finish()?;
+        Ok(CalendarWindowState { end, count })
+    }
+}
+
+impl Report for CalendarWindowAt {
+    fn overdraft(&self) -> u64 {
+        self.window.overdraft
+    }
+
+    /// On the current period's count, at most `limit + overdraft`.
+    fn adjust(
+        &self,
+        state: Option<CalendarWindowState>,
+        now: Ticks,
+        adjustment: i64,
+    ) -> (u64, Option<CalendarWindowState>) {
+        let (_, end, count) = self.current(state, now);
+        let room = (self.window.limit + self.window.overdraft).saturating_sub(count);
+        let (recorded, count) = adjust_count(count, room, adjustment);
+        (
+            recorded,
+            (count > 0).then_some(CalendarWindowState { end, count }),
+        )
+    }
+}

@@ -1,0 +1,134 @@
+//! Calendar periods in IANA zones: exact across daylight-saving changes, month lengths,
+//! leap days and ISO weeks crossing a year. Instants are written in UTC and converted
+//! here by the civil-from-days formula, independently of the library under test.
+
+use sluicegate_core::{
+    Algorithm, Calendar, CalendarError, CalendarPeriod, CalendarWindow, CalendarZone, Ticks,
+};
+
+use Calendar::{Day, Month, Week};
+
+const HOUR: Ticks = 3_600_000_000;
+const BERLIN: &str = "Europe/Berlin";
+const NEW_YORK: &str = "America/New_York";
+
+/// Microseconds since the epoch of `y-m-d h:00` UTC.
+fn utc(y: i64, m: i64, d: i64, h: i64) -> Ticks {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (m + if m > 2 { -3 } else { 9 }) + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    u64::try_from(days * 24 + h).unwrap() * HOUR
+}
+
+fn period(calendar: Calendar, zone: &str, now: Ticks) -> (Ticks, Ticks) {
+    let p = calendar
+        .period_at(&CalendarZone::named(zone).unwrap(), now)
+        .unwrap();
+    (p.start(), p.end())
+}
+
+/// Every instant of a period maps to it: its first, its last, and one inside.
+fn assert_period(calendar: Calendar, zone: &str, start: Ticks, end: Ticks) {
+    for now in [start, start + 1, (start + end) / 2, end - 1] {
+        assert_eq!(
+            period(calendar, zone, now),
+            (start, end),
+            "{zone} {calendar:?} at {now}"
+        );
+    }
+    assert_ne!(period(calendar, zone, end).0, start);
+}
+
+#[test]
+fn days_at_daylight_saving_changes_last_23_and_25_hours() {
+    // Berlin: clocks go forward on 29 March 2026 and back on 25 October 2026; New York:
+    // forward on 8 March 2026, back on 1 November 2026.
+    let berlin = [(28, 3, 23, 29, 3, 22), (24, 10, 22, 25, 10, 23)];
+    let new_york = [(8, 3, 5, 9, 3, 4), (1, 11, 4, 2, 11, 5)];
+    for (zone, days) in [(BERLIN, berlin), (NEW_YORK, new_york)] {
+        for ((d, m, h, next_d, next_m, next_h), hours) in days.into_iter().zip([23, 25]) {
+            let (start, end) = (utc(2026, m, d, h), utc(2026, next_m, next_d, next_h));
+            assert_eq!(end - start, hours * HOUR, "{zone}");
+            assert_period(Day, zone, start, end);
+        }
+    }
+    // The days around them are 24 hours long.
+    assert_period(Day, NEW_YORK, utc(2026, 11, 2, 5), utc(2026, 11, 3, 5));
+}
+
+#[test]
+fn months_have_their_lengths_and_their_zone_offsets() {
+    // January in Berlin: midnight is 23:00 UTC the day before.
+    assert_period(Month, BERLIN, utc(2025, 12, 31, 23), utc(2026, 1, 31, 23));
+    // March 2026 in Berlin loses an hour to summer time.
+    let march = (utc(2026, 2, 28, 23), utc(2026, 3, 31, 22));
+    assert_eq!(march.1 - march.0, (31 * 24 - 1) * HOUR);
+    assert_period(Month, BERLIN, march.0, march.1);
+    // February 2027 has 28 days, February 2028 has 29; 29 February 2028 is a day.
+    assert_period(Month, "UTC", utc(2027, 2, 1, 0), utc(2027, 3, 1, 0));
+    let leap = (utc(2028, 2, 1, 0), utc(2028, 3, 1, 0));
+    assert_eq!(leap.1 - leap.0, 29 * 24 * HOUR);
+    assert_period(Month, "UTC", leap.0, leap.1);
+    assert_period(Day, "UTC", utc(2028, 2, 29, 0), utc(2028, 3, 1, 0));
+    // April and December end on their 30th and 31st, in New York.
+    assert_period(Month, NEW_YORK, utc(2026, 4, 1, 4), utc(2026, 5, 1, 4));
+    assert_period(Month, NEW_YORK, utc(2026, 12, 1, 5), utc(2027, 1, 1, 5));
+}
+
+#[test]
+fn iso_weeks_start_on_monday_and_cross_years() {
+    // Thursday 1 January 2026 is in the week from Monday 29 December 2025.
+    assert_period(Week, "UTC", utc(2025, 12, 29, 0), utc(2026, 1, 5, 0));
+    // The week of the autumn change in Berlin lasts 7 days and an hour.
+    let week = (utc(2026, 10, 18, 22), utc(2026, 10, 25, 23));
+    assert_eq!(week.1 - week.0, (7 * 24 + 1) * HOUR);
+    assert_period(Week, BERLIN, week.0, week.1);
+}
+
+#[test]
+fn a_calendar_window_resets_at_the_true_boundary() {
+    let zone = CalendarZone::named(BERLIN).unwrap();
+    let now = utc(2026, 3, 29, 12);
+    let window = CalendarWindow::new(2)
+        .unwrap()
+        .during(Calendar::Day.period_at(&zone, now).unwrap());
+    let (first, state) = window.decide(None, now, 2);
+    assert!(first.allowed);
+    assert_eq!(first.reset_after, utc(2026, 3, 29, 22) - now);
+    let (denied, _) = window.decide(state, now + HOUR, 1);
+    assert_eq!(denied.retry_after, Some(utc(2026, 3, 29, 22) - now - HOUR));
+    // The next day's period finds the count gone.
+    let next = Calendar::Day
+        .period_at(&zone, utc(2026, 3, 29, 22))
+        .unwrap();
+    let (later, _) =
+        CalendarWindow::new(2)
+            .unwrap()
+            .during(next)
+            .decide(state, utc(2026, 3, 29, 22), 2);
+    assert!(later.allowed);
+    assert_eq!(later.reset_after, 24 * HOUR);
+}
+
+#[test]
+fn bad_zones_and_instants_are_errors() {
+    assert_eq!(
+        CalendarZone::named("Mars/Olympus_Mons"),
+        Err(CalendarError::UnknownZone("Mars/Olympus_Mons".into()))
+    );
+    let utc = CalendarZone::UTC;
+    for now in [u64::MAX, 1 << 62] {
+        assert_eq!(
+            Calendar::Month.period_at(&utc, now),
+            Err(CalendarError::OutOfRange(now))
+        );
+    }
+    // The first period of the epoch starts at tick 0.
+    assert_eq!(
+        Calendar::Day.period_at(&utc, 0),
+        Ok(CalendarPeriod::new(0, 24 * HOUR).unwrap())
+    );
+}
