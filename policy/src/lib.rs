@@ -3,6 +3,7 @@
 
 mod build;
 mod duration;
+pub mod envoy;
 mod file;
 mod model;
 mod on_full;

@@ -3,6 +3,7 @@
 
 mod coalesce;
 mod conn;
+mod domains;
 pub mod grpc;
 mod http;
 mod limiters;
@@ -74,6 +75,9 @@ pub struct Config {
     /// Every rate policy in shadow mode (`--shadow`): decided and counted, always
     /// admitted, would-be denials reported.
     pub shadow: bool,
+    /// envoyproxy/ratelimit's YAML (`--envoy-config`): a file, or a directory whose
+    /// `*.yaml` and `*.yml` files each define one domain, answered over gRPC.
+    pub envoy_config: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -99,6 +103,7 @@ impl Default for Config {
             max_policies: 10_000,
             max_policies_per_app: 1_000,
             shadow: false,
+            envoy_config: None,
         }
     }
 }
@@ -119,6 +124,9 @@ pub enum Error {
     /// `--admin-name` is not a user name.
     #[error("--admin-name: {0}")]
     AdminName(String),
+    /// A configuration file is invalid (`PATH:LINE:COLUMN: why`).
+    #[error("{0}")]
+    Config(String),
     /// `--init-admin` found an admin already.
     #[error("an admin exists already; ask them for a token (POST /v1/users)")]
     AdminExists,
@@ -207,6 +215,10 @@ impl Server {
             config.shadow,
         ));
         service.reload(true).await?;
+        if let Some(path) = &config.envoy_config {
+            let envoy = sluicegate_policy::envoy::Config::load(path).map_err(Error::Config)?;
+            service.set_envoy(envoy).await;
+        }
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
             .map_err(|e| Error::Listen(config.listen, e))?;

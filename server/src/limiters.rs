@@ -17,7 +17,6 @@ use sluicegate_redis::{ReconnectingAsync, RedisLeases, RedisLimiter};
 
 use crate::coalesce::{self, Coalescer};
 use crate::metrics::{Counters, Metrics, Table};
-use crate::store::Stored;
 
 /// The longest key, in bytes.
 pub(crate) const MAX_KEY: usize = 1024;
@@ -147,42 +146,40 @@ pub enum DecideError {
 }
 
 impl Entry {
-    /// The limiter for `stored` on `backend`, or `previous` if its parameters are the
-    /// same; its decisions count into `metrics`.
+    /// The limiter for the policy `name` on `backend`, or `previous` if its parameters
+    /// are the same; its decisions count into `metrics`.
     pub(crate) fn build(
-        stored: &Stored,
+        name: &str,
+        policy: &Policy,
         backend: &Backend,
         previous: Option<&Arc<Self>>,
         metrics: &Metrics,
     ) -> Result<Arc<Self>, String> {
-        let built = stored
-            .policy
-            .build(Style::File)
-            .map_err(|p| p.to_string())?;
-        let on_full = stored.policy.on_full.unwrap_or_default();
+        let built = policy.build(Style::File).map_err(|p| p.to_string())?;
+        let on_full = policy.on_full.unwrap_or_default();
         if let Some(previous) = previous.filter(|p| p.built == built && p.on_full == on_full) {
             return Ok(Arc::clone(previous));
         }
         let header = sluicegate_tower::Policy::new(
-            &stored.name,
-            stored.policy.limit(),
-            Duration::from_micros(stored.policy.period()),
+            name,
+            policy.limit(),
+            Duration::from_micros(policy.period()),
         )
         .ok();
         let limiter = match (&built, backend) {
             (Built::Leases { model, .. }, Backend::Memory(keys)) => {
                 Limiter::MemoryLeases(KeyedLeases::new(*model, keys.max_keys))
             }
-            (Built::Leases { model, .. }, Backend::Redis { .. }) => Limiter::RedisLeases(
-                RedisLeases::new(*model).with_prefix(prefix(&stored.name, &stored.policy)),
-            ),
+            (Built::Leases { model, .. }, Backend::Redis { .. }) => {
+                Limiter::RedisLeases(RedisLeases::new(*model).with_prefix(prefix(name, policy)))
+            }
             (Built::Rule(rule), Backend::Memory(keys)) => {
                 Limiter::Memory(keys.limiter(rule, on_full))
             }
             (Built::Rule(rule), Backend::Redis { fail, keys, .. }) => {
                 let limiter = RedisLimiter::new(rule.clone())
                     .map_err(|e| e.to_string())?
-                    .with_prefix(prefix(&stored.name, &stored.policy));
+                    .with_prefix(prefix(name, policy));
                 let fail = match fail {
                     FailPolicy::Local(()) => FailPolicy::Local(keys.limiter(rule, on_full)),
                     FailPolicy::Open => FailPolicy::Open,
@@ -194,19 +191,14 @@ impl Entry {
                     fail,
                 }
             }
-            _ => {
-                return Err(format!(
-                    "policy {:?}: this server cannot run it",
-                    stored.name
-                ))
-            }
+            _ => return Err(format!("policy {name:?}: this server cannot run it")),
         };
         Ok(Arc::new(Self {
             built,
             on_full,
             header,
             limiter,
-            counters: metrics.counters(&stored.name),
+            counters: metrics.counters(name),
         }))
     }
 

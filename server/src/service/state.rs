@@ -3,6 +3,9 @@
 
 use std::sync::{Arc, RwLock};
 
+use sluicegate_policy::envoy;
+
+use crate::domains::Rules;
 use crate::limiters::{Backend, Entry, Limiters};
 use crate::metrics::Metrics;
 use crate::store::{Snapshot, Store, StoreError};
@@ -18,6 +21,8 @@ pub(crate) struct Service {
     snapshot: RwLock<Arc<Snapshot>>,
     /// A limiter per policy.
     limiters: RwLock<Arc<Limiters>>,
+    /// The domains of Envoy's YAML (`--envoy-config`) and a limiter per rule.
+    envoy: RwLock<Arc<Rules>>,
     /// Where decisions are kept.
     pub(crate) backend: Backend,
     /// The counters.
@@ -48,6 +53,7 @@ impl Service {
             store,
             snapshot: RwLock::default(),
             limiters: RwLock::default(),
+            envoy: RwLock::default(),
             backend,
             metrics: Metrics::default(),
             metrics_open,
@@ -63,6 +69,28 @@ impl Service {
     /// The limiters of the policies last read.
     pub(crate) fn limiters(&self) -> Arc<Limiters> {
         Arc::clone(&self.limiters.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// The domains of Envoy's YAML and their limiters.
+    pub(crate) fn envoy(&self) -> Arc<Rules> {
+        Arc::clone(&self.envoy.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Serves the domains of `config`, keeping the limiter (and so the counts) of
+    /// every rule whose parameters are unchanged.
+    pub(crate) async fn set_envoy(&self, config: envoy::Config) {
+        let _one = self.reloading.lock().await;
+        let rules = Rules::build(config, &self.backend, &self.envoy(), &self.metrics);
+        *self.envoy.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(rules);
+        self.retain_metrics(&self.snapshot());
+    }
+
+    /// Drops the counters of policies and rules no longer served.
+    fn retain_metrics(&self, snapshot: &Snapshot) {
+        let envoy = self.envoy();
+        self.metrics.retain(|name| {
+            snapshot.policies.contains_key(name) || envoy.limiters.contains_key(name)
+        });
     }
 
     /// Reads the store again if its counter moved (or `force`), and rebuilds the
@@ -82,15 +110,20 @@ impl Service {
             let old = self.limiters();
             let mut limiters = Limiters::new();
             for (name, stored) in &snapshot.policies {
-                match Entry::build(stored, &self.backend, old.get(name), &self.metrics) {
+                match Entry::build(
+                    name,
+                    &stored.policy,
+                    &self.backend,
+                    old.get(name),
+                    &self.metrics,
+                ) {
                     Ok(entry) => {
                         limiters.insert(name.clone(), entry);
                     }
                     Err(e) => tracing::error!(policy = %name, error = %e, "cannot build a limiter"),
                 }
             }
-            self.metrics
-                .retain(|name| snapshot.policies.contains_key(name));
+            self.retain_metrics(&snapshot);
             *self.limiters.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(limiters);
             *self.snapshot.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(snapshot);
             Ok(())
