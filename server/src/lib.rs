@@ -4,6 +4,7 @@
 mod coalesce;
 mod conn;
 mod domains;
+mod files;
 pub mod grpc;
 mod http;
 mod limiters;
@@ -78,6 +79,9 @@ pub struct Config {
     /// envoyproxy/ratelimit's YAML (`--envoy-config`): a file, or a directory whose
     /// `*.yaml` and `*.yml` files each define one domain, answered over gRPC.
     pub envoy_config: Option<PathBuf>,
+    /// Policies from files (`--policies`): a TOML policy file or Envoy's YAML, or a
+    /// directory of them, watched and applied on change; read-only through the API.
+    pub policies: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -104,6 +108,7 @@ impl Default for Config {
             max_policies_per_app: 1_000,
             shadow: false,
             envoy_config: None,
+            policies: None,
         }
     }
 }
@@ -215,9 +220,10 @@ impl Server {
             config.shadow,
         ));
         service.reload(true).await?;
-        if let Some(path) = &config.envoy_config {
-            let envoy = sluicegate_policy::envoy::Config::load(path).map_err(Error::Config)?;
-            service.set_envoy(envoy).await;
+        let sources = files::Sources::of(&config);
+        if sources.any() {
+            let loaded = sources.load(&service.backend).map_err(Error::Config)?;
+            service.set_files(loaded).await;
         }
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
@@ -281,6 +287,10 @@ impl Server {
             header: config.header_timeout,
             idle: config.idle_timeout,
         };
+        let sources = files::Sources::of(config);
+        let watcher = sources
+            .any()
+            .then(|| tokio::spawn(files::watch(Arc::clone(&self.service), sources)));
         let grpc_addr = self.grpc_addr();
         let grpc = self.grpc.map(|listener| {
             let gate = conn::Gate::new(listener, config.max_connections, bounds, b"");
@@ -320,6 +330,9 @@ impl Server {
             }
         }
         poller.abort();
+        if let Some(watcher) = watcher {
+            watcher.abort();
+        }
         Ok(())
     }
 }

@@ -252,11 +252,10 @@ fn policy_files(path: &str) -> Result<Vec<String>, Failure> {
 
 /// The file's policies, each checked by the shared parser (positions in its errors).
 fn read_file(path: &str) -> Result<BTreeMap<String, Policy>, Failure> {
-    let (file, _) = File::read(path).map_err(Failure::Input)?;
-    for name in file.policies.keys() {
-        // The command line's loader: the same checks, pointing at the line at fault.
-        sluicegate_policy::load(path, name).map_err(Failure::Input)?;
-    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Failure::Input(format!("cannot read {path}: {e}")))?;
+    // The command line's loader's checks, pointing at the line at fault.
+    let file = File::parse_built(path, &text).map_err(Failure::Input)?;
     Ok(file.policies)
 }
 

@@ -92,6 +92,12 @@ pub struct ServeArgs {
     /// matching; the top-level `sluicegate_apps: [NAME, ...]` limits which apps may ask.
     #[arg(long, value_name = "DIR")]
     envoy_config: Option<std::path::PathBuf>,
+    /// Policies from files: a TOML policy file or envoyproxy/ratelimit's YAML, or a
+    /// directory of them (*.toml, *.yaml, *.yml), watched: a change applies within a
+    /// second, an invalid one is refused whole (logged, counted in /metrics). The API
+    /// cannot change these policies (403 naming the file).
+    #[arg(long, value_name = "FILE|DIR")]
+    policies: Option<std::path::PathBuf>,
     /// Create the first admin, print its token once, and exit.
     #[arg(long)]
     init_admin: bool,
@@ -126,6 +132,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, Failure> {
         max_policies_per_app: args.max_policies_per_app,
         shadow: args.shadow,
         envoy_config: args.envoy_config,
+        policies: args.policies,
         ..Config::default()
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
