@@ -3,8 +3,9 @@
 //! parameters change, so editing its apps or description keeps its counts.
 
 use std::collections::HashMap;
-use std::sync::Arc;
-use std::time::Duration;
+use std::mem::discriminant;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 use sluicegate_core::memory::{AcquireError, KeyedLeases, KeyedLimiter, OnFull};
@@ -83,6 +84,60 @@ pub struct Entry {
     limiter: Limiter,
     /// The policy's counters in the metrics (kept when the limiter is rebuilt).
     counters: Arc<Counters>,
+    /// The policy's limit (or capacity) and period, for the next change to carry.
+    limit: u64,
+    period: Ticks,
+    /// After a change of its parameters, the limiter before it, still counting.
+    carried: Option<Carried>,
+}
+
+/// A policy's limiter before a change of its parameters (same algorithm, in this
+/// process), kept for one of its periods: a key's use under the old parameters still
+/// counts, so nothing is admitted above the old limit within its window, nor above
+/// the new one (the old limiter must keep `lower_by` more room when the limit drops).
+#[derive(Debug)]
+struct Carried {
+    old: Mutex<Option<Arc<Entry>>>,
+    /// When the old limiter's last window has passed.
+    until: Instant,
+    /// How much lower the new limit is than the old.
+    lower_by: u64,
+}
+
+impl Carried {
+    /// The old limiter while it still counts; dropped once its window has passed.
+    fn old(&self) -> Option<Arc<Entry>> {
+        let mut old = self.old.lock().unwrap_or_else(PoisonError::into_inner);
+        if Instant::now() >= self.until {
+            *old = None;
+        }
+        old.clone()
+    }
+}
+
+/// Decides `cost` for `key` on `new` while `old`, the limiter before a change, still
+/// counts: admitted only if `new` admits and `old` has `lower_by` more room than the
+/// cost; both count what is admitted.
+fn check_carried(
+    new: &KeyedLimiter<String, AnyAlgorithm>,
+    old: &KeyedLimiter<String, AnyAlgorithm>,
+    key: &str,
+    cost: u64,
+    lower_by: u64,
+) -> Decision {
+    let room = old.peek(key, cost.saturating_add(lower_by));
+    if !room.allowed {
+        let limit = new.peek(key, 0).limit;
+        return Decision::deny(limit, 0, room.retry_after, room.reset_after);
+    }
+    let mut decision = new.check(key, cost);
+    if decision.allowed {
+        // Counted in the old limiter too; a concurrent request may have filled it
+        // since the peek, and the new limiter's bound holds regardless.
+        let _ = old.check(key, cost);
+        decision.remaining = decision.remaining.min(room.remaining);
+    }
+    decision
 }
 
 #[derive(Debug)]
@@ -193,12 +248,27 @@ impl Entry {
             }
             _ => return Err(format!("policy {name:?}: this server cannot run it")),
         };
+        // The same algorithm in this process: the old limiter still counts.
+        let carried = previous
+            .filter(|p| match (&p.built, &built) {
+                (Built::Rule(a), Built::Rule(b)) => discriminant(a) == discriminant(b),
+                _ => false,
+            })
+            .filter(|p| matches!(p.limiter, Limiter::Memory(_)))
+            .map(|p| Carried {
+                old: Mutex::new(Some(Arc::clone(p))),
+                until: Instant::now() + Duration::from_micros(p.period),
+                lower_by: p.limit.saturating_sub(policy.limit()),
+            });
         Ok(Arc::new(Self {
             built,
             on_full,
             header,
             limiter,
             counters: metrics.counters(name),
+            limit: policy.limit(),
+            period: policy.period(),
+            carried,
         }))
     }
 
@@ -242,7 +312,18 @@ impl Entry {
         cost: u64,
     ) -> Result<Decision, DecideError> {
         match (&self.limiter, backend) {
-            (Limiter::Memory(limiter), _) => Ok(limiter.check(key, cost)),
+            (Limiter::Memory(limiter), _) => {
+                let old = self
+                    .carried
+                    .as_ref()
+                    .and_then(|c| Some((c.old()?, c.lower_by)));
+                Ok(match old.as_ref().map(|(e, by)| (&e.limiter, *by)) {
+                    Some((Limiter::Memory(old), lower_by)) => {
+                        check_carried(limiter, old, key, cost, lower_by)
+                    }
+                    _ => limiter.check(key, cost),
+                })
+            }
             (Limiter::Redis { limiter, fail }, Backend::Redis { coalescer, .. }) => {
                 let result = coalescer
                     .check(limiter, key.as_bytes(), cost)
