@@ -112,6 +112,27 @@ fn build_at(path: &str, text: &str, name: &str, policy: &Policy) -> Result<Built
     })
 }
 
+/// `path` if it is a file, else the files of the directory `path` that `wanted` takes
+/// (by name), sorted: how every command and the service list a directory of policy
+/// files.
+pub fn listed(
+    path: &std::path::Path,
+    wanted: impl Fn(&std::path::Path) -> bool,
+) -> Result<Vec<std::path::PathBuf>, String> {
+    if !path.is_dir() {
+        return Ok(vec![path.to_owned()]);
+    }
+    let shown = path.display();
+    let entries = std::fs::read_dir(path).map_err(|e| format!("cannot read {shown}: {e}"))?;
+    let mut files: Vec<_> = entries
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .filter(|file| wanted(file) && file.is_file())
+        .collect();
+    files.sort_unstable();
+    Ok(files)
+}
+
 /// `:LINE:COLUMN` of the start of `span` in `text`, both counted from 1.
 fn position(text: &str, span: &Range<usize>) -> String {
     let before = text.get(..span.start).unwrap_or(text);

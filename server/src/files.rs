@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use sluicegate_policy::{envoy, File, Policy};
+use sluicegate_policy::{envoy, listed, File, Policy};
 
 use crate::limiters::{check_backend, Backend};
 use crate::service::{check_name, validate, Service};
@@ -42,22 +42,6 @@ pub(crate) struct Loaded {
 
 /// One file as last seen: its path, length and modification time.
 type Seen = (PathBuf, u64, Option<SystemTime>);
-
-/// The files of `path` whose extension `wanted` accepts (all if `path` is a file).
-fn listed(path: &Path, wanted: impl Fn(&Path) -> bool) -> Result<Vec<PathBuf>, String> {
-    if !path.is_dir() {
-        return Ok(vec![path.to_owned()]);
-    }
-    let shown = path.display();
-    let entries = std::fs::read_dir(path).map_err(|e| format!("cannot read {shown}: {e}"))?;
-    let mut files: Vec<PathBuf> = entries
-        .filter_map(Result::ok)
-        .map(|entry| entry.path())
-        .filter(|file| wanted(file) && file.is_file())
-        .collect();
-    files.sort_unstable();
-    Ok(files)
-}
 
 fn is_toml(path: &Path) -> bool {
     path.extension().is_some_and(|ext| ext == "toml")

@@ -228,26 +228,18 @@ fn no_policy(name: &str) -> Failure {
 /// `path` if it is a file, else the policy files (`*.toml`, and Envoy's `*.yaml` and
 /// `*.yml`) of the directory `path`, sorted.
 fn policy_files(path: &str) -> Result<Vec<String>, Failure> {
-    if !std::path::Path::new(path).is_dir() {
-        return Ok(vec![path.to_owned()]);
-    }
-    let entries = std::fs::read_dir(path).map_err(|e| format!("cannot read {path}: {e}"))?;
-    let mut files: Vec<String> = entries
-        .filter_map(Result::ok)
-        .map(|entry| entry.path())
-        .filter(|file| {
-            (file.extension().is_some_and(|ext| ext == "toml") || envoy::is_yaml(file))
-                && file.is_file()
-        })
-        .map(|file| file.to_string_lossy().into_owned())
-        .collect();
+    let wanted =
+        |file: &Path| file.extension().is_some_and(|ext| ext == "toml") || envoy::is_yaml(file);
+    let files = sluicegate_policy::listed(Path::new(path), wanted)?;
     if files.is_empty() {
         return Err(Failure::Input(format!(
             "{path} holds no policy file (.toml, .yaml, .yml)"
         )));
     }
-    files.sort_unstable();
-    Ok(files)
+    Ok(files
+        .iter()
+        .map(|f| f.to_string_lossy().into_owned())
+        .collect())
 }
 
 /// The file's policies, each checked by the shared parser (positions in its errors).

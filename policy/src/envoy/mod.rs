@@ -305,7 +305,7 @@ impl Config {
     /// their service loads a directory), in name order.
     pub fn load(path: &Path) -> Result<Self, String> {
         let mut config = Self::default();
-        for file in files(path)? {
+        for file in crate::file::listed(path, is_yaml)? {
             let name = file.display().to_string();
             let text =
                 std::fs::read_to_string(&file).map_err(|e| format!("cannot read {name}: {e}"))?;
@@ -319,22 +319,6 @@ impl Config {
 pub fn is_yaml(path: &Path) -> bool {
     path.extension()
         .is_some_and(|ext| ext == "yaml" || ext == "yml")
-}
-
-/// `path` if it is a file, else the YAML files of the directory `path`, sorted.
-fn files(path: &Path) -> Result<Vec<std::path::PathBuf>, String> {
-    if !path.is_dir() {
-        return Ok(vec![path.to_owned()]);
-    }
-    let shown = path.display();
-    let entries = std::fs::read_dir(path).map_err(|e| format!("cannot read {shown}: {e}"))?;
-    let mut files: Vec<_> = entries
-        .filter_map(Result::ok)
-        .map(|entry| entry.path())
-        .filter(|file| is_yaml(file) && file.is_file())
-        .collect();
-    files.sort_unstable();
-    Ok(files)
 }
 
 #[cfg(test)]
