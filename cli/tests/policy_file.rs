@@ -237,3 +237,41 @@ fn serve_stops_on_sigterm() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// envoyproxy/ratelimit's YAML: `policy validate` reads it with the parser of `serve
+/// --envoy-config` (their README's examples pass), and both refuse a bad file with its
+/// place, exiting 2.
+#[test]
+fn policy_validate_and_serve_read_envoy_yaml() {
+    let examples = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../server/tests/data/envoy-ratelimit"
+    );
+    let out = sluicegate(["policy", "validate", examples]);
+    assert_exit(&out, 0);
+    assert!(
+        stdout(&out).contains("example1.yaml: domain \"mongo_cps\" valid (2 rules)"),
+        "{}",
+        stdout(&out)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let bad = "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: fortnight\n";
+    write(dir.path(), "bad.yml", bad);
+    let file = format!("{}/bad.yml", dir.path().to_str().unwrap());
+    let out = sluicegate(["policy", "validate", dir.path().to_str().unwrap()]);
+    assert_exit(&out, 2);
+    let want = format!("{file}:5:13: invalid rate limit unit 'fortnight'");
+    assert!(stderr(&out).contains(&want), "{}", stderr(&out));
+    let data = dir.path().join("data");
+    let serve = sluicegate([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--envoy-config",
+        &file,
+    ]);
+    assert_exit(&serve, 2);
+    assert!(stderr(&serve).contains(&want), "{}", stderr(&serve));
+}

@@ -73,9 +73,27 @@ pub fn load(path: &str, name: &str) -> Result<(Policy, Built), String> {
         let known: Vec<&str> = file.policies.keys().map(String::as_str).collect();
         format!("{path}: no policy {name:?} (it has: {})", known.join(", "))
     })?;
-    let built = policy.build(Style::File).map_err(|problem| {
+    let built = build_at(path, &text, name, &policy)?;
+    Ok((policy, built))
+}
+
+impl File {
+    /// Reads a policy file's `text` and builds every policy, an error pointing at the
+    /// value at fault as [`load`]'s does: a file that passes runs whole.
+    pub fn parse_built(path: &str, text: &str) -> Result<Self, String> {
+        let file = Self::parse(path, text)?;
+        for (name, policy) in &file.policies {
+            build_at(path, text, name, policy)?;
+        }
+        Ok(file)
+    }
+}
+
+/// Builds `policy`, named `name` in the file at `path` whose text is `text`.
+fn build_at(path: &str, text: &str, name: &str, policy: &Policy) -> Result<Built, String> {
+    policy.build(Style::File).map_err(|problem| {
         // Point at the value at fault, else at the policy's table.
-        let spans: Option<toml::Spanned<Spans>> = toml::from_str::<SpanFile>(&text)
+        let spans: Option<toml::Spanned<Spans>> = toml::from_str::<SpanFile>(text)
             .ok()
             .and_then(|mut f| f.policies.remove(name));
         let at = spans.map_or_else(String::new, |spans| {
@@ -86,13 +104,33 @@ pub fn load(path: &str, name: &str) -> Result<(Policy, Built), String> {
                 .map(|f| f.split(['.', '[']).next().unwrap_or(f));
             let field = top.and_then(|field| spans.get_ref().of(field));
             position(
-                &text,
+                text,
                 &field.map_or_else(|| spans.span(), toml::Spanned::span),
             )
         });
         format!("{path}{at}: policy {name:?}: {}", problem.message)
-    })?;
-    Ok((policy, built))
+    })
+}
+
+/// `path` if it is a file, else the files of the directory `path` that `wanted` takes
+/// (by name), sorted: how every command and the service list a directory of policy
+/// files.
+pub fn listed(
+    path: &std::path::Path,
+    wanted: impl Fn(&std::path::Path) -> bool,
+) -> Result<Vec<std::path::PathBuf>, String> {
+    if !path.is_dir() {
+        return Ok(vec![path.to_owned()]);
+    }
+    let shown = path.display();
+    let entries = std::fs::read_dir(path).map_err(|e| format!("cannot read {shown}: {e}"))?;
+    let mut files: Vec<_> = entries
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .filter(|file| wanted(file) && file.is_file())
+        .collect();
+    files.sort_unstable();
+    Ok(files)
 }
 
 /// `:LINE:COLUMN` of the start of `span` in `text`, both counted from 1.

@@ -3,6 +3,7 @@
 
 mod build;
 mod duration;
+pub mod envoy;
 mod file;
 mod model;
 mod on_full;
@@ -10,7 +11,7 @@ mod problem;
 
 pub use build::{check_lease, Built, MAX_MEMBERS};
 pub use duration::{human, in_unit_of, parse_duration, short, Duration};
-pub use file::load;
+pub use file::{listed, load};
 pub use model::{BanSpec, File, FleetSettings, Policy, STORED_FIELDS};
 pub use problem::{list, list_or, param_problem, Problem, Style};
 pub use sluicegate_core::memory::OnFull;

@@ -100,15 +100,17 @@ pub struct FleetSettings {
     pub interval: Option<Duration>,
 }
 
-/// Fields the service stores beside a policy (its name, version, authors and times):
-/// a client never sets them, and comparing a stored policy with a file leaves them out.
-pub const STORED_FIELDS: [&str; 6] = [
+/// Fields the service stores beside a policy (its name, version, authors and times, and
+/// the file it is read from, if any): a client never sets them, and comparing a stored
+/// policy with a file leaves them out.
+pub const STORED_FIELDS: [&str; 7] = [
     "name",
     "version",
     "created_by",
     "updated_by",
     "created_at",
     "updated_at",
+    "file",
 ];
 
 /// A policy file: `[policies.NAME]` tables.

@@ -11,6 +11,9 @@
 //! the request's (if not 0), else 1. A descriptor's `limit` override is ignored (the
 //! policy is the limit).
 //!
+//! A request whose `domain` is one of envoyproxy/ratelimit's YAML (`--envoy-config`)
+//! is answered by their rules instead, as their service would ([`crate::domains`]).
+//!
 //! Shadow mode: a descriptor decided in shadow mode (its policy's `shadow`, or
 //! `--shadow`) reports its would-be code in its status (`OVER_LIMIT` when enforcing
 //! would deny) but never makes the `overall_code` `OVER_LIMIT`, which is what Envoy
@@ -20,6 +23,7 @@ use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
 
+use crate::domains;
 use crate::service::auth::{authenticate, bearer};
 use crate::service::{Service, ServiceError, MAX_BATCH};
 use sluicegate_policy::Built;
@@ -131,34 +135,32 @@ fn saturate(n: u64) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
 
-/// A descriptor's policy (its first entry `policy`) and its key: the other entries as
-/// `key=value` joined by `|`, each escaped ([`escape`]) so that the key names one list.
+/// A descriptor's policy (its first entry `policy`) and its key: the other entries,
+/// escaped so that the key names one list ([`envoy::key_of`], shared with the domains
+/// of Envoy's YAML).
 fn descriptor_key(entries: &[Entry]) -> (Option<&str>, String) {
     let named = entries.iter().position(|e| e.key == "policy");
-    let mut key = String::new();
-    for (i, entry) in entries.iter().enumerate() {
-        if Some(i) == named {
-            continue;
-        }
-        // Every entry writes at least its `=`: a key not empty has one before it.
-        if !key.is_empty() {
-            key.push('|');
-        }
-        escape(&entry.key, &mut key);
-        key.push('=');
-        escape(&entry.value, &mut key);
-    }
-    (named.map(|i| entries[i].value.as_str()), key)
+    let others = entries
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| Some(*i) != named)
+        .map(|(_, e)| (e.key.as_str(), e.value.as_str()));
+    (
+        named.map(|i| entries[i].value.as_str()),
+        sluicegate_policy::envoy::key_of(others),
+    )
 }
 
-/// Appends `text` with `\`, `|` and `=` preceded by a `\`.
-fn escape(text: &str, out: &mut String) {
-    for c in text.chars() {
-        if matches!(c, '\\' | '|' | '=') {
-            out.push('\\');
-        }
-        out.push(c);
-    }
+/// The cost of the request's descriptor `i`: its `hits_addend`, else the request's
+/// (if not 0), else 1.
+fn cost(request: &RateLimitRequest, i: usize) -> u64 {
+    request
+        .descriptors
+        .get(i)
+        .and_then(|d| d.hits_addend)
+        .map(u64::from)
+        .or((request.hits_addend != 0).then_some(u64::from(request.hits_addend)))
+        .unwrap_or(1)
 }
 
 #[tonic::async_trait]
@@ -179,17 +181,21 @@ impl RateLimitService for Rls {
                 "a request has 1 to {MAX_DESCRIPTORS} descriptors"
             )));
         }
+        let rules = self.service.envoy();
+        if let Some(domain) = rules.config.domain(&request.domain) {
+            let cost = |i| cost(&request, i);
+            return domains::answer(&self.service, &rules, domain, &app, &request, cost)
+                .await
+                .map(Response::new)
+                .map_err(status);
+        }
         let limiters = self.service.limiters();
         let mut statuses = Vec::with_capacity(request.descriptors.len());
         let mut over = false;
-        for descriptor in &request.descriptors {
+        for (i, descriptor) in request.descriptors.iter().enumerate() {
             let (policy, key) = descriptor_key(&descriptor.entries);
             let policy = policy.unwrap_or(request.domain.as_str());
-            let cost = descriptor
-                .hits_addend
-                .map(u64::from)
-                .or((request.hits_addend != 0).then_some(u64::from(request.hits_addend)))
-                .unwrap_or(1);
+            let cost = cost(&request, i);
             let (entry, decided) = self
                 .service
                 .decide(&snapshot, &limiters, &app, policy, &key, cost)

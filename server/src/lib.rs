@@ -3,6 +3,8 @@
 
 mod coalesce;
 mod conn;
+mod domains;
+mod files;
 pub mod grpc;
 mod http;
 mod limiters;
@@ -74,6 +76,12 @@ pub struct Config {
     /// Every rate policy in shadow mode (`--shadow`): decided and counted, always
     /// admitted, would-be denials reported.
     pub shadow: bool,
+    /// envoyproxy/ratelimit's YAML (`--envoy-config`): a file, or a directory whose
+    /// `*.yaml` and `*.yml` files each define one domain, answered over gRPC.
+    pub envoy_config: Option<PathBuf>,
+    /// Policies from files (`--policies`): a TOML policy file or Envoy's YAML, or a
+    /// directory of them, watched and applied on change; read-only through the API.
+    pub policies: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -99,6 +107,8 @@ impl Default for Config {
             max_policies: 10_000,
             max_policies_per_app: 1_000,
             shadow: false,
+            envoy_config: None,
+            policies: None,
         }
     }
 }
@@ -119,6 +129,9 @@ pub enum Error {
     /// `--admin-name` is not a user name.
     #[error("--admin-name: {0}")]
     AdminName(String),
+    /// A configuration file is invalid (`PATH:LINE:COLUMN: why`).
+    #[error("{0}")]
+    Config(String),
     /// `--init-admin` found an admin already.
     #[error("an admin exists already; ask them for a token (POST /v1/users)")]
     AdminExists,
@@ -207,6 +220,11 @@ impl Server {
             config.shadow,
         ));
         service.reload(true).await?;
+        let sources = files::Sources::of(&config);
+        if sources.any() {
+            let loaded = sources.load(&service.backend).map_err(Error::Config)?;
+            service.set_files(loaded).await;
+        }
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
             .map_err(|e| Error::Listen(config.listen, e))?;
@@ -269,6 +287,10 @@ impl Server {
             header: config.header_timeout,
             idle: config.idle_timeout,
         };
+        let sources = files::Sources::of(config);
+        let watcher = sources
+            .any()
+            .then(|| tokio::spawn(files::watch(Arc::clone(&self.service), sources)));
         let grpc_addr = self.grpc_addr();
         let grpc = self.grpc.map(|listener| {
             let gate = conn::Gate::new(listener, config.max_connections, bounds, b"");
@@ -308,6 +330,9 @@ impl Server {
             }
         }
         poller.abort();
+        if let Some(watcher) = watcher {
+            watcher.abort();
+        }
         Ok(())
     }
 }

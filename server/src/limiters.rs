@@ -3,8 +3,9 @@
 //! parameters change, so editing its apps or description keeps its counts.
 
 use std::collections::HashMap;
-use std::sync::Arc;
-use std::time::Duration;
+use std::mem::discriminant;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 use sluicegate_core::memory::{AcquireError, KeyedLeases, KeyedLimiter, OnFull};
@@ -17,7 +18,6 @@ use sluicegate_redis::{ReconnectingAsync, RedisLeases, RedisLimiter};
 
 use crate::coalesce::{self, Coalescer};
 use crate::metrics::{Counters, Metrics, Table};
-use crate::store::Stored;
 
 /// The longest key, in bytes.
 pub(crate) const MAX_KEY: usize = 1024;
@@ -84,6 +84,60 @@ pub struct Entry {
     limiter: Limiter,
     /// The policy's counters in the metrics (kept when the limiter is rebuilt).
     counters: Arc<Counters>,
+    /// The policy's limit (or capacity) and period, for the next change to carry.
+    limit: u64,
+    period: Ticks,
+    /// After a change of its parameters, the limiter before it, still counting.
+    carried: Option<Carried>,
+}
+
+/// A policy's limiter before a change of its parameters (same algorithm, in this
+/// process), kept for one of its periods: a key's use under the old parameters still
+/// counts, so nothing is admitted above the old limit within its window, nor above
+/// the new one (the old limiter must keep `lower_by` more room when the limit drops).
+#[derive(Debug)]
+struct Carried {
+    old: Mutex<Option<Arc<Entry>>>,
+    /// When the old limiter's last window has passed.
+    until: Instant,
+    /// How much lower the new limit is than the old.
+    lower_by: u64,
+}
+
+impl Carried {
+    /// The old limiter while it still counts; dropped once its window has passed.
+    fn old(&self) -> Option<Arc<Entry>> {
+        let mut old = self.old.lock().unwrap_or_else(PoisonError::into_inner);
+        if Instant::now() >= self.until {
+            *old = None;
+        }
+        old.clone()
+    }
+}
+
+/// Decides `cost` for `key` on `new` while `old`, the limiter before a change, still
+/// counts: admitted only if `new` admits and `old` has `lower_by` more room than the
+/// cost; both count what is admitted.
+fn check_carried(
+    new: &KeyedLimiter<String, AnyAlgorithm>,
+    old: &KeyedLimiter<String, AnyAlgorithm>,
+    key: &str,
+    cost: u64,
+    lower_by: u64,
+) -> Decision {
+    let room = old.peek(key, cost.saturating_add(lower_by));
+    if !room.allowed {
+        let limit = new.peek(key, 0).limit;
+        return Decision::deny(limit, 0, room.retry_after, room.reset_after);
+    }
+    let mut decision = new.check(key, cost);
+    if decision.allowed {
+        // Counted in the old limiter too; a concurrent request may have filled it
+        // since the peek, and the new limiter's bound holds regardless.
+        let _ = old.check(key, cost);
+        decision.remaining = decision.remaining.min(room.remaining);
+    }
+    decision
 }
 
 #[derive(Debug)]
@@ -147,42 +201,40 @@ pub enum DecideError {
 }
 
 impl Entry {
-    /// The limiter for `stored` on `backend`, or `previous` if its parameters are the
-    /// same; its decisions count into `metrics`.
+    /// The limiter for the policy `name` on `backend`, or `previous` if its parameters
+    /// are the same; its decisions count into `metrics`.
     pub(crate) fn build(
-        stored: &Stored,
+        name: &str,
+        policy: &Policy,
         backend: &Backend,
         previous: Option<&Arc<Self>>,
         metrics: &Metrics,
     ) -> Result<Arc<Self>, String> {
-        let built = stored
-            .policy
-            .build(Style::File)
-            .map_err(|p| p.to_string())?;
-        let on_full = stored.policy.on_full.unwrap_or_default();
+        let built = policy.build(Style::File).map_err(|p| p.to_string())?;
+        let on_full = policy.on_full.unwrap_or_default();
         if let Some(previous) = previous.filter(|p| p.built == built && p.on_full == on_full) {
             return Ok(Arc::clone(previous));
         }
         let header = sluicegate_tower::Policy::new(
-            &stored.name,
-            stored.policy.limit(),
-            Duration::from_micros(stored.policy.period()),
+            name,
+            policy.limit(),
+            Duration::from_micros(policy.period()),
         )
         .ok();
         let limiter = match (&built, backend) {
             (Built::Leases { model, .. }, Backend::Memory(keys)) => {
                 Limiter::MemoryLeases(KeyedLeases::new(*model, keys.max_keys))
             }
-            (Built::Leases { model, .. }, Backend::Redis { .. }) => Limiter::RedisLeases(
-                RedisLeases::new(*model).with_prefix(prefix(&stored.name, &stored.policy)),
-            ),
+            (Built::Leases { model, .. }, Backend::Redis { .. }) => {
+                Limiter::RedisLeases(RedisLeases::new(*model).with_prefix(prefix(name, policy)))
+            }
             (Built::Rule(rule), Backend::Memory(keys)) => {
                 Limiter::Memory(keys.limiter(rule, on_full))
             }
             (Built::Rule(rule), Backend::Redis { fail, keys, .. }) => {
                 let limiter = RedisLimiter::new(rule.clone())
                     .map_err(|e| e.to_string())?
-                    .with_prefix(prefix(&stored.name, &stored.policy));
+                    .with_prefix(prefix(name, policy));
                 let fail = match fail {
                     FailPolicy::Local(()) => FailPolicy::Local(keys.limiter(rule, on_full)),
                     FailPolicy::Open => FailPolicy::Open,
@@ -194,19 +246,29 @@ impl Entry {
                     fail,
                 }
             }
-            _ => {
-                return Err(format!(
-                    "policy {:?}: this server cannot run it",
-                    stored.name
-                ))
-            }
+            _ => return Err(format!("policy {name:?}: this server cannot run it")),
         };
+        // The same algorithm in this process: the old limiter still counts.
+        let carried = previous
+            .filter(|p| match (&p.built, &built) {
+                (Built::Rule(a), Built::Rule(b)) => discriminant(a) == discriminant(b),
+                _ => false,
+            })
+            .filter(|p| matches!(p.limiter, Limiter::Memory(_)))
+            .map(|p| Carried {
+                old: Mutex::new(Some(Arc::clone(p))),
+                until: Instant::now() + Duration::from_micros(p.period),
+                lower_by: p.limit.saturating_sub(policy.limit()),
+            });
         Ok(Arc::new(Self {
             built,
             on_full,
             header,
             limiter,
-            counters: metrics.counters(&stored.name),
+            counters: metrics.counters(name),
+            limit: policy.limit(),
+            period: policy.period(),
+            carried,
         }))
     }
 
@@ -250,7 +312,18 @@ impl Entry {
         cost: u64,
     ) -> Result<Decision, DecideError> {
         match (&self.limiter, backend) {
-            (Limiter::Memory(limiter), _) => Ok(limiter.check(key, cost)),
+            (Limiter::Memory(limiter), _) => {
+                let old = self
+                    .carried
+                    .as_ref()
+                    .and_then(|c| Some((c.old()?, c.lower_by)));
+                Ok(match old.as_ref().map(|(e, by)| (&e.limiter, *by)) {
+                    Some((Limiter::Memory(old), lower_by)) => {
+                        check_carried(limiter, old, key, cost, lower_by)
+                    }
+                    _ => limiter.check(key, cost),
+                })
+            }
             (Limiter::Redis { limiter, fail }, Backend::Redis { coalescer, .. }) => {
                 let result = coalescer
                     .check(limiter, key.as_bytes(), cost)

@@ -173,6 +173,7 @@ pub struct Metrics {
     policies: RwLock<BTreeMap<String, Arc<Counters>>>,
     latency: Latency,
     store_errors: AtomicU64,
+    policy_reload_errors: AtomicU64,
 }
 
 impl Metrics {
@@ -224,6 +225,11 @@ impl Metrics {
     /// Counts a store failure.
     pub fn store_error(&self) {
         self.store_errors.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a change of the policy files refused (an invalid file).
+    pub fn policy_reload_error(&self) {
+        self.policy_reload_errors.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Drops the counters of policies that no longer exist.
@@ -300,6 +306,11 @@ impl Metrics {
             out,
             "# HELP sluicegate_store_errors_total Failed store operations.\n# TYPE sluicegate_store_errors_total counter\nsluicegate_store_errors_total {}",
             self.store_errors.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP sluicegate_policy_reload_errors_total Changes of the policy files refused as invalid (the previous policies kept).\n# TYPE sluicegate_policy_reload_errors_total counter\nsluicegate_policy_reload_errors_total {}",
+            self.policy_reload_errors.load(Ordering::Relaxed)
         );
         out
     }

@@ -4,50 +4,11 @@
 mod common;
 
 use common::*;
-use sluicegate_server::grpc::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use sluicegate_server::grpc::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use sluicegate_server::grpc::envoy::service::ratelimit::v3::rate_limit_response::{
     rate_limit::Unit, Code,
 };
-use sluicegate_server::grpc::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use sluicegate_server::grpc::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use sluicegate_server::grpc::envoy::service::ratelimit::v3::RateLimitResponse;
 use sluicegate_server::Config;
-
-fn descriptor(entries: &[(&str, &str)], hits: Option<u32>) -> RateLimitDescriptor {
-    RateLimitDescriptor {
-        entries: entries
-            .iter()
-            .map(|(k, v)| Entry {
-                key: (*k).into(),
-                value: (*v).into(),
-            })
-            .collect(),
-        limit: None,
-        hits_addend: hits,
-    }
-}
-
-async fn ask(
-    client: &mut RateLimitServiceClient<tonic::transport::Channel>,
-    token: Option<&str>,
-    domain: &str,
-    descriptors: Vec<RateLimitDescriptor>,
-) -> Result<RateLimitResponse, tonic::Status> {
-    let mut request = tonic::Request::new(RateLimitRequest {
-        domain: domain.into(),
-        descriptors,
-        hits_addend: 0,
-    });
-    if let Some(token) = token {
-        request
-            .metadata_mut()
-            .insert("authorization", format!("Bearer {token}").parse().unwrap());
-    }
-    client
-        .should_rate_limit(request)
-        .await
-        .map(|r| r.into_inner())
-}
 
 /// A server with its gRPC listener, its admin's token and app `web`'s.
 async fn with_grpc() -> (TestServer, String, String) {
@@ -58,13 +19,6 @@ async fn with_grpc() -> (TestServer, String, String) {
     .await;
     let web = app(&server, &admin, "web").await;
     (server, admin, web)
-}
-
-async fn client(server: &TestServer) -> RateLimitServiceClient<tonic::transport::Channel> {
-    let grpc = server.grpc.expect("gRPC listener");
-    RateLimitServiceClient::connect(format!("http://{grpc}"))
-        .await
-        .expect("connect")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

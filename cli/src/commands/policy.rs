@@ -11,6 +11,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -22,7 +23,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
-use sluicegate_policy::{File, Policy};
+use sluicegate_policy::{envoy, File, Policy};
 
 use crate::failure::{output, Failure};
 
@@ -59,9 +60,10 @@ pub enum PolicyCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Check policy files (FILE, or every *.toml in DIR) with the parser of `apply` and
-    /// `--config`, without a server: exit 0 if all are valid, else 2 with each file's
-    /// problem (file, line and column).
+    /// Check policy files (FILE, or every *.toml, *.yaml and *.yml in DIR) with the
+    /// parsers of `apply` and `--config`, and of `serve --envoy-config` for
+    /// envoyproxy/ratelimit's YAML, without a server: exit 0 if all are valid, else 2
+    /// with each file's problem (file, line and column).
     Validate {
         /// A policy file, or a directory of them.
         path: String,
@@ -111,6 +113,13 @@ impl PolicyCommand {
             Self::Validate { path } => {
                 let mut problems = Vec::new();
                 for file in policy_files(&path)? {
+                    if envoy::is_yaml(Path::new(&file)) {
+                        match read_envoy(&file) {
+                            Ok(done) => writeln!(out, "{done}").map_err(output)?,
+                            Err(problem) => problems.push(problem),
+                        }
+                        continue;
+                    }
                     match read_file(&file) {
                         Ok(policies) => {
                             let names: Vec<&str> = policies.keys().map(String::as_str).collect();
@@ -216,33 +225,42 @@ fn no_policy(name: &str) -> Failure {
     Failure::NoPolicyForApp(format!("no policy {name:?} this token may read"))
 }
 
-/// `path` if it is a file, else the `*.toml` files of the directory `path`, sorted.
+/// `path` if it is a file, else the policy files (`*.toml`, and Envoy's `*.yaml` and
+/// `*.yml`) of the directory `path`, sorted.
 fn policy_files(path: &str) -> Result<Vec<String>, Failure> {
-    if !std::path::Path::new(path).is_dir() {
-        return Ok(vec![path.to_owned()]);
-    }
-    let entries = std::fs::read_dir(path).map_err(|e| format!("cannot read {path}: {e}"))?;
-    let mut files: Vec<String> = entries
-        .filter_map(Result::ok)
-        .map(|entry| entry.path())
-        .filter(|file| file.extension().is_some_and(|ext| ext == "toml") && file.is_file())
-        .map(|file| file.to_string_lossy().into_owned())
-        .collect();
+    let wanted =
+        |file: &Path| file.extension().is_some_and(|ext| ext == "toml") || envoy::is_yaml(file);
+    let files = sluicegate_policy::listed(Path::new(path), wanted)?;
     if files.is_empty() {
-        return Err(Failure::Input(format!("{path} holds no .toml policy file")));
+        return Err(Failure::Input(format!(
+            "{path} holds no policy file (.toml, .yaml, .yml)"
+        )));
     }
-    files.sort_unstable();
-    Ok(files)
+    Ok(files
+        .iter()
+        .map(|f| f.to_string_lossy().into_owned())
+        .collect())
 }
 
 /// The file's policies, each checked by the shared parser (positions in its errors).
 fn read_file(path: &str) -> Result<BTreeMap<String, Policy>, Failure> {
-    let (file, _) = File::read(path).map_err(Failure::Input)?;
-    for name in file.policies.keys() {
-        // The command line's loader: the same checks, pointing at the line at fault.
-        sluicegate_policy::load(path, name).map_err(Failure::Input)?;
-    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Failure::Input(format!("cannot read {path}: {e}")))?;
+    // The command line's loader's checks, pointing at the line at fault.
+    let file = File::parse_built(path, &text).map_err(Failure::Input)?;
     Ok(file.policies)
+}
+
+/// An envoyproxy/ratelimit file checked by the server's parser: what it defines.
+fn read_envoy(path: &str) -> Result<String, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+    let config = envoy::Config::parse(path, &text)?;
+    let (name, domain) = config
+        .domains()
+        .next()
+        .ok_or(format!("{path}: no domain"))?;
+    let rules = domain.rules().len();
+    Ok(format!("{path}: domain {name:?} valid ({rules} rules)"))
 }
 
 /// A policy as the table of a policy file, its metadata as comments.

@@ -87,6 +87,17 @@ pub struct ServeArgs {
     /// admitted, would-be denials reported (to try limits on live traffic).
     #[arg(long)]
     shadow: bool,
+    /// envoyproxy/ratelimit's YAML, read as it is: a file, or a directory of `*.yaml`
+    /// and `*.yml` files, one domain each, answered over gRPC (--grpc-listen) with their
+    /// matching; the top-level `sluicegate_apps: [NAME, ...]` limits which apps may ask.
+    #[arg(long, value_name = "DIR")]
+    envoy_config: Option<std::path::PathBuf>,
+    /// Policies from files: a TOML policy file or envoyproxy/ratelimit's YAML, or a
+    /// directory of them (*.toml, *.yaml, *.yml), watched: a change applies within a
+    /// second, an invalid one is refused whole (logged, counted in /metrics). The API
+    /// cannot change these policies (403 naming the file).
+    #[arg(long, value_name = "FILE|DIR")]
+    policies: Option<std::path::PathBuf>,
     /// Create the first admin, print its token once, and exit.
     #[arg(long)]
     init_admin: bool,
@@ -120,6 +131,8 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, Failure> {
         max_policies: args.max_policies,
         max_policies_per_app: args.max_policies_per_app,
         shadow: args.shadow,
+        envoy_config: args.envoy_config,
+        policies: args.policies,
         ..Config::default()
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -141,9 +154,11 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, Failure> {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     runtime.block_on(async {
-        let server = Server::bind(config)
-            .await
-            .map_err(|e| Failure::Backend(e.to_string()))?;
+        let server = Server::bind(config).await.map_err(|e| match e {
+            // A file the operator wrote: bad input, like any other command's.
+            sluicegate_server::Error::Config(problem) => Failure::Input(problem),
+            e => Failure::Backend(e.to_string()),
+        })?;
         eprintln!("sluicegate: serving on http://{}", server.local_addr());
         if let Some(grpc) = server.grpc_addr() {
             eprintln!("sluicegate: Envoy's rate limit service (gRPC) on {grpc}");

@@ -86,13 +86,30 @@ impl Service {
         cost: u64,
     ) -> Result<(Arc<Entry>, Decided)> {
         let stored = policy_for(snapshot, app, policy)?;
-        check_key(key)?;
         let entry = entry(limiters, stored)?;
+        let decided = self
+            .decide_on(entry, &stored.name, key, cost, stored.policy.shadow)
+            .await?;
+        Ok((Arc::clone(entry), decided))
+    }
+
+    /// Decides `cost` units of `key` on `entry`, the limiter of the policy `name` (in
+    /// shadow mode if `shadow` or `--shadow`), counting it in the metrics: the step
+    /// shared by sluicegate's policies and the rules of Envoy's YAML.
+    pub(crate) async fn decide_on(
+        &self,
+        entry: &Entry,
+        name: &str,
+        key: &str,
+        cost: u64,
+        shadow: bool,
+    ) -> Result<Decided> {
+        check_key(key)?;
         let start = Instant::now();
-        let decision = entry.decide(&self.backend, &stored.name, key, cost).await?;
+        let decision = entry.decide(&self.backend, name, key, cost).await?;
         let decided = Decided {
             decision,
-            shadow: self.shadow || stored.policy.shadow,
+            shadow: self.shadow || shadow,
         };
         self.metrics.decision(
             entry.counters(),
@@ -101,7 +118,7 @@ impl Service {
             u64::try_from(now_s()).unwrap_or(0),
             start.elapsed(),
         );
-        Ok((Arc::clone(entry), decided))
+        Ok(decided)
     }
 
     /// Acquires, releases or renews a lease for `app`.

@@ -16,5 +16,5 @@ pub(crate) use accounts::Holder;
 pub(crate) use decide::{Decided, LeaseRequest, MAX_BATCH};
 pub(crate) use error::ServiceError;
 pub(crate) use names::check_name;
-pub(crate) use policies::Caps;
+pub(crate) use policies::{validate, Caps};
 pub(crate) use state::Service;

@@ -143,6 +143,7 @@ impl Service {
         expected: Option<i64>,
     ) -> Result<Stored> {
         check_name(name, "name")?;
+        self.check_not_file(name)?;
         validate(policy)?;
         check_backend(policy, &self.backend)
             .map_err(|(field, message)| ServiceError::invalid(message, field.as_deref()))?;
@@ -159,7 +160,24 @@ impl Service {
         name: &str,
         expected: Option<i64>,
     ) -> Result<()> {
+        self.check_not_file(name)?;
         self.write(user, name, None, expected).await.map(drop)
+    }
+
+    /// Refuses to change a policy read from a file (`--policies`): its file is where
+    /// it changes, or the next read of the file would undo the change.
+    fn check_not_file(&self, name: &str) -> Result<()> {
+        match self
+            .snapshot()
+            .policies
+            .get(name)
+            .and_then(|s| s.file.clone())
+        {
+            Some(file) => Err(ServiceError::forbidden(format!(
+                "policy {name:?} is read from the file {file}: change it there"
+            ))),
+            None => Ok(()),
+        }
     }
 
     async fn write(

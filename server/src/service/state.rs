@@ -3,9 +3,15 @@
 
 use std::sync::{Arc, RwLock};
 
+use std::collections::BTreeMap;
+
+use sluicegate_policy::Policy;
+
+use crate::domains::Rules;
+use crate::files::Loaded;
 use crate::limiters::{Backend, Entry, Limiters};
 use crate::metrics::Metrics;
-use crate::store::{Snapshot, Store, StoreError};
+use crate::store::{Snapshot, Store, StoreError, Stored};
 
 use super::policies::Caps;
 
@@ -14,10 +20,16 @@ use super::policies::Caps;
 pub(crate) struct Service {
     /// The database.
     pub(crate) store: Store,
-    /// The store's contents as of its last change seen.
+    /// The policies served: the store's as of its last change seen, with the files'.
     snapshot: RwLock<Arc<Snapshot>>,
+    /// The store's contents alone, which the next read of its changes starts from.
+    stored: RwLock<Arc<Snapshot>>,
+    /// The policies of the TOML policy files (`--policies`) by name, with their file.
+    files: RwLock<Arc<BTreeMap<String, (String, Policy)>>>,
     /// A limiter per policy.
     limiters: RwLock<Arc<Limiters>>,
+    /// The domains of Envoy's YAML (`--envoy-config`) and a limiter per rule.
+    envoy: RwLock<Arc<Rules>>,
     /// Where decisions are kept.
     pub(crate) backend: Backend,
     /// The counters.
@@ -47,7 +59,10 @@ impl Service {
             shadow,
             store,
             snapshot: RwLock::default(),
+            stored: RwLock::default(),
+            files: RwLock::default(),
             limiters: RwLock::default(),
+            envoy: RwLock::default(),
             backend,
             metrics: Metrics::default(),
             metrics_open,
@@ -55,7 +70,7 @@ impl Service {
         }
     }
 
-    /// The store's contents as last read.
+    /// The policies served (the store's as last read, and the files'), apps and users.
     pub(crate) fn snapshot(&self) -> Arc<Snapshot> {
         Arc::clone(&self.snapshot.read().unwrap_or_else(|e| e.into_inner()))
     }
@@ -65,34 +80,86 @@ impl Service {
         Arc::clone(&self.limiters.read().unwrap_or_else(|e| e.into_inner()))
     }
 
+    /// The domains of Envoy's YAML and their limiters.
+    pub(crate) fn envoy(&self) -> Arc<Rules> {
+        Arc::clone(&self.envoy.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Serves what the policy files define (`--policies`, `--envoy-config`) in place of
+    /// what they defined before, keeping the limiter (and so the counts) of every
+    /// policy and rule whose parameters are unchanged.
+    pub(crate) async fn set_files(&self, loaded: Loaded) {
+        let _one = self.reloading.lock().await;
+        let rules = Rules::build(loaded.envoy, &self.backend, &self.envoy(), &self.metrics);
+        *self.envoy.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(rules);
+        *self.files.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(loaded.policies);
+        self.publish(self.stored());
+    }
+
+    /// The store's contents as last read, without the files' policies.
+    fn stored(&self) -> Arc<Snapshot> {
+        Arc::clone(&self.stored.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Serves `stored` with the files' policies over it (a file's policy hides a stored
+    /// one of the same name), rebuilding the limiters whose policies changed. Called
+    /// with `reloading` held.
+    fn publish(&self, stored: Arc<Snapshot>) {
+        let files = Arc::clone(&self.files.read().unwrap_or_else(|e| e.into_inner()));
+        let snapshot = if files.is_empty() {
+            Arc::clone(&stored)
+        } else {
+            let mut served = (*stored).clone();
+            for (name, (file, policy)) in files.iter() {
+                if served.policies.contains_key(name) {
+                    tracing::warn!(policy = %name, file = %file, "a policy file's policy hides the stored one of the same name");
+                }
+                served
+                    .policies
+                    .insert(name.clone(), Stored::from_file(name, file, policy));
+            }
+            Arc::new(served)
+        };
+        let old = self.limiters();
+        let mut limiters = Limiters::new();
+        for (name, stored) in &snapshot.policies {
+            match Entry::build(
+                name,
+                &stored.policy,
+                &self.backend,
+                old.get(name),
+                &self.metrics,
+            ) {
+                Ok(entry) => {
+                    limiters.insert(name.clone(), entry);
+                }
+                Err(e) => tracing::error!(policy = %name, error = %e, "cannot build a limiter"),
+            }
+        }
+        let envoy = self.envoy();
+        self.metrics.retain(|name| {
+            snapshot.policies.contains_key(name) || envoy.limiters.contains_key(name)
+        });
+        *self.limiters.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(limiters);
+        *self.snapshot.write().unwrap_or_else(|e| e.into_inner()) = snapshot;
+        *self.stored.write().unwrap_or_else(|e| e.into_inner()) = stored;
+    }
+
     /// Reads the store again if its counter moved (or `force`), and rebuilds the
     /// limiters whose policies changed.
     pub(crate) async fn reload(&self, force: bool) -> Result<(), StoreError> {
         let _one = self.reloading.lock().await;
         let result = async {
-            if !force && self.store.counter().await? == self.snapshot().counter {
+            if !force && self.store.counter().await? == self.stored().counter {
                 return Ok(());
             }
             // A forced read (at start) reads everything; else only what changed.
-            let old = self.snapshot();
+            let old = self.stored();
             let snapshot = self.store.snapshot((!force).then_some(&*old)).await?;
             for _ in 0..snapshot.unreadable {
                 self.metrics.store_error();
             }
-            let old = self.limiters();
-            let mut limiters = Limiters::new();
-            for (name, stored) in &snapshot.policies {
-                match Entry::build(stored, &self.backend, old.get(name), &self.metrics) {
-                    Ok(entry) => {
-                        limiters.insert(name.clone(), entry);
-                    }
-                    Err(e) => tracing::error!(policy = %name, error = %e, "cannot build a limiter"),
-                }
-            }
-            self.metrics
-                .retain(|name| snapshot.policies.contains_key(name));
-            *self.limiters.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(limiters);
-            *self.snapshot.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(snapshot);
+            self.publish(Arc::new(snapshot));
             Ok(())
         }
         .await;

@@ -70,9 +70,26 @@ pub struct Stored {
     pub created_at: i64,
     /// When it was changed last, in seconds since the Unix epoch.
     pub updated_at: i64,
+    /// The file it is read from (`--policies`), if it is not in the store: such a
+    /// policy is changed by editing its file, never through the API.
+    pub file: Option<String>,
 }
 
 impl Stored {
+    /// Policy `name` as the file `file` defines it: version 0, by `file:` and the path.
+    pub(crate) fn from_file(name: &str, file: &str, policy: &Policy) -> Self {
+        Self {
+            name: name.to_owned(),
+            policy: policy.clone(),
+            version: 0,
+            created_by: format!("file:{file}"),
+            updated_by: format!("file:{file}"),
+            created_at: 0,
+            updated_at: 0,
+            file: Some(file.to_owned()),
+        }
+    }
+
     /// The policy as the API and the audit log show it: the file's fields plus metadata.
     pub(crate) fn to_json(&self) -> serde_json::Value {
         use serde_json::{json, Value};
@@ -87,6 +104,9 @@ impl Stored {
             map.insert("updated_by".into(), json!(self.updated_by));
             map.insert("created_at".into(), json!(rfc3339(self.created_at)));
             map.insert("updated_at".into(), json!(rfc3339(self.updated_at)));
+            if let Some(file) = &self.file {
+                map.insert("file".into(), json!(file));
+            }
         }
         value
     }
@@ -580,6 +600,7 @@ impl Store {
                 updated_by: actor.to_owned(),
                 created_at: now,
                 updated_at: now,
+                file: None,
             },
         });
         let written = match (&current, &next) {
@@ -735,5 +756,6 @@ fn stored(row: &AnyRow) -> Result<Stored, StoreError> {
         updated_by: row.try_get(4)?,
         created_at: row.try_get(5)?,
         updated_at: row.try_get(6)?,
+        file: None,
     })
 }

@@ -18,6 +18,11 @@ use sluicegate_server::{Config, Server};
 
 pub use sluicegate_test_support::free_port;
 
+mod rls;
+// Used by the gRPC tests only.
+#[allow(unused_imports)]
+pub use rls::*;
+
 /// A running `sluicegate serve`, stopped (gracefully) when dropped.
 pub struct TestServer {
     pub addr: SocketAddr,

@@ -1,0 +1,101 @@
+use super::{Config, Limit, Unit};
+
+fn config(text: &str) -> Config {
+    Config::parse("t.yaml", text).expect("a valid file")
+}
+
+fn id<'a>(config: &'a Config, entries: &[(&str, &str)]) -> Option<(&'a str, String)> {
+    let (rule, key) = config.domain("d")?.lookup(entries)?;
+    Some((rule.id.as_str(), key))
+}
+
+#[test]
+fn the_most_specific_value_wins_and_a_value_less_key_keys_per_value() {
+    let c = config(
+        "domain: d\ndescriptors:\n  - key: ip\n    rate_limit: {unit: second, requests_per_unit: 10}\n  - key: ip\n    value: 50.0.0.5\n    rate_limit: {unit: second, requests_per_unit: 0}\n",
+    );
+    assert_eq!(
+        id(&c, &[("ip", "1.2.3.4")]),
+        Some(("d.ip", "ip=1.2.3.4".into()))
+    );
+    assert_eq!(
+        id(&c, &[("ip", "50.0.0.5")]),
+        Some(("d.ip_50.0.0.5", "ip=50.0.0.5".into()))
+    );
+    // More entries than levels: no rule.
+    assert_eq!(id(&c, &[("ip", "1.2.3.4"), ("path", "/")]), None);
+    assert_eq!(id(&c, &[("other", "x")]), None);
+}
+
+#[test]
+fn wildcards_match_in_order_and_a_shared_threshold_keys_by_its_pattern() {
+    let c = config(
+        "domain: d\ndescriptors:\n  - key: p\n    value: /api/*/action\n    rate_limit: {unit: minute, requests_per_unit: 2}\n  - key: f\n    value: files/*\n    share_threshold: true\n    rate_limit: {unit: hour, requests_per_unit: 10}\n",
+    );
+    assert_eq!(
+        id(&c, &[("p", "/api/1/action")]).map(|m| m.0),
+        Some("d.p_/api/*/action")
+    );
+    assert_eq!(id(&c, &[("p", "/api/1/other")]), None);
+    assert_eq!(
+        id(&c, &[("f", "files/a.pdf")]).map(|m| m.1),
+        Some("f=files/*".into())
+    );
+}
+
+#[test]
+fn units_and_limits_are_theirs() {
+    let c = config("domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: WEEK\n      requests_per_unit: 7\n      sluicegate_algorithm: token-bucket\n  - key: u\n    rate_limit: {unlimited: true}\n");
+    let domain = c.domain("d").expect("d");
+    let (rule, _) = domain.lookup(&[("k", "v")]).expect("a rule");
+    assert_eq!(
+        rule.limit,
+        Limit::Rate {
+            requests_per_unit: 7,
+            unit: Unit::Week,
+            algorithm: sluicegate_core::Kind::TokenBucket
+        }
+    );
+    let policy = rule.policy().expect("a policy");
+    assert_eq!((policy.capacity, policy.rate), (Some(7), Some(7)));
+    let (rule, _) = domain.lookup(&[("u", "v")]).expect("a rule");
+    assert_eq!(
+        (rule.limit.clone(), rule.policy()),
+        (Limit::Unlimited, None)
+    );
+}
+
+#[test]
+fn errors_name_the_file_line_and_column() {
+    let cases = [
+        ("domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: fortnight\n", "t.yaml:5:13: invalid rate limit unit 'fortnight'"),
+        ("domain: d\ndescriptors:\n  - key: k\n    rate_limits: {}\n", "t.yaml:4:5: config error, unknown key 'rate_limits'"),
+        ("descriptors: []\n", "t.yaml:1:1: config file cannot have empty domain"),
+        ("domain: d\ndescriptors:\n  - key: k\n  - key: k\n", "t.yaml:4:5: duplicate descriptor composite key 'd.k'"),
+        ("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, unit: second}\n", "t.yaml:4:41: should not specify rate limit unit when unlimited"),
+        ("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: -1}\n", "t.yaml:4:51: 'requests_per_unit' must be an integer from 0 to 4294967295"),
+        ("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5, sluicegate_algorithm: concurrency}\n", "t.yaml:4:76: 'sluicegate_algorithm' must be one of fixed-window, sliding-log, sliding-counter, token-bucket, leaky-bucket, pacing, got 'concurrency'"),
+        ("domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      name: a\n      replaces: [{name: a}]\n      unit: second\n", "t.yaml:6:18: replaces should not contain name of same descriptor"),
+        ("domain: d\ndescriptors: [\n", "t.yaml:3:1: error loading config file:"),
+    ];
+    for (text, want) in cases {
+        let got = Config::parse("t.yaml", text).expect_err(text);
+        assert!(got.starts_with(want), "{text}: got {got}, want {want}");
+    }
+}
+
+#[test]
+fn a_domain_in_two_files_is_refused() {
+    let mut c = config("domain: d\n");
+    let e = c.add("u.yaml", "domain: d\n").expect_err("a duplicate");
+    assert_eq!(e, "u.yaml: duplicate domain \"d\" (also in t.yaml)");
+}
+
+#[test]
+fn apps_restrict_a_domain() {
+    let open = config("domain: d\n");
+    assert!(open.domain("d").is_some_and(|d| d.admits_app("any")));
+    let closed = config("domain: d\nsluicegate_apps: [edge]\n");
+    let d = closed.domain("d").expect("d");
+    assert!(d.admits_app("edge") && !d.admits_app("other"));
+}

@@ -1,0 +1,166 @@
+//! A YAML document as a tree whose every node knows where it is written, so that each
+//! error in an Envoy rate limit file names its line and column.
+
+use std::collections::HashMap;
+
+use saphyr_parser::{Event, Parser, ScalarStyle, Span, StrInput};
+
+/// Where a node starts: line and column, both counted from 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(super) struct At {
+    pub(super) line: usize,
+    pub(super) column: usize,
+}
+
+impl From<Span> for At {
+    fn from(span: Span) -> Self {
+        Self {
+            line: span.start.line(),
+            column: span.start.col() + 1,
+        }
+    }
+}
+
+/// A node and where it is written.
+#[derive(Debug, Clone)]
+pub(super) struct Node {
+    pub(super) at: At,
+    pub(super) value: Value,
+}
+
+#[derive(Debug, Clone)]
+pub(super) enum Value {
+    /// A scalar's text, and whether it was written plain (unquoted): only a plain
+    /// `~`, `null` or nothing is null, as in YAML.
+    Scalar(String, bool),
+    Seq(Vec<Node>),
+    Map(Vec<(Node, Node)>),
+}
+
+impl Node {
+    /// Whether this is YAML's null (`~`, `null`, or nothing at all).
+    pub(super) fn is_null(&self) -> bool {
+        matches!(&self.value, Value::Scalar(text, true) if matches!(text.as_str(), "" | "~" | "null" | "Null" | "NULL"))
+    }
+}
+
+/// An error and where it is.
+pub(super) type Located = (At, String);
+
+/// The deepest nesting read: a file nested deeper is refused rather than read by a
+/// recursion without bound.
+const MAX_DEPTH: usize = 64;
+
+/// The most nodes a document may stand for, aliases counted as what they repeat: a
+/// few anchors repeating each other cannot make a small file huge.
+const MAX_NODES: usize = 1_000_000;
+
+struct Reader<'a> {
+    parser: Parser<'a, StrInput<'a>>,
+    /// Anchored nodes and how many nodes each stands for.
+    anchors: HashMap<usize, (Node, usize)>,
+    /// Nodes read so far, aliases counted in full.
+    nodes: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn next(&mut self) -> Result<(Event<'a>, Span), Located> {
+        match self.parser.next() {
+            Some(Ok(event)) => Ok(event),
+            Some(Err(e)) => Err((
+                At {
+                    line: e.marker().line(),
+                    column: e.marker().col() + 1,
+                },
+                e.info().to_owned(),
+            )),
+            None => Err((At::default(), "unexpected end of the document".into())),
+        }
+    }
+
+    /// The node that `event` starts.
+    fn node(&mut self, event: Event<'a>, span: Span, depth: usize) -> Result<Node, Located> {
+        let at = At::from(span);
+        if depth > MAX_DEPTH {
+            return Err((at, format!("nested deeper than {MAX_DEPTH} levels")));
+        }
+        let first = self.nodes;
+        self.count(at, 1)?;
+        let (value, anchor) = match event {
+            Event::Scalar(text, style, anchor, _) => (
+                Value::Scalar(text.into_owned(), style == ScalarStyle::Plain),
+                anchor,
+            ),
+            Event::SequenceStart(anchor, _) => {
+                let mut items = Vec::new();
+                loop {
+                    match self.next()? {
+                        (Event::SequenceEnd, _) => break,
+                        (event, span) => items.push(self.node(event, span, depth + 1)?),
+                    }
+                }
+                (Value::Seq(items), anchor)
+            }
+            Event::MappingStart(anchor, _) => {
+                let mut pairs = Vec::new();
+                loop {
+                    match self.next()? {
+                        (Event::MappingEnd, _) => break,
+                        (event, span) => {
+                            let key = self.node(event, span, depth + 1)?;
+                            let (event, span) = self.next()?;
+                            let value = self.node(event, span, depth + 1)?;
+                            pairs.push((key, value));
+                        }
+                    }
+                }
+                (Value::Map(pairs), anchor)
+            }
+            Event::Alias(id) => {
+                let (node, size) = self
+                    .anchors
+                    .get(&id)
+                    .cloned()
+                    .ok_or((at, "an alias to no anchor".to_owned()))?;
+                self.count(at, size)?;
+                return Ok(Node { at, ..node });
+            }
+            _ => return Err((at, "unexpected YAML event".into())),
+        };
+        let node = Node { at, value };
+        if anchor != 0 {
+            self.anchors
+                .insert(anchor, (node.clone(), self.nodes - first));
+        }
+        Ok(node)
+    }
+
+    /// Counts `more` nodes read, refusing past [`MAX_NODES`].
+    fn count(&mut self, at: At, more: usize) -> Result<(), Located> {
+        self.nodes = self.nodes.saturating_add(more);
+        if self.nodes > MAX_NODES {
+            return Err((at, format!("more than {MAX_NODES} nodes, aliases counted")));
+        }
+        Ok(())
+    }
+}
+
+/// The first document of `text` (as their service reads it), or `None` if it has none.
+pub(super) fn parse(text: &str) -> Result<Option<Node>, Located> {
+    let mut reader = Reader {
+        parser: Parser::new_from_str(text),
+        anchors: HashMap::new(),
+        nodes: 0,
+    };
+    loop {
+        match reader.next()? {
+            (Event::StreamStart, _) => {}
+            (Event::StreamEnd, _) => return Ok(None),
+            (Event::DocumentStart(_), _) => {
+                let (event, span) = reader.next()?;
+                return reader.node(event, span, 0).map(Some);
+            }
+            (_, span) => return Err((At::from(span), "unexpected YAML event".into())),
+        }
+    }
+}

@@ -1,0 +1,146 @@
+//! Policies from watched files (`--policies FILE|DIR`: sluicegate's TOML and Envoy's
+//! YAML; `--envoy-config`: Envoy's YAML), read at start and then whenever one changes.
+//!
+//! Changes are found by polling, every [`POLL`], the name, length and modification time
+//! of each file (a directory listed again each time), not by the OS's notifications:
+//! those miss edits on network and container-mounted volumes and Kubernetes' swap of a
+//! ConfigMap's symlink, and need a dependency per platform; a few `stat`s four times a
+//! second cost nothing and bound the delay (a poll, then the read) well under a second.
+//! A change is applied whole or not at all: one invalid file keeps every previous
+//! policy, logs the error (file, line, column) and counts it in `/metrics`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use sluicegate_policy::{envoy, listed, File, Policy};
+
+use crate::limiters::{check_backend, Backend};
+use crate::service::{check_name, validate, Service};
+
+/// How often the files are looked at.
+pub(crate) const POLL: Duration = Duration::from_millis(250);
+
+/// Where policies are read from.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Sources {
+    /// `--policies`: a TOML or YAML file, or a directory of them.
+    pub(crate) policies: Option<PathBuf>,
+    /// `--envoy-config`: a YAML file, or a directory of them.
+    pub(crate) envoy: Option<PathBuf>,
+}
+
+/// What the files define.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Loaded {
+    /// The TOML files' policies by name, each with its file.
+    pub(crate) policies: BTreeMap<String, (String, Policy)>,
+    /// The YAML files' domains.
+    pub(crate) envoy: envoy::Config,
+}
+
+/// One file as last seen: its path, length and modification time.
+type Seen = (PathBuf, u64, Option<SystemTime>);
+
+fn is_toml(path: &Path) -> bool {
+    path.extension().is_some_and(|ext| ext == "toml")
+}
+
+impl Sources {
+    /// The sources `config` names.
+    pub(crate) fn of(config: &crate::Config) -> Self {
+        Self {
+            policies: config.policies.clone(),
+            envoy: config.envoy_config.clone(),
+        }
+    }
+
+    /// Whether any source is given.
+    pub(crate) fn any(&self) -> bool {
+        self.policies.is_some() || self.envoy.is_some()
+    }
+
+    /// Every file to read, and whether it is Envoy's YAML.
+    fn files(&self) -> Result<Vec<(PathBuf, bool)>, String> {
+        let mut files = Vec::new();
+        if let Some(path) = &self.policies {
+            let found = listed(path, |f| is_toml(f) || envoy::is_yaml(f))?;
+            files.extend(found.into_iter().map(|f| {
+                let yaml = envoy::is_yaml(&f);
+                (f, yaml)
+            }));
+        }
+        if let Some(path) = &self.envoy {
+            let found = listed(path, envoy::is_yaml)?;
+            files.extend(found.into_iter().map(|f| (f, true)));
+        }
+        Ok(files)
+    }
+
+    /// The files as they are now (an unreadable listing is a change too).
+    fn seen(&self) -> Result<Vec<Seen>, String> {
+        Ok(self
+            .files()?
+            .into_iter()
+            .map(|(path, _)| {
+                let meta = std::fs::metadata(&path).ok();
+                let len = meta.as_ref().map_or(0, std::fs::Metadata::len);
+                let modified = meta.and_then(|m| m.modified().ok());
+                (path, len, modified)
+            })
+            .collect())
+    }
+
+    /// Reads and checks every file, as `backend` can run it; the first problem found
+    /// refuses them all.
+    pub(crate) fn load(&self, backend: &Backend) -> Result<Loaded, String> {
+        let mut loaded = Loaded::default();
+        for (path, yaml) in self.files()? {
+            let name = path.display().to_string();
+            let text =
+                std::fs::read_to_string(&path).map_err(|e| format!("cannot read {name}: {e}"))?;
+            if yaml {
+                loaded.envoy.add(&name, &text)?;
+                continue;
+            }
+            for (policy_name, policy) in File::parse_built(&name, &text)?.policies {
+                let at = |e: String| format!("{name}: policy {policy_name:?}: {e}");
+                check_name(&policy_name, "name").map_err(|e| at(e.to_string()))?;
+                validate(&policy).map_err(|e| at(e.to_string()))?;
+                check_backend(&policy, backend).map_err(|(_, e)| at(e))?;
+                if let Some((other, _)) = loaded.policies.get(&policy_name) {
+                    return Err(at(format!("defined in {other} too")));
+                }
+                loaded.policies.insert(policy_name, (name.clone(), policy));
+            }
+        }
+        Ok(loaded)
+    }
+}
+
+/// Applies every change of the files of `sources` to `service`, forever.
+pub(crate) async fn watch(service: Arc<Service>, sources: Sources) {
+    // Read again at the first tick: a change made since the start is not missed.
+    let mut last = Err(String::new());
+    let mut tick = tokio::time::interval(POLL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let now = sources.seen();
+        if now == last {
+            continue;
+        }
+        last = now;
+        match sources.load(&service.backend) {
+            Ok(loaded) => {
+                tracing::info!("policy files changed: applied");
+                service.set_files(loaded).await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "policy files changed: refused, the previous policies kept");
+                service.metrics.policy_reload_error();
+            }
+        }
+    }
+}

@@ -1,0 +1,406 @@
+//! `--envoy-config`: the configuration examples of envoyproxy/ratelimit's README (in
+//! `data/envoy-ratelimit/`, licence in its NOTICE.md), each documented request sent over
+//! gRPC by a client generated from Envoy's protos, each getting the documented answer.
+
+mod common;
+
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use common::*;
+use sluicegate_server::grpc::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus,
+};
+use sluicegate_server::grpc::envoy::service::ratelimit::v3::RateLimitResponse;
+use sluicegate_server::Config;
+
+fn data(path: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/envoy-ratelimit")
+        .join(path)
+}
+
+/// A server answering the Envoy YAML at `path` over gRPC, and an app's token.
+async fn serve(path: PathBuf) -> (TestServer, String) {
+    let (server, admin) = TestServer::start_with(Config {
+        grpc_listen: Some("127.0.0.1:0".parse().unwrap()),
+        envoy_config: Some(path),
+        ..config()
+    })
+    .await;
+    let edge = app(&server, &admin, "edge").await;
+    (server, edge)
+}
+
+/// Waits, if needed, until a window of `unit_s` seconds has at least 700 ms left, so
+/// that a few quick requests fall into one window.
+async fn fresh_window(unit_s: u64) {
+    let unit_ms = unit_s * 1000;
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+    let into = u64::try_from(now.as_millis()).unwrap() % unit_ms;
+    if unit_ms - into < 700 {
+        tokio::time::sleep(Duration::from_millis(unit_ms - into + 20)).await;
+    }
+}
+
+type Client = sluicegate_server::grpc::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient<tonic::transport::Channel>;
+
+/// One request of descriptors `(entries, hits)` on `domain`.
+async fn request(
+    client: &mut Client,
+    token: &str,
+    domain: &str,
+    descriptors: &[(&[(&str, &str)], u32)],
+) -> RateLimitResponse {
+    let descriptors = descriptors
+        .iter()
+        .map(|(entries, hits)| descriptor(entries, Some(*hits)))
+        .collect();
+    ask(client, Some(token), domain, descriptors)
+        .await
+        .expect("an answer")
+}
+
+/// The code and (requests per unit, remaining) of one descriptor's status.
+fn seen(status: &DescriptorStatus) -> (Code, Option<u32>, u32) {
+    (
+        Code::try_from(status.code).unwrap(),
+        status.current_limit.as_ref().map(|l| l.requests_per_unit),
+        status.limit_remaining,
+    )
+}
+
+fn overall(answer: &RateLimitResponse) -> Code {
+    Code::try_from(answer.overall_code).unwrap()
+}
+
+/// One descriptor on `domain`: its status as [`seen`].
+async fn one(
+    client: &mut Client,
+    token: &str,
+    domain: &str,
+    entries: &[(&str, &str)],
+    hits: u32,
+) -> (Code, Option<u32>, u32) {
+    let answer = request(client, token, domain, &[(entries, hits)]).await;
+    let status = seen(&answer.statuses[0]);
+    assert_eq!(overall(&answer), status.0, "{domain} {entries:?}");
+    status
+}
+
+const OK: Code = Code::Ok;
+const OVER: Code = Code::OverLimit;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_examples_answer_as_documented() {
+    let (server, token) = serve(data("")).await;
+    let mut c = client(&server).await;
+    let t = token.as_str();
+
+    // Example 1: 500 per second for database=users and database=default.
+    fresh_window(1).await;
+    let users = [("database", "users")];
+    assert_eq!(
+        one(&mut c, t, "mongo_cps", &users, 500).await,
+        (OK, Some(500), 0)
+    );
+    assert_eq!(one(&mut c, t, "mongo_cps", &users, 1).await.0, OVER);
+    let default = [("database", "default")];
+    assert_eq!(
+        one(&mut c, t, "mongo_cps", &default, 1).await,
+        (OK, Some(500), 499)
+    );
+
+    // Example 2: 5 marketing messages a day per number, 100 messages a day per number;
+    // one request with both descriptors is decided on both.
+    let marketing = [("message_type", "marketing"), ("to_number", "2061111111")];
+    let number = [("to_number", "2061111111")];
+    for sent in 1..=5 {
+        let answer = request(&mut c, t, "messaging", &[(&marketing, 1), (&number, 1)]).await;
+        assert_eq!(overall(&answer), OK);
+        assert_eq!(seen(&answer.statuses[0]), (OK, Some(5), 5 - sent));
+        assert_eq!(seen(&answer.statuses[1]), (OK, Some(100), 100 - sent));
+    }
+    let answer = request(&mut c, t, "messaging", &[(&marketing, 1), (&number, 1)]).await;
+    assert_eq!(overall(&answer), OVER);
+    assert_eq!(seen(&answer.statuses[0]).0, OVER);
+    assert_eq!(seen(&answer.statuses[1]), (OK, Some(100), 94));
+    // Another number has its own 5.
+    let other = [("message_type", "marketing"), ("to_number", "2062222222")];
+    assert_eq!(
+        one(&mut c, t, "messaging", &other, 1).await,
+        (OK, Some(5), 4)
+    );
+
+    // Example 3: 10 per second per address; 50.0.0.5, the more specific, gets none.
+    fresh_window(1).await;
+    let ip = [("remote_address", "50.0.0.1")];
+    assert_eq!(
+        one(&mut c, t, "edge_proxy_per_ip", &ip, 10).await,
+        (OK, Some(10), 0)
+    );
+    assert_eq!(one(&mut c, t, "edge_proxy_per_ip", &ip, 1).await.0, OVER);
+    let banned = [("remote_address", "50.0.0.5")];
+    assert_eq!(
+        one(&mut c, t, "edge_proxy_per_ip", &banned, 1).await,
+        (OVER, Some(0), 0)
+    );
+
+    // Example 5: ldap unlimited (remaining is the largest u32), azure 100 a minute.
+    assert_eq!(
+        one(&mut c, t, "internal", &[("ldap", "x")], 1000).await,
+        (OK, None, u32::MAX)
+    );
+    assert_eq!(
+        one(&mut c, t, "internal", &[("azure", "x")], 1).await,
+        (OK, Some(100), 99)
+    );
+
+    // Example 6: user-a is in shadow mode (never limited), user-b 20 per second.
+    fresh_window(1).await;
+    let a = [("service", "auth-service"), ("user", "user-a")];
+    assert_eq!(one(&mut c, t, "example6", &a, 10).await.0, OK);
+    assert_eq!(one(&mut c, t, "example6", &a, 5).await.0, OK);
+    let b = [("service", "auth-service"), ("user", "user-b")];
+    assert_eq!(one(&mut c, t, "example6", &b, 20).await, (OK, Some(20), 0));
+    assert_eq!(one(&mut c, t, "example6", &b, 1).await.0, OVER);
+
+    // Example 7: with both descriptors, the replacing 10/s applies and the replaced
+    // 5/s is left untouched.
+    fresh_window(1).await;
+    let one_of = [("key_1", "value_1"), ("user", "bkthomps")];
+    let two_of = [("key_2", "value_2"), ("user", "bkthomps")];
+    let answer = request(&mut c, t, "example7", &[(&one_of, 6), (&two_of, 6)]).await;
+    assert_eq!(overall(&answer), OK);
+    assert_eq!(seen(&answer.statuses[0]), (OK, None, 0));
+    assert_eq!(seen(&answer.statuses[1]), (OK, Some(10), 4));
+    assert_eq!(
+        one(&mut c, t, "example7", &one_of, 5).await,
+        (OK, Some(5), 0)
+    );
+    assert_eq!(one(&mut c, t, "example7", &one_of, 1).await.0, OVER);
+
+    // Example 8: any value 10 a minute (each its own), value1 20 a minute.
+    fresh_window(60).await;
+    for value in ["unspecified_value", "unspecified_value2"] {
+        assert_eq!(
+            one(&mut c, t, "example8", &[("key1", value)], 10).await,
+            (OK, Some(10), 0)
+        );
+        assert_eq!(
+            one(&mut c, t, "example8", &[("key1", value)], 1).await.0,
+            OVER
+        );
+    }
+    assert_eq!(
+        one(&mut c, t, "example8", &[("key1", "value1")], 1).await,
+        (OK, Some(20), 19)
+    );
+
+    // Example 10: three levels, the rule on the last.
+    let e10 = [
+        ("route", "api"),
+        ("http_method", "GET"),
+        ("subject_id", "123"),
+    ];
+    assert_eq!(
+        one(&mut c, t, "example10", &e10, 1).await,
+        (OK, Some(60), 59)
+    );
+    let e10w = [
+        ("user", "alice"),
+        ("action", "readfile"),
+        ("resource", "documents"),
+    ];
+    assert_eq!(
+        one(&mut c, t, "example10_wildcard", &e10w, 1).await,
+        (OK, Some(100), 99)
+    );
+    let write = [
+        ("user", "alice"),
+        ("action", "writefile"),
+        ("resource", "documents"),
+    ];
+    assert_eq!(
+        one(&mut c, t, "example10_wildcard", &write, 1).await,
+        (OK, None, 0)
+    );
+
+    // Example 11: files/* share one threshold; files_no_share/* each have their own.
+    fresh_window(3600).await;
+    for file in ["files/a.pdf", "files/b.csv"] {
+        assert_eq!(
+            one(&mut c, t, "example11", &[("files", file)], 5).await.0,
+            OK
+        );
+    }
+    assert_eq!(
+        one(&mut c, t, "example11", &[("files", "files/c.txt")], 1)
+            .await
+            .0,
+        OVER
+    );
+    let unshared = |f| [("files_no_share", f)];
+    assert_eq!(
+        one(
+            &mut c,
+            t,
+            "example11",
+            &unshared("files_no_share/a.pdf"),
+            10
+        )
+        .await
+        .0,
+        OK
+    );
+    assert_eq!(
+        one(&mut c, t, "example11", &unshared("files_no_share/a.pdf"), 1)
+            .await
+            .0,
+        OVER
+    );
+    assert_eq!(
+        one(
+            &mut c,
+            t,
+            "example11",
+            &unshared("files_no_share/b.csv"),
+            10
+        )
+        .await
+        .0,
+        OK
+    );
+    let api = [("route", "api/v1"), ("method", "GET")];
+    assert_eq!(
+        one(&mut c, t, "example11_metrics", &api, 1).await,
+        (OK, Some(60), 59)
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn example_4_matches_only_as_many_entries_as_levels() {
+    let two = [("key", "value"), ("subkey", "subvalue")];
+    let (server, token) = serve(data("example4/no-match.yaml")).await;
+    let mut c = client(&server).await;
+    assert_eq!(
+        one(&mut c, &token, "example4", &two, 1).await,
+        (OK, None, 0)
+    );
+    server.stop().await;
+    let (server, token) = serve(data("example4/match.yaml")).await;
+    let mut c = client(&server).await;
+    assert_eq!(
+        one(&mut c, &token, "example4", &two, 1).await,
+        (OK, Some(300), 299)
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn example_9_wildcards_match_as_documented() {
+    let cases: [(&str, &str, &[&str], &[&str]); 3] = [
+        (
+            "trailing",
+            "key1",
+            &["value1", "value2", "valueXYZ"],
+            &["other"],
+        ),
+        (
+            "middle",
+            "path",
+            &["/api/123/action", "/api/user-id/action"],
+            &["/api/123/other"],
+        ),
+        (
+            "multiple",
+            "route",
+            &["/api/v1/resource/123/action", "/api/v2/resource/456/action"],
+            &["/api/v1/other/123/action"],
+        ),
+    ];
+    for (file, key, matching, other) in cases {
+        let (server, token) = serve(data(&format!("example9/{file}.yaml"))).await;
+        let mut c = client(&server).await;
+        for value in matching {
+            assert_eq!(
+                one(&mut c, &token, "example9", &[(key, value)], 1).await.1,
+                Some(20),
+                "{value}"
+            );
+        }
+        for value in other {
+            assert_eq!(
+                one(&mut c, &token, "example9", &[(key, value)], 1).await,
+                (OK, None, 0)
+            );
+        }
+        server.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sluicegate_apps_restricts_a_domain_and_other_domains_are_policies() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("edge.yaml");
+    std::fs::write(
+        &file,
+        "domain: private\nsluicegate_apps: [edge]\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 3, sluicegate_algorithm: sliding-log}\n",
+    )
+    .unwrap();
+    let (server, admin) = TestServer::start_with(Config {
+        grpc_listen: Some("127.0.0.1:0".parse().unwrap()),
+        envoy_config: Some(file),
+        ..config()
+    })
+    .await;
+    let edge = app(&server, &admin, "edge").await;
+    let web = app(&server, &admin, "web").await;
+    let mut c = client(&server).await;
+    assert_eq!(
+        one(&mut c, &edge, "private", &[("k", "v")], 1).await,
+        (OK, Some(3), 2)
+    );
+    let refused = ask(
+        &mut c,
+        Some(&web),
+        "private",
+        vec![descriptor(&[("k", "v")], None)],
+    )
+    .await
+    .expect_err("web may not ask");
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied);
+    // A domain not in the YAML is a sluicegate policy, as without --envoy-config.
+    let policy = r#"{"algorithm":"fixed-window","limit":1,"period":"1h","apps":["web"]}"#;
+    create_policy(&server, &admin, "api", policy).await;
+    assert_eq!(one(&mut c, &web, "api", &[("ip", "1")], 1).await.0, OK);
+    assert_eq!(one(&mut c, &web, "api", &[("ip", "1")], 1).await.0, OVER);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_file_stops_the_start_with_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("bad.yaml");
+    std::fs::write(
+        &file,
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight}\n",
+    )
+    .unwrap();
+    let error = sluicegate_server::Server::bind(Config {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        data_dir: dir.path().join("data"),
+        envoy_config: Some(file.clone()),
+        ..config()
+    })
+    .await
+    .expect_err("refused");
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "{}:4:24: invalid rate limit unit 'fortnight'",
+            file.display()
+        )
+    );
+}

@@ -1,0 +1,47 @@
+//! A policy whose parameters change (same algorithm) keeps each key's use: nothing is
+//! admitted above the old limit within its window, nor above the new one.
+
+mod common;
+
+use common::*;
+
+/// `n` decisions of key `k` on `policy`: how many were admitted.
+async fn admitted(server: &TestServer, web: &str, policy: &str, n: usize) -> usize {
+    let mut count = 0;
+    for _ in 0..n {
+        let body = format!(r#"{{"policy":"{policy}","key":"k"}}"#);
+        let answer = post(&server.url("/v1/decide"), web, &body).await;
+        count += usize::from(answer.json["allowed"] == true);
+    }
+    count
+}
+
+fn window(limit: u64) -> String {
+    format!(r#"{{"algorithm":"fixed-window","limit":{limit},"period":"1h","apps":["web"]}}"#)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_limit_counts_the_use_made_under_the_old() {
+    let (server, admin) = TestServer::start().await;
+    let web = app(&server, &admin, "web").await;
+    let url = |name: &str| server.url(&format!("/v1/policies/{name}"));
+    // Raised from 3 to 5 after 1 used: 2 more (the old limit holds in its window).
+    create_policy(&server, &admin, "up", &window(3)).await;
+    assert_eq!(admitted(&server, &web, "up", 1).await, 1);
+    let changed = put(&url("up"), &admin, &window(5), Some(1)).await;
+    assert!(changed.status.is_success(), "{}", changed.text);
+    assert_eq!(admitted(&server, &web, "up", 5).await, 2);
+    // Lowered from 5 to 2 after 3 used: none (the new limit holds too).
+    create_policy(&server, &admin, "down", &window(5)).await;
+    assert_eq!(admitted(&server, &web, "down", 3).await, 3);
+    let changed = put(&url("down"), &admin, &window(2), Some(1)).await;
+    assert!(changed.status.is_success(), "{}", changed.text);
+    assert_eq!(admitted(&server, &web, "down", 3).await, 0);
+    // Lowered from 5 to 4 after 2 used: 2 more.
+    create_policy(&server, &admin, "less", &window(5)).await;
+    assert_eq!(admitted(&server, &web, "less", 2).await, 2);
+    let changed = put(&url("less"), &admin, &window(4), Some(1)).await;
+    assert!(changed.status.is_success(), "{}", changed.text);
+    assert_eq!(admitted(&server, &web, "less", 5).await, 2);
+    server.stop().await;
+}
