@@ -62,12 +62,14 @@ pub struct PolicyArgs {
 
 #[derive(Debug, Args)]
 pub struct BackendArgs {
-    /// memory, sled:PATH, or a Redis URL: redis://HOST:PORT/DB, or rediss://HOST:PORT/DB
-    /// for TLS. A sled database is created only by commands that record decisions, and
-    /// only in an existing directory.
+    /// memory, sled:PATH, or a Redis URL: redis://HOST:PORT/DB, rediss://HOST:PORT/DB for
+    /// TLS, or redis+sentinel://HOST:PORT[,HOST:PORT…]/MASTER[/DB] (rediss+sentinel:// for
+    /// TLS) for a primary under Redis Sentinel; for locks and leases also
+    /// etcd://HOST:PORT[,HOST:PORT…]. A sled database is created only by commands that
+    /// record decisions, and only in an existing directory.
     #[arg(long, default_value = "memory", value_parser = backend::backend_flag)]
     pub backend: String,
-    /// rediss:// only: trust the CA certificates in this PEM file (a private CA, a
+    /// rediss:// and rediss+sentinel:// only: trust the CA certificates in this PEM file (a private CA, a
     /// managed service's) instead of the system's.
     #[arg(long, value_name = "FILE")]
     redis_ca: Option<String>,

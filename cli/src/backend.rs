@@ -21,26 +21,48 @@ use sluicegate_core::{
 #[cfg(feature = "etcd")]
 use sluicegate_etcd::EtcdLeases;
 #[cfg(feature = "redis")]
-use sluicegate_redis::{Connected, Reconnecting, RedisLeases, RedisLimiter};
+use sluicegate_redis::{Connected, Reconnecting, RedisLeases, RedisLimiter, Sentinel};
 #[cfg(feature = "sled")]
 use sluicegate_sled::{Create, Durability, SledLeases, SledLimiter};
 
 use crate::Failure;
 
 /// `--backend`: `memory`, `sled:PATH`, `redis://HOST[:PORT][/DB]` or `rediss://` (TLS),
-/// or for locks and leases `etcd://HOST:PORT[,HOST:PORT…]`.
+/// `redis+sentinel://` or `rediss+sentinel://` (a primary under Redis Sentinel), or for
+/// locks and leases `etcd://HOST:PORT[,HOST:PORT…]`.
 #[derive(Debug, Clone)]
 pub enum Backend {
     Memory,
     #[cfg(feature = "sled")]
     Sled(String),
-    /// A client for the URL, trusting the `--redis-ca` certificates if given (boxed: it
-    /// holds the TLS configuration).
+    /// The server or the sentinels, trusting the `--redis-ca` certificates if given
+    /// (boxed: it holds the TLS configuration).
     #[cfg(feature = "redis")]
-    Redis(Box<redis::Client>),
+    Redis(Box<RedisTarget>),
     /// The cluster's endpoints, `http://HOST:PORT`.
     #[cfg(feature = "etcd")]
     Etcd(Vec<String>),
+}
+
+/// Where a Redis backend's states are.
+#[cfg(feature = "redis")]
+#[derive(Debug, Clone)]
+pub enum RedisTarget {
+    /// One server.
+    Server(redis::Client),
+    /// The primary the sentinels name at each connect.
+    Sentinel(Sentinel),
+}
+
+#[cfg(feature = "redis")]
+impl RedisTarget {
+    /// A connection that finds the server (or the current primary) again after a failure.
+    fn connect(&self) -> Reconnecting {
+        match self {
+            Self::Server(client) => Reconnecting::new(client.clone()),
+            Self::Sentinel(sentinel) => Reconnecting::sentinel(sentinel.clone()),
+        }
+    }
 }
 
 /// `--durability`: when sled writes a decision to disk.
@@ -56,8 +78,9 @@ impl Backend {
     /// The backend `text` names; `ca` (the `--redis-ca` file's name and bytes) is for a
     /// `rediss://` URL only. Errors are about the flags (exit code 2).
     pub fn new(text: &str, ca: Option<(&str, &[u8])>) -> Result<Self, String> {
-        let redis = text.starts_with("redis://") || text.starts_with("rediss://");
-        if ca.is_some() && !text.starts_with("rediss://") {
+        let tls = text.starts_with("rediss://") || text.starts_with("rediss+sentinel://");
+        let redis = tls || text.starts_with("redis://") || text.starts_with("redis+sentinel://");
+        if ca.is_some() && !tls {
             let what = if redis {
                 "a redis:// URL, which has no TLS"
             } else {
@@ -94,7 +117,7 @@ impl Backend {
             ));
         } else {
             Err(format!(
-                "unknown backend {text:?}: use memory, sled:PATH, redis://HOST[:PORT], rediss://HOST[:PORT] (TLS) or, for locks and leases, etcd://HOST:PORT[,HOST:PORT…]"
+                "unknown backend {text:?}: use memory, sled:PATH, redis://HOST[:PORT], rediss://HOST[:PORT] (TLS), redis+sentinel://HOST:PORT[,HOST:PORT…]/MASTER or, for locks and leases, etcd://HOST:PORT[,HOST:PORT…]"
             ))
         }
     }
@@ -103,8 +126,16 @@ impl Backend {
     #[cfg(feature = "redis")]
     fn redis(text: &str, ca: Option<(&str, &[u8])>) -> Result<Self, String> {
         let (file, pem) = ca.unzip();
+        if text.contains("+sentinel://") {
+            let sentinel = Sentinel::parse(text).map_err(|e| format!("bad Sentinel URL: {e}"))?;
+            let sentinel = match pem {
+                Some(pem) => sentinel.with_ca(pem),
+                None => sentinel,
+            };
+            return Ok(Self::Redis(Box::new(RedisTarget::Sentinel(sentinel))));
+        }
         sluicegate_redis::client(text, pem)
-            .map(|client| Self::Redis(Box::new(client)))
+            .map(|client| Self::Redis(Box::new(RedisTarget::Server(client))))
             .map_err(|e| match (e, file) {
                 (e @ sluicegate_redis::Error::Tls(_), Some(file)) => {
                     format!("--redis-ca {file}: {e}")
@@ -120,14 +151,17 @@ impl Backend {
             #[cfg(feature = "sled")]
             Self::Sled(path) => format!("sled:{path}"),
             #[cfg(feature = "redis")]
-            Self::Redis(client) => {
-                let addr = client.get_connection_info().addr();
-                let scheme = match addr {
-                    redis::ConnectionAddr::TcpTls { .. } => "rediss",
-                    _ => "redis",
-                };
-                format!("{scheme}://{addr}")
-            }
+            Self::Redis(target) => match &**target {
+                RedisTarget::Server(client) => {
+                    let addr = client.get_connection_info().addr();
+                    let scheme = match addr {
+                        redis::ConnectionAddr::TcpTls { .. } => "rediss",
+                        _ => "redis",
+                    };
+                    format!("{scheme}://{addr}")
+                }
+                RedisTarget::Sentinel(sentinel) => sentinel.to_string(),
+            },
             #[cfg(feature = "etcd")]
             Self::Etcd(endpoints) => {
                 let hosts: Vec<_> = endpoints
@@ -321,12 +355,12 @@ impl Open {
                 })
             }
             #[cfg(feature = "redis")]
-            Backend::Redis(client) => {
+            Backend::Redis(target) => {
                 let limiter = RedisLimiter::new(algorithm)
                     .map_err(|e| Failure::Input(format!("this policy cannot run on Redis: {e}")))?
                     .with_prefix(how.namespace.as_bytes());
                 Box::new(Hosted {
-                    host: Connected::new(limiter, Reconnecting::new((**client).clone())),
+                    host: Connected::new(limiter, target.connect()),
                     _keep: Keep::default(),
                 })
             }
@@ -352,10 +386,10 @@ impl Open {
                 }))
             }
             #[cfg(feature = "redis")]
-            Backend::Redis(client) => Ok(Box::new(Hosted {
+            Backend::Redis(target) => Ok(Box::new(Hosted {
                 host: Connected::new(
                     RedisLeases::new(model).with_prefix(self.namespace.as_bytes()),
-                    Reconnecting::new((**client).clone()),
+                    target.connect(),
                 ),
                 _keep: Keep::default(),
             })),

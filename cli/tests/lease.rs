@@ -577,3 +577,52 @@ fn locks_and_leases_on_etcd() {
     assert_exit(&out, 4);
     assert_contains(&stderr(&out), "etcd is unavailable");
 }
+
+/// `--backend redis+sentinel://…`: decisions and a lock on the primary the sentinels
+/// name (a primary, a replica and three sentinels on loopback), and on the replica they
+/// promote once the primary is killed.
+#[test]
+fn decisions_and_locks_through_sentinel() {
+    let mut set = sluicegate_test_support::sentinel::Sentinels::start();
+    let url = set.url();
+    let check = || {
+        sluicegate([
+            "check",
+            "k",
+            "--algorithm",
+            "fixed-window",
+            "--limit",
+            "2",
+            "--period",
+            "1h",
+            "--backend",
+            &url,
+        ])
+    };
+    let taken = Leasing::lock(&url).run("acquire", "nightly", "a", &["--ttl", "1h"]);
+    assert_exit(&taken, 0);
+    let first = token(&taken);
+    assert_exit(&check(), 0);
+    set.primary.kill();
+    sluicegate_test_support::wait_until("no promotion", || {
+        set.primary_port() == Some(set.replica.port)
+    });
+    // The lock and the window replicated before the kill: the lock is still held, its
+    // holder renews it, and one request of the window is left.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let renewed = loop {
+        let out = Leasing::lock(&url).run("renew", "nightly", "a", &["--ttl", "1h"]);
+        if out.status.code() == Some(0) || Instant::now() > deadline {
+            break out;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_exit(&renewed, 0);
+    assert_eq!(token(&renewed), first);
+    assert_exit(
+        &Leasing::lock(&url).run("acquire", "nightly", "b", &["--ttl", "1h"]),
+        1,
+    );
+    assert_exit(&check(), 0);
+    assert_exit(&check(), 1);
+}

@@ -30,6 +30,8 @@ doctests!(
     InProcess = "../../docs/in-process.md",
     Leases = "../../docs/leases.md",
     Redis = "../../docs/redis.md",
+    Etcd = "../../docs/etcd.md",
+    MovingFromEnvoyRatelimit = "../../docs/moving-from-envoy-ratelimit.md",
     RedisModule = "../../docs/redis-module.md",
     Sled = "../../docs/sled.md",
     Wasm = "../../docs/wasm.md",

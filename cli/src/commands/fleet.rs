@@ -22,7 +22,7 @@ use sluicegate_core::Ticks;
 use sluicegate_redis::fleet::{FleetAlgorithm, FleetConfig, FleetMode};
 
 use crate::args::{whole, PolicyBackendArgs};
-use crate::backend::Backend;
+use crate::backend::{Backend, RedisTarget};
 use crate::chart;
 use crate::failure::{output, Failure};
 use crate::traffic::Traffic;
@@ -177,9 +177,14 @@ pub fn run(args: FleetArgs) -> Result<std::process::ExitCode, Failure> {
     let config = settings(&args, policy)?;
     with_algorithm(&loaded.built, name, |validate| validate(&config))?.map_err(bad)?;
     let backend = Backend::new(&args.target.backend.backend, None)?;
-    let Backend::Redis(client) = backend else {
+    let Backend::Redis(target) = backend else {
         return Err(bad(
             "a fleet shares its limit through Redis: give --backend redis://HOST:PORT".into(),
+        ));
+    };
+    let RedisTarget::Server(client) = *target else {
+        return Err(bad(
+            "this command's nodes connect to one Redis server: give --backend redis://HOST:PORT, not a Sentinel URL".into(),
         ));
     };
     let period = policy.period();
