@@ -12,7 +12,7 @@
 //! policy is the limit).
 //!
 //! A request whose `domain` is one of envoyproxy/ratelimit's YAML (`--envoy-config`)
-//! is answered by their rules instead, as their service would ([`crate::domains`]).
+//! is answered by their rules instead, as their service would (see `domains.rs`).
 //!
 //! Shadow mode: a descriptor decided in shadow mode (its policy's `shadow`, or
 //! `--shadow`) reports its would-be code in its status (`OVER_LIMIT` when enforcing
