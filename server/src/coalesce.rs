@@ -1,20 +1,25 @@
-//! Decisions in Redis, coalesced: one task on the server's runtime owns the decisions
-//! queued for Redis and sends every one waiting as one batch. While it waits for one
-//! batch's replies, new requests queue up, and the next batch carries them all; so under
-//! load one round trip serves many decisions, and Redis reads them in one go. Exact: each
-//! is still one atomic call, in the order the requests arrived, as if each had been sent
-//! alone.
+//! Decisions in Redis, coalesced: one sender at a time sends every decision queued for
+//! Redis as one batch. While it waits for one batch's replies, new requests queue up,
+//! and the next batch carries them all; so under load one round trip serves many
+//! decisions, and Redis reads them in one go. Exact: each is still one atomic call, in
+//! the order the requests arrived, as if each had been sent alone.
 //!
-//! The task runs on the runtime's workers, with the asynchronous connection: a request's
-//! task and the sending task wake each other within the runtime (a worker busy with
-//! other requests picks the woken task up; no thread outside it to wake).
+//! The queue is a vector under a lock. A request finding no batch in flight sends on its
+//! own task (no hand-off to another task and back when the queue is idle); the batches
+//! queued meanwhile go on a task spawned for them, which sends until the queue is empty.
+//! A request dropped while it sends (its client gone) leaves its batch to a spawned task,
+//! so the others in it still get their answers.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
 
 use sluicegate_core::{AnyAlgorithm, Decision, Request};
 use sluicegate_redis::{ReconnectingAsync, RedisLimiter};
-use tokio::sync::{mpsc, oneshot};
+use tokio::runtime::Handle;
+use tokio::sync::oneshot;
 
 /// The most decisions in one batch.
 pub const MAX_PIPELINE: usize = 256;
@@ -25,7 +30,7 @@ pub enum Error {
     /// Redis failed or refused.
     #[error(transparent)]
     Redis(#[from] sluicegate_redis::Error),
-    /// The sending task is gone.
+    /// The runtime stopped before the decision was sent.
     #[error("the Redis task stopped")]
     Stopped,
 }
@@ -38,11 +43,26 @@ struct Job {
     reply: oneshot::Sender<Result<Decision, sluicegate_redis::Error>>,
 }
 
-/// The queue of decisions for Redis, and the task sending them.
+/// The queue of decisions for Redis.
 #[derive(Debug, Clone)]
 pub struct Coalescer {
-    jobs: mpsc::UnboundedSender<Job>,
-    sent: Arc<Sent>,
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    queue: Mutex<Queue>,
+    con: ReconnectingAsync,
+    /// Where batches left by their sender go on.
+    runtime: Handle,
+    sent: Sent,
+}
+
+#[derive(Debug, Default)]
+struct Queue {
+    jobs: Vec<Job>,
+    /// A sender is at work: it takes what is queued when its batch is answered.
+    sending: bool,
 }
 
 /// What the task sent: batches and the decisions in them (their ratio is the
@@ -62,18 +82,22 @@ impl std::fmt::Debug for Job {
 }
 
 impl Coalescer {
-    /// Starts the task sending over `con` on the current runtime; it ends when the last
-    /// clone is dropped.
+    /// A queue sending over `con`, its spare batches on the current runtime.
     pub fn start(con: ReconnectingAsync) -> Self {
-        let (jobs, queue) = mpsc::unbounded_channel();
-        let sent = Arc::new(Sent::default());
-        tokio::spawn(run(con, queue, Arc::clone(&sent)));
-        Self { jobs, sent }
+        let shared = Shared {
+            queue: Mutex::default(),
+            con,
+            runtime: Handle::current(),
+            sent: Sent::default(),
+        };
+        Self {
+            shared: Arc::new(shared),
+        }
     }
 
     /// What was sent so far.
     pub fn sent(&self) -> &Sent {
-        &self.sent
+        &self.shared.sent
     }
 
     /// Decides `cost` units of `key` on `limiter` in Redis, with the decisions queued
@@ -91,26 +115,98 @@ impl Coalescer {
             cost,
             reply,
         };
-        self.jobs.send(job).map_err(|_| Error::Stopped)?;
+        let lead = {
+            let mut queue = self.shared.lock();
+            queue.jobs.push(job);
+            !std::mem::replace(&mut queue.sending, true)
+        };
+        if lead {
+            let runtime = self.shared.runtime.clone();
+            Leading(Some(Box::pin(lead_once(Arc::clone(&self.shared)))), runtime).await;
+        }
         Ok(answer.await.map_err(|_| Error::Stopped)??)
     }
 }
 
-/// Sends what is queued, one batch per limiter in the order of their first request,
-/// until every sender is gone.
-async fn run(con: ReconnectingAsync, mut queue: mpsc::UnboundedReceiver<Job>, sent: Arc<Sent>) {
-    let mut jobs = Vec::with_capacity(MAX_PIPELINE);
-    while queue.recv_many(&mut jobs, MAX_PIPELINE).await > 0 {
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Sends one batch of what is queued: up to [`MAX_PIPELINE`] decisions, one call
+    /// per limiter in the order of their first request.
+    async fn send_queued(&self) {
+        let mut jobs: Vec<Job> = {
+            let mut queue = self.lock();
+            let n = queue.jobs.len().min(MAX_PIPELINE);
+            queue.jobs.drain(..n).collect()
+        };
         while let Some(first) = jobs.first() {
             // The jobs of the first job's limiter, in order; the others wait their turn.
             let limiter = Arc::clone(&first.limiter);
             let mine: Vec<Job> = jobs
                 .extract_if(.., |job| Arc::ptr_eq(&job.limiter, &limiter))
                 .collect();
-            sent.pipelines.fetch_add(1, Ordering::Relaxed);
-            sent.decisions
+            self.sent.pipelines.fetch_add(1, Ordering::Relaxed);
+            self.sent
+                .decisions
                 .fetch_add(mine.len() as u64, Ordering::Relaxed);
-            send(&con, &limiter, mine).await;
+            send(&self.con, &limiter, mine).await;
+        }
+    }
+
+    /// Whether the queue is empty; if so the next request sends.
+    fn done(&self) -> bool {
+        let mut queue = self.lock();
+        queue.sending = !queue.jobs.is_empty();
+        !queue.sending
+    }
+}
+
+/// The batch holding the caller's request, sent on its task; what queued meanwhile
+/// goes on a task of its own, so that the caller answers after one round trip.
+async fn lead_once(shared: Arc<Shared>) {
+    shared.send_queued().await;
+    if !shared.done() {
+        let runtime = shared.runtime.clone();
+        runtime.spawn(async move {
+            loop {
+                shared.send_queued().await;
+                if shared.done() {
+                    break;
+                }
+            }
+        });
+    }
+}
+
+type Sending = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// A sender on a request's task; dropped before it is done, it finishes on a task of
+/// its own.
+struct Leading(Option<Sending>, Handle);
+
+impl Future for Leading {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let Some(sending) = self.0.as_mut() else {
+            return Poll::Ready(());
+        };
+        let done = sending.as_mut().poll(cx);
+        if done.is_ready() {
+            self.0 = None;
+        }
+        done
+    }
+}
+
+impl Drop for Leading {
+    fn drop(&mut self) {
+        if let Some(sending) = self.0.take() {
+            // Through the handle: dropped outside the runtime too, it does not panic (and
+            // on a runtime shut down, the batch's requests end `Stopped`).
+            drop(self.1.spawn(sending));
         }
     }
 }

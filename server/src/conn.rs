@@ -53,6 +53,8 @@ pub(crate) struct Guarded {
     /// which has no deadline once its first bytes arrived.
     serving: Option<Arc<AtomicBool>>,
     deadline: Pin<Box<Sleep>>,
+    /// HTTP/2: this write has yielded once already (see `poll_write`).
+    deferred: bool,
 }
 
 impl Guarded {
@@ -65,6 +67,7 @@ impl Guarded {
             serving: None,
             // A new connection gets the head's deadline for its first byte.
             deadline: Box::pin(tokio::time::sleep(bounds.header)),
+            deferred: false,
         }
     }
 
@@ -135,6 +138,16 @@ impl AsyncWrite for Guarded {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = &mut *self;
+        // HTTP/2 (gRPC) writes the answers ready, then flushes: yielding once first (to
+        // the back of the runtime's queue) lets the calls about to finish add theirs, and
+        // one `sendto` carries them all rather than one each.
+        if this.serving.is_none() {
+            this.deferred = !this.deferred;
+            if this.deferred {
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+        }
         let written = Pin::new(&mut this.io).poll_write(cx, buf);
         // HTTP/1 writes only answers: once one is written, the next request may come.
         if let (Some(serving), Poll::Ready(Ok(1..))) = (&this.serving, &written) {

@@ -74,3 +74,35 @@ async fn concurrent_decisions_share_pipelines_and_stay_exact() {
     );
     server.stop().await;
 }
+
+/// A request whose deadline passes while it sends its batch leaves that batch to go on
+/// without it: the queue is not stuck, and the next decision is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sender_dropped_midway_leaves_the_queue_working() {
+    let redis = Redis::start();
+    let (server, admin) = TestServer::start_with(Config {
+        decisions: Some(redis.url()),
+        timeout: Duration::from_millis(100),
+        ..config()
+    })
+    .await;
+    let web = app(&server, &admin, "web").await;
+    let policy = r#"{"algorithm":"fixed-window","limit":100,"period":"1h","apps":["web"]}"#;
+    create_policy(&server, &admin, "api", policy).await;
+    let (url, body) = (server.url("/v1/decide"), r#"{"policy":"api","key":"k"}"#);
+    assert_eq!(post(&url, &web, body).await.status, StatusCode::OK);
+    // Redis paused: the request sending on its own task is dropped at its deadline.
+    redis.signal("STOP");
+    let dropped = post(&url, &web, body).await;
+    assert_eq!(
+        dropped.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        dropped.text
+    );
+    redis.signal("CONT");
+    let next = post(&url, &web, body).await;
+    assert_eq!(next.status, StatusCode::OK, "{}", next.text);
+    assert_eq!(next.json["remaining"], 97, "{}", next.text);
+    server.stop().await;
+}
