@@ -147,7 +147,9 @@ impl Gcra {
     /// A report on the arrival time: `adjustment` whole units move it later (at most to
     /// a full burst plus the overdraft after `now`) or earlier (not before `now`: never
     /// above capacity). A refund records the whole units it took to reach `now`, the
-    /// last of them possibly in part.
+    /// last of them possibly in part, and at most a burst plus the overdraft: the most a
+    /// report can owe (a fleet's charge may take a key deeper; one refund gives back no
+    /// more than a full bucket's worth, as the scripts do).
     fn adjust(&self, state: Option<BucketState>, now: Ticks, adjustment: i64) -> Adjusted {
         let now = self.scaled(now);
         let tat = state.map_or(now, |s| s.tat.get()).max(now);
@@ -160,7 +162,9 @@ impl Gcra {
         } else {
             let (whole, part) = self.period.div_rem(tat - now);
             let owed = u64::try_from(whole + u128::from(part != 0)).unwrap_or(u64::MAX);
-            let recorded = owed.min(units);
+            let recorded = owed
+                .min(units)
+                .min(self.burst.saturating_add(self.overdraft));
             let back = tat.saturating_sub(wide(recorded, self.params.period));
             (recorded, back.max(now))
         };
