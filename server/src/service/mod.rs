@@ -10,6 +10,7 @@ mod decide;
 mod error;
 mod names;
 mod policies;
+mod report;
 mod state;
 
 pub(crate) use accounts::Holder;
