@@ -5,10 +5,10 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use sluicegate_core::Decision;
+use sluicegate_core::{Decision, Reported};
 
 use crate::limiters::{Entry, Limiters};
-use crate::store::{Claim, ReportId, Snapshot};
+use crate::store::{Claim, ReportId, Snapshot, Stored};
 use crate::time::now_s;
 
 use super::auth::App;
@@ -56,6 +56,53 @@ fn signed(cost: u64, field: &str) -> Result<i64> {
 }
 
 impl Service {
+    /// The policy `name` for `app`'s reports on `key`, and its limiter, if it takes
+    /// them: checked before an id is claimed, so that a claimed report is always applied.
+    fn reporting<'s>(
+        snapshot: &'s Snapshot,
+        limiters: &Limiters,
+        app: &App,
+        name: &str,
+        key: &str,
+    ) -> Result<(&'s Stored, Arc<Entry>)> {
+        let stored = policy_for(snapshot, app, name)?;
+        check_key(key)?;
+        let entry = entry(limiters, stored)?;
+        entry.check_report(&stored.name)?;
+        Ok((stored, Arc::clone(entry)))
+    }
+
+    /// Applies `adjustment` to `key` on `entry` (policy `name`), counting it.
+    async fn apply(
+        &self,
+        entry: &Entry,
+        name: &str,
+        key: &str,
+        adjustment: i64,
+    ) -> Result<Reported> {
+        let reported = entry.report(name, key, adjustment).await?;
+        self.metrics
+            .report(entry.counters(), adjustment, reported.recorded);
+        Ok(reported)
+    }
+
+    /// Reports `cost` units of `key` on `policy` with no id, each call counting (Envoy's
+    /// second call after the response, as limitador's `report`).
+    pub(crate) async fn charge(
+        &self,
+        snapshot: &Snapshot,
+        limiters: &Limiters,
+        app: &App,
+        policy: &str,
+        key: &str,
+        cost: u64,
+    ) -> Result<(Arc<Entry>, Reported)> {
+        let (stored, entry) = Self::reporting(snapshot, limiters, app, policy, key)?;
+        let name = &stored.name;
+        let reported = self.apply(&entry, name, key, signed(cost, "cost")?).await?;
+        Ok((entry, reported))
+    }
+
     /// Reports that `key`'s work under `policy` cost `cost` units, once per `id`: less
     /// the estimate a decision with this id admitted (a refund if the cost is lower).
     pub(crate) async fn report(
@@ -67,15 +114,11 @@ impl Service {
         cost: u64,
         id: &str,
     ) -> Result<ReportAnswer> {
-        let stored = policy_for(snapshot, app, policy)?;
-        check_key(key)?;
+        let limiters = self.limiters();
+        let (stored, entry) = Self::reporting(snapshot, &limiters, app, policy, key)?;
+        let name = &stored.name;
         check_id(id)?;
         let cost = signed(cost, "cost")?;
-        let limiters = self.limiters();
-        let entry = entry(&limiters, stored)?;
-        // Checked before the id is claimed: a claimed report is always applied.
-        entry.check_report(&stored.name)?;
-        let name = &stored.name;
         let at = ReportId {
             app: app.name(),
             id,
@@ -100,9 +143,7 @@ impl Service {
             }),
             Claim::Won { estimate } => {
                 let adjustment = cost.saturating_sub(signed(estimate, "estimate")?);
-                let reported = entry.report(name, key, adjustment).await?;
-                self.metrics
-                    .report(entry.counters(), adjustment, reported.recorded);
+                let reported = self.apply(&entry, name, key, adjustment).await?;
                 self.store
                     .settle_report(at, reported.recorded, reported.dropped)
                     .await?;
@@ -130,20 +171,19 @@ impl Service {
         estimate: u64,
         id: &str,
     ) -> Result<(Arc<Entry>, Decided)> {
-        let stored = policy_for(snapshot, app, policy)?;
-        let entry = entry(limiters, stored)?;
+        let (stored, entry) = Self::reporting(snapshot, limiters, app, policy, key)?;
+        let name = &stored.name;
         check_id(id)?;
         let taken = signed(estimate, "estimate")?;
-        entry.check_report(&stored.name)?;
         let decided = self
-            .decide_on(entry, &stored.name, key, estimate, stored.policy.shadow)
+            .decide_on(&entry, name, key, estimate, stored.policy.shadow)
             .await?;
         // A denial took nothing: the report will charge its whole cost.
         let taken = if decided.decision.allowed { taken } else { 0 };
         let at = ReportId {
             app: app.name(),
             id,
-            policy: &stored.name,
+            policy: name,
             key,
         };
         let now = now_s();
@@ -153,12 +193,12 @@ impl Service {
             .remember_estimate(at, taken.unsigned_abs(), now)
             .await?
         {
-            entry.report(&stored.name, key, -taken).await?;
+            entry.report(name, key, -taken).await?;
             return Err(ServiceError::Conflict(format!(
                 "id {id:?} was used before: an id names one decision and its report"
             )));
         }
-        Ok((Arc::clone(entry), decided))
+        Ok((entry, decided))
     }
 
     /// Forgets the ids older than the retention, at most every [`PRUNE_EVERY_S`]; a
