@@ -209,12 +209,12 @@ impl RateLimitService for Rls {
             let policy = policy.unwrap_or(request.domain.as_str());
             let cost = cost(&request, i);
             let (entry, decision) = if descriptor.entries.iter().any(|e| e.key == REPORT_ENTRY) {
-                let (entry, reported) = self
-                    .service
-                    .charge(&snapshot, &limiters, &app, policy, &key, cost)
-                    .await
-                    .map_err(status)?;
-                (entry, reported.decision)
+                let (stored, entry) =
+                    Service::reporting(&snapshot, &limiters, &app, policy, &key).map_err(status)?;
+                let adjustment = i64::try_from(cost).unwrap_or(i64::MAX);
+                let service = &self.service;
+                let reported = service.apply(&entry, &stored.name, &key, adjustment).await;
+                (entry, reported.map_err(status)?.decision)
             } else {
                 let (entry, decided) = self
                     .service

@@ -20,6 +20,13 @@ async fn estimate(server: &TestServer, token: &str, estimate: u64, id: &str) -> 
     post(&server.url("/v1/decide"), token, &body).await
 }
 
+/// Asserts a 422 whose error names `field`.
+fn unprocessable(answer: &Answer, field: &str) {
+    let status = StatusCode::UNPROCESSABLE_ENTITY;
+    assert_eq!(answer.status, status, "{}", answer.text);
+    assert_eq!(answer.json["field"], field, "{}", answer.text);
+}
+
 /// `(recorded, dropped, remaining, duplicate)` of a report's answer.
 fn figures(answer: &Answer) -> (u64, u64, u64, bool) {
     assert_eq!(answer.status, StatusCode::OK, "{}", answer.text);
@@ -87,31 +94,24 @@ async fn estimates_are_settled_by_reports_once_per_id() {
     let foreign = report(&server, &mobile, "k", 1, "r1").await;
     assert_eq!(foreign.status, StatusCode::FORBIDDEN, "{}", foreign.text);
     let invalid = [
-        r#"{"policy":"tokens","key":"k","estimate":1}"#,
-        r#"{"policy":"tokens","key":"k","estimate":1,"cost":1,"id":"x"}"#,
-        r#"{"policy":"tokens","key":"k","estimate":1,"id":""}"#,
+        (r#"{"policy":"tokens","key":"k","estimate":1}"#, "id"),
+        (
+            r#"{"policy":"tokens","key":"k","estimate":1,"cost":1,"id":"x"}"#,
+            "estimate",
+        ),
+        (
+            r#"{"policy":"tokens","key":"k","estimate":1,"id":""}"#,
+            "id",
+        ),
     ];
-    for body in invalid {
-        let answer = post(&server.url("/v1/decide"), &web, body).await;
-        assert_eq!(
-            answer.status,
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "{body}: {}",
-            answer.text
-        );
+    for (body, field) in invalid {
+        unprocessable(&post(&server.url("/v1/decide"), &web, body).await, field);
     }
     let huge = format!(
         r#"{{"policy":"tokens","key":"k","cost":{},"id":"h"}}"#,
         u64::MAX
     );
-    let answer = post(&server.url("/v1/report"), &web, &huge).await;
-    assert_eq!(
-        answer.status,
-        StatusCode::UNPROCESSABLE_ENTITY,
-        "{}",
-        answer.text
-    );
-    assert_eq!(answer.json["field"], "cost");
+    unprocessable(&post(&server.url("/v1/report"), &web, &huge).await, "cost");
 
     // A batch settles estimates too.
     let batch = r#"{"requests":[{"policy":"tokens","key":"b","estimate":2,"id":"b1"}]}"#;
@@ -154,22 +154,15 @@ async fn policies_that_take_no_reports_say_so() {
     ] {
         create_policy(&server, &admin, name, body).await;
         let body = format!(r#"{{"policy":"{name}","key":"k","cost":1,"id":"{name}"}}"#);
-        let answer = post(&server.url("/v1/report"), &web, &body).await;
-        assert_eq!(
-            answer.status,
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "{}",
-            answer.text
+        unprocessable(
+            &post(&server.url("/v1/report"), &web, &body).await,
+            "policy",
         );
-        assert_eq!(answer.json["field"], "policy");
         // Nothing was claimed: the id is still free once the policy can take it.
         let decide = format!(r#"{{"policy":"{name}","key":"k","estimate":1,"id":"{name}"}}"#);
-        let answer = post(&server.url("/v1/decide"), &web, &decide).await;
-        assert_eq!(
-            answer.status,
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "{}",
-            answer.text
+        unprocessable(
+            &post(&server.url("/v1/decide"), &web, &decide).await,
+            "policy",
         );
     }
     server.stop().await;
@@ -178,11 +171,9 @@ async fn policies_that_take_no_reports_say_so() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reports_on_redis_decisions_are_not_implemented_yet() {
     let redis = Redis::start();
-    let (server, admin) = TestServer::start_with(Config {
-        decisions: Some(redis.url()),
-        ..config()
-    })
-    .await;
+    let mut in_redis = config();
+    in_redis.decisions = Some(redis.url());
+    let (server, admin) = TestServer::start_with(in_redis).await;
     let web = app(&server, &admin, "web").await;
     create_policy(&server, &admin, "tokens", WINDOW).await;
     let answer = report(&server, &web, "k", 1, "r1").await;
@@ -205,9 +196,9 @@ async fn a_report_retried_ten_times_counts_once_across_two_servers() {
     };
     let admin = sluicegate_server::init_admin(&config, "root")
         .await
-        .expect("admin");
-    let a = TestServer::with(config.clone()).await;
-    let b = TestServer::with(config).await;
+        .unwrap();
+    let [a, b] = [config.clone(), config].map(TestServer::with);
+    let (a, b) = (a.await, b.await);
     let web = app(&a, &admin, "web").await;
     create_policy(&a, &admin, "tokens", WINDOW).await;
     assert!(

@@ -15,7 +15,7 @@ use sluicegate_core::Decision;
 
 use crate::limiters::{Entry, LeaseAnswer, LeaseOp, Limiters};
 use crate::service::auth::App;
-use crate::service::{Decided, LeaseRequest, Service, ServiceError, MAX_BATCH};
+use crate::service::{Decided, Estimate, LeaseRequest, Service, ServiceError, MAX_BATCH};
 use crate::store::Snapshot;
 
 use super::auth::Authed;
@@ -123,9 +123,14 @@ async fn decide_one<'r>(
             ))
         }
         (Some(id), cost, estimate) => {
-            let estimate = estimate.or(cost).unwrap_or(1);
+            let asked = Estimate {
+                policy,
+                key,
+                estimate: estimate.or(cost).unwrap_or(1),
+                id,
+            };
             service
-                .decide_estimate(snapshot, limiters, app, policy, key, estimate, id)
+                .decide_estimate(snapshot, limiters, app, asked)
                 .await?
         }
         (None, cost, None) => {

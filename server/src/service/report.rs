@@ -39,6 +39,16 @@ pub(crate) struct ReportAnswer {
     pub(crate) duplicate: bool,
 }
 
+/// A decision asked on an estimate: `estimate` units of `key` on `policy`, to be
+/// settled by the report `id`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Estimate<'a> {
+    pub(crate) policy: &'a str,
+    pub(crate) key: &'a str,
+    pub(crate) estimate: u64,
+    pub(crate) id: &'a str,
+}
+
 fn check_id(id: &str) -> Result<()> {
     if id.is_empty() || id.len() > MAX_ID {
         return Err(ServiceError::invalid(
@@ -58,7 +68,7 @@ fn signed(cost: u64, field: &str) -> Result<i64> {
 impl Service {
     /// The policy `name` for `app`'s reports on `key`, and its limiter, if it takes
     /// them: checked before an id is claimed, so that a claimed report is always applied.
-    fn reporting<'s>(
+    pub(crate) fn reporting<'s>(
         snapshot: &'s Snapshot,
         limiters: &Limiters,
         app: &App,
@@ -72,8 +82,10 @@ impl Service {
         Ok((stored, Arc::clone(entry)))
     }
 
-    /// Applies `adjustment` to `key` on `entry` (policy `name`), counting it.
-    async fn apply(
+    /// Applies `adjustment` to `key` on `entry` (policy `name`), counting it: with no id,
+    /// each call counts (Envoy's second call after the response, as limitador's
+    /// `report`).
+    pub(crate) async fn apply(
         &self,
         entry: &Entry,
         name: &str,
@@ -86,21 +98,25 @@ impl Service {
         Ok(reported)
     }
 
-    /// Reports `cost` units of `key` on `policy` with no id, each call counting (Envoy's
-    /// second call after the response, as limitador's `report`).
-    pub(crate) async fn charge(
+    /// Where the report `id` of `app` on `key` under `name` is kept, and now (having
+    /// pruned the ids past their retention).
+    async fn kept_at<'a>(
         &self,
-        snapshot: &Snapshot,
-        limiters: &Limiters,
-        app: &App,
-        policy: &str,
-        key: &str,
-        cost: u64,
-    ) -> Result<(Arc<Entry>, Reported)> {
-        let (stored, entry) = Self::reporting(snapshot, limiters, app, policy, key)?;
-        let name = &stored.name;
-        let reported = self.apply(&entry, name, key, signed(cost, "cost")?).await?;
-        Ok((entry, reported))
+        app: &'a App,
+        id: &'a str,
+        name: &'a str,
+        key: &'a str,
+    ) -> Result<(ReportId<'a>, i64)> {
+        check_id(id)?;
+        let now = now_s();
+        self.prune_reports(now).await;
+        let at = ReportId {
+            app: app.name(),
+            id,
+            policy: name,
+            key,
+        };
+        Ok((at, now))
     }
 
     /// Reports that `key`'s work under `policy` cost `cost` units, once per `id`: less
@@ -117,16 +133,8 @@ impl Service {
         let limiters = self.limiters();
         let (stored, entry) = Self::reporting(snapshot, &limiters, app, policy, key)?;
         let name = &stored.name;
-        check_id(id)?;
+        let (at, now) = self.kept_at(app, id, name, key).await?;
         let cost = signed(cost, "cost")?;
-        let at = ReportId {
-            app: app.name(),
-            id,
-            policy: name,
-            key,
-        };
-        let now = now_s();
-        self.prune_reports(now).await;
         match self
             .store
             .claim_report(at, cost.unsigned_abs(), now)
@@ -160,34 +168,28 @@ impl Service {
     /// Decides `estimate` units of `key` on `policy` and remembers them under `id`, for
     /// the report that settles them. An id used before is refused (and what this
     /// decision took given back).
-    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn decide_estimate(
         &self,
         snapshot: &Snapshot,
         limiters: &Limiters,
         app: &App,
-        policy: &str,
-        key: &str,
-        estimate: u64,
-        id: &str,
+        asked: Estimate<'_>,
     ) -> Result<(Arc<Entry>, Decided)> {
+        let Estimate {
+            policy,
+            key,
+            estimate,
+            id,
+        } = asked;
         let (stored, entry) = Self::reporting(snapshot, limiters, app, policy, key)?;
         let name = &stored.name;
-        check_id(id)?;
+        let (at, now) = self.kept_at(app, id, name, key).await?;
         let taken = signed(estimate, "estimate")?;
         let decided = self
             .decide_on(&entry, name, key, estimate, stored.policy.shadow)
             .await?;
         // A denial took nothing: the report will charge its whole cost.
         let taken = if decided.decision.allowed { taken } else { 0 };
-        let at = ReportId {
-            app: app.name(),
-            id,
-            policy: name,
-            key,
-        };
-        let now = now_s();
-        self.prune_reports(now).await;
         if !self
             .store
             .remember_estimate(at, taken.unsigned_abs(), now)
