@@ -16,7 +16,8 @@ use sluicegate_core::{
     MonotonicClock, Ticks,
 };
 use sluicegate_core::{
-    AnyAlgorithm, AnyState, Decision, Limiter, ManualClock, ParamError, Request,
+    AnyAlgorithm, AnyState, Decision, Limiter, ManualClock, ParamError, ReportRequest, Reported,
+    Reporter, Request,
 };
 #[cfg(feature = "etcd")]
 use sluicegate_etcd::EtcdLeases;
@@ -190,6 +191,8 @@ pub trait Store {
     fn purge(&self) -> Result<u64, Failure>;
     /// The stored state, decoded, for `inspect`.
     fn state(&self, key: &str) -> Result<Option<AnyState>, Failure>;
+    /// A cost reported after the work (`replay`'s report and refund rows).
+    fn report(&self, request: &ReportRequest<'_>) -> Result<Reported, Failure>;
     /// After a run: a warning if the store had to forget states that were not fresh.
     fn warning(&self) -> Option<String>;
 }
@@ -223,7 +226,16 @@ trait Stored: Limiter {
     fn warning(&self) -> Option<String> {
         None
     }
+    /// The core's [`Reporter`], on the hosts that implement it; the one place the others
+    /// refuse.
+    fn report(&self, _request: &ReportRequest<'_>) -> Result<Reported, Failure> {
+        Err(Failure::Input(NO_REPORTS.into()))
+    }
 }
+
+/// The message for reports on a host that takes none yet.
+const NO_REPORTS: &str =
+    "report and refund rows need --backend memory: this backend does not take reported costs yet";
 
 /// What a lease host has beyond the core's contract: its clock.
 #[cfg(any(feature = "sled", feature = "redis", feature = "etcd"))]
@@ -276,6 +288,10 @@ where
 
     fn state(&self, key: &str) -> Result<Option<AnyState>, Failure> {
         Stored::state(&self.host, key.as_bytes())
+    }
+
+    fn report(&self, request: &ReportRequest<'_>) -> Result<Reported, Failure> {
+        Stored::report(&self.host, request)
     }
 
     fn warning(&self) -> Option<String> {
@@ -520,6 +536,10 @@ impl Stored for KeyedLimiter<Vec<u8>, AnyAlgorithm, ManualClock> {
 
     fn forget(&self, _key: &[u8]) -> Result<(), Failure> {
         Err(Failure::Input(MEMORY_FORGETS.into()))
+    }
+
+    fn report(&self, request: &ReportRequest<'_>) -> Result<Reported, Failure> {
+        Ok(Reporter::report(self, request)?)
     }
 
     fn warning(&self) -> Option<String> {

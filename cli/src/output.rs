@@ -3,7 +3,7 @@
 use std::io::{BufWriter, Write};
 
 use serde::Serialize;
-use sluicegate_core::{Decision, Ticks};
+use sluicegate_core::{Decision, Reported, Ticks};
 
 use crate::failure::{output, Failure};
 
@@ -14,8 +14,20 @@ pub struct Record<'a> {
     t_us: Ticks,
     key: &'a str,
     cost: u64,
+    /// A report's or refund's row: its kind and units (a decision's row has none).
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    report: Option<ReportFields>,
     #[serde(flatten)]
     decision: Decision,
+}
+
+/// What a `replay` report or refund row adds: the units recorded and dropped; its
+/// decision is the key's standing after it.
+#[derive(Debug, Serialize)]
+struct ReportFields {
+    kind: &'static str,
+    recorded: u64,
+    dropped: u64,
 }
 
 impl<'a> Record<'a> {
@@ -24,7 +36,26 @@ impl<'a> Record<'a> {
             t_us,
             key,
             cost,
+            report: None,
             decision: *decision,
+        }
+    }
+
+    /// A report (`kind`: `report` or `refund`) of `cost` units and what it did.
+    pub fn reported(
+        t_us: Ticks,
+        key: &'a str,
+        cost: u64,
+        kind: &'static str,
+        reported: &Reported,
+    ) -> Self {
+        Self {
+            report: Some(ReportFields {
+                kind,
+                recorded: reported.recorded,
+                dropped: reported.dropped,
+            }),
+            ..Self::new(t_us, key, cost, &reported.decision)
         }
     }
 }

@@ -162,3 +162,68 @@ fn a_reader_that_stops_early_ends_the_command_quietly() {
     assert_exit(&out, 5);
     assert_eq!(stderr(&out), "");
 }
+
+/// A fourth column `kind`: a report charges what the work cost beyond the decision (up
+/// to the limit, no overdraft), a refund gives units back; each prints the units it
+/// recorded and dropped with the key's standing after it.
+#[test]
+fn report_and_refund_rows_move_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = write(
+        dir.path(),
+        "t.csv",
+        "t_us,key,cost,kind\n0,k,2\n0,k,5,report\n0,k,3,decide\n0,k,4,refund\n0,k,3,\n",
+    );
+    let rate = "--algorithm fixed-window --limit 5 --period 1s";
+    let out = sluicegate(format!("replay --trace {trace} {rate}").split_whitespace());
+    assert_exit(&out, 0);
+    let rest = r#""reset_after_us":1000000,"delay_us":0}"#;
+    let lines: Vec<String> = [
+        r#"{"t_us":0,"key":"k","cost":2,"allowed":true,"limit":5,"remaining":3,"retry_after_us":0,"#,
+        r#"{"t_us":0,"key":"k","cost":5,"kind":"report","recorded":3,"dropped":2,"allowed":true,"limit":5,"remaining":0,"retry_after_us":0,"#,
+        r#"{"t_us":0,"key":"k","cost":3,"allowed":false,"limit":5,"remaining":0,"retry_after_us":1000000,"#,
+        r#"{"t_us":0,"key":"k","cost":4,"kind":"refund","recorded":4,"dropped":0,"allowed":true,"limit":5,"remaining":4,"retry_after_us":0,"#,
+        r#"{"t_us":0,"key":"k","cost":3,"allowed":true,"limit":5,"remaining":1,"retry_after_us":0,"#,
+    ]
+    .iter()
+    .map(|l| format!("{l}{rest}\n"))
+    .collect();
+    assert_eq!(stdout(&out), lines.concat());
+
+    let bad = write(dir.path(), "bad.csv", "t_us,key,cost,kind\n0,k,1,charge\n");
+    let out = sluicegate(format!("replay --trace {bad} {rate}").split_whitespace());
+    assert_exit(&out, 2);
+    assert_contains(
+        &stderr(&out),
+        "bad.csv:2: kind must be decide, report or refund",
+    );
+    // Without the header's fourth column, a row has three fields.
+    let short = write(dir.path(), "short.csv", "t_us,key,cost\n0,k,1,report\n");
+    let out = sluicegate(format!("replay --trace {short} {rate}").split_whitespace());
+    assert_exit(&out, 2);
+    assert_contains(&stderr(&out), "short.csv:2: expected 3 fields");
+}
+
+/// sled takes no reports yet: refused at the first report row, exit 2.
+#[test]
+fn reports_on_a_host_without_them_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = write(
+        dir.path(),
+        "t.csv",
+        "t_us,key,cost,kind\n0,k,1\n0,k,1,report\n",
+    );
+    let db = dir.path().join("db");
+    let out = sluicegate(
+        format!(
+            "replay --trace {trace} --algorithm fixed-window --limit 5 --period 1s --backend sled:{}",
+            db.display()
+        )
+        .split_whitespace(),
+    );
+    assert_exit(&out, 2);
+    assert_contains(
+        &stderr(&out),
+        "t.csv:3: report and refund rows need --backend memory",
+    );
+}

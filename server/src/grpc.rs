@@ -11,6 +11,14 @@
 //! the request's (if not 0), else 1. A descriptor's `limit` override is ignored (the
 //! policy is the limit).
 //!
+//! Reports (limitador's `report`, for costs known after the response): a descriptor
+//! holding an entry [`REPORT_ENTRY`] (any value; not part of the key) charges its cost
+//! to the key, as `/v1/report` does but without an id (each call counts), up to the
+//! policy's overdraft. Envoy sends it as the second call of a rate limit marked
+//! `apply_on_stream_done`, with the response's cost as its `hits_addend`. A report
+//! never makes the `overall_code` `OVER_LIMIT`; its status is `OVER_LIMIT` while the
+//! key is in debt.
+//!
 //! A request whose `domain` is one of envoyproxy/ratelimit's YAML (`--envoy-config`)
 //! is answered by their rules instead, as their service would (see `domains.rs`).
 //!
@@ -87,6 +95,9 @@ use envoy::service::ratelimit::v3::rate_limit_service_server::{
 };
 use envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 
+/// The entry that makes a descriptor a report of a cost known after the response.
+pub const REPORT_ENTRY: &str = "sluicegate.report";
+
 /// The most descriptors in one call (as `/v1/decide/batch`).
 const MAX_DESCRIPTORS: usize = MAX_BATCH;
 
@@ -117,6 +128,7 @@ fn status(e: ServiceError) -> Status {
         | ServiceError::Gone
         | ServiceError::VersionRequired => Status::failed_precondition(message),
         ServiceError::Internal(_) => Status::internal(message),
+        ServiceError::NotImplemented(_) => Status::unimplemented(message),
     }
 }
 
@@ -143,7 +155,7 @@ fn descriptor_key(entries: &[Entry]) -> (Option<&str>, String) {
     let others = entries
         .iter()
         .enumerate()
-        .filter(|(i, _)| Some(*i) != named)
+        .filter(|(i, e)| Some(*i) != named && e.key != REPORT_ENTRY)
         .map(|(_, e)| (e.key.as_str(), e.value.as_str()));
     (
         named.map(|i| entries[i].value.as_str()),
@@ -196,13 +208,22 @@ impl RateLimitService for Rls {
             let (policy, key) = descriptor_key(&descriptor.entries);
             let policy = policy.unwrap_or(request.domain.as_str());
             let cost = cost(&request, i);
-            let (entry, decided) = self
-                .service
-                .decide(&snapshot, &limiters, &app, policy, &key, cost)
-                .await
-                .map_err(status)?;
-            over |= !decided.admitted();
-            let decision = decided.decision;
+            let (entry, decision) = if descriptor.entries.iter().any(|e| e.key == REPORT_ENTRY) {
+                let (stored, entry) =
+                    Service::reporting(&snapshot, &limiters, &app, policy, &key).map_err(status)?;
+                let adjustment = i64::try_from(cost).unwrap_or(i64::MAX);
+                let service = &self.service;
+                let reported = service.apply(&entry, &stored.name, &key, adjustment).await;
+                (entry, reported.map_err(status)?.decision)
+            } else {
+                let (entry, decided) = self
+                    .service
+                    .decide(&snapshot, &limiters, &app, policy, &key, cost)
+                    .await
+                    .map_err(status)?;
+                over |= !decided.admitted();
+                (entry, decided.decision)
+            };
             let period = match &entry.built {
                 Built::Rule(_) => snapshot
                     .policies

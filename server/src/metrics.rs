@@ -36,6 +36,10 @@ pub struct Counters {
     shadow_denied: AtomicU64,
     /// Admissions that left their key near its limit ([`near_limit`]).
     near_limit: AtomicU64,
+    /// Units recorded by reports after the work.
+    reported: AtomicU64,
+    /// Units given back by refunds (reports below the estimate).
+    refunded: AtomicU64,
     /// The last ten minutes: the step starting at `s` lives in slot `s / STEP_S % STEPS`.
     steps: [Step; STEPS],
     /// Held while a slot moves to a new step.
@@ -49,6 +53,8 @@ impl Default for Counters {
             denied: AtomicU64::new(0),
             shadow_denied: AtomicU64::new(0),
             near_limit: AtomicU64::new(0),
+            reported: AtomicU64::new(0),
+            refunded: AtomicU64::new(0),
             steps: std::array::from_fn(|_| Step::default()),
             turning: Mutex::new(()),
         }
@@ -222,6 +228,16 @@ impl Metrics {
         self.latency.count.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Counts the units a report of `adjustment` recorded into `counters`.
+    pub fn report(&self, counters: &Counters, adjustment: i64, recorded: u64) {
+        let counter = if adjustment < 0 {
+            &counters.refunded
+        } else {
+            &counters.reported
+        };
+        counter.fetch_add(recorded, Ordering::Relaxed);
+    }
+
     /// Counts a store failure.
     pub fn store_error(&self) {
         self.store_errors.fetch_add(1, Ordering::Relaxed);
@@ -243,12 +259,15 @@ impl Metrics {
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
         let mut out = String::new();
-        // A policy shows once it has decided (its counters exist from its build).
+        // A policy shows once it has decided or reported (its counters exist from its
+        // build).
         let policies = self.policies.read().unwrap_or_else(|e| e.into_inner());
         let decided: Vec<(&String, &Arc<Counters>)> = policies
             .iter()
             .filter(|(_, p)| {
-                p.allowed.load(Ordering::Relaxed) > 0 || p.denied.load(Ordering::Relaxed) > 0
+                [&p.allowed, &p.denied, &p.reported, &p.refunded]
+                    .iter()
+                    .any(|c| c.load(Ordering::Relaxed) > 0)
             })
             .collect();
         out.push_str("# HELP sluicegate_decisions_total Decisions by policy and outcome (a shadow policy admits).\n# TYPE sluicegate_decisions_total counter\n");
@@ -262,7 +281,7 @@ impl Metrics {
                 );
             }
         }
-        let per_policy: [PolicyCounter; 2] = [
+        let per_policy: [PolicyCounter; 4] = [
             (
                 "sluicegate_shadow_denied_total",
                 "Requests a shadow policy admitted that it would have denied, by policy.",
@@ -272,6 +291,16 @@ impl Metrics {
                 "sluicegate_near_limit_total",
                 "Admissions that left their key at least 80% used, by policy.",
                 |p| &p.near_limit,
+            ),
+            (
+                "sluicegate_reported_units_total",
+                "Units recorded by reports of costs known after the work, by policy.",
+                |p| &p.reported,
+            ),
+            (
+                "sluicegate_refunded_units_total",
+                "Units given back by reports below their estimate, or refunds, by policy.",
+                |p| &p.refunded,
             ),
         ];
         for (metric, help, counter) in per_policy {

@@ -175,3 +175,50 @@ async fn a_shadow_policy_answers_ok_with_the_would_be_status() {
     );
     server.stop().await;
 }
+
+/// limitador's report over Envoy's call: a descriptor marked `sluicegate.report` charges
+/// its `hits_addend` after the response (into debt's bound, here none), never denying
+/// the call, and later decisions see it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_descriptor_charges_after_the_response() {
+    let (server, admin, web) = with_grpc().await;
+    let policy = r#"{"algorithm":"fixed-window","limit":10,"period":"1h","apps":["web"]}"#;
+    create_policy(&server, &admin, "tokens", policy).await;
+    let mut client = client(&server).await;
+    let user = ("user", "alice");
+    let report = [user, (sluicegate_server::grpc::REPORT_ENTRY, "true")];
+    let first = ask(
+        &mut client,
+        Some(&web),
+        "tokens",
+        vec![descriptor(&[user], None)],
+    )
+    .await
+    .expect("decision");
+    assert_eq!(first.statuses[0].limit_remaining, 9);
+    // The response cost 12: recorded up to the limit, the call still OK.
+    let charged = ask(
+        &mut client,
+        Some(&web),
+        "tokens",
+        vec![descriptor(&report, Some(12))],
+    )
+    .await
+    .expect("report");
+    assert_eq!(charged.overall_code, Code::Ok as i32);
+    assert_eq!(charged.statuses[0].limit_remaining, 0);
+    // The marker is not part of the key: the same key is spent.
+    let http = post(
+        &server.url("/v1/decide"),
+        &web,
+        r#"{"policy":"tokens","key":"user=alice"}"#,
+    )
+    .await;
+    assert_eq!(http.json["allowed"], false, "{}", http.text);
+    let metrics = get(&server.url("/metrics"), &admin).await.text;
+    assert_eq!(
+        metric(&metrics, "sluicegate_reported_units_total", "tokens"),
+        9
+    );
+    server.stop().await;
+}

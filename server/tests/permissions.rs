@@ -43,6 +43,8 @@ const NEW_APP: &str = r#"{"name":"app-{role}"}"#;
 const NEW_USER: &str = r#"{"name":"new-{role}","roles":{"web":"viewer"}}"#;
 const ROLES: &str = r#"{"roles":{"web":"owner"},"admin":false}"#;
 const DECIDE: &str = r#"{"policy":"api","key":"k"}"#;
+/// Each caller's report, under an id of its own.
+const REPORT: &str = r#"{"policy":"api","key":"k","cost":2,"id":"{role}"}"#;
 const BATCH: &str = r#"{"requests":[{"policy":"api","key":"k"}]}"#;
 /// Each caller's lease on the `workers` policy.
 const LEASE: &str = r#"{"policy":"workers","key":"k","owner":"{role}"}"#;
@@ -85,6 +87,7 @@ fn rows() -> Vec<Row> {
         row(M::POST,   "/v1/lease/renew",              Some(LEASE),          None,          [401, 401, 403, 403, 403, 403, 200]),
         row(M::POST,   "/v1/lease/release",            Some(LEASE),          None,          [401, 401, 403, 403, 403, 403, 200]),
         row(M::POST,   "/v1/decide/batch",             Some(BATCH),          None,          [401, 401, 403, 403, 403, 403, 200]),
+        row(M::POST,   "/v1/report",                   Some(REPORT),         None,          [401, 401, 403, 403, 403, 403, 200]),
     ]
 }
 

@@ -1,10 +1,13 @@
-//! `sluicegate replay`: a CSV trace decided request by request, one JSON line each.
+//! `sluicegate replay`: a CSV trace decided request by request, one JSON line each. An
+//! optional fourth column `kind` makes a row a `report` (the cost beyond what was
+//! decided, charged after the work) or a `refund` (units given back) instead of a
+//! `decide`.
 
 use std::io::{BufWriter, Read, Write};
 use std::process::ExitCode;
 
 use clap::Args;
-use sluicegate_core::{check_now, Request, Ticks};
+use sluicegate_core::{check_now, ReportRequest, Request, Ticks};
 
 use crate::args::PolicyBackendArgs;
 use crate::failure::{output, Failure};
@@ -19,6 +22,8 @@ pub struct ReplayArgs {
     #[command(flatten)]
     target: PolicyBackendArgs,
 }
+
+const HEADER: &str = "the header must be t_us,key,cost or t_us,key,cost,kind";
 
 pub fn run(args: ReplayArgs) -> Result<ExitCode, Failure> {
     let (loaded, open) = args.target.load(true)?;
@@ -43,6 +48,8 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode, Failure> {
     let mut last = 0;
     let mut row = csv::StringRecord::new();
     let mut line = 0;
+    // Whether the header names the fourth column.
+    let mut kinds = false;
     loop {
         let more = reader.read_record(&mut row).map_err(|e| {
             let at = e.position().map_or(line + 1, csv::Position::line);
@@ -57,16 +64,31 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode, Failure> {
         line = row.position().map_or(line + 1, csv::Position::line);
         let fields: Vec<&str> = row.iter().map(str::trim).collect();
         if line == 1 {
-            if fields != ["t_us", "key", "cost"] {
-                return Err(bad(line, "the header must be t_us,key,cost".into()));
-            }
+            kinds = match fields[..] {
+                ["t_us", "key", "cost"] => false,
+                ["t_us", "key", "cost", "kind"] => true,
+                _ => return Err(bad(line, HEADER.into())),
+            };
             continue;
         }
-        let [t_us, key, cost] = fields[..] else {
-            return Err(bad(
-                line,
-                format!("expected 3 fields (t_us,key,cost), found {}", fields.len()),
-            ));
+        let (t_us, key, cost, kind) = match (kinds, &fields[..]) {
+            (_, [t_us, key, cost]) => (*t_us, *key, *cost, ""),
+            (true, [t_us, key, cost, kind]) => (*t_us, *key, *cost, *kind),
+            (true, _) => {
+                return Err(bad(
+                    line,
+                    format!(
+                        "expected 3 or 4 fields (t_us,key,cost[,kind]), found {}",
+                        fields.len()
+                    ),
+                ))
+            }
+            (false, _) => {
+                return Err(bad(
+                    line,
+                    format!("expected 3 fields (t_us,key,cost), found {}", fields.len()),
+                ))
+            }
         };
         let t_us: Ticks = t_us
             .parse()
@@ -88,11 +110,36 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode, Failure> {
             ));
         }
         last = t_us;
-        let decision = store.decide(&Request::new(key).cost(cost).at(t_us))?;
-        json_line(&mut out, &Record::new(t_us, key, cost, &decision))?;
+        let record = match kind {
+            "" | "decide" => {
+                let decision = store.decide(&Request::new(key).cost(cost).at(t_us))?;
+                Record::new(t_us, key, cost, &decision)
+            }
+            "report" | "refund" => {
+                // Beyond i64::MAX, a refund gives back all there is and a report records
+                // up to its bound anyway.
+                let units = i64::try_from(cost).unwrap_or(i64::MAX);
+                let adjustment = if kind == "refund" { -units } else { units };
+                let reported = store
+                    .report(&ReportRequest::new(key).adjust(adjustment).at(t_us))
+                    .map_err(|e| match e {
+                        Failure::Input(what) => bad(line, what),
+                        e => e,
+                    })?;
+                let kind = if kind == "refund" { "refund" } else { "report" };
+                Record::reported(t_us, key, cost, kind, &reported)
+            }
+            _ => {
+                return Err(bad(
+                    line,
+                    format!("kind must be decide, report or refund, got {kind:?}"),
+                ))
+            }
+        };
+        json_line(&mut out, &record)?;
     }
     if line == 0 {
-        return Err(bad(1, "the header must be t_us,key,cost".into()));
+        return Err(bad(1, HEADER.into()));
     }
     out.flush().map_err(output)?;
     if let Some(warning) = store.warning() {

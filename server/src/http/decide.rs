@@ -15,7 +15,7 @@ use sluicegate_core::Decision;
 
 use crate::limiters::{Entry, LeaseAnswer, LeaseOp, Limiters};
 use crate::service::auth::App;
-use crate::service::{Decided, LeaseRequest, Service, ServiceError, MAX_BATCH};
+use crate::service::{Decided, Estimate, LeaseRequest, Service, ServiceError, MAX_BATCH};
 use crate::store::Snapshot;
 
 use super::auth::Authed;
@@ -50,8 +50,12 @@ struct DecideRequest<'a> {
     policy: Cow<'a, str>,
     #[serde(borrow)]
     key: Cow<'a, str>,
-    #[serde(default = "one")]
-    cost: u64,
+    /// 1 if not given.
+    cost: Option<u64>,
+    /// In place of `cost`: units admitted now, settled by a report with the same `id`.
+    estimate: Option<u64>,
+    #[serde(borrow)]
+    id: Option<Cow<'a, str>>,
 }
 
 /// One decision's answer: the policy and key asked for, then the decision in the
@@ -91,10 +95,6 @@ impl<'a> DecideAnswer<'a> {
     }
 }
 
-const fn one() -> u64 {
-    1
-}
-
 fn internal(e: &serde_json::Error) -> ApiError {
     ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
 }
@@ -108,16 +108,37 @@ async fn decide_one<'r>(
     app: &App,
     request: &'r DecideRequest<'_>,
 ) -> Result<(DecideAnswer<'r>, Decided, Arc<Entry>), ServiceError> {
-    let (entry, decided) = service
-        .decide(
-            snapshot,
-            limiters,
-            app,
-            &request.policy,
-            &request.key,
-            request.cost,
-        )
-        .await?;
+    let (policy, key) = (&*request.policy, &*request.key);
+    let (entry, decided) = match (&request.id, request.cost, request.estimate) {
+        (_, Some(_), Some(_)) => {
+            return Err(ServiceError::invalid(
+                "give a cost or an estimate, not both",
+                Some("estimate"),
+            ))
+        }
+        (None, _, Some(_)) => {
+            return Err(ServiceError::invalid(
+                "an estimate is settled by a report with the same id: give an id",
+                Some("id"),
+            ))
+        }
+        (Some(id), cost, estimate) => {
+            let asked = Estimate {
+                policy,
+                key,
+                estimate: estimate.or(cost).unwrap_or(1),
+                id,
+            };
+            service
+                .decide_estimate(snapshot, limiters, app, asked)
+                .await?
+        }
+        (None, cost, None) => {
+            service
+                .decide(snapshot, limiters, app, policy, key, cost.unwrap_or(1))
+                .await?
+        }
+    };
     let answer = DecideAnswer::new(&request.policy, &request.key, decided);
     Ok((answer, decided, entry))
 }

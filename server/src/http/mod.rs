@@ -12,4 +12,5 @@ mod error;
 mod metrics;
 mod page;
 mod policies;
+mod report;
 pub(crate) mod router;

@@ -14,7 +14,7 @@ use crate::service::Service;
 
 use super::body::BODY_LIMIT;
 use super::error::ApiError;
-use super::{accounts, assets, audit, decide, metrics, policies};
+use super::{accounts, assets, audit, decide, metrics, policies, report};
 
 /// The routes, with the body limit and request timeout.
 pub(crate) fn router(service: Arc<Service>, timeout: Duration) -> Router {
@@ -24,6 +24,7 @@ pub(crate) fn router(service: Arc<Service>, timeout: Duration) -> Router {
         .merge(policies::routes())
         .merge(audit::routes())
         .merge(decide::routes())
+        .merge(report::routes())
         .merge(assets::routes())
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })
         .layer(middleware::from_fn(move |r, n| bounded(r, n, timeout)))

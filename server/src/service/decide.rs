@@ -47,7 +47,7 @@ pub(crate) struct LeaseRequest<'a> {
 
 /// The policy `name` if `app` may use it: a policy that does not exist and one that
 /// does not list the app answer alike.
-fn policy_for<'a>(snapshot: &'a Snapshot, app: &App, name: &str) -> Result<&'a Stored> {
+pub(super) fn policy_for<'a>(snapshot: &'a Snapshot, app: &App, name: &str) -> Result<&'a Stored> {
     snapshot
         .policies
         .get(name)
@@ -55,7 +55,7 @@ fn policy_for<'a>(snapshot: &'a Snapshot, app: &App, name: &str) -> Result<&'a S
         .ok_or_else(|| ServiceError::forbidden(format!("no such policy for this app: {name:?}")))
 }
 
-fn check_key(key: &str) -> Result<()> {
+pub(super) fn check_key(key: &str) -> Result<()> {
     if key.is_empty() || key.len() > MAX_KEY {
         return Err(ServiceError::invalid(
             format!("a key is 1 to {MAX_KEY} bytes"),
@@ -66,7 +66,7 @@ fn check_key(key: &str) -> Result<()> {
 }
 
 /// The limiter of `stored`, built when the snapshot was.
-fn entry<'a>(limiters: &'a Limiters, stored: &Stored) -> Result<&'a Arc<Entry>> {
+pub(super) fn entry<'a>(limiters: &'a Limiters, stored: &Stored) -> Result<&'a Arc<Entry>> {
     limiters
         .get(&stored.name)
         .ok_or(ServiceError::Unavailable("the policy has no limiter"))

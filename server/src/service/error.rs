@@ -44,6 +44,9 @@ pub(crate) enum ServiceError {
     /// Something that cannot happen did.
     #[error("{0}")]
     Internal(&'static str),
+    /// What this server cannot do yet.
+    #[error("{0}")]
+    NotImplemented(&'static str),
 }
 
 impl ServiceError {
@@ -69,7 +72,8 @@ impl From<StoreError> for ServiceError {
 impl From<DecideError> for ServiceError {
     fn from(e: DecideError) -> Self {
         match e {
-            DecideError::Leases(_) | DecideError::Rate(_) => {
+            DecideError::NotImplemented(message) => Self::NotImplemented(message),
+            DecideError::Leases(_) | DecideError::Rate(_) | DecideError::NoReports(_) => {
                 Self::invalid(e.to_string(), Some("policy"))
             }
             DecideError::Lease(ref inner) => {

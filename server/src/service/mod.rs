@@ -10,6 +10,7 @@ mod decide;
 mod error;
 mod names;
 mod policies;
+mod report;
 mod state;
 
 pub(crate) use accounts::Holder;
@@ -17,4 +18,5 @@ pub(crate) use decide::{Decided, LeaseRequest, MAX_BATCH};
 pub(crate) use error::ServiceError;
 pub(crate) use names::check_name;
 pub(crate) use policies::{validate, Caps};
+pub(crate) use report::Estimate;
 pub(crate) use state::Service;

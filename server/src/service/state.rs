@@ -1,6 +1,7 @@
 //! The service's state: the store, the snapshot of it every request reads, the
 //! limiters built from it, and the reload that keeps both current.
 
+use std::sync::atomic::AtomicI64;
 use std::sync::{Arc, RwLock};
 
 use std::collections::BTreeMap;
@@ -42,6 +43,8 @@ pub(crate) struct Service {
     pub(crate) shadow: bool,
     /// Serializes reloads, so a slow one never overwrites a newer one.
     reloading: tokio::sync::Mutex<()>,
+    /// When this server last pruned reports' ids, in unix seconds.
+    pub(super) reports_pruned: AtomicI64,
 }
 
 impl Service {
@@ -67,6 +70,7 @@ impl Service {
             metrics: Metrics::default(),
             metrics_open,
             reloading: tokio::sync::Mutex::new(()),
+            reports_pruned: AtomicI64::new(0),
         }
     }
 

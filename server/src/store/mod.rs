@@ -15,8 +15,10 @@ use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
 
 mod accounts;
+mod reports;
 
 pub use accounts::{Account, Facts};
+pub use reports::{Claim, ReportId};
 
 use crate::time::rfc3339;
 use sluicegate_policy::{Policy, Style};
@@ -253,13 +255,15 @@ impl<E> From<sqlx::Error> for WriteError<E> {
 
 /// The schema. Every statement is valid SQLite and PostgreSQL; re-running it changes
 /// nothing.
-const SCHEMA: [&str; 6] = [
+const SCHEMA: [&str; 7] = [
     "CREATE TABLE IF NOT EXISTS sluicegate_meta (id BIGINT PRIMARY KEY, schema_version BIGINT NOT NULL, counter BIGINT NOT NULL)",
     "INSERT INTO sluicegate_meta (id, schema_version, counter) VALUES (1, 1, 0) ON CONFLICT (id) DO NOTHING",
     "CREATE TABLE IF NOT EXISTS sluicegate_policies (name TEXT PRIMARY KEY, body TEXT NOT NULL, version BIGINT NOT NULL, created_by TEXT NOT NULL, updated_by TEXT NOT NULL, created_at BIGINT NOT NULL, updated_at BIGINT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS sluicegate_apps (name TEXT PRIMARY KEY, token_hash TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS sluicegate_users (name TEXT PRIMARY KEY, token_hash TEXT NOT NULL, admin TEXT NOT NULL, roles TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS sluicegate_audit (id BIGINT PRIMARY KEY, at BIGINT NOT NULL, actor TEXT NOT NULL, action TEXT NOT NULL, policy TEXT NOT NULL, before_body TEXT, after_body TEXT, apps TEXT NOT NULL)",
+    // Reports' ids (see `reports`): `cost` is set by the one report that applies.
+    "CREATE TABLE IF NOT EXISTS sluicegate_reports (app TEXT NOT NULL, id TEXT NOT NULL, created_at BIGINT NOT NULL, policy TEXT NOT NULL, rate_key TEXT NOT NULL, estimate BIGINT NOT NULL, cost BIGINT, recorded BIGINT, dropped BIGINT, PRIMARY KEY (app, id))",
 ];
 
 /// The tables as they were named under the product's working name: a store written then

@@ -1,0 +1,223 @@
+//! Costs known only after the work: a report charges (or refunds) a key, and a decision
+//! may admit on an estimate that a later report with the same id settles. Each id
+//! counts once, also across servers on one store (see `docs/design/reported-costs.md`).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use sluicegate_core::{Decision, Reported};
+
+use crate::limiters::{Entry, Limiters};
+use crate::store::{Claim, ReportId, Snapshot, Stored};
+use crate::time::now_s;
+
+use super::auth::App;
+use super::decide::{check_key, entry, policy_for, Decided};
+use super::error::{Result, ServiceError};
+use super::state::Service;
+
+/// How long an id is remembered, in seconds: a retry within it is counted once, and a
+/// decision's estimate is settled by a report within it.
+pub(crate) const REPORT_RETENTION_S: i64 = 24 * 3600;
+
+/// Old ids are pruned at most this often, in seconds, by each server.
+const PRUNE_EVERY_S: i64 = 60;
+
+/// The longest id, in bytes.
+const MAX_ID: usize = 256;
+
+/// What a report did.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ReportAnswer {
+    /// Units recorded; for a retry, the first report's (`None` while it is applied).
+    pub(crate) recorded: Option<u64>,
+    /// Units beyond the bound, not recorded.
+    pub(crate) dropped: Option<u64>,
+    /// What a request of cost zero gets after it.
+    pub(crate) decision: Decision,
+    /// A retry of a report already counted: it changed nothing.
+    pub(crate) duplicate: bool,
+}
+
+/// A decision asked on an estimate: `estimate` units of `key` on `policy`, to be
+/// settled by the report `id`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Estimate<'a> {
+    pub(crate) policy: &'a str,
+    pub(crate) key: &'a str,
+    pub(crate) estimate: u64,
+    pub(crate) id: &'a str,
+}
+
+fn check_id(id: &str) -> Result<()> {
+    if id.is_empty() || id.len() > MAX_ID {
+        return Err(ServiceError::invalid(
+            format!("an id is 1 to {MAX_ID} bytes"),
+            Some("id"),
+        ));
+    }
+    Ok(())
+}
+
+/// A cost as a report's adjustment.
+fn signed(cost: u64, field: &str) -> Result<i64> {
+    i64::try_from(cost)
+        .map_err(|_| ServiceError::invalid(format!("{field} is at most {}", i64::MAX), Some(field)))
+}
+
+impl Service {
+    /// The policy `name` for `app`'s reports on `key`, and its limiter, if it takes
+    /// them: checked before an id is claimed, so that a claimed report is always applied.
+    pub(crate) fn reporting<'s>(
+        snapshot: &'s Snapshot,
+        limiters: &Limiters,
+        app: &App,
+        name: &str,
+        key: &str,
+    ) -> Result<(&'s Stored, Arc<Entry>)> {
+        let stored = policy_for(snapshot, app, name)?;
+        check_key(key)?;
+        let entry = entry(limiters, stored)?;
+        entry.check_report(&stored.name)?;
+        Ok((stored, Arc::clone(entry)))
+    }
+
+    /// Applies `adjustment` to `key` on `entry` (policy `name`), counting it: with no id,
+    /// each call counts (Envoy's second call after the response, as limitador's
+    /// `report`).
+    pub(crate) async fn apply(
+        &self,
+        entry: &Entry,
+        name: &str,
+        key: &str,
+        adjustment: i64,
+    ) -> Result<Reported> {
+        let reported = entry.report(name, key, adjustment).await?;
+        self.metrics
+            .report(entry.counters(), adjustment, reported.recorded);
+        Ok(reported)
+    }
+
+    /// Where the report `id` of `app` on `key` under `name` is kept, and now (having
+    /// pruned the ids past their retention).
+    async fn kept_at<'a>(
+        &self,
+        app: &'a App,
+        id: &'a str,
+        name: &'a str,
+        key: &'a str,
+    ) -> Result<(ReportId<'a>, i64)> {
+        check_id(id)?;
+        let now = now_s();
+        self.prune_reports(now).await;
+        let at = ReportId {
+            app: app.name(),
+            id,
+            policy: name,
+            key,
+        };
+        Ok((at, now))
+    }
+
+    /// Reports that `key`'s work under `policy` cost `cost` units, once per `id`: less
+    /// the estimate a decision with this id admitted (a refund if the cost is lower).
+    pub(crate) async fn report(
+        &self,
+        snapshot: &Snapshot,
+        app: &App,
+        policy: &str,
+        key: &str,
+        cost: u64,
+        id: &str,
+    ) -> Result<ReportAnswer> {
+        let limiters = self.limiters();
+        let (stored, entry) = Self::reporting(snapshot, &limiters, app, policy, key)?;
+        let name = &stored.name;
+        let (at, now) = self.kept_at(app, id, name, key).await?;
+        let cost = signed(cost, "cost")?;
+        match self
+            .store
+            .claim_report(at, cost.unsigned_abs(), now)
+            .await?
+        {
+            Claim::Elsewhere => Err(ServiceError::Conflict(format!(
+                "id {id:?} was used for another policy or key"
+            ))),
+            Claim::Seen { recorded, dropped } => Ok(ReportAnswer {
+                recorded,
+                dropped,
+                decision: entry.report(name, key, 0).await?.decision,
+                duplicate: true,
+            }),
+            Claim::Won { estimate } => {
+                let adjustment = cost.saturating_sub(signed(estimate, "estimate")?);
+                let reported = self.apply(&entry, name, key, adjustment).await?;
+                self.store
+                    .settle_report(at, reported.recorded, reported.dropped)
+                    .await?;
+                Ok(ReportAnswer {
+                    recorded: Some(reported.recorded),
+                    dropped: Some(reported.dropped),
+                    decision: reported.decision,
+                    duplicate: false,
+                })
+            }
+        }
+    }
+
+    /// Decides `estimate` units of `key` on `policy` and remembers them under `id`, for
+    /// the report that settles them. An id used before is refused (and what this
+    /// decision took given back).
+    pub(crate) async fn decide_estimate(
+        &self,
+        snapshot: &Snapshot,
+        limiters: &Limiters,
+        app: &App,
+        asked: Estimate<'_>,
+    ) -> Result<(Arc<Entry>, Decided)> {
+        let Estimate {
+            policy,
+            key,
+            estimate,
+            id,
+        } = asked;
+        let (stored, entry) = Self::reporting(snapshot, limiters, app, policy, key)?;
+        let name = &stored.name;
+        let (at, now) = self.kept_at(app, id, name, key).await?;
+        let taken = signed(estimate, "estimate")?;
+        let decided = self
+            .decide_on(&entry, name, key, estimate, stored.policy.shadow)
+            .await?;
+        // A denial took nothing: the report will charge its whole cost.
+        let taken = if decided.decision.allowed { taken } else { 0 };
+        if !self
+            .store
+            .remember_estimate(at, taken.unsigned_abs(), now)
+            .await?
+        {
+            entry.report(name, key, -taken).await?;
+            return Err(ServiceError::Conflict(format!(
+                "id {id:?} was used before: an id names one decision and its report"
+            )));
+        }
+        Ok((entry, decided))
+    }
+
+    /// Forgets the ids older than the retention, at most every [`PRUNE_EVERY_S`]; a
+    /// failure is only logged (the next call tries again).
+    async fn prune_reports(&self, now: i64) {
+        let last = self.reports_pruned.load(Ordering::Relaxed);
+        if now - last < PRUNE_EVERY_S
+            || self
+                .reports_pruned
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        if let Err(e) = self.store.prune_reports(now - REPORT_RETENTION_S).await {
+            tracing::warn!(error = %e, "pruning reports' ids");
+            self.metrics.store_error();
+        }
+    }
+}

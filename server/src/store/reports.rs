@@ -1,0 +1,187 @@
+//! Reports' ids: a report (and a decision's estimate it settles) is applied once per id,
+//! also across servers on one PostgreSQL. The row is claimed with one conditional
+//! statement before the report is applied, so two servers racing on an id cannot both
+//! win; rows older than the retention are pruned.
+
+use sqlx::Row;
+
+use super::{Store, StoreError};
+
+/// How an id's report stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    /// This call claimed the id: report the cost minus the `estimate` already decided
+    /// (0 without a decision).
+    Won {
+        /// Units the decision with this id admitted.
+        estimate: u64,
+    },
+    /// The id was reported before: what that report recorded and dropped (`None` while
+    /// it is being applied).
+    Seen {
+        /// Units recorded.
+        recorded: Option<u64>,
+        /// Units dropped.
+        dropped: Option<u64>,
+    },
+    /// The id belongs to another policy or key.
+    Elsewhere,
+}
+
+/// Where an id's report is: the app that sent it, the id, the policy and key.
+#[derive(Debug, Clone, Copy)]
+pub struct ReportId<'a> {
+    /// The app (ids are the app's own).
+    pub app: &'a str,
+    /// The caller's id.
+    pub id: &'a str,
+    /// The policy.
+    pub policy: &'a str,
+    /// The key.
+    pub key: &'a str,
+}
+
+fn signed(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+fn unsigned(n: Option<i64>) -> Option<u64> {
+    n.and_then(|n| u64::try_from(n).ok())
+}
+
+impl Store {
+    /// Records a decision's `estimate` under its id, at `now` (seconds); `false` if the
+    /// id was used already.
+    pub async fn remember_estimate(
+        &self,
+        at: ReportId<'_>,
+        estimate: u64,
+        now: i64,
+    ) -> Result<bool, StoreError> {
+        let done = sqlx::query("INSERT INTO sluicegate_reports (app, id, created_at, policy, rate_key, estimate) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (app, id) DO NOTHING")
+            .bind(at.app)
+            .bind(at.id)
+            .bind(now)
+            .bind(at.policy)
+            .bind(at.key)
+            .bind(signed(estimate))
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Claims the report of `cost` units under its id, at `now` (seconds).
+    pub async fn claim_report(
+        &self,
+        at: ReportId<'_>,
+        cost: u64,
+        now: i64,
+    ) -> Result<Claim, StoreError> {
+        self.remember_estimate(at, 0, now).await?;
+        // Only one call finds `cost` unset: the row's lock orders racing servers.
+        let won = sqlx::query("UPDATE sluicegate_reports SET cost = $3 WHERE app = $1 AND id = $2 AND policy = $4 AND rate_key = $5 AND cost IS NULL")
+            .bind(at.app)
+            .bind(at.id)
+            .bind(signed(cost))
+            .bind(at.policy)
+            .bind(at.key)
+            .execute(&self.pool)
+            .await?
+            .rows_affected()
+            == 1;
+        let row = sqlx::query("SELECT policy, rate_key, estimate, recorded, dropped FROM sluicegate_reports WHERE app = $1 AND id = $2")
+            .bind(at.app)
+            .bind(at.id)
+            .fetch_one(&self.pool)
+            .await?;
+        let (policy, key): (String, String) = (row.try_get(0)?, row.try_get(1)?);
+        Ok(if won {
+            Claim::Won {
+                estimate: unsigned(Some(row.try_get(2)?)).unwrap_or(0),
+            }
+        } else if policy != at.policy || key != at.key {
+            Claim::Elsewhere
+        } else {
+            Claim::Seen {
+                recorded: unsigned(row.try_get(3)?),
+                dropped: unsigned(row.try_get(4)?),
+            }
+        })
+    }
+
+    /// Keeps what the claimed report under `at` recorded and dropped, for its retries.
+    pub async fn settle_report(
+        &self,
+        at: ReportId<'_>,
+        recorded: u64,
+        dropped: u64,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE sluicegate_reports SET recorded = $3, dropped = $4 WHERE app = $1 AND id = $2",
+        )
+        .bind(at.app)
+        .bind(at.id)
+        .bind(signed(recorded))
+        .bind(signed(dropped))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Forgets the ids recorded before `before` (seconds): their retries count again.
+    pub async fn prune_reports(&self, before: i64) -> Result<u64, StoreError> {
+        let done = sqlx::query("DELETE FROM sluicegate_reports WHERE created_at < $1")
+            .bind(before)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Claim, ReportId};
+    use crate::store::Store;
+
+    const AT: ReportId<'static> = ReportId {
+        app: "shop",
+        id: "r1",
+        policy: "tokens",
+        key: "alice",
+    };
+
+    #[tokio::test]
+    async fn an_id_is_claimed_once_settles_its_estimate_and_is_pruned() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_dir(dir.path()).await.unwrap();
+        assert!(store.remember_estimate(AT, 5, 100).await.unwrap());
+        assert!(!store.remember_estimate(AT, 5, 100).await.unwrap());
+        let other = ReportId { key: "bob", ..AT };
+        assert_eq!(
+            store.claim_report(other, 9, 101).await.unwrap(),
+            Claim::Elsewhere
+        );
+        assert_eq!(
+            store.claim_report(AT, 9, 101).await.unwrap(),
+            Claim::Won { estimate: 5 }
+        );
+        let seen = Claim::Seen {
+            recorded: None,
+            dropped: None,
+        };
+        assert_eq!(store.claim_report(AT, 9, 101).await.unwrap(), seen);
+        store.settle_report(AT, 3, 1).await.unwrap();
+        let seen = Claim::Seen {
+            recorded: Some(3),
+            dropped: Some(1),
+        };
+        assert_eq!(store.claim_report(AT, 9, 102).await.unwrap(), seen);
+        assert_eq!(store.prune_reports(100).await.unwrap(), 0);
+        assert_eq!(store.prune_reports(101).await.unwrap(), 1);
+        let fresh = ReportId { id: "r2", ..AT };
+        assert_eq!(
+            store.claim_report(fresh, 4, 103).await.unwrap(),
+            Claim::Won { estimate: 0 }
+        );
+    }
+}

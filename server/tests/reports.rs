@@ -1,0 +1,247 @@
+//! Costs known after the work: `/v1/report` charges and refunds a key once per id, and
+//! a decision's `estimate` is settled by the report with its id; a retried report
+//! counts once, also across two servers on one PostgreSQL.
+
+mod common;
+
+use common::*;
+use hyper::StatusCode;
+use sluicegate_server::Config;
+
+const WINDOW: &str = r#"{"algorithm":"fixed-window","limit":10,"period":"1h","apps":["web"]}"#;
+
+async fn report(server: &TestServer, token: &str, key: &str, cost: u64, id: &str) -> Answer {
+    let body = format!(r#"{{"policy":"tokens","key":"{key}","cost":{cost},"id":"{id}"}}"#);
+    post(&server.url("/v1/report"), token, &body).await
+}
+
+async fn estimate(server: &TestServer, token: &str, estimate: u64, id: &str) -> Answer {
+    let body = format!(r#"{{"policy":"tokens","key":"k","estimate":{estimate},"id":"{id}"}}"#);
+    post(&server.url("/v1/decide"), token, &body).await
+}
+
+/// Asserts a 422 whose error names `field`.
+fn unprocessable(answer: &Answer, field: &str) {
+    let status = StatusCode::UNPROCESSABLE_ENTITY;
+    assert_eq!(answer.status, status, "{}", answer.text);
+    assert_eq!(answer.json["field"], field, "{}", answer.text);
+}
+
+/// `(recorded, dropped, remaining, duplicate)` of a report's answer.
+fn figures(answer: &Answer) -> (u64, u64, u64, bool) {
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.text);
+    let j = &answer.json;
+    let n = |f: &str| j[f].as_u64().unwrap_or_else(|| panic!("{f} in {j}"));
+    (
+        n("recorded"),
+        n("dropped"),
+        n("remaining"),
+        j["duplicate"].as_bool().unwrap(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn estimates_are_settled_by_reports_once_per_id() {
+    let (server, admin) = TestServer::start().await;
+    let web = app(&server, &admin, "web").await;
+    let mobile = app(&server, &admin, "mobile").await;
+    create_policy(&server, &admin, "tokens", WINDOW).await;
+
+    // Admitted on an estimate of 4; the work cost 7: 3 more.
+    let decided = estimate(&server, &web, 4, "r1").await;
+    assert_eq!(decided.status, StatusCode::OK, "{}", decided.text);
+    assert_eq!(decided.json["remaining"], 6);
+    assert_eq!(
+        figures(&report(&server, &web, "k", 7, "r1").await),
+        (3, 0, 3, false)
+    );
+    // Retried: the first report's figures, nothing charged again.
+    for _ in 0..3 {
+        assert_eq!(
+            figures(&report(&server, &web, "k", 7, "r1").await),
+            (3, 0, 3, true)
+        );
+    }
+    // Below its estimate: a refund.
+    assert_eq!(estimate(&server, &web, 3, "r2").await.json["remaining"], 0);
+    assert_eq!(
+        figures(&report(&server, &web, "k", 1, "r2").await),
+        (2, 0, 2, false)
+    );
+    // Without a decision, beyond what is left (no overdraft): recorded up to the limit.
+    assert_eq!(
+        figures(&report(&server, &web, "k", 5, "r3").await),
+        (2, 3, 0, false)
+    );
+    // A denied estimate took nothing: its report charges the whole cost.
+    let denied = estimate(&server, &web, 1, "r4").await;
+    assert_eq!(denied.json["allowed"], false, "{}", denied.text);
+    assert_eq!(
+        figures(&report(&server, &web, "k", 1, "r4").await),
+        (0, 1, 0, false)
+    );
+
+    // An id names one decision and its report.
+    assert_eq!(
+        estimate(&server, &web, 1, "r1").await.status,
+        StatusCode::CONFLICT
+    );
+    assert_eq!(
+        report(&server, &web, "other", 1, "r2").await.status,
+        StatusCode::CONFLICT
+    );
+    // Ids are each app's own; another app may not use the policy at all.
+    let foreign = report(&server, &mobile, "k", 1, "r1").await;
+    assert_eq!(foreign.status, StatusCode::FORBIDDEN, "{}", foreign.text);
+    let invalid = [
+        (r#"{"policy":"tokens","key":"k","estimate":1}"#, "id"),
+        (
+            r#"{"policy":"tokens","key":"k","estimate":1,"cost":1,"id":"x"}"#,
+            "estimate",
+        ),
+        (
+            r#"{"policy":"tokens","key":"k","estimate":1,"id":""}"#,
+            "id",
+        ),
+    ];
+    for (body, field) in invalid {
+        unprocessable(&post(&server.url("/v1/decide"), &web, body).await, field);
+    }
+    let huge = format!(
+        r#"{{"policy":"tokens","key":"k","cost":{},"id":"h"}}"#,
+        u64::MAX
+    );
+    unprocessable(&post(&server.url("/v1/report"), &web, &huge).await, "cost");
+
+    // A batch settles estimates too.
+    let batch = r#"{"requests":[{"policy":"tokens","key":"b","estimate":2,"id":"b1"}]}"#;
+    let answer = post(&server.url("/v1/decide/batch"), &web, batch).await;
+    assert_eq!(
+        answer.json["decisions"][0]["remaining"], 8,
+        "{}",
+        answer.text
+    );
+    assert_eq!(
+        figures(&report(&server, &web, "b", 2, "b1").await),
+        (0, 0, 8, false)
+    );
+
+    let metrics = get(&server.url("/metrics"), &admin).await.text;
+    assert_eq!(
+        metric(&metrics, "sluicegate_reported_units_total", "tokens"),
+        5
+    );
+    assert_eq!(
+        metric(&metrics, "sluicegate_refunded_units_total", "tokens"),
+        2
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn policies_that_take_no_reports_say_so() {
+    let (server, admin) = TestServer::start().await;
+    let web = app(&server, &admin, "web").await;
+    for (name, body) in [
+        (
+            "pacing",
+            r#"{"algorithm":"pacing","capacity":3,"rate":1,"period":"1s","apps":["web"]}"#,
+        ),
+        (
+            "workers",
+            r#"{"algorithm":"concurrency","limit":1,"lease":"30s","apps":["web"]}"#,
+        ),
+    ] {
+        create_policy(&server, &admin, name, body).await;
+        let body = format!(r#"{{"policy":"{name}","key":"k","cost":1,"id":"{name}"}}"#);
+        unprocessable(
+            &post(&server.url("/v1/report"), &web, &body).await,
+            "policy",
+        );
+        // Nothing was claimed: the id is still free once the policy can take it.
+        let decide = format!(r#"{{"policy":"{name}","key":"k","estimate":1,"id":"{name}"}}"#);
+        unprocessable(
+            &post(&server.url("/v1/decide"), &web, &decide).await,
+            "policy",
+        );
+    }
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reports_on_redis_decisions_are_not_implemented_yet() {
+    let redis = Redis::start();
+    let mut in_redis = config();
+    in_redis.decisions = Some(redis.url());
+    let (server, admin) = TestServer::start_with(in_redis).await;
+    let web = app(&server, &admin, "web").await;
+    create_policy(&server, &admin, "tokens", WINDOW).await;
+    let answer = report(&server, &web, "k", 1, "r1").await;
+    assert_eq!(
+        answer.status,
+        StatusCode::NOT_IMPLEMENTED,
+        "{}",
+        answer.text
+    );
+    assert!(answer.json["error"].as_str().unwrap().contains("Redis"));
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_retried_ten_times_counts_once_across_two_servers() {
+    let pg = Postgres::start();
+    let config = Config {
+        store: Some(pg.url()),
+        ..config()
+    };
+    let admin = sluicegate_server::init_admin(&config, "root")
+        .await
+        .unwrap();
+    let [a, b] = [config.clone(), config].map(TestServer::with);
+    let (a, b) = (a.await, b.await);
+    let web = app(&a, &admin, "web").await;
+    create_policy(&a, &admin, "tokens", WINDOW).await;
+    assert!(
+        eventually(std::time::Duration::from_secs(5), || async {
+            report(&b, &web, "k", 0, "probe").await.status == StatusCode::OK
+        })
+        .await
+    );
+    // Ten tries at once, alternating between the servers: one counts.
+    let (a_url, b_url) = (a.url("/v1/report"), b.url("/v1/report"));
+    let answers = at_once(10, |i| {
+        let url = if i % 2 == 0 {
+            a_url.clone()
+        } else {
+            b_url.clone()
+        };
+        let web = web.clone();
+        async move {
+            post(
+                &url,
+                &web,
+                r#"{"policy":"tokens","key":"k","cost":4,"id":"once"}"#,
+            )
+            .await
+        }
+    })
+    .await;
+    // A retry while the first is applied answers without figures (`null`).
+    let firsts: Vec<_> = answers
+        .iter()
+        .filter(|a| a.json["duplicate"] == false)
+        .map(figures)
+        .collect();
+    assert_eq!(firsts, [(4, 0, 6, false)]);
+    assert!(answers.iter().all(|a| a.status == StatusCode::OK));
+    let mut reported = 0;
+    for server in [&a, &b] {
+        let metrics = get(&server.url("/metrics"), &admin).await.text;
+        if metrics.contains("sluicegate_reported_units_total{policy=\"tokens\"}") {
+            reported += metric(&metrics, "sluicegate_reported_units_total", "tokens");
+        }
+    }
+    assert_eq!(reported, 4);
+    a.stop().await;
+    b.stop().await;
+}
