@@ -7,6 +7,7 @@ mod domains;
 mod files;
 pub mod grpc;
 mod http;
+mod key_usage;
 mod limiters;
 mod metrics;
 mod service;
@@ -82,6 +83,12 @@ pub struct Config {
     /// Policies from files (`--policies`): a TOML policy file or Envoy's YAML, or a
     /// directory of them, watched and applied on change; read-only through the API.
     pub policies: Option<PathBuf>,
+    /// Policies whose most used keys `/metrics` shows (`--key-usage`), each key's share
+    /// of its limit as `sluicegate_key_usage_ratio`.
+    pub key_usage: Vec<String>,
+    /// How many keys `--key-usage` shows per policy (`--key-usage-max`): a bound on the
+    /// gauge's series.
+    pub key_usage_max: usize,
 }
 
 impl Default for Config {
@@ -109,6 +116,8 @@ impl Default for Config {
             shadow: false,
             envoy_config: None,
             policies: None,
+            key_usage: Vec::new(),
+            key_usage_max: 50,
         }
     }
 }
@@ -218,6 +227,7 @@ impl Server {
             config.metrics_open,
             caps,
             config.shadow,
+            metrics::Metrics::with_key_usage(&config.key_usage, config.key_usage_max),
         ));
         service.reload(true).await?;
         let sources = files::Sources::of(&config);

@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use sluicegate_core::Decision;
 
+use crate::key_usage::TopKeys;
+
 /// Seconds per step of `/v1/stats`.
 pub const STEP_S: u64 = 5;
 /// Steps kept: ten minutes.
@@ -44,6 +46,8 @@ pub struct Counters {
     steps: [Step; STEPS],
     /// Held while a slot moves to a new step.
     turning: Mutex<()>,
+    /// The most used keys, for a policy named by `--key-usage`.
+    keys: Option<Mutex<TopKeys>>,
 }
 
 impl Default for Counters {
@@ -57,6 +61,7 @@ impl Default for Counters {
             refunded: AtomicU64::new(0),
             steps: std::array::from_fn(|_| Step::default()),
             turning: Mutex::new(()),
+            keys: None,
         }
     }
 }
@@ -180,9 +185,20 @@ pub struct Metrics {
     latency: Latency,
     store_errors: AtomicU64,
     policy_reload_errors: AtomicU64,
+    /// The policies whose most used keys are shown (`--key-usage`), and how many keys
+    /// each shows (`--key-usage-max`).
+    key_usage: (std::collections::BTreeSet<String>, usize),
 }
 
 impl Metrics {
+    /// Counters that also keep the `max` most used keys of each policy of `policies`.
+    pub fn with_key_usage(policies: &[String], max: usize) -> Self {
+        Self {
+            key_usage: (policies.iter().cloned().collect(), max),
+            ..Self::default()
+        }
+    }
+
     /// The counters of `policy`, made on first use; a decision counts into them with
     /// [`Metrics::decision`], so the map is read only when a limiter is built.
     pub fn counters(&self, policy: &str) -> Arc<Counters> {
@@ -195,14 +211,24 @@ impl Metrics {
             return Arc::clone(counters);
         }
         let mut policies = self.policies.write().unwrap_or_else(|e| e.into_inner());
-        Arc::clone(policies.entry(policy.to_owned()).or_default())
+        let (watched, max) = &self.key_usage;
+        Arc::clone(policies.entry(policy.to_owned()).or_insert_with(|| {
+            Arc::new(Counters {
+                keys: watched
+                    .contains(policy)
+                    .then(|| Mutex::new(TopKeys::new(*max))),
+                ..Counters::default()
+            })
+        }))
     }
 
-    /// Counts `decision` into `counters` at unix second `now_s`, taking `took`. In
-    /// shadow mode the request is admitted (and counted so), a denial counted apart.
+    /// Counts `decision` of `key` into `counters` at unix second `now_s`, taking
+    /// `took`. In shadow mode the request is admitted (and counted so), a denial counted
+    /// apart.
     pub fn decision(
         &self,
         counters: &Counters,
+        key: &str,
         decision: &Decision,
         shadow: bool,
         now_s: u64,
@@ -214,6 +240,11 @@ impl Metrics {
         }
         if near_limit(decision) {
             counters.near_limit.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(keys) = &counters.keys {
+            keys.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .record(key, decision);
         }
         let seconds = took.as_secs_f64();
         let bucket = BUCKETS
@@ -311,6 +342,14 @@ impl Metrics {
                     "{metric}{{policy=\"{name}\"}} {}",
                     counter(p).load(Ordering::Relaxed)
                 );
+            }
+        }
+        out.push_str("# HELP sluicegate_key_usage_ratio The share of its limit each of a policy's most used keys has taken (policies named by --key-usage).\n# TYPE sluicegate_key_usage_ratio gauge\n");
+        for (name, p) in &decided {
+            if let Some(keys) = &p.keys {
+                keys.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .render(name, &mut out);
             }
         }
         drop(policies);

@@ -6,6 +6,7 @@
 mod common;
 
 use common::*;
+use hyper::StatusCode;
 use serde_json::Value;
 use sluicegate_server::Config;
 
@@ -157,5 +158,45 @@ async fn near_limit_counts_admissions_at_four_fifths_used_or_more() {
         ten.push(near("ten").await);
     }
     assert_eq!(ten, [0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 3]);
+    server.stop().await;
+}
+
+/// `--key-usage POLICY` shows each of its most used keys' share of the limit, at most
+/// `--key-usage-max` keys (the most used), and nothing for other policies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn key_usage_shows_the_most_used_keys_within_its_bound() {
+    let config = Config {
+        key_usage: vec!["api".into()],
+        key_usage_max: 2,
+        ..config()
+    };
+    let (server, admin) = TestServer::start_with(config).await;
+    let web = app(&server, &admin, "web").await;
+    let policy = r#"{"algorithm":"fixed-window","limit":4,"period":"1h","apps":["web"]}"#;
+    create_policy(&server, &admin, "api", policy).await;
+    create_policy(&server, &admin, "other", policy).await;
+    let url = server.url("/v1/decide");
+    // alice takes 3 of 4, bob 1, carol 2 (displacing bob), a "quoted" key 4.
+    for (key, times) in [("alice", 3), ("bob", 1), ("carol", 2), ("q\\\"x", 4)] {
+        for _ in 0..times {
+            for policy in ["api", "other"] {
+                let body = format!(r#"{{"policy":"{policy}","key":"{key}"}}"#);
+                assert_eq!(post(&url, &web, &body).await.status, StatusCode::OK);
+            }
+        }
+    }
+    let metrics = get(&server.url("/metrics"), &admin).await.text;
+    let gauge: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("sluicegate_key_usage_ratio{"))
+        .collect();
+    assert_eq!(
+        gauge,
+        [
+            r#"sluicegate_key_usage_ratio{policy="api",key="q\"x"} 1"#,
+            r#"sluicegate_key_usage_ratio{policy="api",key="alice"} 0.75"#,
+        ],
+        "{metrics}"
+    );
     server.stop().await;
 }

@@ -98,6 +98,13 @@ pub struct ServeArgs {
     /// cannot change these policies (403 naming the file).
     #[arg(long, value_name = "FILE|DIR")]
     policies: Option<std::path::PathBuf>,
+    /// Show in /metrics how much of its limit each of this policy's most used keys has
+    /// taken (`sluicegate_key_usage_ratio{policy,key}`); repeat for several policies.
+    #[arg(long, value_name = "POLICY")]
+    key_usage: Vec<String>,
+    /// The most keys --key-usage shows per policy: a bound on the gauge's series.
+    #[arg(long, default_value_t = 50, value_name = "N")]
+    key_usage_max: usize,
     /// Create the first admin, print its token once, and exit.
     #[arg(long)]
     init_admin: bool,
@@ -133,6 +140,8 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, Failure> {
         shadow: args.shadow,
         envoy_config: args.envoy_config,
         policies: args.policies,
+        key_usage: args.key_usage,
+        key_usage_max: args.key_usage_max,
         ..Config::default()
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()

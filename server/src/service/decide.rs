@@ -113,6 +113,7 @@ impl Service {
         };
         self.metrics.decision(
             entry.counters(),
+            key,
             &decided.decision,
             decided.shadow,
             u64::try_from(now_s()).unwrap_or(0),

@@ -56,6 +56,7 @@ impl Service {
         metrics_open: bool,
         caps: Caps,
         shadow: bool,
+        metrics: Metrics,
     ) -> Self {
         Self {
             caps,
@@ -67,7 +68,7 @@ impl Service {
             limiters: RwLock::default(),
             envoy: RwLock::default(),
             backend,
-            metrics: Metrics::default(),
+            metrics,
             metrics_open,
             reloading: tokio::sync::Mutex::new(()),
             reports_pruned: AtomicI64::new(0),
