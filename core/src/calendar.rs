@@ -81,6 +81,26 @@ impl CalendarWindow {
         self.limit
     }
 
+    /// The most units a report may count beyond the limit.
+    pub const fn overdraft(&self) -> u64 {
+        self.overdraft
+    }
+
+    /// A state's bytes: the same whatever period decided it.
+    pub(crate) fn encode_state<E: Extend<u8>>(&self, state: &CalendarWindowState, out: &mut E) {
+        encoding::write(out, tag::CALENDAR_WINDOW, &[state.end, state.count]);
+    }
+
+    /// A state from its bytes: a count up to `limit + overdraft`, whatever the period.
+    pub(crate) fn decode_state(&self, bytes: &[u8]) -> Result<CalendarWindowState, DecodeError> {
+        let mut reader = Reader::new(bytes, tag::CALENDAR_WINDOW)?;
+        let end = reader.u64_where("end", &|e| (1..=MAX_TICKS + MAX_PERIOD).contains(&e))?;
+        let most = self.limit + self.overdraft;
+        let count = reader.u64_where("count", &|c| (1..=most).contains(&c))?;
+        reader.finish()?;
+        Ok(CalendarWindowState { end, count })
+    }
+
     /// This window in `period`: the [`Algorithm`] (and [`Report`]) a host runs with the
     /// boundaries of the period holding the request's time.
     pub const fn during(self, period: CalendarPeriod) -> CalendarWindowAt {
@@ -143,22 +163,17 @@ impl Algorithm for CalendarWindowAt {
     }
 
     fn encode<E: Extend<u8>>(&self, state: &CalendarWindowState, out: &mut E) {
-        encoding::write(out, tag::CALENDAR_WINDOW, &[state.end, state.count]);
+        self.window.encode_state(state, out);
     }
 
     fn decode(&self, bytes: &[u8]) -> Result<CalendarWindowState, DecodeError> {
-        let mut reader = Reader::new(bytes, tag::CALENDAR_WINDOW)?;
-        let end = reader.u64_where("end", &|e| (1..=MAX_TICKS + MAX_PERIOD).contains(&e))?;
-        let most = self.window.limit + self.window.overdraft;
-        let count = reader.u64_where("count", &|c| (1..=most).contains(&c))?;
-        reader.finish()?;
-        Ok(CalendarWindowState { end, count })
+        self.window.decode_state(bytes)
     }
 }
 
 impl Report for CalendarWindowAt {
     fn overdraft(&self) -> u64 {
-        self.window.overdraft
+        self.window.overdraft()
     }
 
     /// On the current period's count, at most `limit + overdraft`.
