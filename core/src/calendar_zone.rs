@@ -70,6 +70,17 @@ impl Calendar {
         }
     }
 
+    /// The longest its period lasts, a daylight-saving change included (a day of 25
+    /// hours; a week, and a month of 31 days, holding one): what a host keeps a state for.
+    pub const fn longest(self) -> Ticks {
+        const HOUR: Ticks = 3_600 * crate::SECOND;
+        match self {
+            Self::Day => 25 * HOUR,
+            Self::Week => (7 * 24 + 1) * HOUR,
+            Self::Month => (31 * 24 + 1) * HOUR,
+        }
+    }
+
     /// The calendar `name` spells (see [`name`](Self::name)).
     pub fn from_name(name: &str) -> Option<Self> {
         Self::ALL
