@@ -86,66 +86,79 @@ impl CalendarWindow {
         self.overdraft
     }
 
-    /// A state's bytes: the same whatever period decided it.
-    pub(crate) fn encode_state<E: Extend<u8>>(&self, state: &CalendarWindowState, out: &mut E) {
-        encoding::write(out, tag::CALENDAR_WINDOW, &[state.end, state.count]);
-    }
-
-    /// A state from its bytes: a count up to `limit + overdraft`, whatever the period.
-    pub(crate) fn decode_state(&self, bytes: &[u8]) -> Result<CalendarWindowState, DecodeError> {
-        let mut reader = Reader::new(bytes, tag::CALENDAR_WINDOW)?;
-        let end = reader.u64_where("end", &|e| (1..=MAX_TICKS + MAX_PERIOD).contains(&e))?;
-        let most = self.limit + self.overdraft;
-        let count = reader.u64_where("count", &|c| (1..=most).contains(&c))?;
-        reader.finish()?;
-        Ok(CalendarWindowState { end, count })
-    }
-
     /// This window in `period`: the [`Algorithm`] (and [`Report`]) a host runs with the
     /// boundaries of the period holding the request's time.
     pub const fn during(self, period: CalendarPeriod) -> CalendarWindowAt {
+        self.within(period)
+    }
+
+    /// This window in the periods `periods` gives at each transition's `now`.
+    pub const fn within<P: PeriodOf>(self, periods: P) -> CalendarWindowAt<P> {
         CalendarWindowAt {
             window: self,
-            period,
+            period: periods,
         }
     }
 }
 
-/// A [`CalendarWindow`] in its current period (see [`CalendarWindow::during`]).
+/// Where a calendar window finds the period holding `now`: one period the host computed
+/// for the transition ([`CalendarPeriod`]), or a calendar asked at each transition (see
+/// `CalendarLimit`). One transition serves both, so every host stores the same bytes.
+pub trait PeriodOf {
+    /// The period holding `now` (at most [`MAX_TICKS`]).
+    fn period_of(&self, now: Ticks) -> CalendarPeriod;
+}
+
+/// The period itself, whatever `now` (a `now` outside it is clamped into it).
+impl PeriodOf for CalendarPeriod {
+    fn period_of(&self, _: Ticks) -> CalendarPeriod {
+        *self
+    }
+}
+
+/// A [`CalendarWindow`] in its current period (see [`CalendarWindow::during`]), or in
+/// the periods of a calendar (see [`CalendarWindow::within`]).
 ///
 /// A `now` outside the period is decided as at its nearest instant in it. A stored count
 /// whose period has not ended at `now` (a state written at a later time, when `now` went
 /// backwards over a boundary) is decided in its own period, to its own end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct CalendarWindowAt {
+pub struct CalendarWindowAt<P = CalendarPeriod> {
     window: CalendarWindow,
-    period: CalendarPeriod,
+    period: P,
 }
 
 impl CalendarWindowAt {
+    /// The period it decides in.
+    pub const fn period(&self) -> CalendarPeriod {
+        self.period
+    }
+}
+
+impl<P: PeriodOf> CalendarWindowAt<P> {
     /// The window's parameters.
     pub const fn window(&self) -> CalendarWindow {
         self.window
     }
 
-    /// The period it decides in.
-    pub const fn period(&self) -> CalendarPeriod {
-        self.period
-    }
-
-    /// `now` within the period, and the period and count to decide on there.
+    /// `now` within its period, and the period's end and count to decide on there.
     fn current(&self, state: Option<CalendarWindowState>, now: Ticks) -> (Ticks, Ticks, u64) {
-        let now = now
-            .min(MAX_TICKS)
-            .clamp(self.period.start, self.period.end - 1);
+        let now = now.min(MAX_TICKS);
+        let period = self.period.period_of(now);
+        let now = now.clamp(period.start, period.end - 1);
         match state {
             Some(s) if s.end > now => (now, s.end, s.count),
-            _ => (now, self.period.end, 0),
+            _ => (now, period.end, 0),
         }
+    }
+
+    /// Where the period of the whole calendar lives (see `CalendarLimit`).
+    pub(crate) const fn periods(&self) -> &P {
+        &self.period
     }
 }
 
-impl Algorithm for CalendarWindowAt {
+impl<P: PeriodOf> Algorithm for CalendarWindowAt<P> {
     type State = CalendarWindowState;
 
     fn decide(
@@ -163,15 +176,20 @@ impl Algorithm for CalendarWindowAt {
     }
 
     fn encode<E: Extend<u8>>(&self, state: &CalendarWindowState, out: &mut E) {
-        self.window.encode_state(state, out);
+        encoding::write(out, tag::CALENDAR_WINDOW, &[state.end, state.count]);
     }
 
     fn decode(&self, bytes: &[u8]) -> Result<CalendarWindowState, DecodeError> {
-        self.window.decode_state(bytes)
+        let mut reader = Reader::new(bytes, tag::CALENDAR_WINDOW)?;
+        let end = reader.u64_where("end", &|e| (1..=MAX_TICKS + MAX_PERIOD).contains(&e))?;
+        let most = self.window.limit + self.window.overdraft;
+        let count = reader.u64_where("count", &|c| (1..=most).contains(&c))?;
+        reader.finish()?;
+        Ok(CalendarWindowState { end, count })
     }
 }
 
-impl Report for CalendarWindowAt {
+impl<P: PeriodOf> Report for CalendarWindowAt<P> {
     fn overdraft(&self) -> u64 {
         self.window.overdraft()
     }

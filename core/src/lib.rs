@@ -43,9 +43,11 @@ pub use algorithm::{Algorithm, Refund, Reserve};
 pub use any::{AnyAlgorithm, AnyState, Transition};
 pub use ban::{Ban, BanState};
 pub use bucket::{BucketParams, BucketState, LeakyBucket, Pacing, TokenBucket};
-pub use calendar::{CalendarPeriod, CalendarWindow, CalendarWindowAt, CalendarWindowState};
+pub use calendar::{
+    CalendarPeriod, CalendarWindow, CalendarWindowAt, CalendarWindowState, PeriodOf,
+};
 #[cfg(feature = "alloc")]
-pub use calendar_limit::{CalendarLimit, CalendarPeriods};
+pub use calendar_limit::{CalendarLimit, CalendarPeriods, SharedCalendar};
 #[cfg(feature = "calendar")]
 pub use calendar_zone::{Calendar, CalendarError, CalendarZone, ZonedCalendar};
 #[cfg(target_has_atomic = "64")]

@@ -192,7 +192,7 @@ fn calendar_limits_compare_by_window_and_calendar_name() {
         limit(Calendar::Week, BERLIN)
     );
     assert_eq!(
-        limit(Calendar::Week, BERLIN).periods().name(),
+        limit(Calendar::Week, BERLIN).calendar().name(),
         "week in Europe/Berlin"
     );
     let utc_month = ZonedCalendar::new(Calendar::Month, CalendarZone::UTC).unwrap();

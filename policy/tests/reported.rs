@@ -104,7 +104,7 @@ fn a_calendar_window_builds_the_core_limit_in_its_zone() {
     let Ok(Built::Rule(AnyAlgorithm::CalendarWindow(limit))) = day.build(Style::File) else {
         panic!("{day:?}");
     };
-    assert_eq!(limit.periods().name(), "day in UTC");
+    assert_eq!(limit.calendar().name(), "day in UTC");
     assert_eq!(day.period(), 25 * 3_600_000_000);
     let written = serde_json::to_value(&day).unwrap();
     assert_eq!(written["calendar"], "day");
