@@ -6,9 +6,9 @@ use alloc::boxed::Box;
 use alloc::vec::Vec;
 
 use crate::{
-    Algorithm, Ban, BanState, BucketState, Composite, Decision, DecodeError, FixedWindow,
-    FixedWindowState, Kind, LeakyBucket, Pacing, Report, Reserve, SlidingCounter,
-    SlidingCounterState, SlidingLog, SlidingLogState, Ticks, TokenBucket,
+    Algorithm, Ban, BanState, BucketState, CalendarLimit, CalendarWindowState, Composite, Decision,
+    DecodeError, FixedWindow, FixedWindowState, Kind, LeakyBucket, Pacing, Report, Reserve,
+    SlidingCounter, SlidingCounterState, SlidingLog, SlidingLogState, Ticks, TokenBucket,
 };
 
 /// Any rate algorithm of the core, including composites and bans of any of them.
@@ -33,6 +33,8 @@ pub enum AnyAlgorithm {
     LeakyBucket(LeakyBucket),
     /// A [`Pacing`] queue.
     Pacing(Pacing),
+    /// A [`CalendarLimit`]: a calendar window in its calendar's periods.
+    CalendarWindow(CalendarLimit),
     /// Several limits on one key.
     Composite(Composite<AnyAlgorithm>),
     /// A limit in a penalty box (boxed: a ban holds its limit inline).
@@ -49,6 +51,7 @@ pub enum AnyState {
     TokenBucket(BucketState),
     LeakyBucket(BucketState),
     Pacing(BucketState),
+    CalendarWindow(CalendarWindowState),
     Composite(Vec<Option<AnyState>>),
     Ban(Box<BanState<AnyState>>),
 }
@@ -144,6 +147,9 @@ impl AnyAlgorithm {
             Self::TokenBucket(a) => on_variant!(slot, TokenBucket, |s| transition.booked(a, s)),
             Self::LeakyBucket(a) => on_variant!(slot, LeakyBucket, |s| transition.booked(a, s)),
             Self::Pacing(a) => on_variant!(slot, Pacing, |s| transition.booked(a, s)),
+            Self::CalendarWindow(a) => {
+                on_variant!(slot, CalendarWindow, |s| transition.decided(a, s))
+            }
             Self::Composite(a) => on_variant!(slot, Composite, |s| transition.booked(a, s)),
             Self::Ban(ban) => {
                 let state = match slot.take() {
@@ -164,9 +170,11 @@ impl AnyAlgorithm {
         match self {
             Self::TokenBucket(_) | Self::LeakyBucket(_) | Self::Pacing(_) => true,
             Self::Composite(composite) => composite.members().iter().all(Self::can_reserve),
-            Self::FixedWindow(_) | Self::SlidingLog(_) | Self::SlidingCounter(_) | Self::Ban(_) => {
-                false
-            }
+            Self::FixedWindow(_)
+            | Self::SlidingLog(_)
+            | Self::SlidingCounter(_)
+            | Self::CalendarWindow(_)
+            | Self::Ban(_) => false,
         }
     }
 
@@ -179,7 +187,8 @@ impl AnyAlgorithm {
             | Self::SlidingLog(_)
             | Self::SlidingCounter(_)
             | Self::TokenBucket(_)
-            | Self::LeakyBucket(_) => true,
+            | Self::LeakyBucket(_)
+            | Self::CalendarWindow(_) => true,
             Self::Composite(composite) => composite.members().iter().all(Self::can_report),
             Self::Pacing(_) | Self::Ban(_) => false,
         }
@@ -195,6 +204,7 @@ impl AnyAlgorithm {
             Self::TokenBucket(_) => Kind::TokenBucket,
             Self::LeakyBucket(_) => Kind::LeakyBucket,
             Self::Pacing(_) => Kind::Pacing,
+            Self::CalendarWindow(_) => Kind::CalendarWindow,
             Self::Composite(_) => Kind::Composite,
             Self::Ban(ban) => ban.inner().kind(),
         }
@@ -226,6 +236,7 @@ impl Algorithm for AnyAlgorithm {
             (Self::TokenBucket(a), AnyState::TokenBucket(s)) => a.encode(s, out),
             (Self::LeakyBucket(a), AnyState::LeakyBucket(s)) => a.encode(s, out),
             (Self::Pacing(a), AnyState::Pacing(s)) => a.encode(s, out),
+            (Self::CalendarWindow(a), AnyState::CalendarWindow(s)) => a.encode(s, out),
             (Self::Composite(a), AnyState::Composite(s)) => a.encode(s, out),
             (Self::Ban(a), AnyState::Ban(s)) => a.encode(s, out),
             // Unreachable (see `run`): encode nothing, which decodes as an error, never
@@ -246,7 +257,8 @@ impl Algorithm for AnyAlgorithm {
             | Self::SlidingCounter(_)
             | Self::TokenBucket(_)
             | Self::LeakyBucket(_)
-            | Self::Pacing(_) => 0,
+            | Self::Pacing(_)
+            | Self::CalendarWindow(_) => 0,
         }
     }
 
@@ -258,6 +270,7 @@ impl Algorithm for AnyAlgorithm {
             Self::TokenBucket(a) => AnyState::TokenBucket(a.decode(bytes)?),
             Self::LeakyBucket(a) => AnyState::LeakyBucket(a.decode(bytes)?),
             Self::Pacing(a) => AnyState::Pacing(a.decode(bytes)?),
+            Self::CalendarWindow(a) => AnyState::CalendarWindow(a.decode(bytes)?),
             Self::Composite(a) => AnyState::Composite(a.decode(bytes)?),
             Self::Ban(a) => AnyState::Ban(Box::new(a.decode(bytes)?)),
         })
@@ -294,6 +307,7 @@ impl Report for AnyAlgorithm {
             Self::SlidingCounter(a) => a.overdraft(),
             Self::TokenBucket(a) => a.overdraft(),
             Self::LeakyBucket(a) => a.overdraft(),
+            Self::CalendarWindow(a) => a.overdraft(),
             Self::Composite(a) => a.overdraft(),
             Self::Pacing(_) | Self::Ban(_) => 0,
         }
@@ -320,6 +334,9 @@ impl Report for AnyAlgorithm {
             Self::LeakyBucket(a) => {
                 on_variant!(slot, LeakyBucket, |s| a.adjust(s, now, adjustment))
             }
+            Self::CalendarWindow(a) => {
+                on_variant!(slot, CalendarWindow, |s| a.adjust(s, now, adjustment))
+            }
             Self::Composite(a) => on_variant!(slot, Composite, |s| a.adjust(s, now, adjustment)),
             Self::Pacing(_) | Self::Ban(_) => 0,
         };
@@ -345,6 +362,12 @@ from_algorithm!(
     LeakyBucket,
     Pacing
 );
+
+impl From<CalendarLimit> for AnyAlgorithm {
+    fn from(limit: CalendarLimit) -> Self {
+        Self::CalendarWindow(limit)
+    }
+}
 
 impl From<Composite<AnyAlgorithm>> for AnyAlgorithm {
     fn from(composite: Composite<AnyAlgorithm>) -> Self {

@@ -81,51 +81,84 @@ impl CalendarWindow {
         self.limit
     }
 
+    /// The most units a report may count beyond the limit.
+    pub const fn overdraft(&self) -> u64 {
+        self.overdraft
+    }
+
     /// This window in `period`: the [`Algorithm`] (and [`Report`]) a host runs with the
     /// boundaries of the period holding the request's time.
     pub const fn during(self, period: CalendarPeriod) -> CalendarWindowAt {
+        self.within(period)
+    }
+
+    /// This window in the periods `periods` gives at each transition's `now`.
+    pub const fn within<P: PeriodOf>(self, periods: P) -> CalendarWindowAt<P> {
         CalendarWindowAt {
             window: self,
-            period,
+            period: periods,
         }
     }
 }
 
-/// A [`CalendarWindow`] in its current period (see [`CalendarWindow::during`]).
+/// Where a calendar window finds the period holding `now`: one period the host computed
+/// for the transition ([`CalendarPeriod`]), or a calendar asked at each transition (see
+/// `CalendarLimit`). One transition serves both, so every host stores the same bytes.
+pub trait PeriodOf {
+    /// The period holding `now` (at most [`MAX_TICKS`]).
+    fn period_of(&self, now: Ticks) -> CalendarPeriod;
+}
+
+/// The period itself, whatever `now` (a `now` outside it is clamped into it).
+impl PeriodOf for CalendarPeriod {
+    fn period_of(&self, _: Ticks) -> CalendarPeriod {
+        *self
+    }
+}
+
+/// A [`CalendarWindow`] in its current period (see [`CalendarWindow::during`]), or in
+/// the periods of a calendar (see [`CalendarWindow::within`]).
 ///
 /// A `now` outside the period is decided as at its nearest instant in it. A stored count
 /// whose period has not ended at `now` (a state written at a later time, when `now` went
 /// backwards over a boundary) is decided in its own period, to its own end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct CalendarWindowAt {
+pub struct CalendarWindowAt<P = CalendarPeriod> {
     window: CalendarWindow,
-    period: CalendarPeriod,
+    period: P,
 }
 
 impl CalendarWindowAt {
+    /// The period it decides in.
+    pub const fn period(&self) -> CalendarPeriod {
+        self.period
+    }
+}
+
+impl<P: PeriodOf> CalendarWindowAt<P> {
     /// The window's parameters.
     pub const fn window(&self) -> CalendarWindow {
         self.window
     }
 
-    /// The period it decides in.
-    pub const fn period(&self) -> CalendarPeriod {
-        self.period
-    }
-
-    /// `now` within the period, and the period and count to decide on there.
+    /// `now` within its period, and the period's end and count to decide on there.
     fn current(&self, state: Option<CalendarWindowState>, now: Ticks) -> (Ticks, Ticks, u64) {
-        let now = now
-            .min(MAX_TICKS)
-            .clamp(self.period.start, self.period.end - 1);
+        let now = now.min(MAX_TICKS);
+        let period = self.period.period_of(now);
+        let now = now.clamp(period.start, period.end - 1);
         match state {
             Some(s) if s.end > now => (now, s.end, s.count),
-            _ => (now, self.period.end, 0),
+            _ => (now, period.end, 0),
         }
+    }
+
+    /// Where the period of the whole calendar lives (see `CalendarLimit`).
+    pub(crate) const fn periods(&self) -> &P {
+        &self.period
     }
 }
 
-impl Algorithm for CalendarWindowAt {
+impl<P: PeriodOf> Algorithm for CalendarWindowAt<P> {
     type State = CalendarWindowState;
 
     fn decide(
@@ -156,9 +189,9 @@ impl Algorithm for CalendarWindowAt {
     }
 }
 
-impl Report for CalendarWindowAt {
+impl<P: PeriodOf> Report for CalendarWindowAt<P> {
     fn overdraft(&self) -> u64 {
-        self.window.overdraft
+        self.window.overdraft()
     }
 
     /// On the current period's count, at most `limit + overdraft`.

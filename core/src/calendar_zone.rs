@@ -1,13 +1,14 @@
 //! The boundaries of calendar periods in IANA time zones: what every Rust host calls to
 //! build the [`CalendarPeriod`] a [`CalendarWindow`](crate::CalendarWindow) decides in.
 
+use std::format;
 use std::string::String;
 
 use jiff::civil::Date;
 use jiff::tz::TimeZone;
 use jiff::{Timestamp, ToSpan};
 
-use crate::{CalendarPeriod, Ticks};
+use crate::{CalendarPeriod, CalendarPeriods, Ticks};
 
 /// A calendar period: a day, an ISO week (from Monday) or a month, each from its first
 /// midnight in the zone (or the first instant after it, where a zone skips midnight).
@@ -48,6 +49,93 @@ impl CalendarZone {
         TimeZone::get(name)
             .map(Self)
             .map_err(|_| CalendarError::UnknownZone(name.into()))
+    }
+
+    /// Its IANA name ("Europe/Berlin"; [`UTC`](Self::UTC) is "UTC").
+    pub fn name(&self) -> &str {
+        self.0.iana_name().unwrap_or("UTC")
+    }
+}
+
+impl Calendar {
+    /// Every calendar, in the order help texts list them.
+    pub const ALL: [Self; 3] = [Self::Day, Self::Week, Self::Month];
+
+    /// Its name in policies and the JS API: `day`, `week` or `month`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Day => "day",
+            Self::Week => "week",
+            Self::Month => "month",
+        }
+    }
+
+    /// The longest its period lasts, a daylight-saving change included (a day of 25
+    /// hours; a week, and a month of 31 days, holding one): what a host keeps a state for.
+    pub const fn longest(self) -> Ticks {
+        const HOUR: Ticks = 3_600 * crate::SECOND;
+        match self {
+            Self::Day => 25 * HOUR,
+            Self::Week => (7 * 24 + 1) * HOUR,
+            Self::Month => (31 * 24 + 1) * HOUR,
+        }
+    }
+
+    /// The calendar `name` spells (see [`name`](Self::name)).
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL
+            .into_iter()
+            .find(|calendar| calendar.name() == name)
+    }
+}
+
+/// 9999-11-01T00:00Z: every calendar's period holding it ends within the database's
+/// range (to the end of 9999) in every zone.
+const LAST: Ticks = 253_397_030_400_000_000;
+
+/// A [`Calendar`] in a [`CalendarZone`]: the [`CalendarPeriods`] a calendar window of a
+/// policy decides in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ZonedCalendar {
+    calendar: Calendar,
+    zone: CalendarZone,
+    /// The period holding [`LAST`]: the one instants beyond the calendar's range get.
+    last: CalendarPeriod,
+}
+
+impl ZonedCalendar {
+    /// `calendar`'s periods in `zone`.
+    pub fn new(calendar: Calendar, zone: CalendarZone) -> Result<Self, CalendarError> {
+        let last = calendar.period_at(&zone, LAST)?;
+        Ok(Self {
+            calendar,
+            zone,
+            last,
+        })
+    }
+
+    /// The calendar.
+    pub const fn calendar(&self) -> Calendar {
+        self.calendar
+    }
+
+    /// The zone.
+    pub const fn zone(&self) -> &CalendarZone {
+        &self.zone
+    }
+}
+
+/// Instants beyond the database's range (after 9999) are in the period holding
+/// 9999-11-01.
+impl CalendarPeriods for ZonedCalendar {
+    fn period_at(&self, now: Ticks) -> CalendarPeriod {
+        self.calendar
+            .period_at(&self.zone, now)
+            .unwrap_or(self.last)
+    }
+
+    fn name(&self) -> String {
+        format!("{} in {}", self.calendar.name(), self.zone.name())
     }
 }
 

@@ -39,11 +39,15 @@ pub enum Kind {
     Concurrency,
     /// Several limits (`limits`) on one key, admitted only if all admit.
     Composite,
+    /// [`CalendarLimit`](crate::CalendarLimit): `limit` per calendar day, ISO week or
+    /// month (`calendar`) in a time zone.
+    #[cfg_attr(feature = "serde", serde(alias = "calendar_window"))]
+    CalendarWindow,
 }
 
 impl Kind {
     /// Every kind, in the order help texts list them.
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 9] = [
         Self::FixedWindow,
         Self::SlidingLog,
         Self::SlidingCounter,
@@ -52,6 +56,7 @@ impl Kind {
         Self::Pacing,
         Self::Concurrency,
         Self::Composite,
+        Self::CalendarWindow,
     ];
 
     /// The canonical name, as files, flags and JSON write it: `token-bucket`.
@@ -65,6 +70,7 @@ impl Kind {
             Self::Pacing => "pacing",
             Self::Concurrency => "concurrency",
             Self::Composite => "composite",
+            Self::CalendarWindow => "calendar-window",
         }
     }
 
@@ -85,13 +91,15 @@ impl Kind {
     }
 
     /// The parameters each kind takes: windows a limit and a period, buckets a capacity,
-    /// a rate and a period, leases a limit and a lease, a composite its limits.
+    /// a rate and a period, leases a limit and a lease, a composite its limits, a
+    /// calendar window a limit and a calendar (its time zone is optional: UTC).
     pub const fn fields(self) -> &'static [&'static str] {
         match self {
             Self::FixedWindow | Self::SlidingLog | Self::SlidingCounter => &["limit", "period"],
             Self::TokenBucket | Self::LeakyBucket | Self::Pacing => &["capacity", "rate", "period"],
             Self::Concurrency => &["limit", "lease"],
             Self::Composite => &["limits"],
+            Self::CalendarWindow => &["limit", "calendar"],
         }
     }
 }

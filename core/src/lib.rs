@@ -15,6 +15,8 @@ mod any;
 mod ban;
 mod bucket;
 mod calendar;
+#[cfg(feature = "alloc")]
+mod calendar_limit;
 #[cfg(feature = "calendar")]
 mod calendar_zone;
 mod clock;
@@ -41,9 +43,13 @@ pub use algorithm::{Algorithm, Refund, Reserve};
 pub use any::{AnyAlgorithm, AnyState, Transition};
 pub use ban::{Ban, BanState};
 pub use bucket::{BucketParams, BucketState, LeakyBucket, Pacing, TokenBucket};
-pub use calendar::{CalendarPeriod, CalendarWindow, CalendarWindowAt, CalendarWindowState};
+pub use calendar::{
+    CalendarPeriod, CalendarWindow, CalendarWindowAt, CalendarWindowState, PeriodOf,
+};
+#[cfg(feature = "alloc")]
+pub use calendar_limit::{CalendarLimit, CalendarPeriods, SharedCalendar};
 #[cfg(feature = "calendar")]
-pub use calendar_zone::{Calendar, CalendarError, CalendarZone};
+pub use calendar_zone::{Calendar, CalendarError, CalendarZone, ZonedCalendar};
 #[cfg(target_has_atomic = "64")]
 pub use clock::ManualClock;
 pub use clock::{check_now, ticks, Clock, Ticks, MAX_TICKS, MILLISECOND, SECOND};

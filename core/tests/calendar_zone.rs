@@ -2,8 +2,11 @@
 //! leap days and ISO weeks crossing a year. Instants are written in UTC and converted
 //! here by the civil-from-days formula, independently of the library under test.
 
+use std::sync::Arc;
+
 use sluicegate_core::{
-    Algorithm, Calendar, CalendarError, CalendarPeriod, CalendarWindow, CalendarZone, Ticks,
+    Algorithm, AnyAlgorithm, Calendar, CalendarError, CalendarLimit, CalendarPeriod,
+    CalendarPeriods, CalendarWindow, CalendarZone, Kind, Report, Ticks, ZonedCalendar,
 };
 
 use Calendar::{Day, Month, Week};
@@ -131,4 +134,81 @@ fn bad_zones_and_instants_are_errors() {
         Calendar::Day.period_at(&utc, 0),
         Ok(CalendarPeriod::new(0, 24 * HOUR).unwrap())
     );
+}
+
+fn zoned(calendar: Calendar, zone: &str) -> ZonedCalendar {
+    ZonedCalendar::new(calendar, CalendarZone::named(zone).unwrap()).unwrap()
+}
+
+/// The dynamic algorithm finds each decision's period from its calendar: across New
+/// York's 25-hour day it decides and reports as the window during that period.
+#[test]
+fn the_dynamic_calendar_window_takes_the_period_from_the_clock() {
+    let window = CalendarWindow::new(3).unwrap().with_overdraft(2).unwrap();
+    let calendar = zoned(Calendar::Day, NEW_YORK);
+    let any = AnyAlgorithm::from(CalendarLimit::new(window, Arc::new(calendar.clone())));
+    assert_eq!(any.kind(), Kind::CalendarWindow);
+    assert!(any.can_report() && !any.can_reserve());
+    let (mut state, mut expected) = (None, None);
+    for (i, now) in (0..60).map(|i| (i, utc(2026, 10, 31, 20) + i * 3 * HOUR / 2)) {
+        let during = window.during(calendar.period_at(now));
+        if i % 4 == 3 {
+            let (reported, next) = any.report(state.take(), now, 2);
+            let (want, want_state) = during.report(expected.take(), now, 2);
+            assert_eq!(reported, want, "report at {now}");
+            (state, expected) = (next, want_state);
+        } else {
+            let (decision, next) = any.decide(state.take(), now, 1);
+            let (want, want_state) = during.decide(expected.take(), now, 1);
+            assert_eq!(decision, want, "decision at {now}");
+            (state, expected) = (next, want_state);
+        }
+        let bytes = state.as_ref().map(|s| any.encode_to_vec(s));
+        assert_eq!(bytes, expected.as_ref().map(|s| during.encode_to_vec(s)));
+        if let Some(bytes) = bytes {
+            assert_eq!(any.decode(&bytes).as_ref(), Ok(state.as_ref().unwrap()));
+        }
+    }
+    // The 25-hour day: reset at New York's midnight of 2 November (05:00 UTC).
+    let now = utc(2026, 11, 1, 12);
+    let (decision, _) = any.decide(None, now, 1);
+    assert_eq!(decision.reset_after, utc(2026, 11, 2, 5) - now);
+}
+
+#[test]
+fn calendar_limits_compare_by_window_and_calendar_name() {
+    let window = CalendarWindow::new(3).unwrap();
+    let limit = |calendar, zone| CalendarLimit::new(window, Arc::new(zoned(calendar, zone)));
+    assert_eq!(
+        limit(Calendar::Month, BERLIN),
+        limit(Calendar::Month, BERLIN)
+    );
+    assert_ne!(
+        limit(Calendar::Month, BERLIN),
+        limit(Calendar::Month, NEW_YORK)
+    );
+    assert_ne!(
+        limit(Calendar::Month, BERLIN),
+        limit(Calendar::Week, BERLIN)
+    );
+    assert_eq!(
+        limit(Calendar::Week, BERLIN).calendar().name(),
+        "week in Europe/Berlin"
+    );
+    let utc_month = ZonedCalendar::new(Calendar::Month, CalendarZone::UTC).unwrap();
+    assert_eq!(utc_month.name(), "month in UTC");
+    for calendar in Calendar::ALL {
+        assert_eq!(Calendar::from_name(calendar.name()), Some(calendar));
+    }
+    assert_eq!(Calendar::from_name("year"), None);
+}
+
+/// Beyond the database's range a calendar keeps the period holding 9999-11-01T00:00Z.
+#[test]
+fn instants_beyond_the_calendar_decide_in_its_last_period() {
+    for zone in ["Pacific/Kiritimati", "Etc/GMT+12", BERLIN] {
+        let calendar = zoned(Calendar::Month, zone);
+        let last = calendar.period_at(1 << 62);
+        assert_eq!(last, calendar.period_at(utc(9999, 11, 1, 0)), "{zone}");
+    }
 }

@@ -1,9 +1,12 @@
 //! What a policy builds: the core's one dynamic algorithm, or a lease model.
 
+use std::sync::Arc;
+
 use sluicegate_core::limits::MAX_PERIOD;
 use sluicegate_core::{
-    AnyAlgorithm, Ban, Composite, Concurrency, FixedWindow, Kind, LeakyBucket, Pacing, ParamError,
-    SlidingCounter, SlidingLog, Ticks, TokenBucket,
+    AnyAlgorithm, Ban, Calendar, CalendarLimit, CalendarWindow, CalendarZone, Composite,
+    Concurrency, FixedWindow, Kind, LeakyBucket, Pacing, ParamError, SlidingCounter, SlidingLog,
+    Ticks, TokenBucket, ZonedCalendar,
 };
 
 use crate::model::{BanSpec, Policy};
@@ -91,6 +94,7 @@ impl Policy {
             ("period", self.period.is_some()),
             ("lease", self.lease.is_some()),
             ("limits", self.limits.is_some()),
+            ("calendar", self.calendar.is_some()),
         ];
         let names = |pick: &dyn Fn(&str, bool) -> bool| -> Vec<String> {
             given
@@ -113,27 +117,54 @@ impl Policy {
                 list(&extra)
             ));
         }
-        // Leases take no ban nor key-table choice; only leases take a longest lease.
+        // Leases take no ban nor key-table choice; only leases take a longest lease, only
+        // calendar windows a time zone, and only algorithms that take reports an
+        // overdraft (a composite's members each take their own).
         let leases = self.algorithm == Kind::Concurrency;
+        let reports = matches!(
+            self.algorithm,
+            Kind::FixedWindow
+                | Kind::SlidingLog
+                | Kind::SlidingCounter
+                | Kind::TokenBucket
+                | Kind::LeakyBucket
+                | Kind::CalendarWindow
+        );
+        let mut refused = Vec::new();
         for (field, present) in [
             ("ban", leases && self.ban.is_some()),
             ("on_full", leases && self.on_full.is_some()),
             ("shadow", leases && self.shadow),
             ("max_lease", !leases && self.max_lease.is_some()),
+            (
+                "time-zone",
+                self.algorithm != Kind::CalendarWindow && self.time_zone.is_some(),
+            ),
+            ("overdraft", !reports && self.overdraft.is_some()),
         ] {
             if present {
                 problems.push(format!("{kind} takes no {}", style.name(field)));
+                refused.push(field);
             }
+        }
+        if self.ban.is_some() && reports && self.overdraft.is_some() {
+            problems.push(format!(
+                "a limit in a {} takes no {} (a ban takes no reports)",
+                style.name("ban"),
+                style.name("overdraft")
+            ));
+            refused.push("overdraft");
         }
         if problems.is_empty() {
             return Ok(());
         }
         // One field at fault is named; several are in the sentence.
-        let field = match (missing.as_slice(), extra.as_slice()) {
-            ([_], []) => wanted
+        let field = match (missing.as_slice(), extra.as_slice(), refused.as_slice()) {
+            ([_], [], []) => wanted
                 .iter()
                 .find(|name| missing.contains(&style.name(name)))
                 .map(|name| (*name).to_owned()),
+            ([], [], [field]) => Some((*field).to_owned()),
             _ => None,
         };
         Err(Problem {
@@ -171,13 +202,28 @@ impl Policy {
             self.capacity.unwrap_or(0),
             self.rate.unwrap_or(0),
         );
+        let overdraft = self.overdraft.unwrap_or(0);
+        // The algorithm with the policy's overdraft.
+        macro_rules! owing {
+            ($algorithm:expr) => {
+                $algorithm
+                    .and_then(|a| a.with_overdraft(overdraft))
+                    .map(AnyAlgorithm::from)
+            };
+        }
         match self.algorithm {
-            Kind::FixedWindow => FixedWindow::new(l, period).map(AnyAlgorithm::from),
-            Kind::SlidingLog => SlidingLog::new(l, period).map(AnyAlgorithm::from),
-            Kind::SlidingCounter => SlidingCounter::new(l, period).map(AnyAlgorithm::from),
-            Kind::TokenBucket => TokenBucket::new(c, r, period).map(AnyAlgorithm::from),
-            Kind::LeakyBucket => LeakyBucket::new(c, r, period).map(AnyAlgorithm::from),
+            Kind::FixedWindow => owing!(FixedWindow::new(l, period)),
+            Kind::SlidingLog => owing!(SlidingLog::new(l, period)),
+            Kind::SlidingCounter => owing!(SlidingCounter::new(l, period)),
+            Kind::TokenBucket => owing!(TokenBucket::new(c, r, period)),
+            Kind::LeakyBucket => owing!(LeakyBucket::new(c, r, period)),
             Kind::Pacing => Pacing::new(c, r, period).map(AnyAlgorithm::from),
+            Kind::CalendarWindow => {
+                let periods = Arc::new(self.calendar(style)?);
+                CalendarWindow::new(l)
+                    .and_then(|window| window.with_overdraft(overdraft))
+                    .map(|window| CalendarLimit::new(window, periods).into())
+            }
             other => {
                 return Err(Problem::whole(format!(
                     "{} is not a rate algorithm",
@@ -186,6 +232,29 @@ impl Policy {
             }
         }
         .map_err(|e| param_problem(&e, style))
+    }
+}
+
+impl Policy {
+    /// A calendar window's `calendar` in its `time-zone` (UTC unless given).
+    fn calendar(&self, style: Style) -> Result<ZonedCalendar, Problem> {
+        let name = self.calendar.as_deref().unwrap_or_default();
+        let calendar = Calendar::from_name(name).ok_or_else(|| Problem {
+            field: Some("calendar".into()),
+            message: format!(
+                "{} is day, week or month, not {name:?}",
+                style.name("calendar")
+            ),
+        })?;
+        let zone = self
+            .time_zone
+            .as_deref()
+            .map_or(Ok(CalendarZone::UTC), CalendarZone::named);
+        zone.and_then(|zone| ZonedCalendar::new(calendar, zone))
+            .map_err(|e| Problem {
+                field: Some("time-zone".into()),
+                message: format!("{}: {e}", style.name("time-zone")),
+            })
     }
 }
 

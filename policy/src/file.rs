@@ -26,6 +26,10 @@ struct Spans {
     limits: Option<toml::Spanned<toml::Value>>,
     ban: Option<toml::Spanned<toml::Value>>,
     on_full: Option<toml::Spanned<toml::Value>>,
+    calendar: Option<toml::Spanned<toml::Value>>,
+    #[serde(rename = "time-zone", alias = "time_zone")]
+    time_zone: Option<toml::Spanned<toml::Value>>,
+    overdraft: Option<toml::Spanned<toml::Value>>,
 }
 
 impl Spans {
@@ -41,6 +45,9 @@ impl Spans {
             "on_full" => self.on_full.as_ref(),
             "limits" => self.limits.as_ref(),
             "ban" => self.ban.as_ref(),
+            "calendar" => self.calendar.as_ref(),
+            "time-zone" => self.time_zone.as_ref(),
+            "overdraft" => self.overdraft.as_ref(),
             _ => None,
         }
     }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use sluicegate_core::memory::OnFull;
-use sluicegate_core::{Kind, Ticks};
+use sluicegate_core::{Calendar, Kind, Ticks};
 
 use crate::duration::Duration;
 
@@ -35,6 +35,21 @@ pub struct Policy {
     /// hold a key of a shared table for longer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_lease: Option<Duration>,
+    /// Calendar windows: `day`, `week` (ISO, from Monday) or `month`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calendar: Option<String>,
+    /// Calendar windows: the IANA time zone of the calendar (default UTC).
+    #[serde(
+        default,
+        rename = "time-zone",
+        alias = "time_zone",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub time_zone: Option<String>,
+    /// Algorithms that take reported costs: the most units a report may take a key
+    /// beyond its limit (default 0: never below zero).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overdraft: Option<u64>,
     /// Composite: the member limits (each an algorithm and its parameters only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<Vec<Policy>>,
@@ -136,6 +151,9 @@ impl Policy {
             capacity,
             rate,
             period,
+            calendar: None,
+            time_zone: None,
+            overdraft: None,
             lease: None,
             max_lease: None,
             limits: None,
@@ -149,11 +167,16 @@ impl Policy {
         }
     }
 
-    /// The policy's window of time: the period (a composite's longest).
+    /// The policy's window of time: the period (a composite's longest; a calendar's
+    /// longest day, week or month).
     pub fn period(&self) -> Ticks {
+        let calendar = || {
+            let calendar = self.calendar.as_deref().and_then(Calendar::from_name);
+            calendar.map_or(0, Calendar::longest)
+        };
         match &self.limits {
             Some(members) => members.iter().map(Self::period).max().unwrap_or(0),
-            None => self.period.map_or(0, |p| p.0),
+            None => self.period.map_or_else(calendar, |p| p.0),
         }
     }
 

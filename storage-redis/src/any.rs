@@ -7,10 +7,15 @@ use sluicegate_core::{AnyAlgorithm, AnyState, Decision, DecodeError, Request, Ti
 use crate::lua::LuaAlgorithm;
 use crate::Error;
 
-/// Calls `$method` on whichever algorithm `$any` holds.
+/// Calls `$method` on whichever algorithm `$any` holds; a calendar window (not on Redis
+/// in this build: `lua_range` refuses it, before any call) answers `$calendar`.
 macro_rules! each {
     ($any:expr, |$a:ident| $body:expr) => {
+        each!($any, |$a| $body, Default::default())
+    };
+    ($any:expr, |$a:ident| $body:expr, $calendar:expr) => {
         match $any {
+            AnyAlgorithm::CalendarWindow(_) => $calendar,
             AnyAlgorithm::FixedWindow($a) => $body,
             AnyAlgorithm::SlidingLog($a) => $body,
             AnyAlgorithm::SlidingCounter($a) => $body,
@@ -44,7 +49,12 @@ impl LuaAlgorithm for AnyAlgorithm {
     }
 
     fn lua_range(&self) -> Result<(), Error> {
-        each!(self, |a| a.lua_range())
+        each!(self, |a| a.lua_range(), {
+            let why = "calendar windows are not on Redis in this build";
+            Err(Error::Redis(
+                (redis::ErrorKind::InvalidClientConfig, why).into(),
+            ))
+        })
     }
 
     fn lua_keys(&self) -> usize {
@@ -74,6 +84,7 @@ impl LuaAlgorithm for AnyAlgorithm {
             AnyAlgorithm::Pacing(a) => a.lua_decode(values)?.map(AnyState::Pacing),
             AnyAlgorithm::Composite(a) => a.lua_decode(values)?.map(AnyState::Composite),
             AnyAlgorithm::Ban(a) => a.lua_decode(values)?.map(|s| AnyState::Ban(Box::new(s))),
+            AnyAlgorithm::CalendarWindow(_) => None,
         })
     }
 }

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use sled::Tree;
 use sluicegate_core::{
-    check_now, Algorithm, Clock, Decision, Limiter, MonotonicClock, Request, Reserve, Ticks,
+    check_now, Algorithm, Clock, Decision, Limiter, MonotonicClock, Report, ReportRequest,
+    Reported, Reporter, Request, Reserve, Ticks,
 };
 
 use crate::error::Error;
@@ -50,11 +51,11 @@ impl<A: Algorithm, C: Clock> SledLimiter<A, C> {
         }
     }
 
-    /// The time to decide `request` at: its own, or the clock's; beyond
+    /// The time to decide a request at: its own `now`, or the clock's; beyond
     /// [`MAX_TICKS`](https://docs.rs/sluicegate-core/0.1/sluicegate_core/constant.MAX_TICKS.html)
     /// it is [`Error::Time`].
-    fn time(&self, request: &Request<'_>) -> Result<Ticks, Error> {
-        let now = request.now.unwrap_or_else(|| self.records.clock.now());
+    fn time(&self, now: Option<Ticks>) -> Result<Ticks, Error> {
+        let now = now.unwrap_or_else(|| self.records.clock.now());
         check_now(now).map_err(Error::Time)
     }
 
@@ -65,7 +66,7 @@ impl<A: Algorithm, C: Clock> SledLimiter<A, C> {
 
     /// Decides `request`, at its own time if it has one (replays, tests, a shared clock).
     pub fn check_request(&self, request: &Request<'_>) -> Result<Decision, Error> {
-        let now = self.time(request)?;
+        let now = self.time(request.now)?;
         self.update(request.key, |state| {
             self.algorithm.decide(state, now, request.cost)
         })
@@ -73,7 +74,7 @@ impl<A: Algorithm, C: Clock> SledLimiter<A, C> {
 
     /// What `request` would get, changing nothing.
     pub fn peek(&self, request: &Request<'_>) -> Result<Decision, Error> {
-        let now = self.time(request)?;
+        let now = self.time(request.now)?;
         Ok(self
             .algorithm
             .peek(self.state(request.key)?, now, request.cost))
@@ -159,10 +160,31 @@ impl<A: Algorithm, C: Clock> SledLimiter<A, C> {
 impl<A: Reserve, C: Clock> SledLimiter<A, C> {
     /// Books a slot for `request` if it can act within `max_wait` ticks.
     pub fn reserve(&self, request: &Request<'_>, max_wait: Ticks) -> Result<Decision, Error> {
-        let now = self.time(request)?;
+        let now = self.time(request.now)?;
         self.update(request.key, |state| {
             self.algorithm.reserve(state, now, request.cost, max_wait)
         })
+    }
+}
+
+impl<A: Report, C: Clock> SledLimiter<A, C> {
+    /// Reports a cost known after the work: `request`'s adjustment added to what its key
+    /// has taken (negative: given back), within the algorithm's overdraft, at its own
+    /// time or the clock's; one atomic read-modify-write of the record, as a decision.
+    pub fn report(&self, request: &ReportRequest<'_>) -> Result<Reported, Error> {
+        let now = self.time(request.now)?;
+        self.update(request.key, |state| {
+            self.algorithm.report(state, now, request.adjustment)
+        })
+    }
+}
+
+/// The inherent [`report`](SledLimiter::report).
+impl<A: Report, C: Clock> Reporter for SledLimiter<A, C> {
+    type Error = Error;
+
+    fn report(&self, request: &ReportRequest<'_>) -> Result<Reported, Error> {
+        SledLimiter::report(self, request)
     }
 }
 

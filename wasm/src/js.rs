@@ -42,6 +42,8 @@ export interface WindowOptions {
   periodMs: number;
   /** Fixed window only: count denied cost too. */
   countDenied?: boolean;
+  /** The most a reported cost may take the limiter beyond its limit (default 0). */
+  overdraft?: number;
   ban?: BanOptions;
 }
 
@@ -52,6 +54,19 @@ export interface BucketOptions {
   capacity: number;
   rate: number;
   periodMs: number;
+  /** Token and leaky buckets: the most a reported cost may take them into debt. */
+  overdraft?: number;
+  ban?: BanOptions;
+}
+
+/** At most `limit` per calendar day, ISO week or month in `timeZone` (IANA, default
+ * UTC); needs a build with the `calendar` feature. */
+export interface CalendarWindowOptions {
+  algorithm: "calendar-window";
+  limit: number;
+  calendar: "day" | "week" | "month";
+  timeZone?: string;
+  overdraft?: number;
   ban?: BanOptions;
 }
 
@@ -62,7 +77,7 @@ export interface CompositeOptions {
   ban?: BanOptions;
 }
 
-export type LimiterOptions = WindowOptions | BucketOptions | CompositeOptions;
+export type LimiterOptions = WindowOptions | BucketOptions | CompositeOptions | CalendarWindowOptions;
 
 /** A limiter's options and the most calls that may wait (default 1000). */
 export type ThrottleOptions = LimiterOptions & { maxQueued?: number };
@@ -291,6 +306,25 @@ impl LimiterCore {
             self.limit.reserve(now, cost, max_wait)
         });
         self.answer(decision)
+    }
+
+    /// Reports a cost known after the work: `adjustment` units added to what the limiter
+    /// has taken (negative: given back), within its `overdraft`. Returns the units
+    /// recorded; what a request of cost 0 gets after it lands in the slots. Throws on
+    /// pacing and bans (they take no reports) and on an adjustment that is not whole.
+    pub fn report(
+        &mut self,
+        adjustment: f64,
+        #[wasm_bindgen(js_name = nowMs)] now_ms: f64,
+    ) -> Result<f64, JsError> {
+        let units = whole("adjustment", adjustment.abs()).map_err(error)?;
+        let units = i64::try_from(units).map_err(|e| error(e.to_string()))?;
+        let now = ticks_from_ms("nowMs", now_ms).map_err(error)?;
+        let adjustment = if adjustment < 0.0 { -units } else { units };
+        let reported = self.limit.report(now, adjustment).map_err(error)?;
+        land(&reported.decision);
+        #[allow(clippy::cast_precision_loss)] // At most 2^53 - 1: exact.
+        Ok(reported.recorded as f64)
     }
 
     /// Why the last `check`, `peek` or `reserve` returned `false`.

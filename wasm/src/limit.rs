@@ -1,6 +1,8 @@
 //! One limit and the state it governs: what a client holds for itself.
 
-use sluicegate_core::{Algorithm, AnyAlgorithm, AnyState, Decision, Ticks, Transition};
+use sluicegate_core::{
+    Algorithm, AnyAlgorithm, AnyState, Decision, Report, Reported, Ticks, Transition,
+};
 
 /// An algorithm and the one state it governs (a client limits only itself, so there is
 /// one key).
@@ -50,6 +52,21 @@ impl Limit {
         Ok(self.algorithm.run(&mut self.state, transition))
     }
 
+    /// Adds a cost known after the work (`adjustment`; negative: given back) to what the
+    /// limit has taken, within its overdraft; refused where reports mean nothing.
+    pub fn report(&mut self, now: Ticks, adjustment: i64) -> Result<Reported, String> {
+        if !self.algorithm.can_report() {
+            return Err(
+                "report needs a window, a log, a token or leaky bucket, a calendar \
+                        window, or a composite of them (pacing and bans take no reports)"
+                    .to_owned(),
+            );
+        }
+        let (reported, state) = self.algorithm.report(self.state.take(), now, adjustment);
+        self.state = state;
+        Ok(reported)
+    }
+
     /// The state's canonical encoding; empty when the state is fresh.
     pub fn save(&self) -> Vec<u8> {
         self.state
@@ -82,7 +99,7 @@ impl Limit {
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
-    use sluicegate_core::{Reserve, TokenBucket, MAX_TICKS, MILLISECOND, SECOND};
+    use sluicegate_core::{FixedWindow, Reserve, TokenBucket, MAX_TICKS, MILLISECOND, SECOND};
 
     use super::*;
     use crate::options::{algorithm, tests::bucket, tests::window};
@@ -123,6 +140,48 @@ mod tests {
         let booked = limit.reserve(0, 1, 2_000_000).unwrap();
         assert!(booked.allowed);
         assert_eq!(booked.delay, 1_000_000);
+    }
+
+    #[test]
+    fn reports_run_the_cores_transition_and_are_refused_without_reports() {
+        let options = window("fixed-window", 3.0, 1000.0).number("overdraft", 2.0);
+        let mut limit = Limit::new(algorithm(&options).unwrap());
+        let core = FixedWindow::new(3, SECOND)
+            .unwrap()
+            .with_overdraft(2)
+            .unwrap();
+        let (_, state) = core.decide(None, 0, 1);
+        let (want, state) = core.report(state, 10, 9);
+        assert!(limit.check(0, 1).allowed);
+        let reported = limit.report(10, 9).unwrap();
+        assert_eq!(reported, want);
+        assert_eq!((reported.recorded, reported.dropped), (4, 5));
+        assert!(!reported.decision.allowed);
+        assert_eq!(limit.save(), core.encode_to_vec(&state.unwrap()));
+        assert_eq!(limit.report(20, -5).unwrap().recorded, 5);
+        let mut pacing = Limit::new(algorithm(&bucket("pacing", 1.0, 1.0, 1000.0)).unwrap());
+        assert!(pacing.report(0, 1).unwrap_err().contains("take no reports"));
+    }
+
+    #[cfg(feature = "calendar")]
+    #[test]
+    fn a_calendar_window_resets_at_midnight_in_its_zone() {
+        use crate::options::tests::{Options, Value};
+        let options = Options::new("calendar-window")
+            .number("limit", 2.0)
+            .with("calendar", Value::Text("day"))
+            .with("timeZone", Value::Text("Europe/Berlin"));
+        let mut limit = Limit::new(algorithm(&options).unwrap());
+        // 2026-03-29T12:00Z, the 23-hour day: Berlin's midnight is 22:00Z.
+        let noon = 1_774_785_600 * SECOND;
+        assert!(limit.check(noon, 2).allowed);
+        let denied = limit.check(noon, 1);
+        assert_eq!(denied.retry_after, Some(10 * 3600 * SECOND));
+        assert!(limit.check(noon + 10 * 3600 * SECOND, 2).allowed);
+        assert_eq!(
+            limit.report(noon + 10 * 3600 * SECOND, 1).unwrap().dropped,
+            1
+        );
     }
 
     proptest! {

@@ -13,7 +13,8 @@ use crate::units::{ms_text, ticks_from_ms, whole};
 /// The `algorithm` values, the core's kind names (`"leaky-pacing"` is still read as
 /// `"pacing"`).
 pub const ALGORITHMS: &str = "\"fixed-window\", \"sliding-log\", \"sliding-counter\", \
-    \"token-bucket\", \"leaky-bucket\", \"pacing\" or \"composite\"";
+    \"token-bucket\", \"leaky-bucket\", \"pacing\", \"composite\" or \"calendar-window\" \
+    (with the calendar feature)";
 
 /// Named fields of an options object. Each getter is `Ok(None)` when the field is
 /// absent (or `undefined`) and an error when it holds the wrong type.
@@ -33,8 +34,11 @@ pub trait Fields: Sized {
 /// The algorithm `options` describe:
 /// `{ algorithm, limit, periodMs, countDenied? }` for windows,
 /// `{ algorithm, capacity, rate, periodMs }` for buckets and pacing,
-/// `{ algorithm: "composite", members: [options, ...] }`, each with an optional
-/// `ban: { threshold, windowMs, durationMs }`.
+/// `{ algorithm: "composite", members: [options, ...] }`,
+/// `{ algorithm: "calendar-window", limit, calendar, timeZone? }` (the `calendar`
+/// feature), each with an optional `ban: { threshold, windowMs, durationMs }`; windows,
+/// buckets and calendar windows with an optional `overdraft` (the most a reported cost
+/// may take them beyond the limit; default 0).
 pub fn algorithm(options: &impl Fields) -> Result<AnyAlgorithm, String> {
     let name = options
         .text("algorithm")?
@@ -50,10 +54,24 @@ pub fn algorithm(options: &impl Fields) -> Result<AnyAlgorithm, String> {
         ))
     };
     let unknown = || format!("unknown algorithm \"{name}\": expected {ALGORITHMS}");
-    let any = match Kind::from_name(&name).ok_or_else(unknown)? {
+    let kind = Kind::from_name(&name).ok_or_else(unknown)?;
+    let overdraft = options.number("overdraft")?;
+    if overdraft.is_some()
+        && (matches!(kind, Kind::Pacing | Kind::Composite) || options.object("ban")?.is_some())
+    {
+        return Err(
+            "options.overdraft is for windows, buckets and calendar windows (a \
+                    composite's members take their own; pacing and bans take no reports)"
+                .to_owned(),
+        );
+    }
+    let overdraft = overdraft.map_or(Ok(0), |o| whole("overdraft", o))?;
+    let any = match kind {
         Kind::FixedWindow => {
             let (limit, period) = window()?;
-            let fixed = FixedWindow::new(limit, period).map_err(describe)?;
+            let fixed = FixedWindow::new(limit, period)
+                .and_then(|w| w.with_overdraft(overdraft))
+                .map_err(describe)?;
             let counting = options.flag("countDenied")?.unwrap_or(false);
             AnyAlgorithm::FixedWindow(if counting {
                 fixed.counting_denied()
@@ -63,20 +81,29 @@ pub fn algorithm(options: &impl Fields) -> Result<AnyAlgorithm, String> {
         }
         Kind::SlidingLog => {
             let (limit, period) = window()?;
-            AnyAlgorithm::SlidingLog(SlidingLog::new(limit, period).map_err(describe)?)
+            let log = SlidingLog::new(limit, period).and_then(|l| l.with_overdraft(overdraft));
+            AnyAlgorithm::SlidingLog(log.map_err(describe)?)
         }
         Kind::SlidingCounter => {
             let (limit, period) = window()?;
-            AnyAlgorithm::SlidingCounter(SlidingCounter::new(limit, period).map_err(describe)?)
+            let counter =
+                SlidingCounter::new(limit, period).and_then(|c| c.with_overdraft(overdraft));
+            AnyAlgorithm::SlidingCounter(counter.map_err(describe)?)
         }
         Kind::TokenBucket => {
             let (capacity, rate, period) = bucket()?;
-            AnyAlgorithm::TokenBucket(TokenBucket::new(capacity, rate, period).map_err(describe)?)
+            let token =
+                TokenBucket::new(capacity, rate, period).and_then(|b| b.with_overdraft(overdraft));
+            AnyAlgorithm::TokenBucket(token.map_err(describe)?)
         }
         Kind::LeakyBucket => {
             let (capacity, rate, period) = bucket()?;
-            AnyAlgorithm::LeakyBucket(LeakyBucket::new(capacity, rate, period).map_err(describe)?)
+            let leaky =
+                LeakyBucket::new(capacity, rate, period).and_then(|b| b.with_overdraft(overdraft));
+            AnyAlgorithm::LeakyBucket(leaky.map_err(describe)?)
         }
+        #[cfg(feature = "calendar")]
+        Kind::CalendarWindow => calendar_window(options, overdraft)?,
         Kind::Pacing => {
             let (capacity, rate, period) = bucket()?;
             AnyAlgorithm::Pacing(Pacing::new(capacity, rate, period).map_err(describe)?)
@@ -98,6 +125,29 @@ pub fn algorithm(options: &impl Fields) -> Result<AnyAlgorithm, String> {
     let duration = required_ms(&ban, "durationMs")?;
     let ban = Ban::new(any, threshold, window, duration).map_err(describe)?;
     Ok(ban.into())
+}
+
+/// `{ limit, calendar: "day" | "week" | "month", timeZone? }` (IANA; default UTC).
+#[cfg(feature = "calendar")]
+fn calendar_window(options: &impl Fields, overdraft: u64) -> Result<AnyAlgorithm, String> {
+    use sluicegate_core::{Calendar, CalendarLimit, CalendarWindow, CalendarZone, ZonedCalendar};
+
+    let limit = required_whole(options, "limit")?;
+    let name = options.text("calendar")?.unwrap_or_default();
+    let calendar = Calendar::from_name(&name).ok_or_else(|| {
+        format!("options.calendar must be \"day\", \"week\" or \"month\", got {name:?}")
+    })?;
+    let zone = match options.text("timeZone")? {
+        Some(zone) => CalendarZone::named(&zone),
+        None => Ok(CalendarZone::UTC),
+    };
+    let periods = zone
+        .and_then(|zone| ZonedCalendar::new(calendar, zone))
+        .map_err(|e| format!("options.timeZone: {e}"))?;
+    let window = CalendarWindow::new(limit)
+        .and_then(|w| w.with_overdraft(overdraft))
+        .map_err(describe)?;
+    Ok(CalendarLimit::new(window, std::sync::Arc::new(periods)).into())
 }
 
 fn period(options: &impl Fields) -> Result<Ticks, String> {
@@ -353,6 +403,14 @@ pub(crate) mod tests {
                 "options.periodMs is required",
             ),
             (Options::new("composite"), "options.members is required"),
+            (
+                bucket("pacing", 1.0, 1.0, 1000.0).number("overdraft", 1.0),
+                "options.overdraft is for windows",
+            ),
+            (
+                window("fixed-window", 5.0, 1000.0).number("overdraft", -1.0),
+                "overdraft must be a whole number",
+            ),
             (
                 Options::new("composite").with("members", Value::List(vec![])),
                 "at least one member",

@@ -244,3 +244,24 @@ async fn retry_after_pauses_the_queue() {
     );
     assert!(throttle.observe(JsValue::from(5)).is_err());
 }
+
+#[wasm_bindgen_test]
+fn reports_record_within_the_overdraft_and_land_the_decision_after() {
+    let mut limiter = LimiterCore::new(json(
+        r#"{"algorithm":"fixed-window","limit":3,"periodMs":1000,"overdraft":2}"#,
+    ))
+    .unwrap();
+    assert!(limiter.check(1.0, 0.0));
+    // 9 more: 4 recorded (to the limit plus the overdraft), 5 dropped; in debt.
+    assert_eq!(limiter.report(9.0, 0.5).unwrap(), 4.0);
+    assert_eq!(landed()[0], 0.0);
+    assert_eq!(limiter.report(-5.0, 0.5).unwrap(), 5.0);
+    assert_eq!(landed()[0], 1.0);
+    let error = limiter.report(1.5, 0.5).unwrap_err();
+    assert!(message(error).contains("adjustment must be a whole number"));
+    let mut pacing = LimiterCore::new(json(
+        r#"{"algorithm":"pacing","capacity":1,"rate":1,"periodMs":1000}"#,
+    ))
+    .unwrap();
+    assert!(message(pacing.report(1.0, 0.0).unwrap_err()).contains("take no reports"));
+}

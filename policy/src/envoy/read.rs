@@ -299,23 +299,28 @@ fn algorithm(fields: &Fields<'_>) -> Result<Kind, Located> {
     if name.is_empty() {
         return Ok(Kind::FixedWindow);
     }
-    Kind::from_name(name)
-        .filter(|kind| !matches!(kind, Kind::Concurrency | Kind::Composite))
-        .ok_or_else(|| {
-            let at = fields
-                .get("sluicegate_algorithm")
-                .map_or(fields.at, |n| n.at);
-            let rates: Vec<&str> = Kind::ALL
-                .iter()
-                .filter(|k| !matches!(k, Kind::Concurrency | Kind::Composite))
-                .map(|k| k.name())
-                .collect();
-            (
-                at,
-                format!(
-                    "'sluicegate_algorithm' must be one of {}, got '{name}'",
-                    rates.join(", ")
-                ),
-            )
-        })
+    // Not leases, composites or calendar windows: a unit of time is a period.
+    let rate = |kind: &Kind| {
+        !matches!(
+            kind,
+            Kind::Concurrency | Kind::Composite | Kind::CalendarWindow
+        )
+    };
+    Kind::from_name(name).filter(rate).ok_or_else(|| {
+        let at = fields
+            .get("sluicegate_algorithm")
+            .map_or(fields.at, |n| n.at);
+        let rates: Vec<&str> = Kind::ALL
+            .iter()
+            .filter(|k| rate(k))
+            .map(|k| k.name())
+            .collect();
+        (
+            at,
+            format!(
+                "'sluicegate_algorithm' must be one of {}, got '{name}'",
+                rates.join(", ")
+            ),
+        )
+    })
 }
