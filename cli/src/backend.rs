@@ -235,7 +235,7 @@ trait Stored: Limiter {
 
 /// The message for reports on a host that takes none yet.
 const NO_REPORTS: &str =
-    "report and refund rows need --backend memory: this backend does not take reported costs yet";
+    "report and refund rows need --backend memory or sled:PATH: this backend does not take reported costs yet";
 
 /// What a lease host has beyond the core's contract: its clock.
 #[cfg(any(feature = "sled", feature = "redis", feature = "etcd"))]
@@ -568,6 +568,10 @@ impl Stored for SledLimiter<AnyAlgorithm> {
 
     fn state(&self, key: &[u8]) -> Result<Option<AnyState>, Failure> {
         Ok(SledLimiter::state(self, key)?)
+    }
+
+    fn report(&self, request: &ReportRequest<'_>) -> Result<Reported, Failure> {
+        Ok(Reporter::report(self, request)?)
     }
 }
 

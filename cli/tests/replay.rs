@@ -204,26 +204,31 @@ fn report_and_refund_rows_move_the_key() {
     assert_contains(&stderr(&out), "short.csv:2: expected 3 fields");
 }
 
-/// sled takes no reports yet: refused at the first report row, exit 2.
+/// Reports replay the same on every host that takes them: sled prints what memory
+/// prints, row for row.
 #[test]
-fn reports_on_a_host_without_them_are_refused() {
+fn reports_replay_the_same_on_memory_and_sled() {
     let dir = tempfile::tempdir().unwrap();
     let trace = write(
         dir.path(),
         "t.csv",
-        "t_us,key,cost,kind\n0,k,1\n0,k,1,report\n",
+        "t_us,key,cost,kind\n0,k,2\n10,k,9,report\n20,k,1\n30,k,4,refund\n40,j,3\n1000050,k,2\n",
+    );
+    let config = write(
+        dir.path(),
+        "p.toml",
+        "[policies.api]\nalgorithm = \"token-bucket\"\ncapacity = 5\nrate = 5\nperiod = \"1s\"\noverdraft = 3\n",
     );
     let db = dir.path().join("db");
-    let out = sluicegate(
-        format!(
-            "replay --trace {trace} --algorithm fixed-window --limit 5 --period 1s --backend sled:{}",
-            db.display()
-        )
-        .split_whitespace(),
-    );
-    assert_exit(&out, 2);
-    assert_contains(
-        &stderr(&out),
-        "t.csv:3: report and refund rows need --backend memory",
-    );
+    let replay = |backend: &str| {
+        let out = sluicegate(
+            format!("replay --trace {trace} --config {config} --policy api --backend {backend}")
+                .split_whitespace(),
+        );
+        assert_exit(&out, 0);
+        stdout(&out)
+    };
+    let memory = replay("memory");
+    assert_contains(&memory, r#""kind":"report","recorded":6,"dropped":3"#);
+    assert_eq!(replay(&format!("sled:{}", db.display())), memory);
 }
