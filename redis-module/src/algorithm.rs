@@ -31,7 +31,8 @@ pub const MAX_BANS: usize = 4;
 /// Reads one algorithm and its parameters, as the scripts name it:
 /// `fixed_window limit period [counting_denied]`, `sliding_log limit period`,
 /// `sliding_counter limit period`, `token_bucket|leaky_bucket|pacing capacity rate
-/// period`, `ban threshold window duration <algorithm>`.
+/// period`, `ban threshold window duration <algorithm>`; each but pacing and a ban may
+/// end in `overdraft N`, the most a report takes a key beyond its limit.
 pub fn parse(args: &mut Args<'_>) -> Result<AnyAlgorithm, ArgError> {
     parse_nested(args, 0)
 }
@@ -56,24 +57,29 @@ fn parse_nested(args: &mut Args<'_>, bans: usize) -> Result<AnyAlgorithm, ArgErr
     }
     Ok(match kind(name) {
         Some(Kind::FixedWindow) => {
-            let window = FixedWindow::new(args.u64("limit")?, args.u64("period")?)?;
+            let mut window = FixedWindow::new(args.u64("limit")?, args.u64("period")?)?;
             if args.eat("counting_denied") {
-                window.counting_denied().into()
-            } else {
-                window.into()
+                window = window.counting_denied();
             }
+            window.with_overdraft(overdraft(args)?)?.into()
         }
-        Some(Kind::SlidingLog) => SlidingLog::new(args.u64("limit")?, args.u64("period")?)?.into(),
-        Some(Kind::SlidingCounter) => {
-            SlidingCounter::new(args.u64("limit")?, args.u64("period")?)?.into()
-        }
+        Some(Kind::SlidingLog) => SlidingLog::new(args.u64("limit")?, args.u64("period")?)?
+            .with_overdraft(overdraft(args)?)?
+            .into(),
+        Some(Kind::SlidingCounter) => SlidingCounter::new(args.u64("limit")?, args.u64("period")?)?
+            .with_overdraft(overdraft(args)?)?
+            .into(),
         Some(Kind::TokenBucket) => {
             let (c, r, p) = bucket(args)?;
-            TokenBucket::new(c, r, p)?.into()
+            TokenBucket::new(c, r, p)?
+                .with_overdraft(overdraft(args)?)?
+                .into()
         }
         Some(Kind::LeakyBucket) => {
             let (c, r, p) = bucket(args)?;
-            LeakyBucket::new(c, r, p)?.into()
+            LeakyBucket::new(c, r, p)?
+                .with_overdraft(overdraft(args)?)?
+                .into()
         }
         Some(Kind::Pacing) => {
             let (c, r, p) = bucket(args)?;
@@ -106,6 +112,15 @@ fn unknown(name: &[u8]) -> ArgError {
         String::from_utf8_lossy(name),
         names.join(", ")
     ))
+}
+
+/// `overdraft N` after an algorithm's parameters; 0 if absent.
+fn overdraft(args: &mut Args<'_>) -> Result<u64, ArgError> {
+    if args.eat("overdraft") {
+        args.u64("overdraft")
+    } else {
+        Ok(0)
+    }
 }
 
 fn bucket(args: &mut Args<'_>) -> Result<(u64, u64, Ticks), ArgError> {

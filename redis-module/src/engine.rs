@@ -3,7 +3,7 @@
 
 use sluicegate_core::{
     Acquired, Algorithm, AnyAlgorithm, AnyState, Composite, Concurrency, Decision, DecodeError,
-    Grant, LeaseError, Reserve, Ticks,
+    Grant, LeaseError, Report, Reported, Reserve, Ticks,
 };
 
 use crate::algorithm;
@@ -211,17 +211,7 @@ impl<'a> Request<'a> {
     /// Parses the arguments after the command's name; `MAXWAIT` only with `wait`.
     pub fn parse(args: &'a [&'a [u8]], wait: bool) -> Result<Self, ArgError> {
         let mut args = Args::new(args);
-        let keys = keys(&mut args, MAX_KEYS)?;
-        // One key, the common case, needs no vector of specs.
-        let limit = if let [_] = keys {
-            Limit::One(algorithm::parse(&mut args)?)
-        } else {
-            let specs = keys
-                .iter()
-                .map(|_| algorithm::parse(&mut args))
-                .collect::<Result<Vec<_>, _>>()?;
-            Limit::Many(Composite::new(specs)?)
-        };
+        let (keys, limit) = keys_and_limit(&mut args)?;
         let [cost, now, max_wait] = if wait {
             args.options(["COST", "NOW", "MAXWAIT"])?
         } else {
@@ -313,19 +303,7 @@ impl<'a> Request<'a> {
                     Some(w) => composite.reserve(state, now, cost, w),
                     None => composite.decide(state, now, cost),
                 };
-                let new = new.unwrap_or_else(|| vec![None; members.len()]);
-                // Each key lives until its own member is fresh, as in the scripts.
-                let writes = members
-                    .iter()
-                    .zip(new)
-                    .map(|(m, s)| {
-                        s.map(|s| {
-                            let reset = m.peek(Some(s.clone()), now, 0).reset_after;
-                            (encode(m, &s), reset)
-                        })
-                    })
-                    .collect::<Vec<_>>();
-                Ok((d, Writes::Many(writes.into_iter())))
+                Ok((d, member_writes(composite, new, now)))
             }
         }
     }
@@ -342,6 +320,104 @@ impl<'a> Request<'a> {
             Limit::Many(c) => return validate_all(c.members().iter(), values),
         };
         validate_all(members.iter().copied(), values)
+    }
+}
+
+/// Reads `numkeys key...` and one algorithm per key: a composite of several.
+fn keys_and_limit<'a>(args: &mut Args<'a>) -> Result<(&'a [&'a [u8]], Limit), ArgError> {
+    let keys = keys(args, MAX_KEYS)?;
+    // One key, the common case, needs no vector of specs.
+    let limit = if let [_] = keys {
+        Limit::One(algorithm::parse(args)?)
+    } else {
+        let specs = keys
+            .iter()
+            .map(|_| algorithm::parse(args))
+            .collect::<Result<Vec<_>, _>>()?;
+        Limit::Many(Composite::new(specs)?)
+    };
+    Ok((keys, limit))
+}
+
+/// A composite's new states as its keys' values: each key lives until its own member is
+/// fresh, as in the scripts.
+fn member_writes(
+    composite: &Composite<AnyAlgorithm>,
+    new: Option<Vec<Option<AnyState>>>,
+    now: Ticks,
+) -> Writes {
+    let members = composite.members();
+    let new = new.unwrap_or_else(|| vec![None; members.len()]);
+    let writes = members
+        .iter()
+        .zip(new)
+        .map(|(m, s)| {
+            s.map(|s| {
+                let reset = m.peek(Some(s.clone()), now, 0).reset_after;
+                (encode(m, &s), reset)
+            })
+        })
+        .collect::<Vec<_>>();
+    Writes::Many(writes.into_iter())
+}
+
+/// The arguments of `SLUICEGATE.REPORT`:
+/// `numkeys key [key ...] algorithm [algorithm ...] ADJUST a [NOW t]`, `a` signed.
+#[derive(Debug)]
+pub struct ReportRequest<'a> {
+    /// The Redis keys, one per algorithm.
+    pub keys: &'a [&'a [u8]],
+    /// The limit.
+    pub limit: Limit,
+    /// Units added to what the key has taken (negative: given back).
+    pub adjustment: i64,
+    /// The explicit time, if given.
+    pub now: Option<Ticks>,
+}
+
+impl<'a> ReportRequest<'a> {
+    /// Parses the arguments after the command's name.
+    pub fn parse(args: &'a [&'a [u8]]) -> Result<Self, ArgError> {
+        let mut args = Args::new(args);
+        let (keys, limit) = keys_and_limit(&mut args)?;
+        args.one_of("ADJUST", &["ADJUST"])?;
+        let adjustment = args.i64("the adjustment")?;
+        let [now] = args.options(["NOW"])?;
+        Ok(Self {
+            keys,
+            limit,
+            adjustment,
+            now,
+        })
+    }
+
+    /// The core's report at `now` on the keys' values (`None`: absent): what it recorded
+    /// and each key's new value.
+    pub fn report(
+        &self,
+        values: &[Option<&[u8]>],
+        now: Ticks,
+    ) -> Result<(Reported, Writes), Failure> {
+        let adjustment = self.adjustment;
+        match &self.limit {
+            Limit::One(spec) => {
+                let state = decode(spec, values.first().copied().flatten())?;
+                let (reported, new) = spec.report(state, now, adjustment);
+                let write = new.map(|s| (encode(spec, &s), reported.decision.reset_after));
+                Ok((reported, Writes::One(Some(write))))
+            }
+            Limit::Many(composite) => {
+                let states = composite
+                    .members()
+                    .iter()
+                    .zip(values)
+                    .map(|(m, v)| decode(m, *v))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let state = states.iter().any(Option::is_some).then_some(states);
+                let (reported, new) = composite.report(state, now, adjustment);
+                Ok((reported, member_writes(composite, new, now)))
+            }
+        }
     }
 }
 

@@ -2,7 +2,7 @@
 //! worded as every host words them.
 
 use redis::Value;
-use sluicegate_core::{Decision, Ticks};
+use sluicegate_core::{Decision, Reported, Ticks};
 
 use crate::call::Call;
 use crate::error::Error;
@@ -66,6 +66,21 @@ pub(crate) fn taken(reply: Value, key: &[u8]) -> Result<Taken, Error> {
         now,
         state,
     })
+}
+
+/// A report's reply: the decision's seven fields, then the units recorded of
+/// `adjustment` (the caller's, before any clamping).
+pub(crate) fn reported(reply: Value, key: &[u8], adjustment: i64) -> Result<Reported, Error> {
+    if let Value::ServerError(e) = reply {
+        return Err(Error::from_redis(e.into(), key));
+    }
+    let fields: Vec<i64> = redis::from_redis_value(reply).map_err(|_| Error::Reply)?;
+    let &[allowed, limit, remaining, retry, reset, delay, _now, recorded] = &fields[..] else {
+        return Err(Error::Reply);
+    };
+    let decision = from_fields([allowed, limit, remaining, retry, reset, delay])?;
+    let recorded = u64::try_from(recorded).map_err(|_| Error::Reply)?;
+    Ok(Reported::new(adjustment, recorded, decision))
 }
 
 /// The script's reply: allowed, limit, remaining, retry (-1: never), reset, delay, now.
