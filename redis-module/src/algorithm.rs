@@ -5,8 +5,8 @@
 use std::boxed::Box;
 
 use sluicegate_core::{
-    AnyAlgorithm, Ban, FixedWindow, Kind, LeakyBucket, Pacing, SlidingCounter, SlidingLog, Ticks,
-    TokenBucket,
+    AnyAlgorithm, Ban, CalendarPeriod, CalendarWindow, CalendarWindowAt, FixedWindow, Kind,
+    LeakyBucket, Pacing, SlidingCounter, SlidingLog, Ticks, TokenBucket,
 };
 
 use crate::args::{ArgError, Args};
@@ -112,6 +112,14 @@ fn unknown(name: &[u8]) -> ArgError {
         String::from_utf8_lossy(name),
         names.join(", ")
     ))
+}
+
+/// A calendar window in its period, after its name: `limit start end [overdraft N]`,
+/// the period `[start, end)` computed by the caller (the core has no calendar).
+pub fn calendar(args: &mut Args<'_>) -> Result<CalendarWindowAt, ArgError> {
+    let window = CalendarWindow::new(args.u64("limit")?)?;
+    let period = CalendarPeriod::new(args.u64("start")?, args.u64("end")?)?;
+    Ok(window.with_overdraft(overdraft(args)?)?.during(period))
 }
 
 /// `overdraft N` after an algorithm's parameters; 0 if absent.

@@ -88,6 +88,8 @@ fn decide(call: &Call<'_>, args: &[&[u8]], write: bool) -> Result<Reply, Error> 
     }
     let request = Request::parse(args, write).map_err(|e| error(Failure::Arg(e)))?;
     let now = request.now.unwrap_or_else(server_now);
+    let explicit = request.now.is_some();
+    request.limit.check_period(now, explicit).map_err(error)?;
     let decision = decide_keys(call, &request, 0, now, write)?;
     Ok(Reply::Integers(engine::reply(&decision, now).into()))
 }
@@ -152,6 +154,7 @@ fn report(call: &Call<'_>, args: &[&[u8]]) -> Result<Reply, Error> {
     let now = request.now.unwrap_or_else(server_now);
     let keys = (0, request.keys.len(), true);
     let explicit = request.now.is_some();
+    request.limit.check_period(now, explicit).map_err(error)?;
     let reported = on_keys(call, keys, now, explicit, |values| {
         request.report(values, now)
     })?;

@@ -3,16 +3,17 @@
 //! the entry point.
 
 use redis::Cmd;
-use sluicegate_core::limits::{MAX_LIMIT, MAX_WAIT};
+use sluicegate_core::limits::{MAX_LIMIT, MAX_PERIOD, MAX_WAIT};
 use sluicegate_core::{
-    Algorithm, Ban, BucketParams, Composite, Decision, DecodeError, FixedWindow, LeakyBucket,
-    Pacing, Report, Request, Reserve, SlidingCounter, SlidingLog, Ticks, TokenBucket,
+    Algorithm, Ban, BucketParams, CalendarWindowAt, Composite, Decision, DecodeError, FixedWindow,
+    LeakyBucket, Pacing, Report, Request, Reserve, SlidingCounter, SlidingLog, Ticks, TokenBucket,
 };
 
 use crate::error::{Error, INEXACT};
 
 static LIB: &str = include_str!("../lua/lib.lua");
 static FIXED_WINDOW: &str = include_str!("../lua/fixed_window.lua");
+static CALENDAR_WINDOW: &str = include_str!("../lua/calendar_window.lua");
 static SLIDING_COUNTER: &str = include_str!("../lua/sliding_counter.lua");
 static SLIDING_LOG: &str = include_str!("../lua/sliding_log.lua");
 static BUCKET: &str = include_str!("../lua/bucket.lua");
@@ -69,6 +70,7 @@ pub(crate) static LIBRARY: std::sync::LazyLock<Library> = std::sync::LazyLock::n
     let body = [
         LIB,
         FIXED_WINDOW,
+        CALENDAR_WINDOW,
         SLIDING_COUNTER,
         SLIDING_LOG,
         BUCKET_FAST,
@@ -301,6 +303,43 @@ lua_window!(
     any_limit
 );
 lua_window!(SlidingLog, "sliding_log", SLIDING_LOG, log_limit);
+
+/// A calendar window in its period: its limit, overdraft, and the period's start and
+/// end (the module's `calendar_window limit start end [overdraft N]`).
+impl LuaAlgorithm for CalendarWindowAt {
+    fn lua_files(&self, files: &mut Vec<&'static str>) {
+        // It decides as the fixed window does.
+        files.extend([FIXED_WINDOW, CALENDAR_WINDOW]);
+    }
+
+    fn lua_args(&self, _cost: u64, cmd: &mut Cmd) {
+        let period = self.period();
+        cmd.arg("calendar_window")
+            .arg(self.window().limit())
+            .arg(self.overdraft())
+            .arg(period.start())
+            .arg(period.end());
+    }
+
+    fn module_args(&self, cmd: &mut Cmd) {
+        let period = self.period();
+        cmd.arg("calendar_window")
+            .arg(self.window().limit())
+            .arg(period.start())
+            .arg(period.end());
+        module_overdraft(self.overdraft(), cmd);
+    }
+
+    fn lua_cost_cap(&self) -> u64 {
+        self.window().limit() + 1
+    }
+
+    /// A period ending within 366 days of the scripts' last instant.
+    fn lua_range(&self) -> Result<(), Error> {
+        let end = self.period().end();
+        in_range("end", end, MAX_LUA_TICKS + MAX_PERIOD, INEXACT)
+    }
+}
 
 /// A bucket's script arguments: its name, then one string of eight big-endian u64 (one
 /// unpack in Lua instead of eight conversions): the burst, rate and period, then
