@@ -413,17 +413,14 @@ fn member_writes(
 }
 
 /// The arguments of `SLUICEGATE.REPORT`:
-/// `numkeys key [key ...] algorithm [algorithm ...] ADJUST a [NOW t]`, `a` signed.
+/// `numkeys key [key ...] algorithm [algorithm ...] ADJUST a [NOW t]`, `a` signed: the
+/// keys, limit and time as a request's (of no cost), and the adjustment.
 #[derive(Debug)]
 pub struct ReportRequest<'a> {
-    /// The Redis keys, one per algorithm.
-    pub keys: &'a [&'a [u8]],
-    /// The limit.
-    pub limit: Limit,
+    /// The keys, limit and explicit time.
+    pub request: Request<'a>,
     /// Units added to what the key has taken (negative: given back).
     pub adjustment: i64,
-    /// The explicit time, if given.
-    pub now: Option<Ticks>,
 }
 
 impl<'a> ReportRequest<'a> {
@@ -434,11 +431,16 @@ impl<'a> ReportRequest<'a> {
         args.one_of("ADJUST", &["ADJUST"])?;
         let adjustment = args.i64("the adjustment")?;
         let [now] = args.options(["NOW"])?;
-        Ok(Self {
+        let request = Request {
             keys,
             limit,
-            adjustment,
+            cost: 0,
             now,
+            max_wait: None,
+        };
+        Ok(Self {
+            request,
+            adjustment,
         })
     }
 
@@ -451,7 +453,7 @@ impl<'a> ReportRequest<'a> {
     ) -> Result<(Reported, Writes), Failure> {
         let adjustment = self.adjustment;
         let reset = |r: &Reported| r.decision.reset_after;
-        match &self.limit {
+        match &self.request.limit {
             Limit::One(spec) => on_one(spec, values, reset, |state| {
                 spec.report(state, now, adjustment)
             }),

@@ -150,13 +150,14 @@ fn report(call: &Call<'_>, args: &[&[u8]]) -> Result<Reply, Error> {
     if key_positions(call, args, MAX_KEYS) {
         return Ok(Reply::KeyPositions);
     }
-    let request = ReportRequest::parse(args).map_err(|e| error(Failure::Arg(e)))?;
+    let report = ReportRequest::parse(args).map_err(|e| error(Failure::Arg(e)))?;
+    let request = &report.request;
     let now = request.now.unwrap_or_else(server_now);
     let keys = (0, request.keys.len(), true);
     let explicit = request.now.is_some();
     request.limit.check_period(now, explicit).map_err(error)?;
     let reported = on_keys(call, keys, now, explicit, |values| {
-        request.report(values, now)
+        report.report(values, now)
     })?;
     let [allowed, limit, remaining, retry, reset, delay, now] =
         engine::reply(&reported.decision, now);

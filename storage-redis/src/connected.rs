@@ -176,11 +176,10 @@ where
 }
 
 /// Asynchronous reports over Redis, with the same times as [`Connected`]'s.
-impl<A, C> AsyncReporter for ConnectedAsync<RedisLimiter<A>, C>
+impl<A: LuaAlgorithm + Report + Sync, C: aio::ConnectionLike + Clone + Send + Sync> AsyncReporter
+    for ConnectedAsync<RedisLimiter<A>, C>
 where
-    A: LuaAlgorithm + Report + Sync,
     A::State: Send + Sync,
-    C: aio::ConnectionLike + Clone + Send + Sync,
 {
     type Error = Error;
 

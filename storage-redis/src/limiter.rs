@@ -478,10 +478,7 @@ impl<A: LuaAlgorithm + Report> RedisLimiter<A> {
         con: &mut C,
         request: &ReportRequest<'_>,
     ) -> Result<Reported, Error> {
-        let (call, adjustment) = report_call(request);
-        self.one(con, call, |_, reply, call| {
-            reply::reported(reply, call.key, adjustment)
-        })
+        self.one(con, report_call(request), reply::reported)
     }
 
     /// Asynchronous [`RedisLimiter::report`].
@@ -490,21 +487,15 @@ impl<A: LuaAlgorithm + Report> RedisLimiter<A> {
         con: &mut C,
         request: &ReportRequest<'_>,
     ) -> Result<Reported, Error> {
-        let (call, adjustment) = report_call(request);
-        self.one_async(con, call, |_, reply, call| {
-            reply::reported(reply, call.key, adjustment)
-        })
-        .await
+        self.one_async(con, report_call(request), reply::reported)
+            .await
     }
 }
 
-/// The call reporting `request`, and its adjustment.
-fn report_call<'a>(request: &ReportRequest<'a>) -> (Call<'a>, i64) {
+/// The call reporting `request`.
+fn report_call<'a>(request: &ReportRequest<'a>) -> Call<'a> {
     let mode = Mode::Report(request.adjustment);
-    (
-        Call::of(mode, request.key, 0, request.now),
-        request.adjustment,
-    )
+    Call::of(mode, request.key, 0, request.now)
 }
 
 impl<A: LuaAlgorithm + Refund> RedisLimiter<A> {

@@ -4,7 +4,7 @@
 use redis::Value;
 use sluicegate_core::{Decision, Reported, Ticks};
 
-use crate::call::Call;
+use crate::call::{Call, Mode};
 use crate::error::Error;
 use crate::lua::LuaAlgorithm;
 
@@ -68,12 +68,15 @@ pub(crate) fn taken(reply: Value, key: &[u8]) -> Result<Taken, Error> {
     })
 }
 
-/// A report's reply: the decision's seven fields, then the units recorded of
-/// `adjustment` (the caller's, before any clamping).
-pub(crate) fn reported(reply: Value, key: &[u8], adjustment: i64) -> Result<Reported, Error> {
+/// A report's reply: the decision's seven fields, then the units recorded of the call's
+/// adjustment (the caller's, before any clamping).
+pub(crate) fn reported<A>(_: &A, reply: Value, call: &Call) -> Result<Reported, Error> {
     if let Value::ServerError(e) = reply {
-        return Err(Error::from_redis(e.into(), key));
+        return Err(Error::from_redis(e.into(), call.key));
     }
+    let Mode::Report(adjustment) = call.mode else {
+        return Err(Error::Reply);
+    };
     let fields: Vec<i64> = redis::from_redis_value(reply).map_err(|_| Error::Reply)?;
     let &[allowed, limit, remaining, retry, reset, delay, _now, recorded] = &fields[..] else {
         return Err(Error::Reply);
