@@ -5,8 +5,8 @@
 use std::boxed::Box;
 
 use sluicegate_core::{
-    AnyAlgorithm, Ban, FixedWindow, Kind, LeakyBucket, Pacing, SlidingCounter, SlidingLog, Ticks,
-    TokenBucket,
+    AnyAlgorithm, Ban, CalendarPeriod, CalendarWindow, CalendarWindowAt, FixedWindow, Kind,
+    LeakyBucket, Pacing, SlidingCounter, SlidingLog, Ticks, TokenBucket,
 };
 
 use crate::args::{ArgError, Args};
@@ -31,7 +31,8 @@ pub const MAX_BANS: usize = 4;
 /// Reads one algorithm and its parameters, as the scripts name it:
 /// `fixed_window limit period [counting_denied]`, `sliding_log limit period`,
 /// `sliding_counter limit period`, `token_bucket|leaky_bucket|pacing capacity rate
-/// period`, `ban threshold window duration <algorithm>`.
+/// period`, `ban threshold window duration <algorithm>`; each but pacing and a ban may
+/// end in `overdraft N`, the most a report takes a key beyond its limit.
 pub fn parse(args: &mut Args<'_>) -> Result<AnyAlgorithm, ArgError> {
     parse_nested(args, 0)
 }
@@ -56,24 +57,29 @@ fn parse_nested(args: &mut Args<'_>, bans: usize) -> Result<AnyAlgorithm, ArgErr
     }
     Ok(match kind(name) {
         Some(Kind::FixedWindow) => {
-            let window = FixedWindow::new(args.u64("limit")?, args.u64("period")?)?;
+            let mut window = FixedWindow::new(args.u64("limit")?, args.u64("period")?)?;
             if args.eat("counting_denied") {
-                window.counting_denied().into()
-            } else {
-                window.into()
+                window = window.counting_denied();
             }
+            window.with_overdraft(overdraft(args)?)?.into()
         }
-        Some(Kind::SlidingLog) => SlidingLog::new(args.u64("limit")?, args.u64("period")?)?.into(),
-        Some(Kind::SlidingCounter) => {
-            SlidingCounter::new(args.u64("limit")?, args.u64("period")?)?.into()
-        }
+        Some(Kind::SlidingLog) => SlidingLog::new(args.u64("limit")?, args.u64("period")?)?
+            .with_overdraft(overdraft(args)?)?
+            .into(),
+        Some(Kind::SlidingCounter) => SlidingCounter::new(args.u64("limit")?, args.u64("period")?)?
+            .with_overdraft(overdraft(args)?)?
+            .into(),
         Some(Kind::TokenBucket) => {
             let (c, r, p) = bucket(args)?;
-            TokenBucket::new(c, r, p)?.into()
+            TokenBucket::new(c, r, p)?
+                .with_overdraft(overdraft(args)?)?
+                .into()
         }
         Some(Kind::LeakyBucket) => {
             let (c, r, p) = bucket(args)?;
-            LeakyBucket::new(c, r, p)?.into()
+            LeakyBucket::new(c, r, p)?
+                .with_overdraft(overdraft(args)?)?
+                .into()
         }
         Some(Kind::Pacing) => {
             let (c, r, p) = bucket(args)?;
@@ -106,6 +112,23 @@ fn unknown(name: &[u8]) -> ArgError {
         String::from_utf8_lossy(name),
         names.join(", ")
     ))
+}
+
+/// A calendar window in its period, after its name: `limit start end [overdraft N]`,
+/// the period `[start, end)` computed by the caller (the core has no calendar).
+pub fn calendar(args: &mut Args<'_>) -> Result<CalendarWindowAt, ArgError> {
+    let window = CalendarWindow::new(args.u64("limit")?)?;
+    let period = CalendarPeriod::new(args.u64("start")?, args.u64("end")?)?;
+    Ok(window.with_overdraft(overdraft(args)?)?.during(period))
+}
+
+/// `overdraft N` after an algorithm's parameters; 0 if absent.
+fn overdraft(args: &mut Args<'_>) -> Result<u64, ArgError> {
+    if args.eat("overdraft") {
+        args.u64("overdraft")
+    } else {
+        Ok(0)
+    }
 }
 
 fn bucket(args: &mut Args<'_>) -> Result<(u64, u64, Ticks), ArgError> {

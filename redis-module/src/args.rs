@@ -94,6 +94,23 @@ impl<'a> Args<'a> {
         })
     }
 
+    /// The next argument as a decimal `i64`, with an optional leading `-`.
+    pub fn i64(&mut self, what: &str) -> Result<i64, ArgError> {
+        let arg = self.bytes(what)?;
+        let value = match arg.strip_prefix(b"-") {
+            Some(digits) => parse_u64(digits).and_then(|n| 0i64.checked_sub_unsigned(n)),
+            None => parse_u64(arg).and_then(|n| i64::try_from(n).ok()),
+        };
+        value.ok_or_else(|| {
+            ArgError::Syntax(format!(
+                "{what} must be an integer from {} to {}, got '{}'",
+                i64::MIN,
+                i64::MAX,
+                String::from_utf8_lossy(arg)
+            ))
+        })
+    }
+
     /// Skips the next argument if it is `word` (any case).
     pub fn eat(&mut self, word: &str) -> bool {
         let next = self.args.get(self.pos);

@@ -2,8 +2,8 @@
 //! reply and the keys' new values out. The commands wrap this in key reads and writes.
 
 use sluicegate_core::{
-    Acquired, Algorithm, AnyAlgorithm, AnyState, Composite, Concurrency, Decision, DecodeError,
-    Grant, LeaseError, Reserve, Ticks,
+    Acquired, Algorithm, AnyAlgorithm, AnyState, CalendarWindowAt, Composite, Concurrency,
+    Decision, DecodeError, Grant, LeaseError, Report, Reported, Reserve, Ticks,
 };
 
 use crate::algorithm;
@@ -20,6 +20,9 @@ pub enum Failure {
     Corrupt(DecodeError),
     /// A lease call the core refused (not held, too many holds...).
     Lease(LeaseError),
+    /// A calendar window decided or reported at the server's time, this one, outside the
+    /// period given: the caller computes the period again.
+    OutOfPeriod(Ticks),
 }
 
 impl From<ArgError> for Failure {
@@ -54,6 +57,7 @@ impl std::fmt::Display for Failure {
             Self::Foreign(found) => write!(f, "SLUICEGATE foreign {found}"),
             Self::Corrupt(e) => write!(f, "SLUICEGATE corrupt state: {e}"),
             Self::Lease(e) => write!(f, "SLUICEGATE lease: {e}"),
+            Self::OutOfPeriod(now) => write!(f, "SLUICEGATE out of period {now}"),
         }
     }
 }
@@ -170,6 +174,26 @@ pub enum Limit {
     One(AnyAlgorithm),
     /// Every member must admit; member `i` keeps its state in key `i`.
     Many(Composite<AnyAlgorithm>),
+    /// A calendar window in the period given, over one key.
+    Calendar(CalendarWindowAt),
+}
+
+impl Limit {
+    /// At the server's time (not `explicit`), a calendar window's `now` must lie in its
+    /// period: the caller's period has turned otherwise.
+    pub fn check_period(&self, now: Ticks, explicit: bool) -> Result<(), Failure> {
+        match self {
+            Self::Calendar(c) if !explicit => {
+                let period = c.period();
+                if (period.start()..period.end()).contains(&now) {
+                    Ok(())
+                } else {
+                    Err(Failure::OutOfPeriod(now))
+                }
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 /// The arguments of `SLUICEGATE.CHECK` and `SLUICEGATE.PEEK`:
@@ -211,17 +235,7 @@ impl<'a> Request<'a> {
     /// Parses the arguments after the command's name; `MAXWAIT` only with `wait`.
     pub fn parse(args: &'a [&'a [u8]], wait: bool) -> Result<Self, ArgError> {
         let mut args = Args::new(args);
-        let keys = keys(&mut args, MAX_KEYS)?;
-        // One key, the common case, needs no vector of specs.
-        let limit = if let [_] = keys {
-            Limit::One(algorithm::parse(&mut args)?)
-        } else {
-            let specs = keys
-                .iter()
-                .map(|_| algorithm::parse(&mut args))
-                .collect::<Result<Vec<_>, _>>()?;
-            Limit::Many(Composite::new(specs)?)
-        };
+        let (keys, limit) = keys_and_limit(&mut args)?;
         let [cost, now, max_wait] = if wait {
             args.options(["COST", "NOW", "MAXWAIT"])?
         } else {
@@ -231,6 +245,7 @@ impl<'a> Request<'a> {
         let reserves = match &limit {
             Limit::One(spec) => spec.can_reserve(),
             Limit::Many(c) => c.members().iter().all(AnyAlgorithm::can_reserve),
+            Limit::Calendar(_) => false,
         };
         if max_wait.is_some() && !reserves {
             return Err(ArgError::Syntax(
@@ -291,41 +306,20 @@ impl<'a> Request<'a> {
         now: Ticks,
     ) -> Result<(Decision, Writes), Failure> {
         let (cost, wait) = (self.cost, self.max_wait);
+        let reset = |d: &Decision| d.reset_after;
         match &self.limit {
-            Limit::One(spec) => {
-                let state = decode(spec, values.first().copied().flatten())?;
-                let (d, new) = match wait {
-                    Some(w) => spec.reserve(state, now, cost, w),
-                    None => spec.decide(state, now, cost),
-                };
-                let write = new.map(|s| (encode(spec, &s), d.reset_after));
-                Ok((d, Writes::One(Some(write))))
-            }
+            Limit::One(spec) => on_one(spec, values, reset, |state| match wait {
+                Some(w) => spec.reserve(state, now, cost, w),
+                None => spec.decide(state, now, cost),
+            }),
+            Limit::Calendar(c) => on_one(c, values, reset, |state| c.decide(state, now, cost)),
             Limit::Many(composite) => {
-                let members = composite.members();
-                let states = members
-                    .iter()
-                    .zip(values)
-                    .map(|(m, v)| decode(m, *v))
-                    .collect::<Result<Vec<_>, _>>()?;
-                let state = states.iter().any(Option::is_some).then_some(states);
+                let state = composite_state(composite, values)?;
                 let (d, new) = match wait {
                     Some(w) => composite.reserve(state, now, cost, w),
                     None => composite.decide(state, now, cost),
                 };
-                let new = new.unwrap_or_else(|| vec![None; members.len()]);
-                // Each key lives until its own member is fresh, as in the scripts.
-                let writes = members
-                    .iter()
-                    .zip(new)
-                    .map(|(m, s)| {
-                        s.map(|s| {
-                            let reset = m.peek(Some(s.clone()), now, 0).reset_after;
-                            (encode(m, &s), reset)
-                        })
-                    })
-                    .collect::<Vec<_>>();
-                Ok((d, Writes::Many(writes.into_iter())))
+                Ok((d, member_writes(composite, new, now)))
             }
         }
     }
@@ -340,8 +334,138 @@ impl<'a> Request<'a> {
                 &one[..]
             }
             Limit::Many(c) => return validate_all(c.members().iter(), values),
+            Limit::Calendar(c) => return on_one(c, values, |_| 0, |state| ((), state)).map(|_| ()),
         };
         validate_all(members.iter().copied(), values)
+    }
+}
+
+/// Runs `transition` on the first key's value, decoded by `alg`: its answer and the
+/// key's new value, living for what `reset` says of the answer.
+fn on_one<A: Algorithm, T>(
+    alg: &A,
+    values: &[Option<&[u8]>],
+    reset: impl FnOnce(&T) -> Ticks,
+    transition: impl FnOnce(Option<A::State>) -> (T, Option<A::State>),
+) -> Result<(T, Writes), Failure> {
+    let value = values.first().copied().flatten();
+    let state = value.map(|b| alg.decode(b)).transpose()?;
+    let (answer, new) = transition(state);
+    let ttl = reset(&answer);
+    let write = new.map(|s| (Encoded::of(|out, s| alg.encode(s, out), &s), ttl));
+    Ok((answer, Writes::One(Some(write))))
+}
+
+/// A composite's state from its keys' values; `None` when every member is fresh.
+fn composite_state(
+    composite: &Composite<AnyAlgorithm>,
+    values: &[Option<&[u8]>],
+) -> Result<Option<Vec<Option<AnyState>>>, Failure> {
+    let states = composite
+        .members()
+        .iter()
+        .zip(values)
+        .map(|(m, v)| decode(m, *v))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(states.iter().any(Option::is_some).then_some(states))
+}
+
+/// Reads `numkeys key...` and one algorithm per key: a composite of several.
+fn keys_and_limit<'a>(args: &mut Args<'a>) -> Result<(&'a [&'a [u8]], Limit), ArgError> {
+    let keys = keys(args, MAX_KEYS)?;
+    // One key, the common case, needs no vector of specs.
+    let limit = if let [_] = keys {
+        if args.eat("calendar_window") {
+            Limit::Calendar(algorithm::calendar(args)?)
+        } else {
+            Limit::One(algorithm::parse(args)?)
+        }
+    } else {
+        let specs = keys
+            .iter()
+            .map(|_| algorithm::parse(args))
+            .collect::<Result<Vec<_>, _>>()?;
+        Limit::Many(Composite::new(specs)?)
+    };
+    Ok((keys, limit))
+}
+
+/// A composite's new states as its keys' values: each key lives until its own member is
+/// fresh, as in the scripts.
+fn member_writes(
+    composite: &Composite<AnyAlgorithm>,
+    new: Option<Vec<Option<AnyState>>>,
+    now: Ticks,
+) -> Writes {
+    let members = composite.members();
+    let new = new.unwrap_or_else(|| vec![None; members.len()]);
+    let writes = members
+        .iter()
+        .zip(new)
+        .map(|(m, s)| {
+            s.map(|s| {
+                let reset = m.peek(Some(s.clone()), now, 0).reset_after;
+                (encode(m, &s), reset)
+            })
+        })
+        .collect::<Vec<_>>();
+    Writes::Many(writes.into_iter())
+}
+
+/// The arguments of `SLUICEGATE.REPORT`:
+/// `numkeys key [key ...] algorithm [algorithm ...] ADJUST a [NOW t]`, `a` signed: the
+/// keys, limit and time as a request's (of no cost), and the adjustment.
+#[derive(Debug)]
+pub struct ReportRequest<'a> {
+    /// The keys, limit and explicit time.
+    pub request: Request<'a>,
+    /// Units added to what the key has taken (negative: given back).
+    pub adjustment: i64,
+}
+
+impl<'a> ReportRequest<'a> {
+    /// Parses the arguments after the command's name.
+    pub fn parse(args: &'a [&'a [u8]]) -> Result<Self, ArgError> {
+        let mut args = Args::new(args);
+        let (keys, limit) = keys_and_limit(&mut args)?;
+        args.one_of("ADJUST", &["ADJUST"])?;
+        let adjustment = args.i64("the adjustment")?;
+        let [now] = args.options(["NOW"])?;
+        let request = Request {
+            keys,
+            limit,
+            cost: 0,
+            now,
+            max_wait: None,
+        };
+        Ok(Self {
+            request,
+            adjustment,
+        })
+    }
+
+    /// The core's report at `now` on the keys' values (`None`: absent): what it recorded
+    /// and each key's new value.
+    pub fn report(
+        &self,
+        values: &[Option<&[u8]>],
+        now: Ticks,
+    ) -> Result<(Reported, Writes), Failure> {
+        let adjustment = self.adjustment;
+        let reset = |r: &Reported| r.decision.reset_after;
+        match &self.request.limit {
+            Limit::One(spec) => on_one(spec, values, reset, |state| {
+                spec.report(state, now, adjustment)
+            }),
+            Limit::Calendar(c) => {
+                on_one(c, values, reset, |state| c.report(state, now, adjustment))
+            }
+            Limit::Many(composite) => {
+                let state = composite_state(composite, values)?;
+                let (reported, new) = composite.report(state, now, adjustment);
+                Ok((reported, member_writes(composite, new, now)))
+            }
+        }
     }
 }
 

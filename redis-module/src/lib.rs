@@ -14,7 +14,10 @@ mod tests;
 use sluicegate_core::{Clock, Decision, SystemClock, Ticks};
 
 use args::Args;
-use engine::{keys, Failure, LeaseOp, LeaseRequest, Request, Write, MAX_BATCH_KEYS, MAX_KEYS};
+use engine::{
+    keys, Failure, LeaseOp, LeaseRequest, ReportRequest, Request, Write, Writes, MAX_BATCH_KEYS,
+    MAX_KEYS,
+};
 use host::{Call, Error, Key, Reply};
 
 /// The server's time in microseconds since the Unix epoch: the wall clock `TIME` reads
@@ -85,6 +88,8 @@ fn decide(call: &Call<'_>, args: &[&[u8]], write: bool) -> Result<Reply, Error> 
     }
     let request = Request::parse(args, write).map_err(|e| error(Failure::Arg(e)))?;
     let now = request.now.unwrap_or_else(server_now);
+    let explicit = request.now.is_some();
+    request.limit.check_period(now, explicit).map_err(error)?;
     let decision = decide_keys(call, &request, 0, now, write)?;
     Ok(Reply::Integers(engine::reply(&decision, now).into()))
 }
@@ -110,17 +115,59 @@ fn decide_keys(
         }
         return Ok(decision);
     }
-    let mut keys = open_keys(call, first, request.keys.len(), write)?;
+    let keys = (first, request.keys.len(), write);
+    on_keys(call, keys, now, explicit, |values| {
+        request.decide(values, now)
+    })
+}
+
+/// Runs `run` on the values of the `(first, count, write)` keys of the command (see
+/// [`open_keys`]) and stores what it writes at `now` if `write`.
+fn on_keys<T>(
+    call: &Call<'_>,
+    (first, count, write): (usize, usize, bool),
+    now: Ticks,
+    explicit: bool,
+    run: impl FnOnce(&[Option<&[u8]>]) -> Result<(T, Writes), Failure>,
+) -> Result<T, Error> {
+    let mut keys = open_keys(call, first, count, write)?;
     let values = values(&keys)?;
     let had: Vec<bool> = values.iter().map(Option::is_some).collect();
-    let (decision, writes) = request.decide(&values, now).map_err(error)?;
+    let (answer, writes) = run(&values).map_err(error)?;
     drop(values);
     if write {
         for ((key, had), new) in keys.iter_mut().zip(had).zip(writes) {
             key.store(had, new, now, explicit)?;
         }
     }
-    Ok(decision)
+    Ok(answer)
+}
+
+/// `SLUICEGATE.REPORT`: the core's report of a signed adjustment on the keys (see
+/// `docs/design/reported-costs.md`); replies the decision a cost of zero gets afterwards
+/// (as `SLUICEGATE.CHECK` replies it), then the units recorded.
+fn report(call: &Call<'_>, args: &[&[u8]]) -> Result<Reply, Error> {
+    if key_positions(call, args, MAX_KEYS) {
+        return Ok(Reply::KeyPositions);
+    }
+    let report = ReportRequest::parse(args).map_err(|e| error(Failure::Arg(e)))?;
+    let request = &report.request;
+    let now = request.now.unwrap_or_else(server_now);
+    let keys = (0, request.keys.len(), true);
+    let explicit = request.now.is_some();
+    request.limit.check_period(now, explicit).map_err(error)?;
+    let reported = on_keys(call, keys, now, explicit, |values| {
+        report.report(values, now)
+    })?;
+    let [allowed, limit, remaining, retry, reset, delay, now] =
+        engine::reply(&reported.decision, now);
+    let recorded = engine::signed(reported.recorded);
+    Ok(Reply::Integers(
+        [
+            allowed, limit, remaining, retry, reset, delay, now, recorded,
+        ]
+        .into(),
+    ))
 }
 
 /// `SLUICEGATE.BATCH`: decides each request in order at one time, each as its own
@@ -242,7 +289,9 @@ mod load {
     use redis_module::{Context, RedisString, Status};
 
     use super::host::{self, entry};
-    use super::{batch, check, lease_acquire, lease_release, lease_renew, peek, reset, throttle};
+    use super::{
+        batch, check, lease_acquire, lease_release, lease_renew, peek, report, reset, throttle,
+    };
 
     /// Registers the commands on the module API directly (see `host`).
     fn init(ctx: &Context, _args: &[RedisString]) -> Status {
@@ -251,8 +300,9 @@ mod load {
         // others have one key, the first argument.
         let (numkeys, one_key) = ((2, 2, 1), (1, 1, 1));
         #[rustfmt::skip]
-        let commands: [(&std::ffi::CStr, host::Entry, &std::ffi::CStr, _); 8] = [
+        let commands: [(&std::ffi::CStr, host::Entry, &std::ffi::CStr, _); 9] = [
             (c"sluicegate.check", entry!(check), c"write deny-oom getkeys-api", numkeys),
+            (c"sluicegate.report", entry!(report), c"write deny-oom getkeys-api", numkeys),
             (c"sluicegate.batch", entry!(batch), c"write deny-oom getkeys-api", numkeys),
             (c"sluicegate.peek", entry!(peek), c"readonly getkeys-api", numkeys),
             (c"sluicegate.reset", entry!(reset), c"write getkeys-api", numkeys),

@@ -4,7 +4,8 @@
 algorithms.ban = function(argv, i)
   local threshold, ban_window, duration = tonumber(argv[i]), tonumber(argv[i + 1]), tonumber(argv[i + 2])
   local inner, next_i = build(argv, i + 3)
-  local decide = function(bytes, now, cost)
+  -- A report records nothing on a ban (see docs/design/reported-costs.md).
+  local decide = function(bytes, now, cost, wait, adjust)
     local window, denied, banned_until, inner_bytes = 0, 0, 0, nil
     if bytes then
       window, denied, banned_until, inner_bytes = read(bytes, 7, 3)
@@ -13,6 +14,7 @@ algorithms.ban = function(argv, i)
       if banned_until > MAX_NOW * 2 then corrupt('banned_until') end
       if inner_bytes == '' then inner_bytes = nil end
     end
+    if adjust then return 0, bytes end
     local current = divmod(now, ban_window)
     if window < current then window, denied = current, 0 end
     local d, inner_new = inner(inner_bytes, now, cost)

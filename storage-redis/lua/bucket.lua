@@ -2,7 +2,7 @@
 -- theoretical arrival time tat, in units of 1 / R tick, stored as (ticks, fraction).
 -- Every instant below is held relative to `now` as a pair (t, f) = t + f / R ticks with
 -- 0 <= f < R, so all sums stay small and exact.
-local BUCKET_ARGS = '>' .. ('I8'):rep(7)
+local BUCKET_ARGS = '>' .. ('I8'):rep(8)
 
 -- (t1, f1) - (t2, f2), fractions of 1 / `rate`.
 local function sub(t1, f1, t2, f2, rate)
@@ -36,16 +36,18 @@ end
 
 local function gcra(tag)
   return function(argv, i)
-    -- One argument of seven big-endian u64 (one unpack, not seven tonumber): the burst,
+    -- One argument of eight big-endian u64 (one unpack, not eight tonumber): the burst,
     -- rate and period, then burst * period / R and cost * period / R as (ticks,
-    -- remainder), divided by the caller (exact in Rust).
+    -- remainder), divided by the caller (exact in Rust), then the overdraft.
     local packed = argv[i]
-    if #packed ~= 56 then error({ err = 'SLUICEGATE bad bucket arguments' }) end
-    local burst, rate, period, tol_t, tol_f, cost_t, cost_f = struct.unpack(BUCKET_ARGS, packed)
+    if #packed ~= 64 then error({ err = 'SLUICEGATE bad bucket arguments' }) end
+    local burst, rate, period, tol_t, tol_f, cost_t, cost_f, over = struct.unpack(BUCKET_ARGS, packed)
     local pacing = tag == 6
-    -- With `refund`, gives `cost` units back instead (the bucket holds them again, at
-    -- most its burst) and returns only the new state.
-    local decide = function(bytes, now, cost, wait, refund)
+    -- With `adjust` (a report's signed units), adds them to what the key has taken
+    -- instead (see docs/design/reported-costs.md) and returns the units recorded and the
+    -- new state; a pacing queue records nothing and keeps its state.
+    local decide = function(bytes, now, cost, wait, adjust)
+      local stored = bytes
       wait = wait or (pacing and MAX_NOW * 2 or 0)
       -- a = tat - now, zero for a fresh or stale state.
       local at, af = 0, 0
@@ -60,12 +62,27 @@ local function gcra(tag)
           bytes = nil
         end
       end
-      if refund then
-        if not bytes then return nil, nil end
-        local st, sf = scale(math.min(cost, burst), rate, period)
-        local bt, bf = sub(at, af, st, sf, rate)
-        if bt < 0 or bt + bf == 0 then return nil, nil end
-        return nil, write(tag, now + bt, bf)
+      if adjust then
+        if pacing then return 0, stored end
+        local units, recorded = math.abs(adjust), 0
+        if adjust >= 0 then
+          -- Up to a full burst plus the overdraft after now.
+          local bt, bf = scale(burst + over, rate, period)
+          recorded = math.min(units, bucket_room(rate, period, bt, bf, at, af))
+          local st, sf = scale(recorded, rate, period)
+          at, af = at + st, af + sf
+          if af >= rate then at, af = at + 1, af - rate end
+        else
+          -- Back to now at most: the whole units owed, the last possibly in part.
+          local owed, part = muldivmod(rate, at, af, period)
+          if part > 0 then owed = owed + 1 end
+          recorded = math.min(units, owed)
+          local st, sf = scale(recorded, rate, period)
+          at, af = sub(at, af, st, sf, rate)
+          if at < 0 then at, af = 0, 0 end
+        end
+        if at + af == 0 then return recorded, nil end
+        return recorded, write(tag, now + at, af)
       end
       if cost > burst then
         local room = bucket_room(rate, period, tol_t, tol_f, at, af)
@@ -113,7 +130,7 @@ local function bucket_args(arg)
   local tol_t, tol_f = scale(burst, rate, period)
   local cost_t, cost_f = 0, 0
   if cost <= burst then cost_t, cost_f = scale(cost, rate, period) end
-  local packed = struct.pack(BUCKET_ARGS, burst, rate, period, tol_t, tol_f, cost_t, cost_f)
+  local packed = struct.pack(BUCKET_ARGS, burst, rate, period, tol_t, tol_f, cost_t, cost_f, 0)
   if now > MAX_NOW then now = '' end
   return { 'decide', now, cost, wait, BUCKET_NAMES[tag] or '', packed }
 end

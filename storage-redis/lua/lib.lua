@@ -174,3 +174,14 @@ local function clock(arg)
   if now > MAX_NOW then error({ err = 'SLUICEGATE time beyond 2^52 microseconds' }) end
   return now, explicit
 end
+
+-- A count moved by a report's signed `adjust`: up by at most `room` units, down to zero
+-- at most. Returns the units recorded and the new count.
+local function adjust_count(count, room, adjust)
+  if adjust >= 0 then
+    local recorded = math.min(adjust, math.max(room, 0))
+    return recorded, count + recorded
+  end
+  local recorded = math.min(-adjust, count)
+  return recorded, count - recorded
+end

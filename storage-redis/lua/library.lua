@@ -16,6 +16,7 @@ register('reset', function(keys, args) return run('reset', keys, args) end)
 register('purge', function(keys, args) return run('purge', keys, args) end)
 register('take', function(keys, args) return run('take', keys, args) end)
 register('refund', function(keys, args) return run('refund', keys, args) end)
+register('report', function(keys, args) return run('report', keys, args) end)
 -- A bucket's decision on its fast path (bucket_fast.lua), else on the general one; at
 -- the server's time `server_now` if given (a batch's), else the time it reads.
 local function fast(key, arg, server_now)

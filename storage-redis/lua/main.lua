@@ -13,7 +13,10 @@
 --           with a max wait (buckets), a charge: all `cost` units as one reservation;
 --   refund  (fleets) give `cost` units back, unless the server's time has reached the
 --           max-wait argument (the grant's deadline); the decision for a cost of zero
---           afterwards, then now.
+--           afterwards, then now;
+--   report  add the signed `cost` (a report's adjustment) to what the key has taken
+--           (see docs/design/reported-costs.md): the decision for a cost of zero
+--           afterwards, now and the units recorded.
 local function run(mode, KEYS, ARGV)
   local now, explicit = clock(ARGV[2])
   local cost, wait = tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -73,13 +76,15 @@ local function run(mode, KEYS, ARGV)
     local old = get(KEYS[1])
     local new = old
     if not wait or now < wait then
-      local _, refunded = members[1](old, now, cost, nil, true)
+      local _, refunded = members[1](old, now, nil, nil, -cost)
       new = refunded
     end
     local d = members[1](new, now, 0)
     store(KEYS[1], old, new, d[RESET], explicit)
     d[7] = now
     return d
+  elseif mode == 'report' then
+    return report_all(KEYS, members, now, cost, explicit)
   end
 
   local d

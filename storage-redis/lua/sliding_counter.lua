@@ -7,30 +7,35 @@ local function first_fit(weight, room, period)
 end
 
 algorithms.sliding_counter = function(argv, i)
-  local limit, period = tonumber(argv[i]), tonumber(argv[i + 1])
+  local limit, period, over = tonumber(argv[i]), tonumber(argv[i + 1]), tonumber(argv[i + 2])
 
-  -- With `refund`, gives `cost` units back to the current window's count instead and
-  -- returns only the new state.
-  local decide = function(bytes, now, cost, wait, refund)
+  -- With `adjust` (a report's signed units), adds them to the current window's count
+  -- instead, while the estimate stays within limit + overdraft (a refund comes off the
+  -- current count only), and returns the units recorded and the new state.
+  local decide = function(bytes, now, cost, wait, adjust)
     local window = divmod(now, period)
     local prev, cur = 0, 0
     if bytes then
       local w, p, c = read_exact(bytes, 3, 3)
       if w * period > MAX_NOW then corrupt('window') end
-      if p > limit then corrupt('prev') end
-      if c > limit or p + c == 0 then corrupt('cur') end
+      if p > limit + over then corrupt('prev') end
+      if c > limit + over or p + c == 0 then corrupt('cur') end
       if w >= window then
         window, prev, cur = w, p, c
       elseif w + 1 == window then
         prev = c
       end
     end
-    if refund then
-      cur = cur - math.min(cost, cur)
-      return nil, prev + cur > 0 and write(3, window, prev, cur) or nil
-    end
     local start = window * period
     local elapsed = math.max(now, start) - start
+    if adjust then
+      -- The most cur may reach: carried + cur * P <= (limit + overdraft) * P, where
+      -- carried rounds up to whole units.
+      local most = limit + over - muldiv(prev, period - elapsed, period - 1, period)
+      local recorded
+      recorded, cur = adjust_count(cur, most - cur, adjust)
+      return recorded, prev + cur > 0 and write(3, window, prev, cur) or nil
+    end
     local room = limit - cur - cost
     local allowed = cost <= limit and room >= 0 and product_le(prev, period - elapsed, room, period)
     if allowed then cur = cur + cost end
@@ -54,5 +59,5 @@ algorithms.sliding_counter = function(argv, i)
     end
     return deny(limit, remaining, retry, reset), state
   end
-  return decide, i + 2
+  return decide, i + 3
 end

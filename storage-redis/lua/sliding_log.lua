@@ -23,12 +23,26 @@ local function parse(bytes, limit)
   return at, costs, n, used, rest
 end
 
-algorithms.sliding_log = function(argv, i)
-  local limit, period = tonumber(argv[i]), tonumber(argv[i + 1])
+-- The log's bytes: entries first..kept as they are in `rest` (not re-packed), then the
+-- entries after `kept`, each packed; nil when empty.
+local function log_bytes(at, costs, first, kept, last, rest)
+  if last < first then return nil end
+  local parts = { write(2, last - first + 1), string.sub(rest, 16 * first - 15, 16 * kept) }
+  for k = math.max(kept + 1, first), last do
+    parts[#parts + 1] = struct.pack('>I8I8', at[k], costs[k])
+  end
+  return table.concat(parts)
+end
 
-  local decide = function(bytes, now, cost)
+algorithms.sliding_log = function(argv, i)
+  local limit, period, over = tonumber(argv[i]), tonumber(argv[i + 1]), tonumber(argv[i + 2])
+
+  -- With `adjust` (a report's signed units), logs them at now instead while the window
+  -- holds at most limit + overdraft (a refund takes them off the newest entries first),
+  -- and returns the units recorded and the new state.
+  local decide = function(bytes, now, cost, wait, adjust)
     local at, costs, last, used, rest = {}, {}, 0, 0, ''
-    if bytes then at, costs, last, used, rest = parse(bytes, limit) end
+    if bytes then at, costs, last, used, rest = parse(bytes, limit + over) end
     -- Entries first..kept stay as they are in `rest`; only a merged or new last entry
     -- is packed again.
     local kept = last
@@ -39,27 +53,38 @@ algorithms.sliding_log = function(argv, i)
       first = first + 1
     end
     local before = used
-    local allowed = cost <= limit - used
-    if allowed and cost > 0 then
+    local logged = cost
+    if adjust then
+      local recorded
+      recorded, used = adjust_count(used, limit + over - used, adjust)
+      if adjust < 0 then
+        local owed = recorded
+        while owed > 0 do
+          local taken = math.min(owed, costs[last])
+          costs[last], owed = costs[last] - taken, owed - taken
+          kept = math.min(kept, last - 1)
+          if costs[last] == 0 then last = last - 1 end
+        end
+        return recorded, log_bytes(at, costs, first, kept, last, rest)
+      end
+      logged = recorded
+    end
+    local allowed = adjust or cost <= limit - used
+    if allowed and logged > 0 then
       if last >= first and at[last] == now then
-        costs[last] = costs[last] + cost
+        costs[last] = costs[last] + logged
         kept = last - 1
       else
         last = last + 1
-        at[last], costs[last] = now, cost
+        at[last], costs[last] = now, logged
       end
-      used = used + cost
+      if not adjust then used = used + logged end
     end
+    local state = log_bytes(at, costs, first, kept, last, rest)
+    if adjust then return logged, state end
     local reset = last >= first and at[last] + period - now or 0
-    local state = nil
-    if last >= first then
-      local parts = { write(2, last - first + 1), string.sub(rest, 16 * first - 15, 16 * kept) }
-      for k = math.max(kept + 1, first), last do
-        parts[#parts + 1] = struct.pack('>I8I8', at[k], costs[k])
-      end
-      state = table.concat(parts)
-    end
-    if allowed then return admit(limit, limit - used, reset, 0), state end
+    local remaining = math.max(limit - used, 0)
+    if allowed then return admit(limit, remaining, reset, 0), state end
     local retry = -1
     if cost <= limit then
       local freed, ready = limit - before, now
@@ -69,7 +94,7 @@ algorithms.sliding_log = function(argv, i)
       end
       retry = ready - now
     end
-    return deny(limit, limit - used, retry, reset), state
+    return deny(limit, remaining, retry, reset), state
   end
-  return decide, i + 2
+  return decide, i + 3
 end

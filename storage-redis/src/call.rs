@@ -34,7 +34,13 @@ pub(crate) enum Mode {
     Take,
     /// Give `cost` units back before a deadline (fleets).
     Refund,
+    /// Add a report's signed adjustment to what the key has taken.
+    Report(i64),
 }
+
+/// The largest adjustment a report sends the scripts: every larger one records what it
+/// does (each bound is below it), and it is exact in Lua.
+const MAX_LUA_ADJUSTMENT: i64 = 1 << 52;
 
 impl Mode {
     fn name(self) -> &'static str {
@@ -45,6 +51,7 @@ impl Mode {
             Self::Purge => "purge",
             Self::Take => "take",
             Self::Refund => "refund",
+            Self::Report(_) => "report",
         }
     }
 }
@@ -111,20 +118,39 @@ impl<'a> Call<'a> {
         };
         let mut invocation = program.invocation(function, read_only, keys);
         self.append_lua(algorithm, &args, &mut invocation.cmd);
-        if matches!(self.mode, Mode::Decide) && program.may_use_module() {
-            let mut module = redis::cmd("SLUICEGATE.CHECK");
-            module.arg(keys.len()).arg(keys);
-            algorithm.module_args(&mut module);
-            module.arg("COST").arg(args.cost);
-            if let Some(now) = self.now {
-                module.arg("NOW").arg(now);
-            }
-            if let Some(max_wait) = args.max_wait {
-                module.arg("MAXWAIT").arg(max_wait);
-            }
-            invocation.module = Some(module);
+        if program.may_use_module() {
+            invocation.module = self.module_command(algorithm, &args, keys);
         }
         Ok(invocation)
+    }
+
+    /// The module's command for this call: a decision's or a report's; `None` for the
+    /// calls the module has no command for.
+    fn module_command<A: LuaAlgorithm>(
+        &self,
+        algorithm: &A,
+        args: &Arguments,
+        keys: &[Vec<u8>],
+    ) -> Option<Cmd> {
+        let name = match self.mode {
+            Mode::Decide => "SLUICEGATE.CHECK",
+            Mode::Report(_) => "SLUICEGATE.REPORT",
+            _ => return None,
+        };
+        let mut module = redis::cmd(name);
+        module.arg(keys.len()).arg(keys);
+        algorithm.module_args(&mut module);
+        match self.mode {
+            Mode::Report(adjustment) => module.arg("ADJUST").arg(adjustment),
+            _ => module.arg("COST").arg(args.cost),
+        };
+        if let Some(now) = self.now {
+            module.arg("NOW").arg(now);
+        }
+        if let Some(max_wait) = args.max_wait {
+            module.arg("MAXWAIT").arg(max_wait);
+        }
+        Some(module)
     }
 
     /// The cost, wait and fast argument as every path sends them; an error if the time
@@ -161,12 +187,16 @@ impl<'a> Call<'a> {
             cmd.arg(arg);
             return;
         }
-        cmd.arg(self.mode.name())
-            .arg(Arg(self.now))
-            .arg(args.cost)
-            .arg(Arg(args.max_wait));
+        cmd.arg(self.mode.name()).arg(Arg(self.now));
+        match self.mode {
+            Mode::Report(adjustment) => {
+                cmd.arg(adjustment.clamp(-MAX_LUA_ADJUSTMENT, MAX_LUA_ADJUSTMENT))
+            }
+            _ => cmd.arg(args.cost),
+        };
+        cmd.arg(Arg(args.max_wait));
         // A take's or refund's cost varies in the script: it scales it there.
-        let scaled = if matches!(self.mode, Mode::Take | Mode::Refund) {
+        let scaled = if matches!(self.mode, Mode::Take | Mode::Refund | Mode::Report(_)) {
             0
         } else {
             args.cost

@@ -5,8 +5,9 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use redis::{aio, ConnectionLike};
 use sluicegate_core::{
-    Acquired, AsyncLeaseHost, AsyncLimiter, Decision, Grant, LeaseHost, LeaseRequest, LeaseState,
-    Limiter, Request, Reserve, Ticks,
+    Acquired, AsyncLeaseHost, AsyncLimiter, AsyncReporter, Decision, Grant, LeaseHost,
+    LeaseRequest, LeaseState, Limiter, Report, ReportRequest, Reported, Reporter, Request, Reserve,
+    Ticks,
 };
 
 use crate::connection::{Reconnecting, ReconnectingAsync};
@@ -82,6 +83,15 @@ impl<A: LuaAlgorithm + Reserve, C: ConnectionLike> Limiter for Connected<RedisLi
     fn reserve(&self, request: &Request<'_>, max_wait: Ticks) -> Result<Decision, Error> {
         self.host
             .reserve(&mut *self.connection(), request, max_wait)
+    }
+}
+
+/// Reports over Redis, with the same times as the limiter's decisions.
+impl<A: LuaAlgorithm + Report, C: ConnectionLike> Reporter for Connected<RedisLimiter<A>, C> {
+    type Error = Error;
+
+    fn report(&self, request: &ReportRequest<'_>) -> Result<Reported, Error> {
+        self.host.report(&mut *self.connection(), request)
     }
 }
 
@@ -162,6 +172,19 @@ where
         self.host
             .reserve_async(&mut self.con(), request, max_wait)
             .await
+    }
+}
+
+/// Asynchronous reports over Redis, with the same times as [`Connected`]'s.
+impl<A: LuaAlgorithm + Report + Sync, C: aio::ConnectionLike + Clone + Send + Sync> AsyncReporter
+    for ConnectedAsync<RedisLimiter<A>, C>
+where
+    A::State: Send + Sync,
+{
+    type Error = Error;
+
+    async fn report(&self, request: &ReportRequest<'_>) -> Result<Reported, Error> {
+        self.host.report_async(&mut self.con(), request).await
     }
 }
 

@@ -52,6 +52,14 @@ pub enum Error {
         /// Why `max` is the most, and what to use beyond it.
         reason: &'static str,
     },
+    /// A calendar window decided or reported at the server's time `now`, outside the
+    /// period the caller gave: the period has turned (or the caller's clock is off);
+    /// compute the period holding `now` and call again. Nothing was changed.
+    #[error("the server's time {now} is outside the calendar period given")]
+    OutOfPeriod {
+        /// The server's time, in microseconds since the Unix epoch.
+        now: u64,
+    },
     /// A composite's members share a hash tag made of the key, so it cannot be empty.
     #[error("a composite limit needs a non-empty key")]
     EmptyKey,
@@ -123,6 +131,11 @@ impl Error {
                     key: key.to_vec(),
                     reason: reason.to_owned(),
                 };
+            }
+            if let Some(now) = detail.strip_prefix("out of period ") {
+                if let Ok(now) = now.trim().parse() {
+                    return Self::OutOfPeriod { now };
+                }
             }
             if detail == "not held" {
                 return Self::Lease(LeaseError::NotHeld);

@@ -2,7 +2,9 @@
 //! call builds its command and reads its reply the same way; only the send differs).
 
 use redis::{aio, ConnectionLike, Value};
-use sluicegate_core::{Decision, Refund, Request, Reserve, Ticks, SECOND};
+use sluicegate_core::{
+    Decision, Refund, Report, ReportRequest, Reported, Request, Reserve, Ticks, SECOND,
+};
 
 use crate::call::{self, Call, Mode};
 use crate::error::Error;
@@ -464,6 +466,36 @@ impl<A: LuaAlgorithm + Reserve> RedisLimiter<A> {
         let call = Call::request(request).waiting(Some(max_wait));
         self.one_async(con, call, reply::decision).await
     }
+}
+
+impl<A: LuaAlgorithm + Report> RedisLimiter<A> {
+    /// Adds `request.adjustment` units to what its key has taken (negative: gives them
+    /// back) in one atomic call, at its own `now` if it has one, else at the server's
+    /// time: the core's [`Report::report`], with the units recorded and dropped and the
+    /// key's standing after it.
+    pub fn report<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        request: &ReportRequest<'_>,
+    ) -> Result<Reported, Error> {
+        self.one(con, report_call(request), reply::reported)
+    }
+
+    /// Asynchronous [`RedisLimiter::report`].
+    pub async fn report_async<C: aio::ConnectionLike>(
+        &self,
+        con: &mut C,
+        request: &ReportRequest<'_>,
+    ) -> Result<Reported, Error> {
+        self.one_async(con, report_call(request), reply::reported)
+            .await
+    }
+}
+
+/// The call reporting `request`.
+fn report_call<'a>(request: &ReportRequest<'a>) -> Call<'a> {
+    let mode = Mode::Report(request.adjustment);
+    Call::of(mode, request.key, 0, request.now)
 }
 
 impl<A: LuaAlgorithm + Refund> RedisLimiter<A> {

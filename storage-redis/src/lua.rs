@@ -3,16 +3,17 @@
 //! the entry point.
 
 use redis::Cmd;
-use sluicegate_core::limits::{MAX_LIMIT, MAX_WAIT};
+use sluicegate_core::limits::{MAX_LIMIT, MAX_PERIOD, MAX_WAIT};
 use sluicegate_core::{
-    Algorithm, Ban, BucketParams, Composite, Decision, DecodeError, FixedWindow, LeakyBucket,
-    Pacing, Request, Reserve, SlidingCounter, SlidingLog, Ticks, TokenBucket,
+    Algorithm, Ban, BucketParams, CalendarWindowAt, Composite, Decision, DecodeError, FixedWindow,
+    LeakyBucket, Pacing, Report, Request, Reserve, SlidingCounter, SlidingLog, Ticks, TokenBucket,
 };
 
 use crate::error::{Error, INEXACT};
 
 static LIB: &str = include_str!("../lua/lib.lua");
 static FIXED_WINDOW: &str = include_str!("../lua/fixed_window.lua");
+static CALENDAR_WINDOW: &str = include_str!("../lua/calendar_window.lua");
 static SLIDING_COUNTER: &str = include_str!("../lua/sliding_counter.lua");
 static SLIDING_LOG: &str = include_str!("../lua/sliding_log.lua");
 static BUCKET: &str = include_str!("../lua/bucket.lua");
@@ -49,7 +50,7 @@ impl Library {
 }
 
 /// The suffixes `lua/library.lua` registers.
-const FUNCTIONS: [&str; 12] = [
+const FUNCTIONS: [&str; 13] = [
     "decide",
     "bucket",
     "batch",
@@ -58,6 +59,7 @@ const FUNCTIONS: [&str; 12] = [
     "purge",
     "take",
     "refund",
+    "report",
     "acquire",
     "release",
     "renew",
@@ -68,6 +70,7 @@ pub(crate) static LIBRARY: std::sync::LazyLock<Library> = std::sync::LazyLock::n
     let body = [
         LIB,
         FIXED_WINDOW,
+        CALENDAR_WINDOW,
         SLIDING_COUNTER,
         SLIDING_LOG,
         BUCKET_FAST,
@@ -228,7 +231,8 @@ fn in_range(what: &'static str, value: u64, max: u64, reason: &'static str) -> R
 const ONE_KEY: &str = "the most the Redis scripts nest: a composite's members are single limits";
 
 /// Implements [`LuaAlgorithm`] for a window algorithm: its name, limit and period, then
-/// the flags named after them; `$range` checks its parameters.
+/// the flags named after them, then its overdraft (the module's `overdraft N`, when not
+/// 0); `$range` checks its limit and overdraft.
 macro_rules! lua_window {
     ($type:ty, $name:literal, $file:expr, $range:expr $(, $flag:ident)?) => {
         impl LuaAlgorithm for $type {
@@ -240,6 +244,7 @@ macro_rules! lua_window {
                 let params = self.params();
                 cmd.arg($name).arg(params.limit).arg(params.period);
                 $(cmd.arg(u8::from(self.$flag()));)?
+                cmd.arg(self.overdraft());
             }
 
             fn module_args(&self, cmd: &mut Cmd) {
@@ -248,6 +253,7 @@ macro_rules! lua_window {
                 $(if self.$flag() {
                     cmd.arg("counting_denied");
                 })?
+                module_overdraft(self.overdraft(), cmd);
             }
 
             fn lua_cost_cap(&self) -> u64 {
@@ -255,19 +261,32 @@ macro_rules! lua_window {
             }
 
             fn lua_range(&self) -> Result<(), Error> {
-                $range(self.params().limit)
+                $range(self.params().limit, self.overdraft())
             }
         }
     };
 }
 
+/// The module's words for an overdraft, when there is one.
+fn module_overdraft(overdraft: u64, cmd: &mut Cmd) {
+    if overdraft > 0 {
+        cmd.arg("overdraft").arg(overdraft);
+    }
+}
+
 /// A fixed window and a sliding counter take the core's whole range of limits.
-fn any_limit(_: u64) -> Result<(), Error> {
+fn any_limit(_: u64, _: u64) -> Result<(), Error> {
     Ok(())
 }
 
-fn log_limit(limit: u64) -> Result<(), Error> {
-    in_range("limit", limit, MAX_LUA_LOG_LIMIT, LOG_TOO_LONG)
+/// A log holds up to its limit plus its overdraft.
+fn log_limit(limit: u64, overdraft: u64) -> Result<(), Error> {
+    in_range(
+        "limit + overdraft",
+        limit + overdraft,
+        MAX_LUA_LOG_LIMIT,
+        LOG_TOO_LONG,
+    )
 }
 
 lua_window!(
@@ -285,11 +304,54 @@ lua_window!(
 );
 lua_window!(SlidingLog, "sliding_log", SLIDING_LOG, log_limit);
 
-/// A bucket's script arguments: its name, then one string of seven big-endian u64 (one
-/// unpack in Lua instead of seven conversions): the burst, rate and period, then
+/// A calendar window in its period: its limit, overdraft, and the period's start and
+/// end (the module's `calendar_window limit start end [overdraft N]`).
+impl LuaAlgorithm for CalendarWindowAt {
+    fn lua_files(&self, files: &mut Vec<&'static str>) {
+        // It decides as the fixed window does.
+        files.extend([FIXED_WINDOW, CALENDAR_WINDOW]);
+    }
+
+    fn lua_args(&self, _cost: u64, cmd: &mut Cmd) {
+        let period = self.period();
+        cmd.arg("calendar_window")
+            .arg(self.window().limit())
+            .arg(self.overdraft())
+            .arg(period.start())
+            .arg(period.end());
+    }
+
+    fn module_args(&self, cmd: &mut Cmd) {
+        let period = self.period();
+        cmd.arg("calendar_window")
+            .arg(self.window().limit())
+            .arg(period.start())
+            .arg(period.end());
+        module_overdraft(self.overdraft(), cmd);
+    }
+
+    fn lua_cost_cap(&self) -> u64 {
+        self.window().limit() + 1
+    }
+
+    /// A period ending within 366 days of the scripts' last instant.
+    fn lua_range(&self) -> Result<(), Error> {
+        let end = self.period().end();
+        in_range("end", end, MAX_LUA_TICKS + MAX_PERIOD, INEXACT)
+    }
+}
+
+/// A bucket's script arguments: its name, then one string of eight big-endian u64 (one
+/// unpack in Lua instead of eight conversions): the burst, rate and period, then
 /// `burst × period / rate` and `cost × period / rate` as (ticks, remainder), which need
-/// 128-bit products.
-fn bucket_args(name: &str, params: BucketParams, burst: u64, cost: u64, cmd: &mut Cmd) {
+/// 128-bit products, then the overdraft.
+fn bucket_args(
+    name: &str,
+    params: BucketParams,
+    (burst, overdraft): (u64, u64),
+    cost: u64,
+    cmd: &mut Cmd,
+) {
     let BucketParams {
         rate, period: p, ..
     } = params;
@@ -304,10 +366,10 @@ fn bucket_args(name: &str, params: BucketParams, burst: u64, cost: u64, cmd: &mu
     let cost = if cost > burst { 0 } else { cost };
     let (tol_t, tol_f) = scaled(burst);
     let (cost_t, cost_f) = scaled(cost);
-    let mut packed = [0u8; 56];
+    let mut packed = [0u8; 64];
     for (field, value) in packed
         .chunks_exact_mut(8)
-        .zip([burst, rate, p, tol_t, tol_f, cost_t, cost_f])
+        .zip([burst, rate, p, tol_t, tol_f, cost_t, cost_f, overdraft])
     {
         field.copy_from_slice(&value.to_be_bytes());
     }
@@ -366,6 +428,7 @@ fn fast_state<A: Algorithm>(
     algorithm.decode(&bytes).ok().map(Some)
 }
 
+/// The deepest debt, a full `burst` plus the overdraft, within the scripts' horizon.
 fn bucket_range(params: BucketParams, burst: u64) -> Result<(), Error> {
     let horizon = u128::from(burst) * u128::from(params.period) / u128::from(params.rate);
     let horizon = u64::try_from(horizon).unwrap_or(u64::MAX);
@@ -378,9 +441,10 @@ fn bucket_range(params: BucketParams, burst: u64) -> Result<(), Error> {
 }
 
 /// Implements [`LuaAlgorithm`] for a bucket whose burst is `capacity + $extra`, tagged
-/// `$tag` in the core's encoding, whose checks wait at most `$wait`.
+/// `$tag` in the core's encoding, whose checks wait at most `$wait`, with the overdraft
+/// `$overdraft` gives.
 macro_rules! lua_bucket {
-    ($type:ty, $name:literal, $extra:literal, $tag:literal, $wait:expr) => {
+    ($type:ty, $name:literal, $extra:literal, $tag:literal, $wait:expr, $overdraft:expr) => {
         impl LuaAlgorithm for $type {
             fn lua_files(&self, files: &mut Vec<&'static str>) {
                 files.push(BUCKET);
@@ -388,7 +452,8 @@ macro_rules! lua_bucket {
 
             fn lua_args(&self, cost: u64, cmd: &mut Cmd) {
                 let params = self.params();
-                bucket_args($name, params, params.capacity + $extra, cost, cmd);
+                let burst = (params.capacity + $extra, $overdraft(self));
+                bucket_args($name, params, burst, cost, cmd);
             }
 
             fn module_args(&self, cmd: &mut Cmd) {
@@ -397,6 +462,7 @@ macro_rules! lua_bucket {
                     .arg(params.capacity)
                     .arg(params.rate)
                     .arg(params.period);
+                module_overdraft($overdraft(self), cmd);
             }
 
             fn lua_cost_cap(&self) -> u64 {
@@ -405,7 +471,7 @@ macro_rules! lua_bucket {
 
             fn lua_range(&self) -> Result<(), Error> {
                 let params = self.params();
-                bucket_range(params, params.capacity + $extra)
+                bucket_range(params, params.capacity + $extra + $overdraft(self))
             }
 
             fn lua_fast_arg(&self, r: &Request<'_>, max_wait: Option<Ticks>) -> Option<Vec<u8>> {
@@ -430,10 +496,11 @@ macro_rules! lua_bucket {
     };
 }
 
-lua_bucket!(TokenBucket, "token_bucket", 0, 4, 0);
-lua_bucket!(LeakyBucket, "leaky_bucket", 0, 5, 0);
-// A pacing queue of capacity C admits C + 1 at once: one acts now, C wait.
-lua_bucket!(Pacing, "pacing", 1, 6, Ticks::MAX);
+lua_bucket!(TokenBucket, "token_bucket", 0, 4, 0, Report::overdraft);
+lua_bucket!(LeakyBucket, "leaky_bucket", 0, 5, 0, Report::overdraft);
+// A pacing queue of capacity C admits C + 1 at once: one acts now, C wait; it takes no
+// reports.
+lua_bucket!(Pacing, "pacing", 1, 6, Ticks::MAX, |_| 0);
 
 impl<A: LuaAlgorithm> LuaAlgorithm for Ban<A> {
     fn lua_files(&self, files: &mut Vec<&'static str>) {

@@ -2,9 +2,9 @@
 //! worded as every host words them.
 
 use redis::Value;
-use sluicegate_core::{Decision, Ticks};
+use sluicegate_core::{Decision, Reported, Ticks};
 
-use crate::call::Call;
+use crate::call::{Call, Mode};
 use crate::error::Error;
 use crate::lua::LuaAlgorithm;
 
@@ -66,6 +66,24 @@ pub(crate) fn taken(reply: Value, key: &[u8]) -> Result<Taken, Error> {
         now,
         state,
     })
+}
+
+/// A report's reply: the decision's seven fields, then the units recorded of the call's
+/// adjustment (the caller's, before any clamping).
+pub(crate) fn reported<A>(_: &A, reply: Value, call: &Call) -> Result<Reported, Error> {
+    if let Value::ServerError(e) = reply {
+        return Err(Error::from_redis(e.into(), call.key));
+    }
+    let Mode::Report(adjustment) = call.mode else {
+        return Err(Error::Reply);
+    };
+    let fields: Vec<i64> = redis::from_redis_value(reply).map_err(|_| Error::Reply)?;
+    let &[allowed, limit, remaining, retry, reset, delay, _now, recorded] = &fields[..] else {
+        return Err(Error::Reply);
+    };
+    let decision = from_fields([allowed, limit, remaining, retry, reset, delay])?;
+    let recorded = u64::try_from(recorded).map_err(|_| Error::Reply)?;
+    Ok(Reported::new(adjustment, recorded, decision))
 }
 
 /// The script's reply: allowed, limit, remaining, retry (-1: never), reset, delay, now.

@@ -6,19 +6,22 @@
 //! state is fresh) with no expiry (explicit times never expire on the server's clock).
 //! Traces start in 2026 or in the last periods before [`MAX_LUA_TICKS`], and may step
 //! past it: such a call is `Error::OutOfRange` and changes nothing. Costs go up to
-//! `u64::MAX`.
+//! `u64::MAX`. Traces of the reporting algorithms mix in reports and refunds (signed
+//! adjustments up to `i64::MIN`) with random overdrafts: their `Reported` values too are
+//! the core's.
 
 mod common;
 
 use proptest::prelude::*;
 use sluicegate_core::limits::MAX_PERIOD;
 use sluicegate_core::{
-    Algorithm, Ban, Composite, Decision, FixedWindow, LeakyBucket, Pacing, Request, Reserve,
+    Algorithm, AnyAlgorithm, Ban, CalendarPeriod, CalendarWindow, CalendarWindowAt, Composite,
+    Decision, FixedWindow, LeakyBucket, Pacing, Report, ReportRequest, Reported, Request, Reserve,
     SlidingCounter, SlidingLog, Ticks, TokenBucket, SECOND,
 };
 use sluicegate_redis::{Error, LuaAlgorithm, Path, RedisLimiter, MAX_LUA_LIMIT, MAX_LUA_TICKS};
 
-use common::strategy::{cost, gap, limit};
+use common::strategy::{adjustment, cost, gap, limit, overdraft};
 use common::Server;
 
 /// Around 2026 in µs since the Unix epoch.
@@ -35,13 +38,14 @@ fn prefix() -> String {
 }
 
 /// One request: which of three keys, the gap before it, its cost, and the longest wait
-/// for reservations (`None`: a plain check).
+/// for reservations (`None`: a plain check); or, with an adjustment, a report of it.
 #[derive(Debug, Clone)]
 struct Step {
     key: u8,
     gap: Ticks,
     cost: u64,
     max_wait: Option<Ticks>,
+    adjust: Option<i64>,
 }
 
 /// Where a trace starts, and its requests.
@@ -51,7 +55,8 @@ struct Trace {
     steps: Vec<Step>,
 }
 
-fn steps(period: Ticks, limit: u64) -> impl Strategy<Value = Trace> {
+/// A trace around `period` and `limit`; with `reports`, a third of its steps reports.
+fn steps(period: Ticks, limit: u64, reports: bool) -> impl Strategy<Value = Trace> {
     // In 2026, or within the last few periods before the scripts' last instant.
     let start = prop_oneof![
         2 => Just(EPOCH),
@@ -65,12 +70,20 @@ fn steps(period: Ticks, limit: u64) -> impl Strategy<Value = Trace> {
         (0..=2 * period).prop_map(Some),
         Just(Some(u64::MAX))
     ];
+    let adjust = if reports {
+        prop_oneof![2 => Just(None), 1 => adjustment(limit).prop_map(Some)].boxed()
+    } else {
+        Just(None).boxed()
+    };
     let steps = prop::collection::vec(
-        (0..3u8, gap(period), cost, wait).prop_map(|(key, gap, cost, max_wait)| Step {
-            key,
-            gap,
-            cost,
-            max_wait,
+        (0..3u8, gap(period), cost, wait, adjust).prop_map(|(key, gap, cost, max_wait, adjust)| {
+            Step {
+                key,
+                gap,
+                cost,
+                max_wait,
+                adjust,
+            }
         }),
         1..60,
     );
@@ -116,31 +129,69 @@ fn member_keys<A: Algorithm>(
         .collect()
 }
 
+/// What a step got: a decision, or a report's answer.
+#[derive(Debug, PartialEq, Eq)]
+enum Answer {
+    Decided(Decision),
+    Reported(Reported),
+}
+
 /// A check, by the core and by Redis.
 fn checked<A: LuaAlgorithm>() -> (Decide<A>, RedisDecide<A>) {
     (
-        |alg, state, now, step| alg.decide(state, now, step.cost),
+        |alg, state, now, step| decided(alg.decide(state, now, step.cost)),
         |limiter, con, key, now, step| {
-            limiter.check_request(con, &Request::new(key).cost(step.cost).at(now))
+            limiter
+                .check_request(con, &Request::new(key).cost(step.cost).at(now))
+                .map(Answer::Decided)
         },
     )
+}
+
+fn decided<S>((decision, state): (Decision, S)) -> (Answer, S) {
+    (Answer::Decided(decision), state)
 }
 
 /// A reservation (a check where a step has no wait), by the core and by Redis.
 fn reserved<A: LuaAlgorithm + Reserve>() -> (Decide<A>, RedisDecide<A>) {
     (
         |alg, state, now, step| match step.max_wait {
-            Some(wait) => alg.reserve(state, now, step.cost, wait),
-            None => alg.decide(state, now, step.cost),
+            Some(wait) => decided(alg.reserve(state, now, step.cost, wait)),
+            None => decided(alg.decide(state, now, step.cost)),
         },
-        |limiter, con, key, now, step| match step.max_wait {
-            Some(wait) => limiter.reserve(con, &Request::new(key).cost(step.cost).at(now), wait),
-            None => limiter.check_request(con, &Request::new(key).cost(step.cost).at(now)),
+        |limiter, con, key, now, step| {
+            let request = Request::new(key).cost(step.cost).at(now);
+            match step.max_wait {
+                Some(wait) => limiter.reserve(con, &request, wait),
+                None => limiter.check_request(con, &request),
+            }
+            .map(Answer::Decided)
         },
     )
 }
 
-/// A limiter for `alg` on `path`, under a fresh prefix.
+/// A report where a step has an adjustment, else a check, by the core and by Redis.
+fn reporting<A: LuaAlgorithm + Report>() -> (Decide<A>, RedisDecide<A>) {
+    (
+        |alg, state, now, step| match step.adjust {
+            Some(adjust) => {
+                let (reported, state) = alg.report(state, now, adjust);
+                (Answer::Reported(reported), state)
+            }
+            None => decided(alg.decide(state, now, step.cost)),
+        },
+        |limiter, con, key, now, step| match step.adjust {
+            Some(adjust) => limiter
+                .report(con, &ReportRequest::new(key).adjust(adjust).at(now))
+                .map(Answer::Reported),
+            None => limiter
+                .check_request(con, &Request::new(key).cost(step.cost).at(now))
+                .map(Answer::Decided),
+        },
+    )
+}
+
+/// A limiter for `alg` on `path`, under a fresh prefix (the fast path's cases).
 fn limiter<A: LuaAlgorithm + Clone>(alg: &A, path: Path) -> RedisLimiter<A> {
     RedisLimiter::new(alg.clone())
         .expect("parameters in the Lua range")
@@ -149,17 +200,17 @@ fn limiter<A: LuaAlgorithm + Clone>(alg: &A, path: Path) -> RedisLimiter<A> {
         .expect("a path the client speaks")
 }
 
-/// The core's decision of a step, and the state after it.
+/// The core's answer to a step, and the state after it.
 type Decide<A> = fn(
     &A,
     Option<<A as Algorithm>::State>,
     Ticks,
     &Step,
-) -> (Decision, Option<<A as Algorithm>::State>);
+) -> (Answer, Option<<A as Algorithm>::State>);
 
-/// Redis's decision of a step on a key at a time.
+/// Redis's answer to a step on a key at a time.
 type RedisDecide<A> =
-    fn(&RedisLimiter<A>, &mut redis::Connection, &[u8], Ticks, &Step) -> Result<Decision, Error>;
+    fn(&RedisLimiter<A>, &mut redis::Connection, &[u8], Ticks, &Step) -> Result<Answer, Error>;
 
 /// Runs `steps` through the core (`decide`) and Redis (`redis`) side by side;
 /// `expected` the bytes stored.
@@ -168,35 +219,59 @@ fn differential<A: LuaAlgorithm + Clone>(
     alg: A,
     trace: &Trace,
     expected: Expected<A>,
+    checks: (Decide<A>, RedisDecide<A>),
+) -> Result<(), TestCaseError> {
+    differential_at(server, &|_| alg.clone(), trace, expected, checks)
+}
+
+/// [`differential`] with the algorithm of each step's time given by `at` (a calendar
+/// window in the period the host computes then).
+fn differential_at<A: LuaAlgorithm + Clone>(
+    server: &Server,
+    at: &dyn Fn(Ticks) -> A,
+    trace: &Trace,
+    expected: Expected<A>,
     (decide, redis): (Decide<A>, RedisDecide<A>),
 ) -> Result<(), TestCaseError> {
     for path in [Path::Module, Path::Functions, Path::Scripts] {
-        let limiter = limiter(&alg, path);
-        run_trace(server, &alg, &limiter, trace, expected, decide, redis)?;
-        prop_assert_eq!(limiter.path(), Some(path));
+        let prefix = prefix();
+        let limiter = |alg: &A| {
+            RedisLimiter::new(alg.clone())
+                .expect("parameters in the Lua range")
+                .with_prefix(prefix.clone())
+                .with_path(path)
+                .expect("a path the client speaks")
+        };
+        let taken = run_trace(server, at, limiter, trace, expected, decide, redis)?;
+        prop_assert_eq!(taken, Some(path));
     }
     Ok(())
 }
 
-/// Runs `trace` through the core and `limiter`.
+/// Runs `trace` through the core and a limiter for the algorithm `at` gives at each
+/// step's time; returns the path the last call took.
 fn run_trace<A: LuaAlgorithm + Clone>(
     server: &Server,
-    alg: &A,
-    limiter: &RedisLimiter<A>,
+    at: &dyn Fn(Ticks) -> A,
+    limiter: impl Fn(&A) -> RedisLimiter<A>,
     trace: &Trace,
     expected: Expected<A>,
     decide: Decide<A>,
     redis: RedisDecide<A>,
-) -> Result<(), TestCaseError> {
+) -> Result<Option<Path>, TestCaseError> {
     let mut con = server.connection();
     let mut states: [Option<A::State>; 3] = Default::default();
     let mut now = trace.start;
+    let mut path = None;
     for step in &trace.steps {
         now += step.gap;
+        let alg = at(now);
+        let limiter = limiter(&alg);
         let key = [b'k', step.key];
         let keys = limiter.redis_keys(&key).expect("keys");
         let slot = usize::from(step.key);
-        let got = redis(limiter, &mut con, &key, now, step);
+        let got = redis(&limiter, &mut con, &key, now, step);
+        path = limiter.path();
         if now > MAX_LUA_TICKS {
             // Beyond the scripts' range: refused before reaching Redis.
             prop_assert!(
@@ -206,7 +281,7 @@ fn run_trace<A: LuaAlgorithm + Clone>(
                 now
             );
         } else {
-            let (want, new) = decide(alg, states[slot].take(), now, step);
+            let (want, new) = decide(&alg, states[slot].take(), now, step);
             let got = got.map_err(|e| TestCaseError::fail(format!("{e}")))?;
             prop_assert_eq!(got, want, "at {} {:?}", now, step);
             states[slot] = new;
@@ -215,7 +290,7 @@ fn run_trace<A: LuaAlgorithm + Clone>(
             redis::cmd("MGET").arg(&keys).query(&mut con).expect("MGET");
         prop_assert_eq!(
             stored,
-            expected(alg, states[slot].as_ref()),
+            expected(&alg, states[slot].as_ref()),
             "bytes at {:?}",
             step
         );
@@ -225,7 +300,7 @@ fn run_trace<A: LuaAlgorithm + Clone>(
             prop_assert!(pttl == -1 || pttl == -2, "PTTL {}", pttl);
         }
     }
-    Ok(())
+    Ok(path)
 }
 
 /// Whether `alg` was built and the scripts compute it exactly.
@@ -254,9 +329,25 @@ fn with_steps<P: Clone + std::fmt::Debug>(
     params: impl Strategy<Value = P>,
     shape: impl Fn(&P) -> (Ticks, u64),
 ) -> impl Strategy<Value = (P, Trace)> {
+    with_trace(params, shape, false)
+}
+
+/// [`with_steps`], with reports among the steps.
+fn with_reports<P: Clone + std::fmt::Debug>(
+    params: impl Strategy<Value = P>,
+    shape: impl Fn(&P) -> (Ticks, u64),
+) -> impl Strategy<Value = (P, Trace)> {
+    with_trace(params, shape, true)
+}
+
+fn with_trace<P: Clone + std::fmt::Debug>(
+    params: impl Strategy<Value = P>,
+    shape: impl Fn(&P) -> (Ticks, u64),
+    reports: bool,
+) -> impl Strategy<Value = (P, Trace)> {
     params.prop_flat_map(move |p| {
         let (period, limit) = shape(&p);
-        (Just(p), steps(period, limit))
+        (Just(p), steps(period, limit, reports))
     })
 }
 
@@ -407,6 +498,230 @@ fn composite_pacing() {
             differential(server, alg, &steps, member_keys, reserved())
         },
     );
+}
+
+/// A window's parameters: limit, period, overdraft (at most `most`) and whether denied
+/// requests count.
+type WindowParams = (u64, Ticks, u64, bool);
+
+/// Reports, refunds and checks on a window built by `new` from random parameters.
+fn window_reports<A: LuaAlgorithm + Report + Clone>(
+    limits: impl Strategy<Value = u64>,
+    most: u64,
+    new: fn(WindowParams) -> A,
+) {
+    let params = (limits, period(), any::<bool>()).prop_flat_map(move |(l, p, counting)| {
+        let over = overdraft(l).prop_map(move |o| o.min(most));
+        (Just(l), Just(p), over, Just(counting))
+    });
+    cases(
+        with_reports(params, |&(l, p, _, _)| (p, l)),
+        |server, (params, steps)| differential(server, new(params), &steps, one_key, reporting()),
+    );
+}
+
+#[test]
+fn report_fixed_window() {
+    window_reports(limit(), MAX_LUA_LIMIT, |(limit, period, over, counting)| {
+        let alg = FixedWindow::new(limit, period).unwrap();
+        let alg = if counting { alg.counting_denied() } else { alg };
+        alg.with_overdraft(over).unwrap()
+    });
+}
+
+#[test]
+fn report_sliding_counter() {
+    window_reports(limit(), MAX_LUA_LIMIT, |(limit, period, over, _)| {
+        let alg = SlidingCounter::new(limit, period).unwrap();
+        alg.with_overdraft(over).unwrap()
+    });
+}
+
+#[test]
+fn report_sliding_log() {
+    window_reports(
+        prop_oneof![1..=4u64, 1..=100u64],
+        100,
+        |(limit, period, over, _)| {
+            SlidingLog::new(limit, period)
+                .unwrap()
+                .with_overdraft(over)
+                .unwrap()
+        },
+    );
+}
+
+/// A member of a reporting composite, or a reporting algorithm alone: a window or a
+/// bucket with an overdraft (0 where the scripts' range takes no other), or a pacing
+/// queue (which records nothing); `None` outside the scripts' range.
+fn reporting_member(
+    (kind, limit, rate, period, over): (u8, u64, u64, Ticks, u64),
+) -> Option<AnyAlgorithm> {
+    let built =
+        |alg: Result<AnyAlgorithm, _>| alg.ok().filter(|a| RedisLimiter::new(a.clone()).is_ok());
+    let with = |over: u64| -> Option<AnyAlgorithm> {
+        built(match kind {
+            0 => FixedWindow::new(limit, period)
+                .and_then(|a| a.with_overdraft(over))
+                .map(Into::into),
+            1 => SlidingCounter::new(limit, period)
+                .and_then(|a| a.with_overdraft(over))
+                .map(Into::into),
+            2 => TokenBucket::new(limit, rate, period)
+                .and_then(|a| a.with_overdraft(over))
+                .map(Into::into),
+            3 => LeakyBucket::new(limit, rate, period)
+                .and_then(|a| a.with_overdraft(over))
+                .map(Into::into),
+            _ => Pacing::new(limit, rate, period).map(Into::into),
+        })
+    };
+    with(over).or_else(|| with(0))
+}
+
+/// Random reporting parameters of `kinds` (see [`reporting_member`]).
+fn reporting_params(kinds: std::ops::Range<u8>) -> impl Strategy<Value = AnyAlgorithm> {
+    (kinds, limit(), limit(), period())
+        .prop_flat_map(|(k, l, r, p)| (Just(k), Just(l), Just(r), Just(p), overdraft(l)))
+        .prop_filter_map("within the Lua range", reporting_member)
+}
+
+/// The period and limit a reporting algorithm's trace is drawn around.
+fn reporting_shape(alg: &AnyAlgorithm) -> (Ticks, u64) {
+    match alg {
+        AnyAlgorithm::FixedWindow(a) => (a.params().period, a.params().limit),
+        AnyAlgorithm::SlidingCounter(a) => (a.params().period, a.params().limit),
+        AnyAlgorithm::TokenBucket(a) => (a.params().period, a.params().capacity),
+        AnyAlgorithm::LeakyBucket(a) => (a.params().period, a.params().capacity),
+        AnyAlgorithm::Pacing(a) => (a.params().period, a.params().capacity + 1),
+        _ => (SECOND, 10),
+    }
+}
+
+#[test]
+fn report_buckets() {
+    cases(
+        with_reports(reporting_params(2..4), reporting_shape),
+        |server, (alg, steps)| differential(server, alg, &steps, one_key, reporting()),
+    );
+}
+
+#[test]
+fn report_composite() {
+    cases(
+        with_reports(prop::collection::vec(reporting_params(0..5), 1..4), |m| {
+            reporting_shape(&m[0])
+        }),
+        |server, (members, steps)| {
+            let alg = Composite::new(members).unwrap();
+            differential(server, alg, &steps, member_keys, reporting())
+        },
+    );
+}
+
+/// Calendar periods: consecutive, from a start, of random lengths (a few ticks to 366
+/// days); the host's calendar as far as the transitions see it.
+#[derive(Debug, Clone)]
+struct Periods {
+    start: Ticks,
+    lengths: Vec<Ticks>,
+}
+
+impl Periods {
+    /// The period holding `now`, or the nearest (the first before the start, the last
+    /// after the end: a host's period gone stale, which the core clamps `now` into).
+    fn at(&self, now: Ticks) -> CalendarPeriod {
+        let mut start = self.start;
+        for (i, &length) in self.lengths.iter().enumerate() {
+            if now < start + length || i + 1 == self.lengths.len() {
+                return CalendarPeriod::new(start, start + length).expect("a period");
+            }
+            start += length;
+        }
+        unreachable!("at least one period")
+    }
+}
+
+#[test]
+fn calendar_window() {
+    let lengths = prop::collection::vec(
+        prop_oneof![
+            1..=10u64,
+            1..=SECOND * 3600,
+            SECOND * 3600 * 23..=MAX_PERIOD
+        ],
+        1..8,
+    );
+    let params = (
+        limit(),
+        lengths,
+        prop_oneof![Just(EPOCH), Just(MAX_LUA_TICKS / 2)],
+    )
+        .prop_flat_map(|(l, lengths, start)| {
+            (Just(l), overdraft(l), Just(Periods { start, lengths }))
+        });
+    cases(
+        with_reports(params, |(l, _, periods)| (periods.lengths[0], *l)),
+        |server, ((limit, over, periods), mut steps)| {
+            steps.start = periods.start;
+            let window = CalendarWindow::new(limit)
+                .unwrap()
+                .with_overdraft(over)
+                .unwrap();
+            let at = |now: Ticks| -> CalendarWindowAt { window.during(periods.at(now)) };
+            differential_at(server, &at, &steps, one_key, reporting())
+        },
+    );
+}
+
+/// At the server's time a calendar window decides and reports in the period holding
+/// it, its key living until the period's end; outside it every path refuses with the
+/// server's time, changing nothing.
+#[test]
+fn calendar_window_at_the_server_time() {
+    let server = Server::start_with_module(false);
+    let mut con = server.connection();
+    let (seconds, micros): (u64, u64) = redis::cmd("TIME").query(&mut con).unwrap();
+    let now = seconds * SECOND + micros;
+    let window = CalendarWindow::new(10).unwrap().with_overdraft(5).unwrap();
+    let day = 86_400 * SECOND;
+    let today = window.during(CalendarPeriod::new(now - SECOND, now + day).unwrap());
+    let yesterday = window.during(CalendarPeriod::new(now - day, now - SECOND).unwrap());
+    for path in [Path::Module, Path::Functions, Path::Scripts] {
+        let limiter = |alg| {
+            RedisLimiter::new(alg)
+                .unwrap()
+                .with_prefix(prefix())
+                .with_path(path)
+                .unwrap()
+        };
+        let current = limiter(today);
+        let decision = current.check(&mut con, b"k", 4).unwrap();
+        assert!(
+            decision.allowed && decision.remaining == 6,
+            "{path:?}: {decision:?}"
+        );
+        let reported = current
+            .report(&mut con, &ReportRequest::new(b"k").adjust(20))
+            .unwrap();
+        assert_eq!((reported.recorded, reported.dropped), (11, 9), "{path:?}");
+        assert!(!reported.decision.allowed, "{path:?}");
+        let key = current.redis_keys(b"k").unwrap().remove(0);
+        let pttl: u64 = redis::cmd("PTTL").arg(&key).query(&mut con).unwrap();
+        assert!(pttl > (day - 60 * SECOND) / 1000, "{path:?}: PTTL {pttl}");
+        let stale = limiter(yesterday);
+        for got in [
+            stale.check(&mut con, b"k", 1).map(|_| ()),
+            stale
+                .report(&mut con, &ReportRequest::new(b"k").adjust(-1))
+                .map(|_| ()),
+        ] {
+            match got {
+                Err(Error::OutOfPeriod { now: at }) => assert!(at >= now, "{path:?}"),
+                other => panic!("{path:?}: {other:?}"),
+            }
+        }
+    }
 }
 
 /// The buckets' fast path (`lua/bucket_fast.lua`) where its quantities straddle its

@@ -5,17 +5,18 @@
 mod common;
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
 use redis::aio::MultiplexedConnection;
 use redis::{Commands, Connection};
 use sluicegate_core::{
-    AnyAlgorithm, AsyncLimiter, Ban, Composite, Decision, FixedWindow, Limiter, Pacing, Request,
-    Reserve, SlidingLog, Ticks, TokenBucket, SECOND,
+    AnyAlgorithm, AsyncLimiter, AsyncReporter, Ban, Composite, Decision, FixedWindow, Limiter,
+    Pacing, ReportRequest, Reporter, Request, Reserve, SlidingLog, Ticks, TokenBucket, SECOND,
 };
 use sluicegate_redis::{
-    Connected, ConnectedAsync, Error, LuaAlgorithm, Reconnecting, RedisLimiter, MAX_LUA_TICKS,
+    Connected, ConnectedAsync, Error, LuaAlgorithm, Path, Reconnecting, RedisLimiter, MAX_LUA_TICKS,
 };
 use sluicegate_test_support::ops::{op, Op};
 
@@ -235,4 +236,65 @@ fn an_unreachable_server_is_unavailable() {
     assert!(host.peek(&request).unwrap_err().is_unavailable());
     assert!(host.reserve(&request, SECOND).unwrap_err().is_unavailable());
     assert!(Limiter::reset(&host, b"k").unwrap_err().is_unavailable());
+}
+
+/// `Reporter` and `AsyncReporter` answer as the inherent `report`, and store the same.
+#[test]
+fn reports_through_the_traits_answer_as_the_inherent_method() {
+    let server = Server::start();
+    let bucket = TokenBucket::new(5, 1, SECOND)
+        .unwrap()
+        .with_overdraft(3)
+        .unwrap();
+    let mut hosts = Hosts::new(&server, bucket);
+    for (i, adjust) in [2, 7, -1, 0, -20, 4].into_iter().enumerate() {
+        let request = ReportRequest::new("k")
+            .adjust(adjust)
+            .at(EPOCH + i as Ticks * 100_000);
+        let inherent = hosts.inherent.report(&mut hosts.con, &request).unwrap();
+        assert_eq!(hosts.contract.report(&request).unwrap(), inherent);
+        let asynchronous = &hosts.asynchronous;
+        let got = hosts
+            .runtime
+            .block_on(AsyncReporter::report(asynchronous, &request));
+        assert_eq!(got.unwrap(), inherent);
+        let [contract, inherent, asynchronous] = hosts.stored(b"k");
+        assert_eq!((&contract, &asynchronous), (&inherent, &inherent));
+    }
+}
+
+/// The time of a report and of a check at the server's time on loopback, as the client
+/// sees it, on each path: the mean of 2000 calls after 200 to warm up.
+#[test]
+#[ignore = "a measurement: cargo test -p sluicegate-redis --test limiter report_time -- --ignored --nocapture"]
+fn report_time() {
+    let server = Server::start_with_module(false);
+    let mut con = server.connection();
+    let bucket = TokenBucket::new(1_000_000, 1_000_000, SECOND)
+        .unwrap()
+        .with_overdraft(1000)
+        .unwrap();
+    for path in [Path::Module, Path::Functions, Path::Scripts] {
+        let limiter = RedisLimiter::new(bucket).unwrap().with_path(path).unwrap();
+        let mean = |con: &mut Connection, call: &dyn Fn(&mut Connection, i64)| {
+            for i in 0..200 {
+                call(con, i);
+            }
+            let started = Instant::now();
+            for i in 0..2000 {
+                call(con, i);
+            }
+            started.elapsed().as_secs_f64() * 1e6 / 2000.0
+        };
+        let check = mean(&mut con, &|con, _| {
+            let _ = limiter.check(con, b"k", 1).unwrap();
+        });
+        let report = mean(&mut con, &|con, i| {
+            let adjust = if i % 2 == 0 { 3 } else { -2 };
+            limiter
+                .report(con, &ReportRequest::new(b"k").adjust(adjust))
+                .unwrap();
+        });
+        println!("{path:?}: check {check:.1} µs, report {report:.1} µs");
+    }
 }

@@ -32,3 +32,18 @@ pub fn cost(limit: u64) -> impl Strategy<Value = u64> {
         Just(u64::MAX)
     ]
 }
+
+/// A report's adjustment around `limit`: a cost's size either way, or the extremes.
+pub fn adjustment(limit: u64) -> impl Strategy<Value = i64> {
+    let units = || cost(limit).prop_map(|c| i64::try_from(c).unwrap_or(i64::MAX));
+    prop_oneof![
+        4 => units(),
+        3 => units().prop_map(|u| -u),
+        1 => Just(i64::MIN),
+    ]
+}
+
+/// An overdraft: none, a few units, up to the limit, or the most the core takes.
+pub fn overdraft(limit: u64) -> impl Strategy<Value = u64> {
+    prop_oneof![Just(0), 1..=4u64, 0..=limit, Just(MAX_LUA_LIMIT)]
+}
