@@ -226,16 +226,9 @@ trait Stored: Limiter {
     fn warning(&self) -> Option<String> {
         None
     }
-    /// The core's [`Reporter`], on the hosts that implement it; the one place the others
-    /// refuse.
-    fn report(&self, _request: &ReportRequest<'_>) -> Result<Reported, Failure> {
-        Err(Failure::Input(NO_REPORTS.into()))
-    }
+    /// The core's [`Reporter`].
+    fn report(&self, request: &ReportRequest<'_>) -> Result<Reported, Failure>;
 }
-
-/// The message for reports on a host that takes none yet.
-const NO_REPORTS: &str =
-    "report and refund rows need --backend memory or sled:PATH: this backend does not take reported costs yet";
 
 /// What a lease host has beyond the core's contract: its clock.
 #[cfg(any(feature = "sled", feature = "redis", feature = "etcd"))]
@@ -599,6 +592,10 @@ impl Stored for Connected<RedisLimiter<AnyAlgorithm>> {
 
     fn state(&self, key: &[u8]) -> Result<Option<AnyState>, Failure> {
         Ok(self.host().state(&mut *self.connection(), key)?)
+    }
+
+    fn report(&self, request: &ReportRequest<'_>) -> Result<Reported, Failure> {
+        Ok(Reporter::report(self, request)?)
     }
 }
 

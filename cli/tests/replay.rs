@@ -204,10 +204,10 @@ fn report_and_refund_rows_move_the_key() {
     assert_contains(&stderr(&out), "short.csv:2: expected 3 fields");
 }
 
-/// Reports replay the same on every host that takes them: sled prints what memory
+/// Reports replay the same on every host: sled and Redis (its scripts) print what memory
 /// prints, row for row.
 #[test]
-fn reports_replay_the_same_on_memory_and_sled() {
+fn reports_replay_the_same_on_memory_sled_and_redis() {
     let dir = tempfile::tempdir().unwrap();
     let trace = write(
         dir.path(),
@@ -231,4 +231,89 @@ fn reports_replay_the_same_on_memory_and_sled() {
     let memory = replay("memory");
     assert_contains(&memory, r#""kind":"report","recorded":6,"dropped":3"#);
     assert_eq!(replay(&format!("sled:{}", db.display())), memory);
+    let redis = common::Server::start();
+    assert_eq!(replay(&redis.url()), memory);
+}
+
+/// The core's whole range on a plain Redis (the scripts, no module): limits, capacities
+/// and rates near 10^9 and periods of 366 days replay exactly as in memory, for every
+/// algorithm the scripts take at that range.
+#[test]
+fn the_top_of_the_range_replays_on_redis_as_in_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write(
+        dir.path(),
+        "p.toml",
+        r#"
+[policies.window]
+algorithm = "fixed-window"
+limit = 999999937
+period = "366d"
+[policies.counter]
+algorithm = "sliding-counter"
+limit = 1000000000
+period = "365d"
+[policies.tokens]
+algorithm = "token-bucket"
+capacity = 1000000000
+rate = 999999999
+period = "366d"
+[policies.funnel]
+algorithm = "leaky-bucket"
+capacity = 999999000
+rate = 100000007
+period = "366d"
+[policies.paced]
+algorithm = "pacing"
+capacity = 1000000000
+rate = 999999937
+period = "366d"
+[policies.banned]
+algorithm = "fixed-window"
+limit = 999999999
+period = "366d"
+ban = { threshold = 2, window = "1d", duration = "366d" }
+[policies.both]
+algorithm = "composite"
+limits = [
+  { algorithm = "fixed-window", limit = 1000000000, period = "366d" },
+  { algorithm = "token-bucket", capacity = 999999999, rate = 1000000000, period = "365d" },
+]
+"#,
+    );
+    // Costs at and beyond the limits, times days and months apart.
+    let day = 86_400_000_000u64;
+    let mut trace = String::from("t_us,key,cost\n");
+    for (i, (t, cost)) in [
+        (0, 1),
+        (1, 999_999_000),
+        (day, 999_999_999),
+        (day + 7, 1_000_000_000),
+        (40 * day, 500_000_000),
+        (200 * day + 3, 700_000_001),
+        (366 * day, 1),
+        (366 * day + 1, 999_999_937),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        trace += &format!("{t},k{},{cost}\n", i % 2);
+    }
+    let trace = write(dir.path(), "t.csv", &trace);
+    let redis = common::Server::start();
+    for policy in [
+        "window", "counter", "tokens", "funnel", "paced", "banned", "both",
+    ] {
+        let replay = |backend: &str| {
+            let out = sluicegate(
+                format!("replay --trace {trace} --config {config} --policy {policy} --backend {backend}")
+                    .split_whitespace(),
+            );
+            assert_exit(&out, 0);
+            stdout(&out)
+        };
+        let memory = replay("memory");
+        assert_eq!(replay(&redis.url()), memory, "{policy}");
+        assert_contains(&memory, r#""allowed":true"#);
+    }
 }
