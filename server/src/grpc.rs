@@ -128,7 +128,6 @@ fn status(e: ServiceError) -> Status {
         | ServiceError::Gone
         | ServiceError::VersionRequired => Status::failed_precondition(message),
         ServiceError::Internal(_) => Status::internal(message),
-        ServiceError::NotImplemented(_) => Status::unimplemented(message),
     }
 }
 

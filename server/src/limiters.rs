@@ -11,7 +11,7 @@ use sha2::{Digest, Sha256};
 use sluicegate_core::memory::{AcquireError, KeyedLeases, KeyedLimiter, OnFull};
 use sluicegate_core::{
     AnyAlgorithm, Concurrency, Decision, FailPolicy, Grant, LeaseError, LeaseRequest, Outcome,
-    Reported, Ticks, SECOND,
+    ReportRequest, Reported, Ticks, SECOND,
 };
 use sluicegate_policy::{Built, Policy, Style};
 use sluicegate_redis::{ReconnectingAsync, RedisLeases, RedisLimiter};
@@ -201,9 +201,6 @@ pub enum DecideError {
     /// The policy's algorithm takes no reports (a pacing queue, a ban).
     #[error("policy {0:?} cannot take reports: a pacing queue's slots are already handed out, and a ban counts no requests")]
     NoReports(String),
-    /// What this backend cannot do yet.
-    #[error("{0}")]
-    NotImplemented(&'static str),
 }
 
 impl Entry {
@@ -364,35 +361,48 @@ impl Entry {
     pub fn check_report(&self, name: &str) -> Result<(), DecideError> {
         match &self.limiter {
             Limiter::Memory(limiter) if limiter.algorithm().can_report() => Ok(()),
-            // The one place Redis reports are refused, until its hosts take them.
-            Limiter::Redis { .. } => Err(DecideError::NotImplemented(
-                "reports on policies decided in Redis (--decisions redis://) are not implemented yet",
-            )),
+            Limiter::Redis { limiter, .. } if limiter.algorithm().can_report() => Ok(()),
             Limiter::MemoryLeases(_) | Limiter::RedisLeases(_) => {
                 Err(DecideError::Leases(name.to_owned()))
             }
-            Limiter::Memory(_) => Err(DecideError::NoReports(name.to_owned())),
+            Limiter::Memory(_) | Limiter::Redis { .. } => {
+                Err(DecideError::NoReports(name.to_owned()))
+            }
         }
     }
 
     /// Reports `adjustment` units for `key` (negative: a refund), after the work: on
-    /// the limiter before a change of parameters too, while it still counts.
+    /// the limiter before a change of parameters too, while it still counts. On Redis
+    /// the fail policy does not apply: a report while Redis is away is an error (503),
+    /// which the caller may retry with the same id.
     pub async fn report(
         &self,
+        backend: &Backend,
         name: &str,
         key: &str,
         adjustment: i64,
     ) -> Result<Reported, DecideError> {
         self.check_report(name)?;
-        let Limiter::Memory(limiter) = &self.limiter else {
-            return Err(DecideError::NoReports(name.to_owned()));
-        };
-        if let Some(old) = self.carried.as_ref().and_then(Carried::old) {
-            if let Limiter::Memory(old) = &old.limiter {
-                old.report(key, adjustment);
+        match (&self.limiter, backend) {
+            (Limiter::Memory(limiter), _) => {
+                if let Some(old) = self.carried.as_ref().and_then(Carried::old) {
+                    if let Limiter::Memory(old) = &old.limiter {
+                        old.report(key, adjustment);
+                    }
+                }
+                Ok(limiter.report(key, adjustment))
             }
+            (Limiter::Redis { limiter, .. }, Backend::Redis { con, .. }) => {
+                let request = ReportRequest::new(key).adjust(adjustment);
+                limiter
+                    .report_async(&mut con.clone(), &request)
+                    .await
+                    .map_err(typed)
+            }
+            _ => Err(DecideError::Backend(
+                "the policy was built for another backend".into(),
+            )),
         }
-        Ok(limiter.report(key, adjustment))
     }
 
     /// The policy's lease ttl (its `lease`), for calls that give none.

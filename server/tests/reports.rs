@@ -169,29 +169,30 @@ async fn policies_that_take_no_reports_say_so() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reports_on_redis_decisions_are_not_implemented_yet() {
+async fn reports_on_redis_decisions_move_the_shared_state() {
     let redis = Redis::start();
     let mut in_redis = config();
     in_redis.decisions = Some(redis.url());
     let (server, admin) = TestServer::start_with(in_redis).await;
     let web = app(&server, &admin, "web").await;
     create_policy(&server, &admin, "tokens", WINDOW).await;
-    let answer = report(&server, &web, "k", 1, "r1").await;
-    assert_eq!(
-        answer.status,
-        StatusCode::NOT_IMPLEMENTED,
-        "{}",
-        answer.text
-    );
-    assert!(answer.json["error"].as_str().unwrap().contains("Redis"));
+    let answer = report(&server, &web, "k", 4, "r1").await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.text);
+    assert_eq!(figures(&answer), (4, 0, 6, false));
+    // A refund by estimate: 3 decided, 1 used.
+    assert_eq!(estimate(&server, &web, 3, "e1").await.json["remaining"], 3);
+    let settled = report(&server, &web, "k", 1, "e1").await;
+    assert_eq!(figures(&settled), (2, 0, 5, false));
     server.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_report_retried_ten_times_counts_once_across_two_servers() {
     let pg = Postgres::start();
+    let redis = Redis::start();
     let config = Config {
         store: Some(pg.url()),
+        decisions: Some(redis.url()),
         ..config()
     };
     let admin = sluicegate_server::init_admin(&config, "root")
@@ -242,6 +243,12 @@ async fn a_report_retried_ten_times_counts_once_across_two_servers() {
         }
     }
     assert_eq!(reported, 4);
+    // One state in Redis: both servers see the 4 units taken once.
+    for server in [&a, &b] {
+        let body = r#"{"policy":"tokens","key":"k","cost":0}"#;
+        let seen = post(&server.url("/v1/decide"), &web, body).await;
+        assert_eq!(seen.json["remaining"], 6, "{}", seen.text);
+    }
     a.stop().await;
     b.stop().await;
 }

@@ -60,7 +60,6 @@ impl From<ServiceError> for ApiError {
             ServiceError::Gone => StatusCode::PRECONDITION_FAILED,
             ServiceError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ServiceError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-            ServiceError::NotImplemented(_) => StatusCode::NOT_IMPLEMENTED,
         };
         match e {
             ServiceError::Invalid { message, field } => Self {

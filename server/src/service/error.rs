@@ -44,9 +44,6 @@ pub(crate) enum ServiceError {
     /// Something that cannot happen did.
     #[error("{0}")]
     Internal(&'static str),
-    /// What this server cannot do yet.
-    #[error("{0}")]
-    NotImplemented(&'static str),
 }
 
 impl ServiceError {
@@ -72,7 +69,6 @@ impl From<StoreError> for ServiceError {
 impl From<DecideError> for ServiceError {
     fn from(e: DecideError) -> Self {
         match e {
-            DecideError::NotImplemented(message) => Self::NotImplemented(message),
             DecideError::Leases(_) | DecideError::Rate(_) | DecideError::NoReports(_) => {
                 Self::invalid(e.to_string(), Some("policy"))
             }

@@ -92,7 +92,7 @@ impl Service {
         key: &str,
         adjustment: i64,
     ) -> Result<Reported> {
-        let reported = entry.report(name, key, adjustment).await?;
+        let reported = entry.report(&self.backend, name, key, adjustment).await?;
         self.metrics
             .report(entry.counters(), adjustment, reported.recorded);
         Ok(reported)
@@ -146,7 +146,7 @@ impl Service {
             Claim::Seen { recorded, dropped } => Ok(ReportAnswer {
                 recorded,
                 dropped,
-                decision: entry.report(name, key, 0).await?.decision,
+                decision: entry.report(&self.backend, name, key, 0).await?.decision,
                 duplicate: true,
             }),
             Claim::Won { estimate } => {
@@ -195,7 +195,7 @@ impl Service {
             .remember_estimate(at, taken.unsigned_abs(), now)
             .await?
         {
-            entry.report(name, key, -taken).await?;
+            entry.report(&self.backend, name, key, -taken).await?;
             return Err(ServiceError::Conflict(format!(
                 "id {id:?} was used before: an id names one decision and its report"
             )));
