@@ -23,6 +23,8 @@ mdbook build docs
 python3 scripts/check-links.py
 # Unit, integration and property tests (proptest regressions are committed next to them).
 cargo nextest run --workspace --all-features --no-fail-fast
+# The guide's token-budget example runs as shown (an axum endpoint calling itself).
+cargo run -q --profile test -p sluicegate-server --example token_budget -- --once >/dev/null
 
 # sluicegate-wasm in a real JS engine: the bindings under Node.js (wasm-bindgen-test), then
 # the built packages (size budget checked) as users import them, and the demo page in

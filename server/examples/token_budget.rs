@@ -1,8 +1,10 @@
 //! An LLM-style endpoint limited by the tokens its answers use, per customer: each call
 //! is admitted on an estimate (the prompt's tokens plus a usual answer's), and when the
 //! answer is done its true size is reported, charging the difference or giving it back. A customer may go up to 500 tokens into debt, which delays their next call
-//! exactly as long as the bucket takes to refill it. It calls itself to show the figures,
-//! then keeps serving:
+//! exactly as long as the bucket takes to refill it. Beside the bucket, each customer
+//! has a plan: 200 000 tokens per calendar month in Europe/Berlin (the month's true
+//! length, its daylight-saving hour included), both limits deciding and both charged.
+//! It calls itself to show the figures, then keeps serving:
 //!
 //! ```text
 //! cargo run -p sluicegate-server --example token_budget            # then: curl -i -X POST 'localhost:3001/v1/complete?customer=acme' -d 'hello there'
@@ -21,13 +23,17 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde::Deserialize;
 use sluicegate_core::memory::KeyedLimiter;
-use sluicegate_core::{TokenBucket, SECOND};
+use sluicegate_core::{
+    AnyAlgorithm, Calendar, CalendarLimit, CalendarWindow, CalendarZone, Composite, TokenBucket,
+    ZonedCalendar, SECOND,
+};
 
 /// The tokens of a usual answer, counted in every estimate.
 const USUAL_ANSWER: u64 = 100;
 
-/// Tokens per customer: a bucket of 1 000, refilled at 1 000 a minute, up to 500 owed.
-type Budget = KeyedLimiter<String, TokenBucket>;
+/// Tokens per customer: a bucket of 1 000, refilled at 1 000 a minute, up to 500 owed,
+/// and the month's plan; a composite admits when both do and charges both.
+type Budget = KeyedLimiter<String, AnyAlgorithm>;
 
 #[derive(Deserialize)]
 struct Customer {
@@ -79,7 +85,16 @@ async fn complete(
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let bucket = TokenBucket::new(1_000, 1_000, 60 * SECOND)?.with_overdraft(500)?;
-    let budget = Arc::new(Budget::new(bucket, 100_000));
+    let month = ZonedCalendar::new(Calendar::Month, CalendarZone::named("Europe/Berlin")?)?;
+    let plan = CalendarLimit::new(
+        CalendarWindow::new(200_000)?.with_overdraft(500)?,
+        Arc::new(month),
+    );
+    let both = Composite::new(vec![
+        AnyAlgorithm::TokenBucket(bucket),
+        AnyAlgorithm::CalendarWindow(plan),
+    ])?;
+    let budget = Arc::new(Budget::new(AnyAlgorithm::Composite(both), 100_000));
     let app = Router::new()
         .route("/v1/complete", post(complete))
         .with_state(budget);
