@@ -73,10 +73,11 @@ local function gcra(tag)
           at, af = at + st, af + sf
           if af >= rate then at, af = at + 1, af - rate end
         else
-          -- Back to now at most: the whole units owed, the last possibly in part.
+          -- Back to now at most: the whole units owed, the last possibly in part, and
+          -- at most a burst plus the overdraft (a fleet's charge may owe more).
           local owed, part = muldivmod(rate, at, af, period)
           if part > 0 then owed = owed + 1 end
-          recorded = math.min(units, owed)
+          recorded = math.min(units, owed, burst + over)
           local st, sf = scale(recorded, rate, period)
           at, af = sub(at, af, st, sf, rate)
           if at < 0 then at, af = 0, 0 end
