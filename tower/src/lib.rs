@@ -11,6 +11,7 @@ mod limiter;
 mod rate_limit;
 #[cfg(feature = "remote")]
 mod remote;
+mod report;
 mod response;
 mod strategy;
 
@@ -20,8 +21,9 @@ pub use headers::{Policy, MAX_NAME, RATELIMIT, RATELIMIT_POLICY};
 pub use key::{Cidr, Key, KeyError, KeyExtractor, KeyFn};
 #[cfg(feature = "redis")]
 pub use limiter::RedisBackend;
-pub use limiter::{BoxFuture, InProcess, Limiter, NoWait, Pending, Quota, Verdict};
+pub use limiter::{BoxFuture, InProcess, Limiter, NoWait, Pending, Quota, Settled, Verdict};
 pub use rate_limit::{OnBadKey, RateLimit, RateLimitLayer, ResponseFuture};
 #[cfg(feature = "remote")]
 pub use remote::{Remote, RemoteFail};
+pub use report::{ReportBody, Reportable, ReportedCost, Reporting};
 pub use strategy::{Degrade, Overload, Reject, Wait};

@@ -9,7 +9,7 @@ use std::time::Duration;
 use sluicegate_core::memory::{KeyHasher, KeyedLimiter};
 use std::hash::BuildHasher;
 
-use sluicegate_core::{Algorithm, Clock, Decision, MonotonicClock, Reserve, TokenBucket};
+use sluicegate_core::{Algorithm, Clock, Decision, MonotonicClock, Reported, Reserve, TokenBucket};
 
 use crate::error::Error;
 use crate::key::Key;
@@ -36,12 +36,27 @@ pub enum Verdict {
     Failed(String),
 }
 
-/// A verdict now, or one that takes a round trip.
-pub enum Pending {
-    /// Decided in process.
-    Ready(Verdict),
-    /// Decided elsewhere.
-    Later(BoxFuture<Verdict>),
+/// What a limiter answers for a cost reported after the response (see
+/// [`Limiter::report`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Settled {
+    /// Applied: the units recorded and dropped, and the key's standing after it.
+    Reported(Reported),
+    /// This limiter takes no reports (the default): nothing is charged.
+    Unsupported,
+    /// The store is unreachable: the report is lost.
+    Unavailable,
+    /// The store answered something unusable.
+    Failed(String),
+}
+
+/// An answer now, or one that takes a round trip: a [`Verdict`] unless said otherwise.
+pub enum Pending<T = Verdict> {
+    /// Answered in process.
+    Ready(T),
+    /// Answered elsewhere.
+    Later(BoxFuture<T>),
 }
 
 /// The limiters of another process (Redis, a remote service) answer under the core's
@@ -66,7 +81,7 @@ impl Verdict {
     }
 }
 
-impl std::fmt::Debug for Pending {
+impl<T: std::fmt::Debug> std::fmt::Debug for Pending<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Ready(verdict) => f.debug_tuple("Ready").field(verdict).finish(),
@@ -80,9 +95,11 @@ impl Pending {
     fn decided(decision: Decision) -> Self {
         Self::Ready(Verdict::Decided(decision))
     }
+}
 
-    /// The verdict.
-    pub async fn resolve(self) -> Verdict {
+impl<T> Pending<T> {
+    /// The answer.
+    pub async fn resolve(self) -> T {
         match self {
             Self::Ready(verdict) => verdict,
             Self::Later(future) => future.await,
@@ -102,6 +119,14 @@ pub trait Limiter: Send + Sync + 'static {
     fn reserve(&self, key: &Key, cost: u64, max_wait: Duration) -> Pending {
         let _ = max_wait;
         self.check(key, cost)
+    }
+
+    /// Adds `adjustment` units to what `key` has taken (negative: gives them back), a
+    /// cost known after the response. Limiters whose algorithm takes no reports answer
+    /// [`Settled::Unsupported`]; [`Reporting`](crate::Reporting) wraps the ones that do.
+    fn report(&self, key: &Key, adjustment: i64) -> Pending<Settled> {
+        let _ = (key, adjustment);
+        Pending::Ready(Settled::Unsupported)
     }
 }
 
@@ -209,8 +234,8 @@ mod redis_backend {
     /// [`FailPolicy`](sluicegate_redis::FailPolicy) answers.
     #[derive(Debug)]
     pub struct RedisBackend<A: LuaAlgorithm> {
-        limiter: Arc<RedisLimiter<A>>,
-        con: ReconnectingAsync,
+        pub(crate) limiter: Arc<RedisLimiter<A>>,
+        pub(crate) con: ReconnectingAsync,
     }
 
     impl<A: LuaAlgorithm> RedisBackend<A> {

@@ -9,6 +9,7 @@ use http::Response;
 
 use crate::headers::Stamp;
 use crate::limiter::BoxFuture;
+use crate::report::{Charge, ReportBody};
 
 pin_project_lite::pin_project! {
     /// The response future of [`RateLimit`](crate::RateLimit).
@@ -21,14 +22,13 @@ pin_project_lite::pin_project! {
 pin_project_lite::pin_project! {
     #[project = StateProj]
     enum State<F, B, E> {
-        /// Admitted in process: the inner service's future, then the headers.
-        Stamped { #[pin] future: F, stamp: Stamp },
-        /// Admitted in process, no headers to write: the inner service's future alone.
-        Passthrough { #[pin] future: F },
+        /// Admitted in process: the inner service's future, then the headers (if any)
+        /// and the report the response may owe (if counted).
+        Admitted { #[pin] future: F, stamp: Option<Stamp>, charge: Option<Charge> },
         /// Anything that waits: a remote verdict, a reservation, a strategy.
-        Boxed { future: BoxFuture<Result<Response<B>, E>> },
+        Boxed { future: BoxFuture<Result<Response<ReportBody<B>>, E>> },
         /// Answered here.
-        Ready { response: Option<Response<B>> },
+        Ready { response: Option<Response<ReportBody<B>>> },
     }
 }
 
@@ -39,19 +39,17 @@ impl<F, B, E> std::fmt::Debug for ResponseFuture<F, B, E> {
 }
 
 impl<F, B, E> ResponseFuture<F, B, E> {
-    pub(super) fn stamped(future: F, stamp: Stamp) -> Self {
+    pub(super) fn admitted(future: F, stamp: Option<Stamp>, charge: Option<Charge>) -> Self {
         Self {
-            state: State::Stamped { future, stamp },
+            state: State::Admitted {
+                future,
+                stamp,
+                charge,
+            },
         }
     }
 
-    pub(super) fn passthrough(future: F) -> Self {
-        Self {
-            state: State::Passthrough { future },
-        }
-    }
-
-    pub(super) fn boxed(future: BoxFuture<Result<Response<B>, E>>) -> Self {
+    pub(super) fn boxed(future: BoxFuture<Result<Response<ReportBody<B>>, E>>) -> Self {
         Self {
             state: State::Boxed { future },
         }
@@ -60,7 +58,7 @@ impl<F, B, E> ResponseFuture<F, B, E> {
     pub(super) fn ready(response: Response<B>) -> Self {
         Self {
             state: State::Ready {
-                response: Some(response),
+                response: Some(response.map(ReportBody::unreported)),
             },
         }
     }
@@ -70,15 +68,20 @@ impl<F, B, E> Future for ResponseFuture<F, B, E>
 where
     F: Future<Output = Result<Response<B>, E>>,
 {
-    type Output = Result<Response<B>, E>;
+    type Output = Result<Response<ReportBody<B>>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().state.project() {
-            StateProj::Passthrough { future } => future.poll(cx),
-            StateProj::Stamped { future, stamp } => {
+            StateProj::Admitted {
+                future,
+                stamp,
+                charge,
+            } => {
                 let mut response = std::task::ready!(future.poll(cx))?;
-                stamp.apply(response.headers_mut());
-                Poll::Ready(Ok(response))
+                if let Some(stamp) = stamp {
+                    stamp.apply(response.headers_mut());
+                }
+                Poll::Ready(Ok(settle(charge.take(), response)))
             }
             StateProj::Boxed { future } => future.as_mut().poll(cx),
             StateProj::Ready { response } => match response.take() {
@@ -88,5 +91,13 @@ where
                 None => Poll::Pending,
             },
         }
+    }
+}
+
+/// The response, owing its handler's reported cost if the request was counted.
+pub(super) fn settle<B>(charge: Option<Charge>, response: Response<B>) -> Response<ReportBody<B>> {
+    match charge {
+        Some(charge) => charge.settle(response),
+        None => response.map(ReportBody::unreported),
     }
 }

@@ -10,9 +10,10 @@ use http::{Request, Response, StatusCode};
 use tower_service::Service;
 
 use super::config::{OnBadKey, Shared};
-use super::future::ResponseFuture;
+use super::future::{settle, ResponseFuture};
 use crate::headers::Stamp;
 use crate::limiter::{Limiter, Pending, Verdict};
+use crate::report::{Charge, ReportBody};
 use crate::response::respond;
 use crate::strategy::{Overload, Reject};
 
@@ -49,7 +50,7 @@ where
     ReqBody: Send + 'static,
     ResBody: From<Bytes> + Send + 'static,
 {
-    type Response = Response<ResBody>;
+    type Response = Response<ReportBody<ResBody>>;
     type Error = S::Error;
     type Future = ResponseFuture<S::Future, ResBody, S::Error>;
 
@@ -90,65 +91,72 @@ where
             Some(max_wait) if !config.shadow => limiter.reserve(&key, cost, max_wait),
             _ => limiter.check(&key, cost),
         };
+        // What the response owes if its handler reports the actual cost.
+        let charge = Charge::new(limiter.clone(), key, cost);
         match pending {
             // The fast path: decided in process, admitted at once.
             Pending::Ready(Verdict::Decided(decision))
                 if decision.delay == 0 && self.shared.passes(decision.allowed) =>
             {
                 let future = self.inner.call(request);
-                if config.headers.any() {
-                    let stamp = Stamp::new(&config.policy, &decision, config.headers);
-                    ResponseFuture::stamped(future, stamp)
-                } else {
-                    ResponseFuture::passthrough(future)
-                }
+                let stamp = config
+                    .headers
+                    .any()
+                    .then(|| Stamp::new(&config.policy, &decision, config.headers));
+                // A request shadow mode let through was not counted: nothing to settle.
+                ResponseFuture::admitted(future, stamp, decision.allowed.then_some(charge))
             }
             pending => {
                 // The ready service goes with this request; a fresh clone waits for the next.
                 let clone = self.inner.clone();
                 let inner = std::mem::replace(&mut self.inner, clone);
-                let future = decide(pending, inner, request, self.shared.clone());
+                let future = decide(pending, inner, request, self.shared.clone(), charge);
                 ResponseFuture::boxed(Box::pin(future))
             }
         }
     }
 }
 
-/// The slow path: waits for the verdict (and a reservation's slot), then answers.
+/// The slow path: waits for the verdict (and a reservation's slot), then answers; a
+/// response to a counted request owes its reported cost (`charge`).
 async fn decide<S, L, O, ReqBody, ResBody>(
     pending: Pending,
     mut inner: S,
     request: Request<ReqBody>,
     shared: Arc<Shared<L, O>>,
-) -> Result<Response<ResBody>, S::Error>
+    charge: Charge,
+) -> Result<Response<ReportBody<ResBody>>, S::Error>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
     O: Overload<ReqBody, ResBody, S::Error>,
     ResBody: From<Bytes>,
 {
     let shadow = shared.config.shadow;
-    match pending.resolve().await {
+    let response = match pending.resolve().await {
         Verdict::Decided(decision) => {
-            let mut response = if shared.passes(decision.allowed) {
+            let (mut response, charge) = if shared.passes(decision.allowed) {
                 if decision.delay > 0 && !shadow {
                     tokio::time::sleep(Duration::from_micros(decision.delay)).await;
                 }
-                inner.call(request).await?
+                let counted = decision.allowed.then_some(charge);
+                (inner.call(request).await?, counted)
             } else {
-                shared.overload.denied(request, &decision).await?
+                (shared.overload.denied(request, &decision).await?, None)
             };
             shared.config.stamp(&mut response, &decision);
-            Ok(response)
+            return Ok(settle(charge, response));
         }
-        Verdict::Open => inner.call(request).await,
-        Verdict::Closed | Verdict::Failed(_) if shared.passes(false) => inner.call(request).await,
-        Verdict::Closed => Ok(respond(
+        Verdict::Open => inner.call(request).await?,
+        Verdict::Closed | Verdict::Failed(_) if shared.passes(false) => inner.call(request).await?,
+        Verdict::Closed => respond(
             StatusCode::SERVICE_UNAVAILABLE,
             Bytes::from_static(b"rate limiter unavailable\n"),
-        )),
-        Verdict::Failed(_) => Ok(respond(
+        ),
+        Verdict::Failed(_) => respond(
             StatusCode::INTERNAL_SERVER_ERROR,
             Bytes::from_static(b"rate limiter failed\n"),
-        )),
-    }
+        ),
+    };
+    // Not counted by the limiter: nothing to settle.
+    Ok(response.map(ReportBody::unreported))
 }
