@@ -287,12 +287,7 @@ fn log_limit(limit: u64, overdraft: u64) -> Result<(), Error> {
     } else {
         "limit + overdraft"
     };
-    in_range(
-        what,
-        limit + overdraft,
-        MAX_LUA_LOG_LIMIT,
-        LOG_TOO_LONG,
-    )
+    in_range(what, limit + overdraft, MAX_LUA_LOG_LIMIT, LOG_TOO_LONG)
 }
 
 lua_window!(

@@ -3,6 +3,7 @@
 // docs.rs marks what each feature adds.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod body;
 mod concurrency;
 mod error;
 mod headers;
@@ -15,6 +16,7 @@ mod report;
 mod response;
 mod strategy;
 
+pub use body::UntilDone;
 pub use concurrency::{ConcurrencyLimit, ConcurrencyLimitLayer, LeaseBody};
 pub use error::Error;
 pub use headers::{Policy, MAX_NAME, RATELIMIT, RATELIMIT_POLICY};

@@ -3,16 +3,14 @@
 //! from the cost decided, once, when the body ends or is dropped unfinished.
 
 use std::hash::BuildHasher;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::Response;
-use http_body::{Body, Frame, SizeHint};
 use sluicegate_core::memory::KeyedLimiter;
 use sluicegate_core::{Clock, Report, Reserve};
 
+use crate::body::UntilDone;
 use crate::key::Key;
 use crate::limiter::{Limiter, NoWait, Pending, Settled};
 
@@ -131,14 +129,22 @@ impl Charge {
             }),
             _ => None,
         };
-        response.map(|inner| ReportBody { inner, owed })
+        response.map(|inner| UntilDone::new(inner, owed))
     }
 }
 
 /// A report owed, made when dropped: the body ended, failed, or was dropped unfinished.
-struct Owed {
+pub struct Owed {
     charge: Charge,
     adjustment: i64,
+}
+
+impl std::fmt::Debug for Owed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Owed")
+            .field("adjustment", &self.adjustment)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Drop for Owed {
@@ -154,54 +160,7 @@ impl Drop for Owed {
     }
 }
 
-pin_project_lite::pin_project! {
-    /// The response body of [`RateLimit`](crate::RateLimit): the inner body, reporting
-    /// the handler's [`ReportedCost`] once, when it ends, fails, or is dropped
-    /// unfinished (the client went away).
-    pub struct ReportBody<B> {
-        #[pin]
-        inner: B,
-        owed: Option<Owed>,
-    }
-}
-
-impl<B> std::fmt::Debug for ReportBody<B> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ReportBody")
-            .field("owed", &self.owed.as_ref().map(|owed| owed.adjustment))
-            .finish_non_exhaustive()
-    }
-}
-
-impl<B> ReportBody<B> {
-    /// A body owing nothing (answers made here, denials, unreported costs).
-    pub(crate) fn unreported(inner: B) -> Self {
-        Self { inner, owed: None }
-    }
-}
-
-impl<B: Body> Body for ReportBody<B> {
-    type Data = B::Data;
-    type Error = B::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
-        let this = self.project();
-        let frame = std::task::ready!(this.inner.poll_frame(cx));
-        if !matches!(frame, Some(Ok(_))) {
-            // The end or an error: the work is done, report it now.
-            this.owed.take();
-        }
-        Poll::Ready(frame)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
-}
+/// The response body of [`RateLimit`](crate::RateLimit): the inner body, reporting the
+/// handler's [`ReportedCost`] once, when it ends, fails, or is dropped unfinished (the
+/// client went away).
+pub type ReportBody<B> = UntilDone<B, Owed>;

@@ -65,7 +65,7 @@ where
                     Err(error) => {
                         let body = Bytes::from(format!("{error}\n"));
                         let response = respond(StatusCode::BAD_REQUEST, body);
-                        return Box::pin(std::future::ready(Ok(response.map(LeaseBody::unleased))));
+                        return Box::pin(std::future::ready(Ok(response.map(LeaseBody::bare))));
                     }
                 }
             }
@@ -85,7 +85,7 @@ where
             let denied = match leases.acquire_owned_async(&key, None, ttl, max_wait).await {
                 Ok(guard) => {
                     let response = inner.call(request).await?;
-                    return Ok(response.map(|body| LeaseBody::leased(body, guard)));
+                    return Ok(response.map(|body| LeaseBody::new(body, Some(guard))));
                 }
                 Err(AcquireError::Busy(decision)) => decision,
                 // The owner is made here and the ttl checked when the layer was built:
@@ -104,7 +104,7 @@ where
                         .insert(http::header::RETRY_AFTER, seconds.into());
                 }
             }
-            Ok(response.map(LeaseBody::unleased))
+            Ok(response.map(LeaseBody::bare))
         })
     }
 }

@@ -58,7 +58,7 @@ impl<F, B, E> ResponseFuture<F, B, E> {
     pub(super) fn ready(response: Response<B>) -> Self {
         Self {
             state: State::Ready {
-                response: Some(response.map(ReportBody::unreported)),
+                response: Some(response.map(ReportBody::bare)),
             },
         }
     }
@@ -98,6 +98,6 @@ where
 pub(super) fn settle<B>(charge: Option<Charge>, response: Response<B>) -> Response<ReportBody<B>> {
     match charge {
         Some(charge) => charge.settle(response),
-        None => response.map(ReportBody::unreported),
+        None => response.map(ReportBody::bare),
     }
 }

@@ -158,5 +158,5 @@ where
         ),
     };
     // Not counted by the limiter: nothing to settle.
-    Ok(response.map(ReportBody::unreported))
+    Ok(response.map(ReportBody::bare))
 }
