@@ -136,13 +136,14 @@ pub trait LuaAlgorithm: Algorithm {
     fn lua_files(&self, files: &mut Vec<&'static str>);
 
     /// Appends this algorithm's name and parameters to the script's arguments, for a
-    /// decision of `cost` (at most [`lua_cost_cap`](Self::lua_cost_cap)).
-    fn lua_args(&self, cost: u64, cmd: &mut Cmd);
+    /// decision of `cost` (at most [`lua_cost_cap`](Self::lua_cost_cap)) whose
+    /// parameters are taken at `at` (a calendar's period: the one holding `at`).
+    fn lua_args(&self, cost: u64, at: Ticks, cmd: &mut Cmd);
 
     /// Appends this algorithm as the module's commands name it (`fixed_window limit
     /// period [counting_denied]`, `token_bucket capacity rate period`, ...; a
-    /// composite's members one after another).
-    fn module_args(&self, cmd: &mut Cmd);
+    /// composite's members one after another), its parameters taken at `at`.
+    fn module_args(&self, at: Ticks, cmd: &mut Cmd);
 
     /// A cost every larger cost decides and stores exactly like: one past every limit,
     /// burst and ban threshold. Clients clamp costs to it, so any `u64` cost works.
@@ -240,14 +241,14 @@ macro_rules! lua_window {
                 files.push($file);
             }
 
-            fn lua_args(&self, _cost: u64, cmd: &mut Cmd) {
+            fn lua_args(&self, _cost: u64, _at: Ticks, cmd: &mut Cmd) {
                 let params = self.params();
                 cmd.arg($name).arg(params.limit).arg(params.period);
                 $(cmd.arg(u8::from(self.$flag()));)?
                 cmd.arg(self.overdraft());
             }
 
-            fn module_args(&self, cmd: &mut Cmd) {
+            fn module_args(&self, _at: Ticks, cmd: &mut Cmd) {
                 let params = self.params();
                 cmd.arg($name).arg(params.limit).arg(params.period);
                 $(if self.$flag() {
@@ -312,7 +313,7 @@ impl LuaAlgorithm for CalendarWindowAt {
         files.extend([FIXED_WINDOW, CALENDAR_WINDOW]);
     }
 
-    fn lua_args(&self, _cost: u64, cmd: &mut Cmd) {
+    fn lua_args(&self, _cost: u64, _at: Ticks, cmd: &mut Cmd) {
         let period = self.period();
         cmd.arg("calendar_window")
             .arg(self.window().limit())
@@ -321,7 +322,7 @@ impl LuaAlgorithm for CalendarWindowAt {
             .arg(period.end());
     }
 
-    fn module_args(&self, cmd: &mut Cmd) {
+    fn module_args(&self, _at: Ticks, cmd: &mut Cmd) {
         let period = self.period();
         cmd.arg("calendar_window")
             .arg(self.window().limit())
@@ -450,13 +451,13 @@ macro_rules! lua_bucket {
                 files.push(BUCKET);
             }
 
-            fn lua_args(&self, cost: u64, cmd: &mut Cmd) {
+            fn lua_args(&self, cost: u64, _at: Ticks, cmd: &mut Cmd) {
                 let params = self.params();
                 let burst = (params.capacity + $extra, $overdraft(self));
                 bucket_args($name, params, burst, cost, cmd);
             }
 
-            fn module_args(&self, cmd: &mut Cmd) {
+            fn module_args(&self, _at: Ticks, cmd: &mut Cmd) {
                 let params = self.params();
                 cmd.arg($name)
                     .arg(params.capacity)
@@ -508,20 +509,20 @@ impl<A: LuaAlgorithm> LuaAlgorithm for Ban<A> {
         files.push(BAN);
     }
 
-    fn lua_args(&self, cost: u64, cmd: &mut Cmd) {
+    fn lua_args(&self, cost: u64, at: Ticks, cmd: &mut Cmd) {
         cmd.arg("ban")
             .arg(self.threshold())
             .arg(self.window())
             .arg(self.duration());
-        self.inner().lua_args(cost, cmd);
+        self.inner().lua_args(cost, at, cmd);
     }
 
-    fn module_args(&self, cmd: &mut Cmd) {
+    fn module_args(&self, at: Ticks, cmd: &mut Cmd) {
         cmd.arg("ban")
             .arg(self.threshold())
             .arg(self.window())
             .arg(self.duration());
-        self.inner().module_args(cmd);
+        self.inner().module_args(at, cmd);
     }
 
     fn lua_cost_cap(&self) -> u64 {
@@ -548,16 +549,16 @@ impl<A: LuaAlgorithm> LuaAlgorithm for Composite<A> {
         }
     }
 
-    fn lua_args(&self, cost: u64, cmd: &mut Cmd) {
+    fn lua_args(&self, cost: u64, at: Ticks, cmd: &mut Cmd) {
         cmd.arg("composite").arg(self.members().len());
         for member in self.members() {
-            member.lua_args(cost, cmd);
+            member.lua_args(cost, at, cmd);
         }
     }
 
-    fn module_args(&self, cmd: &mut Cmd) {
+    fn module_args(&self, at: Ticks, cmd: &mut Cmd) {
         for member in self.members() {
-            member.module_args(cmd);
+            member.module_args(at, cmd);
         }
     }
 
