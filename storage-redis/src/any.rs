@@ -72,6 +72,14 @@ impl LuaAlgorithm for AnyAlgorithm {
         }
     }
 
+    /// A calendar window's period at `at` ends within the scripts' range.
+    fn lua_range_at(&self, at: Ticks) -> Result<(), Error> {
+        match self {
+            AnyAlgorithm::CalendarWindow(c) => in_period(c, Some(at)).lua_range(),
+            _ => each!(self, None, |a| a.lua_range_at(at)),
+        }
+    }
+
     fn lua_keys(&self) -> usize {
         each!(self, None, |a| a.lua_keys())
     }

@@ -200,6 +200,7 @@ impl<'a> Call<'a> {
             (Some(now), _) | (None, Some(now)) => now,
             (None, None) => SystemClock.now(),
         };
+        algorithm.lua_range_at(at)?;
         Ok(Arguments {
             cost,
             max_wait,

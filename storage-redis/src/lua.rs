@@ -152,6 +152,14 @@ pub trait LuaAlgorithm: Algorithm {
     /// Fails if a parameter is outside the Lua range.
     fn lua_range(&self) -> Result<(), Error>;
 
+    /// Fails if a parameter taken at `at` (see [`lua_args`](Self::lua_args)) is outside
+    /// the Lua range: [`lua_range`](Self::lua_range) checks the fixed ones once, this
+    /// each call the ones a calendar gives (a period beyond the scripts' last instant).
+    fn lua_range_at(&self, at: Ticks) -> Result<(), Error> {
+        let _ = at;
+        Ok(())
+    }
+
     /// How many keys a decision touches: one, or one per member of a composite.
     fn lua_keys(&self) -> usize {
         1
@@ -540,6 +548,10 @@ impl<A: LuaAlgorithm> LuaAlgorithm for Ban<A> {
         )?;
         self.inner().lua_range()
     }
+
+    fn lua_range_at(&self, at: Ticks) -> Result<(), Error> {
+        self.inner().lua_range_at(at)
+    }
 }
 
 impl<A: LuaAlgorithm> LuaAlgorithm for Composite<A> {
@@ -581,6 +593,10 @@ impl<A: LuaAlgorithm> LuaAlgorithm for Composite<A> {
             member.lua_range()?;
         }
         Ok(())
+    }
+
+    fn lua_range_at(&self, at: Ticks) -> Result<(), Error> {
+        self.members().iter().try_for_each(|m| m.lua_range_at(at))
     }
 
     fn lua_keys(&self) -> usize {
