@@ -149,39 +149,47 @@ fn server_now(con: &mut redis::Connection) -> Ticks {
     seconds * SECOND + micros
 }
 
-/// Checks `alg` at the server's time on every path, one call and a batch: each counted
-/// once, the key expiring at the end of the period `periods` holds at the server's time.
-fn at_the_server_time(server: &Server, periods: &dyn CalendarPeriods, alg: &AnyAlgorithm) {
-    let mut con = server.connection();
-    for path in PATHS {
-        let limiter = limiter(alg, path);
-        let decision = limiter.check(&mut con, b"k", 2).unwrap();
-        assert!(
-            decision.allowed && decision.remaining == 3,
-            "{path:?}: {decision:?}"
-        );
-        let batch = limiter
-            .check_batch(&mut con, &[Request::new(b"k"), Request::new(b"k").cost(4)])
-            .unwrap();
-        let allowed: Vec<bool> = batch.into_iter().map(|d| d.unwrap().allowed).collect();
-        assert_eq!(allowed, [true, false], "{path:?}");
-        let now = server_now(&mut con);
-        let end = periods.period_at(now).end();
-        let key = limiter.redis_keys(b"k").unwrap().remove(0);
-        let pttl: Ticks = redis::cmd("PTTL").arg(&key).query(&mut con).unwrap();
-        let expected = (end - now) / 1000;
-        assert!(
-            pttl.abs_diff(expected) < 2000,
-            "{path:?}: PTTL {pttl}, {expected}"
-        );
-    }
+/// Checks `limiter` at the server's time, one call, then (after `between`) a batch:
+/// each counted once, the key expiring at `end_of` the server's time.
+fn at_the_server_time(
+    con: &mut redis::Connection,
+    limiter: &RedisLimiter<AnyAlgorithm>,
+    between: impl FnOnce(),
+    end_of: impl Fn(Ticks) -> Ticks,
+) {
+    let path = limiter.path();
+    let decision = limiter.check(con, b"k", 2).unwrap();
+    assert!(
+        decision.allowed && decision.remaining == 3,
+        "{path:?}: {decision:?}"
+    );
+    between();
+    let batch = limiter
+        .check_batch(con, &[Request::new(b"k"), Request::new(b"k").cost(4)])
+        .unwrap();
+    let allowed: Vec<bool> = batch.into_iter().map(|d| d.unwrap().allowed).collect();
+    assert_eq!(allowed, [true, false], "{path:?}");
+    let peeked = limiter.peek(con, &Request::new(b"k").cost(0)).unwrap();
+    assert_eq!(peeked.remaining, 2, "{path:?}");
+    let now = server_now(con);
+    let key = limiter.redis_keys(b"k").unwrap().remove(0);
+    let pttl: Ticks = redis::cmd("PTTL").arg(&key).query(con).unwrap();
+    let expected = (end_of(now) - now) / 1000;
+    assert!(
+        pttl.abs_diff(expected) < 2000,
+        "{path:?}: PTTL {pttl}, {expected}"
+    );
 }
 
 #[test]
 fn at_the_server_time_the_key_expires_at_the_period_end() {
     let server = Server::start_with_module(false);
+    let mut con = server.connection();
     let day = Arc::new(new_york(Calendar::Day));
-    at_the_server_time(&server, &*day, &window(day.clone()));
+    for path in PATHS {
+        let limiter = limiter(&window(day.clone()), path);
+        at_the_server_time(&mut con, &limiter, || {}, |now| day.period_at(now).end());
+    }
 }
 
 /// Hours, except that the first instant (past 1970) it is asked about gets the hour
@@ -205,37 +213,19 @@ impl CalendarPeriods for Behind {
     }
 }
 
-/// A period the server refuses is computed again at its time: one call and a batch.
+/// A period the server refuses is computed again at its time: one call and a batch,
+/// each counted once, in the server's hour.
 #[test]
 fn a_period_the_server_refuses_is_taken_at_its_time() {
     let server = Server::start_with_module(false);
+    let mut con = server.connection();
     for path in PATHS {
         let periods = Arc::new(Behind::default());
-        let alg = window(periods.clone());
-        let mut con = server.connection();
-        let limiter = limiter(&alg, path);
-        let decision = limiter.check(&mut con, b"k", 2).unwrap();
-        assert!(
-            decision.allowed && decision.remaining == 3,
-            "{path:?}: {decision:?}"
-        );
+        let limiter = limiter(&window(periods.clone()), path);
         // The batch's one clock reading gets the stale hour: every call goes again.
-        *periods.0.lock().unwrap() = None;
-        let batch = limiter
-            .check_batch(&mut con, &[Request::new(b"k"), Request::new(b"k").cost(3)])
-            .unwrap();
-        let allowed: Vec<bool> = batch.into_iter().map(|d| d.unwrap().allowed).collect();
-        assert_eq!(allowed, [true, false], "{path:?}");
-        // Counted once each, in the server's hour, which the key lives to the end of.
-        let peeked = limiter.peek(&mut con, &Request::new(b"k").cost(0)).unwrap();
-        assert_eq!(peeked.remaining, 2, "{path:?}");
-        let now = server_now(&mut con);
-        let key = limiter.redis_keys(b"k").unwrap().remove(0);
-        let pttl: Ticks = redis::cmd("PTTL").arg(&key).query(&mut con).unwrap();
-        let expected = (HOUR - now % HOUR) / 1000;
-        assert!(
-            pttl.abs_diff(expected) < 2000,
-            "{path:?}: PTTL {pttl}, {expected}"
-        );
+        let stale_again = || *periods.0.lock().unwrap() = None;
+        at_the_server_time(&mut con, &limiter, stale_again, |now| {
+            now - now % HOUR + HOUR
+        });
     }
 }
