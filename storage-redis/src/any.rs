@@ -2,20 +2,25 @@
 //! [`AnyAlgorithm`] decides and stores there exactly as the algorithm it holds.
 
 use redis::Cmd;
-use sluicegate_core::{AnyAlgorithm, AnyState, Decision, DecodeError, Request, Ticks};
+use sluicegate_core::{
+    AnyAlgorithm, AnyState, CalendarLimit, CalendarPeriod, CalendarWindowAt, Decision, DecodeError,
+    Request, Ticks,
+};
 
 use crate::lua::LuaAlgorithm;
 use crate::Error;
 
-/// Calls `$method` on whichever algorithm `$any` holds; a calendar window (not on Redis
-/// in this build: `lua_range` refuses it, before any call) answers `$calendar`.
+/// Calls `$body` on whichever algorithm `$any` holds; a calendar window as the window in
+/// its calendar's period holding `$at` (the scripts and the module take a period, see
+/// [`CalendarWindowAt`]), or with `None` in any period, for what every period answers
+/// alike (its files, cost cap, keys, fast path), asking the calendar nothing.
 macro_rules! each {
-    ($any:expr, |$a:ident| $body:expr) => {
-        each!($any, |$a| $body, Default::default())
-    };
-    ($any:expr, |$a:ident| $body:expr, $calendar:expr) => {
+    ($any:expr, $at:expr, |$a:ident| $body:expr) => {
         match $any {
-            AnyAlgorithm::CalendarWindow(_) => $calendar,
+            AnyAlgorithm::CalendarWindow(calendar) => {
+                let $a = &in_period(calendar, $at);
+                $body
+            }
             AnyAlgorithm::FixedWindow($a) => $body,
             AnyAlgorithm::SlidingLog($a) => $body,
             AnyAlgorithm::SlidingCounter($a) => $body,
@@ -31,38 +36,56 @@ macro_rules! each {
     };
 }
 
+/// `limit`'s window in the period of its calendar holding `at`; without a time, in a
+/// period of one tick.
+fn in_period(limit: &CalendarLimit, at: Option<Ticks>) -> CalendarWindowAt {
+    let period = match at {
+        Some(at) => limit.calendar().period_at(at),
+        None => CalendarPeriod::new(0, 1).expect("one tick is a period"),
+    };
+    limit.window().during(period)
+}
+
 impl LuaAlgorithm for AnyAlgorithm {
     fn lua_files(&self, files: &mut Vec<&'static str>) {
-        each!(self, |a| a.lua_files(files));
+        each!(self, None, |a| a.lua_files(files));
     }
 
-    fn lua_args(&self, cost: u64, cmd: &mut Cmd) {
-        each!(self, |a| a.lua_args(cost, cmd));
+    fn lua_args(&self, cost: u64, at: Ticks, cmd: &mut Cmd) {
+        each!(self, Some(at), |a| a.lua_args(cost, at, cmd));
     }
 
-    fn module_args(&self, cmd: &mut Cmd) {
-        each!(self, |a| a.module_args(cmd));
+    fn module_args(&self, at: Ticks, cmd: &mut Cmd) {
+        each!(self, Some(at), |a| a.module_args(at, cmd));
     }
 
     fn lua_cost_cap(&self) -> u64 {
-        each!(self, |a| a.lua_cost_cap())
+        each!(self, None, |a| a.lua_cost_cap())
     }
 
+    /// A calendar window is in range in every period that holds a time the scripts
+    /// take: such a period ends within their range.
     fn lua_range(&self) -> Result<(), Error> {
-        each!(self, |a| a.lua_range(), {
-            let why = "calendar windows are not on Redis in this build";
-            Err(Error::Redis(
-                (redis::ErrorKind::InvalidClientConfig, why).into(),
-            ))
-        })
+        match self {
+            AnyAlgorithm::CalendarWindow(_) => Ok(()),
+            _ => each!(self, None, |a| a.lua_range()),
+        }
+    }
+
+    /// A calendar window's period at `at` ends within the scripts' range.
+    fn lua_range_at(&self, at: Ticks) -> Result<(), Error> {
+        match self {
+            AnyAlgorithm::CalendarWindow(c) => in_period(c, Some(at)).lua_range(),
+            _ => each!(self, None, |a| a.lua_range_at(at)),
+        }
     }
 
     fn lua_keys(&self) -> usize {
-        each!(self, |a| a.lua_keys())
+        each!(self, None, |a| a.lua_keys())
     }
 
     fn lua_fast_arg(&self, request: &Request<'_>, max_wait: Option<Ticks>) -> Option<Vec<u8>> {
-        each!(self, |a| a.lua_fast_arg(request, max_wait))
+        each!(self, None, |a| a.lua_fast_arg(request, max_wait))
     }
 
     fn lua_fast_decision(
@@ -71,7 +94,8 @@ impl LuaAlgorithm for AnyAlgorithm {
         cost: u64,
         max_wait: Option<Ticks>,
     ) -> Option<Decision> {
-        each!(self, |a| a.lua_fast_decision(relative, cost, max_wait))
+        each!(self, None, |a| a
+            .lua_fast_decision(relative, cost, max_wait))
     }
 
     fn lua_decode(&self, values: &[Option<Vec<u8>>]) -> Result<Option<AnyState>, DecodeError> {
@@ -84,7 +108,10 @@ impl LuaAlgorithm for AnyAlgorithm {
             AnyAlgorithm::Pacing(a) => a.lua_decode(values)?.map(AnyState::Pacing),
             AnyAlgorithm::Composite(a) => a.lua_decode(values)?.map(AnyState::Composite),
             AnyAlgorithm::Ban(a) => a.lua_decode(values)?.map(|s| AnyState::Ban(Box::new(s))),
-            AnyAlgorithm::CalendarWindow(_) => None,
+            // A state's bytes are the same in every period.
+            AnyAlgorithm::CalendarWindow(a) => in_period(a, None)
+                .lua_decode(values)?
+                .map(AnyState::CalendarWindow),
         })
     }
 }

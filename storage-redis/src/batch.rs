@@ -140,7 +140,8 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         let command = if path == Path::Module {
             let mut cmd = redis::cmd("SLUICEGATE.BATCH");
             cmd.arg(keys.len()).arg(&keys[..]);
-            self.algorithm.module_args(&mut cmd);
+            // One period for all: the calls share one clock (see `Call::batch`).
+            self.algorithm.module_args(arguments[0].at, &mut cmd);
             cmd.arg("COSTS");
             for args in &arguments {
                 cmd.arg(args.cost);
@@ -252,7 +253,7 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
             .results
             .into_iter()
             .zip(calls)
-            .map(|(result, call)| self.explained(con, call.key, result))
+            .map(|(result, call)| self.answered(con, call, result))
             .collect())
     }
 
@@ -272,7 +273,7 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
                     self.answers(calls, &mut batch, &reply);
                     let mut results = Vec::with_capacity(calls.len());
                     for (result, call) in batch.results.into_iter().zip(calls) {
-                        results.push(self.explained_async(&mut own, call.key, result).await);
+                        results.push(self.answered_async(&mut own, call, result).await);
                     }
                     return results;
                 }
@@ -321,10 +322,33 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
                 self.one(con, calls[i], reply::decision)
             } else {
                 let result = reply::decision(&self.algorithm, reply, &calls[i]);
-                self.explained(con, calls[i].key, result)
+                self.answered(con, &calls[i], result)
             };
         }
         Ok(results)
+    }
+
+    /// A batch's `result` for `call`, explained; a call the server refused as out of
+    /// its calendar period (nothing changed) goes again alone, after the batch, in the
+    /// period holding the server's time (see [`Call::retry`]).
+    fn answered<C: ConnectionLike>(&self, con: &mut C, call: &Call, result: Answer) -> Answer {
+        match call.retry(&result) {
+            Some(again) => self.one(con, again, reply::decision),
+            None => self.explained(con, call.key, result),
+        }
+    }
+
+    /// Asynchronous [`RedisLimiter::answered`].
+    async fn answered_async<C: aio::ConnectionLike>(
+        &self,
+        con: &mut C,
+        call: &Call<'_>,
+        result: Answer,
+    ) -> Answer {
+        match call.retry(&result) {
+            Some(again) => self.one_async(con, again, reply::decision).await,
+            None => self.explained_async(con, call.key, result).await,
+        }
     }
 }
 

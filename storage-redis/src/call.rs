@@ -2,7 +2,7 @@
 //! arguments as every path sends them: the library, a script, or the module.
 
 use redis::Cmd;
-use sluicegate_core::{Request, Ticks};
+use sluicegate_core::{Clock, Request, SystemClock, Ticks};
 
 use crate::error::Error;
 use crate::lua::{LuaAlgorithm, MAX_LUA_TICKS};
@@ -17,6 +17,10 @@ pub(crate) struct Call<'a> {
     pub(crate) cost: u64,
     pub(crate) now: Option<Ticks>,
     pub(crate) max_wait: Option<Ticks>,
+    /// Where a call without `now` takes a calendar's period (see [`Arguments::at`]):
+    /// a batch's one reading of this machine's clock, or on a retry the server's time
+    /// it refused the call at; `None`: this machine's clock when the call is built.
+    pub(crate) clock: Option<Ticks>,
 }
 
 /// What a script call does (its first argument; see `lua/main.lua`).
@@ -65,6 +69,7 @@ impl<'a> Call<'a> {
             cost,
             now,
             max_wait: None,
+            clock: None,
         }
     }
 
@@ -83,9 +88,33 @@ impl<'a> Call<'a> {
         Self::of(mode, key, 0, None)
     }
 
-    /// The decisions of a batch's `requests`.
+    /// The decisions of a batch's `requests`, those without a time taking a calendar's
+    /// period at one reading of the clock: at the server's one time, all are decided or
+    /// all refused in a period (see [`Self::retry`]).
     pub(crate) fn batch(requests: &[Request<'a>]) -> Vec<Self> {
-        requests.iter().map(Self::request).collect()
+        let clock = SystemClock.now();
+        requests
+            .iter()
+            .map(|r| Self::request(r).clocked(clock))
+            .collect()
+    }
+
+    /// The same call taking a calendar's period at `clock` when it has no `now`.
+    pub(crate) fn clocked(self, clock: Ticks) -> Self {
+        Self {
+            clock: Some(clock),
+            ..self
+        }
+    }
+
+    /// The call to make again after `result`: when the server refused this one as out
+    /// of the period it was given (this machine's clock and the server's disagree near
+    /// a boundary), the same call in the period holding the server's time.
+    pub(crate) fn retry<T>(&self, result: &Result<T, Error>) -> Option<Self> {
+        match result {
+            Err(Error::OutOfPeriod { now }) => Some(self.clocked(*now)),
+            _ => None,
+        }
     }
 
     /// The same call doing `mode` (a take or a refund of the request's cost).
@@ -139,7 +168,7 @@ impl<'a> Call<'a> {
         };
         let mut module = redis::cmd(name);
         module.arg(keys.len()).arg(keys);
-        algorithm.module_args(&mut module);
+        algorithm.module_args(args.at, &mut module);
         match self.mode {
             Mode::Report(adjustment) => module.arg("ADJUST").arg(adjustment),
             _ => module.arg("COST").arg(args.cost),
@@ -167,10 +196,16 @@ impl<'a> Call<'a> {
             Mode::Decide => algorithm.lua_fast_arg(&self.as_request(cost), max_wait),
             _ => None,
         };
+        let at = match (self.now, self.clock) {
+            (Some(now), _) | (None, Some(now)) => now,
+            (None, None) => SystemClock.now(),
+        };
+        algorithm.lua_range_at(at)?;
         Ok(Arguments {
             cost,
             max_wait,
             fast,
+            at,
         })
     }
 
@@ -201,7 +236,7 @@ impl<'a> Call<'a> {
         } else {
             args.cost
         };
-        algorithm.lua_args(scaled, cmd);
+        algorithm.lua_args(scaled, args.at, cmd);
     }
 }
 
@@ -214,6 +249,17 @@ pub(crate) struct Arguments {
     pub(crate) max_wait: Option<Ticks>,
     /// The fast path's one argument, when the call takes it.
     pub(crate) fast: Option<Vec<u8>>,
+    /// The instant the algorithm's parameters are taken at: the period a calendar
+    /// window is sent with is the one holding it. The call's `now`, so a decision at
+    /// an explicit time is the core's; else [`Call::clock`] or this machine's clock,
+    /// which the server checks against its own (refusing, unchanged, a time outside
+    /// the period: the call goes again in the server's period, see [`Call::retry`]).
+    ///
+    /// It lives here, beside the cost and the wait, because every path (the library,
+    /// a script, the module, one call or a batch) builds its arguments from these, so
+    /// a calendar's period is chosen once per call, in one place, and the algorithms
+    /// whose parameters are fixed ignore it.
+    pub(crate) at: Ticks,
 }
 
 /// An optional script argument: empty when absent.

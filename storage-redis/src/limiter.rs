@@ -37,7 +37,7 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
     pub fn new(algorithm: A) -> Result<Self, Error> {
         algorithm.lua_range()?;
         let mut params = redis::Cmd::new();
-        algorithm.lua_args(0, &mut params);
+        algorithm.lua_args(0, 0, &mut params);
         // The mode, time, cost and wait, then the algorithm's.
         let decide_args = 4 + params.args_iter().len();
         Ok(Self {
@@ -301,8 +301,23 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
     }
 
     /// Runs `call` on `keys` on the path in use, loading the library or the script if
-    /// the server lacks it.
+    /// the server lacks it; once more in the server's calendar period if it refused
+    /// the one this machine's clock gave (see [`Call::retry`]).
     pub(crate) fn query<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        call: &Call,
+        keys: &[Vec<u8>],
+    ) -> Result<Value, Error> {
+        let result = self.query_once(con, call, keys);
+        match call.retry(&result) {
+            Some(again) => self.query_once(con, &again, keys),
+            None => result,
+        }
+    }
+
+    /// One try of [`RedisLimiter::query`].
+    fn query_once<C: ConnectionLike>(
         &self,
         con: &mut C,
         call: &Call,
@@ -316,6 +331,20 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
 
     /// Asynchronous [`RedisLimiter::query`].
     async fn query_async<C: aio::ConnectionLike>(
+        &self,
+        con: &mut C,
+        call: &Call<'_>,
+        keys: &[Vec<u8>],
+    ) -> Result<Value, Error> {
+        let result = self.query_once_async(con, call, keys).await;
+        match call.retry(&result) {
+            Some(again) => self.query_once_async(con, &again, keys).await,
+            None => result,
+        }
+    }
+
+    /// Asynchronous [`RedisLimiter::query_once`].
+    async fn query_once_async<C: aio::ConnectionLike>(
         &self,
         con: &mut C,
         call: &Call<'_>,

@@ -136,13 +136,14 @@ pub trait LuaAlgorithm: Algorithm {
     fn lua_files(&self, files: &mut Vec<&'static str>);
 
     /// Appends this algorithm's name and parameters to the script's arguments, for a
-    /// decision of `cost` (at most [`lua_cost_cap`](Self::lua_cost_cap)).
-    fn lua_args(&self, cost: u64, cmd: &mut Cmd);
+    /// decision of `cost` (at most [`lua_cost_cap`](Self::lua_cost_cap)) whose
+    /// parameters are taken at `at` (a calendar's period: the one holding `at`).
+    fn lua_args(&self, cost: u64, at: Ticks, cmd: &mut Cmd);
 
     /// Appends this algorithm as the module's commands name it (`fixed_window limit
     /// period [counting_denied]`, `token_bucket capacity rate period`, ...; a
-    /// composite's members one after another).
-    fn module_args(&self, cmd: &mut Cmd);
+    /// composite's members one after another), its parameters taken at `at`.
+    fn module_args(&self, at: Ticks, cmd: &mut Cmd);
 
     /// A cost every larger cost decides and stores exactly like: one past every limit,
     /// burst and ban threshold. Clients clamp costs to it, so any `u64` cost works.
@@ -150,6 +151,14 @@ pub trait LuaAlgorithm: Algorithm {
 
     /// Fails if a parameter is outside the Lua range.
     fn lua_range(&self) -> Result<(), Error>;
+
+    /// Fails if a parameter taken at `at` (see [`lua_args`](Self::lua_args)) is outside
+    /// the Lua range: [`lua_range`](Self::lua_range) checks the fixed ones once, this
+    /// each call the ones a calendar gives (a period beyond the scripts' last instant).
+    fn lua_range_at(&self, at: Ticks) -> Result<(), Error> {
+        let _ = at;
+        Ok(())
+    }
 
     /// How many keys a decision touches: one, or one per member of a composite.
     fn lua_keys(&self) -> usize {
@@ -240,14 +249,14 @@ macro_rules! lua_window {
                 files.push($file);
             }
 
-            fn lua_args(&self, _cost: u64, cmd: &mut Cmd) {
+            fn lua_args(&self, _cost: u64, _at: Ticks, cmd: &mut Cmd) {
                 let params = self.params();
                 cmd.arg($name).arg(params.limit).arg(params.period);
                 $(cmd.arg(u8::from(self.$flag()));)?
                 cmd.arg(self.overdraft());
             }
 
-            fn module_args(&self, cmd: &mut Cmd) {
+            fn module_args(&self, _at: Ticks, cmd: &mut Cmd) {
                 let params = self.params();
                 cmd.arg($name).arg(params.limit).arg(params.period);
                 $(if self.$flag() {
@@ -313,7 +322,7 @@ impl LuaAlgorithm for CalendarWindowAt {
         files.extend([FIXED_WINDOW, CALENDAR_WINDOW]);
     }
 
-    fn lua_args(&self, _cost: u64, cmd: &mut Cmd) {
+    fn lua_args(&self, _cost: u64, _at: Ticks, cmd: &mut Cmd) {
         let period = self.period();
         cmd.arg("calendar_window")
             .arg(self.window().limit())
@@ -322,7 +331,7 @@ impl LuaAlgorithm for CalendarWindowAt {
             .arg(period.end());
     }
 
-    fn module_args(&self, cmd: &mut Cmd) {
+    fn module_args(&self, _at: Ticks, cmd: &mut Cmd) {
         let period = self.period();
         cmd.arg("calendar_window")
             .arg(self.window().limit())
@@ -451,13 +460,13 @@ macro_rules! lua_bucket {
                 files.push(BUCKET);
             }
 
-            fn lua_args(&self, cost: u64, cmd: &mut Cmd) {
+            fn lua_args(&self, cost: u64, _at: Ticks, cmd: &mut Cmd) {
                 let params = self.params();
                 let burst = (params.capacity + $extra, $overdraft(self));
                 bucket_args($name, params, burst, cost, cmd);
             }
 
-            fn module_args(&self, cmd: &mut Cmd) {
+            fn module_args(&self, _at: Ticks, cmd: &mut Cmd) {
                 let params = self.params();
                 cmd.arg($name)
                     .arg(params.capacity)
@@ -509,20 +518,20 @@ impl<A: LuaAlgorithm> LuaAlgorithm for Ban<A> {
         files.push(BAN);
     }
 
-    fn lua_args(&self, cost: u64, cmd: &mut Cmd) {
+    fn lua_args(&self, cost: u64, at: Ticks, cmd: &mut Cmd) {
         cmd.arg("ban")
             .arg(self.threshold())
             .arg(self.window())
             .arg(self.duration());
-        self.inner().lua_args(cost, cmd);
+        self.inner().lua_args(cost, at, cmd);
     }
 
-    fn module_args(&self, cmd: &mut Cmd) {
+    fn module_args(&self, at: Ticks, cmd: &mut Cmd) {
         cmd.arg("ban")
             .arg(self.threshold())
             .arg(self.window())
             .arg(self.duration());
-        self.inner().module_args(cmd);
+        self.inner().module_args(at, cmd);
     }
 
     fn lua_cost_cap(&self) -> u64 {
@@ -540,6 +549,10 @@ impl<A: LuaAlgorithm> LuaAlgorithm for Ban<A> {
         )?;
         self.inner().lua_range()
     }
+
+    fn lua_range_at(&self, at: Ticks) -> Result<(), Error> {
+        self.inner().lua_range_at(at)
+    }
 }
 
 impl<A: LuaAlgorithm> LuaAlgorithm for Composite<A> {
@@ -549,16 +562,16 @@ impl<A: LuaAlgorithm> LuaAlgorithm for Composite<A> {
         }
     }
 
-    fn lua_args(&self, cost: u64, cmd: &mut Cmd) {
+    fn lua_args(&self, cost: u64, at: Ticks, cmd: &mut Cmd) {
         cmd.arg("composite").arg(self.members().len());
         for member in self.members() {
-            member.lua_args(cost, cmd);
+            member.lua_args(cost, at, cmd);
         }
     }
 
-    fn module_args(&self, cmd: &mut Cmd) {
+    fn module_args(&self, at: Ticks, cmd: &mut Cmd) {
         for member in self.members() {
-            member.module_args(cmd);
+            member.module_args(at, cmd);
         }
     }
 
@@ -581,6 +594,10 @@ impl<A: LuaAlgorithm> LuaAlgorithm for Composite<A> {
             member.lua_range()?;
         }
         Ok(())
+    }
+
+    fn lua_range_at(&self, at: Ticks) -> Result<(), Error> {
+        self.members().iter().try_for_each(|m| m.lua_range_at(at))
     }
 
     fn lua_keys(&self) -> usize {
