@@ -183,6 +183,28 @@ async fn reports_on_redis_decisions_move_the_shared_state() {
     assert_eq!(estimate(&server, &web, 3, "e1").await.json["remaining"], 3);
     let settled = report(&server, &web, "k", 1, "e1").await;
     assert_eq!(figures(&settled), (2, 0, 5, false));
+    // A calendar month in Redis: its period from this machine's clock, its reset the
+    // month's true end.
+    let plan = r#"{"algorithm":"calendar-window","limit":3,"calendar":"month","time-zone":"Europe/Berlin","overdraft":2,"apps":["web"]}"#;
+    create_policy(&server, &admin, "plan", plan).await;
+    let decide = |cost: u64| {
+        let (url, web) = (server.url("/v1/decide"), web.clone());
+        async move {
+            let body = format!(r#"{{"policy":"plan","key":"acme","cost":{cost}}}"#);
+            post(&url, &web, &body).await.json
+        }
+    };
+    assert_eq!(decide(3).await["allowed"], true);
+    let full = decide(1).await;
+    assert_eq!(full["allowed"], false, "{full}");
+    let reset = full["reset_after_us"].as_u64().unwrap_or_default();
+    assert!(
+        reset > 0 && reset <= 31 * 86_400_000_000 + 3_600_000_000,
+        "{full}"
+    );
+    let body = r#"{"policy":"plan","key":"acme","cost":2,"id":"p1"}"#;
+    let over = post(&server.url("/v1/report"), &web, body).await;
+    assert_eq!(figures(&over), (2, 0, 0, false));
     server.stop().await;
 }
 
