@@ -49,8 +49,10 @@ done
 
 raw=$(wc -c <wasm/pkg/web/sluicegate_wasm_bg.wasm)
 gzipped=$(gzip -9 -c wasm/pkg/web/sluicegate_wasm_bg.wasm | wc -c)
-echo "sluicegate_wasm_bg.wasm: $raw bytes, $gzipped gzipped (budget 40000)"
-if [ "$gzipped" -gt 40000 ]; then
-  echo "the gzipped module is over its 40 KB budget" >&2
+# The budget grew from 40 000 when reports, overdrafts and calendar windows (the zone
+# database stays behind the `calendar` feature) added 4.6 KB gzipped.
+echo "sluicegate_wasm_bg.wasm: $raw bytes, $gzipped gzipped (budget 42000)"
+if [ "$gzipped" -gt 42000 ]; then
+  echo "the gzipped module is over its 42 KB budget" >&2
   exit 1
 fi
