@@ -89,6 +89,22 @@ export class LimiterCore {
         }
     }
     /**
+     * Reports a cost known after the work: `adjustment` units added to what the limiter
+     * has taken (negative: given back), within its `overdraft`. Returns the units
+     * recorded; what a request of cost 0 gets after it lands in the slots. Throws on
+     * pacing and bans (they take no reports) and on an adjustment that is not whole.
+     * @param {number} adjustment
+     * @param {number} nowMs
+     * @returns {number}
+     */
+    report(adjustment, nowMs) {
+        const ret = wasm.limitercore_report(this.__wbg_ptr, adjustment, nowMs);
+        if (ret[2]) {
+            throw takeFromExternrefTable0(ret[1]);
+        }
+        return ret[0];
+    }
+    /**
      * Books a slot within `maxWaitMs`: if admitted, act after `delayMs`. Buckets,
      * pacing and composites of them only.
      * @param {number} cost
