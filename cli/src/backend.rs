@@ -203,6 +203,15 @@ pub trait Store {
 /// on the backend's clock (Redis: the server's).
 pub trait LeaseStore {
     fn acquire(&self, request: &LeaseRequest<'_>) -> Result<Acquired, Failure>;
+    /// An acquire that may wait up to `wait` µs for a lease to free, where the backend
+    /// can say when one does (etcd's watch); elsewhere one attempt, the command polling.
+    fn acquire_within(
+        &self,
+        request: &LeaseRequest<'_>,
+        _wait: Ticks,
+    ) -> Result<Acquired, Failure> {
+        self.acquire(request)
+    }
     fn release(&self, request: &LeaseRequest<'_>) -> Result<Grant, Failure>;
     fn renew(&self, request: &LeaseRequest<'_>) -> Result<Grant, Failure>;
     /// The stored table, for `inspect`.
@@ -434,6 +443,14 @@ struct EtcdStore {
 impl LeaseStore for EtcdStore {
     fn acquire(&self, request: &LeaseRequest<'_>) -> Result<Acquired, Failure> {
         Ok(self.runtime.block_on(self.leases.acquire(request))?)
+    }
+
+    /// Woken by etcd's watch when a lease is released or expires, not by polling.
+    fn acquire_within(&self, request: &LeaseRequest<'_>, wait: Ticks) -> Result<Acquired, Failure> {
+        let wait = std::time::Duration::from_micros(wait);
+        Ok(self
+            .runtime
+            .block_on(self.leases.acquire_waiting(request, wait))?)
     }
 
     fn release(&self, request: &LeaseRequest<'_>) -> Result<Grant, Failure> {

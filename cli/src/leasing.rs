@@ -113,7 +113,8 @@ pub fn call(c: &Call) -> Result<ExitCode, Failure> {
         Op::Acquire { ttl, wait } => {
             let deadline = wait.map(|w| now().saturating_add(w));
             loop {
-                let acquired = store()?.acquire(&request.ttl(ttl))?;
+                let left = deadline.map_or(0, |d| d.saturating_sub(now()));
+                let acquired = store()?.acquire_within(&request.ttl(ttl), left)?;
                 if let Some(grant) = acquired.grant {
                     break format!(
                         "acquired token={} expires_at_us={} holds={}",

@@ -559,6 +559,32 @@ fn locks_and_leases_on_etcd() {
     let out = leases.run("acquire", "export", "w4", &[]);
     assert_exit(&out, 1);
     assert_contains(&stderr(&out), "all 3 leases of key \"export\"");
+    // A waiter is woken by etcd's watch when a slot frees, long before its bound.
+    let waiter = spawn([
+        "lease",
+        "acquire",
+        "export",
+        "--config",
+        &config,
+        "--policy",
+        "report-workers",
+        "--owner",
+        "w4",
+        "--backend",
+        &url,
+        "--wait",
+        "20s",
+    ]);
+    std::thread::sleep(Duration::from_millis(300));
+    let released = Instant::now();
+    assert_exit(&leases.run("release", "export", "w1", &[]), 0);
+    let out = waiter.wait_with_output().unwrap();
+    assert_exit(&out, 0);
+    assert!(
+        released.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        released.elapsed()
+    );
     // Rate limits are not etcd's; an unreachable cluster is a backend failure.
     let out = sluicegate([
         "check",
