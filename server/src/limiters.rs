@@ -3,6 +3,8 @@
 //! parameters change, so editing its apps or description keeps its counts.
 
 use std::collections::HashMap;
+use std::convert::Infallible;
+use std::future::{ready, Future};
 use std::mem::discriminant;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -11,7 +13,7 @@ use sha2::{Digest, Sha256};
 use sluicegate_core::memory::{AcquireError, KeyedLeases, KeyedLimiter, OnFull};
 use sluicegate_core::{
     AnyAlgorithm, Concurrency, Decision, FailPolicy, Grant, LeaseError, LeaseRequest, Outcome,
-    ReportRequest, Reported, Ticks, SECOND,
+    ReportRequest, Reported, Request, Ticks, SECOND,
 };
 use sluicegate_policy::{Built, Policy, Style};
 use sluicegate_redis::{ReconnectingAsync, RedisLeases, RedisLimiter};
@@ -115,29 +117,44 @@ impl Carried {
     }
 }
 
-/// Decides `cost` for `key` on `new` while `old`, the limiter before a change, still
-/// counts: admitted only if `new` admits and `old` has `lower_by` more room than the
-/// cost; both count what is admitted.
-fn check_carried(
-    new: &KeyedLimiter<String, AnyAlgorithm>,
-    old: &KeyedLimiter<String, AnyAlgorithm>,
-    key: &str,
-    cost: u64,
-    lower_by: u64,
-) -> Decision {
-    let room = old.peek(key, cost.saturating_add(lower_by));
-    if !room.allowed {
-        let limit = new.peek(key, 0).limit;
-        return Decision::deny(limit, 0, room.retry_after, room.reset_after);
+impl Entry {
+    /// The entry before a change of parameters, while it still counts, and how much
+    /// lower the new limit is.
+    fn carried(&self) -> Option<(Arc<Entry>, u64)> {
+        let carried = self.carried.as_ref()?;
+        Some((carried.old()?, carried.lower_by))
     }
-    let mut decision = new.check(key, cost);
+}
+
+/// Decides on the new limiter while the one before a change still counts: `room` is the
+/// old limiter's peek at the cost plus how much lower the new limit is, `new` the new
+/// limiter's decision (taken only if the old has room), `count_old` counts the cost in
+/// the old one (only if the new admits). The futures are lazy: each runs only if it is
+/// reached, so the memory and Redis hosts share this order.
+async fn check_carried<E>(
+    room: impl Future<Output = Result<Decision, E>>,
+    new: impl Future<Output = Result<Decision, E>>,
+    count_old: impl Future<Output = Result<Decision, E>>,
+    new_limit: u64,
+) -> Result<Decision, E> {
+    let room = room.await?;
+    if !room.allowed {
+        return Ok(Decision::deny(
+            new_limit,
+            0,
+            room.retry_after,
+            room.reset_after,
+        ));
+    }
+    let mut decision = new.await?;
     if decision.allowed {
-        // Counted in the old limiter too; a concurrent request may have filled it
-        // since the peek, and the new limiter's bound holds regardless.
-        let _ = old.check(key, cost);
+        // A concurrent request may have filled the old limiter since the peek; the new
+        // limiter's bound holds regardless.
+        // Already counted in the new one: an error here changes nothing.
+        let _ = count_old.await;
         decision.remaining = decision.remaining.min(room.remaining);
     }
-    decision
+    Ok(decision)
 }
 
 #[derive(Debug)]
@@ -251,13 +268,14 @@ impl Entry {
             }
             _ => return Err(format!("policy {name:?}: this server cannot run it")),
         };
-        // The same algorithm in this process: the old limiter still counts.
+        // The same algorithm: the old limiter (in this process or its keys in Redis) still
+        // counts.
         let carried = previous
             .filter(|p| match (&p.built, &built) {
                 (Built::Rule(a), Built::Rule(b)) => discriminant(a) == discriminant(b),
                 _ => false,
             })
-            .filter(|p| matches!(p.limiter, Limiter::Memory(_)))
+            .filter(|p| matches!(p.limiter, Limiter::Memory(_) | Limiter::Redis { .. }))
             .map(|p| Carried {
                 old: Mutex::new(Some(Arc::clone(p))),
                 until: Instant::now() + Duration::from_micros(p.period),
@@ -315,28 +333,53 @@ impl Entry {
         cost: u64,
     ) -> Result<Decision, DecideError> {
         match (&self.limiter, backend) {
-            (Limiter::Memory(limiter), _) => {
-                let old = self
-                    .carried
-                    .as_ref()
-                    .and_then(|c| Some((c.old()?, c.lower_by)));
-                Ok(match old.as_ref().map(|(e, by)| (&e.limiter, *by)) {
-                    Some((Limiter::Memory(old), lower_by)) => {
-                        check_carried(limiter, old, key, cost, lower_by)
+            (Limiter::Memory(limiter), _) => Ok(match &self.carried() {
+                Some((old, lower_by)) if let Limiter::Memory(old) = &old.limiter => {
+                    let ready = |decision| ready(Ok::<_, Infallible>(decision));
+                    let decided = check_carried(
+                        ready(old.peek(key, cost.saturating_add(*lower_by))),
+                        ready(limiter.check(key, cost)),
+                        ready(old.check(key, cost)),
+                        limit_of(limiter.algorithm()),
+                    );
+                    let Ok(decision) = decided.await;
+                    decision
+                }
+                _ => limiter.check(key, cost),
+            }),
+            (Limiter::Redis { limiter, fail }, Backend::Redis { coalescer, con, .. }) => {
+                let new = async {
+                    coalescer
+                        .check(limiter, key.as_bytes(), cost)
+                        .await
+                        .map_err(|e| match e {
+                            coalesce::Error::Redis(e) => typed(e),
+                            coalesce::Error::Stopped => DecideError::Backend(e.to_string()),
+                        })
+                };
+                let result = match &self.carried() {
+                    Some((old, lower_by))
+                        if let Limiter::Redis { limiter: old, .. } = &old.limiter =>
+                    {
+                        let room =
+                            Request::new(key.as_bytes()).cost(cost.saturating_add(*lower_by));
+                        let (mut peek_con, mut count_con) = (con.clone(), con.clone());
+                        check_carried(
+                            async { old.peek_async(&mut peek_con, &room).await.map_err(typed) },
+                            new,
+                            async {
+                                old.check_async(&mut count_con, key.as_bytes(), cost)
+                                    .await
+                                    .map_err(typed)
+                            },
+                            limit_of(limiter.algorithm()),
+                        )
+                        .await
                     }
-                    _ => limiter.check(key, cost),
-                })
-            }
-            (Limiter::Redis { limiter, fail }, Backend::Redis { coalescer, .. }) => {
-                let result = coalescer
-                    .check(limiter, key.as_bytes(), cost)
-                    .await
-                    .map_err(|e| match e {
-                        coalesce::Error::Redis(e) => typed(e),
-                        coalesce::Error::Stopped => DecideError::Backend(e.to_string()),
-                    });
+                    _ => new.await,
+                };
                 let unreachable = |e: &DecideError| matches!(e, DecideError::Unavailable(_));
-                let limit = || limiter.algorithm_limit();
+                let limit = || limit_of(limiter.algorithm());
                 // Redis away and failing open or closed: say nothing beyond the verdict
                 // (no budget is known).
                 Ok(
@@ -385,7 +428,7 @@ impl Entry {
         self.check_report(name)?;
         match (&self.limiter, backend) {
             (Limiter::Memory(limiter), _) => {
-                if let Some(old) = self.carried.as_ref().and_then(Carried::old) {
+                if let Some((old, _)) = self.carried() {
                     if let Limiter::Memory(old) = &old.limiter {
                         old.report(key, adjustment);
                     }
@@ -394,6 +437,12 @@ impl Entry {
             }
             (Limiter::Redis { limiter, .. }, Backend::Redis { con, .. }) => {
                 let request = ReportRequest::new(key).adjust(adjustment);
+                if let Some((old, _)) = self.carried() {
+                    if let Limiter::Redis { limiter: old, .. } = &old.limiter {
+                        // Counted in the old limiter too; the new one's report is the answer.
+                        let _ = old.report_async(&mut con.clone(), &request).await;
+                    }
+                }
                 limiter
                     .report_async(&mut con.clone(), &request)
                     .await
@@ -507,22 +556,17 @@ pub fn check_backend(policy: &Policy, backend: &Backend) -> Result<(), (Option<S
     })
 }
 
-/// The limit a decision reports, for answers made without Redis.
-trait LimitOf {
-    fn algorithm_limit(&self) -> u64;
-}
-
-impl LimitOf for RedisLimiter<AnyAlgorithm> {
-    fn algorithm_limit(&self) -> u64 {
-        use sluicegate_core::Algorithm;
-        // A fresh key's decision costs nothing and names the limit.
-        self.algorithm().peek(None, 0, 0).limit
-    }
+/// The limit `algorithm`'s decisions report: a fresh key's decision costs nothing and
+/// names it.
+fn limit_of(algorithm: &AnyAlgorithm) -> u64 {
+    use sluicegate_core::Algorithm;
+    algorithm.peek(None, 0, 0).limit
 }
 
 /// Redis keys of policy `name`: `sluicegate:serve:NAME:HASH:KEY`, where HASH is of the
-/// parameters only, so changing them starts fresh states (old ones expire) and changing
-/// apps or description keeps them.
+/// parameters only: a change of them writes new states, the old ones counting for one
+/// more period (see [`Carried`]) and then expiring; a change of apps or description
+/// keeps them.
 fn prefix(name: &str, policy: &Policy) -> String {
     let params = Policy {
         apps: Vec::new(),

@@ -21,8 +21,22 @@ fn window(limit: u64) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_new_limit_counts_the_use_made_under_the_old() {
-    let (server, admin) = TestServer::start().await;
+async fn a_new_limit_counts_the_use_made_under_the_old_in_this_process() {
+    a_new_limit_counts_the_use_made_under_the_old(config()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_limit_counts_the_use_made_under_the_old_in_redis() {
+    let redis = Redis::start();
+    let in_redis = sluicegate_server::Config {
+        decisions: Some(redis.url()),
+        ..config()
+    };
+    a_new_limit_counts_the_use_made_under_the_old(in_redis).await;
+}
+
+async fn a_new_limit_counts_the_use_made_under_the_old(config: sluicegate_server::Config) {
+    let (server, admin) = TestServer::start_with(config).await;
     let web = app(&server, &admin, "web").await;
     let url = |name: &str| server.url(&format!("/v1/policies/{name}"));
     // Raised from 3 to 5 after 1 used: 2 more (the old limit holds in its window).
