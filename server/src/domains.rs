@@ -4,12 +4,22 @@
 //! `unlimited` admitted uncounted, a rule's `shadow_mode` reported `OK`, and every
 //! counted rule decided on a sluicegate limiter of its own (a fixed window aligned as
 //! theirs, unless `sluicegate_algorithm` names another).
+//!
+//! A descriptor's `limit` override (Envoy's `RateLimitOverride`, set from route
+//! configuration or metadata) is, as theirs, the limit of that descriptor in a known
+//! domain whatever the rules say: a fixed window of its requests per unit, keyed by all
+//! its entries, never in shadow mode. Each distinct override has one limiter, built the
+//! first time it is asked for; a server keeps at most [`MAX_OVERRIDES`] of them.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
-use sluicegate_policy::envoy::{Config, Domain, Limit, Rule};
+use sluicegate_core::Kind;
+use sluicegate_policy::envoy::{key_of, Config, Domain, Limit, Rule, Unit};
 
+use crate::grpc::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
+use crate::grpc::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use crate::grpc::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, DescriptorStatus, RateLimit,
 };
@@ -20,11 +30,17 @@ use crate::service::auth::App;
 use crate::service::{Service, ServiceError};
 use crate::time::now_s;
 
+/// The most distinct limit overrides a server keeps a limiter for: overrides come from
+/// a gateway's configuration, a handful of values; more is refused, not remembered.
+pub(crate) const MAX_OVERRIDES: usize = 256;
+
 /// The served configuration and a limiter per counted rule, by [`name`].
 #[derive(Debug, Default)]
 pub(crate) struct Rules {
     pub(crate) config: Config,
     pub(crate) limiters: HashMap<String, Arc<Entry>>,
+    /// The limiters of descriptors' limit overrides, by [`name`] (kept across reloads).
+    overrides: Mutex<HashMap<String, Arc<Entry>>>,
 }
 
 /// A rule's name in the metrics and its limiter's: `envoy:` and their full key.
@@ -59,8 +75,109 @@ impl Rules {
                 }
             }
         }
-        Self { config, limiters }
+        let overrides = previous
+            .overrides
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        Self {
+            config,
+            limiters,
+            overrides: Mutex::new(overrides),
+        }
     }
+
+    /// The limiter of `rule`: a rule of the configuration's, or a limit override's
+    /// (built the first time it is asked for).
+    fn entry(
+        &self,
+        service: &Service,
+        rule: &Rule,
+        overridden: bool,
+    ) -> Result<Arc<Entry>, ServiceError> {
+        let name = name(rule);
+        if !overridden {
+            return self
+                .limiters
+                .get(&name)
+                .cloned()
+                .ok_or(ServiceError::Unavailable("the rule has no limiter"));
+        }
+        let mut overrides = self
+            .overrides
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(entry) = overrides.get(&name) {
+            return Ok(Arc::clone(entry));
+        }
+        if overrides.len() >= MAX_OVERRIDES {
+            return Err(ServiceError::invalid(
+                format!("at most {MAX_OVERRIDES} distinct limit overrides are kept"),
+                Some("limit"),
+            ));
+        }
+        let policy = rule
+            .policy()
+            .ok_or(ServiceError::Unavailable("the override has no limiter"))?;
+        let entry = Entry::build(&name, &policy, &service.backend, None, &service.metrics)
+            .map_err(|e| ServiceError::invalid(e, Some("limit")))?;
+        overrides.insert(name, Arc::clone(&entry));
+        Ok(entry)
+    }
+}
+
+/// The rule of a descriptor's limit `override` in `domain`: named by its figures (one
+/// limiter per distinct override), keyed by all of the descriptor's entries.
+fn override_rule(domain: &str, limit: &RateLimitOverride) -> Result<Rule, ServiceError> {
+    // Envoy's `RateLimitUnit` numbers, which `Unit` follows.
+    let unit = match limit.unit {
+        1 => Unit::Second,
+        2 => Unit::Minute,
+        3 => Unit::Hour,
+        4 => Unit::Day,
+        5 => Unit::Month,
+        6 => Unit::Year,
+        7 => Unit::Week,
+        _ => {
+            return Err(ServiceError::invalid(
+                "a limit override's unit is SECOND to WEEK",
+                Some("limit"),
+            ))
+        }
+    };
+    Ok(Rule {
+        id: format!("{domain}.override.{}_per_{unit:?}", limit.requests_per_unit),
+        limit: Limit::Rate {
+            requests_per_unit: limit.requests_per_unit,
+            unit,
+            algorithm: Kind::FixedWindow,
+        },
+        shadow: false,
+        name: None,
+        replaces: Vec::new(),
+        detailed_metric: false,
+    })
+}
+
+/// The rule a descriptor is decided by and its key: its limit override's, else the
+/// rule it matches in `domain` (named `domain_name`); `true` for an override.
+fn rule_of<'d>(
+    domain: &'d Domain,
+    domain_name: &str,
+    descriptor: &RateLimitDescriptor,
+) -> Result<Option<(Cow<'d, Rule>, String, bool)>, ServiceError> {
+    let entries = descriptor
+        .entries
+        .iter()
+        .map(|e| (e.key.as_str(), e.value.as_str()));
+    if let Some(limit) = &descriptor.limit {
+        let rule = override_rule(domain_name, limit)?;
+        return Ok(Some((Cow::Owned(rule), key_of(entries), true)));
+    }
+    let entries: Vec<(&str, &str)> = entries.collect();
+    Ok(domain
+        .lookup(&entries)
+        .map(|(rule, key)| (Cow::Borrowed(rule), key, false)))
 }
 
 /// The status of a descriptor no counted rule applies to: `OK`, no limit, and
@@ -102,34 +219,29 @@ pub(crate) async fn answer(
             request.domain
         )));
     }
-    let matched: Vec<Option<(&Rule, String)>> = request
+    let matched = request
         .descriptors
         .iter()
-        .map(|d| {
-            let entries: Vec<(&str, &str)> = d
-                .entries
-                .iter()
-                .map(|e| (e.key.as_str(), e.value.as_str()))
-                .collect();
-            domain.lookup(&entries)
-        })
-        .collect();
+        .map(|d| rule_of(domain, &request.domain, d))
+        .collect::<Result<Vec<_>, _>>()?;
     // Theirs: a rule matched by any descriptor drops the counted rules it names.
     let replaced: HashSet<&str> = matched
         .iter()
         .flatten()
-        .flat_map(|(rule, _)| rule.replaces.iter().map(String::as_str))
+        .flat_map(|(rule, _, _)| rule.replaces.iter().map(String::as_str))
         .collect();
     let mut statuses = Vec::with_capacity(matched.len());
     let mut over = false;
     for (i, found) in matched.iter().enumerate() {
         let status = match found {
             None => uncounted(0),
-            Some((rule, _)) if rule.limit == Limit::Unlimited => uncounted(u32::MAX),
-            Some((rule, _)) if rule.name.as_deref().is_some_and(|n| replaced.contains(n)) => {
+            Some((rule, _, _)) if rule.limit == Limit::Unlimited => uncounted(u32::MAX),
+            Some((rule, _, _)) if rule.name.as_deref().is_some_and(|n| replaced.contains(n)) => {
                 uncounted(0)
             }
-            Some((rule, key)) => decide(service, rules, rule, key, cost(i)).await?,
+            Some((rule, key, overridden)) => {
+                decide(service, rules, rule, *overridden, key, cost(i)).await?
+            }
         };
         over |= status.code == Code::OverLimit as i32;
         statuses.push(status);
@@ -150,6 +262,7 @@ async fn decide(
     service: &Service,
     rules: &Rules,
     rule: &Rule,
+    overridden: bool,
     key: &str,
     cost: u64,
 ) -> Result<DescriptorStatus, ServiceError> {
@@ -179,13 +292,9 @@ async fn decide(
             duration_until_reset: Some(duration(window_left(unit.seconds()) * 1_000_000)),
         });
     }
-    let name = name(rule);
-    let entry = rules
-        .limiters
-        .get(&name)
-        .ok_or(ServiceError::Unavailable("the rule has no limiter"))?;
+    let entry = rules.entry(service, rule, overridden)?;
     let decided = service
-        .decide_on(entry, &name, key, cost, rule.shadow)
+        .decide_on(&entry, &name(rule), key, cost, rule.shadow)
         .await?;
     let decision = decided.decision;
     Ok(DescriptorStatus {

@@ -8,8 +8,8 @@
 //! key is the descriptor's other entries as `key=value` joined by `|`, in order
 //! (`remote_address=10.0.0.1|path=/a`), with `\`, `|` and `=` inside a key or value
 //! escaped by a `\`, so that no two lists of entries share a key. The cost is the descriptor's `hits_addend`, else
-//! the request's (if not 0), else 1. A descriptor's `limit` override is ignored (the
-//! policy is the limit).
+//! the request's (if not 0), else 1. A descriptor's `limit` override is ignored here (the
+//! policy is the limit; in the domains of Envoy's YAML it is honoured, see `domains.rs`).
 //!
 //! Reports (limitador's `report`, for costs known after the response): a descriptor
 //! holding an entry [`REPORT_ENTRY`] (any value; not part of the key) charges its cost

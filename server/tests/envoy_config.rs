@@ -404,3 +404,53 @@ async fn an_invalid_file_stops_the_start_with_its_line() {
         )
     );
 }
+
+/// A descriptor of `entries` whose limit Envoy overrides with `requests_per_unit` per
+/// `unit` (Envoy's `RateLimitUnit` number).
+fn overridden(
+    entries: &[(&str, &str)],
+    requests_per_unit: u32,
+    unit: i32,
+) -> sluicegate_server::grpc::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor {
+    use sluicegate_server::grpc::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
+    let mut d = descriptor(entries, Some(1));
+    d.limit = Some(RateLimitOverride {
+        requests_per_unit,
+        unit,
+    });
+    d
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limit_override_is_the_limit_in_a_known_domain() {
+    const HOUR: i32 = 3;
+    let (server, token) = serve(data("example1.yaml")).await;
+    let mut c = client(&server).await;
+    let t = Some(token.as_str());
+    fresh_window(3600).await;
+    // The rule says 500 per second; the override 2 per hour, counted per key.
+    let users = [("database", "users")];
+    for remaining in [1, 0] {
+        let answer = ask(&mut c, t, "mongo_cps", vec![overridden(&users, 2, HOUR)]).await;
+        assert_eq!(seen(&answer.unwrap().statuses[0]), (OK, Some(2), remaining));
+    }
+    let answer = ask(&mut c, t, "mongo_cps", vec![overridden(&users, 2, HOUR)]).await;
+    let answer = answer.unwrap();
+    assert_eq!(
+        (overall(&answer), seen(&answer.statuses[0])),
+        (OVER, (OVER, Some(2), 0))
+    );
+    // Without the override the rule holds, its count apart.
+    assert_eq!(
+        one(&mut c, &token, "mongo_cps", &users, 1).await,
+        (OK, Some(500), 499)
+    );
+    // A descriptor no rule matches is limited by its override too, on its own key.
+    let other = [("database", "other")];
+    let answer = ask(&mut c, t, "mongo_cps", vec![overridden(&other, 2, HOUR)]).await;
+    assert_eq!(seen(&answer.unwrap().statuses[0]), (OK, Some(2), 1));
+    // An unknown unit is refused.
+    let refused = ask(&mut c, t, "mongo_cps", vec![overridden(&users, 2, 0)]).await;
+    assert_eq!(refused.unwrap_err().code(), tonic::Code::InvalidArgument);
+    server.stop().await;
+}
