@@ -114,6 +114,26 @@ try {
   assert.match(thrown[2], /cost must be a whole number/);
   assert.match(thrown[3], /cannot load the saved state/);
   assert.equal(thrown[4], true);
+
+  // 6. A cost reported after the work: charged within the overdraft, refunded, refused on pacing.
+  const reports = await run(`
+    const { Limiter } = await import("/pkg/web/index.js");
+    const limiter = new Limiter({ algorithm: "fixed-window", limit: 3, periodMs: 1000, overdraft: 2 });
+    limiter.check(1, 0);
+    const charged = limiter.report(9, 10);
+    const denied = limiter.check(1, 10).allowed;
+    const refunded = limiter.report(-7, 20);
+    let pacing;
+    try { new Limiter({ algorithm: "pacing", capacity: 1, rate: 1, periodMs: 1000 }).report(1, 0); pacing = "no error"; }
+    catch (e) { pacing = e instanceof Error ? e.message : "not an Error"; }
+    return [charged, denied, refunded, pacing];`);
+  console.log("reports:", JSON.stringify(reports));
+  assert.deepEqual(reports[0], {
+    recorded: 4, dropped: 5, allowed: false, limit: 3, remaining: 0, retryAfterMs: 990, resetAfterMs: 990, delayMs: 0,
+  });
+  assert.equal(reports[1], false, "in debt until the window ends");
+  assert.deepEqual([reports[2].recorded, reports[2].dropped, reports[2].remaining], [5, 2, 3]);
+  assert.match(reports[3], /take no reports/);
   console.log("e2e: all passed");
 } finally {
   await browser.close();

@@ -1,5 +1,13 @@
 import type { Decision, LimiterOptions } from "./sluicegate_wasm.js";
 
+/** What a report did, and the limiter's standing after it (what a cost of 0 gets). */
+export interface Reported extends Decision {
+  /** Units added to (or, for a refund, taken off) what the limiter has taken. */
+  recorded: number;
+  /** Units beyond the overdraft (or, for a refund, beyond what was taken), not recorded. */
+  dropped: number;
+}
+
 /**
  * A limit this client keeps for itself: `check` before acting, `reserve` to book a slot,
  * `save` / `load` to keep the state across page loads. Times are milliseconds since the
@@ -18,6 +26,12 @@ export declare class Limiter {
    * and composites of them only; throws for windows and bans.
    */
   reserve(cost: number, maxWaitMs: number, nowMs?: number | null): Decision;
+  /**
+   * Reports a cost known after the work: `adjustment` units added to what the limiter
+   * has taken (negative: given back), within its `overdraft`. Throws for pacing and bans
+   * (they take no reports).
+   */
+  report(adjustment: number, nowMs?: number | null): Reported;
   /** The state in sluicegate's canonical encoding (empty when fresh). */
   save(): Uint8Array;
   /** Restores a state `save` returned; throws, keeping the state, for foreign bytes. */

@@ -1,3 +1,3 @@
 export type * from "./sluicegate_wasm.js";
 export { default, initSync, Throttle } from "./sluicegate_wasm.js";
-export { Limiter } from "./limiter.js";
+export { Limiter, type Reported } from "./limiter.js";

@@ -56,6 +56,30 @@ test("reserve books ahead on buckets and throws on windows", () => {
   assert.throws(() => new Limiter(window).reserve(1, 100, 0), /windows and bans cannot book ahead/);
 });
 
+test("report charges a cost known after the work, within the overdraft, and refunds", () => {
+  const limiter = new Limiter({ ...window, limit: 3, overdraft: 2 });
+  assert.equal(limiter.check(1, 0).remaining, 2);
+  // 9 more after the work: 4 recorded (to the limit plus the overdraft), 5 dropped; in debt.
+  const charged = limiter.report(9, 10);
+  assert.deepEqual(Object.keys(charged), [
+    "recorded", "dropped", "allowed", "limit", "remaining", "retryAfterMs", "resetAfterMs", "delayMs",
+  ]);
+  assert.deepEqual(charged, {
+    recorded: 4, dropped: 5, allowed: false, limit: 3, remaining: 0, retryAfterMs: 990, resetAfterMs: 990, delayMs: 0,
+  });
+  assert.equal(limiter.check(1, 10).allowed, false, "the debt denies until the window ends");
+  // A refund gives back what was taken, no more: 5 taken, 7 asked back; fresh again.
+  assert.deepEqual(limiter.report(-7, 20), {
+    recorded: 5, dropped: 2, allowed: true, limit: 3, remaining: 3, retryAfterMs: 0, resetAfterMs: 0, delayMs: 0,
+  });
+  // Time defaults to the clock; pacing takes no reports; a fraction is refused.
+  assert.equal(new Limiter(bucket).report(1).recorded, 1);
+  const pacing = new Limiter({ ...bucket, algorithm: "pacing" });
+  assert.throws(() => pacing.report(1, 0), (e) => e instanceof Error && /take no reports/.test(e.message));
+  assert.throws(() => limiter.report(0.5, 20), /adjustment must be a whole number/);
+  assert.equal(limiter.check(3, 20).allowed, true, "a refused report changes nothing");
+});
+
 test("invalid input throws an Error with a message, counts nothing, and leaves the limiter usable", () => {
   const limiter = new Limiter(window);
   for (const [attempt, message] of [

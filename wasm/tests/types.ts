@@ -1,7 +1,7 @@
 // The packages' TypeScript types, checked by `tsc` (scripts/test.sh): what a user writes
 // must type-check, and misuse must not (each `@ts-expect-error` fails the check if the
 // line below it compiles).
-import init, { Limiter, Throttle, type Decision, type LimiterOptions } from "../pkg/web/index.js";
+import init, { Limiter, Throttle, type Decision, type LimiterOptions, type Reported } from "../pkg/web/index.js";
 import * as node from "../pkg/nodejs/index.js";
 
 export async function usage(): Promise<void> {
@@ -12,6 +12,8 @@ export async function usage(): Promise<void> {
   const retry: number | null = decision.retryAfterMs;
   limiter.peek(2, Date.now());
   limiter.reserve(1, 500);
+  const reported: Reported = limiter.report(-1);
+  const recorded: number = reported.recorded + reported.dropped;
   limiter.load(limiter.save());
   limiter.reset();
   using disposed = new Limiter(options);
@@ -22,12 +24,14 @@ export async function usage(): Promise<void> {
   const queued: number = throttle.queued;
 
   const nodeDecision: Decision = new node.Limiter({ algorithm: "sliding-log", limit: 3, periodMs: 1000 }).check();
-  void [retry, result, queued, nodeDecision, disposed];
+  void [retry, result, queued, nodeDecision, disposed, recorded];
 
   // @ts-expect-error: an unknown algorithm
   new Limiter({ algorithm: "leaky", capacity: 1, rate: 1, periodMs: 1 });
   // @ts-expect-error: reserve needs its cost and wait
   limiter.reserve();
+  // @ts-expect-error: report needs the adjustment
+  limiter.report();
   // @ts-expect-error: the wasm half is not exported
   node.LimiterCore;
 }

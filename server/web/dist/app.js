@@ -239,11 +239,24 @@ async function auditView(app) {
 
 /** The parameters a policy form edits, by field name. */
 const PARAMETERS = {
-  limit: { label: "Limit", hint: "requests admitted per period", type: "number" },
+  limit: { label: "Limit", hint: "requests admitted per period (or per calendar day, week or month)", type: "number" },
   capacity: { label: "Capacity", hint: "the burst: most requests at once (pacing: most waiting)", type: "number" },
   rate: { label: "Rate", hint: "requests refilled or leaked per period", type: "number" },
   period: { label: "Period", hint: "like 250ms, 1s, 1m, 1h, 1d", type: "text" },
   lease: { label: "Lease", hint: "how long a holder keeps one, like 30s", type: "text" },
+  calendar: {
+    label: "Calendar",
+    hint: "the window: a day, an ISO week (from Monday) or a month, in the time zone",
+    type: "choice",
+    choices: ["day", "week", "month"],
+  },
+  "time-zone": { label: "Time zone", hint: "an IANA name like Europe/Berlin; empty for UTC", type: "text", zones: true },
+  overdraft: {
+    label: "Overdraft",
+    hint: "the most a cost reported after the work may take a key beyond its limit; empty for none",
+    type: "number",
+    min: 0,
+  },
   limits: {
     label: "Limits",
     hint: 'a JSON list of limits, like [{"algorithm": "token-bucket", "capacity": 10, "rate": 5, "period": "1s"}]',
@@ -290,8 +303,26 @@ function policyDetails(policy) {
   </dl>`;
 }
 
-/** A labelled input with its hint and a slot for the server's message about it. */
-function field(name, label, value, { type = "text", hint = "", attributes = "" } = {}) {
+/** The IANA zones this browser knows, offered as a time zone is typed (any name may be sent). */
+const ZONES = Intl.supportedValuesOf?.("timeZone") ?? [];
+
+/**
+ * A labelled input with its hint and a slot for the server's message about it: a select
+ * of `choices` (keeping a stored value it does not list), a number of at least `min`, or
+ * text, suggesting time zones if `zones`.
+ */
+function field(name, label, value, { type = "text", hint = "", attributes = "", min = 1, choices = [], zones = false } = {}) {
+  if (type === "choice") {
+    const options = value === "" || choices.includes(value) ? choices : [...choices, value];
+    return html`<div class="field" data-field="${name}">
+      <label for="f-${name}">${label}</label>
+      <select id="f-${name}" name="${name}" aria-describedby="h-${name} e-${name}">
+        ${options.map((c) => html`<option value="${c}"${c === value ? html` selected` : ""}>${c}</option>`)}
+      </select>
+      <p class="hint" id="h-${name}">${hint}</p>
+      <p class="error" id="e-${name}"></p>
+    </div>`;
+  }
   if (type === "json") {
     return html`<div class="field" data-field="${name}">
       <label for="f-${name}">${label}</label>
@@ -303,7 +334,8 @@ function field(name, label, value, { type = "text", hint = "", attributes = "" }
   return html`<div class="field" data-field="${name}">
     <label for="f-${name}">${label}</label>
     <input id="f-${name}" name="${name}" type="${type}" value="${value ?? ""}" ${new Raw(attributes)}
-      aria-describedby="h-${name} e-${name}"${type === "number" ? html` min="1" step="1" inputmode="numeric"` : ""}>
+      aria-describedby="h-${name} e-${name}"${type === "number" ? html` min="${min}" step="1" inputmode="numeric"` : ""}${zones ? html` list="zones-${name}" autocomplete="off"` : ""}>
+    ${zones ? html`<datalist id="zones-${name}">${ZONES.map((zone) => html`<option value="${zone}">`)}</datalist>` : ""}
     <p class="hint" id="h-${name}">${hint}</p>
     <p class="error" id="e-${name}"></p>
   </div>`;
@@ -361,7 +393,8 @@ function editorForm(app, policy) {
 function readForm() {
   const form = document.getElementById("editor");
   const value = (name) => form.elements[name]?.value.trim() ?? "";
-  // Whole numbers as numbers; anything else as written, for the server to name; empty left out.
+  // Whole numbers as numbers; anything else as written, for the server to name; empty left out
+  // (the server names a missing field; optional ones, like the time zone, take their default).
   const number = (name) => (/^\d+$/.test(value(name)) ? Number(value(name)) : value(name) || undefined);
   // Malformed JSON is sent as written: the server names the field in its 400/422.
   const json = (name) => {
@@ -375,7 +408,7 @@ function readForm() {
   const policy = { algorithm };
   for (const name of ALGORITHMS[algorithm]?.fields ?? []) {
     const type = PARAMETERS[name].type;
-    policy[name] = type === "number" ? number(name) : type === "json" ? json(name) : value(name);
+    policy[name] = type === "number" ? number(name) : type === "json" ? json(name) : value(name) || undefined;
   }
   if (form.elements.ban.checked) {
     policy.ban = { threshold: number("ban.threshold"), window: value("ban.window"), duration: value("ban.duration") };

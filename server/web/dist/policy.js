@@ -14,12 +14,16 @@ const UNITS = [
 
 /** The algorithms, their parameters and a short explanation, in the editor's order. */
 export const ALGORITHMS = {
-  "token-bucket": { fields: ["capacity", "rate", "period"], about: "bursts up to the capacity, refilled at the rate" },
-  "leaky-bucket": { fields: ["capacity", "rate", "period"], about: "a funnel: holds the capacity, leaks at the rate" },
+  "token-bucket": { fields: ["capacity", "rate", "period", "overdraft"], about: "bursts up to the capacity, refilled at the rate" },
+  "leaky-bucket": { fields: ["capacity", "rate", "period", "overdraft"], about: "a funnel: holds the capacity, leaks at the rate" },
   pacing: { fields: ["capacity", "rate", "period"], about: "admitted requests spaced evenly, up to the capacity waiting" },
-  "fixed-window": { fields: ["limit", "period"], about: "the limit per window aligned to the clock" },
-  "sliding-log": { fields: ["limit", "period"], about: "the limit in any period (exact, memory grows with the limit)" },
-  "sliding-counter": { fields: ["limit", "period"], about: "the limit in any period, estimated from two windows" },
+  "fixed-window": { fields: ["limit", "period", "overdraft"], about: "the limit per window aligned to the clock" },
+  "sliding-log": { fields: ["limit", "period", "overdraft"], about: "the limit in any period (exact, memory grows with the limit)" },
+  "sliding-counter": { fields: ["limit", "period", "overdraft"], about: "the limit in any period, estimated from two windows" },
+  "calendar-window": {
+    fields: ["limit", "calendar", "time-zone", "overdraft"],
+    about: "the limit per calendar day, ISO week (from Monday) or month in a time zone, reset at its true end",
+  },
   concurrency: { fields: ["limit", "lease"], about: "leases: at most the limit held at once" },
   composite: { fields: ["limits"], about: "several limits on one key: admitted only if all admit" },
 };
@@ -93,6 +97,9 @@ export function describe(policy) {
     case "sliding-counter":
       words = `${limit} in any ${human(parseDuration(period) ?? 0)} (estimated)`;
       break;
+    case "calendar-window":
+      words = `${limit} per calendar ${policy.calendar} in ${policy["time-zone"] || "UTC"}`;
+      break;
     case "concurrency":
       words = `${limit} at once, leases of ${human(parseDuration(policy.lease) ?? 0)}`;
       break;
@@ -102,6 +109,7 @@ export function describe(policy) {
     default:
       words = String(policy.algorithm);
   }
+  if (policy.overdraft) words += `, reported costs up to ${policy.overdraft} beyond`;
   const ban = policy.ban;
   if (ban) {
     words += `; banned for ${human(parseDuration(ban.duration) ?? 0)} after more than ${ban.threshold} denied in ${human(parseDuration(ban.window) ?? 0)}`;
@@ -136,9 +144,15 @@ export function limiterOptions(policy) {
     options = { algorithm: "composite", members: (policy.limits ?? []).map(limiterOptions) };
   } else if (algorithm === "concurrency") {
     throw new Error("leases cannot be previewed: they depend on how long each holder keeps one");
+  } else if (algorithm === "calendar-window") {
+    // The page's module is the default build, without the `calendar` feature's zone
+    // database (about 200 KB, beyond the module's size budget).
+    throw new Error("a calendar window is decided by the server only (the page's WebAssembly module leaves out the time-zone database)");
   } else {
     options = { algorithm, periodMs: ms("period", policy.period) };
-    for (const field of ["limit", "capacity", "rate"]) {
+    // The overdraft changes no decision here (the preview reports no costs), but the
+    // core refuses it where the server does (beside a ban).
+    for (const field of ["limit", "capacity", "rate", "overdraft"]) {
       if (ALGORITHMS[algorithm]?.fields.includes(field)) options[field] = number(policy[field]);
     }
   }

@@ -53,6 +53,23 @@ test("durations and words", () => {
   assert.throws(() => limiterOptions({ algorithm: "fixed-window", limit: 3, period: "soon" }), /period: use a whole number/);
 });
 
+test("calendar windows and overdrafts in words; calendar windows are not previewed", () => {
+  const monthly = { algorithm: "calendar-window", limit: 10000, calendar: "month", "time-zone": "Europe/Berlin" };
+  assert.equal(words(monthly), "10000 per calendar month in Europe/Berlin");
+  assert.equal(
+    words({ algorithm: "calendar-window", limit: 50, calendar: "day", overdraft: 5 }),
+    "50 per calendar day in UTC, reported costs up to 5 beyond",
+  );
+  // The page's module is the default build, without the zone database.
+  assert.throws(() => limiterOptions(monthly), /decided by the server only/);
+  assert.throws(() => new Limiter({ algorithm: "calendar-window", limit: 1, calendar: "day" }), /unknown algorithm/);
+  // The overdraft reaches the core, which refuses it beside a ban as the server does.
+  const owing = { algorithm: "fixed-window", limit: 3, period: "1s", overdraft: 2 };
+  assert.equal(limiterOptions(owing).overdraft, 2);
+  const banned = { ...owing, ban: { threshold: 3, window: "1m", duration: "10m" } };
+  assert.throws(() => simulate(Limiter, banned, { kind: "steady", rate: 10 }, 10 * S, S), /overdraft is for/);
+});
+
 test("an invalid parameter is the core's message, not a crash", () => {
   const traffic = { kind: "steady", rate: 10 };
   assert.throws(
@@ -85,6 +102,8 @@ const POLICIES = [
   [{ algorithm: "fixed-window", limit: 7, period: "1s" }, 'algorithm = "fixed-window"\nlimit = 7\nperiod = "1s"'],
   [{ algorithm: "sliding-log", limit: 5, period: "3s" }, 'algorithm = "sliding-log"\nlimit = 5\nperiod = "3s"'],
   [{ algorithm: "sliding-counter", limit: 9, period: "1s" }, 'algorithm = "sliding-counter"\nlimit = 9\nperiod = "1s"'],
+  // An overdraft changes no decision without reports.
+  [{ algorithm: "token-bucket", capacity: 6, rate: 4, period: "1s", overdraft: 3 }, 'algorithm = "token-bucket"\ncapacity = 6\nrate = 4\nperiod = "1s"\noverdraft = 3'],
   [
     {
       algorithm: "composite",

@@ -53,6 +53,17 @@ export class Limiter {
     return this.#answer(this.#core.reserve(cost, maxWaitMs, nowMs ?? shared.nowMs()));
   }
 
+  /**
+   * Reports a cost known after the work: `adjustment` units added to what the limiter
+   * has taken (negative: given back), within its `overdraft`. Returns what it `recorded`
+   * and `dropped` (beyond the bound) and the standing after it, what a request of cost 0
+   * gets: not allowed while in debt. Throws for pacing and bans (they take no reports).
+   */
+  report(adjustment, nowMs) {
+    const recorded = this.#core.report(adjustment, nowMs ?? shared.nowMs());
+    return { recorded, dropped: Math.abs(adjustment) - recorded, ...decision() };
+  }
+
   /** The state in sluicegate's canonical encoding (empty when fresh). */
   save() {
     return this.#core.save();
