@@ -263,16 +263,28 @@ impl<'a> Request<'a> {
 
     /// Parses `SLUICEGATE.BATCH`'s arguments, `numkeys key [key ...] algorithm
     /// [algorithm ...] COSTS cost [cost ...] [NOW t]`: one limit of as many members as
-    /// algorithms, each request as many keys in a row and one cost. The request
-    /// returned has the first request's keys and cost; the costs are all of them.
+    /// algorithms (or one calendar window, alone), each request as many keys in a row
+    /// and one cost. The request returned has the first request's keys and cost; the
+    /// costs are all of them.
     pub fn parse_batch(args: &'a [&'a [u8]]) -> Result<(Self, Vec<u64>), ArgError> {
         let mut args = Args::new(args);
         let keys = keys(&mut args, MAX_BATCH_KEYS)?;
         let mut specs = Vec::new();
-        while !args.eat("COSTS") {
-            specs.push(algorithm::parse(&mut args)?);
-        }
-        let members = specs.len();
+        let calendar = if args.eat("calendar_window") {
+            let calendar = algorithm::calendar(&mut args)?;
+            if !args.eat("COSTS") {
+                return Err(ArgError::Syntax(
+                    "a calendar window is alone in a batch: COSTS follows it".into(),
+                ));
+            }
+            Some(calendar)
+        } else {
+            while !args.eat("COSTS") {
+                specs.push(algorithm::parse(&mut args)?);
+            }
+            None
+        };
+        let members = if calendar.is_some() { 1 } else { specs.len() };
         if members == 0 || members as u64 > MAX_KEYS || keys.len() % members != 0 {
             return Err(ArgError::Syntax(format!(
                 "{} keys cannot be split among {members} algorithms",
@@ -283,10 +295,10 @@ impl<'a> Request<'a> {
             .map(|_| args.u64("a cost"))
             .collect::<Result<Vec<_>, _>>()?;
         let [now] = args.options(["NOW"])?;
-        let limit = if members == 1 {
-            Limit::One(specs.remove(0))
-        } else {
-            Limit::Many(Composite::new(specs)?)
+        let limit = match calendar {
+            Some(calendar) => Limit::Calendar(calendar),
+            None if members == 1 => Limit::One(specs.remove(0)),
+            None => Limit::Many(Composite::new(specs)?),
         };
         let request = Self {
             keys: &keys[..members],

@@ -179,11 +179,14 @@ fn batch(call: &Call<'_>, args: &[&[u8]]) -> Result<Reply, Error> {
     }
     let (mut request, costs) = Request::parse_batch(args).map_err(|e| error(Failure::Arg(e)))?;
     let now = request.now.unwrap_or_else(server_now);
+    let explicit = request.now.is_some();
     let members = request.keys.len();
     let mut records = Vec::with_capacity(costs.len() * 49);
     for (i, cost) in costs.into_iter().enumerate() {
         request.cost = cost;
-        match decide_keys(call, &request, i * members, now, true) {
+        // Past a calendar window's period, each request is refused as it would be alone.
+        let in_period = request.limit.check_period(now, explicit).map_err(error);
+        match in_period.and_then(|()| decide_keys(call, &request, i * members, now, true)) {
             Ok(decision) => {
                 records.push(1);
                 for field in &engine::reply(&decision, now)[..6] {

@@ -540,3 +540,55 @@ fn cluster_routes_by_the_declared_keys() {
     let e = crossed.unwrap_err();
     assert!(matches!(e.code(), Some("CROSSSLOT") | Some("MOVED")), "{e}");
 }
+
+/// `SLUICEGATE.BATCH` decides a calendar window (alone: it has one key per request),
+/// each request as `SLUICEGATE.CHECK` would; at the server's time, a period that does
+/// not hold it is refused in each record, as alone.
+#[test]
+fn a_batch_decides_a_calendar_window() {
+    let server = common::server(&[]);
+    let mut con = server.connection();
+    let batch = |con: &mut Connection, line: &str| -> Vec<u8> {
+        let words: Vec<&str> = line.split(' ').collect();
+        redis::cmd(words[0]).arg(&words[1..]).query(con).unwrap()
+    };
+    // Limit 2 in [0, 10^9): costs 1 and 2 on one key, then 1 on another.
+    let records = batch(
+        &mut con,
+        "SLUICEGATE.BATCH 3 a a b calendar_window 2 0 1000000000 COSTS 1 2 1 NOW 100",
+    );
+    let allowed: Vec<(u8, i64)> = records
+        .chunks(49)
+        .map(|r| (r[0], i64::from_be_bytes(r[1..9].try_into().unwrap())))
+        .collect();
+    assert_eq!(allowed, [(1, 1), (1, 0), (1, 1)]);
+    let alone = run(
+        &mut con,
+        "SLUICEGATE.CHECK 1 a calendar_window 2 0 1000000000 NOW 100",
+    );
+    assert_eq!(alone.unwrap()[0], 1, "a holds 1 of 2, as the batch left it");
+    // A period long past at the server's time: every record is the error CHECK gives
+    // (naming the server's time, which moved on).
+    let out = "SLUICEGATE out of period ";
+    let alone = error(&mut con, "SLUICEGATE.CHECK 1 c calendar_window 2 0 1000");
+    assert!(alone.starts_with(out), "{alone}");
+    let records = batch(
+        &mut con,
+        "SLUICEGATE.BATCH 2 c d calendar_window 2 0 1000 COSTS 1 1",
+    );
+    let mut rest = &records[..];
+    for _ in 0..2 {
+        assert_eq!(rest[0], 2);
+        let len = u32::from_be_bytes(rest[1..5].try_into().unwrap()) as usize;
+        let text = std::str::from_utf8(&rest[5..5 + len]).unwrap();
+        assert!(text.starts_with(out), "{text}");
+        rest = &rest[5 + len..];
+    }
+    assert!(rest.is_empty());
+    // A calendar window with another algorithm is refused.
+    let mixed = error(
+        &mut con,
+        "SLUICEGATE.BATCH 2 a b calendar_window 2 0 10 fixed_window 1 1 COSTS 1",
+    );
+    assert!(mixed.contains("alone"), "{mixed}");
+}
