@@ -137,16 +137,15 @@ impl EtcdLeases {
 
     /// The leases held on `key` and the revision read at.
     async fn read(&self, key: &[u8]) -> Result<(Vec<Slot>, i64), Error> {
+        let prefix = self.slots_prefix(key);
         let response = (self.client.clone())
-            .get(
-                self.slots_prefix(key),
-                Some(GetOptions::new().with_prefix()),
-            )
+            .get(prefix.clone(), Some(GetOptions::new().with_prefix()))
             .await?;
         let revision = response.header().map_or(0, |h| h.revision());
         let slots = response
             .kvs()
             .iter()
+            .filter(|kv| is_slot(&prefix, kv.key()))
             .map(slot)
             .collect::<Result<Vec<_>, _>>()?;
         Ok((slots, revision))
@@ -415,6 +414,15 @@ fn checked(request: &LeaseRequest<'_>, with_ttl: bool) -> Result<Ticks, Error> {
         Concurrency::check(request.owner, 1)?;
     }
     Ok(request.ttl)
+}
+
+/// Whether `etcd_key` is one of the slots under `prefix` (`PREFIX key/`): the prefix
+/// then a slot number. The slots of a key named under another (`key/0`'s `key/0/0`)
+/// share the other's prefix and are not its own.
+pub(crate) fn is_slot(prefix: &[u8], etcd_key: &[u8]) -> bool {
+    etcd_key
+        .strip_prefix(prefix)
+        .is_some_and(|i| !i.is_empty() && i.iter().all(u8::is_ascii_digit))
 }
 
 /// A slot's value: the hold count, then the owner.

@@ -2,12 +2,12 @@
 
 use std::time::Duration;
 
-use etcd_client::{EventType, LeaseKeepAliveStream, LeaseKeeper, WatchOptions};
+use etcd_client::{Event, EventType, LeaseKeepAliveStream, LeaseKeeper, WatchOptions};
 use sluicegate_core::{Acquired, Grant, LeaseRequest};
 use tokio::time::Instant;
 
 use crate::error::Error;
-use crate::leases::{EtcdLeases, Held};
+use crate::leases::{is_slot, EtcdLeases, Held};
 
 impl EtcdLeases {
     /// Acquires the request's lease, waiting up to `max_wait` while it is held: after a
@@ -38,15 +38,16 @@ impl EtcdLeases {
             let options = WatchOptions::new()
                 .with_prefix()
                 .with_start_revision(attempt.revision + 1);
-            let mut watch = (self.client())
-                .watch(self.slots_prefix(request.key), Some(options))
-                .await?;
+            let prefix = self.slots_prefix(request.key);
+            let mut watch = (self.client()).watch(prefix.clone(), Some(options)).await?;
+            let freed = |event: &Event| {
+                event.event_type() == EventType::Delete
+                    && event.kv().is_some_and(|kv| is_slot(&prefix, kv.key()))
+            };
             let deleted = async {
                 while let Some(response) = watch.message().await? {
                     // A cancelled watch (history compacted) says nothing: try again.
-                    if response.canceled()
-                        || (response.events().iter()).any(|e| e.event_type() == EventType::Delete)
-                    {
+                    if response.canceled() || response.events().iter().any(freed) {
                         break;
                     }
                 }

@@ -112,6 +112,23 @@ async fn a_waiter_wakes_on_the_release_and_gives_up_at_its_bound() {
     assert!(woke < Duration::from_millis(500), "{woke:?}");
 }
 
+#[tokio::test]
+async fn a_key_named_under_another_is_a_lock_of_its_own() {
+    let etcd = Etcd::start();
+    let lock = lock(&etcd).await;
+    // `job/0`'s slot is `test/job/0/0`, under `job`'s slots' prefix `test/job/`.
+    let nested = LeaseRequest::new("job/0").owner("a").ttl(30 * SECOND);
+    let inner = lock.acquire(&nested).await.unwrap().grant.unwrap();
+    let outer = lock.acquire(&request("a")).await.unwrap().grant.unwrap();
+    assert_eq!(outer.holds, 1, "a first hold, not a re-entry of job/0");
+    assert!(outer.token > inner.token);
+    assert!(lock.acquire(&request("b")).await.unwrap().grant.is_none());
+    let state = lock.state(b"job").await.unwrap().unwrap();
+    assert_eq!(state.leases().len(), 1);
+    assert_eq!(lock.release(&request("a")).await.unwrap().holds, 0);
+    assert_eq!(lock.release(&nested).await.unwrap().holds, 0);
+}
+
 /// The number after `word=` on the first of the child's lines that has one (the test
 /// harness prints its own lines first).
 fn field(lines: &mut impl Iterator<Item = std::io::Result<String>>, word: &str) -> u64 {
