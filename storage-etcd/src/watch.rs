@@ -37,7 +37,7 @@ impl EtcdLeases {
             }
             let options = WatchOptions::new()
                 .with_prefix()
-                .with_start_revision(attempt.revision + 1);
+                .with_start_revision(attempt.revision.saturating_add(1));
             let prefix = self.slots_prefix(request.key);
             let mut watch = (self.client()).watch(prefix.clone(), Some(options)).await?;
             let freed = |event: &Event| {
