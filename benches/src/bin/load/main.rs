@@ -184,6 +184,18 @@ fn options() -> Result<Options, String> {
             "--connections and --in-flight are at least 1, --keys 1 to {MAX_KEYS}"
         ));
     }
+    if let Some(rate) = options.rate {
+        // Each worker sends every `workers / rate` seconds; a step past an hour (or not
+        // a time at all: a rate of 0, negative, NaN) would overflow the schedule's
+        // instants or sleep past any run.
+        let workers = options.load().workers;
+        let step = Duration::try_from_secs_f64(workers as f64 / rate);
+        if !step.is_ok_and(|step| step <= Duration::from_secs(3600)) {
+            return Err(format!(
+                "--rate is requests a second, at least one an hour for each of {workers} senders, not {rate}"
+            ));
+        }
+    }
     Ok(options)
 }
 

@@ -30,9 +30,10 @@ impl Load {
     }
 
     /// Worker `w`'s schedule: its sends at `rate / workers` a second, the workers'
-    /// sends interleaved, or none (back to back).
+    /// sends interleaved, or none (back to back). The options refuse a rate whose step
+    /// is not a time up to an hour.
     pub fn pace(&self, start: Instant, w: usize) -> Pace {
-        Pace(self.rate.filter(|r| *r > 0.0).map(|rate| {
+        Pace(self.rate.map(|rate| {
             let step = Duration::from_secs_f64(self.workers as f64 / rate);
             (start + Duration::from_secs_f64(w as f64 / rate), step)
         }))
