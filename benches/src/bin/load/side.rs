@@ -169,7 +169,7 @@ async fn row(
     let after = cpu();
     let decisions = phase.requests.max(1) as f64;
     let per = |a: Option<u64>, b: Option<u64>| {
-        Some(((b? - a?) as f64 / decisions * 100.0).round() / 100.0)
+        Some((b?.checked_sub(a?)? as f64 / decisions * 100.0).round() / 100.0)
     };
     if let Some(why) = &phase.first_error {
         eprintln!(
