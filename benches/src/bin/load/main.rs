@@ -42,8 +42,7 @@ mod side;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use http::{call, check_answers, phase, Ask, MAX_KEYS};
-use hyper::Method;
+use http::{check_answers, phase, Ask, MAX_KEYS};
 use measure::Load;
 
 /// The protocol of the side-by-side rows.
@@ -208,8 +207,7 @@ struct Spawned {
 }
 
 /// A `sluicegate serve` in this process on its own runtime: its address and an app token
-/// for a policy `api` that never denies (a million a second per key: within the Redis
-/// scripts' range).
+/// for a policy `api` that never denies ([`procs::TOKEN_BUCKET`]).
 fn spawn_server(options: &Options) -> Result<Spawned, String> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let config = sluicegate_server::Config {
@@ -232,10 +230,7 @@ fn spawn_server(options: &Options) -> Result<Spawned, String> {
             .map_err(|e| e.to_string())?;
         let addr = server.local_addr().to_string();
         tokio::spawn(server.run(std::future::pending()));
-        let app = call(&addr, Method::POST, "/v1/apps", &admin, r#"{"name":"load"}"#).await?;
-        let policy = r#"{"algorithm":"token-bucket","capacity":1000000,"rate":1000000,"period":"1s","apps":["load"]}"#;
-        call(&addr, Method::PUT, "/v1/policies/api", &admin, policy).await?;
-        let token = app["token"].as_str().unwrap_or_default().to_owned();
+        let token = procs::provision(&addr, &admin, &[("api", procs::TOKEN_BUCKET)]).await?;
         Ok::<_, String>((addr, token))
     })?;
     Ok(Spawned {
