@@ -43,7 +43,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use http::{check_answers, phase, Ask, MAX_KEYS};
-use measure::Load;
+use measure::{Load, Phase};
 
 /// The protocol of the side-by-side rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -252,6 +252,12 @@ fn main() -> ExitCode {
     if options.protocol.is_some() {
         return side::run(&options);
     }
+    alone(&options)
+}
+
+/// The mode without `--protocol`: `GET /healthz` then `POST /v1/decide` on one server,
+/// started in this process unless `--url` names one.
+fn alone(options: &Options) -> ExitCode {
     let (addr, token, _server) = match &options.url {
         Some(url) => {
             let addr = url
@@ -261,7 +267,7 @@ fn main() -> ExitCode {
             let token = std::env::var("SLUICEGATE_TOKEN").unwrap_or_default();
             (addr, token, None)
         }
-        None => match spawn_server(&options) {
+        None => match spawn_server(options) {
             Ok(server) => (server.addr.clone(), server.token.clone(), Some(server)),
             Err(e) => {
                 eprintln!("load: cannot start the server: {e}");
@@ -331,6 +337,12 @@ fn main() -> ExitCode {
             return ExitCode::from(3);
         }
     };
+    print_phases(options, &phases);
+    ExitCode::SUCCESS
+}
+
+/// Each phase's figures, then decide's rate over healthz's when both ran.
+fn print_phases(options: &Options, phases: &[(&str, Phase)]) {
     match options.requests {
         Some(n) => println!("{} connections, {n} requests a phase", options.connections),
         None => println!(
@@ -343,7 +355,7 @@ fn main() -> ExitCode {
         "decisions {}",
         options.decisions.as_deref().unwrap_or("in memory")
     );
-    for (name, phase) in &phases {
+    for (name, phase) in phases {
         println!(
             "{name:<16} {:>9.0} /s  p50 {:>6.2} ms  p99 {:>6.2} ms  errors {}",
             phase.per_second(),
@@ -355,11 +367,10 @@ fn main() -> ExitCode {
             println!("  first error: {}", why.trim_end());
         }
     }
-    if let [(_, floor), (_, decided)] = &phases[..] {
+    if let [(_, floor), (_, decided)] = phases {
         println!(
             "decide / healthz: {:.2}x",
             decided.per_second() / floor.per_second().max(f64::MIN_POSITIVE)
         );
     }
-    ExitCode::SUCCESS
 }
