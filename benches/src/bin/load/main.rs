@@ -98,6 +98,7 @@ impl Options {
     }
 }
 
+/// The command line's options, checked; the defaults where a flag is absent.
 fn options() -> Result<Options, String> {
     let mut options = Options {
         url: None,

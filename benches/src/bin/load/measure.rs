@@ -129,6 +129,7 @@ impl Phase {
         }
     }
 
+    /// Answered requests per second of the phase.
     pub fn per_second(&self) -> f64 {
         self.requests as f64 / self.elapsed.as_secs_f64()
     }
@@ -151,6 +152,7 @@ pub struct Outcome {
 }
 
 impl Outcome {
+    /// A failed request: counted, its reason kept if it is the first.
     pub fn fail(&mut self, why: String) {
         self.errors += 1;
         self.first_error.get_or_insert(why);

@@ -40,6 +40,7 @@ pub struct Running {
 }
 
 impl Running {
+    /// Its process id, whose CPU time [`cpu_us`] reads.
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
