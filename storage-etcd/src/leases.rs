@@ -71,6 +71,9 @@ pub(crate) struct Slot {
 pub(crate) struct Held {
     pub(crate) grant: Grant,
     pub(crate) lease: i64,
+    /// The time the etcd lease had left when granted (whole seconds, at least the
+    /// request's ttl): the keep-alive renews it at a third of this.
+    pub(crate) left: Ticks,
 }
 
 /// An acquire's answer and the revision it read at: a waiter watches from the next one,
@@ -218,7 +221,11 @@ impl EtcdLeases {
             if response.succeeded() {
                 let token = response.header().map_or(0, |h| h.revision());
                 let grant = Grant::new(to_token(token), expiry_in(lease_ttl), 1);
-                return Ok(Some(Some(Held { grant, lease })));
+                return Ok(Some(Some(Held {
+                    grant,
+                    lease,
+                    left: lease_ttl,
+                })));
             }
         }
         self.revoke(lease).await;
@@ -238,7 +245,7 @@ impl EtcdLeases {
         };
         Ok(held.map(|(lease, left)| {
             let grant = Grant::new(mine.token, expiry_in(left), holds);
-            Some(Held { grant, lease })
+            Some(Held { grant, lease, left })
         }))
     }
 

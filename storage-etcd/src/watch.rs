@@ -61,8 +61,9 @@ impl EtcdLeases {
 
     /// Acquires the request's lease (waiting up to `max_wait` as
     /// [`acquire_waiting`](Self::acquire_waiting) does) and, if granted, keeps its etcd
-    /// lease alive from a task, every third of its ttl, until the guard is dropped, which
-    /// releases it. `Ok(None)` when still held by others after `max_wait`.
+    /// lease alive from a task, every third of the ttl etcd granted (whole seconds, so a
+    /// sub-second ttl does not renew every millisecond), until the guard is dropped,
+    /// which releases it. `Ok(None)` when still held by others after `max_wait`.
     ///
     /// The keep-alive is the watchdog: if this process stops (a pause, a crash) the
     /// keep-alives stop and etcd deletes the key once the lease's ttl has passed, whatever
@@ -78,7 +79,7 @@ impl EtcdLeases {
             return Ok(None);
         };
         let mut stream = Some(self.client().lease_keep_alive(held.lease).await?);
-        let period = Duration::from_micros((request.ttl / 3).max(1));
+        let period = Duration::from_micros((held.left / 3).max(1));
         let (lost_tx, lost) = tokio::sync::watch::channel(false);
         // The guard holds the sender: dropping it completes `stopped`.
         let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
