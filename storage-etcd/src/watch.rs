@@ -78,7 +78,10 @@ impl EtcdLeases {
         let (_, Some(held)) = self.held_waiting(request, max_wait).await? else {
             return Ok(None);
         };
-        let mut stream = Some(self.client().lease_keep_alive(held.lease).await?);
+        // A stream that cannot be opened now is opened at the next period, as a broken
+        // one is: the lease is granted, and an error here would leave it held until its
+        // ttl with no guard to release it.
+        let mut stream = self.client().lease_keep_alive(held.lease).await.ok();
         let period = Duration::from_micros((held.left / 3).max(1));
         let (lost_tx, lost) = tokio::sync::watch::channel(false);
         // The guard holds the sender: dropping it completes `stopped`.
