@@ -1,4 +1,4 @@
-use super::{Config, Limit, Unit};
+use super::{wildcard_match, Config, Limit, Unit};
 
 fn config(text: &str) -> Config {
     Config::parse("t.yaml", text).expect("a valid file")
@@ -126,4 +126,16 @@ fn a_chain_of_aliases_is_refused_before_it_nests_past_the_bound() {
     }
     let e = Config::parse("t.yaml", &text).expect_err("too deep");
     assert!(e.contains("nested deeper than 64 levels"), "{e}");
+}
+
+#[test]
+fn a_wildcard_part_is_matched_once_and_parts_never_overlap() {
+    let matches = |pattern: &str, value: &str| {
+        let parts: Vec<String> = pattern.split('*').map(str::to_owned).collect();
+        wildcard_match(&parts, value)
+    };
+    assert!(matches("ab*ba", "abba") && !matches("ab*ba", "aba"));
+    assert!(matches("a*b*c", "abc") && matches("a*b*c", "axbyc"));
+    assert!(!matches("a*b*c", "acb") && !matches("a*b*c", "ac"));
+    assert!(matches("*", "") && matches("é*é", "éxé"));
 }
