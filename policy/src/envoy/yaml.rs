@@ -97,41 +97,22 @@ impl<'a> Reader<'a> {
         }
         let first = self.nodes;
         self.count(at, 1)?;
-        let mut height = 0;
-        let (value, anchor) = match event {
+        let (value, height, anchor) = match event {
             Event::Scalar(text, style, anchor, _) => (
                 Value::Scalar(text.into_owned(), style == ScalarStyle::Plain),
+                0,
                 anchor,
             ),
             Event::SequenceStart(anchor, _) => {
-                let mut items = Vec::new();
-                loop {
-                    match self.next()? {
-                        (Event::SequenceEnd, _) => break,
-                        (event, span) => {
-                            let (item, below) = self.node(event, span, depth + 1)?;
-                            height = height.max(below + 1);
-                            items.push(item);
-                        }
-                    }
-                }
-                (Value::Seq(items), anchor)
+                let (items, height) = self.children(depth)?;
+                (Value::Seq(items), height, anchor)
             }
             Event::MappingStart(anchor, _) => {
-                let mut pairs = Vec::new();
-                loop {
-                    match self.next()? {
-                        (Event::MappingEnd, _) => break,
-                        (event, span) => {
-                            let (key, key_below) = self.node(event, span, depth + 1)?;
-                            let (event, span) = self.next()?;
-                            let (value, value_below) = self.node(event, span, depth + 1)?;
-                            height = height.max(key_below.max(value_below) + 1);
-                            pairs.push((key, value));
-                        }
-                    }
-                }
-                (Value::Map(pairs), anchor)
+                let (nodes, height) = self.children(depth)?;
+                // Keys and values in turn (the parser ends a mapping only after a value).
+                let mut nodes = nodes.into_iter();
+                let pairs = std::iter::from_fn(|| Some((nodes.next()?, nodes.next()?)));
+                (Value::Map(pairs.collect()), height, anchor)
             }
             Event::Alias(id) => {
                 let (node, size, height) = self
@@ -154,6 +135,23 @@ impl<'a> Reader<'a> {
             self.anchors.insert(anchor, (node.clone(), size, height));
         }
         Ok((node, height))
+    }
+
+    /// The nodes of a sequence or a mapping (its keys and values in turn) read up to its
+    /// end, and how many levels they nest below it.
+    fn children(&mut self, depth: usize) -> Result<(Vec<Node>, usize), Located> {
+        let mut children = Vec::new();
+        let mut height = 0;
+        loop {
+            match self.next()? {
+                (Event::SequenceEnd | Event::MappingEnd, _) => return Ok((children, height)),
+                (event, span) => {
+                    let (child, below) = self.node(event, span, depth + 1)?;
+                    height = height.max(below + 1);
+                    children.push(child);
+                }
+            }
+        }
     }
 
     /// Counts `more` nodes read, refusing past [`MAX_NODES`].
