@@ -451,6 +451,11 @@ fn slot(kv: &KeyValue) -> Result<Slot, Error> {
     if holds == 0 || owner.is_empty() {
         return Err(corrupt("no holds or no owner"));
     }
+    // Every slot sluicegate writes expires with its etcd lease; one without would be
+    // held forever.
+    if kv.lease() == 0 {
+        return Err(corrupt("not attached to an etcd lease"));
+    }
     Ok(Slot {
         key: kv.key().to_vec(),
         owner: owner.to_vec(),

@@ -129,6 +129,32 @@ async fn a_key_named_under_another_is_a_lock_of_its_own() {
     assert_eq!(lock.release(&nested).await.unwrap().holds, 0);
 }
 
+#[tokio::test]
+async fn a_slot_sluicegate_did_not_write_is_reported_and_left_alone() {
+    let etcd = Etcd::start();
+    let lock = lock(&etcd).await;
+    let mut client = etcd_client::Client::connect([etcd.endpoint()], None)
+        .await
+        .unwrap();
+    let held_by_a = [&1u64.to_be_bytes()[..], b"a"].concat();
+    for (value, reason) in [
+        (&b"xy"[..], "shorter than a hold count"),
+        (&held_by_a[..], "not attached to an etcd lease"),
+    ] {
+        client.put("test/job/0", value, None).await.unwrap();
+        for owner in ["a", "b"] {
+            let e = lock.acquire(&request(owner)).await.unwrap_err();
+            assert!(
+                matches!(&e, Error::Corrupt { key, .. } if key == b"test/job/0"),
+                "{e}"
+            );
+            assert!(e.to_string().contains(reason), "{e}");
+        }
+        let kv = client.get("test/job/0", None).await.unwrap();
+        assert_eq!(kv.kvs()[0].value(), value, "the key is unchanged");
+    }
+}
+
 /// The number after `word=` on the first of the child's lines that has one (the test
 /// harness prints its own lines first).
 fn field(lines: &mut impl Iterator<Item = std::io::Result<String>>, word: &str) -> u64 {
