@@ -196,6 +196,11 @@ impl EtcdLeases {
         slots: &[Slot],
         ttl: Ticks,
     ) -> Result<Option<Option<Held>>, Error> {
+        // Counted, not only looked for: leases granted under a higher `max` may still
+        // hold slots at or above this one's.
+        if slots.len() as u64 >= self.model.max() {
+            return Ok(Some(None));
+        }
         let free: Vec<u64> = (0..self.model.max())
             .filter(|i| {
                 !slots

@@ -81,6 +81,33 @@ async fn a_limit_of_three_grants_three_with_rising_tokens() {
 }
 
 #[tokio::test]
+async fn a_lower_limit_counts_the_leases_still_held_in_higher_slots() {
+    let etcd = Etcd::start();
+    let three = EtcdLeases::connect(&[etcd.endpoint()], Concurrency::new(3).unwrap())
+        .await
+        .unwrap();
+    for owner in ["a", "b", "c"] {
+        assert!(three
+            .acquire(&request(owner))
+            .await
+            .unwrap()
+            .grant
+            .is_some());
+    }
+    assert_eq!(three.release(&request("a")).await.unwrap().holds, 0);
+    // Slot 0 is free, but two leases are held: a limit of one admits no other.
+    let one = EtcdLeases::connect(&[etcd.endpoint()], Concurrency::lock())
+        .await
+        .unwrap();
+    let denied = one.acquire(&request("d")).await.unwrap();
+    assert_eq!((denied.grant, denied.decision.remaining), (None, 0));
+    assert_eq!(
+        three.state(b"job").await.unwrap().unwrap().leases().len(),
+        2
+    );
+}
+
+#[tokio::test]
 async fn a_waiter_wakes_on_the_release_and_gives_up_at_its_bound() {
     let etcd = Etcd::start();
     let lock = lock(&etcd).await;
