@@ -356,7 +356,9 @@ impl EtcdLeases {
             }
             bytes.extend(&s.owner);
         }
-        let state = self.model.decode(&bytes).map_err(|e| Error::Corrupt {
+        // Leases granted under a higher `max` may still be held: read with room for all.
+        let held = Concurrency::new(self.model.max().max(slots.len() as u64));
+        let state = (held.unwrap_or(self.model).decode(&bytes)).map_err(|e| Error::Corrupt {
             key: self.slots_prefix(key),
             reason: e.to_string(),
         })?;

@@ -105,6 +105,9 @@ async fn a_lower_limit_counts_the_leases_still_held_in_higher_slots() {
         three.state(b"job").await.unwrap().unwrap().leases().len(),
         2
     );
+    // Read under the lower limit too, not refused as unreadable.
+    let state = one.state(b"job").await.unwrap().unwrap();
+    assert_eq!(state.leases().len(), 2);
 }
 
 #[tokio::test]
