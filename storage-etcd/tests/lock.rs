@@ -20,6 +20,13 @@ async fn lock(etcd: &Etcd) -> EtcdLeases {
         .with_prefix("test/")
 }
 
+/// Leases at most `max` at once, with no prefix.
+async fn limit(etcd: &Etcd, max: u64) -> EtcdLeases {
+    EtcdLeases::connect(&[etcd.endpoint()], Concurrency::new(max).unwrap())
+        .await
+        .unwrap()
+}
+
 fn request(owner: &str) -> LeaseRequest<'_> {
     LeaseRequest::new("job").owner(owner).ttl(30 * SECOND)
 }
@@ -60,9 +67,7 @@ async fn acquire_reenter_renew_release_by_the_owner_only() {
 #[tokio::test]
 async fn a_limit_of_three_grants_three_with_rising_tokens() {
     let etcd = Etcd::start();
-    let leases = EtcdLeases::connect(&[etcd.endpoint()], Concurrency::new(3).unwrap())
-        .await
-        .unwrap();
+    let leases = limit(&etcd, 3).await;
     let mut tokens = Vec::new();
     for owner in ["a", "b", "c"] {
         let acquired = leases.acquire(&request(owner)).await.unwrap();
@@ -83,9 +88,7 @@ async fn a_limit_of_three_grants_three_with_rising_tokens() {
 #[tokio::test]
 async fn a_lower_limit_counts_the_leases_still_held_in_higher_slots() {
     let etcd = Etcd::start();
-    let three = EtcdLeases::connect(&[etcd.endpoint()], Concurrency::new(3).unwrap())
-        .await
-        .unwrap();
+    let three = limit(&etcd, 3).await;
     for owner in ["a", "b", "c"] {
         assert!(three
             .acquire(&request(owner))
@@ -96,9 +99,7 @@ async fn a_lower_limit_counts_the_leases_still_held_in_higher_slots() {
     }
     assert_eq!(three.release(&request("a")).await.unwrap().holds, 0);
     // Slot 0 is free, but two leases are held: a limit of one admits no other.
-    let one = EtcdLeases::connect(&[etcd.endpoint()], Concurrency::lock())
-        .await
-        .unwrap();
+    let one = limit(&etcd, 1).await;
     let denied = one.acquire(&request("d")).await.unwrap();
     assert_eq!((denied.grant, denied.decision.remaining), (None, 0));
     assert_eq!(
