@@ -8,11 +8,12 @@
 # named librocksdb.so adds a no-op for it. limitador's release profile is fat LTO, one codegen
 # unit: about 35 minutes on two shared cores.
 set -euo pipefail
-src=${1:?usage: build-limitador.sh LIMITADOR_SOURCE_DIR}
+src=$(cd "${1:?usage: build-limitador.sh LIMITADOR_SOURCE_DIR}" && pwd)
 command -v protoc >/dev/null || { echo "protoc missing: apt-get install -y protobuf-compiler" >&2; exit 1; }
 system=$(ls /usr/lib/x86_64-linux-gnu/librocksdb.so.* 2>/dev/null | head -1)
 [ -n "$system" ] || { echo "no system RocksDB: apt-get install -y librocksdb-dev" >&2; exit 1; }
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/work/targets/limitador}
+# The checkout's own target directory unless CARGO_TARGET_DIR names another.
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$src/target}
 export CARGO_INCREMENTAL=0
 compat=$CARGO_TARGET_DIR/rocksdb-compat
 mkdir -p "$compat"

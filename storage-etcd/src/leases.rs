@@ -71,6 +71,9 @@ pub(crate) struct Slot {
 pub(crate) struct Held {
     pub(crate) grant: Grant,
     pub(crate) lease: i64,
+    /// The time the etcd lease had left when granted (whole seconds, at least the
+    /// request's ttl): the keep-alive renews it at a third of this.
+    pub(crate) left: Ticks,
 }
 
 /// An acquire's answer and the revision it read at: a waiter watches from the next one,
@@ -137,16 +140,15 @@ impl EtcdLeases {
 
     /// The leases held on `key` and the revision read at.
     async fn read(&self, key: &[u8]) -> Result<(Vec<Slot>, i64), Error> {
+        let prefix = self.slots_prefix(key);
         let response = (self.client.clone())
-            .get(
-                self.slots_prefix(key),
-                Some(GetOptions::new().with_prefix()),
-            )
+            .get(prefix.clone(), Some(GetOptions::new().with_prefix()))
             .await?;
         let revision = response.header().map_or(0, |h| h.revision());
         let slots = response
             .kvs()
             .iter()
+            .filter(|kv| is_slot(&prefix, kv.key()))
             .map(slot)
             .collect::<Result<Vec<_>, _>>()?;
         Ok((slots, revision))
@@ -194,6 +196,11 @@ impl EtcdLeases {
         slots: &[Slot],
         ttl: Ticks,
     ) -> Result<Option<Option<Held>>, Error> {
+        // Counted, not only looked for: leases granted under a higher `max` may still
+        // hold slots at or above this one's.
+        if slots.len() as u64 >= self.model.max() {
+            return Ok(Some(None));
+        }
         let free: Vec<u64> = (0..self.model.max())
             .filter(|i| {
                 !slots
@@ -219,7 +226,11 @@ impl EtcdLeases {
             if response.succeeded() {
                 let token = response.header().map_or(0, |h| h.revision());
                 let grant = Grant::new(to_token(token), expiry_in(lease_ttl), 1);
-                return Ok(Some(Some(Held { grant, lease })));
+                return Ok(Some(Some(Held {
+                    grant,
+                    lease,
+                    left: lease_ttl,
+                })));
             }
         }
         self.revoke(lease).await;
@@ -239,7 +250,7 @@ impl EtcdLeases {
         };
         Ok(held.map(|(lease, left)| {
             let grant = Grant::new(mine.token, expiry_in(left), holds);
-            Some(Held { grant, lease })
+            Some(Held { grant, lease, left })
         }))
     }
 
@@ -345,7 +356,9 @@ impl EtcdLeases {
             }
             bytes.extend(&s.owner);
         }
-        let state = self.model.decode(&bytes).map_err(|e| Error::Corrupt {
+        // Leases granted under a higher `max` may still be held: read with room for all.
+        let held = Concurrency::new(self.model.max().max(slots.len() as u64));
+        let state = (held.unwrap_or(self.model).decode(&bytes)).map_err(|e| Error::Corrupt {
             key: self.slots_prefix(key),
             reason: e.to_string(),
         })?;
@@ -417,6 +430,15 @@ fn checked(request: &LeaseRequest<'_>, with_ttl: bool) -> Result<Ticks, Error> {
     Ok(request.ttl)
 }
 
+/// Whether `etcd_key` is one of the slots under `prefix` (`PREFIX key/`): the prefix
+/// then a slot number. The slots of a key named under another (`key/0`'s `key/0/0`)
+/// share the other's prefix and are not its own.
+pub(crate) fn is_slot(prefix: &[u8], etcd_key: &[u8]) -> bool {
+    etcd_key
+        .strip_prefix(prefix)
+        .is_some_and(|i| !i.is_empty() && i.iter().all(u8::is_ascii_digit))
+}
+
 /// A slot's value: the hold count, then the owner.
 fn value(holds: u64, owner: &[u8]) -> Vec<u8> {
     [&holds.to_be_bytes()[..], owner].concat()
@@ -435,6 +457,11 @@ fn slot(kv: &KeyValue) -> Result<Slot, Error> {
     let holds = u64::from_be_bytes(*holds);
     if holds == 0 || owner.is_empty() {
         return Err(corrupt("no holds or no owner"));
+    }
+    // Every slot sluicegate writes expires with its etcd lease; one without would be
+    // held forever.
+    if kv.lease() == 0 {
+        return Err(corrupt("not attached to an etcd lease"));
     }
     Ok(Slot {
         key: kv.key().to_vec(),

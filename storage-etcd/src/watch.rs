@@ -2,12 +2,12 @@
 
 use std::time::Duration;
 
-use etcd_client::{EventType, LeaseKeepAliveStream, LeaseKeeper, WatchOptions};
+use etcd_client::{Event, EventType, LeaseKeepAliveStream, LeaseKeeper, WatchOptions};
 use sluicegate_core::{Acquired, Grant, LeaseRequest};
 use tokio::time::Instant;
 
 use crate::error::Error;
-use crate::leases::{EtcdLeases, Held};
+use crate::leases::{is_slot, EtcdLeases, Held};
 
 impl EtcdLeases {
     /// Acquires the request's lease, waiting up to `max_wait` while it is held: after a
@@ -37,16 +37,17 @@ impl EtcdLeases {
             }
             let options = WatchOptions::new()
                 .with_prefix()
-                .with_start_revision(attempt.revision + 1);
-            let mut watch = (self.client())
-                .watch(self.slots_prefix(request.key), Some(options))
-                .await?;
+                .with_start_revision(attempt.revision.saturating_add(1));
+            let prefix = self.slots_prefix(request.key);
+            let mut watch = (self.client()).watch(prefix.clone(), Some(options)).await?;
+            let freed = |event: &Event| {
+                event.event_type() == EventType::Delete
+                    && event.kv().is_some_and(|kv| is_slot(&prefix, kv.key()))
+            };
             let deleted = async {
                 while let Some(response) = watch.message().await? {
                     // A cancelled watch (history compacted) says nothing: try again.
-                    if response.canceled()
-                        || (response.events().iter()).any(|e| e.event_type() == EventType::Delete)
-                    {
+                    if response.canceled() || response.events().iter().any(freed) {
                         break;
                     }
                 }
@@ -60,8 +61,9 @@ impl EtcdLeases {
 
     /// Acquires the request's lease (waiting up to `max_wait` as
     /// [`acquire_waiting`](Self::acquire_waiting) does) and, if granted, keeps its etcd
-    /// lease alive from a task, every third of its ttl, until the guard is dropped, which
-    /// releases it. `Ok(None)` when still held by others after `max_wait`.
+    /// lease alive from a task, every third of the ttl etcd granted (whole seconds, so a
+    /// sub-second ttl does not renew every millisecond), until the guard is dropped,
+    /// which releases it. `Ok(None)` when still held by others after `max_wait`.
     ///
     /// The keep-alive is the watchdog: if this process stops (a pause, a crash) the
     /// keep-alives stop and etcd deletes the key once the lease's ttl has passed, whatever
@@ -76,8 +78,11 @@ impl EtcdLeases {
         let (_, Some(held)) = self.held_waiting(request, max_wait).await? else {
             return Ok(None);
         };
-        let mut stream = Some(self.client().lease_keep_alive(held.lease).await?);
-        let period = Duration::from_micros((request.ttl / 3).max(1));
+        // A stream that cannot be opened now is opened at the next period, as a broken
+        // one is: the lease is granted, and an error here would leave it held until its
+        // ttl with no guard to release it.
+        let mut stream = self.client().lease_keep_alive(held.lease).await.ok();
+        let period = Duration::from_micros((held.left / 3).max(1));
         let (lost_tx, lost) = tokio::sync::watch::channel(false);
         // The guard holds the sender: dropping it completes `stopped`.
         let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();

@@ -20,6 +20,13 @@ async fn lock(etcd: &Etcd) -> EtcdLeases {
         .with_prefix("test/")
 }
 
+/// Leases at most `max` at once, with no prefix.
+async fn limit(etcd: &Etcd, max: u64) -> EtcdLeases {
+    EtcdLeases::connect(&[etcd.endpoint()], Concurrency::new(max).unwrap())
+        .await
+        .unwrap()
+}
+
 fn request(owner: &str) -> LeaseRequest<'_> {
     LeaseRequest::new("job").owner(owner).ttl(30 * SECOND)
 }
@@ -60,9 +67,7 @@ async fn acquire_reenter_renew_release_by_the_owner_only() {
 #[tokio::test]
 async fn a_limit_of_three_grants_three_with_rising_tokens() {
     let etcd = Etcd::start();
-    let leases = EtcdLeases::connect(&[etcd.endpoint()], Concurrency::new(3).unwrap())
-        .await
-        .unwrap();
+    let leases = limit(&etcd, 3).await;
     let mut tokens = Vec::new();
     for owner in ["a", "b", "c"] {
         let acquired = leases.acquire(&request(owner)).await.unwrap();
@@ -78,6 +83,32 @@ async fn a_limit_of_three_grants_three_with_rising_tokens() {
         leases.state(b"job").await.unwrap().unwrap().leases().len(),
         3
     );
+}
+
+#[tokio::test]
+async fn a_lower_limit_counts_the_leases_still_held_in_higher_slots() {
+    let etcd = Etcd::start();
+    let three = limit(&etcd, 3).await;
+    for owner in ["a", "b", "c"] {
+        assert!(three
+            .acquire(&request(owner))
+            .await
+            .unwrap()
+            .grant
+            .is_some());
+    }
+    assert_eq!(three.release(&request("a")).await.unwrap().holds, 0);
+    // Slot 0 is free, but two leases are held: a limit of one admits no other.
+    let one = limit(&etcd, 1).await;
+    let denied = one.acquire(&request("d")).await.unwrap();
+    assert_eq!((denied.grant, denied.decision.remaining), (None, 0));
+    assert_eq!(
+        three.state(b"job").await.unwrap().unwrap().leases().len(),
+        2
+    );
+    // Read under the lower limit too, not refused as unreadable.
+    let state = one.state(b"job").await.unwrap().unwrap();
+    assert_eq!(state.leases().len(), 2);
 }
 
 #[tokio::test]
@@ -110,6 +141,49 @@ async fn a_waiter_wakes_on_the_release_and_gives_up_at_its_bound() {
     let woke = woke_at - released_at;
     println!("woke {woke:?} after the release");
     assert!(woke < Duration::from_millis(500), "{woke:?}");
+}
+
+#[tokio::test]
+async fn a_key_named_under_another_is_a_lock_of_its_own() {
+    let etcd = Etcd::start();
+    let lock = lock(&etcd).await;
+    // `job/0`'s slot is `test/job/0/0`, under `job`'s slots' prefix `test/job/`.
+    let nested = LeaseRequest::new("job/0").owner("a").ttl(30 * SECOND);
+    let inner = lock.acquire(&nested).await.unwrap().grant.unwrap();
+    let outer = lock.acquire(&request("a")).await.unwrap().grant.unwrap();
+    assert_eq!(outer.holds, 1, "a first hold, not a re-entry of job/0");
+    assert!(outer.token > inner.token);
+    assert!(lock.acquire(&request("b")).await.unwrap().grant.is_none());
+    let state = lock.state(b"job").await.unwrap().unwrap();
+    assert_eq!(state.leases().len(), 1);
+    assert_eq!(lock.release(&request("a")).await.unwrap().holds, 0);
+    assert_eq!(lock.release(&nested).await.unwrap().holds, 0);
+}
+
+#[tokio::test]
+async fn a_slot_sluicegate_did_not_write_is_reported_and_left_alone() {
+    let etcd = Etcd::start();
+    let lock = lock(&etcd).await;
+    let mut client = etcd_client::Client::connect([etcd.endpoint()], None)
+        .await
+        .unwrap();
+    let held_by_a = [&1u64.to_be_bytes()[..], b"a"].concat();
+    for (value, reason) in [
+        (&b"xy"[..], "shorter than a hold count"),
+        (&held_by_a[..], "not attached to an etcd lease"),
+    ] {
+        client.put("test/job/0", value, None).await.unwrap();
+        for owner in ["a", "b"] {
+            let e = lock.acquire(&request(owner)).await.unwrap_err();
+            assert!(
+                matches!(&e, Error::Corrupt { key, .. } if key == b"test/job/0"),
+                "{e}"
+            );
+            assert!(e.to_string().contains(reason), "{e}");
+        }
+        let kv = client.get("test/job/0", None).await.unwrap();
+        assert_eq!(kv.kvs()[0].value(), value, "the key is unchanged");
+    }
 }
 
 /// The number after `word=` on the first of the child's lines that has one (the test

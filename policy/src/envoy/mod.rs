@@ -197,9 +197,8 @@ impl Domain {
             }
             level = &next.children;
         }
-        let rule = rule?;
-        counted.extend(entries.get(counted.len()..).unwrap_or_default());
-        Some((rule, key_of(counted.into_iter())))
+        // A rule is found only on the last entry, so `counted` holds every entry.
+        Some((rule?, key_of(counted.into_iter())))
     }
 
     /// Every rule of the domain.

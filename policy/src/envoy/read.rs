@@ -3,7 +3,7 @@
 
 use sluicegate_core::Kind;
 
-use super::yaml::{self, At, Node, Value};
+use super::yaml::{self, At, Located, Node, Value};
 use super::{Descriptor, Domain, Level, Limit, Rule, Unit};
 use crate::problem::Style;
 
@@ -30,9 +30,6 @@ const KEYS: [&str; 18] = [
     "sluicegate_apps",
     "sluicegate_algorithm",
 ];
-
-/// An error at `at` in the file being read.
-type Located = (At, String);
 
 /// A mapping's fields by name, each known ([`KEYS`]) and given once.
 struct Fields<'a> {

@@ -1,4 +1,4 @@
-use super::{Config, Limit, Unit};
+use super::{wildcard_match, Config, Limit, Unit};
 
 fn config(text: &str) -> Config {
     Config::parse("t.yaml", text).expect("a valid file")
@@ -98,4 +98,44 @@ fn apps_restrict_a_domain() {
     let closed = config("domain: d\nsluicegate_apps: [edge]\n");
     let d = closed.domain("d").expect("d");
     assert!(d.admits_app("edge") && !d.admits_app("other"));
+}
+
+#[test]
+fn an_alias_cannot_nest_deeper_than_the_bound() {
+    // 63 levels under `a` reach depth 64, the most read; repeated one level down they
+    // would reach 65.
+    let deep = format!("{}0{}", "[".repeat(63), "]".repeat(63));
+    let text = format!("a: &a {deep}\nb: [*a]\n");
+    let e = Config::parse("t.yaml", &text).expect_err("too deep");
+    assert!(e.contains("nested deeper than 64 levels"), "{e}");
+}
+
+#[test]
+fn a_chain_of_aliases_is_refused_before_it_nests_past_the_bound() {
+    // Each descriptor repeats the one before 30 levels down: without the bound on
+    // aliases, reading the last one recursed thousands of levels deep and overflowed
+    // the stack.
+    let mut text = String::from("domain: d\ndescriptors:\n  - &x0 {key: k0}\n");
+    for i in 1..112 {
+        let open = "{key: a, descriptors: [".repeat(30);
+        let close = "]}".repeat(30);
+        text += &format!(
+            "  - &x{i} {{key: k{i}, descriptors: [{open}*x{}{close}]}}\n",
+            i - 1
+        );
+    }
+    let e = Config::parse("t.yaml", &text).expect_err("too deep");
+    assert!(e.contains("nested deeper than 64 levels"), "{e}");
+}
+
+#[test]
+fn a_wildcard_part_is_matched_once_and_parts_never_overlap() {
+    let matches = |pattern: &str, value: &str| {
+        let parts: Vec<String> = pattern.split('*').map(str::to_owned).collect();
+        wildcard_match(&parts, value)
+    };
+    assert!(matches("ab*ba", "abba") && !matches("ab*ba", "aba"));
+    assert!(matches("a*b*c", "abc") && matches("a*b*c", "axbyc"));
+    assert!(!matches("a*b*c", "acb") && !matches("a*b*c", "ac"));
+    assert!(matches("*", "") && matches("é*é", "éxé"));
 }

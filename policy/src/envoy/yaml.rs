@@ -47,18 +47,22 @@ impl Node {
 /// An error and where it is.
 pub(super) type Located = (At, String);
 
-/// The deepest nesting read: a file nested deeper is refused rather than read by a
-/// recursion without bound.
+/// The deepest nesting read, an alias nesting its anchor's levels from where it stands:
+/// a file nested deeper is refused rather than read by a recursion without bound.
 const MAX_DEPTH: usize = 64;
 
 /// The most nodes a document may stand for, aliases counted as what they repeat: a
 /// few anchors repeating each other cannot make a small file huge.
 const MAX_NODES: usize = 1_000_000;
 
+/// An anchored node, its size in nodes and its height in levels below it.
+type Anchored = (Node, usize, usize);
+
 struct Reader<'a> {
     parser: Parser<'a, StrInput<'a>>,
-    /// Anchored nodes and how many nodes each stands for.
-    anchors: HashMap<usize, (Node, usize)>,
+    /// Anchored nodes, how many nodes each stands for and how many levels it nests
+    /// below itself: an alias repeats them where it is, deeper than they were written.
+    anchors: HashMap<usize, Anchored>,
     /// Nodes read so far, aliases counted in full.
     nodes: usize,
 }
@@ -78,61 +82,76 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// The node that `event` starts.
-    fn node(&mut self, event: Event<'a>, span: Span, depth: usize) -> Result<Node, Located> {
+    /// The node that `event` starts at `depth`, and how many levels it nests below
+    /// itself.
+    fn node(
+        &mut self,
+        event: Event<'a>,
+        span: Span,
+        depth: usize,
+    ) -> Result<(Node, usize), Located> {
         let at = At::from(span);
+        let too_deep = || (at, format!("nested deeper than {MAX_DEPTH} levels"));
         if depth > MAX_DEPTH {
-            return Err((at, format!("nested deeper than {MAX_DEPTH} levels")));
+            return Err(too_deep());
         }
         let first = self.nodes;
         self.count(at, 1)?;
-        let (value, anchor) = match event {
+        let (value, height, anchor) = match event {
             Event::Scalar(text, style, anchor, _) => (
                 Value::Scalar(text.into_owned(), style == ScalarStyle::Plain),
+                0,
                 anchor,
             ),
             Event::SequenceStart(anchor, _) => {
-                let mut items = Vec::new();
-                loop {
-                    match self.next()? {
-                        (Event::SequenceEnd, _) => break,
-                        (event, span) => items.push(self.node(event, span, depth + 1)?),
-                    }
-                }
-                (Value::Seq(items), anchor)
+                let (items, height) = self.children(depth)?;
+                (Value::Seq(items), height, anchor)
             }
             Event::MappingStart(anchor, _) => {
-                let mut pairs = Vec::new();
-                loop {
-                    match self.next()? {
-                        (Event::MappingEnd, _) => break,
-                        (event, span) => {
-                            let key = self.node(event, span, depth + 1)?;
-                            let (event, span) = self.next()?;
-                            let value = self.node(event, span, depth + 1)?;
-                            pairs.push((key, value));
-                        }
-                    }
-                }
-                (Value::Map(pairs), anchor)
+                let (nodes, height) = self.children(depth)?;
+                // Keys and values in turn (the parser ends a mapping only after a value).
+                let mut nodes = nodes.into_iter();
+                let pairs = std::iter::from_fn(|| Some((nodes.next()?, nodes.next()?)));
+                (Value::Map(pairs.collect()), height, anchor)
             }
             Event::Alias(id) => {
-                let (node, size) = self
+                let (node, size, height) = self
                     .anchors
                     .get(&id)
                     .cloned()
                     .ok_or((at, "an alias to no anchor".to_owned()))?;
+                // Repeated here, the anchored node nests from this depth.
+                if depth + height > MAX_DEPTH {
+                    return Err(too_deep());
+                }
                 self.count(at, size)?;
-                return Ok(Node { at, ..node });
+                return Ok((Node { at, ..node }, height));
             }
             _ => return Err((at, "unexpected YAML event".into())),
         };
         let node = Node { at, value };
         if anchor != 0 {
-            self.anchors
-                .insert(anchor, (node.clone(), self.nodes - first));
+            let size = self.nodes - first;
+            self.anchors.insert(anchor, (node.clone(), size, height));
         }
-        Ok(node)
+        Ok((node, height))
+    }
+
+    /// The nodes of a sequence or a mapping (its keys and values in turn) read up to its
+    /// end, and how many levels they nest below it.
+    fn children(&mut self, depth: usize) -> Result<(Vec<Node>, usize), Located> {
+        let mut children = Vec::new();
+        let mut height = 0;
+        loop {
+            match self.next()? {
+                (Event::SequenceEnd | Event::MappingEnd, _) => return Ok((children, height)),
+                (event, span) => {
+                    let (child, below) = self.node(event, span, depth + 1)?;
+                    height = height.max(below + 1);
+                    children.push(child);
+                }
+            }
+        }
     }
 
     /// Counts `more` nodes read, refusing past [`MAX_NODES`].
@@ -158,7 +177,8 @@ pub(super) fn parse(text: &str) -> Result<Option<Node>, Located> {
             (Event::StreamEnd, _) => return Ok(None),
             (Event::DocumentStart(_), _) => {
                 let (event, span) = reader.next()?;
-                return reader.node(event, span, 0).map(Some);
+                let (node, _) = reader.node(event, span, 0)?;
+                return Ok(Some(node));
             }
             (_, span) => return Err((At::from(span), "unexpected YAML event".into())),
         }

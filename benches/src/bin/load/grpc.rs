@@ -25,6 +25,7 @@ pub struct Calls {
 }
 
 impl Calls {
+    /// The calls on `domain` for `keys` keys, carrying `token` (made once, cloned per call).
     pub fn new(domain: &str, token: &str, keys: u64) -> Result<Self, String> {
         let requests = (0..keys)
             .map(|k| RateLimitRequest {

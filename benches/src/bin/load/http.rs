@@ -28,6 +28,7 @@ pub struct Ask {
 pub const MAX_KEYS: u64 = 1_000_000;
 
 impl Ask {
+    /// `GET /healthz` on `host`: the floor, the same server answering without deciding.
     pub fn health(host: &str) -> Result<Self, String> {
         Ok(Self {
             method: Method::GET,
@@ -225,6 +226,8 @@ pub async fn phase(addr: &str, ask: Ask, load: Load) -> Phase {
     Phase::gather(start, tasks).await
 }
 
+/// One call outside the measured phases (setting a server up) on a connection of its
+/// own: the answer's JSON, or its status and body if it is not a success.
 pub async fn call(
     addr: &str,
     method: Method,

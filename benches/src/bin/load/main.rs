@@ -42,9 +42,8 @@ mod side;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use http::{call, check_answers, phase, Ask, MAX_KEYS};
-use hyper::Method;
-use measure::Load;
+use http::{check_answers, phase, Ask, MAX_KEYS};
+use measure::{Load, Phase};
 
 /// The protocol of the side-by-side rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,6 +98,7 @@ impl Options {
     }
 }
 
+/// The command line's options, checked; the defaults where a flag is absent.
 fn options() -> Result<Options, String> {
     let mut options = Options {
         url: None,
@@ -184,6 +184,18 @@ fn options() -> Result<Options, String> {
             "--connections and --in-flight are at least 1, --keys 1 to {MAX_KEYS}"
         ));
     }
+    if let Some(rate) = options.rate {
+        // Each worker sends every `workers / rate` seconds; a step past an hour (or not
+        // a time at all: a rate of 0, negative, NaN) would overflow the schedule's
+        // instants or sleep past any run.
+        let workers = options.load().workers;
+        let step = Duration::try_from_secs_f64(workers as f64 / rate);
+        if !step.is_ok_and(|step| step <= Duration::from_secs(3600)) {
+            return Err(format!(
+                "--rate is requests a second, at least one an hour for each of {workers} senders, not {rate}"
+            ));
+        }
+    }
     Ok(options)
 }
 
@@ -196,8 +208,7 @@ struct Spawned {
 }
 
 /// A `sluicegate serve` in this process on its own runtime: its address and an app token
-/// for a policy `api` that never denies (a million a second per key: within the Redis
-/// scripts' range).
+/// for a policy `api` that never denies ([`procs::TOKEN_BUCKET`]).
 fn spawn_server(options: &Options) -> Result<Spawned, String> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let config = sluicegate_server::Config {
@@ -220,10 +231,7 @@ fn spawn_server(options: &Options) -> Result<Spawned, String> {
             .map_err(|e| e.to_string())?;
         let addr = server.local_addr().to_string();
         tokio::spawn(server.run(std::future::pending()));
-        let app = call(&addr, Method::POST, "/v1/apps", &admin, r#"{"name":"load"}"#).await?;
-        let policy = r#"{"algorithm":"token-bucket","capacity":1000000,"rate":1000000,"period":"1s","apps":["load"]}"#;
-        call(&addr, Method::PUT, "/v1/policies/api", &admin, policy).await?;
-        let token = app["token"].as_str().unwrap_or_default().to_owned();
+        let token = procs::provision(&addr, &admin, &[("api", procs::TOKEN_BUCKET)]).await?;
         Ok::<_, String>((addr, token))
     })?;
     Ok(Spawned {
@@ -245,6 +253,12 @@ fn main() -> ExitCode {
     if options.protocol.is_some() {
         return side::run(&options);
     }
+    alone(&options)
+}
+
+/// The mode without `--protocol`: `GET /healthz` then `POST /v1/decide` on one server,
+/// started in this process unless `--url` names one.
+fn alone(options: &Options) -> ExitCode {
     let (addr, token, _server) = match &options.url {
         Some(url) => {
             let addr = url
@@ -254,7 +268,7 @@ fn main() -> ExitCode {
             let token = std::env::var("SLUICEGATE_TOKEN").unwrap_or_default();
             (addr, token, None)
         }
-        None => match spawn_server(&options) {
+        None => match spawn_server(options) {
             Ok(server) => (server.addr.clone(), server.token.clone(), Some(server)),
             Err(e) => {
                 eprintln!("load: cannot start the server: {e}");
@@ -324,6 +338,12 @@ fn main() -> ExitCode {
             return ExitCode::from(3);
         }
     };
+    print_phases(options, &phases);
+    ExitCode::SUCCESS
+}
+
+/// Each phase's figures, then decide's rate over healthz's when both ran.
+fn print_phases(options: &Options, phases: &[(&str, Phase)]) {
     match options.requests {
         Some(n) => println!("{} connections, {n} requests a phase", options.connections),
         None => println!(
@@ -336,7 +356,7 @@ fn main() -> ExitCode {
         "decisions {}",
         options.decisions.as_deref().unwrap_or("in memory")
     );
-    for (name, phase) in &phases {
+    for (name, phase) in phases {
         println!(
             "{name:<16} {:>9.0} /s  p50 {:>6.2} ms  p99 {:>6.2} ms  errors {}",
             phase.per_second(),
@@ -348,11 +368,10 @@ fn main() -> ExitCode {
             println!("  first error: {}", why.trim_end());
         }
     }
-    if let [(_, floor), (_, decided)] = &phases[..] {
+    if let [(_, floor), (_, decided)] = phases {
         println!(
             "decide / healthz: {:.2}x",
             decided.per_second() / floor.per_second().max(f64::MIN_POSITIVE)
         );
     }
-    ExitCode::SUCCESS
 }

@@ -30,9 +30,10 @@ impl Load {
     }
 
     /// Worker `w`'s schedule: its sends at `rate / workers` a second, the workers'
-    /// sends interleaved, or none (back to back).
+    /// sends interleaved, or none (back to back). The options refuse a rate whose step
+    /// is not a time up to an hour.
     pub fn pace(&self, start: Instant, w: usize) -> Pace {
-        Pace(self.rate.filter(|r| *r > 0.0).map(|rate| {
+        Pace(self.rate.map(|rate| {
             let step = Duration::from_secs_f64(self.workers as f64 / rate);
             (start + Duration::from_secs_f64(w as f64 / rate), step)
         }))
@@ -128,6 +129,7 @@ impl Phase {
         }
     }
 
+    /// Answered requests per second of the phase.
     pub fn per_second(&self) -> f64 {
         self.requests as f64 / self.elapsed.as_secs_f64()
     }
@@ -150,6 +152,7 @@ pub struct Outcome {
 }
 
 impl Outcome {
+    /// A failed request: counted, its reason kept if it is the first.
     pub fn fail(&mut self, why: String) {
         self.errors += 1;
         self.first_error.get_or_insert(why);

@@ -40,6 +40,7 @@ pub struct Running {
 }
 
 impl Running {
+    /// Its process id, whose CPU time [`cpu_us`] reads.
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
@@ -113,19 +114,38 @@ pub fn sluicegate_bin() -> Result<PathBuf, String> {
     }
 }
 
+/// A token bucket for the app `load` that never denies it (a million a second per key:
+/// within the Redis scripts' range).
+pub const TOKEN_BUCKET: &str = r#"{"algorithm":"token-bucket","capacity":1000000,"rate":1000000,"period":"1s","apps":["load"]}"#;
+
 /// The policies both servers get, named as the gRPC domain and limitador's namespace:
-/// a fixed window (what limitador has) and sluicegate's token bucket, each `LIMIT` a
+/// a fixed window (what limitador has) and sluicegate's token bucket, each a million a
 /// second per key.
 pub const POLICIES: [(&str, &str); 2] = [
     (
         "bench",
         r#"{"algorithm":"fixed-window","limit":1000000,"period":"1s","apps":["load"]}"#,
     ),
-    (
-        "bench_tb",
-        r#"{"algorithm":"token-bucket","capacity":1000000,"rate":1000000,"period":"1s","apps":["load"]}"#,
-    ),
+    ("bench_tb", TOKEN_BUCKET),
 ];
+
+/// Creates the app `load` on the server at `http` with the `admin` token and puts
+/// `policies` (name, JSON): the app's token.
+pub async fn provision(
+    http: &str,
+    admin: &str,
+    policies: &[(&str, &str)],
+) -> Result<String, String> {
+    let app = call(http, Method::POST, "/v1/apps", admin, r#"{"name":"load"}"#).await?;
+    for (name, policy) in policies {
+        let path = format!("/v1/policies/{name}");
+        call(http, Method::PUT, &path, admin, policy).await?;
+    }
+    app["token"]
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| format!("no token in the new app: {app}"))
+}
 
 /// `sluicegate serve` on a fresh embedded store, deciding in memory or in the Redis at
 /// `decisions`, with an app `load` and the [`POLICIES`].
@@ -154,19 +174,7 @@ pub async fn sluicegate(bin: &Path, decisions: Option<&str>) -> Result<Running, 
     let mut running = Running::start(command, dir, |command, http, grpc| {
         command.args(["--listen", http, "--grpc-listen", grpc]);
     })?;
-    let app = call(
-        &running.http,
-        Method::POST,
-        "/v1/apps",
-        &admin,
-        r#"{"name":"load"}"#,
-    )
-    .await?;
-    for (name, policy) in POLICIES {
-        let path = format!("/v1/policies/{name}");
-        call(&running.http, Method::PUT, &path, &admin, policy).await?;
-    }
-    running.token = app["token"].as_str().unwrap_or_default().to_owned();
+    running.token = provision(&running.http, &admin, &POLICIES).await?;
     Ok(running)
 }
 

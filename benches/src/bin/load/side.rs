@@ -26,6 +26,7 @@ enum Server {
 }
 
 impl Server {
+    /// The row's `server` and `variant` columns.
     fn names(self) -> (&'static str, &'static str) {
         match self {
             Self::Sluicegate(_, algorithm) => ("sluicegate", algorithm),
@@ -59,6 +60,7 @@ struct Redis {
 }
 
 impl Redis {
+    /// `redis` starts one for the run; any other backend is the URL of a running one.
     fn new(backend: &str) -> Result<Self, String> {
         let (url, owned) = if backend == "redis" {
             let server = sluicegate_test_support::Server::start();
@@ -169,7 +171,7 @@ async fn row(
     let after = cpu();
     let decisions = phase.requests.max(1) as f64;
     let per = |a: Option<u64>, b: Option<u64>| {
-        Some(((b? - a?) as f64 / decisions * 100.0).round() / 100.0)
+        Some((b?.checked_sub(a?)? as f64 / decisions * 100.0).round() / 100.0)
     };
     if let Some(why) = &phase.first_error {
         eprintln!(
@@ -205,6 +207,7 @@ fn peer(options: &Options) -> Result<PathBuf, &'static str> {
         .ok_or("LIMITADOR_SERVER is not set")
 }
 
+/// A row as one JSON object, or as a line of aligned columns.
 fn print(row: &Value, json: bool) {
     if json {
         println!("{row}");
