@@ -1,7 +1,8 @@
 //! The domains of envoyproxy/ratelimit's YAML (`--envoy-config`), answered over gRPC
 //! as their service answers: the rule each descriptor matches (their matching, in
 //! `sluicegate_policy::envoy`), `replaces` applied across the request's descriptors,
-//! `unlimited` admitted uncounted, a rule's `shadow_mode` reported `OK`, and every
+//! `unlimited` admitted uncounted, a rule's `shadow_mode` reported `OK`, its
+//! `quota_mode` refusing only with every quota rule of the request over, and every
 //! counted rule decided on a sluicegate limiter of its own (a fixed window aligned as
 //! theirs, unless `sluicegate_algorithm` names another).
 //!
@@ -153,6 +154,7 @@ fn override_rule(domain: &str, limit: &RateLimitOverride) -> Result<Rule, Servic
             algorithm: Kind::FixedWindow,
         },
         shadow: false,
+        quota: false,
         name: None,
         replaces: Vec::new(),
         detailed_metric: false,
@@ -231,21 +233,31 @@ pub(crate) async fn answer(
         .flat_map(|(rule, _, _)| rule.replaces.iter().map(String::as_str))
         .collect();
     let mut statuses = Vec::with_capacity(matched.len());
-    let mut over = false;
+    // Theirs: the request is over if a counted rule is, or if every quota rule it
+    // counted on is (quota rules alone never refuse while one has room).
+    let (mut over, mut quotas, mut quotas_over) = (false, 0, 0);
     for (i, found) in matched.iter().enumerate() {
-        let status = match found {
-            None => uncounted(0),
-            Some((rule, _, _)) if rule.limit == Limit::Unlimited => uncounted(u32::MAX),
+        let (status, quota) = match found {
+            None => (uncounted(0), false),
+            Some((rule, _, _)) if rule.limit == Limit::Unlimited => (uncounted(u32::MAX), false),
             Some((rule, _, _)) if rule.name.as_deref().is_some_and(|n| replaced.contains(n)) => {
-                uncounted(0)
+                (uncounted(0), false)
             }
             Some((rule, key, overridden)) => {
-                decide(service, rules, rule, *overridden, key, cost(i)).await?
+                let status = decide(service, rules, rule, *overridden, key, cost(i)).await?;
+                (status, rule.quota)
             }
         };
-        over |= status.code == Code::OverLimit as i32;
+        let is_over = status.code == Code::OverLimit as i32;
+        if quota {
+            quotas += 1;
+            quotas_over += usize::from(is_over);
+        } else {
+            over |= is_over;
+        }
         statuses.push(status);
     }
+    over |= quotas > 0 && quotas_over == quotas;
     Ok(RateLimitResponse {
         overall_code: if over && !service.shadow {
             Code::OverLimit

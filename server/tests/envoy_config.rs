@@ -454,3 +454,62 @@ async fn a_limit_override_is_the_limit_in_a_known_domain() {
     assert_eq!(refused.unwrap_err().code(), tonic::Code::InvalidArgument);
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quota_rules_refuse_only_when_all_of_the_request_are_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("quotas.yaml");
+    std::fs::write(
+        &file,
+        "domain: quotas
+descriptors:
+  - key: user
+    quota_mode: true
+    rate_limit:
+      unit: hour
+      requests_per_unit: 2
+  - key: team
+    quota_mode: true
+    rate_limit:
+      unit: hour
+      requests_per_unit: 3
+  - key: path
+    rate_limit:
+      unit: hour
+      requests_per_unit: 1
+",
+    )
+    .unwrap();
+    let (server, token) = serve(file).await;
+    let mut c = client(&server).await;
+    let t = token.as_str();
+    fresh_window(3600).await;
+    let (user, team) = ([("user", "a")], [("team", "t")]);
+    let codes = |answer: &RateLimitResponse| {
+        let each: Vec<Code> = answer.statuses.iter().map(|s| seen(s).0).collect();
+        (overall(&answer), each)
+    };
+    let mut seen_codes = Vec::new();
+    for _ in 0..4 {
+        let answer = request(&mut c, t, "quotas", &[(&user, 1), (&team, 1)]).await;
+        seen_codes.push(codes(&answer));
+    }
+    assert_eq!(
+        seen_codes,
+        [
+            (OK, vec![OK, OK]),
+            (OK, vec![OK, OK]),
+            // One quota over, the other with room: admitted, the status says so.
+            (OK, vec![OVER, OK]),
+            (OVER, vec![OVER, OVER]),
+        ]
+    );
+    // A rule not in quota mode refuses alone, as always.
+    let path = [("path", "/a")];
+    let fresh_user = [("user", "b")];
+    let answer = request(&mut c, t, "quotas", &[(&path, 1), (&fresh_user, 1)]).await;
+    assert_eq!(codes(&answer), (OK, vec![OK, OK]));
+    let answer = request(&mut c, t, "quotas", &[(&path, 1), (&fresh_user, 1)]).await;
+    assert_eq!(codes(&answer), (OVER, vec![OVER, OK]));
+    server.stop().await;
+}

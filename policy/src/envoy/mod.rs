@@ -96,6 +96,9 @@ pub struct Rule {
     pub limit: Limit,
     /// `shadow_mode`: decided and counted, always admitted.
     pub shadow: bool,
+    /// `quota_mode`: over its limit, it refuses a request only if every quota rule the
+    /// request matches is over and no other rule is (its status says `OVER_LIMIT`).
+    pub quota: bool,
     /// `name`, which another rule's `replaces` may name.
     pub name: Option<String>,
     /// The names of the rules this one drops where both match one request.

@@ -186,12 +186,6 @@ fn descriptors(items: &[Node], prefix: &str) -> Result<Level, Located> {
                 format!("duplicate descriptor composite key '{full}'"),
             ));
         }
-        if fields.flag("quota_mode")? {
-            return Err((
-                fields.get("quota_mode").map_or(fields.at, |n| n.at),
-                "quota_mode is not supported by sluicegate".into(),
-            ));
-        }
         let share_threshold = fields.flag("share_threshold")?;
         if share_threshold && !own.contains('*') {
             return Err((fields.at, format!("share_threshold can only be used with wildcard values (containing '*'), but found key '{own}'")));
@@ -259,6 +253,7 @@ fn rule(node: &Node, id: &str, descriptor: &Fields<'_>) -> Result<Rule, Located>
         id: id.to_owned(),
         limit,
         shadow: descriptor.flag("shadow_mode")?,
+        quota: descriptor.flag("quota_mode")?,
         name: (!name.is_empty()).then(|| name.to_owned()),
         replaces,
         detailed_metric: descriptor.flag("detailed_metric")?,
