@@ -487,7 +487,7 @@ descriptors:
     let (user, team) = ([("user", "a")], [("team", "t")]);
     let codes = |answer: &RateLimitResponse| {
         let each: Vec<Code> = answer.statuses.iter().map(|s| seen(s).0).collect();
-        (overall(&answer), each)
+        (overall(answer), each)
     };
     let mut seen_codes = Vec::new();
     for _ in 0..4 {
