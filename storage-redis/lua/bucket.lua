@@ -43,6 +43,11 @@ local function gcra(tag)
     if #packed ~= 64 then error({ err = 'SLUICEGATE bad bucket arguments' }) end
     local burst, rate, period, tol_t, tol_f, cost_t, cost_f, over = struct.unpack(BUCKET_ARGS, packed)
     local pacing = tag == 6
+    -- The fields: the arrival time's ticks, its fraction (see `frame`). Beyond an epoch
+    -- of 0, the latest tat the core stores: its last instant plus the longest horizon
+    -- and wait, 2^53 each.
+    local _, origins, last = frame(1, 'tc')
+    local latest = origins and last + 2 * EXACT or MAX_NOW * 1.5
     -- With `adjust` (a report's signed units), adds them to what the key has taken
     -- instead (see docs/design/reported-costs.md) and returns the units recorded and the
     -- new state; a pacing queue records nothing and keeps its state.
@@ -52,10 +57,12 @@ local function gcra(tag)
       -- a = tat - now, zero for a fresh or stale state.
       local at, af = 0, 0
       if bytes then
-        local t, f = read_exact(bytes, tag, 2)
-        if t > MAX_NOW * 1.5 then corrupt('tat') end
+        local t, f = read_exact(bytes, tag, 2, origins)
+        if t > latest then corrupt('tat') end
         if f >= rate then corrupt('tat_frac') end
-        if t + f == 0 then corrupt('tat') end
+        if t + f == 0 and not origins or origins and zero_field(bytes, 1) and f == 0 then
+          corrupt('tat')
+        end
         if t > now or (t == now and f > 0) then
           at, af = t - now, f
         else
@@ -83,7 +90,7 @@ local function gcra(tag)
           if at < 0 then at, af = 0, 0 end
         end
         if at + af == 0 then return recorded, nil end
-        return recorded, write(tag, now + at, af)
+        return recorded, write_in(origins, tag, now + at, af)
       end
       if cost > burst then
         local room = bucket_room(rate, period, tol_t, tol_f, at, af)
@@ -107,7 +114,7 @@ local function gcra(tag)
       if pacing then act_t, act_f, slack = at, af, 0 end
       if le(dt, df, slack, 0) and le(act_t, act_f, wait, 0) then
         local state = nil
-        if nt > 0 or nf > 0 then state = write(tag, now + nt, nf) end
+        if nt > 0 or nf > 0 then state = write_in(origins, tag, now + nt, nf) end
         local room = bucket_room(rate, period, tol_t, tol_f, nt, nf)
         return admit(burst, room, ticks(nt, nf), ticks(act_t, act_f)), state
       end

@@ -36,6 +36,8 @@ end
 
 algorithms.sliding_log = function(argv, i)
   local limit, period, over = tonumber(argv[i]), tonumber(argv[i + 1]), tonumber(argv[i + 2])
+  -- Its instants are kept as doubles, up to 2^52 (the client refuses later times).
+  if epoch_hi ~= 0 then error({ err = 'SLUICEGATE time beyond 2^52 microseconds' }) end
 
   -- With `adjust` (a report's signed units), logs them at now instead while the window
   -- holds at most limit + overdraft (a refund takes them off the newest entries first),

@@ -4,8 +4,10 @@
 //! Lua range and random traces with explicit `now`; after every step the decisions are
 //! identical, every key holds exactly the core's encoding (or is gone when the core's
 //! state is fresh) with no expiry (explicit times never expire on the server's clock).
-//! Traces start in 2026 or in the last periods before [`MAX_LUA_TICKS`], and may step
-//! past it: such a call is `Error::OutOfRange` and changes nothing. Costs go up to
+//! Traces start in 2026, in the last periods before 2^52 (where the scripts' instants
+//! stop being doubles: [`MAX_LUA_TICKS`], a sliding log's last time) or before the
+//! core's [`MAX_TICKS`], and may step past it: such a call is `Error::OutOfRange` and
+//! changes nothing. Costs go up to
 //! `u64::MAX`. Traces of the reporting algorithms mix in reports and refunds (signed
 //! adjustments up to `i64::MIN`) with random overdrafts: their `Reported` values too are
 //! the core's.
@@ -17,7 +19,7 @@ use sluicegate_core::limits::MAX_PERIOD;
 use sluicegate_core::{
     Algorithm, AnyAlgorithm, Ban, CalendarPeriod, CalendarWindow, CalendarWindowAt, Composite,
     Decision, FixedWindow, LeakyBucket, Pacing, Report, ReportRequest, Reported, Request, Reserve,
-    SlidingCounter, SlidingLog, Ticks, TokenBucket, SECOND,
+    SlidingCounter, SlidingLog, Ticks, TokenBucket, MAX_TICKS, SECOND,
 };
 use sluicegate_redis::{Error, LuaAlgorithm, Path, RedisLimiter, MAX_LUA_LIMIT, MAX_LUA_TICKS};
 
@@ -57,10 +59,13 @@ struct Trace {
 
 /// A trace around `period` and `limit`; with `reports`, a third of its steps reports.
 fn steps(period: Ticks, limit: u64, reports: bool) -> impl Strategy<Value = Trace> {
-    // In 2026, or within the last few periods before the scripts' last instant.
+    // In 2026, or within the last few periods before 2^52 (crossing it) or the core's
+    // last instant.
+    let back = 0..=4 * period.min(MAX_LUA_TICKS / 8);
     let start = prop_oneof![
         2 => Just(EPOCH),
-        1 => (0..=4 * period.min(MAX_LUA_TICKS / 8)).prop_map(|back| MAX_LUA_TICKS - back),
+        1 => back.clone().prop_map(|back| MAX_LUA_TICKS - back),
+        1 => back.prop_map(|back| MAX_TICKS - back),
     ];
     // Each of `cost`'s five as likely as 2^40 and any at all.
     let cost = prop_oneof![5 => cost(limit), 1 => Just(1 << 40), 1 => any::<u64>()];
@@ -272,8 +277,9 @@ fn run_trace<A: LuaAlgorithm + Clone>(
         let slot = usize::from(step.key);
         let got = redis(&limiter, &mut con, &key, now, step);
         path = limiter.path();
-        if now > MAX_LUA_TICKS {
-            // Beyond the scripts' range: refused before reaching Redis.
+        if alg.lua_now_range(now).is_err() {
+            // Beyond the scripts' range (the core's; a sliding log's, 2^52): refused
+            // before reaching Redis.
             prop_assert!(
                 matches!(got, Err(Error::OutOfRange { what: "now", .. })),
                 "{:?} at {}",
@@ -655,7 +661,13 @@ fn calendar_window() {
     let params = (
         limit(),
         lengths,
-        prop_oneof![Just(EPOCH), Just(MAX_LUA_TICKS / 2)],
+        // In 2026, or periods crossing 2^52, or ending by the core's last instant.
+        prop_oneof![
+            Just(EPOCH),
+            Just(MAX_LUA_TICKS / 2),
+            Just(MAX_LUA_TICKS - SECOND * 3600),
+            Just(MAX_TICKS - 8 * MAX_PERIOD)
+        ],
     )
         .prop_flat_map(|(l, lengths, start)| {
             (Just(l), overdraft(l), Just(Periods { start, lengths }))
