@@ -229,7 +229,8 @@ fn differential<A: Words>(
             _ => alg.decide(state.clone(), now, step.cost),
         };
         match &limiter {
-            Some(limiter) if step.script && now <= MAX_LUA_TICKS && wait.is_none() => {
+            // The scripts take the core's times (a sliding log's up to 2^52).
+            Some(limiter) if step.script && alg.lua_now_range(now).is_ok() && wait.is_none() => {
                 let got = limiter
                     .check_request(
                         &mut con,
