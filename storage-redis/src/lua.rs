@@ -128,6 +128,9 @@ pub const MAX_LUA_HORIZON: Ticks = 1 << 51;
 /// `lua/lib.lua`). (Costs are clamped to [`LuaAlgorithm::lua_cost_cap`], so any cost
 /// works.)
 pub const MAX_LUA_TICKS: Ticks = 1 << 52;
+/// The largest ban threshold the scripts take: denied cost counts up to one past it,
+/// exact in Lua.
+const MAX_LUA_THRESHOLD: u64 = 1 << 52;
 /// Why a sliding log refuses a later time, and what to use instead.
 const LOG_TOO_LATE: &str = "the latest time of a sliding log on Redis (its script keeps \
     instants as doubles): use a sliding counter, or the module";
@@ -552,7 +555,12 @@ impl<A: LuaAlgorithm> LuaAlgorithm for Ban<A> {
     }
 
     fn lua_range(&self) -> Result<(), Error> {
-        in_range("ban threshold", self.threshold(), MAX_LUA_TICKS, INEXACT)?;
+        in_range(
+            "ban threshold",
+            self.threshold(),
+            MAX_LUA_THRESHOLD,
+            INEXACT,
+        )?;
         in_range(
             "keys of a banned limit",
             self.inner().lua_keys() as u64,

@@ -10,22 +10,22 @@ use proptest::prelude::*;
 
 use common::Server;
 
-/// The shared helpers, then a loop over the arguments four at a time.
-fn script() -> String {
+/// The shared helpers, then `body` (a loop over the arguments filling `out`), then the
+/// reply `out`.
+fn script(body: &str) -> String {
     let lib = include_str!("../lua/lib.lua");
-    format!(
-        "{lib}
-local out = {{}}
+    format!("{lib}\nlocal out = {{}}\n{body}\nreturn out")
+}
+
+/// `muldivmod` and `product_le` over the arguments four at a time.
+const WIDE: &str = "
 for i = 1, #ARGV, 4 do
   local a, b, c, d = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
   local q, r = muldivmod(a, b, c, d)
   out[#out + 1] = q
   out[#out + 1] = r
   out[#out + 1] = product_le(a, b, c, d) and 1 or 0
-end
-return out"
-    )
-}
+end";
 
 /// A value up to `max`: anywhere, within a thousand of it, or a power of two's
 /// neighbourhood (where limbs carry).
@@ -53,7 +53,7 @@ fn operands() -> impl Strategy<Value = (u64, u64, u64, u64)> {
 #[test]
 fn wide_arithmetic_is_exact() {
     let server = Server::start();
-    let script = redis::Script::new(&script());
+    let script = redis::Script::new(&script(WIDE));
     common::cases(
         &server,
         256,
@@ -79,29 +79,22 @@ fn wide_arithmetic_is_exact() {
     );
 }
 
-/// The shared helpers, then for each (now, period, instant): the call's clock at `now`,
-/// then the frame of a window of `period`: E - O, O / period and O as halves, the
-/// core's last instant relative to O (-1 when not a double), and `instant` relative to
-/// the epoch, and that instant written back as halves.
-fn frame_script() -> String {
-    let lib = include_str!("../lua/lib.lua");
-    format!(
-        "{lib}
-local out = {{}}
+/// For each (now, period, instant): the call's clock at `now`, then the frame of a
+/// window of `period`: E - O, O / period and O as halves, the core's last instant
+/// relative to O (-1 when not a double), `instant` relative to the epoch, and that
+/// instant written back as halves.
+const FRAMES: &str = "
 for i = 1, #ARGV, 3 do
   clock(ARGV[i])
   local shift, origins, last = frame(tonumber(ARGV[i + 1]), 'wt')
-  origins = origins or {{ 0, 0, 0, 0 }}
+  origins = origins or { 0, 0, 0, 0 }
   local at = instant(ARGV[i + 2])
   local h, l = absolute(at, epoch_hi, epoch_lo)
-  for _, v in ipairs({{ shift, origins[1], origins[2], origins[3], origins[4],
-      last < EXACT and last or -1, at, h, l }}) do
+  for _, v in ipairs({ shift, origins[1], origins[2], origins[3], origins[4],
+      last < EXACT and last or -1, at, h, l }) do
     out[#out + 1] = v
   end
-end
-return out"
-    )
-}
+end";
 
 /// `x` as the script's halves.
 fn halves(x: u64) -> [i64; 2] {
@@ -116,7 +109,7 @@ fn frames_are_exact() {
     const MAX_TICKS: u64 = 1 << 62;
     const MAX_PERIOD: u64 = 366 * 86_400 * 1_000_000;
     let server = Server::start();
-    let script = redis::Script::new(&frame_script());
+    let script = redis::Script::new(&script(FRAMES));
     let case = (
         prop_oneof![near(MAX_TICKS), (1u64 << 52) - 1000..=(1 << 52) + 1000],
         near(MAX_PERIOD).prop_map(|p| p.max(1)),
