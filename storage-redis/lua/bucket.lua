@@ -43,11 +43,11 @@ local function gcra(tag)
     if #packed ~= 64 then error({ err = 'SLUICEGATE bad bucket arguments' }) end
     local burst, rate, period, tol_t, tol_f, cost_t, cost_f, over = struct.unpack(BUCKET_ARGS, packed)
     local pacing = tag == 6
-    -- The fields: the arrival time's ticks, its fraction (see `frame`). Beyond an epoch
-    -- of 0, the latest tat the core stores: its last instant plus the longest horizon
-    -- and wait, 2^53 each.
-    local _, origins, last = frame(1, 'tc')
-    local latest = origins and last + 2 * EXACT or MAX_NOW * 1.5
+    -- The fields: the arrival time's ticks, its fraction (see `frame`): relative to
+    -- the epoch (the call's now), or to 0 at an epoch of 0. Either way a tat read is
+    -- at most 1.5 * 2^52, so every one written (at most a horizon, 2^51, later) is
+    -- below 2^53: exact. (A reservation booked deeper is refused when read again.)
+    local _, origins = frame(1, 'tc')
     -- With `adjust` (a report's signed units), adds them to what the key has taken
     -- instead (see docs/design/reported-costs.md) and returns the units recorded and the
     -- new state; a pacing queue records nothing and keeps its state.
@@ -58,7 +58,7 @@ local function gcra(tag)
       local at, af = 0, 0
       if bytes then
         local t, f = read_exact(bytes, tag, 2, origins)
-        if t > latest then corrupt('tat') end
+        if t > MAX_NOW * 1.5 then corrupt('tat') end
         if f >= rate then corrupt('tat_frac') end
         if t + f == 0 and not origins or origins and zero_field(bytes, 1) and f == 0 then
           corrupt('tat')

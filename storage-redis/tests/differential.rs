@@ -902,3 +902,43 @@ impl FastCase {
         Ok(())
     }
 }
+
+/// Reservations booked deeper than the scripts compute exactly (an arrival time more
+/// than 1.5 × 2^52 ticks after now, or after 0 up to 2^52, where sums stop being
+/// doubles): each is the core's until the state is that deep, then the scripts refuse
+/// it, naming their range and changing nothing, in 2026 as beyond 2^52.
+#[test]
+fn a_reservation_beyond_the_scripts_range_is_refused() {
+    let server = Server::start_with_module(false);
+    let mut con = server.connection();
+    // A horizon just under 2^51 ticks: a few full bursts reach past 1.5 × 2^52.
+    let bucket = TokenBucket::new(71, 1, MAX_PERIOD).unwrap();
+    for start in [EPOCH, MAX_LUA_TICKS + 1, MAX_TICKS - 16] {
+        for path in [Path::Functions, Path::Scripts] {
+            let limiter = limiter(&bucket, path);
+            let key = limiter.redis_keys(b"k").unwrap().remove(0);
+            let (mut state, mut refused) = (None, false);
+            for now in start..start + 6 {
+                let request = Request::new(b"k").cost(71).at(now);
+                match limiter.reserve(&mut con, &request, u64::MAX) {
+                    Ok(got) if !refused => {
+                        let (want, new) = bucket.reserve(state.take(), now, 71, u64::MAX);
+                        state = new;
+                        assert_eq!(got, want, "{path:?} at {now}");
+                    }
+                    Err(Error::Corrupt { reason, .. }) => {
+                        assert!(
+                            reason.contains("beyond the Redis scripts' range"),
+                            "{reason}"
+                        );
+                        refused = true;
+                    }
+                    other => panic!("{path:?} at {now}: {other:?}"),
+                }
+                let stored: Option<Vec<u8>> = redis::cmd("GET").arg(&key).query(&mut con).unwrap();
+                assert_eq!(stored, state.as_ref().map(|s| bucket.encode_to_vec(s)));
+            }
+            assert!(refused, "{path:?} from {start}");
+        }
+    }
+}
