@@ -119,9 +119,6 @@ pub const MAX_LUA_LOG_LIMIT: u64 = 2000;
 /// Why a longer sliding log is refused, and what to use instead.
 const LOG_TOO_LONG: &str = "the longest sliding log the Redis scripts keep (each decision \
     reads the whole log, blocking the server): use a sliding counter, or the module";
-/// The longest bucket horizon (`capacity × period / rate`) the scripts take, in ticks
-/// (about 71 years): instants plus horizons stay below 2^53.
-pub const MAX_LUA_HORIZON: Ticks = 1 << 51;
 /// The latest time a sliding log's script and the leases' take: 2^52 µs is the year
 /// 2112. They keep instants as doubles; every other algorithm takes the core's
 /// [`MAX_TICKS`], its instants beyond 2^52 held relative to an epoch (see
@@ -139,7 +136,8 @@ const LOG_TOO_LATE: &str = "the latest time of a sliding log on Redis (its scrip
 ///
 /// The scripts reproduce the core's integer math exactly within the Lua range: the
 /// core's limits, capacities, rates and periods (a sliding log's limit up to
-/// [`MAX_LUA_LOG_LIMIT`]), bucket horizons up to [`MAX_LUA_HORIZON`], ban thresholds
+/// [`MAX_LUA_LOG_LIMIT`]), bucket horizons (a bucket's script holds its instants
+/// relative to now, refusing a reservation booked more than 2^53 ticks ahead), ban thresholds
 /// up to 2^52 and the core's times (a sliding log's up to [`MAX_LUA_TICKS`]); any cost.
 pub trait LuaAlgorithm: Algorithm {
     /// Appends the Lua files this algorithm needs to `files`.
@@ -453,18 +451,6 @@ fn fast_state<A: Algorithm>(
     algorithm.decode(&bytes).ok().map(Some)
 }
 
-/// The deepest debt, a full `burst` plus the overdraft, within the scripts' horizon.
-fn bucket_range(params: BucketParams, burst: u64) -> Result<(), Error> {
-    let horizon = u128::from(burst) * u128::from(params.period) / u128::from(params.rate);
-    let horizon = u64::try_from(horizon).unwrap_or(u64::MAX);
-    in_range(
-        "capacity × period / rate",
-        horizon,
-        MAX_LUA_HORIZON,
-        INEXACT,
-    )
-}
-
 /// Implements [`LuaAlgorithm`] for a bucket whose burst is `capacity + $extra`, tagged
 /// `$tag` in the core's encoding, whose checks wait at most `$wait`, with the overdraft
 /// `$overdraft` gives.
@@ -494,9 +480,9 @@ macro_rules! lua_bucket {
                 self.params().capacity + $extra + 1
             }
 
+            /// The core's horizons (see `lua/bucket.lua`).
             fn lua_range(&self) -> Result<(), Error> {
-                let params = self.params();
-                bucket_range(params, params.capacity + $extra + $overdraft(self))
+                Ok(())
             }
 
             fn lua_fast_arg(&self, r: &Request<'_>, max_wait: Option<Ticks>) -> Option<Vec<u8>> {
