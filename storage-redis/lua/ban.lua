@@ -16,7 +16,7 @@ algorithms.ban = function(argv, i)
     -- imposed: one far in the past is not exact relative to the epoch.
     local window, denied, banned_until, inner_bytes, until_bytes = 0, 0, 0, nil, nil
     if origins then
-      banned_until = relative(0, 0, origins[5], origins[6])
+      banned_until = halves().relative(0, 0, origins[5], origins[6])
       until_bytes = bytes and string.sub(bytes, 19, 26) or '\0\0\0\0\0\0\0\0'
     end
     if bytes then

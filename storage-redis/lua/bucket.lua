@@ -34,16 +34,10 @@ local function scale(cost, rate, period)
   return muldivmod(cost, period, 0, rate)
 end
 
--- now as the origins (see `frame`) of a state relative to it.
-local function at_now(now)
-  local h, l = absolute(now, 0, 0)
-  return { h, l, 0, 0 }
-end
-
 -- A state whose tat is (t, f) after now, in the frame of `origins`; at an epoch of 0
 -- (no origins) absolute while below 2^53, else relative to now, from halves.
 local function tat_state(tag, origins, now, t, f)
-  if not origins and now + t >= EXACT then origins, now = at_now(now), 0 end
+  if not origins and now + t >= EXACT then origins, now = halves().origins(now), 0 end
   return write_in(origins, tag, now + t, f)
 end
 
@@ -73,12 +67,12 @@ local function gcra(tag)
       if bytes then
         local t, f = read_exact(bytes, tag, 2, o)
         if t >= EXACT and not o then
-          o, now = at_now(now), 0
+          o, now = halves().origins(now), 0
           t, f = read_exact(bytes, tag, 2, o)
         end
         if t - now > EXACT then corrupt('tat') end
         if f >= rate then corrupt('tat_frac') end
-        if t + f == 0 and not o or o and f == 0 and zero_field(bytes, 1) then
+        if t + f == 0 and not o or o and f == 0 and halves().zero(bytes, 1) then
           corrupt('tat')
         end
         if t > now or (t == now and f > 0) then

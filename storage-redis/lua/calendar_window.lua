@@ -8,7 +8,11 @@ algorithms.calendar_window = function(argv, i)
   local limit, over = tonumber(argv[i]), tonumber(argv[i + 1])
   -- The fields: the end, the count (see `frame`); the period's bounds in that frame.
   local _, origins, last = frame(1, 'tc')
-  local start, finish = instant(argv[i + 2]), instant(argv[i + 3])
+  local start, finish = tonumber(argv[i + 2]), tonumber(argv[i + 3])
+  if origins then
+    local H = halves()
+    start, finish = H.instant(argv[i + 2]), H.instant(argv[i + 3])
+  end
   -- A decision's or report's own arguments (reads, resets and purges only validate).
   local checked = argv[2] == '' and (argv[1] == 'decide' or argv[1] == 'report')
   local decide = function(bytes, now, cost, wait, adjust)
@@ -19,7 +23,9 @@ algorithms.calendar_window = function(argv, i)
     local e, count = finish, 0
     if bytes then
       local se, c = read_exact(bytes, 10, 2, origins)
-      if zero_field(bytes, 1) or se > last + MAX_PERIOD then corrupt('end') end
+      local zero = se < 1
+      if origins then zero = halves().zero(bytes, 1) end
+      if zero or se > last + MAX_PERIOD then corrupt('end') end
       if c < 1 or c > limit + over then corrupt('count') end
       if se > now then e, count = se, c end
     end

@@ -27,7 +27,7 @@ end
 -- entries after `kept`, each packed; nil when empty.
 local function log_bytes(at, costs, first, kept, last, rest)
   if last < first then return nil end
-  local parts = { write(2, last - first + 1), string.sub(rest, 16 * first - 15, 16 * kept) }
+  local parts = { write_in(nil, 2, last - first + 1), string.sub(rest, 16 * first - 15, 16 * kept) }
   for k = math.max(kept + 1, first), last do
     parts[#parts + 1] = struct.pack('>I8I8', at[k], costs[k])
   end

@@ -88,8 +88,9 @@ for i = 1, #ARGV, 3 do
   clock(ARGV[i])
   local shift, origins, last = frame(tonumber(ARGV[i + 1]), 'wt')
   origins = origins or { 0, 0, 0, 0 }
-  local at = instant(ARGV[i + 2])
-  local h, l = absolute(at, epoch_hi, epoch_lo)
+  local at = tonumber(ARGV[i + 2])
+  if epoch_hi ~= 0 then at = halves().instant(ARGV[i + 2]) end
+  local h, l = halves().absolute(at, epoch_hi, epoch_lo)
   for _, v in ipairs({ shift, origins[1], origins[2], origins[3], origins[4],
       last < EXACT and last or -1, at, h, l }) do
     out[#out + 1] = v
