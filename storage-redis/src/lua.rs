@@ -135,10 +135,10 @@ const LOG_TOO_LATE: &str = "the latest time of a sliding log on Redis (its scrip
 /// An algorithm the Redis scripts implement: every algorithm of the core.
 ///
 /// The scripts reproduce the core's integer math exactly within the Lua range: the
-/// core's limits, capacities, rates and periods (a sliding log's limit up to
-/// [`MAX_LUA_LOG_LIMIT`]), bucket horizons (a bucket's script holds its instants
-/// relative to now, refusing a reservation booked more than 2^53 ticks ahead), ban thresholds
-/// up to 2^52 and the core's times (a sliding log's up to [`MAX_LUA_TICKS`]); any cost.
+/// core's limits, capacities, rates, periods and bucket horizons (a sliding log's limit
+/// up to [`MAX_LUA_LOG_LIMIT`]; a reservation booking more than 2^53 ticks ahead is
+/// refused), ban thresholds up to 2^52 and the core's times (a sliding log's up to
+/// [`MAX_LUA_TICKS`]); any cost.
 pub trait LuaAlgorithm: Algorithm {
     /// Appends the Lua files this algorithm needs to `files`.
     fn lua_files(&self, files: &mut Vec<&'static str>);
