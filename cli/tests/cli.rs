@@ -170,7 +170,8 @@ fn a_policy_beyond_the_lua_range_is_refused_on_redis() {
     assert_exit(&out, 2);
     assert_contains(&stderr(&out), "cannot run on Redis");
     assert_contains(&stderr(&out), "sliding counter");
-    // A time within the core's range but beyond the scripts' exact range.
+    // The core's last time runs on the scripts; a sliding log's stops at 2^52, its
+    // error naming the alternatives.
     let url = redis.url();
     let out = bucket(&[
         "check",
@@ -180,11 +181,19 @@ fn a_policy_beyond_the_lua_range_is_refused_on_redis() {
         "--now",
         "4611686018427387904",
     ]);
+    assert_exit(&out, 0);
+    let out = sluicegate(
+        format!(
+            "check k --algorithm sliding-log --limit 5 --period 1s --backend {url} --now 4503599627370497"
+        )
+        .split_whitespace(),
+    );
     assert_exit(&out, 2);
     assert_contains(
         &stderr(&out),
-        "now is 4611686018427387904, beyond 4503599627370496",
+        "now is 4503599627370497, beyond 4503599627370496",
     );
+    assert_contains(&stderr(&out), "sliding counter");
 }
 
 #[test]

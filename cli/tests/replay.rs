@@ -237,7 +237,9 @@ fn reports_replay_the_same_on_memory_sled_and_redis() {
 
 /// The core's whole range on a plain Redis (the scripts, no module): limits, capacities
 /// and rates near 10^9 and periods of 366 days replay exactly as in memory, for every
-/// algorithm the scripts take at that range.
+/// algorithm the scripts take at that range (a bucket's horizon within 0.3 % of the
+/// core's longest, 2^53 µs), at times from the Unix epoch, across 2^52 µs (where the
+/// scripts' instants stop being doubles) and up to the core's last.
 #[test]
 fn the_top_of_the_range_replays_on_redis_as_in_memory() {
     let dir = tempfile::tempdir().unwrap();
@@ -268,6 +270,11 @@ algorithm = "pacing"
 capacity = 1000000000
 rate = 999999937
 period = "366d"
+[policies.deep]
+algorithm = "leaky-bucket"
+capacity = 284
+rate = 1
+period = "366d"
 [policies.banned]
 algorithm = "fixed-window"
 limit = 999999999
@@ -284,7 +291,8 @@ limits = [
     // Costs at and beyond the limits, times days and months apart.
     let day = 86_400_000_000u64;
     let mut trace = String::from("t_us,key,cost\n");
-    for (i, (t, cost)) in [
+    let starts = [0, (1 << 52) - 200 * day, (1 << 62) - 367 * day];
+    let steps = [
         (0, 1),
         (1, 999_999_000),
         (day, 999_999_999),
@@ -293,16 +301,16 @@ limits = [
         (200 * day + 3, 700_000_001),
         (366 * day, 1),
         (366 * day + 1, 999_999_937),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        trace += &format!("{t},k{},{cost}\n", i % 2);
+    ];
+    for (s, start) in starts.into_iter().enumerate() {
+        for (i, (t, cost)) in steps.into_iter().enumerate() {
+            trace += &format!("{},k{s}{},{cost}\n", start + t, i % 2);
+        }
     }
     let trace = write(dir.path(), "t.csv", &trace);
     let redis = common::Server::start();
     for policy in [
-        "window", "counter", "tokens", "funnel", "paced", "banned", "both",
+        "window", "counter", "tokens", "funnel", "paced", "deep", "banned", "both",
     ] {
         let replay = |backend: &str| {
             let out = sluicegate(

@@ -198,6 +198,16 @@ fn trace(period: Ticks, limit: u64) -> impl Strategy<Value = Trace> {
     (start, prop::collection::vec(step, 1..40)).prop_map(|(start, steps)| Trace { start, steps })
 }
 
+/// Whether no bucket in a key's bytes (alone or in a ban) has its arrival time's whole
+/// ticks more than 2^53 after `now`, as the scripts read a state.
+fn within_scripts(values: &[Option<Vec<u8>>], now: Ticks) -> bool {
+    values.iter().flatten().all(|bytes| {
+        let at = if bytes[1] == 7 { 26 } else { 0 };
+        let tat = |i: usize| u64::from_be_bytes(bytes[at + i..at + i + 8].try_into().unwrap());
+        !matches!(bytes.get(at + 1), Some(4..=6)) || tat(2).saturating_sub(now) <= 1 << 53
+    })
+}
+
 /// The core's reservation: algorithm, state, now, cost, max wait.
 type ReserveFn<A> = fn(
     &A,
@@ -229,7 +239,14 @@ fn differential<A: Words>(
             _ => alg.decide(state.clone(), now, step.cost),
         };
         match &limiter {
-            Some(limiter) if step.script && now <= MAX_LUA_TICKS && wait.is_none() => {
+            // The scripts take the core's times (a sliding log's up to 2^52), and buckets
+            // booked up to 2^53 ticks ahead (a reservation by the module books deeper).
+            Some(limiter)
+                if step.script
+                    && alg.lua_now_range(now).is_ok()
+                    && wait.is_none()
+                    && within_scripts(&alg.values(state.as_ref()), now) =>
+            {
                 let got = limiter
                     .check_request(
                         &mut con,

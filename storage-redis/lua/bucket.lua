@@ -34,6 +34,13 @@ local function scale(cost, rate, period)
   return muldivmod(cost, period, 0, rate)
 end
 
+-- A state whose tat is (t, f) after now, in the frame of `origins`; at an epoch of 0
+-- (no origins) absolute while below 2^53, else relative to now, from halves.
+local function tat_state(tag, origins, now, t, f)
+  if not origins and now + t >= EXACT then origins, now = halves().origins(now), 0 end
+  return write_in(origins, tag, now + t, f)
+end
+
 local function gcra(tag)
   return function(argv, i)
     -- One argument of eight big-endian u64 (one unpack, not eight tonumber): the burst,
@@ -43,19 +50,31 @@ local function gcra(tag)
     if #packed ~= 64 then error({ err = 'SLUICEGATE bad bucket arguments' }) end
     local burst, rate, period, tol_t, tol_f, cost_t, cost_f, over = struct.unpack(BUCKET_ARGS, packed)
     local pacing = tag == 6
+    -- The fields: the arrival time's ticks, its fraction (see `frame`): beyond 2^52
+    -- relative to the epoch (the call's now); else as stored while below 2^53, and
+    -- relative to now beyond (one comparison decides). Every tat within 2^53 ticks of
+    -- now, and every sum below, is then exact for the core's horizons (up to 2^53); a
+    -- reservation booking beyond 2^53 ticks is refused.
+    local _, origins = frame(1, 'tc')
     -- With `adjust` (a report's signed units), adds them to what the key has taken
     -- instead (see docs/design/reported-costs.md) and returns the units recorded and the
     -- new state; a pacing queue records nothing and keeps its state.
     local decide = function(bytes, now, cost, wait, adjust)
-      local stored = bytes
+      local stored, o = bytes, origins
       wait = wait or (pacing and MAX_NOW * 2 or 0)
       -- a = tat - now, zero for a fresh or stale state.
       local at, af = 0, 0
       if bytes then
-        local t, f = read_exact(bytes, tag, 2)
-        if t > MAX_NOW * 1.5 then corrupt('tat') end
+        local t, f = read_exact(bytes, tag, 2, o)
+        if t >= EXACT and not o then
+          o, now = halves().origins(now), 0
+          t, f = read_exact(bytes, tag, 2, o)
+        end
+        if t - now > EXACT then corrupt('tat') end
         if f >= rate then corrupt('tat_frac') end
-        if t + f == 0 then corrupt('tat') end
+        if t + f == 0 and not o or o and f == 0 and halves().zero(bytes, 1) then
+          corrupt('tat')
+        end
         if t > now or (t == now and f > 0) then
           at, af = t - now, f
         else
@@ -83,7 +102,7 @@ local function gcra(tag)
           if at < 0 then at, af = 0, 0 end
         end
         if at + af == 0 then return recorded, nil end
-        return recorded, write(tag, now + at, af)
+        return recorded, tat_state(tag, o, now, at, af)
       end
       if cost > burst then
         local room = bucket_room(rate, period, tol_t, tol_f, at, af)
@@ -99,15 +118,22 @@ local function gcra(tag)
       elseif ct + cf == 0 then
         ct, cf = scale(cost, rate, period)
       end
-      local nf, nt = af + cf, at + ct
-      if nf >= rate then nt, nf = nt + 1, nf - rate end
-      local dt, df = sub(nt, nf, tol_t, tol_f, rate)
+      -- d = (a - tolerance) + c: within 2^53 of zero, as a <= 2^53 and c <= tolerance,
+      -- where a + c may not be.
+      local dt, df = sub(at, af, tol_t, tol_f, rate)
+      dt, df = dt + ct, df + cf
+      if df >= rate then dt, df = dt + 1, df - rate end
       -- The meter acts once the bucket has room; a pacing request acts at its slot.
       local act_t, act_f, slack = dt, df, wait
       if pacing then act_t, act_f, slack = at, af, 0 end
       if le(dt, df, slack, 0) and le(act_t, act_f, wait, 0) then
+        -- n = d + tolerance, refused beyond 2^53 ticks (a reservation that deep).
+        local carry = df + tol_f >= rate and 1 or 0
+        local nf, most = df + tol_f - carry * rate, EXACT - tol_t - carry
+        if dt > most or (dt == most and nf > 0) then corrupt('tat') end
+        local nt = dt + tol_t + carry
         local state = nil
-        if nt > 0 or nf > 0 then state = write(tag, now + nt, nf) end
+        if nt > 0 or nf > 0 then state = tat_state(tag, o, now, nt, nf) end
         local room = bucket_room(rate, period, tol_t, tol_f, nt, nf)
         return admit(burst, room, ticks(nt, nf), ticks(act_t, act_f)), state
       end

@@ -39,8 +39,8 @@ local function decide_all(KEYS, members, now, cost, wait, explicit)
 end
 
 -- A report of `adjust` units on every member (each records what it can; the least is
--- reported), stored, then the decision a cost of zero gets: its six fields, then now and
--- the units recorded.
+-- reported), stored, then the decision a cost of zero gets: its six fields, then a slot
+-- for now (the caller's) and the units recorded.
 local function report_all(KEYS, members, now, adjust, explicit)
   local old, new, recorded = {}, {}, nil
   for k = 1, #members do
@@ -51,6 +51,6 @@ local function report_all(KEYS, members, now, adjust, explicit)
   end
   local d, _, decisions = decide_states(members, new, now, 0)
   for k = 1, #members do store(KEYS[k], old[k], new[k], decisions[k][RESET], explicit) end
-  d[7], d[8] = now, recorded
+  d[8] = recorded
   return d
 end

@@ -91,7 +91,7 @@ local function grant(lease)
 end
 
 local function lease(op, KEYS, ARGV)
-  local now, explicit = clock(ARGV[2])
+  local now, explicit = clock(ARGV[2], true)
   local max, owner, ttl = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
 
   if op == 'read' then

@@ -9,8 +9,15 @@ local LIMB = 16777216 -- 2^24
 local HALF = 281474976710656 -- 2^48: a wide number is hi * 2^48 + lo
 local MAX_NOW = 4503599627370496 -- 2^52 microseconds: the year 2112
 local EXACT = 9007199254740992 -- 2^53: every integer below is a double
+local TWO32 = 4294967296
+local MAX_PERIOD = 31622400000000 -- 366 days, the core's longest period
+local MAX_TICKS_HI = 1073741824 -- the core's last instant, 2^62, is (2^30, 0) in halves
 -- The formats of a state's header and its 1, 2 or 3 fields, built once.
 local FORMATS = { '>BBI8', '>BBI8I8', '>BBI8I8I8' }
+-- The call's epoch E as halves (hi, lo), set by `clock`: 0 while now is at most 2^52,
+-- every instant then a double as it is; else now itself, instants then held relative to
+-- it (a call beyond 2^52 is an explicit time: the server's cannot be before 2112).
+local epoch_hi, epoch_lo = 0, 0
 
 local function corrupt(what)
   error({ err = 'SLUICEGATE corrupt state: ' .. what })
@@ -98,13 +105,107 @@ local function muldiv(a, b, c, d)
   return q
 end
 
+-- The helpers of numbers held as two 32-bit halves (instants beyond 2^52, a tat beyond
+-- 2^53), built on first use: a script defines its functions on every call, and only
+-- such calls need these.
+local halves_helpers = nil
+local function halves()
+  if halves_helpers then return halves_helpers end
+  -- The formats of a state's header and its 1, 2 or 3 fields as two halves each.
+  local H = { formats = { '>BBI4I4', '>BBI4I4I4I4', '>BBI4I4I4I4I4I4' } }
+  -- x - y for x and y as halves: exact below 2^53 in magnitude; beyond, rounded, its
+  -- sign and its order among smaller values exact.
+  function H.relative(xh, xl, yh, yl)
+    return (xh - yh) * TWO32 + (xl - yl)
+  end
+  -- y + x as halves, for y as halves and x an integer below 2^53 in magnitude: exact.
+  function H.absolute(x, yh, yl)
+    local l = x % TWO32
+    local h = (x - l) / TWO32 + yh
+    l = l + yl
+    if l >= TWO32 then return h + 1, l - TWO32 end
+    return h, l
+  end
+  -- A decimal string of at most 19 digits, up to 2^62, as halves; an error beyond.
+  function H.decimal(s)
+    if not string.match(s, '^%d+$') or #s > 19 then
+      error({ err = 'SLUICEGATE time beyond 2^62 microseconds' })
+    end
+    local head = tonumber(string.sub(s, 1, -10)) or 0
+    local h, l = muldivmod(head, 1000000000, tonumber(string.sub(s, -9)), TWO32)
+    if h > MAX_TICKS_HI or (h == MAX_TICKS_HI and l > 0) then
+      error({ err = 'SLUICEGATE time beyond 2^62 microseconds' })
+    end
+    return h, l
+  end
+  -- An instant argument (a decimal string) relative to the epoch: exact for an
+  -- instant within 2^53 of it.
+  function H.instant(arg)
+    local h, l = H.decimal(arg)
+    return H.relative(h, l, epoch_hi, epoch_lo)
+  end
+  -- `now` (below 2^53) as the origins (see `frame`) of a state's instant and count.
+  function H.origins(now)
+    local h, l = H.absolute(now, 0, 0)
+    return { h, l, 0, 0 }
+  end
+  -- Whether a state's field `k` is zero in its stored bytes (whatever frame reads it).
+  function H.zero(bytes, k)
+    return string.sub(bytes, 8 * k - 5, 8 * k + 2) == '\0\0\0\0\0\0\0\0'
+  end
+  -- `frame` beyond an epoch of 0.
+  function H.frame(period, kinds)
+    -- O / period by long division of the halves: each step's quotient is below 2^53.
+    local qh, r = divmod(epoch_hi, period)
+    local ql, shift = muldivmod(r, TWO32, epoch_lo, period)
+    local oh, ol = H.absolute(-shift, epoch_hi, epoch_lo)
+    local origins = {}
+    for k = 1, #kinds do
+      local kind = string.sub(kinds, k, k)
+      if kind == 'w' then
+        origins[2 * k - 1], origins[2 * k] = qh, ql
+      elseif kind == 't' then
+        origins[2 * k - 1], origins[2 * k] = oh, ol
+      else
+        origins[2 * k - 1], origins[2 * k] = 0, 0
+      end
+    end
+    return shift, origins, H.relative(MAX_TICKS_HI, 0, oh, ol)
+  end
+  halves_helpers = H
+  return H
+end
+
+-- The frame of an algorithm whose windows are `period` long (1: none) in this call:
+-- its origin O, the epoch rounded down to a multiple of `period`, so that windows
+-- counted from O are the absolute ones. `kinds` names each field of its state: 'w' a
+-- window (held relative to O / period), 't' an instant (relative to O), 'c' a count.
+-- Returns E - O (added to the call's now, relative to E), the fields' origins as halves
+-- for `read` and `write_in` (nil at an epoch of 0: the fields are as stored), and the
+-- core's last instant relative to O (2^52, the scripts' own bound, at an epoch of 0).
+local function frame(period, kinds)
+  if epoch_hi == 0 then return 0, nil, MAX_NOW end
+  return halves().frame(period, kinds)
+end
+
 -- Reads a state: version 1, `tag`, then `n` big-endian u64 fields; returns the fields
 -- and the bytes after them. Fields are exact up to 2^53; larger ones read as >= 2^53.
-local function read(bytes, tag, n)
+-- With `origins` (see `frame`), each field relative to its origin.
+local function read(bytes, tag, n, origins)
   local size = 2 + 8 * n
   if #bytes < size then corrupt('truncated') end
   -- Past the n fields, unpack returns the next position: dropped below.
-  local version, t, a, b, c = struct.unpack(FORMATS[n], bytes)
+  local version, t, a, b, c
+  if origins then
+    local H, ah, al, bh, bl, ch, cl = halves()
+    version, t, ah, al, bh, bl, ch, cl = struct.unpack(H.formats[n], bytes)
+    local relative = H.relative
+    a = relative(ah, al, origins[1], origins[2])
+    if n > 1 then b = relative(bh, bl, origins[3], origins[4]) end
+    if n > 2 then c = relative(ch, cl, origins[5], origins[6]) end
+  else
+    version, t, a, b, c = struct.unpack(FORMATS[n], bytes)
+  end
   if version ~= 1 then corrupt('unsupported version') end
   if t ~= tag then corrupt('wrong algorithm') end
   if n < 3 then c = nil end
@@ -115,14 +216,27 @@ local function read(bytes, tag, n)
 end
 
 -- Reads a state that must have no bytes after its fields.
-local function read_exact(bytes, tag, n)
-  local a, b, c, rest = read(bytes, tag, n)
+local function read_exact(bytes, tag, n, origins)
+  local a, b, c, rest = read(bytes, tag, n, origins)
   if rest ~= '' then corrupt('trailing bytes') end
   return a, b, c
 end
 
-local function write(tag, ...)
-  return struct.pack(FORMATS[select('#', ...)], 1, tag, ...)
+-- Writes a state of 1, 2 or 3 fields, relative to `origins` (see `frame`; nil: as
+-- they are).
+local function write_in(origins, tag, a, b, c)
+  if not origins then
+    if c then return struct.pack(FORMATS[3], 1, tag, a, b, c) end
+    if b then return struct.pack(FORMATS[2], 1, tag, a, b) end
+    return struct.pack(FORMATS[1], 1, tag, a)
+  end
+  local H = halves()
+  local absolute = H.absolute
+  local ah, al = absolute(a, origins[1], origins[2])
+  local bh, bl = absolute(b, origins[3], origins[4])
+  if not c then return struct.pack(H.formats[2], 1, tag, ah, al, bh, bl) end
+  local ch, cl = absolute(c, origins[5], origins[6])
+  return struct.pack(H.formats[3], 1, tag, ah, al, bh, bl, ch, cl)
 end
 
 -- A decision, in the order of the reply: allowed (1 or 0), limit, remaining, retry (-1:
@@ -163,16 +277,22 @@ local function store(key, old, new, reset, explicit)
   end
 end
 
--- The server's TIME in microseconds, or the caller's explicit time `arg`.
-local function clock(arg)
+-- The server's TIME in microseconds, or the caller's explicit time `arg`, relative to
+-- the call's epoch (see `epoch_hi`), which this sets; `narrow`: a time beyond 2^52 is
+-- refused (the leases' and the sliding log's bound). Returns now, whether it is
+-- explicit, and the time as the reply gives it (beyond 2^52, the argument's digits).
+local function clock(arg, narrow)
   local now = tonumber(arg)
   local explicit = now ~= nil
   if not explicit then
     local time = redis.call('TIME')
     now = time[1] * 1000000 + time[2]
   end
-  if now > MAX_NOW then error({ err = 'SLUICEGATE time beyond 2^52 microseconds' }) end
-  return now, explicit
+  epoch_hi, epoch_lo = 0, 0
+  if now <= MAX_NOW then return now, explicit, now end
+  if narrow then error({ err = 'SLUICEGATE time beyond 2^52 microseconds' }) end
+  epoch_hi, epoch_lo = halves().decimal(arg)
+  return 0, explicit, arg
 end
 
 -- A count moved by a report's signed `adjust`: up by at most `room` units, down to zero

@@ -12,13 +12,14 @@
 --           for them (for none: for a cost of zero), now, the units taken, the new state;
 --           with a max wait (buckets), a charge: all `cost` units as one reservation;
 --   refund  (fleets) give `cost` units back, unless the server's time has reached the
---           max-wait argument (the grant's deadline); the decision for a cost of zero
---           afterwards, then now;
+--           max-wait argument (the grant's deadline; at an explicit time the client
+--           compares and sends '' or 0); the decision for a cost of zero afterwards, then
+--           now;
 --   report  add the signed `cost` (a report's adjustment) to what the key has taken
 --           (see docs/design/reported-costs.md): the decision for a cost of zero
 --           afterwards, now and the units recorded.
 local function run(mode, KEYS, ARGV)
-  local now, explicit = clock(ARGV[2])
+  local now, explicit, stamp = clock(ARGV[2])
   local cost, wait = tonumber(ARGV[3]), tonumber(ARGV[4])
 
   local members, composite = {}, ARGV[5] == 'composite'
@@ -70,7 +71,7 @@ local function run(mode, KEYS, ARGV)
       if units > 0 then d, new = members[1](old, now, units) end
     end
     store(KEYS[1], old, new, d[RESET], explicit)
-    d[7], d[8], d[9] = now, units, new or false
+    d[7], d[8], d[9] = stamp, units, new or false
     return d
   elseif mode == 'refund' then
     local old = get(KEYS[1])
@@ -81,10 +82,12 @@ local function run(mode, KEYS, ARGV)
     end
     local d = members[1](new, now, 0)
     store(KEYS[1], old, new, d[RESET], explicit)
-    d[7] = now
+    d[7] = stamp
     return d
   elseif mode == 'report' then
-    return report_all(KEYS, members, now, cost, explicit)
+    local d = report_all(KEYS, members, now, cost, explicit)
+    d[7] = stamp
+    return d
   end
 
   local d
@@ -96,6 +99,6 @@ local function run(mode, KEYS, ARGV)
     d, new = members[1](old, now, cost, wait)
     store(KEYS[1], old, new, d[RESET], explicit)
   end
-  d[7] = now
+  d[7] = stamp
   return d
 end

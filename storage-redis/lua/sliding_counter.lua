@@ -8,16 +8,19 @@ end
 
 algorithms.sliding_counter = function(argv, i)
   local limit, period, over = tonumber(argv[i]), tonumber(argv[i + 1]), tonumber(argv[i + 2])
+  -- The fields: the window, the previous and current counts (see `frame`).
+  local shift, origins, last = frame(period, 'wcc')
 
   -- With `adjust` (a report's signed units), adds them to the current window's count
   -- instead, while the estimate stays within limit + overdraft (a refund comes off the
   -- current count only), and returns the units recorded and the new state.
   local decide = function(bytes, now, cost, wait, adjust)
+    now = now + shift
     local window = divmod(now, period)
     local prev, cur = 0, 0
     if bytes then
-      local w, p, c = read_exact(bytes, 3, 3)
-      if w * period > MAX_NOW then corrupt('window') end
+      local w, p, c = read_exact(bytes, 3, 3, origins)
+      if w * period > last then corrupt('window') end
       if p > limit + over then corrupt('prev') end
       if c > limit + over or p + c == 0 then corrupt('cur') end
       if w >= window then
@@ -34,7 +37,7 @@ algorithms.sliding_counter = function(argv, i)
       local most = limit + over - muldiv(prev, period - elapsed, period - 1, period)
       local recorded
       recorded, cur = adjust_count(cur, most - cur, adjust)
-      return recorded, prev + cur > 0 and write(3, window, prev, cur) or nil
+      return recorded, prev + cur > 0 and write_in(origins, 3, window, prev, cur) or nil
     end
     local room = limit - cur - cost
     local allowed = cost <= limit and room >= 0 and product_le(prev, period - elapsed, room, period)
@@ -47,7 +50,7 @@ algorithms.sliding_counter = function(argv, i)
     elseif prev > 0 then
       reset = period - elapsed
     end
-    local state = reset > 0 and write(3, window, prev, cur) or nil
+    local state = reset > 0 and write_in(origins, 3, window, prev, cur) or nil
     if allowed then return admit(limit, remaining, reset, 0), state end
     local retry = -1
     if cost > limit then

@@ -27,7 +27,7 @@ end
 -- entries after `kept`, each packed; nil when empty.
 local function log_bytes(at, costs, first, kept, last, rest)
   if last < first then return nil end
-  local parts = { write(2, last - first + 1), string.sub(rest, 16 * first - 15, 16 * kept) }
+  local parts = { write_in(nil, 2, last - first + 1), string.sub(rest, 16 * first - 15, 16 * kept) }
   for k = math.max(kept + 1, first), last do
     parts[#parts + 1] = struct.pack('>I8I8', at[k], costs[k])
   end
@@ -36,6 +36,8 @@ end
 
 algorithms.sliding_log = function(argv, i)
   local limit, period, over = tonumber(argv[i]), tonumber(argv[i + 1]), tonumber(argv[i + 2])
+  -- Its instants are kept as doubles, up to 2^52 (the client refuses later times).
+  if epoch_hi ~= 0 then error({ err = 'SLUICEGATE time beyond 2^52 microseconds' }) end
 
   -- With `adjust` (a report's signed units), logs them at now instead while the window
   -- holds at most limit + overdraft (a refund takes them off the newest entries first),

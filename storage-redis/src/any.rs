@@ -63,21 +63,12 @@ impl LuaAlgorithm for AnyAlgorithm {
         each!(self, None, |a| a.lua_cost_cap())
     }
 
-    /// A calendar window is in range in every period that holds a time the scripts
-    /// take: such a period ends within their range.
     fn lua_range(&self) -> Result<(), Error> {
-        match self {
-            AnyAlgorithm::CalendarWindow(_) => Ok(()),
-            _ => each!(self, None, |a| a.lua_range()),
-        }
+        each!(self, None, |a| a.lua_range())
     }
 
-    /// A calendar window's period at `at` ends within the scripts' range.
-    fn lua_range_at(&self, at: Ticks) -> Result<(), Error> {
-        match self {
-            AnyAlgorithm::CalendarWindow(c) => in_period(c, Some(at)).lua_range(),
-            _ => each!(self, None, |a| a.lua_range_at(at)),
-        }
+    fn lua_now_range(&self, now: Ticks) -> Result<(), Error> {
+        each!(self, None, |a| a.lua_now_range(now))
     }
 
     fn lua_keys(&self) -> usize {

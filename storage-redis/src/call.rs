@@ -2,10 +2,11 @@
 //! arguments as every path sends them: the library, a script, or the module.
 
 use redis::Cmd;
+use sluicegate_core::limits::MAX_WAIT;
 use sluicegate_core::{Clock, Request, SystemClock, Ticks};
 
 use crate::error::Error;
-use crate::lua::{LuaAlgorithm, MAX_LUA_TICKS};
+use crate::lua::LuaAlgorithm;
 use crate::path::{Invocation, Program};
 
 /// One script call: what it does, a key, a cost, and optionally the time and the
@@ -186,12 +187,18 @@ impl<'a> Call<'a> {
     /// is beyond the scripts' range.
     pub(crate) fn arguments<A: LuaAlgorithm>(&self, algorithm: &A) -> Result<Arguments, Error> {
         if let Some(now) = self.now {
-            lua_now(now)?;
+            algorithm.lua_now_range(now)?;
         }
         // Every cost above the cap decides and stores like the cap.
         let cost = self.cost.min(algorithm.lua_cost_cap());
-        // Any wait beyond 2^53 ticks admits the same requests as an unbounded one.
-        let max_wait = self.max_wait.map(|w| w.min(2 * MAX_LUA_TICKS));
+        let max_wait = match (self.mode, self.now) {
+            // A refund at an explicit time: whether it is before the deadline, decided
+            // here (the script compares the server's time only, below 2^53): no
+            // deadline, or one already reached.
+            (Mode::Refund, Some(now)) => self.max_wait.filter(|&d| now >= d).map(|_| 0),
+            // Any wait beyond 2^53 ticks admits the same requests as an unbounded one.
+            _ => self.max_wait.map(|w| w.min(MAX_WAIT)),
+        };
         let fast = match self.mode {
             Mode::Decide => algorithm.lua_fast_arg(&self.as_request(cost), max_wait),
             _ => None,
@@ -200,7 +207,6 @@ impl<'a> Call<'a> {
             (Some(now), _) | (None, Some(now)) => now,
             (None, None) => SystemClock.now(),
         };
-        algorithm.lua_range_at(at)?;
         Ok(Arguments {
             cost,
             max_wait,
@@ -275,16 +281,3 @@ impl redis::ToRedisArgs for Arg {
 }
 
 impl redis::ToSingleRedisArg for Arg {}
-
-/// `now` if the scripts compute at it exactly, else [`Error::OutOfRange`].
-pub(crate) fn lua_now(now: Ticks) -> Result<Ticks, Error> {
-    if now > MAX_LUA_TICKS {
-        return Err(Error::OutOfRange {
-            what: "now",
-            value: now,
-            max: MAX_LUA_TICKS,
-            reason: crate::error::INEXACT,
-        });
-    }
-    Ok(now)
-}

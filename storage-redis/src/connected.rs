@@ -63,8 +63,9 @@ impl<H, C: ConnectionLike> Connected<H, C> {
 }
 
 /// The host contract over Redis: a request with its own `now` is decided at that time
-/// (beyond [`MAX_LUA_TICKS`](crate::MAX_LUA_TICKS) it is [`Error::OutOfRange`]), one
-/// without at the server's `TIME`; each operation is the limiter's inherent one.
+/// (beyond the core's `MAX_TICKS`, or a sliding log's
+/// [`MAX_LUA_TICKS`](crate::MAX_LUA_TICKS), it is [`Error::OutOfRange`]), one without
+/// at the server's `TIME`; each operation is the limiter's inherent one.
 impl<A: LuaAlgorithm + Reserve, C: ConnectionLike> Limiter for Connected<RedisLimiter<A>, C> {
     type Error = Error;
 

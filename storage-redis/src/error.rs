@@ -112,6 +112,8 @@ pub enum Error {
 
 /// Why a time or token beyond the scripts' range is refused.
 pub(crate) const INEXACT: &str = "the most the Redis scripts compute exactly";
+/// Why a time beyond the core's is refused.
+pub(crate) const LATEST: &str = "the latest time the core takes";
 
 impl Error {
     /// Whether Redis could not be reached (what a [`FailPolicy`](crate::FailPolicy)

@@ -6,7 +6,7 @@ use sluicegate_core::{
     Decision, Refund, Report, ReportRequest, Reported, Request, Reserve, Ticks, SECOND,
 };
 
-use crate::call::{self, Call, Mode};
+use crate::call::{Call, Mode};
 use crate::error::Error;
 use crate::fail::{self, FailPolicy, Outcome};
 use crate::lua::{self, LuaAlgorithm};
@@ -134,7 +134,8 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         request: &Request<'_>,
     ) -> Result<Decision, Error> {
         let time = || server_time(redis::cmd("TIME").query(con), request.key);
-        let now = call::lua_now(request.now.map_or_else(time, Ok)?)?;
+        let now = request.now.map_or_else(time, Ok)?;
+        self.algorithm.lua_now_range(now)?;
         Ok(self
             .algorithm
             .peek(self.state(con, request.key)?, now, request.cost))
@@ -150,7 +151,7 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
             Some(now) => now,
             None => server_time(redis::cmd("TIME").query_async(con).await, request.key)?,
         };
-        let now = call::lua_now(now)?;
+        self.algorithm.lua_now_range(now)?;
         let state = self.decoded(request.key, self.read_async(con, request.key).await?)?;
         Ok(self.algorithm.peek(state, now, request.cost))
     }

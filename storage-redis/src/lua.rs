@@ -3,13 +3,14 @@
 //! the entry point.
 
 use redis::Cmd;
-use sluicegate_core::limits::{MAX_LIMIT, MAX_PERIOD, MAX_WAIT};
+use sluicegate_core::limits::{MAX_LIMIT, MAX_WAIT};
 use sluicegate_core::{
     Algorithm, Ban, BucketParams, CalendarWindowAt, Composite, Decision, DecodeError, FixedWindow,
     LeakyBucket, Pacing, Report, Request, Reserve, SlidingCounter, SlidingLog, Ticks, TokenBucket,
+    MAX_TICKS,
 };
 
-use crate::error::{Error, INEXACT};
+use crate::error::{Error, INEXACT, LATEST};
 
 static LIB: &str = include_str!("../lua/lib.lua");
 static FIXED_WINDOW: &str = include_str!("../lua/fixed_window.lua");
@@ -118,19 +119,26 @@ pub const MAX_LUA_LOG_LIMIT: u64 = 2000;
 /// Why a longer sliding log is refused, and what to use instead.
 const LOG_TOO_LONG: &str = "the longest sliding log the Redis scripts keep (each decision \
     reads the whole log, blocking the server): use a sliding counter, or the module";
-/// The longest bucket horizon (`capacity × period / rate`) the scripts take, in ticks
-/// (about 71 years): instants plus horizons stay below 2^53.
-pub const MAX_LUA_HORIZON: Ticks = 1 << 51;
-/// The latest time the scripts take: 2^52 µs is the year 2112. (Costs are clamped to
-/// [`LuaAlgorithm::lua_cost_cap`], so any cost works.)
+/// The latest time a sliding log's script and the leases' take: 2^52 µs is the year
+/// 2112. They keep instants as doubles; every other algorithm takes the core's
+/// [`MAX_TICKS`], its instants beyond 2^52 held relative to an epoch (see
+/// `lua/lib.lua`). (Costs are clamped to [`LuaAlgorithm::lua_cost_cap`], so any cost
+/// works.)
 pub const MAX_LUA_TICKS: Ticks = 1 << 52;
+/// The largest ban threshold the scripts take: denied cost counts up to one past it,
+/// exact in Lua.
+const MAX_LUA_THRESHOLD: u64 = 1 << 52;
+/// Why a sliding log refuses a later time, and what to use instead.
+const LOG_TOO_LATE: &str = "the latest time of a sliding log on Redis (its script keeps \
+    instants as doubles): use a sliding counter, or the module";
 
 /// An algorithm the Redis scripts implement: every algorithm of the core.
 ///
 /// The scripts reproduce the core's integer math exactly within the Lua range: the
-/// core's limits, capacities, rates and periods (a sliding log's limit up to
-/// [`MAX_LUA_LOG_LIMIT`]), bucket horizons up to [`MAX_LUA_HORIZON`], ban thresholds
-/// and times up to [`MAX_LUA_TICKS`]; any cost.
+/// core's limits, capacities, rates, periods and bucket horizons (a sliding log's limit
+/// up to [`MAX_LUA_LOG_LIMIT`]; a reservation booking more than 2^53 ticks ahead is
+/// refused), ban thresholds up to 2^52 and the core's times (a sliding log's up to
+/// [`MAX_LUA_TICKS`]); any cost.
 pub trait LuaAlgorithm: Algorithm {
     /// Appends the Lua files this algorithm needs to `files`.
     fn lua_files(&self, files: &mut Vec<&'static str>);
@@ -152,12 +160,10 @@ pub trait LuaAlgorithm: Algorithm {
     /// Fails if a parameter is outside the Lua range.
     fn lua_range(&self) -> Result<(), Error>;
 
-    /// Fails if a parameter taken at `at` (see [`lua_args`](Self::lua_args)) is outside
-    /// the Lua range: [`lua_range`](Self::lua_range) checks the fixed ones once, this
-    /// each call the ones a calendar gives (a period beyond the scripts' last instant).
-    fn lua_range_at(&self, at: Ticks) -> Result<(), Error> {
-        let _ = at;
-        Ok(())
+    /// Fails if the scripts do not decide at the explicit time `now`: beyond the core's
+    /// [`MAX_TICKS`], or a sliding log's beyond [`MAX_LUA_TICKS`].
+    fn lua_now_range(&self, now: Ticks) -> Result<(), Error> {
+        in_range("now", now, MAX_TICKS, LATEST)
     }
 
     /// How many keys a decision touches: one, or one per member of a composite.
@@ -241,9 +247,10 @@ const ONE_KEY: &str = "the most the Redis scripts nest: a composite's members ar
 
 /// Implements [`LuaAlgorithm`] for a window algorithm: its name, limit and period, then
 /// the flags named after them, then its overdraft (the module's `overdraft N`, when not
-/// 0); `$range` checks its limit and overdraft.
+/// 0); `$range` checks its limit and overdraft; `$late`, if given, why a time beyond
+/// [`MAX_LUA_TICKS`] is refused (else it takes the core's times).
 macro_rules! lua_window {
-    ($type:ty, $name:literal, $file:expr, $range:expr $(, $flag:ident)?) => {
+    ($type:ty, $name:literal, $file:expr, $range:expr $(, $flag:ident)? $(; $late:expr)?) => {
         impl LuaAlgorithm for $type {
             fn lua_files(&self, files: &mut Vec<&'static str>) {
                 files.push($file);
@@ -272,6 +279,10 @@ macro_rules! lua_window {
             fn lua_range(&self) -> Result<(), Error> {
                 $range(self.params().limit, self.overdraft())
             }
+
+            $(fn lua_now_range(&self, now: Ticks) -> Result<(), Error> {
+                in_range("now", now, MAX_LUA_TICKS, $late)
+            })?
         }
     };
 }
@@ -312,7 +323,7 @@ lua_window!(
     SLIDING_COUNTER,
     any_limit
 );
-lua_window!(SlidingLog, "sliding_log", SLIDING_LOG, log_limit);
+lua_window!(SlidingLog, "sliding_log", SLIDING_LOG, log_limit; LOG_TOO_LATE);
 
 /// A calendar window in its period: its limit, overdraft, and the period's start and
 /// end (the module's `calendar_window limit start end [overdraft N]`).
@@ -344,10 +355,9 @@ impl LuaAlgorithm for CalendarWindowAt {
         self.window().limit() + 1
     }
 
-    /// A period ending within 366 days of the scripts' last instant.
+    /// Every period the core takes (ending within 366 days of its last instant).
     fn lua_range(&self) -> Result<(), Error> {
-        let end = self.period().end();
-        in_range("end", end, MAX_LUA_TICKS + MAX_PERIOD, INEXACT)
+        Ok(())
     }
 }
 
@@ -402,7 +412,10 @@ fn fast_arg(
     now: Option<Ticks>,
     wait: Ticks,
 ) -> Option<Vec<u8>> {
-    if u128::from(burst) * u128::from(params.period) >= FAST_BOUND || cost > burst {
+    // A later explicit time is decided on the general path (the fast one reads a time
+    // beyond 2^52 as the server's).
+    let late = now.is_some_and(|now| u128::from(now) > FAST_BOUND);
+    if u128::from(burst) * u128::from(params.period) >= FAST_BOUND || cost > burst || late {
         return None;
     }
     let mut arg = Vec::with_capacity(49);
@@ -438,18 +451,6 @@ fn fast_state<A: Algorithm>(
     algorithm.decode(&bytes).ok().map(Some)
 }
 
-/// The deepest debt, a full `burst` plus the overdraft, within the scripts' horizon.
-fn bucket_range(params: BucketParams, burst: u64) -> Result<(), Error> {
-    let horizon = u128::from(burst) * u128::from(params.period) / u128::from(params.rate);
-    let horizon = u64::try_from(horizon).unwrap_or(u64::MAX);
-    in_range(
-        "capacity × period / rate",
-        horizon,
-        MAX_LUA_HORIZON,
-        INEXACT,
-    )
-}
-
 /// Implements [`LuaAlgorithm`] for a bucket whose burst is `capacity + $extra`, tagged
 /// `$tag` in the core's encoding, whose checks wait at most `$wait`, with the overdraft
 /// `$overdraft` gives.
@@ -479,9 +480,9 @@ macro_rules! lua_bucket {
                 self.params().capacity + $extra + 1
             }
 
+            /// The core's horizons (see `lua/bucket.lua`).
             fn lua_range(&self) -> Result<(), Error> {
-                let params = self.params();
-                bucket_range(params, params.capacity + $extra + $overdraft(self))
+                Ok(())
             }
 
             fn lua_fast_arg(&self, r: &Request<'_>, max_wait: Option<Ticks>) -> Option<Vec<u8>> {
@@ -540,7 +541,12 @@ impl<A: LuaAlgorithm> LuaAlgorithm for Ban<A> {
     }
 
     fn lua_range(&self) -> Result<(), Error> {
-        in_range("ban threshold", self.threshold(), MAX_LUA_TICKS, INEXACT)?;
+        in_range(
+            "ban threshold",
+            self.threshold(),
+            MAX_LUA_THRESHOLD,
+            INEXACT,
+        )?;
         in_range(
             "keys of a banned limit",
             self.inner().lua_keys() as u64,
@@ -550,8 +556,8 @@ impl<A: LuaAlgorithm> LuaAlgorithm for Ban<A> {
         self.inner().lua_range()
     }
 
-    fn lua_range_at(&self, at: Ticks) -> Result<(), Error> {
-        self.inner().lua_range_at(at)
+    fn lua_now_range(&self, now: Ticks) -> Result<(), Error> {
+        self.inner().lua_now_range(now)
     }
 }
 
@@ -596,8 +602,8 @@ impl<A: LuaAlgorithm> LuaAlgorithm for Composite<A> {
         Ok(())
     }
 
-    fn lua_range_at(&self, at: Ticks) -> Result<(), Error> {
-        self.members().iter().try_for_each(|m| m.lua_range_at(at))
+    fn lua_now_range(&self, now: Ticks) -> Result<(), Error> {
+        self.members().iter().try_for_each(|m| m.lua_now_range(now))
     }
 
     fn lua_keys(&self) -> usize {

@@ -3,7 +3,9 @@
 //! holding another type or bytes no state encodes) decided by `check_batch_at` on one
 //! prefix and by `check_at` one request at a time on another, through the module's
 //! `SLUICEGATE.BATCH` and the library's `batch`: the same decisions, the same errors and
-//! the same stored bytes after every batch.
+//! the same stored bytes after every batch. Sequences start in 2026, just before 2^52
+//! (where the scripts' instants stop being doubles) or just before the core's last
+//! instant, and may step past it.
 
 mod common;
 
@@ -11,9 +13,9 @@ use proptest::prelude::*;
 use sluicegate_core::limits::{MAX_LIMIT, MAX_PERIOD};
 use sluicegate_core::{
     Ban, Composite, Decision, FixedWindow, LeakyBucket, Pacing, Request, SlidingCounter,
-    SlidingLog, Ticks, TokenBucket, SECOND,
+    SlidingLog, Ticks, TokenBucket, MAX_TICKS, SECOND,
 };
-use sluicegate_redis::{Error, LuaAlgorithm, Path, RedisLimiter};
+use sluicegate_redis::{Error, LuaAlgorithm, Path, RedisLimiter, MAX_LUA_TICKS};
 
 use common::Server;
 
@@ -76,12 +78,12 @@ fn kind(result: Result<Decision, Error>) -> Result<Decision, String> {
     })
 }
 
-/// Runs `rounds` through `check_batch_at` and through `check_at`, on `path`.
+/// Runs `rounds` from `start` through `check_batch_at` and through `check_at`, on `path`.
 fn differential<A: LuaAlgorithm + Clone>(
     server: &Server,
     alg: &A,
     path: Path,
-    rounds: &[Round],
+    (start, rounds): &(Ticks, Vec<Round>),
 ) -> Result<(), TestCaseError> {
     let limiter = |alg: &A| {
         RedisLimiter::new(alg.clone())
@@ -92,7 +94,7 @@ fn differential<A: LuaAlgorithm + Clone>(
     };
     let (batched, single) = (limiter(alg), limiter(alg));
     let mut con = server.connection();
-    let mut now = EPOCH;
+    let mut now = *start;
     for round in rounds {
         now += round.gap;
         if let Some((key, spoil)) = round.spoil {
@@ -153,7 +155,14 @@ fn differential<A: LuaAlgorithm + Clone>(
 /// Runs 24 random cases of each algorithm `make` builds on the module's and the
 /// library's paths.
 fn cases<A: LuaAlgorithm + Clone + std::fmt::Debug>(make: impl Strategy<Value = (A, Ticks, u64)>) {
-    let strategy = make.prop_flat_map(|(alg, period, limit)| (Just(alg), rounds(period, limit)));
+    let strategy = make.prop_flat_map(|(alg, period, limit)| {
+        let start = prop_oneof![
+            2 => Just(EPOCH),
+            1 => (0..=2 * period).prop_map(|back| MAX_LUA_TICKS - back),
+            1 => (0..=2 * period).prop_map(|back| MAX_TICKS - back),
+        ];
+        (Just(alg), (start, rounds(period, limit)))
+    });
     let server = Server::start_with_module(false);
     common::cases(&server, 24, strategy, |server, (alg, rounds)| {
         differential(server, &alg, Path::Module, &rounds)?;

@@ -4,8 +4,10 @@
 //! Lua range and random traces with explicit `now`; after every step the decisions are
 //! identical, every key holds exactly the core's encoding (or is gone when the core's
 //! state is fresh) with no expiry (explicit times never expire on the server's clock).
-//! Traces start in 2026 or in the last periods before [`MAX_LUA_TICKS`], and may step
-//! past it: such a call is `Error::OutOfRange` and changes nothing. Costs go up to
+//! Traces start in 2026, in the last periods before 2^52 (where the scripts' instants
+//! stop being doubles: [`MAX_LUA_TICKS`], a sliding log's last time) or before the
+//! core's [`MAX_TICKS`], and may step past it: such a call is `Error::OutOfRange` and
+//! changes nothing. Costs go up to
 //! `u64::MAX`. Traces of the reporting algorithms mix in reports and refunds (signed
 //! adjustments up to `i64::MIN`) with random overdrafts: their `Reported` values too are
 //! the core's.
@@ -17,7 +19,7 @@ use sluicegate_core::limits::MAX_PERIOD;
 use sluicegate_core::{
     Algorithm, AnyAlgorithm, Ban, CalendarPeriod, CalendarWindow, CalendarWindowAt, Composite,
     Decision, FixedWindow, LeakyBucket, Pacing, Report, ReportRequest, Reported, Request, Reserve,
-    SlidingCounter, SlidingLog, Ticks, TokenBucket, SECOND,
+    SlidingCounter, SlidingLog, Ticks, TokenBucket, MAX_TICKS, SECOND,
 };
 use sluicegate_redis::{Error, LuaAlgorithm, Path, RedisLimiter, MAX_LUA_LIMIT, MAX_LUA_TICKS};
 
@@ -57,10 +59,13 @@ struct Trace {
 
 /// A trace around `period` and `limit`; with `reports`, a third of its steps reports.
 fn steps(period: Ticks, limit: u64, reports: bool) -> impl Strategy<Value = Trace> {
-    // In 2026, or within the last few periods before the scripts' last instant.
+    // In 2026, or within the last few periods before 2^52 (crossing it) or the core's
+    // last instant.
+    let back = 0..=4 * period.min(MAX_LUA_TICKS / 8);
     let start = prop_oneof![
         2 => Just(EPOCH),
-        1 => (0..=4 * period.min(MAX_LUA_TICKS / 8)).prop_map(|back| MAX_LUA_TICKS - back),
+        1 => back.clone().prop_map(|back| MAX_LUA_TICKS - back),
+        1 => back.prop_map(|back| MAX_TICKS - back),
     ];
     // Each of `cost`'s five as likely as 2^40 and any at all.
     let cost = prop_oneof![5 => cost(limit), 1 => Just(1 << 40), 1 => any::<u64>()];
@@ -272,8 +277,9 @@ fn run_trace<A: LuaAlgorithm + Clone>(
         let slot = usize::from(step.key);
         let got = redis(&limiter, &mut con, &key, now, step);
         path = limiter.path();
-        if now > MAX_LUA_TICKS {
-            // Beyond the scripts' range: refused before reaching Redis.
+        if alg.lua_now_range(now).is_err() {
+            // Beyond the scripts' range (the core's; a sliding log's, 2^52): refused
+            // before reaching Redis.
             prop_assert!(
                 matches!(got, Err(Error::OutOfRange { what: "now", .. })),
                 "{:?} at {}",
@@ -281,10 +287,18 @@ fn run_trace<A: LuaAlgorithm + Clone>(
                 now
             );
         } else {
-            let (want, new) = decide(&alg, states[slot].take(), now, step);
-            let got = got.map_err(|e| TestCaseError::fail(format!("{e}")))?;
-            prop_assert_eq!(got, want, "at {} {:?}", now, step);
-            states[slot] = new;
+            let (want, new) = decide(&alg, states[slot].clone(), now, step);
+            match got {
+                // A reservation booked beyond the scripts' range: refused, nothing changed.
+                Err(Error::Corrupt { reason, .. })
+                    if reason.starts_with("beyond the Redis scripts' range")
+                        && booked_beyond(&expected(&alg, new.as_ref()), now) => {}
+                got => {
+                    let got = got.map_err(|e| TestCaseError::fail(format!("{e}")))?;
+                    prop_assert_eq!(got, want, "at {} {:?}", now, step);
+                    states[slot] = new;
+                }
+            }
         }
         let stored: Vec<Option<Vec<u8>>> =
             redis::cmd("MGET").arg(&keys).query(&mut con).expect("MGET");
@@ -303,16 +317,41 @@ fn run_trace<A: LuaAlgorithm + Clone>(
     Ok(path)
 }
 
+/// Whether a key's bytes hold a bucket (alone or in a ban) whose arrival time is more
+/// than 2^53 ticks after `now`: the deepest the scripts book (see `lua/bucket.lua`).
+fn booked_beyond(values: &[Option<Vec<u8>>], now: Ticks) -> bool {
+    values.iter().flatten().any(|bytes| {
+        let bucket = if bytes[1] == 7 {
+            &bytes[26..]
+        } else {
+            &bytes[..]
+        };
+        if !matches!(bucket.get(1), Some(4..=6)) {
+            return false;
+        }
+        let field = |at: usize| u64::from_be_bytes(bucket[at..at + 8].try_into().unwrap());
+        let (ticks, frac) = (field(2), field(10));
+        ticks - now > 1 << 53 || (ticks - now == 1 << 53 && frac > 0)
+    })
+}
+
 /// Whether `alg` was built and the scripts compute it exactly.
 fn in_lua_range<A: LuaAlgorithm, E>(alg: Result<A, E>) -> bool {
     alg.is_ok_and(|a| RedisLimiter::new(a).is_ok())
 }
 
-/// Bucket parameters within the Lua range, as (capacity, rate, period).
+/// Bucket parameters within the Lua range, as (capacity, rate, period): any, or a
+/// horizon `capacity × period / rate` within a few units of the core's longest, 2^53.
 fn bucket() -> impl Strategy<Value = (u64, u64, Ticks)> {
-    (limit(), limit(), period()).prop_filter("horizon within the Lua range", |&(c, r, p)| {
-        in_lua_range(TokenBucket::new(c, r, p))
-    })
+    let deepest = (limit(), period(), 0..4u64).prop_map(|(r, p, less)| {
+        let c = (1u128 << 53) * u128::from(r) / u128::from(p);
+        let c = u64::try_from(c).unwrap_or(u64::MAX).min(MAX_LUA_LIMIT);
+        (c - less.min(c - 1), r, p)
+    });
+    prop_oneof![3 => (limit(), limit(), period()), 1 => deepest]
+        .prop_filter("horizon within the Lua range", |&(c, r, p)| {
+            in_lua_range(TokenBucket::new(c, r, p))
+        })
 }
 
 /// Pacing parameters within the Lua range; the capacity may be zero.
@@ -655,7 +694,13 @@ fn calendar_window() {
     let params = (
         limit(),
         lengths,
-        prop_oneof![Just(EPOCH), Just(MAX_LUA_TICKS / 2)],
+        // In 2026, or periods crossing 2^52, or ending by the core's last instant.
+        prop_oneof![
+            Just(EPOCH),
+            Just(MAX_LUA_TICKS / 2),
+            Just(MAX_LUA_TICKS - SECOND * 3600),
+            Just(MAX_TICKS - 8 * MAX_PERIOD)
+        ],
     )
         .prop_flat_map(|(l, lengths, start)| {
             (Just(l), overdraft(l), Just(Periods { start, lengths }))
@@ -888,5 +933,45 @@ impl FastCase {
         let stored: Option<Vec<u8>> = redis::cmd("GET").arg(&key).query(&mut con).unwrap();
         prop_assert_eq!(stored, want_bytes);
         Ok(())
+    }
+}
+
+/// Reservations booked deeper than the scripts compute exactly (an arrival time more
+/// than 2^53 ticks after now, where sums stop being doubles): each is the core's until
+/// one would book that deep, then the scripts refuse it, naming their range and
+/// changing nothing, in 2026 as beyond 2^52.
+#[test]
+fn a_reservation_beyond_the_scripts_range_is_refused() {
+    let server = Server::start_with_module(false);
+    let mut con = server.connection();
+    // A horizon just under 2^51 ticks: a few full bursts reach past 2^53.
+    let bucket = TokenBucket::new(71, 1, MAX_PERIOD).unwrap();
+    for start in [EPOCH, MAX_LUA_TICKS + 1, MAX_TICKS - 16] {
+        for path in [Path::Functions, Path::Scripts] {
+            let limiter = limiter(&bucket, path);
+            let key = limiter.redis_keys(b"k").unwrap().remove(0);
+            let (mut state, mut refused) = (None, false);
+            for now in start..start + 6 {
+                let request = Request::new(b"k").cost(71).at(now);
+                match limiter.reserve(&mut con, &request, u64::MAX) {
+                    Ok(got) if !refused => {
+                        let (want, new) = bucket.reserve(state.take(), now, 71, u64::MAX);
+                        state = new;
+                        assert_eq!(got, want, "{path:?} at {now}");
+                    }
+                    Err(Error::Corrupt { reason, .. }) => {
+                        assert!(
+                            reason.contains("beyond the Redis scripts' range"),
+                            "{reason}"
+                        );
+                        refused = true;
+                    }
+                    other => panic!("{path:?} at {now}: {other:?}"),
+                }
+                let stored: Option<Vec<u8>> = redis::cmd("GET").arg(&key).query(&mut con).unwrap();
+                assert_eq!(stored, state.as_ref().map(|s| bucket.encode_to_vec(s)));
+            }
+            assert!(refused, "{path:?} from {start}");
+        }
     }
 }

@@ -2,6 +2,8 @@
 //! and give-backs at explicit times, through the function library and through
 //! `EVALSHA`; after every step the decision and the units taken are the core's, and the
 //! key holds exactly the core's encoding (or is gone when the core's state is fresh).
+//! Traces start in 2026, just before 2^52 (where the scripts' instants stop being
+//! doubles) or just before the core's last instant.
 
 mod common;
 
@@ -9,9 +11,9 @@ use proptest::prelude::*;
 use redis::Commands;
 use sluicegate_core::limits::MAX_PERIOD;
 use sluicegate_core::{
-    FixedWindow, Refund, Request, Reserve, SlidingCounter, Ticks, TokenBucket, SECOND,
+    FixedWindow, Refund, Request, Reserve, SlidingCounter, Ticks, TokenBucket, MAX_TICKS, SECOND,
 };
-use sluicegate_redis::{LuaAlgorithm, Path, RedisLimiter};
+use sluicegate_redis::{LuaAlgorithm, Path, RedisLimiter, MAX_LUA_TICKS};
 
 use common::strategy::{cost, gap, limit};
 use common::Server;
@@ -28,7 +30,10 @@ enum Op {
     Charge,
 }
 
-fn trace(period: Ticks, limit: u64, charges: bool) -> impl Strategy<Value = Vec<(Op, Ticks, u64)>> {
+/// A trace's start and its steps (operation, gap before it, cost).
+type Trace = (Ticks, Vec<(Op, Ticks, u64)>);
+
+fn trace(period: Ticks, limit: u64, charges: bool) -> impl Strategy<Value = Trace> {
     let charge = if charges { Op::Charge } else { Op::Take };
     let op = prop_oneof![
         Just(Op::Check),
@@ -36,7 +41,16 @@ fn trace(period: Ticks, limit: u64, charges: bool) -> impl Strategy<Value = Vec<
         Just(Op::Refund),
         Just(charge)
     ];
-    prop::collection::vec((op, gap(period), cost(limit)), 1..40)
+    let back = 0..=2 * period;
+    let start = prop_oneof![
+        2 => Just(EPOCH),
+        1 => back.clone().prop_map(|back| MAX_LUA_TICKS - back),
+        1 => back.prop_map(move |back| MAX_TICKS - 40 * 3 * period - back),
+    ];
+    (
+        start,
+        prop::collection::vec((op, gap(period), cost(limit)), 1..40),
+    )
 }
 
 fn period() -> impl Strategy<Value = Ticks> {
@@ -69,7 +83,7 @@ type RedisCharge<A> =
 fn differential<A: LuaAlgorithm + Refund + Clone>(
     server: &Server,
     algorithm: &A,
-    trace: &[(Op, Ticks, u64)],
+    (start, trace): &Trace,
     charge: Option<(Charge<A>, RedisCharge<A>)>,
 ) -> Result<(), TestCaseError> {
     for path in [Path::Functions, Path::Scripts] {
@@ -79,7 +93,7 @@ fn differential<A: LuaAlgorithm + Refund + Clone>(
             .unwrap();
         let mut con = server.connection();
         let _: () = redis::cmd("FLUSHALL").query(&mut con).unwrap();
-        let (mut state, mut now) = (None, EPOCH);
+        let (mut state, mut now) = (None, *start);
         for (i, &(op, gap, cost)) in trace.iter().enumerate() {
             now += gap;
             let (core, redis) = match op {
@@ -170,11 +184,14 @@ const BUCKET_CHARGE: (Charge<TokenBucket>, RedisCharge<TokenBucket>) = (
 #[test]
 fn a_refund_after_charges_deeper_than_a_burst() {
     let bucket = TokenBucket::new(999_999_176, 2, 6615).unwrap();
-    let trace = [
-        (Op::Charge, 101, 999_999_175),
-        (Op::Charge, 281, 60_789_639),
-        (Op::Refund, 2, u64::MAX),
-    ];
+    let trace = (
+        EPOCH,
+        vec![
+            (Op::Charge, 101, 999_999_175),
+            (Op::Charge, 281, 60_789_639),
+            (Op::Refund, 2, u64::MAX),
+        ],
+    );
     differential(&Server::start(), &bucket, &trace, Some(BUCKET_CHARGE)).unwrap();
 }
 
@@ -194,7 +211,8 @@ fn sliding_counter_take_and_refund_match_the_core() {
     });
 }
 
-/// A give-back reaching the server at or after its deadline changes nothing.
+/// A give-back reaching the server at or after its deadline changes nothing; at an
+/// explicit time (here beyond 2^52) too.
 #[test]
 fn refund_after_the_deadline_is_dropped() {
     let server = Server::start();
@@ -213,5 +231,13 @@ fn refund_after_the_deadline_is_dropped() {
             Some(taken.now + 3600 * SECOND),
         )
         .unwrap();
+    assert_eq!(in_time.remaining, 10);
+    let now = MAX_TICKS - 5;
+    let at = || Request::new(b"x").cost(6).at(now);
+    let taken = limiter.take(&mut con, &at()).unwrap();
+    assert_eq!((taken.units, taken.now), (6, now));
+    let late = limiter.refund(&mut con, &at(), Some(now)).unwrap();
+    assert_eq!(late.remaining, 4);
+    let in_time = limiter.refund(&mut con, &at(), Some(now + 1)).unwrap();
     assert_eq!(in_time.remaining, 10);
 }

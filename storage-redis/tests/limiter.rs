@@ -13,7 +13,8 @@ use redis::aio::MultiplexedConnection;
 use redis::{Commands, Connection};
 use sluicegate_core::{
     AnyAlgorithm, AsyncLimiter, AsyncReporter, Ban, Composite, Decision, FixedWindow, Limiter,
-    Pacing, ReportRequest, Reporter, Request, Reserve, SlidingLog, Ticks, TokenBucket, SECOND,
+    Pacing, ReportRequest, Reporter, Request, Reserve, SlidingLog, Ticks, TokenBucket, MAX_TICKS,
+    SECOND,
 };
 use sluicegate_redis::{
     Connected, ConnectedAsync, Error, LuaAlgorithm, Path, Reconnecting, RedisLimiter, MAX_LUA_TICKS,
@@ -186,34 +187,54 @@ fn a_request_without_a_time_is_decided_at_the_servers() {
     assert!(!host.peek(&Request::new("k")).unwrap().allowed);
 }
 
-/// A time beyond the scripts' range is refused by every operation, before any call.
+/// A time beyond the scripts' range is refused by every operation, before any call:
+/// beyond the core's last instant, or a sliding log's beyond 2^52, its error naming
+/// the alternatives.
 #[test]
 fn a_time_beyond_the_scripts_range_is_a_typed_error() {
     let server = Server::start();
-    let host = Connected::new(
-        RedisLimiter::new(TokenBucket::new(5, 1, SECOND).unwrap()).unwrap(),
-        Reconnecting::new(server.client()),
-    );
-    for late in [MAX_LUA_TICKS + 1, Ticks::MAX] {
-        let request = Request::new("k").at(late);
-        for result in [
-            host.check(&request),
-            host.peek(&request),
-            host.reserve(&request, 0),
-        ] {
-            match result {
-                Err(Error::OutOfRange {
-                    what: "now",
-                    value,
-                    max,
-                    ..
-                }) => {
-                    assert_eq!((value, max), (late, MAX_LUA_TICKS));
+    fn refused<A: LuaAlgorithm + Reserve>(server: &Server, alg: A, max: Ticks) -> &'static str {
+        let host = Connected::new(
+            RedisLimiter::new(alg).unwrap(),
+            Reconnecting::new(server.client()),
+        );
+        let mut why = "";
+        for late in [max + 1, Ticks::MAX] {
+            let request = Request::new("k").at(late);
+            for result in [
+                host.check(&request),
+                host.peek(&request),
+                host.reserve(&request, 0),
+            ] {
+                match result {
+                    Err(Error::OutOfRange {
+                        what: "now",
+                        value,
+                        max: got,
+                        reason,
+                    }) => {
+                        assert_eq!((value, got), (late, max));
+                        why = reason;
+                    }
+                    other => panic!("expected a time error, got {other:?}"),
                 }
-                other => panic!("expected a time error, got {other:?}"),
             }
         }
+        why
     }
+    refused(&server, TokenBucket::new(5, 1, SECOND).unwrap(), MAX_TICKS);
+    let log = AnyAlgorithm::SlidingLog(SlidingLog::new(5, SECOND).unwrap());
+    let why = refused(&server, log.clone(), MAX_LUA_TICKS);
+    assert!(
+        why.contains("sliding counter") && why.contains("module"),
+        "{why}"
+    );
+    // A log anywhere in a limit bounds its time.
+    let banned_log = Ban::new(log, 3, SECOND, SECOND).unwrap();
+    let window = AnyAlgorithm::FixedWindow(FixedWindow::new(5, SECOND).unwrap());
+    let members = vec![AnyAlgorithm::Ban(Box::new(banned_log)), window];
+    let composite = AnyAlgorithm::Composite(Composite::new(members).unwrap());
+    refused(&server, composite, MAX_LUA_TICKS);
     assert_eq!(
         redis::cmd("DBSIZE")
             .query::<u64>(&mut server.connection())

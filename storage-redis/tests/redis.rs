@@ -329,8 +329,9 @@ fn bad_input_is_refused_before_reaching_redis() {
         message.contains("sliding counter") && message.contains("module"),
         "{message}"
     );
+    // So does the core's whole range of bucket horizons (2^53 ticks).
     let long = RedisLimiter::new(TokenBucket::new(1_000_000, 1, 3600 * SECOND).unwrap());
-    assert!(matches!(long, Err(Error::OutOfRange { .. })));
+    assert!(long.is_ok());
     let server = Server::start();
     let mut con = server.connection();
     let limiter = RedisLimiter::new(TokenBucket::new(3, 1, SECOND).unwrap()).unwrap();
