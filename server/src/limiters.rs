@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::convert::Infallible;
-use std::future::{ready, Future};
+use std::future::Future;
 use std::mem::discriminant;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -94,9 +94,10 @@ pub struct Entry {
 }
 
 /// A policy's limiter before a change of its parameters (same algorithm, in this
-/// process), kept for one of its periods: a key's use under the old parameters still
-/// counts, so nothing is admitted above the old limit within its window, nor above
-/// the new one (the old limiter must keep `lower_by` more room when the limit drops).
+/// process or in Redis), kept for one of its periods: a key's use under the old
+/// parameters still counts, so nothing is admitted above the old limit within its
+/// window, nor above the new one (the old limiter must keep `lower_by` more room when
+/// the limit drops).
 #[derive(Debug)]
 struct Carried {
     old: Mutex<Option<Arc<Entry>>>,
@@ -104,9 +105,25 @@ struct Carried {
     until: Instant,
     /// How much lower the new limit is than the old.
     lower_by: u64,
+    /// In this process, one decision at a time per stripe of keys while the old limiter
+    /// counts, so that its peek and its count are one step for racing requests.
+    stripes: [tokio::sync::Mutex<()>; STRIPES],
 }
 
+/// Stripes of keys decided one at a time during a change (see [`Carried`]).
+const STRIPES: usize = 64;
+
 impl Carried {
+    /// The stripe of `key`.
+    fn stripe(&self, key: &str) -> &tokio::sync::Mutex<()> {
+        let mut hasher = std::hash::DefaultHasher::new();
+        std::hash::Hash::hash(key, &mut hasher);
+        let hash = std::hash::Hasher::finish(&hasher);
+        // Below STRIPES: the remainder of a division by it.
+        let index = usize::try_from(hash % STRIPES as u64).unwrap_or(0);
+        &self.stripes[index]
+    }
+
     /// The old limiter while it still counts; dropped once its window has passed.
     fn old(&self) -> Option<Arc<Entry>> {
         let mut old = self.old.lock().unwrap_or_else(PoisonError::into_inner);
@@ -118,11 +135,11 @@ impl Carried {
 }
 
 impl Entry {
-    /// The entry before a change of parameters, while it still counts, and how much
-    /// lower the new limit is.
-    fn carried(&self) -> Option<(Arc<Entry>, u64)> {
+    /// The change of parameters this entry follows and the entry before it, while it
+    /// still counts.
+    fn carried(&self) -> Option<(&Carried, Arc<Entry>)> {
         let carried = self.carried.as_ref()?;
-        Some((carried.old()?, carried.lower_by))
+        Some((carried, carried.old()?))
     }
 }
 
@@ -148,9 +165,8 @@ async fn check_carried<E>(
     }
     let mut decision = new.await?;
     if decision.allowed {
-        // A concurrent request may have filled the old limiter since the peek; the new
-        // limiter's bound holds regardless.
-        // Already counted in the new one: an error here changes nothing.
+        // Admitted by the new limiter, whatever the count in the old one answers (in
+        // Redis a racing request may have filled it since the peek), or fails.
         let _ = count_old.await;
         decision.remaining = decision.remaining.min(room.remaining);
     }
@@ -280,6 +296,7 @@ impl Entry {
                 old: Mutex::new(Some(Arc::clone(p))),
                 until: Instant::now() + Duration::from_micros(p.period),
                 lower_by: p.limit.saturating_sub(policy.limit()),
+                stripes: std::array::from_fn(|_| tokio::sync::Mutex::new(())),
             });
         Ok(Arc::new(Self {
             built,
@@ -334,12 +351,13 @@ impl Entry {
     ) -> Result<Decision, DecideError> {
         match (&self.limiter, backend) {
             (Limiter::Memory(limiter), _) => Ok(match &self.carried() {
-                Some((old, lower_by)) if let Limiter::Memory(old) = &old.limiter => {
-                    let ready = |decision| ready(Ok::<_, Infallible>(decision));
+                Some((carried, old)) if let Limiter::Memory(old) = &old.limiter => {
+                    let _serial = carried.stripe(key).lock().await;
+                    let room = cost.saturating_add(carried.lower_by);
                     let decided = check_carried(
-                        ready(old.peek(key, cost.saturating_add(*lower_by))),
-                        ready(limiter.check(key, cost)),
-                        ready(old.check(key, cost)),
+                        async { Ok::<_, Infallible>(old.peek(key, room)) },
+                        async { Ok(limiter.check(key, cost)) },
+                        async { Ok(old.check(key, cost)) },
                         limit_of(limiter.algorithm()),
                     );
                     let Ok(decision) = decided.await;
@@ -358,11 +376,13 @@ impl Entry {
                         })
                 };
                 let result = match &self.carried() {
-                    Some((old, lower_by))
+                    Some((carried, old))
                         if let Limiter::Redis { limiter: old, .. } = &old.limiter =>
                     {
-                        let room =
-                            Request::new(key.as_bytes()).cost(cost.saturating_add(*lower_by));
+                        // Across servers sharing Redis the peek and the count are two
+                        // calls (see the guide).
+                        let room = cost.saturating_add(carried.lower_by);
+                        let room = Request::new(key.as_bytes()).cost(room);
                         let (mut peek_con, mut count_con) = (con.clone(), con.clone());
                         check_carried(
                             async { old.peek_async(&mut peek_con, &room).await.map_err(typed) },
@@ -428,7 +448,7 @@ impl Entry {
         self.check_report(name)?;
         match (&self.limiter, backend) {
             (Limiter::Memory(limiter), _) => {
-                if let Some((old, _)) = self.carried() {
+                if let Some((_, old)) = self.carried() {
                     if let Limiter::Memory(old) = &old.limiter {
                         old.report(key, adjustment);
                     }
@@ -437,7 +457,7 @@ impl Entry {
             }
             (Limiter::Redis { limiter, .. }, Backend::Redis { con, .. }) => {
                 let request = ReportRequest::new(key).adjust(adjustment);
-                if let Some((old, _)) = self.carried() {
+                if let Some((_, old)) = self.carried() {
                     if let Limiter::Redis { limiter: old, .. } = &old.limiter {
                         // Counted in the old limiter too; the new one's report is the answer.
                         let _ = old.report_async(&mut con.clone(), &request).await;
@@ -590,3 +610,75 @@ fn prefix(name: &str, policy: &Policy) -> String {
 
 /// The limiters of every policy, by name.
 pub type Limiters = HashMap<String, Arc<Entry>>;
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use sluicegate_policy::{Duration, Kind, Policy};
+
+    use super::{Backend, Entry, Keys, Limiter};
+    use crate::metrics::Metrics;
+
+    fn window(limit: u64) -> Policy {
+        let hour = Some(Duration(3_600_000_000));
+        Policy::from_flags(Kind::FixedWindow, Some(limit), None, None, hour)
+    }
+
+    fn memory() -> Backend {
+        Backend::Memory(Keys {
+            max_keys: 1000,
+            max_policy_bytes: 1 << 20,
+        })
+    }
+
+    /// `policy` built after `previous` (a change of its parameters).
+    fn build(policy: &Policy, previous: Option<&Arc<Entry>>) -> Arc<Entry> {
+        Entry::build("p", policy, &memory(), previous, &Metrics::default()).unwrap()
+    }
+
+    async fn admitted(entry: &Entry, n: usize) -> usize {
+        let mut count = 0;
+        for _ in 0..n {
+            let decision = entry.decide(&memory(), "p", "k", 1).await.unwrap();
+            count += usize::from(decision.allowed);
+        }
+        count
+    }
+
+    /// What the new limiter itself holds for the key: a request the old limiter
+    /// refused counts in neither.
+    fn new_remaining(entry: &Entry) -> u64 {
+        match &entry.limiter {
+            Limiter::Memory(limiter) => limiter.peek("k", 0).remaining,
+            _ => unreachable!("a memory backend builds memory limiters"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_request_the_old_limit_refuses_is_counted_nowhere() {
+        let old = build(&window(3), None);
+        assert_eq!(admitted(&old, 3).await, 3);
+        let new = build(&window(5), Some(&old));
+        assert_eq!(admitted(&new, 4).await, 0);
+        assert_eq!(new_remaining(&new), 5);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn racing_requests_pass_the_old_limit_no_more_than_its_room() {
+        let old = build(&window(3), None);
+        assert_eq!(admitted(&old, 1).await, 1);
+        let new = build(&window(1000), Some(&old));
+        let tasks: Vec<_> = (0..64)
+            .map(|_| {
+                let new = Arc::clone(&new);
+                tokio::spawn(async move { admitted(&new, 4).await })
+            })
+            .collect();
+        let mut total = 0;
+        for task in tasks {
+            total += task.await.unwrap();
+        }
+        assert_eq!(total, 2, "3 in the old window, 1 used before the change");
+    }
+}
