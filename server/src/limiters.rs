@@ -664,21 +664,22 @@ mod tests {
         assert_eq!(new_remaining(&new), 5);
     }
 
+    /// While the old limiter counts, a decision waits for its key's stripe, so that
+    /// two requests racing on two threads cannot both pass the old limiter's peek
+    /// before either counts.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn racing_requests_pass_the_old_limit_no_more_than_its_room() {
+    async fn a_decision_during_a_change_holds_its_keys_stripe() {
         let old = build(&window(3), None);
-        assert_eq!(admitted(&old, 1).await, 1);
-        let new = build(&window(1000), Some(&old));
-        let tasks: Vec<_> = (0..64)
-            .map(|_| {
-                let new = Arc::clone(&new);
-                tokio::spawn(async move { admitted(&new, 4).await })
-            })
-            .collect();
-        let mut total = 0;
-        for task in tasks {
-            total += task.await.unwrap();
-        }
-        assert_eq!(total, 2, "3 in the old window, 1 used before the change");
+        let new = build(&window(5), Some(&old));
+        let carried = new.carried.as_ref().unwrap();
+        let held = carried.stripe("k").lock().await;
+        let waiting = {
+            let new = Arc::clone(&new);
+            tokio::spawn(async move { admitted(&new, 1).await })
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished(), "decided while its stripe was held");
+        drop(held);
+        assert_eq!(waiting.await.unwrap(), 1);
     }
 }
