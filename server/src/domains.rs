@@ -245,7 +245,7 @@ pub(crate) async fn answer(
             }
             Some((rule, key, overridden)) => {
                 let status = decide(service, rules, rule, *overridden, key, cost(i)).await?;
-                (status, rule.quota)
+                (status, rule.quota || service.quota_mode)
             }
         };
         let is_over = status.code == Code::OverLimit as i32;

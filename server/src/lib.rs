@@ -77,6 +77,10 @@ pub struct Config {
     /// Every rate policy in shadow mode (`--shadow`): decided and counted, always
     /// admitted, would-be denials reported.
     pub shadow: bool,
+    /// Every rule of envoyproxy/ratelimit's YAML in quota mode (`--quota-mode`, their
+    /// `QUOTA_MODE`): over its limit, a rule refuses a request only when every rule the
+    /// request counted on is over.
+    pub quota_mode: bool,
     /// envoyproxy/ratelimit's YAML (`--envoy-config`): a file, or a directory whose
     /// `*.yaml` and `*.yml` files each define one domain, answered over gRPC.
     pub envoy_config: Option<PathBuf>,
@@ -114,6 +118,7 @@ impl Default for Config {
             max_policies: 10_000,
             max_policies_per_app: 1_000,
             shadow: false,
+            quota_mode: false,
             envoy_config: None,
             policies: None,
             key_usage: Vec::new(),
@@ -227,6 +232,7 @@ impl Server {
             config.metrics_open,
             caps,
             config.shadow,
+            config.quota_mode,
             metrics::Metrics::with_key_usage(&config.key_usage, config.key_usage_max),
         ));
         service.reload(true).await?;

@@ -455,10 +455,10 @@ async fn a_limit_override_is_the_limit_in_a_known_domain() {
     server.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn quota_rules_refuse_only_when_all_of_the_request_are_over() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("quotas.yaml");
+/// Envoy's YAML of two quota rules (`user`: 2 an hour, `team`: 3) and a plain one
+/// (`path`: 1 an hour), written in `dir`.
+fn quotas(dir: &std::path::Path) -> PathBuf {
+    let file = dir.join("quotas.yaml");
     std::fs::write(
         &file,
         "domain: quotas
@@ -480,15 +480,24 @@ descriptors:
 ",
     )
     .unwrap();
+    file
+}
+
+/// Each descriptor's code and the overall one.
+fn codes(answer: &RateLimitResponse) -> (Code, Vec<Code>) {
+    let each = answer.statuses.iter().map(|s| seen(s).0).collect();
+    (overall(answer), each)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quota_rules_refuse_only_when_all_of_the_request_are_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = quotas(dir.path());
     let (server, token) = serve(file).await;
     let mut c = client(&server).await;
     let t = token.as_str();
     fresh_window(3600).await;
     let (user, team) = ([("user", "a")], [("team", "t")]);
-    let codes = |answer: &RateLimitResponse| {
-        let each: Vec<Code> = answer.statuses.iter().map(|s| seen(s).0).collect();
-        (overall(answer), each)
-    };
     let mut seen_codes = Vec::new();
     for _ in 0..4 {
         let answer = request(&mut c, t, "quotas", &[(&user, 1), (&team, 1)]).await;
@@ -511,5 +520,30 @@ descriptors:
     assert_eq!(codes(&answer), (OK, vec![OK, OK]));
     let answer = request(&mut c, t, "quotas", &[(&path, 1), (&fresh_user, 1)]).await;
     assert_eq!(codes(&answer), (OVER, vec![OVER, OK]));
+    server.stop().await;
+}
+
+/// `--quota-mode` (their `QUOTA_MODE`): every rule is a quota rule, the plain one too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_quota_mode_every_rule_is_a_quota_rule() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, admin) = TestServer::start_with(Config {
+        grpc_listen: Some("127.0.0.1:0".parse().unwrap()),
+        envoy_config: Some(quotas(dir.path())),
+        quota_mode: true,
+        ..config()
+    })
+    .await;
+    let token = app(&server, &admin, "edge").await;
+    let mut c = client(&server).await;
+    fresh_window(3600).await;
+    let (path, user) = ([("path", "/a")], [("user", "b")]);
+    let answer = request(&mut c, &token, "quotas", &[(&path, 1), (&user, 1)]).await;
+    assert_eq!(codes(&answer), (OK, vec![OK, OK]));
+    // The plain rule over, the quota rule with room: admitted.
+    let answer = request(&mut c, &token, "quotas", &[(&path, 1), (&user, 1)]).await;
+    assert_eq!(codes(&answer), (OK, vec![OVER, OK]));
+    let answer = request(&mut c, &token, "quotas", &[(&path, 1)]).await;
+    assert_eq!(codes(&answer), (OVER, vec![OVER]));
     server.stop().await;
 }

@@ -87,6 +87,11 @@ pub struct ServeArgs {
     /// admitted, would-be denials reported (to try limits on live traffic).
     #[arg(long)]
     shadow: bool,
+    /// Every rule of envoyproxy/ratelimit's YAML in quota mode, as their QUOTA_MODE:
+    /// over its limit, a rule refuses a request only when every rule the request
+    /// counted on is over.
+    #[arg(long)]
+    quota_mode: bool,
     /// envoyproxy/ratelimit's YAML, read as it is: a file, or a directory of `*.yaml`
     /// and `*.yml` files, one domain each, answered over gRPC (--grpc-listen) with their
     /// matching; the top-level `sluicegate_apps: [NAME, ...]` limits which apps may ask.
@@ -138,6 +143,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, Failure> {
         max_policies: args.max_policies,
         max_policies_per_app: args.max_policies_per_app,
         shadow: args.shadow,
+        quota_mode: args.quota_mode,
         envoy_config: args.envoy_config,
         policies: args.policies,
         key_usage: args.key_usage,

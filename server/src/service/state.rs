@@ -41,6 +41,8 @@ pub(crate) struct Service {
     pub(crate) caps: Caps,
     /// Every rate policy in shadow mode (`--shadow`).
     pub(crate) shadow: bool,
+    /// Every rule of Envoy's YAML in quota mode (`--quota-mode`).
+    pub(crate) quota_mode: bool,
     /// Serializes reloads, so a slow one never overwrites a newer one.
     reloading: tokio::sync::Mutex<()>,
     /// When this server last pruned reports' ids, in unix seconds.
@@ -49,18 +51,21 @@ pub(crate) struct Service {
 
 impl Service {
     /// A service over `store`, deciding on `backend` (every rate policy in shadow mode
-    /// if `shadow`), with nothing loaded yet (see [`Service::reload`]).
+    /// if `shadow`, every rule of Envoy's YAML in quota mode if `quota_mode`), with
+    /// nothing loaded yet (see [`Service::reload`]).
     pub(crate) fn new(
         store: Store,
         backend: Backend,
         metrics_open: bool,
         caps: Caps,
         shadow: bool,
+        quota_mode: bool,
         metrics: Metrics,
     ) -> Self {
         Self {
             caps,
             shadow,
+            quota_mode,
             store,
             snapshot: RwLock::default(),
             stored: RwLock::default(),
