@@ -106,8 +106,8 @@ local function muldiv(a, b, c, d)
 end
 
 -- The helpers of numbers held as two 32-bit halves (instants beyond 2^52, a tat beyond
--- 2^53), built on first use: a script defines its functions on every call, and only
--- such calls need these.
+-- 2^53, a ban's threshold and denied count beyond 2^52), built on first use: a script
+-- defines its functions on every call, and only such calls need these.
 local halves_helpers = nil
 local function halves()
   if halves_helpers then return halves_helpers end
@@ -126,14 +126,17 @@ local function halves()
     if l >= TWO32 then return h + 1, l - TWO32 end
     return h, l
   end
-  -- A decimal string of at most 19 digits, up to 2^62, as halves; an error beyond.
+  -- A decimal string of at most 20 digits as halves (beyond 2^64 - 1 when h >= 2^32),
+  -- or nil for any other string.
   function H.decimal(s)
-    if not string.match(s, '^%d+$') or #s > 19 then
-      error({ err = 'SLUICEGATE time beyond 2^62 microseconds' })
-    end
+    if not string.match(s, '^%d+$') or #s > 20 then return nil end
     local head = tonumber(string.sub(s, 1, -10)) or 0
-    local h, l = muldivmod(head, 1000000000, tonumber(string.sub(s, -9)), TWO32)
-    if h > MAX_TICKS_HI or (h == MAX_TICKS_HI and l > 0) then
+    return muldivmod(head, 1000000000, tonumber(string.sub(s, -9)), TWO32)
+  end
+  -- A time argument (a decimal string) up to 2^62 as halves; an error beyond.
+  function H.time(s)
+    local h, l = H.decimal(s)
+    if not h or h > MAX_TICKS_HI or (h == MAX_TICKS_HI and l > 0) then
       error({ err = 'SLUICEGATE time beyond 2^62 microseconds' })
     end
     return h, l
@@ -141,7 +144,7 @@ local function halves()
   -- An instant argument (a decimal string) relative to the epoch: exact for an
   -- instant within 2^53 of it.
   function H.instant(arg)
-    local h, l = H.decimal(arg)
+    local h, l = H.time(arg)
     return H.relative(h, l, epoch_hi, epoch_lo)
   end
   -- `now` (below 2^53) as the origins (see `frame`) of a state's instant and count.
@@ -291,7 +294,7 @@ local function clock(arg, narrow)
   epoch_hi, epoch_lo = 0, 0
   if now <= MAX_NOW then return now, explicit, now end
   if narrow then error({ err = 'SLUICEGATE time beyond 2^52 microseconds' }) end
-  epoch_hi, epoch_lo = halves().decimal(arg)
+  epoch_hi, epoch_lo = halves().time(arg)
   return 0, explicit, arg
 end
 

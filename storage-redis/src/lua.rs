@@ -10,7 +10,7 @@ use sluicegate_core::{
     MAX_TICKS,
 };
 
-use crate::error::{Error, INEXACT, LATEST};
+use crate::error::{Error, LATEST};
 
 static LIB: &str = include_str!("../lua/lib.lua");
 static FIXED_WINDOW: &str = include_str!("../lua/fixed_window.lua");
@@ -125,9 +125,6 @@ const LOG_TOO_LONG: &str = "the longest sliding log the Redis scripts keep (each
 /// `lua/lib.lua`). (Costs are clamped to [`LuaAlgorithm::lua_cost_cap`], so any cost
 /// works.)
 pub const MAX_LUA_TICKS: Ticks = 1 << 52;
-/// The largest ban threshold the scripts take: denied cost counts up to one past it,
-/// exact in Lua.
-const MAX_LUA_THRESHOLD: u64 = 1 << 52;
 /// Why a sliding log refuses a later time, and what to use instead.
 const LOG_TOO_LATE: &str = "the latest time of a sliding log on Redis (its script keeps \
     instants as doubles): use a sliding counter, or the module";
@@ -137,7 +134,7 @@ const LOG_TOO_LATE: &str = "the latest time of a sliding log on Redis (its scrip
 /// The scripts reproduce the core's integer math exactly within the Lua range: the
 /// core's limits, capacities, rates, periods and bucket horizons (a sliding log's limit
 /// up to [`MAX_LUA_LOG_LIMIT`]; a reservation booking more than 2^53 ticks ahead is
-/// refused), ban thresholds up to 2^52 and the core's times (a sliding log's up to
+/// refused), the core's ban thresholds and times (a sliding log's up to
 /// [`MAX_LUA_TICKS`]); any cost.
 pub trait LuaAlgorithm: Algorithm {
     /// Appends the Lua files this algorithm needs to `files`.
@@ -536,17 +533,12 @@ impl<A: LuaAlgorithm> LuaAlgorithm for Ban<A> {
     }
 
     fn lua_cost_cap(&self) -> u64 {
-        // Denied cost saturates at threshold + 1 (below 2^52 + 2, exact in Lua).
+        // Denied cost saturates at threshold + 1 (at most u64::MAX: the core's threshold
+        // is below it), counted in halves in Lua beyond 2^52.
         self.inner().lua_cost_cap().max(self.threshold() + 1)
     }
 
     fn lua_range(&self) -> Result<(), Error> {
-        in_range(
-            "ban threshold",
-            self.threshold(),
-            MAX_LUA_THRESHOLD,
-            INEXACT,
-        )?;
         in_range(
             "keys of a banned limit",
             self.inner().lua_keys() as u64,

@@ -203,7 +203,15 @@ fn windows() {
 
 #[test]
 fn ban_and_composite() {
-    cases((1..=5u64, period(), 0..=4u64).prop_map(|(l, p, t)| {
+    // Thresholds small, or beyond the doubles' 2^53 (counted in halves) up to the core's
+    // largest: the rounds' huge costs add exactly there.
+    let threshold = prop_oneof![
+        2 => 0..=4u64,
+        1 => (1u64 << 53) - 2..=(1 << 53) + 2,
+        1 => (1u64 << 63) - 2..=(1 << 63) + 2,
+        1 => u64::MAX - 3..=u64::MAX - 1
+    ];
+    cases((1..=5u64, period(), threshold).prop_map(|(l, p, t)| {
         let ban = Ban::new(FixedWindow::new(l, p).unwrap(), t, p, 2 * p).unwrap();
         (ban, p, l)
     }));
