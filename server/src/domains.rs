@@ -130,22 +130,9 @@ impl Rules {
 /// The rule of a descriptor's limit `override` in `domain`: named by its figures (one
 /// limiter per distinct override), keyed by all of the descriptor's entries.
 fn override_rule(domain: &str, limit: &RateLimitOverride) -> Result<Rule, ServiceError> {
-    // Envoy's `RateLimitUnit` numbers, which `Unit` follows.
-    let unit = match limit.unit {
-        1 => Unit::Second,
-        2 => Unit::Minute,
-        3 => Unit::Hour,
-        4 => Unit::Day,
-        5 => Unit::Month,
-        6 => Unit::Year,
-        7 => Unit::Week,
-        _ => {
-            return Err(ServiceError::invalid(
-                "a limit override's unit is SECOND to WEEK",
-                Some("limit"),
-            ))
-        }
-    };
+    let unit = Unit::from_number(limit.unit).ok_or_else(|| {
+        ServiceError::invalid("a limit override's unit is SECOND to WEEK", Some("limit"))
+    })?;
     Ok(Rule {
         id: format!("{domain}.override.{}_per_{unit:?}", limit.requests_per_unit),
         limit: Limit::Rate {

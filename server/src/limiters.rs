@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::mem::discriminant;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -103,6 +104,9 @@ struct Carried {
     old: Mutex<Option<Arc<Entry>>>,
     /// When the old limiter's last window has passed.
     until: Instant,
+    /// Set once the old limiter is dropped: every later decision reads this flag
+    /// alone, neither the clock nor the lock.
+    dropped: AtomicBool,
     /// How much lower the new limit is than the old.
     lower_by: u64,
     /// In this process, one decision at a time per stripe of keys while the old limiter
@@ -126,9 +130,13 @@ impl Carried {
 
     /// The old limiter while it still counts; dropped once its window has passed.
     fn old(&self) -> Option<Arc<Entry>> {
+        if self.dropped.load(Ordering::Relaxed) {
+            return None;
+        }
         let mut old = self.old.lock().unwrap_or_else(PoisonError::into_inner);
         if Instant::now() >= self.until {
             *old = None;
+            self.dropped.store(true, Ordering::Relaxed);
         }
         old.clone()
     }
@@ -295,6 +303,7 @@ impl Entry {
             .map(|p| Carried {
                 old: Mutex::new(Some(Arc::clone(p))),
                 until: Instant::now() + Duration::from_micros(p.period),
+                dropped: AtomicBool::new(false),
                 lower_by: p.limit.saturating_sub(policy.limit()),
                 stripes: std::array::from_fn(|_| tokio::sync::Mutex::new(())),
             });
@@ -379,8 +388,8 @@ impl Entry {
                     Some((carried, old))
                         if let Limiter::Redis { limiter: old, .. } = &old.limiter =>
                     {
-                        // Across servers sharing Redis the peek and the count are two
-                        // calls (see the guide).
+                        // In Redis the peek and the count are two calls: requests
+                        // racing on one key may each pass the peek (see the guide).
                         let room = cost.saturating_add(carried.lower_by);
                         let room = Request::new(key.as_bytes()).cost(room);
                         let (mut peek_con, mut count_con) = (con.clone(), con.clone());

@@ -40,6 +40,21 @@ pub enum Unit {
 }
 
 impl Unit {
+    /// The unit numbered `number` in their protocol (`RateLimitUnit`: 1 a second … 7 a
+    /// week; 0, unknown, is none).
+    pub fn from_number(number: i32) -> Option<Self> {
+        Some(match number {
+            1 => Self::Second,
+            2 => Self::Minute,
+            3 => Self::Hour,
+            4 => Self::Day,
+            5 => Self::Month,
+            6 => Self::Year,
+            7 => Self::Week,
+            _ => return None,
+        })
+    }
+
     /// The unit named `name` in any case (`second` … `year`).
     pub fn from_name(name: &str) -> Option<Self> {
         Some(match name.to_ascii_lowercase().as_str() {
