@@ -42,7 +42,13 @@ fn main() {
     code.push_str("];\n");
     let out = PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("assets.rs");
     std::fs::write(out, code).unwrap();
+    #[cfg(feature = "grpc")]
+    envoy_protos();
+}
 
+/// Envoy's rate limit service, generated from the vendored protos.
+#[cfg(feature = "grpc")]
+fn envoy_protos() {
     println!("cargo:rerun-if-changed=vendor/proto");
     use_bundled_protoc();
     tonic_prost_build::configure()
@@ -55,6 +61,7 @@ fn main() {
         .unwrap();
 }
 
+#[cfg(feature = "grpc")]
 /// Points prost-build at the protoc (and its `google/protobuf` includes) shipped in
 /// `protoc-bin-vendored`.
 fn use_bundled_protoc() {

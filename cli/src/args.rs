@@ -245,13 +245,11 @@ impl PolicyArgs {
                 (policy, built, name)
             }
         };
-        if !policy.admits_app(self.app.as_deref()) {
+        // The operator runs the command; `--app` checks the allow-list as the service does.
+        if let Some(app) = self.app.as_deref().filter(|app| !policy.admits_app(app)) {
             return Err(Failure::NoPolicyForApp(format!(
-                "no such policy for this app: {name:?} serves {}, not {}",
-                policy.apps.join(", "),
-                self.app
-                    .as_deref()
-                    .map_or("an unnamed app".into(), |a| format!("{a:?}"))
+                "no such policy for this app: {name:?} serves {}, not {app:?}",
+                policy.apps.join(", ")
             )));
         }
         Ok(Loaded {

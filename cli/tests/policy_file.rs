@@ -181,7 +181,38 @@ fn init_admin_prints_a_token_once() {
     assert!(String::from_utf8_lossy(&again.stderr).contains("an admin exists already"));
 }
 
-/// `sluicegate serve` answers on its port, and stops cleanly (exit 0) on SIGTERM.
+/// Every flag of `serve` is also an environment variable, listed in its help; a flag
+/// given on the command line wins.
+#[test]
+fn serve_reads_its_flags_from_the_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let (from_env, from_flag) = (dir.path().join("env"), dir.path().join("flag"));
+    let init = |args: &[&str]| {
+        bin()
+            .args(args)
+            .env("SLUICEGATE_INIT_ADMIN", "true")
+            .env("SLUICEGATE_DATA_DIR", &from_env)
+            .output()
+            .unwrap()
+    };
+    let first = init(&["serve"]);
+    assert!(first.status.success(), "{}", stderr(&first));
+    assert!(from_env.is_dir() && !from_flag.exists());
+    let flagged = init(&["serve", "--data-dir", from_flag.to_str().unwrap()]);
+    assert!(flagged.status.success(), "{}", stderr(&flagged));
+    assert!(from_flag.is_dir());
+    let help = stdout(&sluicegate(["serve", "--help"]));
+    for variable in [
+        "SLUICEGATE_MAX_KEYS",
+        "SLUICEGATE_DECISIONS",
+        "SLUICEGATE_LOG_FORMAT",
+    ] {
+        assert!(help.contains(&format!("[env: {variable}=")), "{help}");
+    }
+}
+
+/// `sluicegate serve` answers on its port, and stops cleanly (exit 0) on SIGTERM; its
+/// logs are JSON lines with `--log-format json`.
 #[test]
 fn serve_stops_on_sigterm() {
     use std::io::{Read, Write};
@@ -201,8 +232,10 @@ fn serve_stops_on_sigterm() {
             &listen,
             "--data-dir",
             data.to_str().unwrap(),
+            "--log-format",
+            "json",
         ])
-        .stderr(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -236,6 +269,20 @@ fn serve_stops_on_sigterm() {
         assert!(Instant::now() < deadline, "the server did not stop");
         std::thread::sleep(Duration::from_millis(20));
     }
+    let mut logs = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut logs)
+        .unwrap();
+    let serving = logs
+        .lines()
+        .filter(|line| line.starts_with('{'))
+        .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
+        .find(|event| event["fields"]["message"] == "serving");
+    let serving = serving.unwrap_or_else(|| panic!("no JSON line says serving: {logs}"));
+    assert_eq!(serving["fields"]["decisions"], "memory", "{serving}");
 }
 
 /// envoyproxy/ratelimit's YAML: `policy validate` reads it with the parser of `serve

@@ -194,8 +194,9 @@ impl Policy {
         self.max_lease.or(self.lease).map_or(0, |d| d.0)
     }
 
-    /// Whether `app` may use this policy (its allow-list; an empty list admits any).
-    pub fn admits_app(&self, app: Option<&str>) -> bool {
-        self.apps.is_empty() || app.is_some_and(|app| self.apps.iter().any(|a| a == app))
+    /// Whether `app` may use this policy: only the apps it lists may (none listed: no
+    /// app, only its admins see it).
+    pub fn admits_app(&self, app: &str) -> bool {
+        self.apps.iter().any(|a| a == app)
     }
 }

@@ -169,6 +169,7 @@ impl AsyncWrite for Guarded {
     }
 }
 
+#[cfg(feature = "grpc")]
 impl tonic::transport::server::Connected for Guarded {
     type ConnectInfo = tonic::transport::server::TcpConnectInfo;
 

@@ -9,15 +9,14 @@
 //! A change is applied whole or not at all: one invalid file keeps every previous
 //! policy, logs the error (file, line, column) and counts it in `/metrics`.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use sluicegate_policy::{envoy, listed, File, Policy};
+use sluicegate_policy::{envoy, listed, File};
 
 use crate::limiters::{check_backend, Backend};
-use crate::service::{check_name, validate, Service};
+use crate::service::{check_name, validate, Loaded, Service};
 
 /// How often the files are looked at.
 pub(crate) const POLL: Duration = Duration::from_millis(250);
@@ -29,15 +28,6 @@ pub(crate) struct Sources {
     pub(crate) policies: Option<PathBuf>,
     /// `--envoy-config`: a YAML file, or a directory of them.
     pub(crate) envoy: Option<PathBuf>,
-}
-
-/// What the files define.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Loaded {
-    /// The TOML files' policies by name, each with its file.
-    pub(crate) policies: BTreeMap<String, (String, Policy)>,
-    /// The YAML files' domains.
-    pub(crate) envoy: envoy::Config,
 }
 
 /// One file as last seen: its path, length and modification time.
@@ -94,7 +84,7 @@ impl Sources {
 
     /// Reads and checks every file, as `backend` can run it; the first problem found
     /// refuses them all.
-    pub(crate) fn load(&self, backend: &Backend) -> Result<Loaded, String> {
+    pub(crate) fn load(&self, backend: &dyn Backend) -> Result<Loaded, String> {
         let mut loaded = Loaded::default();
         for (path, yaml) in self.files()? {
             let name = path.display().to_string();
@@ -108,7 +98,7 @@ impl Sources {
                 let at = |e: String| format!("{name}: policy {policy_name:?}: {e}");
                 check_name(&policy_name, "name").map_err(|e| at(e.to_string()))?;
                 validate(&policy).map_err(|e| at(e.to_string()))?;
-                check_backend(&policy, backend).map_err(|(_, e)| at(e))?;
+                check_backend(&policy, backend).map_err(|e| at(e.why))?;
                 if let Some((other, _)) = loaded.policies.get(&policy_name) {
                     return Err(at(format!("defined in {other} too")));
                 }
@@ -132,7 +122,7 @@ pub(crate) async fn watch(service: Arc<Service>, sources: Sources) {
             continue;
         }
         last = now;
-        match sources.load(&service.backend) {
+        match sources.load(&*service.backend) {
             Ok(loaded) => {
                 tracing::info!("policy files changed: applied");
                 service.set_files(loaded).await;

@@ -53,7 +53,7 @@ impl TopKeys {
         self.used.insert(key.to_owned(), used);
     }
 
-    /// The gauge's lines for `policy`, most used first.
+    /// The gauge's lines for `policy` (its label value, escaped), most used first.
     pub fn render(&self, policy: &str, out: &mut String) {
         let mut keys: Vec<(&String, &f64)> = self.used.iter().collect();
         keys.sort_by(|a, b| b.1.total_cmp(a.1).then_with(|| a.0.cmp(b.0)));
@@ -68,7 +68,7 @@ impl TopKeys {
 }
 
 /// A label value as Prometheus's text format writes it.
-fn escape(value: &str) -> String {
+pub(crate) fn escape(value: &str) -> String {
     let mut out = String::with_capacity(value.len());
     for c in value.chars() {
         match c {

@@ -1,10 +1,10 @@
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
 
-mod coalesce;
+mod config;
 mod conn;
-mod domains;
 mod files;
+#[cfg(feature = "grpc")]
 pub mod grpc;
 mod http;
 mod key_usage;
@@ -17,115 +17,13 @@ mod token;
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
-use limiters::{Backend, Keys};
+pub use config::{Config, FlagError};
+use limiters::{Backend, InProcess, InRedis, Keys};
 use service::Service;
-use sluicegate_core::FailPolicy;
 pub use store::StoreError;
 use store::{Store, User};
-
-/// How a server runs (the flags of `sluicegate serve`).
-#[derive(Debug, Clone)]
-pub struct Config {
-    /// Where to listen (`--listen`, default `127.0.0.1:8080`).
-    pub listen: SocketAddr,
-    /// Where to serve Envoy's rate limit service over gRPC (`--grpc-listen`); none by
-    /// default.
-    pub grpc_listen: Option<SocketAddr>,
-    /// The embedded store's directory (`--data-dir`), used unless `store` is set.
-    pub data_dir: PathBuf,
-    /// `postgres://…` (`--store`): the store a fleet shares.
-    pub store: Option<String>,
-    /// `redis://…` (`--decisions`): decisions a fleet shares; else in this process.
-    pub decisions: Option<String>,
-    /// What to answer while Redis is unreachable (`--fail`); with `Local(())` each
-    /// policy decides in this process meanwhile.
-    pub fail: FailPolicy<()>,
-    /// Keys kept per policy by in-process limiters (`--max-keys`).
-    pub max_keys: usize,
-    /// Bytes per policy's in-process limiter at the worst (`--max-policy-bytes`): its
-    /// key cap is lowered to fit.
-    pub max_policy_bytes: usize,
-    /// `/metrics` without a token (`--metrics-open`).
-    pub metrics_open: bool,
-    /// The longest a request may take before it is answered 503.
-    pub timeout: Duration,
-    /// How often the store's change counter is polled.
-    pub poll: Duration,
-    /// How long a request's head may take to arrive (`--header-timeout`).
-    pub header_timeout: Duration,
-    /// How long a keep-alive connection may wait for its next request (`--idle-timeout`).
-    pub idle_timeout: Duration,
-    /// Connections open at once per listener (`--max-connections`); the excess is
-    /// answered 503 and closed.
-    pub max_connections: usize,
-    /// How long shutdown waits for requests in flight before closing what is left
-    /// (`--shutdown-timeout`).
-    pub shutdown_timeout: Duration,
-    /// How often gRPC pings an idle connection; one unanswered for as long closes it
-    /// (`--grpc-keepalive`).
-    pub grpc_keepalive: Duration,
-    /// Calls at once on one gRPC connection (`--grpc-max-streams`).
-    pub grpc_max_streams: u32,
-    /// The most policies the store may hold (`--max-policies`).
-    pub max_policies: usize,
-    /// The most policies listing one app (`--max-policies-per-app`).
-    pub max_policies_per_app: usize,
-    /// Every rate policy in shadow mode (`--shadow`): decided and counted, always
-    /// admitted, would-be denials reported.
-    pub shadow: bool,
-    /// Every rule of envoyproxy/ratelimit's YAML in quota mode (`--quota-mode`, their
-    /// `QUOTA_MODE`): over its limit, a rule refuses a request only when every rule the
-    /// request counted on is over.
-    pub quota_mode: bool,
-    /// envoyproxy/ratelimit's YAML (`--envoy-config`): a file, or a directory whose
-    /// `*.yaml` and `*.yml` files each define one domain, answered over gRPC.
-    pub envoy_config: Option<PathBuf>,
-    /// Policies from files (`--policies`): a TOML policy file or Envoy's YAML, or a
-    /// directory of them, watched and applied on change; read-only through the API.
-    pub policies: Option<PathBuf>,
-    /// Policies whose most used keys `/metrics` shows (`--key-usage`), each key's share
-    /// of its limit as `sluicegate_key_usage_ratio`.
-    pub key_usage: Vec<String>,
-    /// How many keys `--key-usage` shows per policy (`--key-usage-max`): a bound on the
-    /// gauge's series.
-    pub key_usage_max: usize,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Self {
-            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
-            grpc_listen: None,
-            data_dir: PathBuf::from("sluicegate-data"),
-            store: None,
-            decisions: None,
-            fail: FailPolicy::Error,
-            max_keys: 100_000,
-            max_policy_bytes: 256 << 20,
-            metrics_open: false,
-            timeout: Duration::from_secs(10),
-            poll: Duration::from_millis(250),
-            header_timeout: Duration::from_secs(5),
-            idle_timeout: Duration::from_secs(60),
-            max_connections: 1024,
-            shutdown_timeout: Duration::from_secs(10),
-            grpc_keepalive: Duration::from_secs(30),
-            grpc_max_streams: 100,
-            max_policies: 10_000,
-            max_policies_per_app: 1_000,
-            shadow: false,
-            quota_mode: false,
-            envoy_config: None,
-            policies: None,
-            key_usage: Vec::new(),
-            key_usage_max: 50,
-        }
-    }
-}
 
 /// Why the server could not start or stopped.
 #[derive(Debug, thiserror::Error)]
@@ -207,43 +105,45 @@ impl Server {
             max_keys: config.max_keys,
             max_policy_bytes: config.max_policy_bytes,
         };
-        let backend = match &config.decisions {
-            None => Backend::Memory(keys),
+        let backend: Box<dyn Backend> = match &config.decisions {
+            None => Box::new(InProcess(keys)),
             Some(url) => {
                 let timeout = sluicegate_redis::DEFAULT_TIMEOUT;
                 let con = sluicegate_redis::ReconnectingAsync::open(url, None, timeout)
                     .map_err(|e| Error::Decisions(e.to_string()))?;
-                let coalescer = coalesce::Coalescer::start(con.clone());
-                Backend::Redis {
-                    con,
-                    coalescer,
-                    fail: config.fail.clone(),
-                    keys,
-                }
+                Box::new(InRedis::new(con, config.fail.clone(), keys))
             }
         };
         let caps = service::Caps {
             total: config.max_policies,
             per_app: config.max_policies_per_app,
+            report_ids: config.max_report_ids,
         };
-        let service = Arc::new(Service::new(
+        let service = Arc::new(Service::new(service::Parts {
             store,
             backend,
-            config.metrics_open,
+            metrics: metrics::Metrics::with_key_usage(&config.key_usage, config.key_usage_max),
+            metrics_open: config.metrics_open,
             caps,
-            config.shadow,
-            config.quota_mode,
-            metrics::Metrics::with_key_usage(&config.key_usage, config.key_usage_max),
-        ));
+            shadow: config.shadow,
+            quota_mode: config.quota_mode,
+        }));
         service.reload(true).await?;
         let sources = files::Sources::of(&config);
         if sources.any() {
-            let loaded = sources.load(&service.backend).map_err(Error::Config)?;
+            let loaded = sources.load(&*service.backend).map_err(Error::Config)?;
             service.set_files(loaded).await;
         }
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
             .map_err(|e| Error::Listen(config.listen, e))?;
+        if cfg!(not(feature = "grpc"))
+            && (config.grpc_listen.is_some() || config.envoy_config.is_some())
+        {
+            let why =
+                "--grpc-listen and --envoy-config: this server is built without its `grpc` feature";
+            return Err(Error::Config(why.into()));
+        }
         let grpc = match config.grpc_listen {
             Some(addr) => Some(
                 tokio::net::TcpListener::bind(addr)
@@ -286,6 +186,7 @@ impl Server {
                 if let Err(e) = service.reload(false).await {
                     tracing::warn!(error = %e, "polling the store; serving the policies last read");
                 }
+                service.prune_reports(time::now_s()).await;
             }
         });
         // One shutdown signal for both listeners.
@@ -294,10 +195,7 @@ impl Server {
             shutdown.await;
             let _ = stop.send(true);
         });
-        let until = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
-            let _ = stopped.wait_for(|stop| *stop).await;
-        };
-        tracing::info!(listen = %self.local_addr(), "serving");
+        tracing::info!(listen = %self.local_addr(), decisions = self.service.backend.name(), "serving");
         let config = &self.config;
         let bounds = conn::Bounds {
             header: config.header_timeout,
@@ -307,23 +205,13 @@ impl Server {
         let watcher = sources
             .any()
             .then(|| tokio::spawn(files::watch(Arc::clone(&self.service), sources)));
-        let grpc_addr = self.grpc_addr();
+        #[cfg(feature = "grpc")]
         let grpc = self.grpc.map(|listener| {
-            let gate = conn::Gate::new(listener, config.max_connections, bounds, b"");
-            let incoming = futures_util::stream::unfold(gate, |gate| async {
-                let conn = gate.accept().await;
-                Some((Ok::<_, std::convert::Infallible>(conn), gate))
-            });
-            tracing::info!(listen = ?grpc_addr, "serving Envoy's rate limit service (gRPC)");
-            tokio::spawn(
-                tonic::transport::Server::builder()
-                    .timeout(config.timeout)
-                    .max_concurrent_streams(config.grpc_max_streams)
-                    .http2_keepalive_interval(Some(config.grpc_keepalive))
-                    .http2_keepalive_timeout(Some(config.grpc_keepalive))
-                    .add_service(grpc::Rls::server(Arc::clone(&self.service)))
-                    .serve_with_incoming_shutdown(incoming, until(stopped.clone())),
-            )
+            let mut stopped = stopped.clone();
+            let until = async move {
+                let _ = stopped.wait_for(|stop| *stop).await;
+            };
+            grpc::spawn(listener, Arc::clone(&self.service), config, bounds, until)
         });
         let gate = conn::Gate::new(
             self.listener,
@@ -333,17 +221,9 @@ impl Server {
         );
         let app = http::router::router(Arc::clone(&self.service), config.timeout);
         conn::serve_http1(gate, app, stopped.clone(), config.shutdown_timeout).await;
-        if let Some(mut grpc) = grpc {
-            // tonic waits for every connection to end: bounded by the same deadline.
-            match tokio::time::timeout(config.shutdown_timeout, &mut grpc).await {
-                Ok(Ok(Err(e))) => tracing::error!(error = %e, "gRPC server"),
-                Ok(Err(e)) => tracing::error!(error = %e, "gRPC server task"),
-                Ok(Ok(Ok(()))) => {}
-                Err(_) => {
-                    tracing::warn!("gRPC shutdown deadline passed; closing its connections");
-                    grpc.abort();
-                }
-            }
+        #[cfg(feature = "grpc")]
+        if let Some(grpc) = grpc {
+            grpc::finish(grpc, config.shutdown_timeout).await;
         }
         poller.abort();
         if let Some(watcher) = watcher {

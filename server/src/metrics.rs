@@ -6,9 +6,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use sluicegate_core::Decision;
+use sluicegate_core::{Decision, Outcome};
 
-use crate::key_usage::TopKeys;
+use crate::key_usage::{escape, TopKeys};
 
 /// Seconds per step of `/v1/stats`.
 pub const STEP_S: u64 = 5;
@@ -172,6 +172,7 @@ pub fn render_tables<'a>(tables: impl Iterator<Item = (&'a str, Table)>) -> Stri
     for (name, kind, help, value) in metrics {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
         for (policy, table) in &tables {
+            let policy = escape(policy);
             let _ = writeln!(out, "{name}{{policy=\"{policy}\"}} {}", value(table));
         }
     }
@@ -222,29 +223,31 @@ impl Metrics {
         }))
     }
 
-    /// Counts `decision` of `key` into `counters` at unix second `now_s`, taking
+    /// Counts `outcome` of `key` into `counters` at unix second `now_s`, taking
     /// `took`. In shadow mode the request is admitted (and counted so), a denial counted
-    /// apart.
+    /// apart; a fail policy's answer has no figures to count beyond its verdict.
     pub fn decision(
         &self,
         counters: &Counters,
         key: &str,
-        decision: &Decision,
+        outcome: &Outcome<()>,
         shadow: bool,
         now_s: u64,
         took: Duration,
     ) {
-        counters.count(decision.allowed || shadow, now_s);
-        if shadow && !decision.allowed {
+        counters.count(outcome.allowed() || shadow, now_s);
+        if shadow && !outcome.allowed() {
             counters.shadow_denied.fetch_add(1, Ordering::Relaxed);
         }
-        if near_limit(decision) {
-            counters.near_limit.fetch_add(1, Ordering::Relaxed);
-        }
-        if let Some(keys) = &counters.keys {
-            keys.lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .record(key, decision);
+        if let Some(decision) = outcome.decision() {
+            if near_limit(decision) {
+                counters.near_limit.fetch_add(1, Ordering::Relaxed);
+            }
+            if let Some(keys) = &counters.keys {
+                keys.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .record(key, decision);
+            }
         }
         let seconds = took.as_secs_f64();
         let bucket = BUCKETS
@@ -302,8 +305,12 @@ impl Metrics {
             })
             .collect();
         out.push_str("# HELP sluicegate_decisions_total Decisions by policy and outcome (a shadow policy admits).\n# TYPE sluicegate_decisions_total counter\n");
+        // A rule of Envoy's YAML is named by its values, which may hold any character.
+        let decided: Vec<(String, &Arc<Counters>)> = decided
+            .into_iter()
+            .map(|(name, p)| (escape(name), p))
+            .collect();
         for (name, p) in &decided {
-            // Policy names are letters, digits, `-`, `_` and `.`: nothing to escape.
             for (outcome, count) in [("allowed", &p.allowed), ("denied", &p.denied)] {
                 let _ = writeln!(
                     out,
@@ -412,7 +419,25 @@ impl Metrics {
 
 #[cfg(test)]
 mod tests {
-    use super::{near_limit, Decision};
+    use std::time::Duration;
+
+    use sluicegate_core::Outcome;
+
+    use super::{near_limit, Decision, Metrics};
+
+    /// A rule of Envoy's YAML is named by its values: every label value is escaped, so
+    /// one odd value cannot make a scraper refuse the whole page.
+    #[test]
+    fn label_values_are_escaped() {
+        let metrics = Metrics::default();
+        let counters = metrics.counters("envoy:d.say \"hi\"\\\n");
+        let admitted = Outcome::Decided(Decision::admit(1, 0, 0, 0));
+        metrics.decision(&counters, "k", &admitted, false, 0, Duration::ZERO);
+        let out = metrics.render();
+        let line =
+            r#"sluicegate_decisions_total{policy="envoy:d.say \"hi\"\\\n",outcome="allowed"} 1"#;
+        assert!(out.lines().any(|l| l == line), "{out}");
+    }
 
     #[test]
     fn near_is_an_admission_at_four_fifths_used_with_figures() {

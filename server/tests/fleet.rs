@@ -223,11 +223,18 @@ async fn redis_killed_then_restarted() {
         down.text
     );
     // --fail closed: a denial; --fail local: this server's own limit of 2.
+    // Without figures: none is known, none is invented.
     let denied = decide(&closed, &web, "k").await;
     assert_eq!(
-        (denied.status, &denied.json["allowed"]),
-        (StatusCode::OK, &false.into())
+        (denied.status, &denied.json["allowed"], &denied.json["fail"]),
+        (StatusCode::OK, &false.into(), &"closed".into())
     );
+    assert!(
+        denied.json.get("retry_after_us").is_none(),
+        "{}",
+        denied.text
+    );
+    assert!(denied.headers.get("retry-after").is_none());
     let local_allowed: Vec<bool> = {
         let mut v = Vec::new();
         for _ in 0..3 {

@@ -274,3 +274,39 @@ async fn a_report_retried_ten_times_counts_once_across_two_servers() {
     a.stop().await;
     b.stop().await;
 }
+
+/// A report whose charge fails (Redis away) is not lost: the id is given back, so the
+/// retry the guide promises charges it, once; and the same id with another cost is a
+/// conflict, not a retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_whose_charge_failed_is_charged_by_its_retry() {
+    let mut redis = Redis::start();
+    let (server, admin) = TestServer::start_with(Config {
+        decisions: Some(redis.url()),
+        ..config()
+    })
+    .await;
+    let web = app(&server, &admin, "web").await;
+    create_policy(&server, &admin, "tokens", WINDOW).await;
+    redis.kill();
+    let down = report(&server, &web, "k", 3, "r9").await;
+    assert_eq!(
+        down.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        down.text
+    );
+    redis.restart();
+    let retried = eventually(std::time::Duration::from_secs(10), || async {
+        report(&server, &web, "k", 3, "r9").await.status == StatusCode::OK
+    });
+    assert!(retried.await, "Redis never came back");
+    // Charged once, by the retry that succeeded: 10 - 3 left, and a duplicate after.
+    assert_eq!(
+        figures(&report(&server, &web, "k", 3, "r9").await),
+        (3, 0, 7, true)
+    );
+    let other = report(&server, &web, "k", 5, "r9").await;
+    assert_eq!(other.status, StatusCode::CONFLICT, "{}", other.text);
+    server.stop().await;
+}

@@ -25,7 +25,7 @@ pub const MAX_NAME: usize = 64;
 /// A named policy as clients see it: `RateLimit-Policy: "name";q=100;w=60`. Cheap to
 /// clone: its text is made once and shared.
 #[derive(Debug, Clone)]
-pub struct Policy {
+pub struct RateLimitPolicy {
     text: Arc<Text>,
 }
 
@@ -40,7 +40,7 @@ struct Text {
     prefix: Box<[u8]>,
 }
 
-impl Policy {
+impl RateLimitPolicy {
     /// The policy `name` admitting `quota` units per `window` (rounded up to whole
     /// seconds). Names are 1 to 64 letters, digits, `-`, `_` and `.`, so that every
     /// structured field parser reads them back unchanged; anything else is an error.
@@ -130,7 +130,7 @@ impl Headers {
 /// per request) and written when the response arrives.
 #[derive(Debug)]
 pub(crate) struct Stamp {
-    policy: Policy,
+    policy: RateLimitPolicy,
     limit: u64,
     remaining: u64,
     /// `t`, and the legacy reset.
@@ -140,7 +140,7 @@ pub(crate) struct Stamp {
 
 impl Stamp {
     /// The headers `which` asks for.
-    pub(crate) fn new(policy: &Policy, decision: &Decision, which: Headers) -> Self {
+    pub(crate) fn new(policy: &RateLimitPolicy, decision: &Decision, which: Headers) -> Self {
         Self {
             policy: policy.clone(),
             limit: decision.limit,
@@ -209,7 +209,7 @@ mod tests {
     use super::*;
 
     fn stamped(decision: Decision) -> HeaderMap {
-        let policy = Policy::new("api", 100, Duration::from_millis(59_500)).unwrap();
+        let policy = RateLimitPolicy::new("api", 100, Duration::from_millis(59_500)).unwrap();
         let mut headers = HeaderMap::new();
         policy.stamp(&mut headers, StatusCode::TOO_MANY_REQUESTS, &decision, true);
         headers
@@ -250,13 +250,13 @@ mod tests {
         let long = "x".repeat(MAX_NAME + 1);
         for bad in ["", "a b", "a\"b", "a;b", "a,b", "é", &long] {
             assert!(
-                Policy::new(bad, 1, Duration::from_secs(1)).is_err(),
+                RateLimitPolicy::new(bad, 1, Duration::from_secs(1)).is_err(),
                 "{bad}"
             );
         }
-        assert!(Policy::new("per-ip_v1.2", 1, Duration::from_secs(1)).is_ok());
+        assert!(RateLimitPolicy::new("per-ip_v1.2", 1, Duration::from_secs(1)).is_ok());
         // The longest name with the largest figures still fits the header's buffer.
-        let policy = Policy::new(&long[1..], u64::MAX, Duration::MAX).unwrap();
+        let policy = RateLimitPolicy::new(&long[1..], u64::MAX, Duration::MAX).unwrap();
         let mut headers = HeaderMap::new();
         let most = Decision::admit(u64::MAX, u64::MAX, u64::MAX, 0);
         policy.stamp(&mut headers, StatusCode::OK, &most, false);

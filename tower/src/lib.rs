@@ -19,11 +19,11 @@ mod strategy;
 pub use body::UntilDone;
 pub use concurrency::{ConcurrencyLimit, ConcurrencyLimitLayer, LeaseBody};
 pub use error::Error;
-pub use headers::{Policy, MAX_NAME, RATELIMIT, RATELIMIT_POLICY};
+pub use headers::{RateLimitPolicy, MAX_NAME, RATELIMIT, RATELIMIT_POLICY};
 pub use key::{Cidr, Key, KeyError, KeyExtractor, KeyFn};
 #[cfg(feature = "redis")]
 pub use limiter::RedisBackend;
-pub use limiter::{BoxFuture, InProcess, Limiter, NoWait, Pending, Quota, Settled, Verdict};
+pub use limiter::{Backend, BoxFuture, InProcess, NoWait, Pending, Quota, Settled, Verdict};
 pub use rate_limit::{OnBadKey, RateLimit, RateLimitLayer, ResponseFuture};
 #[cfg(feature = "remote")]
 pub use remote::{Remote, RemoteFail};

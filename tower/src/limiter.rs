@@ -1,6 +1,6 @@
 //! The limiters the middleware runs on: in-process ([`KeyedLimiter`]) and, with the
 //! `redis` feature, Redis ([`RedisBackend`]). A fleet or a remote `sluicegate serve` fits
-//! the same [`Limiter`] trait: a decision that may take a round trip.
+//! the same [`Backend`] trait: a decision that may take a round trip.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -37,7 +37,7 @@ pub enum Verdict {
 }
 
 /// What a limiter answers for a cost reported after the response (see
-/// [`Limiter::report`]).
+/// [`Backend::report`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Settled {
@@ -110,7 +110,7 @@ impl<T> Pending<T> {
 /// A keyed limit the middleware consults. One value is shared (behind an `Arc`) by every
 /// clone of the layer and its services, so every connection counts against the same
 /// state. Decisions never panic; a store's failure is a [`Verdict`].
-pub trait Limiter: Send + Sync + 'static {
+pub trait Backend: Send + Sync + 'static {
     /// Decides a request of `cost` for `key` now.
     fn check(&self, key: &Key, cost: u64) -> Pending;
 
@@ -135,7 +135,7 @@ pub(crate) use sluicegate_core::ticks;
 /// The in-process limiter a [`Quota`] builds: per key, on the monotonic clock.
 pub type InProcess<A = TokenBucket> = KeyedLimiter<Key, A>;
 
-impl<A: Reserve, C: Clock, H: BuildHasher> Limiter for KeyedLimiter<Key, A, C, H>
+impl<A: Reserve, C: Clock, H: BuildHasher> Backend for KeyedLimiter<Key, A, C, H>
 where
     Self: Send + Sync + 'static,
 {
@@ -153,7 +153,7 @@ where
 #[derive(Debug)]
 pub struct NoWait<A: Algorithm, C = MonotonicClock, H = KeyHasher>(pub KeyedLimiter<Key, A, C, H>);
 
-impl<A: Algorithm, C: Clock, H: BuildHasher> Limiter for NoWait<A, C, H>
+impl<A: Algorithm, C: Clock, H: BuildHasher> Backend for NoWait<A, C, H>
 where
     Self: Send + Sync + 'static,
 {
@@ -226,7 +226,7 @@ mod redis_backend {
     use sluicegate_core::{Request, Reserve};
     use sluicegate_redis::{LuaAlgorithm, Outcome, ReconnectingAsync, RedisLimiter};
 
-    use super::{ticks, Limiter, Pending, Verdict};
+    use super::{ticks, Backend, Pending, Verdict};
     use crate::key::Key;
 
     /// A limit in Redis, shared by every replica using the same prefix, through an
@@ -252,7 +252,7 @@ mod redis_backend {
         Verdict::of(outcome, sluicegate_redis::Error::is_unavailable)
     }
 
-    impl<A> Limiter for RedisBackend<A>
+    impl<A> Backend for RedisBackend<A>
     where
         A: LuaAlgorithm + Reserve + Send + Sync + 'static,
         A::State: Send + Sync,

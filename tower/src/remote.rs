@@ -11,12 +11,12 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use sluicegate_core::{Decision, FailPolicy};
 
 use crate::error::Error;
 use crate::key::Key;
-use crate::limiter::{InProcess, Limiter, Pending, Verdict};
+use crate::limiter::{Backend, InProcess, Pending, Verdict};
 
 /// The longest decision answer read (the server's are about 200 bytes).
 const MAX_ANSWER: usize = 16 * 1024;
@@ -46,7 +46,7 @@ pub type RemoteFail = FailPolicy<Arc<InProcess>>;
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use sluicegate_tower::{Policy, RateLimitLayer, Remote, RemoteFail};
+/// use sluicegate_tower::{RateLimitPolicy, RateLimitLayer, Remote, RemoteFail};
 ///
 /// # fn run() -> Result<(), sluicegate_tower::Error> {
 /// let token = std::env::var("SLUICEGATE_APP_TOKEN").unwrap_or_default();
@@ -54,7 +54,7 @@ pub type RemoteFail = FailPolicy<Arc<InProcess>>;
 ///     .timeout(Duration::from_millis(200))
 ///     .on_failure(RemoteFail::Open);
 /// // The headers announce the server's policy: 100 a minute.
-/// let layer = RateLimitLayer::new(Policy::new("api", 100, Duration::from_secs(60))?, remote);
+/// let layer = RateLimitLayer::new(RateLimitPolicy::new("api", 100, Duration::from_secs(60))?, remote);
 /// # Ok(())
 /// # }
 /// ```
@@ -149,6 +149,13 @@ impl Inner {
         let answer = tokio::time::timeout(self.timeout, self.ask(key, cost))
             .await
             .unwrap_or(Err(Failure::Unavailable));
+        // The service's own fail policy answered (its store away): its verdict stands.
+        let answer = match answer {
+            Ok(Answered::Failed { allowed: true, .. }) => return Verdict::Open,
+            Ok(Answered::Failed { allowed: false, .. }) => return Verdict::Closed,
+            Ok(Answered::Decided(decision)) => Ok(decision),
+            Err(failure) => Err(failure),
+        };
         let unreachable = |failure: &Failure| matches!(failure, Failure::Unavailable);
         let outcome = self
             .fail
@@ -156,7 +163,7 @@ impl Inner {
         Verdict::of(outcome, unreachable)
     }
 
-    async fn ask(&self, key: &Key, cost: u64) -> Result<Decision, Failure> {
+    async fn ask(&self, key: &Key, cost: u64) -> Result<Answered, Failure> {
         let key = remote_key(key);
         let ask = Ask {
             policy: &self.policy,
@@ -193,9 +200,21 @@ impl Inner {
                 "the service answered {status}: {text}"
             )));
         }
-        // The service answers the core's wire shape of a decision.
         serde_json::from_slice(&body).map_err(|e| Failure::Refused(format!("not a decision: {e}")))
     }
+}
+
+/// The service's answer: the core's wire shape of a decision, or, its store
+/// unreachable, its fail policy's verdict without figures (`"fail": "open"|"closed"`).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Answered {
+    Failed {
+        allowed: bool,
+        #[serde(rename = "fail")]
+        _fail: String,
+    },
+    Decided(Decision),
 }
 
 /// The key as the service takes it (a string): IP keys as `ip:` and the address, text
@@ -214,9 +233,28 @@ fn remote_key(key: &Key) -> String {
     }
 }
 
-impl Limiter for Remote {
+impl Backend for Remote {
     fn check(&self, key: &Key, cost: u64) -> Pending {
         let (inner, key) = (self.inner.clone(), key.clone());
         Pending::Later(Box::pin(async move { inner.decide(&key, cost).await }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sluicegate_core::Decision;
+
+    use super::Answered;
+
+    #[test]
+    fn the_services_fail_verdicts_are_told_from_its_decisions() {
+        let parse = |text: &str| serde_json::from_str::<Answered>(text).unwrap();
+        let open = parse(r#"{"policy":"p","key":"k","allowed":true,"fail":"open"}"#);
+        assert!(matches!(open, Answered::Failed { allowed: true, .. }));
+        let closed = parse(r#"{"policy":"p","key":"k","allowed":false,"fail":"closed"}"#);
+        assert!(matches!(closed, Answered::Failed { allowed: false, .. }));
+        let denial = Decision::deny(3, 0, Some(5), 5);
+        let decided = parse(&serde_json::to_string(&denial).unwrap());
+        assert!(matches!(decided, Answered::Decided(d) if d == denial));
     }
 }

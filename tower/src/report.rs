@@ -12,7 +12,7 @@ use sluicegate_core::{Clock, Report, Reserve};
 
 use crate::body::UntilDone;
 use crate::key::Key;
-use crate::limiter::{Limiter, NoWait, Pending, Settled};
+use crate::limiter::{Backend, NoWait, Pending, Settled};
 
 /// The actual cost of a request, known when its response is made: a handler puts it in
 /// the response's extensions, and the rate limit charges the difference from the cost
@@ -21,8 +21,8 @@ use crate::limiter::{Limiter, NoWait, Pending, Settled};
 pub struct ReportedCost(pub u64);
 
 /// The limiters [`Reporting`] wraps: those whose algorithm takes reports.
-pub trait Reportable: Limiter {
-    /// Applies a report (see [`Limiter::report`]).
+pub trait Reportable: Backend {
+    /// Applies a report (see [`Backend::report`]).
     fn report_cost(&self, key: &Key, adjustment: i64) -> Pending<Settled>;
 }
 
@@ -35,7 +35,7 @@ pub trait Reportable: Limiter {
 #[derive(Debug)]
 pub struct Reporting<L>(pub L);
 
-impl<L: Reportable> Limiter for Reporting<L> {
+impl<L: Reportable> Backend for Reporting<L> {
     fn check(&self, key: &Key, cost: u64) -> Pending {
         self.0.check(key, cost)
     }
@@ -60,7 +60,7 @@ fn in_process<A: Report, C: Clock, H: BuildHasher>(
 
 impl<A: Reserve + Report, C: Clock, H: BuildHasher> Reportable for KeyedLimiter<Key, A, C, H>
 where
-    Self: Limiter,
+    Self: Backend,
 {
     fn report_cost(&self, key: &Key, adjustment: i64) -> Pending<Settled> {
         in_process(self, key, adjustment)
@@ -69,7 +69,7 @@ where
 
 impl<A: Report, C: Clock, H: BuildHasher> Reportable for NoWait<A, C, H>
 where
-    Self: Limiter,
+    Self: Backend,
 {
     fn report_cost(&self, key: &Key, adjustment: i64) -> Pending<Settled> {
         in_process(&self.0, key, adjustment)
@@ -97,13 +97,13 @@ where
 
 /// What an admitted request may owe: its key's limiter and the cost decided.
 pub(crate) struct Charge {
-    limiter: Arc<dyn Limiter>,
+    limiter: Arc<dyn Backend>,
     key: Key,
     decided: u64,
 }
 
 impl Charge {
-    pub(crate) fn new(limiter: Arc<dyn Limiter>, key: Key, decided: u64) -> Self {
+    pub(crate) fn new(limiter: Arc<dyn Backend>, key: Key, decided: u64) -> Self {
         Self {
             limiter,
             key,

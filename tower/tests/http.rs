@@ -11,8 +11,8 @@ use http::StatusCode;
 use sluicegate_core::memory::KeyedLimiter;
 use sluicegate_core::{FixedWindow, ManualClock, TokenBucket, SECOND};
 use sluicegate_tower::{
-    BoxFuture, Degrade, InProcess, Key, KeyExtractor, NoWait, OnBadKey, Overload, Policy, Quota,
-    RateLimitLayer, Wait,
+    BoxFuture, Degrade, InProcess, Key, KeyExtractor, NoWait, OnBadKey, Overload, Quota,
+    RateLimitLayer, RateLimitPolicy, Wait,
 };
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -60,8 +60,8 @@ async fn headers_are_the_decisions_figures_in_whole_seconds_rounded_up() {
         100,
         ManualClock::new(0),
     );
-    let layer =
-        RateLimitLayer::new(Policy::new("api", 3, MINUTE).unwrap(), limiter).legacy_headers(true);
+    let layer = RateLimitLayer::new(RateLimitPolicy::new("api", 3, MINUTE).unwrap(), limiter)
+        .legacy_headers(true);
     let clock = layer.limiter().clone();
     let addr = serve(root("ok").layer(layer)).await;
     let mut seen = Vec::new();
@@ -113,7 +113,7 @@ async fn headers_off_leave_only_retry_after_on_refusals() {
             ManualClock::new(0),
         )
     };
-    let policy = || Policy::new("api", 2, MINUTE).unwrap();
+    let policy = || RateLimitPolicy::new("api", 2, MINUTE).unwrap();
     let bare = RateLimitLayer::new(policy(), bucket()).ratelimit_headers(false);
     let legacy = RateLimitLayer::new(policy(), bucket())
         .ratelimit_headers(false)
@@ -322,7 +322,7 @@ async fn algorithms_without_reservations_decide_at_once_under_wait() {
         FixedWindow::new(1, 60 * SECOND).unwrap(),
         10,
     ));
-    let layer = RateLimitLayer::new(Policy::new("window", 1, MINUTE).unwrap(), limiter)
+    let layer = RateLimitLayer::new(RateLimitPolicy::new("window", 1, MINUTE).unwrap(), limiter)
         .overload(Wait::at_most(Duration::from_secs(5)));
     let addr = serve(root("ok").layer(layer)).await;
     let start = Instant::now();

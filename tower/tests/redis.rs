@@ -13,7 +13,7 @@ use http::StatusCode;
 use sluicegate_core::memory::KeyedLimiter;
 use sluicegate_core::{TokenBucket, SECOND};
 use sluicegate_redis::{connect_async, FailPolicy, RedisLimiter};
-use sluicegate_tower::{Policy, RateLimitLayer, RedisBackend, Wait};
+use sluicegate_tower::{RateLimitLayer, RateLimitPolicy, RedisBackend, Wait};
 
 const MINUTE: Duration = Duration::from_secs(60);
 
@@ -33,7 +33,7 @@ async fn app(
         .on_unavailable(policy);
     let con = connect_async(server.client(), Duration::from_millis(200)).unwrap();
     let layer = RateLimitLayer::new(
-        Policy::new("api", n, MINUTE).unwrap(),
+        RateLimitPolicy::new("api", n, MINUTE).unwrap(),
         RedisBackend::new(limiter, con),
     );
     serve(root("ok").layer(layer)).await
@@ -119,7 +119,7 @@ async fn wait_books_its_slot_in_redis() {
         .with_prefix("rl:wait:");
     let con = connect_async(server.client(), Duration::from_millis(200)).unwrap();
     let layer = RateLimitLayer::new(
-        Policy::new("paced", 1, Duration::from_millis(200)).unwrap(),
+        RateLimitPolicy::new("paced", 1, Duration::from_millis(200)).unwrap(),
         RedisBackend::new(limiter, con),
     )
     .overload(Wait::at_most(Duration::from_millis(300)));

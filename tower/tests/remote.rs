@@ -16,7 +16,7 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use sluicegate_server::{Config, Server};
-use sluicegate_tower::{Policy, Quota, RateLimitLayer, Remote, RemoteFail};
+use sluicegate_tower::{Quota, RateLimitLayer, RateLimitPolicy, Remote, RemoteFail};
 use tokio::net::{TcpListener, TcpStream};
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -105,7 +105,7 @@ async fn call(
 
 /// An app limited by `remote`, announcing the service's policy.
 async fn app(remote: Remote) -> SocketAddr {
-    let layer = RateLimitLayer::new(Policy::new("api", 3, MINUTE).unwrap(), remote);
+    let layer = RateLimitLayer::new(RateLimitPolicy::new("api", 3, MINUTE).unwrap(), remote);
     serve(root("ok").layer(layer)).await
 }
 
@@ -217,7 +217,8 @@ async fn shadow_mode_lets_a_refusal_through_and_counts_it() {
     let remote = Remote::new(&service.url(), &service.token, "api")
         .unwrap()
         .on_failure(RemoteFail::Closed);
-    let layer = RateLimitLayer::new(Policy::new("api", 3, MINUTE).unwrap(), remote).shadow(true);
+    let layer =
+        RateLimitLayer::new(RateLimitPolicy::new("api", 3, MINUTE).unwrap(), remote).shadow(true);
     let addr = serve(root("ok").layer(layer.clone())).await;
     for _ in 0..4 {
         assert_eq!(get(addr, "/", &[]).await.status, StatusCode::OK);

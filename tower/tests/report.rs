@@ -17,21 +17,21 @@ use http::StatusCode;
 use http_body::Frame;
 use sluicegate_core::memory::KeyedLimiter;
 use sluicegate_core::{TokenBucket, SECOND};
-use sluicegate_tower::{Key, Policy, RateLimitLayer, ReportedCost, Reporting};
+use sluicegate_tower::{Key, RateLimitLayer, RateLimitPolicy, ReportedCost, Reporting};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-type Limiter = Reporting<KeyedLimiter<Key, TokenBucket>>;
+type Backend = Reporting<KeyedLimiter<Key, TokenBucket>>;
 
 const LOOPBACK: Key = Key::Ip(IpAddr::V4(Ipv4Addr::LOCALHOST));
 
 /// 10 units a minute per client, which reports may take up to 100 into debt; each
 /// request decided at `estimate`.
-fn layer(estimate: u64) -> RateLimitLayer<Limiter> {
+fn layer(estimate: u64) -> RateLimitLayer<Backend> {
     let bucket = TokenBucket::new(10, 10, 60 * SECOND)
         .unwrap()
         .with_overdraft(100)
         .unwrap();
-    let policy = Policy::new("tokens", 10, Duration::from_secs(60)).unwrap();
+    let policy = RateLimitPolicy::new("tokens", 10, Duration::from_secs(60)).unwrap();
     RateLimitLayer::new(policy, Reporting(KeyedLimiter::new(bucket, 100))).cost(move |_| estimate)
 }
 
@@ -44,7 +44,7 @@ fn reported(actual: u64) -> Response {
 
 /// Waits (at most 5 s) until the loopback client's remaining units are `remaining`
 /// (0 while in debt), which a report makes true once its response body is done.
-async fn until_remaining(layer: &RateLimitLayer<Limiter>, remaining: u64) {
+async fn until_remaining(layer: &RateLimitLayer<Backend>, remaining: u64) {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let now = layer.limiter().0.check(&LOOPBACK, 0);

@@ -13,9 +13,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use sluicegate_core::Decision;
 
-use crate::limiters::{Entry, LeaseAnswer, LeaseOp, Limiters};
+use crate::limiters::{LeaseAnswer, LeaseOp, Limiters, PolicyLimiter};
 use crate::service::auth::App;
-use crate::service::{Decided, Estimate, LeaseRequest, Service, ServiceError, MAX_BATCH};
+use crate::service::{Ask, Decided, Estimate, LeaseRequest, Service, ServiceError, MAX_BATCH};
 use crate::store::Snapshot;
 
 use super::auth::Authed;
@@ -59,15 +59,25 @@ struct DecideRequest<'a> {
 }
 
 /// One decision's answer: the policy and key asked for, then the decision in the
-/// core's wire shape (its one serializer), and in shadow mode what it would have been.
+/// core's wire shape (its one serializer), and in shadow mode what it would have been;
+/// or, the backend unreachable, the fail policy's verdict alone.
 #[derive(Serialize)]
 struct DecideAnswer<'a> {
     policy: &'a str,
     key: &'a str,
     #[serde(flatten)]
-    decision: Decision,
+    decision: Option<Decision>,
     #[serde(flatten)]
     shadow: Option<Shadow>,
+    #[serde(flatten)]
+    failed: Option<Failed>,
+}
+
+/// The verdict of `--fail open` or `closed`: no figures are known.
+#[derive(Serialize)]
+struct Failed {
+    allowed: bool,
+    fail: &'static str,
 }
 
 /// A shadow answer's addition: it is `allowed`, and `would_allow` says what enforcing
@@ -79,18 +89,33 @@ struct Shadow {
 }
 
 impl<'a> DecideAnswer<'a> {
-    fn new(policy: &'a str, key: &'a str, decided: Decided) -> Self {
+    fn new(policy: &'a str, key: &'a str, decided: &Decided) -> Self {
         let shadow = decided.shadow.then_some(Shadow {
             shadow: true,
-            would_allow: decided.decision.allowed,
+            would_allow: decided.outcome.allowed(),
         });
-        let mut decision = decided.decision;
-        decision.allowed = decided.admitted();
+        let (decision, failed) = match decided.decision() {
+            Some(decision) => {
+                let mut decision = *decision;
+                decision.allowed = decided.admitted();
+                (Some(decision), None)
+            }
+            None => {
+                let fail = if decided.outcome.allowed() {
+                    "open"
+                } else {
+                    "closed"
+                };
+                let allowed = decided.admitted();
+                (None, Some(Failed { allowed, fail }))
+            }
+        };
         Self {
             policy,
             key,
             decision,
             shadow,
+            failed,
         }
     }
 }
@@ -107,7 +132,7 @@ async fn decide_one<'r>(
     limiters: &Limiters,
     app: &App,
     request: &'r DecideRequest<'_>,
-) -> Result<(DecideAnswer<'r>, Decided, Arc<Entry>), ServiceError> {
+) -> Result<(DecideAnswer<'r>, Decided, Arc<PolicyLimiter>), ServiceError> {
     let (policy, key) = (&*request.policy, &*request.key);
     let (entry, decided) = match (&request.id, request.cost, request.estimate) {
         (_, Some(_), Some(_)) => {
@@ -134,12 +159,15 @@ async fn decide_one<'r>(
                 .await?
         }
         (None, cost, None) => {
-            service
-                .decide(snapshot, limiters, app, policy, key, cost.unwrap_or(1))
-                .await?
+            let ask = Ask {
+                policy,
+                key,
+                cost: cost.unwrap_or(1),
+            };
+            service.decide(snapshot, limiters, app, ask).await?
         }
     };
-    let answer = DecideAnswer::new(&request.policy, &request.key, decided);
+    let answer = DecideAnswer::new(&request.policy, &request.key, &decided);
     Ok((answer, decided, entry))
 }
 
@@ -162,7 +190,7 @@ async fn decide(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
-    if let Some(policy) = &entry.header {
+    if let (Some(policy), Some(decision)) = (&entry.header, decided.decision()) {
         // Stamped as a refusal so a denial carries Retry-After; the status stays 200.
         // A shadow admission gets the enforcing decision's figures, but no Retry-After.
         let status = if decided.admitted() {
@@ -170,7 +198,7 @@ async fn decide(
         } else {
             StatusCode::TOO_MANY_REQUESTS
         };
-        policy.stamp(headers, status, &decided.decision, false);
+        policy.stamp(headers, status, decision, false);
     }
     Ok(response)
 }

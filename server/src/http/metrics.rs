@@ -1,7 +1,6 @@
 //! `/metrics`: the Prometheus text of the service's counters (for an admin, or anyone
 //! with `--metrics-open`).
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use axum::extract::State;
@@ -10,7 +9,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 
-use crate::limiters::Backend;
 use crate::metrics::render_tables;
 use crate::service::auth::Admin;
 use crate::service::Service;
@@ -37,7 +35,7 @@ async fn metrics(
             header::CONTENT_TYPE,
             HeaderValue::from_static("text/plain; version=0.0.4"),
         )],
-        service.metrics.render() + &tables(&service) + &redis_metrics(&service.backend),
+        service.metrics.render() + &tables(&service) + &service.backend.metrics(),
     )
         .into_response())
 }
@@ -49,19 +47,5 @@ fn tables(service: &Service) -> String {
         limiters
             .iter()
             .filter_map(|(name, entry)| Some((name.as_str(), entry.table()?))),
-    )
-}
-
-/// The coalescing of decisions sent to Redis, when they are.
-fn redis_metrics(backend: &Backend) -> String {
-    let Backend::Redis { coalescer, .. } = backend else {
-        return String::new();
-    };
-    let sent = coalescer.sent();
-    let load = |n: &AtomicU64| n.load(Ordering::Relaxed);
-    format!(
-        "# HELP sluicegate_redis_pipelines_total Pipelines of decisions sent to Redis.\n# TYPE sluicegate_redis_pipelines_total counter\nsluicegate_redis_pipelines_total {}\n# HELP sluicegate_redis_decisions_total Decisions sent to Redis (in the pipelines).\n# TYPE sluicegate_redis_decisions_total counter\nsluicegate_redis_decisions_total {}\n",
-        load(&sent.pipelines),
-        load(&sent.decisions)
     )
 }

@@ -3,10 +3,10 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use sluicegate_core::{Decision, Ticks};
+use sluicegate_core::{Decision, Outcome, Ticks};
 use sluicegate_policy::human;
 
-use crate::limiters::{DecideError, Entry, LeaseAnswer, LeaseOp, Limiters, MAX_KEY};
+use crate::limiters::{DecideError, LeaseAnswer, LeaseOp, Limiters, PolicyLimiter, MAX_KEY};
 use crate::store::{Snapshot, Stored};
 use crate::time::now_s;
 
@@ -20,10 +20,11 @@ pub(crate) const MAX_BATCH: usize = 1000;
 /// A decision as answered: the limit's own, made as if enforcing, and whether it was
 /// made in shadow mode (the policy's `shadow` or `--shadow`), where the request is
 /// admitted whatever the limit says.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct Decided {
-    /// What the limit decided; its state moved exactly as when enforcing.
-    pub(crate) decision: Decision,
+    /// What the limit decided (its state moved exactly as when enforcing), or, its
+    /// store unreachable, what the fail policy answered (open or closed: no figures).
+    pub(crate) outcome: Outcome<()>,
     /// Made in shadow mode.
     pub(crate) shadow: bool,
 }
@@ -31,8 +32,21 @@ pub(crate) struct Decided {
 impl Decided {
     /// Whether the request is admitted: always, in shadow mode.
     pub(crate) fn admitted(&self) -> bool {
-        self.decision.allowed || self.shadow
+        self.outcome.allowed() || self.shadow
     }
+
+    /// The decision with its figures, unless the fail policy answered without any.
+    pub(crate) fn decision(&self) -> Option<&Decision> {
+        self.outcome.decision()
+    }
+}
+
+/// A decision asked for: `cost` units of `key` under `policy`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ask<'a> {
+    pub(crate) policy: &'a str,
+    pub(crate) key: &'a str,
+    pub(crate) cost: u64,
 }
 
 /// A lease asked for: `owner`'s lease on `key` under `policy`, for `ttl` ticks (none:
@@ -51,7 +65,7 @@ pub(super) fn policy_for<'a>(snapshot: &'a Snapshot, app: &App, name: &str) -> R
     snapshot
         .policies
         .get(name)
-        .filter(|s| s.policy.apps.iter().any(|a| a == app.name()))
+        .filter(|s| s.policy.admits_app(app.name()))
         .ok_or_else(|| ServiceError::forbidden(format!("no such policy for this app: {name:?}")))
 }
 
@@ -66,25 +80,24 @@ pub(super) fn check_key(key: &str) -> Result<()> {
 }
 
 /// The limiter of `stored`, built when the snapshot was.
-pub(super) fn entry<'a>(limiters: &'a Limiters, stored: &Stored) -> Result<&'a Arc<Entry>> {
+pub(super) fn entry<'a>(limiters: &'a Limiters, stored: &Stored) -> Result<&'a Arc<PolicyLimiter>> {
     limiters
         .get(&stored.name)
         .ok_or(ServiceError::Unavailable("the policy has no limiter"))
 }
 
 impl Service {
-    /// Decides `cost` units of `key` on `policy` for `app`, with the policies of
-    /// `snapshot` and their `limiters` (a batch reads both once), counting it in the
-    /// metrics. Returns the policy's limiter too: its headers describe the decision.
+    /// Decides `ask` for `app`, with the policies of `snapshot` and their `limiters` (a
+    /// batch reads both once), counting it in the metrics. Returns the policy's limiter
+    /// too: its headers describe the decision.
     pub(crate) async fn decide(
         &self,
         snapshot: &Snapshot,
         limiters: &Limiters,
         app: &App,
-        policy: &str,
-        key: &str,
-        cost: u64,
-    ) -> Result<(Arc<Entry>, Decided)> {
+        ask: Ask<'_>,
+    ) -> Result<(Arc<PolicyLimiter>, Decided)> {
+        let Ask { policy, key, cost } = ask;
         let stored = policy_for(snapshot, app, policy)?;
         let entry = entry(limiters, stored)?;
         let decided = self
@@ -98,7 +111,7 @@ impl Service {
     /// shared by sluicegate's policies and the rules of Envoy's YAML.
     pub(crate) async fn decide_on(
         &self,
-        entry: &Entry,
+        entry: &PolicyLimiter,
         name: &str,
         key: &str,
         cost: u64,
@@ -106,15 +119,15 @@ impl Service {
     ) -> Result<Decided> {
         check_key(key)?;
         let start = Instant::now();
-        let decision = entry.decide(&self.backend, name, key, cost).await?;
+        let outcome = entry.decide(name, key, cost).await?;
         let decided = Decided {
-            decision,
+            outcome,
             shadow: self.shadow || shadow,
         };
         self.metrics.decision(
             entry.counters(),
             key,
-            &decided.decision,
+            &decided.outcome,
             decided.shadow,
             u64::try_from(now_s()).unwrap_or(0),
             start.elapsed(),
@@ -150,14 +163,7 @@ impl Service {
             ));
         }
         Ok(entry
-            .lease(
-                &self.backend,
-                &stored.name,
-                op,
-                request.key,
-                request.owner,
-                ttl,
-            )
+            .lease(&stored.name, op, request.key, request.owner, ttl)
             .await?)
     }
 }

@@ -6,7 +6,11 @@
 
 mod accounts;
 pub(crate) mod auth;
+mod caps;
 mod decide;
+// The YAML's rules are answered by the gRPC front end alone.
+#[cfg_attr(not(feature = "grpc"), allow(dead_code))]
+mod domains;
 mod error;
 mod names;
 mod policies;
@@ -14,9 +18,12 @@ mod report;
 mod state;
 
 pub(crate) use accounts::Holder;
-pub(crate) use decide::{Decided, LeaseRequest, MAX_BATCH};
+pub(crate) use caps::Caps;
+pub(crate) use decide::{Ask, Decided, LeaseRequest, MAX_BATCH};
+#[cfg(feature = "grpc")]
+pub(crate) use domains::{rule_name, Rules};
 pub(crate) use error::ServiceError;
 pub(crate) use names::check_name;
-pub(crate) use policies::{validate, Caps};
+pub(crate) use policies::validate;
 pub(crate) use report::Estimate;
-pub(crate) use state::Service;
+pub(crate) use state::{Loaded, Parts, Service};

@@ -2,7 +2,7 @@
 //! audit log, the decision counts).
 
 use crate::limiters::check_backend;
-use crate::store::{AuditEntry, Snapshot, Stored, User};
+use crate::store::{AuditEntry, Stored, User};
 use crate::time::now_s;
 use sluicegate_policy::{Policy, Style};
 
@@ -48,48 +48,6 @@ fn check_write(
                 Some(_) => Ok(()),
             }
         }
-    }
-}
-
-/// The most policies the store may hold, in all and per app (`--max-policies`,
-/// `--max-policies-per-app`), so that one owner cannot slow the store for everyone.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Caps {
-    /// In all.
-    pub(crate) total: usize,
-    /// Listing one app.
-    pub(crate) per_app: usize,
-}
-
-impl Caps {
-    /// Refuses `policy` as `name` if it would be one more than a cap allows, as of
-    /// `snapshot` (a few concurrent writes may pass a cap by as many: it bounds size,
-    /// it is not a quota).
-    fn check(self, snapshot: &Snapshot, name: &str, policy: &Policy) -> Result<()> {
-        let current = snapshot.policies.get(name);
-        if current.is_none() && snapshot.policies.len() >= self.total {
-            return Err(ServiceError::Conflict(format!(
-                "the store holds {} policies, the most allowed (--max-policies)",
-                self.total
-            )));
-        }
-        let added = policy
-            .apps
-            .iter()
-            .filter(|app| current.is_none_or(|c| !c.policy.apps.contains(app)));
-        for app in added {
-            let listed = snapshot
-                .policies
-                .values()
-                .filter(|s| s.policy.apps.contains(app))
-                .count();
-            if listed >= self.per_app {
-                return Err(ServiceError::Conflict(format!(
-                    "app {app:?} has {listed} policies, the most allowed (--max-policies-per-app)"
-                )));
-            }
-        }
-        Ok(())
     }
 }
 
@@ -145,8 +103,7 @@ impl Service {
         check_name(name, "name")?;
         self.check_not_file(name)?;
         validate(policy)?;
-        check_backend(policy, &self.backend)
-            .map_err(|(field, message)| ServiceError::invalid(message, field.as_deref()))?;
+        check_backend(policy, &*self.backend).map_err(|e| ServiceError::invalid(e.why, e.field))?;
         self.caps.check(&self.snapshot(), name, policy)?;
         self.write(user, name, Some(policy), expected)
             .await?

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use sluicegate_core::{Decision, Reported};
 
-use crate::limiters::{Entry, Limiters};
-use crate::store::{Claim, ReportId, Snapshot, Stored};
+use crate::limiters::{Limiters, PolicyLimiter};
+use crate::store::{Claim, Remembered, ReportId, Snapshot, Stored};
 use crate::time::now_s;
 
 use super::auth::App;
@@ -74,7 +74,7 @@ impl Service {
         app: &App,
         name: &str,
         key: &str,
-    ) -> Result<(&'s Stored, Arc<Entry>)> {
+    ) -> Result<(&'s Stored, Arc<PolicyLimiter>)> {
         let stored = policy_for(snapshot, app, name)?;
         check_key(key)?;
         let entry = entry(limiters, stored)?;
@@ -87,19 +87,18 @@ impl Service {
     /// `report`).
     pub(crate) async fn apply(
         &self,
-        entry: &Entry,
+        entry: &PolicyLimiter,
         name: &str,
         key: &str,
         adjustment: i64,
     ) -> Result<Reported> {
-        let reported = entry.report(&self.backend, name, key, adjustment).await?;
+        let reported = entry.report(name, key, adjustment).await?;
         self.metrics
             .report(entry.counters(), adjustment, reported.recorded);
         Ok(reported)
     }
 
-    /// Where the report `id` of `app` on `key` under `name` is kept, and now (having
-    /// pruned the ids past their retention).
+    /// Where the report `id` of `app` on `key` under `name` is kept, and now.
     async fn kept_at<'a>(
         &self,
         app: &'a App,
@@ -109,7 +108,6 @@ impl Service {
     ) -> Result<(ReportId<'a>, i64)> {
         check_id(id)?;
         let now = now_s();
-        self.prune_reports(now).await;
         let at = ReportId {
             app: app.name(),
             id,
@@ -122,7 +120,7 @@ impl Service {
     /// Reports that `key`'s work under `policy` cost `cost` units, once per `id`: less
     /// the estimate a decision with this id admitted (a refund if the cost is lower).
     pub(crate) async fn report(
-        &self,
+        self: &Arc<Self>,
         snapshot: &Snapshot,
         app: &App,
         policy: &str,
@@ -131,27 +129,73 @@ impl Service {
         id: &str,
     ) -> Result<ReportAnswer> {
         let limiters = self.limiters();
-        let (stored, entry) = Self::reporting(snapshot, &limiters, app, policy, key)?;
-        let name = &stored.name;
-        let (at, now) = self.kept_at(app, id, name, key).await?;
+        let (stored, limiter) = Self::reporting(snapshot, &limiters, app, policy, key)?;
+        let (at, now) = self.kept_at(app, id, &stored.name, key).await?;
         let cost = signed(cost, "cost")?;
+        // Claimed, charged and settled on a task of its own: a client gone half-way
+        // cannot leave the id claimed and uncharged.
+        let service = Arc::clone(self);
+        let owned = [at.app, at.id, at.policy, at.key].map(str::to_owned);
+        let settling = tokio::spawn(async move {
+            let [app, id, policy, key] = &owned;
+            let at = ReportId {
+                app,
+                id,
+                policy,
+                key,
+            };
+            service.claim_and_charge(at, &limiter, cost, now).await
+        });
+        settling
+            .await
+            .map_err(|_| ServiceError::Internal("a report's task stopped"))?
+    }
+
+    /// Claims the report `at` of `cost` units and charges it on `limiter` (once per id):
+    /// a charge that fails gives the claim back, so the retry charges it.
+    async fn claim_and_charge(
+        &self,
+        at: ReportId<'_>,
+        limiter: &PolicyLimiter,
+        cost: i64,
+        now: i64,
+    ) -> Result<ReportAnswer> {
+        let ReportId {
+            id,
+            policy: name,
+            key,
+            ..
+        } = at;
         match self
             .store
-            .claim_report(at, cost.unsigned_abs(), now)
+            .claim_report(at, cost.unsigned_abs(), now, self.caps.report_ids)
             .await?
         {
+            Claim::Full => Err(self.full(at.app)),
             Claim::Elsewhere => Err(ServiceError::Conflict(format!(
                 "id {id:?} was used for another policy or key"
+            ))),
+            Claim::OtherCost(stored) => Err(ServiceError::Conflict(format!(
+                "id {id:?} was reported with a cost of {stored}, not {cost}: an id names one report"
             ))),
             Claim::Seen { recorded, dropped } => Ok(ReportAnswer {
                 recorded,
                 dropped,
-                decision: entry.report(&self.backend, name, key, 0).await?.decision,
+                decision: limiter.report(name, key, 0).await?.decision,
                 duplicate: true,
             }),
             Claim::Won { estimate } => {
                 let adjustment = cost.saturating_sub(signed(estimate, "estimate")?);
-                let reported = self.apply(&entry, name, key, adjustment).await?;
+                let reported = match self.apply(limiter, name, key, adjustment).await {
+                    Ok(reported) => reported,
+                    Err(e) => {
+                        if let Err(release) = self.store.release_report(at).await {
+                            tracing::warn!(error = %release, "giving back a report's id");
+                            self.metrics.store_error();
+                        }
+                        return Err(e);
+                    }
+                };
                 self.store
                     .settle_report(at, reported.recorded, reported.dropped)
                     .await?;
@@ -174,7 +218,7 @@ impl Service {
         limiters: &Limiters,
         app: &App,
         asked: Estimate<'_>,
-    ) -> Result<(Arc<Entry>, Decided)> {
+    ) -> Result<(Arc<PolicyLimiter>, Decided)> {
         let Estimate {
             policy,
             key,
@@ -189,23 +233,35 @@ impl Service {
             .decide_on(&entry, name, key, estimate, stored.policy.shadow)
             .await?;
         // A denial took nothing: the report will charge its whole cost.
-        let taken = if decided.decision.allowed { taken } else { 0 };
-        if !self
+        let taken = if decided.outcome.allowed() { taken } else { 0 };
+        let remembered = self
             .store
-            .remember_estimate(at, taken.unsigned_abs(), now)
-            .await?
-        {
-            entry.report(&self.backend, name, key, -taken).await?;
-            return Err(ServiceError::Conflict(format!(
+            .remember_estimate(at, taken.unsigned_abs(), now, self.caps.report_ids)
+            .await;
+        let refusal = match remembered {
+            Ok(Remembered::New) => return Ok((entry, decided)),
+            Ok(Remembered::Used) => ServiceError::Conflict(format!(
                 "id {id:?} was used before: an id names one decision and its report"
-            )));
-        }
-        Ok((entry, decided))
+            )),
+            Ok(Remembered::Full) => self.full(at.app),
+            Err(e) => e.into(),
+        };
+        // No report will settle what this decision took: it is given back.
+        entry.report(name, key, -taken).await?;
+        Err(refusal)
     }
 
-    /// Forgets the ids older than the retention, at most every [`PRUNE_EVERY_S`]; a
-    /// failure is only logged (the next call tries again).
-    async fn prune_reports(&self, now: i64) {
+    /// The refusal of a new id to `app`, which holds as many as it may.
+    fn full(&self, app: &str) -> ServiceError {
+        ServiceError::Conflict(format!(
+            "app {app:?} holds {} reports' ids, the most allowed (--max-report-ids); each is kept 24 hours",
+            self.caps.report_ids
+        ))
+    }
+
+    /// Forgets the ids older than the retention, at most every [`PRUNE_EVERY_S`] (the
+    /// store poller calls it, never a request); a failure is only logged.
+    pub(crate) async fn prune_reports(&self, now: i64) {
         let last = self.reports_pruned.load(Ordering::Relaxed);
         if now - last < PRUNE_EVERY_S
             || self

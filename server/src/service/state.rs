@@ -8,13 +8,34 @@ use std::collections::BTreeMap;
 
 use sluicegate_policy::Policy;
 
-use crate::domains::Rules;
-use crate::files::Loaded;
-use crate::limiters::{Backend, Entry, Limiters};
+use sluicegate_policy::envoy;
+
+use super::caps::Caps;
+use super::domains::Rules;
+use crate::limiters::{Backend, Limiters, PolicyLimiter};
 use crate::metrics::Metrics;
 use crate::store::{Snapshot, Store, StoreError, Stored};
 
-use super::policies::Caps;
+/// What the policy files define.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Loaded {
+    /// The TOML files' policies by name, each with its file.
+    pub(crate) policies: BTreeMap<String, (String, Policy)>,
+    /// The YAML files' domains.
+    pub(crate) envoy: envoy::Config,
+}
+
+/// What a service is made of, by name.
+#[derive(Debug)]
+pub(crate) struct Parts {
+    pub(crate) store: Store,
+    pub(crate) backend: Box<dyn Backend>,
+    pub(crate) metrics: Metrics,
+    pub(crate) metrics_open: bool,
+    pub(crate) caps: Caps,
+    pub(crate) shadow: bool,
+    pub(crate) quota_mode: bool,
+}
 
 /// What every request shares, whichever front end it came through.
 #[derive(Debug)]
@@ -32,7 +53,7 @@ pub(crate) struct Service {
     /// The domains of Envoy's YAML (`--envoy-config`) and a limiter per rule.
     envoy: RwLock<Arc<Rules>>,
     /// Where decisions are kept.
-    pub(crate) backend: Backend,
+    pub(crate) backend: Box<dyn Backend>,
     /// The counters.
     pub(crate) metrics: Metrics,
     /// `/metrics` without a token.
@@ -42,6 +63,7 @@ pub(crate) struct Service {
     /// Every rate policy in shadow mode (`--shadow`).
     pub(crate) shadow: bool,
     /// Every rule of Envoy's YAML in quota mode (`--quota-mode`).
+    #[cfg_attr(not(feature = "grpc"), allow(dead_code))]
     pub(crate) quota_mode: bool,
     /// Serializes reloads, so a slow one never overwrites a newer one.
     reloading: tokio::sync::Mutex<()>,
@@ -50,18 +72,17 @@ pub(crate) struct Service {
 }
 
 impl Service {
-    /// A service over `store`, deciding on `backend` (every rate policy in shadow mode
-    /// if `shadow`, every rule of Envoy's YAML in quota mode if `quota_mode`), with
-    /// nothing loaded yet (see [`Service::reload`]).
-    pub(crate) fn new(
-        store: Store,
-        backend: Backend,
-        metrics_open: bool,
-        caps: Caps,
-        shadow: bool,
-        quota_mode: bool,
-        metrics: Metrics,
-    ) -> Self {
+    /// A service of `parts`, with nothing loaded yet (see [`Service::reload`]).
+    pub(crate) fn new(parts: Parts) -> Self {
+        let Parts {
+            store,
+            backend,
+            metrics,
+            metrics_open,
+            caps,
+            shadow,
+            quota_mode,
+        } = parts;
         Self {
             caps,
             shadow,
@@ -100,7 +121,7 @@ impl Service {
     /// policy and rule whose parameters are unchanged.
     pub(crate) async fn set_files(&self, loaded: Loaded) {
         let _one = self.reloading.lock().await;
-        let rules = Rules::build(loaded.envoy, &self.backend, &self.envoy(), &self.metrics);
+        let rules = Rules::build(loaded.envoy, &*self.backend, &self.envoy(), &self.metrics);
         *self.envoy.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(rules);
         *self.files.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(loaded.policies);
         self.publish(self.stored());
@@ -133,10 +154,10 @@ impl Service {
         let old = self.limiters();
         let mut limiters = Limiters::new();
         for (name, stored) in &snapshot.policies {
-            match Entry::build(
+            match PolicyLimiter::build(
                 name,
                 &stored.policy,
-                &self.backend,
+                &*self.backend,
                 old.get(name),
                 &self.metrics,
             ) {

@@ -18,7 +18,7 @@ mod accounts;
 mod reports;
 
 pub use accounts::{Account, Facts};
-pub use reports::{Claim, ReportId};
+pub use reports::{Claim, Remembered, ReportId};
 
 use crate::time::rfc3339;
 use sluicegate_policy::{Policy, Style};
@@ -100,17 +100,28 @@ impl Stored {
             // Always present at the top (a composite's members leave them out).
             map.insert("apps".into(), json!(self.policy.apps));
             map.insert("description".into(), json!(self.policy.description));
-            map.insert("name".into(), json!(self.name));
-            map.insert("version".into(), json!(self.version));
-            map.insert("created_by".into(), json!(self.created_by));
-            map.insert("updated_by".into(), json!(self.updated_by));
-            map.insert("created_at".into(), json!(rfc3339(self.created_at)));
-            map.insert("updated_at".into(), json!(rfc3339(self.updated_at)));
-            if let Some(file) = &self.file {
-                map.insert("file".into(), json!(file));
+            for field in sluicegate_policy::STORED_FIELDS {
+                if let Some(meta) = self.metadata(field) {
+                    map.insert(field.into(), meta);
+                }
             }
         }
         value
+    }
+
+    /// The metadata field named in [`sluicegate_policy::STORED_FIELDS`], where it is set.
+    fn metadata(&self, field: &str) -> Option<serde_json::Value> {
+        use serde_json::json;
+        Some(match field {
+            "name" => json!(self.name),
+            "version" => json!(self.version),
+            "created_by" => json!(self.created_by),
+            "updated_by" => json!(self.updated_by),
+            "created_at" => json!(rfc3339(self.created_at)),
+            "updated_at" => json!(rfc3339(self.updated_at)),
+            "file" => json!(self.file.as_ref()?),
+            _ => return None,
+        })
     }
 }
 
@@ -255,7 +266,7 @@ impl<E> From<sqlx::Error> for WriteError<E> {
 
 /// The schema. Every statement is valid SQLite and PostgreSQL; re-running it changes
 /// nothing.
-const SCHEMA: [&str; 7] = [
+const SCHEMA: [&str; 8] = [
     "CREATE TABLE IF NOT EXISTS sluicegate_meta (id BIGINT PRIMARY KEY, schema_version BIGINT NOT NULL, counter BIGINT NOT NULL)",
     "INSERT INTO sluicegate_meta (id, schema_version, counter) VALUES (1, 1, 0) ON CONFLICT (id) DO NOTHING",
     "CREATE TABLE IF NOT EXISTS sluicegate_policies (name TEXT PRIMARY KEY, body TEXT NOT NULL, version BIGINT NOT NULL, created_by TEXT NOT NULL, updated_by TEXT NOT NULL, created_at BIGINT NOT NULL, updated_at BIGINT NOT NULL)",
@@ -264,6 +275,8 @@ const SCHEMA: [&str; 7] = [
     "CREATE TABLE IF NOT EXISTS sluicegate_audit (id BIGINT PRIMARY KEY, at BIGINT NOT NULL, actor TEXT NOT NULL, action TEXT NOT NULL, policy TEXT NOT NULL, before_body TEXT, after_body TEXT, apps TEXT NOT NULL)",
     // Reports' ids (see `reports`): `cost` is set by the one report that applies.
     "CREATE TABLE IF NOT EXISTS sluicegate_reports (app TEXT NOT NULL, id TEXT NOT NULL, created_at BIGINT NOT NULL, policy TEXT NOT NULL, rate_key TEXT NOT NULL, estimate BIGINT NOT NULL, cost BIGINT, recorded BIGINT, dropped BIGINT, PRIMARY KEY (app, id))",
+    // The prune finds old ids without reading every row.
+    "CREATE INDEX IF NOT EXISTS sluicegate_reports_created ON sluicegate_reports (created_at)",
 ];
 
 /// The tables as they were named under the product's working name: a store written then
@@ -762,4 +775,19 @@ fn stored(row: &AnyRow) -> Result<Stored, StoreError> {
         updated_at: row.try_get(6)?,
         file: None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use sluicegate_policy::{Duration, Kind, Policy, STORED_FIELDS};
+
+    #[test]
+    fn a_stored_policy_shows_every_metadata_field() {
+        let hour = Some(Duration(3_600_000_000));
+        let policy = Policy::from_flags(Kind::FixedWindow, Some(1), None, None, hour);
+        let json = super::Stored::from_file("p", "a.toml", &policy).to_json();
+        for field in STORED_FIELDS {
+            assert!(json.get(field).is_some(), "{field} missing from {json}");
+        }
+    }
 }

@@ -26,6 +26,21 @@ pub enum Claim {
     },
     /// The id belongs to another policy or key.
     Elsewhere,
+    /// The id was reported with another cost: the stored one.
+    OtherCost(u64),
+    /// The app holds as many ids as it may: the id is new and refused.
+    Full,
+}
+
+/// How a decision's estimate was remembered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Remembered {
+    /// Under its new id.
+    New,
+    /// Not: the id was used already.
+    Used,
+    /// Not: the app holds as many ids as it may.
+    Full,
 }
 
 /// Where an id's report is: the app that sent it, the id, the policy and key.
@@ -50,34 +65,52 @@ fn unsigned(n: Option<i64>) -> Option<u64> {
 }
 
 impl Store {
-    /// Records a decision's `estimate` under its id, at `now` (seconds); `false` if the
-    /// id was used already.
+    /// Records a decision's `estimate` under its id, at `now` (seconds), unless the id
+    /// was used already or its app holds `max_ids` ids (counted up to that bound only).
     pub async fn remember_estimate(
         &self,
         at: ReportId<'_>,
         estimate: u64,
         now: i64,
-    ) -> Result<bool, StoreError> {
-        let done = sqlx::query("INSERT INTO sluicegate_reports (app, id, created_at, policy, rate_key, estimate) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (app, id) DO NOTHING")
+        max_ids: usize,
+    ) -> Result<Remembered, StoreError> {
+        let done = sqlx::query("INSERT INTO sluicegate_reports (app, id, created_at, policy, rate_key, estimate) SELECT $1, $2, $3, $4, $5, $6 WHERE (SELECT COUNT(*) FROM (SELECT 1 FROM sluicegate_reports WHERE app = $1 LIMIT $7) AS held) < $7 ON CONFLICT (app, id) DO NOTHING")
             .bind(at.app)
             .bind(at.id)
             .bind(now)
             .bind(at.policy)
             .bind(at.key)
             .bind(signed(estimate))
+            .bind(i64::try_from(max_ids).unwrap_or(i64::MAX))
             .execute(&self.pool)
             .await?;
-        Ok(done.rows_affected() == 1)
+        if done.rows_affected() == 1 {
+            return Ok(Remembered::New);
+        }
+        let used = sqlx::query("SELECT 1 FROM sluicegate_reports WHERE app = $1 AND id = $2")
+            .bind(at.app)
+            .bind(at.id)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(if used.is_some() {
+            Remembered::Used
+        } else {
+            Remembered::Full
+        })
     }
 
-    /// Claims the report of `cost` units under its id, at `now` (seconds).
+    /// Claims the report of `cost` units under its id, at `now` (seconds); a new id only
+    /// while its app holds fewer than `max_ids`.
     pub async fn claim_report(
         &self,
         at: ReportId<'_>,
         cost: u64,
         now: i64,
+        max_ids: usize,
     ) -> Result<Claim, StoreError> {
-        self.remember_estimate(at, 0, now).await?;
+        if self.remember_estimate(at, 0, now, max_ids).await? == Remembered::Full {
+            return Ok(Claim::Full);
+        }
         // Only one call finds `cost` unset: the row's lock orders racing servers.
         let won = sqlx::query("UPDATE sluicegate_reports SET cost = $3 WHERE app = $1 AND id = $2 AND policy = $4 AND rate_key = $5 AND cost IS NULL")
             .bind(at.app)
@@ -89,7 +122,7 @@ impl Store {
             .await?
             .rows_affected()
             == 1;
-        let row = sqlx::query("SELECT policy, rate_key, estimate, recorded, dropped FROM sluicegate_reports WHERE app = $1 AND id = $2")
+        let row = sqlx::query("SELECT policy, rate_key, estimate, recorded, dropped, cost FROM sluicegate_reports WHERE app = $1 AND id = $2")
             .bind(at.app)
             .bind(at.id)
             .fetch_one(&self.pool)
@@ -101,12 +134,25 @@ impl Store {
             }
         } else if policy != at.policy || key != at.key {
             Claim::Elsewhere
+        } else if let Some(stored) = unsigned(row.try_get(5)?).filter(|&stored| stored != cost) {
+            Claim::OtherCost(stored)
         } else {
             Claim::Seen {
                 recorded: unsigned(row.try_get(3)?),
                 dropped: unsigned(row.try_get(4)?),
             }
         })
+    }
+
+    /// Gives back the claim of the report under `at`, whose charge failed: its retry
+    /// claims it again.
+    pub async fn release_report(&self, at: ReportId<'_>) -> Result<(), StoreError> {
+        sqlx::query("UPDATE sluicegate_reports SET cost = NULL WHERE app = $1 AND id = $2 AND recorded IS NULL")
+            .bind(at.app)
+            .bind(at.id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
     }
 
     /// Keeps what the claimed report under `at` recorded and dropped, for its retries.
@@ -140,8 +186,10 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
-    use super::{Claim, ReportId};
+    use super::{Claim, Remembered, ReportId};
     use crate::store::Store;
+
+    const MAX: usize = 2;
 
     const AT: ReportId<'static> = ReportId {
         app: "shop",
@@ -154,33 +202,85 @@ mod tests {
     async fn an_id_is_claimed_once_settles_its_estimate_and_is_pruned() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open_dir(dir.path()).await.unwrap();
-        assert!(store.remember_estimate(AT, 5, 100).await.unwrap());
-        assert!(!store.remember_estimate(AT, 5, 100).await.unwrap());
+        let remember = |at, now| store.remember_estimate(at, 5, now, MAX);
+        assert_eq!(remember(AT, 100).await.unwrap(), Remembered::New);
+        assert_eq!(remember(AT, 100).await.unwrap(), Remembered::Used);
         let other = ReportId { key: "bob", ..AT };
         assert_eq!(
-            store.claim_report(other, 9, 101).await.unwrap(),
+            store.claim_report(other, 9, 101, MAX).await.unwrap(),
             Claim::Elsewhere
         );
         assert_eq!(
-            store.claim_report(AT, 9, 101).await.unwrap(),
+            store.claim_report(AT, 9, 101, MAX).await.unwrap(),
             Claim::Won { estimate: 5 }
         );
         let seen = Claim::Seen {
             recorded: None,
             dropped: None,
         };
-        assert_eq!(store.claim_report(AT, 9, 101).await.unwrap(), seen);
+        assert_eq!(store.claim_report(AT, 9, 101, MAX).await.unwrap(), seen);
+        // The same id with another cost is no retry.
+        assert_eq!(
+            store.claim_report(AT, 7, 101, MAX).await.unwrap(),
+            Claim::OtherCost(9)
+        );
         store.settle_report(AT, 3, 1).await.unwrap();
         let seen = Claim::Seen {
             recorded: Some(3),
             dropped: Some(1),
         };
-        assert_eq!(store.claim_report(AT, 9, 102).await.unwrap(), seen);
+        assert_eq!(store.claim_report(AT, 9, 102, MAX).await.unwrap(), seen);
         assert_eq!(store.prune_reports(100).await.unwrap(), 0);
         assert_eq!(store.prune_reports(101).await.unwrap(), 1);
         let fresh = ReportId { id: "r2", ..AT };
         assert_eq!(
-            store.claim_report(fresh, 4, 103).await.unwrap(),
+            store.claim_report(fresh, 4, 103, MAX).await.unwrap(),
+            Claim::Won { estimate: 0 }
+        );
+        // A claim given back (its charge failed) is won again by the retry.
+        store.release_report(fresh).await.unwrap();
+        assert_eq!(
+            store.claim_report(fresh, 4, 104, MAX).await.unwrap(),
+            Claim::Won { estimate: 0 }
+        );
+    }
+
+    #[tokio::test]
+    async fn an_app_holds_a_bounded_number_of_ids() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_dir(dir.path()).await.unwrap();
+        for id in ["a", "b"] {
+            let at = ReportId { id, ..AT };
+            assert_eq!(
+                store.claim_report(at, 1, 100, MAX).await.unwrap(),
+                Claim::Won { estimate: 0 }
+            );
+        }
+        let third = ReportId { id: "c", ..AT };
+        assert_eq!(
+            store.claim_report(third, 1, 100, MAX).await.unwrap(),
+            Claim::Full
+        );
+        let estimated = store.remember_estimate(third, 1, 100, MAX).await.unwrap();
+        assert_eq!(estimated, Remembered::Full);
+        // Another app's ids are its own; a known id is still seen.
+        let other_app = ReportId {
+            app: "blog",
+            ..third
+        };
+        assert_eq!(
+            store.claim_report(other_app, 1, 100, MAX).await.unwrap(),
+            Claim::Won { estimate: 0 }
+        );
+        let known = ReportId { id: "a", ..AT };
+        assert!(matches!(
+            store.claim_report(known, 1, 100, MAX).await.unwrap(),
+            Claim::Seen { .. }
+        ));
+        // Pruned, the app may hold new ones.
+        store.prune_reports(101).await.unwrap();
+        assert_eq!(
+            store.claim_report(third, 1, 102, MAX).await.unwrap(),
             Claim::Won { estimate: 0 }
         );
     }

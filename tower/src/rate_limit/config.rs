@@ -8,7 +8,7 @@ use http::request::Parts;
 use http::Response;
 use sluicegate_core::Decision;
 
-use crate::headers::{Headers, Policy};
+use crate::headers::{Headers, RateLimitPolicy};
 use crate::key::{Key, KeyExtractor};
 
 /// A closure pricing a request (1 unless set).
@@ -28,7 +28,7 @@ pub enum OnBadKey {
 /// Everything but the limiter and the strategy, shared by every clone.
 #[derive(Clone)]
 pub(super) struct Config {
-    pub(super) policy: Policy,
+    pub(super) policy: RateLimitPolicy,
     pub(super) key: KeyExtractor,
     pub(super) cost: Option<CostFn>,
     pub(super) on_bad_key: OnBadKey,
@@ -52,7 +52,7 @@ impl std::fmt::Debug for Config {
 
 impl Config {
     /// Keyed by the peer's IP, each request costing 1, with the IETF headers alone.
-    pub(super) fn new(policy: Policy) -> Self {
+    pub(super) fn new(policy: RateLimitPolicy) -> Self {
         Self {
             policy,
             key: KeyExtractor::peer_ip(),

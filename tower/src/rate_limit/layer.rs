@@ -9,9 +9,9 @@ use tower_layer::Layer;
 use super::config::{Config, OnBadKey, Shared};
 use super::service::RateLimit;
 use crate::error::Error;
-use crate::headers::Policy;
+use crate::headers::RateLimitPolicy;
 use crate::key::KeyExtractor;
-use crate::limiter::{InProcess, Limiter, Quota};
+use crate::limiter::{Backend, InProcess, Quota};
 use crate::strategy::Reject;
 
 /// Limits the requests of the services it wraps. Clones share one limiter: apply the
@@ -48,16 +48,16 @@ impl RateLimitLayer<InProcess> {
     /// process, holding at most `max_keys` clients, rejecting with 429.
     pub fn in_process(name: &str, quota: Quota, max_keys: usize) -> Result<Self, Error> {
         Ok(Self::new(
-            Policy::of(name, &quota)?,
+            RateLimitPolicy::of(name, &quota)?,
             quota.in_process(max_keys)?,
         ))
     }
 }
 
-impl<L: Limiter> RateLimitLayer<L> {
+impl<L: Backend> RateLimitLayer<L> {
     /// Decides with `limiter`, announcing `policy`, keyed by the peer's IP, rejecting
     /// with 429.
-    pub fn new(policy: Policy, limiter: L) -> Self {
+    pub fn new(policy: RateLimitPolicy, limiter: L) -> Self {
         Self {
             shared: Arc::new(Shared {
                 limiter: Arc::new(limiter),
@@ -69,7 +69,7 @@ impl<L: Limiter> RateLimitLayer<L> {
     }
 }
 
-impl<L: Limiter, O: Clone> RateLimitLayer<L, O> {
+impl<L: Backend, O: Clone> RateLimitLayer<L, O> {
     /// This layer with `set` applied to its configuration (copied first if shared).
     fn configure(mut self, set: impl FnOnce(&mut Config)) -> Self {
         set(&mut Arc::make_mut(&mut self.shared).config);

@@ -1,5 +1,5 @@
 //! The rate limit: a [`RateLimitLayer`] builds [`RateLimit`] services deciding each
-//! request with a shared [`Limiter`](crate::Limiter), answered through a
+//! request with a shared [`Backend`](crate::Backend), answered through a
 //! [`ResponseFuture`].
 
 mod config;

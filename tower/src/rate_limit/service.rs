@@ -12,7 +12,7 @@ use tower_service::Service;
 use super::config::{OnBadKey, Shared};
 use super::future::{settle, ResponseFuture};
 use crate::headers::Stamp;
-use crate::limiter::{Limiter, Pending, Verdict};
+use crate::limiter::{Backend, Pending, Verdict};
 use crate::report::{Charge, ReportBody};
 use crate::response::respond;
 use crate::strategy::{Overload, Reject};
@@ -45,7 +45,7 @@ where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
     S::Future: Send + 'static,
     S::Error: Send + 'static,
-    L: Limiter,
+    L: Backend,
     O: Overload<ReqBody, ResBody, S::Error>,
     ReqBody: Send + 'static,
     ResBody: From<Bytes> + Send + 'static,

@@ -10,122 +10,24 @@
 //! configuration or metadata) is, as theirs, the limit of that descriptor in a known
 //! domain whatever the rules say: a fixed window of its requests per unit, keyed by all
 //! its entries, never in shadow mode. Each distinct override has one limiter, built the
-//! first time it is asked for; a server keeps at most [`MAX_OVERRIDES`] of them.
+//! first time it is asked for; a server keeps a bounded number of them.
 
 use std::borrow::Cow;
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::collections::HashSet;
 
 use sluicegate_core::Kind;
-use sluicegate_policy::envoy::{key_of, Config, Domain, Limit, Rule, Unit};
+use sluicegate_policy::envoy::{key_of, Domain, Limit, Rule, Unit};
 
-use crate::grpc::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
-use crate::grpc::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use crate::grpc::envoy::service::ratelimit::v3::rate_limit_response::{
+use super::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
+use super::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use super::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, DescriptorStatus, RateLimit,
 };
-use crate::grpc::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use crate::limiters::{Backend, Entry};
-use crate::metrics::Metrics;
+use super::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use super::wire::{bounded, duration, undecided};
 use crate::service::auth::App;
-use crate::service::{Service, ServiceError};
+use crate::service::{rule_name, Rules, Service, ServiceError};
 use crate::time::now_s;
-
-/// The most distinct limit overrides a server keeps a limiter for: overrides come from
-/// a gateway's configuration, a handful of values; more is refused, not remembered.
-pub(crate) const MAX_OVERRIDES: usize = 256;
-
-/// The served configuration and a limiter per counted rule, by [`name`].
-#[derive(Debug, Default)]
-pub(crate) struct Rules {
-    pub(crate) config: Config,
-    pub(crate) limiters: HashMap<String, Arc<Entry>>,
-    /// The limiters of descriptors' limit overrides, by [`name`] (kept across reloads).
-    overrides: Mutex<HashMap<String, Arc<Entry>>>,
-}
-
-/// A rule's name in the metrics and its limiter's: `envoy:` and their full key.
-fn name(rule: &Rule) -> String {
-    format!("envoy:{}", rule.id)
-}
-
-impl Rules {
-    /// The limiters of `config`'s rules on `backend`, each kept from `previous` where
-    /// its parameters are the same.
-    pub(crate) fn build(
-        config: Config,
-        backend: &Backend,
-        previous: &Self,
-        metrics: &Metrics,
-    ) -> Self {
-        let mut limiters = HashMap::new();
-        for (_, domain) in config.domains() {
-            for rule in domain.rules() {
-                let Some(policy) = rule.policy() else {
-                    continue;
-                };
-                let name = name(rule);
-                let old = previous.limiters.get(&name);
-                match Entry::build(&name, &policy, backend, old, metrics) {
-                    Ok(entry) => {
-                        limiters.insert(name, entry);
-                    }
-                    Err(e) => {
-                        tracing::error!(rule = %rule.id, error = %e, "cannot build a limiter")
-                    }
-                }
-            }
-        }
-        let overrides = previous
-            .overrides
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        Self {
-            config,
-            limiters,
-            overrides: Mutex::new(overrides),
-        }
-    }
-
-    /// The limiter of `rule`: a rule of the configuration's, or a limit override's
-    /// (built the first time it is asked for).
-    fn entry(
-        &self,
-        service: &Service,
-        rule: &Rule,
-        overridden: bool,
-    ) -> Result<Arc<Entry>, ServiceError> {
-        let name = name(rule);
-        if !overridden {
-            return self
-                .limiters
-                .get(&name)
-                .cloned()
-                .ok_or(ServiceError::Unavailable("the rule has no limiter"));
-        }
-        let mut overrides = self
-            .overrides
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if let Some(entry) = overrides.get(&name) {
-            return Ok(Arc::clone(entry));
-        }
-        if overrides.len() >= MAX_OVERRIDES {
-            return Err(ServiceError::invalid(
-                format!("at most {MAX_OVERRIDES} distinct limit overrides are kept"),
-                Some("limit"),
-            ));
-        }
-        let policy = rule
-            .policy()
-            .ok_or(ServiceError::Unavailable("the override has no limiter"))?;
-        let entry = Entry::build(&name, &policy, &service.backend, None, &service.metrics)
-            .map_err(|e| ServiceError::invalid(e, Some("limit")))?;
-        overrides.insert(name, Arc::clone(&entry));
-        Ok(entry)
-    }
-}
 
 /// The rule of a descriptor's limit `override` in `domain`: named by its figures (one
 /// limiter per distinct override), keyed by all of the descriptor's entries.
@@ -185,14 +87,6 @@ fn window_left(unit_s: u64) -> u64 {
     unit_s - now % unit_s
 }
 
-fn duration(micros: u64) -> prost_types::Duration {
-    prost_types::Duration {
-        seconds: i64::try_from(micros / 1_000_000).unwrap_or(i64::MAX),
-        // Below 10^9: the remainder of a division by 10^6, times 1000.
-        nanos: i32::try_from(micros % 1_000_000 * 1000).unwrap_or(0),
-    }
-}
-
 /// The answer to `request` for `domain`, for `app`; `cost` gives each descriptor's.
 pub(crate) async fn answer(
     service: &Service,
@@ -208,31 +102,45 @@ pub(crate) async fn answer(
             request.domain
         )));
     }
-    let matched = request
+    let matched: Vec<_> = request
         .descriptors
         .iter()
         .map(|d| rule_of(domain, &request.domain, d))
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect();
     // Theirs: a rule matched by any descriptor drops the counted rules it names.
-    let replaced: HashSet<&str> = matched
+    let replaced: HashSet<String> = matched
         .iter()
         .flatten()
-        .flat_map(|(rule, _, _)| rule.replaces.iter().map(String::as_str))
+        .flatten()
+        .flat_map(|(rule, _, _)| rule.replaces.iter().cloned())
         .collect();
     let mut statuses = Vec::with_capacity(matched.len());
     // Theirs: the request is over if a counted rule is, or if every quota rule it
-    // counted on is (quota rules alone never refuse while one has room).
-    let (mut over, mut quotas, mut quotas_over) = (false, 0, 0);
-    for (i, found) in matched.iter().enumerate() {
+    // counted on is (quota rules alone never refuse while one has room). A descriptor
+    // that fails never fails its siblings: its error is the call's only when none is over.
+    let (mut over, mut quotas, mut quotas_over, mut failed) = (false, 0, 0, None);
+    for (i, found) in matched.into_iter().enumerate() {
         let (status, quota) = match found {
-            None => (uncounted(0), false),
-            Some((rule, _, _)) if rule.limit == Limit::Unlimited => (uncounted(u32::MAX), false),
-            Some((rule, _, _)) if rule.name.as_deref().is_some_and(|n| replaced.contains(n)) => {
+            Err(e) => {
+                failed.get_or_insert(e);
+                (undecided(), false)
+            }
+            Ok(None) => (uncounted(0), false),
+            Ok(Some((rule, _, _))) if rule.limit == Limit::Unlimited => {
+                (uncounted(u32::MAX), false)
+            }
+            Ok(Some((rule, _, _))) if rule.name.as_ref().is_some_and(|n| replaced.contains(n)) => {
                 (uncounted(0), false)
             }
-            Some((rule, key, overridden)) => {
-                let status = decide(service, rules, rule, *overridden, key, cost(i)).await?;
-                (status, rule.quota || service.quota_mode)
+            Ok(Some((rule, key, overridden))) => {
+                let key = bounded(key);
+                match decide(service, rules, &rule, overridden, &key, cost(i)).await {
+                    Ok(status) => (status, rule.quota || service.quota_mode),
+                    Err(e) => {
+                        failed.get_or_insert(e);
+                        (undecided(), false)
+                    }
+                }
             }
         };
         let is_over = status.code == Code::OverLimit as i32;
@@ -245,6 +153,9 @@ pub(crate) async fn answer(
         statuses.push(status);
     }
     over |= quotas > 0 && quotas_over == quotas;
+    if let (false, Some(e)) = (over, failed) {
+        return Err(e);
+    }
     Ok(RateLimitResponse {
         overall_code: if over && !service.shadow {
             Code::OverLimit
@@ -291,19 +202,19 @@ async fn decide(
             duration_until_reset: Some(duration(window_left(unit.seconds()) * 1_000_000)),
         });
     }
-    let entry = rules.entry(service, rule, overridden)?;
+    let limiter = rules.limiter(&*service.backend, &service.metrics, rule, overridden)?;
     let decided = service
-        .decide_on(&entry, &name(rule), key, cost, rule.shadow)
+        .decide_on(&limiter, &rule_name(rule), key, cost, rule.shadow)
         .await?;
-    let decision = decided.decision;
+    let figures = decided.decision();
     Ok(DescriptorStatus {
-        code: if decision.allowed || rule.shadow {
+        code: if decided.outcome.allowed() || rule.shadow {
             Code::Ok
         } else {
             Code::OverLimit
         } as i32,
         current_limit,
-        limit_remaining: u32::try_from(decision.remaining).unwrap_or(u32::MAX),
-        duration_until_reset: Some(duration(decision.reset_after)),
+        limit_remaining: figures.map_or(0, |d| u32::try_from(d.remaining).unwrap_or(u32::MAX)),
+        duration_until_reset: figures.map(|d| duration(d.reset_after)),
     })
 }

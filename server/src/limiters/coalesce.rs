@@ -17,16 +17,19 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 
 use sluicegate_core::{AnyAlgorithm, Decision, Request};
-use sluicegate_redis::{ReconnectingAsync, RedisLimiter};
+use sluicegate_redis::{ConnectedAsync, ReconnectingAsync, RedisLimiter};
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
+/// A policy's limiter in Redis, with the connection its own calls go through.
+pub(crate) type ConnectedLimiter = ConnectedAsync<RedisLimiter<AnyAlgorithm>>;
+
 /// The most decisions in one batch.
-pub const MAX_PIPELINE: usize = 256;
+pub(crate) const MAX_PIPELINE: usize = 256;
 
 /// Why a decision sent through the queue has no answer.
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
+pub(crate) enum Error {
     /// Redis failed or refused.
     #[error(transparent)]
     Redis(#[from] sluicegate_redis::Error),
@@ -37,7 +40,7 @@ pub enum Error {
 
 /// A decision waiting to be sent.
 struct Job {
-    limiter: Arc<RedisLimiter<AnyAlgorithm>>,
+    limiter: Arc<ConnectedLimiter>,
     key: Box<[u8]>,
     cost: u64,
     reply: oneshot::Sender<Result<Decision, sluicegate_redis::Error>>,
@@ -45,7 +48,7 @@ struct Job {
 
 /// The queue of decisions for Redis.
 #[derive(Debug, Clone)]
-pub struct Coalescer {
+pub(crate) struct Coalescer {
     shared: Arc<Shared>,
 }
 
@@ -68,11 +71,11 @@ struct Queue {
 /// What the task sent: batches and the decisions in them (their ratio is the
 /// coalescing achieved; `/metrics` shows both).
 #[derive(Debug, Default)]
-pub struct Sent {
+pub(crate) struct Sent {
     /// Batches sent.
-    pub pipelines: AtomicU64,
+    pub(crate) pipelines: AtomicU64,
     /// Decisions sent in them.
-    pub decisions: AtomicU64,
+    pub(crate) decisions: AtomicU64,
 }
 
 impl std::fmt::Debug for Job {
@@ -81,9 +84,21 @@ impl std::fmt::Debug for Job {
     }
 }
 
+impl Sent {
+    /// Its counters in Prometheus' text format.
+    pub(crate) fn render(&self) -> String {
+        let load = |n: &AtomicU64| n.load(Ordering::Relaxed);
+        format!(
+            "# HELP sluicegate_redis_pipelines_total Pipelines of decisions sent to Redis.\n# TYPE sluicegate_redis_pipelines_total counter\nsluicegate_redis_pipelines_total {}\n# HELP sluicegate_redis_decisions_total Decisions sent to Redis (in the pipelines).\n# TYPE sluicegate_redis_decisions_total counter\nsluicegate_redis_decisions_total {}\n",
+            load(&self.pipelines),
+            load(&self.decisions)
+        )
+    }
+}
+
 impl Coalescer {
     /// A queue sending over `con`, its spare batches on the current runtime.
-    pub fn start(con: ReconnectingAsync) -> Self {
+    pub(crate) fn start(con: ReconnectingAsync) -> Self {
         let shared = Shared {
             queue: Mutex::default(),
             con,
@@ -96,15 +111,15 @@ impl Coalescer {
     }
 
     /// What was sent so far.
-    pub fn sent(&self) -> &Sent {
+    pub(crate) fn sent(&self) -> &Sent {
         &self.shared.sent
     }
 
     /// Decides `cost` units of `key` on `limiter` in Redis, with the decisions queued
     /// meanwhile.
-    pub async fn check(
+    pub(crate) async fn check(
         &self,
-        limiter: &Arc<RedisLimiter<AnyAlgorithm>>,
+        limiter: &Arc<ConnectedLimiter>,
         key: &[u8],
         cost: u64,
     ) -> Result<Decision, Error> {
@@ -212,12 +227,12 @@ impl Drop for Leading {
 }
 
 /// One batch of `jobs` on `limiter`, each answered with its own result.
-async fn send(con: &ReconnectingAsync, limiter: &RedisLimiter<AnyAlgorithm>, jobs: Vec<Job>) {
+async fn send(con: &ReconnectingAsync, limiter: &ConnectedLimiter, jobs: Vec<Job>) {
     let requests: Vec<Request> = jobs
         .iter()
         .map(|j| Request::new(&j.key).cost(j.cost))
         .collect();
-    let results = limiter.check_batch_async(con, &requests).await;
+    let results = limiter.host().check_batch_async(con, &requests).await;
     for (job, result) in jobs.into_iter().zip(results) {
         let _ = job.reply.send(result);
     }

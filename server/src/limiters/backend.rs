@@ -1,0 +1,184 @@
+//! The contract between the service and where its decisions are kept: a [`Backend`]
+//! builds each policy's limiter ([`RateLimit`]) or lease table ([`LeaseTable`]), which
+//! answer the core's requests ([`Request`], [`ReportRequest`], [`LeaseRequest`]). Each
+//! backend owns what it needs (a Redis backend its connection), so a limiter can never
+//! meet a backend it was not built by.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+use sluicegate_core::{
+    Acquired, AnyAlgorithm, Concurrency, Decision, Grant, LeaseError, LeaseRequest, Outcome,
+    ReportRequest, Reported, Request,
+};
+use sluicegate_policy::Policy;
+
+use crate::metrics::Table;
+
+/// Where decisions are kept: in this process ([`super::memory::InProcess`]) or in
+/// Redis ([`super::redis::InRedis`]).
+pub(crate) trait Backend: Send + Sync + Debug {
+    /// The name operators read in logs and traces (`memory`, `redis`).
+    fn name(&self) -> &'static str;
+
+    /// The limiter deciding `rule` for the policy `name` (whose parameters are `policy`).
+    fn rate(
+        &self,
+        name: &str,
+        policy: &Policy,
+        rule: &AnyAlgorithm,
+    ) -> Result<Arc<dyn RateLimit>, Unsupported>;
+
+    /// The lease tables of the concurrency policy `name`.
+    fn leases(&self, name: &str, policy: &Policy, model: Concurrency) -> Arc<dyn LeaseTable>;
+
+    /// Whether `rule` can be decided here at all.
+    fn supports(&self, rule: &AnyAlgorithm) -> Result<(), Unsupported>;
+
+    /// Its own lines for `/metrics` (none by default).
+    fn metrics(&self) -> String {
+        String::new()
+    }
+}
+
+/// A rule this backend cannot decide, and the policy field at fault if there is one.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{why}")]
+pub(crate) struct Unsupported {
+    /// The field at fault (`limit`, `period`, ...).
+    pub(crate) field: Option<&'static str>,
+    pub(crate) why: String,
+}
+
+/// One policy's keyed limit on a backend.
+pub(crate) trait RateLimit: Send + Sync + Debug {
+    /// Decides `request` and stores the key's new state; while the store is
+    /// unreachable, what the fail policy answers (an unreachable store under
+    /// [`FailPolicy::Error`](sluicegate_core::FailPolicy::Error) is the error).
+    fn check<'a>(&'a self, request: Request<'a>)
+        -> BoxFuture<'a, Result<Outcome<()>, DecideError>>;
+
+    /// What `request` would get, changing nothing.
+    fn peek<'a>(&'a self, request: Request<'a>) -> BoxFuture<'a, Result<Decision, DecideError>>;
+
+    /// Applies a report (see [`sluicegate_core::Reporter`]).
+    fn report<'a>(
+        &'a self,
+        request: ReportRequest<'a>,
+    ) -> BoxFuture<'a, Result<Reported, DecideError>>;
+
+    /// The algorithm it decides.
+    fn algorithm(&self) -> &AnyAlgorithm;
+
+    /// The fill of its key table in this process, if it has one.
+    fn table(&self) -> Option<Table> {
+        None
+    }
+}
+
+/// One concurrency policy's lease tables on a backend.
+pub(crate) trait LeaseTable: Send + Sync + Debug {
+    /// Carries out `op` for `request`.
+    fn lease<'a>(
+        &'a self,
+        op: LeaseOp,
+        request: LeaseRequest<'a>,
+    ) -> BoxFuture<'a, Result<LeaseAnswer, DecideError>>;
+
+    /// The fill of its key table in this process, if it has one.
+    fn table(&self) -> Option<Table> {
+        None
+    }
+}
+
+/// A lease operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LeaseOp {
+    /// Take a lease (or re-enter the one held).
+    Acquire,
+    /// Give one hold back.
+    Release,
+    /// Extend an unexpired lease.
+    Renew,
+}
+
+/// What a lease operation did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LeaseAnswer {
+    /// Acquired: the lease.
+    Granted(Grant),
+    /// Denied: every lease is held (or, in this process, every table in use); the
+    /// decision's `retry_after` says when one expires.
+    Busy(Decision),
+    /// Released or renewed: the lease as it stands.
+    Held(Grant),
+    /// The owner holds no unexpired lease.
+    NotHeld,
+}
+
+impl LeaseAnswer {
+    /// The answer to an acquire.
+    pub(crate) fn acquired(acquired: Acquired) -> Self {
+        acquired
+            .grant
+            .map_or(Self::Busy(acquired.decision), Self::Granted)
+    }
+
+    /// The answer to a release or renew, whose `NotHeld` is an answer, not an error.
+    pub(crate) fn held<E: Into<DecideError>>(
+        result: Result<Grant, E>,
+    ) -> Result<Self, DecideError> {
+        match result.map_err(Into::into) {
+            Ok(grant) => Ok(Self::Held(grant)),
+            Err(DecideError::Lease(LeaseError::NotHeld)) => Ok(Self::NotHeld),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Why a decision could not be made.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub(crate) enum DecideError {
+    /// The policy is a concurrency limit.
+    #[error("policy {0:?} is a concurrency limit: use /v1/lease/acquire, release and renew")]
+    Leases(String),
+    /// The backend is unreachable and the fail policy is to say so.
+    #[error("the decision backend is unavailable: {0}")]
+    Unavailable(String),
+    /// The backend refused (a key holding something else, a parameter beyond its range).
+    #[error("{0}")]
+    Backend(String),
+    /// The policy is a rate limit, not leases.
+    #[error("policy {0:?} is a rate limit: use /v1/decide")]
+    Rate(String),
+    /// A lease argument is out of range (the owner's length, the ttl).
+    #[error("{0}")]
+    Lease(LeaseError),
+    /// The policy's algorithm takes no reports (a pacing queue, a ban).
+    #[error("policy {0:?} cannot take reports: a pacing queue's slots are already handed out, and a ban counts no requests")]
+    NoReports(String),
+}
+
+impl From<LeaseError> for DecideError {
+    fn from(e: LeaseError) -> Self {
+        Self::Lease(e)
+    }
+}
+
+impl From<sluicegate_core::ParamError> for DecideError {
+    fn from(e: sluicegate_core::ParamError) -> Self {
+        Self::Backend(e.to_string())
+    }
+}
+
+impl From<sluicegate_redis::Error> for DecideError {
+    fn from(e: sluicegate_redis::Error) -> Self {
+        match e {
+            sluicegate_redis::Error::Lease(e) => Self::Lease(e),
+            e if e.is_unavailable() => Self::Unavailable(e.to_string()),
+            e => Self::Backend(e.to_string()),
+        }
+    }
+}

@@ -1,0 +1,137 @@
+//! Decisions in this process: a bounded keyed limiter per policy, lease tables per
+//! concurrency policy; the core's synchronous host contracts behind the service's.
+
+use std::future::ready;
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+use sluicegate_core::memory::{KeyedLeases, KeyedLimiter, OnFull};
+use sluicegate_core::{
+    AnyAlgorithm, Concurrency, Decision, LeaseHost, LeaseRequest, Limiter, Outcome, ReportRequest,
+    Reported, Reporter, Request,
+};
+use sluicegate_policy::Policy;
+
+use super::backend::{
+    Backend, DecideError, LeaseAnswer, LeaseOp, LeaseTable, RateLimit, Unsupported,
+};
+use super::MAX_KEY;
+use crate::metrics::Table;
+
+/// A policy's keyed limiter in this process.
+pub(crate) type Keyed = KeyedLimiter<Vec<u8>, AnyAlgorithm>;
+
+/// How many keys a policy's table holds in this process. A full table forgets keys that
+/// would admit a request first, fresh soonest first, then does as the policy's
+/// `on_full` says.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Keys {
+    /// Keys per policy (`--max-keys`).
+    pub(crate) max_keys: usize,
+    /// Bytes per policy's limiter at the worst (`--max-policy-bytes`): a sliding log
+    /// of a large limit gets fewer keys.
+    pub(crate) max_policy_bytes: usize,
+}
+
+impl Keys {
+    /// A limiter deciding `rule`, doing as `on_full` says when full: at most `max_keys`
+    /// keys, fewer if keys as long as the service accepts would not fit in
+    /// `max_policy_bytes`.
+    pub(crate) fn limiter(self, rule: &AnyAlgorithm, on_full: OnFull) -> Keyed {
+        let within = Keyed::max_keys_within(rule, self.max_policy_bytes, MAX_KEY);
+        KeyedLimiter::new(rule.clone(), self.max_keys.min(within)).on_full(on_full)
+    }
+}
+
+/// The in-process backend.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct InProcess(pub(crate) Keys);
+
+impl Backend for InProcess {
+    fn name(&self) -> &'static str {
+        "memory"
+    }
+
+    fn rate(
+        &self,
+        _name: &str,
+        policy: &Policy,
+        rule: &AnyAlgorithm,
+    ) -> Result<Arc<dyn RateLimit>, Unsupported> {
+        let on_full = policy.on_full.unwrap_or_default();
+        Ok(Arc::new(self.0.limiter(rule, on_full)))
+    }
+
+    fn leases(&self, _name: &str, _policy: &Policy, model: Concurrency) -> Arc<dyn LeaseTable> {
+        Arc::new(KeyedLeases::<Vec<u8>>::new(model, self.0.max_keys))
+    }
+
+    fn supports(&self, _rule: &AnyAlgorithm) -> Result<(), Unsupported> {
+        Ok(())
+    }
+}
+
+/// A keyed limiter's table as the metrics show it.
+pub(crate) fn table(limiter: &Keyed) -> Table {
+    Table {
+        keys: limiter.len(),
+        capacity: limiter.capacity(),
+        evicted: limiter.evicted(),
+        refused: limiter.refused(),
+    }
+}
+
+impl RateLimit for Keyed {
+    fn check<'a>(
+        &'a self,
+        request: Request<'a>,
+    ) -> BoxFuture<'a, Result<Outcome<()>, DecideError>> {
+        let decided = Limiter::check(self, &request).map(Outcome::Decided);
+        Box::pin(ready(decided.map_err(Into::into)))
+    }
+
+    fn peek<'a>(&'a self, request: Request<'a>) -> BoxFuture<'a, Result<Decision, DecideError>> {
+        Box::pin(ready(Limiter::peek(self, &request).map_err(Into::into)))
+    }
+
+    fn report<'a>(
+        &'a self,
+        request: ReportRequest<'a>,
+    ) -> BoxFuture<'a, Result<Reported, DecideError>> {
+        Box::pin(ready(Reporter::report(self, &request).map_err(Into::into)))
+    }
+
+    fn algorithm(&self) -> &AnyAlgorithm {
+        KeyedLimiter::algorithm(self)
+    }
+
+    fn table(&self) -> Option<Table> {
+        Some(table(self))
+    }
+}
+
+impl LeaseTable for KeyedLeases<Vec<u8>> {
+    fn lease<'a>(
+        &'a self,
+        op: LeaseOp,
+        request: LeaseRequest<'a>,
+    ) -> BoxFuture<'a, Result<LeaseAnswer, DecideError>> {
+        Box::pin(ready(match op {
+            LeaseOp::Acquire => LeaseHost::acquire(self, &request)
+                .map(LeaseAnswer::acquired)
+                .map_err(Into::into),
+            LeaseOp::Release => LeaseAnswer::held(LeaseHost::release(self, &request)),
+            LeaseOp::Renew => LeaseAnswer::held(LeaseHost::renew(self, &request)),
+        }))
+    }
+
+    // A lease table forgets expired leases only.
+    fn table(&self) -> Option<Table> {
+        Some(Table {
+            keys: self.len(),
+            capacity: self.capacity(),
+            evicted: 0,
+            refused: self.refused(),
+        })
+    }
+}

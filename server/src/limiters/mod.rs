@@ -1,0 +1,222 @@
+//! The limiters: one per policy, built by the server's [`Backend`] (in this process or
+//! in Redis), rebuilt only when a policy's parameters change, so editing its apps or
+//! description keeps its counts; a change of parameters is [`Carried`].
+
+mod backend;
+mod carried;
+mod coalesce;
+mod memory;
+mod redis;
+
+use std::collections::HashMap;
+use std::mem::discriminant;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluicegate_core::{LeaseRequest, Outcome, ReportRequest, Reported, Request, Ticks};
+use sluicegate_policy::{Built, Policy, Style};
+
+pub(crate) use backend::{Backend, DecideError, LeaseAnswer, LeaseOp, Unsupported};
+use backend::{LeaseTable, RateLimit};
+use carried::Carried;
+pub(crate) use memory::{InProcess, Keys};
+pub(crate) use redis::InRedis;
+
+use crate::metrics::{Counters, Metrics, Table};
+
+/// The longest key, in bytes.
+pub(crate) const MAX_KEY: usize = 1024;
+
+/// One policy's limiter (or lease tables) and the headers it stamps.
+#[derive(Debug)]
+pub(crate) struct PolicyLimiter {
+    /// What the policy builds: its limiter is rebuilt only when this or `on_full`
+    /// changes.
+    pub(crate) built: Built,
+    on_full: sluicegate_core::memory::OnFull,
+    /// `RateLimit-Policy` for this policy.
+    pub(crate) header: Option<sluicegate_tower::RateLimitPolicy>,
+    limits: Limits,
+    /// The policy's counters in the metrics (kept when the limiter is rebuilt).
+    counters: Arc<Counters>,
+    /// The policy's limit (or capacity) and period, for the next change to carry.
+    limit: u64,
+    period: Ticks,
+}
+
+/// A rate policy's limiter, or a concurrency policy's lease tables.
+#[derive(Debug)]
+enum Limits {
+    Rate {
+        /// What the backend built: the next change's old limiter.
+        own: Arc<dyn RateLimit>,
+        /// What decides: `own`, or `own` carrying the limiter before a change.
+        deciding: Arc<dyn RateLimit>,
+    },
+    Leases(Arc<dyn LeaseTable>),
+}
+
+/// Why a policy has no limiter.
+#[derive(Debug, Clone, thiserror::Error)]
+pub(crate) enum BuildError {
+    /// The policy is invalid.
+    #[error(transparent)]
+    Policy(#[from] sluicegate_policy::Problem),
+    /// The backend cannot decide it.
+    #[error(transparent)]
+    Unsupported(#[from] Unsupported),
+}
+
+impl PolicyLimiter {
+    /// The limiter for the policy `name` on `backend`, or `previous` if its parameters
+    /// are the same; its decisions count into `metrics`.
+    pub(crate) fn build(
+        name: &str,
+        policy: &Policy,
+        backend: &dyn Backend,
+        previous: Option<&Arc<Self>>,
+        metrics: &Metrics,
+    ) -> Result<Arc<Self>, BuildError> {
+        let built = policy.build(Style::File)?;
+        let on_full = policy.on_full.unwrap_or_default();
+        if let Some(previous) = previous.filter(|p| p.built == built && p.on_full == on_full) {
+            return Ok(Arc::clone(previous));
+        }
+        let header = sluicegate_tower::RateLimitPolicy::new(
+            name,
+            policy.limit(),
+            Duration::from_micros(policy.period()),
+        )
+        .ok();
+        let limits = match &built {
+            Built::Leases { model, .. } => Limits::Leases(backend.leases(name, policy, *model)),
+            Built::Rule(rule) => {
+                let own = backend.rate(name, policy, rule)?;
+                // The same algorithm: the old limiter still counts.
+                let deciding = match previous.map(|p| (p, &p.limits, &p.built)) {
+                    Some((p, Limits::Rate { own: old, .. }, Built::Rule(old_rule)))
+                        if discriminant(old_rule) == discriminant(rule) =>
+                    {
+                        let carried = Carried::new(
+                            Arc::clone(&own),
+                            Arc::clone(old),
+                            p.limit,
+                            policy.limit(),
+                            p.period,
+                        );
+                        Arc::new(carried)
+                    }
+                    _ => Arc::clone(&own),
+                };
+                Limits::Rate { own, deciding }
+            }
+            _ => {
+                return Err(BuildError::Unsupported(Unsupported {
+                    field: None,
+                    why: format!("policy {name:?}: this server cannot run it"),
+                }))
+            }
+        };
+        Ok(Arc::new(Self {
+            built,
+            on_full,
+            header,
+            limits,
+            counters: metrics.counters(name),
+            limit: policy.limit(),
+            period: policy.period(),
+        }))
+    }
+
+    /// The policy's counters in the metrics.
+    pub(crate) fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// The fill of the policy's key table in this process (its limiter, its lease table
+    /// or its `--fail local` fallback), if it has one.
+    pub(crate) fn table(&self) -> Option<Table> {
+        match &self.limits {
+            Limits::Rate { own, .. } => own.table(),
+            Limits::Leases(leases) => leases.table(),
+        }
+    }
+
+    /// The rate limiter deciding, or why the policy `name` has none.
+    fn rate(&self, name: &str) -> Result<&dyn RateLimit, DecideError> {
+        match &self.limits {
+            Limits::Rate { deciding, .. } => Ok(&**deciding),
+            Limits::Leases(_) => Err(DecideError::Leases(name.to_owned())),
+        }
+    }
+
+    /// Decides `cost` units for `key` (policy `name`), or says what the fail policy
+    /// answered.
+    pub(crate) async fn decide(
+        &self,
+        name: &str,
+        key: &str,
+        cost: u64,
+    ) -> Result<Outcome<()>, DecideError> {
+        self.rate(name)?.check(Request::new(key).cost(cost)).await
+    }
+
+    /// Whether this policy (`name`) takes reports: checked before a report's id is
+    /// claimed, so that a claimed report is always applied.
+    pub(crate) fn check_report(&self, name: &str) -> Result<(), DecideError> {
+        if self.rate(name)?.algorithm().can_report() {
+            Ok(())
+        } else {
+            Err(DecideError::NoReports(name.to_owned()))
+        }
+    }
+
+    /// Reports `adjustment` units for `key` (negative: a refund), after the work.
+    pub(crate) async fn report(
+        &self,
+        name: &str,
+        key: &str,
+        adjustment: i64,
+    ) -> Result<Reported, DecideError> {
+        self.check_report(name)?;
+        let request = ReportRequest::new(key).adjust(adjustment);
+        self.rate(name)?.report(request).await
+    }
+
+    /// The policy's lease ttl (its `lease`), for calls that give none.
+    pub(crate) fn lease_ttl(&self) -> Option<Ticks> {
+        match self.built {
+            Built::Leases { ttl, .. } => Some(ttl),
+            _ => None,
+        }
+    }
+
+    /// Acquires, releases or renews `owner`'s lease on `key` (for `ttl` ticks).
+    pub(crate) async fn lease(
+        &self,
+        name: &str,
+        op: LeaseOp,
+        key: &str,
+        owner: &str,
+        ttl: Ticks,
+    ) -> Result<LeaseAnswer, DecideError> {
+        let Limits::Leases(leases) = &self.limits else {
+            return Err(DecideError::Rate(name.to_owned()));
+        };
+        sluicegate_core::Concurrency::check(owner.as_bytes(), ttl)?;
+        let request = LeaseRequest::new(key).owner(owner).ttl(ttl);
+        leases.lease(op, request).await
+    }
+}
+
+/// Whether `policy` can run on `backend`. The error names the field at fault when
+/// there is one.
+pub(crate) fn check_backend(policy: &Policy, backend: &dyn Backend) -> Result<(), Unsupported> {
+    match policy.build(Style::File) {
+        Ok(Built::Rule(rule)) => backend.supports(&rule),
+        _ => Ok(()),
+    }
+}
+
+/// The limiters of every policy, by name.
+pub(crate) type Limiters = HashMap<String, Arc<PolicyLimiter>>;

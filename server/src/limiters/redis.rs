@@ -1,0 +1,236 @@
+//! Decisions in Redis (`--decisions redis://…`), shared by a fleet: each policy's
+//! limiter with the connection it calls through, its decisions coalesced into
+//! pipelines, and the fail policy's answer while Redis is away.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+use sha2::{Digest, Sha256};
+use sluicegate_core::memory::OnFull;
+use sluicegate_core::{
+    AnyAlgorithm, AsyncLeaseHost, AsyncLimiter, AsyncReporter, Concurrency, Decision, FailPolicy,
+    LeaseRequest, Outcome, ReportRequest, Reported, Request,
+};
+use sluicegate_policy::Policy;
+use sluicegate_redis::{ConnectedAsync, ReconnectingAsync, RedisLeases, RedisLimiter};
+
+use super::backend::{
+    Backend, DecideError, LeaseAnswer, LeaseOp, LeaseTable, RateLimit, Unsupported,
+};
+use super::coalesce::{self, Coalescer, ConnectedLimiter};
+use super::memory::{table, Keyed, Keys};
+use crate::metrics::Table;
+
+/// The Redis backend.
+#[derive(Debug)]
+pub(crate) struct InRedis {
+    /// The connection (reconnects by itself, bounded timeouts).
+    con: ReconnectingAsync,
+    /// Decisions, sent together when they arrive together.
+    coalescer: Coalescer,
+    /// The answer while Redis is unreachable (`--fail`; `Local` builds a limiter per
+    /// policy, with `keys`).
+    fail: FailPolicy<()>,
+    keys: Keys,
+}
+
+impl InRedis {
+    /// Decisions through `con`, answered by `fail` while Redis is unreachable.
+    pub(crate) fn new(con: ReconnectingAsync, fail: FailPolicy<()>, keys: Keys) -> Self {
+        let coalescer = Coalescer::start(con.clone());
+        Self {
+            con,
+            coalescer,
+            fail,
+            keys,
+        }
+    }
+}
+
+impl Backend for InRedis {
+    fn name(&self) -> &'static str {
+        "redis"
+    }
+
+    fn rate(
+        &self,
+        name: &str,
+        policy: &Policy,
+        rule: &AnyAlgorithm,
+    ) -> Result<Arc<dyn RateLimit>, Unsupported> {
+        let limiter = RedisLimiter::new(rule.clone())
+            .map_err(unsupported)?
+            .with_prefix(prefix(name, policy));
+        let on_full = policy.on_full.unwrap_or_default();
+        let fail = match &self.fail {
+            FailPolicy::Local(()) => FailPolicy::Local(self.keys.limiter(rule, on_full)),
+            FailPolicy::Open => FailPolicy::Open,
+            FailPolicy::Closed => FailPolicy::Closed,
+            _ => FailPolicy::Error,
+        };
+        Ok(Arc::new(Shared {
+            limiter: Arc::new(ConnectedAsync::new(limiter, self.con.clone())),
+            coalescer: self.coalescer.clone(),
+            fail,
+        }))
+    }
+
+    fn leases(&self, name: &str, policy: &Policy, model: Concurrency) -> Arc<dyn LeaseTable> {
+        let leases = RedisLeases::new(model).with_prefix(prefix(name, policy));
+        Arc::new(ConnectedAsync::new(leases, self.con.clone()))
+    }
+
+    /// Within the scripts' exact range, narrower than the core's.
+    fn supports(&self, rule: &AnyAlgorithm) -> Result<(), Unsupported> {
+        RedisLimiter::new(rule.clone())
+            .map(drop)
+            .map_err(unsupported)
+    }
+
+    fn metrics(&self) -> String {
+        self.coalescer.sent().render()
+    }
+}
+
+/// A rule beyond the scripts, naming the field at fault when there is one.
+fn unsupported(e: sluicegate_redis::Error) -> Unsupported {
+    let field = match &e {
+        sluicegate_redis::Error::OutOfRange { what, .. }
+            if matches!(*what, "limit" | "capacity" | "rate" | "period") =>
+        {
+            Some(*what)
+        }
+        _ => None,
+    };
+    Unsupported {
+        field,
+        why: format!("this server decides in Redis, whose scripts take less: {e}"),
+    }
+}
+
+/// A rate policy's limiter in Redis.
+#[derive(Debug)]
+struct Shared {
+    /// Shared with the decisions queued for Redis.
+    limiter: Arc<ConnectedLimiter>,
+    coalescer: Coalescer,
+    /// The answer while Redis is unreachable, with its own limiter for `--fail local`.
+    fail: FailPolicy<Keyed>,
+}
+
+impl Shared {
+    /// `result` as the fail policy answers it while Redis is unreachable.
+    fn fail_safe(
+        &self,
+        result: Result<Decision, DecideError>,
+        request: Request<'_>,
+    ) -> Result<Outcome<()>, DecideError> {
+        let unreachable = |e: &DecideError| matches!(e, DecideError::Unavailable(_));
+        let local = |local: &Keyed| local.check(request.key, request.cost);
+        let outcome = self.fail.apply(result, unreachable, local)?;
+        if let Some(e) = outcome.error() {
+            tracing::warn!(error = %e, "Redis unreachable: deciding by --fail");
+        }
+        Ok(match outcome {
+            Outcome::Decided(decision) => Outcome::Decided(decision),
+            Outcome::Local(decision, _) => Outcome::Local(decision, ()),
+            Outcome::Open(_) => Outcome::Open(()),
+            Outcome::Closed(_) => Outcome::Closed(()),
+        })
+    }
+}
+
+/// `future`'s error as the decision's.
+async fn typed<T>(
+    future: impl Future<Output = Result<T, sluicegate_redis::Error>>,
+) -> Result<T, DecideError> {
+    future.await.map_err(Into::into)
+}
+
+impl RateLimit for Shared {
+    fn check<'a>(
+        &'a self,
+        request: Request<'a>,
+    ) -> BoxFuture<'a, Result<Outcome<()>, DecideError>> {
+        Box::pin(async move {
+            let result = self
+                .coalescer
+                .check(&self.limiter, request.key, request.cost)
+                .await
+                .map_err(|e| match e {
+                    coalesce::Error::Redis(e) => e.into(),
+                    coalesce::Error::Stopped => DecideError::Backend(e.to_string()),
+                });
+            self.fail_safe(result, request)
+        })
+    }
+
+    fn peek<'a>(&'a self, request: Request<'a>) -> BoxFuture<'a, Result<Decision, DecideError>> {
+        Box::pin(async move { typed(AsyncLimiter::peek(&*self.limiter, &request)).await })
+    }
+
+    /// The fail policy does not apply: a report while Redis is away is an error (503),
+    /// which the caller may retry with the same id.
+    fn report<'a>(
+        &'a self,
+        request: ReportRequest<'a>,
+    ) -> BoxFuture<'a, Result<Reported, DecideError>> {
+        Box::pin(async move { typed(AsyncReporter::report(&*self.limiter, &request)).await })
+    }
+
+    fn algorithm(&self) -> &AnyAlgorithm {
+        self.limiter.host().algorithm()
+    }
+
+    /// The `--fail local` fallback's table.
+    fn table(&self) -> Option<Table> {
+        match &self.fail {
+            FailPolicy::Local(local) => Some(table(local)),
+            _ => None,
+        }
+    }
+}
+
+impl LeaseTable for ConnectedAsync<RedisLeases> {
+    fn lease<'a>(
+        &'a self,
+        op: LeaseOp,
+        request: LeaseRequest<'a>,
+    ) -> BoxFuture<'a, Result<LeaseAnswer, DecideError>> {
+        Box::pin(async move {
+            match op {
+                LeaseOp::Acquire => typed(self.acquire(&request))
+                    .await
+                    .map(LeaseAnswer::acquired),
+                LeaseOp::Release => LeaseAnswer::held(self.release(&request).await),
+                LeaseOp::Renew => LeaseAnswer::held(self.renew(&request).await),
+            }
+        })
+    }
+}
+
+/// Redis keys of policy `name`: `sluicegate:serve:NAME:HASH:KEY`, where HASH is of the
+/// parameters only: a change of them writes new states, the old ones counting for one
+/// more period (see [`super::carried`]) and then expiring; a change of apps or
+/// description keeps them.
+fn prefix(name: &str, policy: &Policy) -> String {
+    let params = Policy {
+        apps: Vec::new(),
+        description: String::new(),
+        owner: String::new(),
+        fleet: None,
+        // None of these changes what Redis holds.
+        on_full: None::<OnFull>,
+        shadow: false,
+        max_lease: None,
+        ..policy.clone()
+    };
+    let digest = Sha256::digest(
+        serde_json::to_string(&params)
+            .unwrap_or_default()
+            .as_bytes(),
+    );
+    let hash: String = digest[..6].iter().map(|b| format!("{b:02x}")).collect();
+    format!("sluicegate:serve:{name}:{hash}:")
+}

@@ -1,0 +1,104 @@
+//! Trust at the edge: what one client controls in a request (a header, a path) cannot
+//! turn Envoy's call into an error, which Envoy lets through by default.
+
+mod common;
+
+use common::*;
+use sluicegate_server::grpc::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use sluicegate_server::grpc::envoy::service::ratelimit::v3::RateLimitResponse;
+use sluicegate_server::Config;
+
+fn codes(answer: &RateLimitResponse) -> (i32, Vec<i32>) {
+    let statuses = answer.statuses.iter().map(|s| s.code).collect();
+    (answer.overall_code, statuses)
+}
+
+const OK: i32 = Code::Ok as i32;
+const OVER: i32 = Code::OverLimit as i32;
+
+/// On a sluicegate policy and on a domain of Envoy's YAML alike: a descriptor whose
+/// value is past the longest key is decided (on a digest of its key, counted like any
+/// other), and its sibling over the limit still makes the call `OVER_LIMIT`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_descriptor_value_cannot_open_its_siblings_limits() {
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = dir.path().join("edge.yaml");
+    std::fs::write(
+        &yaml,
+        "domain: edge\ndescriptors:\n  - key: ip\n    rate_limit: {unit: hour, requests_per_unit: 1}\n  - key: path\n    rate_limit: {unit: hour, requests_per_unit: 1}\n",
+    )
+    .unwrap();
+    let (server, admin) = TestServer::start_with(Config {
+        grpc_listen: Some("127.0.0.1:0".parse().unwrap()),
+        envoy_config: Some(yaml),
+        ..config()
+    })
+    .await;
+    let web = app(&server, &admin, "web").await;
+    let policy = r#"{"algorithm":"fixed-window","limit":1,"period":"1h","apps":["web"]}"#;
+    create_policy(&server, &admin, "api", policy).await;
+    let mut c = client(&server).await;
+    let long = "/".repeat(4096);
+    for domain in ["api", "edge"] {
+        let both = || {
+            vec![
+                descriptor(&[("ip", "10.0.0.1")], None),
+                descriptor(&[("path", long.as_str())], None),
+            ]
+        };
+        let first = ask(&mut c, Some(&web), domain, both()).await;
+        assert_eq!(
+            codes(&first.expect("an answer")),
+            (OK, vec![OK, OK]),
+            "{domain}"
+        );
+        // Both counted: each is at its limit of one now.
+        let second = ask(&mut c, Some(&web), domain, both()).await;
+        let second = second.expect("an answer, not an error Envoy lets through");
+        assert_eq!(codes(&second), (OVER, vec![OVER, OVER]), "{domain}");
+        // Alone, the long value is over too: it was counted, under its digest.
+        let alone = vec![descriptor(&[("path", long.as_str())], None)];
+        let alone = ask(&mut c, Some(&web), domain, alone)
+            .await
+            .expect("an answer");
+        assert_eq!(codes(&alone), (OVER, vec![OVER]), "{domain}");
+    }
+    server.stop().await;
+}
+
+/// A descriptor that cannot be decided (a limit override with an unknown unit) leaves
+/// its siblings decided: the call is `OVER_LIMIT` when one of them is, and the error
+/// only when none is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_descriptor_that_fails_does_not_fail_its_siblings() {
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = dir.path().join("edge.yaml");
+    std::fs::write(
+        &yaml,
+        "domain: edge\ndescriptors:\n  - key: ip\n    rate_limit: {unit: hour, requests_per_unit: 1}\n",
+    )
+    .unwrap();
+    let (server, admin) = TestServer::start_with(Config {
+        grpc_listen: Some("127.0.0.1:0".parse().unwrap()),
+        envoy_config: Some(yaml),
+        ..config()
+    })
+    .await;
+    let web = app(&server, &admin, "web").await;
+    let mut c = client(&server).await;
+    let broken = || {
+        let mut broken = descriptor(&[("user", "bob")], None);
+        broken.limit = Some(Default::default());
+        broken
+    };
+    let ip = || descriptor(&[("ip", "10.0.0.2")], None);
+    let alone = ask(&mut c, Some(&web), "edge", vec![ip(), broken()]).await;
+    assert_eq!(
+        alone.expect_err("nothing over: the error").code(),
+        tonic::Code::InvalidArgument
+    );
+    let over = ask(&mut c, Some(&web), "edge", vec![ip(), broken()]).await;
+    let over = over.expect("a sibling over: the call is over");
+    assert_eq!(codes(&over), (OVER, vec![OVER, Code::Unknown as i32]));
+    server.stop().await;
+}
