@@ -146,7 +146,9 @@ fn aliases_repeating_more_than_the_file_are_refused_at_once() {
     let mut text = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
     for i in 1..10 {
         let p = i - 1;
-        text += &format!("a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n");
+        text += &format!(
+            "a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n"
+        );
     }
     let e = Config::parse("t.yaml", &text).expect_err("a billion laughs");
     assert!(e.contains("aliases repeat more than 65536 bytes"), "{e}");
