@@ -106,7 +106,8 @@ pub struct KeyArgs {
     /// The request's cost.
     #[arg(long, default_value_t = 1, value_parser = whole, allow_negative_numbers = true)]
     pub cost: u64,
-    /// Decide at this time (µs since the Unix epoch, at most 2^62) instead of now.
+    /// Decide at this time (µs since the Unix epoch, at most 2^62) instead of now on the
+    /// backend's clock (Redis: the server's time, so its keys expire).
     #[arg(long, value_parser = instant, allow_negative_numbers = true)]
     pub now: Option<Ticks>,
 }

@@ -487,3 +487,31 @@ fn purge_deletes_the_policys_states_and_nothing_else() {
     assert_exit(&bucket(&["purge", "--backend", &missing]), 2);
     assert!(!dir.path().join("none").exists());
 }
+
+/// `check` without `--now` decides on the server's time, as the service does, so its
+/// key expires when its state turns fresh; with `--now` it is the caller's time, and
+/// the key is kept.
+#[test]
+fn check_on_redis_without_now_writes_a_key_that_expires() {
+    let redis = common::Server::start();
+    let url = redis.url();
+    let window = [
+        "--algorithm",
+        "fixed-window",
+        "--limit",
+        "5",
+        "--period",
+        "1m",
+    ];
+    assert_exit(
+        &sluicegate(with(&["check", "idle", "--backend", &url], &window)),
+        0,
+    );
+    let mut con = redis.connection();
+    let key = "sluicegate:fixed-window-5-1m:idle";
+    let pttl: i64 = redis::cmd("PTTL").arg(key).query(&mut con).unwrap();
+    assert!(pttl > 0 && pttl <= 60_000, "PTTL {pttl}");
+    // One used: a peek at a cost of 1 would leave 3.
+    let peek = sluicegate(with(&["peek", "idle", "--backend", &url], &window));
+    assert_contains(&stdout(&peek), "\"remaining\":3");
+}

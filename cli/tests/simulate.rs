@@ -242,3 +242,40 @@ fn a_limit_far_above_the_traffic_does_not_flatten_the_bars() {
     // The bars reach the top tick: the axis is scaled to them.
     assert!(texts.contains(&"10"), "{texts:?}");
 }
+
+/// The simulated clock starts at the epoch, where the week (from Monday 29 December
+/// 1969) and Tokyo's day (from 15:00 UTC) began before 1970: they end on time and the
+/// next period admits its limit again, never one period held for the whole run.
+#[test]
+fn calendar_windows_reset_from_the_first_period_of_a_simulation() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("calendar.toml");
+    std::fs::write(
+        &config,
+        "[policies.weekly]\nalgorithm = \"calendar-window\"\nlimit = 10\ncalendar = \"week\"\n\n\
+         [policies.tokyo]\nalgorithm = \"calendar-window\"\nlimit = 5\ncalendar = \"day\"\ntime-zone = \"Asia/Tokyo\"\n",
+    )
+    .unwrap();
+    // Weeks from Thursday 1 January 1970: 4 days, 7 days, and 3 days of the next.
+    // Tokyo: days from 15:00 and 39:00 UTC, then the third from 63:00 reached at 42:00.
+    for (policy, traffic, duration, admitted) in [
+        ("weekly", "burst:size=5,every=1d", "14d", "30 (42.9%)"),
+        ("tokyo", "burst:size=5,every=6h", "2d", "15 (37.5%)"),
+    ] {
+        let out = sluicegate([
+            "simulate",
+            "--config",
+            config.to_str().unwrap(),
+            "--policy",
+            policy,
+            "--traffic",
+            traffic,
+            "--duration",
+            duration,
+        ]);
+        assert_exit(&out, 0);
+        let summary = stdout(&out);
+        let line = summary.lines().find(|l| l.starts_with("admitted"));
+        assert!(line.is_some_and(|l| l.ends_with(admitted)), "{summary}");
+    }
+}

@@ -36,6 +36,13 @@ impl CalendarPeriod {
     pub const fn end(&self) -> Ticks {
         self.end
     }
+
+    /// The period if it holds `now`, else [`ParamError::OutOfRange`] named `"now"` with
+    /// the period's first and last instants: the check a host applies before deciding in
+    /// a period it computed, so a period gone stale is computed again, never counted in.
+    pub fn holding(self, now: Ticks) -> Result<Self, ParamError> {
+        ParamError::check("now", now, self.start, self.end - 1).map(|_| self)
+    }
 }
 
 /// Calendar window: at most `limit` units of cost per calendar period; a request of cost
@@ -105,23 +112,27 @@ impl CalendarWindow {
 /// for the transition ([`CalendarPeriod`]), or a calendar asked at each transition (see
 /// `CalendarLimit`). One transition serves both, so every host stores the same bytes.
 pub trait PeriodOf {
-    /// The period holding `now` (at most [`MAX_TICKS`]).
-    fn period_of(&self, now: Ticks) -> CalendarPeriod;
+    /// The period to decide `now` (at most [`MAX_TICKS`]) in, or why there is none: the
+    /// window then refuses, changing nothing.
+    fn period_of(&self, now: Ticks) -> Result<CalendarPeriod, ParamError>;
 }
 
-/// The period itself, whatever `now` (a `now` outside it is clamped into it).
+/// The period itself, whatever `now` (a `now` outside it is clamped into it, as the
+/// Redis scripts do at a caller's time; hosts check [`CalendarPeriod::holding`] first).
 impl PeriodOf for CalendarPeriod {
-    fn period_of(&self, _: Ticks) -> CalendarPeriod {
-        *self
+    fn period_of(&self, _: Ticks) -> Result<CalendarPeriod, ParamError> {
+        Ok(*self)
     }
 }
 
 /// A [`CalendarWindow`] in its current period (see [`CalendarWindow::during`]), or in
 /// the periods of a calendar (see [`CalendarWindow::within`]).
 ///
-/// A `now` outside the period is decided as at its nearest instant in it. A stored count
-/// whose period has not ended at `now` (a state written at a later time, when `now` went
-/// backwards over a boundary) is decided in its own period, to its own end.
+/// A `now` outside a given period is decided as at its nearest instant in it; a calendar
+/// whose period does not hold `now` is refused: denied as a cost that never fits, nothing
+/// counted or reported. A stored count whose period has not ended at `now` (a state
+/// written at a later time, when `now` went backwards over a boundary) is decided in its
+/// own period, to its own end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct CalendarWindowAt<P = CalendarPeriod> {
     window: CalendarWindow,
@@ -141,15 +152,20 @@ impl<P: PeriodOf> CalendarWindowAt<P> {
         self.window
     }
 
-    /// `now` within its period, and the period's end and count to decide on there.
-    fn current(&self, state: Option<CalendarWindowState>, now: Ticks) -> (Ticks, Ticks, u64) {
+    /// `now` within its period, and the period's end and count to decide on there; none
+    /// where the period is refused.
+    fn current(
+        &self,
+        state: Option<CalendarWindowState>,
+        now: Ticks,
+    ) -> Option<(Ticks, Ticks, u64)> {
         let now = now.min(MAX_TICKS);
-        let period = self.period.period_of(now);
+        let period = self.period.period_of(now).ok()?;
         let now = now.clamp(period.start, period.end - 1);
-        match state {
+        Some(match state {
             Some(s) if s.end > now => (now, s.end, s.count),
             _ => (now, period.end, 0),
-        }
+        })
     }
 
     /// Where the period of the whole calendar lives (see `CalendarLimit`).
@@ -167,7 +183,9 @@ impl<P: PeriodOf> Algorithm for CalendarWindowAt<P> {
         now: Ticks,
         cost: u64,
     ) -> (Decision, Option<CalendarWindowState>) {
-        let (now, end, count) = self.current(state, now);
+        let Some((now, end, count)) = self.current(state, now) else {
+            return (Decision::deny(self.window.limit, 0, None, 0), state);
+        };
         let (decision, count) = window_decision(self.window.limit, count, cost, false, end - now);
         (
             decision,
@@ -201,7 +219,9 @@ impl<P: PeriodOf> Report for CalendarWindowAt<P> {
         now: Ticks,
         adjustment: i64,
     ) -> (u64, Option<CalendarWindowState>) {
-        let (_, end, count) = self.current(state, now);
+        let Some((_, end, count)) = self.current(state, now) else {
+            return (0, state);
+        };
         let room = (self.window.limit + self.window.overdraft).saturating_sub(count);
         let (recorded, count) = adjust_count(count, room, adjustment);
         (

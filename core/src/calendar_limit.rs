@@ -4,7 +4,7 @@
 use alloc::string::String;
 use alloc::sync::Arc;
 
-use crate::{CalendarPeriod, CalendarWindow, CalendarWindowAt, PeriodOf, Ticks};
+use crate::{CalendarPeriod, CalendarWindow, CalendarWindowAt, ParamError, PeriodOf, Ticks};
 
 /// A calendar: the period holding any instant (a day, an ISO week or a month in a time
 /// zone, see `ZonedCalendar` under the `calendar` feature).
@@ -14,8 +14,8 @@ use crate::{CalendarPeriod, CalendarWindow, CalendarWindowAt, PeriodOf, Ticks};
 /// host's choice (and a test's: a fixed schedule of periods needs no database).
 pub trait CalendarPeriods: core::fmt::Debug + Send + Sync {
     /// The period holding `now` (at most [`MAX_TICKS`](crate::MAX_TICKS)). A calendar
-    /// that ends before `MAX_TICKS` returns its last period beyond its range (the window
-    /// then decides as at that period's last instant).
+    /// that ends before `MAX_TICKS` returns, beyond its range, a period not holding `now`
+    /// (its last): a window refuses to decide or report there, rather than count in it.
     fn period_at(&self, now: Ticks) -> CalendarPeriod;
 
     /// What the periods are ("month in Europe/Berlin"): two calendars of one name cut
@@ -36,9 +36,11 @@ impl PartialEq for SharedCalendar {
 
 impl Eq for SharedCalendar {}
 
+/// The calendar's period holding `now`; a period that does not hold it (a calendar past
+/// its range, or one that is wrong) is refused, never counted in.
 impl PeriodOf for SharedCalendar {
-    fn period_of(&self, now: Ticks) -> CalendarPeriod {
-        self.0.period_at(now)
+    fn period_of(&self, now: Ticks) -> Result<CalendarPeriod, ParamError> {
+        self.0.period_at(now).holding(now)
     }
 }
 
@@ -55,5 +57,13 @@ impl CalendarLimit {
     /// Its calendar.
     pub fn calendar(&self) -> &dyn CalendarPeriods {
         &*self.periods().0
+    }
+
+    /// The period of its calendar holding `now`, or
+    /// [`ParamError::OutOfRange`] named `"now"` where the calendar has none (beyond its
+    /// range): the check a host applies to a time it is given, as
+    /// [`check_now`](crate::check_now), before deciding or computing a period for a store.
+    pub fn period_at(&self, now: Ticks) -> Result<CalendarPeriod, ParamError> {
+        self.periods().period_of(now)
     }
 }

@@ -34,8 +34,7 @@ pub enum CalendarError {
     /// The database has no zone of this name.
     #[error("unknown time zone {0:?}")]
     UnknownZone(String),
-    /// The instant or a boundary of its period is outside the calendar's range (before
-    /// the Unix epoch, or beyond year 9999).
+    /// The instant or the end of its period is beyond the calendar's range (year 9999).
     #[error("the calendar period at {0} µs is out of range")]
     OutOfRange(Ticks),
 }
@@ -99,7 +98,8 @@ const LAST: Ticks = 253_397_030_400_000_000;
 pub struct ZonedCalendar {
     calendar: Calendar,
     zone: CalendarZone,
-    /// The period holding [`LAST`]: the one instants beyond the calendar's range get.
+    /// The period holding [`LAST`]: what instants beyond the calendar's range get, which
+    /// does not hold them, so that a window refuses them.
     last: CalendarPeriod,
 }
 
@@ -125,8 +125,8 @@ impl ZonedCalendar {
     }
 }
 
-/// Instants beyond the database's range (after 9999) are in the period holding
-/// 9999-11-01.
+/// Instants beyond the database's range (after 9999) get the period holding 9999-11-01,
+/// which a window refuses to decide them in.
 impl CalendarPeriods for ZonedCalendar {
     fn period_at(&self, now: Ticks) -> CalendarPeriod {
         self.calendar
@@ -141,7 +141,10 @@ impl CalendarPeriods for ZonedCalendar {
 
 impl Calendar {
     /// The period of this calendar in `zone` holding `now` (microseconds since the Unix
-    /// epoch): its first instant and the next period's first instant.
+    /// epoch): its first instant and the next period's first instant. A period starts at
+    /// the first instant of its first civil date, so where clocks go back across midnight
+    /// an instant still dated the day before belongs to the day that has begun. The
+    /// period holding the epoch, where it starts before 1970, starts at tick 0.
     pub fn period_at(
         self,
         zone: &CalendarZone,
@@ -153,30 +156,37 @@ impl Calendar {
             .map_err(out_of_range)?
             .to_zoned_datetime(zone.0.clone())
             .date();
-        let (first, next) = match self {
-            Self::Day => (date, date.tomorrow()),
-            Self::Week => {
-                let monday = date
-                    .checked_sub(i64::from(date.weekday().to_monday_zero_offset()).days())
-                    .map_err(out_of_range)?;
-                (monday, monday.checked_add(1.week()))
-            }
-            Self::Month => {
-                let first = date.first_of_month();
-                (first, first.checked_add(1.month()))
-            }
+        let mut first = match self {
+            Self::Day => date,
+            Self::Week => date
+                .checked_sub(i64::from(date.weekday().to_monday_zero_offset()).days())
+                .map_err(out_of_range)?,
+            Self::Month => date.first_of_month(),
         };
-        let start = start_of(first, zone, now)?;
-        let end = start_of(next.map_err(out_of_range)?, zone, now)?;
-        CalendarPeriod::new(start, end).map_err(|_| CalendarError::OutOfRange(now))
+        loop {
+            let next = match self {
+                Self::Day => first.tomorrow(),
+                Self::Week => first.checked_add(1.week()),
+                Self::Month => first.checked_add(1.month()),
+            }
+            .map_err(out_of_range)?;
+            let end = start_of(next, zone, now)?;
+            if micros < end {
+                let start = start_of(first, zone, now)?;
+                let start = u64::try_from(start).unwrap_or(0);
+                let end = u64::try_from(end).map_err(|_| CalendarError::OutOfRange(now))?;
+                return CalendarPeriod::new(start, end).map_err(|_| CalendarError::OutOfRange(now));
+            }
+            first = next;
+        }
     }
 }
 
-/// The first instant of `date` in `zone`, in ticks.
-fn start_of(date: Date, zone: &CalendarZone, now: Ticks) -> Result<Ticks, CalendarError> {
-    let start = date
-        .to_zoned_datetime(zone.0.clone())
+/// The first instant of `date` in `zone`, in microseconds since the epoch (negative
+/// before 1970).
+fn start_of(date: Date, zone: &CalendarZone, now: Ticks) -> Result<i64, CalendarError> {
+    date.to_zoned_datetime(zone.0.clone())
         .and_then(|midnight| midnight.start_of_day())
-        .map_err(|_| CalendarError::OutOfRange(now))?;
-    u64::try_from(start.timestamp().as_microsecond()).map_err(|_| CalendarError::OutOfRange(now))
+        .map(|start| start.timestamp().as_microsecond())
+        .map_err(|_| CalendarError::OutOfRange(now))
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use sluicegate_core::{
     Algorithm, AnyAlgorithm, Calendar, CalendarError, CalendarLimit, CalendarPeriod,
-    CalendarPeriods, CalendarWindow, CalendarZone, Kind, Report, Ticks, ZonedCalendar,
+    CalendarPeriods, CalendarWindow, CalendarZone, Kind, ParamError, Report, Ticks, ZonedCalendar,
 };
 
 use Calendar::{Day, Month, Week};
@@ -203,12 +203,113 @@ fn calendar_limits_compare_by_window_and_calendar_name() {
     assert_eq!(Calendar::from_name("year"), None);
 }
 
-/// Beyond the database's range a calendar keeps the period holding 9999-11-01T00:00Z.
+/// Beyond the database's range a calendar has no period: its window refuses, counting
+/// nothing, and the host's check is an error naming the time.
 #[test]
-fn instants_beyond_the_calendar_decide_in_its_last_period() {
+fn instants_beyond_the_calendar_are_refused() {
     for zone in ["Pacific/Kiritimati", "Etc/GMT+12", BERLIN] {
-        let calendar = zoned(Calendar::Month, zone);
-        let last = calendar.period_at(1 << 62);
-        assert_eq!(last, calendar.period_at(utc(9999, 11, 1, 0)), "{zone}");
+        let window = CalendarWindow::new(3).unwrap().with_overdraft(2).unwrap();
+        let limit = CalendarLimit::new(window, Arc::new(zoned(Calendar::Month, zone)));
+        let live = limit.decide(None, utc(9999, 11, 1, 0), 1).1;
+        for now in [utc(10_000, 1, 2, 0), 1 << 62] {
+            assert!(
+                matches!(limit.period_at(now), Err(ParamError::OutOfRange { name: "now", value, .. }) if value == now),
+                "{zone}"
+            );
+            let (decision, state) = limit.decide(live, now, 1);
+            assert_eq!(
+                (decision.allowed, decision.retry_after, decision.reset_after),
+                (false, None, 0),
+                "{zone}"
+            );
+            assert_eq!(state, live, "{zone}");
+            assert_eq!(limit.adjust(live, now, 2), (0, live), "{zone}");
+        }
     }
+}
+
+/// Periods holding the epoch that start before 1970 (a week from Monday 29 December
+/// 1969, a day in Tokyo from 15:00 UTC) start at tick 0: a clock starting there (a
+/// simulation's) sees them end and the next begin.
+#[test]
+fn periods_holding_the_epoch_start_at_tick_0_and_end() {
+    assert_eq!(period(Week, "UTC", 0), (0, utc(1970, 1, 5, 0)));
+    assert_eq!(period(Day, "Asia/Tokyo", 0), (0, 15 * HOUR));
+    assert_period(Week, "UTC", utc(1970, 1, 5, 0), utc(1970, 1, 12, 0));
+    assert_period(Day, "Asia/Tokyo", 15 * HOUR, 39 * HOUR);
+    for (calendar, zone, next) in [
+        (Week, "UTC", utc(1970, 1, 5, 0)),
+        (Day, "Asia/Tokyo", 15 * HOUR),
+    ] {
+        let limit = CalendarLimit::new(
+            CalendarWindow::new(2).unwrap(),
+            Arc::new(zoned(calendar, zone)),
+        );
+        let (first, state) = limit.decide(None, 0, 2);
+        assert_eq!((first.allowed, first.reset_after), (true, next), "{zone}");
+        assert!(!limit.decide(state, next - 1, 1).0.allowed, "{zone}");
+        assert!(limit.decide(state, next, 2).0.allowed, "{zone}");
+    }
+}
+
+/// St. John's changed its clocks at 00:01 until 2011: on 7 November 2010 at 00:01 NDT
+/// (02:31 UTC) they went back to 23:01 of the 6th. The 7th began at its first midnight
+/// (02:30 UTC), so the hour dated the 6th after it belongs to the 7th, which lasts 25
+/// hours; the 6th's count is gone there.
+#[test]
+fn a_day_starts_at_the_first_instant_of_its_date_where_clocks_go_back_across_midnight() {
+    const MINUTE: Ticks = HOUR / 60;
+    let zone = "America/St_Johns";
+    let seventh = (
+        utc(2010, 11, 7, 2) + 30 * MINUTE,
+        utc(2010, 11, 8, 3) + 30 * MINUTE,
+    );
+    assert_period(Day, zone, seventh.0, seventh.1);
+    let repeated = utc(2010, 11, 7, 2) + 45 * MINUTE;
+    assert_eq!(period(Day, zone, repeated), seventh);
+    assert_eq!(period(Week, zone, repeated).1, seventh.1);
+    assert_eq!(
+        period(Month, zone, repeated).0,
+        utc(2010, 11, 1, 2) + 30 * MINUTE
+    );
+    let limit = CalendarLimit::new(CalendarWindow::new(2).unwrap(), Arc::new(zoned(Day, zone)));
+    let (_, state) = limit.decide(None, seventh.0 - MINUTE, 2);
+    let (decision, _) = limit.decide(state, repeated, 2);
+    assert!(decision.allowed, "{decision:?}");
+    assert_eq!(decision.reset_after, seventh.1 - repeated);
+}
+
+/// A calendar that hands over a period not holding `now` (ended before it) is refused,
+/// its count left as it was: never counted as live to the stale end.
+#[test]
+fn a_calendar_period_not_holding_now_is_refused() {
+    #[derive(Debug)]
+    struct Stale;
+    impl CalendarPeriods for Stale {
+        fn period_at(&self, _: Ticks) -> CalendarPeriod {
+            CalendarPeriod::new(0, HOUR).unwrap()
+        }
+        fn name(&self) -> String {
+            "stale".into()
+        }
+    }
+    let limit = CalendarLimit::new(CalendarWindow::new(2).unwrap(), Arc::new(Stale));
+    let (_, state) = limit.decide(None, HOUR - 1, 1);
+    assert!(state.is_some());
+    let (decision, after) = limit.decide(state, HOUR, 1);
+    assert!(!decision.allowed, "{decision:?}");
+    assert_eq!((decision.retry_after, decision.reset_after), (None, 0));
+    assert_eq!(after, state);
+    assert_eq!(
+        limit.period_at(HOUR),
+        Err(ParamError::OutOfRange {
+            name: "now",
+            value: HOUR,
+            min: 0,
+            max: HOUR - 1
+        })
+    );
+    let period = CalendarPeriod::new(HOUR, 2 * HOUR).unwrap();
+    assert_eq!(period.holding(HOUR), Ok(period));
+    assert!(period.holding(2 * HOUR).is_err() && period.holding(HOUR - 1).is_err());
 }

@@ -16,8 +16,9 @@ use crate::error::Error;
 /// How long connecting to an endpoint, and then each call, may take.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// How many times a call re-reads the key after a transaction found it changed (only
-/// calls by the same owner, or an expiry, change a held key).
+/// How many times a call re-reads the key after a transaction found it changed by
+/// something other than a grant (a call by the same owner, an expiry); a grant lost to
+/// another grant tries again, as each such loss is another's progress.
 const ATTEMPTS: usize = 8;
 
 /// A key's leases on an etcd cluster: at most `max` held at once, each by one owner, each
@@ -157,11 +158,13 @@ impl EtcdLeases {
     /// Acquires, or re-enters, the request's lease (see [`AsyncLeaseHost::acquire`]).
     pub(crate) async fn attempt(&self, request: &LeaseRequest<'_>) -> Result<Attempt, Error> {
         let ttl = checked(request, true)?;
-        for _ in 0..ATTEMPTS {
+        // At most `max` grants can be won before the key is full, each a lost attempt.
+        let attempts = u64::try_from(ATTEMPTS).unwrap_or(u64::MAX) + self.model.max();
+        for _ in 0..attempts {
             let (slots, revision) = self.read(request.key).await?;
             let (done, new) = match slots.iter().find(|s| s.owner == request.owner) {
                 Some(mine) => (self.reenter(mine, ttl).await?, false),
-                None => (self.grant(request, &slots, ttl).await?, true),
+                None => (self.grant(request, &slots, revision, ttl).await?, true),
             };
             let Some(held) = done else { continue };
             let taken = slots.len() as u64 + u64::from(new && held.is_some());
@@ -188,12 +191,13 @@ impl EtcdLeases {
         Err(Error::Contended)
     }
 
-    /// A new lease in a free slot: `Some(None)` when none is free, `None` when every
-    /// free slot was taken meanwhile (read again).
+    /// A new lease in a free slot: `Some(None)` when none is free, `None` when a slot was
+    /// created since the read at `revision` (read again: it may be the owner's own).
     async fn grant(
         &self,
         request: &LeaseRequest<'_>,
         slots: &[Slot],
+        revision: i64,
         ttl: Ticks,
     ) -> Result<Option<Option<Held>>, Error> {
         // Counted, not only looked for: leases granted under a higher `max` may still
@@ -201,40 +205,49 @@ impl EtcdLeases {
         if slots.len() as u64 >= self.model.max() {
             return Ok(Some(None));
         }
-        let free: Vec<u64> = (0..self.model.max())
-            .filter(|i| {
-                !slots
-                    .iter()
-                    .any(|s| s.key == self.slot_key(request.key, *i))
-            })
-            .collect();
-        if free.is_empty() {
+        let free = (0..self.model.max()).find(|i| {
+            !slots
+                .iter()
+                .any(|s| s.key == self.slot_key(request.key, *i))
+        });
+        let Some(free) = free else {
             return Ok(Some(None));
-        }
+        };
         let (lease, lease_ttl) = self.new_lease(ttl).await?;
-        for i in free {
-            let key = self.slot_key(request.key, i);
-            let put = TxnOp::put(
-                key.clone(),
-                value(1, request.owner),
-                Some(PutOptions::new().with_lease(lease)),
-            );
-            let txn = Txn::new()
-                .when([Compare::create_revision(key, CompareOp::Equal, 0)])
-                .and_then([put]);
-            let response = self.client.clone().txn(txn).await?;
-            if response.succeeded() {
-                let token = response.header().map_or(0, |h| h.revision());
-                let grant = Grant::new(to_token(token), expiry_in(lease_ttl), 1);
-                return Ok(Some(Some(Held {
-                    grant,
-                    lease,
-                    left: lease_ttl,
-                })));
-            }
+        let key = self.slot_key(request.key, free);
+        let put = TxnOp::put(
+            key.clone(),
+            value(1, request.owner),
+            Some(PutOptions::new().with_lease(lease)),
+        );
+        // No slot created since the read (the owner had none then, and a slot's owner
+        // never changes): two grants to one owner cannot both pass, as on Redis. The
+        // range holds every slot (`PREFIX key/` then digits; ':' follows '9').
+        let prefix = self.slots_prefix(request.key);
+        let slots_range = Compare::create_revision(
+            [&prefix[..], b"0"].concat(),
+            CompareOp::Less,
+            revision.saturating_add(1),
+        )
+        .with_range([&prefix[..], b":"].concat());
+        let txn = Txn::new()
+            .when([
+                Compare::create_revision(key, CompareOp::Equal, 0),
+                slots_range,
+            ])
+            .and_then([put]);
+        let response = self.client.clone().txn(txn).await?;
+        if !response.succeeded() {
+            self.revoke(lease).await;
+            return Ok(None);
         }
-        self.revoke(lease).await;
-        Ok(None)
+        let token = response.header().map_or(0, |h| h.revision());
+        let grant = Grant::new(to_token(token), expiry_in(lease_ttl), 1);
+        Ok(Some(Some(Held {
+            grant,
+            lease,
+            left: lease_ttl,
+        })))
     }
 
     /// The owner's lease held once more, living at least `ttl` from now: `None` if the

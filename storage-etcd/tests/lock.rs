@@ -85,6 +85,57 @@ async fn a_limit_of_three_grants_three_with_rising_tokens() {
     );
 }
 
+/// Two acquires by one owner at once share its one slot (held twice), as on Redis;
+/// many owners at once each get a slot, none refused as contended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_owner_acquiring_twice_at_once_holds_one_slot() {
+    let etcd = Etcd::start();
+    let leases = std::sync::Arc::new(limit(&etcd, 3).await);
+    for trial in 0..30 {
+        let key = format!("job{trial}");
+        let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(2));
+        let calls: Vec<_> = (0..2)
+            .map(|_| {
+                let (leases, barrier, key) = (leases.clone(), barrier.clone(), key.clone());
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    let request = LeaseRequest::new(&key).owner("a").ttl(30 * SECOND);
+                    leases.acquire(&request).await.unwrap().grant.unwrap()
+                })
+            })
+            .collect();
+        let mut holds = Vec::new();
+        for call in calls {
+            holds.push(call.await.unwrap().holds);
+        }
+        holds.sort_unstable();
+        assert_eq!(holds, [1, 2], "trial {trial}");
+        let state = leases.state(key.as_bytes()).await.unwrap().unwrap();
+        assert_eq!(state.leases().len(), 1, "trial {trial}");
+        assert_eq!(state.leases()[0].holds(), 2, "trial {trial}");
+    }
+    let many = std::sync::Arc::new(limit(&etcd, 64).await);
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(32));
+    let calls: Vec<_> = (0..32)
+        .map(|i| {
+            let (many, barrier) = (many.clone(), barrier.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                let owner = format!("owner{i}");
+                let request = LeaseRequest::new("many").owner(&owner).ttl(30 * SECOND);
+                many.acquire(&request).await.unwrap().grant.is_some()
+            })
+        })
+        .collect();
+    for call in calls {
+        assert!(call.await.unwrap());
+    }
+    assert_eq!(
+        many.state(b"many").await.unwrap().unwrap().leases().len(),
+        32
+    );
+}
+
 #[tokio::test]
 async fn a_lower_limit_counts_the_leases_still_held_in_higher_slots() {
     let etcd = Etcd::start();

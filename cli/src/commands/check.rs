@@ -1,4 +1,5 @@
-//! `sluicegate check KEY`: decide one request now (or at `--now`) and print the decision.
+//! `sluicegate check KEY`: decide one request now, on the backend's clock (or at `--now`),
+//! and print the decision.
 
 use std::io::{BufWriter, Write};
 use std::process::ExitCode;
@@ -21,7 +22,12 @@ pub(super) fn decide(args: &KeyArgs, records: bool) -> Result<ExitCode, Failure>
     let store = Rates::open(&loaded, &open)?;
     let now = args.now.unwrap_or_else(|| MonotonicClock::new().now());
     let mut out = BufWriter::new(std::io::stdout().lock());
-    let request = Request::new(&args.key).cost(args.cost).at(now);
+    let request = Request::new(&args.key).cost(args.cost);
+    // Without `--now`, on the backend's clock (Redis: the server's, so its keys expire).
+    let request = match args.now {
+        Some(now) => request.at(now),
+        None => request,
+    };
     let decision = if records {
         store.decide(&request)?
     } else {

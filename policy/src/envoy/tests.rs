@@ -139,3 +139,25 @@ fn a_wildcard_part_is_matched_once_and_parts_never_overlap() {
     assert!(!matches("a*b*c", "acb") && !matches("a*b*c", "ac"));
     assert!(matches("*", "") && matches("é*é", "éxé"));
 }
+
+#[test]
+fn aliases_repeating_more_than_the_file_are_refused_at_once() {
+    // Ten anchors each repeating the one before ten times: 10^10 nodes from 2 KB.
+    let mut text = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+    for i in 1..10 {
+        let p = i - 1;
+        text += &format!(
+            "a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n"
+        );
+    }
+    let e = Config::parse("t.yaml", &text).expect_err("a billion laughs");
+    assert!(e.contains("aliases repeat more than 65536 bytes"), "{e}");
+    // A long text repeated: few nodes, but each a copy of 100 KB.
+    let long = "z".repeat(100_000);
+    let text = format!("a: &s {long}\nb: [*s, *s]\n");
+    let e = Config::parse("t.yaml", &text).expect_err("a long text repeated");
+    assert!(e.contains("aliases repeat more than"), "{e}");
+    // Anchors as Envoy files use them, a rate limit repeated, are read.
+    let c = config("domain: d\ndescriptors:\n  - key: a\n    rate_limit: &r {unit: second, requests_per_unit: 10}\n  - key: b\n    rate_limit: *r\n");
+    assert_eq!(id(&c, &[("b", "x")]).map(|m| m.0), Some("d.b"));
+}

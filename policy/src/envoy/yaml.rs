@@ -51,20 +51,38 @@ pub(super) type Located = (At, String);
 /// a file nested deeper is refused rather than read by a recursion without bound.
 const MAX_DEPTH: usize = 64;
 
-/// The most nodes a document may stand for, aliases counted as what they repeat: a
-/// few anchors repeating each other cannot make a small file huge.
+/// The most nodes a document may stand for, aliases counted as what they repeat.
 const MAX_NODES: usize = 1_000_000;
 
-/// An anchored node, its size in nodes and its height in levels below it.
-type Anchored = (Node, usize, usize);
+/// The bytes a node weighs beyond its text: the least one takes written (`a,`).
+const NODE_BYTES: usize = 2;
+
+/// The least weight aliases may repeat in any file; a larger file may repeat its own
+/// length: a few anchors repeating each other cannot make a small file stand for more
+/// than one twice its size.
+const MIN_REPEATED: usize = 64 << 10;
+
+/// What a node stands for: its nodes, and its weight (each node's text and
+/// [`NODE_BYTES`]).
+#[derive(Debug, Clone, Copy, Default)]
+struct Size {
+    nodes: usize,
+    bytes: usize,
+}
+
+/// An anchored node, its size and its height in levels below it.
+type Anchored = (Node, Size, usize);
 
 struct Reader<'a> {
     parser: Parser<'a, StrInput<'a>>,
     /// Anchored nodes, how many nodes each stands for and how many levels it nests
     /// below itself: an alias repeats them where it is, deeper than they were written.
     anchors: HashMap<usize, Anchored>,
-    /// Nodes read so far, aliases counted in full.
-    nodes: usize,
+    /// What the nodes read so far stand for, aliases counted in full.
+    read: Size,
+    /// The weight aliases have repeated so far, and the most they may.
+    repeated: usize,
+    max_repeated: usize,
 }
 
 impl<'a> Reader<'a> {
@@ -95,8 +113,18 @@ impl<'a> Reader<'a> {
         if depth > MAX_DEPTH {
             return Err(too_deep());
         }
-        let first = self.nodes;
-        self.count(at, 1)?;
+        let first = self.read;
+        let text = match &event {
+            Event::Scalar(text, ..) => text.len(),
+            _ => 0,
+        };
+        self.count(
+            at,
+            Size {
+                nodes: 1,
+                bytes: NODE_BYTES.saturating_add(text),
+            },
+        )?;
         let (value, height, anchor) = match event {
             Event::Scalar(text, style, anchor, _) => (
                 Value::Scalar(text.into_owned(), style == ScalarStyle::Plain),
@@ -115,23 +143,29 @@ impl<'a> Reader<'a> {
                 (Value::Map(pairs.collect()), height, anchor)
             }
             Event::Alias(id) => {
-                let (node, size, height) = self
-                    .anchors
-                    .get(&id)
-                    .cloned()
-                    .ok_or((at, "an alias to no anchor".to_owned()))?;
+                let no_anchor = || (at, "an alias to no anchor".to_owned());
+                let anchored = self.anchors.get(&id);
+                let (size, height) = anchored
+                    .map(|(_, size, height)| (*size, *height))
+                    .ok_or_else(no_anchor)?;
                 // Repeated here, the anchored node nests from this depth.
                 if depth + height > MAX_DEPTH {
                     return Err(too_deep());
                 }
-                self.count(at, size)?;
+                self.repeat(at, size)?;
+                // Copied only once counted, so a refused alias copies nothing.
+                let node = self.anchors.get(&id).map(|(node, ..)| node.clone());
+                let node = node.ok_or_else(no_anchor)?;
                 return Ok((Node { at, ..node }, height));
             }
             _ => return Err((at, "unexpected YAML event".into())),
         };
         let node = Node { at, value };
         if anchor != 0 {
-            let size = self.nodes - first;
+            let size = Size {
+                nodes: self.read.nodes - first.nodes,
+                bytes: self.read.bytes - first.bytes,
+            };
             self.anchors.insert(anchor, (node.clone(), size, height));
         }
         Ok((node, height))
@@ -154,13 +188,31 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// Counts `more` nodes read, refusing past [`MAX_NODES`].
-    fn count(&mut self, at: At, more: usize) -> Result<(), Located> {
-        self.nodes = self.nodes.saturating_add(more);
-        if self.nodes > MAX_NODES {
+    /// Counts `more` read, refusing past [`MAX_NODES`].
+    fn count(&mut self, at: At, more: Size) -> Result<(), Located> {
+        self.read.nodes = self.read.nodes.saturating_add(more.nodes);
+        self.read.bytes = self.read.bytes.saturating_add(more.bytes);
+        if self.read.nodes > MAX_NODES {
             return Err((at, format!("more than {MAX_NODES} nodes, aliases counted")));
         }
         Ok(())
+    }
+
+    /// Counts an alias repeating `size`, before it is copied: refused past
+    /// [`MAX_NODES`], or once aliases repeat more than the file's length (or
+    /// [`MIN_REPEATED`]) in weight.
+    fn repeat(&mut self, at: At, size: Size) -> Result<(), Located> {
+        self.repeated = self.repeated.saturating_add(size.bytes);
+        if self.repeated > self.max_repeated {
+            return Err((
+                at,
+                format!(
+                    "aliases repeat more than {} bytes of nodes, the file's own size (or 64 KiB): write the repeated parts out, or anchor less",
+                    self.max_repeated
+                ),
+            ));
+        }
+        self.count(at, size)
     }
 }
 
@@ -169,7 +221,9 @@ pub(super) fn parse(text: &str) -> Result<Option<Node>, Located> {
     let mut reader = Reader {
         parser: Parser::new_from_str(text),
         anchors: HashMap::new(),
-        nodes: 0,
+        read: Size::default(),
+        repeated: 0,
+        max_repeated: text.len().max(MIN_REPEATED),
     };
     loop {
         match reader.next()? {
