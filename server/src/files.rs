@@ -5,9 +5,12 @@
 //! of each file (a directory listed again each time), not by the OS's notifications:
 //! those miss edits on network and container-mounted volumes and Kubernetes' swap of a
 //! ConfigMap's symlink, and need a dependency per platform; a few `stat`s four times a
-//! second cost nothing and bound the delay (a poll, then the read) well under a second.
-//! A change is applied whole or not at all: one invalid file keeps every previous
-//! policy, logs the error (file, line, column) and counts it in `/metrics`.
+//! second cost nothing and bound the delay (two polls, then the read) under a second.
+//! A change is read once it is unchanged across two polls (a file rewritten in place in
+//! several writes is not read half-written; replacing files by a rename, as
+//! Kubernetes' ConfigMap swap does, is atomic), and applied whole or not at all: one
+//! invalid file keeps every previous policy, logs the error (file, line, column) and
+//! counts it in `/metrics`. Hidden files (`.name.yaml`, an editor's) are not read.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -37,6 +40,12 @@ fn is_toml(path: &Path) -> bool {
     path.extension().is_some_and(|ext| ext == "toml")
 }
 
+/// An editor's or a tool's hidden file (`.name.yaml`, `.name.swp`): never a policy file.
+fn is_hidden(path: &Path) -> bool {
+    path.file_name()
+        .is_some_and(|name| name.to_string_lossy().starts_with('.'))
+}
+
 impl Sources {
     /// The sources `config` names.
     pub(crate) fn of(config: &crate::Config) -> Self {
@@ -55,14 +64,14 @@ impl Sources {
     fn files(&self) -> Result<Vec<(PathBuf, bool)>, String> {
         let mut files = Vec::new();
         if let Some(path) = &self.policies {
-            let found = listed(path, |f| is_toml(f) || envoy::is_yaml(f))?;
+            let found = listed(path, |f| !is_hidden(f) && (is_toml(f) || envoy::is_yaml(f)))?;
             files.extend(found.into_iter().map(|f| {
                 let yaml = envoy::is_yaml(&f);
                 (f, yaml)
             }));
         }
         if let Some(path) = &self.envoy {
-            let found = listed(path, envoy::is_yaml)?;
+            let found = listed(path, |f| !is_hidden(f) && envoy::is_yaml(f))?;
             files.extend(found.into_iter().map(|f| (f, true)));
         }
         Ok(files)
@@ -112,16 +121,20 @@ impl Sources {
 /// Applies every change of the files of `sources` to `service`, forever.
 pub(crate) async fn watch(service: Arc<Service>, sources: Sources) {
     // Read again at the first tick: a change made since the start is not missed.
-    let mut last = Err(String::new());
+    let (mut applied, mut previous) = (Err(String::new()), None);
     let mut tick = tokio::time::interval(POLL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
         let now = sources.seen();
-        if now == last {
+        // A file written in place in several writes is read once it stays unchanged for
+        // a poll, never half-written.
+        let stable = previous.as_ref() == Some(&now);
+        previous = Some(now.clone());
+        if !stable || now == applied {
             continue;
         }
-        last = now;
+        applied = now;
         match sources.load(&*service.backend) {
             Ok(loaded) => {
                 tracing::info!("policy files changed: applied");

@@ -102,3 +102,34 @@ async fn a_descriptor_that_fails_does_not_fail_its_siblings() {
     assert_eq!(codes(&over), (OVER, vec![OVER, Code::Unknown as i32]));
     server.stop().await;
 }
+
+/// Rules are named by joining names with dots: two domains whose rules would share a
+/// name (and so a limiter) are refused, both files named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_domains_cannot_share_a_rule() {
+    let dir = tempfile::tempdir().unwrap();
+    let (outer, inner) = (dir.path().join("a.yaml"), dir.path().join("ab.yaml"));
+    std::fs::write(
+        &outer,
+        "domain: a\ndescriptors:\n  - key: b\n    descriptors:\n      - key: c\n        rate_limit: {unit: hour, requests_per_unit: 100}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        &inner,
+        "domain: a.b\ndescriptors:\n  - key: c\n    rate_limit: {unit: hour, requests_per_unit: 1}\n",
+    )
+    .unwrap();
+    let refused = sluicegate_server::Server::bind(Config {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        data_dir: dir.path().join("data"),
+        envoy_config: Some(dir.path().to_path_buf()),
+        ..config()
+    })
+    .await
+    .expect_err("the load is refused");
+    let message = refused.to_string();
+    assert!(
+        message.contains("a.yaml") && message.contains("ab.yaml"),
+        "{message}"
+    );
+}

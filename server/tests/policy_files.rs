@@ -169,3 +169,35 @@ async fn an_invalid_file_at_start_names_its_line() {
         "{error}"
     );
 }
+
+/// A file written in place in two writes (as `echo >>` or a slow copy does) is read once
+/// whole, never half-written: no refused half is counted, and the last edit applies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_written_in_two_writes_is_never_read_half_written() {
+    let files = tempfile::tempdir().unwrap();
+    replace(files.path(), "api.toml", API);
+    let (server, admin) = TestServer::start_with(Config {
+        policies: Some(files.path().to_owned()),
+        ..config()
+    })
+    .await;
+    let path = files.path().join("api.toml");
+    for limit in 1..=6 {
+        let text = API.replace("1000000", &format!("{limit}000"));
+        // Cut inside `"fixed-window"`: the first half alone is no policy file.
+        let (head, tail) = text.split_at(text.find("window").unwrap());
+        std::fs::write(&path, head).unwrap();
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        std::io::Write::write_all(&mut file, tail.as_bytes()).unwrap();
+        drop(file);
+        tokio::time::sleep(Duration::from_millis(700)).await;
+    }
+    assert_eq!(reload_errors(&server, &admin).await, 0);
+    let api = get(&server.url("/v1/policies/api"), &admin).await;
+    assert_eq!(api.json["limit"], 6000, "{}", api.text);
+    server.stop().await;
+}

@@ -1,7 +1,6 @@
 //! Decisions in this process: a bounded keyed limiter per policy, lease tables per
 //! concurrency policy; the core's synchronous host contracts behind the service's.
 
-use std::future::ready;
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
@@ -86,19 +85,22 @@ impl RateLimit for Keyed {
         &'a self,
         request: Request<'a>,
     ) -> BoxFuture<'a, Result<Outcome<()>, DecideError>> {
-        let decided = Limiter::check(self, &request).map(Outcome::Decided);
-        Box::pin(ready(decided.map_err(Into::into)))
+        // Lazy, as every backend's: a carried change decides only the steps it reaches.
+        Box::pin(async move {
+            let decided = Limiter::check(self, &request).map(Outcome::Decided);
+            decided.map_err(Into::into)
+        })
     }
 
     fn peek<'a>(&'a self, request: Request<'a>) -> BoxFuture<'a, Result<Decision, DecideError>> {
-        Box::pin(ready(Limiter::peek(self, &request).map_err(Into::into)))
+        Box::pin(async move { Limiter::peek(self, &request).map_err(Into::into) })
     }
 
     fn report<'a>(
         &'a self,
         request: ReportRequest<'a>,
     ) -> BoxFuture<'a, Result<Reported, DecideError>> {
-        Box::pin(ready(Reporter::report(self, &request).map_err(Into::into)))
+        Box::pin(async move { Reporter::report(self, &request).map_err(Into::into) })
     }
 
     fn algorithm(&self) -> &AnyAlgorithm {
@@ -116,13 +118,15 @@ impl LeaseTable for KeyedLeases<Vec<u8>> {
         op: LeaseOp,
         request: LeaseRequest<'a>,
     ) -> BoxFuture<'a, Result<LeaseAnswer, DecideError>> {
-        Box::pin(ready(match op {
-            LeaseOp::Acquire => LeaseHost::acquire(self, &request)
-                .map(LeaseAnswer::acquired)
-                .map_err(Into::into),
-            LeaseOp::Release => LeaseAnswer::held(LeaseHost::release(self, &request)),
-            LeaseOp::Renew => LeaseAnswer::held(LeaseHost::renew(self, &request)),
-        }))
+        Box::pin(async move {
+            match op {
+                LeaseOp::Acquire => LeaseHost::acquire(self, &request)
+                    .map(LeaseAnswer::acquired)
+                    .map_err(Into::into),
+                LeaseOp::Release => LeaseAnswer::held(LeaseHost::release(self, &request)),
+                LeaseOp::Renew => LeaseAnswer::held(LeaseHost::renew(self, &request)),
+            }
+        })
     }
 
     // A lease table forgets expired leases only.
