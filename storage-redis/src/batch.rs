@@ -186,24 +186,11 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         con: &mut C,
         calls: &[Call],
     ) -> Result<Vec<Answer>, Error> {
-        let Some(mut batch) = self.batch(calls) else {
-            return self.pipeline(con, calls);
-        };
-        match block(batch.command.send(&self.program, &mut Blocking(con))) {
-            Ok(reply) => self.answers(calls, &mut batch, &reply),
-            Err(e) if e.code().is_some() => {
-                self.program.batch_refused(&e);
-                return self.pipeline(con, calls);
-            }
-            Err(e) => return Err(Error::from_redis(e, b"")),
+        match block(self.one_command(&mut Blocking(&mut *con), calls)) {
+            Some(Ok(results)) => Ok(results),
+            Some(Err(e)) if e.code().is_none() => Err(Error::from_redis(e, b"")),
+            _ => self.pipeline(con, calls),
         }
-        let mut link = Blocking(con);
-        Ok(batch
-            .results
-            .into_iter()
-            .zip(calls)
-            .map(|(result, call)| block(self.answered(&mut link, call, result)))
-            .collect())
     }
 
     /// Asynchronous [`RedisLimiter::run_batch`], where the calls go one by one instead
@@ -217,24 +204,38 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         let link = &mut Awaiting(&mut own);
         // A failure to ask leaves the route unknown: the calls go one by one.
         let _ = self.program.detect(link).await;
-        if let Some(mut batch) = self.batch(calls) {
-            match batch.command.send(&self.program, link).await {
-                Ok(reply) => {
-                    self.answers(calls, &mut batch, &reply);
-                    let mut results = Vec::with_capacity(calls.len());
-                    for (result, call) in batch.results.into_iter().zip(calls) {
-                        results.push(self.answered(link, call, result).await);
-                    }
-                    return results;
-                }
-                Err(e) => self.program.batch_refused(&e),
-            }
+        if let Some(Ok(results)) = self.one_command(link, calls).await {
+            return results;
         }
         let calls = calls.iter().map(|&call| {
             let mut con = con.clone();
             async move { self.awaiting(&mut con, call, reply::decision).await }
         });
         futures_util::future::join_all(calls).await
+    }
+
+    /// Decides `calls` in one command over `link`, each answer explained; `None` where
+    /// the route has no such command, the command's error where it failed (noting a
+    /// refusal: see [`Program::batch_refused`]).
+    async fn one_command<L: Link>(
+        &self,
+        link: &mut L,
+        calls: &[Call<'_>],
+    ) -> Option<redis::RedisResult<Vec<Answer>>> {
+        let mut batch = self.batch(calls)?;
+        let reply = match batch.command.send(&self.program, link).await {
+            Ok(reply) => reply,
+            Err(e) => {
+                self.program.batch_refused(&e);
+                return Some(Err(e));
+            }
+        };
+        self.answers(calls, &mut batch, &reply);
+        let mut results = Vec::with_capacity(calls.len());
+        for (result, call) in batch.results.into_iter().zip(calls) {
+            results.push(self.answered(link, call, result).await);
+        }
+        Some(Ok(results))
     }
 
     /// Sends `calls` in one pipeline; calls the server had no script or library for go
