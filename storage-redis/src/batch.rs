@@ -233,7 +233,10 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         self.answers(calls, &mut batch, &reply);
         let mut results = Vec::with_capacity(calls.len());
         for (result, call) in batch.results.into_iter().zip(calls) {
-            results.push(self.answered(link, call, result).await);
+            results.push(match result {
+                Err(error) => self.answered(link, call, error).await,
+                decided => decided,
+            });
         }
         Some(Ok(results))
     }
@@ -271,20 +274,26 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
             results[i] = if self.program.must_retry(&reply) {
                 block(self.one(&mut link, calls[i], reply::decision))
             } else {
-                let result = reply::decision(&self.algorithm, reply, &calls[i]);
-                block(self.answered(&mut link, &calls[i], result))
+                match reply::decision(&self.algorithm, reply, &calls[i]) {
+                    Err(error) => block(self.answered(&mut link, &calls[i], error)),
+                    decided => decided,
+                }
             };
         }
         Ok(results)
     }
 
-    /// A batch's `result` for `call`, explained; a call the server refused as out of
-    /// its calendar period (nothing changed) goes again alone, after the batch, in the
+    /// A batch's `error` for `call`, explained; a call the server refused as out of its
+    /// calendar period (nothing changed) goes again alone, after the batch, in the
     /// period holding the server's time (see [`Call::retry`]).
-    async fn answered<L: Link>(&self, link: &mut L, call: &Call<'_>, result: Answer) -> Answer {
-        match call.retry(&result) {
-            Some(again) => self.one(link, again, reply::decision).await,
-            None => self.explained(link, call.key, result).await,
+    async fn answered<L: Link>(&self, link: &mut L, call: &Call<'_>, error: Error) -> Answer {
+        let failed = Err(error);
+        if let Some(again) = call.retry(&failed) {
+            return self.one(link, again, reply::decision).await;
+        }
+        match failed {
+            Err(error) => Err(self.explained(link, call.key, error).await),
+            decided => decided,
         }
     }
 }

@@ -358,7 +358,10 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
             .query(link, &call, &keys)
             .await
             .and_then(|reply| parse(&self.algorithm, reply, &call));
-        self.explained(link, call.key, result).await
+        match result {
+            Err(error) => Err(self.explained(link, call.key, error).await),
+            result => result,
+        }
     }
 
     /// [`RedisLimiter::one`] on a synchronous connection.
@@ -393,31 +396,26 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
     /// Replaces a script's report of a corrupt state by the core decoder's verdict on
     /// the same bytes, so every call (and every host) words it the same way; names what
     /// a key of another type holds.
-    pub(crate) async fn explained<L: Link, T>(
-        &self,
-        link: &mut L,
-        key: &[u8],
-        result: Result<T, Error>,
-    ) -> Result<T, Error> {
-        Err(match self.explain(key, result) {
-            Explain::Done(result) => return result,
+    pub(crate) async fn explained<L: Link>(&self, link: &mut L, key: &[u8], error: Error) -> Error {
+        match self.explain(key, error) {
+            Explain::Done(error) => error,
             Explain::Type(cmd, error) => reply::foreign(key, error, typed(link.send(&cmd).await)),
             Explain::Read(reason) => self.diagnose(key, self.read(link, key).await, reason),
-        })
+        }
     }
 
-    /// What explaining `result` for `key` takes (see [`Explain`]): for a `WRONGTYPE`,
+    /// What explaining `error` about `key` takes (see [`Explain`]): for a `WRONGTYPE`,
     /// `TYPE` of its (first) Redis key.
-    fn explain<T>(&self, key: &[u8], result: Result<T, Error>) -> Explain<T> {
-        match result {
-            Err(Error::Corrupt { reason, .. }) => Explain::Read(reason),
-            Err(Error::Redis(error)) if error.code() == Some("WRONGTYPE") => match self.keys(key) {
+    fn explain(&self, key: &[u8], error: Error) -> Explain {
+        match error {
+            Error::Corrupt { reason, .. } => Explain::Read(reason),
+            Error::Redis(error) if error.code() == Some("WRONGTYPE") => match self.keys(key) {
                 Ok(mut keys) => {
                     Explain::Type(redis::cmd("TYPE").arg(keys.next()).to_owned(), error)
                 }
-                Err(e) => Explain::Done(Err(e)),
+                Err(e) => Explain::Done(e),
             },
-            result => Explain::Done(result),
+            error => Explain::Done(error),
         }
     }
 
