@@ -16,7 +16,7 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use redis::{Connection, Pipeline};
 use sluicegate_benches::{named_keys, BATCH, COMPARE_AND_DELETE, CONNECTIONS, KEYS};
 use sluicegate_core::{Concurrency, LeaseRequest};
-use sluicegate_redis::{Path, RedisLeases};
+use sluicegate_redis::{RedisLeases, Route};
 
 const TTL_MS: u64 = 10_000;
 
@@ -95,7 +95,7 @@ fn lock_benches(c: &mut Criterion) {
     let module_keys = named_keys("module:lock:");
     let recipe_keys = named_keys("recipe:lock:");
     let lock = RedisLeases::new(Concurrency::lock())
-        .with_path(Path::Functions)
+        .with_route(Route::Functions)
         .unwrap();
     let module = RedisLeases::new(Concurrency::lock());
     let sha: String = redis::cmd("SCRIPT")
@@ -155,7 +155,7 @@ fn lock_benches(c: &mut Criterion) {
             })
         });
     }
-    assert_eq!(module.path(), Some(Path::Module));
+    assert_eq!(module.route(), Some(Route::Module));
     group.bench_function("set_nx_px_and_compare_delete", |b| {
         b.iter(|| {
             i = (i + 1) % KEYS;

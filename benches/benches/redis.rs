@@ -15,8 +15,8 @@
 //!
 //! `redis_rate_gcra` is go-redis redis_rate's GCRA script (`fixtures/redis_rate_gcra.lua`,
 //! its source and licence noted there), by `EVALSHA`. `sluicegate_token_bucket` is the
-//! path the client picks (the function library on this server), `sluicegate_evalsha` the
-//! script path, chosen: a bucket of 10^6 per second, whose `capacity × period` fits a
+//! route the client picks (the function library on this server), `sluicegate_evalsha` the
+//! script route, chosen: a bucket of 10^6 per second, whose `capacity × period` fits a
 //! double (the fast path). `sluicegate_evalsha_general` is the same call on a bucket
 //! where it is between 2^52 and 2^53 (1.2 × 10^6 per 4000 s): the general path, in
 //! doubles; `sluicegate_evalsha_large` on a bucket of 10^9 per 366 days, beyond 2^53:
@@ -31,7 +31,7 @@ use redis::{Connection, Pipeline};
 use sluicegate_benches::{named_keys, pipelined, BATCH, CONNECTIONS, KEYS};
 use sluicegate_core::limits::{MAX_LIMIT, MAX_PERIOD};
 use sluicegate_core::{Request, SlidingLog, TokenBucket, SECOND};
-use sluicegate_redis::{LuaAlgorithm, Path, RedisLimiter};
+use sluicegate_redis::{LuaAlgorithm, RedisLimiter, Route};
 
 fn decide_batch<A: LuaAlgorithm>(
     limiter: &RedisLimiter<A>,
@@ -182,17 +182,17 @@ fn redis_benches(c: &mut Criterion) {
     let evalsha = RedisLimiter::new(TokenBucket::new(1_000_000, 1_000_000, SECOND).unwrap())
         .unwrap()
         .with_prefix("tbs:")
-        .with_path(Path::Scripts)
+        .with_route(Route::Scripts)
         .unwrap();
     let general = RedisLimiter::new(TokenBucket::new(1_200_000, 1_200_000, 4000 * SECOND).unwrap())
         .unwrap()
         .with_prefix("tbg:")
-        .with_path(Path::Scripts)
+        .with_route(Route::Scripts)
         .unwrap();
     let large = RedisLimiter::new(TokenBucket::new(MAX_LIMIT, MAX_LIMIT, MAX_PERIOD).unwrap())
         .unwrap()
         .with_prefix("tbl:")
-        .with_path(Path::Scripts)
+        .with_route(Route::Scripts)
         .unwrap();
     let rate_keys = named_keys("rr:user:");
     let log = RedisLimiter::new(SlidingLog::new(1000, SECOND).unwrap())
@@ -220,7 +220,7 @@ fn redis_benches(c: &mut Criterion) {
             .unwrap()
             .allowed
     );
-    assert_eq!(bucket.path(), Some(Path::Functions));
+    assert_eq!(bucket.route(), Some(Route::Functions));
 
     // Each bucket's pipeline of checks and single check.
     let buckets = [

@@ -9,7 +9,7 @@
 //! ```
 //!
 //! - `batch_module`, `batch_functions`: a `check_batch` of 32 token-bucket decisions on
-//!   that path;
+//!   that route;
 //! - `lock_module`, `lock_functions`: 64 lock acquires in one pipeline, then their 64
 //!   releases in another (`acquire_batch`, `release_batch`), as the `locks` bench;
 //! - `lock_recipe`: the same with the common single-server lock recipe
@@ -21,7 +21,7 @@
 use redis::{Connection, Pipeline};
 use sluicegate_benches::{words_and_count, COMPARE_AND_DELETE};
 use sluicegate_core::{Concurrency, LeaseRequest, Request, TokenBucket, SECOND};
-use sluicegate_redis::{Path, RedisLeases, RedisLimiter};
+use sluicegate_redis::{RedisLeases, RedisLimiter, Route};
 
 const BATCH: usize = 32;
 const LOCKS: usize = 64;
@@ -32,9 +32,9 @@ fn main() {
     let mut con = redis::Client::open(url)
         .and_then(|client| client.get_connection())
         .expect("a Redis server");
-    let path = match name.as_str() {
-        "batch_module" | "lock_module" => Path::Module,
-        "batch_functions" | "lock_functions" => Path::Functions,
+    let route = match name.as_str() {
+        "batch_module" | "lock_module" => Route::Module,
+        "batch_functions" | "lock_functions" => Route::Functions,
         "lock_recipe" => return recipe(&mut con, n),
         _ => {
             eprintln!("no workload {name}");
@@ -42,12 +42,12 @@ fn main() {
         }
     };
     if name.starts_with("lock") {
-        return locks(&mut con, path, n);
+        return locks(&mut con, route, n);
     }
     let limiter = RedisLimiter::new(TokenBucket::new(1_000_000, 1_000_000, SECOND).unwrap())
         .unwrap()
         .with_prefix("instructions:")
-        .with_path(path)
+        .with_route(route)
         .unwrap();
     let keys: Vec<Vec<u8>> = (0..BATCH)
         .map(|i| format!("user:{i}").into_bytes())
@@ -66,9 +66,9 @@ fn lock_keys() -> Vec<Vec<u8>> {
         .collect()
 }
 
-fn locks(con: &mut Connection, path: Path, n: usize) {
+fn locks(con: &mut Connection, route: Route, n: usize) {
     let leases = RedisLeases::new(Concurrency::lock())
-        .with_path(path)
+        .with_route(route)
         .unwrap();
     let keys = lock_keys();
     let acquires: Vec<LeaseRequest> = keys

@@ -6,22 +6,22 @@
 //!
 //! The reply is one bulk string of records, one per request (one string, where an
 //! array of integers costs the client's parser far more per element): `0` and the fast
-//! path's integer (see [`LuaAlgorithm::lua_fast_decision`]); or `1` and the decision's
+//! route's integer (see [`LuaAlgorithm::lua_fast_decision`]); or `1` and the decision's
 //! first six fields (as a single call replies them); or `2`, the length of the error's
 //! text and the text, which fails that request alone. Integers are big-endian, signed,
 //! eight bytes; the length four.
-
-use std::io::Write;
 
 use redis::{aio, Cmd, ConnectionLike, Pipeline, RedisError, RedisWrite, Value};
 use sluicegate_core::Decision;
 
 use crate::call::Call;
 use crate::error::Error;
+use crate::key::RedisKey;
 use crate::limiter::RedisLimiter;
+use crate::link::{block, Awaiting, Blocking, Link};
 use crate::lua::LuaAlgorithm;
-use crate::path::{Invocation, Path, Program};
 use crate::reply;
+use crate::route::{Invocation, Program, Route};
 
 /// The most keys one batch command carries (the module's bound too): longer batches go
 /// in several commands.
@@ -41,51 +41,13 @@ struct Batch {
     sent: Vec<usize>,
 }
 
-/// The command, on the path that has one.
+/// The command, on the route that has one.
 enum Command {
     /// `SLUICEGATE.BATCH`.
     Module(Cmd),
     /// `FCALL` of the library's `batch`, loaded if the server lacks it.
     Library(Invocation),
 }
-
-/// A Redis key written straight into a command: the prefix and the caller's key, or
-/// for a composite's member `i`, `prefix{key}:i` (see [`RedisLimiter::redis_keys`]).
-pub(crate) struct RedisKey<'a> {
-    prefix: &'a [u8],
-    key: &'a [u8],
-    member: Option<usize>,
-}
-
-impl<'a> RedisKey<'a> {
-    /// The prefix, then the caller's key.
-    pub(crate) fn new(prefix: &'a [u8], key: &'a [u8]) -> Self {
-        Self {
-            prefix,
-            key,
-            member: None,
-        }
-    }
-}
-
-impl redis::ToRedisArgs for RedisKey<'_> {
-    fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
-        let mut arg = out.writer_for_next_arg();
-        // Writes into the command's buffer, which cannot fail.
-        let _ = match self.member {
-            None => arg
-                .write_all(self.prefix)
-                .and_then(|()| arg.write_all(self.key)),
-            Some(i) => arg
-                .write_all(self.prefix)
-                .and_then(|()| arg.write_all(b"{"))
-                .and_then(|()| arg.write_all(self.key))
-                .and_then(|()| write!(arg, "}}:{i}")),
-        };
-    }
-}
-
-impl redis::ToSingleRedisArg for RedisKey<'_> {}
 
 impl<A: LuaAlgorithm> RedisLimiter<A> {
     /// How many calls one batch command carries.
@@ -94,23 +56,21 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
     }
 
     /// The command deciding `calls` (decisions, at most [`Self::batch_size`]) at once;
-    /// `None` where the path in use has none: scripts, a path not detected yet, or a
+    /// `None` where the route in use has none: scripts, a route not detected yet, or a
     /// server that refused a batch (a cluster, where its keys span slots).
     fn batch(&self, calls: &[Call]) -> Option<Batch> {
-        let path = self.program.batch_path()?;
+        let route = self.program.batch_route()?;
         let members = self.algorithm.lua_keys();
         let mut results = Vec::with_capacity(calls.len());
         let mut sent = Vec::with_capacity(calls.len());
         let mut arguments = Vec::with_capacity(calls.len());
+        let mut keys: Vec<RedisKey> = Vec::with_capacity(calls.len() * members);
         for (i, call) in calls.iter().enumerate() {
-            // An empty hash tag would scatter a composite's members.
-            let checked = if members > 1 && call.key.is_empty() {
-                Err(Error::EmptyKey)
-            } else {
-                call.arguments(&self.algorithm)
-            };
+            let checked =
+                (self.keys(call.key)).and_then(|its| Ok((its, call.arguments(&self.algorithm)?)));
             match checked {
-                Ok(args) => {
+                Ok((its, args)) => {
+                    keys.extend(its);
                     sent.push(i);
                     arguments.push(args);
                     results.push(Err(Error::Reply));
@@ -121,23 +81,12 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         if sent.is_empty() {
             return None;
         }
-        let keys: Vec<RedisKey> = sent
-            .iter()
-            .flat_map(|&i| {
-                let key = calls[i].key;
-                (0..members).map(move |m| RedisKey {
-                    prefix: &self.prefix,
-                    key,
-                    member: (members > 1).then_some(m),
-                })
-            })
-            .collect();
         // One time for the whole command: requests at different times go one by one.
         let now = calls[sent[0]].now;
         if sent.iter().any(|&i| calls[i].now != now) {
             return None;
         }
-        let command = if path == Path::Module {
+        let command = if route == Route::Module {
             let mut cmd = redis::cmd("SLUICEGATE.BATCH");
             cmd.arg(keys.len()).arg(&keys[..]);
             // One period for all: the calls share one clock (see `Call::batch`).
@@ -198,7 +147,7 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
 }
 
 impl<A: LuaAlgorithm> RedisLimiter<A> {
-    /// Decides `calls` in one command per [`RedisLimiter::batch_size`] where the path
+    /// Decides `calls` in one command per [`RedisLimiter::batch_size`] where the route
     /// has one, else in one pipeline.
     pub(crate) fn run<C: ConnectionLike>(
         &self,
@@ -206,8 +155,7 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         calls: &[Call],
     ) -> Result<Vec<Answer>, Error> {
         // The module is asked about before the first command is built.
-        self.program
-            .detect(con)
+        block(self.program.detect(&mut Blocking(&mut *con)))
             .map_err(|e| Error::from_redis(e, b""))?;
         let mut results = Vec::with_capacity(calls.len());
         for chunk in calls.chunks(self.batch_size()) {
@@ -217,7 +165,7 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
     }
 
     /// Asynchronous [`RedisLimiter::run`]: chunk by chunk, each chunk's calls one by one
-    /// where the path has no command for a batch, or the server refused it, or the
+    /// where the route has no command for a batch, or the server refused it, or the
     /// connection failed.
     pub(crate) async fn run_async<C: aio::ConnectionLike + Clone>(
         &self,
@@ -231,30 +179,18 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         results
     }
 
-    /// Decides `calls` in one command, or in a pipeline where the path has none or the
+    /// Decides `calls` in one command, or in a pipeline where the route has none or the
     /// server refused it.
     fn run_batch<C: ConnectionLike>(
         &self,
         con: &mut C,
         calls: &[Call],
     ) -> Result<Vec<Answer>, Error> {
-        let Some(mut batch) = self.batch(calls) else {
-            return self.pipeline(con, calls);
-        };
-        match batch.command.query(&self.program, con) {
-            Ok(reply) => self.answers(calls, &mut batch, &reply),
-            Err(e) if e.code().is_some() => {
-                self.program.batch_refused(&e);
-                return self.pipeline(con, calls);
-            }
-            Err(e) => return Err(Error::from_redis(e, b"")),
+        match block(self.one_command(&mut Blocking(&mut *con), calls)) {
+            Some(Ok(results)) => Ok(results),
+            Some(Err(e)) if e.code().is_none() => Err(Error::from_redis(e, b"")),
+            _ => self.pipeline(con, calls),
         }
-        Ok(batch
-            .results
-            .into_iter()
-            .zip(calls)
-            .map(|(result, call)| self.answered(con, call, result))
-            .collect())
     }
 
     /// Asynchronous [`RedisLimiter::run_batch`], where the calls go one by one instead
@@ -265,26 +201,44 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         calls: &[Call<'_>],
     ) -> Vec<Answer> {
         let mut own = con.clone();
-        // A failure to ask leaves the path unknown: the calls go one by one.
-        let _ = self.program.detect_async(&mut own).await;
-        if let Some(mut batch) = self.batch(calls) {
-            match batch.command.query_async(&self.program, &mut own).await {
-                Ok(reply) => {
-                    self.answers(calls, &mut batch, &reply);
-                    let mut results = Vec::with_capacity(calls.len());
-                    for (result, call) in batch.results.into_iter().zip(calls) {
-                        results.push(self.answered_async(&mut own, call, result).await);
-                    }
-                    return results;
-                }
-                Err(e) => self.program.batch_refused(&e),
-            }
+        let link = &mut Awaiting(&mut own);
+        // A failure to ask leaves the route unknown: the calls go one by one.
+        let _ = self.program.detect(link).await;
+        if let Some(Ok(results)) = self.one_command(link, calls).await {
+            return results;
         }
         let calls = calls.iter().map(|&call| {
             let mut con = con.clone();
-            async move { self.one_async(&mut con, call, reply::decision).await }
+            async move { self.awaiting(&mut con, call, reply::decision).await }
         });
         futures_util::future::join_all(calls).await
+    }
+
+    /// Decides `calls` in one command over `link`, each answer explained; `None` where
+    /// the route has no such command, the command's error where it failed (noting a
+    /// refusal: see [`Program::batch_refused`]).
+    async fn one_command<L: Link>(
+        &self,
+        link: &mut L,
+        calls: &[Call<'_>],
+    ) -> Option<redis::RedisResult<Vec<Answer>>> {
+        let mut batch = self.batch(calls)?;
+        let reply = match batch.command.send(&self.program, link).await {
+            Ok(reply) => reply,
+            Err(e) => {
+                self.program.batch_refused(&e);
+                return Some(Err(e));
+            }
+        };
+        self.answers(calls, &mut batch, &reply);
+        let mut results = Vec::with_capacity(calls.len());
+        for (result, call) in batch.results.into_iter().zip(calls) {
+            results.push(match result {
+                Err(error) => self.answered(link, call, error).await,
+                decided => decided,
+            });
+        }
+        Some(Ok(results))
     }
 
     /// Sends `calls` in one pipeline; calls the server had no script or library for go
@@ -298,10 +252,8 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         let mut pipe = Pipeline::with_capacity(calls.len());
         let mut sent = Vec::new();
         for (i, call) in calls.iter().enumerate() {
-            match self
-                .redis_keys(call.key)
-                .and_then(|keys| call.invocation(&self.algorithm, &self.program, &keys))
-            {
+            let keys = self.keys(call.key).map(Iterator::collect::<Vec<_>>);
+            match keys.and_then(|keys| call.invocation(&self.algorithm, &self.program, &keys)) {
                 Ok(invocation) => {
                     pipe.add_command(invocation.module.unwrap_or(invocation.cmd));
                     sent.push(i);
@@ -317,63 +269,41 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
             .ignore_errors()
             .query(con)
             .map_err(|e| Error::from_redis(e, b""))?;
+        let mut link = Blocking(con);
         for (&i, reply) in sent.iter().zip(replies) {
             results[i] = if self.program.must_retry(&reply) {
-                self.one(con, calls[i], reply::decision)
+                block(self.one(&mut link, calls[i], reply::decision))
             } else {
-                let result = reply::decision(&self.algorithm, reply, &calls[i]);
-                self.answered(con, &calls[i], result)
+                match reply::decision(&self.algorithm, reply, &calls[i]) {
+                    Err(error) => block(self.answered(&mut link, &calls[i], error)),
+                    decided => decided,
+                }
             };
         }
         Ok(results)
     }
 
-    /// A batch's `result` for `call`, explained; a call the server refused as out of
-    /// its calendar period (nothing changed) goes again alone, after the batch, in the
+    /// A batch's `error` for `call`, explained; a call the server refused as out of its
+    /// calendar period (nothing changed) goes again alone, after the batch, in the
     /// period holding the server's time (see [`Call::retry`]).
-    fn answered<C: ConnectionLike>(&self, con: &mut C, call: &Call, result: Answer) -> Answer {
-        match call.retry(&result) {
-            Some(again) => self.one(con, again, reply::decision),
-            None => self.explained(con, call.key, result),
+    async fn answered<L: Link>(&self, link: &mut L, call: &Call<'_>, error: Error) -> Answer {
+        let failed = Err(error);
+        if let Some(again) = call.retry(&failed) {
+            return self.one(link, again, reply::decision).await;
         }
-    }
-
-    /// Asynchronous [`RedisLimiter::answered`].
-    async fn answered_async<C: aio::ConnectionLike>(
-        &self,
-        con: &mut C,
-        call: &Call<'_>,
-        result: Answer,
-    ) -> Answer {
-        match call.retry(&result) {
-            Some(again) => self.one_async(con, again, reply::decision).await,
-            None => self.explained_async(con, call.key, result).await,
+        match failed {
+            Err(error) => Err(self.explained(link, call.key, error).await),
+            decided => decided,
         }
     }
 }
 
 impl Command {
-    /// Sends the command on `con`, loading the library if the server lacks it.
-    fn query<C: ConnectionLike>(
-        &self,
-        program: &Program,
-        con: &mut C,
-    ) -> redis::RedisResult<Value> {
+    /// Sends the command on `link`, loading the library if the server lacks it.
+    async fn send<L: Link>(&self, program: &Program, link: &mut L) -> redis::RedisResult<Value> {
         match self {
-            Self::Module(cmd) => cmd.query(con),
-            Self::Library(invocation) => program.query(con, invocation),
-        }
-    }
-
-    /// Asynchronous [`Command::query`].
-    async fn query_async<C: aio::ConnectionLike>(
-        &self,
-        program: &Program,
-        con: &mut C,
-    ) -> redis::RedisResult<Value> {
-        match self {
-            Self::Module(cmd) => cmd.query_async(con).await,
-            Self::Library(invocation) => program.query_async(con, invocation).await,
+            Self::Module(cmd) => link.send(cmd).await,
+            Self::Library(invocation) => program.query(link, invocation).await,
         }
     }
 }

@@ -1,13 +1,13 @@
 //! One script call (what it does, a key, a cost, the time and the longest wait) and its
-//! arguments as every path sends them: the library, a script, or the module.
+//! arguments as every route sends them: the library, a script, or the module.
 
-use redis::Cmd;
+use redis::{Cmd, ToRedisArgs};
 use sluicegate_core::limits::MAX_WAIT;
 use sluicegate_core::{Clock, Request, SystemClock, Ticks};
 
 use crate::error::Error;
 use crate::lua::LuaAlgorithm;
-use crate::path::{Invocation, Program};
+use crate::route::{Invocation, Program};
 
 /// One script call: what it does, a key, a cost, and optionally the time and the
 /// longest wait.
@@ -134,12 +134,12 @@ impl<'a> Call<'a> {
         Self { max_wait, ..self }
     }
 
-    /// The invocation of this call on `keys`, path aside.
-    pub(crate) fn invocation<A: LuaAlgorithm>(
+    /// The invocation of this call on `keys`, route aside.
+    pub(crate) fn invocation<A: LuaAlgorithm, K: ToRedisArgs>(
         &self,
         algorithm: &A,
         program: &Program,
-        keys: &[Vec<u8>],
+        keys: &[K],
     ) -> Result<Invocation, Error> {
         let args = self.arguments(algorithm)?;
         let (function, read_only) = match args.fast {
@@ -156,11 +156,11 @@ impl<'a> Call<'a> {
 
     /// The module's command for this call: a decision's or a report's; `None` for the
     /// calls the module has no command for.
-    fn module_command<A: LuaAlgorithm>(
+    fn module_command<A: LuaAlgorithm, K: ToRedisArgs>(
         &self,
         algorithm: &A,
         args: &Arguments,
-        keys: &[Vec<u8>],
+        keys: &[K],
     ) -> Option<Cmd> {
         let name = match self.mode {
             Mode::Decide => "SLUICEGATE.CHECK",
@@ -183,7 +183,7 @@ impl<'a> Call<'a> {
         Some(module)
     }
 
-    /// The cost, wait and fast argument as every path sends them; an error if the time
+    /// The cost, wait and fast argument as every route sends them; an error if the time
     /// is beyond the scripts' range.
     pub(crate) fn arguments<A: LuaAlgorithm>(&self, algorithm: &A) -> Result<Arguments, Error> {
         if let Some(now) = self.now {
@@ -246,7 +246,7 @@ impl<'a> Call<'a> {
     }
 }
 
-/// A call's arguments as every path sends them (see [`Call::arguments`]).
+/// A call's arguments as every route sends them (see [`Call::arguments`]).
 #[derive(Debug)]
 pub(crate) struct Arguments {
     /// The cost, clamped to the algorithm's cap.
@@ -261,7 +261,7 @@ pub(crate) struct Arguments {
     /// which the server checks against its own (refusing, unchanged, a time outside
     /// the period: the call goes again in the server's period, see [`Call::retry`]).
     ///
-    /// It lives here, beside the cost and the wait, because every path (the library,
+    /// It lives here, beside the cost and the wait, because every route (the library,
     /// a script, the module, one call or a batch) builds its arguments from these, so
     /// a calendar's period is chosen once per call, in one place, and the algorithms
     /// whose parameters are fixed ignore it.

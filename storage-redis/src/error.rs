@@ -35,8 +35,9 @@ pub enum Error {
         found: String,
     },
     /// TLS could not be set up: the server's certificate is not signed by a trusted CA
-    /// (see [`client`](crate::client)) or names another host, the server does not speak
-    /// TLS, or the CA given is not a PEM certificate. Retrying does not help.
+    /// (the one given to the crate's `client` function, else the system's) or names
+    /// another host, the server does not speak TLS, or the CA given is not a PEM
+    /// certificate. Retrying does not help.
     #[error("TLS: {0}")]
     Tls(String),
     /// A parameter or input outside the range the scripts take: a time beyond the range

@@ -6,12 +6,13 @@ use sluicegate_core::{
     Acquired, Concurrency, Decision, Grant, LeaseError, LeaseRequest, LeaseState, Ticks,
 };
 
-use crate::batch::RedisKey;
 use crate::call::Arg;
 use crate::error::Error;
+use crate::key::RedisKey;
+use crate::link::{block, typed, Awaiting, Blocking, Link};
 use crate::lua::MAX_LUA_TICKS;
-use crate::path::{Invocation, Path, Program};
 use crate::reply::{self, corrupt};
+use crate::route::{Invocation, Program, Route};
 
 /// Leases whose tables live in Redis: at most `max` holders per key (a lock when `max` is
 /// 1), owner-checked release and renew, fencing tokens that never repeat on a key.
@@ -124,20 +125,20 @@ impl RedisLeases {
         &self.concurrency
     }
 
-    /// Calls take `path` instead of the fastest one the server offers. With
-    /// [`Path::Module`] on a server without the module, calls fail (`unknown command`).
-    /// Never an error today; the `Result` leaves room for paths a build cannot take.
-    pub fn with_path(mut self, path: Path) -> Result<Self, Error> {
-        self.program.force(Some(path));
+    /// Calls take `route` instead of the fastest one the server offers. With
+    /// [`Route::Module`] on a server without the module, calls fail (`unknown command`).
+    /// Never an error today; the `Result` leaves room for routes a build cannot take.
+    pub fn with_route(mut self, route: Route) -> Result<Self, Error> {
+        self.program.force(Some(route));
         Ok(self)
     }
 
-    /// The path calls take (see [`RedisLimiter::path`](crate::RedisLimiter::path)).
-    pub fn path(&self) -> Option<Path> {
-        self.program.path()
+    /// The route calls take (see [`RedisLimiter::route`](crate::RedisLimiter::route)).
+    pub fn route(&self) -> Option<Route> {
+        self.program.route()
     }
 
-    /// The script every call runs on [`Path::Scripts`].
+    /// The script every call runs on [`Route::Scripts`].
     pub fn script(&self) -> &str {
         self.program.source()
     }
@@ -150,10 +151,29 @@ impl RedisLeases {
         con: &mut C,
         request: &LeaseRequest<'_>,
     ) -> Result<Acquired, Error> {
+        block(self.acquire_on(&mut Blocking(con), request))
+    }
+
+    /// Asynchronous [`RedisLeases::acquire`].
+    pub async fn acquire_async<C: aio::ConnectionLike>(
+        &self,
+        con: &mut C,
+        request: &LeaseRequest<'_>,
+    ) -> Result<Acquired, Error> {
+        self.acquire_on(&mut Awaiting(con), request).await
+    }
+
+    /// [`RedisLeases::acquire`] over `link`.
+    async fn acquire_on<L: Link>(
+        &self,
+        link: &mut L,
+        request: &LeaseRequest<'_>,
+    ) -> Result<Acquired, Error> {
         let cmd = self.single(Op::Acquire, request)?;
-        let acquired = acquired(self.run(con, &cmd, &[request.key])?).map(one)?;
+        let acquired = acquired(self.run(link, &cmd, &[request.key]).await?).map(one)?;
         if acquired.grant.is_some() {
-            self.replicated(con, &[request.key], request.owner)?;
+            let (keys, owner, now) = (&[request.key], request.owner, request.now);
+            self.replicated(link, keys, owner, now).await?;
         }
         Ok(acquired)
     }
@@ -170,10 +190,11 @@ impl RedisLeases {
         owner: &[u8],
         ttl: Ticks,
     ) -> Result<(Decision, Vec<Grant>), Error> {
+        let link = &mut Blocking(con);
         let cmd = self.command(Op::Acquire, keys, owner, Some(ttl), None)?;
-        let (decision, grants) = acquired(self.run(con, &cmd, keys)?)?;
+        let (decision, grants) = acquired(block(self.run(link, &cmd, keys))?)?;
         if !grants.is_empty() {
-            self.replicated(con, keys, owner)?;
+            block(self.replicated(link, keys, owner, None))?;
         }
         Ok((decision, grants))
     }
@@ -186,8 +207,19 @@ impl RedisLeases {
         con: &mut C,
         request: &LeaseRequest<'_>,
     ) -> Result<Grant, Error> {
-        let cmd = self.single(Op::Release, request)?;
-        held(self.run(con, &cmd, &[request.key])?).map(first)
+        let (keys, owner, now) = (&[request.key], request.owner, request.now);
+        block(self.release_on(&mut Blocking(con), keys, owner, now)).map(first)
+    }
+
+    /// Asynchronous [`RedisLeases::release`].
+    pub async fn release_async<C: aio::ConnectionLike>(
+        &self,
+        con: &mut C,
+        request: &LeaseRequest<'_>,
+    ) -> Result<Grant, Error> {
+        let (keys, owner, now) = (&[request.key], request.owner, request.now);
+        let released = self.release_on(&mut Awaiting(con), keys, owner, now).await;
+        released.map(first)
     }
 
     /// Releases `owner`'s lease on every key of `keys` once, or, if it holds none on some
@@ -198,8 +230,19 @@ impl RedisLeases {
         keys: &[&[u8]],
         owner: &[u8],
     ) -> Result<Vec<Grant>, Error> {
-        let cmd = self.command(Op::Release, keys, owner, None, None)?;
-        held(self.run(con, &cmd, keys)?)
+        block(self.release_on(&mut Blocking(con), keys, owner, None))
+    }
+
+    /// Releases `owner`'s lease on every key of `keys` over `link`, at `now` if given.
+    async fn release_on<L: Link>(
+        &self,
+        link: &mut L,
+        keys: &[&[u8]],
+        owner: &[u8],
+        now: Option<Ticks>,
+    ) -> Result<Vec<Grant>, Error> {
+        let cmd = self.command(Op::Release, keys, owner, None, now)?;
+        held(self.run(link, &cmd, keys).await?)
     }
 
     /// Extends the owner's unexpired lease on the request's key to `now + ttl`; its
@@ -210,10 +253,21 @@ impl RedisLeases {
         con: &mut C,
         request: &LeaseRequest<'_>,
     ) -> Result<Grant, Error> {
-        let cmd = self.single(Op::Renew, request)?;
-        let grant = held(self.run(con, &cmd, &[request.key])?).map(first)?;
-        self.replicated(con, &[request.key], request.owner)?;
-        Ok(grant)
+        let (keys, owner, ttl, now) = (&[request.key], request.owner, request.ttl, request.now);
+        block(self.renew_on(&mut Blocking(con), keys, owner, ttl, now)).map(first)
+    }
+
+    /// Asynchronous [`RedisLeases::renew`].
+    pub async fn renew_async<C: aio::ConnectionLike>(
+        &self,
+        con: &mut C,
+        request: &LeaseRequest<'_>,
+    ) -> Result<Grant, Error> {
+        let (keys, owner, ttl, now) = (&[request.key], request.owner, request.ttl, request.now);
+        let renewed = self
+            .renew_on(&mut Awaiting(con), keys, owner, ttl, now)
+            .await;
+        renewed.map(first)
     }
 
     /// Renews `owner`'s leases on every key of `keys`, or, if one is gone, none.
@@ -224,9 +278,22 @@ impl RedisLeases {
         owner: &[u8],
         ttl: Ticks,
     ) -> Result<Vec<Grant>, Error> {
-        let cmd = self.command(Op::Renew, keys, owner, Some(ttl), None)?;
-        let grants = held(self.run(con, &cmd, keys)?)?;
-        self.replicated(con, keys, owner)?;
+        block(self.renew_on(&mut Blocking(con), keys, owner, ttl, None))
+    }
+
+    /// Renews `owner`'s leases on every key of `keys` over `link`, at `now` if given,
+    /// then waits for the replicas (see [`RedisLeases::with_replicas`]).
+    async fn renew_on<L: Link>(
+        &self,
+        link: &mut L,
+        keys: &[&[u8]],
+        owner: &[u8],
+        ttl: Ticks,
+        now: Option<Ticks>,
+    ) -> Result<Vec<Grant>, Error> {
+        let cmd = self.command(Op::Renew, keys, owner, Some(ttl), now)?;
+        let grants = held(self.run(link, &cmd, keys).await?)?;
+        self.replicated(link, keys, owner, now).await?;
         Ok(grants)
     }
 
@@ -244,7 +311,7 @@ impl RedisLeases {
             .collect();
         let granted = |r: &Result<Acquired, Error>| matches!(r, Ok(a) if a.grant.is_some());
         if let (Some(durable), true) = (self.durable, results.iter().any(granted)) {
-            let waited = durable.wait(con);
+            let waited = block(durable.wait(&mut Blocking(&mut *con)));
             if !matches!(waited, Ok(None)) {
                 // Every grant of the batch is given back, and fails alike.
                 let given_back: Vec<_> = (requests.iter().zip(&results))
@@ -286,9 +353,7 @@ impl RedisLeases {
             .iter()
             .map(|request| (self.single(op, request), request.key))
             .collect();
-        let module = self
-            .program
-            .detect(con)
+        let module = block(self.program.detect(&mut Blocking(&mut *con)))
             .map_err(|e| Error::from_redis(e, b""))?;
         // Written straight into one buffer, as a pipeline would be, without copying
         // each command into a pipeline first.
@@ -307,6 +372,7 @@ impl RedisLeases {
         }
         .into_iter();
         let mut results = Vec::with_capacity(calls.len());
+        let link = &mut Blocking(con);
         for (cmd, key) in calls {
             // Invalid calls were not sent: only valid ones take a reply.
             let reply = cmd.map(|cmd| (replies.next(), cmd));
@@ -314,11 +380,11 @@ impl RedisLeases {
                 Err(e) => Err(e),
                 Ok((None, _)) => Err(Error::Reply),
                 Ok((Some(reply), cmd)) if self.program.must_retry(&reply) => {
-                    self.run(con, &cmd, &[key])
+                    block(self.run(link, &cmd, &[key]))
                 }
                 // A corrupt key is explained by the core's decoder, as in `run`.
                 Ok((Some(Value::ServerError(e)), cmd)) => match Error::from_redis(e.into(), key) {
-                    Error::Corrupt { .. } => self.run(con, &cmd, &[key]),
+                    Error::Corrupt { .. } => block(self.run(link, &cmd, &[key])),
                     e => Err(e),
                 },
                 Ok((Some(reply), _)) => Ok(reply),
@@ -328,40 +394,15 @@ impl RedisLeases {
         Ok(results)
     }
 
-    /// Asynchronous [`RedisLeases::acquire`].
-    pub async fn acquire_async<C: aio::ConnectionLike>(
+    /// The lease table stored for `key`, decoded by the core; `None` when fresh. A key
+    /// holding anything else is an error, never "fresh".
+    pub fn state<C: ConnectionLike>(
         &self,
         con: &mut C,
-        request: &LeaseRequest<'_>,
-    ) -> Result<Acquired, Error> {
-        let cmd = self.single(Op::Acquire, request)?;
-        let acquired = acquired(self.run_async(con, &cmd, &[request.key]).await?).map(one)?;
-        if acquired.grant.is_some() {
-            self.replicated_async(con, request).await?;
-        }
-        Ok(acquired)
-    }
-
-    /// Asynchronous [`RedisLeases::release`].
-    pub async fn release_async<C: aio::ConnectionLike>(
-        &self,
-        con: &mut C,
-        request: &LeaseRequest<'_>,
-    ) -> Result<Grant, Error> {
-        let cmd = self.single(Op::Release, request)?;
-        held(self.run_async(con, &cmd, &[request.key]).await?).map(first)
-    }
-
-    /// Asynchronous [`RedisLeases::renew`].
-    pub async fn renew_async<C: aio::ConnectionLike>(
-        &self,
-        con: &mut C,
-        request: &LeaseRequest<'_>,
-    ) -> Result<Grant, Error> {
-        let cmd = self.single(Op::Renew, request)?;
-        let grant = held(self.run_async(con, &cmd, &[request.key]).await?).map(first)?;
-        self.replicated_async(con, request).await?;
-        Ok(grant)
+        key: &[u8],
+    ) -> Result<Option<LeaseState>, Error> {
+        let values = block(self.read(&mut Blocking(con), &[key]))?;
+        self.table(key, values)
     }
 
     /// Asynchronous [`RedisLeases::state`].
@@ -370,17 +411,8 @@ impl RedisLeases {
         con: &mut C,
         key: &[u8],
     ) -> Result<Option<LeaseState>, Error> {
-        self.table(key, self.read_async(con, &[key]).await?)
-    }
-
-    /// The lease table stored for `key`, decoded by the core; `None` when fresh. A key
-    /// holding anything else is an error, never "fresh".
-    pub fn state<C: ConnectionLike>(
-        &self,
-        con: &mut C,
-        key: &[u8],
-    ) -> Result<Option<LeaseState>, Error> {
-        self.table(key, self.read(con, &[key])?)
+        let values = self.read(&mut Awaiting(con), &[key]).await?;
+        self.table(key, values)
     }
 
     /// `key`'s lease table from its value as read.
@@ -452,7 +484,7 @@ impl RedisLeases {
         match module {
             // With the module known to be loaded, its command is the one sent: the
             // library's call is not built.
-            Some(module) if self.program.path() == Some(Path::Module) => {
+            Some(module) if self.program.route() == Some(Route::Module) => {
                 Ok(self.program.native(op.function(), read_only, module))
             }
             module => {
@@ -474,96 +506,53 @@ impl RedisLeases {
     }
 
     /// With [`RedisLeases::with_replicas`]: waits for the replicas to acknowledge the
-    /// grant just made on `keys`; if too few do in time, releases it and fails.
-    fn replicated<C: ConnectionLike>(
+    /// grant just made on `keys` at `now`; if too few do in time, releases it (at the
+    /// same time) and fails.
+    async fn replicated<L: Link>(
         &self,
-        con: &mut C,
+        link: &mut L,
         keys: &[&[u8]],
         owner: &[u8],
+        now: Option<Ticks>,
     ) -> Result<(), Error> {
         let Some(durable) = self.durable else {
             return Ok(());
         };
-        let error = match durable.wait(con) {
+        let error = match durable.wait(link).await {
             Ok(None) => return Ok(()),
             Ok(Some(acknowledged)) => durable.error(acknowledged),
             Err(e) => Error::from_redis(e, first_key(keys)),
         };
         // Given back on a best-effort basis: if this fails too, the lease expires.
-        let _ = self.release_all(con, keys, owner);
-        Err(error)
-    }
-
-    /// Asynchronous [`RedisLeases::replicated`] for one request.
-    async fn replicated_async<C: aio::ConnectionLike>(
-        &self,
-        con: &mut C,
-        request: &LeaseRequest<'_>,
-    ) -> Result<(), Error> {
-        let Some(durable) = self.durable else {
-            return Ok(());
-        };
-        let error = match durable.wait_async(con).await {
-            Ok(None) => return Ok(()),
-            Ok(Some(acknowledged)) => durable.error(acknowledged),
-            Err(e) => Error::from_redis(e, request.key),
-        };
-        let _ = self.release_async(con, request).await;
+        let _ = self.release_on(link, keys, owner, now).await;
         Err(error)
     }
 
     /// Sends `cmd` for `keys`; a script's report of a corrupt table is replaced by the
     /// core decoder's verdict on the same bytes.
-    fn run<C: ConnectionLike>(
+    async fn run<L: Link>(
         &self,
-        con: &mut C,
+        link: &mut L,
         cmd: &Invocation,
         keys: &[&[u8]],
     ) -> Result<Value, Error> {
-        let reply = self.program.query(con, cmd);
+        let reply = self.program.query(link, cmd).await;
         match reply.map_err(|e| Error::from_redis(e, first_key(keys))) {
             Err(Error::Corrupt { reason, .. }) => {
-                Err(self.diagnose(keys, self.read(con, keys), reason))
-            }
-            reply => reply,
-        }
-    }
-
-    /// Asynchronous [`RedisLeases::run`].
-    async fn run_async<C: aio::ConnectionLike>(
-        &self,
-        con: &mut C,
-        cmd: &Invocation,
-        keys: &[&[u8]],
-    ) -> Result<Value, Error> {
-        let reply = self.program.query_async(con, cmd).await;
-        match reply.map_err(|e| Error::from_redis(e, first_key(keys))) {
-            Err(Error::Corrupt { reason, .. }) => {
-                Err(self.diagnose(keys, self.read_async(con, keys).await, reason))
+                Err(self.diagnose(keys, self.read(link, keys).await, reason))
             }
             reply => reply,
         }
     }
 
     /// The values of `keys` (`None`: absent), refusing other Redis types.
-    fn read<C: ConnectionLike>(
+    async fn read<L: Link>(
         &self,
-        con: &mut C,
+        link: &mut L,
         keys: &[&[u8]],
     ) -> Result<Vec<Option<Vec<u8>>>, Error> {
         let cmd = self.command(Op::Read, keys, b"", None, None)?;
-        let reply = self.program.query(con, &cmd);
-        reply::values(reply.map_err(|e| Error::from_redis(e, first_key(keys)))?)
-    }
-
-    /// Asynchronous [`RedisLeases::read`].
-    async fn read_async<C: aio::ConnectionLike>(
-        &self,
-        con: &mut C,
-        keys: &[&[u8]],
-    ) -> Result<Vec<Option<Vec<u8>>>, Error> {
-        let cmd = self.command(Op::Read, keys, b"", None, None)?;
-        let reply = self.program.query_async(con, &cmd).await;
+        let reply = self.program.query(link, &cmd).await;
         reply::values(reply.map_err(|e| Error::from_redis(e, first_key(keys)))?)
     }
 
@@ -701,17 +690,8 @@ fn held(reply: Value) -> Result<Vec<Grant>, Error> {
 impl Durable {
     /// `None` once enough replicas acknowledged what this connection wrote; else how
     /// many did.
-    fn wait<C: ConnectionLike>(self, con: &mut C) -> redis::RedisResult<Option<u64>> {
-        let acknowledged: u64 = self.command().query(con)?;
-        Ok((acknowledged < u64::from(self.replicas)).then_some(acknowledged))
-    }
-
-    /// Asynchronous [`Durable::wait`].
-    async fn wait_async<C: aio::ConnectionLike>(
-        self,
-        con: &mut C,
-    ) -> redis::RedisResult<Option<u64>> {
-        let acknowledged: u64 = self.command().query_async(con).await?;
+    async fn wait<L: Link>(self, link: &mut L) -> redis::RedisResult<Option<u64>> {
+        let acknowledged: u64 = typed(link.send(&self.command()).await)?;
         Ok((acknowledged < u64::from(self.replicas)).then_some(acknowledged))
     }
 

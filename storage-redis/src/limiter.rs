@@ -1,7 +1,8 @@
-//! The limiter: its state in Redis, each decision one call, sync and async alike (each
-//! call builds its command and reads its reply the same way; only the send differs).
+//! The limiter: its state in Redis, each decision one call. Each operation is one
+//! `async fn` over a [`Link`]; its synchronous and asynchronous methods differ only in
+//! the link they give it.
 
-use redis::{aio, ConnectionLike, Value};
+use redis::{aio, ConnectionLike, ToRedisArgs, Value};
 use sluicegate_core::{
     Decision, Refund, Report, ReportRequest, Reported, Request, Reserve, Ticks, SECOND,
 };
@@ -9,9 +10,11 @@ use sluicegate_core::{
 use crate::call::{Call, Mode};
 use crate::error::Error;
 use crate::fail::{self, FailPolicy, Outcome};
+use crate::key::RedisKey;
+use crate::link::{block, typed, Awaiting, Blocking, Link};
 use crate::lua::{self, LuaAlgorithm};
-use crate::path::{Path, Program};
 use crate::reply::{self, Explain, Taken};
+use crate::route::{Program, Route};
 
 /// How many keys [`RedisLimiter::purge`] asks `SCAN` for, and checks in one script call.
 pub const PURGE_BATCH: usize = 500;
@@ -21,7 +24,7 @@ pub const PURGE_BATCH: usize = 500;
 #[derive(Debug)]
 pub struct RedisLimiter<A: LuaAlgorithm> {
     pub(crate) algorithm: A,
-    /// The script, its place in the library, and the path calls take.
+    /// The script, its place in the library, and the route calls take.
     pub(crate) program: Program,
     pub(crate) prefix: Vec<u8>,
     /// What [`RedisLimiter::decide`] answers when Redis cannot be reached.
@@ -32,8 +35,10 @@ pub struct RedisLimiter<A: LuaAlgorithm> {
 }
 
 impl<A: LuaAlgorithm> RedisLimiter<A> {
-    /// A limiter for `algorithm`, failing closed; an error if its parameters are outside
-    /// the range the scripts compute exactly.
+    /// A limiter for `algorithm`; an error if its parameters are outside the range the
+    /// scripts compute exactly. When Redis cannot be reached, [`RedisLimiter::decide`]
+    /// returns the error, the core's default [`FailPolicy`] (see
+    /// [`RedisLimiter::on_unavailable`]).
     pub fn new(algorithm: A) -> Result<Self, Error> {
         algorithm.lua_range()?;
         let mut params = redis::Cmd::new();
@@ -45,7 +50,7 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
             program: Program::new(lua::script(&algorithm)),
             algorithm,
             prefix: Vec::new(),
-            on_unavailable: FailPolicy::Closed,
+            on_unavailable: FailPolicy::default(),
         })
     }
 
@@ -61,20 +66,20 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         self
     }
 
-    /// Calls take `path` instead of the fastest one the server offers. With
-    /// [`Path::Module`] on a server without the module, calls fail (`unknown command`).
-    /// Never an error today; the `Result` leaves room for paths a build cannot take.
-    pub fn with_path(mut self, path: Path) -> Result<Self, Error> {
-        self.program.force(Some(path));
+    /// Calls take `route` instead of the fastest one the server offers. With
+    /// [`Route::Module`] on a server without the module, calls fail (`unknown command`).
+    /// Never an error today; the `Result` leaves room for routes a build cannot take.
+    pub fn with_route(mut self, route: Route) -> Result<Self, Error> {
+        self.program.force(Some(route));
         Ok(self)
     }
 
-    /// The path calls take: the one chosen with [`RedisLimiter::with_path`], else the
-    /// fastest the server offered on the first call ([`Path::Module`] when the module
-    /// is loaded, else [`Path::Functions`] on Redis ≥ 7 unless `FUNCTION` is refused,
-    /// else [`Path::Scripts`]); `None` before that call.
-    pub fn path(&self) -> Option<Path> {
-        self.program.path()
+    /// The route calls take: the one chosen with [`RedisLimiter::with_route`], else the
+    /// fastest the server offered on the first call ([`Route::Module`] when the module
+    /// is loaded, else [`Route::Functions`] on Redis ≥ 7 unless `FUNCTION` is refused,
+    /// else [`Route::Scripts`]); `None` before that call.
+    pub fn route(&self) -> Option<Route> {
+        self.program.route()
     }
 
     /// The algorithm.
@@ -82,7 +87,7 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         &self.algorithm
     }
 
-    /// The script every decision runs on [`Path::Scripts`] (for inspection, or
+    /// The script every decision runs on [`Route::Scripts`] (for inspection, or
     /// `SCRIPT LOAD` ahead of time).
     pub fn script(&self) -> &str {
         self.program.source()
@@ -90,17 +95,15 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
 
     /// The Redis keys holding `key`'s state: one, or one per composite member.
     pub fn redis_keys(&self, key: &[u8]) -> Result<Vec<Vec<u8>>, Error> {
-        let members = self.algorithm.lua_keys();
-        if members == 1 {
-            return Ok(vec![[&self.prefix[..], key].concat()]);
-        }
-        // An empty hash tag would hash each member's whole name, scattering them.
-        if key.is_empty() {
-            return Err(Error::EmptyKey);
-        }
-        Ok((0..members)
-            .map(|i| [&self.prefix[..], b"{", key, b"}:", i.to_string().as_bytes()].concat())
-            .collect())
+        Ok(self.keys(key)?.map(RedisKey::to_vec).collect())
+    }
+
+    /// The Redis keys of `key`, written into commands as they are.
+    pub(crate) fn keys<'a>(
+        &'a self,
+        key: &'a [u8],
+    ) -> Result<impl Iterator<Item = RedisKey<'a>> + 'a, Error> {
+        RedisKey::all(&self.prefix, key, self.algorithm.lua_keys())
     }
 
     /// Decides a request of `cost` on `key` at the server's time.
@@ -121,7 +124,7 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         con: &mut C,
         request: &Request<'_>,
     ) -> Result<Decision, Error> {
-        self.one(con, Call::request(request), reply::decision)
+        self.blocking(con, Call::request(request), reply::decision)
     }
 
     /// What `request` would get, changing nothing: the scripts only decide, so this
@@ -133,12 +136,7 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         con: &mut C,
         request: &Request<'_>,
     ) -> Result<Decision, Error> {
-        let time = || server_time(redis::cmd("TIME").query(con), request.key);
-        let now = request.now.map_or_else(time, Ok)?;
-        self.algorithm.lua_now_range(now)?;
-        Ok(self
-            .algorithm
-            .peek(self.state(con, request.key)?, now, request.cost))
+        block(self.peek_on(&mut Blocking(con), request))
     }
 
     /// Asynchronous [`RedisLimiter::peek`].
@@ -147,12 +145,21 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         con: &mut C,
         request: &Request<'_>,
     ) -> Result<Decision, Error> {
+        self.peek_on(&mut Awaiting(con), request).await
+    }
+
+    /// [`RedisLimiter::peek`] over `link`.
+    async fn peek_on<L: Link>(
+        &self,
+        link: &mut L,
+        request: &Request<'_>,
+    ) -> Result<Decision, Error> {
         let now = match request.now {
             Some(now) => now,
-            None => server_time(redis::cmd("TIME").query_async(con).await, request.key)?,
+            None => server_time(typed(link.send(&redis::cmd("TIME")).await), request.key)?,
         };
         self.algorithm.lua_now_range(now)?;
-        let state = self.decoded(request.key, self.read_async(con, request.key).await?)?;
+        let state = self.state_on(link, request.key).await?;
         Ok(self.algorithm.peek(state, now, request.cost))
     }
 
@@ -170,9 +177,9 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
     /// Decides many requests in one round trip (one connection, so one node: on Redis
     /// Cluster use [`RedisLimiter::check_batch_async`]), in order, each exactly as its
     /// own [`RedisLimiter::check`] would, a key repeated seeing the state its earlier
-    /// request left. On [`Path::Module`] and [`Path::Functions`] one command decides
-    /// them all (`SLUICEGATE.BATCH`, the library's `batch`); on [`Path::Scripts`], and
-    /// before the first call has detected the path, a pipeline of one call each. The
+    /// request left. On [`Route::Module`] and [`Route::Functions`] one command decides
+    /// them all (`SLUICEGATE.BATCH`, the library's `batch`); on [`Route::Scripts`], and
+    /// before the first call has detected the route, a pipeline of one call each. The
     /// outer error is the connection's; each request has its own result.
     ///
     /// Requests with their own `now` are decided at it; a batch whose requests carry
@@ -203,7 +210,7 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         con: &mut C,
         request: &Request<'_>,
     ) -> Result<Decision, Error> {
-        self.one_async(con, Call::request(request), reply::decision)
+        self.awaiting(con, Call::request(request), reply::decision)
             .await
     }
 
@@ -218,7 +225,7 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         fail::apply(&self.on_unavailable, key, cost, result)
     }
 
-    /// Decides many requests at once: in one command where the path has one (the
+    /// Decides many requests at once: in one command where the route has one (the
     /// module's or the library's, see [`RedisLimiter::check_batch`]), else each its own
     /// call, all sent before any reply is read (a multiplexed connection pipelines
     /// them), each routed by its own key on a cluster (where a batch's keys span slots,
@@ -239,11 +246,12 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         con: &mut C,
         key: &[u8],
     ) -> Result<Option<A::State>, Error> {
-        self.decoded(key, self.read(con, key)?)
+        block(self.state_on(&mut Blocking(con), key))
     }
 
-    /// `key`'s values, as read, decoded by the core.
-    fn decoded(&self, key: &[u8], values: Vec<Option<Vec<u8>>>) -> Result<Option<A::State>, Error> {
+    /// [`RedisLimiter::state`] over `link`.
+    async fn state_on<L: Link>(&self, link: &mut L, key: &[u8]) -> Result<Option<A::State>, Error> {
+        let values = self.read(link, key).await?;
         self.algorithm
             .lua_decode(&values)
             .map_err(|e| reply::corrupt(key, e.to_string()))
@@ -252,7 +260,7 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
     /// Forgets `key`: its next request finds a fresh state. Atomically refuses, deleting
     /// nothing, if a key holds anything but a valid state of this algorithm.
     pub fn reset<C: ConnectionLike>(&self, con: &mut C, key: &[u8]) -> Result<(), Error> {
-        self.one(con, Call::mode(key, Mode::Reset), |_, _, _| Ok(()))
+        self.blocking(con, Call::mode(key, Mode::Reset), |_, _, _| Ok(()))
     }
 
     /// Asynchronous [`RedisLimiter::reset`].
@@ -262,7 +270,7 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         key: &[u8],
     ) -> Result<(), Error> {
         let call = Call::mode(key, Mode::Reset);
-        self.one_async(con, call, |_, _, _| Ok(())).await
+        self.awaiting(con, call, |_, _, _| Ok(())).await
     }
 
     /// Deletes every state of this algorithm under the limiter's prefix (any member's,
@@ -272,6 +280,11 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
     /// each checked and deleted by one script call, so the server is never blocked for
     /// long. One server: on a cluster, run it against each primary.
     pub fn purge<C: ConnectionLike>(&self, con: &mut C) -> Result<u64, Error> {
+        block(self.purge_on(&mut Blocking(con)))
+    }
+
+    /// [`RedisLimiter::purge`] over `link`.
+    async fn purge_on<L: Link>(&self, link: &mut L) -> Result<u64, Error> {
         let mut pattern = Vec::with_capacity(self.prefix.len() + 1);
         for &b in &self.prefix {
             if matches!(b, b'*' | b'?' | b'[' | b']' | b'\\') {
@@ -282,16 +295,17 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         pattern.push(b'*');
         let (mut cursor, mut deleted) = (0u64, 0);
         loop {
-            let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
-                .arg(cursor)
+            let mut scan = redis::cmd("SCAN");
+            scan.arg(cursor)
                 .arg("MATCH")
                 .arg(&pattern)
                 .arg("COUNT")
-                .arg(PURGE_BATCH)
-                .query(con)
-                .map_err(|e| Error::from_redis(e, &self.prefix))?;
+                .arg(PURGE_BATCH);
+            let (next, keys): (u64, Vec<Vec<u8>>) =
+                typed(link.send(&scan).await).map_err(|e| Error::from_redis(e, &self.prefix))?;
             if !keys.is_empty() {
-                let reply = self.query(con, &Call::mode(&self.prefix, Mode::Purge), &keys)?;
+                let call = Call::mode(&self.prefix, Mode::Purge);
+                let reply = self.query(link, &call, &keys).await?;
                 deleted += redis::from_redis_value::<u64>(reply).map_err(|_| Error::Reply)?;
             }
             if next == 0 {
@@ -301,112 +315,80 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         }
     }
 
-    /// Runs `call` on `keys` on the path in use, loading the library or the script if
+    /// Runs `call` on `keys` on the route in use, loading the library or the script if
     /// the server lacks it; once more in the server's calendar period if it refused
     /// the one this machine's clock gave (see [`Call::retry`]).
-    pub(crate) fn query<C: ConnectionLike>(
+    pub(crate) async fn query<L: Link, K: ToRedisArgs>(
         &self,
-        con: &mut C,
-        call: &Call,
-        keys: &[Vec<u8>],
+        link: &mut L,
+        call: &Call<'_>,
+        keys: &[K],
     ) -> Result<Value, Error> {
-        let result = self.query_once(con, call, keys);
+        let result = self.query_once(link, call, keys).await;
         match call.retry(&result) {
-            Some(again) => self.query_once(con, &again, keys),
+            Some(again) => self.query_once(link, &again, keys).await,
             None => result,
         }
     }
 
     /// One try of [`RedisLimiter::query`].
-    fn query_once<C: ConnectionLike>(
+    async fn query_once<L: Link, K: ToRedisArgs>(
         &self,
-        con: &mut C,
-        call: &Call,
-        keys: &[Vec<u8>],
+        link: &mut L,
+        call: &Call<'_>,
+        keys: &[K],
     ) -> Result<Value, Error> {
         let invocation = call.invocation(&self.algorithm, &self.program, keys)?;
         self.program
-            .query(con, &invocation)
-            .map_err(|e| Error::from_redis(e, call.key))
-    }
-
-    /// Asynchronous [`RedisLimiter::query`].
-    async fn query_async<C: aio::ConnectionLike>(
-        &self,
-        con: &mut C,
-        call: &Call<'_>,
-        keys: &[Vec<u8>],
-    ) -> Result<Value, Error> {
-        let result = self.query_once_async(con, call, keys).await;
-        match call.retry(&result) {
-            Some(again) => self.query_once_async(con, &again, keys).await,
-            None => result,
-        }
-    }
-
-    /// Asynchronous [`RedisLimiter::query_once`].
-    async fn query_once_async<C: aio::ConnectionLike>(
-        &self,
-        con: &mut C,
-        call: &Call<'_>,
-        keys: &[Vec<u8>],
-    ) -> Result<Value, Error> {
-        let invocation = call.invocation(&self.algorithm, &self.program, keys)?;
-        self.program
-            .query_async(con, &invocation)
+            .query(link, &invocation)
             .await
             .map_err(|e| Error::from_redis(e, call.key))
     }
 
     /// Runs `call` on its key's Redis keys and reads the reply with `parse` (see
     /// [`reply`]), its errors about the state explained.
-    pub(crate) fn one<C: ConnectionLike, T>(
+    pub(crate) async fn one<L: Link, T>(
         &self,
-        con: &mut C,
-        call: Call,
+        link: &mut L,
+        call: Call<'_>,
         parse: impl FnOnce(&A, Value, &Call) -> Result<T, Error>,
     ) -> Result<T, Error> {
-        let keys = self.redis_keys(call.key)?;
+        let keys: Vec<RedisKey> = self.keys(call.key)?.collect();
         let result = self
-            .query(con, &call, &keys)
+            .query(link, &call, &keys)
+            .await
             .and_then(|reply| parse(&self.algorithm, reply, &call));
-        self.explained(con, call.key, result)
+        match result {
+            Err(error) => Err(self.explained(link, call.key, error).await),
+            result => result,
+        }
     }
 
-    /// Asynchronous [`RedisLimiter::one`].
-    pub(crate) async fn one_async<C: aio::ConnectionLike, T>(
+    /// [`RedisLimiter::one`] on a synchronous connection.
+    pub(crate) fn blocking<C: ConnectionLike, T>(
         &self,
         con: &mut C,
         call: Call<'_>,
         parse: impl FnOnce(&A, Value, &Call) -> Result<T, Error>,
     ) -> Result<T, Error> {
-        let keys = self.redis_keys(call.key)?;
-        let result = self
-            .query_async(con, &call, &keys)
-            .await
-            .and_then(|reply| parse(&self.algorithm, reply, &call));
-        self.explained_async(con, call.key, result).await
+        block(self.one(&mut Blocking(con), call, parse))
+    }
+
+    /// [`RedisLimiter::one`] on an asynchronous connection.
+    pub(crate) async fn awaiting<C: aio::ConnectionLike, T>(
+        &self,
+        con: &mut C,
+        call: Call<'_>,
+        parse: impl FnOnce(&A, Value, &Call) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        self.one(&mut Awaiting(con), call, parse).await
     }
 
     /// The values of `key`'s Redis keys (`None`: absent), refusing other types.
-    fn read<C: ConnectionLike>(
-        &self,
-        con: &mut C,
-        key: &[u8],
-    ) -> Result<Vec<Option<Vec<u8>>>, Error> {
-        let keys = self.redis_keys(key)?;
-        reply::values(self.query(con, &Call::mode(key, Mode::Read), &keys)?)
-    }
-
-    /// Asynchronous [`RedisLimiter::read`].
-    async fn read_async<C: aio::ConnectionLike>(
-        &self,
-        con: &mut C,
-        key: &[u8],
-    ) -> Result<Vec<Option<Vec<u8>>>, Error> {
-        let keys = self.redis_keys(key)?;
+    async fn read<L: Link>(&self, link: &mut L, key: &[u8]) -> Result<Vec<Option<Vec<u8>>>, Error> {
+        let keys: Vec<RedisKey> = self.keys(key)?.collect();
         reply::values(
-            self.query_async(con, &Call::mode(key, Mode::Read), &keys)
+            self.query(link, &Call::mode(key, Mode::Read), &keys)
                 .await?,
         )
     }
@@ -414,45 +396,26 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
     /// Replaces a script's report of a corrupt state by the core decoder's verdict on
     /// the same bytes, so every call (and every host) words it the same way; names what
     /// a key of another type holds.
-    pub(crate) fn explained<C: ConnectionLike, T>(
-        &self,
-        con: &mut C,
-        key: &[u8],
-        result: Result<T, Error>,
-    ) -> Result<T, Error> {
-        Err(match self.explain(key, result) {
-            Explain::Done(result) => return result,
-            Explain::Type(cmd, error) => reply::foreign(key, error, cmd.query(con)),
-            Explain::Read(reason) => self.diagnose(key, self.read(con, key), reason),
-        })
+    pub(crate) async fn explained<L: Link>(&self, link: &mut L, key: &[u8], error: Error) -> Error {
+        match self.explain(key, error) {
+            Explain::Done(error) => error,
+            Explain::Type(cmd, error) => reply::foreign(key, error, typed(link.send(&cmd).await)),
+            Explain::Read(reason) => self.diagnose(key, self.read(link, key).await, reason),
+        }
     }
 
-    /// Asynchronous [`RedisLimiter::explained`].
-    pub(crate) async fn explained_async<C: aio::ConnectionLike, T>(
-        &self,
-        con: &mut C,
-        key: &[u8],
-        result: Result<T, Error>,
-    ) -> Result<T, Error> {
-        Err(match self.explain(key, result) {
-            Explain::Done(result) => return result,
-            Explain::Type(cmd, error) => reply::foreign(key, error, cmd.query_async(con).await),
-            Explain::Read(reason) => self.diagnose(key, self.read_async(con, key).await, reason),
-        })
-    }
-
-    /// What explaining `result` for `key` takes (see [`Explain`]): for a `WRONGTYPE`,
+    /// What explaining `error` about `key` takes (see [`Explain`]): for a `WRONGTYPE`,
     /// `TYPE` of its (first) Redis key.
-    fn explain<T>(&self, key: &[u8], result: Result<T, Error>) -> Explain<T> {
-        match result {
-            Err(Error::Corrupt { reason, .. }) => Explain::Read(reason),
-            Err(Error::Redis(error)) if error.code() == Some("WRONGTYPE") => {
-                match self.redis_keys(key) {
-                    Ok(keys) => Explain::Type(redis::cmd("TYPE").arg(&keys[0]).to_owned(), error),
-                    Err(e) => Explain::Done(Err(e)),
+    fn explain(&self, key: &[u8], error: Error) -> Explain {
+        match error {
+            Error::Corrupt { reason, .. } => Explain::Read(reason),
+            Error::Redis(error) if error.code() == Some("WRONGTYPE") => match self.keys(key) {
+                Ok(mut keys) => {
+                    Explain::Type(redis::cmd("TYPE").arg(keys.next()).to_owned(), error)
                 }
-            }
-            result => Explain::Done(result),
+                Err(e) => Explain::Done(e),
+            },
+            error => Explain::Done(error),
         }
     }
 
@@ -482,8 +445,7 @@ impl<A: LuaAlgorithm + Reserve> RedisLimiter<A> {
         request: &Request<'_>,
         max_wait: Ticks,
     ) -> Result<Decision, Error> {
-        let call = Call::request(request).waiting(Some(max_wait));
-        self.one(con, call, reply::decision)
+        self.blocking(con, reserve_call(request, max_wait), reply::decision)
     }
 
     /// Asynchronous [`RedisLimiter::reserve`].
@@ -493,9 +455,14 @@ impl<A: LuaAlgorithm + Reserve> RedisLimiter<A> {
         request: &Request<'_>,
         max_wait: Ticks,
     ) -> Result<Decision, Error> {
-        let call = Call::request(request).waiting(Some(max_wait));
-        self.one_async(con, call, reply::decision).await
+        let call = reserve_call(request, max_wait);
+        self.awaiting(con, call, reply::decision).await
     }
+}
+
+/// The call reserving for `request` within `max_wait`.
+fn reserve_call<'a>(request: &Request<'a>, max_wait: Ticks) -> Call<'a> {
+    Call::request(request).waiting(Some(max_wait))
 }
 
 impl<A: LuaAlgorithm + Report> RedisLimiter<A> {
@@ -508,7 +475,7 @@ impl<A: LuaAlgorithm + Report> RedisLimiter<A> {
         con: &mut C,
         request: &ReportRequest<'_>,
     ) -> Result<Reported, Error> {
-        self.one(con, report_call(request), reply::reported)
+        self.blocking(con, report_call(request), reply::reported)
     }
 
     /// Asynchronous [`RedisLimiter::report`].
@@ -517,7 +484,7 @@ impl<A: LuaAlgorithm + Report> RedisLimiter<A> {
         con: &mut C,
         request: &ReportRequest<'_>,
     ) -> Result<Reported, Error> {
-        self.one_async(con, report_call(request), reply::reported)
+        self.awaiting(con, report_call(request), reply::reported)
             .await
     }
 }
@@ -537,7 +504,7 @@ impl<A: LuaAlgorithm + Refund> RedisLimiter<A> {
         con: &mut C,
         request: &Request<'_>,
     ) -> Result<Taken, Error> {
-        self.take_call(con, Call::request(request).mode_of(Mode::Take))
+        self.settle(con, request, false)
     }
 
     /// Gives back `request.cost` units taken and not used (the core's
@@ -553,7 +520,7 @@ impl<A: LuaAlgorithm + Refund> RedisLimiter<A> {
         let call = Call::request(request)
             .mode_of(Mode::Refund)
             .waiting(deadline);
-        self.one(con, call, reply::decision)
+        self.blocking(con, call, reply::decision)
     }
 
     /// A fleet's settle of `request.cost` units: a take, or `charged`, a charge (see
@@ -565,12 +532,8 @@ impl<A: LuaAlgorithm + Refund> RedisLimiter<A> {
         charged: bool,
     ) -> Result<Taken, Error> {
         let call = Call::request(request).mode_of(Mode::Take);
-        self.take_call(con, call.waiting(charged.then_some(Ticks::MAX)))
-    }
-
-    /// A take or a charge: its reply read as what was taken.
-    fn take_call<C: ConnectionLike>(&self, con: &mut C, call: Call) -> Result<Taken, Error> {
-        self.one(con, call, |_, reply, call| reply::taken(reply, call.key))
+        let call = call.waiting(charged.then_some(Ticks::MAX));
+        self.blocking(con, call, |_, reply, call| reply::taken(reply, call.key))
     }
 }
 

@@ -48,7 +48,7 @@ impl Redlock {
         }
     }
 
-    /// The per-server lock (to read a server's table, or pick a [`Path`](crate::Path)).
+    /// The per-server lock (to read a server's table, or pick a [`Route`](crate::Route)).
     pub fn leases(&self) -> &RedisLeases {
         &self.leases
     }

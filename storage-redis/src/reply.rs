@@ -124,9 +124,9 @@ pub(crate) fn values(reply: Value) -> Result<Vec<Option<Vec<u8>>>, Error> {
 /// What an error about a key's state needs before it is returned: the key's `TYPE`
 /// (a `WRONGTYPE` reply, to name what the key holds), its values (a script's report of a
 /// corrupt state, to word it as the core's decoder does), or nothing.
-pub(crate) enum Explain<T> {
-    /// The result as it stands.
-    Done(Result<T, Error>),
+pub(crate) enum Explain {
+    /// The error as it stands.
+    Done(Error),
     /// Send this `TYPE` command, then see [`foreign`].
     Type(redis::Cmd, redis::RedisError),
     /// Read the key's values and decode them; the script's reason.

@@ -15,7 +15,7 @@ use sluicegate_core::{
     Ban, Composite, Decision, FixedWindow, LeakyBucket, Pacing, Request, SlidingCounter,
     SlidingLog, Ticks, TokenBucket, MAX_TICKS, SECOND,
 };
-use sluicegate_redis::{Error, LuaAlgorithm, Path, RedisLimiter, MAX_LUA_TICKS};
+use sluicegate_redis::{Error, LuaAlgorithm, RedisLimiter, Route, MAX_LUA_TICKS};
 
 use common::Server;
 
@@ -78,19 +78,19 @@ fn kind(result: Result<Decision, Error>) -> Result<Decision, String> {
     })
 }
 
-/// Runs `rounds` from `start` through `check_batch_at` and through `check_at`, on `path`.
+/// Runs `rounds` from `start` through `check_batch_at` and through `check_at`, on `route`.
 fn differential<A: LuaAlgorithm + Clone>(
     server: &Server,
     alg: &A,
-    path: Path,
+    route: Route,
     (start, rounds): &(Ticks, Vec<Round>),
 ) -> Result<(), TestCaseError> {
     let limiter = |alg: &A| {
         RedisLimiter::new(alg.clone())
             .expect("parameters in the Lua range")
             .with_prefix(prefix())
-            .with_path(path)
-            .expect("a path the client speaks")
+            .with_route(route)
+            .expect("a route the client speaks")
     };
     let (batched, single) = (limiter(alg), limiter(alg));
     let mut con = server.connection();
@@ -153,7 +153,7 @@ fn differential<A: LuaAlgorithm + Clone>(
 }
 
 /// Runs 24 random cases of each algorithm `make` builds on the module's and the
-/// library's paths.
+/// library's routes.
 fn cases<A: LuaAlgorithm + Clone + std::fmt::Debug>(make: impl Strategy<Value = (A, Ticks, u64)>) {
     let strategy = make.prop_flat_map(|(alg, period, limit)| {
         let start = prop_oneof![
@@ -165,8 +165,8 @@ fn cases<A: LuaAlgorithm + Clone + std::fmt::Debug>(make: impl Strategy<Value = 
     });
     let server = Server::start_with_module(false);
     common::cases(&server, 24, strategy, |server, (alg, rounds)| {
-        differential(server, &alg, Path::Module, &rounds)?;
-        differential(server, &alg, Path::Functions, &rounds)
+        differential(server, &alg, Route::Module, &rounds)?;
+        differential(server, &alg, Route::Functions, &rounds)
     });
 }
 
@@ -247,14 +247,14 @@ fn a_batch_is_one_command() {
     let mut con = server.connection();
     let keys: Vec<Vec<u8>> = (0..32).map(|i| format!("u{i}").into_bytes()).collect();
     let requests: Vec<Request> = keys.iter().map(Request::new).collect();
-    for (path, stat) in [
-        (Path::Module, "cmdstat_sluicegate.batch:calls="),
-        (Path::Functions, "cmdstat_fcall:calls="),
+    for (route, stat) in [
+        (Route::Module, "cmdstat_sluicegate.batch:calls="),
+        (Route::Functions, "cmdstat_fcall:calls="),
     ] {
         let limiter = RedisLimiter::new(TokenBucket::new(5, 1, SECOND).unwrap())
             .unwrap()
             .with_prefix(prefix())
-            .with_path(path)
+            .with_route(route)
             .unwrap();
         // The first call may load the library.
         assert!(limiter.check(&mut con, b"warm", 1).unwrap().allowed);
@@ -273,7 +273,7 @@ fn a_batch_is_one_command() {
             .find_map(|line| line.strip_prefix(stat))
             .and_then(|rest| rest.split(',').next())
             .unwrap_or("0");
-        assert_eq!(calls, "1", "{path:?}: {info}");
+        assert_eq!(calls, "1", "{route:?}: {info}");
     }
 }
 
@@ -293,16 +293,16 @@ fn async_batches() {
         .query(&mut con)
         .map(|_: i64| ())
         .unwrap();
-    for path in [Path::Module, Path::Functions] {
+    for route in [Route::Module, Route::Functions] {
         let limiter = RedisLimiter::new(FixedWindow::new(2, SECOND * 3600).unwrap())
             .unwrap()
-            .with_prefix(format!("a{path:?}:"))
-            .with_path(path)
+            .with_prefix(format!("a{route:?}:"))
+            .with_route(route)
             .unwrap();
         let list = RedisLimiter::new(FixedWindow::new(2, SECOND * 3600).unwrap())
             .unwrap()
             .with_prefix("a:")
-            .with_path(path)
+            .with_route(route)
             .unwrap();
         runtime.block_on(async {
             let client = server.client();
@@ -336,11 +336,11 @@ fn a_batch_at_the_server_time_is_at_one_time() {
     let mut con = server.connection();
     let interval = SECOND * 3600;
     let requests = [Request::new("k"); 7];
-    for path in [Path::Module, Path::Functions] {
+    for route in [Route::Module, Route::Functions] {
         let limiter = RedisLimiter::new(TokenBucket::new(5, 1, interval).unwrap())
             .unwrap()
             .with_prefix(prefix())
-            .with_path(path)
+            .with_route(route)
             .unwrap();
         let decisions: Vec<Decision> = limiter
             .check_batch(&mut con, &requests)
@@ -353,9 +353,9 @@ fn a_batch_at_the_server_time_is_at_one_time() {
         assert_eq!(
             allowed,
             [true, true, true, true, true, false, false],
-            "{path:?}"
+            "{route:?}"
         );
         let want: Vec<Ticks> = (1..=5).chain([5, 5]).map(|i| i * interval).collect();
-        assert_eq!(resets, want, "{path:?}");
+        assert_eq!(resets, want, "{route:?}");
     }
 }

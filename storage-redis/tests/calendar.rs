@@ -15,11 +15,11 @@ use sluicegate_core::{
     CalendarWindow, CalendarZone, Decision, Report, ReportRequest, Reported, Request, Ticks,
     ZonedCalendar, SECOND,
 };
-use sluicegate_redis::{Path, RedisLimiter};
+use sluicegate_redis::{RedisLimiter, Route};
 
 use common::Server;
 
-const PATHS: [Path; 3] = [Path::Module, Path::Functions, Path::Scripts];
+const ROUTES: [Route; 3] = [Route::Module, Route::Functions, Route::Scripts];
 const HOUR: Ticks = 3600 * SECOND;
 
 /// A window of 5 (overdraft 2) in `periods`.
@@ -33,11 +33,11 @@ fn new_york(calendar: Calendar) -> ZonedCalendar {
     ZonedCalendar::new(calendar, CalendarZone::named("America/New_York").unwrap()).unwrap()
 }
 
-fn limiter(alg: &AnyAlgorithm, path: Path) -> RedisLimiter<AnyAlgorithm> {
+fn limiter(alg: &AnyAlgorithm, route: Route) -> RedisLimiter<AnyAlgorithm> {
     RedisLimiter::new(alg.clone())
         .unwrap()
         .with_prefix(common::fresh("calendar") + ":")
-        .with_path(path)
+        .with_route(route)
         .unwrap()
 }
 
@@ -56,11 +56,11 @@ enum Answer {
 }
 
 /// Runs `trace` (each step at its time) through the core and through Redis on every
-/// path: the same answers, the key holding the core's bytes, with no expiry.
+/// route: the same answers, the key holding the core's bytes, with no expiry.
 fn same_as_the_core(server: &Server, alg: &AnyAlgorithm, trace: &[(Ticks, Step)]) {
     let mut con = server.connection();
-    for path in PATHS {
-        let limiter = limiter(alg, path);
+    for route in ROUTES {
+        let limiter = limiter(alg, route);
         let key = limiter.redis_keys(b"k").unwrap().remove(0);
         let mut state = None;
         for (now, step) in trace {
@@ -94,12 +94,12 @@ fn same_as_the_core(server: &Server, alg: &AnyAlgorithm, trace: &[(Ticks, Step)]
                     (Answer::Reported(reported), Answer::Reported(got))
                 }
             };
-            assert_eq!(got, want, "{path:?} at {now}");
+            assert_eq!(got, want, "{route:?} at {now}");
             let stored: Option<Vec<u8>> = redis::cmd("GET").arg(&key).query(&mut con).unwrap();
             let bytes = state.as_ref().map(|s| alg.encode_to_vec(s));
-            assert_eq!(stored, bytes, "{path:?}: bytes at {now}");
+            assert_eq!(stored, bytes, "{route:?}: bytes at {now}");
             let pttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut con).unwrap();
-            assert!(pttl == -1 || pttl == -2, "{path:?}: PTTL {pttl}");
+            assert!(pttl == -1 || pttl == -2, "{route:?}: PTTL {pttl}");
         }
     }
 }
@@ -157,27 +157,27 @@ fn at_the_server_time(
     between: impl FnOnce(),
     end_of: impl Fn(Ticks) -> Ticks,
 ) {
-    let path = limiter.path();
+    let route = limiter.route();
     let decision = limiter.check(con, b"k", 2).unwrap();
     assert!(
         decision.allowed && decision.remaining == 3,
-        "{path:?}: {decision:?}"
+        "{route:?}: {decision:?}"
     );
     between();
     let batch = limiter
         .check_batch(con, &[Request::new(b"k"), Request::new(b"k").cost(4)])
         .unwrap();
     let allowed: Vec<bool> = batch.into_iter().map(|d| d.unwrap().allowed).collect();
-    assert_eq!(allowed, [true, false], "{path:?}");
+    assert_eq!(allowed, [true, false], "{route:?}");
     let peeked = limiter.peek(con, &Request::new(b"k").cost(0)).unwrap();
-    assert_eq!(peeked.remaining, 2, "{path:?}");
+    assert_eq!(peeked.remaining, 2, "{route:?}");
     let now = server_now(con);
     let key = limiter.redis_keys(b"k").unwrap().remove(0);
     let pttl: Ticks = redis::cmd("PTTL").arg(&key).query(con).unwrap();
     let expected = (end_of(now) - now) / 1000;
     assert!(
         pttl.abs_diff(expected) < 2000,
-        "{path:?}: PTTL {pttl}, {expected}"
+        "{route:?}: PTTL {pttl}, {expected}"
     );
 }
 
@@ -186,8 +186,8 @@ fn at_the_server_time_the_key_expires_at_the_period_end() {
     let server = Server::start_with_module(false);
     let mut con = server.connection();
     let day = Arc::new(new_york(Calendar::Day));
-    for path in PATHS {
-        let limiter = limiter(&window(day.clone()), path);
+    for route in ROUTES {
+        let limiter = limiter(&window(day.clone()), route);
         at_the_server_time(&mut con, &limiter, || {}, |now| day.period_at(now).end());
     }
 }
@@ -219,9 +219,9 @@ impl CalendarPeriods for Behind {
 fn a_period_the_server_refuses_is_taken_at_its_time() {
     let server = Server::start_with_module(false);
     let mut con = server.connection();
-    for path in PATHS {
+    for route in ROUTES {
         let periods = Arc::new(Behind::default());
-        let limiter = limiter(&window(periods.clone()), path);
+        let limiter = limiter(&window(periods.clone()), route);
         // The batch's one clock reading gets the stale hour: every call goes again.
         let stale_again = || *periods.0.lock().unwrap() = None;
         at_the_server_time(&mut con, &limiter, stale_again, |now| {

@@ -87,6 +87,60 @@ fn a_grant_waits_for_the_replica_and_is_given_back_without_it() {
     assert!(durable.acquire(&mut con, &other).unwrap().grant.is_some());
 }
 
+/// A grant at the request's own time that no replica acknowledges is given back at that
+/// time, by an acquire and by a renew, sync and async: given back at the server's time,
+/// where the lease had long expired, it stayed held at its own.
+#[test]
+fn a_grant_at_its_own_time_is_given_back_at_that_time() {
+    let server = Server::start();
+    let mut con = server.connection();
+    let lock = RedisLeases::new(Concurrency::lock());
+    let hasty = lock.clone().with_replicas(1, Duration::from_millis(20));
+    let request = LeaseRequest::new(b"job")
+        .owner(b"a")
+        .ttl(10 * SECOND)
+        .at(SECOND);
+    let given_back = |con: &mut redis::Connection, what: &str| {
+        let state = lock.state(con, b"job").unwrap();
+        assert!(
+            state.as_ref().is_none_or(|s| s.leases().is_empty()),
+            "{what}: a grant no replica acknowledged was kept: {state:?}"
+        );
+    };
+    let refused = hasty.acquire(&mut con, &request);
+    assert!(
+        matches!(refused, Err(Error::NotReplicated { .. })),
+        "{refused:?}"
+    );
+    given_back(&mut con, "acquire");
+
+    assert!(lock.acquire(&mut con, &request).unwrap().grant.is_some());
+    let refused = hasty.renew(&mut con, &request);
+    assert!(
+        matches!(refused, Err(Error::NotReplicated { .. })),
+        "{refused:?}"
+    );
+    given_back(&mut con, "renew");
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let refused = runtime.block_on(async {
+        let mut con = server
+            .client()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        hasty.acquire_async(&mut con, &request).await
+    });
+    assert!(
+        matches!(refused, Err(Error::NotReplicated { .. })),
+        "{refused:?}"
+    );
+    given_back(&mut con, "acquire_async");
+}
+
 #[test]
 fn fencing_tokens_stay_monotonic_when_a_failover_loses_grants() {
     let mut set = Sentinels::start();

@@ -13,7 +13,7 @@ use sluicegate_core::limits::MAX_PERIOD;
 use sluicegate_core::{
     FixedWindow, Refund, Request, Reserve, SlidingCounter, Ticks, TokenBucket, MAX_TICKS, SECOND,
 };
-use sluicegate_redis::{LuaAlgorithm, Path, RedisLimiter, MAX_LUA_TICKS};
+use sluicegate_redis::{LuaAlgorithm, RedisLimiter, Route, MAX_LUA_TICKS};
 
 use common::strategy::{cost, gap, limit};
 use common::Server;
@@ -78,7 +78,7 @@ type Charge<A> = fn(
 type RedisCharge<A> =
     fn(&RedisLimiter<A>, &mut redis::Connection, u64, Ticks) -> sluicegate_redis::Taken;
 
-/// Runs `trace` through the core and through Redis on both Lua paths; charges through
+/// Runs `trace` through the core and through Redis on both Lua routes; charges through
 /// `charge` (buckets only).
 fn differential<A: LuaAlgorithm + Refund + Clone>(
     server: &Server,
@@ -86,10 +86,10 @@ fn differential<A: LuaAlgorithm + Refund + Clone>(
     (start, trace): &Trace,
     charge: Option<(Charge<A>, RedisCharge<A>)>,
 ) -> Result<(), TestCaseError> {
-    for path in [Path::Functions, Path::Scripts] {
+    for route in [Route::Functions, Route::Scripts] {
         let limiter = RedisLimiter::new(algorithm.clone())
             .map_err(|e| TestCaseError::reject(e.to_string()))?
-            .with_path(path)
+            .with_route(route)
             .unwrap();
         let mut con = server.connection();
         let _: () = redis::cmd("FLUSHALL").query(&mut con).unwrap();
@@ -141,10 +141,10 @@ fn differential<A: LuaAlgorithm + Refund + Clone>(
                     )
                 }
             };
-            prop_assert_eq!(core, redis, "{:?} step {} {:?} cost {}", path, i, op, cost);
+            prop_assert_eq!(core, redis, "{:?} step {} {:?} cost {}", route, i, op, cost);
             let stored: Option<Vec<u8>> = con.get("k").unwrap();
             let expected = state.as_ref().map(|s| algorithm.encode_to_vec(s));
-            prop_assert_eq!(stored, expected, "{:?} step {} {:?}", path, i, op);
+            prop_assert_eq!(stored, expected, "{:?} step {} {:?}", route, i, op);
         }
     }
     Ok(())

@@ -15,7 +15,7 @@ use sluicegate_core::{
     Acquired, Concurrency, FixedWindow, Grant, LeaseError, LeaseRequest, LeaseState, ParamError,
     Request, Ticks, SECOND,
 };
-use sluicegate_redis::{Error, Path, RedisLeases, RedisLimiter, MAX_LUA_TICKS};
+use sluicegate_redis::{Error, RedisLeases, RedisLimiter, Route, MAX_LUA_TICKS};
 
 use common::{Cluster, Server};
 
@@ -89,16 +89,16 @@ fn redis_error(e: Error) -> String {
 fn the_script_and_the_core_agree_on_answers_and_bytes() {
     let server = Server::start_with_module(false);
     let mut runner = TestRunner::new(ProptestConfig::with_cases(256));
-    let paths = prop::sample::select(vec![Path::Module, Path::Functions, Path::Scripts]);
+    let routes = prop::sample::select(vec![Route::Module, Route::Functions, Route::Scripts]);
     let result = runner.run(
-        &(1..=4u64, trace(), paths),
-        |(max, (start, steps), path)| {
+        &(1..=4u64, trace(), routes),
+        |(max, (start, steps), route)| {
             let mut con = server.connection();
             let core = Concurrency::new(max).unwrap();
             let prefix = prefix();
             let leases = RedisLeases::new(core)
                 .with_prefix(prefix.clone())
-                .with_path(path)
+                .with_route(route)
                 .unwrap();
             let key = b"k";
             let redis_key = [prefix.as_bytes(), key].concat();
@@ -191,16 +191,16 @@ fn the_script_and_the_core_agree_on_answers_and_bytes() {
 }
 
 /// The host returns the core's own `Acquired` and `Grant`, equal to what the core
-/// answers for the same calls, on every path.
+/// answers for the same calls, on every route.
 #[test]
 fn answers_are_the_cores_types_and_values() {
     let server = Server::start_with_module(false);
     let core = Concurrency::new(2).unwrap();
-    for path in [Path::Module, Path::Functions, Path::Scripts] {
+    for route in [Route::Module, Route::Functions, Route::Scripts] {
         let mut con = server.connection();
         let leases = RedisLeases::new(core)
             .with_prefix(prefix())
-            .with_path(path)
+            .with_route(route)
             .unwrap();
         let (key, t) = (b"k".as_slice(), 1_000);
         let (want, state) = core.acquire(None, t, b"a", SECOND).unwrap();
@@ -210,7 +210,7 @@ fn answers_are_the_cores_types_and_values() {
                 &LeaseRequest::new(key).owner(b"a").ttl(SECOND).at(t),
             )
             .unwrap();
-        assert_eq!(got, want, "{path:?}");
+        assert_eq!(got, want, "{route:?}");
         let (want, state) = core.acquire(state, t + 1, b"b", SECOND).unwrap();
         assert_eq!(
             leases

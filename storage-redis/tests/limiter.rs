@@ -17,7 +17,8 @@ use sluicegate_core::{
     SECOND,
 };
 use sluicegate_redis::{
-    Connected, ConnectedAsync, Error, LuaAlgorithm, Path, Reconnecting, RedisLimiter, MAX_LUA_TICKS,
+    Connected, ConnectedAsync, Error, LuaAlgorithm, Reconnecting, RedisLimiter, Route,
+    MAX_LUA_TICKS,
 };
 use sluicegate_test_support::ops::{op, Op};
 
@@ -285,7 +286,7 @@ fn reports_through_the_traits_answer_as_the_inherent_method() {
 }
 
 /// The time of a report and of a check at the server's time on loopback, as the client
-/// sees it, on each path: the mean of 2000 calls after 200 to warm up.
+/// sees it, on each route: the mean of 2000 calls after 200 to warm up.
 #[test]
 #[ignore = "a measurement: cargo test -p sluicegate-redis --test limiter report_time -- --ignored --nocapture"]
 fn report_time() {
@@ -295,8 +296,11 @@ fn report_time() {
         .unwrap()
         .with_overdraft(1000)
         .unwrap();
-    for path in [Path::Module, Path::Functions, Path::Scripts] {
-        let limiter = RedisLimiter::new(bucket).unwrap().with_path(path).unwrap();
+    for route in [Route::Module, Route::Functions, Route::Scripts] {
+        let limiter = RedisLimiter::new(bucket)
+            .unwrap()
+            .with_route(route)
+            .unwrap();
         let mean = |con: &mut Connection, call: &dyn Fn(&mut Connection, i64)| {
             for i in 0..200 {
                 call(con, i);
@@ -316,6 +320,6 @@ fn report_time() {
                 .report(con, &ReportRequest::new(b"k").adjust(adjust))
                 .unwrap();
         });
-        println!("{path:?}: check {check:.1} µs, report {report:.1} µs");
+        println!("{route:?}: check {check:.1} µs, report {report:.1} µs");
     }
 }

@@ -36,13 +36,13 @@ pub enum Error {
         /// The database's directory.
         path: PathBuf,
     },
-    /// [`open`](crate::open) was asked not to create a database, and there is none at the path.
+    /// The crate's `open` was asked not to create a database, and there is none at the path.
     #[error("no sled database at {}", .path.display())]
     NotFound {
         /// The path given.
         path: PathBuf,
     },
-    /// [`open`](crate::open) was asked to create a database where the parent directory is missing.
+    /// The crate's `open` was asked to create a database where the parent directory is missing.
     #[error("cannot create a sled database at {}: the directory {} does not exist", .path.display(), .parent.display())]
     NoParentDir {
         /// The path given.

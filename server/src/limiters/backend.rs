@@ -16,8 +16,7 @@ use sluicegate_policy::Policy;
 
 use crate::metrics::Table;
 
-/// Where decisions are kept: in this process ([`super::memory::InProcess`]) or in
-/// Redis ([`super::redis::InRedis`]).
+/// Where decisions are kept: in this process (`InProcess`) or in Redis (`InRedis`).
 pub(crate) trait Backend: Send + Sync + Debug {
     /// The name operators read in logs and traces (`memory`, `redis`).
     fn name(&self) -> &'static str;

@@ -212,7 +212,7 @@ impl LeaseTable for ConnectedAsync<RedisLeases> {
 
 /// Redis keys of policy `name`: `sluicegate:serve:NAME:HASH:KEY`, where HASH is of the
 /// parameters only: a change of them writes new states, the old ones counting for one
-/// more period (see [`super::carried`]) and then expiring; a change of apps or
+/// more period (see `Carried`) and then expiring; a change of apps or
 /// description keeps them.
 fn prefix(name: &str, policy: &Policy) -> String {
     let params = Policy {

@@ -6,14 +6,15 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use std::borrow::Cow;
 
-use redis::{aio, Cmd, ConnectionLike, RedisError, RedisResult, RedisWrite, Value};
+use redis::{Cmd, RedisError, RedisResult, RedisWrite, Value};
 
+use crate::link::Link;
 use crate::lua::LIBRARY;
 
 /// The way calls reach the server, fastest first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum Path {
+pub enum Route {
     /// The native module's commands (`sluicegate-redis-module`: `SLUICEGATE.CHECK`), for
     /// decisions (checks, reservations, batches); reads of the state, resets and purges
     /// still take the library or a script, as the module offers no raw read. Detected
@@ -47,10 +48,10 @@ enum Retry {
     Fallback,
 }
 
-/// Where a call stands on its way to the server: the path and form of its next send,
+/// Where a call stands on its way to the server: the route and form of its next send,
 /// and how many sends failed.
 struct Attempt {
-    path: Path,
+    route: Route,
     /// Whether the next send carries the script's text (`EVAL`).
     eval: bool,
     failed: u8,
@@ -67,13 +68,13 @@ enum Next {
 }
 
 /// One call: the function's suffix in the library, whether it only reads, and the
-/// command for the path in use when it was made (its name, the count of keys, the keys
-/// and the arguments). Built once per call; a retry on another path copies its
+/// command for the route in use when it was made (its name, the count of keys, the keys
+/// and the arguments). Built once per call; a retry on another route copies its
 /// arguments behind another name.
 pub(crate) struct Invocation {
     function: &'static str,
     read_only: bool,
-    path: Path,
+    route: Route,
     /// The command; callers append the arguments after the keys.
     pub(crate) cmd: Cmd,
     /// The module's command for the same call, when the module may be in use and the
@@ -81,14 +82,14 @@ pub(crate) struct Invocation {
     pub(crate) module: Option<Cmd>,
 }
 
-/// A script and its place in the function library, with the path calls take.
+/// A script and its place in the function library, with the route calls take.
 #[derive(Debug)]
 pub(crate) struct Program {
     source: String,
     sha1: String,
-    /// The path chosen by the caller, if any.
-    forced: Option<Path>,
-    /// The library's or scripts' path detected (`UNKNOWN` until the first call), when
+    /// The route chosen by the caller, if any.
+    forced: Option<Route>,
+    /// The library's or scripts' route detected (`UNKNOWN` until the first call), when
     /// neither was chosen.
     detected: AtomicU8,
     /// Whether the module is loaded (`UNKNOWN` until the first decision asks).
@@ -127,42 +128,42 @@ impl Program {
         &self.source
     }
 
-    /// Forces `path` (`None`: detect it). Forcing the module still detects the path of
+    /// Forces `route` (`None`: detect it). Forcing the module still detects the route of
     /// the calls the module has no command for.
-    pub(crate) fn force(&mut self, path: Option<Path>) {
-        self.forced = path;
-        let module = match path {
+    pub(crate) fn force(&mut self, route: Option<Route>) {
+        self.forced = route;
+        let module = match route {
             None => UNKNOWN,
-            Some(Path::Module) => LOADED,
+            Some(Route::Module) => LOADED,
             Some(_) => ABSENT,
         };
         self.module = AtomicU8::new(module);
     }
 
-    /// The path decisions take: the chosen one, else the one detected; `None` before the
+    /// The route decisions take: the chosen one, else the one detected; `None` before the
     /// first call detects it.
-    pub(crate) fn path(&self) -> Option<Path> {
+    pub(crate) fn route(&self) -> Option<Route> {
         if self.module.load(Ordering::Relaxed) == LOADED {
-            return Some(Path::Module);
+            return Some(Route::Module);
         }
-        self.lua_path()
+        self.lua_route()
     }
 
-    /// The library's or the scripts' path, chosen or detected.
-    fn lua_path(&self) -> Option<Path> {
-        self.forced.filter(|&path| path != Path::Module).or(
+    /// The library's or the scripts' route, chosen or detected.
+    fn lua_route(&self) -> Option<Route> {
+        self.forced.filter(|&route| route != Route::Module).or(
             match self.detected.load(Ordering::Relaxed) {
-                FUNCTIONS => Some(Path::Functions),
-                SCRIPTS => Some(Path::Scripts),
+                FUNCTIONS => Some(Route::Functions),
+                SCRIPTS => Some(Route::Scripts),
                 _ => None,
             },
         )
     }
 
-    /// The path the next call without a module command tries: detection starts with
+    /// The route the next call without a module command tries: detection starts with
     /// the library.
-    fn next_path(&self) -> Path {
-        self.lua_path().unwrap_or(Path::Functions)
+    fn next_route(&self) -> Route {
+        self.lua_route().unwrap_or(Route::Functions)
     }
 
     /// Whether calls should carry the module's command: the module is loaded, or not
@@ -171,14 +172,14 @@ impl Program {
         self.module.load(Ordering::Relaxed) != ABSENT
     }
 
-    /// The path on which one command decides a batch: the module's, else the
-    /// library's; `None` on scripts, before the path is detected, or once a server
+    /// The route on which one command decides a batch: the module's, else the
+    /// library's; `None` on scripts, before the route is detected, or once a server
     /// refused a batch.
-    pub(crate) fn batch_path(&self) -> Option<Path> {
+    pub(crate) fn batch_route(&self) -> Option<Route> {
         if self.batches_refused.load(Ordering::Relaxed) {
             return None;
         }
-        self.path().filter(|&path| path != Path::Scripts)
+        self.route().filter(|&route| route != Route::Scripts)
     }
 
     /// Notes a batch's `error`: a cluster's refusal of keys in several slots stops
@@ -191,21 +192,10 @@ impl Program {
 
     /// Asks the server once whether the module is loaded (`COMMAND INFO sluicegate.check`
     /// names it), unless known; a refused `COMMAND` counts as no module.
-    pub(crate) fn detect<C: ConnectionLike>(&self, con: &mut C) -> RedisResult<bool> {
+    pub(crate) async fn detect<L: Link>(&self, link: &mut L) -> RedisResult<bool> {
         match self.module_known() {
             Some(loaded) => Ok(loaded),
-            None => self.detected_module(module_info().query(con)),
-        }
-    }
-
-    /// Asynchronous [`Program::detect`].
-    pub(crate) async fn detect_async<C: aio::ConnectionLike>(
-        &self,
-        con: &mut C,
-    ) -> RedisResult<bool> {
-        match self.module_known() {
-            Some(loaded) => Ok(loaded),
-            None => self.detected_module(module_info().query_async(con).await),
+            None => self.detected_module(link.send(&module_info()).await),
         }
     }
 
@@ -230,9 +220,9 @@ impl Program {
         Ok(loaded)
     }
 
-    fn settle(&self, path: Path) {
+    fn settle(&self, route: Route) {
         if self.forced.is_none() {
-            let code = if path == Path::Functions {
+            let code = if route == Route::Functions {
                 FUNCTIONS
             } else {
                 SCRIPTS
@@ -241,7 +231,7 @@ impl Program {
         }
     }
 
-    /// A call of `function` on `keys`, on the path in use; its arguments are appended
+    /// A call of `function` on `keys`, on the route in use; its arguments are appended
     /// to its `cmd`.
     pub(crate) fn invocation<K: redis::ToRedisArgs>(
         &self,
@@ -249,15 +239,15 @@ impl Program {
         read_only: bool,
         keys: &[K],
     ) -> Invocation {
-        let path = self.next_path();
-        let mut cmd = self.head(function, read_only, path, false);
+        let route = self.next_route();
+        let mut cmd = self.head(function, read_only, route, false);
         // Room for the keys at once (a batch's many), not grown by doubling.
         cmd.reserve_space_for_args(keys.iter().map(|_| 32));
         cmd.arg(keys.len()).arg(keys);
         Invocation {
             function,
             read_only,
-            path,
+            route,
             cmd,
             module: None,
         }
@@ -274,24 +264,24 @@ impl Program {
         Invocation {
             function,
             read_only,
-            path: self.next_path(),
+            route: self.next_route(),
             cmd: Cmd::new(),
             module: Some(module),
         }
     }
 
     /// The command's name and first argument: the function, or the script.
-    fn head(&self, function: &str, read_only: bool, path: Path, eval: bool) -> Cmd {
-        match (path, eval) {
-            (Path::Functions | Path::Module, _) => {
-                // (The module's commands are built by the callers: `next_path` is never
+    fn head(&self, function: &str, read_only: bool, route: Route, eval: bool) -> Cmd {
+        match (route, eval) {
+            (Route::Functions | Route::Module, _) => {
+                // (The module's commands are built by the callers: `next_route` is never
                 // the module.)
                 let name = if read_only { "FCALL_RO" } else { "FCALL" };
                 let mut cmd = redis::cmd(name);
                 cmd.arg(LIBRARY.function(function));
                 cmd
             }
-            (Path::Scripts, eval) => {
+            (Route::Scripts, eval) => {
                 let mut cmd = redis::cmd(if eval { "EVAL" } else { "EVALSHA" });
                 cmd.arg(if eval { &self.source } else { &self.sha1 });
                 cmd
@@ -299,13 +289,13 @@ impl Program {
         }
     }
 
-    /// `call` on `path` (`eval`: with the script's text): its own command when that is
+    /// `call` on `route` (`eval`: with the script's text): its own command when that is
     /// the one, else a copy under another head.
-    fn command<'a>(&self, call: &'a Invocation, path: Path, eval: bool) -> Cow<'a, Cmd> {
-        if path == call.path && !eval {
+    fn command<'a>(&self, call: &'a Invocation, route: Route, eval: bool) -> Cow<'a, Cmd> {
+        if route == call.route && !eval {
             return Cow::Borrowed(&call.cmd);
         }
-        let mut cmd = self.head(call.function, call.read_only, path, eval);
+        let mut cmd = self.head(call.function, call.read_only, route, eval);
         for arg in call.cmd.args_iter().skip(2) {
             if let redis::Arg::Simple(bytes) = arg {
                 cmd.arg(bytes);
@@ -314,14 +304,14 @@ impl Program {
         Cow::Owned(cmd)
     }
 
-    fn retry(&self, path: Path, code: Option<&str>, detail: Option<&str>) -> Option<Retry> {
+    fn retry(&self, route: Route, code: Option<&str>, detail: Option<&str>) -> Option<Retry> {
         let detail = detail.unwrap_or_default();
-        match (path, code) {
-            (Path::Scripts, Some("NOSCRIPT")) => Some(Retry::Eval),
-            (Path::Functions, Some("ERR")) if detail.starts_with("Function not found") => {
+        match (route, code) {
+            (Route::Scripts, Some("NOSCRIPT")) => Some(Retry::Eval),
+            (Route::Functions, Some("ERR")) if detail.starts_with("Function not found") => {
                 Some(Retry::Load)
             }
-            (Path::Functions, Some("ERR"))
+            (Route::Functions, Some("ERR"))
                 if self.forced.is_none() && detail.starts_with("unknown command") =>
             {
                 Some(Retry::Fallback)
@@ -331,78 +321,56 @@ impl Program {
     }
 
     /// Whether a pipelined reply must go again alone (the script or library missing, or
-    /// no `FCALL`), on whichever path it was sent: an earlier reply of the same
-    /// pipeline may have settled the path since.
+    /// no `FCALL`), on whichever route it was sent: an earlier reply of the same
+    /// pipeline may have settled the route since.
     pub(crate) fn must_retry(&self, reply: &Value) -> bool {
         match reply {
-            Value::ServerError(e) => [Path::Functions, Path::Scripts]
+            Value::ServerError(e) => [Route::Functions, Route::Scripts]
                 .into_iter()
-                .any(|path| self.retry(path, Some(e.code()), e.details()).is_some()),
+                .any(|route| self.retry(route, Some(e.code()), e.details()).is_some()),
             _ => false,
         }
     }
 
     /// After a failed `FUNCTION LOAD`: detection falls back to scripts on a server's
-    /// refusal (`FUNCTION` renamed away, say); a chosen path reports it.
-    fn load_failed(&self, error: RedisError) -> RedisResult<Path> {
+    /// refusal (`FUNCTION` renamed away, say); a chosen route reports it.
+    fn load_failed(&self, error: RedisError) -> RedisResult<Route> {
         if self.forced.is_none() && error.code().is_some() {
-            self.settle(Path::Scripts);
-            Ok(Path::Scripts)
+            self.settle(Route::Scripts);
+            Ok(Route::Scripts)
         } else {
             Err(error)
         }
     }
 
     /// Runs `call`, loading the library or the script as the server needs, and settling
-    /// the path on first use.
-    pub(crate) fn query<C: ConnectionLike>(
+    /// the route on first use.
+    pub(crate) async fn query<L: Link>(
         &self,
-        con: &mut C,
+        link: &mut L,
         call: &Invocation,
     ) -> RedisResult<Value> {
         if let Some(module) = &call.module {
-            if self.detect(con)? {
-                return module.query(con);
+            if self.detect(link).await? {
+                return link.send(module).await;
             }
         }
         let mut attempt = self.attempt();
         loop {
-            let reply = self.command(call, attempt.path, attempt.eval).query(con);
+            let command = self.command(call, attempt.route, attempt.eval);
+            let reply = link.send(&command).await;
             match self.next(&mut attempt, reply) {
                 Next::Reply(reply) => return reply,
                 Next::Send => {}
-                Next::Load => self.loaded(&mut attempt, load().query(con))?,
+                Next::Load => self.loaded(&mut attempt, link.send(&load()).await)?,
             }
         }
     }
 
-    /// Asynchronous [`Program::query`].
-    pub(crate) async fn query_async<C: aio::ConnectionLike>(
-        &self,
-        con: &mut C,
-        call: &Invocation,
-    ) -> RedisResult<Value> {
-        if let Some(module) = &call.module {
-            if self.detect_async(con).await? {
-                return module.query_async(con).await;
-            }
-        }
-        let mut attempt = self.attempt();
-        loop {
-            let command = self.command(call, attempt.path, attempt.eval);
-            let reply = command.query_async(con).await;
-            match self.next(&mut attempt, reply) {
-                Next::Reply(reply) => return reply,
-                Next::Send => {}
-                Next::Load => self.loaded(&mut attempt, load().query_async(con).await)?,
-            }
-        }
-    }
-
-    /// A call's first send: on the path in use, by name.
+    /// A call's first send: on the route in use, by name.
     fn attempt(&self) -> Attempt {
         Attempt {
-            path: self.next_path(),
+            route: self.next_route(),
             eval: false,
             failed: 0,
         }
@@ -417,20 +385,20 @@ impl Program {
         }
         let error = match reply {
             Ok(reply) => {
-                self.settle(attempt.path);
+                self.settle(attempt.route);
                 return Next::Reply(Ok(reply));
             }
             Err(error) => error,
         };
         attempt.failed += 1;
-        match self.retry(attempt.path, error.code(), error.detail()) {
+        match self.retry(attempt.route, error.code(), error.detail()) {
             Some(Retry::Eval) => attempt.eval = true,
-            Some(Retry::Fallback) => attempt.path = self.fallback(),
+            Some(Retry::Fallback) => attempt.route = self.fallback(),
             Some(Retry::Load) => return Next::Load,
             None => {
                 if error.code().is_some() {
-                    // The server answered: the path works.
-                    self.settle(attempt.path);
+                    // The server answered: the route works.
+                    self.settle(attempt.route);
                 }
                 return Next::Reply(Err(error));
             }
@@ -442,14 +410,14 @@ impl Program {
     /// server refused it (see [`Program::load_failed`]).
     fn loaded(&self, attempt: &mut Attempt, loaded: RedisResult<Value>) -> RedisResult<()> {
         if let Err(e) = loaded {
-            attempt.path = self.load_failed(e)?;
+            attempt.route = self.load_failed(e)?;
         }
         Ok(())
     }
 
-    fn fallback(&self) -> Path {
-        self.settle(Path::Scripts);
-        Path::Scripts
+    fn fallback(&self) -> Route {
+        self.settle(Route::Scripts);
+        Route::Scripts
     }
 }
 

@@ -1,4 +1,4 @@
-//! The paths a call takes to the server: the module's commands where it is loaded, the
+//! The routes a call takes to the server: the module's commands where it is loaded, the
 //! function library where Redis offers it
 //! (loaded on first use, reloaded when flushed), `EVALSHA` where `FUNCTION` is refused,
 //! and an explicit choice.
@@ -7,7 +7,7 @@ mod common;
 
 use redis::Value;
 use sluicegate_core::{Concurrency, FixedWindow, LeaseRequest, Request, TokenBucket, SECOND};
-use sluicegate_redis::{library_name, Error, Path, RedisLeases, RedisLimiter};
+use sluicegate_redis::{library_name, Error, RedisLeases, RedisLimiter, Route};
 
 use common::Server;
 
@@ -34,9 +34,9 @@ fn the_library_is_loaded_on_first_use_and_again_when_flushed() {
     let server = Server::start();
     let mut con = server.connection();
     let limiter = bucket();
-    assert_eq!(limiter.path(), None);
+    assert_eq!(limiter.route(), None);
     assert!(limiter.check(&mut con, b"k", 1).unwrap().allowed);
-    assert_eq!(limiter.path(), Some(Path::Functions));
+    assert_eq!(limiter.route(), Some(Route::Functions));
     assert!(libraries(&mut con).contains(library_name()));
     // No script was sent: the decision went through FCALL.
     let sha1 = redis::Script::new(limiter.script()).get_hash().to_owned();
@@ -63,7 +63,7 @@ fn the_library_is_loaded_on_first_use_and_again_when_flushed() {
             .decision
             .allowed
     );
-    assert_eq!(leases.path(), Some(Path::Functions));
+    assert_eq!(leases.route(), Some(Route::Functions));
     assert!(leases.state(&mut con, b"l").unwrap().is_some());
     let sha1 = redis::Script::new(leases.script()).get_hash().to_owned();
     assert!(!cached(&mut con, &sha1));
@@ -104,7 +104,7 @@ fn a_server_refusing_function_falls_back_to_scripts() {
     let mut con = server.connection();
     let limiter = bucket();
     assert!(limiter.check(&mut con, b"k", 1).unwrap().allowed);
-    assert_eq!(limiter.path(), Some(Path::Scripts));
+    assert_eq!(limiter.route(), Some(Route::Scripts));
     let d = limiter.check(&mut con, b"k", 1).unwrap();
     assert!(d.allowed && d.remaining == 0);
     assert!(!limiter.check(&mut con, b"k", 1).unwrap().allowed);
@@ -116,30 +116,30 @@ fn a_server_refusing_function_falls_back_to_scripts() {
         .unwrap();
     let allowed: Vec<bool> = batch.into_iter().map(|d| d.unwrap().allowed).collect();
     assert_eq!(allowed, [true, false]);
-    assert_eq!(window.path(), Some(Path::Scripts));
+    assert_eq!(window.route(), Some(Route::Scripts));
 
     let leases = RedisLeases::new(Concurrency::lock());
     let got = leases
         .acquire(&mut con, &LeaseRequest::new(b"l").owner(b"a").ttl(SECOND))
         .unwrap();
     assert!(got.decision.allowed);
-    assert_eq!(leases.path(), Some(Path::Scripts));
+    assert_eq!(leases.route(), Some(Route::Scripts));
 
-    // Chosen, the library path reports the refusal instead of falling back.
-    let forced = bucket().with_path(Path::Functions).unwrap();
+    // Chosen, the library route reports the refusal instead of falling back.
+    let forced = bucket().with_route(Route::Functions).unwrap();
     assert!(matches!(
         forced.check(&mut con, b"f", 1),
         Err(Error::Redis(_))
     ));
-    assert_eq!(forced.path(), Some(Path::Functions));
+    assert_eq!(forced.route(), Some(Route::Functions));
 }
 
 #[test]
 fn scripts_can_be_chosen_where_the_library_is_offered() {
     let server = Server::start();
     let mut con = server.connection();
-    let limiter = bucket().with_path(Path::Scripts).unwrap();
-    assert_eq!(limiter.path(), Some(Path::Scripts));
+    let limiter = bucket().with_route(Route::Scripts).unwrap();
+    assert_eq!(limiter.route(), Some(Route::Scripts));
     assert!(limiter.check(&mut con, b"k", 1).unwrap().allowed);
     assert!(!libraries(&mut con).contains(library_name()));
     let sha1 = redis::Script::new(limiter.script()).get_hash().to_owned();
@@ -151,9 +151,9 @@ fn the_module_is_detected_and_taken_when_loaded() {
     let server = Server::start_with_module(false);
     let mut con = server.connection();
     let limiter = bucket();
-    assert_eq!(limiter.path(), None);
+    assert_eq!(limiter.route(), None);
     assert!(limiter.check(&mut con, b"k", 1).unwrap().allowed);
-    assert_eq!(limiter.path(), Some(Path::Module));
+    assert_eq!(limiter.route(), Some(Route::Module));
     let batch = limiter
         .check_batch(&mut con, &["k", "k", "j"].map(Request::new))
         .unwrap();
@@ -164,7 +164,7 @@ fn the_module_is_detected_and_taken_when_loaded() {
         .acquire(&mut con, &LeaseRequest::new(b"l").owner(b"a").ttl(SECOND))
         .unwrap();
     assert!(held.decision.allowed);
-    assert_eq!(leases.path(), Some(Path::Module));
+    assert_eq!(leases.route(), Some(Route::Module));
     let _freed = leases
         .release(&mut con, &LeaseRequest::new(b"l").owner(b"a"))
         .unwrap();
@@ -176,23 +176,23 @@ fn the_module_is_detected_and_taken_when_loaded() {
     assert!(limiter.state(&mut con, b"j").unwrap().is_some());
     assert!(libraries(&mut con).contains(library_name()));
     assert!(!limiter.check(&mut con, b"j", 2).unwrap().allowed);
-    assert_eq!(limiter.path(), Some(Path::Module));
+    assert_eq!(limiter.route(), Some(Route::Module));
 }
 
 #[test]
 fn the_module_chosen_without_it_is_an_error() {
     let server = Server::start();
     let mut con = server.connection();
-    let limiter = bucket().with_path(Path::Module).unwrap();
-    assert_eq!(limiter.path(), Some(Path::Module));
+    let limiter = bucket().with_route(Route::Module).unwrap();
+    assert_eq!(limiter.route(), Some(Route::Module));
     assert!(limiter.check(&mut con, b"k", 1).is_err());
     let leases = RedisLeases::new(Concurrency::lock())
-        .with_path(Path::Module)
+        .with_route(Route::Module)
         .unwrap();
     assert!(leases
         .acquire(&mut con, &LeaseRequest::new(b"l").owner(b"a").ttl(SECOND))
         .is_err());
-    // Nothing was written by another path.
+    // Nothing was written by another route.
     let keys: Vec<Vec<u8>> = redis::cmd("KEYS").arg("*").query(&mut con).unwrap();
     assert!(keys.is_empty());
 }
@@ -212,13 +212,13 @@ async fn the_async_client_detects_and_takes_the_module() {
         allowed.push(d.allowed);
     }
     assert_eq!(allowed, [true, true, false]);
-    assert_eq!(limiter.path(), Some(Path::Module));
+    assert_eq!(limiter.route(), Some(Route::Module));
     let leases = RedisLeases::new(Concurrency::lock());
     let held = leases
         .acquire_async(&mut con, &LeaseRequest::new(b"l").owner(b"a").ttl(SECOND))
         .await;
     assert!(held.unwrap().decision.allowed);
-    assert_eq!(leases.path(), Some(Path::Module));
+    assert_eq!(leases.route(), Some(Route::Module));
     // Neither the library nor a script was needed.
     let mut sync = server.connection();
     assert!(!libraries(&mut sync).contains(library_name()));
