@@ -13,6 +13,22 @@ fn codes(answer: &RateLimitResponse) -> (i32, Vec<i32>) {
     (answer.overall_code, statuses)
 }
 
+/// A server answering the Envoy YAML `yaml` over gRPC: its admin's token, app `web`'s,
+/// and the YAML's directory (kept while the server runs).
+async fn serve(yaml: &str) -> (TestServer, String, String, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("edge.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    let (server, admin) = TestServer::start_with(Config {
+        grpc_listen: Some("127.0.0.1:0".parse().unwrap()),
+        envoy_config: Some(file),
+        ..config()
+    })
+    .await;
+    let web = app(&server, &admin, "web").await;
+    (server, admin, web, dir)
+}
+
 const OK: i32 = Code::Ok as i32;
 const OVER: i32 = Code::OverLimit as i32;
 
@@ -21,20 +37,8 @@ const OVER: i32 = Code::OverLimit as i32;
 /// other), and its sibling over the limit still makes the call `OVER_LIMIT`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_descriptor_value_cannot_open_its_siblings_limits() {
-    let dir = tempfile::tempdir().unwrap();
-    let yaml = dir.path().join("edge.yaml");
-    std::fs::write(
-        &yaml,
-        "domain: edge\ndescriptors:\n  - key: ip\n    rate_limit: {unit: hour, requests_per_unit: 1}\n  - key: path\n    rate_limit: {unit: hour, requests_per_unit: 1}\n",
-    )
-    .unwrap();
-    let (server, admin) = TestServer::start_with(Config {
-        grpc_listen: Some("127.0.0.1:0".parse().unwrap()),
-        envoy_config: Some(yaml),
-        ..config()
-    })
-    .await;
-    let web = app(&server, &admin, "web").await;
+    let yaml = "domain: edge\ndescriptors:\n  - key: ip\n    rate_limit: {unit: hour, requests_per_unit: 1}\n  - key: path\n    rate_limit: {unit: hour, requests_per_unit: 1}\n";
+    let (server, admin, web, _dir) = serve(yaml).await;
     let policy = r#"{"algorithm":"fixed-window","limit":1,"period":"1h","apps":["web"]}"#;
     create_policy(&server, &admin, "api", policy).await;
     let mut c = client(&server).await;
@@ -71,20 +75,8 @@ async fn a_long_descriptor_value_cannot_open_its_siblings_limits() {
 /// only when none is.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_descriptor_that_fails_does_not_fail_its_siblings() {
-    let dir = tempfile::tempdir().unwrap();
-    let yaml = dir.path().join("edge.yaml");
-    std::fs::write(
-        &yaml,
-        "domain: edge\ndescriptors:\n  - key: ip\n    rate_limit: {unit: hour, requests_per_unit: 1}\n",
-    )
-    .unwrap();
-    let (server, admin) = TestServer::start_with(Config {
-        grpc_listen: Some("127.0.0.1:0".parse().unwrap()),
-        envoy_config: Some(yaml),
-        ..config()
-    })
-    .await;
-    let web = app(&server, &admin, "web").await;
+    let yaml = "domain: edge\ndescriptors:\n  - key: ip\n    rate_limit: {unit: hour, requests_per_unit: 1}\n";
+    let (server, _admin, web, _dir) = serve(yaml).await;
     let mut c = client(&server).await;
     let broken = || {
         let mut broken = descriptor(&[("user", "bob")], None);

@@ -317,7 +317,8 @@ impl Config {
         // Ids join names with dots: domain `a` with `b.c` and domain `a.b` with `c` would
         // share one limiter.
         for rule in domain.rules() {
-            let same = |(_, other): &(&String, &Domain)| other.rules().iter().any(|r| r.id == rule.id);
+            let same =
+                |(_, other): &(&String, &Domain)| other.rules().iter().any(|r| r.id == rule.id);
             if let Some((other_name, other)) = self.domains.iter().find(same) {
                 return Err(format!(
                     "{path}: rule {:?} of domain {name:?} has the full key of one of domain {other_name:?} (in {}): rename one",
