@@ -125,7 +125,7 @@ impl Clock for SystemClock {
 /// below it. The in-memory buckets skip that shared word: they read the clock
 /// [unordered](Clock::now_unordered) and raise the reading to the latest instant their
 /// own state was decided at, kept beside it in the same cache line
-/// ([`NarrowCell`](crate::memory::NarrowCell)).
+/// (the in-process limiters' narrow cells).
 ///
 /// Like the OS's monotonic clock, it does not count the time the machine is suspended
 /// (a limit does not refill during a suspend), and the wall clock being stepped later

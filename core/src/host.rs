@@ -4,8 +4,10 @@
 //! store that cannot be reached.
 
 #[cfg(feature = "alloc")]
-use crate::{Acquired, Grant, LeaseState};
+use crate::lease::{Acquired, Grant, LeaseState};
 use crate::{Decision, Reported, Ticks};
+
+pub use crate::key::KeyDisplay;
 
 /// One request to a limiter: a key, a cost and optionally the time to decide at.
 ///

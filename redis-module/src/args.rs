@@ -1,6 +1,7 @@
 //! A command's arguments, read front to back; every malformed input is an [`ArgError`].
 
-use sluicegate_core::{check_now, ParamError};
+use sluicegate_core::clock::check_now;
+use sluicegate_core::ParamError;
 
 /// Arguments a command cannot use. Replied as an error; nothing is read or written.
 #[derive(Debug, Clone, PartialEq, Eq)]

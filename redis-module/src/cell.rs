@@ -3,7 +3,8 @@
 //! reset after in whole seconds), decided by the core's exact
 //! [`LeakyBucket::redis_cell`].
 
-use sluicegate_core::{Algorithm, BucketState, Decision, DecodeError, LeakyBucket, Ticks, SECOND};
+use sluicegate_core::state::BucketState;
+use sluicegate_core::{Algorithm, Decision, DecodeError, LeakyBucket, Ticks, SECOND};
 
 use crate::engine::{Encoded, Write};
 

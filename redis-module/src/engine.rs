@@ -1,9 +1,12 @@
 //! The decisions, with no Redis in sight: parsed arguments and the keys' values in, the
 //! reply and the keys' new values out. The commands wrap this in key reads and writes.
 
+use sluicegate_core::calendar::CalendarWindowAt;
+use sluicegate_core::lease::{Acquired, Concurrency, Grant, LeaseError};
+use sluicegate_core::state::AnyState;
 use sluicegate_core::{
-    Acquired, Algorithm, AnyAlgorithm, AnyState, CalendarWindowAt, Composite, Concurrency,
-    Decision, DecodeError, Grant, LeaseError, Report, Reported, Reserve, Ticks,
+    Algorithm, AnyAlgorithm, Composite, Decision, DecodeError, Kind, Report, Reported, Reserve,
+    Ticks,
 };
 
 use crate::algorithm;
@@ -69,6 +72,9 @@ pub type Write = Option<(Encoded, Ticks)>;
 /// How many bytes of a state [`Encoded`] keeps on the stack: every fixed-size state, a
 /// lock held by an owner of up to 64 bytes.
 const INLINE: usize = 96;
+
+/// The word before a calendar window's parameters.
+const CALENDAR_WINDOW: &str = Kind::CalendarWindow.script_name();
 
 /// A state's bytes, on the stack up to [`INLINE`] bytes, so a decision allocates nothing
 /// to encode its state; longer ones (sliding logs, lease tables) spill to the heap.
@@ -270,7 +276,7 @@ impl<'a> Request<'a> {
         let mut args = Args::new(args);
         let keys = keys(&mut args, MAX_BATCH_KEYS)?;
         let mut specs = Vec::new();
-        let calendar = if args.eat("calendar_window") {
+        let calendar = if args.eat(CALENDAR_WINDOW) {
             let calendar = algorithm::calendar(&mut args)?;
             if !args.eat("COSTS") {
                 return Err(ArgError::Syntax(
@@ -387,7 +393,7 @@ fn keys_and_limit<'a>(args: &mut Args<'a>) -> Result<(&'a [&'a [u8]], Limit), Ar
     let keys = keys(args, MAX_KEYS)?;
     // One key, the common case, needs no vector of specs.
     let limit = if let [_] = keys {
-        if args.eat("calendar_window") {
+        if args.eat(CALENDAR_WINDOW) {
             Limit::Calendar(algorithm::calendar(args)?)
         } else {
             Limit::One(algorithm::parse(args)?)

@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
+#![warn(unreachable_pub)]
 // Unit tests run without a server: the commands are registered only in the real build.
 #![cfg_attr(test, allow(dead_code))]
 
@@ -11,7 +12,8 @@ mod host;
 #[cfg(test)]
 mod tests;
 
-use sluicegate_core::{Clock, Decision, SystemClock, Ticks};
+use sluicegate_core::clock::{Clock, SystemClock};
+use sluicegate_core::{Decision, Ticks};
 
 use args::Args;
 use engine::{

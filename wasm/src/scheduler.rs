@@ -7,6 +7,7 @@ use std::collections::VecDeque;
 
 use sluicegate_core::Ticks;
 
+use crate::error::Error;
 use crate::limit::Limit;
 
 /// What the server granted in its `RateLimit` header: at most `remaining` units until
@@ -72,19 +73,12 @@ impl<J> Scheduler<J> {
 
     /// Queues a call of `cost`. Refused, handing the job back with the reason, when the
     /// queue is full or the cost can never fit the limit.
-    pub fn push(&mut self, job: J, cost: u64) -> Result<(), (J, String)> {
+    pub fn push(&mut self, job: J, cost: u64) -> Result<(), (J, Error)> {
         if self.queue.len() >= self.max_queued {
-            let reason = format!(
-                "the throttle's queue is full: {} calls are waiting",
-                self.max_queued
-            );
-            return Err((job, reason));
+            return Err((job, Error::QueueFull(self.max_queued)));
         }
         if !self.limit.fits(cost) {
-            return Err((
-                job,
-                format!("a call of cost {cost} can never fit this limit"),
-            ));
+            return Err((job, Error::NeverFits(cost)));
         }
         self.queue.push_back(Queued {
             job,
@@ -162,7 +156,7 @@ impl<J> Scheduler<J> {
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
-    use sluicegate_core::{Algorithm, MILLISECOND, SECOND};
+    use sluicegate_core::{Algorithm, Kind, MILLISECOND, SECOND};
 
     use super::*;
     use crate::options::algorithm;
@@ -196,11 +190,11 @@ mod tests {
 
     fn algorithms() -> impl Strategy<Value = AnyAlgorithm> {
         let window_kinds = prop_oneof![
-            Just("fixed-window"),
-            Just("sliding-log"),
-            Just("sliding-counter")
+            Just(Kind::FixedWindow),
+            Just(Kind::SlidingLog),
+            Just(Kind::SlidingCounter)
         ];
-        let bucket_kinds = prop_oneof![Just("token-bucket"), Just("leaky-bucket")];
+        let bucket_kinds = prop_oneof![Just(Kind::TokenBucket), Just(Kind::LeakyBucket)];
         #[allow(clippy::cast_precision_loss)]
         let windows = (window_kinds, 1u64..8, 1u64..2_000)
             .prop_map(|(kind, limit, ms)| window(kind, limit as f64, ms as f64));
@@ -245,7 +239,7 @@ mod tests {
 
     #[test]
     fn pacing_runs_calls_exactly_a_slot_apart() {
-        let pacing = algorithm(&bucket("pacing", 100.0, 4.0, 1000.0)).unwrap();
+        let pacing = algorithm(&bucket(Kind::Pacing, 100.0, 4.0, 1000.0)).unwrap();
         let runs = drive(&pacing, &[(0, 1), (0, 1), (0, 2), (10, 1)]);
         let times: Vec<Ticks> = runs.iter().map(|r| r.1).collect();
         assert_eq!(
@@ -255,7 +249,7 @@ mod tests {
     }
 
     fn token_bucket() -> Scheduler<u32> {
-        let any = algorithm(&bucket("token-bucket", 2.0, 1.0, 1000.0)).unwrap();
+        let any = algorithm(&bucket(Kind::TokenBucket, 2.0, 1.0, 1000.0)).unwrap();
         Scheduler::new(Limit::new(any), 3)
     }
 
@@ -266,13 +260,14 @@ mod tests {
             scheduler.push(job, 1).unwrap();
         }
         let (job, reason) = scheduler.push(3, 1).unwrap_err();
+        assert_eq!((job, reason), (3, Error::QueueFull(3)));
         assert_eq!(
-            (job, reason.as_str()),
-            (3, "the throttle's queue is full: 3 calls are waiting")
+            Error::QueueFull(3).to_string(),
+            "the throttle's queue is full: 3 calls are waiting"
         );
         scheduler.remove(|&job| job == 1);
         let (_, reason) = scheduler.push(4, 3).unwrap_err();
-        assert_eq!(reason, "a call of cost 3 can never fit this limit");
+        assert_eq!(reason, Error::NeverFits(3));
         scheduler.push(5, 2).unwrap();
         assert_eq!(scheduler.len(), 3);
     }

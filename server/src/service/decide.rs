@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use sluicegate_core::{Decision, Ticks};
-use sluicegate_policy::human;
+use sluicegate_policy::text::human;
 
 use crate::limiters::{DecideError, Entry, LeaseAnswer, LeaseOp, Limiters, MAX_KEY};
 use crate::store::{Snapshot, Stored};
