@@ -28,10 +28,10 @@ pub(crate) enum Error {
     #[error("options.{0} is required (milliseconds)")]
     RequiredMs(&'static str),
     /// No `algorithm`.
-    #[error("options.algorithm is required: {}", Algorithms)]
+    #[error("options.algorithm is required: {list}", list = Algorithms)]
     NoAlgorithm,
     /// An `algorithm` this build does not run.
-    #[error("unknown algorithm \"{0}\": expected {}", Algorithms)]
+    #[error("unknown algorithm \"{0}\": expected {list}", list = Algorithms)]
     UnknownAlgorithm(String),
     /// A composite without `members`.
     #[error("options.members is required for a composite: an array of options")]
@@ -47,8 +47,8 @@ pub(crate) enum Error {
     NotWhole { name: &'static str, shown: String },
     /// A time that is not a number of milliseconds in range.
     #[error(
-        "{name} must be a number of milliseconds from 0 to {}, got {shown}",
-        MAX_TICKS / 1000
+        "{name} must be a number of milliseconds from 0 to {max}, got {shown}",
+        max = MAX_TICKS / 1000
     )]
     NotMilliseconds { name: &'static str, shown: String },
     /// A parameter out of the core's range, durations in milliseconds.

@@ -18,7 +18,7 @@ use crate::units::{ms_from_ticks, ticks_from_ms, whole};
 
 /// The options' and decisions' TypeScript types (`algorithm` spelled as the core's kinds).
 #[wasm_bindgen(typescript_custom_section)]
-pub(crate) const TYPES: &str = include_str!("../js/options.d.ts");
+const TYPES: &str = include_str!("../js/options.d.ts");
 
 #[wasm_bindgen(inline_js = r#"
 const origin = Date.now() - performance.now();

@@ -8,14 +8,14 @@ use crate::error::Error;
 /// An algorithm and the one state it governs (a client limits only itself, so there is
 /// one key).
 #[derive(Debug, Clone)]
-pub struct Limit {
+pub(crate) struct Limit {
     algorithm: AnyAlgorithm,
     state: Option<AnyState>,
 }
 
 impl Limit {
     /// A fresh limit.
-    pub fn new(algorithm: AnyAlgorithm) -> Self {
+    pub(crate) fn new(algorithm: AnyAlgorithm) -> Self {
         Self {
             algorithm,
             state: None,
@@ -23,18 +23,18 @@ impl Limit {
     }
 
     /// Decides a request and keeps the new state.
-    pub fn check(&mut self, now: Ticks, cost: u64) -> Decision {
+    pub(crate) fn check(&mut self, now: Ticks, cost: u64) -> Decision {
         let transition = Transition::Decide { now, cost };
         self.algorithm.run(&mut self.state, transition)
     }
 
     /// What [`check`](Self::check) would answer, changing nothing.
-    pub fn peek(&self, now: Ticks, cost: u64) -> Decision {
+    pub(crate) fn peek(&self, now: Ticks, cost: u64) -> Decision {
         self.algorithm.peek(self.state.clone(), now, cost)
     }
 
     /// Whether a request of `cost` can ever be admitted, however long it waits.
-    pub fn fits(&self, cost: u64) -> bool {
+    pub(crate) fn fits(&self, cost: u64) -> bool {
         self.algorithm.peek(None, 0, cost).retry_after.is_some()
     }
 
@@ -68,7 +68,7 @@ impl Limit {
     }
 
     /// The state's canonical encoding; empty when the state is fresh.
-    pub fn save(&self) -> Vec<u8> {
+    pub(crate) fn save(&self) -> Vec<u8> {
         self.state
             .as_ref()
             .map(|state| self.algorithm.encode_to_vec(state))
@@ -87,7 +87,7 @@ impl Limit {
     }
 
     /// Forgets the state: the limit is fresh again.
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.state = None;
     }
 }

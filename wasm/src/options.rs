@@ -114,7 +114,7 @@ pub(crate) mod tests {
 
     /// Options as a test writes them.
     #[derive(Debug, Clone)]
-    pub enum Value {
+    pub(crate) enum Value {
         Number(f64),
         Text(&'static str),
         Flag(bool),
@@ -124,24 +124,24 @@ pub(crate) mod tests {
 
     /// An options object for tests.
     #[derive(Debug, Clone, Default)]
-    pub struct Options(BTreeMap<&'static str, Value>);
+    pub(crate) struct Options(BTreeMap<&'static str, Value>);
 
     impl Options {
-        pub fn new(kind: Kind) -> Self {
+        pub(crate) fn new(kind: Kind) -> Self {
             Self::named(kind.name())
         }
 
         /// Options naming `algorithm`, a kind's name or not.
-        pub fn named(algorithm: &'static str) -> Self {
+        pub(crate) fn named(algorithm: &'static str) -> Self {
             Self::default().with("algorithm", Value::Text(algorithm))
         }
 
-        pub fn with(mut self, name: &'static str, value: Value) -> Self {
+        pub(crate) fn with(mut self, name: &'static str, value: Value) -> Self {
             self.0.insert(name, value);
             self
         }
 
-        pub fn number(self, name: &'static str, value: f64) -> Self {
+        pub(crate) fn number(self, name: &'static str, value: f64) -> Self {
             self.with(name, Value::Number(value))
         }
     }
@@ -194,14 +194,14 @@ pub(crate) mod tests {
         }
     }
 
-    pub fn bucket(kind: Kind, capacity: f64, rate: f64, period_ms: f64) -> Options {
+    pub(crate) fn bucket(kind: Kind, capacity: f64, rate: f64, period_ms: f64) -> Options {
         Options::new(kind)
             .number("capacity", capacity)
             .number("rate", rate)
             .number("periodMs", period_ms)
     }
 
-    pub fn window(kind: Kind, limit: f64, period_ms: f64) -> Options {
+    pub(crate) fn window(kind: Kind, limit: f64, period_ms: f64) -> Options {
         Options::new(kind)
             .number("limit", limit)
             .number("periodMs", period_ms)
@@ -347,7 +347,7 @@ pub(crate) mod tests {
     /// their feature), each by a name the core reads.
     #[test]
     fn the_typescript_types_name_every_rate_algorithm() {
-        let named: Vec<&str> = crate::js::TYPES
+        let named: Vec<&str> = include_str!("../js/options.d.ts")
             .lines()
             .filter_map(|line| line.trim().strip_prefix("algorithm:"))
             .flat_map(|names| names.trim_end_matches(';').split('|'))

@@ -13,7 +13,7 @@ use crate::limit::Limit;
 /// What the server granted in its `RateLimit` header: at most `remaining` units until
 /// `until`, whatever the local limit would admit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Budget {
+pub(crate) struct Budget {
     /// Units the server still admits.
     pub remaining: u64,
     /// When the server's window ends and this budget no longer applies.
@@ -22,7 +22,7 @@ pub struct Budget {
 
 /// What the queue wants next.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Next<J> {
+pub(crate) enum Next<J> {
     /// Run this call now.
     Run(J),
     /// Nothing can run before this instant; ask again then.
@@ -41,7 +41,7 @@ struct Queued<J> {
 
 /// Calls waiting in order for a [`Limit`].
 #[derive(Debug)]
-pub struct Scheduler<J> {
+pub(crate) struct Scheduler<J> {
     limit: Limit,
     queue: VecDeque<Queued<J>>,
     max_queued: usize,
@@ -51,7 +51,7 @@ pub struct Scheduler<J> {
 
 impl<J> Scheduler<J> {
     /// An empty queue that holds at most `max_queued` calls.
-    pub fn new(limit: Limit, max_queued: usize) -> Self {
+    pub(crate) fn new(limit: Limit, max_queued: usize) -> Self {
         Self {
             limit,
             queue: VecDeque::new(),
@@ -62,18 +62,18 @@ impl<J> Scheduler<J> {
     }
 
     /// The limit the queue runs under.
-    pub fn limit(&mut self) -> &mut Limit {
+    pub(crate) fn limit(&mut self) -> &mut Limit {
         &mut self.limit
     }
 
     /// How many calls are waiting.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.queue.len()
     }
 
     /// Queues a call of `cost`. Refused, handing the job back with the reason, when the
     /// queue is full or the cost can never fit the limit.
-    pub fn push(&mut self, job: J, cost: u64) -> Result<(), (J, Error)> {
+    pub(crate) fn push(&mut self, job: J, cost: u64) -> Result<(), (J, Error)> {
         if self.queue.len() >= self.max_queued {
             return Err((job, Error::QueueFull(self.max_queued)));
         }
@@ -89,25 +89,25 @@ impl<J> Scheduler<J> {
     }
 
     /// Takes the first queued call `matches` accepts out of the queue (an aborted one).
-    pub fn remove(&mut self, matches: impl Fn(&J) -> bool) -> Option<J> {
+    pub(crate) fn remove(&mut self, matches: impl Fn(&J) -> bool) -> Option<J> {
         let index = self.queue.iter().position(|queued| matches(&queued.job))?;
         self.queue.remove(index).map(|queued| queued.job)
     }
 
     /// Holds every call until `until` (a server's `Retry-After`); a shorter pause than
     /// one already in force changes nothing.
-    pub fn pause_until(&mut self, until: Ticks) {
+    pub(crate) fn pause_until(&mut self, until: Ticks) {
         self.paused_until = self.paused_until.max(until);
     }
 
     /// Replaces the server's budget.
-    pub fn set_budget(&mut self, budget: Budget) {
+    pub(crate) fn set_budget(&mut self, budget: Budget) {
         self.budget = Some(budget);
     }
 
     /// What to do at `now`: run the first call if the pause, the server's budget and the
     /// limit all allow it, or wait until the first instant they could.
-    pub fn next(&mut self, now: Ticks) -> Next<J> {
+    pub(crate) fn next(&mut self, now: Ticks) -> Next<J> {
         let Some(front) = self.queue.front_mut() else {
             return Next::Idle;
         };

@@ -10,7 +10,7 @@ use crate::error::Error;
 const MAX_SAFE_INTEGER: f64 = 9_007_199_254_740_991.0;
 
 /// A whole, non-negative, exactly representable number: costs, limits, rates.
-pub fn whole(name: &'static str, value: f64) -> Result<u64, Error> {
+pub(crate) fn whole(name: &'static str, value: f64) -> Result<u64, Error> {
     if value.fract() == 0.0 && (0.0..=MAX_SAFE_INTEGER).contains(&value) {
         Ok(to_u64(value))
     } else {
@@ -22,7 +22,7 @@ pub fn whole(name: &'static str, value: f64) -> Result<u64, Error> {
 }
 
 /// Milliseconds (fractions allowed, rounded to the microsecond) as ticks.
-pub fn ticks_from_ms(name: &'static str, ms: f64) -> Result<Ticks, Error> {
+pub(crate) fn ticks_from_ms(name: &'static str, ms: f64) -> Result<Ticks, Error> {
     let ticks = (ms * 1000.0).round();
     #[allow(clippy::cast_precision_loss)] // 2^62 is a power of two: exact as a double.
     let max = MAX_TICKS as f64;
@@ -38,14 +38,14 @@ pub fn ticks_from_ms(name: &'static str, ms: f64) -> Result<Ticks, Error> {
 
 /// Ticks as milliseconds, the nearest double: durations and times below 2^51 µs (71
 /// years) read back exactly.
-pub fn ms_from_ticks(ticks: Ticks) -> f64 {
+pub(crate) fn ms_from_ticks(ticks: Ticks) -> f64 {
     #[allow(clippy::cast_precision_loss)] // Reported times are below 2^53 µs.
     let ticks = ticks as f64;
     ticks / 1000.0
 }
 
 /// Ticks as milliseconds in decimal, written with integers only: `1500` is `"1.5"`.
-pub fn ms_text(ticks: Ticks) -> String {
+pub(crate) fn ms_text(ticks: Ticks) -> String {
     let (ms, micros) = (ticks / 1000, ticks % 1000);
     if micros == 0 {
         format!("{ms}")
