@@ -19,7 +19,8 @@ pub const MAX_TICKS: Ticks = 1 << 62;
 /// an error rather than a decision at `MAX_TICKS`.
 ///
 /// ```
-/// use sluicegate_core::{check_now, ParamError, MAX_TICKS};
+/// use sluicegate_core::clock::{check_now, MAX_TICKS};
+/// use sluicegate_core::ParamError;
 ///
 /// assert_eq!(check_now(MAX_TICKS), Ok(MAX_TICKS));
 /// assert!(matches!(check_now(u64::MAX), Err(ParamError::OutOfRange { name: "now", .. })));
@@ -33,7 +34,7 @@ pub fn check_now(now: Ticks) -> Result<Ticks, crate::ParamError> {
 ///
 /// ```
 /// use core::time::Duration;
-/// use sluicegate_core::ticks;
+/// use sluicegate_core::clock::ticks;
 ///
 /// assert_eq!(ticks(Duration::from_millis(250)), 250_000);
 /// assert_eq!(ticks(Duration::MAX), u64::MAX);

@@ -10,7 +10,7 @@ use crate::engine::{Encoded, Write};
 
 /// A parsed `CL.THROTTLE`.
 #[derive(Debug)]
-pub struct Throttle {
+pub(crate) struct Throttle {
     /// The funnel: capacity `max_burst + 1`, leaking `count` per `period` seconds.
     pub bucket: LeakyBucket,
     /// The request's cost.
@@ -25,7 +25,7 @@ impl Throttle {
     /// Parses the arguments after the command's name; errors worded as redis-cell's
     /// (`Cell error: ...`), parameters beyond the core's range in the core's words.
     /// (The key, the first argument, is opened by the command.)
-    pub fn parse(args: &[&[u8]]) -> Result<Self, String> {
+    pub(crate) fn parse(args: &[&[u8]]) -> Result<Self, String> {
         let numbers = match args {
             [_key, rest @ ..] if (3..=4).contains(&rest.len()) => rest,
             _ => return Err(USAGE.to_owned()),
@@ -68,7 +68,7 @@ impl Throttle {
     /// Decides at `now` from the key's value: the decision and the key's new value. A
     /// value redis-cell itself wrote (its arrival time in decimal nanoseconds) is read
     /// too, rounded up to the microsecond, so swapping the module keeps every limit.
-    pub fn decide(
+    pub(crate) fn decide(
         &self,
         value: Option<&[u8]>,
         now: Ticks,
@@ -110,7 +110,7 @@ fn legacy_tat(bytes: &[u8]) -> Option<Ticks> {
 
 /// The five integers redis-cell replies: times in whole seconds, rounded as redis-cell
 /// rounds them (up when at least a millisecond is left over), retry -1 when admitted.
-pub fn reply(d: &Decision) -> [i64; 5] {
+pub(crate) fn reply(d: &Decision) -> [i64; 5] {
     let mut fields = d.cl_throttle_reply();
     for field in &mut fields[3..] {
         if *field >= 0 {
@@ -122,7 +122,7 @@ pub fn reply(d: &Decision) -> [i64; 5] {
 
 /// Ticks as redis-cell's seconds: whole seconds, plus one if the rest has a whole
 /// millisecond.
-pub fn seconds(ticks: i64) -> i64 {
+pub(crate) fn seconds(ticks: i64) -> i64 {
     let second = SECOND as i64;
     ticks / second + i64::from(ticks % second >= 1000)
 }

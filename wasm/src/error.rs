@@ -55,6 +55,7 @@ pub(crate) enum Error {
     #[error("{}", describe(.0))]
     Param(#[from] ParamError),
     /// A `calendar` that is not one.
+    #[cfg(feature = "calendar")]
     #[error("options.calendar must be \"day\", \"week\" or \"month\", got {0:?}")]
     Calendar(String),
     /// A `timeZone` the bundled database does not know.
