@@ -2,9 +2,7 @@
 //! `Error` only where a call crosses into JS.
 
 use sluicegate_core::clock::MAX_TICKS;
-use sluicegate_core::{DecodeError, Kind, ParamError};
-
-use crate::units::ms_text;
+use sluicegate_core::{DecodeError, Kind, ParamError, Ticks};
 
 /// Why a limiter cannot be built or a call cannot run.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -127,5 +125,27 @@ fn describe(error: &ParamError) -> String {
             ms_text(value)
         ),
         ref other => other.to_string(),
+    }
+}
+
+/// Ticks as milliseconds in decimal, written with integers only: `1500` is `"1.5"`.
+fn ms_text(ticks: Ticks) -> String {
+    let (ms, micros) = (ticks / 1000, ticks % 1000);
+    if micros == 0 {
+        format!("{ms}")
+    } else {
+        format!("{ms}.{micros:03}").trim_end_matches('0').to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn milliseconds_as_text() {
+        assert_eq!(ms_text(1_500), "1.5");
+        assert_eq!(ms_text(1), "0.001");
+        assert_eq!(ms_text(31_622_400_000_000), "31622400000");
     }
 }

@@ -44,16 +44,6 @@ pub(crate) fn ms_from_ticks(ticks: Ticks) -> f64 {
     ticks / 1000.0
 }
 
-/// Ticks as milliseconds in decimal, written with integers only: `1500` is `"1.5"`.
-pub(crate) fn ms_text(ticks: Ticks) -> String {
-    let (ms, micros) = (ticks / 1000, ticks % 1000);
-    if micros == 0 {
-        format!("{ms}")
-    } else {
-        format!("{ms}.{micros:03}").trim_end_matches('0').to_owned()
-    }
-}
-
 /// A JS number as JS prints it: Rust's float formatting would add 20 KB to the wasm.
 #[cfg(target_arch = "wasm32")]
 fn show(value: f64) -> String {
@@ -96,9 +86,6 @@ mod tests {
         assert_eq!(ticks_from_ms("periodMs", 1000.0), Ok(1_000_000));
         assert_eq!(ticks_from_ms("periodMs", 0.0015), Ok(2));
         assert_eq!(ms_from_ticks(1_500), 1.5);
-        assert_eq!(ms_text(1_500), "1.5");
-        assert_eq!(ms_text(1), "0.001");
-        assert_eq!(ms_text(31_622_400_000_000), "31622400000");
         for bad in [-1.0, f64::NAN, f64::INFINITY, 1e20] {
             assert!(ticks_from_ms("nowMs", bad).is_err(), "{bad}");
         }
