@@ -151,16 +151,8 @@ impl Kind {
     /// and calendar windows; a composite when each of its members does. Not pacing
     /// (its units are slots in time) nor leases.
     pub const fn takes_reports(self) -> bool {
-        matches!(
-            self,
-            Self::FixedWindow
-                | Self::SlidingLog
-                | Self::SlidingCounter
-                | Self::TokenBucket
-                | Self::LeakyBucket
-                | Self::CalendarWindow
-                | Self::Composite
-        )
+        let stock = self.is_periodic() && !matches!(self, Self::Pacing);
+        stock || matches!(self, Self::CalendarWindow | Self::Composite)
     }
 
     /// Whether it takes an `overdraft` of its own: the kinds that take reports, but not

@@ -43,9 +43,6 @@ pub(crate) fn algorithm(options: &impl Fields) -> Result<AnyAlgorithm, Error> {
         return Err(Error::Overdraft);
     }
     let mut params = Params::new().overdraft(overdraft.map_or(Ok(0), |o| whole("overdraft", o))?);
-    if kind == Kind::FixedWindow {
-        params = params.count_denied(options.flag("countDenied")?.unwrap_or(false));
-    }
     for field in kind.fields() {
         params = match field {
             Field::Limit => params.limit(required_whole(options, "limit")?),
@@ -61,6 +58,9 @@ pub(crate) fn algorithm(options: &impl Fields) -> Result<AnyAlgorithm, Error> {
             // Leases, and calendars without their feature: not run here (`runs`).
             _ => return Err(Error::UnknownAlgorithm(name)),
         };
+    }
+    if kind == Kind::FixedWindow {
+        params = params.count_denied(options.flag("countDenied")?.unwrap_or(false));
     }
     let any = AnyAlgorithm::new(kind, params)?;
     let Some(ban) = ban else {
