@@ -13,7 +13,8 @@ use governor::middleware::NoOpMiddleware;
 use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
 use sluicegate_benches::{on_two_threads, walk};
-use sluicegate_core::memory::{DirectLimiter, InMemory, KeyedLimiter, StateCell, WordState};
+use sluicegate_core::memory::__bench::{StateCell, WordState};
+use sluicegate_core::memory::{DirectLimiter, InMemory, KeyedLimiter};
 use sluicegate_core::{
     Algorithm, BucketState, Clock, Decision, MonotonicClock, SystemClock, TokenBucket, SECOND,
 };

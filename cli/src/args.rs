@@ -148,7 +148,7 @@ impl BackendArgs {
         };
         let ca = ca.as_ref().map(|(file, pem)| (*file, pem.as_slice()));
         Ok(Open {
-            backend: Backend::new(&self.backend, ca)?,
+            backend: Backend::new(&self.backend, ca).map_err(Failure::Input)?,
             namespace: format!("{}{name}:", self.prefix),
             creates,
             durability: self.durability,
@@ -216,7 +216,7 @@ impl PolicyArgs {
             }
             (Some(config), Some(name)) => {
                 let (policy, built) =
-                    sluicegate_policy::load(config, name).map_err(Failure::Input)?;
+                    sluicegate_policy::load(config, name)?;
                 (policy, built, name.clone())
             }
             (None, Some(name)) => {

@@ -26,10 +26,10 @@ pub enum Failure {
     ClosedPipe,
 }
 
-/// A message about bad input.
-impl From<String> for Failure {
-    fn from(message: String) -> Self {
-        Self::Input(message)
+/// A policy file that cannot be read or is not valid: bad input.
+impl From<sluicegate_policy::FileError> for Failure {
+    fn from(e: sluicegate_policy::FileError) -> Self {
+        Self::Input(e.to_string())
     }
 }
 

@@ -69,7 +69,7 @@ impl std::str::FromStr for Traffic {
                 "rate" => rate = Some(number()?),
                 "seed" => seed = number()?,
                 "size" => size = Some(number()?),
-                "every" => every = Some(parse_duration(value)?.0),
+                "every" => every = Some(parse_duration(value).map_err(|e| e.to_string())?.0),
                 "keys" => keys = number()?,
                 "cost" => cost = number()?,
                 _ => return Err(format!("unknown traffic option {name:?}")),

@@ -5,8 +5,9 @@
 
 use std::time::Duration;
 
+use sluicegate_core::lease::Concurrency;
 use sluicegate_core::memory::{FencedResource, Leases};
-use sluicegate_core::{Concurrency, MILLISECOND, SECOND};
+use sluicegate_core::{MILLISECOND, SECOND};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let lock = Leases::new(Concurrency::lock());

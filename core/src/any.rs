@@ -163,34 +163,28 @@ impl AnyAlgorithm {
         }
     }
 
-    /// Whether [`Reserve::reserve`] books ahead: buckets, pacing and composites of them.
-    /// The others (windows, bans) decide at `now` only, so hosts refuse a reservation
-    /// on them rather than pretend.
+    /// Whether [`Reserve::reserve`] books ahead: as its [kind](Kind::can_reserve) does,
+    /// a composite when every member does, never a ban. The others (windows, bans)
+    /// decide at `now` only, so hosts refuse a reservation on them rather than pretend.
     pub fn can_reserve(&self) -> bool {
-        match self {
-            Self::TokenBucket(_) | Self::LeakyBucket(_) | Self::Pacing(_) => true,
-            Self::Composite(composite) => composite.members().iter().all(Self::can_reserve),
-            Self::FixedWindow(_)
-            | Self::SlidingLog(_)
-            | Self::SlidingCounter(_)
-            | Self::CalendarWindow(_)
-            | Self::Ban(_) => false,
-        }
+        self.all_can(Kind::can_reserve)
     }
 
-    /// Whether a [`Report`] charges the key: not on a pacing queue or a ban (see
-    /// [`Report`]), nor a composite with one among its members, where a report records
-    /// nothing and drops every unit.
+    /// Whether a [`Report`] charges the key: as its [kind](Kind::takes_reports) does, a
+    /// composite when every member does, never a ban (see [`Report`]); elsewhere a report
+    /// records nothing and drops every unit.
     pub fn can_report(&self) -> bool {
+        self.all_can(Kind::takes_reports)
+    }
+
+    /// Whether this algorithm's kind, and each member's, `can`; a ban cannot.
+    fn all_can(&self, can: fn(Kind) -> bool) -> bool {
         match self {
-            Self::FixedWindow(_)
-            | Self::SlidingLog(_)
-            | Self::SlidingCounter(_)
-            | Self::TokenBucket(_)
-            | Self::LeakyBucket(_)
-            | Self::CalendarWindow(_) => true,
-            Self::Composite(composite) => composite.members().iter().all(Self::can_report),
-            Self::Pacing(_) | Self::Ban(_) => false,
+            Self::Ban(_) => false,
+            Self::Composite(composite) => {
+                can(Kind::Composite) && composite.members().iter().all(|m| m.all_can(can))
+            }
+            plain => can(plain.kind()),
         }
     }
 

@@ -19,7 +19,8 @@ pub const MAX_TICKS: Ticks = 1 << 62;
 /// an error rather than a decision at `MAX_TICKS`.
 ///
 /// ```
-/// use sluicegate_core::{check_now, ParamError, MAX_TICKS};
+/// use sluicegate_core::clock::{check_now, MAX_TICKS};
+/// use sluicegate_core::ParamError;
 ///
 /// assert_eq!(check_now(MAX_TICKS), Ok(MAX_TICKS));
 /// assert!(matches!(check_now(u64::MAX), Err(ParamError::OutOfRange { name: "now", .. })));
@@ -33,7 +34,7 @@ pub fn check_now(now: Ticks) -> Result<Ticks, crate::ParamError> {
 ///
 /// ```
 /// use core::time::Duration;
-/// use sluicegate_core::ticks;
+/// use sluicegate_core::clock::ticks;
 ///
 /// assert_eq!(ticks(Duration::from_millis(250)), 250_000);
 /// assert_eq!(ticks(Duration::MAX), u64::MAX);
@@ -125,7 +126,7 @@ impl Clock for SystemClock {
 /// below it. The in-memory buckets skip that shared word: they read the clock
 /// [unordered](Clock::now_unordered) and raise the reading to the latest instant their
 /// own state was decided at, kept beside it in the same cache line
-/// ([`NarrowCell`](crate::memory::NarrowCell)).
+/// (the in-process limiters' narrow cells).
 ///
 /// Like the OS's monotonic clock, it does not count the time the machine is suspended
 /// (a limit does not refill during a suspend), and the wall clock being stepped later

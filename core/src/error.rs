@@ -30,6 +30,25 @@ pub enum ParamError {
     /// A composite limit with no members.
     #[error("a composite limit needs at least one member")]
     EmptyComposite,
+    /// A parameter given to a kind that takes none ([`AnyAlgorithm::new`](crate::AnyAlgorithm::new)).
+    #[error("{kind} takes no {name}")]
+    NotTaken {
+        /// The kind built.
+        kind: crate::Kind,
+        /// The parameter's name.
+        name: &'static str,
+    },
+    /// A parameter the kind needs was not given.
+    #[error("{kind} needs a {name}")]
+    Missing {
+        /// The kind built.
+        kind: crate::Kind,
+        /// The parameter's name.
+        name: &'static str,
+    },
+    /// A kind that is not a rate algorithm (leases) asked of [`AnyAlgorithm::new`](crate::AnyAlgorithm::new).
+    #[error("{0} is not a rate algorithm")]
+    NotRate(crate::Kind),
 }
 
 impl ParamError {

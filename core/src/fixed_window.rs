@@ -66,7 +66,7 @@ pub struct FixedWindowState {
 
 /// Window index in the high word, count (never zero in a stored state) in the low one.
 #[cfg(feature = "memory")]
-impl crate::memory::WordState for FixedWindowState {
+impl crate::memory::__bench::WordState for FixedWindowState {
     fn to_word(self) -> u128 {
         u128::from(self.window) << 64 | u128::from(self.count)
     }

@@ -4,15 +4,17 @@
 //! store that cannot be reached.
 
 #[cfg(feature = "alloc")]
-use crate::{Acquired, Grant, LeaseState};
+use crate::lease::{Acquired, Grant, LeaseState};
 use crate::{Decision, Reported, Ticks};
+
+pub use crate::key::KeyDisplay;
 
 /// One request to a limiter: a key, a cost and optionally the time to decide at.
 ///
 /// Built by name, never by position, so a cost and a time cannot be swapped:
 ///
 /// ```
-/// use sluicegate_core::Request;
+/// use sluicegate_core::host::Request;
 ///
 /// let plain = Request::new("alice");
 /// assert_eq!((plain.key, plain.cost, plain.now), (&b"alice"[..], 1, None));
@@ -63,7 +65,7 @@ impl<'k> Request<'k> {
 /// Built by name, like [`Request`], so an adjustment and a time cannot be swapped:
 ///
 /// ```
-/// use sluicegate_core::ReportRequest;
+/// use sluicegate_core::host::ReportRequest;
 ///
 /// // 700 tokens were used where 500 were estimated.
 /// let extra = ReportRequest::new("alice").adjust(700 - 500).at(1_000);
@@ -199,7 +201,8 @@ pub trait AsyncLimiter {
 /// same [`LeaseError::Param`](crate::LeaseError::Param) (a release needs no ttl):
 ///
 /// ```
-/// use sluicegate_core::{LeaseRequest, SECOND};
+/// use sluicegate_core::host::LeaseRequest;
+/// use sluicegate_core::SECOND;
 ///
 /// let lease = LeaseRequest::new("db-migration").owner("node-a").ttl(30 * SECOND);
 /// assert_eq!((lease.key, lease.owner), (&b"db-migration"[..], &b"node-a"[..]));
@@ -374,7 +377,8 @@ impl<L> FailPolicy<L> {
     /// under [`FailPolicy::Error`], is returned as the error.
     ///
     /// ```
-    /// use sluicegate_core::{Decision, FailPolicy, Outcome};
+    /// use sluicegate_core::host::{FailPolicy, Outcome};
+    /// use sluicegate_core::Decision;
     ///
     /// let unreachable: Result<Decision, &str> = Err("connection refused");
     /// let open = FailPolicy::<()>::Open.apply(unreachable, |_| true, |_| unreachable!());

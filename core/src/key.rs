@@ -7,7 +7,7 @@ use core::fmt;
 /// binary-safe in every host, so a message must never lose or garble one.
 ///
 /// ```
-/// use sluicegate_core::KeyDisplay;
+/// use sluicegate_core::host::KeyDisplay;
 /// assert_eq!(KeyDisplay(b"user:42").to_string(), "\"user:42\"");
 /// assert_eq!(KeyDisplay(b"caf\xc3\xa9").to_string(), "\"café\"");
 /// assert_eq!(KeyDisplay(b"a\xff\"").to_string(), "\"a\\xff\\\"\"");

@@ -74,6 +74,22 @@ impl Kind {
         }
     }
 
+    /// The snake_case spelling, as the Redis scripts and module write it:
+    /// `token_bucket`.
+    pub const fn script_name(self) -> &'static str {
+        match self {
+            Self::FixedWindow => "fixed_window",
+            Self::SlidingLog => "sliding_log",
+            Self::SlidingCounter => "sliding_counter",
+            Self::TokenBucket => "token_bucket",
+            Self::LeakyBucket => "leaky_bucket",
+            Self::Pacing => "pacing",
+            Self::Concurrency => "concurrency",
+            Self::Composite => "composite",
+            Self::CalendarWindow => "calendar_window",
+        }
+    }
+
     /// The kind `name` spells: the canonical name, its snake_case spelling
     /// (`token_bucket`) or the old `leaky-pacing`.
     pub fn from_name(name: &str) -> Option<Self> {
@@ -93,14 +109,105 @@ impl Kind {
     /// The parameters each kind takes: windows a limit and a period, buckets a capacity,
     /// a rate and a period, leases a limit and a lease, a composite its limits, a
     /// calendar window a limit and a calendar (its time zone is optional: UTC).
-    pub const fn fields(self) -> &'static [&'static str] {
+    pub const fn fields(self) -> &'static [Field] {
         match self {
-            Self::FixedWindow | Self::SlidingLog | Self::SlidingCounter => &["limit", "period"],
-            Self::TokenBucket | Self::LeakyBucket | Self::Pacing => &["capacity", "rate", "period"],
-            Self::Concurrency => &["limit", "lease"],
-            Self::Composite => &["limits"],
-            Self::CalendarWindow => &["limit", "calendar"],
+            Self::FixedWindow | Self::SlidingLog | Self::SlidingCounter => {
+                &[Field::Limit, Field::Period]
+            }
+            Self::TokenBucket | Self::LeakyBucket | Self::Pacing => {
+                &[Field::Capacity, Field::Rate, Field::Period]
+            }
+            Self::Concurrency => &[Field::Limit, Field::Lease],
+            Self::Composite => &[Field::Limits],
+            Self::CalendarWindow => &[Field::Limit, Field::Calendar],
         }
+    }
+
+    /// Whether it limits a rate in periods of one fixed length: windows, buckets and
+    /// pacing; not leases, composites, nor calendar windows, whose periods are the
+    /// calendar's.
+    pub const fn is_periodic(self) -> bool {
+        matches!(
+            self,
+            Self::FixedWindow
+                | Self::SlidingLog
+                | Self::SlidingCounter
+                | Self::TokenBucket
+                | Self::LeakyBucket
+                | Self::Pacing
+        )
+    }
+
+    /// Whether it books a slot ahead ([`Reserve`](crate::Reserve) beyond `now`):
+    /// buckets and pacing; a composite when each of its members does.
+    pub const fn can_reserve(self) -> bool {
+        matches!(
+            self,
+            Self::TokenBucket | Self::LeakyBucket | Self::Pacing | Self::Composite
+        )
+    }
+
+    /// Whether a reported cost ([`Report`](crate::Report)) charges it: windows, buckets
+    /// and calendar windows; a composite when each of its members does. Not pacing
+    /// (its units are slots in time) nor leases.
+    pub const fn takes_reports(self) -> bool {
+        let stock = self.is_periodic() && !matches!(self, Self::Pacing);
+        stock || matches!(self, Self::CalendarWindow | Self::Composite)
+    }
+
+    /// Whether it takes an `overdraft` of its own: the kinds that take reports, but not
+    /// a composite, whose members each take theirs.
+    pub const fn takes_overdraft(self) -> bool {
+        self.takes_reports() && !matches!(self, Self::Composite)
+    }
+}
+
+/// A parameter a [`Kind`] takes ([`Kind::fields`]), named as files, flags and JSON name
+/// it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Field {
+    /// Windows: units per period. Leases: how many are held at once.
+    Limit,
+    /// Buckets: the most units held.
+    Capacity,
+    /// Buckets: units refilled or leaked per period.
+    Rate,
+    /// Windows and buckets: the period.
+    Period,
+    /// Leases: how long one is held.
+    Lease,
+    /// Composites: the member limits.
+    Limits,
+    /// Calendar windows: a day, an ISO week or a month.
+    Calendar,
+}
+
+impl Field {
+    /// The name files and JSON write: `limit`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Limit => "limit",
+            Self::Capacity => "capacity",
+            Self::Rate => "rate",
+            Self::Period => "period",
+            Self::Lease => "lease",
+            Self::Limits => "limits",
+            Self::Calendar => "calendar",
+        }
+    }
+}
+
+/// A field is its name, so lists of fields compare with lists of names.
+impl PartialEq<&str> for Field {
+    fn eq(&self, name: &&str) -> bool {
+        self.name() == *name
+    }
+}
+
+impl core::fmt::Display for Field {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.name())
     }
 }
 

@@ -14,23 +14,28 @@ mod algorithm;
 mod any;
 mod ban;
 mod bucket;
-mod calendar;
+#[cfg(feature = "alloc")]
+mod build;
+// The file keeps its name; the public `calendar` module below gathers its items with
+// the calendars'.
 #[cfg(feature = "alloc")]
 mod calendar_limit;
+#[path = "calendar.rs"]
+mod calendar_window;
 #[cfg(feature = "calendar")]
 mod calendar_zone;
-mod clock;
+pub mod clock;
 #[cfg(feature = "alloc")]
 mod composite;
 mod decision;
 mod encoding;
 mod error;
 mod fixed_window;
-mod host;
+pub mod host;
 mod key;
 mod kind;
 #[cfg(feature = "alloc")]
-mod lease;
+pub mod lease;
 #[cfg(feature = "memory")]
 pub mod memory;
 mod report;
@@ -38,41 +43,96 @@ mod sliding_counter;
 #[cfg(feature = "alloc")]
 mod sliding_log;
 
+// What a user needs first: the algorithms, the dynamic one built from a kind, what they
+// answer and what they fail with.
 pub use algorithm::{Algorithm, Refund, Reserve};
 #[cfg(feature = "alloc")]
-pub use any::{AnyAlgorithm, AnyState, Transition};
-pub use ban::{Ban, BanState};
-pub use bucket::{BucketParams, BucketState, LeakyBucket, Pacing, TokenBucket};
-pub use calendar::{
-    CalendarPeriod, CalendarWindow, CalendarWindowAt, CalendarWindowState, PeriodOf,
-};
+pub use any::{AnyAlgorithm, Transition};
+pub use ban::Ban;
+pub use bucket::{LeakyBucket, Pacing, TokenBucket};
 #[cfg(feature = "alloc")]
-pub use calendar_limit::{CalendarLimit, CalendarPeriods, SharedCalendar};
-#[cfg(feature = "calendar")]
-pub use calendar_zone::{Calendar, CalendarError, CalendarZone, ZonedCalendar};
-#[cfg(target_has_atomic = "64")]
-pub use clock::ManualClock;
-pub use clock::{check_now, ticks, Clock, Ticks, MAX_TICKS, MILLISECOND, SECOND};
-#[cfg(feature = "clock")]
-pub use clock::{MonotonicClock, SystemClock};
+pub use build::Params;
+pub use clock::{Ticks, MILLISECOND, SECOND};
 #[cfg(feature = "alloc")]
 pub use composite::Composite;
 pub use decision::Decision;
 pub use error::{DecodeError, ParamError};
-pub use fixed_window::{FixedWindow, FixedWindowState, WindowParams};
+pub use fixed_window::FixedWindow;
+pub use kind::{Field, Kind};
+pub use report::{Report, Reported};
+pub use sliding_counter::SlidingCounter;
+#[cfg(feature = "alloc")]
+pub use sliding_log::SlidingLog;
+
+/// The state each algorithm keeps per key, as hosts store it (in its canonical encoding,
+/// [`Algorithm::encode`]).
+pub mod state {
+    #[cfg(feature = "alloc")]
+    pub use crate::any::AnyState;
+    pub use crate::ban::BanState;
+    pub use crate::bucket::BucketState;
+    pub use crate::calendar_window::CalendarWindowState;
+    pub use crate::fixed_window::FixedWindowState;
+    pub use crate::sliding_counter::SlidingCounterState;
+    #[cfg(feature = "alloc")]
+    pub use crate::sliding_log::SlidingLogState;
+}
+
+/// The validated parameters an algorithm holds, as its `params()` returns them.
+pub mod params {
+    pub use crate::bucket::BucketParams;
+    pub use crate::fixed_window::WindowParams;
+}
+
+/// Calendar windows: a limit per day, ISO week or month. The core takes each period
+/// explicitly ([`CalendarWindow::during`]) or from a [`CalendarPeriods`]
+/// ([`CalendarLimit`]); the `calendar` feature computes them in an IANA time zone
+/// ([`ZonedCalendar`]).
+pub mod calendar {
+    #[cfg(feature = "alloc")]
+    pub use crate::calendar_limit::{CalendarLimit, CalendarPeriods, SharedCalendar};
+    pub use crate::calendar_window::{CalendarPeriod, CalendarWindow, CalendarWindowAt, PeriodOf};
+    #[cfg(feature = "calendar")]
+    pub use crate::calendar_zone::{Calendar, CalendarError, CalendarZone, ZonedCalendar};
+}
+
+// The paths of earlier releases, kept while callers move to the modules above.
+#[doc(hidden)]
+#[cfg(feature = "calendar")]
+pub use calendar::{Calendar, CalendarError, CalendarZone, ZonedCalendar};
+#[doc(hidden)]
+#[cfg(feature = "alloc")]
+pub use calendar::{CalendarLimit, CalendarPeriods, SharedCalendar};
+#[doc(hidden)]
+pub use calendar::{CalendarPeriod, CalendarWindow, CalendarWindowAt, PeriodOf};
+#[doc(hidden)]
+#[cfg(target_has_atomic = "64")]
+pub use clock::ManualClock;
+#[doc(hidden)]
+pub use clock::{check_now, ticks, Clock, MAX_TICKS};
+#[doc(hidden)]
+#[cfg(feature = "clock")]
+pub use clock::{MonotonicClock, SystemClock};
+#[doc(hidden)]
 #[cfg(feature = "alloc")]
 pub use host::{AsyncLeaseHost, LeaseHost, LeaseRequest};
+#[doc(hidden)]
 pub use host::{
-    AsyncLimiter, AsyncReporter, FailPolicy, Limiter, Outcome, ReportRequest, Reporter, Request,
+    AsyncLimiter, AsyncReporter, FailPolicy, KeyDisplay, Limiter, Outcome, ReportRequest, Reporter,
+    Request,
 };
-pub use key::KeyDisplay;
-pub use kind::Kind;
+#[doc(hidden)]
 #[cfg(feature = "alloc")]
 pub use lease::{Acquired, Concurrency, Grant, Lease, LeaseError, LeaseState};
-pub use report::{Report, Reported};
-pub use sliding_counter::{SlidingCounter, SlidingCounterState};
+#[doc(hidden)]
+pub use params::{BucketParams, WindowParams};
+#[doc(hidden)]
 #[cfg(feature = "alloc")]
-pub use sliding_log::{SlidingLog, SlidingLogState};
+pub use state::{AnyState, SlidingLogState};
+#[doc(hidden)]
+pub use state::{
+    BanState, BucketState, CalendarWindowState, FixedWindowState, SlidingCounterState,
+};
 
 /// Limits on parameters, shared by every algorithm.
 pub mod limits {

@@ -31,7 +31,7 @@ pub struct SlidingCounterState {
 /// A presence bit and the window index in the high word; both counts, each at most the
 /// limit plus the overdraft (below 2^31 each), in the low one.
 #[cfg(feature = "memory")]
-impl crate::memory::WordState for SlidingCounterState {
+impl crate::memory::__bench::WordState for SlidingCounterState {
     fn to_word(self) -> u128 {
         1 << 127
             | u128::from(self.window) << 64

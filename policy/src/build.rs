@@ -2,12 +2,10 @@
 
 use std::sync::Arc;
 
+use sluicegate_core::calendar::{Calendar, CalendarZone, ZonedCalendar};
+use sluicegate_core::lease::Concurrency;
 use sluicegate_core::limits::MAX_PERIOD;
-use sluicegate_core::{
-    AnyAlgorithm, Ban, Calendar, CalendarLimit, CalendarWindow, CalendarZone, Composite,
-    Concurrency, FixedWindow, Kind, LeakyBucket, Pacing, ParamError, SlidingCounter, SlidingLog,
-    Ticks, TokenBucket, ZonedCalendar,
-};
+use sluicegate_core::{AnyAlgorithm, Ban, Field, Kind, ParamError, Params, Ticks};
 
 use crate::model::{BanSpec, Policy};
 use crate::problem::{list, param_problem, Problem, Style};
@@ -57,7 +55,8 @@ impl Policy {
                 })
                 .map_err(|e| param_problem(&e, style));
         }
-        let rule = if let Some(members) = &self.limits {
+        let mut params = self.params();
+        if let Some(members) = &self.limits {
             if members.is_empty() || members.len() > MAX_MEMBERS {
                 return Err(Problem {
                     field: Some("limits".into()),
@@ -73,10 +72,9 @@ impl Policy {
                 .enumerate()
                 .map(|(i, member)| member.member_rate(style, i))
                 .collect::<Result<Vec<_>, _>>()?;
-            AnyAlgorithm::Composite(Composite::new(rates).map_err(|e| param_problem(&e, style))?)
-        } else {
-            self.rate(style)?
-        };
+            params = params.members(rates);
+        }
+        let rule = self.rate(params, style)?;
         Ok(Built::Rule(match self.ban {
             Some(ban) => ban_of(rule, ban, style)?,
             None => rule,
@@ -103,9 +101,13 @@ impl Policy {
                 .map(|(name, _)| style.name(name))
                 .collect()
         };
-        let missing = names(&|name, present| !present && wanted.contains(&name));
-        let extra = names(&|name, present| present && !wanted.contains(&name));
-        let takes: Vec<String> = wanted.iter().map(|name| style.name(name)).collect();
+        let wants = |name: &str| wanted.iter().any(|field| field.name() == name);
+        let missing = names(&|name, present| !present && wants(name));
+        let extra = names(&|name, present| present && !wants(name));
+        let takes: Vec<String> = wanted
+            .iter()
+            .map(|field| style.name(field.name()))
+            .collect();
         let mut problems = Vec::new();
         if !missing.is_empty() {
             problems.push(format!("{kind} needs {}", list(&missing)));
@@ -121,15 +123,7 @@ impl Policy {
         // calendar windows a time zone, and only algorithms that take reports an
         // overdraft (a composite's members each take their own).
         let leases = self.algorithm == Kind::Concurrency;
-        let reports = matches!(
-            self.algorithm,
-            Kind::FixedWindow
-                | Kind::SlidingLog
-                | Kind::SlidingCounter
-                | Kind::TokenBucket
-                | Kind::LeakyBucket
-                | Kind::CalendarWindow
-        );
+        let reports = self.algorithm.takes_overdraft();
         let mut refused = Vec::new();
         for (field, present) in [
             ("ban", leases && self.ban.is_some()),
@@ -162,8 +156,8 @@ impl Policy {
         let field = match (missing.as_slice(), extra.as_slice(), refused.as_slice()) {
             ([_], [], []) => wanted
                 .iter()
-                .find(|name| missing.contains(&style.name(name)))
-                .map(|name| (*name).to_owned()),
+                .find(|field| missing.contains(&style.name(field.name())))
+                .map(|field| field.name().to_owned()),
             ([], [], [field]) => Some((*field).to_owned()),
             _ => None,
         };
@@ -190,48 +184,28 @@ impl Policy {
             .within(&at, style));
         }
         self.check_fields(style)
-            .and_then(|()| self.rate(style))
+            .and_then(|()| self.rate(self.params(), style))
             .map_err(|p| p.within(&at, style))
     }
 
-    /// The rate algorithm of a policy whose fields were checked.
-    fn rate(&self, style: Style) -> Result<AnyAlgorithm, Problem> {
-        let period = self.period.map_or(0, |p| p.0);
-        let (l, c, r) = (
-            self.limit.unwrap_or(0),
-            self.capacity.unwrap_or(0),
-            self.rate.unwrap_or(0),
-        );
-        let overdraft = self.overdraft.unwrap_or(0);
-        // The algorithm with the policy's overdraft.
-        macro_rules! owing {
-            ($algorithm:expr) => {
-                $algorithm
-                    .and_then(|a| a.with_overdraft(overdraft))
-                    .map(AnyAlgorithm::from)
-            };
+    /// The numbers and the calendar this policy gives, as the core's one constructor
+    /// takes them (its fields were checked: only those its kind takes are set).
+    fn params(&self) -> Params {
+        Params::new()
+            .limit(self.limit.unwrap_or(0))
+            .capacity(self.capacity.unwrap_or(0))
+            .rate(self.rate.unwrap_or(0))
+            .period(self.period.map_or(0, |p| p.0))
+            .overdraft(self.overdraft.unwrap_or(0))
+    }
+
+    /// The rate algorithm of a policy whose fields were checked, from `params` (with a
+    /// composite's members built).
+    fn rate(&self, mut params: Params, style: Style) -> Result<AnyAlgorithm, Problem> {
+        if self.algorithm.fields().contains(&Field::Calendar) {
+            params = params.calendar(Arc::new(self.calendar(style)?));
         }
-        match self.algorithm {
-            Kind::FixedWindow => owing!(FixedWindow::new(l, period)),
-            Kind::SlidingLog => owing!(SlidingLog::new(l, period)),
-            Kind::SlidingCounter => owing!(SlidingCounter::new(l, period)),
-            Kind::TokenBucket => owing!(TokenBucket::new(c, r, period)),
-            Kind::LeakyBucket => owing!(LeakyBucket::new(c, r, period)),
-            Kind::Pacing => Pacing::new(c, r, period).map(AnyAlgorithm::from),
-            Kind::CalendarWindow => {
-                let periods = Arc::new(self.calendar(style)?);
-                CalendarWindow::new(l)
-                    .and_then(|window| window.with_overdraft(overdraft))
-                    .map(|window| CalendarLimit::new(window, periods).into())
-            }
-            other => {
-                return Err(Problem::whole(format!(
-                    "{} is not a rate algorithm",
-                    other.name()
-                )))
-            }
-        }
-        .map_err(|e| param_problem(&e, style))
+        AnyAlgorithm::new(self.algorithm, params).map_err(|e| param_problem(&e, style))
     }
 }
 

@@ -39,9 +39,14 @@ const UNITS: [(&str, Ticks, &str); 6] = [
     ("us", 1, "µs"),
 ];
 
+/// A duration that does not read: the text given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("bad duration {0:?}: use a whole number with us, ms, s, m, h or d")]
+pub struct DurationError(pub String);
+
 /// Reads `"250ms"`: a whole number and one of `us`, `ms`, `s`, `m`, `h`, `d`.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let bad = || format!("bad duration {text:?}: use a whole number with us, ms, s, m, h or d");
+pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
+    let bad = || DurationError(text.to_owned());
     let split = text
         .find(|c: char| !c.is_ascii_digit())
         .unwrap_or(text.len());

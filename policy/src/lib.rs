@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
+#![warn(unreachable_pub)]
 
 mod build;
 mod duration;
@@ -10,9 +11,19 @@ mod on_full;
 mod problem;
 
 pub use build::{check_lease, Built, MAX_MEMBERS};
-pub use duration::{human, in_unit_of, parse_duration, short, Duration};
-pub use file::{listed, load};
+pub use duration::{parse_duration, Duration, DurationError};
+pub use file::{listed, load, FileError, Position};
 pub use model::{BanSpec, File, FleetSettings, Policy, STORED_FIELDS};
-pub use problem::{list, list_or, param_problem, Problem, Style};
+pub use problem::{param_problem, Problem, Style};
 pub use sluicegate_core::memory::OnFull;
 pub use sluicegate_core::Kind;
+
+/// Durations and lists as messages and charts write them for people.
+pub mod text {
+    pub use crate::duration::{human, in_unit_of, short};
+    pub use crate::problem::{list, list_or};
+}
+
+// The paths of earlier releases, kept while callers move to `text`.
+#[doc(hidden)]
+pub use text::{human, in_unit_of, list, list_or, short};

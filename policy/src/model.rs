@@ -4,8 +4,9 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+use sluicegate_core::calendar::Calendar;
 use sluicegate_core::memory::OnFull;
-use sluicegate_core::{Calendar, Kind, Ticks};
+use sluicegate_core::{Kind, Ticks};
 
 use crate::duration::Duration;
 

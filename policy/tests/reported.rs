@@ -22,7 +22,7 @@ fn built(json: &str) -> Result<AnyAlgorithm, String> {
 /// The error of the file holding one policy `p` written as `table`.
 fn file_error(table: &str) -> String {
     let text = format!("[policies.p]\n{table}\n");
-    File::parse_built("p.toml", &text).unwrap_err()
+    File::parse_built("p.toml", &text).unwrap_err().to_string()
 }
 
 #[test]

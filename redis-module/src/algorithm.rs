@@ -4,36 +4,31 @@
 
 use std::boxed::Box;
 
-use sluicegate_core::{
-    AnyAlgorithm, Ban, CalendarPeriod, CalendarWindow, CalendarWindowAt, FixedWindow, Kind,
-    LeakyBucket, Pacing, SlidingCounter, SlidingLog, Ticks, TokenBucket,
-};
+use sluicegate_core::calendar::{CalendarPeriod, CalendarWindow, CalendarWindowAt};
+use sluicegate_core::{AnyAlgorithm, Ban, Field, Kind, Params};
 
 use crate::args::{ArgError, Args};
 
-/// The kinds a command names as one algorithm, in the order errors list them. A
-/// composite is written as several keys, leases have their own commands.
-const KINDS: [Kind; 6] = [
-    Kind::FixedWindow,
-    Kind::SlidingLog,
-    Kind::SlidingCounter,
-    Kind::TokenBucket,
-    Kind::LeakyBucket,
-    Kind::Pacing,
-];
+/// The kinds a command names as one algorithm, in the order errors list them: those of
+/// one fixed period. A composite is written as several keys, a calendar window with its
+/// period, leases have their own commands.
+fn kinds() -> impl Iterator<Item = Kind> {
+    Kind::ALL.into_iter().filter(|kind| kind.is_periodic())
+}
 
 /// The grammar's own word for a penalty box around the algorithm that follows.
 const BAN: &str = "ban";
 
 /// How deep bans may wrap bans.
-pub const MAX_BANS: usize = 4;
+pub(crate) const MAX_BANS: usize = 4;
 
-/// Reads one algorithm and its parameters, as the scripts name it:
-/// `fixed_window limit period [counting_denied]`, `sliding_log limit period`,
-/// `sliding_counter limit period`, `token_bucket|leaky_bucket|pacing capacity rate
-/// period`, `ban threshold window duration <algorithm>`; each but pacing and a ban may
-/// end in `overdraft N`, the most a report takes a key beyond its limit.
-pub fn parse(args: &mut Args<'_>) -> Result<AnyAlgorithm, ArgError> {
+/// Reads one algorithm and its parameters, as the scripts name it ([`Kind::script_name`])
+/// followed by its [`Kind::fields`]: `fixed_window limit period [counting_denied]`,
+/// `sliding_log limit period`, `sliding_counter limit period`,
+/// `token_bucket|leaky_bucket|pacing capacity rate period`,
+/// `ban threshold window duration <algorithm>`; each kind that takes an overdraft may end
+/// in `overdraft N`, the most a report takes a key beyond its limit.
+pub(crate) fn parse(args: &mut Args<'_>) -> Result<AnyAlgorithm, ArgError> {
     parse_nested(args, 0)
 }
 
@@ -55,39 +50,28 @@ fn parse_nested(args: &mut Args<'_>, bans: usize) -> Result<AnyAlgorithm, ArgErr
             inner, threshold, window, duration,
         )?)));
     }
-    Ok(match kind(name) {
-        Some(Kind::FixedWindow) => {
-            let mut window = FixedWindow::new(args.u64("limit")?, args.u64("period")?)?;
-            if args.eat("counting_denied") {
-                window = window.counting_denied();
-            }
-            window.with_overdraft(overdraft(args)?)?.into()
-        }
-        Some(Kind::SlidingLog) => SlidingLog::new(args.u64("limit")?, args.u64("period")?)?
-            .with_overdraft(overdraft(args)?)?
-            .into(),
-        Some(Kind::SlidingCounter) => SlidingCounter::new(args.u64("limit")?, args.u64("period")?)?
-            .with_overdraft(overdraft(args)?)?
-            .into(),
-        Some(Kind::TokenBucket) => {
-            let (c, r, p) = bucket(args)?;
-            TokenBucket::new(c, r, p)?
-                .with_overdraft(overdraft(args)?)?
-                .into()
-        }
-        Some(Kind::LeakyBucket) => {
-            let (c, r, p) = bucket(args)?;
-            LeakyBucket::new(c, r, p)?
-                .with_overdraft(overdraft(args)?)?
-                .into()
-        }
-        Some(Kind::Pacing) => {
-            let (c, r, p) = bucket(args)?;
-            Pacing::new(c, r, p)?.into()
-        }
-        // Not in `KINDS`: unknown words, and kinds this grammar writes otherwise.
-        _ => return Err(unknown(name)),
-    })
+    let kind = kind(name)
+        .filter(|kind| kind.is_periodic())
+        .ok_or_else(|| unknown(name))?;
+    let mut params = Params::new();
+    for &field in kind.fields() {
+        let value = args.u64(field.name())?;
+        params = match field {
+            Field::Limit => params.limit(value),
+            Field::Capacity => params.capacity(value),
+            Field::Rate => params.rate(value),
+            Field::Period => params.period(value),
+            // A kind of one fixed period takes numbers only.
+            _ => return Err(unknown(name)),
+        };
+    }
+    if kind == Kind::FixedWindow {
+        params = params.count_denied(args.eat("counting_denied"));
+    }
+    if kind.takes_overdraft() {
+        params = params.overdraft(overdraft(args)?);
+    }
+    Ok(AnyAlgorithm::new(kind, params)?)
 }
 
 /// The kind `name` spells in any case, through the core's one list of names (which
@@ -102,11 +86,7 @@ fn kind(name: &[u8]) -> Option<Kind> {
 }
 
 fn unknown(name: &[u8]) -> ArgError {
-    let names: Vec<String> = KINDS
-        .iter()
-        .map(|kind| kind.name().replace('-', "_"))
-        .chain([BAN.to_owned()])
-        .collect();
+    let names: Vec<&str> = kinds().map(Kind::script_name).chain([BAN]).collect();
     ArgError::Syntax(format!(
         "unexpected '{}' (expected an algorithm: {})",
         String::from_utf8_lossy(name),
@@ -116,7 +96,7 @@ fn unknown(name: &[u8]) -> ArgError {
 
 /// A calendar window in its period, after its name: `limit start end [overdraft N]`,
 /// the period `[start, end)` computed by the caller (the core has no calendar).
-pub fn calendar(args: &mut Args<'_>) -> Result<CalendarWindowAt, ArgError> {
+pub(crate) fn calendar(args: &mut Args<'_>) -> Result<CalendarWindowAt, ArgError> {
     let window = CalendarWindow::new(args.u64("limit")?)?;
     let period = CalendarPeriod::new(args.u64("start")?, args.u64("end")?)?;
     Ok(window.with_overdraft(overdraft(args)?)?.during(period))
@@ -129,14 +109,6 @@ fn overdraft(args: &mut Args<'_>) -> Result<u64, ArgError> {
     } else {
         Ok(0)
     }
-}
-
-fn bucket(args: &mut Args<'_>) -> Result<(u64, u64, Ticks), ArgError> {
-    Ok((
-        args.u64("capacity")?,
-        args.u64("rate")?,
-        args.u64("period")?,
-    ))
 }
 
 #[cfg(test)]
@@ -152,9 +124,9 @@ mod tests {
     /// under the core's name.
     #[test]
     fn every_listed_kind_parses() {
-        for kind in KINDS {
-            let name = kind.name().replace('-', "_");
-            for spelled in [name.to_ascii_uppercase(), name, kind.name().to_owned()] {
+        for kind in kinds() {
+            let name = kind.script_name();
+            for spelled in [name.to_ascii_uppercase(), name.into(), kind.name().into()] {
                 let algorithm = parse_words(&[&spelled, "1", "1", "1"]).unwrap();
                 assert_eq!(algorithm.kind(), kind, "{spelled}");
             }
@@ -164,15 +136,22 @@ mod tests {
     /// Composites and leases are other commands' grammar: refused as unknown words.
     #[test]
     fn composite_and_concurrency_are_not_algorithms_here() {
-        for name in ["composite", "concurrency", "nope", ""] {
+        let others = [Kind::Composite, Kind::Concurrency, Kind::CalendarWindow];
+        let names = others.map(Kind::script_name);
+        for name in names.into_iter().chain(["nope", ""]) {
             let error = parse_words(&[name, "1", "1", "1"]).unwrap_err().to_string();
-            assert_eq!(
-                error,
-                format!(
-                    "unexpected '{name}' (expected an algorithm: fixed_window, sliding_log, \
-                     sliding_counter, token_bucket, leaky_bucket, pacing, ban)"
-                )
-            );
+            let listed = [
+                Kind::FixedWindow,
+                Kind::SlidingLog,
+                Kind::SlidingCounter,
+                Kind::TokenBucket,
+                Kind::LeakyBucket,
+                Kind::Pacing,
+            ]
+            .map(Kind::script_name)
+            .join(", ");
+            let expected = format!("unexpected '{name}' (expected an algorithm: {listed}, ban)");
+            assert_eq!(error, expected);
         }
     }
 }

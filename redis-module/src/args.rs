@@ -1,10 +1,11 @@
 //! A command's arguments, read front to back; every malformed input is an [`ArgError`].
 
-use sluicegate_core::{check_now, ParamError};
+use sluicegate_core::clock::check_now;
+use sluicegate_core::ParamError;
 
 /// Arguments a command cannot use. Replied as an error; nothing is read or written.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ArgError {
+pub(crate) enum ArgError {
     /// Missing, extra or unknown words, or a number that is not one.
     Syntax(String),
     /// A parameter outside the core's range, in the core's words.
@@ -28,24 +29,24 @@ impl std::fmt::Display for ArgError {
 
 /// A cursor over a command's arguments.
 #[derive(Debug)]
-pub struct Args<'a> {
+pub(crate) struct Args<'a> {
     args: &'a [&'a [u8]],
     pos: usize,
 }
 
 impl<'a> Args<'a> {
     /// The arguments after the command's name.
-    pub fn new(args: &'a [&'a [u8]]) -> Self {
+    pub(crate) fn new(args: &'a [&'a [u8]]) -> Self {
         Self { args, pos: 0 }
     }
 
     /// Whether every argument has been read.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.pos >= self.args.len()
     }
 
     /// The next argument, whatever it holds (a key, an owner).
-    pub fn bytes(&mut self, what: &str) -> Result<&'a [u8], ArgError> {
+    pub(crate) fn bytes(&mut self, what: &str) -> Result<&'a [u8], ArgError> {
         let arg = self
             .args
             .get(self.pos)
@@ -55,7 +56,7 @@ impl<'a> Args<'a> {
     }
 
     /// The next `n` arguments, in place (the keys of a `numkeys key...` command).
-    pub fn take(&mut self, n: usize, what: &str) -> Result<&'a [&'a [u8]], ArgError> {
+    pub(crate) fn take(&mut self, n: usize, what: &str) -> Result<&'a [&'a [u8]], ArgError> {
         let end = self
             .pos
             .checked_add(n)
@@ -68,7 +69,7 @@ impl<'a> Args<'a> {
 
     /// Which of `words` (any case) the next argument is; read without allocating, as
     /// every decision parses its algorithm.
-    pub fn one_of(&mut self, what: &str, words: &[&str]) -> Result<usize, ArgError> {
+    pub(crate) fn one_of(&mut self, what: &str, words: &[&str]) -> Result<usize, ArgError> {
         let arg = self.bytes(what)?;
         words
             .iter()
@@ -83,7 +84,7 @@ impl<'a> Args<'a> {
     }
 
     /// The next argument as a decimal `u64`.
-    pub fn u64(&mut self, what: &str) -> Result<u64, ArgError> {
+    pub(crate) fn u64(&mut self, what: &str) -> Result<u64, ArgError> {
         let arg = self.bytes(what)?;
         parse_u64(arg).ok_or_else(|| {
             ArgError::Syntax(format!(
@@ -95,7 +96,7 @@ impl<'a> Args<'a> {
     }
 
     /// The next argument as a decimal `i64`, with an optional leading `-`.
-    pub fn i64(&mut self, what: &str) -> Result<i64, ArgError> {
+    pub(crate) fn i64(&mut self, what: &str) -> Result<i64, ArgError> {
         let arg = self.bytes(what)?;
         let value = match arg.strip_prefix(b"-") {
             Some(digits) => parse_u64(digits).and_then(|n| 0i64.checked_sub_unsigned(n)),
@@ -112,7 +113,7 @@ impl<'a> Args<'a> {
     }
 
     /// Skips the next argument if it is `word` (any case).
-    pub fn eat(&mut self, word: &str) -> bool {
+    pub(crate) fn eat(&mut self, word: &str) -> bool {
         let next = self.args.get(self.pos);
         let found = next.is_some_and(|arg| arg.eq_ignore_ascii_case(word.as_bytes()));
         if found {
@@ -123,7 +124,7 @@ impl<'a> Args<'a> {
 
     /// Reads the trailing options: each of `names` at most once, followed by its value.
     /// `NOW` is checked against the core's range.
-    pub fn options<const N: usize>(
+    pub(crate) fn options<const N: usize>(
         &mut self,
         names: [&str; N],
     ) -> Result<[Option<u64>; N], ArgError> {
@@ -145,7 +146,7 @@ impl<'a> Args<'a> {
 
 /// Digits only: no sign, no spaces, no overflow. (A loop over the bytes: every
 /// decision parses its parameters, and `str::parse` first checks UTF-8.)
-pub fn parse_u64(arg: &[u8]) -> Option<u64> {
+pub(crate) fn parse_u64(arg: &[u8]) -> Option<u64> {
     if arg.is_empty() {
         return None;
     }

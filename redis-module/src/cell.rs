@@ -3,61 +3,70 @@
 //! reset after in whole seconds), decided by the core's exact
 //! [`LeakyBucket::redis_cell`].
 
-use sluicegate_core::{Algorithm, BucketState, Decision, DecodeError, LeakyBucket, Ticks, SECOND};
+use sluicegate_core::state::BucketState;
+use sluicegate_core::{Algorithm, Decision, DecodeError, LeakyBucket, ParamError, Ticks, SECOND};
 
 use crate::engine::{Encoded, Write};
 
 /// A parsed `CL.THROTTLE`.
 #[derive(Debug)]
-pub struct Throttle {
+pub(crate) struct Throttle {
     /// The funnel: capacity `max_burst + 1`, leaking `count` per `period` seconds.
     pub bucket: LeakyBucket,
     /// The request's cost.
     pub quantity: u64,
 }
 
-/// redis-cell's usage line.
-const USAGE: &str =
-    "Cell error: Usage: cl.throttle <key> <max_burst> <count per period> <period> [<quantity>]";
+/// Why `CL.THROTTLE`'s arguments are refused, worded as redis-cell's.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CellError {
+    #[error(
+        "Cell error: Usage: cl.throttle <key> <max_burst> <count per period> <period> [<quantity>]"
+    )]
+    Usage,
+    #[error("Cell error: Couldn't parse as integer: {0}")]
+    NotInteger(String),
+    #[error("Cell error: Zero rates are not supported")]
+    ZeroRate,
+    #[error("Cell error: {0} must not be negative, got {1}")]
+    Negative(&'static str, i64),
+    #[error("Cell error: period of {0} seconds is too long")]
+    PeriodTooLong(i64),
+    /// Beyond the core's range, in the core's words.
+    #[error("Cell error: {0}")]
+    Param(#[from] ParamError),
+}
 
 impl Throttle {
     /// Parses the arguments after the command's name; errors worded as redis-cell's
     /// (`Cell error: ...`), parameters beyond the core's range in the core's words.
     /// (The key, the first argument, is opened by the command.)
-    pub fn parse(args: &[&[u8]]) -> Result<Self, String> {
+    pub(crate) fn parse(args: &[&[u8]]) -> Result<Self, CellError> {
         let numbers = match args {
             [_key, rest @ ..] if (3..=4).contains(&rest.len()) => rest,
-            _ => return Err(USAGE.to_owned()),
+            _ => return Err(CellError::Usage),
         };
         let mut values = [0i64, 0, 0, 1];
         for (value, arg) in values.iter_mut().zip(numbers) {
             *value = std::str::from_utf8(arg)
                 .ok()
                 .and_then(|s| s.parse().ok())
-                .ok_or_else(|| {
-                    format!(
-                        "Cell error: Couldn't parse as integer: {}",
-                        String::from_utf8_lossy(arg)
-                    )
-                })?;
+                .ok_or_else(|| CellError::NotInteger(String::from_utf8_lossy(arg).into_owned()))?;
         }
         let [max_burst, count, period, quantity] = values;
         if count == 0 || period == 0 {
-            return Err("Cell error: Zero rates are not supported".to_owned());
+            return Err(CellError::ZeroRate);
         }
-        let unsigned = |name: &str, v: i64| {
-            u64::try_from(v)
-                .map_err(|_| format!("Cell error: {name} must not be negative, got {v}"))
-        };
+        let unsigned =
+            |name: &'static str, v: i64| u64::try_from(v).map_err(|_| CellError::Negative(name, v));
         let period = unsigned("period", period)?
             .checked_mul(SECOND)
-            .ok_or_else(|| format!("Cell error: period of {period} seconds is too long"))?;
+            .ok_or(CellError::PeriodTooLong(period))?;
         let bucket = LeakyBucket::redis_cell(
             unsigned("max_burst", max_burst)?,
             unsigned("count per period", count)?,
             period,
-        )
-        .map_err(|e| format!("Cell error: {e}"))?;
+        )?;
         Ok(Self {
             bucket,
             quantity: unsigned("quantity", quantity)?,
@@ -67,7 +76,7 @@ impl Throttle {
     /// Decides at `now` from the key's value: the decision and the key's new value. A
     /// value redis-cell itself wrote (its arrival time in decimal nanoseconds) is read
     /// too, rounded up to the microsecond, so swapping the module keeps every limit.
-    pub fn decide(
+    pub(crate) fn decide(
         &self,
         value: Option<&[u8]>,
         now: Ticks,
@@ -109,7 +118,7 @@ fn legacy_tat(bytes: &[u8]) -> Option<Ticks> {
 
 /// The five integers redis-cell replies: times in whole seconds, rounded as redis-cell
 /// rounds them (up when at least a millisecond is left over), retry -1 when admitted.
-pub fn reply(d: &Decision) -> [i64; 5] {
+pub(crate) fn reply(d: &Decision) -> [i64; 5] {
     let mut fields = d.cl_throttle_reply();
     for field in &mut fields[3..] {
         if *field >= 0 {
@@ -121,7 +130,7 @@ pub fn reply(d: &Decision) -> [i64; 5] {
 
 /// Ticks as redis-cell's seconds: whole seconds, plus one if the rest has a whole
 /// millisecond.
-pub fn seconds(ticks: i64) -> i64 {
+pub(crate) fn seconds(ticks: i64) -> i64 {
     let second = SECOND as i64;
     ticks / second + i64::from(ticks % second >= 1000)
 }

@@ -1,9 +1,12 @@
 //! The decisions, with no Redis in sight: parsed arguments and the keys' values in, the
 //! reply and the keys' new values out. The commands wrap this in key reads and writes.
 
+use sluicegate_core::calendar::CalendarWindowAt;
+use sluicegate_core::lease::{Acquired, Concurrency, Grant, LeaseError};
+use sluicegate_core::state::AnyState;
 use sluicegate_core::{
-    Acquired, Algorithm, AnyAlgorithm, AnyState, CalendarWindowAt, Composite, Concurrency,
-    Decision, DecodeError, Grant, LeaseError, Report, Reported, Reserve, Ticks,
+    Algorithm, AnyAlgorithm, Composite, Decision, DecodeError, Kind, Report, Reported, Reserve,
+    Ticks,
 };
 
 use crate::algorithm;
@@ -11,7 +14,7 @@ use crate::args::{ArgError, Args};
 
 /// Why a command decided nothing. Every variant is a reply, never a panic.
 #[derive(Debug)]
-pub enum Failure {
+pub(crate) enum Failure {
     /// Malformed arguments or parameters out of range.
     Arg(ArgError),
     /// A key holds a Redis value of another type (named as `TYPE` names it).
@@ -64,16 +67,19 @@ impl std::fmt::Display for Failure {
 
 /// A key's new value: its state's bytes and the time until that state is fresh (its
 /// TTL on the server's clock), or `None` when fresh (the key is deleted).
-pub type Write = Option<(Encoded, Ticks)>;
+pub(crate) type Write = Option<(Encoded, Ticks)>;
 
 /// How many bytes of a state [`Encoded`] keeps on the stack: every fixed-size state, a
 /// lock held by an owner of up to 64 bytes.
 const INLINE: usize = 96;
 
+/// The word before a calendar window's parameters.
+const CALENDAR_WINDOW: &str = Kind::CalendarWindow.script_name();
+
 /// A state's bytes, on the stack up to [`INLINE`] bytes, so a decision allocates nothing
 /// to encode its state; longer ones (sliding logs, lease tables) spill to the heap.
 #[derive(Debug, Clone)]
-pub struct Encoded {
+pub(crate) struct Encoded {
     len: usize,
     inline: [u8; INLINE],
     heap: Vec<u8>,
@@ -81,7 +87,7 @@ pub struct Encoded {
 
 impl Encoded {
     /// `state`'s canonical bytes under `algorithm`'s encoding.
-    pub fn of<S>(encode: impl FnOnce(&mut Self, &S), state: &S) -> Self {
+    pub(crate) fn of<S>(encode: impl FnOnce(&mut Self, &S), state: &S) -> Self {
         let mut out = Self {
             len: 0,
             inline: [0; INLINE],
@@ -92,7 +98,7 @@ impl Encoded {
     }
 
     /// The bytes.
-    pub fn as_slice(&self) -> &[u8] {
+    pub(crate) fn as_slice(&self) -> &[u8] {
         if self.heap.is_empty() {
             &self.inline[..self.len]
         } else {
@@ -123,7 +129,7 @@ impl Extend<u8> for Encoded {
 
 /// The keys' new values in the keys' order; one key's without a vector.
 #[derive(Debug)]
-pub enum Writes {
+pub(crate) enum Writes {
     /// One key's (taken once).
     One(Option<Write>),
     /// A composite's, one per member.
@@ -143,17 +149,17 @@ impl Iterator for Writes {
 
 /// A reply's integers: at most ten (a lease acquire's), on the stack.
 #[derive(Debug, Clone, Copy)]
-pub struct Fields {
+pub(crate) struct Fields {
     values: [i64; Fields::MAX],
     len: usize,
 }
 
 impl Fields {
     /// The most integers a reply holds.
-    pub const MAX: usize = 10;
+    pub(crate) const MAX: usize = 10;
 
     /// The integers.
-    pub fn as_slice(&self) -> &[i64] {
+    pub(crate) fn as_slice(&self) -> &[i64] {
         &self.values[..self.len]
     }
 }
@@ -169,7 +175,7 @@ impl<const N: usize> From<[i64; N]> for Fields {
 
 /// One limit over one key, or a composite over one key per member.
 #[derive(Debug)]
-pub enum Limit {
+pub(crate) enum Limit {
     /// One algorithm.
     One(AnyAlgorithm),
     /// Every member must admit; member `i` keeps its state in key `i`.
@@ -181,7 +187,7 @@ pub enum Limit {
 impl Limit {
     /// At the server's time (not `explicit`), a calendar window's `now` must lie in its
     /// period: the caller's period has turned otherwise.
-    pub fn check_period(&self, now: Ticks, explicit: bool) -> Result<(), Failure> {
+    pub(crate) fn check_period(&self, now: Ticks, explicit: bool) -> Result<(), Failure> {
         match self {
             Self::Calendar(c) if !explicit => {
                 let period = c.period();
@@ -199,7 +205,7 @@ impl Limit {
 /// The arguments of `SLUICEGATE.CHECK` and `SLUICEGATE.PEEK`:
 /// `numkeys key [key ...] algorithm [algorithm ...] [COST c] [NOW t] [MAXWAIT w]`.
 #[derive(Debug)]
-pub struct Request<'a> {
+pub(crate) struct Request<'a> {
     /// The Redis keys, one per algorithm (the arguments, in place).
     pub keys: &'a [&'a [u8]],
     /// The limit.
@@ -213,14 +219,14 @@ pub struct Request<'a> {
 }
 
 /// The most keys (and composite members) one command takes: the core's bound.
-pub const MAX_KEYS: u64 = 255;
+pub(crate) const MAX_KEYS: u64 = 255;
 
 /// The most keys one `SLUICEGATE.BATCH` takes (the client's batches stay within it).
-pub const MAX_BATCH_KEYS: u64 = 4096;
+pub(crate) const MAX_BATCH_KEYS: u64 = 4096;
 
 /// Reads `numkeys key...` (at most `max` keys) and returns the keys; the first argument
 /// of every multi-key command, and what Redis asks for to route it (Cluster).
-pub fn keys<'a>(args: &mut Args<'a>, max: u64) -> Result<&'a [&'a [u8]], ArgError> {
+pub(crate) fn keys<'a>(args: &mut Args<'a>, max: u64) -> Result<&'a [&'a [u8]], ArgError> {
     let n = args.u64("numkeys")?;
     if !(1..=max).contains(&n) {
         return Err(ArgError::Syntax(format!(
@@ -233,7 +239,7 @@ pub fn keys<'a>(args: &mut Args<'a>, max: u64) -> Result<&'a [&'a [u8]], ArgErro
 
 impl<'a> Request<'a> {
     /// Parses the arguments after the command's name; `MAXWAIT` only with `wait`.
-    pub fn parse(args: &'a [&'a [u8]], wait: bool) -> Result<Self, ArgError> {
+    pub(crate) fn parse(args: &'a [&'a [u8]], wait: bool) -> Result<Self, ArgError> {
         let mut args = Args::new(args);
         let (keys, limit) = keys_and_limit(&mut args)?;
         let [cost, now, max_wait] = if wait {
@@ -266,11 +272,11 @@ impl<'a> Request<'a> {
     /// algorithms (or one calendar window, alone), each request as many keys in a row
     /// and one cost. The request returned has the first request's keys and cost; the
     /// costs are all of them.
-    pub fn parse_batch(args: &'a [&'a [u8]]) -> Result<(Self, Vec<u64>), ArgError> {
+    pub(crate) fn parse_batch(args: &'a [&'a [u8]]) -> Result<(Self, Vec<u64>), ArgError> {
         let mut args = Args::new(args);
         let keys = keys(&mut args, MAX_BATCH_KEYS)?;
         let mut specs = Vec::new();
-        let calendar = if args.eat("calendar_window") {
+        let calendar = if args.eat(CALENDAR_WINDOW) {
             let calendar = algorithm::calendar(&mut args)?;
             if !args.eat("COSTS") {
                 return Err(ArgError::Syntax(
@@ -312,7 +318,7 @@ impl<'a> Request<'a> {
 
     /// Decides at `now` from the keys' values (`None`: absent): the decision and each
     /// key's new value.
-    pub fn decide(
+    pub(crate) fn decide(
         &self,
         values: &[Option<&[u8]>],
         now: Ticks,
@@ -338,7 +344,7 @@ impl<'a> Request<'a> {
 
     /// Checks that every value is a state of its member, as `SLUICEGATE.RESET` does
     /// before deleting anything.
-    pub fn validate(&self, values: &[Option<&[u8]>]) -> Result<(), Failure> {
+    pub(crate) fn validate(&self, values: &[Option<&[u8]>]) -> Result<(), Failure> {
         let one;
         let members = match &self.limit {
             Limit::One(spec) => {
@@ -387,7 +393,7 @@ fn keys_and_limit<'a>(args: &mut Args<'a>) -> Result<(&'a [&'a [u8]], Limit), Ar
     let keys = keys(args, MAX_KEYS)?;
     // One key, the common case, needs no vector of specs.
     let limit = if let [_] = keys {
-        if args.eat("calendar_window") {
+        if args.eat(CALENDAR_WINDOW) {
             Limit::Calendar(algorithm::calendar(args)?)
         } else {
             Limit::One(algorithm::parse(args)?)
@@ -428,7 +434,7 @@ fn member_writes(
 /// `numkeys key [key ...] algorithm [algorithm ...] ADJUST a [NOW t]`, `a` signed: the
 /// keys, limit and time as a request's (of no cost), and the adjustment.
 #[derive(Debug)]
-pub struct ReportRequest<'a> {
+pub(crate) struct ReportRequest<'a> {
     /// The keys, limit and explicit time.
     pub request: Request<'a>,
     /// Units added to what the key has taken (negative: given back).
@@ -437,7 +443,7 @@ pub struct ReportRequest<'a> {
 
 impl<'a> ReportRequest<'a> {
     /// Parses the arguments after the command's name.
-    pub fn parse(args: &'a [&'a [u8]]) -> Result<Self, ArgError> {
+    pub(crate) fn parse(args: &'a [&'a [u8]]) -> Result<Self, ArgError> {
         let mut args = Args::new(args);
         let (keys, limit) = keys_and_limit(&mut args)?;
         args.one_of("ADJUST", &["ADJUST"])?;
@@ -458,7 +464,7 @@ impl<'a> ReportRequest<'a> {
 
     /// The core's report at `now` on the keys' values (`None`: absent): what it recorded
     /// and each key's new value.
-    pub fn report(
+    pub(crate) fn report(
         &self,
         values: &[Option<&[u8]>],
         now: Ticks,
@@ -492,7 +498,7 @@ fn validate_all<'s>(
 }
 
 /// `state`'s bytes under `spec`.
-pub fn encode(spec: &AnyAlgorithm, state: &AnyState) -> Encoded {
+pub(crate) fn encode(spec: &AnyAlgorithm, state: &AnyState) -> Encoded {
     Encoded::of(|out, s| spec.encode(s, out), state)
 }
 
@@ -502,7 +508,7 @@ fn decode(spec: &AnyAlgorithm, value: Option<&[u8]>) -> Result<Option<AnyState>,
 
 /// A decision as the scripts reply it: allowed, limit, remaining, retry (-1: never),
 /// reset, delay, now.
-pub fn reply(d: &Decision, now: Ticks) -> [i64; 7] {
+pub(crate) fn reply(d: &Decision, now: Ticks) -> [i64; 7] {
     let retry = match d.retry_after {
         Some(t) if !d.allowed => signed(t),
         Some(_) => 0,
@@ -520,13 +526,13 @@ pub fn reply(d: &Decision, now: Ticks) -> [i64; 7] {
 }
 
 /// Every value the core reports fits (times up to 2^62 plus a horizon); saturate anyway.
-pub fn signed(v: u64) -> i64 {
+pub(crate) fn signed(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
 /// The arguments of the lease commands: `key max owner [ttl] [NOW t]`.
 #[derive(Debug)]
-pub struct LeaseRequest<'a> {
+pub(crate) struct LeaseRequest<'a> {
     /// The limit.
     pub leases: Concurrency,
     /// Who asks.
@@ -541,7 +547,7 @@ pub struct LeaseRequest<'a> {
 
 /// A lease operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LeaseOp {
+pub(crate) enum LeaseOp {
     /// Grant or re-enter.
     Acquire,
     /// Release once.
@@ -552,7 +558,7 @@ pub enum LeaseOp {
 
 /// What a lease operation answers.
 #[derive(Debug)]
-pub enum LeaseReply {
+pub(crate) enum LeaseReply {
     /// An acquire's decision and grant.
     Acquired(Acquired),
     /// A release's or renewal's lease as it stands.
@@ -562,7 +568,7 @@ pub enum LeaseReply {
 impl<'a> LeaseRequest<'a> {
     /// Parses `key max owner ttl [PACKED] [NOW t]` (no `ttl` for a release) and checks
     /// the owner and ttl as the core does, before the command opens the key.
-    pub fn parse(args: &'a [&'a [u8]], op: LeaseOp) -> Result<Self, Failure> {
+    pub(crate) fn parse(args: &'a [&'a [u8]], op: LeaseOp) -> Result<Self, Failure> {
         let mut args = Args::new(args);
         args.bytes("a key")?;
         let leases = Concurrency::new(args.u64("max")?).map_err(ArgError::from)?;
@@ -587,7 +593,7 @@ impl<'a> LeaseRequest<'a> {
     }
 
     /// Runs `op` at `now` on the key's value: the reply and the key's new value.
-    pub fn run(
+    pub(crate) fn run(
         &self,
         op: LeaseOp,
         value: Option<&[u8]>,
@@ -619,7 +625,7 @@ impl<'a> LeaseRequest<'a> {
 impl LeaseReply {
     /// Acquire: the decision's seven fields, then token, expires_at and holds (0 when
     /// denied). Release and renew: token, expires_at, holds (0 once released), now.
-    pub fn fields(&self, now: Ticks) -> Fields {
+    pub(crate) fn fields(&self, now: Ticks) -> Fields {
         match self {
             LeaseReply::Acquired(a) => {
                 let [ok, limit, free, retry, reset, delay, now] = reply(&a.decision, now);

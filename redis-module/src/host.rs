@@ -21,7 +21,7 @@ use sluicegate_core::Ticks;
 use crate::engine::{Failure, Fields, Write};
 
 /// What a command replies.
-pub enum Reply {
+pub(crate) enum Reply {
     /// An array of integers.
     Integers(Fields),
     /// The same integers as one bulk string, each big-endian, eight bytes.
@@ -35,17 +35,17 @@ pub enum Reply {
 }
 
 /// A command's error reply: its first word is the error code.
-pub type Error = String;
+pub(crate) type Error = String;
 
 /// A command: the call, and the arguments after its name as bytes.
-pub type Command = fn(&Call<'_>, &[&[u8]]) -> Result<Reply, Error>;
+pub(crate) type Command = fn(&Call<'_>, &[&[u8]]) -> Result<Reply, Error>;
 
 /// The arguments most commands have (a composite of four buckets with options): read
 /// into an array on the stack, more into a vector.
 const INLINE_ARGS: usize = 32;
 
 /// One call of a command: Redis's context and the arguments as Redis holds them.
-pub struct Call<'a> {
+pub(crate) struct Call<'a> {
     ctx: *mut RedisModuleCtx,
     argv: &'a [*mut RedisModuleString],
 }
@@ -54,7 +54,7 @@ pub struct Call<'a> {
 ///
 /// # Safety
 /// `ctx`, `argv` and `argc` are those Redis passed to the command.
-pub unsafe fn run(
+pub(crate) unsafe fn run(
     ctx: *mut RedisModuleCtx,
     argv: *mut *mut RedisModuleString,
     argc: c_int,
@@ -135,19 +135,19 @@ unsafe fn bytes<'a>(s: *mut RedisModuleString) -> &'a [u8] {
 
 impl Call<'_> {
     /// Whether Redis asks where the keys are rather than running the command.
-    pub fn is_keys_position_request(&self) -> bool {
+    pub(crate) fn is_keys_position_request(&self) -> bool {
         unsafe { raw::RedisModule_IsKeysPositionRequest.unwrap()(self.ctx) != 0 }
     }
 
     /// Declares argument `pos` (counting the command's name) a key.
-    pub fn key_at(&self, pos: usize) {
+    pub(crate) fn key_at(&self, pos: usize) {
         let pos = c_int::try_from(pos).unwrap_or(c_int::MAX);
         unsafe { raw::RedisModule_KeyAtPos.unwrap()(self.ctx, pos) }
     }
 
     /// Opens the key named by argument `pos` (counting the command's name), for writing
     /// or not; `None` if there is no such argument.
-    pub fn open(&self, pos: usize, write: bool) -> Option<Key<'_>> {
+    pub(crate) fn open(&self, pos: usize, write: bool) -> Option<Key<'_>> {
         let name = *self.argv.get(pos)?;
         let mode = if write {
             raw::REDISMODULE_READ | raw::REDISMODULE_WRITE
@@ -164,7 +164,7 @@ impl Call<'_> {
 }
 
 /// A key opened for a command; closed when dropped.
-pub struct Key<'a> {
+pub(crate) struct Key<'a> {
     call: &'a Call<'a>,
     name: *mut RedisModuleString,
     handle: *mut RedisModuleKey,
@@ -181,7 +181,7 @@ impl Drop for Key<'_> {
 static PXAT: AtomicPtr<RedisModuleString> = AtomicPtr::new(ptr::null_mut());
 
 /// Makes the strings every replicated write shares; called once when the module loads.
-pub fn init() {
+pub(crate) fn init() {
     let word = b"PXAT";
     // No context: kept for the module's life.
     let pxat = unsafe {
@@ -196,7 +196,7 @@ pub fn init() {
 
 impl Key<'_> {
     /// The string held, in place; `None` when absent; a key of another type is refused.
-    pub fn value(&self) -> Result<Option<&[u8]>, Failure> {
+    pub(crate) fn value(&self) -> Result<Option<&[u8]>, Failure> {
         let kind = unsafe { raw::RedisModule_KeyType.unwrap()(self.handle) } as isize;
         match kind {
             raw::REDISMODULE_KEYTYPE_EMPTY => Ok(None),
@@ -221,7 +221,7 @@ impl Key<'_> {
     /// expires the key when the primary does, whenever it applies the write), `SET key
     /// bytes` at an explicit time, `DEL key` when fresh. Takes `&mut self`: nothing
     /// read from the key may live across its write.
-    pub fn store(
+    pub(crate) fn store(
         &mut self,
         had: bool,
         write: Write,
@@ -328,12 +328,12 @@ macro_rules! entry {
 pub(crate) use entry;
 
 /// The C signature of a command's entry point.
-pub type Entry =
+pub(crate) type Entry =
     unsafe extern "C" fn(*mut RedisModuleCtx, *mut *mut RedisModuleString, c_int) -> c_int;
 
 /// Registers a command (`name`, `flags` and key positions as `COMMAND INFO` shows
 /// them); `false` if Redis refused it.
-pub fn register(
+pub(crate) fn register(
     ctx: *mut RedisModuleCtx,
     name: &CStr,
     entry: Entry,

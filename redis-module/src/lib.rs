@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
+#![warn(unreachable_pub)]
 // Unit tests run without a server: the commands are registered only in the real build.
 #![cfg_attr(test, allow(dead_code))]
 
@@ -11,7 +12,8 @@ mod host;
 #[cfg(test)]
 mod tests;
 
-use sluicegate_core::{Clock, Decision, SystemClock, Ticks};
+use sluicegate_core::clock::{Clock, SystemClock};
+use sluicegate_core::{Decision, Ticks};
 
 use args::Args;
 use engine::{
@@ -274,7 +276,7 @@ fn lease_renew(call: &Call<'_>, args: &[&[u8]]) -> Result<Reply, Error> {
 
 /// `CL.THROTTLE`, as redis-cell's.
 fn throttle(call: &Call<'_>, args: &[&[u8]]) -> Result<Reply, Error> {
-    let throttle = cell::Throttle::parse(args)?;
+    let throttle = cell::Throttle::parse(args).map_err(error)?;
     let now = server_now();
     let decision = on_first_key(call, now, false, |value| {
         throttle

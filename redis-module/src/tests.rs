@@ -2,6 +2,7 @@
 //! is an answer or a typed error, never a panic.
 
 use proptest::prelude::*;
+use sluicegate_core::Kind;
 
 use crate::args::ArgError;
 use crate::cell::{self, Throttle};
@@ -12,12 +13,12 @@ const WORDS: [&str; 30] = [
     "1",
     "2",
     "3",
-    "fixed_window",
-    "sliding_log",
-    "sliding_counter",
-    "token_bucket",
-    "leaky_bucket",
-    "pacing",
+    Kind::FixedWindow.script_name(),
+    Kind::SlidingLog.script_name(),
+    Kind::SlidingCounter.script_name(),
+    Kind::TokenBucket.script_name(),
+    Kind::LeakyBucket.script_name(),
+    Kind::Pacing.script_name(),
     "ban",
     "counting_denied",
     "COST",
@@ -132,7 +133,7 @@ fn bans_nest_a_bounded_depth() {
     for _ in 0..100_000 {
         args.extend([&b"ban"[..], b"1", b"1", b"1"]);
     }
-    args.extend([&b"fixed_window"[..], b"1", b"1"]);
+    args.extend([Kind::FixedWindow.script_name().as_bytes(), b"1", b"1"]);
     assert!(Request::parse(&args, false).is_err());
 }
 

@@ -16,7 +16,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use sluicegate_policy::{envoy, listed, File};
+use sluicegate_policy::envoy::{self, EnvoyError};
+use sluicegate_policy::{listed, File, FileError};
 
 use crate::limiters::{check_backend, Backend};
 use crate::service::{check_name, validate, Loaded, Service};
@@ -31,6 +32,33 @@ pub(crate) struct Sources {
     pub(crate) policies: Option<PathBuf>,
     /// `--envoy-config`: a YAML file, or a directory of them.
     pub(crate) envoy: Option<PathBuf>,
+}
+
+/// Why the policy files were refused (the first problem found); each names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum FilesError {
+    /// A file of sluicegate's policies cannot be read or is not valid.
+    #[error(transparent)]
+    File(#[from] FileError),
+    /// An Envoy configuration file cannot be read or is not valid.
+    #[error(transparent)]
+    Envoy(Box<EnvoyError>),
+    /// A policy of a valid file cannot be served.
+    #[error("{file}: policy {policy:?}: {why}")]
+    Policy {
+        /// The file.
+        file: String,
+        /// The policy.
+        policy: String,
+        /// Why not.
+        why: String,
+    },
+}
+
+impl From<EnvoyError> for FilesError {
+    fn from(e: EnvoyError) -> Self {
+        Self::Envoy(Box::new(e))
+    }
 }
 
 /// One file as last seen: its path, length and modification time.
@@ -61,7 +89,7 @@ impl Sources {
     }
 
     /// Every file to read, and whether it is Envoy's YAML.
-    fn files(&self) -> Result<Vec<(PathBuf, bool)>, String> {
+    fn files(&self) -> Result<Vec<(PathBuf, bool)>, FileError> {
         let mut files = Vec::new();
         if let Some(path) = &self.policies {
             let found = listed(path, |f| !is_hidden(f) && (is_toml(f) || envoy::is_yaml(f)))?;
@@ -77,34 +105,42 @@ impl Sources {
         Ok(files)
     }
 
-    /// The files as they are now (an unreadable listing is a change too).
-    fn seen(&self) -> Result<Vec<Seen>, String> {
-        Ok(self
-            .files()?
-            .into_iter()
-            .map(|(path, _)| {
-                let meta = std::fs::metadata(&path).ok();
-                let len = meta.as_ref().map_or(0, std::fs::Metadata::len);
-                let modified = meta.and_then(|m| m.modified().ok());
-                (path, len, modified)
-            })
-            .collect())
+    /// The files as they are now; `None` where the listing cannot be read.
+    fn seen(&self) -> Option<Vec<Seen>> {
+        let files = self.files().ok()?;
+        Some(
+            files
+                .into_iter()
+                .map(|(path, _)| {
+                    let meta = std::fs::metadata(&path).ok();
+                    let len = meta.as_ref().map_or(0, std::fs::Metadata::len);
+                    let modified = meta.and_then(|m| m.modified().ok());
+                    (path, len, modified)
+                })
+                .collect(),
+        )
     }
 
     /// Reads and checks every file, as `backend` can run it; the first problem found
     /// refuses them all.
-    pub(crate) fn load(&self, backend: &dyn Backend) -> Result<Loaded, String> {
+    pub(crate) fn load(&self, backend: &dyn Backend) -> Result<Loaded, FilesError> {
         let mut loaded = Loaded::default();
         for (path, yaml) in self.files()? {
             let name = path.display().to_string();
-            let text =
-                std::fs::read_to_string(&path).map_err(|e| format!("cannot read {name}: {e}"))?;
+            let text = std::fs::read_to_string(&path).map_err(|error| FileError::Read {
+                path: name.clone(),
+                error,
+            })?;
             if yaml {
                 loaded.envoy.add(&name, &text)?;
                 continue;
             }
             for (policy_name, policy) in File::parse_built(&name, &text)?.policies {
-                let at = |e: String| format!("{name}: policy {policy_name:?}: {e}");
+                let at = |why: String| FilesError::Policy {
+                    file: name.clone(),
+                    policy: policy_name.clone(),
+                    why,
+                };
                 check_name(&policy_name, "name").map_err(|e| at(e.to_string()))?;
                 validate(&policy).map_err(|e| at(e.to_string()))?;
                 check_backend(&policy, backend).map_err(|e| at(e.why))?;
@@ -121,7 +157,7 @@ impl Sources {
 /// Applies every change of the files of `sources` to `service`, forever.
 pub(crate) async fn watch(service: Arc<Service>, sources: Sources) {
     // Read again at the first tick: a change made since the start is not missed.
-    let (mut applied, mut previous) = (Err(String::new()), None);
+    let (mut applied, mut previous) = (None, None);
     let mut tick = tokio::time::interval(POLL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -131,10 +167,10 @@ pub(crate) async fn watch(service: Arc<Service>, sources: Sources) {
         // a poll, never half-written.
         let stable = previous.as_ref() == Some(&now);
         previous = Some(now.clone());
-        if !stable || now == applied {
+        if !stable || applied.as_ref() == Some(&now) {
             continue;
         }
-        applied = now;
+        applied = Some(now);
         match sources.load(&*service.backend) {
             Ok(loaded) => {
                 tracing::info!("policy files changed: applied");

@@ -20,6 +20,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 pub use config::{Config, FlagError};
+pub use files::FilesError;
 use limiters::{Backend, InProcess, InRedis, Keys};
 use service::Service;
 pub use store::StoreError;
@@ -41,9 +42,12 @@ pub enum Error {
     /// `--admin-name` is not a user name.
     #[error("--admin-name: {0}")]
     AdminName(String),
-    /// A configuration file is invalid (`PATH:LINE:COLUMN: why`).
-    #[error("{0}")]
-    Config(String),
+    /// A policy file is invalid (`PATH:LINE:COLUMN: why`).
+    #[error(transparent)]
+    Files(#[from] files::FilesError),
+    /// `--grpc-listen` or `--envoy-config` given to a server built without gRPC.
+    #[error("--grpc-listen and --envoy-config: this server is built without its `grpc` feature")]
+    NoGrpc,
     /// `--init-admin` found an admin already.
     #[error("an admin exists already; ask them for a token (POST /v1/users)")]
     AdminExists,
@@ -131,7 +135,7 @@ impl Server {
         service.reload(true).await?;
         let sources = files::Sources::of(&config);
         if sources.any() {
-            let loaded = sources.load(&*service.backend).map_err(Error::Config)?;
+            let loaded = sources.load(&*service.backend)?;
             service.set_files(loaded).await;
         }
         let listener = tokio::net::TcpListener::bind(config.listen)
@@ -140,9 +144,7 @@ impl Server {
         if cfg!(not(feature = "grpc"))
             && (config.grpc_listen.is_some() || config.envoy_config.is_some())
         {
-            let why =
-                "--grpc-listen and --envoy-config: this server is built without its `grpc` feature";
-            return Err(Error::Config(why.into()));
+            return Err(Error::NoGrpc);
         }
         let grpc = match config.grpc_listen {
             Some(addr) => Some(

@@ -6,8 +6,8 @@ use redis::Cmd;
 use sluicegate_core::limits::{MAX_LIMIT, MAX_WAIT};
 use sluicegate_core::{
     Algorithm, Ban, BucketParams, CalendarWindowAt, Composite, Decision, DecodeError, FixedWindow,
-    LeakyBucket, Pacing, Report, Request, Reserve, SlidingCounter, SlidingLog, Ticks, TokenBucket,
-    MAX_TICKS,
+    Kind, LeakyBucket, Pacing, Report, Request, Reserve, SlidingCounter, SlidingLog, Ticks,
+    TokenBucket, MAX_TICKS,
 };
 
 use crate::error::{Error, LATEST};
@@ -247,7 +247,7 @@ const ONE_KEY: &str = "the most the Redis scripts nest: a composite's members ar
 /// 0); `$range` checks its limit and overdraft; `$late`, if given, why a time beyond
 /// [`MAX_LUA_TICKS`] is refused (else it takes the core's times).
 macro_rules! lua_window {
-    ($type:ty, $name:literal, $file:expr, $range:expr $(, $flag:ident)? $(; $late:expr)?) => {
+    ($type:ty, $kind:expr, $file:expr, $range:expr $(, $flag:ident)? $(; $late:expr)?) => {
         impl LuaAlgorithm for $type {
             fn lua_files(&self, files: &mut Vec<&'static str>) {
                 files.push($file);
@@ -255,14 +255,14 @@ macro_rules! lua_window {
 
             fn lua_args(&self, _cost: u64, _at: Ticks, cmd: &mut Cmd) {
                 let params = self.params();
-                cmd.arg($name).arg(params.limit).arg(params.period);
+                cmd.arg($kind.script_name()).arg(params.limit).arg(params.period);
                 $(cmd.arg(u8::from(self.$flag()));)?
                 cmd.arg(self.overdraft());
             }
 
             fn module_args(&self, _at: Ticks, cmd: &mut Cmd) {
                 let params = self.params();
-                cmd.arg($name).arg(params.limit).arg(params.period);
+                cmd.arg($kind.script_name()).arg(params.limit).arg(params.period);
                 $(if self.$flag() {
                     cmd.arg("counting_denied");
                 })?
@@ -309,18 +309,18 @@ fn log_limit(limit: u64, overdraft: u64) -> Result<(), Error> {
 
 lua_window!(
     FixedWindow,
-    "fixed_window",
+    Kind::FixedWindow,
     FIXED_WINDOW,
     any_limit,
     counts_denied
 );
 lua_window!(
     SlidingCounter,
-    "sliding_counter",
+    Kind::SlidingCounter,
     SLIDING_COUNTER,
     any_limit
 );
-lua_window!(SlidingLog, "sliding_log", SLIDING_LOG, log_limit; LOG_TOO_LATE);
+lua_window!(SlidingLog, Kind::SlidingLog, SLIDING_LOG, log_limit; LOG_TOO_LATE);
 
 /// A calendar window in its period: its limit, overdraft, and the period's start and
 /// end (the module's `calendar_window limit start end [overdraft N]`).
@@ -332,7 +332,7 @@ impl LuaAlgorithm for CalendarWindowAt {
 
     fn lua_args(&self, _cost: u64, _at: Ticks, cmd: &mut Cmd) {
         let period = self.period();
-        cmd.arg("calendar_window")
+        cmd.arg(Kind::CalendarWindow.script_name())
             .arg(self.window().limit())
             .arg(self.overdraft())
             .arg(period.start())
@@ -341,7 +341,7 @@ impl LuaAlgorithm for CalendarWindowAt {
 
     fn module_args(&self, _at: Ticks, cmd: &mut Cmd) {
         let period = self.period();
-        cmd.arg("calendar_window")
+        cmd.arg(Kind::CalendarWindow.script_name())
             .arg(self.window().limit())
             .arg(period.start())
             .arg(period.end());
@@ -452,7 +452,7 @@ fn fast_state<A: Algorithm>(
 /// `$tag` in the core's encoding, whose checks wait at most `$wait`, with the overdraft
 /// `$overdraft` gives.
 macro_rules! lua_bucket {
-    ($type:ty, $name:literal, $extra:literal, $tag:literal, $wait:expr, $overdraft:expr) => {
+    ($type:ty, $kind:expr, $extra:literal, $tag:literal, $wait:expr, $overdraft:expr) => {
         impl LuaAlgorithm for $type {
             fn lua_files(&self, files: &mut Vec<&'static str>) {
                 files.push(BUCKET);
@@ -461,12 +461,12 @@ macro_rules! lua_bucket {
             fn lua_args(&self, cost: u64, _at: Ticks, cmd: &mut Cmd) {
                 let params = self.params();
                 let burst = (params.capacity + $extra, $overdraft(self));
-                bucket_args($name, params, burst, cost, cmd);
+                bucket_args($kind.script_name(), params, burst, cost, cmd);
             }
 
             fn module_args(&self, _at: Ticks, cmd: &mut Cmd) {
                 let params = self.params();
-                cmd.arg($name)
+                cmd.arg($kind.script_name())
                     .arg(params.capacity)
                     .arg(params.rate)
                     .arg(params.period);
@@ -504,11 +504,11 @@ macro_rules! lua_bucket {
     };
 }
 
-lua_bucket!(TokenBucket, "token_bucket", 0, 4, 0, Report::overdraft);
-lua_bucket!(LeakyBucket, "leaky_bucket", 0, 5, 0, Report::overdraft);
+lua_bucket!(TokenBucket, Kind::TokenBucket, 0, 4, 0, Report::overdraft);
+lua_bucket!(LeakyBucket, Kind::LeakyBucket, 0, 5, 0, Report::overdraft);
 // A pacing queue of capacity C admits C + 1 at once: one acts now, C wait; it takes no
 // reports.
-lua_bucket!(Pacing, "pacing", 1, 6, Ticks::MAX, |_| 0);
+lua_bucket!(Pacing, Kind::Pacing, 1, 6, Ticks::MAX, |_| 0);
 
 impl<A: LuaAlgorithm> LuaAlgorithm for Ban<A> {
     fn lua_files(&self, files: &mut Vec<&'static str>) {
@@ -561,7 +561,8 @@ impl<A: LuaAlgorithm> LuaAlgorithm for Composite<A> {
     }
 
     fn lua_args(&self, cost: u64, at: Ticks, cmd: &mut Cmd) {
-        cmd.arg("composite").arg(self.members().len());
+        cmd.arg(Kind::Composite.script_name())
+            .arg(self.members().len());
         for member in self.members() {
             member.lua_args(cost, at, cmd);
         }

@@ -8,7 +8,7 @@ use crate::scheduler::Budget;
 
 /// What a response asks of the client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Feedback {
+pub(crate) struct Feedback {
     /// Send nothing before this instant (`Retry-After`).
     pub resume_at: Option<Ticks>,
     /// Send at most this much until the server's window ends (`RateLimit`).
@@ -17,7 +17,7 @@ pub struct Feedback {
 
 /// Reads the headers `header` looks up (by lower-case name) at `now`. Headers that do
 /// not parse are ignored: a client must keep working whatever a server sends.
-pub fn read(header: impl Fn(&str) -> Option<String>, now: Ticks) -> Feedback {
+pub(crate) fn read(header: impl Fn(&str) -> Option<String>, now: Ticks) -> Feedback {
     let resume_at = header("retry-after")
         .and_then(|value| retry_after(&value, now))
         .filter(|&at| at > now);

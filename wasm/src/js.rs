@@ -9,85 +9,16 @@ use sluicegate_core::{Decision, Ticks};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
+use crate::error::Error;
 use crate::feedback;
 use crate::limit::Limit;
 use crate::options::{algorithm, Fields};
 use crate::scheduler::{Next, Scheduler};
 use crate::units::{ms_from_ticks, ticks_from_ms, whole};
 
+/// The options' and decisions' TypeScript types (`algorithm` spelled as the core's kinds).
 #[wasm_bindgen(typescript_custom_section)]
-const TYPES: &str = r#"
-/** A decision: whether the request may proceed, and what to tell or wait. */
-export interface Decision {
-  allowed: boolean;
-  /** The most cost the limit admits at once from a fresh state. */
-  limit: number;
-  /** Whole units still admissible right now. */
-  remaining: number;
-  /** Milliseconds until this request would be admitted; 0 when admitted, null if never. */
-  retryAfterMs: number | null;
-  /** Milliseconds until the limit is fresh again. */
-  resetAfterMs: number;
-  /** Milliseconds an admitted caller waits before acting (pacing, reservations). */
-  delayMs: number;
-}
-
-/** Bans a caller whose denied cost within `windowMs` exceeds `threshold`. */
-export interface BanOptions { threshold: number; windowMs: number; durationMs: number }
-
-/** At most `limit` per `periodMs`. */
-export interface WindowOptions {
-  algorithm: "fixed-window" | "sliding-log" | "sliding-counter";
-  limit: number;
-  periodMs: number;
-  /** Fixed window only: count denied cost too. */
-  countDenied?: boolean;
-  /** The most a reported cost may take the limiter beyond its limit (default 0). */
-  overdraft?: number;
-  ban?: BanOptions;
-}
-
-/** `capacity` at once, `rate` per `periodMs` in the long run. */
-export interface BucketOptions {
-  /** `"leaky-pacing"` is the old name of `"pacing"`, still read. */
-  algorithm: "token-bucket" | "leaky-bucket" | "pacing" | "leaky-pacing";
-  capacity: number;
-  rate: number;
-  periodMs: number;
-  /** Token and leaky buckets: the most a reported cost may take them into debt. */
-  overdraft?: number;
-  ban?: BanOptions;
-}
-
-/** At most `limit` per calendar day, ISO week or month in `timeZone` (IANA, default
- * UTC); needs a build with the `calendar` feature. */
-export interface CalendarWindowOptions {
-  algorithm: "calendar-window";
-  limit: number;
-  calendar: "day" | "week" | "month";
-  timeZone?: string;
-  overdraft?: number;
-  ban?: BanOptions;
-}
-
-/** Several limits at once: admitted only if every member admits. */
-export interface CompositeOptions {
-  algorithm: "composite";
-  members: LimiterOptions[];
-  ban?: BanOptions;
-}
-
-export type LimiterOptions = WindowOptions | BucketOptions | CompositeOptions | CalendarWindowOptions;
-
-/** A limiter's options and the most calls that may wait (default 1000). */
-export type ThrottleOptions = LimiterOptions & { maxQueued?: number };
-
-/** A call's cost (default 1) and a signal that withdraws it. */
-export interface ScheduleOptions { cost?: number; signal?: AbortSignal }
-
-/** A fetch `Response`, or anything with its `headers.get` (or the `Headers` alone). */
-export type ResponseLike = { headers: { get(name: string): string | null } } | { get(name: string): string | null };
-"#;
+const TYPES: &str = include_str!("../js/options.d.ts");
 
 #[wasm_bindgen(inline_js = r#"
 const origin = Date.now() - performance.now();
@@ -147,17 +78,13 @@ extern "C" {
     fn remove_event_listener(this: &AbortSignal, kind: &str, listener: &Function);
 }
 
-fn error(message: impl AsRef<str>) -> JsError {
-    JsError::new(message.as_ref())
-}
-
 /// The current time in ticks. `now_ms` is always a valid time, so the fallback is moot.
 fn clock() -> Ticks {
     ticks_from_ms("now", now_ms()).unwrap_or_default()
 }
 
-fn cost_or_one(cost: Option<f64>) -> Result<u64, JsError> {
-    whole("cost", cost.unwrap_or(1.0)).map_err(error)
+fn cost_or_one(cost: Option<f64>) -> Result<u64, Error> {
+    whole("cost", cost.unwrap_or(1.0))
 }
 
 /// Sends a decision to the slots.
@@ -179,55 +106,53 @@ fn land(decision: &Decision) {
 struct JsFields(JsValue);
 
 impl JsFields {
-    fn get(&self, name: &str) -> Result<Option<JsValue>, String> {
+    fn get(&self, name: &'static str) -> Result<Option<JsValue>, Error> {
         if !self.0.is_object() {
-            return Err("options must be an object".to_owned());
+            return Err(Error::NotAnObject);
         }
-        let value = Reflect::get(&self.0, &JsValue::from_str(name))
-            .map_err(|_| format!("cannot read options.{name}"))?;
+        let value =
+            Reflect::get(&self.0, &JsValue::from_str(name)).map_err(|_| Error::Unreadable(name))?;
         Ok((!value.is_undefined() && !value.is_null()).then_some(value))
     }
 
     fn typed<T>(
         &self,
-        name: &str,
-        expected: &str,
+        name: &'static str,
+        expected: &'static str,
         read: impl FnOnce(JsValue) -> Option<T>,
-    ) -> Result<Option<T>, String> {
+    ) -> Result<Option<T>, Error> {
         self.get(name)?
-            .map(|value| read(value).ok_or_else(|| format!("options.{name} must be {expected}")))
+            .map(|value| read(value).ok_or(Error::WrongType { name, expected }))
             .transpose()
     }
 }
 
 impl Fields for JsFields {
-    fn number(&self, name: &str) -> Result<Option<f64>, String> {
+    fn number(&self, name: &'static str) -> Result<Option<f64>, Error> {
         self.typed(name, "a number", |v| v.as_f64())
     }
 
-    fn text(&self, name: &str) -> Result<Option<String>, String> {
+    fn text(&self, name: &'static str) -> Result<Option<String>, Error> {
         self.typed(name, "a string", |v| v.as_string())
     }
 
-    fn flag(&self, name: &str) -> Result<Option<bool>, String> {
+    fn flag(&self, name: &'static str) -> Result<Option<bool>, Error> {
         self.typed(name, "a boolean", |v| v.as_bool())
     }
 
-    fn object(&self, name: &str) -> Result<Option<Self>, String> {
+    fn object(&self, name: &'static str) -> Result<Option<Self>, Error> {
         self.typed(name, "an object", |v| v.is_object().then_some(Self(v)))
     }
 
-    fn list(&self, name: &str) -> Result<Option<Vec<Self>>, String> {
+    fn list(&self, name: &'static str) -> Result<Option<Vec<Self>>, Error> {
         self.typed(name, "an array", |v| {
             Array::is_array(&v).then(|| Array::from(&v).iter().map(Self).collect())
         })
     }
 }
 
-fn limit_from(options: &JsValue) -> Result<Limit, JsError> {
-    algorithm(&JsFields(options.clone()))
-        .map(Limit::new)
-        .map_err(error)
+fn limit_from(options: &JsValue) -> Result<Limit, Error> {
+    algorithm(&JsFields(options.clone())).map(Limit::new)
 }
 
 /// The wasm half of `Limiter`, the class the packages export (`limiter.js`, which
@@ -248,14 +173,14 @@ pub struct LimiterCore {
 
 impl LimiterCore {
     /// Lands an accepted decision, or keeps the rejection's message.
-    fn answer(&mut self, decision: Result<Decision, String>) -> bool {
+    fn answer(&mut self, decision: Result<Decision, Error>) -> bool {
         match decision {
             Ok(decision) => {
                 land(&decision);
                 true
             }
-            Err(message) => {
-                self.rejection = message;
+            Err(error) => {
+                self.rejection = error.to_string();
                 false
             }
         }
@@ -263,7 +188,7 @@ impl LimiterCore {
 }
 
 /// A request's cost and time, checked.
-fn request(cost: f64, now_ms: f64) -> Result<(u64, Ticks), String> {
+fn request(cost: f64, now_ms: f64) -> Result<(u64, Ticks), Error> {
     Ok((whole("cost", cost)?, ticks_from_ms("nowMs", now_ms)?))
 }
 
@@ -317,11 +242,11 @@ impl LimiterCore {
         adjustment: f64,
         #[wasm_bindgen(js_name = nowMs)] now_ms: f64,
     ) -> Result<f64, JsError> {
-        let units = whole("adjustment", adjustment.abs()).map_err(error)?;
-        let units = i64::try_from(units).map_err(|e| error(e.to_string()))?;
-        let now = ticks_from_ms("nowMs", now_ms).map_err(error)?;
+        let units = whole("adjustment", adjustment.abs())?;
+        let units = i64::try_from(units)?;
+        let now = ticks_from_ms("nowMs", now_ms)?;
         let adjustment = if adjustment < 0.0 { -units } else { units };
-        let reported = self.limit.report(now, adjustment).map_err(error)?;
+        let reported = self.limit.report(now, adjustment)?;
         land(&reported.decision);
         #[allow(clippy::cast_precision_loss)] // At most 2^53 - 1: exact.
         Ok(reported.recorded as f64)
@@ -347,7 +272,7 @@ impl LimiterCore {
     /// Restores a state `save` returned. Throws, keeping the current state, if the bytes
     /// are not a state of this limiter.
     pub fn load(&mut self, bytes: &[u8]) -> Result<(), JsError> {
-        self.limit.load(bytes).map_err(error)
+        Ok(self.limit.load(bytes)?)
     }
 
     /// Forgets everything: the limiter is fresh again.
@@ -490,12 +415,12 @@ impl Throttle {
         #[wasm_bindgen(unchecked_param_type = "ThrottleOptions")] options: JsValue,
     ) -> Result<Throttle, JsError> {
         let limit = limit_from(&options)?;
-        let max_queued = JsFields(options).number("maxQueued").map_err(error)?;
-        let max_queued = whole("maxQueued", max_queued.unwrap_or(1000.0)).map_err(error)?;
+        let max_queued = JsFields(options).number("maxQueued")?;
+        let max_queued = whole("maxQueued", max_queued.unwrap_or(1000.0))?;
         let max_queued = usize::try_from(max_queued)
             .ok()
             .filter(|&n| n > 0)
-            .ok_or_else(|| error(format!("maxQueued must be at least 1, got {max_queued}")))?;
+            .ok_or(Error::MaxQueued(max_queued))?;
         Ok(Self(Rc::new(RefCell::new(Queue {
             scheduler: Scheduler::new(limit, max_queued),
             timer: None,
@@ -514,10 +439,7 @@ impl Throttle {
         #[wasm_bindgen(unchecked_param_type = "ScheduleOptions")] options: Option<JsValue>,
     ) -> Result<Promise, JsError> {
         let (cost, signal) = match options.map(JsFields) {
-            Some(options) => (
-                options.number("cost").map_err(error)?,
-                options.get("signal").map_err(error)?,
-            ),
+            Some(options) => (options.number("cost")?, options.get("signal")?),
             None => (None, None),
         };
         let cost = cost_or_one(cost)?;
@@ -526,7 +448,7 @@ impl Throttle {
         let mut settle = None;
         let promise = Promise::new(&mut |resolve, reject| settle = Some((resolve, reject)));
         let Some((resolve, reject)) = settle else {
-            return Err(error("the Promise executor did not run"));
+            return Err(JsError::new("the Promise executor did not run"));
         };
         if let Some(signal) = signal.as_ref().filter(|s| s.aborted()) {
             drop(reject.call1(&JsValue::UNDEFINED, &signal.reason()));
@@ -553,7 +475,7 @@ impl Throttle {
         let pushed = self.0.borrow_mut().scheduler.push(call, cost);
         match pushed {
             Ok(()) => pump(&self.0),
-            Err((call, reason)) => call.refuse(&error(reason).into()),
+            Err((call, reason)) => call.refuse(&JsError::from(reason).into()),
         }
         Ok(promise)
     }
@@ -577,7 +499,7 @@ impl Throttle {
                 let headers = Reflect::get(&response, &JsValue::from_str("headers"))
                     .unwrap_or(JsValue::UNDEFINED);
                 let f = get(&headers).ok_or_else(|| {
-                    error(
+                    JsError::new(
                         "observe needs a fetch Response or its Headers (an object with get(name))",
                     )
                 })?;
@@ -617,7 +539,7 @@ impl Throttle {
     /// Restores a state, as [`LimiterCore::load`].
     pub fn load(&self, bytes: &[u8]) -> Result<(), JsError> {
         let loaded = self.0.borrow_mut().scheduler.limit().load(bytes);
-        loaded.map_err(error)?;
+        loaded?;
         pump(&self.0);
         Ok(())
     }

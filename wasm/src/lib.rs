@@ -1,6 +1,8 @@
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
+#![warn(unreachable_pub)]
 
+mod error;
 mod feedback;
 mod js;
 mod limit;

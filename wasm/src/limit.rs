@@ -1,20 +1,21 @@
 //! One limit and the state it governs: what a client holds for itself.
 
-use sluicegate_core::{
-    Algorithm, AnyAlgorithm, AnyState, Decision, Report, Reported, Ticks, Transition,
-};
+use sluicegate_core::state::AnyState;
+use sluicegate_core::{Algorithm, AnyAlgorithm, Decision, Report, Reported, Ticks, Transition};
+
+use crate::error::Error;
 
 /// An algorithm and the one state it governs (a client limits only itself, so there is
 /// one key).
 #[derive(Debug, Clone)]
-pub struct Limit {
+pub(crate) struct Limit {
     algorithm: AnyAlgorithm,
     state: Option<AnyState>,
 }
 
 impl Limit {
     /// A fresh limit.
-    pub fn new(algorithm: AnyAlgorithm) -> Self {
+    pub(crate) fn new(algorithm: AnyAlgorithm) -> Self {
         Self {
             algorithm,
             state: None,
@@ -22,27 +23,30 @@ impl Limit {
     }
 
     /// Decides a request and keeps the new state.
-    pub fn check(&mut self, now: Ticks, cost: u64) -> Decision {
+    pub(crate) fn check(&mut self, now: Ticks, cost: u64) -> Decision {
         let transition = Transition::Decide { now, cost };
         self.algorithm.run(&mut self.state, transition)
     }
 
     /// What [`check`](Self::check) would answer, changing nothing.
-    pub fn peek(&self, now: Ticks, cost: u64) -> Decision {
+    pub(crate) fn peek(&self, now: Ticks, cost: u64) -> Decision {
         self.algorithm.peek(self.state.clone(), now, cost)
     }
 
     /// Whether a request of `cost` can ever be admitted, however long it waits.
-    pub fn fits(&self, cost: u64) -> bool {
+    pub(crate) fn fits(&self, cost: u64) -> bool {
         self.algorithm.peek(None, 0, cost).retry_after.is_some()
     }
 
     /// Books a slot within `max_wait`; refused for algorithms that cannot book ahead.
-    pub fn reserve(&mut self, now: Ticks, cost: u64, max_wait: Ticks) -> Result<Decision, String> {
+    pub(crate) fn reserve(
+        &mut self,
+        now: Ticks,
+        cost: u64,
+        max_wait: Ticks,
+    ) -> Result<Decision, Error> {
         if !self.algorithm.can_reserve() {
-            return Err("reserve needs a token bucket, leaky bucket, pacing, or a \
-                        composite of them (windows and bans cannot book ahead): use check"
-                .to_owned());
+            return Err(Error::CannotReserve);
         }
         let transition = Transition::Reserve {
             now,
@@ -54,13 +58,9 @@ impl Limit {
 
     /// Adds a cost known after the work (`adjustment`; negative: given back) to what the
     /// limit has taken, within its overdraft; refused where reports mean nothing.
-    pub fn report(&mut self, now: Ticks, adjustment: i64) -> Result<Reported, String> {
+    pub(crate) fn report(&mut self, now: Ticks, adjustment: i64) -> Result<Reported, Error> {
         if !self.algorithm.can_report() {
-            return Err(
-                "report needs a window, a log, a token or leaky bucket, a calendar \
-                        window, or a composite of them (pacing and bans take no reports)"
-                    .to_owned(),
-            );
+            return Err(Error::NoReports);
         }
         let (reported, state) = self.algorithm.report(self.state.take(), now, adjustment);
         self.state = state;
@@ -68,7 +68,7 @@ impl Limit {
     }
 
     /// The state's canonical encoding; empty when the state is fresh.
-    pub fn save(&self) -> Vec<u8> {
+    pub(crate) fn save(&self) -> Vec<u8> {
         self.state
             .as_ref()
             .map(|state| self.algorithm.encode_to_vec(state))
@@ -77,21 +77,17 @@ impl Limit {
 
     /// Replaces the state with one [`save`](Self::save) wrote (empty: fresh). Bytes that
     /// are not a state of this algorithm are an error, and the state stays as it was.
-    pub fn load(&mut self, bytes: &[u8]) -> Result<(), String> {
+    pub(crate) fn load(&mut self, bytes: &[u8]) -> Result<(), Error> {
         self.state = if bytes.is_empty() {
             None
         } else {
-            let state = self
-                .algorithm
-                .decode(bytes)
-                .map_err(|e| format!("cannot load the saved state: {e}"))?;
-            Some(state)
+            Some(self.algorithm.decode(bytes).map_err(Error::Load)?)
         };
         Ok(())
     }
 
     /// Forgets the state: the limit is fresh again.
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.state = None;
     }
 }
@@ -99,14 +95,16 @@ impl Limit {
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
-    use sluicegate_core::{FixedWindow, Reserve, TokenBucket, MAX_TICKS, MILLISECOND, SECOND};
+    use sluicegate_core::clock::MAX_TICKS;
+    use sluicegate_core::{FixedWindow, Kind, Reserve, TokenBucket, MILLISECOND, SECOND};
 
     use super::*;
     use crate::options::{algorithm, tests::bucket, tests::window};
 
     #[test]
     fn save_and_load_round_trip_and_refuse_garbage() {
-        let mut limit = Limit::new(algorithm(&bucket("token-bucket", 3.0, 1.0, 1000.0)).unwrap());
+        let mut limit =
+            Limit::new(algorithm(&bucket(Kind::TokenBucket, 3.0, 1.0, 1000.0)).unwrap());
         assert!(limit.save().is_empty());
         assert!(limit.check(0, 2).allowed);
         let saved = limit.save();
@@ -116,15 +114,12 @@ mod tests {
         assert_eq!(saved, core.encode_to_vec(&core_state.unwrap()));
 
         let mut reloaded =
-            Limit::new(algorithm(&bucket("token-bucket", 3.0, 1.0, 1000.0)).unwrap());
+            Limit::new(algorithm(&bucket(Kind::TokenBucket, 3.0, 1.0, 1000.0)).unwrap());
         reloaded.load(&saved).unwrap();
         assert_eq!(reloaded.peek(0, 1).remaining, 0);
 
         for garbage in [&saved[..saved.len() - 1], &[1, 2, 3][..], &[9; 40][..]] {
-            assert!(reloaded
-                .load(garbage)
-                .unwrap_err()
-                .starts_with("cannot load"));
+            assert!(matches!(reloaded.load(garbage), Err(Error::Load(_))));
             assert_eq!(reloaded.save(), saved, "a failed load keeps the state");
         }
         reloaded.reset();
@@ -133,9 +128,10 @@ mod tests {
 
     #[test]
     fn reserve_is_refused_where_nothing_can_be_booked() {
-        let mut limit = Limit::new(algorithm(&window("sliding-log", 3.0, 1000.0)).unwrap());
-        assert!(limit.reserve(0, 1, 0).unwrap_err().contains("use check"));
-        let mut limit = Limit::new(algorithm(&bucket("token-bucket", 1.0, 1.0, 1000.0)).unwrap());
+        let mut limit = Limit::new(algorithm(&window(Kind::SlidingLog, 3.0, 1000.0)).unwrap());
+        assert_eq!(limit.reserve(0, 1, 0), Err(Error::CannotReserve));
+        let mut limit =
+            Limit::new(algorithm(&bucket(Kind::TokenBucket, 1.0, 1.0, 1000.0)).unwrap());
         assert_eq!(limit.reserve(0, 1, 0).unwrap().delay, 0);
         let booked = limit.reserve(0, 1, 2_000_000).unwrap();
         assert!(booked.allowed);
@@ -144,7 +140,7 @@ mod tests {
 
     #[test]
     fn reports_run_the_cores_transition_and_are_refused_without_reports() {
-        let options = window("fixed-window", 3.0, 1000.0).number("overdraft", 2.0);
+        let options = window(Kind::FixedWindow, 3.0, 1000.0).number("overdraft", 2.0);
         let mut limit = Limit::new(algorithm(&options).unwrap());
         let core = FixedWindow::new(3, SECOND)
             .unwrap()
@@ -159,15 +155,15 @@ mod tests {
         assert!(!reported.decision.allowed);
         assert_eq!(limit.save(), core.encode_to_vec(&state.unwrap()));
         assert_eq!(limit.report(20, -5).unwrap().recorded, 5);
-        let mut pacing = Limit::new(algorithm(&bucket("pacing", 1.0, 1.0, 1000.0)).unwrap());
-        assert!(pacing.report(0, 1).unwrap_err().contains("take no reports"));
+        let mut pacing = Limit::new(algorithm(&bucket(Kind::Pacing, 1.0, 1.0, 1000.0)).unwrap());
+        assert_eq!(pacing.report(0, 1), Err(Error::NoReports));
     }
 
     #[cfg(feature = "calendar")]
     #[test]
     fn a_calendar_window_resets_at_midnight_in_its_zone() {
         use crate::options::tests::{Options, Value};
-        let options = Options::new("calendar-window")
+        let options = Options::new(Kind::CalendarWindow)
             .number("limit", 2.0)
             .with("calendar", Value::Text("day"))
             .with("timeZone", Value::Text("Europe/Berlin"));
@@ -197,7 +193,7 @@ mod tests {
         ) {
             let core = TokenBucket::new(capacity, rate, period_ms * MILLISECOND).unwrap();
             #[allow(clippy::cast_precision_loss)]
-            let options = bucket("token-bucket", capacity as f64, rate as f64, period_ms as f64);
+            let options = bucket(Kind::TokenBucket, capacity as f64, rate as f64, period_ms as f64);
             let mut limit = Limit::new(algorithm(&options).unwrap());
             // 60 steps of at most 2 s end before MAX_TICKS.
             let start = if at_the_top { MAX_TICKS - 130 * SECOND } else { 0 };

@@ -1,202 +1,120 @@
-//! Limiter options as JS passes them, read into an [`AnyAlgorithm`] with clear messages.
+//! Limiter options as JS passes them, read into the core's parameters for
+//! [`AnyAlgorithm::new`], with clear messages.
 //!
 //! The reading is written against [`Fields`], so it runs (and is tested) without a JS
 //! engine; the bindings implement `Fields` for JS objects.
 
-use sluicegate_core::{
-    AnyAlgorithm, Ban, Composite, FixedWindow, Kind, LeakyBucket, Pacing, ParamError,
-    SlidingCounter, SlidingLog, Ticks, TokenBucket,
-};
+use sluicegate_core::{AnyAlgorithm, Ban, Field, Kind, Params, Ticks};
 
-use crate::units::{ms_text, ticks_from_ms, whole};
-
-/// The `algorithm` values, the core's kind names (`"leaky-pacing"` is still read as
-/// `"pacing"`).
-pub const ALGORITHMS: &str = "\"fixed-window\", \"sliding-log\", \"sliding-counter\", \
-    \"token-bucket\", \"leaky-bucket\", \"pacing\", \"composite\" or \"calendar-window\" \
-    (with the calendar feature)";
+use crate::error::{runs, Error};
+use crate::units::{ticks_from_ms, whole};
 
 /// Named fields of an options object. Each getter is `Ok(None)` when the field is
 /// absent (or `undefined`) and an error when it holds the wrong type.
-pub trait Fields: Sized {
+pub(crate) trait Fields: Sized {
     /// A number field.
-    fn number(&self, name: &str) -> Result<Option<f64>, String>;
+    fn number(&self, name: &'static str) -> Result<Option<f64>, Error>;
     /// A string field.
-    fn text(&self, name: &str) -> Result<Option<String>, String>;
+    fn text(&self, name: &'static str) -> Result<Option<String>, Error>;
     /// A boolean field.
-    fn flag(&self, name: &str) -> Result<Option<bool>, String>;
+    fn flag(&self, name: &'static str) -> Result<Option<bool>, Error>;
     /// A nested options object.
-    fn object(&self, name: &str) -> Result<Option<Self>, String>;
+    fn object(&self, name: &'static str) -> Result<Option<Self>, Error>;
     /// An array of options objects.
-    fn list(&self, name: &str) -> Result<Option<Vec<Self>>, String>;
+    fn list(&self, name: &'static str) -> Result<Option<Vec<Self>>, Error>;
 }
 
 /// The algorithm `options` describe:
 /// `{ algorithm, limit, periodMs, countDenied? }` for windows,
 /// `{ algorithm, capacity, rate, periodMs }` for buckets and pacing,
-/// `{ algorithm: "composite", members: [options, ...] }`,
-/// `{ algorithm: "calendar-window", limit, calendar, timeZone? }` (the `calendar`
-/// feature), each with an optional `ban: { threshold, windowMs, durationMs }`; windows,
-/// buckets and calendar windows with an optional `overdraft` (the most a reported cost
-/// may take them beyond the limit; default 0).
-pub fn algorithm(options: &impl Fields) -> Result<AnyAlgorithm, String> {
-    let name = options
-        .text("algorithm")?
-        .ok_or_else(|| format!("options.algorithm is required: {ALGORITHMS}"))?;
-    let window = || -> Result<(u64, Ticks), String> {
-        Ok((required_whole(options, "limit")?, period(options)?))
+/// `{ algorithm, members: [options, ...] }` for a composite,
+/// `{ algorithm, limit, calendar, timeZone? }` for a calendar window (the `calendar`
+/// feature), each with an optional `ban: { threshold, windowMs, durationMs }`; the kinds
+/// that take an overdraft with an optional `overdraft` (the most a reported cost may
+/// take them beyond the limit; default 0). `algorithm` is a [`Kind`]'s name.
+pub(crate) fn algorithm(options: &impl Fields) -> Result<AnyAlgorithm, Error> {
+    let name = options.text("algorithm")?.ok_or(Error::NoAlgorithm)?;
+    let Some(kind) = Kind::from_name(&name).filter(|&kind| runs(kind)) else {
+        return Err(Error::UnknownAlgorithm(name));
     };
-    let bucket = || -> Result<(u64, u64, Ticks), String> {
-        Ok((
-            required_whole(options, "capacity")?,
-            required_whole(options, "rate")?,
-            period(options)?,
-        ))
-    };
-    let unknown = || format!("unknown algorithm \"{name}\": expected {ALGORITHMS}");
-    let kind = Kind::from_name(&name).ok_or_else(unknown)?;
     let overdraft = options.number("overdraft")?;
-    if overdraft.is_some()
-        && (matches!(kind, Kind::Pacing | Kind::Composite) || options.object("ban")?.is_some())
-    {
-        return Err(
-            "options.overdraft is for windows, buckets and calendar windows (a \
-                    composite's members take their own; pacing and bans take no reports)"
-                .to_owned(),
-        );
+    let ban = options.object("ban")?;
+    if overdraft.is_some() && (!kind.takes_overdraft() || ban.is_some()) {
+        return Err(Error::Overdraft);
     }
-    let overdraft = overdraft.map_or(Ok(0), |o| whole("overdraft", o))?;
-    let any = match kind {
-        Kind::FixedWindow => {
-            let (limit, period) = window()?;
-            let fixed = FixedWindow::new(limit, period)
-                .and_then(|w| w.with_overdraft(overdraft))
-                .map_err(describe)?;
-            let counting = options.flag("countDenied")?.unwrap_or(false);
-            AnyAlgorithm::FixedWindow(if counting {
-                fixed.counting_denied()
-            } else {
-                fixed
-            })
-        }
-        Kind::SlidingLog => {
-            let (limit, period) = window()?;
-            let log = SlidingLog::new(limit, period).and_then(|l| l.with_overdraft(overdraft));
-            AnyAlgorithm::SlidingLog(log.map_err(describe)?)
-        }
-        Kind::SlidingCounter => {
-            let (limit, period) = window()?;
-            let counter =
-                SlidingCounter::new(limit, period).and_then(|c| c.with_overdraft(overdraft));
-            AnyAlgorithm::SlidingCounter(counter.map_err(describe)?)
-        }
-        Kind::TokenBucket => {
-            let (capacity, rate, period) = bucket()?;
-            let token =
-                TokenBucket::new(capacity, rate, period).and_then(|b| b.with_overdraft(overdraft));
-            AnyAlgorithm::TokenBucket(token.map_err(describe)?)
-        }
-        Kind::LeakyBucket => {
-            let (capacity, rate, period) = bucket()?;
-            let leaky =
-                LeakyBucket::new(capacity, rate, period).and_then(|b| b.with_overdraft(overdraft));
-            AnyAlgorithm::LeakyBucket(leaky.map_err(describe)?)
-        }
-        #[cfg(feature = "calendar")]
-        Kind::CalendarWindow => calendar_window(options, overdraft)?,
-        Kind::Pacing => {
-            let (capacity, rate, period) = bucket()?;
-            AnyAlgorithm::Pacing(Pacing::new(capacity, rate, period).map_err(describe)?)
-        }
-        Kind::Composite => {
-            let members = options
-                .list("members")?
-                .ok_or("options.members is required for a composite: an array of options")?;
-            let members = members.iter().map(algorithm).collect::<Result<_, _>>()?;
-            AnyAlgorithm::Composite(Composite::new(members).map_err(describe)?)
-        }
-        _ => return Err(unknown()),
-    };
-    let Some(ban) = options.object("ban")? else {
+    let mut params = Params::new().overdraft(overdraft.map_or(Ok(0), |o| whole("overdraft", o))?);
+    for field in kind.fields() {
+        params = match field {
+            Field::Limit => params.limit(required_whole(options, "limit")?),
+            Field::Capacity => params.capacity(required_whole(options, "capacity")?),
+            Field::Rate => params.rate(required_whole(options, "rate")?),
+            Field::Period => params.period(required_ms(options, "periodMs")?),
+            Field::Limits => {
+                let members = options.list("members")?.ok_or(Error::NoMembers)?;
+                params.members(members.iter().map(algorithm).collect::<Result<_, _>>()?)
+            }
+            #[cfg(feature = "calendar")]
+            Field::Calendar => params.calendar(calendar(options)?),
+            // Leases, and calendars without their feature: not run here (`runs`).
+            _ => return Err(Error::UnknownAlgorithm(name)),
+        };
+    }
+    if kind == Kind::FixedWindow {
+        params = params.count_denied(options.flag("countDenied")?.unwrap_or(false));
+    }
+    let any = AnyAlgorithm::new(kind, params)?;
+    let Some(ban) = ban else {
         return Ok(any);
     };
     let threshold = required_whole(&ban, "threshold")?;
     let window = required_ms(&ban, "windowMs")?;
     let duration = required_ms(&ban, "durationMs")?;
-    let ban = Ban::new(any, threshold, window, duration).map_err(describe)?;
-    Ok(ban.into())
+    Ok(Ban::new(any, threshold, window, duration)?.into())
 }
 
-/// `{ limit, calendar: "day" | "week" | "month", timeZone? }` (IANA; default UTC).
+/// `{ calendar: "day" | "week" | "month", timeZone? }` (IANA; default UTC).
 #[cfg(feature = "calendar")]
-fn calendar_window(options: &impl Fields, overdraft: u64) -> Result<AnyAlgorithm, String> {
-    use sluicegate_core::{Calendar, CalendarLimit, CalendarWindow, CalendarZone, ZonedCalendar};
+fn calendar(
+    options: &impl Fields,
+) -> Result<std::sync::Arc<dyn sluicegate_core::calendar::CalendarPeriods>, Error> {
+    use sluicegate_core::calendar::{Calendar, CalendarZone, ZonedCalendar};
 
-    let limit = required_whole(options, "limit")?;
     let name = options.text("calendar")?.unwrap_or_default();
-    let calendar = Calendar::from_name(&name).ok_or_else(|| {
-        format!("options.calendar must be \"day\", \"week\" or \"month\", got {name:?}")
-    })?;
+    let calendar = Calendar::from_name(&name).ok_or(Error::Calendar(name))?;
     let zone = match options.text("timeZone")? {
         Some(zone) => CalendarZone::named(&zone),
         None => Ok(CalendarZone::UTC),
     };
     let periods = zone
         .and_then(|zone| ZonedCalendar::new(calendar, zone))
-        .map_err(|e| format!("options.timeZone: {e}"))?;
-    let window = CalendarWindow::new(limit)
-        .and_then(|w| w.with_overdraft(overdraft))
-        .map_err(describe)?;
-    Ok(CalendarLimit::new(window, std::sync::Arc::new(periods)).into())
+        .map_err(Error::TimeZone)?;
+    Ok(std::sync::Arc::new(periods))
 }
 
-fn period(options: &impl Fields) -> Result<Ticks, String> {
-    required_ms(options, "periodMs")
-}
-
-fn required_whole(options: &impl Fields, name: &str) -> Result<u64, String> {
-    let value = options
-        .number(name)?
-        .ok_or_else(|| format!("options.{name} is required"))?;
+fn required_whole(options: &impl Fields, name: &'static str) -> Result<u64, Error> {
+    let value = options.number(name)?.ok_or(Error::Required(name))?;
     whole(name, value)
 }
 
-fn required_ms(options: &impl Fields, name: &str) -> Result<Ticks, String> {
-    let value = options
-        .number(name)?
-        .ok_or_else(|| format!("options.{name} is required (milliseconds)"))?;
+fn required_ms(options: &impl Fields, name: &'static str) -> Result<Ticks, Error> {
+    let value = options.number(name)?.ok_or(Error::RequiredMs(name))?;
     ticks_from_ms(name, value)
-}
-
-/// The core's message, with durations in the milliseconds JS passed them in.
-fn describe(error: ParamError) -> String {
-    match error {
-        ParamError::OutOfRange {
-            name,
-            value,
-            min,
-            max,
-        } if matches!(name, "period" | "window" | "duration") => format!(
-            "{name}Ms must be between {} and {} milliseconds, got {}",
-            ms_text(min),
-            ms_text(max),
-            ms_text(value)
-        ),
-        other => other.to_string(),
-    }
 }
 
 #[cfg(test)]
 pub(crate) mod tests {
     use std::collections::BTreeMap;
 
-    use sluicegate_core::{Algorithm, SECOND};
+    use sluicegate_core::{
+        Algorithm, FixedWindow, LeakyBucket, Pacing, SlidingCounter, SlidingLog, TokenBucket,
+        SECOND,
+    };
 
     use super::*;
 
     /// Options as a test writes them.
     #[derive(Debug, Clone)]
-    pub enum Value {
+    pub(crate) enum Value {
         Number(f64),
         Text(&'static str),
         Flag(bool),
@@ -206,19 +124,24 @@ pub(crate) mod tests {
 
     /// An options object for tests.
     #[derive(Debug, Clone, Default)]
-    pub struct Options(BTreeMap<&'static str, Value>);
+    pub(crate) struct Options(BTreeMap<&'static str, Value>);
 
     impl Options {
-        pub fn new(algorithm: &'static str) -> Self {
+        pub(crate) fn new(kind: Kind) -> Self {
+            Self::named(kind.name())
+        }
+
+        /// Options naming `algorithm`, a kind's name or not.
+        pub(crate) fn named(algorithm: &'static str) -> Self {
             Self::default().with("algorithm", Value::Text(algorithm))
         }
 
-        pub fn with(mut self, name: &'static str, value: Value) -> Self {
+        pub(crate) fn with(mut self, name: &'static str, value: Value) -> Self {
             self.0.insert(name, value);
             self
         }
 
-        pub fn number(self, name: &'static str, value: f64) -> Self {
+        pub(crate) fn number(self, name: &'static str, value: f64) -> Self {
             self.with(name, Value::Number(value))
         }
     }
@@ -227,45 +150,43 @@ pub(crate) mod tests {
         /// The field `name` read by `read`; any other kind of value is an error.
         fn typed<T>(
             &self,
-            name: &str,
-            expected: &str,
+            name: &'static str,
+            expected: &'static str,
             read: impl FnOnce(&Value) -> Option<T>,
-        ) -> Result<Option<T>, String> {
+        ) -> Result<Option<T>, Error> {
             self.0
                 .get(name)
-                .map(|value| {
-                    read(value).ok_or_else(|| format!("options.{name} must be {expected}"))
-                })
+                .map(|value| read(value).ok_or(Error::WrongType { name, expected }))
                 .transpose()
         }
     }
 
     impl Fields for Options {
-        fn number(&self, name: &str) -> Result<Option<f64>, String> {
+        fn number(&self, name: &'static str) -> Result<Option<f64>, Error> {
             self.typed(name, "a number", |v| match v {
                 Value::Number(n) => Some(*n),
                 _ => None,
             })
         }
-        fn text(&self, name: &str) -> Result<Option<String>, String> {
+        fn text(&self, name: &'static str) -> Result<Option<String>, Error> {
             self.typed(name, "a string", |v| match v {
                 Value::Text(t) => Some((*t).to_owned()),
                 _ => None,
             })
         }
-        fn flag(&self, name: &str) -> Result<Option<bool>, String> {
+        fn flag(&self, name: &'static str) -> Result<Option<bool>, Error> {
             self.typed(name, "a boolean", |v| match v {
                 Value::Flag(f) => Some(*f),
                 _ => None,
             })
         }
-        fn object(&self, name: &str) -> Result<Option<Self>, String> {
+        fn object(&self, name: &'static str) -> Result<Option<Self>, Error> {
             self.typed(name, "an object", |v| match v {
                 Value::Object(o) => Some(o.clone()),
                 _ => None,
             })
         }
-        fn list(&self, name: &str) -> Result<Option<Vec<Self>>, String> {
+        fn list(&self, name: &'static str) -> Result<Option<Vec<Self>>, Error> {
             self.typed(name, "an array", |v| match v {
                 Value::List(l) => Some(l.clone()),
                 _ => None,
@@ -273,15 +194,15 @@ pub(crate) mod tests {
         }
     }
 
-    pub fn bucket(algorithm: &'static str, capacity: f64, rate: f64, period_ms: f64) -> Options {
-        Options::new(algorithm)
+    pub(crate) fn bucket(kind: Kind, capacity: f64, rate: f64, period_ms: f64) -> Options {
+        Options::new(kind)
             .number("capacity", capacity)
             .number("rate", rate)
             .number("periodMs", period_ms)
     }
 
-    pub fn window(algorithm: &'static str, limit: f64, period_ms: f64) -> Options {
-        Options::new(algorithm)
+    pub(crate) fn window(kind: Kind, limit: f64, period_ms: f64) -> Options {
+        Options::new(kind)
             .number("limit", limit)
             .number("periodMs", period_ms)
     }
@@ -290,36 +211,31 @@ pub(crate) mod tests {
     fn every_algorithm_reads_into_the_cores_parameters() {
         let cases = [
             (
-                window("fixed-window", 3.0, 1000.0),
+                window(Kind::FixedWindow, 3.0, 1000.0),
                 AnyAlgorithm::FixedWindow(FixedWindow::new(3, SECOND).unwrap()),
             ),
             (
-                window("fixed-window", 3.0, 1000.0).with("countDenied", Value::Flag(true)),
+                window(Kind::FixedWindow, 3.0, 1000.0).with("countDenied", Value::Flag(true)),
                 AnyAlgorithm::FixedWindow(FixedWindow::new(3, SECOND).unwrap().counting_denied()),
             ),
             (
-                window("sliding-log", 3.0, 1.5),
+                window(Kind::SlidingLog, 3.0, 1.5),
                 AnyAlgorithm::SlidingLog(SlidingLog::new(3, 1500).unwrap()),
             ),
             (
-                window("sliding-counter", 7.0, 60_000.0),
+                window(Kind::SlidingCounter, 7.0, 60_000.0),
                 AnyAlgorithm::SlidingCounter(SlidingCounter::new(7, 60 * SECOND).unwrap()),
             ),
             (
-                bucket("token-bucket", 3.0, 1.0, 1000.0),
+                bucket(Kind::TokenBucket, 3.0, 1.0, 1000.0),
                 AnyAlgorithm::TokenBucket(TokenBucket::new(3, 1, SECOND).unwrap()),
             ),
             (
-                bucket("leaky-bucket", 3.0, 2.0, 250.0),
+                bucket(Kind::LeakyBucket, 3.0, 2.0, 250.0),
                 AnyAlgorithm::LeakyBucket(LeakyBucket::new(3, 2, SECOND / 4).unwrap()),
             ),
             (
-                bucket("pacing", 0.0, 1.0, 1000.0),
-                AnyAlgorithm::Pacing(Pacing::new(0, 1, SECOND).unwrap()),
-            ),
-            // The old name still reads.
-            (
-                bucket("leaky-pacing", 0.0, 1.0, 1000.0),
+                bucket(Kind::Pacing, 0.0, 1.0, 1000.0),
                 AnyAlgorithm::Pacing(Pacing::new(0, 1, SECOND).unwrap()),
             ),
         ];
@@ -333,12 +249,12 @@ pub(crate) mod tests {
 
     #[test]
     fn composite_and_ban_nest() {
-        let options = Options::new("composite")
+        let options = Options::new(Kind::Composite)
             .with(
                 "members",
                 Value::List(vec![
-                    window("fixed-window", 2.0, 1000.0),
-                    bucket("token-bucket", 5.0, 5.0, 1000.0),
+                    window(Kind::FixedWindow, 2.0, 1000.0),
+                    bucket(Kind::TokenBucket, 5.0, 5.0, 1000.0),
                 ]),
             )
             .with(
@@ -370,59 +286,91 @@ pub(crate) mod tests {
         let cases = [
             (Options::default(), "options.algorithm is required"),
             (
-                Options::new("token-buckets"),
+                Options::named("token-buckets"),
                 "unknown algorithm \"token-buckets\"",
             ),
             // A kind the core has but a client cannot run.
             (
-                Options::new("concurrency"),
+                Options::new(Kind::Concurrency),
                 "unknown algorithm \"concurrency\"",
             ),
             (
-                Options::new("token-bucket").with("capacity", Value::Text("5")),
+                Options::new(Kind::TokenBucket).with("capacity", Value::Text("5")),
                 "options.capacity must be a number",
             ),
             (
-                window("fixed-window", 5.0, 1000.0).with("countDenied", Value::Number(1.0)),
+                window(Kind::FixedWindow, 5.0, 1000.0).with("countDenied", Value::Number(1.0)),
                 "options.countDenied must be a boolean",
             ),
             (
-                bucket("token-bucket", 5.0, 1.0, 1000.0).number("capacity", 0.0),
+                bucket(Kind::TokenBucket, 5.0, 1.0, 1000.0).number("capacity", 0.0),
                 "capacity must be between 1",
             ),
             (
-                window("sliding-log", 1.5, 1000.0),
+                window(Kind::SlidingLog, 1.5, 1000.0),
                 "limit must be a whole number",
             ),
             (
-                window("fixed-window", 5.0, 0.0),
+                window(Kind::FixedWindow, 5.0, 0.0),
                 "periodMs must be between 0.001 and",
             ),
             (
-                Options::new("fixed-window").number("limit", 5.0),
+                Options::new(Kind::FixedWindow).number("limit", 5.0),
                 "options.periodMs is required",
             ),
-            (Options::new("composite"), "options.members is required"),
+            (Options::new(Kind::Composite), "options.members is required"),
             (
-                bucket("pacing", 1.0, 1.0, 1000.0).number("overdraft", 1.0),
+                bucket(Kind::Pacing, 1.0, 1.0, 1000.0).number("overdraft", 1.0),
                 "options.overdraft is for windows",
             ),
             (
-                window("fixed-window", 5.0, 1000.0).number("overdraft", -1.0),
+                window(Kind::FixedWindow, 5.0, 1000.0).number("overdraft", -1.0),
                 "overdraft must be a whole number",
             ),
             (
-                Options::new("composite").with("members", Value::List(vec![])),
+                Options::new(Kind::Composite).with("members", Value::List(vec![])),
                 "at least one member",
             ),
             (
-                window("fixed-window", 5.0, 1000.0).with("ban", Value::Object(Options::default())),
+                window(Kind::FixedWindow, 5.0, 1000.0)
+                    .with("ban", Value::Object(Options::default())),
                 "options.threshold is required",
             ),
         ];
         for (options, message) in cases {
-            let err = algorithm(&options).unwrap_err();
+            let err = algorithm(&options).unwrap_err().to_string();
             assert!(err.contains(message), "{err:?} should contain {message:?}");
         }
+    }
+
+    /// The TypeScript types name every rate algorithm (calendar windows with a note on
+    /// their feature), each by a name the core reads.
+    #[test]
+    fn the_typescript_types_name_every_rate_algorithm() {
+        let named: Vec<&str> = include_str!("../js/options.d.ts")
+            .lines()
+            .filter_map(|line| line.trim().strip_prefix("algorithm:"))
+            .flat_map(|names| names.trim_end_matches(';').split('|'))
+            .map(|name| name.trim().trim_matches('"'))
+            .collect();
+        let rates = Kind::ALL.into_iter().filter(|&k| k != Kind::Concurrency);
+        for kind in rates {
+            assert!(named.contains(&kind.name()), "{kind} is not in the types");
+        }
+        for name in named {
+            let kind = Kind::from_name(name);
+            assert!(kind.is_some_and(|k| k != Kind::Concurrency), "{name}");
+        }
+    }
+
+    /// An unknown algorithm's message lists the kinds this build runs.
+    #[test]
+    fn unknown_algorithms_list_what_runs() {
+        let message = Error::UnknownAlgorithm("x".into()).to_string();
+        for kind in Kind::ALL {
+            let listed = message.contains(&format!("\"{kind}\""));
+            assert_eq!(listed, runs(kind), "{message}");
+        }
+        assert!(message.contains("\" or \""), "{message}");
     }
 }

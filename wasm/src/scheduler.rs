@@ -7,12 +7,13 @@ use std::collections::VecDeque;
 
 use sluicegate_core::Ticks;
 
+use crate::error::Error;
 use crate::limit::Limit;
 
 /// What the server granted in its `RateLimit` header: at most `remaining` units until
 /// `until`, whatever the local limit would admit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Budget {
+pub(crate) struct Budget {
     /// Units the server still admits.
     pub remaining: u64,
     /// When the server's window ends and this budget no longer applies.
@@ -21,7 +22,7 @@ pub struct Budget {
 
 /// What the queue wants next.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Next<J> {
+pub(crate) enum Next<J> {
     /// Run this call now.
     Run(J),
     /// Nothing can run before this instant; ask again then.
@@ -40,7 +41,7 @@ struct Queued<J> {
 
 /// Calls waiting in order for a [`Limit`].
 #[derive(Debug)]
-pub struct Scheduler<J> {
+pub(crate) struct Scheduler<J> {
     limit: Limit,
     queue: VecDeque<Queued<J>>,
     max_queued: usize,
@@ -50,7 +51,7 @@ pub struct Scheduler<J> {
 
 impl<J> Scheduler<J> {
     /// An empty queue that holds at most `max_queued` calls.
-    pub fn new(limit: Limit, max_queued: usize) -> Self {
+    pub(crate) fn new(limit: Limit, max_queued: usize) -> Self {
         Self {
             limit,
             queue: VecDeque::new(),
@@ -61,30 +62,23 @@ impl<J> Scheduler<J> {
     }
 
     /// The limit the queue runs under.
-    pub fn limit(&mut self) -> &mut Limit {
+    pub(crate) fn limit(&mut self) -> &mut Limit {
         &mut self.limit
     }
 
     /// How many calls are waiting.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.queue.len()
     }
 
     /// Queues a call of `cost`. Refused, handing the job back with the reason, when the
     /// queue is full or the cost can never fit the limit.
-    pub fn push(&mut self, job: J, cost: u64) -> Result<(), (J, String)> {
+    pub(crate) fn push(&mut self, job: J, cost: u64) -> Result<(), (J, Error)> {
         if self.queue.len() >= self.max_queued {
-            let reason = format!(
-                "the throttle's queue is full: {} calls are waiting",
-                self.max_queued
-            );
-            return Err((job, reason));
+            return Err((job, Error::QueueFull(self.max_queued)));
         }
         if !self.limit.fits(cost) {
-            return Err((
-                job,
-                format!("a call of cost {cost} can never fit this limit"),
-            ));
+            return Err((job, Error::NeverFits(cost)));
         }
         self.queue.push_back(Queued {
             job,
@@ -95,25 +89,25 @@ impl<J> Scheduler<J> {
     }
 
     /// Takes the first queued call `matches` accepts out of the queue (an aborted one).
-    pub fn remove(&mut self, matches: impl Fn(&J) -> bool) -> Option<J> {
+    pub(crate) fn remove(&mut self, matches: impl Fn(&J) -> bool) -> Option<J> {
         let index = self.queue.iter().position(|queued| matches(&queued.job))?;
         self.queue.remove(index).map(|queued| queued.job)
     }
 
     /// Holds every call until `until` (a server's `Retry-After`); a shorter pause than
     /// one already in force changes nothing.
-    pub fn pause_until(&mut self, until: Ticks) {
+    pub(crate) fn pause_until(&mut self, until: Ticks) {
         self.paused_until = self.paused_until.max(until);
     }
 
     /// Replaces the server's budget.
-    pub fn set_budget(&mut self, budget: Budget) {
+    pub(crate) fn set_budget(&mut self, budget: Budget) {
         self.budget = Some(budget);
     }
 
     /// What to do at `now`: run the first call if the pause, the server's budget and the
     /// limit all allow it, or wait until the first instant they could.
-    pub fn next(&mut self, now: Ticks) -> Next<J> {
+    pub(crate) fn next(&mut self, now: Ticks) -> Next<J> {
         let Some(front) = self.queue.front_mut() else {
             return Next::Idle;
         };
@@ -162,7 +156,7 @@ impl<J> Scheduler<J> {
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
-    use sluicegate_core::{Algorithm, MILLISECOND, SECOND};
+    use sluicegate_core::{Algorithm, Kind, MILLISECOND, SECOND};
 
     use super::*;
     use crate::options::algorithm;
@@ -196,11 +190,11 @@ mod tests {
 
     fn algorithms() -> impl Strategy<Value = AnyAlgorithm> {
         let window_kinds = prop_oneof![
-            Just("fixed-window"),
-            Just("sliding-log"),
-            Just("sliding-counter")
+            Just(Kind::FixedWindow),
+            Just(Kind::SlidingLog),
+            Just(Kind::SlidingCounter)
         ];
-        let bucket_kinds = prop_oneof![Just("token-bucket"), Just("leaky-bucket")];
+        let bucket_kinds = prop_oneof![Just(Kind::TokenBucket), Just(Kind::LeakyBucket)];
         #[allow(clippy::cast_precision_loss)]
         let windows = (window_kinds, 1u64..8, 1u64..2_000)
             .prop_map(|(kind, limit, ms)| window(kind, limit as f64, ms as f64));
@@ -245,7 +239,7 @@ mod tests {
 
     #[test]
     fn pacing_runs_calls_exactly_a_slot_apart() {
-        let pacing = algorithm(&bucket("pacing", 100.0, 4.0, 1000.0)).unwrap();
+        let pacing = algorithm(&bucket(Kind::Pacing, 100.0, 4.0, 1000.0)).unwrap();
         let runs = drive(&pacing, &[(0, 1), (0, 1), (0, 2), (10, 1)]);
         let times: Vec<Ticks> = runs.iter().map(|r| r.1).collect();
         assert_eq!(
@@ -255,7 +249,7 @@ mod tests {
     }
 
     fn token_bucket() -> Scheduler<u32> {
-        let any = algorithm(&bucket("token-bucket", 2.0, 1.0, 1000.0)).unwrap();
+        let any = algorithm(&bucket(Kind::TokenBucket, 2.0, 1.0, 1000.0)).unwrap();
         Scheduler::new(Limit::new(any), 3)
     }
 
@@ -266,13 +260,14 @@ mod tests {
             scheduler.push(job, 1).unwrap();
         }
         let (job, reason) = scheduler.push(3, 1).unwrap_err();
+        assert_eq!((job, reason), (3, Error::QueueFull(3)));
         assert_eq!(
-            (job, reason.as_str()),
-            (3, "the throttle's queue is full: 3 calls are waiting")
+            Error::QueueFull(3).to_string(),
+            "the throttle's queue is full: 3 calls are waiting"
         );
         scheduler.remove(|&job| job == 1);
         let (_, reason) = scheduler.push(4, 3).unwrap_err();
-        assert_eq!(reason, "a call of cost 3 can never fit this limit");
+        assert_eq!(reason, Error::NeverFits(3));
         scheduler.push(5, 2).unwrap();
         assert_eq!(scheduler.len(), 3);
     }

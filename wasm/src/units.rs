@@ -1,55 +1,47 @@
 //! JS numbers in and out: whole units, and milliseconds (JS's unit of time) to and from
 //! the core's microsecond ticks.
 
-use sluicegate_core::{Ticks, MAX_TICKS};
+use sluicegate_core::clock::MAX_TICKS;
+use sluicegate_core::Ticks;
+
+use crate::error::Error;
 
 /// The largest integer a JS number holds exactly (`Number.MAX_SAFE_INTEGER`).
 const MAX_SAFE_INTEGER: f64 = 9_007_199_254_740_991.0;
 
 /// A whole, non-negative, exactly representable number: costs, limits, rates.
-pub fn whole(name: &str, value: f64) -> Result<u64, String> {
+pub(crate) fn whole(name: &'static str, value: f64) -> Result<u64, Error> {
     if value.fract() == 0.0 && (0.0..=MAX_SAFE_INTEGER).contains(&value) {
         Ok(to_u64(value))
     } else {
-        Err(format!(
-            "{name} must be a whole number from 0 to 2^53 - 1, got {}",
-            show(value)
-        ))
+        Err(Error::NotWhole {
+            name,
+            shown: show(value),
+        })
     }
 }
 
 /// Milliseconds (fractions allowed, rounded to the microsecond) as ticks.
-pub fn ticks_from_ms(name: &str, ms: f64) -> Result<Ticks, String> {
+pub(crate) fn ticks_from_ms(name: &'static str, ms: f64) -> Result<Ticks, Error> {
     let ticks = (ms * 1000.0).round();
     #[allow(clippy::cast_precision_loss)] // 2^62 is a power of two: exact as a double.
     let max = MAX_TICKS as f64;
     if ms.is_finite() && (0.0..=max).contains(&ticks) {
         Ok(to_u64(ticks))
     } else {
-        Err(format!(
-            "{name} must be a number of milliseconds from 0 to {}, got {}",
-            MAX_TICKS / 1000,
-            show(ms)
-        ))
+        Err(Error::NotMilliseconds {
+            name,
+            shown: show(ms),
+        })
     }
 }
 
 /// Ticks as milliseconds, the nearest double: durations and times below 2^51 µs (71
 /// years) read back exactly.
-pub fn ms_from_ticks(ticks: Ticks) -> f64 {
+pub(crate) fn ms_from_ticks(ticks: Ticks) -> f64 {
     #[allow(clippy::cast_precision_loss)] // Reported times are below 2^53 µs.
     let ticks = ticks as f64;
     ticks / 1000.0
-}
-
-/// Ticks as milliseconds in decimal, written with integers only: `1500` is `"1.5"`.
-pub fn ms_text(ticks: Ticks) -> String {
-    let (ms, micros) = (ticks / 1000, ticks % 1000);
-    if micros == 0 {
-        format!("{ms}")
-    } else {
-        format!("{ms}.{micros:03}").trim_end_matches('0').to_owned()
-    }
 }
 
 /// A JS number as JS prints it: Rust's float formatting would add 20 KB to the wasm.
@@ -84,7 +76,7 @@ mod tests {
         assert_eq!(whole("cost", 42.0), Ok(42));
         assert_eq!(whole("cost", MAX_SAFE_INTEGER), Ok((1 << 53) - 1));
         for bad in [-1.0, 1.5, f64::NAN, f64::INFINITY, MAX_SAFE_INTEGER + 1.0] {
-            let err = whole("cost", bad).unwrap_err();
+            let err = whole("cost", bad).unwrap_err().to_string();
             assert!(err.starts_with("cost must be a whole number"), "{err}");
         }
     }
@@ -94,9 +86,6 @@ mod tests {
         assert_eq!(ticks_from_ms("periodMs", 1000.0), Ok(1_000_000));
         assert_eq!(ticks_from_ms("periodMs", 0.0015), Ok(2));
         assert_eq!(ms_from_ticks(1_500), 1.5);
-        assert_eq!(ms_text(1_500), "1.5");
-        assert_eq!(ms_text(1), "0.001");
-        assert_eq!(ms_text(31_622_400_000_000), "31622400000");
         for bad in [-1.0, f64::NAN, f64::INFINITY, 1e20] {
             assert!(ticks_from_ms("nowMs", bad).is_err(), "{bad}");
         }

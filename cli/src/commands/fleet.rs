@@ -176,7 +176,7 @@ pub fn run(args: FleetArgs) -> Result<std::process::ExitCode, Failure> {
     let (policy, name) = (&loaded.policy, &loaded.name);
     let config = settings(&args, policy)?;
     with_algorithm(&loaded.built, name, |validate| validate(&config))?.map_err(bad)?;
-    let backend = Backend::new(&args.target.backend.backend, None)?;
+    let backend = Backend::new(&args.target.backend.backend, None).map_err(bad)?;
     let Backend::Redis(target) = backend else {
         return Err(bad(
             "a fleet shares its limit through Redis: give --backend redis://HOST:PORT".into(),

@@ -32,7 +32,7 @@ pub fn run(args: InspectArgs) -> Result<ExitCode, Failure> {
         return leasing::inspect(leasing::Inspect {
             key: &args.key,
             model,
-            algorithm: "concurrency",
+            algorithm: sluicegate_core::Kind::Concurrency.name(),
             open,
             now: args.now,
             json,

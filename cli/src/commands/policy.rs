@@ -247,14 +247,14 @@ fn read_file(path: &str) -> Result<BTreeMap<String, Policy>, Failure> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| Failure::Input(format!("cannot read {path}: {e}")))?;
     // The command line's loader's checks, pointing at the line at fault.
-    let file = File::parse_built(path, &text).map_err(Failure::Input)?;
+    let file = File::parse_built(path, &text)?;
     Ok(file.policies)
 }
 
 /// An envoyproxy/ratelimit file checked by the server's parser: what it defines.
 fn read_envoy(path: &str) -> Result<String, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
-    let config = envoy::Config::parse(path, &text)?;
+    let config = envoy::Config::parse(path, &text).map_err(|e| e.to_string())?;
     let (name, domain) = config
         .domains()
         .next()

@@ -66,7 +66,9 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, Failure> {
     runtime.block_on(async {
         let server = Server::bind(config).await.map_err(|e| match e {
             // A file the operator wrote: bad input, like any other command's.
-            sluicegate_server::Error::Config(problem) => Failure::Input(problem),
+            e @ (sluicegate_server::Error::Files(_) | sluicegate_server::Error::NoGrpc) => {
+                Failure::Input(e.to_string())
+            }
             e => Failure::Backend(e.to_string()),
         })?;
         eprintln!("sluicegate: serving on http://{}", server.local_addr());

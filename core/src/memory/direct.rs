@@ -7,7 +7,7 @@ use crate::{Clock, Decision, MonotonicClock, Report, Reported, Reserve, Ticks};
 /// One limit shared by every caller: a whole service, one downstream API.
 ///
 /// Decides with one compare-and-swap: of a 64-bit word for the buckets, decided in
-/// its own units (see [`BucketCell`](super::BucketCell)), of a 128-bit one for the
+/// its own units (see `BucketCell`), of a 128-bit one for the
 /// windows, and under a mutex for the sliding log, bans and composites.
 #[derive(Debug)]
 pub struct DirectLimiter<A: InMemory, C = MonotonicClock> {

@@ -29,13 +29,20 @@ mod wait;
 mod word;
 
 pub(crate) use cell::split_word;
-pub use cell::{
-    AtomicCell, BucketCell, InMemory, LockedCell, NarrowCell, StateCell, WordState, WordUnits,
-};
+pub use cell::InMemory;
 pub use direct::DirectLimiter;
 pub use fenced::{FencedResource, StaleToken};
 pub use keyed::{KeyedLimiter, OnFull};
 pub use lease::{AcquireError, KeyedLeases, LeaseGuard, Leases};
+
+/// The cells an [`InMemory`] algorithm keeps its state in: named by that trait and
+/// measured by the benches, not an interface to build on.
+#[doc(hidden)]
+pub mod __bench {
+    pub use super::cell::{
+        AtomicCell, BucketCell, LockedCell, NarrowCell, StateCell, WordState, WordUnits,
+    };
+}
 
 /// How [`KeyedLimiter`] and [`KeyedLeases`] hash keys by default: foldhash's quality
 /// hasher, seeded at random per process, so a client that does not know the seed cannot

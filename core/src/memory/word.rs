@@ -4,7 +4,7 @@
 use crate::bucket::{Divisor, Gcra};
 use crate::encoding::tag;
 use crate::limits::MAX_WAIT;
-use crate::memory::WordState;
+use crate::memory::__bench::WordState;
 use crate::{BucketState, Decision, LeakyBucket, Pacing, Ticks, TokenBucket, MAX_TICKS};
 
 impl WordState for BucketState {

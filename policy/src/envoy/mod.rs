@@ -17,7 +17,52 @@ use std::path::Path;
 use sluicegate_core::Kind;
 
 use crate::duration::Duration;
+use crate::file::{FileError, Position};
 use crate::model::Policy;
+
+/// Why an envoyproxy/ratelimit configuration is refused; each names the file and, where
+/// it can, the line and column (`PATH:LINE:COLUMN: ...`, their service's wording).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EnvoyError {
+    /// The file or directory cannot be read.
+    #[error(transparent)]
+    Read(#[from] FileError),
+    /// The text is not a configuration their service would load.
+    #[error("{path}{at}: {message}")]
+    Invalid {
+        /// The file.
+        path: String,
+        /// Where the value at fault is.
+        at: Position,
+        /// What is wrong, as their service says it.
+        message: String,
+    },
+    /// Another file defined the domain already (their service refuses it too).
+    #[error("{path}: duplicate domain {domain:?} (also in {other_file})")]
+    DuplicateDomain {
+        /// The file.
+        path: String,
+        /// The domain.
+        domain: String,
+        /// The file that defined it first.
+        other_file: String,
+    },
+    /// A rule's full key is one of another domain's (ids join names with dots).
+    #[error("{path}: rule {rule:?} of domain {domain:?} has the full key of one of domain {other_domain:?} (in {other_file}): rename one")]
+    SharedKey {
+        /// The file.
+        path: String,
+        /// The rule's full key.
+        rule: String,
+        /// Its domain.
+        domain: String,
+        /// The domain already holding the key.
+        other_domain: String,
+        /// The file of that domain.
+        other_file: String,
+    },
+}
 
 /// Their rate limit units, numbered as in their protocol's `RateLimit.Unit` (a week is
 /// their later addition).
@@ -298,7 +343,7 @@ impl Config {
     }
 
     /// One file's `text`; `path` names it in errors (`PATH:LINE:COLUMN: ...`).
-    pub fn parse(path: &str, text: &str) -> Result<Self, String> {
+    pub fn parse(path: &str, text: &str) -> Result<Self, EnvoyError> {
         let mut config = Self::default();
         config.add(path, text)?;
         Ok(config)
@@ -306,13 +351,14 @@ impl Config {
 
     /// Adds one file's domain; a domain another file defined already is refused, as
     /// their service does by default.
-    pub fn add(&mut self, path: &str, text: &str) -> Result<(), String> {
+    pub fn add(&mut self, path: &str, text: &str) -> Result<(), EnvoyError> {
         let (name, domain) = read::domain(path, text)?;
         if let Some(other) = self.domains.get(&name) {
-            return Err(format!(
-                "{path}: duplicate domain {name:?} (also in {})",
-                other.file
-            ));
+            return Err(EnvoyError::DuplicateDomain {
+                path: path.to_owned(),
+                domain: name,
+                other_file: other.file.clone(),
+            });
         }
         // Ids join names with dots: domain `a` with `b.c` and domain `a.b` with `c` would
         // share one limiter.
@@ -320,10 +366,13 @@ impl Config {
             let same =
                 |(_, other): &(&String, &Domain)| other.rules().iter().any(|r| r.id == rule.id);
             if let Some((other_name, other)) = self.domains.iter().find(same) {
-                return Err(format!(
-                    "{path}: rule {:?} of domain {name:?} has the full key of one of domain {other_name:?} (in {}): rename one",
-                    rule.id, other.file
-                ));
+                return Err(EnvoyError::SharedKey {
+                    path: path.to_owned(),
+                    rule: rule.id.clone(),
+                    domain: name,
+                    other_domain: other_name.clone(),
+                    other_file: other.file.clone(),
+                });
             }
         }
         self.domains.insert(name, domain);
@@ -332,12 +381,14 @@ impl Config {
 
     /// The file `path`, or every `*.yaml` and `*.yml` file of the directory `path` (as
     /// their service loads a directory), in name order.
-    pub fn load(path: &Path) -> Result<Self, String> {
+    pub fn load(path: &Path) -> Result<Self, EnvoyError> {
         let mut config = Self::default();
         for file in crate::file::listed(path, is_yaml)? {
             let name = file.display().to_string();
-            let text =
-                std::fs::read_to_string(&file).map_err(|e| format!("cannot read {name}: {e}"))?;
+            let text = std::fs::read_to_string(&file).map_err(|error| FileError::Read {
+                path: name.clone(),
+                error,
+            })?;
             config.add(&name, &text)?;
         }
         Ok(config)

@@ -4,7 +4,8 @@
 use sluicegate_core::Kind;
 
 use super::yaml::{self, At, Located, Node, Value};
-use super::{Descriptor, Domain, Level, Limit, Rule, Unit};
+use super::{Descriptor, Domain, EnvoyError, Level, Limit, Rule, Unit};
+use crate::file::Position;
 use crate::problem::Style;
 
 /// Every key their service accepts: it checks names, not where they are, so a key
@@ -109,9 +110,15 @@ impl<'a> Fields<'a> {
 }
 
 /// One file's domain and its name; `path` names the file in errors.
-pub(super) fn domain(path: &str, text: &str) -> Result<(String, Domain), String> {
-    let at = |(at, message): Located| format!("{path}:{}:{}: {message}", at.line, at.column);
-    read(path, text).map_err(at)
+pub(super) fn domain(path: &str, text: &str) -> Result<(String, Domain), EnvoyError> {
+    read(path, text).map_err(|(at, message)| EnvoyError::Invalid {
+        path: path.to_owned(),
+        at: Position {
+            line: at.line,
+            column: at.column,
+        },
+        message,
+    })
 }
 
 fn read(path: &str, text: &str) -> Result<(String, Domain), Located> {

@@ -79,7 +79,7 @@ fn errors_name_the_file_line_and_column() {
         ("domain: d\ndescriptors: [\n", "t.yaml:3:1: error loading config file:"),
     ];
     for (text, want) in cases {
-        let got = Config::parse("t.yaml", text).expect_err(text);
+        let got = Config::parse("t.yaml", text).expect_err(text).to_string();
         assert!(got.starts_with(want), "{text}: got {got}, want {want}");
     }
 }
@@ -87,7 +87,10 @@ fn errors_name_the_file_line_and_column() {
 #[test]
 fn a_domain_in_two_files_is_refused() {
     let mut c = config("domain: d\n");
-    let e = c.add("u.yaml", "domain: d\n").expect_err("a duplicate");
+    let e = c
+        .add("u.yaml", "domain: d\n")
+        .expect_err("a duplicate")
+        .to_string();
     assert_eq!(e, "u.yaml: duplicate domain \"d\" (also in t.yaml)");
 }
 
@@ -106,7 +109,9 @@ fn an_alias_cannot_nest_deeper_than_the_bound() {
     // would reach 65.
     let deep = format!("{}0{}", "[".repeat(63), "]".repeat(63));
     let text = format!("a: &a {deep}\nb: [*a]\n");
-    let e = Config::parse("t.yaml", &text).expect_err("too deep");
+    let e = Config::parse("t.yaml", &text)
+        .expect_err("too deep")
+        .to_string();
     assert!(e.contains("nested deeper than 64 levels"), "{e}");
 }
 
@@ -124,7 +129,9 @@ fn a_chain_of_aliases_is_refused_before_it_nests_past_the_bound() {
             i - 1
         );
     }
-    let e = Config::parse("t.yaml", &text).expect_err("too deep");
+    let e = Config::parse("t.yaml", &text)
+        .expect_err("too deep")
+        .to_string();
     assert!(e.contains("nested deeper than 64 levels"), "{e}");
 }
 
@@ -150,12 +157,16 @@ fn aliases_repeating_more_than_the_file_are_refused_at_once() {
             "a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n"
         );
     }
-    let e = Config::parse("t.yaml", &text).expect_err("a billion laughs");
+    let e = Config::parse("t.yaml", &text)
+        .expect_err("a billion laughs")
+        .to_string();
     assert!(e.contains("aliases repeat more than 65536 bytes"), "{e}");
     // A long text repeated: few nodes, but each a copy of 100 KB.
     let long = "z".repeat(100_000);
     let text = format!("a: &s {long}\nb: [*s, *s]\n");
-    let e = Config::parse("t.yaml", &text).expect_err("a long text repeated");
+    let e = Config::parse("t.yaml", &text)
+        .expect_err("a long text repeated")
+        .to_string();
     assert!(e.contains("aliases repeat more than"), "{e}");
     // Anchors as Envoy files use them, a rate limit repeated, are read.
     let c = config("domain: d\ndescriptors:\n  - key: a\n    rate_limit: &r {unit: second, requests_per_unit: 10}\n  - key: b\n    rate_limit: *r\n");

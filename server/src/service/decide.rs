@@ -3,8 +3,9 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use sluicegate_core::{Decision, Outcome, Ticks};
-use sluicegate_policy::human;
+use sluicegate_core::host::Outcome;
+use sluicegate_core::{Decision, Ticks};
+use sluicegate_policy::text::human;
 
 use crate::limiters::{DecideError, LeaseAnswer, LeaseOp, Limiters, PolicyLimiter, MAX_KEY};
 use crate::store::{Snapshot, Stored};

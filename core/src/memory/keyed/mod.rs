@@ -29,7 +29,7 @@ pub use room::OnFull;
 /// one 64-bit word (16 bytes for a `u64` key). A decision on a key already held takes its
 /// shard's lock shared and writes the key's own state alone: one compare-and-swap of its
 /// word for the buckets (decided in the word's units, see
-/// [`BucketCell`](super::BucketCell)), for the other algorithms the mutex of the state
+/// `BucketCell`), for the other algorithms the mutex of the state
 /// the word points to. Only a new key, a sweep and an eviction take a shard's lock
 /// exclusively, so no decision is in flight on an entry they drop. A key whose state is
 /// fresh again is dropped when a decision leaves it fresh, else when its shard is full

@@ -19,7 +19,8 @@ use crate::{
 /// ```
 /// use std::time::Duration;
 /// use sluicegate_core::memory::Leases;
-/// use sluicegate_core::{Concurrency, SECOND};
+/// use sluicegate_core::lease::Concurrency;
+/// use sluicegate_core::SECOND;
 ///
 /// // At most 3 requests in flight; a holder that leaks its guard frees it after 30 s.
 /// let in_flight = Leases::new(Concurrency::new(3)?);
