@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use sluicegate_core::calendar::Calendar;
 use sluicegate_core::memory::OnFull;
-use sluicegate_core::{Kind, Ticks};
+use sluicegate_core::{FleetMode, Kind, Ticks};
 
 use crate::duration::Duration;
 
@@ -104,9 +104,9 @@ pub struct BanSpec {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct FleetSettings {
-    /// `exact`, `prefetch`, `batch` or `split`.
+    /// How the fleet shares the limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mode: Option<String>,
+    pub mode: Option<FleetMode>,
     /// Prefetch: the most units one take asks for; batch: decisions between settles.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_batch: Option<u64>,

@@ -60,3 +60,24 @@ fn a_missing_policy_lists_the_names_there_are() {
         format!("{path}: no policy \"b\" (it has: a)")
     );
 }
+
+#[test]
+fn a_fleet_mode_is_checked_with_the_file() {
+    let text = "[policies.p]\nalgorithm = \"fixed-window\"\nlimit = 5\nperiod = \"1s\"\nfleet = { mode = \"fast\" }\n";
+    let error = File::parse("p.toml", text).unwrap_err();
+    assert!(
+        matches!(
+            &error,
+            FileError::Syntax {
+                at: Some(Position { line: 5, .. }),
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("`fast`"), "{error}");
+    let text = text.replace("fast", "split");
+    let file = File::parse("p.toml", &text).unwrap();
+    let fleet = file.policies["p"].fleet.as_ref().unwrap();
+    assert_eq!(fleet.mode, Some(sluicegate_core::FleetMode::Split));
+}

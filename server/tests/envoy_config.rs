@@ -449,9 +449,85 @@ async fn a_limit_override_is_the_limit_in_a_known_domain() {
     let other = [("database", "other")];
     let answer = ask(&mut c, t, "mongo_cps", vec![overridden(&other, 2, HOUR)]).await;
     assert_eq!(seen(&answer.unwrap().statuses[0]), (OK, Some(2), 1));
-    // An unknown unit is refused.
-    let refused = ask(&mut c, t, "mongo_cps", vec![overridden(&users, 2, 0)]).await;
-    assert_eq!(refused.unwrap_err().code(), tonic::Code::InvalidArgument);
+    // An unknown unit: the rule decides, never an error for the call.
+    let answer = ask(&mut c, t, "mongo_cps", vec![overridden(&users, 2, 0)]).await;
+    let (code, limit, _) = seen(&answer.unwrap().statuses[0]);
+    assert_eq!((code, limit), (OK, Some(500)));
+    server.stop().await;
+}
+
+/// An app holds at most 32 overrides at once (the guide's figure): one more is decided
+/// by the rule the descriptor matches, never an error for the call; another app still
+/// holds its own; an override unused for its window is dropped, making room.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overrides_are_bounded_per_app_and_never_fail_the_call() {
+    const SECOND: i32 = 1;
+    const HOUR: i32 = 3;
+    let (server, admin) = TestServer::start_with(Config {
+        grpc_listen: Some("127.0.0.1:0".parse().unwrap()),
+        envoy_config: Some(data("example1.yaml")),
+        ..config()
+    })
+    .await;
+    let (greedy, other) = (
+        app(&server, &admin, "greedy").await,
+        app(&server, &admin, "other").await,
+    );
+    let mut c = client(&server).await;
+    let users = [("database", "users")];
+    let limit_of = |answer: Result<RateLimitResponse, tonic::Status>| {
+        let answer = answer.expect("never an error for the call");
+        seen(&answer.statuses[0]).1
+    };
+    // 31 overrides of an hour, the 32nd of a second, each of its own figure.
+    for n in 1..=31 {
+        let answer = ask(
+            &mut c,
+            Some(&greedy),
+            "mongo_cps",
+            vec![overridden(&users, 1000 + n, HOUR)],
+        )
+        .await;
+        assert_eq!(limit_of(answer), Some(1000 + n));
+    }
+    let answer = ask(
+        &mut c,
+        Some(&greedy),
+        "mongo_cps",
+        vec![overridden(&users, 7, SECOND)],
+    )
+    .await;
+    assert_eq!(limit_of(answer), Some(7));
+    let answer = ask(
+        &mut c,
+        Some(&greedy),
+        "mongo_cps",
+        vec![overridden(&users, 9, HOUR)],
+    )
+    .await;
+    assert_eq!(
+        limit_of(answer),
+        Some(500),
+        "the 33rd is the rule's own limit"
+    );
+    let answer = ask(
+        &mut c,
+        Some(&other),
+        "mongo_cps",
+        vec![overridden(&users, 9, HOUR)],
+    )
+    .await;
+    assert_eq!(limit_of(answer), Some(9), "another app holds its own");
+    // The override of a second, unused for more than a second, makes room.
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let answer = ask(
+        &mut c,
+        Some(&greedy),
+        "mongo_cps",
+        vec![overridden(&users, 11, HOUR)],
+    )
+    .await;
+    assert_eq!(limit_of(answer), Some(11));
     server.stop().await;
 }
 

@@ -38,8 +38,8 @@ pub struct FleetArgs {
     #[arg(long, default_value_t = 8, value_parser = whole)]
     nodes: u64,
     /// exact | prefetch | batch | split (default: the policy's `fleet.mode`, else prefetch).
-    #[arg(long)]
-    mode: Option<String>,
+    #[arg(long, value_parser = fleet_mode)]
+    mode: Option<FleetMode>,
     /// Prefetch: the most units one take asks for; batch: decisions between settles
     /// (default: the policy's `fleet.max_batch`, else 100).
     #[arg(long, value_parser = whole, allow_negative_numbers = true)]
@@ -86,15 +86,16 @@ pub(super) fn bad(message: String) -> Failure {
     Failure::Input(message)
 }
 
+/// `--mode`: a fleet mode's name.
+pub(super) fn fleet_mode(name: &str) -> Result<FleetMode, String> {
+    FleetMode::from_name(name)
+        .ok_or_else(|| format!("unknown mode {name:?}: use exact, prefetch, batch or split"))
+}
+
 /// The settings a run uses: flags over the policy's `fleet` table over defaults.
 fn settings(args: &FleetArgs, policy: &Policy) -> Result<FleetConfig, Failure> {
     let table = policy.fleet.clone().unwrap_or_default();
-    let mode = args
-        .mode
-        .clone()
-        .or(table.mode)
-        .unwrap_or_else(|| "prefetch".into());
-    let mode: FleetMode = mode.parse().map_err(|e| bad(format!("{e}")))?;
+    let mode = args.mode.or(table.mode).unwrap_or(FleetMode::Prefetch);
     Ok(FleetConfig {
         mode,
         max_batch: args.max_batch.or(table.max_batch).unwrap_or(100),

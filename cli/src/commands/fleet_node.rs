@@ -9,10 +9,10 @@ use std::time::{Duration as StdDuration, Instant};
 use clap::Args;
 use sluicegate_core::{AnyAlgorithm, Ticks};
 use sluicegate_policy::Built;
-use sluicegate_redis::fleet::{FleetAlgorithm, FleetConfig, FleetLimiter};
+use sluicegate_redis::fleet::{FleetAlgorithm, FleetConfig, FleetLimiter, FleetMode};
 use sluicegate_redis::{Reconnecting, RedisLimiter};
 
-use super::fleet::{bad, wall, Line};
+use super::fleet::{bad, fleet_mode, wall, Line};
 use crate::args::PolicyArgs;
 use crate::failure::{output, Failure};
 use crate::traffic::Traffic;
@@ -26,8 +26,8 @@ pub struct NodeArgs {
     url: String,
     #[arg(long)]
     key_prefix: String,
-    #[arg(long)]
-    mode: String,
+    #[arg(long, value_parser = fleet_mode)]
+    mode: FleetMode,
     #[arg(long)]
     max_batch: u64,
     #[arg(long)]
@@ -71,7 +71,7 @@ fn run_node<A: FleetAlgorithm>(
     let config = FleetConfig {
         max_batch: args.max_batch,
         interval: Some(StdDuration::from_micros(args.interval_us)),
-        ..FleetConfig::new(args.mode.parse().map_err(backend)?)
+        ..FleetConfig::new(args.mode)
     };
     let fleet = Arc::new(
         FleetLimiter::new(limiter, b"fleet", config)

@@ -10,10 +10,13 @@
 //! configuration or metadata) is, as theirs, the limit of that descriptor in a known
 //! domain whatever the rules say: a fixed window of its requests per unit, keyed by all
 //! its entries, never in shadow mode. Each distinct override has one limiter, built the
-//! first time it is asked for; a server keeps a bounded number of them.
+//! first time it is asked for; an app holds a bounded number of them at once, and an
+//! override beyond them (or of a unit not theirs) is decided by the rule the descriptor
+//! matches, never an error for the call.
 
 use std::borrow::Cow;
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use sluicegate_core::Kind;
 use sluicegate_policy::envoy::{key_of, Domain, Limit, Rule, Unit};
@@ -25,17 +28,16 @@ use super::envoy::service::ratelimit::v3::rate_limit_response::{
 };
 use super::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use super::wire::{bounded, duration, undecided};
+use crate::limiters::PolicyLimiter;
 use crate::service::auth::App;
 use crate::service::{rule_name, Rules, Service, ServiceError};
 use crate::time::now_s;
 
-/// The rule of a descriptor's limit `override` in `domain`: named by its figures (one
-/// limiter per distinct override), keyed by all of the descriptor's entries.
-fn override_rule(domain: &str, limit: &RateLimitOverride) -> Result<Rule, ServiceError> {
-    let unit = Unit::from_number(limit.unit).ok_or_else(|| {
-        ServiceError::invalid("a limit override's unit is SECOND to WEEK", Some("limit"))
-    })?;
-    Ok(Rule {
+/// The rule of a descriptor's limit `override` in `domain`, if its unit is one of
+/// theirs: named by its figures (one limiter per distinct override).
+fn override_rule(domain: &str, limit: &RateLimitOverride) -> Option<Rule> {
+    let unit = Unit::from_number(limit.unit)?;
+    Some(Rule {
         id: format!("{domain}.override.{}_per_{unit:?}", limit.requests_per_unit),
         limit: Limit::Rate {
             requests_per_unit: limit.requests_per_unit,
@@ -50,25 +52,39 @@ fn override_rule(domain: &str, limit: &RateLimitOverride) -> Result<Rule, Servic
     })
 }
 
-/// The rule a descriptor is decided by and its key: its limit override's, else the
-/// rule it matches in `domain` (named `domain_name`); `true` for an override.
+/// A descriptor's rule, its key, and the override's limiter if it is decided by one.
+type Matched<'d> = (Cow<'d, Rule>, String, Option<Arc<PolicyLimiter>>);
+
+/// The rule a descriptor is decided by and its key: its limit override's (keyed by all
+/// of its entries) if `app` may hold one more, else the rule it matches in `domain`.
 fn rule_of<'d>(
+    service: &Service,
+    rules: &Rules,
     domain: &'d Domain,
-    domain_name: &str,
+    request: &RateLimitRequest,
     descriptor: &RateLimitDescriptor,
-) -> Result<Option<(Cow<'d, Rule>, String, bool)>, ServiceError> {
-    let entries = descriptor
+    app: &App,
+) -> Option<Matched<'d>> {
+    let entries: Vec<(&str, &str)> = descriptor
         .entries
         .iter()
-        .map(|e| (e.key.as_str(), e.value.as_str()));
-    if let Some(limit) = &descriptor.limit {
-        let rule = override_rule(domain_name, limit)?;
-        return Ok(Some((Cow::Owned(rule), key_of(entries), true)));
-    }
-    let entries: Vec<(&str, &str)> = entries.collect();
-    Ok(domain
-        .lookup(&entries)
-        .map(|(rule, key)| (Cow::Borrowed(rule), key, false)))
+        .map(|e| (e.key.as_str(), e.value.as_str()))
+        .collect();
+    let overridden = descriptor.limit.as_ref().and_then(|limit| {
+        let rule = override_rule(&request.domain, limit)?;
+        let limiter =
+            rules.override_limiter(&*service.backend, &service.metrics, &rule, app.name())?;
+        Some((
+            Cow::Owned(rule),
+            key_of(entries.iter().copied()),
+            Some(limiter),
+        ))
+    });
+    overridden.or_else(|| {
+        domain
+            .lookup(&entries)
+            .map(|(rule, key)| (Cow::Borrowed(rule), key, None))
+    })
 }
 
 /// The status of a descriptor no counted rule applies to: `OK`, no limit, and
@@ -105,12 +121,11 @@ pub(crate) async fn answer(
     let matched: Vec<_> = request
         .descriptors
         .iter()
-        .map(|d| rule_of(domain, &request.domain, d))
+        .map(|d| rule_of(service, rules, domain, request, d, app))
         .collect();
     // Theirs: a rule matched by any descriptor drops the counted rules it names.
     let replaced: HashSet<String> = matched
         .iter()
-        .flatten()
         .flatten()
         .flat_map(|(rule, _, _)| rule.replaces.iter().cloned())
         .collect();
@@ -121,18 +136,12 @@ pub(crate) async fn answer(
     let (mut over, mut quotas, mut quotas_over, mut failed) = (false, 0, 0, None);
     for (i, found) in matched.into_iter().enumerate() {
         let (status, quota) = match found {
-            Err(e) => {
-                failed.get_or_insert(e);
-                (undecided(), false)
-            }
-            Ok(None) => (uncounted(0), false),
-            Ok(Some((rule, _, _))) if rule.limit == Limit::Unlimited => {
-                (uncounted(u32::MAX), false)
-            }
-            Ok(Some((rule, _, _))) if rule.name.as_ref().is_some_and(|n| replaced.contains(n)) => {
+            None => (uncounted(0), false),
+            Some((rule, _, _)) if rule.limit == Limit::Unlimited => (uncounted(u32::MAX), false),
+            Some((rule, _, _)) if rule.name.as_ref().is_some_and(|n| replaced.contains(n)) => {
                 (uncounted(0), false)
             }
-            Ok(Some((rule, key, overridden))) => {
+            Some((rule, key, overridden)) => {
                 let key = bounded(key);
                 match decide(service, rules, &rule, overridden, &key, cost(i)).await {
                     Ok(status) => (status, rule.quota || service.quota_mode),
@@ -172,7 +181,7 @@ async fn decide(
     service: &Service,
     rules: &Rules,
     rule: &Rule,
-    overridden: bool,
+    overridden: Option<Arc<PolicyLimiter>>,
     key: &str,
     cost: u64,
 ) -> Result<DescriptorStatus, ServiceError> {
@@ -202,7 +211,10 @@ async fn decide(
             duration_until_reset: Some(duration(window_left(unit.seconds()) * 1_000_000)),
         });
     }
-    let limiter = rules.limiter(&*service.backend, &service.metrics, rule, overridden)?;
+    let limiter = match overridden {
+        Some(limiter) => limiter,
+        None => rules.limiter(rule)?,
+    };
     let decided = service
         .decide_on(&limiter, &rule_name(rule), key, cost, rule.shadow)
         .await?;

@@ -1,10 +1,10 @@
 //! `/metrics`: the Prometheus text of the service's counters (for an admin, or anyone
-//! with `--metrics-open`).
+//! with `--metrics-open`); `/healthz` and `/readyz` for load balancers.
 
 use std::sync::Arc;
 
 use axum::extract::State;
-use axum::http::{header, HeaderValue};
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
@@ -16,11 +16,26 @@ use crate::service::Service;
 use super::auth::Authed;
 use super::error::{ApiError, Result};
 
-/// `/metrics`, and `/healthz` (answers while the process serves).
+/// `/metrics`, `/healthz` (answers while the process serves) and `/readyz` (whether it
+/// can decide now).
 pub(crate) fn routes() -> Router<Arc<Service>> {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(ready))
         .route("/metrics", get(metrics))
+}
+
+/// 200 `{"ready": true}`, or 503 naming what it waits for (`store`, `decisions`),
+/// never why: the reason, with its addresses, is in the log.
+async fn ready(State(service): State<Arc<Service>>) -> Response {
+    let waiting = service.waiting_for().await;
+    let status = if waiting.is_empty() {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    let body = serde_json::json!({ "ready": waiting.is_empty(), "waiting_for": waiting });
+    (status, axum::Json(body)).into_response()
 }
 
 async fn metrics(

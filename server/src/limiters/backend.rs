@@ -35,6 +35,11 @@ pub(crate) trait Backend: Send + Sync + Debug {
     /// Whether `rule` can be decided here at all.
     fn supports(&self, rule: &AnyAlgorithm) -> Result<(), Unsupported>;
 
+    /// Whether it answers now (`/readyz`); in process, always.
+    fn ready(&self) -> BoxFuture<'_, Result<(), DecideError>> {
+        Box::pin(async { Ok(()) })
+    }
+
     /// Its own lines for `/metrics` (none by default).
     fn metrics(&self) -> String {
         String::new()

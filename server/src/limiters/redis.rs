@@ -76,6 +76,17 @@ impl Backend for InRedis {
         }))
     }
 
+    /// A `PING` answered, within the connection's timeout.
+    fn ready(&self) -> BoxFuture<'_, Result<(), DecideError>> {
+        let mut con = self.con.clone();
+        Box::pin(async move {
+            redis::cmd("PING")
+                .query_async::<()>(&mut con)
+                .await
+                .map_err(|e| DecideError::Unavailable(e.to_string()))
+        })
+    }
+
     fn leases(&self, name: &str, policy: &Policy, model: Concurrency) -> Arc<dyn LeaseTable> {
         let leases = RedisLeases::new(model).with_prefix(prefix(name, policy));
         Arc::new(ConnectedAsync::new(leases, self.con.clone()))

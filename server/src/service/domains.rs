@@ -1,21 +1,24 @@
 //! The domains of envoyproxy/ratelimit's YAML (`--envoy-config`) as served: the
 //! configuration and a limiter per counted rule, each kept across reloads where its
 //! parameters are the same, and the limiters of descriptors' limit overrides, built the
-//! first time each is asked for (at most [`MAX_OVERRIDES`]). How a call is answered on
-//! them is the gRPC front end's (its `domains`).
+//! first time each is asked for, a bounded number per app, dropped once unused for a
+//! window. How a call is answered on them is the gRPC front end's (its `domains`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
-use sluicegate_policy::envoy::{Config, Rule};
+use sluicegate_policy::envoy::{Config, Limit, Rule};
 
 use super::error::ServiceError;
 use crate::limiters::{Backend, PolicyLimiter};
 use crate::metrics::Metrics;
 
-/// The most distinct limit overrides a server keeps a limiter for: overrides come from
-/// a gateway's configuration, a handful of values; more is refused, not remembered.
-pub(crate) const MAX_OVERRIDES: usize = 256;
+/// The most distinct limit overrides one app holds a limiter for at once: overrides come
+/// from a gateway's configuration, a handful of values.
+pub(crate) const MAX_OVERRIDES_PER_APP: usize = 32;
+/// The most a server holds, all apps together.
+pub(crate) const MAX_OVERRIDES: usize = 1024;
 
 /// The served configuration and a limiter per counted rule, by [`rule_name`].
 #[derive(Debug, Default)]
@@ -23,7 +26,17 @@ pub(crate) struct Rules {
     pub(crate) config: Config,
     pub(crate) limiters: HashMap<String, Arc<PolicyLimiter>>,
     /// The limiters of descriptors' limit overrides, by [`rule_name`] (kept across reloads).
-    overrides: Mutex<HashMap<String, Arc<PolicyLimiter>>>,
+    overrides: Mutex<HashMap<String, Held>>,
+}
+
+/// An override's limiter, the app that made it, and when it was last asked for.
+#[derive(Debug, Clone)]
+struct Held {
+    limiter: Arc<PolicyLimiter>,
+    app: String,
+    used: Instant,
+    /// After this long unused its counts are all fresh (a window has passed).
+    period: Duration,
 }
 
 /// A rule's name in the metrics and its limiter's: `envoy:` and their full key.
@@ -58,11 +71,7 @@ impl Rules {
                 }
             }
         }
-        let overrides = previous
-            .overrides
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
+        let overrides = previous.held().clone();
         Self {
             config,
             limiters,
@@ -70,42 +79,65 @@ impl Rules {
         }
     }
 
-    /// The limiter of `rule`: a rule of the configuration's, or a limit override's
-    /// (built on `backend` the first time it is asked for).
-    pub(crate) fn limiter(
+    fn held(&self) -> std::sync::MutexGuard<'_, HashMap<String, Held>> {
+        self.overrides
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether `name` is one of the limiters served (a rule's or an override's).
+    pub(crate) fn serves(&self, name: &str) -> bool {
+        self.limiters.contains_key(name) || self.held().contains_key(name)
+    }
+
+    /// The limiter of a rule of the configuration's.
+    pub(crate) fn limiter(&self, rule: &Rule) -> Result<Arc<PolicyLimiter>, ServiceError> {
+        self.limiters
+            .get(&rule_name(rule))
+            .cloned()
+            .ok_or(ServiceError::Unavailable("the rule has no limiter"))
+    }
+
+    /// The limiter of the limit override `rule` asked for by `app`, built on `backend`
+    /// the first time; `None` when `app` holds [`MAX_OVERRIDES_PER_APP`] (or the server
+    /// [`MAX_OVERRIDES`]) still in use: the caller decides on the rule's own limit.
+    /// Overrides unused for a window are dropped first: their counts are fresh.
+    pub(crate) fn override_limiter(
         &self,
         backend: &dyn Backend,
         metrics: &Metrics,
         rule: &Rule,
-        overridden: bool,
-    ) -> Result<Arc<PolicyLimiter>, ServiceError> {
+        app: &str,
+    ) -> Option<Arc<PolicyLimiter>> {
         let name = rule_name(rule);
-        if !overridden {
-            return self
-                .limiters
-                .get(&name)
-                .cloned()
-                .ok_or(ServiceError::Unavailable("the rule has no limiter"));
+        let now = Instant::now();
+        let mut held = self.held();
+        if let Some(one) = held.get_mut(&name) {
+            one.used = now;
+            return Some(Arc::clone(&one.limiter));
         }
-        let mut overrides = self
-            .overrides
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if let Some(limiter) = overrides.get(&name) {
-            return Ok(Arc::clone(limiter));
+        held.retain(|_, one| now.duration_since(one.used) <= one.period);
+        let apps = held.values().filter(|one| one.app == app).count();
+        if apps >= MAX_OVERRIDES_PER_APP || held.len() >= MAX_OVERRIDES {
+            return None;
         }
-        if overrides.len() >= MAX_OVERRIDES {
-            return Err(ServiceError::invalid(
-                format!("at most {MAX_OVERRIDES} distinct limit overrides are kept"),
-                Some("limit"),
-            ));
-        }
-        let policy = rule
-            .policy()
-            .ok_or(ServiceError::Unavailable("the override has no limiter"))?;
-        let limiter = PolicyLimiter::build(&name, &policy, backend, None, metrics)
-            .map_err(|e| ServiceError::invalid(e.to_string(), Some("limit")))?;
-        overrides.insert(name, Arc::clone(&limiter));
-        Ok(limiter)
+        let Limit::Rate { unit, .. } = rule.limit else {
+            return None;
+        };
+        let limiter = PolicyLimiter::build(&name, &rule.policy()?, backend, None, metrics)
+            .inspect_err(
+                |e| tracing::warn!(rule = %rule.id, error = %e, "cannot build a limit override"),
+            )
+            .ok()?;
+        held.insert(
+            name,
+            Held {
+                limiter: Arc::clone(&limiter),
+                app: app.to_owned(),
+                used: now,
+                period: Duration::from_secs(unit.seconds()),
+            },
+        );
+        Some(limiter)
     }
 }

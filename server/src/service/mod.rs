@@ -14,6 +14,7 @@ mod domains;
 mod error;
 mod names;
 mod policies;
+mod ready;
 mod report;
 mod state;
 

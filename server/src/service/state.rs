@@ -69,6 +69,8 @@ pub(crate) struct Service {
     reloading: tokio::sync::Mutex<()>,
     /// When this server last pruned reports' ids, in unix seconds.
     pub(super) reports_pruned: AtomicI64,
+    /// The last readiness probe.
+    pub(super) probe: super::ready::Probe,
 }
 
 impl Service {
@@ -98,6 +100,7 @@ impl Service {
             metrics_open,
             reloading: tokio::sync::Mutex::new(()),
             reports_pruned: AtomicI64::new(0),
+            probe: super::ready::Probe::default(),
         }
     }
 
@@ -168,9 +171,8 @@ impl Service {
             }
         }
         let envoy = self.envoy();
-        self.metrics.retain(|name| {
-            snapshot.policies.contains_key(name) || envoy.limiters.contains_key(name)
-        });
+        self.metrics
+            .retain(|name| snapshot.policies.contains_key(name) || envoy.serves(name));
         *self.limiters.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(limiters);
         *self.snapshot.write().unwrap_or_else(|e| e.into_inner()) = snapshot;
         *self.stored.write().unwrap_or_else(|e| e.into_inner()) = stored;

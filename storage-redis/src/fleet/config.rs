@@ -5,53 +5,7 @@ use std::time::Duration;
 use super::algorithm::FleetAlgorithm;
 use crate::error::Error;
 
-/// How a fleet shares one limit (see the [module](super)).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum FleetMode {
-    /// One Redis call per decision.
-    Exact,
-    /// Take batches of units, spend them locally; never over the limit.
-    Prefetch,
-    /// Decide locally, settle every `max_batch` decisions or every interval.
-    Batch,
-    /// Each node enforces `limit / live nodes`, counted by heartbeats.
-    Split,
-}
-
-impl FleetMode {
-    /// Every mode, in the order the measurements list them.
-    pub const ALL: [Self; 4] = [Self::Exact, Self::Prefetch, Self::Batch, Self::Split];
-
-    /// The mode's name in policy files and on the command line.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Self::Exact => "exact",
-            Self::Prefetch => "prefetch",
-            Self::Batch => "batch",
-            Self::Split => "split",
-        }
-    }
-}
-
-impl std::fmt::Display for FleetMode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl std::str::FromStr for FleetMode {
-    type Err = Error;
-    fn from_str(name: &str) -> Result<Self, Error> {
-        Self::ALL
-            .into_iter()
-            .find(|m| m.name() == name)
-            .ok_or_else(|| Error::FleetSetting {
-                setting: "mode",
-                reason: format!("unknown mode {name:?}: use exact, prefetch, batch or split"),
-            })
-    }
-}
+pub use sluicegate_core::FleetMode;
 
 /// A fleet's settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

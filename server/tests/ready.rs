@@ -1,0 +1,89 @@
+//! `/readyz` against a real PostgreSQL store and a real Redis: 503 naming what it waits
+//! for within a second of either going away (or hanging), 200 again within a second of
+//! its return; `/healthz` answers throughout.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use hyper::StatusCode;
+use sluicegate_core::FailPolicy;
+use sluicegate_server::Config;
+
+/// How long `/readyz` took to answer `want` (status and what it waits for), measured
+/// from `since`; fails past two seconds.
+async fn flips(server: &TestServer, since: Instant, want: (StatusCode, &[&str])) -> Duration {
+    let held = eventually(Duration::from_secs(2), || async {
+        let answer = get(&server.url("/readyz"), "").await;
+        let body: serde_json::Value = serde_json::from_str(&answer.text).unwrap_or_default();
+        let waiting: Vec<&str> = body["waiting_for"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|v| v.as_str()).collect())
+            .unwrap_or_default();
+        answer.status == want.0 && body["ready"] == (want.0 == StatusCode::OK) && waiting == want.1
+    })
+    .await;
+    assert!(held, "/readyz never answered {want:?}");
+    since.elapsed()
+}
+
+/// Takes a part down (`switch(false)`) and up again (`switch(true)`): `/readyz` names
+/// `waiting` within a second, and is ready within a second of its return.
+async fn outage(server: &TestServer, what: &str, waiting: &str, mut switch: impl FnMut(bool)) {
+    switch(false);
+    let gone = flips(
+        server,
+        Instant::now(),
+        (StatusCode::SERVICE_UNAVAILABLE, &[waiting]),
+    )
+    .await;
+    assert_eq!(
+        get(&server.url("/healthz"), "").await.status,
+        StatusCode::OK
+    );
+    switch(true);
+    let back = flips(server, Instant::now(), (StatusCode::OK, &[])).await;
+    println!("{what}: not ready after {gone:?}, ready again after {back:?}");
+    assert!(gone < Duration::from_secs(1) && back < Duration::from_secs(1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_follows_the_store_and_redis() {
+    let pg = Postgres::start();
+    let mut redis = Redis::start();
+    let server = TestServer::with(Config {
+        store: Some(pg.url()),
+        decisions: Some(redis.url()),
+        fail: FailPolicy::Error,
+        ..config()
+    })
+    .await;
+    flips(&server, Instant::now(), (StatusCode::OK, &[])).await;
+    outage(&server, "Redis killed", "decisions", |up| {
+        if up {
+            redis.restart()
+        } else {
+            redis.kill()
+        }
+    })
+    .await;
+    // A Redis that accepts and never answers is not ready either.
+    outage(&server, "Redis paused", "decisions", |up| {
+        if up {
+            redis.resume()
+        } else {
+            redis.pause()
+        }
+    })
+    .await;
+    outage(&server, "PostgreSQL stopped", "store", |up| {
+        if up {
+            pg.restart()
+        } else {
+            pg.kill()
+        }
+    })
+    .await;
+    server.stop().await;
+}
