@@ -71,6 +71,7 @@ impl<A: Algorithm> Ban<A> {
     /// `state` of `from` as this ban's at `now` (see `AnyAlgorithm::carry_from`), its
     /// limit's state carried by `inner`: the ban's end as it is, the cost denied in the
     /// window holding `now` (at most this threshold's) in this ban's window holding it.
+    #[cfg(feature = "alloc")]
     pub(crate) fn carry(
         &self,
         from: &Self,

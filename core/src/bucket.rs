@@ -174,6 +174,7 @@ impl Gcra {
     /// `state` of `from` as this bucket's at `now` (see `AnyAlgorithm::carry_from`): the
     /// units in use at `now`, exactly (in this bucket's scale, rounded up: never fewer),
     /// at most this bucket's burst and overdraft.
+    #[cfg(feature = "alloc")]
     pub(crate) fn carry(
         &self,
         from: &Self,

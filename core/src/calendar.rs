@@ -174,6 +174,7 @@ impl<P: PeriodOf> CalendarWindowAt<P> {
     }
 }
 
+#[cfg(feature = "alloc")]
 impl<P: PeriodOf + PartialEq> CalendarWindowAt<P> {
     /// `state` of `from` as this window's at `now` (see `AnyAlgorithm::carry_from`):
     /// in the same period where the calendars are equal, else the count of the period

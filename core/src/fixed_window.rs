@@ -115,6 +115,7 @@ impl FixedWindow {
     }
 }
 
+#[cfg(feature = "alloc")]
 impl FixedWindow {
     /// `state` of `from` as this window's at `now` (see `AnyAlgorithm::carry_from`):
     /// the same window where the periods are equal, else the count of `from`'s window

@@ -107,6 +107,7 @@ impl SlidingCounter {
     }
 }
 
+#[cfg(feature = "alloc")]
 impl SlidingCounter {
     /// `state` of `from` as this counter's at `now` (see `AnyAlgorithm::carry_from`).
     /// With the same period, the same windows: the previous count as far as this limit
