@@ -4,11 +4,13 @@
 //! Properties, over random pairs of parameters of one kind and states reached by
 //! deciding random arrivals under the old ones:
 //! - (a) the carried state encodes and decodes under the new parameters, unchanged;
-//! - (b) where the use at `now` is a whole number both sides agree on (windows of the
-//!   same period, the sliding log of the same period, and buckets of any rate, capacity
-//!   and period), the new limit has exactly `new_limit − used` left (none if the use
+//! - (b) the new limit has exactly `new_limit − used` left at `now` (none if the use
 //!   passes it), `used` being the old limit less what it had left (`limit − remaining`
-//!   of a peek of cost 0);
+//!   of a peek of cost 0): for a fixed window, sliding counter and sliding log of the
+//!   same period, a calendar window of the same calendar, and a token bucket, funnel or
+//!   pacing queue of any capacity, rate and period (its use, rounded up to whole units,
+//!   is kept exactly). Across periods a window's use is another window's, and a ban's or
+//!   a composite's `remaining` is its binding part's: those are checked by (a) and (c);
 //! - (c) carried into the same parameters, a state decides every later request as before.
 
 mod common;
