@@ -67,6 +67,36 @@ impl<A: Algorithm> Ban<A> {
     const fn max_denied(&self) -> u64 {
         self.threshold.saturating_add(1)
     }
+
+    /// `state` of `from` as this ban's at `now` (see `AnyAlgorithm::carry_from`), its
+    /// limit's state carried by `inner`: the ban's end as it is, the cost denied in the
+    /// window holding `now` (at most this threshold's) in this ban's window holding it.
+    #[cfg(feature = "alloc")]
+    pub(crate) fn carry(
+        &self,
+        from: &Self,
+        state: &BanState<A::State>,
+        now: Ticks,
+        inner: impl FnOnce(&A::State) -> Option<A::State>,
+    ) -> Option<BanState<A::State>> {
+        let now = now.min(MAX_TICKS);
+        // A window index counts windows of its own length: kept only where that is this one's.
+        let (window, denied) = if state.window < now / from.window {
+            (now / self.window, 0)
+        } else if self.window == from.window {
+            (state.window, state.denied)
+        } else {
+            (now / self.window, state.denied)
+        };
+        let carried = BanState {
+            inner: state.inner.as_ref().and_then(inner),
+            window,
+            denied: denied.min(self.max_denied()),
+            banned_until: state.banned_until,
+        };
+        let fresh = carried.inner.is_none() && carried.denied == 0 && carried.banned_until <= now;
+        (!fresh).then_some(carried)
+    }
 }
 
 impl<A: Algorithm> Algorithm for Ban<A> {

@@ -171,6 +171,29 @@ impl Gcra {
         (recorded, BucketState::new(tat).filter(|_| tat > now))
     }
 
+    /// `state` of `from` as this bucket's at `now` (see `AnyAlgorithm::carry_from`): the
+    /// units in use at `now`, exactly (in this bucket's scale, rounded up: never fewer),
+    /// at most this bucket's burst and overdraft.
+    #[cfg(feature = "alloc")]
+    pub(crate) fn carry(
+        &self,
+        from: &Self,
+        state: &BucketState,
+        now: Ticks,
+    ) -> Option<BucketState> {
+        // `from`'s scaled time in use: its units times its period.
+        let in_use = state.tat.get().checked_sub(from.scaled(now))?;
+        let (from_period, period) = (from.period.d, self.period.d);
+        let most = self.burst.saturating_add(self.overdraft);
+        // Compared before scaling, so the product below stays within 2^121.
+        let held = if in_use >= wide(most, from_period) {
+            self.tolerance + self.debt
+        } else {
+            (in_use * u128::from(period)).div_ceil(u128::from(from_period))
+        };
+        BucketState::new(self.scaled(now) + held).filter(|_| held > 0)
+    }
+
     // The helpers of `decide` are inlined even where the build optimizes for size (the
     // browser's), where calling them cost about a tenth of a `check()` from JS.
 

@@ -174,6 +174,33 @@ impl<P: PeriodOf> CalendarWindowAt<P> {
     }
 }
 
+#[cfg(feature = "alloc")]
+impl<P: PeriodOf + PartialEq> CalendarWindowAt<P> {
+    /// `state` of `from` as this window's at `now` (see `AnyAlgorithm::carry_from`):
+    /// in the same period where the calendars are equal, else the count of the period
+    /// holding `now` in this calendar's period holding it; at most this limit and its
+    /// overdraft.
+    pub(crate) fn carry(
+        &self,
+        from: &Self,
+        state: &CalendarWindowState,
+        now: Ticks,
+    ) -> Option<CalendarWindowState> {
+        let now = now.min(MAX_TICKS);
+        // A period that ended by `now` holds nothing.
+        if state.end <= now {
+            return None;
+        }
+        let end = if self.period == from.period {
+            state.end
+        } else {
+            self.period.period_of(now).ok()?.end
+        };
+        let count = state.count.min(self.window.limit + self.window.overdraft);
+        (count > 0).then_some(CalendarWindowState { end, count })
+    }
+}
+
 impl<P: PeriodOf> Algorithm for CalendarWindowAt<P> {
     type State = CalendarWindowState;
 

@@ -115,6 +115,32 @@ impl FixedWindow {
     }
 }
 
+#[cfg(feature = "alloc")]
+impl FixedWindow {
+    /// `state` of `from` as this window's at `now` (see `AnyAlgorithm::carry_from`):
+    /// the same window where the periods are equal, else the count of `from`'s window
+    /// holding `now` in this window's; at most this limit and its overdraft.
+    pub(crate) fn carry(
+        &self,
+        from: &Self,
+        state: &FixedWindowState,
+        now: Ticks,
+    ) -> Option<FixedWindowState> {
+        let now = now.min(MAX_TICKS);
+        // A window that ended before `now` holds nothing.
+        if state.window < from.params.window_of(now) {
+            return None;
+        }
+        let window = if self.params.period == from.params.period {
+            state.window
+        } else {
+            self.params.window_of(now)
+        };
+        let count = state.count.min(self.params.limit + self.overdraft);
+        (count > 0).then_some(FixedWindowState { window, count })
+    }
+}
+
 impl TryFrom<WindowParams> for FixedWindow {
     type Error = ParamError;
     fn try_from(params: WindowParams) -> Result<Self, ParamError> {

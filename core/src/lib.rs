@@ -24,6 +24,8 @@ mod calendar_limit;
 mod calendar_window;
 #[cfg(feature = "calendar")]
 mod calendar_zone;
+#[cfg(feature = "alloc")]
+mod carry;
 pub mod clock;
 #[cfg(feature = "alloc")]
 mod composite;

@@ -107,6 +107,42 @@ impl SlidingCounter {
     }
 }
 
+#[cfg(feature = "alloc")]
+impl SlidingCounter {
+    /// `state` of `from` as this counter's at `now` (see `AnyAlgorithm::carry_from`).
+    /// With the same period, the same windows: the previous count as far as this limit
+    /// holds it, the weight of the rest at `now` moved into the current count. With
+    /// another, the weighted use at `now` in this counter's current window. Each count
+    /// at most this limit and its overdraft.
+    pub(crate) fn carry(
+        &self,
+        from: &Self,
+        state: &SlidingCounterState,
+        now: Ticks,
+    ) -> Option<SlidingCounterState> {
+        let now = now.min(MAX_TICKS);
+        let (window, prev, cur) = from.roll(Some(*state), now);
+        let period = from.params.period;
+        let start = from.params.start_of(window);
+        let left = u128::from(period - (now.max(start) - start));
+        // What `prev` counts at `now`, in whole units rounded up (as `decide` does).
+        let weighted = |prev: u64| {
+            let units = (u128::from(prev) * left).div_ceil(u128::from(period));
+            u64::try_from(units).unwrap_or(u64::MAX)
+        };
+        let most = self.params.limit + self.overdraft;
+        let (window, prev, cur) = if self.params.period == period {
+            let kept = prev.min(most);
+            let moved = weighted(prev) - weighted(kept);
+            (window, kept, cur.saturating_add(moved).min(most))
+        } else {
+            let cur = cur.saturating_add(weighted(prev)).min(most);
+            (self.params.window_of(now), 0, cur)
+        };
+        (prev + cur > 0).then_some(SlidingCounterState { window, prev, cur })
+    }
+}
+
 impl TryFrom<WindowParams> for SlidingCounter {
     type Error = ParamError;
     fn try_from(params: WindowParams) -> Result<Self, ParamError> {

@@ -93,6 +93,32 @@ impl SlidingLog {
     pub const fn params(&self) -> WindowParams {
         self.params
     }
+
+    /// `state` of `from` as this log's at `now` (see `AnyAlgorithm::carry_from`): the
+    /// entries within both periods of `now`, the newest as far as this log holds them
+    /// (the oldest kept in part).
+    pub(crate) fn carry(
+        &self,
+        from: &Self,
+        state: &SlidingLogState,
+        now: Ticks,
+    ) -> Option<SlidingLogState> {
+        let period = self.params.period.min(from.params.period);
+        let (SlidingLogState { mut entries, .. }, _) =
+            Self::expire(Some(state.clone()), now, period);
+        let mut room = self.most();
+        let mut kept = VecDeque::new();
+        while let Some(mut entry) = entries.pop_back().filter(|_| room > 0) {
+            entry.cost = entry.cost.min(room);
+            room -= entry.cost;
+            kept.push_front(entry);
+        }
+        let used = self.most() - room;
+        (!kept.is_empty()).then_some(SlidingLogState {
+            entries: kept,
+            used,
+        })
+    }
 }
 
 impl TryFrom<WindowParams> for SlidingLog {

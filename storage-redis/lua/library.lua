@@ -13,6 +13,8 @@ local function decide(keys, args) return run('decide', keys, args) end
 register('decide', decide)
 register('read', function(keys, args) return run('read', keys, args) end, { 'no-writes' })
 register('reset', function(keys, args) return run('reset', keys, args) end)
+register('remove', function(keys, args) return run('remove', keys, args) end)
+register('seed', function(keys, args) return run('seed', keys, args) end)
 register('purge', function(keys, args) return run('purge', keys, args) end)
 register('take', function(keys, args) return run('take', keys, args) end)
 register('refund', function(keys, args) return run('refund', keys, args) end)

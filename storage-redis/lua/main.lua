@@ -7,6 +7,10 @@
 --   decide  decide a request and store the new state;
 --   read    return the keys' values, refusing keys that hold no string;
 --   reset   delete the keys if each is absent or holds a valid state, else refuse;
+--   remove  as reset, returning now, then the keys' values as read (a state moved out);
+--   seed    where none of the keys exists, store the values after the algorithm's
+--           arguments (one per key, '' for none) as a decision of cost 0 on them leaves
+--           them (so with the expiry such a decision gives); 1 if none existed, else 0;
 --   purge   delete each key holding a valid state of some member; return how many;
 --   take    (fleets) take up to `cost` units, as many as are admissible now: the decision
 --           for them (for none: for a cost of zero), now, the units taken, the new state;
@@ -22,25 +26,41 @@ local function run(mode, KEYS, ARGV)
   local now, explicit, stamp = clock(ARGV[2])
   local cost, wait = tonumber(ARGV[3]), tonumber(ARGV[4])
 
-  local members, composite = {}, ARGV[5] == 'composite'
+  -- `rest`: the index of the first argument after the algorithm's.
+  local members, composite, rest = {}, ARGV[5] == 'composite', 7
   if composite then
-    local i = 7
-    for k = 1, tonumber(ARGV[6]) do members[k], i = build(ARGV, i) end
+    for k = 1, tonumber(ARGV[6]) do members[k], rest = build(ARGV, rest) end
   else
-    members[1] = build(ARGV, 5)
+    members[1], rest = build(ARGV, 5)
   end
 
   if mode == 'read' then
     local values = {}
     for k = 1, #KEYS do values[k] = get(KEYS[k]) or false end
     return values
-  elseif mode == 'reset' then
+  elseif mode == 'reset' or mode == 'remove' then
     -- Validate every key before deleting any: decide at cost 0 reads the whole state.
+    local values = { stamp }
     for k = 1, #KEYS do
       local value = get(KEYS[k])
       if value then members[k](value, now, 0) end
+      values[k + 1] = value or false
     end
-    return redis.call('DEL', unpack(KEYS))
+    local deleted = redis.call('DEL', unpack(KEYS))
+    if mode == 'remove' then return values end
+    return deleted
+  elseif mode == 'seed' then
+    for k = 1, #KEYS do
+      if redis.call('EXISTS', KEYS[k]) == 1 then return 0 end
+    end
+    for k = 1, #KEYS do
+      local value = ARGV[rest + k - 1]
+      if value ~= '' then
+        local d, new = members[k](value, now, 0)
+        store(KEYS[k], nil, new, d[RESET], explicit)
+      end
+    end
+    return 1
   elseif mode == 'purge' then
     local deleted = 0
     for k = 1, #KEYS do

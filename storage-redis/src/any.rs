@@ -3,8 +3,8 @@
 
 use redis::Cmd;
 use sluicegate_core::{
-    AnyAlgorithm, AnyState, CalendarLimit, CalendarPeriod, CalendarWindowAt, Decision, DecodeError,
-    Request, Ticks,
+    Algorithm, AnyAlgorithm, AnyState, CalendarLimit, CalendarPeriod, CalendarWindowAt, Decision,
+    DecodeError, Request, Ticks,
 };
 
 use crate::lua::LuaAlgorithm;
@@ -87,6 +87,14 @@ impl LuaAlgorithm for AnyAlgorithm {
     ) -> Option<Decision> {
         each!(self, None, |a| a
             .lua_fast_decision(relative, cost, max_wait))
+    }
+
+    /// A composite's members' own; any other one key's.
+    fn lua_encode(&self, state: &AnyState) -> Vec<Vec<u8>> {
+        match (self, state) {
+            (AnyAlgorithm::Composite(a), AnyState::Composite(s)) => a.lua_encode(s),
+            _ => vec![self.encode_to_vec(state)],
+        }
     }
 
     fn lua_decode(&self, values: &[Option<Vec<u8>>]) -> Result<Option<AnyState>, DecodeError> {

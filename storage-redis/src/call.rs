@@ -22,6 +22,8 @@ pub(crate) struct Call<'a> {
     /// a batch's one reading of this machine's clock, or on a retry the server's time
     /// it refused the call at; `None`: this machine's clock when the call is built.
     pub(crate) clock: Option<Ticks>,
+    /// A seed's values, one per Redis key, sent after the algorithm's arguments.
+    pub(crate) values: &'a [Vec<u8>],
 }
 
 /// What a script call does (its first argument; see `lua/main.lua`).
@@ -33,6 +35,10 @@ pub(crate) enum Mode {
     Read,
     /// Delete the keys if each is absent or a valid state, else refuse.
     Reset,
+    /// As `Reset`, returning the time and the values deleted.
+    Remove,
+    /// Store the call's values where none of the keys exists.
+    Seed,
     /// Delete the keys holding a valid state.
     Purge,
     /// Take up to `cost` units (fleets).
@@ -53,6 +59,8 @@ impl Mode {
             Self::Decide => "decide",
             Self::Read => "read",
             Self::Reset => "reset",
+            Self::Remove => "remove",
+            Self::Seed => "seed",
             Self::Purge => "purge",
             Self::Take => "take",
             Self::Refund => "refund",
@@ -71,6 +79,7 @@ impl<'a> Call<'a> {
             now,
             max_wait: None,
             clock: None,
+            values: &[],
         }
     }
 
@@ -127,6 +136,11 @@ impl<'a> Call<'a> {
     fn as_request(&self, cost: u64) -> Request<'a> {
         let request = Request::new(self.key).cost(cost);
         self.now.map_or(request, |now| request.at(now))
+    }
+
+    /// The same call sending `values` after the algorithm's arguments (a seed's).
+    pub(crate) fn with_values(self, values: &'a [Vec<u8>]) -> Self {
+        Self { values, ..self }
     }
 
     /// The call with a longest wait (a refund's: its deadline).
@@ -243,6 +257,9 @@ impl<'a> Call<'a> {
             args.cost
         };
         algorithm.lua_args(scaled, args.at, cmd);
+        for value in self.values {
+            cmd.arg(value);
+        }
     }
 }
 

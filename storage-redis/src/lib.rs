@@ -19,6 +19,7 @@ mod lua;
 mod redlock;
 mod reply;
 mod route;
+mod seed;
 mod sentinel;
 mod watchdog;
 

@@ -51,12 +51,14 @@ impl Library {
 }
 
 /// The suffixes `lua/library.lua` registers.
-const FUNCTIONS: [&str; 13] = [
+const FUNCTIONS: [&str; 15] = [
     "decide",
     "bucket",
     "batch",
     "read",
     "reset",
+    "remove",
+    "seed",
     "purge",
     "take",
     "refund",
@@ -199,6 +201,12 @@ pub trait LuaAlgorithm: Algorithm {
             [Some(bytes)] => self.decode(bytes).map(Some),
             _ => Ok(None),
         }
+    }
+
+    /// Encodes `state` as the values of this algorithm's keys, the inverse of
+    /// [`lua_decode`](Self::lua_decode) (empty: no state for that key).
+    fn lua_encode(&self, state: &Self::State) -> Vec<Vec<u8>> {
+        vec![self.encode_to_vec(state)]
     }
 }
 
@@ -601,6 +609,19 @@ impl<A: LuaAlgorithm> LuaAlgorithm for Composite<A> {
 
     fn lua_keys(&self) -> usize {
         self.members().len()
+    }
+
+    fn lua_encode(&self, state: &Self::State) -> Vec<Vec<u8>> {
+        self.members()
+            .iter()
+            .zip(state)
+            .map(|(member, state)| {
+                state
+                    .as_ref()
+                    .map(|s| member.encode_to_vec(s))
+                    .unwrap_or_default()
+            })
+            .collect()
     }
 
     fn lua_decode(&self, values: &[Option<Vec<u8>>]) -> Result<Option<Self::State>, DecodeError> {

@@ -19,16 +19,19 @@ mod calendar;
 mod common;
 mod composites;
 mod reports;
+mod seeds;
 mod windows;
 
 use proptest::prelude::*;
 use sluicegate_core::limits::MAX_PERIOD;
 use sluicegate_core::{
-    Algorithm, AnyAlgorithm, Ban, CalendarPeriod, CalendarWindow, CalendarWindowAt, Composite,
-    Decision, FixedWindow, LeakyBucket, Pacing, Report, ReportRequest, Reported, Request, Reserve,
-    SlidingCounter, SlidingLog, Ticks, TokenBucket, MAX_TICKS, SECOND,
+    Algorithm, AnyAlgorithm, AnyState, Ban, CalendarPeriod, CalendarWindow, CalendarWindowAt,
+    Composite, Decision, FixedWindow, LeakyBucket, Pacing, Report, ReportRequest, Reported,
+    Request, Reserve, SlidingCounter, SlidingLog, Ticks, TokenBucket, MAX_TICKS, SECOND,
 };
-use sluicegate_redis::{Error, LuaAlgorithm, RedisLimiter, Route, MAX_LUA_LIMIT, MAX_LUA_TICKS};
+use sluicegate_redis::{
+    Error, LuaAlgorithm, RedisLimiter, Route, MAX_LUA_LIMIT, MAX_LUA_LOG_LIMIT, MAX_LUA_TICKS,
+};
 
 use common::strategy::{adjustment, cost, gap, limit, overdraft};
 use common::Server;

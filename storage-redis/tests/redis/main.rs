@@ -8,6 +8,7 @@ mod expiry;
 mod faults;
 mod input;
 mod processes;
+mod seed;
 
 use std::thread::sleep;
 use std::time::{Duration, Instant};

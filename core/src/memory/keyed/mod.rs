@@ -20,6 +20,7 @@ use crate::{
 mod budget;
 mod report;
 mod room;
+mod seed;
 
 pub use room::OnFull;
 
@@ -303,13 +304,7 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C,
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let hash = self.hasher.hash_one(key);
-        let mut guard = write(self.shard(hash));
-        let shard = &mut *guard;
-        if let Ok(entry) = shard.table.find_entry(hash, |e| e.key.borrow() == key) {
-            let (removed, _) = entry.remove();
-            shard.wide.release(removed.word.into_inner());
-        }
+        self.remove_state(key);
     }
 
     /// The number of keys held.

@@ -1,0 +1,108 @@
+//! A key's state moved out of Redis and in whole, each in one atomic call: what a host
+//! needs to carry each key's use to a limiter with new parameters (see
+//! `AnyAlgorithm::carry_from`).
+
+use redis::{aio, ConnectionLike, Value};
+use sluicegate_core::Ticks;
+
+use crate::call::{Call, Mode};
+use crate::error::Error;
+use crate::limiter::RedisLimiter;
+use crate::link::{block, Awaiting, Blocking, Link};
+use crate::lua::LuaAlgorithm;
+use crate::reply;
+
+impl<A: LuaAlgorithm> RedisLimiter<A> {
+    /// Deletes `key`'s state (every Redis key of it, for a composite) and returns it with
+    /// the time of the call, in one atomic call: at `now` if given, else at the server's
+    /// time. `None` where it held none. As [`RedisLimiter::reset`], a key holding
+    /// anything but a valid state of this algorithm is refused, nothing deleted.
+    pub fn remove_state<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+        now: Option<Ticks>,
+    ) -> Result<Option<(A::State, Ticks)>, Error> {
+        block(self.remove_state_on(&mut Blocking(con), key, now))
+    }
+
+    /// Asynchronous [`RedisLimiter::remove_state`].
+    pub async fn remove_state_async<C: aio::ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+        now: Option<Ticks>,
+    ) -> Result<Option<(A::State, Ticks)>, Error> {
+        self.remove_state_on(&mut Awaiting(con), key, now).await
+    }
+
+    /// [`RedisLimiter::remove_state`] over `link`.
+    async fn remove_state_on<L: Link>(
+        &self,
+        link: &mut L,
+        key: &[u8],
+        now: Option<Ticks>,
+    ) -> Result<Option<(A::State, Ticks)>, Error> {
+        let call = Call::of(Mode::Remove, key, 0, now);
+        self.one(link, call, |algorithm, reply, call| {
+            let Value::Array(mut values) = reply else {
+                return Err(Error::Reply);
+            };
+            if values.is_empty() {
+                return Err(Error::Reply);
+            }
+            let now: Ticks = redis::from_redis_value(values.remove(0)).map_err(|_| Error::Reply)?;
+            let state = algorithm
+                .lua_decode(&reply::values(Value::Array(values))?)
+                .map_err(|e| reply::corrupt(call.key, e.to_string()))?;
+            Ok(state.map(|state| (state, now)))
+        })
+        .await
+    }
+
+    /// Gives `key` `state` where it holds none (none of its Redis keys exists), in one
+    /// atomic call: stored as a decision of cost 0 at `now` leaves it, with the bytes and
+    /// the expiry the scripts give that decision (at the server's time if `now` is
+    /// `None`; at an explicit `now`, no expiry, as every state written at one); nothing
+    /// where it is fresh by then. Returns whether `key` held none; a key holding anything
+    /// keeps it.
+    pub fn seed_state<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+        state: &A::State,
+        now: Option<Ticks>,
+    ) -> Result<bool, Error> {
+        block(self.seed_state_on(&mut Blocking(con), key, state, now))
+    }
+
+    /// Asynchronous [`RedisLimiter::seed_state`].
+    pub async fn seed_state_async<C: aio::ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+        state: &A::State,
+        now: Option<Ticks>,
+    ) -> Result<bool, Error> {
+        self.seed_state_on(&mut Awaiting(con), key, state, now)
+            .await
+    }
+
+    /// [`RedisLimiter::seed_state`] over `link`.
+    async fn seed_state_on<L: Link>(
+        &self,
+        link: &mut L,
+        key: &[u8],
+        state: &A::State,
+        now: Option<Ticks>,
+    ) -> Result<bool, Error> {
+        let values = self.algorithm.lua_encode(state);
+        let call = Call::of(Mode::Seed, key, 0, now).with_values(&values);
+        self.one(link, call, |_, reply, _| {
+            redis::from_redis_value::<u8>(reply)
+                .map(|seeded| seeded == 1)
+                .map_err(|_| Error::Reply)
+        })
+        .await
+    }
+}
