@@ -70,26 +70,45 @@ async fn a_long_descriptor_value_cannot_open_its_siblings_limits() {
     server.stop().await;
 }
 
-/// A descriptor that cannot be decided (a limit override with an unknown unit) leaves
-/// its siblings decided: the call is `OVER_LIMIT` when one of them is, and the error
-/// only when none is.
+/// A descriptor that cannot be decided (its state in Redis overwritten with bytes no
+/// algorithm wrote) leaves its siblings decided: the call is `OVER_LIMIT` when one of
+/// them is, and the error only when none is.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_descriptor_that_fails_does_not_fail_its_siblings() {
-    let yaml = "domain: edge\ndescriptors:\n  - key: ip\n    rate_limit: {unit: hour, requests_per_unit: 1}\n";
-    let (server, _admin, web, _dir) = serve(yaml).await;
+    let redis = Redis::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("edge.yaml");
+    std::fs::write(
+        &file,
+        "domain: edge\ndescriptors:\n  - key: ip\n    rate_limit: {unit: hour, requests_per_unit: 1}\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 5}\n",
+    )
+    .unwrap();
+    let (server, admin) = TestServer::start_with(Config {
+        grpc_listen: Some("127.0.0.1:0".parse().unwrap()),
+        envoy_config: Some(file),
+        decisions: Some(redis.url()),
+        ..config()
+    })
+    .await;
+    let web = app(&server, &admin, "web").await;
     let mut c = client(&server).await;
-    let broken = || {
-        let mut broken = descriptor(&[("user", "bob")], None);
-        broken.limit = Some(Default::default());
-        broken
-    };
-    let ip = || descriptor(&[("ip", "10.0.0.2")], None);
-    let alone = ask(&mut c, Some(&web), "edge", vec![ip(), broken()]).await;
-    assert_eq!(
-        alone.expect_err("nothing over: the error").code(),
-        tonic::Code::InvalidArgument
+    let (ip, user) = (
+        || descriptor(&[("ip", "10.0.0.2")], None),
+        || descriptor(&[("user", "bob")], None),
     );
-    let over = ask(&mut c, Some(&web), "edge", vec![ip(), broken()]).await;
+    let first = ask(&mut c, Some(&web), "edge", vec![user()]).await;
+    assert_eq!(codes(&first.expect("decided")), (OK, vec![OK]));
+    let mut con = redis.client().get_connection().unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*bob*").query(&mut con).unwrap();
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    let () = redis::cmd("SET")
+        .arg(&keys[0])
+        .arg("not a state")
+        .query(&mut con)
+        .unwrap();
+    let alone = ask(&mut c, Some(&web), "edge", vec![ip(), user()]).await;
+    alone.expect_err("nothing over: the error");
+    let over = ask(&mut c, Some(&web), "edge", vec![ip(), user()]).await;
     let over = over.expect("a sibling over: the call is over");
     assert_eq!(codes(&over), (OVER, vec![OVER, Code::Unknown as i32]));
     server.stop().await;

@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 use sluicegate_core::{
-    Acquired, AnyAlgorithm, Concurrency, Decision, Grant, LeaseError, LeaseRequest, Outcome,
-    ReportRequest, Reported, Request,
+    Acquired, AnyAlgorithm, AnyState, Concurrency, Decision, Grant, LeaseError, LeaseRequest,
+    Outcome, ReportRequest, Reported, Request, Ticks,
 };
 use sluicegate_policy::Policy;
 
@@ -63,14 +63,25 @@ pub(crate) trait RateLimit: Send + Sync + Debug {
     fn check<'a>(&'a self, request: Request<'a>)
         -> BoxFuture<'a, Result<Outcome<()>, DecideError>>;
 
-    /// What `request` would get, changing nothing.
-    fn peek<'a>(&'a self, request: Request<'a>) -> BoxFuture<'a, Result<Decision, DecideError>>;
-
     /// Applies a report (see [`sluicegate_core::Reporter`]).
     fn report<'a>(
         &'a self,
         request: ReportRequest<'a>,
     ) -> BoxFuture<'a, Result<Reported, DecideError>>;
+
+    /// Takes `key`'s state out, with the time it was read at (`None`: it held none):
+    /// the first step of carrying its use across a change of parameters.
+    fn remove_state<'a>(
+        &'a self,
+        key: &'a [u8],
+    ) -> BoxFuture<'a, Result<Option<(AnyState, Ticks)>, DecideError>>;
+
+    /// Gives `key` `state` now, unless it holds one.
+    fn seed_state<'a>(
+        &'a self,
+        key: &'a [u8],
+        state: AnyState,
+    ) -> BoxFuture<'a, Result<(), DecideError>>;
 
     /// The algorithm it decides.
     fn algorithm(&self) -> &AnyAlgorithm;

@@ -1,57 +1,57 @@
-//! A change of a policy's parameters, over any backend: the limiter before the change
-//! (same algorithm) is kept for one of its periods, so a key's use under the old
-//! parameters still counts: nothing is admitted above the old limit within its window,
-//! nor above the new one (the old limiter must keep `lower_by` more room when the limit
-//! drops).
+//! A change of a policy's parameters, over any backend: each key's use is carried into
+//! the new limiter ([`AnyAlgorithm::carry_from`]), so a raise applies at once and a cut
+//! refuses until the use the key holds has passed. While the limiter before the change
+//! may still hold a key's use, a key's first decision or report on this server takes
+//! its state out of it and seeds the new one where that key holds none.
 
-use std::future::Future;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
-use sluicegate_core::{AnyAlgorithm, Decision, Outcome, ReportRequest, Reported, Request, Ticks};
+use sluicegate_core::{
+    Algorithm, AnyAlgorithm, AnyState, Outcome, ReportRequest, Reported, Request, Ticks,
+};
 
 use super::backend::{DecideError, RateLimit};
 use crate::metrics::Table;
 
-/// Stripes of keys decided one at a time during a change.
+/// Stripes of keys whose carrying on this server is one step with their decision.
 const STRIPES: usize = 64;
 
-/// The new limiter, with the old one while it still counts.
+/// The new limiter, with the old one while it may still hold a key's use.
 #[derive(Debug)]
 pub(crate) struct Carried {
     new: Arc<dyn RateLimit>,
     old: Mutex<Option<Arc<dyn RateLimit>>>,
-    /// When the old limiter's last window has passed.
+    /// When no key's use in the old limiter is left.
     until: Instant,
     /// Set once the old limiter is dropped: every later decision reads this flag
     /// alone, neither the clock nor the lock.
     dropped: AtomicBool,
-    /// How much lower the new limit is than the old.
-    lower_by: u64,
-    /// One decision at a time per stripe of keys while the old limiter counts, so that
-    /// its peek and its count are one step for racing requests of this server.
+    /// One carrying at a time per stripe of keys, so that a racing request of this
+    /// server cannot decide on the new limiter before the key's use is there.
     stripes: [tokio::sync::Mutex<()>; STRIPES],
     hasher: RandomState,
 }
 
+/// How long `algorithm` may hold a key's use: from a decision filling a fresh key
+/// until it is fresh again (a window's period, a bucket's refill, a ban's end).
+fn horizon(algorithm: &AnyAlgorithm) -> Ticks {
+    let limit = algorithm.peek(None, 0, 0).limit;
+    algorithm.decide(None, 0, limit).0.reset_after
+}
+
 impl Carried {
-    /// `new`, with `old` (of limit `old_limit`) counting for `period` ticks more.
-    pub(crate) fn new(
-        new: Arc<dyn RateLimit>,
-        old: Arc<dyn RateLimit>,
-        old_limit: u64,
-        new_limit: u64,
-        period: Ticks,
-    ) -> Self {
+    /// `new`, carrying each key's use out of `old` while `old` may hold it.
+    pub(crate) fn new(new: Arc<dyn RateLimit>, old: Arc<dyn RateLimit>) -> Self {
+        let until = Instant::now() + Duration::from_micros(horizon(old.algorithm()));
         Self {
             new,
             old: Mutex::new(Some(old)),
-            until: Instant::now() + Duration::from_micros(period),
+            until,
             dropped: AtomicBool::new(false),
-            lower_by: old_limit.saturating_sub(new_limit),
             stripes: std::array::from_fn(|_| tokio::sync::Mutex::new(())),
             hasher: RandomState::new(),
         }
@@ -64,7 +64,7 @@ impl Carried {
         &self.stripes[index]
     }
 
-    /// The old limiter while it still counts; dropped once its window has passed.
+    /// The old limiter while it may hold a key's use; dropped once none is left.
     fn old(&self) -> Option<Arc<dyn RateLimit>> {
         if self.dropped.load(Ordering::Relaxed) {
             return None;
@@ -76,45 +76,35 @@ impl Carried {
         }
         old.clone()
     }
-}
 
-/// Decides on the new limiter while the one before a change still counts: `room` is the
-/// old limiter's peek at the cost plus how much lower the new limit is, `new` the new
-/// limiter's decision (taken only if the old has room), `count_old` counts the cost in
-/// the old one (only if the new admits). The futures are lazy: each runs only if it is
-/// reached.
-async fn check_carried<E>(
-    room: impl Future<Output = Result<Decision, E>>,
-    new: impl Future<Output = Result<Outcome<()>, E>>,
-    count_old: impl Future<Output = Result<Outcome<()>, E>>,
-    new_limit: u64,
-) -> Result<Outcome<()>, E> {
-    let room = room.await?;
-    if !room.allowed {
-        return Ok(Outcome::Decided(Decision::deny(
-            new_limit,
-            0,
-            room.retry_after,
-            room.reset_after,
-        )));
-    }
-    let mut outcome = new.await?;
-    if let Outcome::Decided(decision) | Outcome::Local(decision, ()) = &mut outcome {
-        if decision.allowed {
-            // Admitted by the new limiter, whatever the count in the old one answers (in
-            // Redis a racing server may have filled it since the peek), or fails.
-            let _ = count_old.await;
-            decision.remaining = decision.remaining.min(room.remaining);
+    /// Runs `then` on the new limiter once `key`'s use, if the old limiter holds any,
+    /// is carried into it. A failure to carry is logged and the request decided as
+    /// it is: the new limiter's own failure answers it.
+    async fn carrying<T>(
+        &self,
+        key: &[u8],
+        then: BoxFuture<'_, Result<T, DecideError>>,
+    ) -> Result<T, DecideError> {
+        let Some(old) = self.old() else {
+            return then.await;
+        };
+        let _serial = self.stripe(key).lock().await;
+        if let Err(e) = carry(&*old, &*self.new, key).await {
+            tracing::warn!(error = %e, "a key's use not carried across a change of parameters");
         }
+        then.await
     }
-    Ok(outcome)
 }
 
-/// The limit `algorithm`'s decisions report: a fresh key's decision costs nothing and
-/// names it.
-pub(crate) fn limit_of(algorithm: &AnyAlgorithm) -> u64 {
-    use sluicegate_core::Algorithm;
-    algorithm.peek(None, 0, 0).limit
+/// Moves `key`'s state from `old` into `new`, as `new`'s parameters hold its use.
+async fn carry(old: &dyn RateLimit, new: &dyn RateLimit, key: &[u8]) -> Result<(), DecideError> {
+    let Some((state, now)) = old.remove_state(key).await? else {
+        return Ok(());
+    };
+    match new.algorithm().carry_from(old.algorithm(), &state, now) {
+        Some(carried) => new.seed_state(key, carried).await,
+        None => Ok(()),
+    }
 }
 
 impl RateLimit for Carried {
@@ -122,37 +112,29 @@ impl RateLimit for Carried {
         &'a self,
         request: Request<'a>,
     ) -> BoxFuture<'a, Result<Outcome<()>, DecideError>> {
-        Box::pin(async move {
-            let Some(old) = self.old() else {
-                return self.new.check(request).await;
-            };
-            let _serial = self.stripe(request.key).lock().await;
-            let room = request.cost(request.cost.saturating_add(self.lower_by));
-            check_carried(
-                old.peek(room),
-                self.new.check(request),
-                old.check(request),
-                limit_of(self.new.algorithm()),
-            )
-            .await
-        })
+        Box::pin(self.carrying(request.key, self.new.check(request)))
     }
 
-    fn peek<'a>(&'a self, request: Request<'a>) -> BoxFuture<'a, Result<Decision, DecideError>> {
-        self.new.peek(request)
-    }
-
-    /// Counted in the old limiter too; the new one's report is the answer.
     fn report<'a>(
         &'a self,
         request: ReportRequest<'a>,
     ) -> BoxFuture<'a, Result<Reported, DecideError>> {
-        Box::pin(async move {
-            if let Some(old) = self.old() {
-                let _ = old.report(request).await;
-            }
-            self.new.report(request).await
-        })
+        Box::pin(self.carrying(request.key, self.new.report(request)))
+    }
+
+    fn remove_state<'a>(
+        &'a self,
+        key: &'a [u8],
+    ) -> BoxFuture<'a, Result<Option<(AnyState, Ticks)>, DecideError>> {
+        self.new.remove_state(key)
+    }
+
+    fn seed_state<'a>(
+        &'a self,
+        key: &'a [u8],
+        state: AnyState,
+    ) -> BoxFuture<'a, Result<(), DecideError>> {
+        self.new.seed_state(key, state)
     }
 
     fn algorithm(&self) -> &AnyAlgorithm {
@@ -168,7 +150,7 @@ impl RateLimit for Carried {
 mod tests {
     use std::sync::Arc;
 
-    use sluicegate_core::{AnyAlgorithm, FixedWindow, Request};
+    use sluicegate_core::{AnyAlgorithm, FixedWindow, Request, TokenBucket};
 
     use super::super::backend::RateLimit;
     use super::super::memory::{Keyed, Keys};
@@ -176,8 +158,7 @@ mod tests {
 
     const HOUR: u64 = 3_600_000_000;
 
-    fn window(limit: u64) -> Arc<Keyed> {
-        let rule = AnyAlgorithm::from(FixedWindow::new(limit, HOUR).unwrap());
+    fn limiter(rule: AnyAlgorithm) -> Arc<Keyed> {
         let keys = Keys {
             max_keys: 1000,
             max_policy_bytes: 1 << 20,
@@ -185,9 +166,13 @@ mod tests {
         Arc::new(keys.limiter(&rule, Default::default()))
     }
 
-    fn change(old: &Arc<Keyed>, new: &Arc<Keyed>, old_limit: u64, new_limit: u64) -> Carried {
+    fn window(limit: u64) -> Arc<Keyed> {
+        limiter(AnyAlgorithm::from(FixedWindow::new(limit, HOUR).unwrap()))
+    }
+
+    fn change(old: &Arc<Keyed>, new: &Arc<Keyed>) -> Carried {
         let (old, new): (Arc<dyn RateLimit>, Arc<dyn RateLimit>) = (old.clone(), new.clone());
-        Carried::new(new, old, old_limit, new_limit, HOUR)
+        Carried::new(new, old)
     }
 
     async fn admitted(limiter: &dyn RateLimit, n: usize) -> usize {
@@ -200,20 +185,39 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_request_the_old_limit_refuses_is_counted_nowhere() {
+    async fn a_raise_applies_at_once_and_a_cut_holds_the_use() {
+        // 1 used of 3, raised to 5: 4 more now.
         let (old, new) = (window(3), window(5));
+        assert_eq!(admitted(&*old, 1).await, 1);
+        assert_eq!(admitted(&change(&old, &new), 6).await, 4);
+        // 3 used of 5, cut to 2: nothing more in this window.
+        let (old, new) = (window(5), window(2));
         assert_eq!(admitted(&*old, 3).await, 3);
-        let carried = change(&old, &new, 3, 5);
-        assert_eq!(admitted(&carried, 4).await, 0);
-        assert_eq!(new.peek(&b"k"[..], 0).remaining, 5);
+        assert_eq!(admitted(&change(&old, &new), 3).await, 0);
+        // A key the old limiter never saw gets the new limit whole.
+        let fresh = change(&window(3), &window(5));
+        assert_eq!(admitted(&fresh, 6).await, 5);
     }
 
-    /// While the old limiter counts, a decision waits for its key's stripe, so that
-    /// two requests racing on two threads cannot both pass the old limiter's peek
-    /// before either counts.
+    #[tokio::test]
+    async fn a_buckets_use_is_carried_and_the_old_limiter_keeps_nothing() {
+        let bucket = |capacity| {
+            limiter(AnyAlgorithm::from(
+                TokenBucket::new(capacity, 1, HOUR).unwrap(),
+            ))
+        };
+        let (old, new) = (bucket(3), bucket(5));
+        assert_eq!(admitted(&*old, 1).await, 1);
+        let carried = change(&old, &new);
+        assert_eq!(admitted(&carried, 6).await, 4);
+        assert_eq!(old.peek(&b"k"[..], 0).remaining, 3, "moved out of the old");
+    }
+
+    /// While the old limiter may hold a key's use, a decision waits for its key's
+    /// stripe, so that a racing request cannot decide before the use is carried.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_decision_during_a_change_holds_its_keys_stripe() {
-        let carried = Arc::new(change(&window(3), &window(5), 3, 5));
+        let carried = Arc::new(change(&window(3), &window(5)));
         let held = carried.stripe(b"k").lock().await;
         let waiting = {
             let carried = Arc::clone(&carried);

@@ -4,10 +4,11 @@
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
+use sluicegate_core::clock::Clock;
 use sluicegate_core::memory::{KeyedLeases, KeyedLimiter, OnFull};
 use sluicegate_core::{
-    AnyAlgorithm, Concurrency, Decision, LeaseHost, LeaseRequest, Limiter, Outcome, ReportRequest,
-    Reported, Reporter, Request,
+    AnyAlgorithm, AnyState, Concurrency, LeaseHost, LeaseRequest, Limiter, Outcome, ReportRequest,
+    Reported, Reporter, Request, Ticks,
 };
 use sluicegate_policy::Policy;
 
@@ -92,15 +93,33 @@ impl RateLimit for Keyed {
         })
     }
 
-    fn peek<'a>(&'a self, request: Request<'a>) -> BoxFuture<'a, Result<Decision, DecideError>> {
-        Box::pin(async move { Limiter::peek(self, &request).map_err(Into::into) })
-    }
-
     fn report<'a>(
         &'a self,
         request: ReportRequest<'a>,
     ) -> BoxFuture<'a, Result<Reported, DecideError>> {
         Box::pin(async move { Reporter::report(self, &request).map_err(Into::into) })
+    }
+
+    fn remove_state<'a>(
+        &'a self,
+        key: &'a [u8],
+    ) -> BoxFuture<'a, Result<Option<(AnyState, Ticks)>, DecideError>> {
+        Box::pin(async move {
+            let now = self.clock().now();
+            Ok(KeyedLimiter::remove_state(self, key).map(|state| (state, now)))
+        })
+    }
+
+    /// A full table that refuses new keys keeps the use out: the key is decided fresh.
+    fn seed_state<'a>(
+        &'a self,
+        key: &'a [u8],
+        state: AnyState,
+    ) -> BoxFuture<'a, Result<(), DecideError>> {
+        Box::pin(async move {
+            KeyedLimiter::seed_state(self, key, state);
+            Ok(())
+        })
     }
 
     fn algorithm(&self) -> &AnyAlgorithm {

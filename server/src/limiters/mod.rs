@@ -39,9 +39,6 @@ pub(crate) struct PolicyLimiter {
     limits: Limits,
     /// The policy's counters in the metrics (kept when the limiter is rebuilt).
     counters: Arc<Counters>,
-    /// The policy's limit (or capacity) and period, for the next change to carry.
-    limit: u64,
-    period: Ticks,
 }
 
 /// A rate policy's limiter, or a concurrency policy's lease tables.
@@ -92,19 +89,12 @@ impl PolicyLimiter {
             Built::Leases { model, .. } => Limits::Leases(backend.leases(name, policy, *model)),
             Built::Rule(rule) => {
                 let own = backend.rate(name, policy, rule)?;
-                // The same algorithm: the old limiter still counts.
-                let deciding = match previous.map(|p| (p, &p.limits, &p.built)) {
-                    Some((p, Limits::Rate { own: old, .. }, Built::Rule(old_rule)))
+                // The same algorithm: each key's use is carried out of the old limiter.
+                let deciding = match previous.map(|p| (&p.limits, &p.built)) {
+                    Some((Limits::Rate { own: old, .. }, Built::Rule(old_rule)))
                         if discriminant(old_rule) == discriminant(rule) =>
                     {
-                        let carried = Carried::new(
-                            Arc::clone(&own),
-                            Arc::clone(old),
-                            p.limit,
-                            policy.limit(),
-                            p.period,
-                        );
-                        Arc::new(carried)
+                        Arc::new(Carried::new(Arc::clone(&own), Arc::clone(old)))
                     }
                     _ => Arc::clone(&own),
                 };
@@ -123,8 +113,6 @@ impl PolicyLimiter {
             header,
             limits,
             counters: metrics.counters(name),
-            limit: policy.limit(),
-            period: policy.period(),
         }))
     }
 

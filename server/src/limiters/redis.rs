@@ -9,8 +9,8 @@ use futures_util::future::BoxFuture;
 use sha2::{Digest, Sha256};
 use sluicegate_core::memory::OnFull;
 use sluicegate_core::{
-    AnyAlgorithm, AsyncLeaseHost, AsyncLimiter, AsyncReporter, Concurrency, Decision, FailPolicy,
-    LeaseRequest, Outcome, ReportRequest, Reported, Request,
+    AnyAlgorithm, AnyState, AsyncLeaseHost, AsyncReporter, Concurrency, Decision, FailPolicy,
+    LeaseRequest, Outcome, ReportRequest, Reported, Request, Ticks,
 };
 use sluicegate_policy::Policy;
 use sluicegate_redis::{ConnectedAsync, ReconnectingAsync, RedisLeases, RedisLimiter};
@@ -71,6 +71,7 @@ impl Backend for InRedis {
         };
         Ok(Arc::new(Shared {
             limiter: Arc::new(ConnectedAsync::new(limiter, self.con.clone())),
+            con: self.con.clone(),
             coalescer: self.coalescer.clone(),
             fail,
         }))
@@ -125,6 +126,8 @@ fn unsupported(e: sluicegate_redis::Error) -> Unsupported {
 struct Shared {
     /// Shared with the decisions queued for Redis.
     limiter: Arc<ConnectedLimiter>,
+    /// For the calls the host contract does not cover (carrying a key's state).
+    con: ReconnectingAsync,
     coalescer: Coalescer,
     /// The answer while Redis is unreachable, with its own limiter for `--fail local`.
     fail: FailPolicy<Keyed>,
@@ -177,10 +180,6 @@ impl RateLimit for Shared {
         })
     }
 
-    fn peek<'a>(&'a self, request: Request<'a>) -> BoxFuture<'a, Result<Decision, DecideError>> {
-        Box::pin(async move { typed(AsyncLimiter::peek(&*self.limiter, &request)).await })
-    }
-
     /// The fail policy does not apply: a report while Redis is away is an error (503),
     /// which the caller may retry with the same id.
     fn report<'a>(
@@ -188,6 +187,33 @@ impl RateLimit for Shared {
         request: ReportRequest<'a>,
     ) -> BoxFuture<'a, Result<Reported, DecideError>> {
         Box::pin(async move { typed(AsyncReporter::report(&*self.limiter, &request)).await })
+    }
+
+    fn remove_state<'a>(
+        &'a self,
+        key: &'a [u8],
+    ) -> BoxFuture<'a, Result<Option<(AnyState, Ticks)>, DecideError>> {
+        let mut con = self.con.clone();
+        Box::pin(typed(async move {
+            self.limiter
+                .host()
+                .remove_state_async(&mut con, key, None)
+                .await
+        }))
+    }
+
+    fn seed_state<'a>(
+        &'a self,
+        key: &'a [u8],
+        state: AnyState,
+    ) -> BoxFuture<'a, Result<(), DecideError>> {
+        let mut con = self.con.clone();
+        Box::pin(typed(async move {
+            let host = self.limiter.host();
+            host.seed_state_async(&mut con, key, &state, None)
+                .await
+                .map(drop)
+        }))
     }
 
     fn algorithm(&self) -> &AnyAlgorithm {
@@ -222,9 +248,9 @@ impl LeaseTable for ConnectedAsync<RedisLeases> {
 }
 
 /// Redis keys of policy `name`: `sluicegate:serve:NAME:HASH:KEY`, where HASH is of the
-/// parameters only: a change of them writes new states, the old ones counting for one
-/// more period (see `Carried`) and then expiring; a change of apps or
-/// description keeps them.
+/// parameters only: after a change of them each key's state is moved to its new name
+/// as the new parameters hold its use (see `Carried`), the rest expiring; a change of
+/// apps or description keeps them.
 fn prefix(name: &str, policy: &Policy) -> String {
     let params = Policy {
         apps: Vec::new(),
