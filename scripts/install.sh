@@ -55,3 +55,15 @@ fi
 # The wasm build tools (target, wasm-bindgen CLI, wasm-opt) and the browser for its e2e.
 install_wasm_tools
 install_browser
+
+# The container image (scripts/image.sh, image-test.sh): a static build (musl, whose C
+# parts musl-gcc compiles) run by podman with runc.
+rustup target list --installed | grep -qx x86_64-unknown-linux-musl ||
+  rustup target add x86_64-unknown-linux-musl
+command -v musl-gcc >/dev/null 2>&1 || apt_install musl-tools
+command -v podman >/dev/null 2>&1 && command -v runc >/dev/null 2>&1 || apt_install podman runc
+# The Kubernetes manifests are rendered by kubectl (no cluster) and checked offline
+# against Kubernetes' schema (scripts/kube-test.sh).
+command -v kubectl >/dev/null 2>&1 || apt_install kubectl
+command -v kubernetes-validate >/dev/null 2>&1 || python3 -m pip install -q kubernetes-validate ||
+  python3 -m pip install -q --break-system-packages kubernetes-validate

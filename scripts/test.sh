@@ -45,3 +45,9 @@ bash server/web/build.sh --check
 cargo build --profile test -p sluicegate
 node --test server/web/tests/preview.test.mjs
 node server/web/e2e/e2e.mjs
+
+# Deploying: the Kubernetes manifests rendered and valid (their flags are checked by the
+# CLI's tests), then the container image built from a static binary and run read-only
+# under podman: healthy, ready, deciding over HTTP and Envoy's call, stopped cleanly.
+bash scripts/kube-test.sh
+bash scripts/image-test.sh

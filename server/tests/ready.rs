@@ -87,3 +87,21 @@ async fn readiness_follows_the_store_and_redis() {
     .await;
     server.stop().await;
 }
+
+/// Under `--fail open` every decision is answered while Redis is away: still ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fail_policy_that_answers_keeps_the_server_ready() {
+    let mut redis = Redis::start();
+    let server = TestServer::with(Config {
+        decisions: Some(redis.url()),
+        fail: FailPolicy::Open,
+        ..config()
+    })
+    .await;
+    redis.kill();
+    // Past a probe's reuse and its timeout.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let answer = get(&server.url("/readyz"), "").await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.text);
+    server.stop().await;
+}

@@ -77,10 +77,15 @@ impl Backend for InRedis {
         }))
     }
 
-    /// A `PING` answered, within the connection's timeout.
+    /// A `PING` answered, within the connection's timeout; always ready under
+    /// `--fail open|closed|local`, which answer every decision while Redis is away.
     fn ready(&self) -> BoxFuture<'_, Result<(), DecideError>> {
         let mut con = self.con.clone();
+        let answers_anyway = !matches!(self.fail, FailPolicy::Error);
         Box::pin(async move {
+            if answers_anyway {
+                return Ok(());
+            }
             redis::cmd("PING")
                 .query_async::<()>(&mut con)
                 .await
