@@ -3,6 +3,7 @@
 //! serve` accepts, with its value, and the ConfigMap's Envoy YAML is valid. The manifests
 //! are read as written, by the few YAML shapes they use (block sequences and scalars).
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 mod common;
@@ -108,7 +109,12 @@ fn serve_accepts(args: &[String]) -> std::process::Output {
             command.env_remove(name);
         }
     }
-    command.arg("serve").args(args).arg("--help").output().unwrap()
+    command
+        .arg("serve")
+        .args(args)
+        .arg("--help")
+        .output()
+        .unwrap()
 }
 
 #[test]
@@ -192,7 +198,11 @@ fn the_config_map_holds_valid_envoy_yaml_where_the_deployment_reads_it() {
     for (name, text) in &files {
         std::fs::write(dir.path().join(name), text).unwrap();
     }
-    let checked = sluicegate(["policy".as_ref(), "validate".as_ref(), dir.path().as_os_str()]);
+    let checked = sluicegate([
+        OsStr::new("policy"),
+        OsStr::new("validate"),
+        dir.path().as_os_str(),
+    ]);
     assert_exit(&checked, 0);
 
     let (_, deployment) = manifests
@@ -201,7 +211,9 @@ fn the_config_map_holds_valid_envoy_yaml_where_the_deployment_reads_it() {
         .expect("the Deployment");
     let args = &args(deployment)[0];
     let at = args.iter().position(|a| a == "--envoy-config");
-    let path = at.and_then(|at| args.get(at + 1)).expect("--envoy-config DIR");
+    let path = at
+        .and_then(|at| args.get(at + 1))
+        .expect("--envoy-config DIR");
     assert!(
         deployment.contains(&format!("mountPath: {path}\n")),
         "the ConfigMap is mounted at --envoy-config's {path}"
