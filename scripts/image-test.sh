@@ -73,18 +73,20 @@ started=$(date +%s%N)
   "$image" serve --envoy-config /etc/sluicegate/envoy >/dev/null
 base=http://127.0.0.1:$http
 status() { curl -s -o /dev/null -w '%{http_code}' "$base$1" || true; }
-for _ in $(seq 500); do
-  [ "$(status /healthz)" = 200 ] && break
-  sleep 0.02
-done
-[ "$(status /healthz)" = 200 ] || { echo "image-test.sh: /healthz never answered 200" >&2; exit 1; }
-healthy_ms=$((($(date +%s%N) - started) / 1000000))
-for _ in $(seq 500); do
-  [ "$(status /readyz)" = 200 ] && break
-  sleep 0.02
-done
-[ "$(status /readyz)" = 200 ] || { echo "image-test.sh: /readyz never answered 200" >&2; exit 1; }
-ready_ms=$((($(date +%s%N) - started) / 1000000))
+# Polls PATH until it answers 200 (10 s at most): prints the milliseconds since `started`.
+answered() {
+  for _ in $(seq 500); do
+    if [ "$(status "$1")" = 200 ]; then
+      echo $((($(date +%s%N) - started) / 1000000))
+      return
+    fi
+    sleep 0.02
+  done
+  echo "image-test.sh: $1 never answered 200" >&2
+  return 1
+}
+healthy_ms=$(answered /healthz)
+ready_ms=$(answered /readyz)
 
 json() { python3 -c "import json, sys; print(json.load(sys.stdin)$1)"; }
 call() { curl -sf -X "$1" "$base$2" -H "Authorization: Bearer $3" -H 'Content-Type: application/json' -d "$4"; }
