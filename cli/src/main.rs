@@ -26,6 +26,11 @@ use clap::Parser;
 
 use failure::{output, Failure};
 
+/// The static image's allocator: musl's own `malloc` serialises threads on one lock.
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "sluicegate",
