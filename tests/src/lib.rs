@@ -37,6 +37,7 @@ doctests!(
     Sled = "../../docs/sled.md",
     Wasm = "../../docs/wasm.md",
     Service = "../../docs/service.md",
+    Deploying = "../../docs/deploying.md",
     ManagementPage = "../../docs/management-page.md",
     Middleware = "../../docs/middleware.md",
     Architecture = "../../docs/architecture.md",

@@ -361,8 +361,8 @@ function __wbg_get_imports() {
             return ret;
         }, arguments); },
         __wbindgen_generic_0000000000000001: function(arg0, arg1) {
-            // Cast intrinsic for `Closure(Closure { owned: true, function: Function { arguments: [], shim_idx: 3, ret: Unit, inner_ret: Some(Unit) }, mutable: true }) -> Externref`.
-            const ret = makeMutClosure(arg0, arg1, wasm_bindgen__convert__closures_____invoke__hb8a3a6cde60a51f5);
+            // Cast intrinsic for `Closure(Closure { owned: true, function: Function { arguments: [], shim_idx: 1, ret: Unit, inner_ret: Some(Unit) }, mutable: true }) -> Externref`.
+            const ret = makeMutClosure(arg0, arg1, wasm_bindgen__convert__closures_____invoke__h46e9ccc46a989830);
             return ret;
         },
         __wbindgen_generic_0000000000000002: function(arg0) {
@@ -392,8 +392,8 @@ function __wbg_get_imports() {
     };
 }
 
-function wasm_bindgen__convert__closures_____invoke__hb8a3a6cde60a51f5(arg0, arg1) {
-    wasm.wasm_bindgen__convert__closures_____invoke__hb8a3a6cde60a51f5(arg0, arg1);
+function wasm_bindgen__convert__closures_____invoke__h46e9ccc46a989830(arg0, arg1) {
+    wasm.wasm_bindgen__convert__closures_____invoke__h46e9ccc46a989830(arg0, arg1);
 }
 
 function wasm_bindgen__convert__closures_____invoke__h9898e121a8b471d0(arg0, arg1, arg2, arg3) {
