@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use hyper::body::Bytes;
 use serde_json::{json, Value};
+use sluicegate_core::Kind;
 
 use crate::http::Ask;
 use crate::measure::Phase;
@@ -37,8 +38,8 @@ impl Server {
 
 /// The rows of a backend, the servers alternating.
 fn rows(redis: bool) -> Vec<Server> {
-    let fixed = Server::Sluicegate("bench", "fixed-window");
-    let bucket = Server::Sluicegate("bench_tb", "token-bucket");
+    let fixed = Server::Sluicegate("bench", Kind::FixedWindow.name());
+    let bucket = Server::Sluicegate("bench_tb", Kind::TokenBucket.name());
     if redis {
         vec![
             fixed,
