@@ -92,7 +92,7 @@ async fn readiness_follows_the_store_and_redis() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fail_policy_that_answers_keeps_the_server_ready() {
     let mut redis = Redis::start();
-    let server = TestServer::with(Config {
+    let (server, _admin) = TestServer::start_with(Config {
         decisions: Some(redis.url()),
         fail: FailPolicy::Open,
         ..config()
