@@ -169,6 +169,7 @@ impl<P: PeriodOf> CalendarWindowAt<P> {
     }
 
     /// Where the period of the whole calendar lives (see `CalendarLimit`).
+    #[cfg(feature = "alloc")]
     pub(crate) const fn periods(&self) -> &P {
         &self.period
     }
