@@ -119,12 +119,14 @@ pub struct Config {
         value_delimiter = ','
     )]
     pub key_usage: Vec<String>,
-    /// The most keys --key-usage shows per policy: a bound on the gauge's series.
+    /// The most keys --key-usage shows per policy (at most 1000): a bound on the
+    /// gauge's series.
     #[arg(
         long,
         env = "SLUICEGATE_KEY_USAGE_MAX",
         default_value_t = 50,
-        value_name = "N"
+        value_name = "N",
+        value_parser = clap::value_parser!(u16).range(0..=1000).map(usize::from)
     )]
     pub key_usage_max: usize,
 }

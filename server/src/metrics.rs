@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sluicegate_core::{Decision, Outcome};
 
@@ -244,9 +244,11 @@ impl Metrics {
                 counters.near_limit.fetch_add(1, Ordering::Relaxed);
             }
             if let Some(keys) = &counters.keys {
-                keys.lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .record(key, decision);
+                keys.lock().unwrap_or_else(|e| e.into_inner()).record(
+                    key,
+                    decision,
+                    Instant::now(),
+                );
             }
         }
         let seconds = took.as_secs_f64();
@@ -354,9 +356,11 @@ impl Metrics {
         out.push_str("# HELP sluicegate_key_usage_ratio The share of its limit each of a policy's most used keys has taken (policies named by --key-usage).\n# TYPE sluicegate_key_usage_ratio gauge\n");
         for (name, p) in &decided {
             if let Some(keys) = &p.keys {
-                keys.lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .render(name, &mut out);
+                keys.lock().unwrap_or_else(|e| e.into_inner()).render(
+                    name,
+                    Instant::now(),
+                    &mut out,
+                );
             }
         }
         drop(policies);
