@@ -12,6 +12,7 @@ mod limiters;
 mod metrics;
 mod service;
 mod store;
+mod telemetry;
 mod time;
 mod token;
 
@@ -25,6 +26,7 @@ use limiters::{Backend, InProcess, InRedis, Keys};
 use service::Service;
 pub use store::StoreError;
 use store::{Store, User};
+pub use telemetry::{Telemetry, TelemetryError};
 
 /// Why the server could not start or stopped.
 #[derive(Debug, thiserror::Error)]

@@ -1,11 +1,13 @@
 //! What the workspace's test suites share: a real `redis-server` on a free loopback port
 //! (killed when dropped), with TLS, the native module or as a three-node cluster; an etcd; the
 //! module's build; child test processes; proptest runs against one server; sled
-//! databases reopened in one process; the contract's operations drawn at random.
+//! databases reopened in one process; the contract's operations drawn at random; an OTLP
+//! trace receiver.
 #![allow(missing_debug_implementations)]
 
 pub mod etcd;
 pub mod ops;
+pub mod otlp;
 pub mod sentinel;
 
 use proptest::strategy::Strategy;

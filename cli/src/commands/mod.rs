@@ -67,6 +67,7 @@ pub enum Command {
     #[cfg(feature = "serve")]
     /// Run the rate-limit service: policies, apps and users in a database, decisions
     /// over HTTP (see server/API.md); --init-admin prints the first admin's token.
+    #[command(after_help = serve::TRACES_HELP)]
     Serve(serve::ServeArgs),
     #[cfg(feature = "remote")]
     /// Manage the policies of a `sluicegate serve` (list, show, apply a policy file,

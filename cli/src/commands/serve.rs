@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::Args;
-use sluicegate_server::{Config, Server};
+use sluicegate_server::{Config, Server, Telemetry};
 
 use crate::failure::Failure;
 
@@ -39,6 +39,13 @@ pub enum LogFormat {
     Json,
 }
 
+/// What `serve --help` says of traces, read from OpenTelemetry's own variables.
+pub const TRACES_HELP: &str =
+    "Traces: exported over OTLP/gRPC when OTEL_EXPORTER_OTLP_ENDPOINT (or \
+OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, or OTEL_TRACES_EXPORTER=otlp) is set; also read: \
+OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES, OTEL_TRACES_SAMPLER, OTEL_TRACES_SAMPLER_ARG, \
+OTEL_EXPORTER_OTLP_TIMEOUT, OTEL_EXPORTER_OTLP_HEADERS, OTEL_SDK_DISABLED.";
+
 pub fn run(args: ServeArgs) -> Result<ExitCode, Failure> {
     let config = args.config;
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -63,7 +70,11 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, Failure> {
             .init(),
         LogFormat::Json => logs.json().init(),
     }
-    runtime.block_on(async {
+    let traces = {
+        let _runtime = runtime.enter();
+        Telemetry::from_env().map_err(|e| Failure::Input(e.to_string()))?
+    };
+    let served = runtime.block_on(async {
         let server = Server::bind(config).await.map_err(|e| match e {
             // A file the operator wrote: bad input, like any other command's.
             e @ (sluicegate_server::Error::Files(_) | sluicegate_server::Error::NoGrpc) => {
@@ -79,8 +90,11 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, Failure> {
             .run(shutdown())
             .await
             .map_err(|e| Failure::Backend(e.to_string()))
-    })?;
-    Ok(ExitCode::SUCCESS)
+    });
+    if let Some(traces) = traces {
+        traces.shutdown();
+    }
+    served.map(|()| ExitCode::SUCCESS)
 }
 
 /// Completes on Ctrl-C or SIGTERM: the server then finishes the requests in flight.

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use opentelemetry::KeyValue;
 use tonic::{Request, Response, Status};
 
 use sluicegate_policy::Built;
@@ -21,6 +22,7 @@ use crate::limiters::Limiters;
 use crate::service::auth::{authenticate, bearer, App};
 use crate::service::{Ask, Service, ServiceError, MAX_BATCH};
 use crate::store::Snapshot;
+use crate::telemetry;
 
 /// The entry that makes a descriptor a report of a cost known after the response.
 pub const REPORT_ENTRY: &str = "sluicegate.report";
@@ -75,6 +77,43 @@ impl RateLimitService for Rls {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
+        let domain = &request.get_ref().domain;
+        let trace = telemetry::incoming(
+            request.metadata().as_ref(),
+            || "envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit".into(),
+            || {
+                vec![
+                    KeyValue::new("rpc.system", "grpc"),
+                    KeyValue::new("sluicegate.domain", domain.clone()),
+                ]
+            },
+        );
+        let answer = telemetry::within(trace.as_ref(), self.answer(request)).await;
+        telemetry::finish(
+            trace,
+            || match &answer {
+                Ok(response) => {
+                    let code =
+                        Code::try_from(response.get_ref().overall_code).unwrap_or(Code::Unknown);
+                    vec![KeyValue::new("sluicegate.code", code.as_str_name())]
+                }
+                Err(status) => vec![KeyValue::new("rpc.grpc.status_code", status.code() as i64)],
+            },
+            answer
+                .as_ref()
+                .err()
+                .map(|status| status.message().to_owned()),
+        );
+        answer
+    }
+}
+
+impl Rls {
+    /// The answer to one call.
+    async fn answer(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
         let snapshot = self.service.snapshot();
         let values = request.metadata().get_all("authorization");
         let token = bearer(values.iter().map(|v| v.as_encoded_bytes())).map_err(status)?;
@@ -122,9 +161,7 @@ impl RateLimitService for Rls {
             ..RateLimitResponse::default()
         }))
     }
-}
 
-impl Rls {
     /// The status of the request's descriptor `i`, and whether it admits the request
     /// (a report always does; a shadow decision does, its status showing the denial).
     async fn descriptor(

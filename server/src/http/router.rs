@@ -4,13 +4,15 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::extract::{DefaultBodyLimit, Request};
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
 use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
+use opentelemetry::KeyValue;
 
 use crate::service::Service;
+use crate::telemetry;
 
 use super::body::BODY_LIMIT;
 use super::error::ApiError;
@@ -32,16 +34,49 @@ pub(crate) fn router(service: Arc<Service>, timeout: Duration) -> Router {
         .with_state(service)
 }
 
-/// Answers 503 for a request that takes longer than `timeout`, and logs every request.
+/// Answers 503 for a request that takes longer than `timeout`, logs every request, and
+/// traces it when traces are exported.
 async fn bounded(request: Request, next: Next, timeout: Duration) -> Response {
     let (method, path) = (request.method().clone(), request.uri().path().to_owned());
+    // The route's pattern, never the path: a path may hold a key.
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|route| route.as_str().to_owned());
+    let trace = telemetry::incoming(
+        request.headers(),
+        || match &route {
+            Some(route) => format!("{method} {route}").into(),
+            None => method.to_string().into(),
+        },
+        || {
+            let mut attributes = vec![KeyValue::new("http.request.method", method.to_string())];
+            attributes.extend(route.clone().map(|r| KeyValue::new("http.route", r)));
+            attributes
+        },
+    );
     let start = Instant::now();
-    let response = match tokio::time::timeout(timeout, next.run(request)).await {
+    let answered = telemetry::within(
+        trace.as_ref(),
+        tokio::time::timeout(timeout, next.run(request)),
+    );
+    let response = match answered.await {
         Ok(response) => json_errors(response).await,
         Err(_) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the request took too long")
             .into_response(),
     };
-    tracing::debug!(%method, %path, status = response.status().as_u16(), took_us = u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX), "request");
+    let status = response.status();
+    telemetry::finish(
+        trace,
+        || {
+            vec![KeyValue::new(
+                "http.response.status_code",
+                i64::from(status.as_u16()),
+            )]
+        },
+        status.is_server_error().then(|| status.to_string()),
+    );
+    tracing::debug!(%method, %path, status = status.as_u16(), took_us = u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX), "request");
     response
 }
 

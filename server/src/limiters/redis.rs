@@ -6,6 +6,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
+use opentelemetry::KeyValue;
 use sha2::{Digest, Sha256};
 use sluicegate_core::memory::OnFull;
 use sluicegate_core::{
@@ -21,6 +22,7 @@ use super::backend::{
 use super::coalesce::{self, Coalescer, ConnectedLimiter};
 use super::memory::{table, Keyed, Keys};
 use crate::metrics::Table;
+use crate::telemetry;
 
 /// The Redis backend.
 #[derive(Debug)]
@@ -160,6 +162,15 @@ impl Shared {
     }
 }
 
+/// How a trace describes a round trip to Redis.
+fn round_trip<T, E: std::fmt::Display>(result: &Result<T, E>) -> Vec<KeyValue> {
+    let mut attributes = vec![KeyValue::new("db.system.name", "redis")];
+    if let Err(e) = result {
+        attributes.push(KeyValue::new("error.type", e.to_string()));
+    }
+    attributes
+}
+
 /// `future`'s error as the decision's.
 async fn typed<T>(
     future: impl Future<Output = Result<T, sluicegate_redis::Error>>,
@@ -173,9 +184,10 @@ impl RateLimit for Shared {
         request: Request<'a>,
     ) -> BoxFuture<'a, Result<Outcome<()>, DecideError>> {
         Box::pin(async move {
-            let result = self
+            let sent = self
                 .coalescer
-                .check(&self.limiter, request.key, request.cost)
+                .check(&self.limiter, request.key, request.cost);
+            let result = telemetry::child("redis", sent, round_trip)
                 .await
                 .map_err(|e| match e {
                     coalesce::Error::Redis(e) => e.into(),
@@ -191,7 +203,10 @@ impl RateLimit for Shared {
         &'a self,
         request: ReportRequest<'a>,
     ) -> BoxFuture<'a, Result<Reported, DecideError>> {
-        Box::pin(async move { typed(AsyncReporter::report(&*self.limiter, &request)).await })
+        Box::pin(async move {
+            let sent = AsyncReporter::report(&*self.limiter, &request);
+            typed(telemetry::child("redis", sent, round_trip)).await
+        })
     }
 
     fn remove_state<'a>(

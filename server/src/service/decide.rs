@@ -3,17 +3,31 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use opentelemetry::KeyValue;
 use sluicegate_core::host::Outcome;
 use sluicegate_core::{Decision, Ticks};
 use sluicegate_policy::text::human;
 
 use crate::limiters::{DecideError, LeaseAnswer, LeaseOp, Limiters, PolicyLimiter, MAX_KEY};
 use crate::store::{Snapshot, Stored};
+use crate::telemetry;
 use crate::time::now_s;
 
 use super::auth::App;
 use super::error::{Result, ServiceError};
 use super::state::Service;
+
+/// How a trace names an outcome.
+fn outcome_name(outcome: &Outcome<()>) -> &'static str {
+    match outcome {
+        Outcome::Decided(d) if d.allowed => "allowed",
+        Outcome::Decided(_) => "denied",
+        Outcome::Local(d, ()) if d.allowed => "allowed locally",
+        Outcome::Local(..) => "denied locally",
+        Outcome::Open(()) => "open",
+        Outcome::Closed(()) => "closed",
+    }
+}
 
 /// The most decisions in one call (a batch, or an Envoy request's descriptors).
 pub(crate) const MAX_BATCH: usize = 1000;
@@ -120,7 +134,19 @@ impl Service {
     ) -> Result<Decided> {
         check_key(key)?;
         let start = Instant::now();
-        let outcome = entry.decide(name, key, cost).await?;
+        let decided = entry.decide(name, key, cost);
+        let outcome = telemetry::child("decide", decided, |result| {
+            let mut attributes = vec![
+                KeyValue::new("sluicegate.policy", name.to_owned()),
+                KeyValue::new("sluicegate.backend", self.backend.name()),
+            ];
+            attributes.push(match result {
+                Ok(outcome) => KeyValue::new("sluicegate.outcome", outcome_name(outcome)),
+                Err(e) => KeyValue::new("error.type", e.to_string()),
+            });
+            attributes
+        })
+        .await?;
         let decided = Decided {
             outcome,
             shadow: self.shadow || shadow,

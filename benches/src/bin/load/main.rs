@@ -6,8 +6,11 @@
 //! ```text
 //! cargo run --release -p sluicegate-benches --bin load -- --protocol grpc|http
 //!     --backend memory|redis|redis://… [--peer limitador] [--duration 10] [--json]
-//!     [--connections N] [--in-flight M] [--keys K] [--rate R]
+//!     [--connections N] [--in-flight M] [--keys K] [--rate R] [--otlp]
 //! ```
+//!
+//! `--otlp` starts an OTLP trace receiver in this process and has the servers export
+//! to it (`OTEL_TRACES_SAMPLER=traceidratio OTEL_TRACES_SAMPLER_ARG=0.01` to sample).
 //!
 //! Alone (no `--protocol`): an HTTP load generator, N keep-alive connections (64 by default)
 //! each sending one request after another for a fixed time, first `GET /healthz` (the
@@ -78,6 +81,8 @@ struct Options {
     in_flight: usize,
     /// An open loop: this many requests a second in all.
     rate: Option<f64>,
+    /// An OTLP receiver in this process, which the servers started export traces to.
+    otlp: bool,
 }
 
 impl Options {
@@ -116,6 +121,7 @@ fn options() -> Result<Options, String> {
         json: false,
         in_flight: 16,
         rate: None,
+        otlp: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -168,6 +174,7 @@ fn options() -> Result<Options, String> {
             "--json" => options.json = true,
             "--in-flight" => options.in_flight = value()?.parse().map_err(|_| "--in-flight M")?,
             "--rate" => options.rate = Some(value()?.parse().map_err(|_| "--rate R")?),
+            "--otlp" => options.otlp = true,
             _ => return Err(format!("unknown flag {flag}")),
         }
     }
@@ -250,6 +257,13 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // Kept for the run: the servers started below inherit its endpoint (the sampler
+    // from OTEL_TRACES_SAMPLER and _ARG as given).
+    let _receiver = options.otlp.then(|| {
+        let receiver = sluicegate_test_support::otlp::Receiver::start();
+        std::env::set_var("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint());
+        receiver
+    });
     if options.protocol.is_some() {
         return side::run(&options);
     }

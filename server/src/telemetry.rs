@@ -1,0 +1,206 @@
+//! Traces over OTLP, configured by the standard `OTEL_*` variables: a span per HTTP
+//! request and per call of Envoy's rate limit service, joined to the caller's trace by
+//! its `traceparent`, with a child for each decision and each Redis round trip.
+//!
+//! Without an exporter asked for, nothing is built and each hook costs one read of an
+//! empty cell; with one, a request the sampler leaves out costs its sampling decision.
+
+use std::borrow::Cow;
+use std::future::Future;
+use std::sync::OnceLock;
+
+use axum::http::HeaderMap;
+use opentelemetry::context::FutureExt as _;
+use opentelemetry::propagation::{Extractor, TextMapPropagator};
+use opentelemetry::trace::{SpanKind, Status, TraceContextExt, Tracer as _};
+use opentelemetry::{Context, Key, KeyValue};
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
+use opentelemetry_sdk::Resource;
+
+/// The process's tracer, once an exporter is installed.
+static TRACER: OnceLock<SdkTracer> = OnceLock::new();
+
+/// Why traces cannot be exported as the `OTEL_*` variables ask.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TelemetryError {
+    /// An exporter or protocol other than OTLP over gRPC.
+    #[error("{variable}={value}: this server exports traces over OTLP/gRPC only (otlp, grpc)")]
+    Unsupported {
+        /// The variable.
+        variable: &'static str,
+        /// Its value.
+        value: String,
+    },
+    /// The exporter could not be built (an endpoint that is not a URL, …).
+    #[error("the OTLP exporter: {0}")]
+    Exporter(String),
+    /// An exporter is installed already in this process.
+    #[error("traces are exported already by this process")]
+    Installed,
+}
+
+/// The process's trace exporter: spans go out in batches until [`Telemetry::shutdown`].
+#[derive(Debug)]
+pub struct Telemetry {
+    provider: SdkTracerProvider,
+}
+
+/// The variable's value, if set and not empty.
+fn var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+impl Telemetry {
+    /// Installs an OTLP/gRPC exporter when the variables ask for one: an endpoint
+    /// (`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` or `OTEL_EXPORTER_OTLP_ENDPOINT`) or
+    /// `OTEL_TRACES_EXPORTER=otlp`; none with `OTEL_SDK_DISABLED=true` or
+    /// `OTEL_TRACES_EXPORTER=none`. The exporter reads its other variables itself
+    /// (timeout, headers), the tracer its sampler (`OTEL_TRACES_SAMPLER`, `_ARG`) and
+    /// resource (`OTEL_SERVICE_NAME`, default `sluicegate`; `OTEL_RESOURCE_ATTRIBUTES`).
+    /// Call it within a Tokio runtime: the exporter's connection runs on it.
+    pub fn from_env() -> Result<Option<Self>, TelemetryError> {
+        if var("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
+            return Ok(None);
+        }
+        let asked = match var("OTEL_TRACES_EXPORTER") {
+            Some(v) if v == "none" => return Ok(None),
+            Some(v) if v == "otlp" => true,
+            Some(value) => {
+                return Err(TelemetryError::Unsupported {
+                    variable: "OTEL_TRACES_EXPORTER",
+                    value,
+                })
+            }
+            None => false,
+        };
+        let endpoint = [
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+        ]
+        .into_iter()
+        .any(|name| var(name).is_some());
+        if !(asked || endpoint) {
+            return Ok(None);
+        }
+        for variable in [
+            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+            "OTEL_EXPORTER_OTLP_PROTOCOL",
+        ] {
+            if let Some(value) = var(variable).filter(|v| v != "grpc") {
+                return Err(TelemetryError::Unsupported { variable, value });
+            }
+        }
+        let exporter = opentelemetry_otlp::SpanExporter::builder()
+            .with_tonic()
+            .build()
+            .map_err(|e| TelemetryError::Exporter(e.to_string()))?;
+        let provider = SdkTracerProvider::builder()
+            .with_batch_exporter(exporter)
+            .with_resource(resource())
+            .build();
+        let tracer = opentelemetry::trace::TracerProvider::tracer(&provider, "sluicegate");
+        TRACER.set(tracer).map_err(|_| TelemetryError::Installed)?;
+        Ok(Some(Self { provider }))
+    }
+
+    /// Sends the spans still batched and stops the exporter.
+    pub fn shutdown(self) {
+        if let Err(e) = self.provider.shutdown() {
+            tracing::warn!(error = %e, "exporting the last traces");
+        }
+    }
+}
+
+/// The resource the variables describe, named `sluicegate` unless they name it.
+fn resource() -> Resource {
+    let detected = Resource::builder().build();
+    let named = detected
+        .get(&Key::from_static_str("service.name"))
+        .is_some_and(|name| !name.as_str().starts_with("unknown_service"));
+    if named {
+        detected
+    } else {
+        Resource::builder().with_service_name("sluicegate").build()
+    }
+}
+
+/// Headers (HTTP's, or gRPC metadata's) as the propagator reads them.
+struct Headers<'a>(&'a HeaderMap);
+
+impl Extractor for Headers<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|v| v.to_str().ok())
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(|k| k.as_str()).collect()
+    }
+}
+
+/// The trace of a request arriving with `headers`: a server span named `name`, a child
+/// of their `traceparent` if any; `None` when not traced (no exporter, or sampled out).
+pub(crate) fn incoming(
+    headers: &HeaderMap,
+    name: impl FnOnce() -> Cow<'static, str>,
+    attributes: impl FnOnce() -> Vec<KeyValue>,
+) -> Option<Context> {
+    let tracer = TRACER.get()?;
+    let parent = TraceContextPropagator::new().extract(&Headers(headers));
+    let span = tracer
+        .span_builder(name())
+        .with_kind(SpanKind::Server)
+        .start_with_context(tracer, &parent);
+    let cx = parent.with_span(span);
+    if !cx.span().span_context().is_sampled() {
+        return None;
+    }
+    cx.span().set_attributes(attributes());
+    Some(cx)
+}
+
+/// Runs `future` in the trace `cx` (as it is, when untraced).
+pub(crate) async fn within<F: Future>(cx: Option<&Context>, future: F) -> F::Output {
+    match cx {
+        Some(cx) => future.with_context(cx.clone()).await,
+        None => future.await,
+    }
+}
+
+/// Ends the request's span with `attributes`, an error if `failed`.
+pub(crate) fn finish(
+    cx: Option<Context>,
+    attributes: impl FnOnce() -> Vec<KeyValue>,
+    failed: Option<String>,
+) {
+    let Some(cx) = cx else { return };
+    let span = cx.span();
+    span.set_attributes(attributes());
+    if let Some(why) = failed {
+        span.set_status(Status::error(why));
+    }
+    span.end();
+}
+
+/// Runs `future` as the child span `name` of the current request's trace, described
+/// by `describe` once it is done; only when that request is traced.
+pub(crate) async fn child<F: Future>(
+    name: &'static str,
+    future: F,
+    describe: impl FnOnce(&F::Output) -> Vec<KeyValue>,
+) -> F::Output {
+    let Some(tracer) = TRACER.get() else {
+        return future.await;
+    };
+    let parent = Context::current();
+    if !parent.span().span_context().is_sampled() {
+        return future.await;
+    }
+    let cx = parent.with_span(tracer.start_with_context(name, &parent));
+    let output = future.with_context(cx.clone()).await;
+    let span = cx.span();
+    span.set_attributes(describe(&output));
+    span.end();
+    output
+}
