@@ -30,30 +30,28 @@ impl Service {
             timeout(PROBE_TIMEOUT, self.store.counter()),
             timeout(PROBE_TIMEOUT, self.backend.ready()),
         );
+        let answered = [
+            (
+                "store",
+                "the store",
+                store.map(|r| r.map(drop).map_err(|e| e.to_string())),
+            ),
+            (
+                "decisions",
+                "the decision backend",
+                decisions.map(|r| r.map_err(|e| e.to_string())),
+            ),
+        ];
         let mut waiting = Vec::new();
-        match store {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => {
-                tracing::warn!(error = %e, "not ready: the store");
-                waiting.push("store");
+        for (name, what, answer) in answered {
+            match answer {
+                Ok(Ok(())) => continue,
+                Ok(Err(e)) => tracing::warn!(error = %e, "not ready: {what}"),
+                Err(_) => {
+                    tracing::warn!("not ready: {what} did not answer within {PROBE_TIMEOUT:?}")
+                }
             }
-            Err(_) => {
-                tracing::warn!("not ready: the store did not answer within {PROBE_TIMEOUT:?}");
-                waiting.push("store");
-            }
-        }
-        match decisions {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                tracing::warn!(error = %e, "not ready: the decision backend");
-                waiting.push("decisions");
-            }
-            Err(_) => {
-                tracing::warn!(
-                    "not ready: the decision backend did not answer within {PROBE_TIMEOUT:?}"
-                );
-                waiting.push("decisions");
-            }
+            waiting.push(name);
         }
         *last = Some((Instant::now(), waiting.clone()));
         waiting
