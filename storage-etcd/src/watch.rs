@@ -98,7 +98,7 @@ impl EtcdLeases {
         let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
         let (key, owner) = (request.key.to_vec(), request.owner.to_vec());
         tokio::spawn(async move {
-            // Until then the lease is held whatever etcd's clock says.
+            // etcd holds the lease at least until then: it counts the ttl from later.
             let mut held_until = asked + keeper.granted;
             loop {
                 let renewed = async {
@@ -165,7 +165,8 @@ impl KeepAlive {
     }
 }
 
-/// A lease kept alive by a task while the guard lives; dropping it releases the lease.
+/// A lease kept alive by a task while the guard lives; dropping it releases the lease
+/// unless it is lost.
 #[derive(Debug)]
 pub struct EtcdLeaseGuard {
     held: Grant,

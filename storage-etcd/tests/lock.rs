@@ -386,6 +386,25 @@ async fn a_kept_alive_lease_outlives_its_ttl_and_short_outages() {
     assert!(next.token > token);
 }
 
+/// A lease revoked behind the holder's back: the first keep-alive (the stream's opening,
+/// a third of the ttl on) finds it gone, well before the ttl has passed.
+#[tokio::test]
+async fn a_revoked_lease_is_lost_at_the_next_keep_alive() {
+    let etcd = Etcd::start();
+    let lock = lock(&etcd).await;
+    let short = LeaseRequest::new("job").owner("a").ttl(3 * SECOND);
+    let guard = (lock.acquire_watched(&short, Duration::ZERO).await.unwrap()).unwrap();
+    let mut client = etcd_client::Client::connect([etcd.endpoint()], None)
+        .await
+        .unwrap();
+    let kv = client.get("test/job/0", None).await.unwrap();
+    client.lease_revoke(kv.kvs()[0].lease()).await.unwrap();
+    let revoked = Instant::now();
+    let lost = tokio::time::timeout(Duration::from_secs(2), guard.lost()).await;
+    assert!(lost.is_ok(), "not lost {:?} after", revoked.elapsed());
+    println!("lost {:?} after the revoke", revoked.elapsed());
+}
+
 /// etcd cut off (stopped) past the lease's ttl: etcd may have deleted the key by its
 /// clock, so the guard says lost while etcd is still away, and stays lost once it is
 /// back and has granted the lock to another owner.
