@@ -23,17 +23,19 @@ impl EtcdLeases {
         Ok(self.held_waiting(request, max_wait).await?.0)
     }
 
-    /// [`acquire_waiting`](Self::acquire_waiting), with the etcd lease behind a grant.
+    /// [`acquire_waiting`](Self::acquire_waiting), with the etcd lease behind a grant and
+    /// the instant before the attempt that got it (before etcd granted its ttl).
     async fn held_waiting(
         &self,
         request: &LeaseRequest<'_>,
         max_wait: Duration,
-    ) -> Result<(Acquired, Option<Held>), Error> {
+    ) -> Result<(Acquired, Option<(Held, Instant)>), Error> {
         let deadline = Instant::now() + max_wait;
         loop {
+            let asked = Instant::now();
             let attempt = self.attempt(request).await?;
             if attempt.held.is_some() || Instant::now() >= deadline {
-                return Ok((attempt.acquired, attempt.held));
+                return Ok((attempt.acquired, attempt.held.map(|held| (held, asked))));
             }
             let options = WatchOptions::new()
                 .with_prefix()
@@ -67,54 +69,54 @@ impl EtcdLeases {
     ///
     /// The keep-alive is the watchdog: if this process stops (a pause, a crash) the
     /// keep-alives stop and etcd deletes the key once the lease's ttl has passed, whatever
-    /// the process's own clock says. A keep-alive that finds the lease gone sets
-    /// [`EtcdLeaseGuard::is_lost`]; the holder must stop acting on it, and a resource
-    /// checking tokens refuses it once a later holder has written.
+    /// the process's own clock says. [`EtcdLeaseGuard::is_lost`] turns true when a
+    /// keep-alive finds the lease gone, or when none was answered for the ttl (etcd cut
+    /// off: it may have deleted the key by its clock and granted it to another), counted
+    /// on this process's clock from before the last answered keep-alive was sent, so it
+    /// errs toward "lost". Then the task ends: no more keep-alives, and dropping the
+    /// guard releases nothing (a release by the owner's name could free a lease the owner
+    /// acquired again since); a key etcd still holds expires with its lease. The holder
+    /// must stop acting on a lost lease, and a resource checking tokens refuses it once a
+    /// later holder has written.
     pub async fn acquire_watched(
         &self,
         request: &LeaseRequest<'_>,
         max_wait: Duration,
     ) -> Result<Option<EtcdLeaseGuard>, Error> {
-        let (_, Some(held)) = self.held_waiting(request, max_wait).await? else {
+        let (_, Some((held, asked))) = self.held_waiting(request, max_wait).await? else {
             return Ok(None);
         };
-        // A stream that cannot be opened now is opened at the next period, as a broken
-        // one is: the lease is granted, and an error here would leave it held until its
-        // ttl with no guard to release it.
-        let mut stream = self.client().lease_keep_alive(held.lease).await.ok();
         let period = Duration::from_micros((held.left / 3).max(1));
+        let mut keeper = KeepAlive {
+            leases: self.clone(),
+            lease: held.lease,
+            granted: Duration::from_micros(held.left),
+            stream: None,
+        };
         let (lost_tx, lost) = tokio::sync::watch::channel(false);
         // The guard holds the sender: dropping it completes `stopped`.
         let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
-        let leases = self.clone();
         let (key, owner) = (request.key.to_vec(), request.owner.to_vec());
         tokio::spawn(async move {
+            // etcd holds the lease at least until then: it counts the ttl from later.
+            let mut held_until = asked + keeper.granted;
             loop {
+                let renewed = async {
+                    tokio::time::sleep(period).await;
+                    keeper.renew().await
+                };
                 tokio::select! {
                     _ = &mut stopped => {
                         let release = LeaseRequest::new(&key).owner(&owner);
-                        let _ = sluicegate_core::AsyncLeaseHost::release(&leases, &release).await;
+                        let leases = &keeper.leases;
+                        let _ = sluicegate_core::AsyncLeaseHost::release(leases, &release).await;
                         return;
                     }
-                    () = tokio::time::sleep(period) => {
-                        // A broken stream (etcd restarted, unreachable) is opened again at
-                        // the next period; only an answer with no ttl left says the lease
-                        // is gone.
-                        if stream.is_none() {
-                            stream = leases.client().lease_keep_alive(held.lease).await.ok();
-                        }
-                        let Some((keeper, answers)) = stream.as_mut() else { continue };
-                        match keep_alive(keeper, answers).await {
-                            Some(ttl) if ttl <= 0 => {
-                                let _ = lost_tx.send(true);
-                                return;
-                            }
-                            Some(_) => {}
-                            None => stream = None,
-                        }
-                    }
+                    () = tokio::time::sleep_until(held_until) => break,
+                    renewed = renewed => held_until = renewed.unwrap_or(held_until),
                 }
             }
+            let _ = lost_tx.send(true);
         });
         Ok(Some(EtcdLeaseGuard {
             held: held.grant,
@@ -124,14 +126,47 @@ impl EtcdLeases {
     }
 }
 
-/// One keep-alive: the ttl etcd answers the lease has (0 once gone), or `None` if the
-/// stream broke.
-async fn keep_alive(keeper: &mut LeaseKeeper, answers: &mut LeaseKeepAliveStream) -> Option<i64> {
-    keeper.keep_alive().await.ok()?;
-    Some(answers.message().await.ok()??.ttl())
+/// One etcd lease's keep-alives, on a stream opened again when it breaks (etcd restarted,
+/// unreachable).
+struct KeepAlive {
+    leases: EtcdLeases,
+    lease: i64,
+    /// The ttl a new stream's first keep-alive is counted to give (its answer is not shown).
+    granted: Duration,
+    stream: Option<(LeaseKeeper, LeaseKeepAliveStream)>,
 }
 
-/// A lease kept alive by a task while the guard lives; dropping it releases the lease.
+impl KeepAlive {
+    /// One keep-alive: the instant until which its answer shows the lease held (the
+    /// instant before sending plus the ttl answered, so etcd's lease outlives it; already
+    /// past once the lease is gone), or `None` if none came.
+    async fn renew(&mut self) -> Option<Instant> {
+        let sent = Instant::now();
+        let Some((keeper, answers)) = self.stream.as_mut() else {
+            return match self.leases.client().lease_keep_alive(self.lease).await {
+                Ok(stream) => {
+                    self.stream = Some(stream);
+                    Some(sent + self.granted)
+                }
+                // Opening reads the first answer: this error says it had no ttl left.
+                Err(etcd_client::Error::LeaseKeepAliveError(_)) => Some(sent),
+                Err(_) => None,
+            };
+        };
+        let answer = async {
+            keeper.keep_alive().await.ok()?;
+            answers.message().await.ok()?
+        };
+        let Some(answer) = answer.await else {
+            self.stream = None;
+            return None;
+        };
+        Some(sent + Duration::from_secs(u64::try_from(answer.ttl()).unwrap_or(0)))
+    }
+}
+
+/// A lease kept alive by a task while the guard lives; dropping it releases the lease
+/// unless it is lost.
 #[derive(Debug)]
 pub struct EtcdLeaseGuard {
     held: Grant,
@@ -145,13 +180,14 @@ impl EtcdLeaseGuard {
         self.held
     }
 
-    /// Whether a keep-alive found the lease gone.
+    /// Whether the lease may be gone: a keep-alive found it gone, or none was answered
+    /// within its ttl (see [`EtcdLeases::acquire_watched`]); once true, it stays true.
     pub fn is_lost(&self) -> bool {
         *self.lost.borrow()
     }
 
-    /// Completes when a keep-alive finds the lease gone; never while it is kept alive
-    /// (the task only ends otherwise once the guard is dropped).
+    /// Completes when the lease may be gone, as [`is_lost`](Self::is_lost) says; never
+    /// while it is kept alive (the task only ends otherwise once the guard is dropped).
     pub async fn lost(&self) {
         let _ = self.lost.clone().wait_for(|&lost| lost).await;
     }

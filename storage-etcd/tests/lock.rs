@@ -2,7 +2,7 @@
 //! holder process paused (SIGSTOP) past its lease, and a restart on the same data.
 
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use sluicegate_core::memory::{FencedResource, StaleToken};
@@ -246,10 +246,9 @@ fn field(lines: &mut impl Iterator<Item = std::io::Result<String>>, word: &str) 
         .unwrap_or_else(|| panic!("the child ended before {word}"))
 }
 
-fn signal(child: &Child, signal: &str) {
-    let pid = child.id().to_string();
+fn signal(pid: u32, signal: &str) {
     assert!(Command::new("kill")
-        .args([signal, &pid])
+        .args([signal, &pid.to_string()])
         .status()
         .unwrap()
         .success());
@@ -269,7 +268,7 @@ async fn a_paused_holder_loses_the_lock_and_its_token_is_refused() {
     let old = field(&mut out, "token");
     // The holder renews every third of a second; stopped, it renews nothing, and etcd
     // deletes its key once the lease's second has passed.
-    signal(&holder, "-STOP");
+    signal(holder.id(), "-STOP");
     let stopped = Instant::now();
     let lock = lock(&etcd).await;
     let grant = (lock.acquire_waiting(&request("parent"), Duration::from_secs(10)))
@@ -282,7 +281,7 @@ async fn a_paused_holder_loses_the_lock_and_its_token_is_refused() {
     let resource = FencedResource::new("before");
     resource.write(grant.token, |v| *v = "parent").unwrap();
     // The holder, woken, writes with its old token: refused.
-    signal(&holder, "-CONT");
+    signal(holder.id(), "-CONT");
     let stale = resource.write(old, |v| *v = "paused holder");
     assert_eq!(
         stale,
@@ -355,16 +354,23 @@ async fn tokens_stay_monotonic_and_leases_held_across_a_restart() {
     );
 }
 
-/// The watchdog keeps a one-second lease past its ttl, and past an etcd restart (its
-/// keep-alive stream opened again); dropping the guard releases it.
+/// The watchdog keeps a three-second lease past its ttl, past etcd stopped for a second
+/// and past an etcd restart (its keep-alive stream opened again): each outage is shorter
+/// than the ttl, so the lease is not lost. Dropping the guard releases it.
 #[tokio::test]
-async fn a_kept_alive_lease_outlives_its_ttl_and_a_restart() {
+async fn a_kept_alive_lease_outlives_its_ttl_and_short_outages() {
     let mut etcd = Etcd::start();
     let lock = lock(&etcd).await;
-    let short = LeaseRequest::new("job").owner("a").ttl(SECOND);
+    let short = LeaseRequest::new("job").owner("a").ttl(3 * SECOND);
     let guard = (lock.acquire_watched(&short, Duration::ZERO).await.unwrap()).unwrap();
     tokio::time::sleep(Duration::from_secs(2)).await;
+    signal(etcd.pid(), "-STOP");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    signal(etcd.pid(), "-CONT");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let restarting = Instant::now();
     etcd.restart();
+    println!("etcd restarted in {:?}", restarting.elapsed());
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(!guard.is_lost());
     let state = lock.state(b"job").await.unwrap().unwrap();
@@ -378,6 +384,62 @@ async fn a_kept_alive_lease_outlives_its_ttl_and_a_restart() {
     .grant
     .unwrap();
     assert!(next.token > token);
+}
+
+/// A lease revoked behind the holder's back: the first keep-alive (the stream's opening,
+/// a third of the ttl on) finds it gone, well before the ttl has passed.
+#[tokio::test]
+async fn a_revoked_lease_is_lost_at_the_next_keep_alive() {
+    let etcd = Etcd::start();
+    let lock = lock(&etcd).await;
+    let short = LeaseRequest::new("job").owner("a").ttl(3 * SECOND);
+    let guard = (lock.acquire_watched(&short, Duration::ZERO).await.unwrap()).unwrap();
+    let mut client = etcd_client::Client::connect([etcd.endpoint()], None)
+        .await
+        .unwrap();
+    let kv = client.get("test/job/0", None).await.unwrap();
+    client.lease_revoke(kv.kvs()[0].lease()).await.unwrap();
+    let revoked = Instant::now();
+    let lost = tokio::time::timeout(Duration::from_secs(2), guard.lost()).await;
+    assert!(lost.is_ok(), "not lost {:?} after", revoked.elapsed());
+    println!("lost {:?} after the revoke", revoked.elapsed());
+}
+
+/// etcd cut off (stopped) past the lease's ttl: etcd may have deleted the key by its
+/// clock, so the guard says lost while etcd is still away, and stays lost once it is
+/// back and has granted the lock to another owner.
+#[tokio::test]
+async fn a_lease_is_lost_while_etcd_is_away_past_its_ttl() {
+    let etcd = Etcd::start();
+    let lock = lock(&etcd).await;
+    let ttl = Duration::from_secs(2);
+    let short = LeaseRequest::new("job").owner("a").ttl(2 * SECOND);
+    let guard = (lock.acquire_watched(&short, Duration::ZERO).await.unwrap()).unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!guard.is_lost(), "kept alive past its ttl");
+    signal(etcd.pid(), "-STOP");
+    let stopped = Instant::now();
+    // The ttl, a keep-alive period (a third of it) and slack.
+    let lost = tokio::time::timeout(ttl + ttl / 3 + Duration::from_secs(1), guard.lost()).await;
+    let waited = stopped.elapsed();
+    signal(etcd.pid(), "-CONT");
+    assert!(lost.is_ok(), "not lost {waited:?} after etcd stopped");
+    assert!(guard.is_lost());
+    println!("lost {waited:?} after etcd stopped");
+    // Counted from the last answered keep-alive, at most a period before the stop.
+    assert!(waited >= ttl / 2, "{waited:?}");
+    let next = (lock.acquire_waiting(&request("b"), Duration::from_secs(5)))
+        .await
+        .unwrap()
+        .grant
+        .expect("etcd expired the lease");
+    assert!(next.token > guard.held().token);
+    // Past another ttl with etcd answering: still lost, and dropped, it releases nothing.
+    tokio::time::sleep(ttl).await;
+    assert!(guard.is_lost());
+    drop(guard);
+    let state = lock.state(b"job").await.unwrap().unwrap();
+    assert_eq!(state.leases()[0].owner(), b"b");
 }
 
 #[test]
