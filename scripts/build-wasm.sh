@@ -50,9 +50,11 @@ done
 raw=$(wc -c <wasm/pkg/web/sluicegate_wasm_bg.wasm)
 gzipped=$(gzip -9 -c wasm/pkg/web/sluicegate_wasm_bg.wasm | wc -c)
 # The budget grew from 40 000 when reports, overdrafts and calendar windows (the zone
-# database stays behind the `calendar` feature) added 4.6 KB gzipped.
-echo "sluicegate_wasm_bg.wasm: $raw bytes, $gzipped gzipped (budget 42000)"
-if [ "$gzipped" -gt 42000 ]; then
-  echo "the gzipped module is over its 42 KB budget" >&2
+# database stays behind the `calendar` feature) added 4.6 KB gzipped, then from 42 000
+# when calendar windows ran in every build on the caller's boundaries (41 398 to 42 945:
+# the calendar window's transitions, dead code before, are most of it).
+echo "sluicegate_wasm_bg.wasm: $raw bytes, $gzipped gzipped (budget 43000)"
+if [ "$gzipped" -gt 43000 ]; then
+  echo "the gzipped module is over its 43 KB budget" >&2
   exit 1
 fi

@@ -41,12 +41,18 @@ export interface BucketOptions {
 }
 
 /** At most `limit` per calendar day, ISO week or month in `timeZone` (IANA, default
- * UTC); needs a build with the `calendar` feature. */
+ * UTC). The periods are those between `boundariesMs`, else the zone's from the time-zone
+ * database of a build with the `calendar` feature. */
 export interface CalendarWindowOptions {
   algorithm: "calendar-window";
   limit: number;
   calendar: "day" | "week" | "month";
   timeZone?: string;
+  /** The periods' boundaries, ms since the epoch, increasing (each period runs from one
+   * to the next, at most 366 days): computed by the caller, say with `Intl.DateTimeFormat`.
+   * Outside them the limiter refuses (denies, as a cost that never fits). Required
+   * without the `calendar` feature. */
+  boundariesMs?: number[];
   overdraft?: number;
   ban?: BanOptions;
 }

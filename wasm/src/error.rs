@@ -53,13 +53,19 @@ pub(crate) enum Error {
     #[error("{}", describe(.0))]
     Param(#[from] ParamError),
     /// A `calendar` that is not one.
-    #[cfg(feature = "calendar")]
-    #[error("options.calendar must be \"day\", \"week\" or \"month\", got {0:?}")]
+    #[error("options.calendar must be \"day\", \"week\" or \"month\", got \"{0}\"")]
     Calendar(String),
     /// A `timeZone` the bundled database does not know.
     #[cfg(feature = "calendar")]
     #[error("options.timeZone: {0}")]
     TimeZone(sluicegate_core::calendar::CalendarError),
+    /// `boundariesMs` that make no periods.
+    #[error("options.boundariesMs must be two or more increasing times, at most 366 days apart")]
+    Boundaries,
+    /// A calendar window without `boundariesMs` in a build without the zone database.
+    #[cfg(not(feature = "calendar"))]
+    #[error("options.boundariesMs is required: this build has no time-zone database")]
+    NoBoundaries,
     /// A throttle that could queue nothing.
     #[error("maxQueued must be at least 1, got {0}")]
     MaxQueued(u64),
@@ -86,10 +92,9 @@ pub(crate) enum Error {
     NeverFits(u64),
 }
 
-/// Whether this build runs `kind`: every rate algorithm, calendar windows only with the
-/// `calendar` feature (its time-zone database is large); leases are the server's.
+/// Whether this build runs `kind`: every rate algorithm; leases are the server's.
 pub(crate) fn runs(kind: Kind) -> bool {
-    kind != Kind::Concurrency && (cfg!(feature = "calendar") || kind != Kind::CalendarWindow)
+    kind != Kind::Concurrency
 }
 
 /// The `algorithm` values this build takes, quoted: each kind's name in quotes, the last after "or".

@@ -4,7 +4,7 @@
 use std::cell::RefCell;
 use std::rc::{Rc, Weak};
 
-use js_sys::{Array, Function, Promise, Reflect};
+use js_sys::{Array, Float64Array, Function, Promise, Reflect};
 use sluicegate_core::{Decision, Ticks};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
@@ -148,6 +148,17 @@ impl Fields for JsFields {
         self.typed(name, "an array", |v| {
             Array::is_array(&v).then(|| Array::from(&v).iter().map(Self).collect())
         })
+    }
+
+    /// Read as a `Float64Array` would: what is not an array of numbers makes no
+    /// increasing times (NaN, zeros, or none), which the reader refuses.
+    fn numbers(&self, name: &'static str) -> Result<Option<Vec<f64>>, Error> {
+        Ok(self.get(name)?.map(|v| {
+            let numbers = Float64Array::new(&v);
+            (0..numbers.length())
+                .map(|i| numbers.get_index(i))
+                .collect()
+        }))
     }
 }
 

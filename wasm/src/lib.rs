@@ -7,6 +7,7 @@ mod feedback;
 mod js;
 mod limit;
 mod options;
+mod periods;
 mod scheduler;
 mod units;
 

@@ -7,6 +7,7 @@
 use sluicegate_core::{AnyAlgorithm, Ban, Field, Kind, Params, Ticks};
 
 use crate::error::{runs, Error};
+use crate::periods::PeriodTable;
 use crate::units::{ticks_from_ms, whole};
 
 /// Named fields of an options object. Each getter is `Ok(None)` when the field is
@@ -22,14 +23,16 @@ pub(crate) trait Fields: Sized {
     fn object(&self, name: &'static str) -> Result<Option<Self>, Error>;
     /// An array of options objects.
     fn list(&self, name: &'static str) -> Result<Option<Vec<Self>>, Error>;
+    /// An array of numbers.
+    fn numbers(&self, name: &'static str) -> Result<Option<Vec<f64>>, Error>;
 }
 
 /// The algorithm `options` describe:
 /// `{ algorithm, limit, periodMs, countDenied? }` for windows,
 /// `{ algorithm, capacity, rate, periodMs }` for buckets and pacing,
 /// `{ algorithm, members: [options, ...] }` for a composite,
-/// `{ algorithm, limit, calendar, timeZone? }` for a calendar window (the `calendar`
-/// feature), each with an optional `ban: { threshold, windowMs, durationMs }`; the kinds
+/// `{ algorithm, limit, calendar, timeZone?, boundariesMs? }` for a calendar window,
+/// each with an optional `ban: { threshold, windowMs, durationMs }`; the kinds
 /// that take an overdraft with an optional `overdraft` (the most a reported cost may
 /// take them beyond the limit; default 0). `algorithm` is a [`Kind`]'s name.
 pub(crate) fn algorithm(options: &impl Fields) -> Result<AnyAlgorithm, Error> {
@@ -53,9 +56,8 @@ pub(crate) fn algorithm(options: &impl Fields) -> Result<AnyAlgorithm, Error> {
                 let members = options.list("members")?.ok_or(Error::NoMembers)?;
                 params.members(members.iter().map(algorithm).collect::<Result<_, _>>()?)
             }
-            #[cfg(feature = "calendar")]
             Field::Calendar => params.calendar(calendar(options)?),
-            // Leases, and calendars without their feature: not run here (`runs`).
+            // Leases: not run here (`runs`).
             _ => return Err(Error::UnknownAlgorithm(name)),
         };
     }
@@ -72,16 +74,37 @@ pub(crate) fn algorithm(options: &impl Fields) -> Result<AnyAlgorithm, Error> {
     Ok(Ban::new(any, threshold, window, duration)?.into())
 }
 
-/// `{ calendar: "day" | "week" | "month", timeZone? }` (IANA; default UTC).
-#[cfg(feature = "calendar")]
+/// `{ calendar: "day" | "week" | "month", timeZone?, boundariesMs? }`: the periods
+/// between `boundariesMs` (computed by the caller, say with `Intl`), else those of the
+/// IANA zone (default UTC) from the `calendar` feature's database.
+// Outlined: 250 bytes smaller gzipped than inlined into the reader.
+#[inline(never)]
 fn calendar(
     options: &impl Fields,
 ) -> Result<std::sync::Arc<dyn sluicegate_core::calendar::CalendarPeriods>, Error> {
+    let name = options.text("calendar")?.unwrap_or_default();
+    if !matches!(name.as_str(), "day" | "week" | "month") {
+        return Err(Error::Calendar(name));
+    }
+    let zone = options.text("timeZone")?;
+    if let Some(boundaries) = options.numbers("boundariesMs")? {
+        let zone = zone.as_deref().unwrap_or("UTC");
+        let table = PeriodTable::new(name + " in " + zone, &boundaries)?;
+        return Ok(std::sync::Arc::new(table));
+    }
+    zoned(&name, zone)
+}
+
+/// `calendar`'s periods in `zone` (default UTC) from the bundled database.
+#[cfg(feature = "calendar")]
+fn zoned(
+    calendar: &str,
+    zone: Option<String>,
+) -> Result<std::sync::Arc<dyn sluicegate_core::calendar::CalendarPeriods>, Error> {
     use sluicegate_core::calendar::{Calendar, CalendarZone, ZonedCalendar};
 
-    let name = options.text("calendar")?.unwrap_or_default();
-    let calendar = Calendar::from_name(&name).ok_or(Error::Calendar(name))?;
-    let zone = match options.text("timeZone")? {
+    let calendar = Calendar::from_name(calendar).ok_or_else(|| Error::Calendar(calendar.into()))?;
+    let zone = match zone {
         Some(zone) => CalendarZone::named(&zone),
         None => Ok(CalendarZone::UTC),
     };
@@ -89,6 +112,15 @@ fn calendar(
         .and_then(|zone| ZonedCalendar::new(calendar, zone))
         .map_err(Error::TimeZone)?;
     Ok(std::sync::Arc::new(periods))
+}
+
+/// Without the database, only the caller's boundaries.
+#[cfg(not(feature = "calendar"))]
+fn zoned(
+    _: &str,
+    _: Option<String>,
+) -> Result<std::sync::Arc<dyn sluicegate_core::calendar::CalendarPeriods>, Error> {
+    Err(Error::NoBoundaries)
 }
 
 fn required_whole(options: &impl Fields, name: &'static str) -> Result<u64, Error> {
@@ -120,6 +152,7 @@ pub(crate) mod tests {
         Flag(bool),
         Object(Options),
         List(Vec<Options>),
+        Numbers(Vec<f64>),
     }
 
     /// An options object for tests.
@@ -189,6 +222,12 @@ pub(crate) mod tests {
         fn list(&self, name: &'static str) -> Result<Option<Vec<Self>>, Error> {
             self.typed(name, "an array", |v| match v {
                 Value::List(l) => Some(l.clone()),
+                _ => None,
+            })
+        }
+        fn numbers(&self, name: &'static str) -> Result<Option<Vec<f64>>, Error> {
+            self.typed(name, "an array of numbers", |v| match v {
+                Value::Numbers(n) => Some(n.clone()),
                 _ => None,
             })
         }
@@ -340,6 +379,69 @@ pub(crate) mod tests {
         for (options, message) in cases {
             let err = algorithm(&options).unwrap_err().to_string();
             assert!(err.contains(message), "{err:?} should contain {message:?}");
+        }
+    }
+
+    fn calendar_options(boundaries: Option<Vec<f64>>) -> Options {
+        let options = Options::new(Kind::CalendarWindow)
+            .number("limit", 2.0)
+            .with("calendar", Value::Text("day"))
+            .with("timeZone", Value::Text("America/New_York"));
+        match boundaries {
+            Some(ms) => options.with("boundariesMs", Value::Numbers(ms)),
+            None => options,
+        }
+    }
+
+    /// A calendar window decides in the periods between the caller's boundaries, named
+    /// as the zone's, and refuses outside them.
+    #[test]
+    fn a_calendar_window_decides_in_the_callers_boundaries() {
+        let any = algorithm(&calendar_options(Some(vec![1000.0, 1500.5, 3000.0]))).unwrap();
+        let AnyAlgorithm::CalendarWindow(limit) = &any else {
+            panic!("{any:?}");
+        };
+        assert_eq!(limit.calendar().name(), "day in America/New_York");
+        let (first, state) = any.decide(None, 1_000_000, 2);
+        assert!(first.allowed);
+        let (denied, _) = any.decide(state.clone(), 1_500_499, 1);
+        assert_eq!(denied.retry_after, Some(1));
+        assert!(any.decide(state, 1_500_500, 2).0.allowed);
+        for outside in [999_999, 3_000_000] {
+            assert_eq!(any.decide(None, outside, 1).0.retry_after, None);
+        }
+    }
+
+    #[test]
+    fn calendar_options_say_what_is_wrong() {
+        let cases = [
+            (
+                calendar_options(Some(vec![1000.0])),
+                "boundariesMs must be two or more increasing times",
+            ),
+            (
+                calendar_options(Some(vec![2.0, 1.0])),
+                "boundariesMs must be two or more increasing times",
+            ),
+            (
+                calendar_options(Some(vec![0.0, -1.0])),
+                "boundariesMs must be two or more increasing times",
+            ),
+            (
+                calendar_options(Some(vec![])).with("calendar", Value::Text("year")),
+                "options.calendar must be \"day\", \"week\" or \"month\", got \"year\"",
+            ),
+        ];
+        for (options, message) in cases {
+            let err = algorithm(&options).unwrap_err().to_string();
+            assert!(err.contains(message), "{err:?} should contain {message:?}");
+        }
+        let zoned = algorithm(&calendar_options(None));
+        if cfg!(feature = "calendar") {
+            assert!(zoned.is_ok());
+        } else {
+            let err = zoned.unwrap_err().to_string();
+            assert!(err.contains("boundariesMs is required"), "{err}");
         }
     }
 

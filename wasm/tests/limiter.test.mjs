@@ -36,6 +36,20 @@ test("decisions are plain objects with the six fields, in order", () => {
   assert.notEqual(limiter.peek(1, 0), limiter.peek(1, 0));
 });
 
+test("a calendar window decides in the periods between its boundaries", () => {
+  // Berlin's days around the autumn change of 2026: 24 hours, then 25.
+  const boundariesMs = [Date.UTC(2026, 9, 23, 22), Date.UTC(2026, 9, 24, 22), Date.UTC(2026, 9, 25, 23)];
+  const limiter = new Limiter({ algorithm: "calendar-window", limit: 1, calendar: "day", timeZone: "Europe/Berlin", boundariesMs });
+  assert.equal(limiter.check(1, boundariesMs[1] - 1).resetAfterMs, 1);
+  assert.deepEqual(limiter.check(1, boundariesMs[1]), {
+    allowed: true, limit: 1, remaining: 0, retryAfterMs: 0, resetAfterMs: 25 * 3_600_000, delayMs: 0,
+  });
+  assert.equal(limiter.check(1, boundariesMs[2] - 1).retryAfterMs, 1);
+  // Beyond the last boundary there is no period: refused, never counted.
+  assert.equal(limiter.check(1, boundariesMs[2]).retryAfterMs, null);
+  assert.throws(() => new Limiter({ algorithm: "calendar-window", limit: 1, calendar: "day" }), /boundariesMs is required/);
+});
+
 test("cost defaults to 1 and time to the clock", () => {
   const limiter = new Limiter(bucket);
   const first = limiter.check();

@@ -23,11 +23,14 @@ export async function usage(): Promise<void> {
   throttle.observe(new Headers());
   const queued: number = throttle.queued;
 
+  const daily = new Limiter({ algorithm: "calendar-window", limit: 5, calendar: "day", timeZone: "Europe/Berlin", boundariesMs: [0, 82_800_000] });
   const nodeDecision: Decision = new node.Limiter({ algorithm: "sliding-log", limit: 3, periodMs: 1000 }).check();
-  void [retry, result, queued, nodeDecision, disposed, recorded];
+  void [retry, result, queued, nodeDecision, disposed, recorded, daily];
 
   // @ts-expect-error: an unknown algorithm
   new Limiter({ algorithm: "leaky", capacity: 1, rate: 1, periodMs: 1 });
+  // @ts-expect-error: boundaries are numbers
+  new Limiter({ algorithm: "calendar-window", limit: 5, calendar: "day", boundariesMs: ["1970-01-02"] });
   // @ts-expect-error: reserve needs its cost and wait
   limiter.reserve();
   // @ts-expect-error: report needs the adjustment

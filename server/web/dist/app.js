@@ -6,7 +6,7 @@
 import init, { Limiter } from "./wasm/index.js";
 import { ApiError, call, segment, token } from "./api.js";
 import { barChart, legend } from "./chart.js";
-import { ALGORITHMS, describe, human, inUnitOf, parseDuration, shortDuration, sustained, unshownSettings } from "./policy.js";
+import { ALGORITHMS, describe, human, inUnitOf, parseDuration, periodOf, shortDuration, sustained, unshownSettings } from "./policy.js";
 import { simulate } from "./preview.js";
 
 // The module loads once; if it cannot, the preview says so and the rest of the page works.
@@ -566,7 +566,10 @@ function trafficForm() {
   </form>`;
 }
 
-/** Traffic that shows the policy's shape: twice its sustained rate, over ten periods. */
+/**
+ * Traffic that shows the policy's shape: twice its sustained rate, over ten periods; for
+ * a calendar window, hourly bursts of twice its limit per day over four periods.
+ */
 function setUpTraffic(policy) {
   const form = document.getElementById("traffic");
   const [units, period] = sustained(policy) ?? [5, 1_000_000];
@@ -576,6 +579,13 @@ function setUpTraffic(policy) {
   form.elements.size.value = Math.max(2, 2 * units);
   form.elements.every.value = shortDuration(Math.max(period, 1_000));
   form.elements.duration.value = shortDuration(duration);
+  const days = { day: 1, week: 7, month: 30 }[policy.calendar];
+  if (policy.algorithm === "calendar-window" && days) {
+    form.elements.kind.value = "burst";
+    form.elements.size.value = Math.max(1, Math.ceil((2 * policy.limit) / 24));
+    form.elements.every.value = "1h";
+    form.elements.duration.value = `${4 * days}d`;
+  }
   const kinds = () => {
     for (const f of form.querySelectorAll("[data-for]")) f.hidden = !f.dataset.for.split(" ").includes(form.elements.kind.value);
   };
@@ -609,6 +619,9 @@ function readTraffic() {
   return { traffic, duration: duration("duration") };
 }
 
+/** Whether `policy` or a member of it is a calendar window. */
+const inCalendar = (policy) => policy.algorithm === "calendar-window" || (Array.isArray(policy.limits) && policy.limits.some(inCalendar));
+
 /** Runs `policy` on the chosen traffic with the wasm core and draws the result. */
 function preview(policy) {
   const target = document.getElementById("preview");
@@ -618,8 +631,7 @@ function preview(policy) {
   try {
     if (wasmError) throw new Error(`the WebAssembly module did not load (${wasmError.message})`);
     const { traffic, duration } = readTraffic();
-    const period = parseDuration(policy.period ?? "") ?? 1_000_000;
-    const run = simulate(Limiter, policy, traffic, duration, period);
+    const run = simulate(Limiter, policy, traffic, duration, periodOf(policy) ?? 1_000_000);
     const rate = sustained(policy);
     const perBin = rate ? (rate[0] * run.bin) / rate[1] : null;
     const limitWords = rate ? `${policy.limit !== undefined ? "limit" : "sustained rate"}: ${rate[0]} per ${human(rate[1])}` : null;
@@ -636,7 +648,9 @@ function preview(policy) {
     });
     // Only the counts are announced (the summary is a status); the chart is redrawn quietly.
     summary.innerHTML = String(html`<strong>${run.admitted}</strong> of ${run.offered} admitted (${percent(run.admitted)}),
-      <strong>${run.denied}</strong> denied (${percent(run.denied)}) over ${human(duration)}.`);
+      <strong>${run.denied}</strong> denied (${percent(run.denied)}) over ${human(duration)}${
+        inCalendar(policy) ? html` from 1970-01-01 00:00 UTC, in calendar periods from this browser's time-zone data` : ""
+      }.`);
     target.innerHTML = String(html`<div class="chart" id="preview-chart" data-policy="${describe(policy)}" data-admitted="${run.admitted}" data-denied="${run.denied}">${new Raw(svg)}</div>
       ${new Raw(legend(limitWords, limitDrawn))}`);
   } catch (error) {

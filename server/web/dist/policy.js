@@ -2,6 +2,8 @@
 // them ("250ms", "1s"), parameters in words, and the wasm `Limiter` options of a policy.
 // No DOM here, so Node.js tests import it too.
 
+import { calendarBoundaries } from "./calendar.js";
+
 /** Microseconds per unit, largest first: the policy file's suffixes. */
 const UNITS = [
   ["d", 86_400_000_000, "days"],
@@ -117,6 +119,18 @@ export function describe(policy) {
   return words;
 }
 
+/** The longest a calendar's period lasts (a day of 25 hours; a week and a month holding one). */
+const LONGEST = { day: 25 * 3_600_000_000, week: 169 * 3_600_000_000, month: 745 * 3_600_000_000 };
+
+/**
+ * The period the preview's bins fit, as the CLI's: the policy's period, a calendar's
+ * longest, a composite's longest member's; null if there is none.
+ */
+export function periodOf(policy) {
+  if (Array.isArray(policy.limits)) return Math.max(0, ...policy.limits.map((member) => periodOf(member) ?? 0)) || null;
+  return parseDuration(policy.period ?? "") ?? LONGEST[policy.calendar] ?? null;
+}
+
 /** The sustained rate of a policy as [units, period ticks], for the chart's reference line. */
 export function sustained(policy) {
   const period = parseDuration(policy.period);
@@ -127,10 +141,11 @@ export function sustained(policy) {
 }
 
 /**
- * The options of the wasm `Limiter` that decides as `policy` does, or an Error saying
- * why the policy cannot be previewed (leases, a malformed duration).
+ * The options of the wasm `Limiter` that decides as `policy` does from the epoch to
+ * `untilTicks`, or an Error saying why the policy cannot be previewed (leases, a
+ * malformed duration, a time zone the browser does not know).
  */
-export function limiterOptions(policy) {
+export function limiterOptions(policy, untilTicks = 0) {
   const ms = (name, text) => {
     const ticks = parseDuration(text);
     if (ticks === null) throw new Error(`${name}: use a whole number with us, ms, s, m, h or d, like 250ms`);
@@ -141,15 +156,19 @@ export function limiterOptions(policy) {
   let options;
   if (algorithm === "composite") {
     if (!Array.isArray(policy.limits)) throw new Error("limits: a JSON list of limits");
-    options = { algorithm: "composite", members: (policy.limits ?? []).map(limiterOptions) };
+    options = { algorithm: "composite", members: (policy.limits ?? []).map((member) => limiterOptions(member, untilTicks)) };
   } else if (algorithm === "concurrency") {
     throw new Error("leases cannot be previewed: they depend on how long each holder keeps one");
-  } else if (algorithm === "calendar-window") {
-    // The page's module is the default build, without the `calendar` feature's zone
-    // database (about 200 KB, beyond the module's size budget).
-    throw new Error("a calendar window is decided by the server only (the page's WebAssembly module leaves out the time-zone database)");
   } else {
-    options = { algorithm, periodMs: ms("period", policy.period) };
+    options = { algorithm };
+    if (algorithm === "calendar-window") {
+      // The periods from the browser's zone data: the page's module has no database.
+      const timeZone = policy["time-zone"] || "UTC";
+      const boundariesMs = calendarBoundaries(policy.calendar, timeZone, 0, untilTicks / 1000);
+      Object.assign(options, { calendar: policy.calendar, timeZone, boundariesMs });
+    } else {
+      options.periodMs = ms("period", policy.period);
+    }
     // The overdraft changes no decision here (the preview reports no costs), but the
     // core refuses it where the server does (beside a ban).
     for (const field of ["limit", "capacity", "rate", "overdraft"]) {

@@ -103,7 +103,7 @@ export function simulate(Limiter, policy, traffic, duration, period) {
   if (expected(traffic, duration) > MAX_OFFERED) {
     throw new Error(`more than ${MAX_OFFERED} requests to preview: lower the traffic or shorten the run`);
   }
-  const limiter = new Limiter(limiterOptions(policy));
+  const limiter = new Limiter(limiterOptions(policy, duration));
   try {
     const bin = binWidth(duration, period);
     const bins = Array.from({ length: Math.ceil(duration / bin) }, () => [0, 0]);

@@ -2,7 +2,8 @@
 // `sluicegate serve` on loopback (its embedded store in a scratch directory). A viewer sees
 // no edit controls and a forged write is refused; an owner creates a policy, the preview
 // changes as the rate is edited, saves, and the decision API then decides with it; a
-// calendar window is created in the editor and read back through the API; a
+// calendar window is created in the editor and read back through the API, and one is
+// previewed as `sluicegate simulate` decides it, in the core's periods; a
 // second tab's stale save gets the 409 with the newer version and a retry; the audit
 // view shows the changes; a stale tab loads the newer version and deletes. Screenshots of the main views at 320 and 1400 px wide go to
 // target/page-e2e/ (not committed). Labels and keyboard use are checked on every view.
@@ -16,6 +17,7 @@ import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import assert from "node:assert/strict";
 import { freePort, sleep, startBrowser } from "../../../scripts/webdriver.mjs";
+import { corePeriods, simulated } from "../tests/cli.mjs";
 
 const root = fileURLToPath(new URL("../../..", import.meta.url));
 const target = resolve(root, process.env.CARGO_TARGET_DIR ?? "target");
@@ -246,7 +248,7 @@ try {
   assert.deepEqual([combo.algorithm, combo.limits?.length], ["composite", 2]);
 
   // A calendar window: its calendar, time zone and overdraft edited, a bad zone's 422 shown
-  // by its field, the preview saying why it cannot run, created and read back.
+  // by its field (and the preview's message), created and read back.
   await go("#/apps/web/new", `document.getElementById("preview-chart")`);
   await type("#f-name", "monthly");
   await click('#f-algorithm option[value="calendar-window"]');
@@ -255,7 +257,7 @@ try {
   await click('#f-calendar option[value="month"]');
   await type("#f-time-zone", "Europe/Atlantis");
   await type("#f-overdraft", 500);
-  await until(`document.getElementById("preview-error")?.textContent.includes("decided by the server only")`, "the calendar's preview message");
+  await until(`document.getElementById("preview-error")?.textContent.includes('does not know "Europe/Atlantis"')`, "the unknown zone's preview message");
   await click("#save");
   await until(`document.getElementById("e-time-zone").textContent !== ""`, "the 422 next to the time zone");
   console.log("422:", await text("#e-time-zone"));
@@ -287,6 +289,35 @@ try {
   await until(`document.getElementById("status").textContent.includes("version 3")`, "the calendar window's edit");
   const weekly = (await api(owner, "GET", "/v1/policies/monthly")).body;
   assert.deepEqual([weekly.calendar, weekly["time-zone"], weekly.shadow], ["week", "Europe/Berlin", true]);
+
+  // A calendar window previewed in Chromium's own zone data: days in New York over the
+  // first 120 days of 1970 (the preview starts at the epoch, as the CLI's simulation does),
+  // the 23-hour 26 April among them. The page admits and denies what `sluicegate simulate`
+  // does, and its periods (the page's own module, run here) are the core's.
+  await go("#/apps/web/new", `document.getElementById("preview-chart")`);
+  await click('#f-algorithm option[value="calendar-window"]');
+  await type("#f-limit", 46);
+  await click('#f-calendar option[value="day"]');
+  await type("#f-time-zone", "America/New_York");
+  await click('#t-kind option[value="burst"]');
+  await type("#t-size", 1);
+  await type("#t-every", "30m");
+  await type("#t-duration", "120d");
+  const daily = "46 per calendar day in America/New_York";
+  await until(`document.getElementById("preview-chart")?.dataset.policy === ${JSON.stringify(daily)} && document.getElementById("summary").textContent.includes("of 5760 admitted")`, "the calendar window's preview");
+  const previewed = await run(`const chart = document.getElementById("preview-chart").dataset;
+    return { admitted: Number(chart.admitted), denied: Number(chart.denied) };`);
+  const cliCounts = simulated('algorithm = "calendar-window"\nlimit = 46\ncalendar = "day"\ntime-zone = "America/New_York"', "burst:size=1,every=30m", "120d");
+  console.log("calendar preview:", previewed, "simulate:", cliCounts);
+  assert.deepEqual(previewed, cliCounts, "the calendar window's preview is the CLI's simulation");
+  const periods = await run(`const { calendarBoundaries } = await import("/assets/calendar.js");
+    return calendarBoundaries("day", "America/New_York", 0, 120 * 86400000);`);
+  assert.ok(Array.isArray(periods), JSON.stringify(periods));
+  const { got, want } = corePeriods("day", "America/New_York", periods, 0);
+  assert.deepEqual(got, want, "the page's calendar periods in Chromium are the core's");
+  assert.ok(periods.some((at, i) => i > 0 && at - periods[i - 1] === 23 * 3_600_000), "a 23-hour day among them");
+  assert.match(await text("#summary"), /from 1970-01-01 00:00 UTC, in calendar periods from this browser's time-zone data/);
+  await screenshots("preview-calendar");
 
   // The decision API decides with the new policy: 4 at once, then denied.
   // (One call, then four in one batch: well inside the half second a token takes to return.)

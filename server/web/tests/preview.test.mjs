@@ -1,22 +1,18 @@
 // The page's preview decides as `sluicegate simulate` does: the same traffic, the same bins,
 // the same admitted and denied counts, through the wasm core (the Node.js package, the
-// same module the page loads), composites and bans included. Run after scripts/build-wasm.sh and a build of the CLI:
+// same module the page loads), composites, bans and calendar windows included; the
+// calendar periods the page computes with Intl are the core's. Run after scripts/build-wasm.sh and a build of the CLI:
 // `node --test server/web/tests/preview.test.mjs` (SLUICEGATE_BIN names the binary, else
 // target/debug/sluicegate).
-import { execFileSync } from "node:child_process";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
 import { test } from "node:test";
 import assert from "node:assert/strict";
 
 import { Limiter } from "../../../wasm/pkg/nodejs/index.mjs";
+import { calendarBoundaries } from "../dist/calendar.js";
 import { binWidth, simulate } from "../dist/preview.js";
-import { describe as words, inUnitOf, limiterOptions, parseDuration, shortDuration, unshownSettings } from "../dist/policy.js";
+import { describe as words, inUnitOf, limiterOptions, parseDuration, periodOf, shortDuration, unshownSettings } from "../dist/policy.js";
+import { corePeriods, simulated } from "./cli.mjs";
 
-const root = fileURLToPath(new URL("../../..", import.meta.url));
-const cli = process.env.SLUICEGATE_BIN ?? join(resolve(root, process.env.CARGO_TARGET_DIR ?? "target"), "debug", "sluicegate");
 const S = 1_000_000;
 
 test("bins are the CLI's", () => {
@@ -53,21 +49,58 @@ test("durations and words", () => {
   assert.throws(() => limiterOptions({ algorithm: "fixed-window", limit: 3, period: "soon" }), /period: use a whole number/);
 });
 
-test("calendar windows and overdrafts in words; calendar windows are not previewed", () => {
+test("calendar windows and overdrafts in words; calendar periods from the browser's zone data", () => {
   const monthly = { algorithm: "calendar-window", limit: 10000, calendar: "month", "time-zone": "Europe/Berlin" };
   assert.equal(words(monthly), "10000 per calendar month in Europe/Berlin");
   assert.equal(
     words({ algorithm: "calendar-window", limit: 50, calendar: "day", overdraft: 5 }),
     "50 per calendar day in UTC, reported costs up to 5 beyond",
   );
-  // The page's module is the default build, without the zone database.
-  assert.throws(() => limiterOptions(monthly), /decided by the server only/);
-  assert.throws(() => new Limiter({ algorithm: "calendar-window", limit: 1, calendar: "day" }), /unknown algorithm/);
+  // The page's module is the default build, without the zone database: the page passes
+  // the periods, here the months of Berlin holding the first 40 days of 1970.
+  const march = Date.UTC(1970, 2, 1) - 3_600_000;
+  assert.deepEqual(limiterOptions(monthly, 40 * 86_400 * S), {
+    algorithm: "calendar-window", calendar: "month", timeZone: "Europe/Berlin", limit: 10000, overdraft: undefined,
+    boundariesMs: [0, Date.UTC(1970, 1, 1) - 3_600_000, march],
+  });
+  assert.throws(() => new Limiter({ algorithm: "calendar-window", limit: 1, calendar: "day" }), /boundariesMs is required/);
+  assert.throws(() => limiterOptions({ ...monthly, "time-zone": "Europe/Atlantis" }), /does not know "Europe\/Atlantis"/);
+  // The bins fit the longest period, as the CLI's do.
+  assert.equal(periodOf(monthly), 745 * 3_600 * S);
+  assert.equal(periodOf({ algorithm: "composite", limits: [monthly, { algorithm: "fixed-window", limit: 1, period: "1s" }] }), 745 * 3_600 * S);
   // The overdraft reaches the core, which refuses it beside a ban as the server does.
   const owing = { algorithm: "fixed-window", limit: 3, period: "1s", overdraft: 2 };
   assert.equal(limiterOptions(owing).overdraft, 2);
   const banned = { ...owing, ban: { threshold: 3, window: "1m", duration: "10m" } };
   assert.throws(() => simulate(Limiter, banned, { kind: "steady", rate: 10 }, 10 * S, S), /overdraft is for/);
+});
+
+test("the page's calendar periods are the core's, across daylight-saving changes", () => {
+  const day = (y, m, d) => Date.UTC(y, m - 1, d);
+  const cases = [
+    // From the epoch, as a preview runs: 1970's spring change in New York on April 26.
+    ["day", "America/New_York", 0, day(1970, 4, 29)],
+    ["day", "America/New_York", day(2026, 3, 5), day(2026, 3, 11)],
+    ["day", "America/New_York", day(2026, 10, 29), day(2026, 11, 3)],
+    ["day", "Europe/Berlin", day(2026, 10, 23), day(2026, 10, 27)],
+    ["week", "Europe/Berlin", day(2026, 3, 11), day(2026, 4, 15)],
+    ["month", "Europe/Berlin", day(2025, 12, 20), day(2027, 1, 2)],
+    // Clocks skip midnight: the day begins at 01:00.
+    ["day", "America/Sao_Paulo", day(2018, 11, 2), day(2018, 11, 6)],
+    // Clocks go back at 01:00 to midnight, and at midnight to 23:00 the day before.
+    ["day", "America/Havana", day(2023, 11, 3), day(2023, 11, 7)],
+    ["day", "Asia/Beirut", day(2023, 10, 27), day(2023, 10, 31)],
+    ["week", "Asia/Beirut", day(2023, 10, 20), day(2023, 11, 10)],
+    // A zone that skipped a whole date (Samoa's 30 December 2011).
+    ["day", "Pacific/Apia", day(2011, 12, 28), day(2012, 1, 2)],
+    ["month", "Pacific/Apia", day(2011, 11, 15), day(2012, 2, 2)],
+  ];
+  for (const [calendar, zone, from, to] of cases) {
+    const boundaries = calendarBoundaries(calendar, zone, from, to);
+    assert.ok(boundaries[0] <= from && boundaries.at(-1) > to, `${calendar} in ${zone} covers the span`);
+    const { got, want } = corePeriods(calendar, zone, boundaries, from);
+    assert.deepEqual(got, want, `${calendar} in ${zone} from ${new Date(from).toISOString()}`);
+  }
 });
 
 test("an invalid parameter is the core's message, not a crash", () => {
@@ -81,19 +114,6 @@ test("an invalid parameter is the core's message, not a crash", () => {
     /more than 200000 requests/,
   );
 });
-
-/** What `sluicegate simulate` admits and denies for `policy` (TOML lines) and `traffic`. */
-function simulated(toml, traffic, duration) {
-  const dir = mkdtempSync(join(tmpdir(), "sluicegate-preview-"));
-  try {
-    writeFileSync(join(dir, "policies.toml"), `[policies.p]\n${toml}\n`);
-    const out = execFileSync(cli, ["simulate", "--config", join(dir, "policies.toml"), "--policy", "p", "--traffic", traffic, "--duration", duration], { encoding: "utf8" });
-    const count = (row) => Number(new RegExp(`^${row}\\s+(\\d+)`, "m").exec(out)[1]);
-    return { admitted: count("admitted"), denied: count("denied") };
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
-}
 
 const POLICIES = [
   [{ algorithm: "token-bucket", capacity: 10, rate: 5, period: "1s" }, 'algorithm = "token-bucket"\ncapacity = 10\nrate = 5\nperiod = "1s"'],
@@ -119,6 +139,20 @@ const POLICIES = [
     'algorithm = "sliding-log"\nlimit = 5\nperiod = "1s"\nban = { threshold = 3, window = "2s", duration = "5s" }',
   ],
 ];
+// Days in New York over the first 120 days of 1970, its 23-hour 26 April among them:
+// 48 requests a day, 2 denied on each of its 118 full days, none on the short one.
+const CALENDAR = [
+  { algorithm: "calendar-window", limit: 46, calendar: "day", "time-zone": "America/New_York" },
+  'algorithm = "calendar-window"\nlimit = 46\ncalendar = "day"\ntime-zone = "America/New_York"',
+];
+
+test("the preview decides calendar windows as `sluicegate simulate`", () => {
+  const [policy, toml] = CALENDAR;
+  const page = simulate(Limiter, policy, { kind: "burst", size: 1, every: 1800 * S }, 120 * 86_400 * S, periodOf(policy));
+  assert.deepEqual({ admitted: page.admitted, denied: page.denied }, simulated(toml, "burst:size=1,every=30m", "120d"));
+  assert.deepEqual([page.admitted, page.denied], [5760 - 236, 236]);
+});
+
 const TRAFFIC = [
   [{ kind: "steady", rate: 13 }, "steady:rate=13"],
   [{ kind: "poisson", rate: 11, seed: 1 }, "poisson:rate=11,seed=1"],
