@@ -251,7 +251,10 @@ impl RedisLeases {
                 let renewed = async {
                     tokio::time::sleep(period).await;
                     let sent = Instant::now();
-                    let answer = watched.leases.renew_async(&mut con, &watched.request()).await;
+                    let answer = watched
+                        .leases
+                        .renew_async(&mut con, &watched.request())
+                        .await;
                     watched.renewed_until(sent, &answer)
                 };
                 let deadline = tokio::time::Instant::from_std(held_until);

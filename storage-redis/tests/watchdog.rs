@@ -56,10 +56,11 @@ fn stop_until_lost(server: &Server, lost: impl FnOnce() -> bool) -> Option<Durat
     seen
 }
 
-/// After a loss, Redis has expired the lease: its owner acquiring again gets a new one.
+/// After a loss, Redis has expired the lease: its owner acquiring again (for long) gets a
+/// new one.
 fn acquired_again(lock: &RedisLeases, con: &mut redis::Connection, lost: Grant) -> Grant {
     let again = lock
-        .acquire(con, &outage_request("a"))
+        .acquire(con, &outage_request("a").ttl(ticks(HANG)))
         .unwrap()
         .grant
         .unwrap();
@@ -70,7 +71,10 @@ fn acquired_again(lock: &RedisLeases, con: &mut redis::Connection, lost: Grant) 
 /// Whether `grant` is what the key holds.
 fn holds(lock: &RedisLeases, con: &mut redis::Connection, grant: Grant) -> bool {
     let state = lock.state(con, b"k").unwrap().unwrap();
-    state.leases().iter().any(|lease| lease.token() == grant.token)
+    state
+        .leases()
+        .iter()
+        .any(|lease| lease.token() == grant.token)
 }
 
 #[test]
@@ -208,7 +212,10 @@ fn a_watched_lease_is_lost_while_redis_is_stopped_past_its_ttl() {
         }
         false
     });
-    assert!(lost.is_some(), "not lost while Redis was stopped past the ttl");
+    assert!(
+        lost.is_some(),
+        "not lost while Redis was stopped past the ttl"
+    );
     let again = acquired_again(&lock, &mut con, guard.held());
     sleep(OUTAGE_TTL);
     assert!(guard.is_lost(), "stays lost");
@@ -224,7 +231,9 @@ async fn an_async_watched_lease_is_lost_while_redis_is_stopped_past_its_ttl() {
     let mut con = server.connection();
     let lock = RedisLeases::new(Concurrency::lock());
     let hanging = connect_async(server.client(), HANG).unwrap();
-    let guard = (lock.acquire_watched_async(hanging, &outage_request("a")).await)
+    let guard = (lock
+        .acquire_watched_async(hanging, &outage_request("a"))
+        .await)
         .unwrap()
         .unwrap();
     let runtime = tokio::runtime::Handle::current();
@@ -238,7 +247,10 @@ async fn an_async_watched_lease_is_lost_while_redis_is_stopped_past_its_ttl() {
                 .is_ok()
         })
     });
-    assert!(lost.is_some(), "not lost while Redis was stopped past the ttl");
+    assert!(
+        lost.is_some(),
+        "not lost while Redis was stopped past the ttl"
+    );
     let again = acquired_again(&lock, &mut con, guard.held());
     tokio::time::sleep(OUTAGE_TTL).await;
     assert!(guard.is_lost(), "stays lost");
