@@ -1,10 +1,10 @@
 //! Watchdogs: renew a lease at a third of its ttl while its guard lives (Redisson's
-//! watchdog), say when a renewal finds it gone, release it on drop.
+//! watchdog), say when it may be gone (a renewal found it gone, or none was answered
+//! for its ttl), release it on drop unless it is lost.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::{aio, ConnectionLike};
 use sluicegate_core::{Grant, LeaseError, LeaseRequest, Ticks};
@@ -43,17 +43,75 @@ impl Watched {
     fn period(&self) -> Duration {
         Duration::from_micros((self.ttl / 3).max(1))
     }
+
+    /// Until when a grant asked for at `sent` holds the lease at least: Redis counts the
+    /// ttl from later.
+    fn held_until(&self, sent: Instant) -> Instant {
+        sent + Duration::from_micros(self.ttl)
+    }
+
+    /// Until when a renewal sent at `sent` shows the lease held: already past when it
+    /// found the lease gone; `None` when it renewed nothing (no answer, or an error).
+    fn renewed_until(&self, sent: Instant, answer: &Result<Grant, Error>) -> Option<Instant> {
+        match answer {
+            Ok(_) => Some(self.held_until(sent)),
+            Err(Error::Lease(LeaseError::NotHeld)) => Some(sent),
+            Err(_) => None,
+        }
+    }
+}
+
+/// What a [`LeaseGuard`] and its thread share.
+#[derive(Debug)]
+struct Shared {
+    state: Mutex<State>,
+    wake: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[derive(Debug)]
+struct State {
+    /// Set when the guard drops.
+    stopped: bool,
+    /// Until when Redis surely holds the lease; `None` once lost, for good.
+    held_until: Option<Instant>,
+}
+
+impl State {
+    /// Whether the lease may be gone; the first call past the deadline makes it lost.
+    fn lost(&mut self) -> bool {
+        if self.held_until.is_some_and(|until| Instant::now() >= until) {
+            self.held_until = None;
+        }
+        self.held_until.is_none()
+    }
+
+    /// Moves the deadline to a renewal's, unless the lease is lost already (an answer
+    /// coming after the deadline revives nothing); says whether it is lost.
+    fn renewed(&mut self, until: Option<Instant>) -> bool {
+        if let (false, Some(until)) = (self.lost(), until) {
+            self.held_until = Some(until);
+        }
+        self.lost()
+    }
 }
 
 /// A held lease renewed by a thread every `ttl / 3` while the guard lives. Dropping it
-/// stops the thread, which releases the lease. If a renewal finds the lease gone
-/// (expired while renewals failed, or deleted), [`LeaseGuard::is_lost`] turns true and
-/// renewing stops: the holder must stop acting on it.
+/// stops the thread, which releases the lease unless it is lost. [`LeaseGuard::is_lost`]
+/// turns true when a renewal finds the lease gone, or when none was answered for the ttl
+/// (Redis unreachable or stopped: it may have expired the lease by its clock and granted
+/// it to another), counted from before the last answered request was sent; a renewal
+/// that hangs does not delay it. Then renewing stops, for good: the holder must stop
+/// acting on the lease.
 #[derive(Debug)]
 pub struct LeaseGuard {
     held: Grant,
-    lost: Arc<AtomicBool>,
-    stop: Arc<(Mutex<bool>, Condvar)>,
+    shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -63,17 +121,17 @@ impl LeaseGuard {
         self.held
     }
 
-    /// Whether a renewal found the lease gone.
+    /// Whether the lease may be gone: a renewal found it gone, or none was answered within
+    /// its ttl; once true, it stays true.
     pub fn is_lost(&self) -> bool {
-        self.lost.load(Ordering::Acquire)
+        self.shared.lock().lost()
     }
 }
 
 impl Drop for LeaseGuard {
     fn drop(&mut self) {
-        let (stopped, wake) = &*self.stop;
-        *stopped.lock().unwrap_or_else(|e| e.into_inner()) = true;
-        wake.notify_all();
+        self.shared.lock().stopped = true;
+        self.shared.wake.notify_all();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
@@ -94,12 +152,13 @@ impl AsyncLeaseGuard {
         self.held
     }
 
-    /// Whether a renewal found the lease gone.
+    /// Whether the lease may be gone, as [`LeaseGuard::is_lost`] says; once true, it
+    /// stays true.
     pub fn is_lost(&self) -> bool {
         *self.lost.borrow()
     }
 
-    /// Completes when a renewal finds the lease gone (never, while it is renewed).
+    /// Completes when the lease may be gone (never, while it is renewed).
     pub async fn lost(&self) {
         let mut lost = self.lost.clone();
         // An error means the task ended without losing the lease: wait forever.
@@ -111,66 +170,74 @@ impl AsyncLeaseGuard {
 
 impl Drop for AsyncLeaseGuard {
     fn drop(&mut self) {
-        // The task releases the lease and ends.
+        // The task releases the lease, unless lost, and ends.
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
     }
 }
 
-fn gone(result: &Result<Grant, Error>) -> bool {
-    matches!(result, Err(Error::Lease(LeaseError::NotHeld)))
-}
-
 impl RedisLeases {
     /// Acquires the requested lease and, if granted, guards it with a thread that renews it
     /// on `con` (a connection of its own, say a [`Reconnecting`](crate::Reconnecting))
     /// every `ttl / 3` until the guard is dropped, then releases it. `Ok(None)` when
-    /// denied.
+    /// denied. See [`LeaseGuard`] for when it is lost.
     pub fn acquire_watched<C: ConnectionLike + Send + 'static>(
         &self,
         mut con: C,
         request: &LeaseRequest<'_>,
     ) -> Result<Option<LeaseGuard>, Error> {
+        let asked = Instant::now();
         let Some(held) = self.acquire(&mut con, request)?.grant else {
             return Ok(None);
         };
         let watched = Watched::new(self, request);
-        let lost = Arc::new(AtomicBool::new(false));
-        let stop = Arc::new((Mutex::new(false), Condvar::new()));
-        let (thread_lost, thread_stop) = (Arc::clone(&lost), Arc::clone(&stop));
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                stopped: false,
+                held_until: Some(watched.held_until(asked)),
+            }),
+            wake: Condvar::new(),
+        });
+        let renewing = Arc::clone(&shared);
         let thread = std::thread::spawn(move || {
-            let (stopped, wake) = &*thread_stop;
-            let mut guard = stopped.lock().unwrap_or_else(|e| e.into_inner());
+            let mut state = renewing.lock();
             loop {
-                let (next, _) = wake
-                    .wait_timeout_while(guard, watched.period(), |stopped| !*stopped)
+                (state, _) = (renewing.wake)
+                    .wait_timeout_while(state, watched.period(), |state| !state.stopped)
                     .unwrap_or_else(|e| e.into_inner());
-                guard = next;
-                if *guard {
+                if state.lost() {
+                    return;
+                }
+                if state.stopped {
                     let _ = watched.leases.release(&mut con, &watched.request());
                     return;
                 }
-                if gone(&watched.leases.renew(&mut con, &watched.request())) {
-                    thread_lost.store(true, Ordering::Release);
+                // Unlocked while renewing: `is_lost` reads the deadline meanwhile.
+                drop(state);
+                let sent = Instant::now();
+                let answer = watched.leases.renew(&mut con, &watched.request());
+                state = renewing.lock();
+                if state.renewed(watched.renewed_until(sent, &answer)) {
                     return;
                 }
             }
         });
         Ok(Some(LeaseGuard {
             held,
-            lost,
-            stop,
+            shared,
             thread: Some(thread),
         }))
     }
 
-    /// Asynchronous [`RedisLeases::acquire_watched`]: a tokio task renews on `con`.
+    /// Asynchronous [`RedisLeases::acquire_watched`]: a tokio task renews on `con`, and
+    /// declares the lease lost at its deadline even while a renewal hangs.
     pub async fn acquire_watched_async<C: aio::ConnectionLike + Send + 'static>(
         &self,
         mut con: C,
         request: &LeaseRequest<'_>,
     ) -> Result<Option<AsyncLeaseGuard>, Error> {
+        let asked = Instant::now();
         let Some(held) = self.acquire_async(&mut con, request).await?.grant else {
             return Ok(None);
         };
@@ -179,20 +246,30 @@ impl RedisLeases {
         let (lost_tx, lost) = tokio::sync::watch::channel(false);
         let (stop, mut stopped) = tokio::sync::oneshot::channel();
         tokio::spawn(async move {
+            let mut held_until = watched.held_until(asked);
             loop {
+                let renewed = async {
+                    tokio::time::sleep(period).await;
+                    let sent = Instant::now();
+                    let answer = watched
+                        .leases
+                        .renew_async(&mut con, &watched.request())
+                        .await;
+                    watched.renewed_until(sent, &answer)
+                };
+                let deadline = tokio::time::Instant::from_std(held_until);
                 tokio::select! {
+                    // A passed deadline wins over a drop: a lost lease is not released.
+                    biased;
+                    () = tokio::time::sleep_until(deadline) => break,
                     _ = &mut stopped => {
                         let _ = watched.leases.release_async(&mut con, &watched.request()).await;
                         return;
                     }
-                    () = tokio::time::sleep(period) => {
-                        if gone(&watched.leases.renew_async(&mut con, &watched.request()).await) {
-                            let _ = lost_tx.send(true);
-                            return;
-                        }
-                    }
+                    until = renewed => held_until = until.unwrap_or(held_until),
                 }
             }
+            let _ = lost_tx.send(true);
         });
         Ok(Some(AsyncLeaseGuard {
             held,

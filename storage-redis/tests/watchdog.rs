@@ -1,17 +1,81 @@
 //! Watchdogs on a real server: a watched lease outlives its ttl while its guard lives, is
-//! released when the guard drops, and reports its loss when a renewal finds it gone.
+//! released when the guard drops, and reports its loss when a renewal finds it gone or
+//! Redis stops answering for its ttl.
 
 mod common;
 
 use std::thread::sleep;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use sluicegate_core::{Concurrency, LeaseRequest, MILLISECOND};
+use sluicegate_core::{clock::ticks, Concurrency, Grant, LeaseRequest, MILLISECOND};
 use sluicegate_redis::{connect_async, Reconnecting, RedisLeases, DEFAULT_TIMEOUT};
 
 use common::Server;
 
 const TTL: u64 = 150 * MILLISECOND;
+
+/// The outage tests' ttl, their renewal period, and a pause well under the ttl.
+const OUTAGE_TTL: Duration = Duration::from_millis(400);
+const PERIOD: Duration = Duration::from_millis(133);
+const BLIP: Duration = Duration::from_millis(100);
+/// How late past the ttl and a period a loss may be seen on a loaded machine.
+const SLACK: Duration = Duration::from_millis(300);
+/// Longer than any outage: a renewal sent while Redis is stopped hangs until it resumes.
+const HANG: Duration = Duration::from_secs(10);
+
+fn outage_request(owner: &str) -> LeaseRequest<'_> {
+    LeaseRequest::new(b"k")
+        .owner(owner.as_bytes())
+        .ttl(ticks(OUTAGE_TTL))
+}
+
+/// A ttl of renewals, Redis stopped for `BLIP`, and another ttl.
+fn blip(server: &Server) {
+    sleep(OUTAGE_TTL);
+    server.pause();
+    sleep(BLIP);
+    server.resume();
+    sleep(OUTAGE_TTL);
+}
+
+/// Redis stopped until `lost` says the guard is lost (or gives up), and kept stopped until
+/// the lease's ttl has passed by Redis's clock too: how long the loss took to be seen,
+/// while Redis was stopped.
+fn stop_until_lost(server: &Server, lost: impl FnOnce() -> bool) -> Option<Duration> {
+    server.pause();
+    let stopped = Instant::now();
+    let seen = lost().then(|| stopped.elapsed());
+    // Redis counts the ttl from its last renewal, before the stop.
+    sleep((OUTAGE_TTL + PERIOD).saturating_sub(stopped.elapsed()));
+    server.resume();
+    if let Some(waited) = seen {
+        println!("lost {waited:?} after Redis stopped");
+        // Counted from the last answered renewal, at most a period before the stop.
+        assert!(waited >= OUTAGE_TTL / 2, "lost {waited:?} after the stop");
+    }
+    seen
+}
+
+/// After a loss, Redis has expired the lease: its owner acquiring again (for long) gets a
+/// new one.
+fn acquired_again(lock: &RedisLeases, con: &mut redis::Connection, lost: Grant) -> Grant {
+    let again = lock
+        .acquire(con, &outage_request("a").ttl(ticks(HANG)))
+        .unwrap()
+        .grant
+        .unwrap();
+    assert!(again.token > lost.token, "expired, not held twice");
+    again
+}
+
+/// Whether `grant` is what the key holds.
+fn holds(lock: &RedisLeases, con: &mut redis::Connection, grant: Grant) -> bool {
+    let state = lock.state(con, b"k").unwrap().unwrap();
+    state
+        .leases()
+        .iter()
+        .any(|lease| lease.token() == grant.token)
+}
 
 #[test]
 fn a_watched_lease_is_renewed_released_on_drop_and_reports_its_loss() {
@@ -123,4 +187,74 @@ async fn an_async_watched_lease_is_renewed_released_on_drop_and_its_loss_awaited
         .await
         .expect("the loss is reported within a renewal period");
     assert!(guard.is_lost());
+}
+
+/// Redis stopped (SIGSTOP) under a watched lease while renewals hang: a pause well under
+/// the ttl loses nothing; a longer one makes the guard lost within the ttl and a renewal
+/// period, while Redis is still stopped. Resumed, it stays lost, and dropped, it releases
+/// nothing (not the lease its owner acquired again since).
+#[test]
+fn a_watched_lease_is_lost_while_redis_is_stopped_past_its_ttl() {
+    let server = Server::start();
+    let mut con = server.connection();
+    let lock = RedisLeases::new(Concurrency::lock());
+    let hanging = Reconnecting::new(server.client()).with_timeout(HANG);
+    let guard = (lock.acquire_watched(hanging, &outage_request("a")).unwrap()).unwrap();
+    blip(&server);
+    assert!(!guard.is_lost(), "a pause well under the ttl loses nothing");
+    let lost = stop_until_lost(&server, || {
+        let stopped = Instant::now();
+        while stopped.elapsed() < OUTAGE_TTL + PERIOD + SLACK {
+            if guard.is_lost() {
+                return true;
+            }
+            sleep(Duration::from_millis(2));
+        }
+        false
+    });
+    assert!(
+        lost.is_some(),
+        "not lost while Redis was stopped past the ttl"
+    );
+    let again = acquired_again(&lock, &mut con, guard.held());
+    sleep(OUTAGE_TTL);
+    assert!(guard.is_lost(), "stays lost");
+    drop(guard);
+    assert!(holds(&lock, &mut con, again));
+}
+
+/// [`a_watched_lease_is_lost_while_redis_is_stopped_past_its_ttl`] for the async guard,
+/// whose task declares the loss at the deadline while its renewal hangs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_async_watched_lease_is_lost_while_redis_is_stopped_past_its_ttl() {
+    let server = Server::start();
+    let mut con = server.connection();
+    let lock = RedisLeases::new(Concurrency::lock());
+    let hanging = connect_async(server.client(), HANG).unwrap();
+    let guard = (lock
+        .acquire_watched_async(hanging, &outage_request("a"))
+        .await)
+        .unwrap()
+        .unwrap();
+    let runtime = tokio::runtime::Handle::current();
+    let lost = tokio::task::block_in_place(|| {
+        blip(&server);
+        assert!(!guard.is_lost(), "a pause well under the ttl loses nothing");
+        stop_until_lost(&server, || {
+            let within = OUTAGE_TTL + PERIOD + SLACK;
+            runtime
+                .block_on(tokio::time::timeout(within, guard.lost()))
+                .is_ok()
+        })
+    });
+    assert!(
+        lost.is_some(),
+        "not lost while Redis was stopped past the ttl"
+    );
+    let again = acquired_again(&lock, &mut con, guard.held());
+    tokio::time::sleep(OUTAGE_TTL).await;
+    assert!(guard.is_lost(), "stays lost");
+    drop(guard);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(holds(&lock, &mut con, again));
 }
