@@ -15,7 +15,8 @@ use crate::limiters::{Backend, PolicyLimiter};
 use crate::metrics::Metrics;
 
 /// The most distinct limit overrides one app holds a limiter for at once: overrides come
-/// from a gateway's configuration, a handful of values.
+/// from a gateway's configuration, a handful of values. Each keeps this share of a
+/// policy's keys and bytes in this process (`--max-keys`, `--max-policy-bytes`).
 pub(crate) const MAX_OVERRIDES_PER_APP: usize = 32;
 /// The most a server holds, all apps together.
 pub(crate) const MAX_OVERRIDES: usize = 1024;
@@ -124,7 +125,10 @@ impl Rules {
         let Limit::Rate { unit, .. } = rule.limit else {
             return None;
         };
-        let limiter = PolicyLimiter::build(&name, &rule.policy()?, backend, None, metrics)
+        // An app's overrides together hold what one policy may in this process.
+        let share = backend.share(MAX_OVERRIDES_PER_APP);
+        let on = share.as_deref().unwrap_or(backend);
+        let limiter = PolicyLimiter::build(&name, &rule.policy()?, on, None, metrics)
             .inspect_err(
                 |e| tracing::warn!(rule = %rule.id, error = %e, "cannot build a limit override"),
             )
@@ -139,5 +143,58 @@ impl Rules {
             },
         );
         Some(limiter)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sluicegate_core::Kind;
+    use sluicegate_policy::envoy::{Limit, Rule, Unit};
+
+    use super::{Rules, MAX_OVERRIDES_PER_APP};
+    use crate::limiters::{InProcess, Keys};
+    use crate::metrics::Metrics;
+
+    /// An override of `n` requests an hour.
+    fn hourly(n: u32) -> Rule {
+        Rule {
+            id: format!("d.override.{n}_per_Hour"),
+            limit: Limit::Rate {
+                requests_per_unit: n,
+                unit: Unit::Hour,
+                algorithm: Kind::FixedWindow,
+            },
+            shadow: false,
+            quota: false,
+            name: None,
+            replaces: Vec::new(),
+            detailed_metric: false,
+        }
+    }
+
+    /// A key spray on every override an app may hold leaves no more keys in this
+    /// process than one policy may hold.
+    #[tokio::test]
+    async fn an_apps_overrides_together_hold_one_policys_keys() {
+        let keys = Keys {
+            max_keys: 64,
+            max_policy_bytes: 1 << 20,
+        };
+        let (backend, metrics, rules) = (InProcess(keys), Metrics::default(), Rules::default());
+        let mut held = Vec::new();
+        for n in (1000..).take(MAX_OVERRIDES_PER_APP) {
+            let rule = hourly(n);
+            let limiter = rules
+                .override_limiter(&backend, &metrics, &rule, "app")
+                .expect("an override within the app's share");
+            for key in 0..200 {
+                let _ = limiter.decide(&rule.id, &format!("k{key}"), 1).await;
+            }
+            held.push(limiter);
+        }
+        let tables = held.iter().filter_map(|l| l.table());
+        let (count, capacity) = tables.fold((0, 0), |(k, c), t| (k + t.keys, c + t.capacity));
+        assert!(count <= keys.max_keys, "{count} keys held");
+        assert!(capacity <= keys.max_keys, "{capacity} keys of capacity");
     }
 }
