@@ -48,6 +48,7 @@ enum Phase {
 pub(crate) struct Calls(Mutex<(usize, Instant)>);
 
 impl Calls {
+    #[cfg(feature = "grpc")]
     fn new() -> Self {
         Self(Mutex::new((0, Instant::now())))
     }
@@ -57,6 +58,7 @@ impl Calls {
     }
 
     /// A call begins; it ends when the returned guard is dropped.
+    #[cfg(feature = "grpc")]
     pub(crate) fn start(self: &Arc<Self>) -> Call {
         self.lock().0 += 1;
         Call(Arc::clone(self))
@@ -69,10 +71,12 @@ impl Calls {
     }
 }
 
-/// A call in flight on an HTTP/2 connection (see [`Calls::start`]).
+/// A call in flight on an HTTP/2 connection (see `Calls::start`).
+#[cfg(feature = "grpc")]
 #[derive(Debug)]
 pub(crate) struct Call(Arc<Calls>);
 
+#[cfg(feature = "grpc")]
 impl Drop for Call {
     fn drop(&mut self) {
         let mut calls = self.0.lock();

@@ -39,6 +39,19 @@ async fn closed(socket: &mut TcpStream, within: Duration) -> bool {
     }
 }
 
+/// Stops `server`, whose --shutdown-timeout is 500 ms: within a second of it.
+async fn stops_soon(server: TestServer) {
+    let start = Instant::now();
+    tokio::time::timeout(Duration::from_secs(3), server.stop())
+        .await
+        .expect("shutdown ends");
+    assert!(
+        start.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
 /// Whether `/healthz` answers 200 on a new connection within 2 s.
 async fn healthy(server: &TestServer) -> bool {
     let ask = async {
@@ -173,15 +186,7 @@ async fn shutdown_ends_by_its_deadline_whatever_clients_do() {
     let _http = stalled(server.addr, 50, b"POST /v1/decide HTTP/1.1\r\n").await;
     // Half of HTTP/2's preface.
     let _grpc = stalled(grpc, 50, b"PRI * HTTP/2.0\r\n").await;
-    let start = Instant::now();
-    tokio::time::timeout(Duration::from_secs(3), server.stop())
-        .await
-        .expect("shutdown ends");
-    assert!(
-        start.elapsed() < Duration::from_millis(1500),
-        "{:?}",
-        start.elapsed()
-    );
+    stops_soon(server).await;
 }
 
 #[tokio::test]
@@ -309,13 +314,5 @@ async fn grpc_connections_with_calls_stay_open_and_shutdown_ends_by_its_deadline
     assert!(!task.is_finished(), "arriving calls hold their connection");
     // One call left in flight: shutdown waits for it at most its deadline.
     let _in_flight = start_call(&mut send, false).await.expect("a call");
-    let start = Instant::now();
-    tokio::time::timeout(Duration::from_secs(3), server.stop())
-        .await
-        .expect("shutdown ends");
-    assert!(
-        start.elapsed() < Duration::from_millis(1500),
-        "{:?}",
-        start.elapsed()
-    );
+    stops_soon(server).await;
 }
