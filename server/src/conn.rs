@@ -1,6 +1,7 @@
 //! Connections under bounds, so that slow or silent clients cannot hold the server: a
 //! cap on open connections (the excess closed at once), a deadline for a request's head,
-//! an idle deadline between requests, and a shutdown that ends by a deadline.
+//! an idle deadline between requests (HTTP/2: with no call in flight, whatever else
+//! arrives), and a shutdown that ends by a deadline.
 //!
 //! The deadlines live in the socket ([`Guarded`]) rather than in hyper, because hyper's
 //! own header timer starts when a connection becomes ready for a request, so it cannot
@@ -10,7 +11,7 @@ use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -36,9 +37,52 @@ enum Phase {
     Idle,
     /// A request's head is arriving.
     Head,
-    /// No deadline: a request is being served (its own timeout applies), or an HTTP/2
-    /// connection past its first bytes (HTTP/2 keep-alive pings apply).
+    /// HTTP/1: no deadline, a request is being served (its own timeout applies).
+    /// HTTP/2, past its first bytes: the idle deadline, counted from its last call.
     Open,
+}
+
+/// The calls of an HTTP/2 connection, as its service sees them: how many are in flight,
+/// and since when none has been.
+#[derive(Debug)]
+pub(crate) struct Calls(Mutex<(usize, Instant)>);
+
+impl Calls {
+    #[cfg(feature = "grpc")]
+    fn new() -> Self {
+        Self(Mutex::new((0, Instant::now())))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, (usize, Instant)> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A call begins; it ends when the returned guard is dropped.
+    #[cfg(feature = "grpc")]
+    pub(crate) fn start(self: &Arc<Self>) -> Call {
+        self.lock().0 += 1;
+        Call(Arc::clone(self))
+    }
+
+    /// Since when no call has been in flight; `None` while one is.
+    fn quiet_since(&self) -> Option<Instant> {
+        let (in_flight, since) = *self.lock();
+        (in_flight == 0).then_some(since)
+    }
+}
+
+/// A call in flight on an HTTP/2 connection (see `Calls::start`).
+#[cfg(feature = "grpc")]
+#[derive(Debug)]
+pub(crate) struct Call(Arc<Calls>);
+
+#[cfg(feature = "grpc")]
+impl Drop for Call {
+    fn drop(&mut self) {
+        let mut calls = self.0.lock();
+        calls.0 -= 1;
+        calls.1 = Instant::now();
+    }
 }
 
 /// A socket holding its place under the connection cap, whose reads fail with
@@ -49,9 +93,10 @@ pub(crate) struct Guarded {
     _permit: OwnedSemaphorePermit,
     bounds: Bounds,
     phase: Phase,
-    /// Set by the HTTP service when a request's head has been read; `None` for HTTP/2,
-    /// which has no deadline once its first bytes arrived.
+    /// Set by the HTTP service when a request's head has been read; `None` for HTTP/2.
     serving: Option<Arc<AtomicBool>>,
+    /// HTTP/2: its calls, counted by its service (see [`Guarded::http2`]).
+    calls: Option<Arc<Calls>>,
     deadline: Pin<Box<Sleep>>,
     /// HTTP/2: this write has yielded once already (see `poll_write`).
     deferred: bool,
@@ -65,6 +110,7 @@ impl Guarded {
             bounds,
             phase: Phase::Idle,
             serving: None,
+            calls: None,
             // A new connection gets the head's deadline for its first byte.
             deadline: Box::pin(tokio::time::sleep(bounds.header)),
             deferred: false,
@@ -74,6 +120,14 @@ impl Guarded {
     /// Watches `serving`, which the HTTP service sets when it takes a request.
     pub(crate) fn http1(mut self, serving: Arc<AtomicBool>) -> Self {
         self.serving = Some(serving);
+        self
+    }
+
+    /// Counts its calls, which the service starts from the connection's
+    /// [`Connection`] in each request's extensions.
+    #[cfg(feature = "grpc")]
+    pub(crate) fn http2(mut self) -> Self {
+        self.calls = Some(Arc::new(Calls::new()));
         self
     }
 
@@ -87,13 +141,33 @@ impl Guarded {
             return;
         }
         match (self.phase, &self.serving) {
-            (Phase::Idle, None) => self.phase = Phase::Open,
+            (Phase::Idle, None) => {
+                self.phase = Phase::Open;
+                self.arm(self.bounds.idle);
+            }
             (Phase::Idle, Some(_)) => {
                 self.phase = Phase::Head;
                 self.arm(self.bounds.header);
             }
             _ => {}
         }
+    }
+
+    /// HTTP/2 past its first bytes: `TimedOut` once no call has been in flight for the
+    /// idle deadline; pings and other frames do not count.
+    fn poll_idle(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
+        let Some(calls) = self.calls.as_ref().filter(|_| self.phase == Phase::Open) else {
+            return Poll::Pending;
+        };
+        while self.deadline.as_mut().poll(cx).is_ready() {
+            let next = match calls.quiet_since() {
+                None => Instant::now() + self.bounds.idle,
+                Some(since) if since.elapsed() < self.bounds.idle => since + self.bounds.idle,
+                Some(_) => return Poll::Ready(io::ErrorKind::TimedOut.into()),
+            };
+            self.deadline.as_mut().reset(next);
+        }
+        Poll::Pending
     }
 }
 
@@ -115,6 +189,9 @@ impl AsyncRead for Guarded {
         // Checked before reading too, so that a byte now and then does not stretch it.
         if this.phase != Phase::Open && this.deadline.is_elapsed() {
             return Poll::Ready(Err(io::ErrorKind::TimedOut.into()));
+        }
+        if let Poll::Ready(e) = this.poll_idle(cx) {
+            return Poll::Ready(Err(e));
         }
         let before = buf.filled().len();
         match Pin::new(&mut this.io).poll_read(cx, buf) {
@@ -169,12 +246,24 @@ impl AsyncWrite for Guarded {
     }
 }
 
+/// What tonic puts in each request's extensions: the peer's address, and the
+/// connection's calls (HTTP/2), which the service counts.
+#[cfg(feature = "grpc")]
+#[derive(Debug, Clone)]
+pub(crate) struct Connection {
+    pub(crate) tcp: tonic::transport::server::TcpConnectInfo,
+    pub(crate) calls: Option<Arc<Calls>>,
+}
+
 #[cfg(feature = "grpc")]
 impl tonic::transport::server::Connected for Guarded {
-    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
+    type ConnectInfo = Connection;
 
     fn connect_info(&self) -> Self::ConnectInfo {
-        self.io.connect_info()
+        Connection {
+            tcp: self.io.connect_info(),
+            calls: self.calls.clone(),
+        }
     }
 }
 

@@ -7,9 +7,12 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
+use hyper::body::Bytes;
 use sluicegate_server::Config;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio::task::JoinHandle;
+use tonic::codegen::http;
 
 /// Opens `n` connections to `addr`, each sending `bytes` and nothing more.
 async fn stalled(addr: std::net::SocketAddr, n: usize, bytes: &[u8]) -> Vec<TcpStream> {
@@ -34,6 +37,19 @@ async fn closed(socket: &mut TcpStream, within: Duration) -> bool {
             Ok(Ok(_)) => {}
         }
     }
+}
+
+/// Stops `server`, whose --shutdown-timeout is 500 ms: within a second of it.
+async fn stops_soon(server: TestServer) {
+    let start = Instant::now();
+    tokio::time::timeout(Duration::from_secs(3), server.stop())
+        .await
+        .expect("shutdown ends");
+    assert!(
+        start.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        start.elapsed()
+    );
 }
 
 /// Whether `/healthz` answers 200 on a new connection within 2 s.
@@ -170,15 +186,7 @@ async fn shutdown_ends_by_its_deadline_whatever_clients_do() {
     let _http = stalled(server.addr, 50, b"POST /v1/decide HTTP/1.1\r\n").await;
     // Half of HTTP/2's preface.
     let _grpc = stalled(grpc, 50, b"PRI * HTTP/2.0\r\n").await;
-    let start = Instant::now();
-    tokio::time::timeout(Duration::from_secs(3), server.stop())
-        .await
-        .expect("shutdown ends");
-    assert!(
-        start.elapsed() < Duration::from_millis(1500),
-        "{:?}",
-        start.elapsed()
-    );
+    stops_soon(server).await;
 }
 
 #[tokio::test]
@@ -195,4 +203,116 @@ async fn silent_grpc_connections_are_closed_by_the_header_deadline() {
         assert!(closed(socket, Duration::from_secs(2)).await);
     }
     server.stop().await;
+}
+
+/// An HTTP/2 client on `addr`: its handle for requests, and its connection's task,
+/// which answers the server's pings and ends when the server closes the connection.
+async fn h2_client(
+    addr: std::net::SocketAddr,
+) -> Option<(h2::client::SendRequest<Bytes>, JoinHandle<()>)> {
+    let socket = TcpStream::connect(addr).await.ok()?;
+    let (send, connection) = h2::client::handshake(socket).await.ok()?;
+    let task = tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    Some((send, task))
+}
+
+/// Starts a rate limit call on `send`, its body ended at once or left open; `None`
+/// when the connection takes no call.
+async fn start_call(
+    send: &mut h2::client::SendRequest<Bytes>,
+    end: bool,
+) -> Option<(h2::client::ResponseFuture, h2::SendStream<Bytes>)> {
+    let request =
+        http::Request::post("http://x/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit")
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(())
+            .ok()?;
+    send.clone()
+        .ready()
+        .await
+        .ok()?
+        .send_request(request, end)
+        .ok()
+}
+
+/// Whether a new HTTP/2 client gets an answer to a call within 2 s.
+async fn grpc_answers(addr: std::net::SocketAddr) -> bool {
+    let ask = async {
+        let (mut send, _task) = h2_client(addr).await?;
+        let (answer, _) = start_call(&mut send, true).await?;
+        answer.await.ok()
+    };
+    matches!(
+        tokio::time::timeout(Duration::from_secs(2), ask).await,
+        Ok(Some(_))
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_connections_answering_pings_without_calls_are_closed_when_idle() {
+    let idle = Duration::from_millis(800);
+    let (server, _) = TestServer::start_with(Config {
+        grpc_listen: Some("127.0.0.1:0".parse().expect("address")),
+        max_connections: 4,
+        idle_timeout: idle,
+        // Pinged every 200 ms: each ping answered, so keep-alive never closes them.
+        grpc_keepalive: Duration::from_millis(200),
+        ..config()
+    })
+    .await;
+    let grpc = server.grpc.expect("gRPC listens");
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        held.push(h2_client(grpc).await.expect("an HTTP/2 connection"));
+    }
+    let start = Instant::now();
+    assert!(
+        !grpc_answers(grpc).await,
+        "a fifth connection is over the cap"
+    );
+    for (_, task) in &mut held {
+        tokio::time::timeout(Duration::from_secs(3), task)
+            .await
+            .expect("an idle connection is closed")
+            .expect("its task");
+    }
+    let waited = start.elapsed();
+    assert!(waited > idle / 2, "closed after {waited:?}");
+    assert!(grpc_answers(grpc).await, "their places are free again");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_connections_with_calls_stay_open_and_shutdown_ends_by_its_deadline() {
+    let idle = Duration::from_millis(500);
+    let (server, _) = TestServer::start_with(Config {
+        grpc_listen: Some("127.0.0.1:0".parse().expect("address")),
+        idle_timeout: idle,
+        grpc_keepalive: Duration::from_millis(200),
+        shutdown_timeout: Duration::from_millis(500),
+        ..config()
+    })
+    .await;
+    let grpc = server.grpc.expect("gRPC listens");
+    let (mut send, task) = h2_client(grpc).await.expect("an HTTP/2 connection");
+    // A call in flight (its body not ended) for three idle deadlines.
+    let (answer, mut body) = start_call(&mut send, false).await.expect("a call");
+    tokio::time::sleep(idle * 3).await;
+    assert!(!task.is_finished(), "a call in flight holds its connection");
+    body.send_data(Bytes::new(), true).expect("the body's end");
+    let answer = tokio::time::timeout(Duration::from_secs(2), answer).await;
+    assert!(matches!(answer, Ok(Ok(_))), "{answer:?}");
+    // Calls arriving more often than the idle deadline, for three of them.
+    for _ in 0..6 {
+        let (answer, _) = start_call(&mut send, true).await.expect("a call");
+        answer.await.expect("an answer");
+        tokio::time::sleep(idle / 2).await;
+    }
+    assert!(!task.is_finished(), "arriving calls hold their connection");
+    // One call left in flight: shutdown waits for it at most its deadline.
+    let _in_flight = start_call(&mut send, false).await.expect("a call");
+    stops_soon(server).await;
 }

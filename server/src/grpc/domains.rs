@@ -230,3 +230,42 @@ async fn decide(
         duration_until_reset: figures.map(|d| duration(d.reset_after)),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{override_rule, RateLimitOverride};
+    use crate::limiters::{InProcess, Keys};
+    use crate::metrics::Metrics;
+    use crate::service::Rules;
+
+    /// A key spray on every override an app may hold leaves no more keys in this
+    /// process than one policy may hold.
+    #[tokio::test]
+    async fn an_apps_overrides_together_hold_one_policys_keys() {
+        const HOUR: i32 = 3;
+        let keys = Keys {
+            max_keys: 64,
+            max_policy_bytes: 1 << 20,
+        };
+        let (backend, metrics, rules) = (InProcess(keys), Metrics::default(), Rules::default());
+        let mut held = Vec::new();
+        for requests_per_unit in 1000..1032 {
+            let limit = RateLimitOverride {
+                requests_per_unit,
+                unit: HOUR,
+            };
+            let rule = override_rule("d", &limit).expect("a unit of theirs");
+            let limiter = rules
+                .override_limiter(&backend, &metrics, &rule, "app")
+                .expect("an override within the app's bound");
+            for key in 0..200 {
+                let _ = limiter.decide(&rule.id, &format!("k{key}"), 1).await;
+            }
+            held.push(limiter);
+        }
+        let tables = held.iter().filter_map(|l| l.table());
+        let (count, capacity) = tables.fold((0, 0), |(k, c), t| (k + t.keys, c + t.capacity));
+        assert!(count <= keys.max_keys, "{count} keys held");
+        assert!(capacity <= keys.max_keys, "{capacity} keys of capacity");
+    }
+}

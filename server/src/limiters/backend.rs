@@ -35,6 +35,13 @@ pub(crate) trait Backend: Send + Sync + Debug {
     /// Whether `rule` can be decided here at all.
     fn supports(&self, rule: &AnyAlgorithm) -> Result<(), Unsupported>;
 
+    /// This backend building tables of a `1/parts` share of a policy's keys and bytes in
+    /// this process, so that `parts` of them together hold what one policy may; `None`
+    /// where it builds none of its own.
+    fn share(&self, _parts: usize) -> Option<Box<dyn Backend>> {
+        None
+    }
+
     /// Whether it answers now (`/readyz`); in process, always.
     fn ready(&self) -> BoxFuture<'_, Result<(), DecideError>> {
         Box::pin(async { Ok(()) })

@@ -41,6 +41,15 @@ impl Keys {
         let within = Keyed::max_keys_within(rule, self.max_policy_bytes, MAX_KEY);
         KeyedLimiter::new(rule.clone(), self.max_keys.min(within)).on_full(on_full)
     }
+
+    /// A `1/parts` share of these bounds (at least a key and a byte).
+    fn share(self, parts: usize) -> Self {
+        let parts = parts.max(1);
+        Self {
+            max_keys: (self.max_keys / parts).max(1),
+            max_policy_bytes: (self.max_policy_bytes / parts).max(1),
+        }
+    }
 }
 
 /// The in-process backend.
@@ -68,6 +77,10 @@ impl Backend for InProcess {
 
     fn supports(&self, _rule: &AnyAlgorithm) -> Result<(), Unsupported> {
         Ok(())
+    }
+
+    fn share(&self, parts: usize) -> Option<Box<dyn Backend>> {
+        Some(Box::new(Self(self.0.share(parts))))
     }
 }
 

@@ -15,7 +15,8 @@ use crate::limiters::{Backend, PolicyLimiter};
 use crate::metrics::Metrics;
 
 /// The most distinct limit overrides one app holds a limiter for at once: overrides come
-/// from a gateway's configuration, a handful of values.
+/// from a gateway's configuration, a handful of values. Each keeps this share of a
+/// policy's keys and bytes in this process (`--max-keys`, `--max-policy-bytes`).
 pub(crate) const MAX_OVERRIDES_PER_APP: usize = 32;
 /// The most a server holds, all apps together.
 pub(crate) const MAX_OVERRIDES: usize = 1024;
@@ -124,7 +125,10 @@ impl Rules {
         let Limit::Rate { unit, .. } = rule.limit else {
             return None;
         };
-        let limiter = PolicyLimiter::build(&name, &rule.policy()?, backend, None, metrics)
+        // An app's overrides together hold what one policy may in this process.
+        let share = backend.share(MAX_OVERRIDES_PER_APP);
+        let on = share.as_deref().unwrap_or(backend);
+        let limiter = PolicyLimiter::build(&name, &rule.policy()?, on, None, metrics)
             .inspect_err(
                 |e| tracing::warn!(rule = %rule.id, error = %e, "cannot build a limit override"),
             )
