@@ -234,20 +234,21 @@ async fn decide(
 #[cfg(test)]
 mod tests {
     use super::{override_rule, RateLimitOverride};
-    use crate::limiters::{InProcess, Keys};
+    use crate::limiters::{Backend, InProcess, InRedis, Keys};
     use crate::metrics::Metrics;
     use crate::service::Rules;
+    use sluicegate_core::FailPolicy;
 
-    /// A key spray on every override an app may hold leaves no more keys in this
-    /// process than one policy may hold.
-    #[tokio::test]
-    async fn an_apps_overrides_together_hold_one_policys_keys() {
+    const KEYS: Keys = Keys {
+        max_keys: 64,
+        max_policy_bytes: 1 << 20,
+    };
+
+    /// Every override an app may hold, each sprayed with `spray` keys, leaves no more
+    /// keys (nor room for them) in this process than one policy may hold.
+    async fn overrides_hold_one_policys_keys(backend: &dyn Backend, spray: usize) {
         const HOUR: i32 = 3;
-        let keys = Keys {
-            max_keys: 64,
-            max_policy_bytes: 1 << 20,
-        };
-        let (backend, metrics, rules) = (InProcess(keys), Metrics::default(), Rules::default());
+        let (metrics, rules) = (Metrics::default(), Rules::default());
         let mut held = Vec::new();
         for requests_per_unit in 1000..1032 {
             let limit = RateLimitOverride {
@@ -256,16 +257,34 @@ mod tests {
             };
             let rule = override_rule("d", &limit).expect("a unit of theirs");
             let limiter = rules
-                .override_limiter(&backend, &metrics, &rule, "app")
+                .override_limiter(backend, &metrics, &rule, "app")
                 .expect("an override within the app's bound");
-            for key in 0..200 {
+            for key in 0..spray {
                 let _ = limiter.decide(&rule.id, &format!("k{key}"), 1).await;
             }
             held.push(limiter);
         }
         let tables = held.iter().filter_map(|l| l.table());
         let (count, capacity) = tables.fold((0, 0), |(k, c), t| (k + t.keys, c + t.capacity));
-        assert!(count <= keys.max_keys, "{count} keys held");
-        assert!(capacity <= keys.max_keys, "{capacity} keys of capacity");
+        assert!(spray == 0 || count > 0, "keys were held");
+        assert!(count <= KEYS.max_keys, "{count} keys held");
+        assert!(capacity <= KEYS.max_keys, "{capacity} keys of capacity");
+    }
+
+    #[tokio::test]
+    async fn an_apps_overrides_together_hold_one_policys_keys() {
+        overrides_hold_one_policys_keys(&InProcess(KEYS), 200).await;
+    }
+
+    /// Deciding in Redis, with `--fail local`: the local tables' room (no decisions:
+    /// with Redis away each would wait for its timeout).
+    #[tokio::test]
+    async fn their_local_fallback_tables_too() {
+        let gone = sluicegate_test_support::free_port();
+        let url = format!("redis://127.0.0.1:{gone}");
+        let timeout = std::time::Duration::from_millis(100);
+        let con = sluicegate_redis::ReconnectingAsync::open(&url, None, timeout).unwrap();
+        let backend = InRedis::new(con, FailPolicy::Local(()), KEYS);
+        overrides_hold_one_policys_keys(&backend, 0).await;
     }
 }

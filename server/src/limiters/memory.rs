@@ -43,7 +43,7 @@ impl Keys {
     }
 
     /// A `1/parts` share of these bounds (at least a key and a byte).
-    fn share(self, parts: usize) -> Self {
+    pub(crate) fn share(self, parts: usize) -> Self {
         let parts = parts.max(1);
         Self {
             max_keys: (self.max_keys / parts).max(1),

@@ -25,7 +25,7 @@ use crate::metrics::Table;
 use crate::telemetry;
 
 /// The Redis backend.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct InRedis {
     /// The connection (reconnects by itself, bounded timeouts).
     con: ReconnectingAsync,
@@ -109,6 +109,15 @@ impl Backend for InRedis {
 
     fn metrics(&self) -> String {
         self.coalescer.sent().render()
+    }
+
+    /// The same Redis, its `--fail local` tables a share of a policy's.
+    fn share(&self, parts: usize) -> Option<Box<dyn Backend>> {
+        let keys = self.keys.share(parts);
+        Some(Box::new(Self {
+            keys,
+            ..self.clone()
+        }))
     }
 }
 
