@@ -88,10 +88,9 @@ fn bad_files_are_reported_with_their_line() {
     ];
     for (name, text, message) in bad_traces {
         let trace = write(dir.path(), name, text);
-        let out = sluicegate(
-            format!("replay --trace {trace} --algorithm fixed-window --limit 1 --period 1s")
-                .split_whitespace(),
-        );
+        let out = run_line(&format!(
+            "replay --trace {trace} --algorithm fixed-window --limit 1 --period 1s"
+        ));
         assert_exit(&out, 2);
         assert_contains(&stderr(&out), message);
     }
@@ -111,7 +110,7 @@ fn bad_flags_exit_2_with_a_message() {
         "check k --config /nonexistent.toml --policy a".to_owned(),
         "frobnicate".to_owned(),
     ] {
-        let out = sluicegate(args.split_whitespace());
+        let out = run_line(&args);
         assert_eq!(out.status.code(), Some(2), "{args}");
         assert!(!stderr(&out).trim().is_empty(), "{args}");
     }
@@ -120,13 +119,10 @@ fn bad_flags_exit_2_with_a_message() {
 #[test]
 fn a_policy_refuses_apps_it_does_not_serve() {
     let check = |app: &str| {
-        sluicegate(
-            format!(
-                "check k --config {} --policy api --app {app} --now 0",
-                examples()
-            )
-            .split_whitespace(),
-        )
+        run_line(&format!(
+            "check k --config {} --policy api --app {app} --now 0",
+            examples()
+        ))
     };
     assert_exit(&check("web"), 0);
     let out = check("batch");
@@ -151,22 +147,16 @@ fn an_unreachable_redis_fails_with_exit_code_4_within_the_timeout() {
 fn a_policy_beyond_the_lua_range_is_refused_on_redis() {
     let redis = common::Server::start();
     // The core's range runs on the scripts: ten million a month.
-    let out = sluicegate(
-        format!(
-            "check k --algorithm fixed-window --limit 10000000 --period 30d --backend {}",
-            redis.url()
-        )
-        .split_whitespace(),
-    );
+    let out = run_line(&format!(
+        "check k --algorithm fixed-window --limit 10000000 --period 30d --backend {}",
+        redis.url()
+    ));
     assert_exit(&out, 0);
     // A sliding log beyond what a script may keep is refused, naming the alternatives.
-    let out = sluicegate(
-        format!(
-            "check k --algorithm sliding-log --limit 2001 --period 1s --backend {}",
-            redis.url()
-        )
-        .split_whitespace(),
-    );
+    let out = run_line(&format!(
+        "check k --algorithm sliding-log --limit 2001 --period 1s --backend {}",
+        redis.url()
+    ));
     assert_exit(&out, 2);
     assert_contains(&stderr(&out), "cannot run on Redis");
     assert_contains(&stderr(&out), "sliding counter");
@@ -182,12 +172,9 @@ fn a_policy_beyond_the_lua_range_is_refused_on_redis() {
         "4611686018427387904",
     ]);
     assert_exit(&out, 0);
-    let out = sluicegate(
-        format!(
+    let out = run_line(&format!(
             "check k --algorithm sliding-log --limit 5 --period 1s --backend {url} --now 4503599627370497"
-        )
-        .split_whitespace(),
-    );
+        ));
     assert_exit(&out, 2);
     assert_contains(
         &stderr(&out),
@@ -350,7 +337,7 @@ fn everything_missing_from_a_policy_is_reported_at_once() {
             "sluicegate: no policy given: use --config FILE --policy NAME, or --algorithm with --limit N --period D",
         ),
     ] {
-        let out = sluicegate(args.split_whitespace());
+        let out = run_line(&args);
         assert_eq!(out.status.code(), Some(2), "{args}");
         assert!(stderr(&out).contains(wanted), "{args}: {}", stderr(&out));
     }

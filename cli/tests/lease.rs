@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 mod common;
 
 use common::{
-    assert_contains, assert_exit, examples, lock, on_sled_and_redis, sluicegate, spawn, stderr,
-    stdout, Raw, GARBAGE,
+    assert_contains, assert_exit, examples, lock, on_sled_and_redis, run_line, sluicegate, spawn,
+    stderr, stdout, woken_by, Raw, GARBAGE,
 };
 
 /// Lock and lease commands on one backend: `sluicegate lock COMMAND NAME --owner O
@@ -277,16 +277,10 @@ fn waiting_for_a_lock_is_bounded(backend: &str) {
         "--backend",
         backend,
     ]);
-    std::thread::sleep(Duration::from_millis(300));
-    let out = l.run("release", "job", "holder", &[]);
-    assert_exit(&out, 0);
-    let released = Instant::now();
-    let out = waiter.wait_with_output().unwrap();
-    assert_exit(&out, 0);
-    assert!(
-        released.elapsed() < Duration::from_secs(3),
-        "{:?}",
-        released.elapsed()
+    woken_by(
+        waiter,
+        || l.run("release", "job", "holder", &[]),
+        Duration::from_secs(3),
     );
     // A holder that never releases: its lease expires, and the waiter gets it then.
     let out = l.run("release", "job", "waiter", &[]);
@@ -393,10 +387,9 @@ fn leases_of_a_concurrency_policy(backend: &str) {
     assert_exit(&lease("acquire", "w5", 32_999_999), 1);
     assert_exit(&lease("acquire", "w5", 33_000_000), 0);
     // Rate commands refuse a concurrency policy, lease commands a rate policy.
-    let out = sluicegate(
-        format!("check export --config {config} --policy report-workers --backend {backend}")
-            .split_whitespace(),
-    );
+    let out = run_line(&format!(
+        "check export --config {config} --policy report-workers --backend {backend}"
+    ));
     assert_exit(&out, 2);
     assert_contains(&stderr(&out), "is a concurrency limit, not a rate");
     let daily = Leasing {
@@ -575,15 +568,10 @@ fn locks_and_leases_on_etcd() {
         "--wait",
         "20s",
     ]);
-    std::thread::sleep(Duration::from_millis(300));
-    let released = Instant::now();
-    assert_exit(&leases.run("release", "export", "w1", &[]), 0);
-    let out = waiter.wait_with_output().unwrap();
-    assert_exit(&out, 0);
-    assert!(
-        released.elapsed() < Duration::from_secs(10),
-        "{:?}",
-        released.elapsed()
+    woken_by(
+        waiter,
+        || leases.run("release", "export", "w1", &[]),
+        Duration::from_secs(10),
     );
     // Rate limits are not etcd's; an unreachable cluster is a backend failure.
     let out = sluicegate([

@@ -6,7 +6,7 @@ use std::process::{Command, Output};
 
 mod common;
 
-use common::{assert_exit, bin, examples, sluicegate, stderr, stdout, write};
+use common::{assert_contains, assert_exit, bin, examples, sluicegate, stderr, stdout, write};
 
 const POLICIES: &str = r#"
 [policies.both]
@@ -106,18 +106,14 @@ fn errors_point_into_composites_and_bans() {
 fn policy_validate_checks_files_and_directories_as_config_reads_them() {
     let out = sluicegate(["policy", "validate", &examples()]);
     assert_exit(&out, 0);
-    assert!(stdout(&out).contains("policies.toml: "), "{}", stdout(&out));
+    assert_contains(&stdout(&out), "policies.toml: ");
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "good.toml", POLICIES);
     write(dir.path(), "notes.txt", "not a policy file");
     let folder = dir.path().to_str().unwrap();
     let out = sluicegate(["policy", "validate", folder]);
     assert_exit(&out, 0);
-    assert!(
-        stdout(&out).contains("good.toml: 2 policies valid (both, login)"),
-        "{}",
-        stdout(&out)
-    );
+    assert_contains(&stdout(&out), "good.toml: 2 policies valid (both, login)");
     write(
         dir.path(),
         "bad.toml",
@@ -296,10 +292,9 @@ fn policy_validate_and_serve_read_envoy_yaml() {
     );
     let out = sluicegate(["policy", "validate", examples]);
     assert_exit(&out, 0);
-    assert!(
-        stdout(&out).contains("example1.yaml: domain \"mongo_cps\" valid (2 rules)"),
-        "{}",
-        stdout(&out)
+    assert_contains(
+        &stdout(&out),
+        "example1.yaml: domain \"mongo_cps\" valid (2 rules)",
     );
     let dir = tempfile::tempdir().unwrap();
     let bad = "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: fortnight\n";
@@ -308,7 +303,7 @@ fn policy_validate_and_serve_read_envoy_yaml() {
     let out = sluicegate(["policy", "validate", dir.path().to_str().unwrap()]);
     assert_exit(&out, 2);
     let want = format!("{file}:5:13: invalid rate limit unit 'fortnight'");
-    assert!(stderr(&out).contains(&want), "{}", stderr(&out));
+    assert_contains(&stderr(&out), &want);
     let data = dir.path().join("data");
     let serve = sluicegate([
         "serve",
@@ -320,5 +315,5 @@ fn policy_validate_and_serve_read_envoy_yaml() {
         &file,
     ]);
     assert_exit(&serve, 2);
-    assert!(stderr(&serve).contains(&want), "{}", stderr(&serve));
+    assert_contains(&stderr(&serve), &want);
 }

@@ -16,12 +16,9 @@ fn replay_prints_exact_json_lines() {
         "t.csv",
         "t_us,key,cost\n0,alice,1\n0,alice,1\n0,alice,1\n250000,\"bob, jr\",3\n500000,alice,1\n",
     );
-    let out = sluicegate(
-        format!(
-            "replay --trace {trace} --algorithm token-bucket --capacity 2 --rate 2 --period 1s"
-        )
-        .split_whitespace(),
-    );
+    let out = run_line(&format!(
+        "replay --trace {trace} --algorithm token-bucket --capacity 2 --rate 2 --period 1s"
+    ));
     assert_exit(&out, 0);
     assert_eq!(
         stdout(&out),
@@ -175,7 +172,7 @@ fn report_and_refund_rows_move_the_key() {
         "t_us,key,cost,kind\n0,k,2\n0,k,5,report\n0,k,3,decide\n0,k,4,refund\n0,k,3,\n",
     );
     let rate = "--algorithm fixed-window --limit 5 --period 1s";
-    let out = sluicegate(format!("replay --trace {trace} {rate}").split_whitespace());
+    let out = run_line(&format!("replay --trace {trace} {rate}"));
     assert_exit(&out, 0);
     let rest = r#""reset_after_us":1000000,"delay_us":0}"#;
     let lines: Vec<String> = [
@@ -191,7 +188,7 @@ fn report_and_refund_rows_move_the_key() {
     assert_eq!(stdout(&out), lines.concat());
 
     let bad = write(dir.path(), "bad.csv", "t_us,key,cost,kind\n0,k,1,charge\n");
-    let out = sluicegate(format!("replay --trace {bad} {rate}").split_whitespace());
+    let out = run_line(&format!("replay --trace {bad} {rate}"));
     assert_exit(&out, 2);
     assert_contains(
         &stderr(&out),
@@ -199,7 +196,7 @@ fn report_and_refund_rows_move_the_key() {
     );
     // Without the header's fourth column, a row has three fields.
     let short = write(dir.path(), "short.csv", "t_us,key,cost\n0,k,1,report\n");
-    let out = sluicegate(format!("replay --trace {short} {rate}").split_whitespace());
+    let out = run_line(&format!("replay --trace {short} {rate}"));
     assert_exit(&out, 2);
     assert_contains(&stderr(&out), "short.csv:2: expected 3 fields");
 }
@@ -221,10 +218,9 @@ fn reports_replay_the_same_on_memory_sled_and_redis() {
     );
     let db = dir.path().join("db");
     let replay = |backend: &str| {
-        let out = sluicegate(
-            format!("replay --trace {trace} --config {config} --policy api --backend {backend}")
-                .split_whitespace(),
-        );
+        let out = run_line(&format!(
+            "replay --trace {trace} --config {config} --policy api --backend {backend}"
+        ));
         assert_exit(&out, 0);
         stdout(&out)
     };
@@ -313,10 +309,9 @@ limits = [
         "window", "counter", "tokens", "funnel", "paced", "deep", "banned", "both",
     ] {
         let replay = |backend: &str| {
-            let out = sluicegate(
-                format!("replay --trace {trace} --config {config} --policy {policy} --backend {backend}")
-                    .split_whitespace(),
-            );
+            let out = run_line(&format!(
+                "replay --trace {trace} --config {config} --policy {policy} --backend {backend}"
+            ));
             assert_exit(&out, 0);
             stdout(&out)
         };

@@ -132,14 +132,18 @@ mod tests {
 
     #[test]
     fn durations_for_people() {
-        assert_eq!(human(0), "0 s");
-        assert_eq!(human(1), "1 µs");
-        assert_eq!(human(1_500_000), "1.5 s");
-        assert_eq!(human(250_000), "250 ms");
-        assert_eq!(human(86_400_000_000), "1 day");
-        assert_eq!(human(2 * 86_400_000_000), "2 days");
-        assert_eq!(human(366 * 86_400_000_000), "366 days");
-        assert_eq!(human(59_999_999), "60 s");
+        for (us, text) in [
+            (0, "0 s"),
+            (1, "1 µs"),
+            (1_500_000, "1.5 s"),
+            (250_000, "250 ms"),
+            (86_400_000_000, "1 day"),
+            (2 * 86_400_000_000, "2 days"),
+            (366 * 86_400_000_000, "366 days"),
+            (59_999_999, "60 s"),
+        ] {
+            assert_eq!(human(us), text, "{us} µs");
+        }
         assert!(human(u64::MAX).ends_with(" days"));
         assert_eq!(short(1_000_000), "1s");
         assert_eq!(short(1_500_000), "1500ms");

@@ -6,6 +6,7 @@
 use std::ffi::OsStr;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 #[allow(unused_imports)]
 pub use sluicegate_test_support::{free_port, sled_open, Certs, Server};
@@ -123,6 +124,17 @@ pub fn bucket(args: &[&str]) -> Output {
 
 pub fn with(prefix: &[&str], rest: &[&str]) -> Vec<String> {
     prefix.iter().chain(rest).map(|s| (*s).to_owned()).collect()
+}
+
+/// Lets `waiter` start waiting, runs `release`, and checks that the waiter then acquires
+/// within `bound`.
+pub fn woken_by(waiter: Child, release: impl FnOnce() -> Output, bound: Duration) {
+    std::thread::sleep(Duration::from_millis(300));
+    assert_exit(&release(), 0);
+    let released = Instant::now();
+    assert_exit(&waiter.wait_with_output().unwrap(), 0);
+    let waited = released.elapsed();
+    assert!(waited < bound, "woken {waited:?} after the release");
 }
 
 pub fn lock(args: &[&str]) -> Output {

@@ -103,16 +103,20 @@ fn apps_restrict_a_domain() {
     assert!(d.admits_app("edge") && !d.admits_app("other"));
 }
 
+fn assert_too_deep(text: &str) {
+    let e = Config::parse("t.yaml", text)
+        .expect_err("too deep")
+        .to_string();
+    assert!(e.contains("nested deeper than 64 levels"), "{e}");
+}
+
 #[test]
 fn an_alias_cannot_nest_deeper_than_the_bound() {
     // 63 levels under `a` reach depth 64, the most read; repeated one level down they
     // would reach 65.
     let deep = format!("{}0{}", "[".repeat(63), "]".repeat(63));
     let text = format!("a: &a {deep}\nb: [*a]\n");
-    let e = Config::parse("t.yaml", &text)
-        .expect_err("too deep")
-        .to_string();
-    assert!(e.contains("nested deeper than 64 levels"), "{e}");
+    assert_too_deep(&text);
 }
 
 #[test]
@@ -129,10 +133,7 @@ fn a_chain_of_aliases_is_refused_before_it_nests_past_the_bound() {
             i - 1
         );
     }
-    let e = Config::parse("t.yaml", &text)
-        .expect_err("too deep")
-        .to_string();
-    assert!(e.contains("nested deeper than 64 levels"), "{e}");
+    assert_too_deep(&text);
 }
 
 #[test]
