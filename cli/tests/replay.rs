@@ -8,6 +8,13 @@ use common::{
     spawn, stderr, stdout, trace, with, write, BUCKET,
 };
 
+/// Runs `command` and returns what it printed, failing with its errors unless it succeeded.
+fn replayed(command: &str) -> String {
+    let out = run_line(command);
+    assert!(out.status.success(), "{command}: {}", stderr(&out));
+    stdout(&out)
+}
+
 #[test]
 fn replay_prints_exact_json_lines() {
     let dir = tempfile::tempdir().unwrap();
@@ -44,23 +51,17 @@ fn replay_is_byte_identical_on_memory_sled_and_redis() {
     let trace = write(dir.path(), "trace.csv", &trace(2000, 7));
     for (db, policy) in ["api", "login", "reports", "daily"].into_iter().enumerate() {
         let run = |backend: &str| {
-            let out = run_line(&format!(
+            replayed(&format!(
                 "replay --trace {trace} --config {} --policy {policy} --app web --backend \
                  {backend}",
                 examples()
-            ));
-            assert!(
-                out.status.success(),
-                "{policy} on {backend}: {}",
-                stderr(&out)
-            );
-            out.stdout
+            ))
         };
         let sled = format!("sled:{}", dir.path().join(policy).display());
         // One database per policy: the trace's keys are the same in each.
         let redis = format!("{}{db}", redis.url());
         let memory = run("memory");
-        assert_eq!(memory.iter().filter(|&&b| b == b'\n').count(), 2000);
+        assert_eq!(memory.matches('\n').count(), 2000);
         assert!(memory == run(&sled), "{policy}: memory and sled differ");
         assert!(memory == run(&redis), "{policy}: memory and Redis differ");
     }
@@ -218,11 +219,9 @@ fn reports_replay_the_same_on_memory_sled_and_redis() {
     );
     let db = dir.path().join("db");
     let replay = |backend: &str| {
-        let out = run_line(&format!(
+        replayed(&format!(
             "replay --trace {trace} --config {config} --policy api --backend {backend}"
-        ));
-        assert_exit(&out, 0);
-        stdout(&out)
+        ))
     };
     let memory = replay("memory");
     assert_contains(&memory, r#""kind":"report","recorded":6,"dropped":3"#);
@@ -309,11 +308,9 @@ limits = [
         "window", "counter", "tokens", "funnel", "paced", "deep", "banned", "both",
     ] {
         let replay = |backend: &str| {
-            let out = run_line(&format!(
+            replayed(&format!(
                 "replay --trace {trace} --config {config} --policy {policy} --backend {backend}"
-            ));
-            assert_exit(&out, 0);
-            stdout(&out)
+            ))
         };
         let memory = replay("memory");
         assert_eq!(replay(&redis.url()), memory, "{policy}");
