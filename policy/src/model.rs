@@ -65,8 +65,8 @@ pub struct Policy {
         with = "crate::on_full"
     )]
     pub on_full: Option<OnFull>,
-    /// Applications allowed to use the policy; empty means any (the command line) or
-    /// admins only (the service).
+    /// Applications allowed to use the policy: only those listed (none: only its admins,
+    /// and the command line run without `--app`). See [`Policy::admits_app`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub apps: Vec<String>,
     /// What the policy is for.
