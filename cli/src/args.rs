@@ -4,7 +4,7 @@
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::Args;
 use sluicegate_core::{check_now, AnyAlgorithm, Ticks, MAX_TICKS};
-use sluicegate_policy::{list, parse_duration, short, Built, Duration, Kind, Policy, Style};
+use sluicegate_policy::{list, parse_duration, short, Built, Kind, Policy, PolicyDuration, Style};
 
 use crate::backend::{self, Backend, Open, SledDurability};
 use crate::failure::Failure;
@@ -57,7 +57,7 @@ pub struct PolicyArgs {
     rate: Option<u64>,
     /// The period, e.g. 1s, 250ms, 1500us.
     #[arg(long, value_parser = parse_duration, allow_hyphen_values = true)]
-    period: Option<Duration>,
+    period: Option<PolicyDuration>,
 }
 
 #[derive(Debug, Args)]

@@ -6,6 +6,7 @@
 
 use std::io::Write;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::Args;
 use serde::Serialize;
@@ -18,11 +19,11 @@ use crate::args::{instant, BackendArgs};
 use crate::backend::Open;
 use crate::failure::{output, Failure};
 use crate::output::{hex, show};
-use sluicegate_policy::{human, Duration};
+use sluicegate_policy::{human, PolicyDuration};
 
 /// How long a lease command waits for a sled database another command has open: each
 /// holds it for milliseconds, so commands of concurrent scripts take turns.
-const IN_USE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+const IN_USE_WAIT: Duration = Duration::from_secs(2);
 
 /// While waiting (`--wait`), the longest sleep between attempts: a lease released early
 /// is noticed within this, one expiring is retried at its expiry.
@@ -46,7 +47,7 @@ pub struct Wait {
     /// If held, keep trying for up to this long (retrying when the earliest lease
     /// expires, and every 100 ms in case one is released sooner).
     #[arg(long, value_parser = sluicegate_policy::parse_duration, allow_hyphen_values = true)]
-    pub wait: Option<Duration>,
+    pub wait: Option<PolicyDuration>,
 }
 
 /// What a lease command does.
@@ -138,7 +139,7 @@ pub fn call(c: &Call) -> Result<ExitCode, Failure> {
                     )));
                 }
                 let pause = retry.min(POLL).min(left).max(1);
-                std::thread::sleep(std::time::Duration::from_micros(pause));
+                std::thread::sleep(Duration::from_micros(pause));
             }
         }
         Op::Release => {

@@ -8,22 +8,22 @@ use sluicegate_core::Ticks;
 /// A duration in microseconds, written `"1500us"`, `"250ms"`, `"1s"`, `"5m"`, `"1h"`,
 /// `"1d"`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Duration(pub Ticks);
+pub struct PolicyDuration(pub Ticks);
 
-impl<'de> Deserialize<'de> for Duration {
+impl<'de> Deserialize<'de> for PolicyDuration {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let text = String::deserialize(d)?;
         parse_duration(&text).map_err(serde::de::Error::custom)
     }
 }
 
-impl Serialize for Duration {
+impl Serialize for PolicyDuration {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&short(self.0))
     }
 }
 
-impl fmt::Display for Duration {
+impl fmt::Display for PolicyDuration {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&short(self.0))
     }
@@ -45,7 +45,7 @@ const UNITS: [(&str, Ticks, &str); 6] = [
 pub struct DurationError(pub String);
 
 /// Reads `"250ms"`: a whole number and one of `us`, `ms`, `s`, `m`, `h`, `d`.
-pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
+pub fn parse_duration(text: &str) -> Result<PolicyDuration, DurationError> {
     let bad = || DurationError(text.to_owned());
     let split = text
         .find(|c: char| !c.is_ascii_digit())
@@ -60,7 +60,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
         .parse::<Ticks>()
         .ok()
         .and_then(|n| n.checked_mul(scale))
-        .map(Duration)
+        .map(PolicyDuration)
         .ok_or_else(bad)
 }
 

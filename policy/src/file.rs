@@ -6,7 +6,7 @@ use std::ops::Range;
 use serde::Deserialize;
 
 use crate::build::Built;
-use crate::model::{File, Policy};
+use crate::model::{Policy, PolicyFile};
 use crate::problem::{Problem, Style};
 
 /// Why a policy file (or a directory of them) cannot be used; each names the file and,
@@ -122,7 +122,7 @@ impl Spans {
     }
 }
 
-impl File {
+impl PolicyFile {
     /// Reads a policy file's `text`; `path` names it in errors (`PATH:LINE:COLUMN: ...`).
     pub fn parse(path: &str, text: &str) -> Result<Self, FileError> {
         toml::from_str(text).map_err(|e| FileError::Syntax {
@@ -145,7 +145,7 @@ impl File {
 /// Reads the policy `name` from the TOML file at `path` and builds it; an error says
 /// where in the file the value at fault is written.
 pub fn load(path: &str, name: &str) -> Result<(Policy, Built), FileError> {
-    let (file, text) = File::read(path)?;
+    let (file, text) = PolicyFile::read(path)?;
     let policy = file
         .policies
         .get(name)
@@ -159,7 +159,7 @@ pub fn load(path: &str, name: &str) -> Result<(Policy, Built), FileError> {
     Ok((policy, built))
 }
 
-impl File {
+impl PolicyFile {
     /// Reads a policy file's `text` and builds every policy, an error pointing at the
     /// value at fault as [`load`]'s does: a file that passes runs whole.
     pub fn parse_built(path: &str, text: &str) -> Result<Self, FileError> {

@@ -11,9 +11,9 @@ mod on_full;
 mod problem;
 
 pub use build::{check_lease, Built, MAX_MEMBERS};
-pub use duration::{parse_duration, Duration, DurationError};
+pub use duration::{parse_duration, DurationError, PolicyDuration};
 pub use file::{listed, load, FileError, Position};
-pub use model::{BanSpec, File, FleetSettings, Policy, STORED_FIELDS};
+pub use model::{BanSpec, FleetSettings, Policy, PolicyFile, STORED_FIELDS};
 pub use problem::{param_problem, Problem, Style};
 pub use sluicegate_core::memory::OnFull;
 pub use sluicegate_core::Kind;

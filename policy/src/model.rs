@@ -8,7 +8,7 @@ use sluicegate_core::calendar::Calendar;
 use sluicegate_core::memory::OnFull;
 use sluicegate_core::{FleetMode, Kind, Ticks};
 
-use crate::duration::Duration;
+use crate::duration::PolicyDuration;
 
 /// One policy: an algorithm and its parameters, an optional ban, and its metadata (the
 /// apps that may use it, what it is for, who answers for it).
@@ -28,14 +28,14 @@ pub struct Policy {
     pub rate: Option<u64>,
     /// Windows and buckets: the period.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub period: Option<Duration>,
+    pub period: Option<PolicyDuration>,
     /// Leases: how long one is held unless renewed or released.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lease: Option<Duration>,
+    pub lease: Option<PolicyDuration>,
     /// Leases: the longest `ttl` a caller may ask for (default `lease`): one app cannot
     /// hold a key of a shared table for longer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_lease: Option<Duration>,
+    pub max_lease: Option<PolicyDuration>,
     /// Calendar windows: `day`, `week` (ISO, from Monday) or `month`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub calendar: Option<String>,
@@ -94,9 +94,9 @@ pub struct BanSpec {
     /// Denied units within one window that trigger a ban (more than this many).
     pub threshold: u64,
     /// The window over which denied units are counted.
-    pub window: Duration,
+    pub window: PolicyDuration,
     /// How long a ban lasts.
-    pub duration: Duration,
+    pub duration: PolicyDuration,
 }
 
 /// `fleet = { mode = "prefetch", max_batch = 100, interval = "100ms" }`: the defaults of
@@ -113,7 +113,7 @@ pub struct FleetSettings {
     /// Prefetch: the wait before asking a drained limit again; batch: the longest time
     /// between settles; split: the heartbeat period.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub interval: Option<Duration>,
+    pub interval: Option<PolicyDuration>,
 }
 
 /// Fields the service stores beside a policy (its name, version, authors and times, and
@@ -132,7 +132,7 @@ pub const STORED_FIELDS: [&str; 7] = [
 /// A policy file: `[policies.NAME]` tables.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct File {
+pub struct PolicyFile {
     /// The policies by name.
     pub policies: BTreeMap<String, Policy>,
 }
@@ -144,7 +144,7 @@ impl Policy {
         limit: Option<u64>,
         capacity: Option<u64>,
         rate: Option<u64>,
-        period: Option<Duration>,
+        period: Option<PolicyDuration>,
     ) -> Self {
         Self {
             algorithm,

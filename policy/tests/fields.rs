@@ -1,7 +1,7 @@
 //! The service-side fields: `on_full` (rate limits) and `max_lease` (leases), in TOML
 //! and JSON alike, each refused where it means nothing.
 
-use sluicegate_policy::{File, OnFull, Policy, Style};
+use sluicegate_policy::{OnFull, Policy, PolicyFile, Style};
 
 fn json(text: &str) -> Policy {
     serde_json::from_str(text).unwrap()
@@ -12,7 +12,7 @@ fn login_file(extra: &str) -> Policy {
     let text = format!(
         "[policies.login]\nalgorithm = \"fixed-window\"\nlimit = 1\nperiod = \"1h\"\n{extra}\n"
     );
-    let mut file = File::parse("p.toml", &text).unwrap();
+    let mut file = PolicyFile::parse("p.toml", &text).unwrap();
     file.policies.remove("login").unwrap()
 }
 

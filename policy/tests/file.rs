@@ -1,6 +1,6 @@
 //! A policy file's errors are typed: which file, where in it, which policy, what.
 
-use sluicegate_policy::{load, File, FileError, Position};
+use sluicegate_policy::{load, FileError, PolicyFile, Position};
 
 /// The line a syntax error points at, if it is one.
 fn syntax_line(error: &FileError) -> Option<usize> {
@@ -13,7 +13,7 @@ fn syntax_line(error: &FileError) -> Option<usize> {
 #[test]
 fn errors_name_the_file_the_place_and_the_policy() {
     let text = "[policies.p]\nalgorithm = \"fixed-window\"\nlimit = 0\nperiod = \"1s\"\n";
-    let error = File::parse_built("p.toml", text).unwrap_err();
+    let error = PolicyFile::parse_built("p.toml", text).unwrap_err();
     let FileError::Policy {
         path,
         at,
@@ -30,7 +30,7 @@ fn errors_name_the_file_the_place_and_the_policy() {
         .to_string()
         .starts_with("p.toml:3:9: policy \"p\": `limit` must be"));
 
-    let error = File::parse("p.toml", "[policies.p]\nalgorithm = 5\n").unwrap_err();
+    let error = PolicyFile::parse("p.toml", "[policies.p]\nalgorithm = 5\n").unwrap_err();
     assert_eq!(syntax_line(&error), Some(2), "{error:?}");
 
     let error = load("/nonexistent/p.toml", "p").unwrap_err();
@@ -63,11 +63,11 @@ fn a_missing_policy_lists_the_names_there_are() {
 #[test]
 fn a_fleet_mode_is_checked_with_the_file() {
     let text = "[policies.p]\nalgorithm = \"fixed-window\"\nlimit = 5\nperiod = \"1s\"\nfleet = { mode = \"fast\" }\n";
-    let error = File::parse("p.toml", text).unwrap_err();
+    let error = PolicyFile::parse("p.toml", text).unwrap_err();
     assert_eq!(syntax_line(&error), Some(5), "{error:?}");
     assert!(error.to_string().contains("`fast`"), "{error}");
     let text = text.replace("fast", "split");
-    let file = File::parse("p.toml", &text).unwrap();
+    let file = PolicyFile::parse("p.toml", &text).unwrap();
     let fleet = file.policies["p"].fleet.as_ref().unwrap();
     assert_eq!(fleet.mode, Some(sluicegate_core::FleetMode::Split));
 }

@@ -8,7 +8,7 @@ use sluicegate_core::{
     Algorithm, AnyAlgorithm, Calendar, CalendarLimit, CalendarWindow, CalendarZone, FixedWindow,
     Report, TokenBucket, ZonedCalendar,
 };
-use sluicegate_policy::{Built, File, Policy, Style};
+use sluicegate_policy::{Built, Policy, PolicyFile, Style};
 
 fn built(json: &str) -> Result<AnyAlgorithm, String> {
     let policy: Policy = serde_json::from_str(json).map_err(|e| e.to_string())?;
@@ -22,7 +22,9 @@ fn built(json: &str) -> Result<AnyAlgorithm, String> {
 /// The error of the file holding one policy `p` written as `table`.
 fn file_error(table: &str) -> String {
     let text = format!("[policies.p]\n{table}\n");
-    File::parse_built("p.toml", &text).unwrap_err().to_string()
+    PolicyFile::parse_built("p.toml", &text)
+        .unwrap_err()
+        .to_string()
 }
 
 #[test]

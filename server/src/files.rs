@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use sluicegate_policy::envoy::{self, EnvoyError};
-use sluicegate_policy::{listed, File, FileError};
+use sluicegate_policy::{listed, FileError, PolicyFile};
 
 use crate::limiters::{check_backend, Backend};
 use crate::service::{check_name, validate, Loaded, Service};
@@ -135,7 +135,7 @@ impl Sources {
                 loaded.envoy.add(&name, &text)?;
                 continue;
             }
-            for (policy_name, policy) in File::parse_built(&name, &text)?.policies {
+            for (policy_name, policy) in PolicyFile::parse_built(&name, &text)?.policies {
                 let at = |why: String| FilesError::Policy {
                     file: name.clone(),
                     policy: policy_name.clone(),

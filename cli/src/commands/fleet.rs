@@ -14,7 +14,7 @@
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration as StdDuration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::Args;
 use serde::{Deserialize, Serialize};
@@ -27,7 +27,7 @@ use crate::chart;
 use crate::failure::{output, Failure};
 use crate::traffic::Traffic;
 use sluicegate_core::AnyAlgorithm;
-use sluicegate_policy::{human, Built, Duration, Policy};
+use sluicegate_policy::{human, Built, Policy, PolicyDuration};
 
 /// `sluicegate fleet`'s flags.
 #[derive(Debug, Args)]
@@ -48,13 +48,13 @@ pub struct FleetArgs {
     /// between settles; split: the heartbeat period (default: the policy's, else 100ms,
     /// 100ms, 1s).
     #[arg(long, value_parser = sluicegate_policy::parse_duration)]
-    interval: Option<Duration>,
+    interval: Option<PolicyDuration>,
     /// Each node's traffic: steady:rate=R | poisson:rate=R,seed=S | burst:size=N,every=D.
     #[arg(long)]
     traffic: Traffic,
     /// How long to run, at least 5 periods of the policy.
     #[arg(long, value_parser = sluicegate_policy::parse_duration)]
-    duration: Duration,
+    duration: PolicyDuration,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -102,7 +102,7 @@ fn settings(args: &FleetArgs, policy: &Policy) -> Result<FleetConfig, Failure> {
         interval: args
             .interval
             .or(table.interval)
-            .map(|d| StdDuration::from_micros(d.0)),
+            .map(|d| Duration::from_micros(d.0)),
     })
 }
 
@@ -277,7 +277,7 @@ pub fn run(args: FleetArgs) -> Result<std::process::ExitCode, Failure> {
     let sleep_until = |at: Ticks| {
         let now = wall();
         if at > now {
-            std::thread::sleep(StdDuration::from_micros(at - now));
+            std::thread::sleep(Duration::from_micros(at - now));
         }
     };
     // A tenth of a period in, so node 0 has reported the period before.

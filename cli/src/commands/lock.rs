@@ -10,7 +10,7 @@ use sluicegate_core::{Concurrency, KeyDisplay, Ticks};
 use crate::args::{instant, BackendArgs};
 use crate::failure::Failure;
 use crate::leasing::{self, call, lease_open, Call, Holder, Op, Wait};
-use sluicegate_policy::{Duration, Style};
+use sluicegate_policy::{PolicyDuration, Style};
 
 #[derive(Debug, Subcommand)]
 pub enum LockCommand {
@@ -65,7 +65,7 @@ pub struct LockArgs {
 pub struct Ttl {
     /// How long the lease lasts unless renewed or released, e.g. 30s (at most 366 days).
     #[arg(long, value_parser = sluicegate_policy::parse_duration, allow_hyphen_values = true)]
-    ttl: Duration,
+    ttl: PolicyDuration,
 }
 
 pub fn run(command: LockCommand) -> Result<ExitCode, Failure> {
@@ -113,7 +113,7 @@ pub fn run(command: LockCommand) -> Result<ExitCode, Failure> {
 }
 
 /// `--ttl` in the core's range, in the units written.
-fn ttl_flag(ttl: Duration) -> Result<Ticks, Failure> {
+fn ttl_flag(ttl: PolicyDuration) -> Result<Ticks, Failure> {
     sluicegate_policy::check_lease(ttl.0).map_err(|e| {
         let problem = sluicegate_policy::param_problem(&e, Style::Flags);
         Failure::Input(problem.message.replace("--lease", "--ttl"))

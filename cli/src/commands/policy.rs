@@ -23,7 +23,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
-use sluicegate_policy::{envoy, File, Policy};
+use sluicegate_policy::{envoy, Policy, PolicyFile};
 
 use crate::failure::{output, Failure};
 
@@ -247,7 +247,7 @@ fn read_file(path: &str) -> Result<BTreeMap<String, Policy>, Failure> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| Failure::Input(format!("cannot read {path}: {e}")))?;
     // The command line's loader's checks, pointing at the line at fault.
-    let file = File::parse_built(path, &text)?;
+    let file = PolicyFile::parse_built(path, &text)?;
     Ok(file.policies)
 }
 

@@ -15,7 +15,7 @@ use crate::failure::{output, Failure};
 use crate::output::write_rows;
 use crate::rates::Rates;
 use crate::traffic::Traffic;
-use sluicegate_policy::{human, Duration, Policy};
+use sluicegate_policy::{human, Policy, PolicyDuration};
 
 #[derive(Debug, Args)]
 pub struct SimulateArgs {
@@ -27,7 +27,7 @@ pub struct SimulateArgs {
     traffic: Traffic,
     /// How long to simulate, e.g. 10s (more than zero).
     #[arg(long, value_parser = sluicegate_policy::parse_duration, allow_hyphen_values = true)]
-    duration: Duration,
+    duration: PolicyDuration,
     #[command(flatten)]
     backend: BackendArgs,
     /// Write an SVG chart of admitted and denied requests over time.

@@ -16,7 +16,7 @@ use std::path::Path;
 
 use sluicegate_core::Kind;
 
-use crate::duration::Duration;
+use crate::duration::PolicyDuration;
 use crate::file::{FileError, Position};
 use crate::model::Policy;
 
@@ -180,7 +180,7 @@ impl Rule {
             return None;
         };
         let n = Some(u64::from(requests_per_unit)).filter(|n| *n > 0)?;
-        let period = Some(Duration(unit.seconds() * 1_000_000));
+        let period = Some(PolicyDuration(unit.seconds() * 1_000_000));
         Some(match algorithm {
             Kind::TokenBucket | Kind::LeakyBucket | Kind::Pacing => {
                 Policy::from_flags(algorithm, None, Some(n), Some(n), period)

@@ -779,11 +779,11 @@ fn stored(row: &AnyRow) -> Result<Stored, StoreError> {
 
 #[cfg(test)]
 mod tests {
-    use sluicegate_policy::{Duration, Kind, Policy, STORED_FIELDS};
+    use sluicegate_policy::{Kind, Policy, PolicyDuration, STORED_FIELDS};
 
     #[test]
     fn a_stored_policy_shows_every_metadata_field() {
-        let hour = Some(Duration(3_600_000_000));
+        let hour = Some(PolicyDuration(3_600_000_000));
         let policy = Policy::from_flags(Kind::FixedWindow, Some(1), None, None, hour);
         let json = super::Stored::from_file("p", "a.toml", &policy).to_json();
         for field in STORED_FIELDS {
