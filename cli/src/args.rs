@@ -1,5 +1,5 @@
 //! The flags several commands share (which policy, which backend, which key) and what
-//! they resolve to: a loaded policy and the options to open its store.
+//! they resolve to: a loaded policy and the options to open its backend.
 
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::Args;
@@ -134,7 +134,7 @@ pub fn instant(text: &str) -> Result<Ticks, String> {
 }
 
 impl BackendArgs {
-    /// How to open the store for policy `name`: its keys are `PREFIX name:KEY`. A CA
+    /// How to open the backend for policy `name`: its keys are `PREFIX name:KEY`. A CA
     /// file that cannot be read or is no PEM certificate is bad input.
     pub fn open(&self, name: &str, creates: bool) -> Result<Open, Failure> {
         let ca = match &self.redis_ca {
@@ -278,7 +278,7 @@ fn flag_name(policy: &Policy) -> String {
 }
 
 impl PolicyBackendArgs {
-    /// The policy and the options to open its store (`creates`: whether this command
+    /// The policy and the options to open its backend (`creates`: whether this command
     /// records decisions, and so may create a sled database).
     pub fn load(&self, creates: bool) -> Result<(Loaded, Open), Failure> {
         let loaded = self.policy.load()?;

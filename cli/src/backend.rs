@@ -182,8 +182,8 @@ pub fn backend_flag(text: &str) -> Result<String, String> {
 }
 
 /// A rate policy's states in one backend, for the commands: the core's [`Limiter`] with
-/// the CLI's failures, and what only a stored backend has (see [`Stored`]).
-pub trait Store {
+/// the CLI's failures, and what only a stored backend has (see [`RateHost`]).
+pub trait RateBackend {
     fn decide(&self, request: &Request<'_>) -> Result<Decision, Failure>;
     fn peek(&self, request: &Request<'_>) -> Result<Decision, Failure>;
     fn reset(&self, key: &str) -> Result<(), Failure>;
@@ -193,7 +193,7 @@ pub trait Store {
     fn state(&self, key: &str) -> Result<Option<AnyState>, Failure>;
     /// A cost reported after the work (`replay`'s report and refund rows).
     fn report(&self, request: &ReportRequest<'_>) -> Result<Reported, Failure>;
-    /// After a run: a warning if the store had to forget states that were not fresh.
+    /// After a run: a warning if the backend had to forget states that were not fresh.
     fn warning(&self) -> Option<String>;
 }
 
@@ -201,7 +201,7 @@ pub trait Store {
 /// One lease table per key in one backend, for the commands: the core's [`LeaseHost`]
 /// with the CLI's failures, and the backend's clock. A request without its own time is
 /// on the backend's clock (Redis: the server's).
-pub trait LeaseStore {
+pub trait LeaseBackend {
     fn acquire(&self, request: &LeaseRequest<'_>) -> Result<Acquired, Failure>;
     /// An acquire that may wait up to `wait` µs for a lease to free, where the backend
     /// can say when one does (etcd's watch); elsewhere one attempt, the command polling.
@@ -222,7 +222,7 @@ pub trait LeaseStore {
 
 /// What a limiting host has beyond the core's contract, for the commands: the per-host
 /// code is this and the host's construction.
-trait Stored: Limiter {
+trait RateHost: Limiter {
     fn purge(&self) -> Result<u64, Failure>;
     fn state(&self, key: &[u8]) -> Result<Option<AnyState>, Failure>;
     /// The contract's reset; the memory backend refuses, as nothing outlives a command.
@@ -268,7 +268,7 @@ impl Drop for Keep {
     }
 }
 
-impl<H: Stored> Store for Hosted<H>
+impl<H: RateHost> RateBackend for Hosted<H>
 where
     Failure: From<H::Error>,
 {
@@ -285,15 +285,15 @@ where
     }
 
     fn purge(&self) -> Result<u64, Failure> {
-        Stored::purge(&self.host)
+        RateHost::purge(&self.host)
     }
 
     fn state(&self, key: &str) -> Result<Option<AnyState>, Failure> {
-        Stored::state(&self.host, key.as_bytes())
+        RateHost::state(&self.host, key.as_bytes())
     }
 
     fn report(&self, request: &ReportRequest<'_>) -> Result<Reported, Failure> {
-        Stored::report(&self.host, request)
+        RateHost::report(&self.host, request)
     }
 
     fn warning(&self) -> Option<String> {
@@ -302,7 +302,7 @@ where
 }
 
 #[cfg(any(feature = "sled", feature = "redis", feature = "etcd"))]
-impl<H: Clocked> LeaseStore for Hosted<H>
+impl<H: Clocked> LeaseBackend for Hosted<H>
 where
     Failure: From<H::Error>,
 {
@@ -327,7 +327,7 @@ where
     }
 }
 
-/// How a command opens its store.
+/// How a command opens its backend.
 // Creating, durability and waiting are sled's.
 #[cfg_attr(not(feature = "sled"), allow(dead_code))]
 #[derive(Debug, Clone)]
@@ -352,7 +352,7 @@ pub const MEMORY_FORGETS: &str = "the memory backend keeps states only while one
 
 impl Open {
     /// The states of `algorithm` in this backend.
-    pub fn store(&self, algorithm: AnyAlgorithm) -> Result<Box<dyn Store>, Failure> {
+    pub fn rates(&self, algorithm: AnyAlgorithm) -> Result<Box<dyn RateBackend>, Failure> {
         let how = self;
         Ok(match &self.backend {
             // Every request carries its time; the clock is never read.
@@ -389,7 +389,7 @@ impl Open {
 
     /// The lease tables of `model` in this backend.
     #[cfg(any(feature = "sled", feature = "redis", feature = "etcd"))]
-    pub fn leases(&self, model: Concurrency) -> Result<Box<dyn LeaseStore>, Failure> {
+    pub fn leases(&self, model: Concurrency) -> Result<Box<dyn LeaseBackend>, Failure> {
         match &self.backend {
             Backend::Memory => Err(Failure::Input(
                 "the memory backend forgets leases when the command ends, so the next command would find every lease free; use --backend sled:PATH or redis://HOST".into(),
@@ -418,7 +418,7 @@ impl Open {
                     .build()
                     .map_err(|e| Failure::Backend(format!("cannot start a runtime: {e}")))?;
                 let leases = runtime.block_on(EtcdLeases::connect(endpoints, model))?;
-                Ok(Box::new(EtcdStore {
+                Ok(Box::new(EtcdLeaseBackend {
                     leases: leases.with_prefix(self.namespace.as_bytes()),
                     runtime,
                 }))
@@ -434,13 +434,13 @@ const ETCD_LEASES_ONLY: &str = "etcd holds locks and leases only (lock, lease); 
 /// Leases on etcd, whose client is asynchronous: each call runs on a runtime of the
 /// command's own.
 #[cfg(feature = "etcd")]
-struct EtcdStore {
+struct EtcdLeaseBackend {
     leases: EtcdLeases,
     runtime: tokio::runtime::Runtime,
 }
 
 #[cfg(feature = "etcd")]
-impl LeaseStore for EtcdStore {
+impl LeaseBackend for EtcdLeaseBackend {
     fn acquire(&self, request: &LeaseRequest<'_>) -> Result<Acquired, Failure> {
         Ok(self.runtime.block_on(self.leases.acquire(request))?)
     }
@@ -535,7 +535,7 @@ pub fn open_sled(path: &str, creates: bool) -> Result<sled::Db, Failure> {
 
 /// The memory backend: a keyed limiter deciding each request at its own time (the
 /// clock is never read), whose states end with the command.
-impl Stored for KeyedLimiter<Vec<u8>, AnyAlgorithm, ManualClock> {
+impl RateHost for KeyedLimiter<Vec<u8>, AnyAlgorithm, ManualClock> {
     fn purge(&self) -> Result<u64, Failure> {
         Err(Failure::Input(MEMORY_FORGETS.into()))
     }
@@ -570,7 +570,7 @@ impl From<ParamError> for Failure {
 }
 
 #[cfg(feature = "sled")]
-impl Stored for SledLimiter<AnyAlgorithm> {
+impl RateHost for SledLimiter<AnyAlgorithm> {
     fn purge(&self) -> Result<u64, Failure> {
         let purged = SledLimiter::purge(self)?;
         Ok(u64::try_from(purged).unwrap_or(u64::MAX))
@@ -602,7 +602,7 @@ impl From<sluicegate_sled::Error> for Failure {
 }
 
 #[cfg(feature = "redis")]
-impl Stored for Connected<RedisLimiter<AnyAlgorithm>> {
+impl RateHost for Connected<RedisLimiter<AnyAlgorithm>> {
     fn purge(&self) -> Result<u64, Failure> {
         Ok(self.host().purge(&mut *self.connection())?)
     }

@@ -58,7 +58,7 @@ pub enum Op {
     Renew { ttl: Ticks },
 }
 
-/// The store options of a lease command: keys under `PREFIX name:`, a database created
+/// The backend options of a lease command: keys under `PREFIX name:`, a database created
 /// only by an acquire, other commands' use of it waited out briefly.
 pub fn lease_open(backend: &BackendArgs, name: &str, creates: bool) -> Result<Open, Failure> {
     Ok(Open {
@@ -97,9 +97,9 @@ pub fn call(c: &Call) -> Result<ExitCode, Failure> {
     }
     // The local clock only times --wait; each call is at --now or on the backend's clock.
     let now = || MonotonicClock::new().now();
-    // Each attempt opens the store and closes it again, so that while this command
+    // Each attempt opens the backend and closes it again, so that while this command
     // waits, the holder's `release` can open the (one-process) sled database.
-    let store = || c.open.leases(c.model);
+    let leases = || c.open.leases(c.model);
     let request = LeaseRequest::new(c.key).owner(&holder.owner);
     let request = holder.now.map_or(request, |now| request.at(now));
     let not_held = |e: Failure| match e {
@@ -115,7 +115,7 @@ pub fn call(c: &Call) -> Result<ExitCode, Failure> {
             let deadline = wait.map(|w| now().saturating_add(w));
             loop {
                 let left = deadline.map_or(0, |d| d.saturating_sub(now()));
-                let acquired = store()?.acquire_within(&request.ttl(ttl), left)?;
+                let acquired = leases()?.acquire_within(&request.ttl(ttl), left)?;
                 if let Some(grant) = acquired.grant {
                     break format!(
                         "acquired token={} expires_at_us={} holds={}",
@@ -143,11 +143,11 @@ pub fn call(c: &Call) -> Result<ExitCode, Failure> {
             }
         }
         Op::Release => {
-            let grant = store()?.release(&request).map_err(not_held)?;
+            let grant = leases()?.release(&request).map_err(not_held)?;
             format!("released token={} holds={}", grant.token, grant.holds)
         }
         Op::Renew { ttl } => {
-            let grant = store()?.renew(&request.ttl(ttl)).map_err(not_held)?;
+            let grant = leases()?.renew(&request.ttl(ttl)).map_err(not_held)?;
             format!(
                 "renewed token={} expires_at_us={} holds={}",
                 grant.token, grant.expires_at, grant.holds
@@ -203,11 +203,11 @@ struct Holding {
 }
 
 pub fn inspect(i: Inspect) -> Result<ExitCode, Failure> {
-    let store = i.open.leases(i.model)?;
-    let state: Option<LeaseState> = store.state(i.key)?;
+    let leases = i.open.leases(i.model)?;
+    let state: Option<LeaseState> = leases.state(i.key)?;
     let now = match i.now {
         Some(now) => now,
-        None => store.now()?,
+        None => leases.now()?,
     };
     let leases: Vec<Holding> = state
         .iter()

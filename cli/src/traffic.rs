@@ -40,7 +40,7 @@ pub struct Request {
 }
 
 impl Request {
-    /// The key as the store sees it.
+    /// The key as the backend sees it.
     pub fn key(&self) -> String {
         format!("key-{}", self.index)
     }

@@ -19,7 +19,7 @@ pub fn run(args: KeyArgs) -> Result<ExitCode, Failure> {
 /// Only a recorded decision may create a sled database.
 pub(super) fn decide(args: &KeyArgs, records: bool) -> Result<ExitCode, Failure> {
     let (loaded, open) = args.load(records)?;
-    let store = Rates::open(&loaded, &open)?;
+    let rates = Rates::open(&loaded, &open)?;
     let now = args.now.unwrap_or_else(|| MonotonicClock::new().now());
     let mut out = BufWriter::new(std::io::stdout().lock());
     let request = Request::new(&args.key).cost(args.cost);
@@ -29,9 +29,9 @@ pub(super) fn decide(args: &KeyArgs, records: bool) -> Result<ExitCode, Failure>
         None => request,
     };
     let decision = if records {
-        store.decide(&request)?
+        rates.decide(&request)?
     } else {
-        store.peek(&request)?
+        rates.peek(&request)?
     };
     json_line(&mut out, &Record::new(now, &args.key, args.cost, &decision))?;
     out.flush().map_err(output)?;

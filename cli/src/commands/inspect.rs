@@ -38,9 +38,9 @@ pub fn run(args: InspectArgs) -> Result<ExitCode, Failure> {
             json,
         });
     }
-    let store = Rates::open(&loaded, &open)?;
+    let rates = Rates::open(&loaded, &open)?;
     let now = args.now.unwrap_or_else(|| MonotonicClock::new().now());
-    let (bytes, decision) = store.stored(&args.key, now)?;
+    let (bytes, decision) = rates.stored(&args.key, now)?;
     let view = View::new(
         &loaded.policy,
         &args.key,
@@ -58,7 +58,7 @@ pub fn run(args: InspectArgs) -> Result<ExitCode, Failure> {
 struct View {
     /// The key as given.
     key: String,
-    /// The key in the store: the namespace and the key.
+    /// The key in the backend: the namespace and the key.
     stored_key: String,
     algorithm: String,
     /// Whether anything is stored (false: the key is fresh).

@@ -37,7 +37,7 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode, Failure> {
             .map_err(|e| Failure::Input(format!("cannot read {trace}: {e}")))?;
         (trace, Box::new(std::io::BufReader::new(file)))
     };
-    let store = Rates::open(&loaded, &open)?;
+    let rates = Rates::open(&loaded, &open)?;
     let mut reader = csv::ReaderBuilder::new()
         .flexible(true)
         .has_headers(false)
@@ -112,7 +112,7 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode, Failure> {
         last = t_us;
         let record = match kind {
             "" | "decide" => {
-                let decision = store.decide(&Request::new(key).cost(cost).at(t_us))?;
+                let decision = rates.decide(&Request::new(key).cost(cost).at(t_us))?;
                 Record::new(t_us, key, cost, &decision)
             }
             "report" | "refund" => {
@@ -120,7 +120,7 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode, Failure> {
                 // up to its bound anyway.
                 let units = i64::try_from(cost).unwrap_or(i64::MAX);
                 let adjustment = if kind == "refund" { -units } else { units };
-                let reported = store
+                let reported = rates
                     .report(&ReportRequest::new(key).adjust(adjustment).at(t_us))
                     .map_err(|e| match e {
                         Failure::Input(what) => bad(line, what),
@@ -142,7 +142,7 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode, Failure> {
         return Err(bad(1, HEADER.into()));
     }
     out.flush().map_err(output)?;
-    if let Some(warning) = store.warning() {
+    if let Some(warning) = rates.warning() {
         let _ = writeln!(std::io::stderr(), "sluicegate: {warning}");
     }
     Ok(ExitCode::SUCCESS)

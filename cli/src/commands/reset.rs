@@ -9,9 +9,9 @@ use crate::rates::Rates;
 
 pub fn run(args: KeyArgs) -> Result<ExitCode, Failure> {
     let (loaded, open) = args.load(false)?;
-    let store = Rates::open(&loaded, &open)?;
+    let rates = Rates::open(&loaded, &open)?;
     let mut out = BufWriter::new(std::io::stdout().lock());
-    store.reset(&args.key)?;
+    rates.reset(&args.key)?;
     writeln!(out, "{}: reset (its next request starts fresh)", args.key).map_err(output)?;
     out.flush().map_err(output)?;
     Ok(ExitCode::SUCCESS)

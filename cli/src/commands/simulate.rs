@@ -58,7 +58,7 @@ pub fn run(args: SimulateArgs) -> Result<ExitCode, Failure> {
         )));
     }
     let open = backend.open(&loaded.name, true)?;
-    let store = Rates::open(&loaded, &open)?;
+    let rates = Rates::open(&loaded, &open)?;
     let (policy, name, duration) = (&loaded.policy, loaded.name.as_str(), duration.0);
     let period = policy.period();
     let mut run = stats::Run::new(duration, chart::bin_width(duration, period));
@@ -72,12 +72,12 @@ pub fn run(args: SimulateArgs) -> Result<ExitCode, Failure> {
             )));
         }
         let key = request.key();
-        let decision = store.decide(&Request::new(&key).cost(request.cost).at(request.at))?;
+        let decision = rates.decide(&Request::new(&key).cost(request.cost).at(request.at))?;
         run.record(&request, &decision);
         progress.show(request.at);
     }
     progress.finish();
-    if let Some(warning) = store.warning() {
+    if let Some(warning) = rates.warning() {
         let _ = writeln!(std::io::stderr(), "sluicegate: {warning}");
     }
     let summary = run.summary(period);
