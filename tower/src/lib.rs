@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
+#![warn(unreachable_pub)]
 // docs.rs marks what each feature adds.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
