@@ -104,14 +104,14 @@ pub fn bin_width(duration: Ticks, period: Ticks) -> Ticks {
 /// key has the limit: the line is per key.
 pub fn limit_per_bin(policy: &Policy, bin: Ticks, keys: u64) -> Option<(f64, String)> {
     let each = if keys > 1 { " per key" } else { "" };
-    let period = human(policy.period());
+    let period = policy.period_words();
     let (per_period, what) = match (policy.limit, policy.rate) {
         (Some(limit), _) => (limit, format!("limit: {limit} per {period}{each}")),
         (None, Some(rate)) => (rate, format!("sustained rate: {rate} per {period}{each}")),
         _ => return None,
     };
     #[allow(clippy::cast_precision_loss)]
-    let per_bin = per_period as f64 * bin as f64 / policy.period().max(1) as f64;
+    let per_bin = per_period as f64 * bin as f64 / policy.usual_period().max(1) as f64;
     Some((per_bin, what))
 }
 

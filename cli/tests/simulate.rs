@@ -258,9 +258,23 @@ fn calendar_windows_reset_from_the_first_period_of_a_simulation() {
     .unwrap();
     // Weeks from Thursday 1 January 1970: 4 days, 7 days, and 3 days of the next.
     // Tokyo: days from 15:00 and 39:00 UTC, then the third from 63:00 reached at 42:00.
-    for (policy, traffic, duration, admitted) in [
-        ("weekly", "burst:size=5,every=1d", "14d", "30 (42.9%)"),
-        ("tokyo", "burst:size=5,every=6h", "2d", "15 (37.5%)"),
+    // The summary names the calendar, and measures its usual length (not the 25-hour day
+    // or 169-hour week a state is kept for).
+    for (policy, traffic, duration, admitted, words) in [
+        (
+            "weekly",
+            "burst:size=5,every=1d",
+            "14d",
+            "30 (42.9%)",
+            ["10 per calendar week", "most units acting in any 7 days"],
+        ),
+        (
+            "tokyo",
+            "burst:size=5,every=6h",
+            "2d",
+            "15 (37.5%)",
+            ["5 per calendar day", "most units acting in any 1 day"],
+        ),
     ] {
         let out = sluicegate([
             "simulate",
@@ -277,5 +291,8 @@ fn calendar_windows_reset_from_the_first_period_of_a_simulation() {
         let summary = stdout(&out);
         let line = summary.lines().find(|l| l.starts_with("admitted"));
         assert!(line.is_some_and(|l| l.ends_with(admitted)), "{summary}");
+        for words in words {
+            assert_contains(&summary, words);
+        }
     }
 }

@@ -8,7 +8,9 @@ use sluicegate_core::calendar::Calendar;
 use sluicegate_core::memory::OnFull;
 use sluicegate_core::{FleetMode, Kind, Ticks};
 
-use crate::duration::PolicyDuration;
+use crate::duration::{human, PolicyDuration};
+
+const DAY: Ticks = 86_400 * sluicegate_core::SECOND;
 
 /// One policy: an algorithm and its parameters, an optional ban, and its metadata (the
 /// apps that may use it, what it is for, who answers for it).
@@ -168,15 +170,42 @@ impl Policy {
         }
     }
 
-    /// The policy's window of time: the period (a composite's longest; a calendar's
-    /// longest day, week or month).
+    /// The policy's window of time, what a host keeps a state for: the period (a
+    /// composite's longest; a calendar's longest day, week or month).
     pub fn period(&self) -> Ticks {
+        self.period_with(Calendar::longest)
+    }
+
+    /// The period a person reads and a chart bins by: as [`period`](Self::period), but a
+    /// calendar's usual day, week or month (24 hours, 7 days, 30 days).
+    pub fn usual_period(&self) -> Ticks {
+        self.period_with(|calendar| match calendar {
+            Calendar::Day => DAY,
+            Calendar::Week => 7 * DAY,
+            Calendar::Month => 30 * DAY,
+            longer => longer.longest(),
+        })
+    }
+
+    /// The period as a sentence names it: `1 h`, or `calendar day` for a calendar window.
+    pub fn period_words(&self) -> String {
+        match (&self.calendar, self.period, &self.limits) {
+            (Some(calendar), None, None) => format!("calendar {calendar}"),
+            _ => human(self.usual_period()),
+        }
+    }
+
+    fn period_with(&self, calendar_length: fn(Calendar) -> Ticks) -> Ticks {
         let calendar = || {
             let calendar = self.calendar.as_deref().and_then(Calendar::from_name);
-            calendar.map_or(0, Calendar::longest)
+            calendar.map_or(0, calendar_length)
         };
         match &self.limits {
-            Some(members) => members.iter().map(Self::period).max().unwrap_or(0),
+            Some(members) => members
+                .iter()
+                .map(|member| member.period_with(calendar_length))
+                .max()
+                .unwrap_or(0),
             None => self.period.map_or_else(calendar, |p| p.0),
         }
     }

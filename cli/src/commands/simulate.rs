@@ -60,7 +60,7 @@ pub fn run(args: SimulateArgs) -> Result<ExitCode, Failure> {
     let open = backend.open(&loaded.name, true)?;
     let rates = Rates::open(&loaded, &open)?;
     let (policy, name, duration) = (&loaded.policy, loaded.name.as_str(), duration.0);
-    let period = policy.period();
+    let period = policy.usual_period();
     let mut run = stats::Run::new(duration, chart::bin_width(duration, period));
     let mut progress = Progress::new(duration);
     for request in traffic.requests(duration) {
@@ -147,7 +147,7 @@ pub fn run(args: SimulateArgs) -> Result<ExitCode, Failure> {
 
 fn describe(policy: &Policy) -> String {
     let kind = policy.algorithm.name();
-    let period = human(policy.period());
+    let period = policy.period_words();
     let text = match (policy.limit, policy.capacity, policy.rate, &policy.limits) {
         (_, _, _, Some(members)) => {
             let members: Vec<String> = members.iter().map(describe).collect();

@@ -119,16 +119,16 @@ export function describe(policy) {
   return words;
 }
 
-/** The longest a calendar's period lasts (a day of 25 hours; a week and a month holding one). */
-const LONGEST = { day: 25 * 3_600_000_000, week: 169 * 3_600_000_000, month: 745 * 3_600_000_000 };
+/** A calendar's usual day, week and month, which a chart bins by (24 hours, 7 days, 30 days). */
+const USUAL = { day: 86_400_000_000, week: 7 * 86_400_000_000, month: 30 * 86_400_000_000 };
 
 /**
  * The period the preview's bins fit, as the CLI's: the policy's period, a calendar's
- * longest, a composite's longest member's; null if there is none.
+ * usual one, a composite's longest member's; null if there is none.
  */
 export function periodOf(policy) {
   if (Array.isArray(policy.limits)) return Math.max(0, ...policy.limits.map((member) => periodOf(member) ?? 0)) || null;
-  return parseDuration(policy.period ?? "") ?? LONGEST[policy.calendar] ?? null;
+  return parseDuration(policy.period ?? "") ?? USUAL[policy.calendar] ?? null;
 }
 
 /** The sustained rate of a policy as [units, period ticks], for the chart's reference line. */
