@@ -24,12 +24,22 @@ fn get(con: &mut Connection, key: &str) -> Option<Vec<u8>> {
     redis::cmd("GET").arg(key).query(con).unwrap()
 }
 
-fn run(con: &mut Connection, line: &str) -> RedisResult<Vec<i64>> {
+/// The command whose words `line` gives.
+fn command(line: &str) -> redis::Cmd {
     let mut cmd = redis::cmd(line.split(' ').next().unwrap());
     for word in line.split(' ').skip(1) {
         cmd.arg(word);
     }
-    cmd.query(con)
+    cmd
+}
+
+fn run(con: &mut Connection, line: &str) -> RedisResult<Vec<i64>> {
+    command(line).query(con)
+}
+
+/// Sends `line`, any reply but an error taken.
+fn exec(con: &mut Connection, line: &str) {
+    command(line).exec(con).expect(line);
 }
 
 fn error(con: &mut Connection, line: &str) -> String {
@@ -140,16 +150,8 @@ fn module_and_script_share_keys_at_the_server_time() {
 fn foreign_and_corrupt_keys_are_refused_by_every_command_and_kept() {
     let server = common::server(&[]);
     let mut con = server.connection();
-    let _: () = redis::cmd("RPUSH")
-        .arg("list")
-        .arg("x")
-        .query(&mut con)
-        .unwrap();
-    let _: () = redis::cmd("SET")
-        .arg("junk")
-        .arg("garbage")
-        .query(&mut con)
-        .unwrap();
+    exec(&mut con, "RPUSH list x");
+    exec(&mut con, "SET junk garbage");
     let window = FixedWindow::new(2, 1000).unwrap();
     let reason = window.decode(b"garbage").unwrap_err().to_string();
     for (key, expected) in [
@@ -201,18 +203,14 @@ fn peek_writes_nothing_and_reset_deletes_only_valid_states() {
     .unwrap();
     assert!(get(&mut con, "{p}:0").is_some() && get(&mut con, "{p}:1").is_some());
     // One member's key corrupt: nothing is deleted.
-    let _: () = redis::cmd("SET")
-        .arg("{p}:1")
-        .arg("x")
-        .query(&mut con)
-        .unwrap();
+    exec(&mut con, "SET {p}:1 x");
     assert!(error(
         &mut con,
         &format!("SLUICEGATE.RESET 2 {{p}}:0 {{p}}:1 {words}")
     )
     .contains("corrupt"));
     assert!(get(&mut con, "{p}:0").is_some());
-    let _: () = redis::cmd("DEL").arg("{p}:1").query(&mut con).unwrap();
+    exec(&mut con, "DEL {p}:1");
     let deleted: i64 = redis::cmd("SLUICEGATE.RESET")
         .arg(2)
         .arg("{p}:0")
@@ -295,11 +293,7 @@ fn cl_throttle_reads_what_redis_cell_stored() {
     let mut con = server.connection();
     // redis-cell keeps the arrival time in decimal nanoseconds: here half a unit of water.
     let tat_ns = (time(&mut con) + SECOND) * 1000;
-    let _: () = redis::cmd("SET")
-        .arg("cell")
-        .arg(tat_ns.to_string())
-        .query(&mut con)
-        .unwrap();
+    exec(&mut con, &format!("SET cell {tat_ns}"));
     assert_eq!(
         run(&mut con, "CL.THROTTLE cell 15 30 60").unwrap(),
         [0, 16, 14, -1, 3]

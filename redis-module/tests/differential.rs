@@ -35,10 +35,11 @@ fn fresh_key() -> String {
 trait Words: LuaAlgorithm + Clone {
     /// The algorithm words, one algorithm per key.
     fn words(&self) -> Vec<String>;
-    /// The bytes each key should hold for a core state.
-    fn values(&self, state: Option<&Self::State>) -> Vec<Option<Vec<u8>>> {
-        vec![state.map(|s| self.encode_to_vec(s))]
-    }
+}
+
+/// The bytes each of `alg`'s keys should hold for a core state.
+fn values<A: LuaAlgorithm>(alg: &A, state: Option<&A::State>) -> Vec<Option<Vec<u8>>> {
+    common::stored::key_values(state.map(|s| alg.lua_encode(s)), alg.lua_keys())
 }
 
 fn strings(items: &[&dyn ToString]) -> Vec<String> {
@@ -92,18 +93,6 @@ impl<A: Words> Words for Ban<A> {
 impl<A: Words> Words for Composite<A> {
     fn words(&self) -> Vec<String> {
         self.members().iter().flat_map(Words::words).collect()
-    }
-
-    fn values(&self, state: Option<&Self::State>) -> Vec<Option<Vec<u8>>> {
-        self.members()
-            .iter()
-            .enumerate()
-            .map(|(i, m)| {
-                state
-                    .and_then(|s| s[i].as_ref())
-                    .map(|s| m.encode_to_vec(s))
-            })
-            .collect()
     }
 }
 
@@ -245,7 +234,7 @@ fn differential<A: Words>(
                 if step.script
                     && alg.lua_now_range(now).is_ok()
                     && wait.is_none()
-                    && within_scripts(&alg.values(state.as_ref()), now) =>
+                    && within_scripts(&values(&alg, state.as_ref()), now) =>
             {
                 let got = limiter
                     .check_request(
@@ -262,7 +251,7 @@ fn differential<A: Words>(
             }
         }
         state = new;
-        for (k, want) in keys.iter().zip(alg.values(state.as_ref())) {
+        for (k, want) in keys.iter().zip(values(&alg, state.as_ref())) {
             let (stored, ttl): (Option<Vec<u8>>, i64) = redis::pipe()
                 .cmd("GET")
                 .arg(k)

@@ -305,10 +305,7 @@ impl RedisLeases {
         con: &mut C,
         requests: &[LeaseRequest<'_>],
     ) -> Result<Vec<Result<Acquired, Error>>, Error> {
-        let replies = self.batch(con, Op::Acquire, requests)?;
-        let mut results: Vec<_> = (replies.into_iter())
-            .map(|r| r.and_then(acquired).map(one))
-            .collect();
+        let mut results = self.batch(con, Op::Acquire, requests, |r| acquired(r).map(one))?;
         let granted = |r: &Result<Acquired, Error>| matches!(r, Ok(a) if a.grant.is_some());
         if let (Some(durable), true) = (self.durable, results.iter().any(granted)) {
             let waited = block(durable.wait(&mut Blocking(&mut *con)));
@@ -334,21 +331,18 @@ impl RedisLeases {
         con: &mut C,
         requests: &[LeaseRequest<'_>],
     ) -> Result<Vec<Result<Grant, Error>>, Error> {
-        let replies = self.batch(con, Op::Release, requests)?;
-        Ok(replies
-            .into_iter()
-            .map(|r| r.and_then(held).map(first))
-            .collect())
+        self.batch(con, Op::Release, requests, |r| held(r).map(first))
     }
 
-    /// Sends the valid commands `op` makes of `requests` in one pipeline; a call the
-    /// server had no script for goes again alone, as `EVAL`.
-    fn batch<C: ConnectionLike>(
+    /// Sends the valid commands `op` makes of `requests` in one pipeline, each reply read
+    /// with `parse`; a call the server had no script for goes again alone, as `EVAL`.
+    fn batch<C: ConnectionLike, T>(
         &self,
         con: &mut C,
         op: Op,
         requests: &[LeaseRequest<'_>],
-    ) -> Result<Vec<Result<Value, Error>>, Error> {
+        parse: impl Fn(Value) -> Result<T, Error>,
+    ) -> Result<Vec<Result<T, Error>>, Error> {
         let calls: Vec<_> = requests
             .iter()
             .map(|request| (self.single(op, request), request.key))
@@ -389,7 +383,7 @@ impl RedisLeases {
                 },
                 Ok((Some(reply), _)) => Ok(reply),
             };
-            results.push(result);
+            results.push(result.and_then(&parse));
         }
         Ok(results)
     }

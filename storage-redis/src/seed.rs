@@ -8,7 +8,6 @@ use sluicegate_core::Ticks;
 use crate::call::{Call, Mode};
 use crate::error::Error;
 use crate::limiter::RedisLimiter;
-use crate::link::{block, Awaiting, Blocking, Link};
 use crate::lua::LuaAlgorithm;
 use crate::reply;
 
@@ -23,7 +22,7 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         key: &[u8],
         now: Option<Ticks>,
     ) -> Result<Option<(A::State, Ticks)>, Error> {
-        block(self.remove_state_on(&mut Blocking(con), key, now))
+        self.blocking(con, Call::of(Mode::Remove, key, 0, now), removed)
     }
 
     /// Asynchronous [`RedisLimiter::remove_state`].
@@ -33,31 +32,8 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         key: &[u8],
         now: Option<Ticks>,
     ) -> Result<Option<(A::State, Ticks)>, Error> {
-        self.remove_state_on(&mut Awaiting(con), key, now).await
-    }
-
-    /// [`RedisLimiter::remove_state`] over `link`.
-    async fn remove_state_on<L: Link>(
-        &self,
-        link: &mut L,
-        key: &[u8],
-        now: Option<Ticks>,
-    ) -> Result<Option<(A::State, Ticks)>, Error> {
         let call = Call::of(Mode::Remove, key, 0, now);
-        self.one(link, call, |algorithm, reply, call| {
-            let Value::Array(mut values) = reply else {
-                return Err(Error::Reply);
-            };
-            if values.is_empty() {
-                return Err(Error::Reply);
-            }
-            let now: Ticks = redis::from_redis_value(values.remove(0)).map_err(|_| Error::Reply)?;
-            let state = algorithm
-                .lua_decode(&reply::values(Value::Array(values))?)
-                .map_err(|e| reply::corrupt(call.key, e.to_string()))?;
-            Ok(state.map(|state| (state, now)))
-        })
-        .await
+        self.awaiting(con, call, removed).await
     }
 
     /// Gives `key` `state` where it holds none (none of its Redis keys exists), in one
@@ -73,7 +49,8 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         state: &A::State,
         now: Option<Ticks>,
     ) -> Result<bool, Error> {
-        block(self.seed_state_on(&mut Blocking(con), key, state, now))
+        let values = self.algorithm.lua_encode(state);
+        self.blocking(con, seed_call(key, &values, now), seeded)
     }
 
     /// Asynchronous [`RedisLimiter::seed_state`].
@@ -84,25 +61,39 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         state: &A::State,
         now: Option<Ticks>,
     ) -> Result<bool, Error> {
-        self.seed_state_on(&mut Awaiting(con), key, state, now)
-            .await
-    }
-
-    /// [`RedisLimiter::seed_state`] over `link`.
-    async fn seed_state_on<L: Link>(
-        &self,
-        link: &mut L,
-        key: &[u8],
-        state: &A::State,
-        now: Option<Ticks>,
-    ) -> Result<bool, Error> {
         let values = self.algorithm.lua_encode(state);
-        let call = Call::of(Mode::Seed, key, 0, now).with_values(&values);
-        self.one(link, call, |_, reply, _| {
-            redis::from_redis_value::<u8>(reply)
-                .map(|seeded| seeded == 1)
-                .map_err(|_| Error::Reply)
-        })
-        .await
+        let call = seed_call(key, &values, now);
+        self.awaiting(con, call, seeded).await
     }
+}
+
+/// The reply of a removal: the call's time, then the state's values.
+fn removed<A: LuaAlgorithm>(
+    algorithm: &A,
+    reply: Value,
+    call: &Call,
+) -> Result<Option<(A::State, Ticks)>, Error> {
+    let Value::Array(mut values) = reply else {
+        return Err(Error::Reply);
+    };
+    if values.is_empty() {
+        return Err(Error::Reply);
+    }
+    let now: Ticks = redis::from_redis_value(values.remove(0)).map_err(|_| Error::Reply)?;
+    let state = algorithm
+        .lua_decode(&reply::values(Value::Array(values))?)
+        .map_err(|e| reply::corrupt(call.key, e.to_string()))?;
+    Ok(state.map(|state| (state, now)))
+}
+
+/// The call seeding `key` with the encoded `values`.
+fn seed_call<'a>(key: &'a [u8], values: &'a [Vec<u8>], now: Option<Ticks>) -> Call<'a> {
+    Call::of(Mode::Seed, key, 0, now).with_values(values)
+}
+
+/// The reply of a seed: whether the key held nothing.
+fn seeded<A>(_: &A, reply: Value, _: &Call) -> Result<bool, Error> {
+    redis::from_redis_value::<u8>(reply)
+        .map(|seeded| seeded == 1)
+        .map_err(|_| Error::Reply)
 }

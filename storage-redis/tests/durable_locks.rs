@@ -122,18 +122,8 @@ fn a_grant_at_its_own_time_is_given_back_at_that_time() {
     );
     given_back(&mut con, "renew");
 
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let refused = runtime.block_on(async {
-        let mut con = server
-            .client()
-            .get_multiplexed_async_connection()
-            .await
-            .unwrap();
-        hasty.acquire_async(&mut con, &request).await
-    });
+    let (runtime, mut multiplexed) = server.multiplexed();
+    let refused = runtime.block_on(hasty.acquire_async(&mut multiplexed, &request));
     assert!(
         matches!(refused, Err(Error::NotReplicated { .. })),
         "{refused:?}"

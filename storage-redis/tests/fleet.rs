@@ -96,8 +96,17 @@ fn prefetch_run<A: FleetAlgorithm>(
     (start, admitted)
 }
 
-/// The units `admitted` (wall time and cost) in each aligned window of `period`.
-fn per_window(admitted: &[(Ticks, u64)], period: Ticks) -> std::collections::BTreeMap<Ticks, u64> {
+/// A [`prefetch_run`] of a window algorithm of `period`: the units admitted in each
+/// aligned window.
+fn per_window<A: FleetAlgorithm>(
+    server: &Server,
+    algorithm: A,
+    period: Ticks,
+    nodes: usize,
+    gap: u64,
+    run: Duration,
+) -> std::collections::BTreeMap<Ticks, u64> {
+    let (_, admitted) = prefetch_run(server, algorithm, nodes, gap, run);
     let mut per_window = std::collections::BTreeMap::new();
     for (at, cost) in admitted {
         *per_window.entry(at / period).or_insert(0) += cost;
@@ -112,14 +121,15 @@ fn prefetch_never_exceeds_a_window() {
     let (period, limit) = (100 * MILLISECOND, 60);
     // About 640 units a second against 600: windows fill near their end, when units
     // taken late must not be spent in the next window.
-    let (_, admitted) = prefetch_run(
+    let window = FixedWindow::new(limit, period).unwrap();
+    let per_window = per_window(
         &server,
-        FixedWindow::new(limit, period).unwrap(),
+        window,
+        period,
         4,
         50_000,
         Duration::from_millis(1500),
     );
-    let per_window = per_window(&admitted, period);
     let busiest = per_window.values().max().copied().unwrap_or(0);
     assert!(
         busiest <= limit,
@@ -159,14 +169,15 @@ fn prefetch_never_exceeds_a_bucket_or_a_sliding_counter() {
     );
 
     let (period, limit) = (100 * MILLISECOND, 50);
-    let (_, admitted) = prefetch_run(
+    let counter = SlidingCounter::new(limit, period).unwrap();
+    let per_window = per_window(
         &server,
-        SlidingCounter::new(limit, period).unwrap(),
+        counter,
+        period,
         3,
         30_000,
         Duration::from_millis(800),
     );
-    let per_window = per_window(&admitted, period);
     assert!(per_window.values().all(|&n| n <= limit), "{per_window:?}");
 }
 

@@ -13,7 +13,7 @@ use proptest::test_runner::TestRunner;
 use sluicegate_core::limits::MAX_PERIOD;
 use sluicegate_core::{
     Acquired, Concurrency, FixedWindow, Grant, LeaseError, LeaseRequest, LeaseState, ParamError,
-    Request, Ticks, SECOND,
+    Ticks, SECOND,
 };
 use sluicegate_redis::{Error, RedisLeases, RedisLimiter, Route, MAX_LUA_TICKS};
 
@@ -355,12 +355,7 @@ fn keys_of_other_kinds_are_refused_and_kept() {
     let server = Server::start();
     let mut con = server.connection();
     let window = RedisLimiter::new(FixedWindow::new(5, SECOND).unwrap()).unwrap();
-    assert!(
-        window
-            .check_request(&mut con, &Request::new(b"window").at(EPOCH))
-            .unwrap()
-            .allowed
-    );
+    assert!(common::allowed_at(&window, &mut con, b"window", EPOCH));
     let () = redis::cmd("RPUSH")
         .arg("list")
         .arg("x")

@@ -208,37 +208,17 @@ fn lock_child() {
 fn exclusive(connect: &(dyn Fn() -> redis::Connection + Sync), pid: u32) -> u64 {
     let lock = RedisLeases::new(Concurrency::lock());
     let counter = FencedResource::new("counter");
-    std::thread::scope(|scope| {
-        let threads: Vec<_> = (0..THREADS)
-            .map(|t| {
-                let (lock, counter) = (&lock, &counter);
-                scope.spawn(move || {
-                    let mut con = connect();
-                    let owner = format!("{pid}-{t}");
-                    let mut stale = 0;
-                    for _ in 0..ROUNDS {
-                        let token = wait_for(&mut con, lock, b"lock", &owner, 5 * SECOND);
-                        let value = counter.read(&mut con).unwrap().map_or(0, |(_, v)| {
-                            String::from_utf8(v).unwrap().parse::<u64>().unwrap()
-                        });
-                        match counter.write(&mut con, token, (value + 1).to_string().as_bytes()) {
-                            Ok(()) => {}
-                            Err(Error::Stale { .. }) => stale += 1,
-                            Err(e) => panic!("{e}"),
-                        }
-                        let _freed = lock
-                            .release(
-                                &mut con,
-                                &LeaseRequest::new(b"lock").owner(owner.as_bytes()),
-                            )
-                            .unwrap();
-                    }
-                    stale
-                })
-            })
-            .collect();
-        threads.into_iter().map(|t| t.join().unwrap()).sum()
-    })
+    let stale = each_round(connect, pid, &lock, b"lock", |con, token| {
+        let value = counter.read(con).unwrap().map_or(0, |(_, v)| {
+            String::from_utf8(v).unwrap().parse::<u64>().unwrap()
+        });
+        match counter.write(con, token, (value + 1).to_string().as_bytes()) {
+            Ok(()) => 0,
+            Err(Error::Stale { .. }) => 1,
+            Err(e) => panic!("{e}"),
+        }
+    });
+    stale.into_iter().sum()
 }
 
 /// Takes one of three leases, counts itself in flight (a shared Redis counter checked
@@ -246,37 +226,46 @@ fn exclusive(connect: &(dyn Fn() -> redis::Connection + Sync), pid: u32) -> u64 
 /// most in flight any entry saw.
 fn limited(connect: &(dyn Fn() -> redis::Connection + Sync), pid: u32) -> u64 {
     let leases = RedisLeases::new(Concurrency::new(3).unwrap());
+    let in_flight = each_round(connect, pid, &leases, b"pool", |con, _| {
+        let in_flight: u64 = redis::cmd("INCR").arg("in_flight").query(con).unwrap();
+        sleep(Duration::from_micros(500));
+        let _: i64 = redis::cmd("DECR").arg("in_flight").query(con).unwrap();
+        in_flight
+    });
+    in_flight.into_iter().max().unwrap_or(0)
+}
+
+/// Runs `work` with a lease of `leases` on `key` held (and its token), `ROUNDS` times
+/// in each of `THREADS` threads, each its own owner on its own connection; returns
+/// what every run returned.
+fn each_round<T: Send>(
+    connect: &(dyn Fn() -> redis::Connection + Sync),
+    pid: u32,
+    leases: &RedisLeases,
+    key: &[u8],
+    work: impl Fn(&mut redis::Connection, u64) -> T + Sync,
+) -> Vec<T> {
     std::thread::scope(|scope| {
         let threads: Vec<_> = (0..THREADS)
             .map(|t| {
-                let leases = &leases;
+                let work = &work;
                 scope.spawn(move || {
                     let mut con = connect();
                     let owner = format!("{pid}-{t}");
-                    let mut most = 0;
+                    let release = LeaseRequest::new(key).owner(owner.as_bytes());
+                    let mut results = Vec::new();
                     for _ in 0..ROUNDS {
-                        wait_for(&mut con, leases, b"pool", &owner, 5 * SECOND);
-                        let in_flight: u64 =
-                            redis::cmd("INCR").arg("in_flight").query(&mut con).unwrap();
-                        most = most.max(in_flight);
-                        sleep(Duration::from_micros(500));
-                        let _: i64 = redis::cmd("DECR").arg("in_flight").query(&mut con).unwrap();
-                        let _freed = leases
-                            .release(
-                                &mut con,
-                                &LeaseRequest::new(b"pool").owner(owner.as_bytes()),
-                            )
-                            .unwrap();
+                        let token = wait_for(&mut con, leases, key, &owner, 5 * SECOND);
+                        results.push(work(&mut con, token));
+                        let _freed = leases.release(&mut con, &release).unwrap();
                     }
-                    most
+                    results
                 })
             })
             .collect();
-        threads
-            .into_iter()
-            .map(|t| t.join().unwrap())
-            .max()
-            .unwrap_or(0)
+        (threads.into_iter())
+            .flat_map(|t| t.join().unwrap())
+            .collect()
     })
 }
 
@@ -318,36 +307,21 @@ fn a_restarted_lock_server_grants_larger_tokens_and_stale_writes_stay_refused() 
     );
     let lock = RedisLeases::new(Concurrency::lock());
     let resource = FencedResource::new("resource");
-    let old = lock
-        .acquire(
-            &mut con,
-            &LeaseRequest::new(b"lock").owner(b"old").ttl(10 * SECOND),
-        )
-        .unwrap();
+    let by = |owner: &'static [u8]| LeaseRequest::new(b"lock").owner(owner).ttl(10 * SECOND);
+    let old = lock.acquire(&mut con, &by(b"old")).unwrap();
     let old = old.grant.unwrap().token;
     resource.write(&mut data, old, b"old").unwrap();
     locks.kill();
-    let down = lock.acquire(
-        &mut con,
-        &LeaseRequest::new(b"lock").owner(b"new").ttl(10 * SECOND),
-    );
+    let down = lock.acquire(&mut con, &by(b"new"));
     assert!(matches!(down, Err(ref e) if e.is_unavailable()), "{down:?}");
     locks.restart();
     // The restarted server forgot the lease: the old holder learns it on renewal...
     assert!(matches!(
-        lock.renew(
-            &mut con,
-            &LeaseRequest::new(b"lock").owner(b"old").ttl(10 * SECOND)
-        ),
+        lock.renew(&mut con, &by(b"old")),
         Err(Error::Lease(sluicegate_core::LeaseError::NotHeld))
     ));
     // ...and a new holder's token is still larger.
-    let new = lock
-        .acquire(
-            &mut con,
-            &LeaseRequest::new(b"lock").owner(b"new").ttl(10 * SECOND),
-        )
-        .unwrap();
+    let new = lock.acquire(&mut con, &by(b"new")).unwrap();
     let new = new.grant.unwrap().token;
     assert!(new > old, "{new} after {old}");
     resource.write(&mut data, new, b"new").unwrap();

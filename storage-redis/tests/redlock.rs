@@ -7,7 +7,7 @@ use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use sluicegate_core::{LeaseRequest, Ticks, MILLISECOND, SECOND};
-use sluicegate_redis::{Error, FencedResource, Redlock};
+use sluicegate_redis::{Error, FencedResource, Redlock, RedlockGrant};
 
 use common::Server;
 
@@ -38,6 +38,28 @@ fn free_on(lock: &Redlock, server: &Server, owner: &[u8]) -> bool {
         );
     }
     acquired.grant.is_some()
+}
+
+/// `owner` takes the lock on the server of `con` alone, as a contender would.
+fn holds_one(lock: &Redlock, con: &mut redis::Connection, owner: &[u8], ttl: Ticks) {
+    let held = lock
+        .leases()
+        .acquire(con, &LeaseRequest::new(b"job").owner(owner).ttl(ttl));
+    assert!(held.unwrap().grant.is_some());
+}
+
+/// The lock granted to `owner` by a majority without server `missing`.
+fn granted_without(
+    lock: &Redlock,
+    cons: &mut [redis::Connection],
+    owner: &[u8],
+    ttl: Ticks,
+    missing: usize,
+) -> RedlockGrant {
+    let request = LeaseRequest::new(b"job").owner(owner).ttl(ttl);
+    let grant = lock.acquire(cons, &request).unwrap().unwrap();
+    assert_eq!(grant.tokens[missing], None);
+    grant
 }
 
 #[test]
@@ -135,16 +157,8 @@ fn a_split_vote_gives_no_one_the_lock_and_keeps_nothing() {
     let servers = servers();
     let lock = Redlock::new("lock:");
     // Two contenders each hold one server, as when their calls interleave.
-    let held = lock.leases().acquire(
-        &mut servers[0].connection(),
-        &LeaseRequest::new(b"job").owner(b"x").ttl(TTL),
-    );
-    assert!(held.unwrap().grant.is_some());
-    let held = lock.leases().acquire(
-        &mut servers[1].connection(),
-        &LeaseRequest::new(b"job").owner(b"y").ttl(TTL),
-    );
-    assert!(held.unwrap().grant.is_some());
+    holds_one(&lock, &mut servers[0].connection(), b"x", TTL);
+    holds_one(&lock, &mut servers[1].connection(), b"y", TTL);
 
     let mut cons = connections(&servers);
     assert_eq!(
@@ -193,31 +207,16 @@ fn an_expired_holders_write_is_refused_by_the_shared_servers_token() {
     // x holds server 2, so a's majority is servers 0 and 1.
     let ttl = 200 * MILLISECOND;
     let mut side = servers[2].connection();
-    let held = lock
-        .leases()
-        .acquire(&mut side, &LeaseRequest::new(b"job").owner(b"x").ttl(ttl));
-    assert!(held.unwrap().grant.is_some());
-    let a = lock
-        .acquire(&mut cons, &LeaseRequest::new(b"job").owner(b"a").ttl(ttl))
-        .unwrap()
-        .unwrap();
-    assert_eq!(a.tokens[2], None);
+    holds_one(&lock, &mut side, b"x", ttl);
+    let a = granted_without(&lock, &mut cons, b"a", ttl, 2);
 
     // a pauses past its ttl; x moves from server 2 to server 0, so b gets 1 and 2.
     sleep(Duration::from_micros(ttl + 50 * MILLISECOND));
     lock.leases()
         .release(&mut side, &LeaseRequest::new(b"job").owner(b"x"))
         .ok();
-    let held = lock.leases().acquire(
-        &mut servers[0].connection(),
-        &LeaseRequest::new(b"job").owner(b"x").ttl(TTL),
-    );
-    assert!(held.unwrap().grant.is_some());
-    let b = lock
-        .acquire(&mut cons, &LeaseRequest::new(b"job").owner(b"b").ttl(TTL))
-        .unwrap()
-        .unwrap();
-    assert_eq!(b.tokens[0], None);
+    holds_one(&lock, &mut servers[0].connection(), b"x", TTL);
+    let b = granted_without(&lock, &mut cons, b"b", TTL, 0);
 
     resource.write_redlock(&mut store, &b, b"b").unwrap();
     match resource.write_redlock(&mut store, &a, b"a") {

@@ -7,7 +7,7 @@ mod common;
 
 use redis::Value;
 use sluicegate_core::{Concurrency, FixedWindow, LeaseRequest, Request, TokenBucket, SECOND};
-use sluicegate_redis::{library_name, Error, RedisLeases, RedisLimiter, Route};
+use sluicegate_redis::{library_name, Error, LuaAlgorithm, RedisLeases, RedisLimiter, Route};
 
 use common::Server;
 
@@ -18,6 +18,32 @@ fn bucket() -> RedisLimiter<TokenBucket> {
 fn libraries(con: &mut redis::Connection) -> String {
     let list: Value = redis::cmd("FUNCTION").arg("LIST").query(con).unwrap();
     format!("{list:?}")
+}
+
+/// A bucket whose calls take `route`, chosen.
+fn bucket_on(route: Route) -> RedisLimiter<TokenBucket> {
+    let limiter = bucket().with_route(route).unwrap();
+    assert_eq!(limiter.route(), Some(route));
+    limiter
+}
+
+/// Whether each request on `keys`, checked in one batch, was allowed.
+fn batch_allowed<A: LuaAlgorithm>(
+    limiter: &RedisLimiter<A>,
+    con: &mut redis::Connection,
+    keys: &[&str],
+) -> Vec<bool> {
+    let requests: Vec<Request> = keys.iter().map(Request::new).collect();
+    let batch = limiter.check_batch(con, &requests).unwrap();
+    batch.into_iter().map(|d| d.unwrap().allowed).collect()
+}
+
+/// A lock whose lease on `l` was just granted to `a`.
+fn lock_held(con: &mut redis::Connection) -> RedisLeases {
+    let leases = RedisLeases::new(Concurrency::lock());
+    let held = leases.acquire(con, &LeaseRequest::new(b"l").owner(b"a").ttl(SECOND));
+    assert!(held.unwrap().decision.allowed);
+    leases
 }
 
 fn cached(con: &mut redis::Connection, sha1: &str) -> bool {
@@ -47,22 +73,12 @@ fn the_library_is_loaded_on_first_use_and_again_when_flushed() {
     assert!(d.allowed && d.remaining == 0);
     let () = redis::cmd("FUNCTION").arg("FLUSH").query(&mut con).unwrap();
     // In a pipeline: every call goes again alone once the library is back.
-    let batch = limiter
-        .check_batch(&mut con, &["k", "j", "j"].map(Request::new))
-        .unwrap();
-    let allowed: Vec<bool> = batch.into_iter().map(|d| d.unwrap().allowed).collect();
+    let allowed = batch_allowed(&limiter, &mut con, &["k", "j", "j"]);
     assert_eq!(allowed, [false, true, true]);
     assert!(limiter.state(&mut con, b"j").unwrap().is_some());
 
-    let leases = RedisLeases::new(Concurrency::lock());
     let () = redis::cmd("FUNCTION").arg("FLUSH").query(&mut con).unwrap();
-    assert!(
-        leases
-            .acquire(&mut con, &LeaseRequest::new(b"l").owner(b"a").ttl(SECOND))
-            .unwrap()
-            .decision
-            .allowed
-    );
+    let leases = lock_held(&mut con);
     assert_eq!(leases.route(), Some(Route::Functions));
     assert!(leases.state(&mut con, b"l").unwrap().is_some());
     let sha1 = redis::Script::new(leases.script()).get_hash().to_owned();
@@ -111,22 +127,14 @@ fn a_server_refusing_function_falls_back_to_scripts() {
 
     // A fresh limiter's first calls in a pipeline fall back too.
     let window = RedisLimiter::new(FixedWindow::new(1, SECOND).unwrap()).unwrap();
-    let batch = window
-        .check_batch(&mut con, &["w", "w"].map(Request::new))
-        .unwrap();
-    let allowed: Vec<bool> = batch.into_iter().map(|d| d.unwrap().allowed).collect();
-    assert_eq!(allowed, [true, false]);
+    assert_eq!(batch_allowed(&window, &mut con, &["w", "w"]), [true, false]);
     assert_eq!(window.route(), Some(Route::Scripts));
 
-    let leases = RedisLeases::new(Concurrency::lock());
-    let got = leases
-        .acquire(&mut con, &LeaseRequest::new(b"l").owner(b"a").ttl(SECOND))
-        .unwrap();
-    assert!(got.decision.allowed);
+    let leases = lock_held(&mut con);
     assert_eq!(leases.route(), Some(Route::Scripts));
 
     // Chosen, the library route reports the refusal instead of falling back.
-    let forced = bucket().with_route(Route::Functions).unwrap();
+    let forced = bucket_on(Route::Functions);
     assert!(matches!(
         forced.check(&mut con, b"f", 1),
         Err(Error::Redis(_))
@@ -138,8 +146,7 @@ fn a_server_refusing_function_falls_back_to_scripts() {
 fn scripts_can_be_chosen_where_the_library_is_offered() {
     let server = Server::start();
     let mut con = server.connection();
-    let limiter = bucket().with_route(Route::Scripts).unwrap();
-    assert_eq!(limiter.route(), Some(Route::Scripts));
+    let limiter = bucket_on(Route::Scripts);
     assert!(limiter.check(&mut con, b"k", 1).unwrap().allowed);
     assert!(!libraries(&mut con).contains(library_name()));
     let sha1 = redis::Script::new(limiter.script()).get_hash().to_owned();
@@ -154,16 +161,9 @@ fn the_module_is_detected_and_taken_when_loaded() {
     assert_eq!(limiter.route(), None);
     assert!(limiter.check(&mut con, b"k", 1).unwrap().allowed);
     assert_eq!(limiter.route(), Some(Route::Module));
-    let batch = limiter
-        .check_batch(&mut con, &["k", "k", "j"].map(Request::new))
-        .unwrap();
-    let allowed: Vec<bool> = batch.into_iter().map(|d| d.unwrap().allowed).collect();
+    let allowed = batch_allowed(&limiter, &mut con, &["k", "k", "j"]);
     assert_eq!(allowed, [true, false, true]);
-    let leases = RedisLeases::new(Concurrency::lock());
-    let held = leases
-        .acquire(&mut con, &LeaseRequest::new(b"l").owner(b"a").ttl(SECOND))
-        .unwrap();
-    assert!(held.decision.allowed);
+    let leases = lock_held(&mut con);
     assert_eq!(leases.route(), Some(Route::Module));
     let _freed = leases
         .release(&mut con, &LeaseRequest::new(b"l").owner(b"a"))
@@ -183,8 +183,7 @@ fn the_module_is_detected_and_taken_when_loaded() {
 fn the_module_chosen_without_it_is_an_error() {
     let server = Server::start();
     let mut con = server.connection();
-    let limiter = bucket().with_route(Route::Module).unwrap();
-    assert_eq!(limiter.route(), Some(Route::Module));
+    let limiter = bucket_on(Route::Module);
     assert!(limiter.check(&mut con, b"k", 1).is_err());
     let leases = RedisLeases::new(Concurrency::lock())
         .with_route(Route::Module)
@@ -200,11 +199,7 @@ fn the_module_chosen_without_it_is_an_error() {
 #[tokio::test]
 async fn the_async_client_detects_and_takes_the_module() {
     let server = Server::start_with_module(false);
-    let mut con = server
-        .client()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut con = common::connect_multiplexed(&server).await;
     let limiter = bucket();
     let mut allowed = Vec::new();
     for _ in 0..3 {

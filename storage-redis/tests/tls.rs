@@ -14,9 +14,12 @@ fn limiter() -> RedisLimiter<TokenBucket> {
     RedisLimiter::new(TokenBucket::new(5, 2, SECOND).unwrap()).unwrap()
 }
 
-/// A trace of (gap, cost) mixing admissions and denials.
+/// A trace of (time, cost) from `EPOCH` on, mixing admissions and denials.
 fn trace() -> impl Iterator<Item = (u64, u64)> {
-    (0..60u64).map(|i| ((i * 7919) % 700_000, 1 + i % 3))
+    (0..60u64).scan(EPOCH, |now, i| {
+        *now += (i * 7919) % 700_000;
+        Some((*now, 1 + i % 3))
+    })
 }
 
 #[test]
@@ -25,9 +28,7 @@ fn decisions_over_tls_equal_those_over_plain_tcp() {
     let limiter = limiter();
     let mut tls = Reconnecting::new(common::tls_client(&server));
     let mut plain = Reconnecting::new(server.client());
-    let mut now = EPOCH;
-    for (gap, cost) in trace() {
-        now += gap;
+    for (now, cost) in trace() {
         let over_tls = limiter
             .check_request(&mut tls, &Request::new(b"tls").cost(cost).at(now))
             .unwrap();
@@ -52,9 +53,7 @@ async fn the_async_connection_speaks_tls() {
     let limiter = limiter();
     let mut tls = connect_async(common::tls_client(&server), DEFAULT_TIMEOUT).unwrap();
     let mut plain = Reconnecting::new(server.client());
-    let mut now = EPOCH;
-    for (gap, cost) in trace() {
-        now += gap;
+    for (now, cost) in trace() {
         let over_tls = limiter
             .check_request_async(&mut tls, &Request::new(b"tls").cost(cost).at(now))
             .await;

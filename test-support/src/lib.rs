@@ -2,13 +2,14 @@
 //! (killed when dropped), with TLS, the native module or as a three-node cluster; an etcd; the
 //! module's build; child test processes; proptest runs against one server; sled
 //! databases reopened in one process; the contract's operations drawn at random; an OTLP
-//! trace receiver.
+//! trace receiver; the values a state's Redis keys should hold.
 #![allow(missing_debug_implementations)]
 
 pub mod etcd;
 pub mod ops;
 pub mod otlp;
 pub mod sentinel;
+pub mod stored;
 
 use proptest::strategy::Strategy;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};

@@ -57,7 +57,7 @@ fn ban_checks<A: LuaAlgorithm + Clone + std::fmt::Debug>(
         params,
         |server, (((alg, _, _), threshold, window, duration), steps)| {
             let alg = Ban::new(alg, threshold, window, duration).unwrap();
-            differential(server, alg, &steps, one_key, checked())
+            differential(server, alg, &steps, checked())
         },
     );
 }
@@ -117,7 +117,7 @@ fn ban_thresholds_beyond_doubles() {
                 start,
                 steps: steps.clone(),
             };
-            differential(&server, alg, &trace, one_key, checked()).unwrap();
+            differential(&server, alg, &trace, checked()).unwrap();
         }
     }
 }

@@ -17,7 +17,6 @@ fn bucket_reserves<A: LuaAlgorithm + Reserve + Clone, E: std::fmt::Debug>(
                 server,
                 new(capacity, rate, period).unwrap(),
                 &steps,
-                one_key,
                 reserved(),
             )
         },

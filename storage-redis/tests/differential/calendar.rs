@@ -58,7 +58,7 @@ fn calendar_window() {
                 .with_overdraft(over)
                 .unwrap();
             let at = |now: Ticks| -> CalendarWindowAt { window.during(periods.at(now)) };
-            differential_at(server, &at, &steps, one_key, reporting())
+            differential_at(server, &at, &steps, reporting())
         },
     );
 }

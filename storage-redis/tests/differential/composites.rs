@@ -14,7 +14,7 @@ fn composite_windows() {
                 .map(|&(l, p)| SlidingCounter::new(l, p).unwrap())
                 .collect();
             let alg = Composite::new(members).unwrap();
-            differential(server, alg, &steps, member_keys, checked())
+            differential(server, alg, &steps, checked())
         },
     );
 }
@@ -31,7 +31,7 @@ fn composite_pacing() {
                 .map(|&(c, r, p)| Pacing::new(c, r, p).unwrap())
                 .collect();
             let alg = Composite::new(members).unwrap();
-            differential(server, alg, &steps, member_keys, reserved())
+            differential(server, alg, &steps, reserved())
         },
     );
 }

@@ -33,6 +33,7 @@ use sluicegate_redis::{
     Error, LuaAlgorithm, RedisLimiter, Route, MAX_LUA_LIMIT, MAX_LUA_LOG_LIMIT, MAX_LUA_TICKS,
 };
 
+use common::stored::key_values;
 use common::strategy::{adjustment, cost, gap, limit, overdraft};
 use common::Server;
 
@@ -118,25 +119,8 @@ fn period() -> impl Strategy<Value = Ticks> {
 }
 
 /// The bytes each of an algorithm's keys should hold for a core state.
-type Expected<A> = fn(&A, Option<&<A as Algorithm>::State>) -> Vec<Option<Vec<u8>>>;
-
-fn one_key<A: Algorithm>(alg: &A, state: Option<&A::State>) -> Vec<Option<Vec<u8>>> {
-    vec![state.map(|s| alg.encode_to_vec(s))]
-}
-
-fn member_keys<A: Algorithm>(
-    alg: &Composite<A>,
-    state: Option<&Vec<Option<A::State>>>,
-) -> Vec<Option<Vec<u8>>> {
-    alg.members()
-        .iter()
-        .enumerate()
-        .map(|(i, m)| {
-            state
-                .and_then(|s| s[i].as_ref())
-                .map(|s| m.encode_to_vec(s))
-        })
-        .collect()
+fn expected<A: LuaAlgorithm>(alg: &A, state: Option<&A::State>) -> Vec<Option<Vec<u8>>> {
+    key_values(state.map(|s| alg.lua_encode(s)), alg.lua_keys())
 }
 
 /// What a step got: a decision, or a report's answer.
@@ -222,16 +206,14 @@ type Decide<A> = fn(
 type RedisDecide<A> =
     fn(&RedisLimiter<A>, &mut redis::Connection, &[u8], Ticks, &Step) -> Result<Answer, Error>;
 
-/// Runs `steps` through the core (`decide`) and Redis (`redis`) side by side;
-/// `expected` the bytes stored.
+/// Runs `steps` through the core (`decide`) and Redis (`redis`) side by side.
 fn differential<A: LuaAlgorithm + Clone>(
     server: &Server,
     alg: A,
     trace: &Trace,
-    expected: Expected<A>,
     checks: (Decide<A>, RedisDecide<A>),
 ) -> Result<(), TestCaseError> {
-    differential_at(server, &|_| alg.clone(), trace, expected, checks)
+    differential_at(server, &|_| alg.clone(), trace, checks)
 }
 
 /// [`differential`] with the algorithm of each step's time given by `at` (a calendar
@@ -240,7 +222,6 @@ fn differential_at<A: LuaAlgorithm + Clone>(
     server: &Server,
     at: &dyn Fn(Ticks) -> A,
     trace: &Trace,
-    expected: Expected<A>,
     (decide, redis): (Decide<A>, RedisDecide<A>),
 ) -> Result<(), TestCaseError> {
     for route in [Route::Module, Route::Functions, Route::Scripts] {
@@ -252,7 +233,7 @@ fn differential_at<A: LuaAlgorithm + Clone>(
                 .with_route(route)
                 .expect("a route the client speaks")
         };
-        let taken = run_trace(server, at, limiter, trace, expected, decide, redis)?;
+        let taken = run_trace(server, at, limiter, trace, decide, redis)?;
         prop_assert_eq!(taken, Some(route));
     }
     Ok(())
@@ -265,7 +246,6 @@ fn run_trace<A: LuaAlgorithm + Clone>(
     at: &dyn Fn(Ticks) -> A,
     limiter: impl Fn(&A) -> RedisLimiter<A>,
     trace: &Trace,
-    expected: Expected<A>,
     decide: Decide<A>,
     redis: RedisDecide<A>,
 ) -> Result<Option<Route>, TestCaseError> {

@@ -18,7 +18,7 @@ fn window_reports<A: LuaAlgorithm + Report + Clone>(
     });
     cases(
         with_reports(params, |&(l, p, _, _)| (p, l)),
-        |server, (params, steps)| differential(server, new(params), &steps, one_key, reporting()),
+        |server, (params, steps)| differential(server, new(params), &steps, reporting()),
     );
 }
 
@@ -104,7 +104,7 @@ fn reporting_shape(alg: &AnyAlgorithm) -> (Ticks, u64) {
 fn report_buckets() {
     cases(
         with_reports(reporting_params(2..4), reporting_shape),
-        |server, (alg, steps)| differential(server, alg, &steps, one_key, reporting()),
+        |server, (alg, steps)| differential(server, alg, &steps, reporting()),
     );
 }
 
@@ -116,7 +116,7 @@ fn report_composite() {
         }),
         |server, (members, steps)| {
             let alg = Composite::new(members).unwrap();
-            differential(server, alg, &steps, member_keys, reporting())
+            differential(server, alg, &steps, reporting())
         },
     );
 }

@@ -11,7 +11,7 @@ fn fixed_window() {
             if counting {
                 alg = alg.counting_denied();
             }
-            differential(server, alg, &steps, one_key, checked())
+            differential(server, alg, &steps, checked())
         },
     );
 }
@@ -25,13 +25,7 @@ fn window_checks<A: LuaAlgorithm + Clone, E: std::fmt::Debug>(
     cases(
         with_steps((limits, period()), |&(l, p)| (p, l)),
         |server, ((limit, period), steps)| {
-            differential(
-                server,
-                new(limit, period).unwrap(),
-                &steps,
-                one_key,
-                checked(),
-            )
+            differential(server, new(limit, period).unwrap(), &steps, checked())
         },
     );
 }

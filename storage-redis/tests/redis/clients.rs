@@ -38,11 +38,7 @@ fn batches_decide_every_request_in_one_round_trip() {
 #[tokio::test]
 async fn the_async_client_decides_like_the_sync_one() {
     let server = Server::start();
-    let mut con = server
-        .client()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut con = common::connect_multiplexed(&server).await;
     let limiter = RedisLimiter::new(TokenBucket::new(2, 1, SECOND).unwrap()).unwrap();
     let mut allowed = Vec::new();
     for _ in 0..3 {
@@ -93,12 +89,7 @@ fn a_cluster_takes_composites_and_batches_without_crossslot() {
     for user in 0..20 {
         let key = format!("user:{user}").into_bytes();
         let allowed: Vec<bool> = (0..4)
-            .map(|_| {
-                composite
-                    .check_request(&mut con, &Request::new(&key).at(NOW))
-                    .unwrap()
-                    .allowed
-            })
+            .map(|_| common::allowed_at(&composite, &mut con, &key, NOW))
             .collect();
         assert_eq!(allowed, [true, true, true, false], "user {user}");
     }

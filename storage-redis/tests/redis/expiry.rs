@@ -49,12 +49,7 @@ fn explicit_time_state_outlives_real_time() {
     let server = Server::start();
     let mut con = server.connection();
     let limiter = RedisLimiter::new(FixedWindow::new(1, MILLISECOND).unwrap()).unwrap();
-    assert!(
-        limiter
-            .check_request(&mut con, &Request::new(b"a").at(0))
-            .unwrap()
-            .allowed
-    );
+    assert!(common::allowed_at(&limiter, &mut con, b"a", 0));
     assert_eq!(pttl(&mut con, b"a"), -1, "no expiry");
     sleep(Duration::from_millis(200));
     let later = limiter
@@ -139,12 +134,7 @@ fn purge_deletes_the_prefix_states_and_nothing_else() {
     let other = RedisLimiter::new(TokenBucket::new(5, 1, SECOND).unwrap())
         .unwrap()
         .with_prefix(prefix);
-    assert!(
-        other
-            .check_request(&mut con, &Request::new(b"bucket").at(NOW))
-            .unwrap()
-            .allowed
-    );
+    assert!(common::allowed_at(&other, &mut con, b"bucket", NOW));
     let keep = [
         format!("{prefix}plain"),
         format!("{prefix}list"),

@@ -258,18 +258,8 @@ fn reconnecting_authenticates_and_selects_the_database() {
     let url = format!("redis://:s3cret@127.0.0.1:{}/2", server.port);
     let mut con = Reconnecting::new(redis::Client::open(url).unwrap());
     let limiter = RedisLimiter::new(FixedWindow::new(1, SECOND).unwrap()).unwrap();
-    assert!(
-        limiter
-            .check_request(&mut con, &Request::new(b"k").at(NOW))
-            .unwrap()
-            .allowed
-    );
-    assert!(
-        !limiter
-            .check_request(&mut con, &Request::new(b"k").at(NOW))
-            .unwrap()
-            .allowed
-    );
+    assert!(common::allowed_at(&limiter, &mut con, b"k", NOW));
+    assert!(!common::allowed_at(&limiter, &mut con, b"k", NOW));
     let direct = format!("redis://:s3cret@127.0.0.1:{}/2", server.port);
     let mut direct = redis::Client::open(direct)
         .unwrap()

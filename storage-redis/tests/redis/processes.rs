@@ -74,12 +74,7 @@ where
                 scope.spawn(|| {
                     let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
                     (0..20)
-                        .filter(|_| {
-                            limiter
-                                .check_request(&mut con, &Request::new(b"hot").at(NOW))
-                                .unwrap()
-                                .allowed
-                        })
+                        .filter(|_| common::allowed_at(&limiter, &mut con, b"hot", NOW))
                         .count() as u64
                 })
             })

@@ -179,11 +179,7 @@ fn a_composite_is_seeded_whole() {
 #[tokio::test]
 async fn the_async_calls_move_states_as_the_sync_ones() {
     let server = Server::start();
-    let mut con = server
-        .client()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut con = common::connect_multiplexed(&server).await;
     let limiter = any(TokenBucket::new(3, 3, MINUTE).unwrap());
     let (_, state) = limiter.algorithm().decide(None, NOW, 2);
     let state = state.unwrap();
