@@ -113,6 +113,27 @@ impl LeaseState {
             .position(|lease| lease.owner == owner && lease.expires_at > now)
     }
 
+    /// Applies `change` to `owner`'s lease unexpired at `now`, drops it if that leaves it
+    /// no holds, then reclaims the expired ones: the lease as changed, or
+    /// [`LeaseError::NotHeld`] with the state untouched.
+    fn change_held(
+        &mut self,
+        now: Ticks,
+        owner: &[u8],
+        change: impl FnOnce(&mut Lease, Ticks),
+    ) -> Result<Grant, LeaseError> {
+        let now = now.min(MAX_TICKS);
+        let i = self.live_position(owner, now).ok_or(LeaseError::NotHeld)?;
+        let lease = &mut self.leases[i];
+        change(lease, now);
+        let grant = grant_of(lease);
+        if lease.holds == 0 {
+            self.leases.remove(i);
+        }
+        self.reclaim(now);
+        Ok(grant)
+    }
+
     /// The number of leases unexpired at `now`.
     fn live(&self, now: Ticks) -> usize {
         self.leases.iter().filter(|l| l.expires_at > now).count()
@@ -344,16 +365,7 @@ impl Concurrency {
         owner: &[u8],
     ) -> Result<Grant, LeaseError> {
         check_owner(owner)?;
-        let now = now.min(MAX_TICKS);
-        let i = state.live_position(owner, now).ok_or(LeaseError::NotHeld)?;
-        let lease = &mut state.leases[i];
-        lease.holds -= 1;
-        let grant = grant_of(lease);
-        if lease.holds == 0 {
-            state.leases.remove(i);
-        }
-        state.reclaim(now);
-        Ok(grant)
+        state.change_held(now, owner, |lease, _| lease.holds -= 1)
     }
 
     /// [`renew`](Self::renew) on a state held in place; on an error the state is left
@@ -366,13 +378,7 @@ impl Concurrency {
         ttl: Ticks,
     ) -> Result<Grant, LeaseError> {
         Self::check(owner, ttl)?;
-        let now = now.min(MAX_TICKS);
-        let i = state.live_position(owner, now).ok_or(LeaseError::NotHeld)?;
-        let lease = &mut state.leases[i];
-        lease.expires_at = now + ttl;
-        let grant = grant_of(lease);
-        state.reclaim(now);
-        Ok(grant)
+        state.change_held(now, owner, |lease, now| lease.expires_at = now + ttl)
     }
 
     /// Appends the canonical encoding of `state`: the last token and the number of

@@ -386,6 +386,7 @@ proptest! {
         matches(|_| funnel, Bucket::new(capacity, od, rate, period), &steps);
     }
 
+    /// The fixed window, the sliding counter and the sliding log, on the same steps.
     #[test]
     fn windows_report_as_the_model(
         limit in limit(1000), period in small_period(), od in overdraft(1000),
@@ -396,14 +397,6 @@ proptest! {
         matches(|_| fixed, Windows::aligned(limit, od, period, false), &steps);
         let counter = SlidingCounter::new(limit, period).unwrap().with_overdraft(od).unwrap();
         matches(|_| counter, Windows::aligned(limit, od, period, true), &steps);
-    }
-
-    #[test]
-    fn sliding_log_reports_as_the_model(
-        limit in limit(1000), period in small_period(), od in overdraft(1000),
-        raw in raw_arrivals(), ops in ops(),
-    ) {
-        let steps = steps(&raw, &ops, period, limit);
         let log = SlidingLog::new(limit, period).unwrap().with_overdraft(od).unwrap();
         let model = Log { limit, overdraft: od, period, entries: Vec::new(), now: 0 };
         matches(|_| log, model, &steps);

@@ -404,6 +404,38 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C,
         }
     }
 
+    /// [`update`](Self::update) on the exact path (never a bucket's word arithmetic, which
+    /// decides requests only), keeping what `transition` made with its decision: that,
+    /// or the decision answered instead where a full shard refused a new key (then
+    /// nothing was stored).
+    fn update_exact<Q, R>(
+        &self,
+        key: &Q,
+        now: Ticks,
+        mut transition: impl FnMut(Option<A::State>, Ticks) -> (Option<R>, Decision, Option<A::State>),
+    ) -> Result<R, Decision>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let mut made = None;
+        let decision = self.update(
+            key,
+            now,
+            |_, _, _| None,
+            |state, now| {
+                let (result, decision, state) = transition(state, now);
+                made = result.map(|result| (result, decision));
+                (decision, state)
+            },
+        );
+        // A refused new key answers another decision than the transition's.
+        match made {
+            Some((result, made)) if made == decision => Ok(result),
+            _ => Err(decision),
+        }
+    }
+
     /// [`update`](Self::update)'s cases under the shard's exclusive lock: `key` left fresh
     /// by `decided`, or not decided under the shared lock (a new key, or a state that
     /// outgrew its word).

@@ -21,29 +21,17 @@ impl<K: Hash + Eq, A: Report, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C, H>
         self.report_at(key, self.clock.now(), adjustment)
     }
 
-    /// [`report`](Self::report) at `now`, on the exact path (never a bucket's word
-    /// arithmetic, which decides requests only).
+    /// [`report`](Self::report) at `now`.
     fn report_at<Q>(&self, key: &Q, now: Ticks, adjustment: i64) -> Reported
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let mut applied = None;
-        let decision = self.update(
-            key,
-            now,
-            |_, _, _| None,
-            |state, now| {
-                let (reported, state) = self.algorithm.report(state, now, adjustment);
-                applied = Some(reported);
-                (reported.decision, state)
-            },
-        );
-        // A refused new key answers another decision than the report's: nothing stored.
-        match applied {
-            Some(reported) if reported.decision == decision => reported,
-            _ => Reported::new(adjustment, 0, decision),
-        }
+        self.update_exact(key, now, |state, now| {
+            let (reported, state) = self.algorithm.report(state, now, adjustment);
+            (Some(reported), reported.decision, state)
+        })
+        .unwrap_or_else(|decision| Reported::new(adjustment, 0, decision))
     }
 }
 

@@ -40,24 +40,15 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock, H: BuildHasher> KeyedLimiter<K, A, C,
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let mut seeded = None;
-        let decision = self.update(
-            key,
-            self.clock.now(),
-            |_, _, _| None,
-            |held, now| {
-                let kept = self.algorithm.peek(held.clone(), now, 0);
-                // A state is fresh exactly when its reset is due.
-                if kept.reset_after > 0 {
-                    seeded = None;
-                    return (kept, held);
-                }
-                let (decision, state) = self.algorithm.decide(Some(state.clone()), now, 0);
-                seeded = Some(decision);
-                (decision, state)
-            },
-        );
-        // A refused new key answers another decision than the seed's: nothing stored.
-        seeded == Some(decision)
+        self.update_exact(key, self.clock.now(), |held, now| {
+            let kept = self.algorithm.peek(held.clone(), now, 0);
+            // A state is fresh exactly when its reset is due.
+            if kept.reset_after > 0 {
+                return (None, kept, held);
+            }
+            let (decision, state) = self.algorithm.decide(Some(state.clone()), now, 0);
+            (Some(()), decision, state)
+        })
+        .is_ok()
     }
 }
