@@ -160,27 +160,26 @@ pub(crate) fn incoming(
     Some(cx)
 }
 
-/// Runs `future` in the trace `cx` (as it is, when untraced).
-pub(crate) async fn within<F: Future>(cx: Option<&Context>, future: F) -> F::Output {
-    match cx {
-        Some(cx) => future.with_context(cx.clone()).await,
-        None => future.await,
-    }
-}
-
-/// Ends the request's span with `attributes`, an error if `failed`.
-pub(crate) fn finish(
+/// Runs `future`, the handling of the request traced as `cx` (as it is, when untraced),
+/// and ends that span with what `describe` says of its answer: attributes, and why it
+/// failed if it did.
+pub(crate) async fn traced<F: Future>(
     cx: Option<Context>,
-    attributes: impl FnOnce() -> Vec<KeyValue>,
-    failed: Option<String>,
-) {
-    let Some(cx) = cx else { return };
+    future: F,
+    describe: impl FnOnce(&F::Output) -> (Vec<KeyValue>, Option<String>),
+) -> F::Output {
+    let Some(cx) = cx else {
+        return future.await;
+    };
+    let output = future.with_context(cx.clone()).await;
+    let (attributes, failed) = describe(&output);
     let span = cx.span();
-    span.set_attributes(attributes());
+    span.set_attributes(attributes);
     if let Some(why) = failed {
         span.set_status(Status::error(why));
     }
     span.end();
+    output
 }
 
 /// Runs `future` as the child span `name` of the current request's trace, described
@@ -198,9 +197,5 @@ pub(crate) async fn child<F: Future>(
         return future.await;
     }
     let cx = parent.with_span(tracer.start_with_context(name, &parent));
-    let output = future.with_context(cx.clone()).await;
-    let span = cx.span();
-    span.set_attributes(describe(&output));
-    span.end();
-    output
+    traced(Some(cx), future, |output| (describe(output), None)).await
 }

@@ -155,15 +155,11 @@ async fn two_admins_demoting_each_other_leave_one() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_admins_demoting_each_other_through_two_servers_leave_one() {
     let pg = Postgres::start();
-    let config = sluicegate_server::Config {
+    let (a, b, root) = two_servers(sluicegate_server::Config {
         store: Some(pg.url()),
         ..config()
-    };
-    let root = sluicegate_server::init_admin(&config, "root")
-        .await
-        .expect("admin");
-    let a = TestServer::with(config.clone()).await;
-    let b = TestServer::with(config).await;
+    })
+    .await;
     demote_each_other(&a, &b, &root, 10).await;
     a.stop().await;
     b.stop().await;

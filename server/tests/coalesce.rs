@@ -23,11 +23,7 @@ fn counter(metrics: &str, name: &str) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_decisions_share_pipelines_and_stay_exact() {
     let redis = Redis::start();
-    let (server, admin) = TestServer::start_with(Config {
-        decisions: Some(redis.url()),
-        ..config()
-    })
-    .await;
+    let (server, admin) = TestServer::start_with(in_redis(&redis)).await;
     let web = app(&server, &admin, "web").await;
     let policy = r#"{"algorithm":"fixed-window","limit":100,"period":"1h","apps":["web"]}"#;
     create_policy(&server, &admin, "api", policy).await;
@@ -81,9 +77,8 @@ async fn concurrent_decisions_share_pipelines_and_stay_exact() {
 async fn a_sender_dropped_midway_leaves_the_queue_working() {
     let redis = Redis::start();
     let (server, admin) = TestServer::start_with(Config {
-        decisions: Some(redis.url()),
         timeout: Duration::from_millis(100),
-        ..config()
+        ..in_redis(&redis)
     })
     .await;
     let web = app(&server, &admin, "web").await;

@@ -16,15 +16,8 @@ fn codes(answer: &RateLimitResponse) -> (i32, Vec<i32>) {
 /// A server answering the Envoy YAML `yaml` over gRPC: its admin's token, app `web`'s,
 /// and the YAML's directory (kept while the server runs).
 async fn serve(yaml: &str) -> (TestServer, String, String, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("edge.yaml");
-    std::fs::write(&file, yaml).unwrap();
-    let (server, admin) = TestServer::start_with(Config {
-        grpc_listen: Some("127.0.0.1:0".parse().unwrap()),
-        envoy_config: Some(file),
-        ..config()
-    })
-    .await;
+    let (config, dir) = envoy_yaml(yaml);
+    let (server, admin) = TestServer::start_with(config).await;
     let web = app(&server, &admin, "web").await;
     (server, admin, web, dir)
 }
@@ -61,8 +54,7 @@ async fn a_long_descriptor_value_cannot_open_its_siblings_limits() {
         let second = second.expect("an answer, not an error Envoy lets through");
         assert_eq!(codes(&second), (OVER, vec![OVER, OVER]), "{domain}");
         // Alone, the long value is over too: it was counted, under its digest.
-        let alone = vec![descriptor(&[("path", long.as_str())], None)];
-        let alone = ask(&mut c, Some(&web), domain, alone)
+        let alone = ask_one(&mut c, &web, domain, &[("path", long.as_str())], None)
             .await
             .expect("an answer");
         assert_eq!(codes(&alone), (OVER, vec![OVER]), "{domain}");
@@ -76,18 +68,12 @@ async fn a_long_descriptor_value_cannot_open_its_siblings_limits() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_descriptor_that_fails_does_not_fail_its_siblings() {
     let redis = Redis::start();
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("edge.yaml");
-    std::fs::write(
-        &file,
+    let (envoy, _dir) = envoy_yaml(
         "domain: edge\ndescriptors:\n  - key: ip\n    rate_limit: {unit: hour, requests_per_unit: 1}\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 5}\n",
-    )
-    .unwrap();
+    );
     let (server, admin) = TestServer::start_with(Config {
-        grpc_listen: Some("127.0.0.1:0".parse().unwrap()),
-        envoy_config: Some(file),
         decisions: Some(redis.url()),
-        ..config()
+        ..envoy
     })
     .await;
     let web = app(&server, &admin, "web").await;
@@ -130,15 +116,7 @@ async fn two_domains_cannot_share_a_rule() {
         "domain: a.b\ndescriptors:\n  - key: c\n    rate_limit: {unit: hour, requests_per_unit: 1}\n",
     )
     .unwrap();
-    let refused = sluicegate_server::Server::bind(Config {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        data_dir: dir.path().join("data"),
-        envoy_config: Some(dir.path().to_path_buf()),
-        ..config()
-    })
-    .await
-    .expect_err("the load is refused");
-    let message = refused.to_string();
+    let message = envoy_refused(dir.path(), dir.path().to_path_buf()).await;
     assert!(
         message.contains("a.yaml") && message.contains("ab.yaml"),
         "{message}"

@@ -91,6 +91,23 @@ async fn one(
 const OK: Code = Code::Ok;
 const OVER: Code = Code::OverLimit;
 
+/// One descriptor `(entries, hits)` sent on a domain, and the status it gets, as
+/// [`seen`].
+type Step<'a> = (
+    &'a str,
+    &'a [(&'a str, &'a str)],
+    u32,
+    (Code, Option<u32>, u32),
+);
+
+/// Sends each step in turn, each getting its status.
+async fn steps(client: &mut Client, token: &str, steps: &[Step<'_>]) {
+    for &(domain, entries, hits, want) in steps {
+        let got = one(client, token, domain, entries, hits).await;
+        assert_eq!(got, want, "{domain} {entries:?} {hits}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_readme_examples_answer_as_documented() {
     let (server, token) = serve(data("")).await;
@@ -99,17 +116,13 @@ async fn the_readme_examples_answer_as_documented() {
 
     // Example 1: 500 per second for database=users and database=default.
     fresh_window(1).await;
-    let users = [("database", "users")];
-    assert_eq!(
-        one(&mut c, t, "mongo_cps", &users, 500).await,
-        (OK, Some(500), 0)
-    );
-    assert_eq!(one(&mut c, t, "mongo_cps", &users, 1).await.0, OVER);
-    let default = [("database", "default")];
-    assert_eq!(
-        one(&mut c, t, "mongo_cps", &default, 1).await,
-        (OK, Some(500), 499)
-    );
+    let (users, default) = ([("database", "users")], [("database", "default")]);
+    let example_1: [Step; 3] = [
+        ("mongo_cps", &users, 500, (OK, Some(500), 0)),
+        ("mongo_cps", &users, 1, (OVER, Some(500), 0)),
+        ("mongo_cps", &default, 1, (OK, Some(500), 499)),
+    ];
+    steps(&mut c, t, &example_1).await;
 
     // Example 2: 5 marketing messages a day per number, 100 messages a day per number;
     // one request with both descriptors is decided on both.
@@ -127,43 +140,35 @@ async fn the_readme_examples_answer_as_documented() {
     assert_eq!(seen(&answer.statuses[1]), (OK, Some(100), 94));
     // Another number has its own 5.
     let other = [("message_type", "marketing"), ("to_number", "2062222222")];
-    assert_eq!(
-        one(&mut c, t, "messaging", &other, 1).await,
-        (OK, Some(5), 4)
-    );
+    steps(&mut c, t, &[("messaging", &other, 1, (OK, Some(5), 4))]).await;
 
     // Example 3: 10 per second per address; 50.0.0.5, the more specific, gets none.
-    fresh_window(1).await;
-    let ip = [("remote_address", "50.0.0.1")];
-    assert_eq!(
-        one(&mut c, t, "edge_proxy_per_ip", &ip, 10).await,
-        (OK, Some(10), 0)
-    );
-    assert_eq!(one(&mut c, t, "edge_proxy_per_ip", &ip, 1).await.0, OVER);
-    let banned = [("remote_address", "50.0.0.5")];
-    assert_eq!(
-        one(&mut c, t, "edge_proxy_per_ip", &banned, 1).await,
-        (OVER, Some(0), 0)
-    );
-
     // Example 5: ldap unlimited (remaining is the largest u32), azure 100 a minute.
-    assert_eq!(
-        one(&mut c, t, "internal", &[("ldap", "x")], 1000).await,
-        (OK, None, u32::MAX)
+    fresh_window(1).await;
+    let (ip, banned) = (
+        [("remote_address", "50.0.0.1")],
+        [("remote_address", "50.0.0.5")],
     );
-    assert_eq!(
-        one(&mut c, t, "internal", &[("azure", "x")], 1).await,
-        (OK, Some(100), 99)
-    );
+    let examples_3_and_5: [Step; 5] = [
+        ("edge_proxy_per_ip", &ip, 10, (OK, Some(10), 0)),
+        ("edge_proxy_per_ip", &ip, 1, (OVER, Some(10), 0)),
+        ("edge_proxy_per_ip", &banned, 1, (OVER, Some(0), 0)),
+        ("internal", &[("ldap", "x")], 1000, (OK, None, u32::MAX)),
+        ("internal", &[("azure", "x")], 1, (OK, Some(100), 99)),
+    ];
+    steps(&mut c, t, &examples_3_and_5).await;
 
     // Example 6: user-a is in shadow mode (never limited), user-b 20 per second.
     fresh_window(1).await;
     let a = [("service", "auth-service"), ("user", "user-a")];
-    assert_eq!(one(&mut c, t, "example6", &a, 10).await.0, OK);
-    assert_eq!(one(&mut c, t, "example6", &a, 5).await.0, OK);
     let b = [("service", "auth-service"), ("user", "user-b")];
-    assert_eq!(one(&mut c, t, "example6", &b, 20).await, (OK, Some(20), 0));
-    assert_eq!(one(&mut c, t, "example6", &b, 1).await.0, OVER);
+    let example_6: [Step; 4] = [
+        ("example6", &a, 10, (OK, Some(10), 0)),
+        ("example6", &a, 5, (OK, Some(10), 0)),
+        ("example6", &b, 20, (OK, Some(20), 0)),
+        ("example6", &b, 1, (OVER, Some(20), 0)),
+    ];
+    steps(&mut c, t, &example_6).await;
 
     // Example 7: with both descriptors, the replacing 10/s applies and the replaced
     // 5/s is left untouched.
@@ -174,128 +179,82 @@ async fn the_readme_examples_answer_as_documented() {
     assert_eq!(overall(&answer), OK);
     assert_eq!(seen(&answer.statuses[0]), (OK, None, 0));
     assert_eq!(seen(&answer.statuses[1]), (OK, Some(10), 4));
-    assert_eq!(
-        one(&mut c, t, "example7", &one_of, 5).await,
-        (OK, Some(5), 0)
-    );
-    assert_eq!(one(&mut c, t, "example7", &one_of, 1).await.0, OVER);
+    let example_7: [Step; 2] = [
+        ("example7", &one_of, 5, (OK, Some(5), 0)),
+        ("example7", &one_of, 1, (OVER, Some(5), 0)),
+    ];
+    steps(&mut c, t, &example_7).await;
 
     // Example 8: any value 10 a minute (each its own), value1 20 a minute.
-    fresh_window(60).await;
-    for value in ["unspecified_value", "unspecified_value2"] {
-        assert_eq!(
-            one(&mut c, t, "example8", &[("key1", value)], 10).await,
-            (OK, Some(10), 0)
-        );
-        assert_eq!(
-            one(&mut c, t, "example8", &[("key1", value)], 1).await.0,
-            OVER
-        );
-    }
-    assert_eq!(
-        one(&mut c, t, "example8", &[("key1", "value1")], 1).await,
-        (OK, Some(20), 19)
-    );
-
     // Example 10: three levels, the rule on the last.
+    fresh_window(60).await;
+    let (any, other_any) = (
+        [("key1", "unspecified_value")],
+        [("key1", "unspecified_value2")],
+    );
     let e10 = [
         ("route", "api"),
         ("http_method", "GET"),
         ("subject_id", "123"),
     ];
-    assert_eq!(
-        one(&mut c, t, "example10", &e10, 1).await,
-        (OK, Some(60), 59)
-    );
-    let e10w = [
+    let read = [
         ("user", "alice"),
         ("action", "readfile"),
         ("resource", "documents"),
     ];
-    assert_eq!(
-        one(&mut c, t, "example10_wildcard", &e10w, 1).await,
-        (OK, Some(100), 99)
-    );
     let write = [
         ("user", "alice"),
         ("action", "writefile"),
         ("resource", "documents"),
     ];
-    assert_eq!(
-        one(&mut c, t, "example10_wildcard", &write, 1).await,
-        (OK, None, 0)
-    );
+    let examples_8_and_10: [Step; 8] = [
+        ("example8", &any, 10, (OK, Some(10), 0)),
+        ("example8", &any, 1, (OVER, Some(10), 0)),
+        ("example8", &other_any, 10, (OK, Some(10), 0)),
+        ("example8", &other_any, 1, (OVER, Some(10), 0)),
+        ("example8", &[("key1", "value1")], 1, (OK, Some(20), 19)),
+        ("example10", &e10, 1, (OK, Some(60), 59)),
+        ("example10_wildcard", &read, 1, (OK, Some(100), 99)),
+        ("example10_wildcard", &write, 1, (OK, None, 0)),
+    ];
+    steps(&mut c, t, &examples_8_and_10).await;
 
     // Example 11: files/* share one threshold; files_no_share/* each have their own.
     fresh_window(3600).await;
-    for file in ["files/a.pdf", "files/b.csv"] {
-        assert_eq!(
-            one(&mut c, t, "example11", &[("files", file)], 5).await.0,
-            OK
-        );
-    }
-    assert_eq!(
-        one(&mut c, t, "example11", &[("files", "files/c.txt")], 1)
-            .await
-            .0,
-        OVER
-    );
+    let shared = |f| [("files", f)];
     let unshared = |f| [("files_no_share", f)];
-    assert_eq!(
-        one(
-            &mut c,
-            t,
-            "example11",
-            &unshared("files_no_share/a.pdf"),
-            10
-        )
-        .await
-        .0,
-        OK
+    let (pdf, csv, txt) = (
+        shared("files/a.pdf"),
+        shared("files/b.csv"),
+        shared("files/c.txt"),
     );
-    assert_eq!(
-        one(&mut c, t, "example11", &unshared("files_no_share/a.pdf"), 1)
-            .await
-            .0,
-        OVER
-    );
-    assert_eq!(
-        one(
-            &mut c,
-            t,
-            "example11",
-            &unshared("files_no_share/b.csv"),
-            10
-        )
-        .await
-        .0,
-        OK
+    let (own_pdf, own_csv) = (
+        unshared("files_no_share/a.pdf"),
+        unshared("files_no_share/b.csv"),
     );
     let api = [("route", "api/v1"), ("method", "GET")];
-    assert_eq!(
-        one(&mut c, t, "example11_metrics", &api, 1).await,
-        (OK, Some(60), 59)
-    );
+    let example_11: [Step; 7] = [
+        ("example11", &pdf, 5, (OK, Some(10), 5)),
+        ("example11", &csv, 5, (OK, Some(10), 0)),
+        ("example11", &txt, 1, (OVER, Some(10), 0)),
+        ("example11", &own_pdf, 10, (OK, Some(10), 0)),
+        ("example11", &own_pdf, 1, (OVER, Some(10), 0)),
+        ("example11", &own_csv, 10, (OK, Some(10), 0)),
+        ("example11_metrics", &api, 1, (OK, Some(60), 59)),
+    ];
+    steps(&mut c, t, &example_11).await;
     server.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn example_4_matches_only_as_many_entries_as_levels() {
     let two = [("key", "value"), ("subkey", "subvalue")];
-    let (server, token) = serve(data("example4/no-match.yaml")).await;
-    let mut c = client(&server).await;
-    assert_eq!(
-        one(&mut c, &token, "example4", &two, 1).await,
-        (OK, None, 0)
-    );
-    server.stop().await;
-    let (server, token) = serve(data("example4/match.yaml")).await;
-    let mut c = client(&server).await;
-    assert_eq!(
-        one(&mut c, &token, "example4", &two, 1).await,
-        (OK, Some(300), 299)
-    );
-    server.stop().await;
+    for (file, want) in [("no-match", (OK, None, 0)), ("match", (OK, Some(300), 299))] {
+        let (server, token) = serve(data(&format!("example4/{file}.yaml"))).await;
+        let mut c = client(&server).await;
+        steps(&mut c, &token, &[("example4", &two, 1, want)]).await;
+        server.stop().await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -342,19 +301,10 @@ async fn example_9_wildcards_match_as_documented() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sluicegate_apps_restricts_a_domain_and_other_domains_are_policies() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("edge.yaml");
-    std::fs::write(
-        &file,
+    let (config, _dir) = envoy_yaml(
         "domain: private\nsluicegate_apps: [edge]\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 3, sluicegate_algorithm: sliding-log}\n",
-    )
-    .unwrap();
-    let (server, admin) = TestServer::start_with(Config {
-        grpc_listen: Some("127.0.0.1:0".parse().unwrap()),
-        envoy_config: Some(file),
-        ..config()
-    })
-    .await;
+    );
+    let (server, admin) = TestServer::start_with(config).await;
     let edge = app(&server, &admin, "edge").await;
     let web = app(&server, &admin, "web").await;
     let mut c = client(&server).await;
@@ -362,14 +312,9 @@ async fn sluicegate_apps_restricts_a_domain_and_other_domains_are_policies() {
         one(&mut c, &edge, "private", &[("k", "v")], 1).await,
         (OK, Some(3), 2)
     );
-    let refused = ask(
-        &mut c,
-        Some(&web),
-        "private",
-        vec![descriptor(&[("k", "v")], None)],
-    )
-    .await
-    .expect_err("web may not ask");
+    let refused = ask_one(&mut c, &web, "private", &[("k", "v")], None)
+        .await
+        .expect_err("web may not ask");
     assert_eq!(refused.code(), tonic::Code::PermissionDenied);
     // A domain not in the YAML is a sluicegate policy, as without --envoy-config.
     let policy = r#"{"algorithm":"fixed-window","limit":1,"period":"1h","apps":["web"]}"#;
@@ -388,16 +333,8 @@ async fn an_invalid_file_stops_the_start_with_its_line() {
         "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight}\n",
     )
     .unwrap();
-    let error = sluicegate_server::Server::bind(Config {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        data_dir: dir.path().join("data"),
-        envoy_config: Some(file.clone()),
-        ..config()
-    })
-    .await
-    .expect_err("refused");
     assert_eq!(
-        error.to_string(),
+        envoy_refused(dir.path(), file.clone()).await,
         format!(
             "{}:4:24: invalid rate limit unit 'fortnight'",
             file.display()
@@ -474,61 +411,37 @@ async fn overrides_are_bounded_per_app_and_never_fail_the_call() {
         app(&server, &admin, "other").await,
     );
     let mut c = client(&server).await;
-    let users = [("database", "users")];
-    let limit_of = |answer: Result<RateLimitResponse, tonic::Status>| {
-        let answer = answer.expect("never an error for the call");
-        seen(&answer.statuses[0]).1
-    };
     // 31 overrides of an hour, the 32nd of a second, each of its own figure.
     for n in 1..=31 {
-        let answer = ask(
-            &mut c,
-            Some(&greedy),
-            "mongo_cps",
-            vec![overridden(&users, 1000 + n, HOUR)],
-        )
-        .await;
-        assert_eq!(limit_of(answer), Some(1000 + n));
+        let limit = override_limit(&mut c, &greedy, 1000 + n, HOUR).await;
+        assert_eq!(limit, Some(1000 + n));
     }
-    let answer = ask(
-        &mut c,
-        Some(&greedy),
-        "mongo_cps",
-        vec![overridden(&users, 7, SECOND)],
-    )
-    .await;
-    assert_eq!(limit_of(answer), Some(7));
-    let answer = ask(
-        &mut c,
-        Some(&greedy),
-        "mongo_cps",
-        vec![overridden(&users, 9, HOUR)],
-    )
-    .await;
-    assert_eq!(
-        limit_of(answer),
-        Some(500),
-        "the 33rd is the rule's own limit"
-    );
-    let answer = ask(
-        &mut c,
-        Some(&other),
-        "mongo_cps",
-        vec![overridden(&users, 9, HOUR)],
-    )
-    .await;
-    assert_eq!(limit_of(answer), Some(9), "another app holds its own");
+    for (token, asked, unit, applied, why) in [
+        (&greedy, 7, SECOND, 7, "the 32nd"),
+        (&greedy, 9, HOUR, 500, "the 33rd is the rule's own limit"),
+        (&other, 9, HOUR, 9, "another app holds its own"),
+    ] {
+        let limit = override_limit(&mut c, token, asked, unit).await;
+        assert_eq!(limit, Some(applied), "{why}");
+    }
     // The override of a second, unused for more than a second, makes room.
     tokio::time::sleep(Duration::from_millis(2100)).await;
-    let answer = ask(
-        &mut c,
-        Some(&greedy),
-        "mongo_cps",
-        vec![overridden(&users, 11, HOUR)],
-    )
-    .await;
-    assert_eq!(limit_of(answer), Some(11));
+    assert_eq!(override_limit(&mut c, &greedy, 11, HOUR).await, Some(11));
     server.stop().await;
+}
+
+/// The limit one hit of `database=users` on `mongo_cps` (example 1's) is decided by when
+/// `token`'s app overrides it with `requests_per_unit` per `unit`: never an error.
+async fn override_limit(
+    client: &mut Client,
+    token: &str,
+    requests_per_unit: u32,
+    unit: i32,
+) -> Option<u32> {
+    let users = overridden(&[("database", "users")], requests_per_unit, unit);
+    let answer = ask(client, Some(token), "mongo_cps", vec![users]).await;
+    let answer = answer.expect("never an error for the call");
+    seen(&answer.statuses[0]).1
 }
 
 /// Envoy's YAML of two quota rules (`user`: 2 an hour, `team`: 3) and a plain one

@@ -61,17 +61,13 @@ async fn two_servers_through_a_sentinel_failover() {
     let mut set = tokio::task::spawn_blocking(Sentinels::start)
         .await
         .expect("sentinels");
-    let config = Config {
+    let (a, b, admin) = two_servers(Config {
         store: Some(pg.url()),
         decisions: Some(set.url()),
         fail: FailPolicy::Error,
         ..config()
-    };
-    let admin = sluicegate_server::init_admin(&config, "root")
-        .await
-        .expect("admin");
-    let a = TestServer::with(config.clone()).await;
-    let b = TestServer::with(config).await;
+    })
+    .await;
     let web = app(&a, &admin, "web").await;
     let policy = r#"{"algorithm":"token-bucket","capacity":1000000,"rate":1000,"period":"1s","apps":["web"]}"#;
     create_policy(&a, &admin, "api", policy).await;

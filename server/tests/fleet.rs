@@ -35,15 +35,11 @@ async fn two_servers_one_limit_and_one_set_of_policies() {
     let pg = Postgres::start();
     let redis = Redis::start();
     let config = fleet_config(&pg, Some(&redis), FailPolicy::Error);
-    let admin = sluicegate_server::init_admin(&config, "root")
-        .await
-        .expect("admin");
+    let (a, b, admin) = two_servers(config.clone()).await;
     // A second --init-admin is refused.
     assert!(sluicegate_server::init_admin(&config, "again")
         .await
         .is_err());
-    let a = TestServer::with(config.clone()).await;
-    let b = TestServer::with(config).await;
     let web = app(&a, &admin, "web").await;
     let policy = r#"{"algorithm":"fixed-window","limit":10,"period":"1h","apps":["web"]}"#;
     create_policy(&a, &admin, "api", policy).await;

@@ -30,14 +30,9 @@ async fn grpc_answers_as_http_does() {
     let mut client = client(&server).await;
     // The same history on two keys, one over gRPC, one over HTTP: the same answers.
     for (step, cost) in [1u32, 1, 2, 1].into_iter().enumerate() {
-        let answer = ask(
-            &mut client,
-            Some(&web),
-            "api",
-            vec![descriptor(&[("user", "alice")], Some(cost))],
-        )
-        .await
-        .expect("gRPC answer");
+        let answer = ask_one(&mut client, &web, "api", &[("user", "alice")], Some(cost))
+            .await
+            .expect("gRPC answer");
         let http = post(
             &server.url("/v1/decide"),
             &web,
@@ -70,14 +65,9 @@ async fn grpc_answers_as_http_does() {
         );
     }
     // Both keys are now over the limit; the decisions were counted like HTTP ones.
-    let over = ask(
-        &mut client,
-        Some(&web),
-        "api",
-        vec![descriptor(&[("user", "alice")], None)],
-    )
-    .await
-    .unwrap();
+    let over = ask_one(&mut client, &web, "api", &[("user", "alice")], None)
+        .await
+        .unwrap();
     assert_eq!(over.overall_code, Code::OverLimit as i32);
     // The key is the descriptor's entries; an entry `policy` names the policy instead
     // of the domain; one over-limit descriptor makes the whole answer over.
@@ -148,31 +138,24 @@ async fn a_shadow_policy_answers_ok_with_the_would_be_status() {
     let strict = || descriptor(&[("policy", "strict"), ("user", "alice")], None);
     let codes = |r: &RateLimitResponse| -> Vec<i32> { r.statuses.iter().map(|s| s.code).collect() };
     let (ok, over) = (Code::Ok as i32, Code::OverLimit as i32);
-    let first = ask(&mut client, Some(&web), "any", vec![trial()])
-        .await
-        .unwrap();
-    assert_eq!((first.overall_code, codes(&first)), (ok, vec![ok]));
-    let second = ask(&mut client, Some(&web), "any", vec![trial(), strict()])
-        .await
-        .unwrap();
-    assert_eq!((second.overall_code, codes(&second)), (ok, vec![over, ok]));
-    assert_eq!(second.statuses[0].limit_remaining, 0);
-    let third = ask(&mut client, Some(&web), "any", vec![trial(), strict()])
-        .await
-        .unwrap();
-    assert_eq!(
-        (third.overall_code, codes(&third)),
-        (over, vec![over, over])
-    );
-    let metrics = get(&server.url("/metrics"), &admin).await.text;
-    assert_eq!(
-        metric(&metrics, "sluicegate_shadow_denied_total", "trial"),
-        2
-    );
-    assert_eq!(
-        metric(&metrics, "sluicegate_shadow_denied_total", "strict"),
-        0
-    );
+    // Each call: its descriptors, then the overall code and each descriptor's.
+    for (descriptors, overall, each) in [
+        (vec![trial()], ok, vec![ok]),
+        (vec![trial(), strict()], ok, vec![over, ok]),
+        (vec![trial(), strict()], over, vec![over, over]),
+    ] {
+        let answer = ask(&mut client, Some(&web), "any", descriptors)
+            .await
+            .unwrap();
+        assert_eq!((answer.overall_code, codes(&answer)), (overall, each));
+        // The trial's one unit is spent by the first call.
+        assert_eq!(answer.statuses[0].limit_remaining, 0);
+    }
+    let shadow_denied = [
+        ("sluicegate_shadow_denied_total", "trial"),
+        ("sluicegate_shadow_denied_total", "strict"),
+    ];
+    assert_eq!(metric_values(&server, &admin, &shadow_denied).await, [2, 0]);
     server.stop().await;
 }
 
@@ -187,24 +170,14 @@ async fn a_report_descriptor_charges_after_the_response() {
     let mut client = client(&server).await;
     let user = ("user", "alice");
     let report = [user, (sluicegate_server::grpc::REPORT_ENTRY, "true")];
-    let first = ask(
-        &mut client,
-        Some(&web),
-        "tokens",
-        vec![descriptor(&[user], None)],
-    )
-    .await
-    .expect("decision");
+    let first = ask_one(&mut client, &web, "tokens", &[user], None)
+        .await
+        .expect("decision");
     assert_eq!(first.statuses[0].limit_remaining, 9);
     // The response cost 12: recorded up to the limit, the call still OK.
-    let charged = ask(
-        &mut client,
-        Some(&web),
-        "tokens",
-        vec![descriptor(&report, Some(12))],
-    )
-    .await
-    .expect("report");
+    let charged = ask_one(&mut client, &web, "tokens", &report, Some(12))
+        .await
+        .expect("report");
     assert_eq!(charged.overall_code, Code::Ok as i32);
     assert_eq!(charged.statuses[0].limit_remaining, 0);
     // The marker is not part of the key: the same key is spent.
@@ -215,10 +188,7 @@ async fn a_report_descriptor_charges_after_the_response() {
     )
     .await;
     assert_eq!(http.json["allowed"], false, "{}", http.text);
-    let metrics = get(&server.url("/metrics"), &admin).await.text;
-    assert_eq!(
-        metric(&metrics, "sluicegate_reported_units_total", "tokens"),
-        9
-    );
+    let reported = [("sluicegate_reported_units_total", "tokens")];
+    assert_eq!(metric_values(&server, &admin, &reported).await, [9]);
     server.stop().await;
 }

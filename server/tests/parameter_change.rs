@@ -28,11 +28,7 @@ async fn a_new_limit_carries_the_use_made_under_the_old_in_this_process() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_limit_carries_the_use_made_under_the_old_in_redis() {
     let redis = Redis::start();
-    let in_redis = sluicegate_server::Config {
-        decisions: Some(redis.url()),
-        ..config()
-    };
-    a_new_limit_carries_the_use_made_under_the_old(in_redis).await;
+    a_new_limit_carries_the_use_made_under_the_old(in_redis(&redis)).await;
 }
 
 async fn a_new_limit_carries_the_use_made_under_the_old(config: sluicegate_server::Config) {

@@ -64,17 +64,13 @@ async fn versions_conflicts_and_the_audit_log() {
     assert_eq!(read.headers["etag"], "\"2\"");
     assert_eq!(read.json["capacity"], 5);
     // Delete needs the version too.
-    let delete = |version: Option<&'static str>| {
-        let url = url.clone();
-        let owner = owner.clone();
-        async move {
-            let extra: Vec<(&str, &str)> = version.iter().map(|v| ("if-match", *v)).collect();
-            call(Method::DELETE, &url, Some(&owner), None, &extra).await
-        }
-    };
-    assert_eq!(delete(None).await.status, StatusCode::PRECONDITION_REQUIRED);
-    assert_eq!(delete(Some("\"1\"")).await.status, StatusCode::CONFLICT);
-    assert_eq!(delete(Some("\"2\"")).await.status, StatusCode::NO_CONTENT);
+    for (version, status) in [
+        (None, StatusCode::PRECONDITION_REQUIRED),
+        (Some(1), StatusCode::CONFLICT),
+        (Some(2), StatusCode::NO_CONTENT),
+    ] {
+        assert_eq!(delete(&url, &owner, version).await.status, status);
+    }
     assert_eq!(get(&url, &owner).await.status, StatusCode::NOT_FOUND);
     // The audit log, newest first: who, what, before and after.
     let audit = get(&server.url("/v1/audit?app=web"), &owner).await;
@@ -548,14 +544,7 @@ async fn data_dir_names_are_paths_not_urls() {
 async fn a_conditional_write_on_a_deleted_policy_fails_and_creates_nothing() {
     let (server, admin, _) = serving(BUCKET).await;
     let url = server.url("/v1/policies/api");
-    let deleted = call(
-        Method::DELETE,
-        &url,
-        Some(&admin),
-        None,
-        &[("if-match", "\"1\"")],
-    )
-    .await;
+    let deleted = delete(&url, &admin, Some(1)).await;
     assert_eq!(deleted.status, StatusCode::NO_CONTENT, "{}", deleted.text);
     let late = put(&url, &admin, BUCKET, Some(1)).await;
     assert_eq!(

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use hyper::{Method, StatusCode};
+use hyper::StatusCode;
 use sluicegate_server::grpc::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use sluicegate_server::Config;
 
@@ -97,14 +97,9 @@ async fn edits_apply_within_a_second_under_load_and_an_invalid_one_is_refused() 
         let mut grpc = grpc.clone();
         let web = web.clone();
         async move {
-            let answer = ask(
-                &mut grpc,
-                Some(&web),
-                "edge",
-                vec![descriptor(&[("ip", "1")], Some(2))],
-            )
-            .await
-            .expect("an answer");
+            let answer = ask_one(&mut grpc, &web, "edge", &[("ip", "1")], Some(2))
+                .await
+                .expect("an answer");
             answer.overall_code == Code::OverLimit as i32
         }
     };
@@ -120,14 +115,7 @@ async fn edits_apply_within_a_second_under_load_and_an_invalid_one_is_refused() 
     let put = put(&server.url("/v1/policies/api"), &admin, API_JSON, Some(0)).await;
     assert_eq!(put.status, StatusCode::FORBIDDEN, "{}", put.text);
     assert!(put.text.contains(&file), "{}", put.text);
-    let delete = call(
-        Method::DELETE,
-        &server.url("/v1/policies/fresh"),
-        Some(&admin),
-        None,
-        &[("if-match", "\"0\"")],
-    )
-    .await;
+    let delete = delete(&server.url("/v1/policies/fresh"), &admin, Some(0)).await;
     assert_eq!(delete.status, StatusCode::FORBIDDEN, "{}", delete.text);
     let shown = get(&server.url("/v1/policies/api"), &admin).await;
     assert_eq!(shown.json["file"], file.as_str(), "{}", shown.text);

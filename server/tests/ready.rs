@@ -28,10 +28,15 @@ async fn flips(server: &TestServer, since: Instant, want: (StatusCode, &[&str]))
     since.elapsed()
 }
 
-/// Takes a part down (`switch(false)`) and up again (`switch(true)`): `/readyz` names
-/// `waiting` within a second, and is ready within a second of its return.
-async fn outage(server: &TestServer, what: &str, waiting: &str, mut switch: impl FnMut(bool)) {
-    switch(false);
+/// One way a part goes away and comes back: what it is, what `/readyz` waits for then,
+/// how it goes down and how it comes up.
+type Outage<T> = (&'static str, &'static str, fn(&mut T), fn(&mut T));
+
+/// Takes `part` down and up again as `outage` says: `/readyz` names what it waits for
+/// within a second, and is ready within a second of its return.
+async fn outage<T>(server: &TestServer, part: &mut T, outage: Outage<T>) {
+    let (what, waiting, down, up) = outage;
+    down(part);
     let gone = flips(
         server,
         Instant::now(),
@@ -42,7 +47,7 @@ async fn outage(server: &TestServer, what: &str, waiting: &str, mut switch: impl
         get(&server.url("/healthz"), "").await.status,
         StatusCode::OK
     );
-    switch(true);
+    up(part);
     let back = flips(server, Instant::now(), (StatusCode::OK, &[])).await;
     println!("{what}: not ready after {gone:?}, ready again after {back:?}");
     assert!(gone < Duration::from_secs(1) && back < Duration::from_secs(1));
@@ -50,41 +55,30 @@ async fn outage(server: &TestServer, what: &str, waiting: &str, mut switch: impl
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readiness_follows_the_store_and_redis() {
-    let pg = Postgres::start();
+    let mut pg = Postgres::start();
     let mut redis = Redis::start();
     let server = TestServer::with(Config {
         store: Some(pg.url()),
-        decisions: Some(redis.url()),
         fail: FailPolicy::Error,
-        ..config()
+        ..in_redis(&redis)
     })
     .await;
     flips(&server, Instant::now(), (StatusCode::OK, &[])).await;
-    outage(&server, "Redis killed", "decisions", |up| {
-        if up {
-            redis.restart()
-        } else {
-            redis.kill()
-        }
-    })
-    .await;
-    // A Redis that accepts and never answers is not ready either.
-    outage(&server, "Redis paused", "decisions", |up| {
-        if up {
-            redis.resume()
-        } else {
-            redis.pause()
-        }
-    })
-    .await;
-    outage(&server, "PostgreSQL stopped", "store", |up| {
-        if up {
-            pg.restart()
-        } else {
-            pg.kill()
-        }
-    })
-    .await;
+    let redis_outages: [Outage<Redis>; 2] = [
+        ("Redis killed", "decisions", Redis::kill, Redis::restart),
+        // A Redis that accepts and never answers is not ready either.
+        ("Redis paused", "decisions", |r| r.pause(), |r| r.resume()),
+    ];
+    for redis_outage in redis_outages {
+        outage(&server, &mut redis, redis_outage).await;
+    }
+    let stopped: Outage<Postgres> = (
+        "PostgreSQL stopped",
+        "store",
+        |pg| pg.kill(),
+        |pg| pg.restart(),
+    );
+    outage(&server, &mut pg, stopped).await;
     server.stop().await;
 }
 
@@ -93,9 +87,8 @@ async fn readiness_follows_the_store_and_redis() {
 async fn a_fail_policy_that_answers_keeps_the_server_ready() {
     let mut redis = Redis::start();
     let (server, _admin) = TestServer::start_with(Config {
-        decisions: Some(redis.url()),
         fail: FailPolicy::Open,
-        ..config()
+        ..in_redis(&redis)
     })
     .await;
     redis.kill();

@@ -126,15 +126,11 @@ async fn estimates_are_settled_by_reports_once_per_id() {
         (0, 0, 8, false)
     );
 
-    let metrics = get(&server.url("/metrics"), &admin).await.text;
-    assert_eq!(
-        metric(&metrics, "sluicegate_reported_units_total", "tokens"),
-        5
-    );
-    assert_eq!(
-        metric(&metrics, "sluicegate_refunded_units_total", "tokens"),
-        2
-    );
+    let units = [
+        ("sluicegate_reported_units_total", "tokens"),
+        ("sluicegate_refunded_units_total", "tokens"),
+    ];
+    assert_eq!(metric_values(&server, &admin, &units).await, [5, 2]);
     server.stop().await;
 }
 
@@ -171,9 +167,7 @@ async fn policies_that_take_no_reports_say_so() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reports_on_redis_decisions_move_the_shared_state() {
     let redis = Redis::start();
-    let mut in_redis = config();
-    in_redis.decisions = Some(redis.url());
-    let (server, admin) = TestServer::start_with(in_redis).await;
+    let (server, admin) = TestServer::start_with(in_redis(&redis)).await;
     let web = app(&server, &admin, "web").await;
     create_policy(&server, &admin, "tokens", WINDOW).await;
     let answer = report(&server, &web, "k", 4, "r1").await;
@@ -212,16 +206,11 @@ async fn reports_on_redis_decisions_move_the_shared_state() {
 async fn a_report_retried_ten_times_counts_once_across_two_servers() {
     let pg = Postgres::start();
     let redis = Redis::start();
-    let config = Config {
+    let (a, b, admin) = two_servers(Config {
         store: Some(pg.url()),
-        decisions: Some(redis.url()),
-        ..config()
-    };
-    let admin = sluicegate_server::init_admin(&config, "root")
-        .await
-        .unwrap();
-    let [a, b] = [config.clone(), config].map(TestServer::with);
-    let (a, b) = (a.await, b.await);
+        ..in_redis(&redis)
+    })
+    .await;
     let web = app(&a, &admin, "web").await;
     create_policy(&a, &admin, "tokens", WINDOW).await;
     assert!(
@@ -281,11 +270,7 @@ async fn a_report_retried_ten_times_counts_once_across_two_servers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_report_whose_charge_failed_is_charged_by_its_retry() {
     let mut redis = Redis::start();
-    let (server, admin) = TestServer::start_with(Config {
-        decisions: Some(redis.url()),
-        ..config()
-    })
-    .await;
+    let (server, admin) = TestServer::start_with(in_redis(&redis)).await;
     let web = app(&server, &admin, "web").await;
     create_policy(&server, &admin, "tokens", WINDOW).await;
     redis.kill();

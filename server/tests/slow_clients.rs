@@ -70,13 +70,19 @@ async fn healthy(server: &TestServer) -> bool {
     )
 }
 
-#[tokio::test]
-async fn half_sent_request_lines_neither_block_healthz_nor_stay_open() {
+/// A server whose clients have `header_timeout` to send a request's head.
+async fn with_header_timeout(header_timeout: Duration) -> TestServer {
     let (server, _) = TestServer::start_with(Config {
-        header_timeout: Duration::from_millis(500),
+        header_timeout,
         ..config()
     })
     .await;
+    server
+}
+
+#[tokio::test]
+async fn half_sent_request_lines_neither_block_healthz_nor_stay_open() {
+    let server = with_header_timeout(Duration::from_millis(500)).await;
     let mut sockets = stalled(server.addr, 300, b"GET / HTTP/1.1\r\n").await;
     assert!(
         healthy(&server).await,
@@ -95,11 +101,7 @@ async fn half_sent_request_lines_neither_block_healthz_nor_stay_open() {
 
 #[tokio::test]
 async fn a_trickled_head_is_closed_by_the_header_deadline() {
-    let (server, _) = TestServer::start_with(Config {
-        header_timeout: Duration::from_millis(400),
-        ..config()
-    })
-    .await;
+    let server = with_header_timeout(Duration::from_millis(400)).await;
     let mut socket = TcpStream::connect(server.addr).await.expect("connect");
     let start = Instant::now();
     // A byte every 100 ms: each arrives well within the deadline, the head never does.

@@ -101,8 +101,7 @@ async fn spans_join_the_callers_trace_and_name_no_key() {
     let redis = Redis::start();
     let (server, admin) = TestServer::start_with(Config {
         grpc_listen: Some("127.0.0.1:0".parse().unwrap()),
-        decisions: Some(redis.url()),
-        ..config()
+        ..in_redis(&redis)
     })
     .await;
     let web = app(&server, &admin, "web").await;

@@ -116,11 +116,8 @@ async fn serve_shadow_makes_every_rate_policy_a_shadow() {
         seen,
         [(true, true, true), (true, true, true), (true, true, false)]
     );
-    let metrics = get(&server.url("/metrics"), &admin).await.text;
-    assert_eq!(
-        metric(&metrics, "sluicegate_shadow_denied_total", "login"),
-        1
-    );
+    let shadow_denied = [("sluicegate_shadow_denied_total", "login")];
+    assert_eq!(metric_values(&server, &admin, &shadow_denied).await, [1]);
     server.stop().await;
 }
 
@@ -142,8 +139,8 @@ async fn near_limit_counts_admissions_at_four_fifths_used_or_more() {
         async move {
             let body = format!(r#"{{"policy":"{policy}","key":"bob"}}"#);
             post(&url, &web, &body).await;
-            let metrics = get(&server.url("/metrics"), &admin).await.text;
-            metric(&metrics, "sluicegate_near_limit_total", policy)
+            let near_limit = [("sluicegate_near_limit_total", policy)];
+            metric_values(server, &admin, &near_limit).await[0]
         }
     };
     // Five: 1/5 .. 3/5 used, then 4/5 (exactly 80%) and 5/5, then a denial.

@@ -88,23 +88,20 @@ impl RateLimitService for Rls {
                 ]
             },
         );
-        let answer = telemetry::within(trace.as_ref(), self.answer(request)).await;
-        telemetry::finish(
-            trace,
-            || match &answer {
-                Ok(response) => {
-                    let code =
-                        Code::try_from(response.get_ref().overall_code).unwrap_or(Code::Unknown);
-                    vec![KeyValue::new("sluicegate.code", code.as_str_name())]
-                }
-                Err(status) => vec![KeyValue::new("rpc.grpc.status_code", status.code() as i64)],
-            },
-            answer
-                .as_ref()
-                .err()
-                .map(|status| status.message().to_owned()),
-        );
-        answer
+        telemetry::traced(trace, self.answer(request), |answer| match answer {
+            Ok(response) => {
+                let code = Code::try_from(response.get_ref().overall_code).unwrap_or(Code::Unknown);
+                (
+                    vec![KeyValue::new("sluicegate.code", code.as_str_name())],
+                    None,
+                )
+            }
+            Err(status) => (
+                vec![KeyValue::new("rpc.grpc.status_code", status.code() as i64)],
+                Some(status.message().to_owned()),
+            ),
+        })
+        .await
     }
 }
 

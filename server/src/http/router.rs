@@ -56,26 +56,25 @@ async fn bounded(request: Request, next: Next, timeout: Duration) -> Response {
         },
     );
     let start = Instant::now();
-    let answered = telemetry::within(
-        trace.as_ref(),
-        tokio::time::timeout(timeout, next.run(request)),
-    );
-    let response = match answered.await {
-        Ok(response) => json_errors(response).await,
-        Err(_) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the request took too long")
-            .into_response(),
+    let answered = async {
+        match tokio::time::timeout(timeout, next.run(request)).await {
+            Ok(response) => json_errors(response).await,
+            Err(_) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the request took too long")
+                .into_response(),
+        }
     };
-    let status = response.status();
-    telemetry::finish(
-        trace,
-        || {
+    let response = telemetry::traced(trace, answered, |response| {
+        let status = response.status();
+        (
             vec![KeyValue::new(
                 "http.response.status_code",
                 i64::from(status.as_u16()),
-            )]
-        },
-        status.is_server_error().then(|| status.to_string()),
-    );
+            )],
+            status.is_server_error().then(|| status.to_string()),
+        )
+    })
+    .await;
+    let status = response.status();
     tracing::debug!(%method, %path, status = status.as_u16(), took_us = u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX), "request");
     response
 }

@@ -116,6 +116,53 @@ pub fn config() -> Config {
     }
 }
 
+/// The tests' configuration with decisions kept in `redis`.
+pub fn in_redis(redis: &Redis) -> Config {
+    Config {
+        decisions: Some(redis.url()),
+        ..config()
+    }
+}
+
+/// The tests' configuration answering Envoy's YAML `yaml` over gRPC too, and the YAML's
+/// directory (kept while the server runs).
+pub fn envoy_yaml(yaml: &str) -> (Config, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let file = dir.path().join("envoy.yaml");
+    std::fs::write(&file, yaml).expect("the YAML written");
+    let config = Config {
+        grpc_listen: Some("127.0.0.1:0".parse().expect("address")),
+        envoy_config: Some(file),
+        ..config()
+    };
+    (config, dir)
+}
+
+/// Why a server does not start on Envoy's YAML at `path` (a file, or a directory of
+/// them), its data in `dir`.
+pub async fn envoy_refused(dir: &Path, path: PathBuf) -> String {
+    let refused = Server::bind(Config {
+        listen: "127.0.0.1:0".parse().expect("address"),
+        data_dir: dir.join("data"),
+        envoy_config: Some(path),
+        ..config()
+    })
+    .await
+    .expect_err("the start is refused");
+    refused.to_string()
+}
+
+/// Two servers on the store (and decision backend) of `config`: its first admin's
+/// token too.
+pub async fn two_servers(config: Config) -> (TestServer, TestServer, String) {
+    let admin = sluicegate_server::init_admin(&config, "root")
+        .await
+        .expect("first admin");
+    let a = TestServer::with(config.clone()).await;
+    let b = TestServer::with(config).await;
+    (a, b, admin)
+}
+
 /// An answer: status, headers and the body as JSON (`Value::Null` if it is not JSON,
 /// the text in `text`).
 #[derive(Debug)]
@@ -181,9 +228,24 @@ pub async fn post(url: &str, token: &str, body: &str) -> Answer {
 }
 
 pub async fn put(url: &str, token: &str, body: &str, version: Option<i64>) -> Answer {
+    conditional(Method::PUT, url, token, Some(body), version).await
+}
+
+pub async fn delete(url: &str, token: &str, version: Option<i64>) -> Answer {
+    conditional(Method::DELETE, url, token, None, version).await
+}
+
+/// A request under `If-Match: "version"`, if a version is given.
+async fn conditional(
+    method: Method,
+    url: &str,
+    token: &str,
+    body: Option<&str>,
+    version: Option<i64>,
+) -> Answer {
     let tag = version.map(|v| format!("\"{v}\""));
     let extra: Vec<(&str, &str)> = tag.iter().map(|t| ("if-match", t.as_str())).collect();
-    call(Method::PUT, url, Some(token), Some(body), &extra).await
+    call(method, url, Some(token), body, &extra).await
 }
 
 /// The value of metric `name` for `policy` in the Prometheus text `metrics`.
@@ -196,7 +258,15 @@ pub fn metric(metrics: &str, name: &str, policy: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {series} in {metrics}"))
 }
 
-/// Creates policy `name` from its JSON `body` as `admin`.
+/// The values of the metrics `(name, policy)` that `/metrics` shows `token` now.
+pub async fn metric_values(server: &TestServer, token: &str, series: &[(&str, &str)]) -> Vec<u64> {
+    let text = get(&server.url("/metrics"), token).await.text;
+    series
+        .iter()
+        .map(|(name, policy)| metric(&text, name, policy))
+        .collect()
+}
+
 /// The policy `body` (a JSON object) made a shadow.
 pub fn shadow(body: &str) -> String {
     format!(
@@ -205,6 +275,7 @@ pub fn shadow(body: &str) -> String {
     )
 }
 
+/// Creates policy `name` from its JSON `body` as `admin`.
 pub async fn create_policy(server: &TestServer, admin: &str, name: &str, body: &str) {
     let answer = put(
         &server.url(&format!("/v1/policies/{name}")),

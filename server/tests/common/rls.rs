@@ -45,6 +45,18 @@ pub async fn ask(
         .map(|r| r.into_inner())
 }
 
+/// Asks `domain` about one descriptor of `entries`, costing `hits` (none: 1), with app
+/// token `token`.
+pub async fn ask_one(
+    client: &mut RateLimitServiceClient<tonic::transport::Channel>,
+    token: &str,
+    domain: &str,
+    entries: &[(&str, &str)],
+    hits: Option<u32>,
+) -> Result<RateLimitResponse, tonic::Status> {
+    ask(client, Some(token), domain, vec![descriptor(entries, hits)]).await
+}
+
 /// A client of the server's gRPC listener.
 pub async fn client(server: &TestServer) -> RateLimitServiceClient<tonic::transport::Channel> {
     let grpc = server.grpc.expect("gRPC listener");
