@@ -30,7 +30,7 @@ use super::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use super::wire::{bounded, duration, undecided};
 use crate::limiters::PolicyLimiter;
 use crate::service::auth::App;
-use crate::service::{rule_name, Rules, Service, ServiceError};
+use crate::service::{Rules, Service, ServiceError};
 use crate::time::now_s;
 
 /// The rule of a descriptor's limit `override` in `domain`, if its unit is one of
@@ -215,9 +215,7 @@ async fn decide(
         Some(limiter) => limiter,
         None => rules.limiter(rule)?,
     };
-    let decided = service
-        .decide_on(&limiter, &rule_name(rule), key, cost, rule.shadow)
-        .await?;
+    let decided = service.decide_on(&limiter, key, cost, rule.shadow).await?;
     let figures = decided.decision();
     Ok(DescriptorStatus {
         code: if decided.outcome.allowed() || rule.shadow {
@@ -260,7 +258,7 @@ mod tests {
                 .override_limiter(backend, &metrics, &rule, "app")
                 .expect("an override within the app's bound");
             for key in 0..spray {
-                let _ = limiter.decide(&rule.id, &format!("k{key}"), 1).await;
+                let _ = limiter.decide(&format!("k{key}"), 1).await;
             }
             held.push(limiter);
         }

@@ -176,9 +176,9 @@ impl Rls {
         // The decision's own verdict (a shadow denial shows), and its figures.
         let (limiter, allowed, admitted, figures) = if entries.iter().any(|e| e.key == REPORT_ENTRY)
         {
-            let (stored, limiter) = Service::reporting(snapshot, limiters, app, policy, &key)?;
+            let (_, limiter) = Service::reporting(snapshot, limiters, app, policy, &key)?;
             let adjustment = i64::try_from(cost).unwrap_or(i64::MAX);
-            let reported = self.service.apply(&limiter, &stored.name, &key, adjustment);
+            let reported = self.service.apply(&limiter, &key, adjustment);
             let decision = reported.await?.decision;
             (limiter, decision.allowed, true, Some(decision))
         } else {

@@ -15,7 +15,7 @@ use sluicegate_core::Decision;
 
 use crate::limiters::{LeaseAnswer, LeaseOp, Limiters, PolicyLimiter};
 use crate::service::auth::App;
-use crate::service::{Ask, Decided, Estimate, LeaseRequest, Service, ServiceError, MAX_BATCH};
+use crate::service::{Ask, Decided, Estimate, LeaseAsk, Service, ServiceError, MAX_BATCH};
 use crate::store::Snapshot;
 
 use super::auth::Authed;
@@ -257,13 +257,13 @@ async fn lease(
     JsonBody(body): JsonBody<LeaseBody>,
     op: LeaseOp,
 ) -> Result<Json<Value>> {
-    let request = LeaseRequest {
+    let ask = LeaseAsk {
         policy: &body.policy,
         key: &body.key,
         owner: &body.owner,
         ttl: body.ttl_us,
     };
-    let answer = service.lease(&snapshot, &caller, op, &request).await?;
+    let answer = service.lease(&snapshot, &caller, op, &ask).await?;
     Ok(Json(match (op, answer) {
         (_, LeaseAnswer::Granted(grant)) => json!({"acquired": true, "token": grant.token,
             "expires_at_us": grant.expires_at, "holds": grant.holds}),

@@ -30,6 +30,8 @@ pub(crate) const MAX_KEY: usize = 1024;
 /// One policy's limiter (or lease tables) and the headers it stamps.
 #[derive(Debug)]
 pub(crate) struct PolicyLimiter {
+    /// The policy's name (an Envoy rule's, as the metrics name it), for errors and traces.
+    name: String,
     /// What the policy builds: its limiter is rebuilt only when this or `on_full`
     /// changes.
     pub(crate) built: Built,
@@ -108,12 +110,18 @@ impl PolicyLimiter {
             }
         };
         Ok(Arc::new(Self {
+            name: name.to_owned(),
             built,
             on_full,
             header,
             limits,
             counters: metrics.counters(name),
         }))
+    }
+
+    /// The policy's name (an Envoy rule's, as the metrics name it).
+    pub(crate) fn name(&self) -> &str {
+        &self.name
     }
 
     /// The policy's counters in the metrics.
@@ -130,45 +138,34 @@ impl PolicyLimiter {
         }
     }
 
-    /// The rate limiter deciding, or why the policy `name` has none.
-    fn rate(&self, name: &str) -> Result<&dyn RateLimit, DecideError> {
+    /// The rate limiter deciding, or why the policy has none.
+    fn rate(&self) -> Result<&dyn RateLimit, DecideError> {
         match &self.limits {
             Limits::Rate { deciding, .. } => Ok(&**deciding),
-            Limits::Leases(_) => Err(DecideError::Leases(name.to_owned())),
+            Limits::Leases(_) => Err(DecideError::Leases(self.name.clone())),
         }
     }
 
-    /// Decides `cost` units for `key` (policy `name`), or says what the fail policy
-    /// answered.
-    pub(crate) async fn decide(
-        &self,
-        name: &str,
-        key: &str,
-        cost: u64,
-    ) -> Result<Outcome<()>, DecideError> {
-        self.rate(name)?.check(Request::new(key).cost(cost)).await
+    /// Decides `cost` units for `key`, or says what the fail policy answered.
+    pub(crate) async fn decide(&self, key: &str, cost: u64) -> Result<Outcome<()>, DecideError> {
+        self.rate()?.check(Request::new(key).cost(cost)).await
     }
 
-    /// Whether this policy (`name`) takes reports: checked before a report's id is
-    /// claimed, so that a claimed report is always applied.
-    pub(crate) fn check_report(&self, name: &str) -> Result<(), DecideError> {
-        if self.rate(name)?.algorithm().can_report() {
+    /// Whether this policy takes reports: checked before a report's id is claimed, so
+    /// that a claimed report is always applied.
+    pub(crate) fn check_report(&self) -> Result<(), DecideError> {
+        if self.rate()?.algorithm().can_report() {
             Ok(())
         } else {
-            Err(DecideError::NoReports(name.to_owned()))
+            Err(DecideError::NoReports(self.name.clone()))
         }
     }
 
     /// Reports `adjustment` units for `key` (negative: a refund), after the work.
-    pub(crate) async fn report(
-        &self,
-        name: &str,
-        key: &str,
-        adjustment: i64,
-    ) -> Result<Reported, DecideError> {
-        self.check_report(name)?;
+    pub(crate) async fn report(&self, key: &str, adjustment: i64) -> Result<Reported, DecideError> {
+        self.check_report()?;
         let request = ReportRequest::new(key).adjust(adjustment);
-        self.rate(name)?.report(request).await
+        self.rate()?.report(request).await
     }
 
     /// The policy's lease ttl (its `lease`), for calls that give none.
@@ -182,14 +179,13 @@ impl PolicyLimiter {
     /// Acquires, releases or renews `owner`'s lease on `key` (for `ttl` ticks).
     pub(crate) async fn lease(
         &self,
-        name: &str,
         op: LeaseOp,
         key: &str,
         owner: &str,
         ttl: Ticks,
     ) -> Result<LeaseAnswer, DecideError> {
         let Limits::Leases(leases) = &self.limits else {
-            return Err(DecideError::Rate(name.to_owned()));
+            return Err(DecideError::Rate(self.name.clone()));
         };
         sluicegate_core::Concurrency::check(owner.as_bytes(), ttl)?;
         let request = LeaseRequest::new(key).owner(owner).ttl(ttl);

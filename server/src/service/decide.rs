@@ -67,7 +67,7 @@ pub(crate) struct Ask<'a> {
 /// A lease asked for: `owner`'s lease on `key` under `policy`, for `ttl` ticks (none:
 /// the policy's own).
 #[derive(Debug)]
-pub(crate) struct LeaseRequest<'a> {
+pub(crate) struct LeaseAsk<'a> {
     pub(crate) policy: &'a str,
     pub(crate) key: &'a str,
     pub(crate) owner: &'a str,
@@ -116,28 +116,27 @@ impl Service {
         let stored = policy_for(snapshot, app, policy)?;
         let entry = entry(limiters, stored)?;
         let decided = self
-            .decide_on(entry, &stored.name, key, cost, stored.policy.shadow)
+            .decide_on(entry, key, cost, stored.policy.shadow)
             .await?;
         Ok((Arc::clone(entry), decided))
     }
 
-    /// Decides `cost` units of `key` on `entry`, the limiter of the policy `name` (in
-    /// shadow mode if `shadow` or `--shadow`), counting it in the metrics: the step
-    /// shared by sluicegate's policies and the rules of Envoy's YAML.
+    /// Decides `cost` units of `key` on `entry`, a policy's limiter (in shadow mode if
+    /// `shadow` or `--shadow`), counting it in the metrics: the step shared by
+    /// sluicegate's policies and the rules of Envoy's YAML.
     pub(crate) async fn decide_on(
         &self,
         entry: &PolicyLimiter,
-        name: &str,
         key: &str,
         cost: u64,
         shadow: bool,
     ) -> Result<Decided> {
         check_key(key)?;
         let start = Instant::now();
-        let decided = entry.decide(name, key, cost);
+        let decided = entry.decide(key, cost);
         let outcome = telemetry::child("decide", decided, |result| {
             let mut attributes = vec![
-                KeyValue::new("sluicegate.policy", name.to_owned()),
+                KeyValue::new("sluicegate.policy", entry.name().to_owned()),
                 KeyValue::new("sluicegate.backend", self.backend.name()),
             ];
             attributes.push(match result {
@@ -168,13 +167,13 @@ impl Service {
         snapshot: &Snapshot,
         app: &App,
         op: LeaseOp,
-        request: &LeaseRequest<'_>,
+        ask: &LeaseAsk<'_>,
     ) -> Result<LeaseAnswer> {
-        let stored = policy_for(snapshot, app, request.policy)?;
-        check_key(request.key)?;
+        let stored = policy_for(snapshot, app, ask.policy)?;
+        check_key(ask.key)?;
         let limiters = self.limiters();
         let entry = entry(&limiters, stored)?;
-        let Some(ttl) = request.ttl.or(entry.lease_ttl()) else {
+        let Some(ttl) = ask.ttl.or(entry.lease_ttl()) else {
             return Err(DecideError::Rate(stored.name.clone()).into());
         };
         // One app holding keys of a shared table for months would refuse everyone's
@@ -189,8 +188,6 @@ impl Service {
                 Some("ttl_us"),
             ));
         }
-        Ok(entry
-            .lease(&stored.name, op, request.key, request.owner, ttl)
-            .await?)
+        Ok(entry.lease(op, ask.key, ask.owner, ttl).await?)
     }
 }

@@ -41,7 +41,7 @@ struct Held {
 }
 
 /// A rule's name in the metrics and its limiter's: `envoy:` and their full key.
-pub(crate) fn rule_name(rule: &Rule) -> String {
+fn rule_name(rule: &Rule) -> String {
     format!("envoy:{}", rule.id)
 }
 

@@ -20,9 +20,9 @@ mod state;
 
 pub(crate) use accounts::Holder;
 pub(crate) use caps::Caps;
-pub(crate) use decide::{Ask, Decided, LeaseRequest, MAX_BATCH};
+pub(crate) use decide::{Ask, Decided, LeaseAsk, MAX_BATCH};
 #[cfg(feature = "grpc")]
-pub(crate) use domains::{rule_name, Rules};
+pub(crate) use domains::Rules;
 pub(crate) use error::ServiceError;
 pub(crate) use names::check_name;
 pub(crate) use policies::validate;

@@ -78,21 +78,20 @@ impl Service {
         let stored = policy_for(snapshot, app, name)?;
         check_key(key)?;
         let entry = entry(limiters, stored)?;
-        entry.check_report(&stored.name)?;
+        entry.check_report()?;
         Ok((stored, Arc::clone(entry)))
     }
 
-    /// Applies `adjustment` to `key` on `entry` (policy `name`), counting it: with no id,
+    /// Applies `adjustment` to `key` on `entry`, counting it: with no id,
     /// each call counts (Envoy's second call after the response, as limitador's
     /// `report`).
     pub(crate) async fn apply(
         &self,
         entry: &PolicyLimiter,
-        name: &str,
         key: &str,
         adjustment: i64,
     ) -> Result<Reported> {
-        let reported = entry.report(name, key, adjustment).await?;
+        let reported = entry.report(key, adjustment).await?;
         self.metrics
             .report(entry.counters(), adjustment, reported.recorded);
         Ok(reported)
@@ -160,12 +159,7 @@ impl Service {
         cost: i64,
         now: i64,
     ) -> Result<ReportAnswer> {
-        let ReportId {
-            id,
-            policy: name,
-            key,
-            ..
-        } = at;
+        let ReportId { id, key, .. } = at;
         match self
             .store
             .claim_report(at, cost.unsigned_abs(), now, self.caps.report_ids)
@@ -181,12 +175,12 @@ impl Service {
             Claim::Seen { recorded, dropped } => Ok(ReportAnswer {
                 recorded,
                 dropped,
-                decision: limiter.report(name, key, 0).await?.decision,
+                decision: limiter.report(key, 0).await?.decision,
                 duplicate: true,
             }),
             Claim::Won { estimate } => {
                 let adjustment = cost.saturating_sub(signed(estimate, "estimate")?);
-                let reported = match self.apply(limiter, name, key, adjustment).await {
+                let reported = match self.apply(limiter, key, adjustment).await {
                     Ok(reported) => reported,
                     Err(e) => {
                         if let Err(release) = self.store.release_report(at).await {
@@ -230,7 +224,7 @@ impl Service {
         let (at, now) = self.kept_at(app, id, name, key).await?;
         let taken = signed(estimate, "estimate")?;
         let decided = self
-            .decide_on(&entry, name, key, estimate, stored.policy.shadow)
+            .decide_on(&entry, key, estimate, stored.policy.shadow)
             .await?;
         // A denial took nothing: the report will charge its whole cost.
         let taken = if decided.outcome.allowed() { taken } else { 0 };
@@ -247,7 +241,7 @@ impl Service {
             Err(e) => e.into(),
         };
         // No report will settle what this decision took: it is given back.
-        entry.report(name, key, -taken).await?;
+        entry.report(key, -taken).await?;
         Err(refusal)
     }
 
