@@ -24,7 +24,7 @@ fn main() {
     println!("cargo:rerun-if-changed={}", root.display());
     let mut found = Vec::new();
     files(&root, &mut found);
-    let mut code = String::from("/// The page's files: (path under dist/, bytes).\npub static FILES: &[(&str, &[u8])] = &[\n");
+    let mut code = String::from("/// The page's files: (path under dist/, bytes).\npub(crate) static FILES: &[(&str, &[u8])] = &[\n");
     for path in &found {
         println!("cargo:rerun-if-changed={}", path.display());
         let name = path

@@ -8,22 +8,22 @@ pub(crate) const VERSION: u8 = 1;
 
 /// Algorithm tags, the second byte of every encoded state.
 pub(crate) mod tag {
-    pub const FIXED_WINDOW: u8 = 1;
+    pub(crate) const FIXED_WINDOW: u8 = 1;
     #[cfg(feature = "alloc")]
-    pub const SLIDING_LOG: u8 = 2;
-    pub const SLIDING_COUNTER: u8 = 3;
-    pub const TOKEN_BUCKET: u8 = 4;
-    pub const LEAKY_BUCKET: u8 = 5;
-    pub const PACING: u8 = 6;
-    pub const BAN: u8 = 7;
+    pub(crate) const SLIDING_LOG: u8 = 2;
+    pub(crate) const SLIDING_COUNTER: u8 = 3;
+    pub(crate) const TOKEN_BUCKET: u8 = 4;
+    pub(crate) const LEAKY_BUCKET: u8 = 5;
+    pub(crate) const PACING: u8 = 6;
+    pub(crate) const BAN: u8 = 7;
     #[cfg(feature = "alloc")]
-    pub const COMPOSITE: u8 = 8;
+    pub(crate) const COMPOSITE: u8 = 8;
     #[cfg(feature = "alloc")]
-    pub const LEASES: u8 = 9;
-    pub const CALENDAR_WINDOW: u8 = 10;
+    pub(crate) const LEASES: u8 = 9;
+    pub(crate) const CALENDAR_WINDOW: u8 = 10;
 
     /// The algorithm a tag stands for, as messages name it.
-    pub fn name(tag: u8) -> Option<&'static str> {
+    pub(crate) fn name(tag: u8) -> Option<&'static str> {
         Some(match tag {
             1 => "fixed window",
             2 => "sliding log",
@@ -56,7 +56,7 @@ pub(crate) struct Reader<'a> {
 
 impl<'a> Reader<'a> {
     /// Checks the version and the tag.
-    pub fn new(bytes: &'a [u8], tag: u8) -> Result<Self, DecodeError> {
+    pub(crate) fn new(bytes: &'a [u8], tag: u8) -> Result<Self, DecodeError> {
         let mut reader = Self { bytes, pos: 0 };
         let version = reader.u8()?;
         if version != VERSION {
@@ -72,7 +72,7 @@ impl<'a> Reader<'a> {
         Ok(reader)
     }
 
-    pub fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
+    pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
         let end = self
             .pos
             .checked_add(n)
@@ -85,11 +85,11 @@ impl<'a> Reader<'a> {
         Ok(slice)
     }
 
-    pub fn u8(&mut self) -> Result<u8, DecodeError> {
+    pub(crate) fn u8(&mut self) -> Result<u8, DecodeError> {
         Ok(self.take(1)?[0])
     }
 
-    pub fn u64(&mut self) -> Result<u64, DecodeError> {
+    pub(crate) fn u64(&mut self) -> Result<u64, DecodeError> {
         let mut buf = [0; 8];
         buf.copy_from_slice(self.take(8)?);
         Ok(u64::from_be_bytes(buf))
@@ -97,7 +97,7 @@ impl<'a> Reader<'a> {
 
     /// A u64 that must satisfy `valid`, else [`DecodeError::InvalidField`]. (A trait
     /// object, not a generic: one copy of this code serves every field.)
-    pub fn u64_where(
+    pub(crate) fn u64_where(
         &mut self,
         field: &'static str,
         valid: &dyn Fn(u64) -> bool,
@@ -111,14 +111,14 @@ impl<'a> Reader<'a> {
     }
 
     /// The bytes not read yet.
-    pub fn rest(&mut self) -> &'a [u8] {
+    pub(crate) fn rest(&mut self) -> &'a [u8] {
         let rest = &self.bytes[self.pos..];
         self.pos = self.bytes.len();
         rest
     }
 
     /// Fails if any byte is left unread.
-    pub fn finish(self) -> Result<(), DecodeError> {
+    pub(crate) fn finish(self) -> Result<(), DecodeError> {
         match self.bytes.len() - self.pos {
             0 => Ok(()),
             extra => Err(DecodeError::TrailingBytes { extra }),

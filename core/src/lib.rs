@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![no_std]
 #![deny(missing_docs)]
+#![warn(unreachable_pub)]
 // docs.rs marks what each feature adds.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 

@@ -11,19 +11,19 @@ use sluicegate_core::Decision;
 
 /// The most keys a policy's gauge may keep (`--key-usage-max`): finding the least used
 /// one scans them all.
-pub const MAX_TOP_KEYS: usize = 1000;
+pub(crate) const MAX_TOP_KEYS: usize = 1000;
 
 /// A policy's most used keys, each with the share of its limit its last decision left
 /// taken (0 to 1) and when that share lapses (the key is fresh again).
 #[derive(Debug)]
-pub struct TopKeys {
+pub(crate) struct TopKeys {
     max: usize,
     used: HashMap<String, (f64, Instant)>,
 }
 
 impl TopKeys {
     /// At most `max` keys (and [`MAX_TOP_KEYS`]).
-    pub fn new(max: usize) -> Self {
+    pub(crate) fn new(max: usize) -> Self {
         Self {
             max: max.min(MAX_TOP_KEYS),
             used: HashMap::new(),
@@ -33,7 +33,7 @@ impl TopKeys {
     /// Records `decision` for `key` at `now`: kept if the key is held or there is room,
     /// else in place of the least used key (a lapsed one counting as unused) if it is
     /// used more.
-    pub fn record(&mut self, key: &str, decision: &Decision, now: Instant) {
+    pub(crate) fn record(&mut self, key: &str, decision: &Decision, now: Instant) {
         if decision.limit == 0 || self.max == 0 {
             return;
         }
@@ -64,7 +64,7 @@ impl TopKeys {
 
     /// The gauge's lines for `policy` (its label value, escaped) at `now`, most used
     /// first; keys whose share has lapsed are dropped.
-    pub fn render(&mut self, policy: &str, now: Instant, out: &mut String) {
+    pub(crate) fn render(&mut self, policy: &str, now: Instant, out: &mut String) {
         self.used.retain(|_, (_, lapses)| *lapses > now);
         let mut keys: Vec<(&String, f64)> = self.used.iter().map(|(k, &(u, _))| (k, u)).collect();
         keys.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(b.0)));

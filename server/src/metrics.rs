@@ -11,7 +11,7 @@ use sluicegate_core::{Decision, Outcome};
 use crate::key_usage::{escape, TopKeys};
 
 /// Seconds per step of `/v1/stats`.
-pub const STEP_S: u64 = 5;
+pub(crate) const STEP_S: u64 = 5;
 /// Steps kept: ten minutes.
 const STEPS: usize = 120;
 /// Upper bounds of the latency histogram, in seconds.
@@ -31,7 +31,7 @@ struct Step {
 /// One policy's counters: atomics, so counting a decision takes no lock (a lock is
 /// taken only to start a new step, once per [`STEP_S`]).
 #[derive(Debug)]
-pub struct Counters {
+pub(crate) struct Counters {
     allowed: AtomicU64,
     denied: AtomicU64,
     /// Admitted in shadow mode, which would have been denied.
@@ -109,7 +109,7 @@ struct Latency {
 /// An in-process key table's fill (a policy's limiter or lease table), for `/metrics`:
 /// a table near its capacity refuses (or, with `on_full = "evict"`, forgets) keys.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Table {
+pub(crate) struct Table {
     /// Keys held now.
     pub keys: usize,
     /// The most keys held at once.
@@ -139,7 +139,7 @@ fn near_limit(decision: &Decision) -> bool {
 type PolicyCounter = (&'static str, &'static str, fn(&Counters) -> &AtomicU64);
 
 /// The Prometheus text of the key tables of `tables` (by policy name).
-pub fn render_tables<'a>(tables: impl Iterator<Item = (&'a str, Table)>) -> String {
+pub(crate) fn render_tables<'a>(tables: impl Iterator<Item = (&'a str, Table)>) -> String {
     let mut tables: Vec<(&str, Table)> = tables.collect();
     tables.sort_unstable_by_key(|&(policy, _)| policy);
     let mut out = String::new();
@@ -181,7 +181,7 @@ pub fn render_tables<'a>(tables: impl Iterator<Item = (&'a str, Table)>) -> Stri
 
 /// The server's counters.
 #[derive(Debug, Default)]
-pub struct Metrics {
+pub(crate) struct Metrics {
     policies: RwLock<BTreeMap<String, Arc<Counters>>>,
     latency: Latency,
     store_errors: AtomicU64,
@@ -193,7 +193,7 @@ pub struct Metrics {
 
 impl Metrics {
     /// Counters that also keep the `max` most used keys of each policy of `policies`.
-    pub fn with_key_usage(policies: &[String], max: usize) -> Self {
+    pub(crate) fn with_key_usage(policies: &[String], max: usize) -> Self {
         Self {
             key_usage: (policies.iter().cloned().collect(), max),
             ..Self::default()
@@ -202,7 +202,7 @@ impl Metrics {
 
     /// The counters of `policy`, made on first use; a decision counts into them with
     /// [`Metrics::decision`], so the map is read only when a limiter is built.
-    pub fn counters(&self, policy: &str) -> Arc<Counters> {
+    pub(crate) fn counters(&self, policy: &str) -> Arc<Counters> {
         if let Some(counters) = self
             .policies
             .read()
@@ -226,7 +226,7 @@ impl Metrics {
     /// Counts `outcome` of `key` into `counters` at unix second `now_s`, taking
     /// `took`. In shadow mode the request is admitted (and counted so), a denial counted
     /// apart; a fail policy's answer has no figures to count beyond its verdict.
-    pub fn decision(
+    pub(crate) fn decision(
         &self,
         counters: &Counters,
         key: &str,
@@ -265,7 +265,7 @@ impl Metrics {
     }
 
     /// Counts the units a report of `adjustment` recorded into `counters`.
-    pub fn report(&self, counters: &Counters, adjustment: i64, recorded: u64) {
+    pub(crate) fn report(&self, counters: &Counters, adjustment: i64, recorded: u64) {
         let counter = if adjustment < 0 {
             &counters.refunded
         } else {
@@ -275,17 +275,17 @@ impl Metrics {
     }
 
     /// Counts a store failure.
-    pub fn store_error(&self) {
+    pub(crate) fn store_error(&self) {
         self.store_errors.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts a change of the policy files refused (an invalid file).
-    pub fn policy_reload_error(&self) {
+    pub(crate) fn policy_reload_error(&self) {
         self.policy_reload_errors.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Drops the counters of policies that no longer exist.
-    pub fn retain(&self, exists: impl Fn(&str) -> bool) {
+    pub(crate) fn retain(&self, exists: impl Fn(&str) -> bool) {
         self.policies
             .write()
             .unwrap_or_else(|e| e.into_inner())
@@ -293,7 +293,7 @@ impl Metrics {
     }
 
     /// The Prometheus text exposition.
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let mut out = String::new();
         // A policy shows once it has decided or reported (its counters exist from its
         // build).
@@ -396,7 +396,7 @@ impl Metrics {
 
     /// `{"t":[…],"allowed":[…],"denied":[…]}` of `policy` over the last ten minutes up to
     /// unix second `now_s`, one entry per step, zeros where nothing was decided.
-    pub fn series(&self, policy: &str, now_s: u64) -> serde_json::Value {
+    pub(crate) fn series(&self, policy: &str, now_s: u64) -> serde_json::Value {
         let last = now_s - now_s % STEP_S;
         let first = last.saturating_sub(STEP_S * (STEPS as u64 - 1));
         let counters = self

@@ -7,12 +7,12 @@ use base64::Engine;
 use sha2::{Digest as _, Sha256};
 
 /// The prefix of app tokens.
-pub const APP: &str = "sga_";
+pub(crate) const APP: &str = "sga_";
 /// The prefix of user tokens.
-pub const USER: &str = "sgu_";
+pub(crate) const USER: &str = "sgu_";
 
 /// A new token with `prefix`.
-pub fn new(prefix: &str) -> String {
+pub(crate) fn new(prefix: &str) -> String {
     let mut bytes = [0u8; 32];
     // The OS's generator failing is not something a server can work around.
     #[allow(clippy::expect_used)]
@@ -22,15 +22,15 @@ pub fn new(prefix: &str) -> String {
 
 /// A token's SHA-256: what a server looks a presented token up by (no allocation,
 /// no text: this runs for every request).
-pub type Digest = [u8; 32];
+pub(crate) type Digest = [u8; 32];
 
 /// The SHA-256 of `token`.
-pub fn digest(token: &str) -> Digest {
+pub(crate) fn digest(token: &str) -> Digest {
     Sha256::digest(token.as_bytes()).into()
 }
 
 /// The stored form of `token`: its SHA-256 in hex.
-pub fn hash(token: &str) -> String {
+pub(crate) fn hash(token: &str) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     digest(token)
         .iter()
@@ -40,7 +40,7 @@ pub fn hash(token: &str) -> String {
 }
 
 /// The digest a stored hash names; `None` unless it is 64 hex digits.
-pub fn parse_hash(hash: &str) -> Option<Digest> {
+pub(crate) fn parse_hash(hash: &str) -> Option<Digest> {
     let hash = hash.as_bytes();
     if hash.len() != 64 {
         return None;

@@ -12,7 +12,7 @@ use super::{body, stored, Entry, Store, Stored, Tx, User, WriteError};
 
 /// A change to apps or users (hashes, never tokens).
 #[derive(Debug, Clone, Copy)]
-pub enum Account<'a> {
+pub(crate) enum Account<'a> {
     /// A new app.
     CreateApp {
         /// Its name.
@@ -63,7 +63,7 @@ pub enum Account<'a> {
 
 /// What exists, read inside a change's transaction, for its checks.
 #[derive(Debug, Default)]
-pub struct Facts {
+pub(crate) struct Facts {
     /// Every app.
     pub apps: BTreeSet<String>,
     /// Every user whose roles can be read.
@@ -74,7 +74,7 @@ pub struct Facts {
 
 impl Facts {
     /// The users with a role in `app`.
-    pub fn users_of(&self, app: &str) -> Vec<&str> {
+    pub(crate) fn users_of(&self, app: &str) -> Vec<&str> {
         self.users
             .values()
             .filter(|u| u.roles.contains_key(app))
@@ -146,7 +146,7 @@ impl Store {
     /// Makes `change` by `actor` at `now` after `check` approved the facts read in its
     /// transaction; false (nothing changed) if the name it creates is taken or the one
     /// it changes does not exist.
-    pub async fn write_account<E>(
+    pub(crate) async fn write_account<E>(
         &self,
         change: Account<'_>,
         actor: &str,

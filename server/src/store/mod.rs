@@ -17,8 +17,8 @@ use sqlx::{AnyPool, Row};
 mod accounts;
 mod reports;
 
-pub use accounts::{Account, Facts};
-pub use reports::{Claim, Remembered, ReportId};
+pub(crate) use accounts::{Account, Facts};
+pub(crate) use reports::{Claim, Remembered, ReportId};
 
 use crate::time::rfc3339;
 use sluicegate_policy::{Policy, Style};
@@ -37,7 +37,7 @@ impl From<sqlx::Error> for StoreError {
 /// A role in an app.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Role {
+pub(crate) enum Role {
     /// Reads policies, stats and audit of the app.
     Viewer,
     /// A viewer who also creates, changes and deletes the app's policies.
@@ -46,7 +46,7 @@ pub enum Role {
 
 /// A user: an admin flag and a role per app.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct User {
+pub(crate) struct User {
     /// The name.
     pub name: String,
     /// Manages users and apps, and everything else.
@@ -57,7 +57,7 @@ pub struct User {
 
 /// A stored policy and its metadata.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Stored {
+pub(crate) struct Stored {
     /// The name.
     pub name: String,
     /// The policy.
@@ -127,7 +127,7 @@ impl Stored {
 
 /// Who a token belongs to.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Principal {
+pub(crate) enum Principal {
     /// An app (decides).
     App(String),
     /// A user (manages).
@@ -137,7 +137,7 @@ pub enum Principal {
 /// Everything the servers keep in memory: policies, apps, users, tokens, as of
 /// `counter`.
 #[derive(Debug, Clone, Default)]
-pub struct Snapshot {
+pub(crate) struct Snapshot {
     /// The change counter this snapshot reflects.
     pub counter: i64,
     /// Policies by name.
@@ -197,7 +197,7 @@ async fn policies_changed(
 
 /// One entry of the audit log.
 #[derive(Debug, Clone)]
-pub struct AuditEntry {
+pub(crate) struct AuditEntry {
     /// Grows with every change.
     pub id: i64,
     /// When, in seconds since the Unix epoch.
@@ -251,7 +251,7 @@ impl Entry<'_> {
 
 /// What a write refused, decided inside its transaction.
 #[derive(Debug)]
-pub enum WriteError<E> {
+pub(crate) enum WriteError<E> {
     /// The database failed.
     Store(StoreError),
     /// The caller's check refused (permission, version).
@@ -300,7 +300,7 @@ const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The database.
 #[derive(Debug, Clone)]
-pub struct Store {
+pub(crate) struct Store {
     /// Writes, and the reads inside them.
     pool: AnyPool,
     /// The snapshot and the counter: on SQLite, connections of their own reading in
@@ -370,7 +370,7 @@ fn adopt_former_file(dir: &std::path::Path, path: &std::path::Path) -> std::io::
 impl Store {
     /// Opens the store `url` (`sqlite://PATH?mode=rwc` or `postgres://…`) and creates or
     /// migrates its schema.
-    pub async fn open(url: &str) -> Result<Self, StoreError> {
+    pub(crate) async fn open(url: &str) -> Result<Self, StoreError> {
         sqlx::any::install_default_drivers();
         let sqlite = url.starts_with("sqlite:");
         // SQLite takes one writer at a time: one connection serializes them here instead
@@ -407,7 +407,7 @@ impl Store {
     }
 
     /// The store under `dir`: `dir/sluicegate.db`, the directory created if missing.
-    pub async fn open_dir(dir: &std::path::Path) -> Result<Self, StoreError> {
+    pub(crate) async fn open_dir(dir: &std::path::Path) -> Result<Self, StoreError> {
         let path = dir.join("sluicegate.db");
         adopt_former_file(dir, &path)
             .map_err(|e| StoreError(format!("cannot rename {FORMER_FILE}: {e}")))?;
@@ -463,7 +463,7 @@ impl Store {
     }
 
     /// The change counter: it moves with every change, in the change's transaction.
-    pub async fn counter(&self) -> Result<i64, StoreError> {
+    pub(crate) async fn counter(&self) -> Result<i64, StoreError> {
         let row = sqlx::query("SELECT counter FROM sluicegate_meta WHERE id = 1")
             .fetch_one(&self.reads)
             .await?;
@@ -474,7 +474,7 @@ impl Store {
     /// every change since it is a policy's, only those policies are read again (the
     /// audit log names each change: its entry's id is the change's number); else
     /// everything.
-    pub async fn snapshot(&self, old: Option<&Snapshot>) -> Result<Snapshot, StoreError> {
+    pub(crate) async fn snapshot(&self, old: Option<&Snapshot>) -> Result<Snapshot, StoreError> {
         let mut tx = self.reads.begin().await?;
         let counter: i64 = sqlx::query("SELECT counter FROM sluicegate_meta WHERE id = 1")
             .fetch_one(&mut *tx)
@@ -583,7 +583,7 @@ impl Store {
     /// Writes policy `name` as `policy` by `actor` at `now`, after `check` approved the
     /// current version (`None`: absent) inside the transaction; `None` deletes. Appends
     /// the audit entry. Returns the stored policy (`None` after a delete).
-    pub async fn write_policy<E>(
+    pub(crate) async fn write_policy<E>(
         &self,
         name: &str,
         policy: Option<&Policy>,
@@ -692,7 +692,7 @@ impl Store {
 
     /// The newest `limit` audit entries `visible` lets through, older than `before` if
     /// given, newest first.
-    pub async fn audit(
+    pub(crate) async fn audit(
         &self,
         limit: usize,
         before: Option<i64>,

@@ -9,7 +9,7 @@ use super::{Store, StoreError};
 
 /// How an id's report stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Claim {
+pub(crate) enum Claim {
     /// This call claimed the id: report the cost minus the `estimate` already decided
     /// (0 without a decision).
     Won {
@@ -34,7 +34,7 @@ pub enum Claim {
 
 /// How a decision's estimate was remembered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Remembered {
+pub(crate) enum Remembered {
     /// Under its new id.
     New,
     /// Not: the id was used already.
@@ -45,7 +45,7 @@ pub enum Remembered {
 
 /// Where an id's report is: the app that sent it, the id, the policy and key.
 #[derive(Debug, Clone, Copy)]
-pub struct ReportId<'a> {
+pub(crate) struct ReportId<'a> {
     /// The app (ids are the app's own).
     pub app: &'a str,
     /// The caller's id.
@@ -67,7 +67,7 @@ fn unsigned(n: Option<i64>) -> Option<u64> {
 impl Store {
     /// Records a decision's `estimate` under its id, at `now` (seconds), unless the id
     /// was used already or its app holds `max_ids` ids (counted up to that bound only).
-    pub async fn remember_estimate(
+    pub(crate) async fn remember_estimate(
         &self,
         at: ReportId<'_>,
         estimate: u64,
@@ -101,7 +101,7 @@ impl Store {
 
     /// Claims the report of `cost` units under its id, at `now` (seconds); a new id only
     /// while its app holds fewer than `max_ids`.
-    pub async fn claim_report(
+    pub(crate) async fn claim_report(
         &self,
         at: ReportId<'_>,
         cost: u64,
@@ -146,7 +146,7 @@ impl Store {
 
     /// Gives back the claim of the report under `at`, whose charge failed: its retry
     /// claims it again.
-    pub async fn release_report(&self, at: ReportId<'_>) -> Result<(), StoreError> {
+    pub(crate) async fn release_report(&self, at: ReportId<'_>) -> Result<(), StoreError> {
         sqlx::query("UPDATE sluicegate_reports SET cost = NULL WHERE app = $1 AND id = $2 AND recorded IS NULL")
             .bind(at.app)
             .bind(at.id)
@@ -156,7 +156,7 @@ impl Store {
     }
 
     /// Keeps what the claimed report under `at` recorded and dropped, for its retries.
-    pub async fn settle_report(
+    pub(crate) async fn settle_report(
         &self,
         at: ReportId<'_>,
         recorded: u64,
@@ -175,7 +175,7 @@ impl Store {
     }
 
     /// Forgets the ids recorded before `before` (seconds): their retries count again.
-    pub async fn prune_reports(&self, before: i64) -> Result<u64, StoreError> {
+    pub(crate) async fn prune_reports(&self, before: i64) -> Result<u64, StoreError> {
         let done = sqlx::query("DELETE FROM sluicegate_reports WHERE created_at < $1")
             .bind(before)
             .execute(&self.pool)
