@@ -62,8 +62,8 @@ impl<A: LuaAlgorithm> RedisLimiter<A> {
         now: Option<Ticks>,
     ) -> Result<bool, Error> {
         let values = self.algorithm.lua_encode(state);
-        let call = seed_call(key, &values, now);
-        self.awaiting(con, call, seeded).await
+        self.awaiting(con, seed_call(key, &values, now), seeded)
+            .await
     }
 }
 
