@@ -8,7 +8,7 @@ mod common;
 
 use common::{
     assert_contains, assert_exit, bin, bucket, examples, lock, run_line, sluicegate, stderr,
-    stdout, trace, with, write, BUCKET,
+    stdout, temp_file, trace, with, write, BUCKET,
 };
 
 #[test]
@@ -207,8 +207,7 @@ fn every_command_has_help() {
 
 #[test]
 fn every_command_reports_a_full_disk_the_same_way() {
-    let dir = tempfile::tempdir().unwrap();
-    let trace = write(dir.path(), "t.csv", "t_us,key,cost\n0,a,1\n");
+    let (dir, trace) = temp_file("t.csv", "t_us,key,cost\n0,a,1\n");
     let sled = format!("sled:{}", dir.path().join("db").display());
     let chart = dir.path().join("c.svg");
     let chart = chart.to_str().unwrap();

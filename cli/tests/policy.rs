@@ -11,7 +11,7 @@ use sluicegate_server::{Config, Server};
 
 mod common;
 
-use common::{assert_contains, bin, stdout, write};
+use common::{assert_contains, bin, stdout, temp_file, write};
 
 /// A server with an app `web`, an owner of it and a viewer of it: the runtime it runs
 /// on, its URL and the two users' tokens.
@@ -110,8 +110,7 @@ ban = { threshold = 20, window = "1m", duration = "10m" }
 #[test]
 fn apply_show_change_prune_and_delete() {
     let service = Service::start();
-    let dir = tempfile::tempdir().unwrap();
-    let file = write(dir.path(), "policies.toml", FILE);
+    let (dir, file) = temp_file("policies.toml", FILE);
     let owner = service.owner.as_str();
 
     let applied = service.run(owner, &["apply", &file]);
@@ -166,8 +165,7 @@ fn apply_show_change_prune_and_delete() {
 #[test]
 fn exit_codes() {
     let service = Service::start();
-    let dir = tempfile::tempdir().unwrap();
-    let file = write(dir.path(), "policies.toml", FILE);
+    let (dir, file) = temp_file("policies.toml", FILE);
     // 1: an unknown token, and a viewer writing.
     assert_eq!(code(&service.run("sgu_nobody", &["list"])), 1);
     let viewer = service.run(&service.viewer, &["apply", &file]);

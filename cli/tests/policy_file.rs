@@ -6,7 +6,9 @@ use std::process::{Command, Output};
 
 mod common;
 
-use common::{assert_contains, assert_exit, bin, examples, sluicegate, stderr, stdout, write};
+use common::{
+    assert_contains, assert_exit, bin, examples, sluicegate, stderr, stdout, temp_file, write,
+};
 
 const POLICIES: &str = r#"
 [policies.both]
@@ -39,8 +41,7 @@ fn allowed(out: &Output) -> Vec<bool> {
 
 #[test]
 fn composite_and_ban_run_on_every_backend_kind() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = write(dir.path(), "p.toml", POLICIES);
+    let (dir, file) = temp_file("p.toml", POLICIES);
     let trace = write(
         dir.path(),
         "t.csv",
@@ -79,12 +80,7 @@ fn composite_and_ban_run_on_every_backend_kind() {
 
 #[test]
 fn errors_point_into_composites_and_bans() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = write(
-        dir.path(),
-        "bad.toml",
-        "[policies.c]\nalgorithm = \"composite\"\nlimits = [{ algorithm = \"fixed-window\", limit = 1, period = \"1s\" }, { algorithm = \"token-bucket\", capacity = 1, rate = 0, period = \"1s\" }]\n\n[policies.b]\nalgorithm = \"fixed-window\"\nlimit = 1\nperiod = \"1s\"\nban = { threshold = 1, window = \"400d\", duration = \"1m\" }\n",
-    );
+    let (_dir, file) = temp_file("bad.toml", "[policies.c]\nalgorithm = \"composite\"\nlimits = [{ algorithm = \"fixed-window\", limit = 1, period = \"1s\" }, { algorithm = \"token-bucket\", capacity = 1, rate = 0, period = \"1s\" }]\n\n[policies.b]\nalgorithm = \"fixed-window\"\nlimit = 1\nperiod = \"1s\"\nban = { threshold = 1, window = \"400d\", duration = \"1m\" }\n");
     let out = sluicegate(["check", "k", "--config", &file, "--policy", "c"]);
     assert_exit(&out, 2);
     let err = String::from_utf8(out.stderr).unwrap();

@@ -5,7 +5,7 @@ mod common;
 
 use common::{
     assert_contains, assert_exit, bucket, examples, run_line, sluicegate, sluicegate_with_stdin,
-    spawn, stderr, stdout, trace, with, write, BUCKET,
+    spawn, stderr, stdout, temp_file, trace, with, write, BUCKET,
 };
 
 /// Runs `command` and returns what it printed, failing with its errors unless it succeeded.
@@ -17,9 +17,7 @@ fn replayed(command: &str) -> String {
 
 #[test]
 fn replay_prints_exact_json_lines() {
-    let dir = tempfile::tempdir().unwrap();
-    let trace = write(
-        dir.path(),
+    let (_dir, trace) = temp_file(
         "t.csv",
         "t_us,key,cost\n0,alice,1\n0,alice,1\n0,alice,1\n250000,\"bob, jr\",3\n500000,alice,1\n",
     );
@@ -166,9 +164,7 @@ fn a_reader_that_stops_early_ends_the_command_quietly() {
 /// recorded and dropped with the key's standing after it.
 #[test]
 fn report_and_refund_rows_move_the_key() {
-    let dir = tempfile::tempdir().unwrap();
-    let trace = write(
-        dir.path(),
+    let (dir, trace) = temp_file(
         "t.csv",
         "t_us,key,cost,kind\n0,k,2\n0,k,5,report\n0,k,3,decide\n0,k,4,refund\n0,k,3,\n",
     );
@@ -206,9 +202,7 @@ fn report_and_refund_rows_move_the_key() {
 /// prints, row for row.
 #[test]
 fn reports_replay_the_same_on_memory_sled_and_redis() {
-    let dir = tempfile::tempdir().unwrap();
-    let trace = write(
-        dir.path(),
+    let (dir, trace) = temp_file(
         "t.csv",
         "t_us,key,cost,kind\n0,k,2\n10,k,9,report\n20,k,1\n30,k,4,refund\n40,j,3\n1000050,k,2\n",
     );
@@ -237,9 +231,7 @@ fn reports_replay_the_same_on_memory_sled_and_redis() {
 /// scripts' instants stop being doubles) and up to the core's last.
 #[test]
 fn the_top_of_the_range_replays_on_redis_as_in_memory() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = write(
-        dir.path(),
+    let (dir, config) = temp_file(
         "p.toml",
         r#"
 [policies.window]

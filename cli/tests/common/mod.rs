@@ -94,6 +94,14 @@ pub fn trace(requests: u64, keys: u64) -> String {
     trace
 }
 
+/// A temporary directory (deleted when dropped) holding `text` in `name`, and the
+/// file's path.
+pub fn temp_file(name: &str, text: &str) -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), name, text);
+    (dir, path)
+}
+
 /// Writes `text` to `dir/name`; returns the path.
 pub fn write(dir: &Path, name: &str, text: &str) -> String {
     let path = dir.join(name);
