@@ -4,10 +4,10 @@
 use redis::Cmd;
 use sluicegate_core::{
     Algorithm, AnyAlgorithm, AnyState, CalendarLimit, CalendarPeriod, CalendarWindowAt, Decision,
-    DecodeError, Request, Ticks,
+    DecodeError, Ticks,
 };
 
-use crate::lua::LuaAlgorithm;
+use crate::lua::{FastAsk, LuaAlgorithm};
 use crate::Error;
 
 /// Calls `$body` on whichever algorithm `$any` holds; a calendar window as the window in
@@ -75,18 +75,12 @@ impl LuaAlgorithm for AnyAlgorithm {
         each!(self, None, |a| a.lua_keys())
     }
 
-    fn lua_fast_arg(&self, request: &Request<'_>, max_wait: Option<Ticks>) -> Option<Vec<u8>> {
-        each!(self, None, |a| a.lua_fast_arg(request, max_wait))
+    fn lua_fast_arg(&self, ask: FastAsk) -> Option<Vec<u8>> {
+        each!(self, None, |a| a.lua_fast_arg(ask))
     }
 
-    fn lua_fast_decision(
-        &self,
-        relative: u64,
-        cost: u64,
-        max_wait: Option<Ticks>,
-    ) -> Option<Decision> {
-        each!(self, None, |a| a
-            .lua_fast_decision(relative, cost, max_wait))
+    fn lua_fast_decision(&self, relative: u64, ask: FastAsk) -> Option<Decision> {
+        each!(self, None, |a| a.lua_fast_decision(relative, ask))
     }
 
     /// A composite's members' own; any other one key's.

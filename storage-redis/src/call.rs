@@ -6,7 +6,7 @@ use sluicegate_core::limits::MAX_WAIT;
 use sluicegate_core::{Clock, Request, SystemClock, Ticks};
 
 use crate::error::Error;
-use crate::lua::LuaAlgorithm;
+use crate::lua::{FastAsk, LuaAlgorithm};
 use crate::route::{Invocation, Program};
 
 /// One script call: what it does, a key, a cost, and optionally the time and the
@@ -132,10 +132,13 @@ impl<'a> Call<'a> {
         Self { mode, ..self }
     }
 
-    /// The request this call decides, for `cost`.
-    fn as_request(&self, cost: u64) -> Request<'a> {
-        let request = Request::new(self.key).cost(cost);
-        self.now.map_or(request, |now| request.at(now))
+    /// What this call asks of `algorithm`'s fast path, its cost clamped to the cap.
+    pub(crate) fn fast_ask<A: LuaAlgorithm>(&self, algorithm: &A) -> FastAsk {
+        FastAsk {
+            cost: self.cost.min(algorithm.lua_cost_cap()),
+            now: self.now,
+            max_wait: self.max_wait,
+        }
     }
 
     /// The same call sending `values` after the algorithm's arguments (a seed's).
@@ -214,7 +217,7 @@ impl<'a> Call<'a> {
             _ => self.max_wait.map(|w| w.min(MAX_WAIT)),
         };
         let fast = match self.mode {
-            Mode::Decide => algorithm.lua_fast_arg(&self.as_request(cost), max_wait),
+            Mode::Decide => algorithm.lua_fast_arg(self.fast_ask(algorithm)),
             _ => None,
         };
         let at = match (self.now, self.clock) {

@@ -1,6 +1,8 @@
 //! Leases on Redis: the core's [`Concurrency`] transitions run by one script
 //! (`lua/lease.lua`) on the core's bytes, at the server's clock or an explicit time.
 
+use std::slice;
+
 use redis::{aio, ConnectionLike, Value};
 use sluicegate_core::{
     Acquired, Concurrency, Decision, Grant, LeaseError, LeaseRequest, LeaseState, Ticks,
@@ -75,6 +77,34 @@ impl Op {
             Self::Release => "release",
             Self::Renew => "renew",
             Self::Read => "read",
+        }
+    }
+}
+
+/// Whose leases a call is about, on which keys, and at what time (`None`: the server's).
+#[derive(Debug, Clone, Copy)]
+struct Holder<'a> {
+    keys: &'a [&'a [u8]],
+    owner: &'a [u8],
+    now: Option<Ticks>,
+}
+
+impl<'a> Holder<'a> {
+    /// The owner `request` names, on its one key.
+    fn of(request: &'a LeaseRequest<'a>) -> Self {
+        Self {
+            keys: slice::from_ref(&request.key),
+            owner: request.owner,
+            now: request.now,
+        }
+    }
+
+    /// `owner` on every key of `keys`, at the server's time.
+    fn all(keys: &'a [&'a [u8]], owner: &'a [u8]) -> Self {
+        Self {
+            keys,
+            owner,
+            now: None,
         }
     }
 }
@@ -172,8 +202,7 @@ impl RedisLeases {
         let cmd = self.single(Op::Acquire, request)?;
         let acquired = acquired(self.run(link, &cmd, &[request.key]).await?).map(one)?;
         if acquired.grant.is_some() {
-            let (keys, owner, now) = (&[request.key], request.owner, request.now);
-            self.replicated(link, keys, owner, now).await?;
+            self.replicated(link, Holder::of(request)).await?;
         }
         Ok(acquired)
     }
@@ -191,10 +220,11 @@ impl RedisLeases {
         ttl: Ticks,
     ) -> Result<(Decision, Vec<Grant>), Error> {
         let link = &mut Blocking(con);
-        let cmd = self.command(Op::Acquire, keys, owner, Some(ttl), None)?;
+        let holder = Holder::all(keys, owner);
+        let cmd = self.command(Op::Acquire, holder, Some(ttl))?;
         let (decision, grants) = acquired(block(self.run(link, &cmd, keys))?)?;
         if !grants.is_empty() {
-            block(self.replicated(link, keys, owner, None))?;
+            block(self.replicated(link, holder))?;
         }
         Ok((decision, grants))
     }
@@ -207,8 +237,7 @@ impl RedisLeases {
         con: &mut C,
         request: &LeaseRequest<'_>,
     ) -> Result<Grant, Error> {
-        let (keys, owner, now) = (&[request.key], request.owner, request.now);
-        block(self.release_on(&mut Blocking(con), keys, owner, now)).map(first)
+        block(self.release_on(&mut Blocking(con), Holder::of(request))).map(first)
     }
 
     /// Asynchronous [`RedisLeases::release`].
@@ -217,9 +246,8 @@ impl RedisLeases {
         con: &mut C,
         request: &LeaseRequest<'_>,
     ) -> Result<Grant, Error> {
-        let (keys, owner, now) = (&[request.key], request.owner, request.now);
-        let released = self.release_on(&mut Awaiting(con), keys, owner, now).await;
-        released.map(first)
+        let link = &mut Awaiting(con);
+        self.release_on(link, Holder::of(request)).await.map(first)
     }
 
     /// Releases `owner`'s lease on every key of `keys` once, or, if it holds none on some
@@ -230,19 +258,17 @@ impl RedisLeases {
         keys: &[&[u8]],
         owner: &[u8],
     ) -> Result<Vec<Grant>, Error> {
-        block(self.release_on(&mut Blocking(con), keys, owner, None))
+        block(self.release_on(&mut Blocking(con), Holder::all(keys, owner)))
     }
 
-    /// Releases `owner`'s lease on every key of `keys` over `link`, at `now` if given.
+    /// Releases the holder's lease on each of its keys over `link`.
     async fn release_on<L: Link>(
         &self,
         link: &mut L,
-        keys: &[&[u8]],
-        owner: &[u8],
-        now: Option<Ticks>,
+        holder: Holder<'_>,
     ) -> Result<Vec<Grant>, Error> {
-        let cmd = self.command(Op::Release, keys, owner, None, now)?;
-        held(self.run(link, &cmd, keys).await?)
+        let cmd = self.command(Op::Release, holder, None)?;
+        held(self.run(link, &cmd, holder.keys).await?)
     }
 
     /// Extends the owner's unexpired lease on the request's key to `now + ttl`; its
@@ -253,8 +279,7 @@ impl RedisLeases {
         con: &mut C,
         request: &LeaseRequest<'_>,
     ) -> Result<Grant, Error> {
-        let (keys, owner, ttl, now) = (&[request.key], request.owner, request.ttl, request.now);
-        block(self.renew_on(&mut Blocking(con), keys, owner, ttl, now)).map(first)
+        block(self.renew_on(&mut Blocking(con), Holder::of(request), request.ttl)).map(first)
     }
 
     /// Asynchronous [`RedisLeases::renew`].
@@ -263,11 +288,9 @@ impl RedisLeases {
         con: &mut C,
         request: &LeaseRequest<'_>,
     ) -> Result<Grant, Error> {
-        let (keys, owner, ttl, now) = (&[request.key], request.owner, request.ttl, request.now);
-        let renewed = self
-            .renew_on(&mut Awaiting(con), keys, owner, ttl, now)
-            .await;
-        renewed.map(first)
+        self.renew_on(&mut Awaiting(con), Holder::of(request), request.ttl)
+            .await
+            .map(first)
     }
 
     /// Renews `owner`'s leases on every key of `keys`, or, if one is gone, none.
@@ -278,22 +301,20 @@ impl RedisLeases {
         owner: &[u8],
         ttl: Ticks,
     ) -> Result<Vec<Grant>, Error> {
-        block(self.renew_on(&mut Blocking(con), keys, owner, ttl, None))
+        block(self.renew_on(&mut Blocking(con), Holder::all(keys, owner), ttl))
     }
 
-    /// Renews `owner`'s leases on every key of `keys` over `link`, at `now` if given,
-    /// then waits for the replicas (see [`RedisLeases::with_replicas`]).
+    /// Renews the holder's leases on each of its keys for `ttl` over `link`, then waits
+    /// for the replicas (see [`RedisLeases::with_replicas`]).
     async fn renew_on<L: Link>(
         &self,
         link: &mut L,
-        keys: &[&[u8]],
-        owner: &[u8],
+        holder: Holder<'_>,
         ttl: Ticks,
-        now: Option<Ticks>,
     ) -> Result<Vec<Grant>, Error> {
-        let cmd = self.command(Op::Renew, keys, owner, Some(ttl), now)?;
-        let grants = held(self.run(link, &cmd, keys).await?)?;
-        self.replicated(link, keys, owner, now).await?;
+        let cmd = self.command(Op::Renew, holder, Some(ttl))?;
+        let grants = held(self.run(link, &cmd, holder.keys).await?)?;
+        self.replicated(link, holder).await?;
         Ok(grants)
     }
 
@@ -305,24 +326,8 @@ impl RedisLeases {
         con: &mut C,
         requests: &[LeaseRequest<'_>],
     ) -> Result<Vec<Result<Acquired, Error>>, Error> {
-        let mut results = self.batch(con, Op::Acquire, requests, |r| acquired(r).map(one))?;
-        let granted = |r: &Result<Acquired, Error>| matches!(r, Ok(a) if a.grant.is_some());
-        if let (Some(durable), true) = (self.durable, results.iter().any(granted)) {
-            let waited = block(durable.wait(&mut Blocking(&mut *con)));
-            if !matches!(waited, Ok(None)) {
-                // Every grant of the batch is given back, and fails alike.
-                let given_back: Vec<_> = (requests.iter().zip(&results))
-                    .filter(|(_, r)| granted(r))
-                    .map(|(request, _)| *request)
-                    .collect();
-                let _ = self.release_batch(con, &given_back);
-                let acknowledged = waited.map_err(|e| Error::from_redis(e, b""))?;
-                for result in results.iter_mut().filter(|r| granted(r)) {
-                    *result = Err(durable.error(acknowledged.unwrap_or_default()));
-                }
-            }
-        }
-        Ok(results)
+        let results = self.batch(con, Op::Acquire, requests, |r| acquired(r).map(one))?;
+        self.batch_replicated(con, requests, results)
     }
 
     /// Releases many leases, each request on its own, in one pipelined round trip.
@@ -424,19 +429,14 @@ impl RedisLeases {
     /// The call `op` makes of `request` on its one key (a release takes no ttl).
     fn single(&self, op: Op, request: &LeaseRequest<'_>) -> Result<Invocation, Error> {
         let ttl = (!matches!(op, Op::Release)).then_some(request.ttl);
-        self.command(op, &[request.key], request.owner, ttl, request.now)
+        self.command(op, Holder::of(request), ttl)
     }
 
-    /// The script call, after checking what the core checks (the owner's length, the
-    /// ttl) and the scripts' time range.
-    fn command(
-        &self,
-        op: Op,
-        keys: &[&[u8]],
-        owner: &[u8],
-        ttl: Option<Ticks>,
-        now: Option<Ticks>,
-    ) -> Result<Invocation, Error> {
+    /// The script call of `op` for `holder` (`ttl` for an acquire or a renew), after
+    /// checking what the core checks (the owner's length, the ttl) and the scripts' time
+    /// range.
+    fn command(&self, op: Op, holder: Holder<'_>, ttl: Option<Ticks>) -> Result<Invocation, Error> {
+        let Holder { keys, owner, now } = holder;
         if !matches!(op, Op::Read) {
             // The core's own checks: a typed error, nothing sent.
             Concurrency::check(owner, ttl.unwrap_or(1))?;
@@ -500,26 +500,47 @@ impl RedisLeases {
     }
 
     /// With [`RedisLeases::with_replicas`]: waits for the replicas to acknowledge the
-    /// grant just made on `keys` at `now`; if too few do in time, releases it (at the
-    /// same time) and fails.
-    async fn replicated<L: Link>(
-        &self,
-        link: &mut L,
-        keys: &[&[u8]],
-        owner: &[u8],
-        now: Option<Ticks>,
-    ) -> Result<(), Error> {
+    /// grant just made to `holder`; if too few do in time, releases it (at the same time)
+    /// and fails.
+    async fn replicated<L: Link>(&self, link: &mut L, holder: Holder<'_>) -> Result<(), Error> {
         let Some(durable) = self.durable else {
             return Ok(());
         };
         let error = match durable.wait(link).await {
             Ok(None) => return Ok(()),
             Ok(Some(acknowledged)) => durable.error(acknowledged),
-            Err(e) => Error::from_redis(e, first_key(keys)),
+            Err(e) => Error::from_redis(e, first_key(holder.keys)),
         };
         // Given back on a best-effort basis: if this fails too, the lease expires.
-        let _ = self.release_on(link, keys, owner, now).await;
+        let _ = self.release_on(link, holder).await;
         Err(error)
+    }
+
+    /// [`RedisLeases::replicated`] for the `results` of acquiring `requests`: if too few
+    /// replicas acknowledge them in time, every grant of the batch is given back, and
+    /// fails alike.
+    fn batch_replicated<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+        requests: &[LeaseRequest<'_>],
+        mut results: Vec<Result<Acquired, Error>>,
+    ) -> Result<Vec<Result<Acquired, Error>>, Error> {
+        let granted = |r: &Result<Acquired, Error>| matches!(r, Ok(a) if a.grant.is_some());
+        if let (Some(durable), true) = (self.durable, results.iter().any(granted)) {
+            let waited = block(durable.wait(&mut Blocking(&mut *con)));
+            if !matches!(waited, Ok(None)) {
+                let given_back: Vec<_> = (requests.iter().zip(&results))
+                    .filter(|(_, r)| granted(r))
+                    .map(|(request, _)| *request)
+                    .collect();
+                let _ = self.release_batch(con, &given_back);
+                let acknowledged = waited.map_err(|e| Error::from_redis(e, b""))?;
+                for result in results.iter_mut().filter(|r| granted(r)) {
+                    *result = Err(durable.error(acknowledged.unwrap_or_default()));
+                }
+            }
+        }
+        Ok(results)
     }
 
     /// Sends `cmd` for `keys`; a script's report of a corrupt table is replaced by the
@@ -545,7 +566,7 @@ impl RedisLeases {
         link: &mut L,
         keys: &[&[u8]],
     ) -> Result<Vec<Option<Vec<u8>>>, Error> {
-        let cmd = self.command(Op::Read, keys, b"", None, None)?;
+        let cmd = self.command(Op::Read, Holder::all(keys, b""), None)?;
         let reply = self.program.query(link, &cmd).await;
         reply::values(reply.map_err(|e| Error::from_redis(e, first_key(keys)))?)
     }

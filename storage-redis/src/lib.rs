@@ -32,7 +32,9 @@ pub use fail::{FailPolicy, Outcome};
 pub use fence::FencedResource;
 pub use lease::RedisLeases;
 pub use limiter::{RedisLimiter, PURGE_BATCH};
-pub use lua::{library_name, LuaAlgorithm, MAX_LUA_LIMIT, MAX_LUA_LOG_LIMIT, MAX_LUA_TICKS};
+pub use lua::{
+    library_name, FastAsk, LuaAlgorithm, MAX_LUA_LIMIT, MAX_LUA_LOG_LIMIT, MAX_LUA_TICKS,
+};
 pub use redlock::{Redlock, RedlockGrant};
 pub use reply::Taken;
 pub use route::Route;

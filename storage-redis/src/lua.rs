@@ -6,8 +6,8 @@ use redis::Cmd;
 use sluicegate_core::limits::{MAX_LIMIT, MAX_WAIT};
 use sluicegate_core::{
     Algorithm, Ban, BucketParams, CalendarWindowAt, Composite, Decision, DecodeError, FixedWindow,
-    Kind, LeakyBucket, Pacing, Report, Request, Reserve, SlidingCounter, SlidingLog, Ticks,
-    TokenBucket, MAX_TICKS,
+    Kind, LeakyBucket, Pacing, Report, Reserve, SlidingCounter, SlidingLog, Ticks, TokenBucket,
+    MAX_TICKS,
 };
 
 use crate::error::{Error, LATEST};
@@ -131,6 +131,18 @@ pub const MAX_LUA_TICKS: Ticks = 1 << 52;
 const LOG_TOO_LATE: &str = "the latest time of a sliding log on Redis (its script keeps \
     instants as doubles): use a sliding counter, or the module";
 
+/// What a decision asks of the buckets' fast path (see [`LuaAlgorithm::lua_fast_arg`]),
+/// both to send it and to read its reply.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FastAsk {
+    /// The units asked, at most [`LuaAlgorithm::lua_cost_cap`].
+    pub cost: u64,
+    /// The time to decide at; `None` for the server's.
+    pub now: Option<Ticks>,
+    /// A reservation's longest wait; `None` for a check.
+    pub max_wait: Option<Ticks>,
+}
+
 /// An algorithm the Redis scripts implement: every algorithm of the core.
 ///
 /// The scripts reproduce the core's integer math exactly within the Lua range: the
@@ -172,26 +184,19 @@ pub trait LuaAlgorithm: Algorithm {
 
     /// The argument of a decision on the buckets' fast path (`lua/bucket_fast.lua`), the
     /// function the client calls instead of the general one when this is `Some`: for a
-    /// single bucket whose `capacity × period` is below 2^52 and a request whose cost (at
-    /// most [`lua_cost_cap`](Self::lua_cost_cap)) is within its burst. The request's
-    /// key is not read.
-    fn lua_fast_arg(&self, request: &Request<'_>, max_wait: Option<Ticks>) -> Option<Vec<u8>> {
-        let _ = (request, max_wait);
+    /// single bucket whose `capacity × period` is below 2^52 and a cost within its burst.
+    fn lua_fast_arg(&self, ask: FastAsk) -> Option<Vec<u8>> {
+        let _ = ask;
         None
     }
 
-    /// The decision the fast path's reply stands for: the stored state's arrival time
-    /// before the call, relative to its `now`, in units of `1 / rate` tick (0: fresh).
-    /// The core decides it again at a `now` of 0, which gives the same decision: a
-    /// bucket's depends on the arrival time relative to `now` alone. `None` if `relative`
-    /// is no state of this algorithm.
-    fn lua_fast_decision(
-        &self,
-        relative: u64,
-        cost: u64,
-        max_wait: Option<Ticks>,
-    ) -> Option<Decision> {
-        let _ = (relative, cost, max_wait);
+    /// The decision the fast path's reply to `ask` stands for: the stored state's arrival
+    /// time before the call, relative to its `now`, in units of `1 / rate` tick (0:
+    /// fresh). The core decides it again at a `now` of 0, which gives the same decision:
+    /// a bucket's depends on the arrival time relative to `now` alone. `None` if
+    /// `relative` is no state of this algorithm.
+    fn lua_fast_decision(&self, relative: u64, ask: FastAsk) -> Option<Decision> {
+        let _ = (relative, ask);
         None
     }
 
@@ -215,7 +220,7 @@ pub(crate) fn script<A: LuaAlgorithm>(algorithm: &A) -> String {
     let mut needed = Vec::new();
     algorithm.lua_files(&mut needed);
     // A bucket's fast calls are decided before the rest of the script defines anything.
-    let fast = algorithm.lua_fast_arg(&Request::new(""), None).is_some();
+    let fast = algorithm.lua_fast_arg(FastAsk::default()).is_some();
     let mut files = if fast {
         vec![BUCKET_FAST, FAST_HEAD, LIB]
     } else {
@@ -405,18 +410,18 @@ fn bucket_args(
 /// integer, and every sum of two, is a double (see `lua/bucket_fast.lua`).
 const FAST_BOUND: u128 = 1 << 52;
 
-/// The fast path's argument for a bucket tagged `tag` (the core's encoding's): tag,
-/// burst, rate, period, cost, max wait and now (`u64::MAX`: the server's time), big-endian;
-/// `None` where the fast path cannot decide (`burst × period` beyond its bound, a cost
-/// beyond the burst).
+/// The fast path's argument for `ask` of a bucket tagged `tag` (the core's encoding's),
+/// waiting at most `wait`: tag, burst, rate, period, cost, max wait and now (`u64::MAX`:
+/// the server's time), big-endian; `None` where the fast path cannot decide (`burst ×
+/// period` beyond its bound, a cost beyond the burst).
 fn fast_arg(
     tag: u8,
     params: BucketParams,
     burst: u64,
-    cost: u64,
-    now: Option<Ticks>,
+    ask: FastAsk,
     wait: Ticks,
 ) -> Option<Vec<u8>> {
+    let FastAsk { cost, now, .. } = ask;
     // A later explicit time is decided on the general path (the fast one reads a time
     // beyond 2^52 as the server's).
     let late = now.is_some_and(|now| u128::from(now) > FAST_BOUND);
@@ -490,22 +495,17 @@ macro_rules! lua_bucket {
                 Ok(())
             }
 
-            fn lua_fast_arg(&self, r: &Request<'_>, max_wait: Option<Ticks>) -> Option<Vec<u8>> {
+            fn lua_fast_arg(&self, ask: FastAsk) -> Option<Vec<u8>> {
                 let params = self.params();
-                let wait = max_wait.unwrap_or($wait);
-                fast_arg($tag, params, params.capacity + $extra, r.cost, r.now, wait)
+                let wait = ask.max_wait.unwrap_or($wait);
+                fast_arg($tag, params, params.capacity + $extra, ask, wait)
             }
 
-            fn lua_fast_decision(
-                &self,
-                relative: u64,
-                cost: u64,
-                max_wait: Option<Ticks>,
-            ) -> Option<Decision> {
+            fn lua_fast_decision(&self, relative: u64, ask: FastAsk) -> Option<Decision> {
                 let state = fast_state(self, $tag, self.params().rate, relative)?;
-                Some(match max_wait {
-                    Some(wait) => self.reserve(state, 0, cost, wait).0,
-                    None => self.decide(state, 0, cost).0,
+                Some(match ask.max_wait {
+                    Some(wait) => self.reserve(state, 0, ask.cost, wait).0,
+                    None => self.decide(state, 0, ask.cost).0,
                 })
             }
         }

@@ -31,10 +31,9 @@ pub(crate) fn decision<A: LuaAlgorithm>(
     let Value::Int(relative) = reply else {
         return fields(reply, call.key);
     };
-    let cost = call.cost.min(algorithm.lua_cost_cap());
     u64::try_from(relative)
         .ok()
-        .and_then(|r| algorithm.lua_fast_decision(r, cost, call.max_wait))
+        .and_then(|r| algorithm.lua_fast_decision(r, call.fast_ask(algorithm)))
         .ok_or(Error::Reply)
 }
 

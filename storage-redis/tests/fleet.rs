@@ -9,7 +9,7 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use sluicegate_core::{
-    FixedWindow, Request, SlidingCounter, Ticks, TokenBucket, MILLISECOND, SECOND,
+    FixedWindow, ParamError, Request, SlidingCounter, Ticks, TokenBucket, MILLISECOND, SECOND,
 };
 use sluicegate_redis::fleet::{FleetAlgorithm, FleetConfig, FleetLimiter, FleetMode};
 use sluicegate_redis::{Error, Outcome, Reconnecting, RedisLimiter};
@@ -96,21 +96,26 @@ fn prefetch_run<A: FleetAlgorithm>(
     (start, admitted)
 }
 
-/// A [`prefetch_run`] of a window algorithm of `period`: the units admitted in each
-/// aligned window.
+/// A [`prefetch_run`] of the window algorithm `new` makes of `limit` and `period`: the
+/// units admitted in each aligned window, none above the limit.
 fn per_window<A: FleetAlgorithm>(
     server: &Server,
-    algorithm: A,
-    period: Ticks,
+    new: fn(u64, Ticks) -> Result<A, ParamError>,
+    (limit, period): (u64, Ticks),
     nodes: usize,
     gap: u64,
     run: Duration,
 ) -> std::collections::BTreeMap<Ticks, u64> {
+    let algorithm = new(limit, period).unwrap();
     let (_, admitted) = prefetch_run(server, algorithm, nodes, gap, run);
     let mut per_window = std::collections::BTreeMap::new();
     for (at, cost) in admitted {
         *per_window.entry(at / period).or_insert(0) += cost;
     }
+    assert!(
+        per_window.values().all(|&n| n <= limit),
+        "a window admitted more than {limit}: {per_window:?}"
+    );
     per_window
 }
 
@@ -118,23 +123,12 @@ fn per_window<A: FleetAlgorithm>(
 #[test]
 fn prefetch_never_exceeds_a_window() {
     let server = Server::start();
-    let (period, limit) = (100 * MILLISECOND, 60);
     // About 640 units a second against 600: windows fill near their end, when units
     // taken late must not be spent in the next window.
-    let window = FixedWindow::new(limit, period).unwrap();
-    let per_window = per_window(
-        &server,
-        window,
-        period,
-        4,
-        50_000,
-        Duration::from_millis(1500),
-    );
+    let (limit, period) = (60, 100 * MILLISECOND);
+    let run = Duration::from_millis(1500);
+    let per_window = per_window(&server, FixedWindow::new, (limit, period), 4, 50_000, run);
     let busiest = per_window.values().max().copied().unwrap_or(0);
-    assert!(
-        busiest <= limit,
-        "a window admitted {busiest} > {limit}: {per_window:?}"
-    );
     assert!(
         busiest >= limit * 3 / 4,
         "windows far from full: {per_window:?}"
@@ -168,17 +162,15 @@ fn prefetch_never_exceeds_a_bucket_or_a_sliding_counter() {
         "the bucket was hardly used: {total}"
     );
 
-    let (period, limit) = (100 * MILLISECOND, 50);
-    let counter = SlidingCounter::new(limit, period).unwrap();
-    let per_window = per_window(
+    let run = Duration::from_millis(800);
+    per_window(
         &server,
-        counter,
-        period,
+        SlidingCounter::new,
+        (50, 100 * MILLISECOND),
         3,
         30_000,
-        Duration::from_millis(800),
+        run,
     );
-    assert!(per_window.values().all(|&n| n <= limit), "{per_window:?}");
 }
 
 /// A node whose heartbeat expires leaves its share to the others at their next

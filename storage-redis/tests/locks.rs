@@ -9,7 +9,7 @@ use std::process::{Child, ChildStdout, Command};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use sluicegate_core::{Concurrency, LeaseRequest, Ticks, MILLISECOND, SECOND};
+use sluicegate_core::{Acquired, Concurrency, LeaseRequest, Ticks, MILLISECOND, SECOND};
 use sluicegate_redis::{Error, FencedResource, RedisLeases};
 
 use common::Server;
@@ -38,6 +38,22 @@ fn field(out: &mut BufReader<ChildStdout>, word: &str) -> u64 {
             return rest.split_whitespace().next().unwrap().parse().unwrap();
         }
     }
+}
+
+/// Starts a `lock_child` with `task`, which takes the lock: the child, its output, and the
+/// number it printed after `word=` once it held the lock.
+fn holder(server: &Server, task: &str, word: &str) -> (Child, BufReader<ChildStdout>, u64) {
+    let (child, mut out) = child(server, task);
+    let value = field(&mut out, word);
+    (child, out, value)
+}
+
+/// `owner`'s try for the lock the parent and its children share, for `ttl`.
+fn take_lock(con: &mut redis::Connection, owner: &[u8], ttl: Ticks) -> Acquired {
+    let request = LeaseRequest::new(b"lock").owner(owner).ttl(ttl);
+    RedisLeases::new(Concurrency::lock())
+        .acquire(con, &request)
+        .unwrap()
 }
 
 fn signal(child: &Child, signal: &str) {
@@ -86,18 +102,11 @@ fn a_concurrency_limit_of_three_holds_across_processes() {
 fn a_paused_holders_stale_write_is_refused() {
     let server = Server::start();
     let mut con = server.connection();
-    let (mut paused, mut out) = child(&server, "pause");
-    let old = field(&mut out, "token");
+    let (mut paused, mut out, old) = holder(&server, "pause", "token");
     signal(&paused, "-STOP");
     // Past the child's ttl (200 ms): the lock is free, and this process takes it.
     sleep(Duration::from_millis(300));
-    let lock = RedisLeases::new(Concurrency::lock());
-    let grant = lock
-        .acquire(
-            &mut con,
-            &LeaseRequest::new(b"lock").owner(b"parent").ttl(SECOND),
-        )
-        .unwrap()
+    let grant = take_lock(&mut con, b"parent", SECOND)
         .grant
         .expect("the paused holder's lease expired");
     assert!(grant.token > old);
@@ -115,20 +124,13 @@ fn a_paused_holders_stale_write_is_refused() {
 fn a_killed_holders_permit_returns_after_its_ttl_and_not_before() {
     let server = Server::start();
     let mut con = server.connection();
-    let (mut killed, mut out) = child(&server, "crash");
-    let expires_at = field(&mut out, "expires_at");
+    let (mut killed, _out, expires_at) = holder(&server, "crash", "expires_at");
     killed.kill().unwrap();
     killed.wait().unwrap();
-    let lock = RedisLeases::new(Concurrency::lock());
     let ttl = 300 * MILLISECOND;
     let started = Instant::now();
     let granted_at = loop {
-        let acquired = lock
-            .acquire(
-                &mut con,
-                &LeaseRequest::new(b"lock").owner(b"parent").ttl(ttl),
-            )
-            .unwrap();
+        let acquired = take_lock(&mut con, b"parent", ttl);
         match acquired.grant {
             // The server's time of the grant.
             Some(grant) => break grant.expires_at - ttl,
@@ -168,15 +170,8 @@ fn lock_child() {
         "limited" => println!("most={}", limited(&connect, pid)),
         "pause" => {
             let mut con = connect();
-            let lock = RedisLeases::new(Concurrency::lock());
             let owner = pid.to_string();
-            let ttl = 200 * MILLISECOND;
-            let grant = lock
-                .acquire(
-                    &mut con,
-                    &LeaseRequest::new(b"lock").owner(owner.as_bytes()).ttl(ttl),
-                )
-                .unwrap();
+            let grant = take_lock(&mut con, owner.as_bytes(), 200 * MILLISECOND);
             let token = grant.grant.unwrap().token;
             println!("token={token}");
             // Paused here by the parent, past the ttl.
@@ -188,14 +183,7 @@ fn lock_child() {
         }
         "crash" => {
             let mut con = connect();
-            let lock = RedisLeases::new(Concurrency::lock());
-            let ttl = 300 * MILLISECOND;
-            let grant = lock
-                .acquire(
-                    &mut con,
-                    &LeaseRequest::new(b"lock").owner(b"doomed").ttl(ttl),
-                )
-                .unwrap();
+            let grant = take_lock(&mut con, b"doomed", 300 * MILLISECOND);
             println!("expires_at={}", grant.grant.unwrap().expires_at);
             sleep(Duration::from_secs(60));
         }

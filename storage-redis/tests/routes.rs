@@ -142,15 +142,29 @@ fn a_server_refusing_function_falls_back_to_scripts() {
     assert_eq!(forced.route(), Some(Route::Functions));
 }
 
+/// A chosen route is the one taken, never another: scripts where the library is offered;
+/// the module where it is not loaded, an error.
 #[test]
-fn scripts_can_be_chosen_where_the_library_is_offered() {
+fn a_chosen_route_is_taken_and_no_other() {
     let server = Server::start();
     let mut con = server.connection();
-    let limiter = bucket_on(Route::Scripts);
-    assert!(limiter.check(&mut con, b"k", 1).unwrap().allowed);
+    let scripts = bucket_on(Route::Scripts);
+    assert!(scripts.check(&mut con, b"k", 1).unwrap().allowed);
     assert!(!libraries(&mut con).contains(library_name()));
-    let sha1 = redis::Script::new(limiter.script()).get_hash().to_owned();
+    let sha1 = redis::Script::new(scripts.script()).get_hash().to_owned();
     assert!(cached(&mut con, &sha1));
+
+    let module = bucket_on(Route::Module);
+    assert!(module.check(&mut con, b"m", 1).is_err());
+    let leases = RedisLeases::new(Concurrency::lock())
+        .with_route(Route::Module)
+        .unwrap();
+    assert!(leases
+        .acquire(&mut con, &LeaseRequest::new(b"l").owner(b"a").ttl(SECOND))
+        .is_err());
+    // Nothing was written by another route: the scripts' decision holds the only key.
+    let keys: Vec<Vec<u8>> = redis::cmd("KEYS").arg("*").query(&mut con).unwrap();
+    assert_eq!(keys, [b"k"]);
 }
 
 #[test]
@@ -177,23 +191,6 @@ fn the_module_is_detected_and_taken_when_loaded() {
     assert!(libraries(&mut con).contains(library_name()));
     assert!(!limiter.check(&mut con, b"j", 2).unwrap().allowed);
     assert_eq!(limiter.route(), Some(Route::Module));
-}
-
-#[test]
-fn the_module_chosen_without_it_is_an_error() {
-    let server = Server::start();
-    let mut con = server.connection();
-    let limiter = bucket_on(Route::Module);
-    assert!(limiter.check(&mut con, b"k", 1).is_err());
-    let leases = RedisLeases::new(Concurrency::lock())
-        .with_route(Route::Module)
-        .unwrap();
-    assert!(leases
-        .acquire(&mut con, &LeaseRequest::new(b"l").owner(b"a").ttl(SECOND))
-        .is_err());
-    // Nothing was written by another route.
-    let keys: Vec<Vec<u8>> = redis::cmd("KEYS").arg("*").query(&mut con).unwrap();
-    assert!(keys.is_empty());
 }
 
 #[tokio::test]

@@ -176,7 +176,12 @@ impl FastCase {
         // The library's fast function itself (loaded by the calls above): one integer
         // exactly when every quantity is below the bound.
         let sent = self.cost.min(alg.lua_cost_cap());
-        let Some(arg) = alg.lua_fast_arg(&Request::new("").cost(sent).at(EPOCH), self.wait) else {
+        let ask = FastAsk {
+            cost: sent,
+            now: Some(EPOCH),
+            max_wait: self.wait,
+        };
+        let Some(arg) = alg.lua_fast_arg(ask) else {
             return Ok(());
         };
         let key = format!("{}raw", prefix()).into_bytes();
@@ -193,7 +198,7 @@ impl FastCase {
         match reply {
             redis::Value::Int(relative) => {
                 prop_assert!(below, "the fast path answered beyond its bound");
-                let got = alg.lua_fast_decision(relative as u64, sent, self.wait);
+                let got = alg.lua_fast_decision(relative as u64, ask);
                 prop_assert_eq!(got, Some(want));
             }
             redis::Value::Array(_) => prop_assert!(!below, "the fast path left below its bound"),

@@ -30,7 +30,8 @@ use sluicegate_core::{
     Request, Reserve, SlidingCounter, SlidingLog, Ticks, TokenBucket, MAX_TICKS, SECOND,
 };
 use sluicegate_redis::{
-    Error, LuaAlgorithm, RedisLimiter, Route, MAX_LUA_LIMIT, MAX_LUA_LOG_LIMIT, MAX_LUA_TICKS,
+    Error, FastAsk, LuaAlgorithm, RedisLimiter, Route, MAX_LUA_LIMIT, MAX_LUA_LOG_LIMIT,
+    MAX_LUA_TICKS,
 };
 
 use common::stored::key_values;
