@@ -2,6 +2,8 @@
 //! decisions and the same state bytes for any arrivals, and one parser gives the same
 //! policy from TOML-shaped and JSON input.
 
+use proptest::collection::vec;
+use proptest::prelude::*;
 use sluicegate_core::{
     Algorithm, AnyAlgorithm, Ban, Composite, FixedWindow, SlidingLog, TokenBucket,
 };
@@ -26,20 +28,6 @@ fn same<A: Algorithm, B: Algorithm>(a: &A, b: &B, arrivals: &[(u64, u64)]) {
     }
 }
 
-/// Reproducible arrivals: gaps below 3 s, costs below 6, from a xorshift seeded by `seed`.
-fn arrivals(seed: u64, count: usize) -> Vec<(u64, u64)> {
-    let mut x = seed | 1;
-    let mut next = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
-    (0..count)
-        .map(|_| (next() % 3_000_000, next() % 6))
-        .collect()
-}
-
 /// The rate `policy` (JSON) builds.
 fn built(policy: &str) -> AnyAlgorithm {
     let policy: Policy = serde_json::from_str(policy).unwrap();
@@ -49,20 +37,16 @@ fn built(policy: &str) -> AnyAlgorithm {
     }
 }
 
-/// Parameters spread over the tested ranges (limit, rate, period in µs).
-const PARAMS: [(u64, u64, u64); 6] = [
-    (1, 1, 1),
-    (3, 2, 250_000),
-    (7, 9, 1_000_000),
-    (12, 1, 4_999_999),
-    (19, 5, 2_000_000),
-    (5, 3, 37),
-];
-
-#[test]
-fn a_policy_decides_as_its_algorithm() {
-    for (i, &(limit, rate, period)) in PARAMS.iter().enumerate() {
-        let arrivals = arrivals(i as u64 + 1, 60);
+proptest! {
+    /// Any parameters over the tested ranges (periods of a few µs too), any arrivals:
+    /// gaps below 3 s, costs below 6.
+    #[test]
+    fn a_policy_decides_as_its_algorithm(
+        limit in 1u64..20,
+        rate in 1u64..10,
+        period in prop_oneof![1u64..100, 1u64..5_000_000],
+        arrivals in vec((0u64..3_000_000, 0u64..6), 60),
+    ) {
         let p = format!("\"period\":\"{period}us\"");
         let window = FixedWindow::new(limit, period).unwrap();
         let rule = built(&format!(

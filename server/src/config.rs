@@ -1,55 +1,55 @@
 //! How a server runs: the flags of `sluicegate serve`, declared once here, each with
-//! its default and its environment variable (`SLUICEGATE_` and the flag's name; a flag
-//! given on the command line wins).
+//! its default and its environment variable (`SLUICEGATE_` and the flag's name, given
+//! to every flag by [`with_env`]; a flag given on the command line wins).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::builder::{PossibleValuesParser, TypedValueParser};
-use clap::{Args, CommandFactory, FromArgMatches, Parser};
+use clap::{Arg, Args, CommandFactory, FromArgMatches, Parser};
 use sluicegate_core::FailPolicy;
 
 /// How a server runs (the flags of `sluicegate serve`). [`Config::default`] is every
 /// flag's default, whatever the environment holds.
 #[derive(Debug, Clone, Args)]
+#[command(mut_args = with_env)]
 pub struct Config {
     /// Where to listen for HTTP.
-    #[arg(long, env = "SLUICEGATE_LISTEN", default_value = "127.0.0.1:8080")]
+    #[arg(long, default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
     /// Where to serve Envoy's rate limit service (gRPC), e.g. 127.0.0.1:8081; off when
     /// not given.
-    #[arg(long, env = "SLUICEGATE_GRPC_LISTEN")]
+    #[arg(long)]
     pub grpc_listen: Option<SocketAddr>,
     /// The embedded store's directory (SQLite), unless --store is given.
-    #[arg(long, env = "SLUICEGATE_DATA_DIR", default_value = "sluicegate-data")]
+    #[arg(long, default_value = "sluicegate-data")]
     pub data_dir: PathBuf,
     /// postgres://USER@HOST:PORT/DB: the store a fleet of servers shares.
-    #[arg(long, env = "SLUICEGATE_STORE")]
+    #[arg(long)]
     pub store: Option<String>,
     /// redis://HOST:PORT/DB: decisions a fleet shares (else in this process).
-    #[arg(long, env = "SLUICEGATE_DECISIONS")]
+    #[arg(long)]
     pub decisions: Option<String>,
     /// The answer while the --decisions Redis is unreachable: error (503, the caller
     /// decides), open (admit), closed (deny), local (decide in this process: each
     /// server enforces the limit alone meanwhile).
     #[arg(
         long,
-        env = "SLUICEGATE_FAIL",
         default_value = "error",
         value_parser = PossibleValuesParser::new(["error", "open", "closed", "local"]).map(fail_policy)
     )]
     pub fail: FailPolicy<()>,
     /// Keys kept per policy by in-process limiters (least fresh forgotten first).
-    #[arg(long, env = "SLUICEGATE_MAX_KEYS", default_value_t = 100_000)]
+    #[arg(long, default_value_t = 100_000)]
     pub max_keys: usize,
     /// Memory per policy's in-process limiter at the worst (bytes, or with KiB, MiB or
     /// GiB): a policy whose keys could take more (a sliding log of a large limit) holds
     /// fewer keys than --max-keys.
-    #[arg(long, env = "SLUICEGATE_MAX_POLICY_BYTES", default_value = "256MiB", value_parser = bytes)]
+    #[arg(long, default_value = "256MiB", value_parser = bytes)]
     pub max_policy_bytes: usize,
     /// Serve /metrics without a token (for a scraper on a trusted network).
-    #[arg(long, env = "SLUICEGATE_METRICS_OPEN")]
+    #[arg(long)]
     pub metrics_open: bool,
     /// The longest a request may take before it is answered 503.
     #[arg(skip = Duration::from_secs(10))]
@@ -59,71 +59,65 @@ pub struct Config {
     pub poll: Duration,
     /// How long a request's head may take to arrive, from its first byte (and a new
     /// connection's first byte, from its opening).
-    #[arg(long, env = "SLUICEGATE_HEADER_TIMEOUT", default_value = "5s", value_parser = duration)]
+    #[arg(long, default_value = "5s", value_parser = duration)]
     pub header_timeout: Duration,
     /// How long a keep-alive connection may wait for its next request.
-    #[arg(long, env = "SLUICEGATE_IDLE_TIMEOUT", default_value = "60s", value_parser = duration)]
+    #[arg(long, default_value = "60s", value_parser = duration)]
     pub idle_timeout: Duration,
     /// Connections open at once, per listener (HTTP, gRPC); the excess is answered 503
     /// and closed at once.
-    #[arg(long, env = "SLUICEGATE_MAX_CONNECTIONS", default_value_t = 1024)]
+    #[arg(long, default_value_t = 1024)]
     pub max_connections: usize,
     /// On SIGTERM or Ctrl-C, how long requests in flight may take before the
     /// connections left are closed.
-    #[arg(long, env = "SLUICEGATE_SHUTDOWN_TIMEOUT", default_value = "10s", value_parser = duration)]
+    #[arg(long, default_value = "10s", value_parser = duration)]
     pub shutdown_timeout: Duration,
     /// How often gRPC pings a connection; one ping unanswered for as long closes it.
-    #[arg(long, env = "SLUICEGATE_GRPC_KEEPALIVE", default_value = "30s", value_parser = duration)]
+    #[arg(long, default_value = "30s", value_parser = duration)]
     pub grpc_keepalive: Duration,
     /// Calls at once on one gRPC connection.
-    #[arg(long, env = "SLUICEGATE_GRPC_MAX_STREAMS", default_value_t = 100)]
+    #[arg(long, default_value_t = 100)]
     pub grpc_max_streams: u32,
     /// The most policies the store may hold.
-    #[arg(long, env = "SLUICEGATE_MAX_POLICIES", default_value_t = 10_000)]
+    #[arg(long, default_value_t = 10_000)]
     pub max_policies: usize,
     /// The most policies that may list one app.
-    #[arg(long, env = "SLUICEGATE_MAX_POLICIES_PER_APP", default_value_t = 1_000)]
+    #[arg(long, default_value_t = 1_000)]
     pub max_policies_per_app: usize,
     /// The most reports' ids one app may hold at once (each is kept 24 hours, so that a
     /// retried report counts once); a report or estimate with a new id beyond it is
     /// refused (409).
-    #[arg(long, env = "SLUICEGATE_MAX_REPORT_IDS", default_value_t = 100_000)]
+    #[arg(long, default_value_t = 100_000)]
     pub max_report_ids: usize,
     /// Every rate policy in shadow mode: decided and counted as if enforcing, always
     /// admitted, would-be denials reported (to try limits on live traffic).
-    #[arg(long, env = "SLUICEGATE_SHADOW")]
+    #[arg(long)]
     pub shadow: bool,
     /// Every rule of envoyproxy/ratelimit's YAML in quota mode, as their QUOTA_MODE:
     /// over its limit, a rule refuses a request only when every rule the request
     /// counted on is over.
-    #[arg(long, env = "SLUICEGATE_QUOTA_MODE")]
+    #[arg(long)]
     pub quota_mode: bool,
     /// envoyproxy/ratelimit's YAML, read as it is: a file, or a directory of `*.yaml`
     /// and `*.yml` files, one domain each, answered over gRPC (--grpc-listen) with their
     /// matching; the top-level `sluicegate_apps: [NAME, ...]` limits which apps may ask.
-    #[arg(long, env = "SLUICEGATE_ENVOY_CONFIG", value_name = "DIR")]
+    #[arg(long, value_name = "DIR")]
     pub envoy_config: Option<PathBuf>,
     /// Policies from files: a TOML policy file or envoyproxy/ratelimit's YAML, or a
     /// directory of them (*.toml, *.yaml, *.yml), watched: a change applies within a
     /// second, an invalid one is refused whole (logged, counted in /metrics). The API
     /// cannot change these policies (403 naming the file).
-    #[arg(long, env = "SLUICEGATE_POLICIES", value_name = "FILE|DIR")]
+    #[arg(long, value_name = "FILE|DIR")]
     pub policies: Option<PathBuf>,
     /// Show in /metrics how much of its limit each of this policy's most used keys has
     /// taken (`sluicegate_key_usage_ratio{policy,key}`); repeat for several policies
     /// (in the environment: separated by commas).
-    #[arg(
-        long,
-        env = "SLUICEGATE_KEY_USAGE",
-        value_name = "POLICY",
-        value_delimiter = ','
-    )]
+    #[arg(long, value_name = "POLICY", value_delimiter = ',')]
     pub key_usage: Vec<String>,
     /// The most keys --key-usage shows per policy (at most 1000): a bound on the
     /// gauge's series.
     #[arg(
         long,
-        env = "SLUICEGATE_KEY_USAGE_MAX",
         default_value_t = 50,
         value_name = "N",
         value_parser = clap::value_parser!(u16).range(0..=1000).map(usize::from)
@@ -145,6 +139,15 @@ impl Default for Config {
         let matches = command.get_matches_from(["serve"]);
         Config::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
     }
+}
+
+/// `arg` read also from `SLUICEGATE_` and its name (`--max-keys`: `SLUICEGATE_MAX_KEYS`).
+fn with_env(arg: Arg) -> Arg {
+    let Some(long) = arg.get_long() else {
+        return arg;
+    };
+    let name = format!("SLUICEGATE_{}", long.replace('-', "_").to_uppercase());
+    arg.env(name)
 }
 
 /// A flag's value that is not one.
@@ -189,7 +192,7 @@ fn bytes(text: &str) -> Result<usize, FlagError> {
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser;
+    use clap::{CommandFactory, Parser};
 
     use super::{Config, Flags};
 
@@ -209,5 +212,22 @@ mod tests {
         assert_eq!(config.max_keys, 7);
         assert_eq!(config.fail, sluicegate_core::FailPolicy::Local(()));
         assert!(Flags::try_parse_from(["serve", "--max-policy-bytes", "0"]).is_err());
+    }
+
+    #[test]
+    fn every_flag_is_also_an_environment_variable_named_after_it() {
+        let command = Flags::command();
+        let envs: Vec<_> = command
+            .get_arguments()
+            .map(|arg| (arg.get_long(), arg.get_env()))
+            .collect();
+        assert!(envs.contains(&(
+            Some("max-policies-per-app"),
+            Some("SLUICEGATE_MAX_POLICIES_PER_APP".as_ref())
+        )));
+        assert!(envs.contains(&(Some("grpc-listen"), Some("SLUICEGATE_GRPC_LISTEN".as_ref()))));
+        assert!(envs
+            .iter()
+            .all(|(long, env)| long.is_some() && env.is_some()));
     }
 }

@@ -101,7 +101,6 @@ pub struct Server {
     listener: tokio::net::TcpListener,
     grpc: Option<tokio::net::TcpListener>,
     service: Arc<Service>,
-    config: Config,
 }
 
 impl Server {
@@ -121,22 +120,10 @@ impl Server {
                 Box::new(InRedis::new(con, config.fail.clone(), keys))
             }
         };
-        let caps = service::Caps {
-            total: config.max_policies,
-            per_app: config.max_policies_per_app,
-            report_ids: config.max_report_ids,
-        };
-        let service = Arc::new(Service::new(service::Parts {
-            store,
-            backend,
-            metrics: metrics::Metrics::with_key_usage(&config.key_usage, config.key_usage_max),
-            metrics_open: config.metrics_open,
-            caps,
-            shadow: config.shadow,
-            quota_mode: config.quota_mode,
-        }));
+        let service = Arc::new(Service::new(store, backend, config));
         service.reload(true).await?;
-        let sources = files::Sources::of(&config);
+        let config = &service.config;
+        let sources = files::Sources::of(config);
         if sources.any() {
             let loaded = sources.load(&*service.backend)?;
             service.set_files(loaded).await;
@@ -161,13 +148,14 @@ impl Server {
             listener,
             grpc,
             service,
-            config,
         })
     }
 
     /// The address it listens on (the port chosen when `listen` asked for port 0).
     pub fn local_addr(&self) -> SocketAddr {
-        self.listener.local_addr().unwrap_or(self.config.listen)
+        self.listener
+            .local_addr()
+            .unwrap_or(self.service.config.listen)
     }
 
     /// The address the gRPC service listens on, if it has one.
@@ -181,7 +169,7 @@ impl Server {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), Error> {
         let service = Arc::clone(&self.service);
-        let poll = self.config.poll;
+        let poll = self.service.config.poll;
         // Changes made by other servers arrive through the store's change counter.
         let poller = tokio::spawn(async move {
             let mut tick = tokio::time::interval(poll);
@@ -201,7 +189,7 @@ impl Server {
             let _ = stop.send(true);
         });
         tracing::info!(listen = %self.local_addr(), decisions = self.service.backend.name(), "serving");
-        let config = &self.config;
+        let config = &self.service.config;
         let bounds = conn::Bounds {
             header: config.header_timeout,
             idle: config.idle_timeout,

@@ -144,7 +144,7 @@ pub(crate) async fn answer(
             Some((rule, key, overridden)) => {
                 let key = bounded(key);
                 match decide(service, rules, &rule, overridden, &key, cost(i)).await {
-                    Ok(status) => (status, rule.quota || service.quota_mode),
+                    Ok(status) => (status, rule.quota || service.config.quota_mode),
                     Err(e) => {
                         failed.get_or_insert(e);
                         (undecided(), false)
@@ -166,7 +166,7 @@ pub(crate) async fn answer(
         return Err(e);
     }
     Ok(RateLimitResponse {
-        overall_code: if over && !service.shadow {
+        overall_code: if over && !service.config.shadow {
             Code::OverLimit
         } else {
             Code::Ok

@@ -42,7 +42,7 @@ async fn metrics(
     State(service): State<Arc<Service>>,
     admin: Result<Authed<Admin>, ApiError>,
 ) -> Result<Response> {
-    if !service.metrics_open {
+    if !service.config.metrics_open {
         admin?;
     }
     Ok((

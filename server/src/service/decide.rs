@@ -148,7 +148,7 @@ impl Service {
         .await?;
         let decided = Decided {
             outcome,
-            shadow: self.shadow || shadow,
+            shadow: self.config.shadow || shadow,
         };
         self.metrics.decision(
             entry.counters(),

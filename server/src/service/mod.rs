@@ -19,7 +19,6 @@ mod report;
 mod state;
 
 pub(crate) use accounts::Holder;
-pub(crate) use caps::Caps;
 pub(crate) use decide::{Ask, Decided, LeaseAsk, MAX_BATCH};
 #[cfg(feature = "grpc")]
 pub(crate) use domains::Rules;
@@ -27,4 +26,4 @@ pub(crate) use error::ServiceError;
 pub(crate) use names::check_name;
 pub(crate) use policies::validate;
 pub(crate) use report::Estimate;
-pub(crate) use state::{Loaded, Parts, Service};
+pub(crate) use state::{Loaded, Service};

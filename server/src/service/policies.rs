@@ -104,7 +104,7 @@ impl Service {
         self.check_not_file(name)?;
         validate(policy)?;
         check_backend(policy, &*self.backend).map_err(|e| ServiceError::invalid(e.why, e.field))?;
-        self.caps.check(&self.snapshot(), name, policy)?;
+        super::caps::check(&self.config, &self.snapshot(), name, policy)?;
         self.write(user, name, Some(policy), expected)
             .await?
             .ok_or(ServiceError::Internal("nothing written"))

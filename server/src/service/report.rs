@@ -162,7 +162,7 @@ impl Service {
         let ReportId { id, key, .. } = at;
         match self
             .store
-            .claim_report(at, cost.unsigned_abs(), now, self.caps.report_ids)
+            .claim_report(at, cost.unsigned_abs(), now, self.config.max_report_ids)
             .await?
         {
             Claim::Full => Err(self.full(at.app)),
@@ -230,7 +230,7 @@ impl Service {
         let taken = if decided.outcome.allowed() { taken } else { 0 };
         let remembered = self
             .store
-            .remember_estimate(at, taken.unsigned_abs(), now, self.caps.report_ids)
+            .remember_estimate(at, taken.unsigned_abs(), now, self.config.max_report_ids)
             .await;
         let refusal = match remembered {
             Ok(Remembered::New) => return Ok((entry, decided)),
@@ -249,7 +249,7 @@ impl Service {
     fn full(&self, app: &str) -> ServiceError {
         ServiceError::Conflict(format!(
             "app {app:?} holds {} reports' ids, the most allowed (--max-report-ids); each is kept 24 hours",
-            self.caps.report_ids
+            self.config.max_report_ids
         ))
     }
 

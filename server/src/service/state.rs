@@ -10,8 +10,8 @@ use sluicegate_policy::Policy;
 
 use sluicegate_policy::envoy;
 
-use super::caps::Caps;
 use super::domains::Rules;
+use crate::config::Config;
 use crate::limiters::{Backend, Limiters, PolicyLimiter};
 use crate::metrics::Metrics;
 use crate::store::{Snapshot, Store, StoreError, Stored};
@@ -23,18 +23,6 @@ pub(crate) struct Loaded {
     pub(crate) policies: BTreeMap<String, (String, Policy)>,
     /// The YAML files' domains.
     pub(crate) envoy: envoy::Config,
-}
-
-/// What a service is made of, by name.
-#[derive(Debug)]
-pub(crate) struct Parts {
-    pub(crate) store: Store,
-    pub(crate) backend: Box<dyn Backend>,
-    pub(crate) metrics: Metrics,
-    pub(crate) metrics_open: bool,
-    pub(crate) caps: Caps,
-    pub(crate) shadow: bool,
-    pub(crate) quota_mode: bool,
 }
 
 /// What every request shares, whichever front end it came through.
@@ -56,15 +44,8 @@ pub(crate) struct Service {
     pub(crate) backend: Box<dyn Backend>,
     /// The counters.
     pub(crate) metrics: Metrics,
-    /// `/metrics` without a token.
-    pub(crate) metrics_open: bool,
-    /// The most policies the store may hold.
-    pub(crate) caps: Caps,
-    /// Every rate policy in shadow mode (`--shadow`).
-    pub(crate) shadow: bool,
-    /// Every rule of Envoy's YAML in quota mode (`--quota-mode`).
-    #[cfg_attr(not(feature = "grpc"), allow(dead_code))]
-    pub(crate) quota_mode: bool,
+    /// How the server runs (the flags of `sluicegate serve`).
+    pub(crate) config: Config,
     /// Serializes reloads, so a slow one never overwrites a newer one.
     reloading: tokio::sync::Mutex<()>,
     /// When this server last pruned reports' ids, in unix seconds.
@@ -74,21 +55,12 @@ pub(crate) struct Service {
 }
 
 impl Service {
-    /// A service of `parts`, with nothing loaded yet (see [`Service::reload`]).
-    pub(crate) fn new(parts: Parts) -> Self {
-        let Parts {
-            store,
-            backend,
-            metrics,
-            metrics_open,
-            caps,
-            shadow,
-            quota_mode,
-        } = parts;
+    /// A service over `store` deciding in `backend`, run as `config` says, with nothing
+    /// loaded yet (see [`Service::reload`]).
+    pub(crate) fn new(store: Store, backend: Box<dyn Backend>, config: Config) -> Self {
         Self {
-            caps,
-            shadow,
-            quota_mode,
+            metrics: Metrics::with_key_usage(&config.key_usage, config.key_usage_max),
+            config,
             store,
             snapshot: RwLock::default(),
             stored: RwLock::default(),
@@ -96,8 +68,6 @@ impl Service {
             limiters: RwLock::default(),
             envoy: RwLock::default(),
             backend,
-            metrics,
-            metrics_open,
             reloading: tokio::sync::Mutex::new(()),
             reports_pruned: AtomicI64::new(0),
             probe: super::ready::Probe::default(),
