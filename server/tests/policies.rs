@@ -3,6 +3,9 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
 use common::*;
 use hyper::{Method, StatusCode};
 use serde_json::{json, Value};
@@ -554,5 +557,42 @@ async fn a_conditional_write_on_a_deleted_policy_fails_and_creates_nothing() {
         late.text
     );
     assert_eq!(get(&url, &admin).await.status, StatusCode::NOT_FOUND);
+    server.stop().await;
+}
+
+/// Requests deciding on a policy while it is deleted and created again find it as it
+/// was (200) or gone (403, as any policy the app may not use), never without its
+/// limiter (503): a request reads the policies and their limiters of one moment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_deleted_mid_request_is_found_whole_or_not_at_all() {
+    let policy = r#"{"algorithm":"fixed-window","limit":1000000,"period":"1h","apps":["web"]}"#;
+    let (server, admin, web) = serving(policy).await;
+    let (decide, url) = (server.url("/v1/decide"), server.url("/v1/policies/api"));
+    let done = Arc::new(AtomicBool::new(false));
+    let deciders: Vec<_> = (0..4)
+        .map(|_| {
+            let (decide, web, done) = (decide.clone(), web.clone(), done.clone());
+            tokio::spawn(async move {
+                let mut odd = Vec::new();
+                while !done.load(Ordering::Relaxed) {
+                    let answer = post(&decide, &web, r#"{"policy":"api","key":"k"}"#).await;
+                    if ![StatusCode::OK, StatusCode::FORBIDDEN].contains(&answer.status) {
+                        odd.push(format!("{} {}", answer.status, answer.text));
+                    }
+                }
+                odd
+            })
+        })
+        .collect();
+    for _ in 0..100 {
+        let deleted = delete(&url, &admin, Some(1)).await;
+        assert_eq!(deleted.status, StatusCode::NO_CONTENT, "{}", deleted.text);
+        create_policy(&server, &admin, "api", policy).await;
+    }
+    done.store(true, Ordering::Relaxed);
+    for decider in deciders {
+        let odd = decider.await.unwrap();
+        assert!(odd.is_empty(), "{odd:?}");
+    }
     server.stop().await;
 }

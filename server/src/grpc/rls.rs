@@ -18,10 +18,8 @@ use super::envoy::service::ratelimit::v3::rate_limit_service_server::{
 };
 use super::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use super::wire::{bounded, duration, saturate, status, undecided, unit_of};
-use crate::limiters::Limiters;
 use crate::service::auth::{authenticate, bearer, App};
-use crate::service::{Ask, Service, ServiceError, MAX_BATCH};
-use crate::store::Snapshot;
+use crate::service::{Ask, Served, Service, ServiceError, MAX_BATCH};
 use crate::telemetry;
 
 /// The entry that makes a descriptor a report of a cost known after the response.
@@ -111,10 +109,10 @@ impl Rls {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        let snapshot = self.service.snapshot();
+        let served = self.service.served();
         let values = request.metadata().get_all("authorization");
         let token = bearer(values.iter().map(|v| v.as_encoded_bytes())).map_err(status)?;
-        let app = authenticate(&snapshot, token)
+        let app = authenticate(&served.snapshot, token)
             .and_then(|caller| caller.app())
             .map_err(status)?;
         let request = request.into_inner();
@@ -131,13 +129,12 @@ impl Rls {
                 .map(Response::new)
                 .map_err(status);
         }
-        let limiters = self.service.limiters();
         let mut statuses = Vec::with_capacity(request.descriptors.len());
         // A descriptor that fails never fails its siblings: the call is over if any
         // enforcing one is, and the first failure is its error only when none is.
         let (mut over, mut failed) = (false, None);
         for i in 0..request.descriptors.len() {
-            let decided = self.descriptor(&snapshot, &limiters, &app, &request, i);
+            let decided = self.descriptor(&served, &app, &request, i);
             match decided.await {
                 Ok((status, admitted)) => {
                     over |= !admitted;
@@ -163,8 +160,7 @@ impl Rls {
     /// (a report always does; a shadow decision does, its status showing the denial).
     async fn descriptor(
         &self,
-        snapshot: &Snapshot,
-        limiters: &Limiters,
+        served: &Served,
         app: &App,
         request: &RateLimitRequest,
         i: usize,
@@ -176,7 +172,7 @@ impl Rls {
         // The decision's own verdict (a shadow denial shows), and its figures.
         let (limiter, allowed, admitted, figures) = if entries.iter().any(|e| e.key == REPORT_ENTRY)
         {
-            let (_, limiter) = Service::reporting(snapshot, limiters, app, policy, &key)?;
+            let (_, limiter) = Service::reporting(served, app, policy, &key)?;
             let adjustment = i64::try_from(cost).unwrap_or(i64::MAX);
             let reported = self.service.apply(&limiter, &key, adjustment);
             let decision = reported.await?.decision;
@@ -187,7 +183,7 @@ impl Rls {
                 key: &key,
                 cost,
             };
-            let (limiter, decided) = self.service.decide(snapshot, limiters, app, ask).await?;
+            let (limiter, decided) = self.service.decide(served, app, ask).await?;
             let allowed = decided.outcome.allowed();
             (
                 limiter,
@@ -197,7 +193,8 @@ impl Rls {
             )
         };
         let period = match &limiter.built {
-            Built::Rule(_) => snapshot
+            Built::Rule(_) => served
+                .snapshot
                 .policies
                 .get(policy)
                 .map_or(0, |s| s.policy.period()),

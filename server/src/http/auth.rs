@@ -9,16 +9,16 @@ use axum::http::header;
 use axum::http::request::Parts;
 
 use crate::service::auth::{authenticate, bearer, Admin, App, Caller};
-use crate::service::{Service, ServiceError};
-use crate::store::{Snapshot, User};
+use crate::service::{Served, Service, ServiceError};
+use crate::store::User;
 
 use super::error::ApiError;
 
-/// The caller, checked to be a `T`, and the snapshot it was found in (a decision reads
-/// its policy from the same one).
+/// The caller, checked to be a `T`, and what was served when it was found (a decision
+/// reads its policy and the policy's limiter from the same).
 #[derive(Debug)]
 pub(crate) struct Authed<T> {
-    pub(crate) snapshot: Arc<Snapshot>,
+    pub(crate) served: Arc<Served>,
     pub(crate) caller: T,
 }
 
@@ -52,7 +52,7 @@ impl<T: Access + Send> FromRequestParts<Arc<Service>> for Authed<T> {
         parts: &mut Parts,
         service: &Arc<Service>,
     ) -> Result<Self, Self::Rejection> {
-        let snapshot = service.snapshot();
+        let served = service.served();
         let token = bearer(
             parts
                 .headers
@@ -60,7 +60,7 @@ impl<T: Access + Send> FromRequestParts<Arc<Service>> for Authed<T> {
                 .iter()
                 .map(|v| v.as_bytes()),
         )?;
-        let caller = T::from_caller(authenticate(&snapshot, token)?)?;
-        Ok(Self { snapshot, caller })
+        let caller = T::from_caller(authenticate(&served.snapshot, token)?)?;
+        Ok(Self { served, caller })
     }
 }

@@ -13,10 +13,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use sluicegate_core::Decision;
 
-use crate::limiters::{LeaseAnswer, LeaseOp, Limiters, PolicyLimiter};
+use crate::limiters::{LeaseAnswer, LeaseOp, PolicyLimiter};
 use crate::service::auth::App;
-use crate::service::{Ask, Decided, Estimate, LeaseAsk, Service, ServiceError, MAX_BATCH};
-use crate::store::Snapshot;
+use crate::service::{Ask, Decided, Estimate, LeaseAsk, Served, Service, ServiceError, MAX_BATCH};
 
 use super::auth::Authed;
 use super::body::{parse, JsonBody, JsonBytes};
@@ -128,8 +127,7 @@ fn internal(e: &serde_json::Error) -> ApiError {
 /// whose headers it gets.
 async fn decide_one<'r>(
     service: &Service,
-    snapshot: &Snapshot,
-    limiters: &Limiters,
+    served: &Served,
     app: &App,
     request: &'r DecideRequest<'_>,
 ) -> Result<(DecideAnswer<'r>, Decided, Arc<PolicyLimiter>), ServiceError> {
@@ -154,9 +152,7 @@ async fn decide_one<'r>(
                 estimate: estimate.or(cost).unwrap_or(1),
                 id,
             };
-            service
-                .decide_estimate(snapshot, limiters, app, asked)
-                .await?
+            service.decide_estimate(served, app, asked).await?
         }
         (None, cost, None) => {
             let ask = Ask {
@@ -164,7 +160,7 @@ async fn decide_one<'r>(
                 key,
                 cost: cost.unwrap_or(1),
             };
-            service.decide(snapshot, limiters, app, ask).await?
+            service.decide(served, app, ask).await?
         }
     };
     let answer = DecideAnswer::new(&request.policy, &request.key, &decided);
@@ -175,12 +171,11 @@ async fn decide_one<'r>(
 /// extractor would): this runs for every decision.
 async fn decide(
     State(service): State<Arc<Service>>,
-    Authed { snapshot, caller }: Authed<App>,
+    Authed { served, caller }: Authed<App>,
     JsonBytes(body): JsonBytes,
 ) -> Result<Response> {
     let request: DecideRequest = parse(&body)?;
-    let (answer, decided, entry) =
-        decide_one(&service, &snapshot, &service.limiters(), &caller, &request).await?;
+    let (answer, decided, entry) = decide_one(&service, &served, &caller, &request).await?;
     // Written once into a buffer sized for a usual answer.
     let mut json = Vec::with_capacity(160 + answer.key.len() + answer.policy.len());
     serde_json::to_writer(&mut json, &answer).map_err(|e| internal(&e))?;
@@ -211,7 +206,7 @@ struct Batch {
 
 async fn batch(
     State(service): State<Arc<Service>>,
-    Authed { snapshot, caller }: Authed<App>,
+    Authed { served, caller }: Authed<App>,
     JsonBody(Batch { requests }): JsonBody<Batch>,
 ) -> Result<Json<Value>> {
     if requests.len() > MAX_BATCH {
@@ -224,16 +219,13 @@ async fn batch(
         )
         .into());
     }
-    let limiters = service.limiters();
     let mut decisions = Vec::with_capacity(requests.len());
     for request in requests {
         let answer = match DecideRequest::deserialize(&request) {
-            Ok(request) => {
-                match decide_one(&service, &snapshot, &limiters, &caller, &request).await {
-                    Ok((answer, ..)) => serde_json::to_value(answer).map_err(|e| internal(&e)),
-                    Err(e) => Err(e.into()),
-                }
-            }
+            Ok(request) => match decide_one(&service, &served, &caller, &request).await {
+                Ok((answer, ..)) => serde_json::to_value(answer).map_err(|e| internal(&e)),
+                Err(e) => Err(e.into()),
+            },
             Err(e) => Err(ApiError::bad_request(e.to_string())),
         };
         decisions.push(answer.unwrap_or_else(|e| e.to_json()));
@@ -253,7 +245,7 @@ struct LeaseBody {
 /// `/v1/lease/acquire`, `release` and `renew`.
 async fn lease(
     State(service): State<Arc<Service>>,
-    Authed { snapshot, caller }: Authed<App>,
+    Authed { served, caller }: Authed<App>,
     JsonBody(body): JsonBody<LeaseBody>,
     op: LeaseOp,
 ) -> Result<Json<Value>> {
@@ -263,7 +255,7 @@ async fn lease(
         owner: &body.owner,
         ttl: body.ttl_us,
     };
-    let answer = service.lease(&snapshot, &caller, op, &ask).await?;
+    let answer = service.lease(&served, &caller, op, &ask).await?;
     Ok(Json(match (op, answer) {
         (_, LeaseAnswer::Granted(grant)) => json!({"acquired": true, "token": grant.token,
             "expires_at_us": grant.expires_at, "holds": grant.holds}),

@@ -57,9 +57,10 @@ async fn metrics(
 
 /// The fill of every policy's in-process key table.
 fn tables(service: &Service) -> String {
-    let limiters = service.limiters();
     render_tables(
-        limiters
+        service
+            .served()
+            .limiters
             .iter()
             .filter_map(|(name, entry)| Some((name.as_str(), entry.table()?))),
     )

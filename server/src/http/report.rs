@@ -45,12 +45,12 @@ struct ReportAnswer {
 
 async fn report(
     State(service): State<Arc<Service>>,
-    Authed { snapshot, caller }: Authed<App>,
+    Authed { served, caller }: Authed<App>,
     JsonBody(request): JsonBody<ReportRequest>,
 ) -> Result<Json<ReportAnswer>> {
     let answer = service
         .report(
-            &snapshot,
+            &served,
             &caller,
             &request.policy,
             &request.key,

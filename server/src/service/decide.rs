@@ -15,7 +15,7 @@ use crate::time::now_s;
 
 use super::auth::App;
 use super::error::{Result, ServiceError};
-use super::state::Service;
+use super::state::{Served, Service};
 
 /// How a trace names an outcome.
 fn outcome_name(outcome: &Outcome<()>) -> &'static str {
@@ -102,19 +102,18 @@ pub(super) fn entry<'a>(limiters: &'a Limiters, stored: &Stored) -> Result<&'a A
 }
 
 impl Service {
-    /// Decides `ask` for `app`, with the policies of `snapshot` and their `limiters` (a
-    /// batch reads both once), counting it in the metrics. Returns the policy's limiter
-    /// too: its headers describe the decision.
+    /// Decides `ask` for `app` with the policies `served` (a batch reads them once),
+    /// counting it in the metrics. Returns the policy's limiter too: its headers describe
+    /// the decision.
     pub(crate) async fn decide(
         &self,
-        snapshot: &Snapshot,
-        limiters: &Limiters,
+        served: &Served,
         app: &App,
         ask: Ask<'_>,
     ) -> Result<(Arc<PolicyLimiter>, Decided)> {
         let Ask { policy, key, cost } = ask;
-        let stored = policy_for(snapshot, app, policy)?;
-        let entry = entry(limiters, stored)?;
+        let stored = policy_for(&served.snapshot, app, policy)?;
+        let entry = entry(&served.limiters, stored)?;
         let decided = self
             .decide_on(entry, key, cost, stored.policy.shadow)
             .await?;
@@ -164,15 +163,14 @@ impl Service {
     /// Acquires, releases or renews a lease for `app`.
     pub(crate) async fn lease(
         &self,
-        snapshot: &Snapshot,
+        served: &Served,
         app: &App,
         op: LeaseOp,
         ask: &LeaseAsk<'_>,
     ) -> Result<LeaseAnswer> {
-        let stored = policy_for(snapshot, app, ask.policy)?;
+        let stored = policy_for(&served.snapshot, app, ask.policy)?;
         check_key(ask.key)?;
-        let limiters = self.limiters();
-        let entry = entry(&limiters, stored)?;
+        let entry = entry(&served.limiters, stored)?;
         let Some(ttl) = ask.ttl.or(entry.lease_ttl()) else {
             return Err(DecideError::Rate(stored.name.clone()).into());
         };

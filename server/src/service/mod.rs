@@ -26,4 +26,4 @@ pub(crate) use error::ServiceError;
 pub(crate) use names::check_name;
 pub(crate) use policies::validate;
 pub(crate) use report::Estimate;
-pub(crate) use state::{Loaded, Service};
+pub(crate) use state::{Loaded, Served, Service};

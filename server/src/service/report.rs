@@ -7,14 +7,14 @@ use std::sync::Arc;
 
 use sluicegate_core::{Decision, Reported};
 
-use crate::limiters::{Limiters, PolicyLimiter};
-use crate::store::{Claim, Remembered, ReportId, Snapshot, Stored};
+use crate::limiters::PolicyLimiter;
+use crate::store::{Claim, Remembered, ReportId, Stored};
 use crate::time::now_s;
 
 use super::auth::App;
 use super::decide::{check_key, entry, policy_for, Decided};
 use super::error::{Result, ServiceError};
-use super::state::Service;
+use super::state::{Served, Service};
 
 /// How long an id is remembered, in seconds: a retry within it is counted once, and a
 /// decision's estimate is settled by a report within it.
@@ -69,15 +69,14 @@ impl Service {
     /// The policy `name` for `app`'s reports on `key`, and its limiter, if it takes
     /// them: checked before an id is claimed, so that a claimed report is always applied.
     pub(crate) fn reporting<'s>(
-        snapshot: &'s Snapshot,
-        limiters: &Limiters,
+        served: &'s Served,
         app: &App,
         name: &str,
         key: &str,
     ) -> Result<(&'s Stored, Arc<PolicyLimiter>)> {
-        let stored = policy_for(snapshot, app, name)?;
+        let stored = policy_for(&served.snapshot, app, name)?;
         check_key(key)?;
-        let entry = entry(limiters, stored)?;
+        let entry = entry(&served.limiters, stored)?;
         entry.check_report()?;
         Ok((stored, Arc::clone(entry)))
     }
@@ -120,15 +119,14 @@ impl Service {
     /// the estimate a decision with this id admitted (a refund if the cost is lower).
     pub(crate) async fn report(
         self: &Arc<Self>,
-        snapshot: &Snapshot,
+        served: &Served,
         app: &App,
         policy: &str,
         key: &str,
         cost: u64,
         id: &str,
     ) -> Result<ReportAnswer> {
-        let limiters = self.limiters();
-        let (stored, limiter) = Self::reporting(snapshot, &limiters, app, policy, key)?;
+        let (stored, limiter) = Self::reporting(served, app, policy, key)?;
         let (at, now) = self.kept_at(app, id, &stored.name, key).await?;
         let cost = signed(cost, "cost")?;
         // Claimed, charged and settled on a task of its own: a client gone half-way
@@ -208,8 +206,7 @@ impl Service {
     /// decision took given back).
     pub(crate) async fn decide_estimate(
         &self,
-        snapshot: &Snapshot,
-        limiters: &Limiters,
+        served: &Served,
         app: &App,
         asked: Estimate<'_>,
     ) -> Result<(Arc<PolicyLimiter>, Decided)> {
@@ -219,7 +216,7 @@ impl Service {
             estimate,
             id,
         } = asked;
-        let (stored, entry) = Self::reporting(snapshot, limiters, app, policy, key)?;
+        let (stored, entry) = Self::reporting(served, app, policy, key)?;
         let name = &stored.name;
         let (at, now) = self.kept_at(app, id, name, key).await?;
         let taken = signed(estimate, "estimate")?;

@@ -25,19 +25,26 @@ pub(crate) struct Loaded {
     pub(crate) envoy: envoy::Config,
 }
 
+/// The policies served (the store's as of its last change seen, with the files') and a
+/// limiter per policy, published as one value: a request reads both of one moment, so
+/// it never finds a policy without its limiter.
+#[derive(Debug, Default)]
+pub(crate) struct Served {
+    pub(crate) snapshot: Arc<Snapshot>,
+    pub(crate) limiters: Limiters,
+}
+
 /// What every request shares, whichever front end it came through.
 #[derive(Debug)]
 pub(crate) struct Service {
     /// The database.
     pub(crate) store: Store,
-    /// The policies served: the store's as of its last change seen, with the files'.
-    snapshot: RwLock<Arc<Snapshot>>,
+    /// The policies served and their limiters.
+    served: RwLock<Arc<Served>>,
     /// The store's contents alone, which the next read of its changes starts from.
     stored: RwLock<Arc<Snapshot>>,
     /// The policies of the TOML policy files (`--policies`) by name, with their file.
     files: RwLock<Arc<BTreeMap<String, (String, Policy)>>>,
-    /// A limiter per policy.
-    limiters: RwLock<Arc<Limiters>>,
     /// The domains of Envoy's YAML (`--envoy-config`) and a limiter per rule.
     envoy: RwLock<Arc<Rules>>,
     /// Where decisions are kept.
@@ -62,10 +69,9 @@ impl Service {
             metrics: Metrics::with_key_usage(&config.key_usage, config.key_usage_max),
             config,
             store,
-            snapshot: RwLock::default(),
+            served: RwLock::default(),
             stored: RwLock::default(),
             files: RwLock::default(),
-            limiters: RwLock::default(),
             envoy: RwLock::default(),
             backend,
             reloading: tokio::sync::Mutex::new(()),
@@ -74,14 +80,14 @@ impl Service {
         }
     }
 
-    /// The policies served (the store's as last read, and the files'), apps and users.
-    pub(crate) fn snapshot(&self) -> Arc<Snapshot> {
-        Arc::clone(&self.snapshot.read().unwrap_or_else(|e| e.into_inner()))
+    /// The policies served and their limiters, as last published.
+    pub(crate) fn served(&self) -> Arc<Served> {
+        Arc::clone(&self.served.read().unwrap_or_else(|e| e.into_inner()))
     }
 
-    /// The limiters of the policies last read.
-    pub(crate) fn limiters(&self) -> Arc<Limiters> {
-        Arc::clone(&self.limiters.read().unwrap_or_else(|e| e.into_inner()))
+    /// The policies served (the store's as last read, and the files'), apps and users.
+    pub(crate) fn snapshot(&self) -> Arc<Snapshot> {
+        Arc::clone(&self.served().snapshot)
     }
 
     /// The domains of Envoy's YAML and their limiters.
@@ -124,14 +130,14 @@ impl Service {
             }
             Arc::new(served)
         };
-        let old = self.limiters();
+        let old = self.served();
         let mut limiters = Limiters::new();
         for (name, stored) in &snapshot.policies {
             match PolicyLimiter::build(
                 name,
                 &stored.policy,
                 &*self.backend,
-                old.get(name),
+                old.limiters.get(name),
                 &self.metrics,
             ) {
                 Ok(entry) => {
@@ -143,8 +149,8 @@ impl Service {
         let envoy = self.envoy();
         self.metrics
             .retain(|name| snapshot.policies.contains_key(name) || envoy.serves(name));
-        *self.limiters.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(limiters);
-        *self.snapshot.write().unwrap_or_else(|e| e.into_inner()) = snapshot;
+        let served = Served { snapshot, limiters };
+        *self.served.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(served);
         *self.stored.write().unwrap_or_else(|e| e.into_inner()) = stored;
     }
 
