@@ -26,6 +26,23 @@ pub enum Failure {
     ClosedPipe,
 }
 
+impl Failure {
+    /// Its exit code, and its message (none for a closed pipe).
+    pub fn exit(self) -> (u8, Option<String>) {
+        let (code, message) = match self {
+            Self::Input(m) => (2, m),
+            Self::NoPolicyForApp(m) => (3, m),
+            Self::Refused(m) => (1, m),
+            Self::NotHeld => (1, "the owner holds no lease on this key".into()),
+            Self::Backend(m) | Self::InUse(m) => (4, m),
+            Self::Output(m) => (5, m),
+            Self::Tls(m) => (6, m),
+            Self::ClosedPipe => return (5, None),
+        };
+        (code, Some(message))
+    }
+}
+
 /// A policy file that cannot be read or is not valid: bad input.
 impl From<sluicegate_policy::FileError> for Failure {
     fn from(e: sluicegate_policy::FileError) -> Self {

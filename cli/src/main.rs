@@ -58,17 +58,10 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(failure) => {
-            let (code, message) = match failure {
-                Failure::Input(m) => (2, m),
-                Failure::NoPolicyForApp(m) => (3, m),
-                Failure::Refused(m) => (1, m),
-                Failure::NotHeld => (1, "the owner holds no lease on this key".into()),
-                Failure::Backend(m) | Failure::InUse(m) => (4, m),
-                Failure::Output(m) => (5, m),
-                Failure::Tls(m) => (6, m),
-                Failure::ClosedPipe => return ExitCode::from(5),
-            };
-            let _ = writeln!(std::io::stderr(), "sluicegate: {message}");
+            let (code, message) = failure.exit();
+            if let Some(message) = message {
+                let _ = writeln!(std::io::stderr(), "sluicegate: {message}");
+            }
             ExitCode::from(code)
         }
     }

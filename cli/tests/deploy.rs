@@ -145,7 +145,7 @@ fn every_flag_and_variable_of_the_manifests_is_one_serve_accepts() {
     let mut given = args[1..].to_vec();
     for (name, value) in &variables {
         assert!(
-            help.contains(&format!("[env: {name}=")),
+            help.contains(&format!("[env: {name}]")),
             "`serve --help` names no variable {name}"
         );
         // A value written in the manifest is checked as its flag's value.

@@ -193,14 +193,27 @@ fn serve_reads_its_flags_from_the_environment() {
     let flagged = init(&["serve", "--data-dir", from_flag.to_str().unwrap()]);
     assert!(flagged.status.success(), "{}", stderr(&flagged));
     assert!(from_flag.is_dir());
-    let help = stdout(&sluicegate(["serve", "--help"]));
+    // Help names each variable, never its value: a Secret's passwords are in some.
+    let help = bin()
+        .args(["serve", "--help"])
+        .env("SLUICEGATE_STORE", "postgres://app:hunter2@db:5432/limits")
+        .env("SLUICEGATE_DECISIONS", "redis://:hunter2@redis:6379/0")
+        .env("SLUICEGATE_LOG_FORMAT", "json")
+        .output()
+        .unwrap();
+    let help = stdout(&help);
     for variable in [
         "SLUICEGATE_MAX_KEYS",
         "SLUICEGATE_DECISIONS",
+        "SLUICEGATE_STORE",
         "SLUICEGATE_LOG_FORMAT",
     ] {
-        assert!(help.contains(&format!("[env: {variable}=")), "{help}");
+        assert!(help.contains(&format!("[env: {variable}]")), "{help}");
     }
+    assert!(
+        !help.contains("hunter2") && !help.contains("=json"),
+        "{help}"
+    );
 }
 
 /// `sluicegate serve` answers on its port, and stops cleanly (exit 0) on SIGTERM; its
@@ -217,16 +230,7 @@ fn serve_stops_on_sigterm() {
         .port();
     let listen = format!("127.0.0.1:{port}");
     let data = dir.path().join("data");
-    let mut child = bin()
-        .args([
-            "serve",
-            "--listen",
-            &listen,
-            "--data-dir",
-            data.to_str().unwrap(),
-            "--log-format",
-            "json",
-        ])
+    let mut child = serve_json(&listen, &data)
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
@@ -268,13 +272,79 @@ fn serve_stops_on_sigterm() {
         .unwrap()
         .read_to_string(&mut logs)
         .unwrap();
-    let serving = logs
-        .lines()
-        .filter(|line| line.starts_with('{'))
-        .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
+    let serving = json_lines(&logs)
+        .into_iter()
         .find(|event| event["fields"]["message"] == "serving");
     let serving = serving.unwrap_or_else(|| panic!("no JSON line says serving: {logs}"));
     assert_eq!(serving["fields"]["decisions"], "memory", "{serving}");
+}
+
+/// `sluicegate serve` on `listen`, its store in `data`, logging JSON lines.
+fn serve_json(listen: &str, data: &std::path::Path) -> Command {
+    let mut serve = bin();
+    let data = data.to_str().unwrap();
+    serve.args([
+        "serve",
+        "--listen",
+        listen,
+        "--data-dir",
+        data,
+        "--log-format",
+        "json",
+    ]);
+    serve
+}
+
+/// Each line of `logs`, which must all be JSON objects.
+fn json_lines(logs: &str) -> Vec<serde_json::Value> {
+    let parse = |line| serde_json::from_str::<serde_json::Value>(line);
+    let events = logs.lines().map(|line| parse(line).map_err(|_| line));
+    let events: Result<Vec<_>, _> = events.collect();
+    events.unwrap_or_else(|line| panic!("a line that is not JSON: {line:?} in {logs}"))
+}
+
+/// With `--log-format json`, a fatal error is a JSON line too, with its exit code.
+#[test]
+fn a_fatal_error_is_a_json_line_with_json_logs() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let listen = taken.local_addr().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let out = serve_json(&listen, &data).output().unwrap();
+    assert_exit(&out, 4);
+    let events = json_lines(&stderr(&out));
+    let fatal = events.last().expect("a line");
+    assert_eq!(fatal["level"], "ERROR", "{fatal}");
+    assert_eq!(fatal["fields"]["exit_code"], 4, "{fatal}");
+    let message = fatal["fields"]["message"].as_str().unwrap();
+    assert!(message.contains("cannot listen on"), "{message}");
+}
+
+/// Flags that cannot serve are refused as bad input (exit 2) with a message, and a
+/// malformed URL's password is never repeated.
+#[test]
+fn flags_that_cannot_serve_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let data = data.to_str().unwrap();
+    for (flag, value, said) in [
+        ("--max-connections", "0", "--max-connections"),
+        ("--grpc-max-streams", "0", "--grpc-max-streams"),
+        ("--grpc-max-calls", "0", "--grpc-max-calls"),
+        (
+            "--store",
+            "postgres://app:hunter2@db:port/limits",
+            "--store",
+        ),
+        ("--store", "mysql://app:hunter2@db/limits", "--store"),
+        ("--decisions", "redis//:hunter2@redis:6379", "--decisions"),
+    ] {
+        let out = sluicegate(["serve", "--data-dir", data, flag, value]);
+        assert_exit(&out, 2);
+        let stderr = stderr(&out);
+        assert!(stderr.contains(said), "{flag} {value}: {stderr}");
+        assert!(!stderr.contains("hunter2"), "{flag}: {stderr}");
+    }
 }
 
 /// envoyproxy/ratelimit's YAML: `policy validate` reads it with the parser of `serve

@@ -58,7 +58,7 @@ pub struct Config {
     #[arg(skip = Duration::from_millis(250))]
     pub poll: Duration,
     /// How long a request's head may take to arrive, from its first byte (and a new
-    /// connection's first byte, from its opening).
+    /// connection's first byte, from its opening; a gRPC call's message, from its head).
     #[arg(long, default_value = "5s", value_parser = duration)]
     pub header_timeout: Duration,
     /// How long a keep-alive connection may wait for its next request.
@@ -66,7 +66,7 @@ pub struct Config {
     pub idle_timeout: Duration,
     /// Connections open at once, per listener (HTTP, gRPC); the excess is answered 503
     /// and closed at once.
-    #[arg(long, default_value_t = 1024)]
+    #[arg(long, default_value = "1024", value_parser = at_least_one)]
     pub max_connections: usize,
     /// On SIGTERM or Ctrl-C, how long requests in flight may take before the
     /// connections left are closed.
@@ -76,8 +76,12 @@ pub struct Config {
     #[arg(long, default_value = "30s", value_parser = duration)]
     pub grpc_keepalive: Duration,
     /// Calls at once on one gRPC connection.
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
     pub grpc_max_streams: u32,
+    /// gRPC calls in flight at once, all connections together; the excess is answered
+    /// RESOURCE_EXHAUSTED at once (a bound on what calls not yet answered hold).
+    #[arg(long, default_value = "1024", value_parser = at_least_one)]
+    pub grpc_max_calls: usize,
     /// The most policies the store may hold.
     #[arg(long, default_value_t = 10_000)]
     pub max_policies: usize,
@@ -141,13 +145,14 @@ impl Default for Config {
     }
 }
 
-/// `arg` read also from `SLUICEGATE_` and its name (`--max-keys`: `SLUICEGATE_MAX_KEYS`).
+/// `arg` read also from `SLUICEGATE_` and its name (`--max-keys`: `SLUICEGATE_MAX_KEYS`),
+/// whose value `--help` never shows: some hold passwords.
 fn with_env(arg: Arg) -> Arg {
     let Some(long) = arg.get_long() else {
         return arg;
     };
     let name = format!("SLUICEGATE_{}", long.replace('-', "_").to_uppercase());
-    arg.env(name)
+    arg.env(name).hide_env_values(true)
 }
 
 /// A flag's value that is not one.
@@ -169,6 +174,14 @@ fn duration(text: &str) -> Result<Duration, FlagError> {
     sluicegate_policy::parse_duration(text)
         .map(|d| Duration::from_micros(d.0))
         .map_err(|e| FlagError(e.to_string()))
+}
+
+/// A count of which 0 would serve nothing (`--max-connections 0`).
+fn at_least_one(text: &str) -> Result<usize, FlagError> {
+    text.parse::<usize>()
+        .ok()
+        .filter(|&n| n > 0)
+        .ok_or_else(|| FlagError(format!("{text:?} is not a whole number of at least 1")))
 }
 
 /// `65536`, `64KiB`, `256MiB`, `1GiB`.
@@ -211,7 +224,16 @@ mod tests {
         let config = parsed.unwrap().config;
         assert_eq!(config.max_keys, 7);
         assert_eq!(config.fail, sluicegate_core::FailPolicy::Local(()));
-        assert!(Flags::try_parse_from(["serve", "--max-policy-bytes", "0"]).is_err());
+        for zero in [
+            "--max-policy-bytes",
+            "--max-connections",
+            "--grpc-max-streams",
+        ] {
+            assert!(
+                Flags::try_parse_from(["serve", zero, "0"]).is_err(),
+                "{zero} 0"
+            );
+        }
     }
 
     #[test]

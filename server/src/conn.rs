@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use futures_util::future::Either;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -91,6 +92,8 @@ impl Drop for Call {
 pub(crate) struct Guarded {
     io: TcpStream,
     _permit: OwnedSemaphorePermit,
+    /// Taken in the room kept for probes: serves them alone, one request.
+    probes_only: bool,
     bounds: Bounds,
     phase: Phase,
     /// Set by the HTTP service when a request's head has been read; `None` for HTTP/2.
@@ -103,10 +106,11 @@ pub(crate) struct Guarded {
 }
 
 impl Guarded {
-    fn new(io: TcpStream, permit: OwnedSemaphorePermit, bounds: Bounds) -> Self {
+    fn new(io: TcpStream, permit: OwnedSemaphorePermit, bounds: Bounds, probes_only: bool) -> Self {
         Self {
             io,
             _permit: permit,
+            probes_only,
             bounds,
             phase: Phase::Idle,
             serving: None,
@@ -267,15 +271,21 @@ impl tonic::transport::server::Connected for Guarded {
     }
 }
 
-/// A listener admitting at most its cap of open connections; the excess is sent
-/// `refusal` (if the socket takes it at once) and closed.
+/// A listener admitting at most its cap of open connections, and past it a few for
+/// probes (HTTP); the excess is sent `refusal` (if the socket takes it at once) and
+/// closed.
 #[derive(Debug)]
 pub(crate) struct Gate {
     listener: TcpListener,
     open: Arc<Semaphore>,
+    probes: Arc<Semaphore>,
     bounds: Bounds,
     refusal: &'static [u8],
 }
+
+/// Connections past the cap kept for the kubelet's probes, so that clients holding every
+/// slot do not get a pod restarted: liveness, readiness and startup at once, and one spare.
+pub(crate) const PROBE_ROOM: usize = 4;
 
 /// HTTP/1's answer to a connection over the cap.
 pub(crate) const HTTP_REFUSAL: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: 37\r\nretry-after: 1\r\nconnection: close\r\n\r\n{\"error\":\"too many open connections\"}";
@@ -290,9 +300,16 @@ impl Gate {
         Self {
             listener,
             open: Arc::new(Semaphore::new(max)),
+            probes: Arc::new(Semaphore::new(0)),
             bounds,
             refusal,
         }
+    }
+
+    /// Keeps [`PROBE_ROOM`] connections past the cap for probes.
+    pub(crate) fn with_probe_room(mut self) -> Self {
+        self.probes = Arc::new(Semaphore::new(PROBE_ROOM));
+        self
     }
 
     /// The next connection under the cap.
@@ -308,12 +325,19 @@ impl Gate {
                     continue;
                 }
             };
-            match Arc::clone(&self.open).try_acquire_owned() {
-                Ok(permit) => {
+            let permit = match Arc::clone(&self.open).try_acquire_owned() {
+                Ok(permit) => Some((permit, false)),
+                Err(_) => Arc::clone(&self.probes)
+                    .try_acquire_owned()
+                    .ok()
+                    .map(|permit| (permit, true)),
+            };
+            match permit {
+                Some((permit, probes_only)) => {
                     let _ = stream.set_nodelay(true);
-                    return Guarded::new(stream, permit, self.bounds);
+                    return Guarded::new(stream, permit, self.bounds, probes_only);
                 }
-                Err(_) => {
+                None => {
                     let _ = stream.try_write(self.refusal);
                 }
             }
@@ -336,11 +360,22 @@ async fn drain(tasks: &mut tokio::task::JoinSet<()>, deadline: Duration) {
     }
 }
 
+/// The answer to a request other than a probe on a connection of the probes' room.
+fn over_the_cap() -> axum::response::Response {
+    use axum::http::{header, StatusCode};
+    use axum::response::IntoResponse;
+    let body = axum::Json(serde_json::json!({ "error": "too many open connections" }));
+    let headers = [(header::RETRY_AFTER, "1"), (header::CONNECTION, "close")];
+    (StatusCode::SERVICE_UNAVAILABLE, headers, body).into_response()
+}
+
 /// Serves HTTP/1 on `gate`'s connections until `stopped`, then lets each finish its
-/// request in flight for at most `deadline`.
+/// request in flight for at most `deadline`. A connection of the probes' room is
+/// answered one request, at one of the `probes` paths.
 pub(crate) async fn serve_http1(
     gate: Gate,
     app: axum::Router,
+    probes: &'static [&'static str],
     stopped: tokio::sync::watch::Receiver<bool>,
     deadline: Duration,
 ) {
@@ -353,16 +388,21 @@ pub(crate) async fn serve_http1(
         };
         while tasks.try_join_next().is_some() {}
         let serving = Arc::new(AtomicBool::new(false));
+        let probes_only = guarded.probes_only;
         let io = hyper_util::rt::TokioIo::new(guarded.http1(Arc::clone(&serving)));
         let app = app.clone();
-        let service = hyper::service::service_fn(move |request| {
+        let service = hyper::service::service_fn(move |request: hyper::Request<_>| {
             serving.store(true, Ordering::Release);
-            tower_service::Service::call(&mut app.clone(), request)
+            if probes_only && !probes.contains(&request.uri().path()) {
+                return Either::Left(std::future::ready(Ok(over_the_cap())));
+            }
+            Either::Right(tower_service::Service::call(&mut app.clone(), request))
         });
         let mut stop = stopped.clone();
         tasks.spawn(async move {
             let connection = hyper::server::conn::http1::Builder::new()
                 .header_read_timeout(None)
+                .keep_alive(!probes_only)
                 .serve_connection(io, service);
             tokio::pin!(connection);
             tokio::select! {

@@ -42,6 +42,10 @@ pub enum Error {
     /// The decision backend's URL is unusable.
     #[error("--decisions: {0}")]
     Decisions(String),
+    /// The store's URL is not one (the message never holds the URL: it may hold a
+    /// password).
+    #[error("--store: {0}")]
+    StoreUrl(String),
     /// `--admin-name` is not a user name.
     #[error("--admin-name: {0}")]
     AdminName(String),
@@ -57,11 +61,14 @@ pub enum Error {
 }
 
 /// Opens the store a configuration names.
-async fn open_store(config: &Config) -> Result<Store, StoreError> {
-    match &config.store {
-        Some(url) => Store::open(url).await,
-        None => Store::open_dir(&config.data_dir).await,
-    }
+async fn open_store(config: &Config) -> Result<Store, Error> {
+    Ok(match &config.store {
+        Some(url) => {
+            store::check_url(url).map_err(Error::StoreUrl)?;
+            Store::open(url).await?
+        }
+        None => Store::open_dir(&config.data_dir).await?,
+    })
 }
 
 /// Creates the first admin, `name`, and returns its token (shown once); refuses if an
@@ -211,9 +218,11 @@ impl Server {
             config.max_connections,
             bounds,
             conn::HTTP_REFUSAL,
-        );
+        )
+        .with_probe_room();
         let app = http::router::router(Arc::clone(&self.service), config.timeout);
-        conn::serve_http1(gate, app, stopped.clone(), config.shutdown_timeout).await;
+        let probes = &http::PROBES;
+        conn::serve_http1(gate, app, probes, stopped.clone(), config.shutdown_timeout).await;
         #[cfg(feature = "grpc")]
         if let Some(grpc) = grpc {
             grpc::finish(grpc, config.shutdown_timeout).await;

@@ -36,9 +36,72 @@ pub enum TelemetryError {
     /// The exporter could not be built (an endpoint that is not a URL, …).
     #[error("the OTLP exporter: {0}")]
     Exporter(String),
+    /// A sampler or its argument that is not one (the SDK would sample everything).
+    #[error("{variable}={value}: expected {expected}")]
+    Invalid {
+        /// The variable.
+        variable: &'static str,
+        /// Its value.
+        value: String,
+        /// What it may be.
+        expected: &'static str,
+    },
     /// An exporter is installed already in this process.
     #[error("traces are exported already by this process")]
     Installed,
+}
+
+/// The samplers the SDK reads from `OTEL_TRACES_SAMPLER`.
+const SAMPLERS: [&str; 6] = [
+    "always_on",
+    "always_off",
+    "traceidratio",
+    "parentbased_always_on",
+    "parentbased_always_off",
+    "parentbased_traceidratio",
+];
+
+/// The longest text a span takes from a request (a name, an attribute's value): what is
+/// queued for export stays small whatever the request holds.
+const MAX_TEXT: usize = 256;
+
+/// `text` cut to at most [`MAX_TEXT`] bytes, at a character's boundary.
+pub(crate) fn clipped(text: &str) -> String {
+    let mut end = text.len().min(MAX_TEXT);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_owned()
+}
+
+/// Refuses a sampler the SDK would read as "sample everything" without a word: a name
+/// it does not know, or a ratio that is not one in 0..=1.
+fn check_sampler() -> Result<(), TelemetryError> {
+    let sampler = var("OTEL_TRACES_SAMPLER");
+    if let Some(value) = sampler.as_ref().filter(|v| !SAMPLERS.contains(&v.as_str())) {
+        return Err(TelemetryError::Invalid {
+            variable: "OTEL_TRACES_SAMPLER",
+            value: value.clone(),
+            expected: "always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off or parentbased_traceidratio",
+        });
+    }
+    let ratio = sampler.is_some_and(|s| s.ends_with("traceidratio"));
+    match var("OTEL_TRACES_SAMPLER_ARG") {
+        Some(value)
+            if ratio
+                && !value
+                    .trim()
+                    .parse::<f64>()
+                    .is_ok_and(|r| (0.0..=1.0).contains(&r)) =>
+        {
+            Err(TelemetryError::Invalid {
+                variable: "OTEL_TRACES_SAMPLER_ARG",
+                value,
+                expected: "a ratio from 0 to 1",
+            })
+        }
+        _ => Ok(()),
+    }
 }
 
 /// The process's trace exporter: spans go out in batches until [`Telemetry::shutdown`].
@@ -84,6 +147,7 @@ impl Telemetry {
         if !(asked || endpoint) {
             return Ok(None);
         }
+        check_sampler()?;
         for variable in [
             "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
             "OTEL_EXPORTER_OTLP_PROTOCOL",
@@ -139,9 +203,46 @@ impl Extractor for Headers<'_> {
     }
 }
 
+/// A request as a front end receives it: its headers carry the caller's trace.
+pub(crate) trait Incoming {
+    /// Its headers (HTTP's, or gRPC's metadata).
+    fn headers(&self) -> &HeaderMap;
+}
+
+impl<B> Incoming for axum::http::Request<B> {
+    fn headers(&self) -> &HeaderMap {
+        self.headers()
+    }
+}
+
+#[cfg(feature = "grpc")]
+impl<T> Incoming for tonic::Request<T> {
+    fn headers(&self) -> &HeaderMap {
+        self.metadata().as_ref()
+    }
+}
+
+/// Handles `request` with `handle`, as a server span named `name` (a child of its
+/// `traceparent` if any) when traced, and ends that span with what `describe` says of
+/// the answer: attributes, and why it failed if it did.
+pub(crate) async fn request<R: Incoming, F: Future>(
+    request: R,
+    name: impl FnOnce(&R) -> Cow<'static, str>,
+    attributes: impl FnOnce(&R) -> Vec<KeyValue>,
+    handle: impl FnOnce(R) -> F,
+    describe: impl FnOnce(&F::Output) -> (Vec<KeyValue>, Option<String>),
+) -> F::Output {
+    let cx = incoming(
+        request.headers(),
+        || name(&request),
+        || attributes(&request),
+    );
+    traced(cx, handle(request), describe).await
+}
+
 /// The trace of a request arriving with `headers`: a server span named `name`, a child
 /// of their `traceparent` if any; `None` when not traced (no exporter, or sampled out).
-pub(crate) fn incoming(
+fn incoming(
     headers: &HeaderMap,
     name: impl FnOnce() -> Cow<'static, str>,
     attributes: impl FnOnce() -> Vec<KeyValue>,
@@ -160,10 +261,9 @@ pub(crate) fn incoming(
     Some(cx)
 }
 
-/// Runs `future`, the handling of the request traced as `cx` (as it is, when untraced),
-/// and ends that span with what `describe` says of its answer: attributes, and why it
-/// failed if it did.
-pub(crate) async fn traced<F: Future>(
+/// Runs `future` traced as `cx` (as it is, when untraced), and ends that span with what
+/// `describe` says of its output.
+async fn traced<F: Future>(
     cx: Option<Context>,
     future: F,
     describe: impl FnOnce(&F::Output) -> (Vec<KeyValue>, Option<String>),

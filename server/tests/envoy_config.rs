@@ -390,6 +390,61 @@ async fn a_limit_override_is_the_limit_in_a_known_domain() {
     let answer = ask(&mut c, t, "mongo_cps", vec![overridden(&users, 2, 0)]).await;
     let (code, limit, _) = seen(&answer.unwrap().statuses[0]);
     assert_eq!((code, limit), (OK, Some(500)));
+    // An override of 0 (a suspended tenant) refuses every request, as a rule of 0 does.
+    let suspended = [("database", "suspended")];
+    for _ in 0..3 {
+        let answer = ask(
+            &mut c,
+            t,
+            "mongo_cps",
+            vec![overridden(&suspended, 0, HOUR)],
+        )
+        .await;
+        let answer = answer.unwrap();
+        assert_eq!(
+            (overall(&answer), seen(&answer.statuses[0])),
+            (OVER, (OVER, Some(0), 0))
+        );
+    }
+    server.stop().await;
+}
+
+/// The key tables of Envoy's rules and of limit overrides are in `/metrics` beside the
+/// policies': a key a table forgot or refused can be seen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rules_and_overrides_show_their_key_tables() {
+    const HOUR: i32 = 3;
+    let (server, admin) = TestServer::start_with(Config {
+        grpc_listen: Some("127.0.0.1:0".parse().unwrap()),
+        envoy_config: Some(data("example1.yaml")),
+        metrics_open: true,
+        ..config()
+    })
+    .await;
+    let edge = app(&server, &admin, "edge").await;
+    let mut c = client(&server).await;
+    let users = [("database", "users")];
+    one(&mut c, &edge, "mongo_cps", &users, 1).await;
+    let answer = ask(
+        &mut c,
+        Some(&edge),
+        "mongo_cps",
+        vec![overridden(&users, 2, HOUR)],
+    );
+    answer.await.expect("an answer");
+    let metrics = get(&server.url("/metrics"), "").await.text;
+    let held: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("sluicegate_keys{policy=\"envoy:mongo_cps."))
+        .collect();
+    let one_key = |override_: bool| {
+        let held = held
+            .iter()
+            .filter(|l| l.contains(".override.2_per_") == override_);
+        held.into_iter().any(|l| l.ends_with(" 1"))
+    };
+    assert!(one_key(false), "the rule's one key: {held:?}");
+    assert!(one_key(true), "the override's one key: {held:?}");
     server.stop().await;
 }
 

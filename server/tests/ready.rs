@@ -53,6 +53,26 @@ async fn outage<T>(server: &TestServer, part: &mut T, outage: Outage<T>) {
     assert!(gone < Duration::from_secs(1) && back < Duration::from_secs(1));
 }
 
+/// Runs one command on `redis`.
+fn redis_cmd(redis: &mut Redis, args: &[&str]) {
+    let mut cmd = redis::cmd(args[0]);
+    cmd.arg(&args[1..]);
+    cmd.query::<()>(&mut redis.connection()).expect(args[0]);
+}
+
+/// Sets `maxmemory` (no eviction: a write past it is refused with OOM).
+fn maxmemory(redis: &mut Redis, bytes: &str) {
+    redis_cmd(redis, &["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+    redis_cmd(redis, &["CONFIG", "SET", "maxmemory", bytes]);
+}
+
+/// Makes `redis` a replica of a server that is not there: it answers writes `READONLY`,
+/// as a primary demoted by a failover does.
+fn demote(redis: &mut Redis) {
+    let nowhere = free_port().to_string();
+    redis_cmd(redis, &["REPLICAOF", "127.0.0.1", &nowhere]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readiness_follows_the_store_and_redis() {
     let mut pg = Postgres::start();
@@ -64,10 +84,20 @@ async fn readiness_follows_the_store_and_redis() {
     })
     .await;
     flips(&server, Instant::now(), (StatusCode::OK, &[])).await;
-    let redis_outages: [Outage<Redis>; 2] = [
+    let redis_outages: [Outage<Redis>; 4] = [
         ("Redis killed", "decisions", Redis::kill, Redis::restart),
         // A Redis that accepts and never answers is not ready either.
         ("Redis paused", "decisions", |r| r.pause(), |r| r.resume()),
+        // Nor one that answers PING but refuses every decision's write.
+        (
+            "Redis at maxmemory",
+            "decisions",
+            |r| maxmemory(r, "1"),
+            |r| maxmemory(r, "0"),
+        ),
+        ("Redis demoted", "decisions", demote, |r| {
+            redis_cmd(r, &["REPLICAOF", "NO", "ONE"])
+        }),
     ];
     for redis_outage in redis_outages {
         outage(&server, &mut redis, redis_outage).await;

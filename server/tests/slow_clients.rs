@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use hyper::body::Bytes;
+use hyper::{Method, StatusCode};
 use sluicegate_server::Config;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -159,7 +160,8 @@ async fn connections_past_the_cap_are_refused_at_once_and_others_served_later() 
         ..config()
     })
     .await;
-    let _held = stalled(server.addr, 8, b"GET / HTTP/1.1\r\n").await;
+    // The cap, and the probes' room past it.
+    let _held = stalled(server.addr, 8 + 4, b"GET / HTTP/1.1\r\n").await;
     let start = Instant::now();
     let mut extra = TcpStream::connect(server.addr).await.expect("connect");
     let mut answer = Vec::new();
@@ -171,6 +173,42 @@ async fn connections_past_the_cap_are_refused_at_once_and_others_served_later() 
     assert!(start.elapsed() < Duration::from_millis(500));
     // Once the stalled ones are closed by their deadline, others are served.
     assert!(eventually(Duration::from_secs(3), || healthy(&server)).await);
+    server.stop().await;
+}
+
+/// Idle keep-alive clients holding every connection leave room for the kubelet's probes:
+/// `/healthz` and `/readyz` answer, anything else is refused and closed.
+#[tokio::test]
+async fn probes_are_answered_while_clients_hold_every_connection() {
+    let (server, _) = TestServer::start_with(Config {
+        max_connections: 8,
+        ..config()
+    })
+    .await;
+    let mut idle = Vec::new();
+    for _ in 0..8 {
+        let mut socket = TcpStream::connect(server.addr).await.expect("connect");
+        socket
+            .write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .expect("send");
+        let mut buf = [0u8; 256];
+        let n = socket.read(&mut buf).await.expect("an answer");
+        assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+        idle.push(socket);
+    }
+    for _ in 0..3 {
+        assert!(healthy(&server).await, "a liveness probe at the cap");
+    }
+    let ready = call(Method::GET, &server.url("/readyz"), None, None, &[]).await;
+    assert_eq!(ready.status, StatusCode::OK);
+    let other = call(Method::GET, &server.url("/v1/policies"), None, None, &[]).await;
+    assert_eq!(
+        other.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        other.text
+    );
     server.stop().await;
 }
 
@@ -220,18 +258,21 @@ async fn h2_client(
     Some((send, task))
 }
 
-/// Starts a rate limit call on `send`, its body ended at once or left open; `None`
-/// when the connection takes no call.
+/// Starts a rate limit call on `send` with `token` (if any), its body ended at once or
+/// left open; `None` when the connection takes no call.
 async fn start_call(
     send: &mut h2::client::SendRequest<Bytes>,
+    token: Option<&str>,
     end: bool,
 ) -> Option<(h2::client::ResponseFuture, h2::SendStream<Bytes>)> {
-    let request =
+    let mut request =
         http::Request::post("http://x/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit")
             .header("content-type", "application/grpc")
-            .header("te", "trailers")
-            .body(())
-            .ok()?;
+            .header("te", "trailers");
+    if let Some(token) = token {
+        request = request.header("authorization", format!("Bearer {token}"));
+    }
+    let request = request.body(()).ok()?;
     send.clone()
         .ready()
         .await
@@ -244,7 +285,7 @@ async fn start_call(
 async fn grpc_answers(addr: std::net::SocketAddr) -> bool {
     let ask = async {
         let (mut send, _task) = h2_client(addr).await?;
-        let (answer, _) = start_call(&mut send, true).await?;
+        let (answer, _) = start_call(&mut send, None, true).await?;
         answer.await.ok()
     };
     matches!(
@@ -290,18 +331,21 @@ async fn grpc_connections_answering_pings_without_calls_are_closed_when_idle() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grpc_connections_with_calls_stay_open_and_shutdown_ends_by_its_deadline() {
     let idle = Duration::from_millis(500);
-    let (server, _) = TestServer::start_with(Config {
+    let (server, admin) = TestServer::start_with(Config {
         grpc_listen: Some("127.0.0.1:0".parse().expect("address")),
         idle_timeout: idle,
+        header_timeout: idle * 4,
         grpc_keepalive: Duration::from_millis(200),
         shutdown_timeout: Duration::from_millis(500),
         ..config()
     })
     .await;
+    let token = app(&server, &admin, "web").await;
+    let t = Some(token.as_str());
     let grpc = server.grpc.expect("gRPC listens");
     let (mut send, task) = h2_client(grpc).await.expect("an HTTP/2 connection");
     // A call in flight (its body not ended) for three idle deadlines.
-    let (answer, mut body) = start_call(&mut send, false).await.expect("a call");
+    let (answer, mut body) = start_call(&mut send, t, false).await.expect("a call");
     tokio::time::sleep(idle * 3).await;
     assert!(!task.is_finished(), "a call in flight holds its connection");
     body.send_data(Bytes::new(), true).expect("the body's end");
@@ -309,12 +353,112 @@ async fn grpc_connections_with_calls_stay_open_and_shutdown_ends_by_its_deadline
     assert!(matches!(answer, Ok(Ok(_))), "{answer:?}");
     // Calls arriving more often than the idle deadline, for three of them.
     for _ in 0..6 {
-        let (answer, _) = start_call(&mut send, true).await.expect("a call");
+        let (answer, _) = start_call(&mut send, t, true).await.expect("a call");
         answer.await.expect("an answer");
         tokio::time::sleep(idle / 2).await;
     }
     assert!(!task.is_finished(), "arriving calls hold their connection");
     // One call left in flight: shutdown waits for it at most its deadline.
-    let _in_flight = start_call(&mut send, false).await.expect("a call");
+    let _in_flight = start_call(&mut send, t, false).await.expect("a call");
     stops_soon(server).await;
+}
+
+/// The gRPC status a call was answered with (in its head: a refusal has no body).
+async fn grpc_status(answer: h2::client::ResponseFuture, within: Duration) -> Option<String> {
+    let answer = tokio::time::timeout(within, answer).await.ok()?.ok()?;
+    let status = answer.headers().get("grpc-status")?;
+    Some(status.to_str().ok()?.to_owned())
+}
+
+/// A call is admitted before its message is read: without a valid token it is answered
+/// at once, its message never awaited; past `--grpc-max-calls` in flight, at once too;
+/// admitted, its message is due within `--header-timeout`, not the call's 10 s. Each
+/// bound below is a second or two where the server's own deadline is 10 s: room for a
+/// loaded machine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_hold_nothing_before_they_are_admitted() {
+    let (server, admin) = TestServer::start_with(Config {
+        grpc_listen: Some("127.0.0.1:0".parse().expect("address")),
+        grpc_max_calls: 4,
+        header_timeout: Duration::from_millis(600),
+        ..config()
+    })
+    .await;
+    let token = app(&server, &admin, "web").await;
+    let grpc = server.grpc.expect("gRPC listens");
+    let (mut send, _task) = h2_client(grpc).await.expect("an HTTP/2 connection");
+    for bad in [None, Some("sga_nobody")] {
+        let (answer, _body) = start_call(&mut send, bad, false).await.expect("a call");
+        let status = grpc_status(answer, Duration::from_secs(2)).await;
+        assert_eq!(status.as_deref(), Some("16"), "UNAUTHENTICATED at once");
+    }
+    let mut open = Vec::new();
+    for _ in 0..4 {
+        open.push(
+            start_call(&mut send, Some(&token), false)
+                .await
+                .expect("a call"),
+        );
+    }
+    // The cap is the server's: a call on another connection finds it full.
+    let (mut other, _other_task) = h2_client(grpc).await.expect("an HTTP/2 connection");
+    let (fifth, _body) = start_call(&mut other, Some(&token), false)
+        .await
+        .expect("a call");
+    let status = grpc_status(fifth, Duration::from_secs(2)).await;
+    assert_eq!(status.as_deref(), Some("8"), "RESOURCE_EXHAUSTED at once");
+    let start = Instant::now();
+    for (answer, _body) in open {
+        let status = grpc_status(answer, Duration::from_secs(3)).await;
+        assert!(
+            status.is_some_and(|s| s != "0"),
+            "a message never sent fails the call"
+        );
+    }
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        start.elapsed()
+    );
+    let (answer, _body) = start_call(&mut send, Some(&token), true)
+        .await
+        .expect("a call");
+    let status = grpc_status(answer, Duration::from_secs(2)).await;
+    assert_ne!(status.as_deref(), Some("8"), "the places are free again");
+    server.stop().await;
+}
+
+/// Metadata past its bound (8 KiB) is refused before any call is made of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_with_too_much_metadata_is_refused() {
+    let (server, admin) = TestServer::start_with(Config {
+        grpc_listen: Some("127.0.0.1:0".parse().expect("address")),
+        ..config()
+    })
+    .await;
+    let token = app(&server, &admin, "web").await;
+    let grpc = server.grpc.expect("gRPC listens");
+    let (send, _task) = h2_client(grpc).await.expect("an HTTP/2 connection");
+    let request =
+        http::Request::post("http://x/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit")
+            .header("content-type", "application/grpc")
+            .header("authorization", format!("Bearer {token}"))
+            .header("x-padding", "p".repeat(14 * 1024))
+            .body(())
+            .expect("a request");
+    let send = send.ready().await.expect("ready");
+    let answer = send
+        .clone()
+        .send_request(request, true)
+        .map(|(answer, _)| answer);
+    let refused = match answer {
+        Err(_) => true,
+        Ok(answer) => match tokio::time::timeout(Duration::from_secs(2), answer).await {
+            Ok(Err(_)) => true,
+            Ok(Ok(answer)) => answer.status() == http::StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            Err(_) => false,
+        },
+    };
+    assert!(refused, "14 KiB of metadata is refused");
+    server.stop().await;
 }

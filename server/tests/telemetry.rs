@@ -21,6 +21,9 @@ const RLS_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const RLS_PARENT: &str = "00f067aa0ba902b7";
 /// A trace the caller did not sample: the server follows it and exports nothing.
 const UNSAMPLED_TRACE: &str = "11111111111111111111111111111111";
+/// A call with a 2 MiB domain naming an unknown policy, and a request of a 64 KiB method.
+const LONG_TRACE: &str = "22222222222222222222222222222222";
+const METHOD_TRACE: &str = "33333333333333333333333333333333";
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
@@ -91,6 +94,30 @@ async fn spans_join_the_callers_trace_and_name_no_key() {
         Err(TelemetryError::Unsupported { .. })
     ));
     std::env::set_var("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc");
+    // A sampler the SDK would read as "everything" is refused, naming its variable.
+    for (sampler, arg, refused) in [
+        ("traceidraito", None, "OTEL_TRACES_SAMPLER"),
+        ("traceidratio", Some("half"), "OTEL_TRACES_SAMPLER_ARG"),
+        (
+            "parentbased_traceidratio",
+            Some("1.5"),
+            "OTEL_TRACES_SAMPLER_ARG",
+        ),
+    ] {
+        std::env::set_var("OTEL_TRACES_SAMPLER", sampler);
+        match arg {
+            Some(arg) => std::env::set_var("OTEL_TRACES_SAMPLER_ARG", arg),
+            None => std::env::remove_var("OTEL_TRACES_SAMPLER_ARG"),
+        }
+        match Telemetry::from_env() {
+            Err(e @ TelemetryError::Invalid { .. }) => {
+                assert!(e.to_string().starts_with(refused), "{e}")
+            }
+            other => panic!("{sampler} {arg:?}: {other:?}"),
+        }
+    }
+    std::env::remove_var("OTEL_TRACES_SAMPLER");
+    std::env::remove_var("OTEL_TRACES_SAMPLER_ARG");
     std::env::set_var("OTEL_SERVICE_NAME", "sluicegate-test");
     // Batches sent every 50 ms, not every 5 s.
     std::env::set_var("OTEL_BSP_SCHEDULE_DELAY", "50");
@@ -146,16 +173,66 @@ async fn spans_join_the_callers_trace_and_name_no_key() {
     let answer = client.should_rate_limit(request).await.expect("an answer");
     assert_eq!(answer.into_inner().overall_code, Code::Ok as i32);
 
+    // What a span takes of a request is bounded: a 2 MiB domain, a descriptor's policy
+    // (in the status message), a 64 KiB extension method.
+    let mut request = tonic::Request::new(RateLimitRequest {
+        domain: "secret-domain-".repeat(150_000),
+        descriptors: vec![descriptor(&[("policy", "secret-policy")], None)],
+        hits_addend: 0,
+    });
+    let metadata = request.metadata_mut();
+    metadata.insert("authorization", format!("Bearer {web}").parse().unwrap());
+    let header = traceparent(LONG_TRACE, RLS_PARENT, "01");
+    metadata.insert("traceparent", header.parse().unwrap());
+    let refused = client
+        .should_rate_limit(request)
+        .await
+        .expect_err("no such policy");
+    assert!(refused.message().contains("secret-policy"), "{refused:?}");
+    let method = Method::from_bytes(&[b'X'; 64 * 1024]).unwrap();
+    let header = traceparent(METHOD_TRACE, HTTP_PARENT, "01");
+    let url = server.url("/v1/decide");
+    let answered = call(method, &url, Some(&web), None, &[("traceparent", &header)]).await;
+    assert!(answered.status.is_client_error(), "{:?}", answered.status);
+
     let rls_name = "envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
     let spans = tokio::task::spawn_blocking(move || {
         receiver.spans_when(Duration::from_secs(10), |spans| {
-            [HTTP_TRACE, RLS_TRACE]
-                .iter()
-                .all(|t| spans.iter().filter(|s| hex(&s.trace_id) == *t).count() >= 3)
+            let count = |t: &str| spans.iter().filter(|s| hex(&s.trace_id) == t).count();
+            count(HTTP_TRACE) >= 3
+                && count(RLS_TRACE) >= 3
+                && count(LONG_TRACE) >= 1
+                && count(METHOD_TRACE) >= 1
         })
     })
     .await
     .unwrap();
+    let long = span(&spans, LONG_TRACE, rls_name);
+    let domain = attribute(long, "sluicegate.domain").expect("the domain");
+    assert!(
+        domain.len() <= 256 && domain.starts_with("secret-domain-"),
+        "{}",
+        domain.len()
+    );
+    let why = long
+        .status
+        .as_ref()
+        .map(|s| s.message.clone())
+        .unwrap_or_default();
+    assert!(!why.is_empty() && !why.contains("secret"), "{why}");
+    let odd = spans
+        .iter()
+        .find(|s| hex(&s.trace_id) == METHOD_TRACE)
+        .unwrap();
+    assert!(
+        odd.name.starts_with("HTTP") && odd.name.len() < 64,
+        "{}",
+        odd.name
+    );
+    assert_eq!(
+        attribute(odd, "http.request.method").as_deref(),
+        Some("_OTHER")
+    );
     let (http, _) = assert_chain(&spans, HTTP_TRACE, HTTP_PARENT, "POST /v1/decide");
     assert_eq!(
         attribute(&http, "http.route").as_deref(),
@@ -172,9 +249,15 @@ async fn spans_join_the_callers_trace_and_name_no_key() {
         spans.iter().all(|s| hex(&s.trace_id) != UNSAMPLED_TRACE),
         "a trace its caller did not sample is not exported"
     );
-    // Never a key, a descriptor value or a token.
+    // Never a key, a descriptor value or a token (a domain is the call's, bounded).
     for span in &spans {
-        for a in &span.attributes {
+        let status = span.status.as_ref().map(|s| s.message.as_str());
+        assert!(!span.name.contains("secret") && !status.unwrap_or("").contains("secret"));
+        for a in span
+            .attributes
+            .iter()
+            .filter(|a| a.key != "sluicegate.domain")
+        {
             let text = format!("{:?}", a.value);
             assert!(
                 !text.contains("secret") && !text.contains(&web),

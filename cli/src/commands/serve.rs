@@ -14,16 +14,22 @@ pub struct ServeArgs {
     #[command(flatten)]
     config: Config,
     /// Create the first admin, print its token once, and exit.
-    #[arg(long, env = "SLUICEGATE_INIT_ADMIN")]
+    #[arg(long, env = "SLUICEGATE_INIT_ADMIN", hide_env_values = true)]
     init_admin: bool,
     /// The first admin's name (with --init-admin).
-    #[arg(long, env = "SLUICEGATE_ADMIN_NAME", default_value = "admin")]
+    #[arg(
+        long,
+        env = "SLUICEGATE_ADMIN_NAME",
+        hide_env_values = true,
+        default_value = "admin"
+    )]
     admin_name: String,
     /// How logs are written to standard error: text for people, or JSON lines for a
     /// log pipeline.
     #[arg(
         long,
         env = "SLUICEGATE_LOG_FORMAT",
+        hide_env_values = true,
         value_enum,
         default_value = "text"
     )]
@@ -55,7 +61,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, Failure> {
     if args.init_admin {
         let token = runtime
             .block_on(sluicegate_server::init_admin(&config, &args.admin_name))
-            .map_err(|e| Failure::Backend(e.to_string()))?;
+            .map_err(failure)?;
         println!("{token}");
         return Ok(ExitCode::SUCCESS);
     }
@@ -70,31 +76,60 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, Failure> {
             .init(),
         LogFormat::Json => logs.json().init(),
     }
+    let served = serve(&runtime, config, args.log_format);
+    match (served, args.log_format) {
+        (Ok(()), _) => Ok(ExitCode::SUCCESS),
+        // A log pipeline reads stderr as JSON lines: the fatal error is one too.
+        (Err(failure), LogFormat::Json) => {
+            let (code, message) = failure.exit();
+            if let Some(message) = message {
+                tracing::error!(exit_code = code, "{message}");
+            }
+            Ok(ExitCode::from(code))
+        }
+        (Err(failure), LogFormat::Text) => Err(failure),
+    }
+}
+
+/// Serves until a signal, exporting traces if the environment asks.
+fn serve(
+    runtime: &tokio::runtime::Runtime,
+    config: sluicegate_server::Config,
+    format: LogFormat,
+) -> Result<(), Failure> {
     let traces = {
         let _runtime = runtime.enter();
         Telemetry::from_env().map_err(|e| Failure::Input(e.to_string()))?
     };
     let served = runtime.block_on(async {
-        let server = Server::bind(config).await.map_err(|e| match e {
-            // A file the operator wrote: bad input, like any other command's.
-            e @ (sluicegate_server::Error::Files(_) | sluicegate_server::Error::NoGrpc) => {
-                Failure::Input(e.to_string())
+        let server = Server::bind(config).await.map_err(failure)?;
+        // For people: JSON logs say it in the `serving` event.
+        if let LogFormat::Text = format {
+            eprintln!("sluicegate: serving on http://{}", server.local_addr());
+            if let Some(grpc) = server.grpc_addr() {
+                eprintln!("sluicegate: Envoy's rate limit service (gRPC) on {grpc}");
             }
-            e => Failure::Backend(e.to_string()),
-        })?;
-        eprintln!("sluicegate: serving on http://{}", server.local_addr());
-        if let Some(grpc) = server.grpc_addr() {
-            eprintln!("sluicegate: Envoy's rate limit service (gRPC) on {grpc}");
         }
-        server
-            .run(shutdown())
-            .await
-            .map_err(|e| Failure::Backend(e.to_string()))
+        server.run(shutdown()).await.map_err(failure)
     });
     if let Some(traces) = traces {
         traces.shutdown();
     }
-    served.map(|()| ExitCode::SUCCESS)
+    served
+}
+
+/// A server's error as the CLI's: what the operator wrote (a file, a flag) is bad input,
+/// like any other command's; the rest, a backend failing.
+fn failure(e: sluicegate_server::Error) -> Failure {
+    use sluicegate_server::Error;
+    match e {
+        e @ (Error::Files(_)
+        | Error::NoGrpc
+        | Error::Decisions(_)
+        | Error::StoreUrl(_)
+        | Error::AdminName(_)) => Failure::Input(e.to_string()),
+        e => Failure::Backend(e.to_string()),
+    }
 }
 
 /// Completes on Ctrl-C or SIGTERM: the server then finishes the requests in flight.

@@ -72,13 +72,17 @@ fn rule_of<'d>(
         .collect();
     let overridden = descriptor.limit.as_ref().and_then(|limit| {
         let rule = override_rule(&request.domain, limit)?;
-        let limiter =
-            rules.override_limiter(&*service.backend, &service.metrics, &rule, app.name())?;
-        Some((
-            Cow::Owned(rule),
-            key_of(entries.iter().copied()),
-            Some(limiter),
-        ))
+        // An override of 0 refuses everything and counts nothing: it needs no limiter.
+        let limiter = match limit.requests_per_unit {
+            0 => None,
+            _ => Some(rules.override_limiter(
+                &*service.backend,
+                &service.metrics,
+                &rule,
+                app.name(),
+            )?),
+        };
+        Some((Cow::Owned(rule), key_of(entries.iter().copied()), limiter))
     });
     overridden.or_else(|| {
         domain

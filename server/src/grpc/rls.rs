@@ -17,8 +17,9 @@ use super::envoy::service::ratelimit::v3::rate_limit_service_server::{
     RateLimitService, RateLimitServiceServer,
 };
 use super::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use super::serve::Admitted;
 use super::wire::{bounded, duration, saturate, status, undecided, unit_of};
-use crate::service::auth::{authenticate, bearer, App};
+use crate::service::auth::App;
 use crate::service::{Ask, Served, Service, ServiceError, MAX_BATCH};
 use crate::telemetry;
 
@@ -75,31 +76,36 @@ impl RateLimitService for Rls {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        let domain = &request.get_ref().domain;
-        let trace = telemetry::incoming(
-            request.metadata().as_ref(),
-            || "envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit".into(),
-            || {
+        let answer = telemetry::request(
+            request,
+            |_| "envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit".into(),
+            |request| {
                 vec![
                     KeyValue::new("rpc.system", "grpc"),
-                    KeyValue::new("sluicegate.domain", domain.clone()),
+                    KeyValue::new(
+                        "sluicegate.domain",
+                        telemetry::clipped(&request.get_ref().domain),
+                    ),
                 ]
             },
+            |request| self.answer(request),
+            |answer| match answer {
+                Ok(response) => {
+                    let code =
+                        Code::try_from(response.get_ref().overall_code).unwrap_or(Code::Unknown);
+                    (
+                        vec![KeyValue::new("sluicegate.code", code.as_str_name())],
+                        None,
+                    )
+                }
+                // The code's own words: a status message may hold a descriptor's value.
+                Err(status) => (
+                    vec![KeyValue::new("rpc.grpc.status_code", status.code() as i64)],
+                    Some(status.code().description().to_owned()),
+                ),
+            },
         );
-        telemetry::traced(trace, self.answer(request), |answer| match answer {
-            Ok(response) => {
-                let code = Code::try_from(response.get_ref().overall_code).unwrap_or(Code::Unknown);
-                (
-                    vec![KeyValue::new("sluicegate.code", code.as_str_name())],
-                    None,
-                )
-            }
-            Err(status) => (
-                vec![KeyValue::new("rpc.grpc.status_code", status.code() as i64)],
-                Some(status.message().to_owned()),
-            ),
-        })
-        .await
+        answer.await
     }
 }
 
@@ -107,14 +113,11 @@ impl Rls {
     /// The answer to one call.
     async fn answer(
         &self,
-        request: Request<RateLimitRequest>,
+        mut request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        let served = self.service.served();
-        let values = request.metadata().get_all("authorization");
-        let token = bearer(values.iter().map(|v| v.as_encoded_bytes())).map_err(status)?;
-        let app = authenticate(&served.snapshot, token)
-            .and_then(|caller| caller.app())
-            .map_err(status)?;
+        let Some(Admitted { app, served }) = request.extensions_mut().remove::<Admitted>() else {
+            return Err(Status::unauthenticated("the call was not admitted"));
+        };
         let request = request.into_inner();
         if request.descriptors.is_empty() || request.descriptors.len() > MAX_DESCRIPTORS {
             return Err(Status::invalid_argument(format!(

@@ -1,19 +1,27 @@
 //! The gRPC listener: its connections bounded as HTTP's are, served until shutdown; a
 //! connection with no call in flight for `--idle-timeout` is closed, whatever pings it
-//! answers (gRPC's MAX_CONNECTION_IDLE).
+//! answers (gRPC's MAX_CONNECTION_IDLE); each call admitted before its message is read.
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use futures_util::future::BoxFuture;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
+use tokio::time::{Instant, Sleep};
+use tonic::body::Body;
 use tonic::codegen::http;
+use tonic::Status;
 
+use super::wire::status;
 use super::Rls;
 use crate::conn::{Bounds, Connection, Gate};
-use crate::service::Service;
+use crate::service::auth::{authenticate, bearer, App};
+use crate::service::{Served, Service};
 use crate::Config;
 
 /// The gRPC server running on its task.
@@ -38,9 +46,14 @@ pub(crate) fn spawn(
         tonic::transport::Server::builder()
             .timeout(config.timeout)
             .max_concurrent_streams(config.grpc_max_streams)
+            .http2_max_header_list_size(MAX_METADATA)
             .http2_keepalive_interval(Some(config.grpc_keepalive))
             .http2_keepalive_timeout(Some(config.grpc_keepalive))
-            .layer(CountCalls)
+            .layer(Admit {
+                service: Arc::clone(&service),
+                in_flight: Arc::new(Semaphore::new(config.grpc_max_calls)),
+                message_within: config.header_timeout,
+            })
             .add_service(Rls::server(service))
             .serve_with_incoming_shutdown(incoming, until),
     )
@@ -60,26 +73,68 @@ pub(crate) async fn finish(mut running: Running, deadline: std::time::Duration) 
     }
 }
 
-/// Counts each call on its connection (see [`Connection`]), which the connection's
-/// idle deadline reads.
-#[derive(Debug, Clone, Copy)]
-struct CountCalls;
+/// What a call carries once admitted: its app, authenticated from the metadata against
+/// the policies served then, which the call decides on.
+#[derive(Debug, Clone)]
+pub(crate) struct Admitted {
+    pub(crate) app: App,
+    pub(crate) served: Arc<Served>,
+}
 
-impl<S> tower_layer::Layer<S> for CountCalls {
-    type Service = Counted<S>;
+/// The most bytes of metadata a call may send: Envoy's calls carry a few short headers.
+const MAX_METADATA: u32 = 8 * 1024;
 
-    fn layer(&self, inner: S) -> Counted<S> {
-        Counted(inner)
+/// Admits each call before its message is read, so that what a call not yet answered
+/// holds is bounded: counted on its connection (see [`Connection`]), authenticated from
+/// its metadata, one of `--grpc-max-calls` in flight, and its message due within
+/// `--header-timeout`. A call refused is answered at once.
+#[derive(Debug, Clone)]
+struct Admit {
+    service: Arc<Service>,
+    in_flight: Arc<Semaphore>,
+    message_within: Duration,
+}
+
+impl<S> tower_layer::Layer<S> for Admit {
+    type Service = Admitting<S>;
+
+    fn layer(&self, inner: S) -> Admitting<S> {
+        Admitting {
+            inner,
+            admit: self.clone(),
+        }
     }
 }
 
-/// A service whose calls are counted on their connection.
+/// A service whose calls are admitted by [`Admit`].
 #[derive(Debug, Clone)]
-struct Counted<S>(S);
+struct Admitting<S> {
+    inner: S,
+    admit: Admit,
+}
 
-impl<S, B> tower_service::Service<http::Request<B>> for Counted<S>
+impl Admit {
+    /// The call's caller and its place among the calls in flight, or why it has none.
+    fn admit(
+        &self,
+        metadata: &http::HeaderMap,
+    ) -> Result<(Admitted, OwnedSemaphorePermit), Status> {
+        let served = self.service.served();
+        let values = metadata.get_all("authorization");
+        let token = bearer(values.iter().map(|v| v.as_bytes())).map_err(status)?;
+        let app = authenticate(&served.snapshot, token)
+            .and_then(|caller| caller.app())
+            .map_err(status)?;
+        let permit = Arc::clone(&self.in_flight)
+            .try_acquire_owned()
+            .map_err(|_| Status::resource_exhausted("too many calls in flight; retry"))?;
+        Ok((Admitted { app, served }, permit))
+    }
+}
+
+impl<S> tower_service::Service<http::Request<Body>> for Admitting<S>
 where
-    S: tower_service::Service<http::Request<B>>,
+    S: tower_service::Service<http::Request<Deadline<Body>>, Response = http::Response<Body>>,
     S::Future: Send + 'static,
 {
     type Response = S::Response;
@@ -87,10 +142,10 @@ where
     type Future = BoxFuture<'static, Result<S::Response, S::Error>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
-        self.0.poll_ready(cx)
+        self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
+    fn call(&mut self, mut request: http::Request<Body>) -> Self::Future {
         let connection = request.extensions_mut().remove::<Connection>();
         let call = connection
             .as_ref()
@@ -99,10 +154,72 @@ where
             // The peer's address where tonic puts it (`Request::remote_addr`).
             request.extensions_mut().insert(connection.tcp);
         }
-        let answer = self.0.call(request);
+        let (admitted, permit) = match self.admit.admit(request.headers()) {
+            Ok(admitted) => admitted,
+            Err(refused) => return Box::pin(async move { Ok(refused.into_http()) }),
+        };
+        request.extensions_mut().insert(admitted);
+        let within = self.admit.message_within;
+        let answer = self
+            .inner
+            .call(request.map(|body| Deadline::new(body, within)));
         Box::pin(async move {
-            let _call = call;
+            let _held = (call, permit);
             answer.await
         })
+    }
+}
+
+/// A call's message, which fails once `within` has passed before it ends.
+#[derive(Debug)]
+pub(crate) struct Deadline<B> {
+    body: B,
+    until: Instant,
+    /// Made the first time the message is not all there: most arrive whole.
+    timer: Option<Pin<Box<Sleep>>>,
+}
+
+impl<B> Deadline<B> {
+    fn new(body: B, within: Duration) -> Self {
+        Self {
+            body,
+            until: Instant::now() + within,
+            timer: None,
+        }
+    }
+}
+
+impl<B> http_body::Body for Deadline<B>
+where
+    B: http_body::Body + Unpin,
+    B::Error: Into<tonic::codegen::StdError>,
+{
+    type Data = B::Data;
+    type Error = tonic::codegen::StdError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<B::Data>, Self::Error>>> {
+        let this = &mut *self;
+        if let Poll::Ready(frame) = Pin::new(&mut this.body).poll_frame(cx) {
+            return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
+        }
+        let until = this.until;
+        let timer = this
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(until)));
+        match timer.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Some(Err("the call's message took too long".into()))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
     }
 }

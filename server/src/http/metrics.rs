@@ -16,12 +16,16 @@ use crate::service::Service;
 use super::auth::Authed;
 use super::error::{ApiError, Result};
 
+/// The probes' paths, answered also on connections past the cap (see `conn`).
+pub(crate) const PROBES: [&str; 2] = ["/healthz", "/readyz"];
+
 /// `/metrics`, `/healthz` (answers while the process serves) and `/readyz` (whether it
 /// can decide now).
 pub(crate) fn routes() -> Router<Arc<Service>> {
+    let [alive, ready_path] = PROBES;
     Router::new()
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(ready))
+        .route(alive, get(|| async { "ok" }))
+        .route(ready_path, get(ready))
         .route("/metrics", get(metrics))
 }
 
@@ -55,13 +59,14 @@ async fn metrics(
         .into_response())
 }
 
-/// The fill of every policy's in-process key table.
+/// The fill of every in-process key table: each policy's, each rule's of Envoy's YAML
+/// and each limit override's (bounded in number, see `MAX_OVERRIDES`).
 fn tables(service: &Service) -> String {
-    render_tables(
-        service
-            .served()
-            .limiters
-            .iter()
-            .filter_map(|(name, entry)| Some((name.as_str(), entry.table()?))),
-    )
+    let served = service.served();
+    let policies = served
+        .limiters
+        .iter()
+        .filter_map(|(name, entry)| Some((name.as_str(), entry.table()?)));
+    let rules = service.envoy().tables();
+    render_tables(policies.chain(rules.iter().map(|(name, table)| (name.as_str(), *table))))
 }

@@ -14,3 +14,5 @@ mod page;
 mod policies;
 mod report;
 pub(crate) mod router;
+
+pub(crate) use metrics::PROBES;

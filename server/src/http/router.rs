@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
-use axum::http::{header, StatusCode};
+use axum::http::{header, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
@@ -34,6 +34,19 @@ pub(crate) fn router(service: Arc<Service>, timeout: Duration) -> Router {
         .with_state(service)
 }
 
+/// HTTP's own methods, which a span may name.
+const KNOWN_METHODS: [Method; 9] = [
+    Method::GET,
+    Method::HEAD,
+    Method::POST,
+    Method::PUT,
+    Method::DELETE,
+    Method::CONNECT,
+    Method::OPTIONS,
+    Method::TRACE,
+    Method::PATCH,
+];
+
 /// Answers 503 for a request that takes longer than `timeout`, logs every request, and
 /// traces it when traces are exported.
 async fn bounded(request: Request, next: Next, timeout: Duration) -> Response {
@@ -43,36 +56,45 @@ async fn bounded(request: Request, next: Next, timeout: Duration) -> Response {
         .extensions()
         .get::<MatchedPath>()
         .map(|route| route.as_str().to_owned());
-    let trace = telemetry::incoming(
-        request.headers(),
-        || match &route {
-            Some(route) => format!("{method} {route}").into(),
-            None => method.to_string().into(),
-        },
-        || {
-            let mut attributes = vec![KeyValue::new("http.request.method", method.to_string())];
-            attributes.extend(route.clone().map(|r| KeyValue::new("http.route", r)));
-            attributes
-        },
-    );
+    // OpenTelemetry's HTTP conventions: a method not of HTTP's own is `_OTHER`, and
+    // names its span `HTTP`; a method's text is the client's, of any length.
+    let known = KNOWN_METHODS.contains(&method);
+    let method_name = if known { method.as_str() } else { "_OTHER" };
     let start = Instant::now();
-    let answered = async {
+    let answered = |request| async move {
         match tokio::time::timeout(timeout, next.run(request)).await {
             Ok(response) => json_errors(response).await,
             Err(_) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the request took too long")
                 .into_response(),
         }
     };
-    let response = telemetry::traced(trace, answered, |response| {
-        let status = response.status();
-        (
-            vec![KeyValue::new(
-                "http.response.status_code",
-                i64::from(status.as_u16()),
-            )],
-            status.is_server_error().then(|| status.to_string()),
-        )
-    })
+    let response = telemetry::request(
+        request,
+        |_| {
+            let name = if known { method.as_str() } else { "HTTP" };
+            match &route {
+                Some(route) => format!("{name} {route}").into(),
+                None => name.to_owned().into(),
+            }
+        },
+        |_| {
+            let method = KeyValue::new("http.request.method", method_name.to_owned());
+            let mut attributes = vec![method];
+            attributes.extend(route.clone().map(|r| KeyValue::new("http.route", r)));
+            attributes
+        },
+        answered,
+        |response| {
+            let status = response.status();
+            (
+                vec![KeyValue::new(
+                    "http.response.status_code",
+                    i64::from(status.as_u16()),
+                )],
+                status.is_server_error().then(|| status.to_string()),
+            )
+        },
+    )
     .await;
     let status = response.status();
     tracing::debug!(%method, %path, status = status.as_u16(), took_us = u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX), "request");

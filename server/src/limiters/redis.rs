@@ -79,8 +79,10 @@ impl Backend for InRedis {
         }))
     }
 
-    /// A `PING` answered, within the connection's timeout; always ready under
-    /// `--fail open|closed|local`, which answer every decision while Redis is away.
+    /// A write of a key of its own accepted, within the connection's timeout (a demoted
+    /// primary answering `READONLY`, or one at `maxmemory`, answers `PING` but refuses
+    /// every decision); always ready under `--fail open|closed|local`, which answer
+    /// every decision while Redis is away.
     fn ready(&self) -> BoxFuture<'_, Result<(), DecideError>> {
         let mut con = self.con.clone();
         let answers_anyway = !matches!(self.fail, FailPolicy::Error);
@@ -88,7 +90,11 @@ impl Backend for InRedis {
             if answers_anyway {
                 return Ok(());
             }
-            redis::cmd("PING")
+            redis::cmd("SET")
+                .arg(READY_KEY)
+                .arg(1)
+                .arg("PX")
+                .arg(READY_KEY_TTL_MS)
                 .query_async::<()>(&mut con)
                 .await
                 .map_err(|e| DecideError::Unavailable(e.to_string()))
@@ -175,7 +181,10 @@ impl Shared {
 fn round_trip<T, E: std::fmt::Display>(result: &Result<T, E>) -> Vec<KeyValue> {
     let mut attributes = vec![KeyValue::new("db.system.name", "redis")];
     if let Err(e) = result {
-        attributes.push(KeyValue::new("error.type", e.to_string()));
+        attributes.push(KeyValue::new(
+            "error.type",
+            telemetry::clipped(&e.to_string()),
+        ));
     }
     attributes
 }
@@ -275,6 +284,11 @@ impl LeaseTable for ConnectedAsync<RedisLeases> {
         })
     }
 }
+
+/// The key readiness writes: beside, never among, the policies' (`sluicegate:serve:…`).
+const READY_KEY: &str = "sluicegate:ready";
+/// It expires soon after the last probe.
+const READY_KEY_TTL_MS: u64 = 60_000;
 
 /// Redis keys of policy `name`: `sluicegate:serve:NAME:HASH:KEY`, where HASH is of the
 /// parameters only: after a change of them each key's state is moved to its new name

@@ -19,7 +19,7 @@ pub(crate) enum Caller {
 }
 
 /// An app, authenticated: decisions are made for it.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct App(String);
 
 impl App {

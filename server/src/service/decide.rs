@@ -140,7 +140,7 @@ impl Service {
             ];
             attributes.push(match result {
                 Ok(outcome) => KeyValue::new("sluicegate.outcome", outcome_name(outcome)),
-                Err(e) => KeyValue::new("error.type", e.to_string()),
+                Err(e) => KeyValue::new("error.type", telemetry::clipped(&e.to_string())),
             });
             attributes
         })

@@ -12,7 +12,7 @@ use sluicegate_policy::envoy::{Config, Limit, Rule};
 
 use super::error::ServiceError;
 use crate::limiters::{Backend, PolicyLimiter};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, Table};
 
 /// The most distinct limit overrides one app holds a limiter for at once: overrides come
 /// from a gateway's configuration, a handful of values. Each keeps this share of a
@@ -89,6 +89,17 @@ impl Rules {
     /// Whether `name` is one of the limiters served (a rule's or an override's).
     pub(crate) fn serves(&self, name: &str) -> bool {
         self.limiters.contains_key(name) || self.held().contains_key(name)
+    }
+
+    /// The key tables of the rules' and the overrides' limiters, by name.
+    pub(crate) fn tables(&self) -> Vec<(String, Table)> {
+        let held = self.held();
+        let overrides = held.iter().map(|(name, one)| (name, &one.limiter));
+        self.limiters
+            .iter()
+            .chain(overrides)
+            .filter_map(|(name, limiter)| Some((name.clone(), limiter.table()?)))
+            .collect()
     }
 
     /// The limiter of a rule of the configuration's.

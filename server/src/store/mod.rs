@@ -367,6 +367,23 @@ fn adopt_former_file(dir: &std::path::Path, path: &std::path::Path) -> std::io::
     std::fs::rename(former, path)
 }
 
+/// Whether `url` is a store's URL (`postgres://…`, `sqlite://…`); why not, in words that
+/// never repeat it (it may hold a password).
+pub(crate) fn check_url(url: &str) -> Result<(), String> {
+    use std::str::FromStr;
+    let parsed = match url.split_once("://").map(|(scheme, _)| scheme) {
+        Some("postgres" | "postgresql") => {
+            sqlx::postgres::PgConnectOptions::from_str(url).map(drop)
+        }
+        Some("sqlite") => sqlx::sqlite::SqliteConnectOptions::from_str(url).map(drop),
+        _ => return Err("not a postgres:// or sqlite:// URL".into()),
+    };
+    parsed.map_err(|e| match e {
+        sqlx::Error::Configuration(why) => format!("not a database URL: {why}"),
+        _ => "not a database URL".into(),
+    })
+}
+
 impl Store {
     /// Opens the store `url` (`sqlite://PATH?mode=rwc` or `postgres://…`) and creates or
     /// migrates its schema.

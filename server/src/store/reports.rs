@@ -1,7 +1,8 @@
 //! Reports' ids: a report (and a decision's estimate it settles) is applied once per id,
 //! also across servers on one PostgreSQL. The row is claimed with one conditional
 //! statement before the report is applied, so two servers racing on an id cannot both
-//! win; rows older than the retention are pruned.
+//! win; rows older than the retention are pruned. A row keeps the id and key as their
+//! digests, so its size does not grow with theirs and the cap on ids bounds bytes too.
 
 use sqlx::Row;
 
@@ -56,6 +57,11 @@ pub(crate) struct ReportId<'a> {
     pub key: &'a str,
 }
 
+/// What a row keeps of an id or key: its SHA-256 in hex, 64 bytes whatever its length.
+fn kept(text: &str) -> String {
+    crate::token::hash(text)
+}
+
 fn signed(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
@@ -74,12 +80,13 @@ impl Store {
         now: i64,
         max_ids: usize,
     ) -> Result<Remembered, StoreError> {
+        let id = kept(at.id);
         let done = sqlx::query("INSERT INTO sluicegate_reports (app, id, created_at, policy, rate_key, estimate) SELECT $1, $2, $3, $4, $5, $6 WHERE (SELECT COUNT(*) FROM (SELECT 1 FROM sluicegate_reports WHERE app = $1 LIMIT $7) AS held) < $7 ON CONFLICT (app, id) DO NOTHING")
             .bind(at.app)
-            .bind(at.id)
+            .bind(&id)
             .bind(now)
             .bind(at.policy)
-            .bind(at.key)
+            .bind(kept(at.key))
             .bind(signed(estimate))
             .bind(i64::try_from(max_ids).unwrap_or(i64::MAX))
             .execute(&self.pool)
@@ -89,7 +96,7 @@ impl Store {
         }
         let used = sqlx::query("SELECT 1 FROM sluicegate_reports WHERE app = $1 AND id = $2")
             .bind(at.app)
-            .bind(at.id)
+            .bind(&id)
             .fetch_optional(&self.pool)
             .await?;
         Ok(if used.is_some() {
@@ -111,28 +118,29 @@ impl Store {
         if self.remember_estimate(at, 0, now, max_ids).await? == Remembered::Full {
             return Ok(Claim::Full);
         }
+        let (id, key) = (kept(at.id), kept(at.key));
         // Only one call finds `cost` unset: the row's lock orders racing servers.
         let won = sqlx::query("UPDATE sluicegate_reports SET cost = $3 WHERE app = $1 AND id = $2 AND policy = $4 AND rate_key = $5 AND cost IS NULL")
             .bind(at.app)
-            .bind(at.id)
+            .bind(&id)
             .bind(signed(cost))
             .bind(at.policy)
-            .bind(at.key)
+            .bind(&key)
             .execute(&self.pool)
             .await?
             .rows_affected()
             == 1;
         let row = sqlx::query("SELECT policy, rate_key, estimate, recorded, dropped, cost FROM sluicegate_reports WHERE app = $1 AND id = $2")
             .bind(at.app)
-            .bind(at.id)
+            .bind(&id)
             .fetch_one(&self.pool)
             .await?;
-        let (policy, key): (String, String) = (row.try_get(0)?, row.try_get(1)?);
+        let (policy, stored_key): (String, String) = (row.try_get(0)?, row.try_get(1)?);
         Ok(if won {
             Claim::Won {
                 estimate: unsigned(Some(row.try_get(2)?)).unwrap_or(0),
             }
-        } else if policy != at.policy || key != at.key {
+        } else if policy != at.policy || stored_key != key {
             Claim::Elsewhere
         } else if let Some(stored) = unsigned(row.try_get(5)?).filter(|&stored| stored != cost) {
             Claim::OtherCost(stored)
@@ -149,7 +157,7 @@ impl Store {
     pub(crate) async fn release_report(&self, at: ReportId<'_>) -> Result<(), StoreError> {
         sqlx::query("UPDATE sluicegate_reports SET cost = NULL WHERE app = $1 AND id = $2 AND recorded IS NULL")
             .bind(at.app)
-            .bind(at.id)
+            .bind(kept(at.id))
             .execute(&self.pool)
             .await?;
         Ok(())
@@ -166,7 +174,7 @@ impl Store {
             "UPDATE sluicegate_reports SET recorded = $3, dropped = $4 WHERE app = $1 AND id = $2",
         )
         .bind(at.app)
-        .bind(at.id)
+        .bind(kept(at.id))
         .bind(signed(recorded))
         .bind(signed(dropped))
         .execute(&self.pool)
@@ -188,6 +196,7 @@ impl Store {
 mod tests {
     use super::{Claim, Remembered, ReportId};
     use crate::store::Store;
+    use sqlx::Row;
 
     const MAX: usize = 2;
 
@@ -243,6 +252,39 @@ mod tests {
             store.claim_report(fresh, 4, 104, MAX).await.unwrap(),
             Claim::Won { estimate: 0 }
         );
+    }
+
+    /// A row's text is the same size for a long id and key as for short ones: the cap
+    /// on ids bounds the bytes they take.
+    #[tokio::test]
+    async fn a_row_keeps_digests_whatever_the_id_and_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_dir(dir.path()).await.unwrap();
+        let (id, key) = ("i".repeat(256), "k".repeat(1024));
+        let at = ReportId {
+            id: &id,
+            key: &key,
+            ..AT
+        };
+        assert_eq!(
+            store.remember_estimate(at, 1, 100, MAX).await.unwrap(),
+            Remembered::New
+        );
+        assert_eq!(
+            store.claim_report(at, 1, 100, MAX).await.unwrap(),
+            Claim::Won { estimate: 1 }
+        );
+        let other = ReportId { key: "short", ..at };
+        assert_eq!(
+            store.claim_report(other, 1, 100, MAX).await.unwrap(),
+            Claim::Elsewhere
+        );
+        let row = sqlx::query("SELECT LENGTH(id), LENGTH(rate_key) FROM sluicegate_reports")
+            .fetch_one(&store.pool)
+            .await
+            .unwrap();
+        let lengths: (i64, i64) = (row.get(0), row.get(1));
+        assert_eq!(lengths, (64, 64));
     }
 
     #[tokio::test]
