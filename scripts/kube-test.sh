@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Renders deploy/kubernetes (the base) and its overlays with `kubectl kustomize` (no
 # cluster needed) and validates every manifest offline against Kubernetes' own schema,
-# unknown fields refused (PyPI's kubernetes-validate). The flags the Deployment passes
-# are checked against `sluicegate serve` by cli/tests/deploy.rs.
+# unknown fields refused (PyPI's kubernetes-validate), then checks what the schema leaves
+# optional (scripts/kube-check.py): a disruption budget, a spread over nodes, ephemeral
+# storage requested and limited. The flags the Deployment passes are checked against
+# `sluicegate serve` by cli/tests/deploy.rs.
 #
 #   scripts/kube-test.sh [KUBERNETES_VERSION]     # default 1.30: the oldest one the
 #                                                  # manifests need (preStop sleep, 1.29+)
@@ -19,4 +21,5 @@ for overlay in deploy/kubernetes/overlays/*/; do
   kubectl kustomize "$overlay" >"$out/$(basename "$overlay").yaml"
 done
 kubernetes-validate --strict --quiet -k "$version" "$out"/*.yaml
-echo "kube-test.sh: $(ls "$out" | wc -l) renderings valid for Kubernetes $version ($(cat "$out"/*.yaml | grep -c '^kind:') resources)"
+python3 scripts/kube-check.py "$out"/*.yaml
+echo "kube-test.sh: $(ls "$out" | wc -l) renderings valid for Kubernetes $version and checked ($(cat "$out"/*.yaml | grep -c '^kind:') resources)"

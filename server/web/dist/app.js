@@ -568,7 +568,8 @@ function trafficForm() {
 
 /**
  * Traffic that shows the policy's shape: twice its sustained rate, over ten periods; for
- * a calendar window, hourly bursts of twice its limit per day over four periods.
+ * a calendar window, hourly bursts of twice its limit per period, over seven days, four
+ * weeks or three months.
  */
 function setUpTraffic(policy) {
   const form = document.getElementById("traffic");
@@ -579,12 +580,13 @@ function setUpTraffic(policy) {
   form.elements.size.value = Math.max(2, 2 * units);
   form.elements.every.value = shortDuration(Math.max(period, 1_000));
   form.elements.duration.value = shortDuration(duration);
-  const days = { day: 1, week: 7, month: 30 }[policy.calendar];
+  // Days in a period and in the run (binned by day: at most the chart's 120).
+  const [days, runDays] = { day: [1, 7], week: [7, 28], month: [30, 90] }[policy.calendar] ?? [];
   if (policy.algorithm === "calendar-window" && days) {
     form.elements.kind.value = "burst";
-    form.elements.size.value = Math.max(1, Math.ceil((2 * policy.limit) / 24));
+    form.elements.size.value = Math.max(1, Math.ceil((2 * policy.limit) / (24 * days)));
     form.elements.every.value = "1h";
-    form.elements.duration.value = `${4 * days}d`;
+    form.elements.duration.value = `${runDays}d`;
   }
   const kinds = () => {
     for (const f of form.querySelectorAll("[data-for]")) f.hidden = !f.dataset.for.split(" ").includes(form.elements.kind.value);
@@ -619,8 +621,16 @@ function readTraffic() {
   return { traffic, duration: duration("duration") };
 }
 
-/** Whether `policy` or a member of it is a calendar window. */
-const inCalendar = (policy) => policy.algorithm === "calendar-window" || (Array.isArray(policy.limits) && policy.limits.some(inCalendar));
+/** An axis tick's date, in the run's zone: "Dec 7", or for months "Dec 2026". */
+const dateOf = ({ startMs, timeZone, per }) => {
+  const fields = per === "month" ? { month: "short", year: "numeric" } : { month: "short", day: "numeric" };
+  const format = new Intl.DateTimeFormat(undefined, { timeZone, ...fields });
+  return (t) => format.format(startMs + t / 1000);
+};
+
+/** When a run starts, in its zone: "Dec 7, 2026, 00:00". */
+const startOf = ({ startMs, timeZone }) =>
+  new Date(startMs).toLocaleString(undefined, { timeZone, dateStyle: "medium", timeStyle: "short", hourCycle: "h23" });
 
 /** Runs `policy` on the chosen traffic with the wasm core and draws the result. */
 function preview(policy) {
@@ -631,9 +641,10 @@ function preview(policy) {
   try {
     if (wasmError) throw new Error(`the WebAssembly module did not load (${wasmError.message})`);
     const { traffic, duration } = readTraffic();
-    const run = simulate(Limiter, policy, traffic, duration, periodOf(policy) ?? 1_000_000);
+    const run = simulate(Limiter, policy, traffic, duration, { period: periodOf(policy) ?? 1_000_000 });
     const rate = sustained(policy);
-    const perBin = rate ? (rate[0] * run.bin) / rate[1] : null;
+    // A rate has a period, so its run has no calendar: round bins, each edges[1] wide.
+    const perBin = rate ? (rate[0] * run.edges[1]) / rate[1] : null;
     const limitWords = rate ? `${policy.limit !== undefined ? "limit" : "sustained rate"}: ${rate[0]} per ${human(rate[1])}` : null;
     const percent = (n) => `${((100 * n) / Math.max(run.offered, 1)).toFixed(1)}%`;
     const { svg, limitDrawn } = barChart({
@@ -642,16 +653,17 @@ function preview(policy) {
       width: chartWidth(target),
       height: 240,
       label: inUnitOf,
-      yLabel: `requests per ${human(run.bin)}`,
+      edgeLabel: run.timeZone ? dateOf(run) : null,
+      yLabel: `requests per ${run.per}`,
       limit: perBin === null ? null : [perBin, limitWords],
       title: `Preview of ${describe(policy)}: admitted and denied requests over ${human(duration)}`,
     });
     // Only the counts are announced (the summary is a status); the chart is redrawn quietly.
     summary.innerHTML = String(html`<strong>${run.admitted}</strong> of ${run.offered} admitted (${percent(run.admitted)}),
       <strong>${run.denied}</strong> denied (${percent(run.denied)}) over ${human(duration)}${
-        inCalendar(policy) ? html` from 1970-01-01 00:00 UTC, in calendar periods from this browser's time-zone data` : ""
+        run.timeZone ? html` from ${startOf(run)} in ${run.timeZone}, this browser's time zone, in calendar periods from its time-zone data` : ""
       }.`);
-    target.innerHTML = String(html`<div class="chart" id="preview-chart" data-policy="${describe(policy)}" data-admitted="${run.admitted}" data-denied="${run.denied}">${new Raw(svg)}</div>
+    target.innerHTML = String(html`<div class="chart" id="preview-chart" data-policy="${describe(policy)}" data-start-ms="${run.startMs}" data-admitted="${run.admitted}" data-denied="${run.denied}">${new Raw(svg)}</div>
       ${new Raw(legend(limitWords, limitDrawn))}`);
   } catch (error) {
     summary.innerHTML = String(html`<span class="error" id="preview-error">Cannot preview: ${error.message}</span>`);

@@ -24,11 +24,13 @@ const escape = (text) =>
 
 /**
  * The chart's SVG source. `bins` are `[admitted, denied]` per `bin` ticks over
- * `duration`; `label(t)` writes an axis tick at `t` ticks from the start (a step of
- * `step` ticks); `limit` is `[units per bin, words]` or null; `title` is read by screen
- * readers. Returns `{ svg, limitDrawn }` (false when the limit is far above the bars).
+ * `duration`, or bin i from `edges[i]` to `edges[i + 1]` ticks; `label(t, step)` writes
+ * an axis tick at `t` ticks from the start, a round `step` apart, or with `edgeLabel(t)`
+ * at bins' edges (every so many, to fit); `limit` is `[units per bin, words]` or null;
+ * `title` is read by screen readers. Returns `{ svg, limitDrawn }` (false when the limit
+ * is far above the bars).
  */
-export function barChart({ bins, bin, duration, width, height, label, yLabel, limit, title }) {
+export function barChart({ bins, bin, edges, duration, width, height, label, edgeLabel, yLabel, limit, title }) {
   const plotW = width - LEFT - RIGHT;
   const plotH = height - TOP - BOTTOM;
   const base = TOP + plotH;
@@ -52,11 +54,16 @@ export function barChart({ bins, bin, duration, width, height, label, yLabel, li
       `<text x="${LEFT - 6}" y="${(y(v) + 4).toFixed(1)}" text-anchor="end">${v}</text>`,
     );
   }
-  // About one x tick per 90 pixels, at a round step of time.
+  edges ??= Array.from({ length: bins.length + 1 }, (_, i) => i * bin);
+  // About one x tick per 90 pixels, at a round step of time or every so many edges.
   const ticks = Math.max(2, Math.floor(plotW / 90));
   const step = ROUND.find((s) => duration / s <= ticks) ?? duration;
-  for (let t = 0; t <= duration; t += step) {
-    const text = label(t, step);
+  const starts = edges.filter((t) => t < duration);
+  const every = Math.ceil(starts.length / ticks);
+  const at = edgeLabel
+    ? starts.filter((_, i) => i % every === 0).map((t) => [t, edgeLabel(t)])
+    : Array.from({ length: Math.floor(duration / step) + 1 }, (_, i) => [i * step, label(i * step, step)]);
+  for (const [t, text] of at) {
     // A label that would run past the right edge ends at its tick instead.
     const anchor = x(t) + 3.5 * text.length > width ? "end" : "middle";
     out.push(
@@ -64,10 +71,10 @@ export function barChart({ bins, bin, duration, width, height, label, yLabel, li
       `<text x="${x(t).toFixed(1)}" y="${base + 16}" text-anchor="${anchor}">${escape(text)}</text>`,
     );
   }
-  const binW = (bin / duration) * plotW;
-  const gap = binW > 6 ? 1 : 0;
   bins.forEach(([admitted, denied], i) => {
-    const left = x(i * bin);
+    const left = x(edges[i]);
+    const binW = x(edges[i + 1]) - left;
+    const gap = binW > 6 ? 1 : 0;
     const w = Math.max(Math.min(binW, LEFT + plotW - left) - gap, 0.5).toFixed(2);
     const top = y(admitted);
     const over = y(admitted + denied);

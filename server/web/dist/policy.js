@@ -140,12 +140,16 @@ export function sustained(policy) {
   return null;
 }
 
+/** Whether `policy` or a member of it is a calendar window. */
+export const inCalendar = (policy) =>
+  policy.algorithm === "calendar-window" || (Array.isArray(policy.limits) && policy.limits.some(inCalendar));
+
 /**
- * The options of the wasm `Limiter` that decides as `policy` does from the epoch to
- * `untilTicks`, or an Error saying why the policy cannot be previewed (leases, a
- * malformed duration, a time zone the browser does not know).
+ * The options of the wasm `Limiter` that decides as `policy` does from `fromMs` to
+ * `toMs` (ms since the epoch), or an Error saying why the policy cannot be previewed
+ * (leases, a malformed duration, a time zone the browser does not know).
  */
-export function limiterOptions(policy, untilTicks = 0) {
+export function limiterOptions(policy, fromMs = 0, toMs = fromMs) {
   const ms = (name, text) => {
     const ticks = parseDuration(text);
     if (ticks === null) throw new Error(`${name}: use a whole number with us, ms, s, m, h or d, like 250ms`);
@@ -156,7 +160,7 @@ export function limiterOptions(policy, untilTicks = 0) {
   let options;
   if (algorithm === "composite") {
     if (!Array.isArray(policy.limits)) throw new Error("limits: a JSON list of limits");
-    options = { algorithm: "composite", members: (policy.limits ?? []).map((member) => limiterOptions(member, untilTicks)) };
+    options = { algorithm: "composite", members: (policy.limits ?? []).map((member) => limiterOptions(member, fromMs, toMs)) };
   } else if (algorithm === "concurrency") {
     throw new Error("leases cannot be previewed: they depend on how long each holder keeps one");
   } else {
@@ -164,7 +168,7 @@ export function limiterOptions(policy, untilTicks = 0) {
     if (algorithm === "calendar-window") {
       // The periods from the browser's zone data: the page's module has no database.
       const timeZone = policy["time-zone"] || "UTC";
-      const boundariesMs = calendarBoundaries(policy.calendar, timeZone, 0, untilTicks / 1000);
+      const boundariesMs = calendarBoundaries(policy.calendar, timeZone, fromMs, toMs);
       Object.assign(options, { calendar: policy.calendar, timeZone, boundariesMs });
     } else {
       options.periodMs = ms("period", policy.period);

@@ -1,8 +1,11 @@
 // The preview: synthetic traffic offered to a policy decided by the wasm core, counted
 // in round time bins, as `sluicegate simulate` does (same traffic generators, same bins).
+// A calendar window's preview runs from today in the browser's zone instead, binned by
+// its days there (the CLI's starts at the epoch: its axis shows no dates).
 // The `Limiter` class is passed in, so Node.js tests run this with the Node.js package.
 
-import { limiterOptions } from "./policy.js";
+import { calendarBoundaries } from "./calendar.js";
+import { human, inCalendar, limiterOptions } from "./policy.js";
 
 const MS = 1_000;
 const S = 1_000_000;
@@ -37,6 +40,27 @@ export function binWidth(duration, period) {
       ? [...ROUND.filter((bin) => bin % period === 0), ...multiples].filter(fits)
       : ROUND.filter((bin) => period % bin === 0 && fits(bin));
   return candidates.length ? Math.min(...candidates) : duration / period >= 10 ? duration : period;
+}
+
+/**
+ * The bins of a run of `duration` ticks: `{ edges, per }`, bin i from `edges[i]` to
+ * `edges[i + 1]` ticks after the start, `per` naming what a bin holds ("1 h", "day").
+ * Round widths that fit `period` (`binWidth`); given `calendar`, `{ startMs, timeZone }`,
+ * the days in that zone from `startMs` (a DST change's day is 23 or 25 hours), or weeks
+ * (from Monday) or months where days would be too many.
+ */
+export function binsOf(duration, period, calendar = null) {
+  if (calendar) {
+    const { startMs, timeZone } = calendar;
+    for (const [per, days] of [["day", 1], ["week", 7], ["month", 28]]) {
+      // A unit surely making too many bins is skipped before its periods are computed.
+      if (duration > MAX_BINS * days * D) continue;
+      const ms = calendarBoundaries(per, timeZone, startMs, startMs + (duration - 1) / MS);
+      if (ms.length - 1 <= MAX_BINS) return { per, edges: ms.map((at) => Math.max(0, Math.round((at - startMs) * MS))) };
+    }
+  }
+  const bin = binWidth(duration, period);
+  return { per: human(bin), edges: Array.from({ length: Math.ceil(duration / bin) + 1 }, (_, k) => k * bin) };
 }
 
 /** The CLI's seedable xorshift generator, on 64-bit BigInts: the same seed, the same traffic. */
@@ -96,26 +120,33 @@ export function expected(traffic, duration) {
 
 /**
  * Offers `traffic` for `duration` ticks to one key of `policy`, decided by a `Limiter`
- * (the wasm core). Returns `{ bin, bins: [[admitted, denied], ...], offered, admitted,
- * denied }`; throws an Error with a message for a policy or traffic it cannot run.
+ * (the wasm core), from the epoch in bins fitting `period`, as the CLI does; a policy
+ * with a calendar window from the start of the day holding `nowMs` in `timeZone` (the
+ * browser's own), in its days. Returns `{ startMs, timeZone, per, edges, bins:
+ * [[admitted, denied], ...], offered, admitted, denied }` (`timeZone` null without a
+ * calendar); throws an Error with a message for a policy or traffic it cannot run.
  */
-export function simulate(Limiter, policy, traffic, duration, period) {
+export function simulate(Limiter, policy, traffic, duration, { period, nowMs = Date.now(), timeZone = null } = {}) {
   if (expected(traffic, duration) > MAX_OFFERED) {
     throw new Error(`more than ${MAX_OFFERED} requests to preview: lower the traffic or shorten the run`);
   }
-  const limiter = new Limiter(limiterOptions(policy, duration));
+  timeZone = inCalendar(policy) ? timeZone ?? Intl.DateTimeFormat().resolvedOptions().timeZone : null;
+  const startMs = timeZone ? calendarBoundaries("day", timeZone, nowMs, nowMs)[0] : 0;
+  const { per, edges } = binsOf(duration, period, timeZone && { startMs, timeZone });
+  const limiter = new Limiter(limiterOptions(policy, startMs, startMs + duration / MS));
   try {
-    const bin = binWidth(duration, period);
-    const bins = Array.from({ length: Math.ceil(duration / bin) }, () => [0, 0]);
+    const bins = Array.from({ length: edges.length - 1 }, () => [0, 0]);
     let admitted = 0;
     let offered = 0;
+    let bin = 0;
     for (const at of arrivals(traffic, duration)) {
-      const allowed = limiter.check(1, at / 1000).allowed;
-      bins[Math.floor(at / bin)][allowed ? 0 : 1] += 1;
+      const allowed = limiter.check(1, startMs + at / MS).allowed;
+      while (at >= edges[bin + 1]) bin++;
+      bins[bin][allowed ? 0 : 1] += 1;
       admitted += allowed ? 1 : 0;
       offered += 1;
     }
-    return { bin, bins, offered, admitted, denied: offered - admitted };
+    return { startMs, timeZone, per, edges, bins, offered, admitted, denied: offered - admitted };
   } finally {
     limiter.free();
   }

@@ -3,9 +3,10 @@
 // no edit controls and a forged write is refused; an owner creates a policy, the preview
 // changes as the rate is edited, saves, and the decision API then decides with it; a
 // calendar window is created in the editor and read back through the API, and one is
-// previewed as `sluicegate simulate` decides it, in the core's periods; a
-// second tab's stale save gets the 409 with the newer version and a retry; the audit
-// view shows the changes; a stale tab loads the newer version and deletes. Screenshots of the main views at 320 and 1400 px wide go to
+// previewed from today in the browser's zone as `sluicegate replay` decides those times,
+// in the core's periods; a second tab's stale save gets the 409 with the newer version
+// and a retry; the audit view shows the changes; a stale tab loads the newer version and
+// deletes. Screenshots of the main views at 320 and 1400 px wide go to
 // target/page-e2e/ (not committed). Labels and keyboard use are checked on every view.
 //
 // Run after building the CLI: `node server/web/e2e/e2e.mjs` (SLUICEGATE_BIN names the
@@ -17,7 +18,8 @@ import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import assert from "node:assert/strict";
 import { freePort, sleep, startBrowser } from "../../../scripts/webdriver.mjs";
-import { corePeriods, simulated } from "../tests/cli.mjs";
+import { calendarBoundaries } from "../dist/calendar.js";
+import { corePeriods, replayed } from "../tests/cli.mjs";
 
 const root = fileURLToPath(new URL("../../..", import.meta.url));
 const target = resolve(root, process.env.CARGO_TARGET_DIR ?? "target");
@@ -290,10 +292,11 @@ try {
   const weekly = (await api(owner, "GET", "/v1/policies/monthly")).body;
   assert.deepEqual([weekly.calendar, weekly["time-zone"], weekly.shadow], ["week", "Europe/Berlin", true]);
 
-  // A calendar window previewed in Chromium's own zone data: days in New York over the
-  // first 120 days of 1970 (the preview starts at the epoch, as the CLI's simulation does),
-  // the 23-hour 26 April among them. The page admits and denies what `sluicegate simulate`
-  // does, and its periods (the page's own module, run here) are the core's.
+  // A calendar window previewed in Chromium's own zone data, Chromium's zone set to New
+  // York: the preview runs from the start of today there, in bins of its days, admitting
+  // and denying what `sluicegate replay` does at those times. The page's periods (its
+  // own module, run here) are the core's, 1970's 23-hour 26 April among them.
+  await call("POST", "/goog/cdp/execute", { cmd: "Emulation.setTimezoneOverride", params: { timezoneId: "America/New_York" } });
   await go("#/apps/web/new", `document.getElementById("preview-chart")`);
   await click('#f-algorithm option[value="calendar-window"]');
   await type("#f-limit", 46);
@@ -302,22 +305,35 @@ try {
   await click('#t-kind option[value="burst"]');
   await type("#t-size", 1);
   await type("#t-every", "30m");
-  await type("#t-duration", "120d");
+  await type("#t-duration", "7d");
   const daily = "46 per calendar day in America/New_York";
-  await until(`document.getElementById("preview-chart")?.dataset.policy === ${JSON.stringify(daily)} && document.getElementById("summary").textContent.includes("of 5760 admitted")`, "the calendar window's preview");
-  const previewed = await run(`const chart = document.getElementById("preview-chart").dataset;
-    return { admitted: Number(chart.admitted), denied: Number(chart.denied) };`);
-  const cliCounts = simulated('algorithm = "calendar-window"\nlimit = 46\ncalendar = "day"\ntime-zone = "America/New_York"', "burst:size=1,every=30m", "120d");
-  console.log("calendar preview:", previewed, "simulate:", cliCounts);
-  assert.deepEqual(previewed, cliCounts, "the calendar window's preview is the CLI's simulation");
+  await until(`document.getElementById("preview-chart")?.dataset.policy === ${JSON.stringify(daily)} && document.getElementById("summary").textContent.includes("of 336 admitted")`, "the calendar window's preview");
+  const previewed = await run(`const chart = document.getElementById("preview-chart");
+    const start = Number(chart.dataset.startMs);
+    const day = new Intl.DateTimeFormat(undefined, { timeZone: "America/New_York", month: "short", day: "numeric" });
+    return {
+      start, admitted: Number(chart.dataset.admitted), denied: Number(chart.dataset.denied),
+      labels: [...chart.querySelectorAll("svg > text")].map((t) => t.textContent),
+      today: day.format(start), bars: chart.querySelectorAll("rect.admitted").length,
+    };`);
+  console.log("calendar preview:", previewed);
+  const newYork = (at) => calendarBoundaries("day", "America/New_York", at, at)[0];
+  assert.equal(newYork(previewed.start), previewed.start, "the preview starts at a day's start in New York");
+  assert.ok(Date.now() - previewed.start < 25 * 3_600_000, `the preview starts today, not at ${new Date(previewed.start).toISOString()}`);
+  assert.ok(previewed.labels.includes("requests per day") && previewed.labels.includes(previewed.today), "bins of days, labelled by date");
+  assert.ok(previewed.bars === 7 || previewed.bars === 8, `a bar per day (8 across a DST change): ${previewed.bars}`);
+  const times = Array.from({ length: 336 }, (_, k) => previewed.start * 1000 + k * 1_800_000_000);
+  const cliCounts = replayed('algorithm = "calendar-window"\nlimit = 46\ncalendar = "day"\ntime-zone = "America/New_York"', times);
+  assert.deepEqual({ admitted: previewed.admitted, denied: previewed.denied }, cliCounts, "the calendar window's preview is the CLI's replay of its times");
+  assert.match(await text("#summary"), /in America\/New_York, this browser's time zone, in calendar periods from its time-zone data/);
   const periods = await run(`const { calendarBoundaries } = await import("/assets/calendar.js");
     return calendarBoundaries("day", "America/New_York", 0, 120 * 86400000);`);
   assert.ok(Array.isArray(periods), JSON.stringify(periods));
   const { got, want } = corePeriods("day", "America/New_York", periods, 0);
   assert.deepEqual(got, want, "the page's calendar periods in Chromium are the core's");
   assert.ok(periods.some((at, i) => i > 0 && at - periods[i - 1] === 23 * 3_600_000), "a 23-hour day among them");
-  assert.match(await text("#summary"), /from 1970-01-01 00:00 UTC, in calendar periods from this browser's time-zone data/);
   await screenshots("preview-calendar");
+  await call("POST", "/goog/cdp/execute", { cmd: "Emulation.setTimezoneOverride", params: { timezoneId: "" } });
 
   // The decision API decides with the new policy: 4 at once, then denied.
   // (One call, then four in one batch: well inside the half second a token takes to return.)

@@ -1,6 +1,6 @@
 // What the CLI decides, for the page's tests to compare with: `sluicegate simulate`'s
-// counts and the core's calendar periods (by `sluicegate replay`). SLUICEGATE_BIN names
-// the binary, else target/debug/sluicegate.
+// counts, and by `sluicegate replay` the counts at given times and the core's calendar
+// periods. SLUICEGATE_BIN names the binary, else target/debug/sluicegate.
 import { execFileSync } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -28,6 +28,14 @@ export function simulated(toml, traffic, duration) {
   const out = run("simulate", toml, ["--traffic", traffic, "--duration", duration]);
   const count = (row) => Number(new RegExp(`^${row}\\s+(\\d+)`, "m").exec(out)[1]);
   return { admitted: count("admitted"), denied: count("denied") };
+}
+
+/** What `sluicegate replay` admits and denies for `policy` (TOML lines): a request at each of `timesUs`. */
+export function replayed(toml, timesUs) {
+  const trace = ["t_us,key,cost", ...timesUs.map((t) => `${t},k,1`)].join("\n");
+  const rows = run("replay", toml, ["--trace", "trace.csv"], { "trace.csv": `${trace}\n` }).trim().split("\n");
+  const admitted = rows.filter((line) => JSON.parse(line).allowed).length;
+  return { admitted, denied: rows.length - admitted };
 }
 
 /**

@@ -1,7 +1,9 @@
 // The page's preview decides as `sluicegate simulate` does: the same traffic, the same bins,
 // the same admitted and denied counts, through the wasm core (the Node.js package, the
 // same module the page loads), composites, bans and calendar windows included; the
-// calendar periods the page computes with Intl are the core's. Run after scripts/build-wasm.sh and a build of the CLI:
+// calendar periods the page computes with Intl are the core's. A calendar window's
+// preview runs from today in the browser's zone, in its days, as `sluicegate replay`
+// decides those times. Run after scripts/build-wasm.sh and a build of the CLI:
 // `node --test server/web/tests/preview.test.mjs` (SLUICEGATE_BIN names the binary, else
 // target/debug/sluicegate).
 import { test } from "node:test";
@@ -9,9 +11,9 @@ import assert from "node:assert/strict";
 
 import { Limiter } from "../../../wasm/pkg/nodejs/index.mjs";
 import { calendarBoundaries } from "../dist/calendar.js";
-import { binWidth, simulate } from "../dist/preview.js";
+import { binWidth, binsOf, simulate } from "../dist/preview.js";
 import { describe as words, inUnitOf, limiterOptions, parseDuration, periodOf, shortDuration, unshownSettings } from "../dist/policy.js";
-import { corePeriods, simulated } from "./cli.mjs";
+import { corePeriods, replayed, simulated } from "./cli.mjs";
 
 const S = 1_000_000;
 
@@ -59,7 +61,7 @@ test("calendar windows and overdrafts in words; calendar periods from the browse
   // The page's module is the default build, without the zone database: the page passes
   // the periods, here the months of Berlin holding the first 40 days of 1970.
   const march = Date.UTC(1970, 2, 1) - 3_600_000;
-  assert.deepEqual(limiterOptions(monthly, 40 * 86_400 * S), {
+  assert.deepEqual(limiterOptions(monthly, 0, 40 * 86_400_000), {
     algorithm: "calendar-window", calendar: "month", timeZone: "Europe/Berlin", limit: 10000, overdraft: undefined,
     boundariesMs: [0, Date.UTC(1970, 1, 1) - 3_600_000, march],
   });
@@ -72,7 +74,7 @@ test("calendar windows and overdrafts in words; calendar periods from the browse
   const owing = { algorithm: "fixed-window", limit: 3, period: "1s", overdraft: 2 };
   assert.equal(limiterOptions(owing).overdraft, 2);
   const banned = { ...owing, ban: { threshold: 3, window: "1m", duration: "10m" } };
-  assert.throws(() => simulate(Limiter, banned, { kind: "steady", rate: 10 }, 10 * S, S), /overdraft is for/);
+  assert.throws(() => simulate(Limiter, banned, { kind: "steady", rate: 10 }, 10 * S, { period: S }), /overdraft is for/);
 });
 
 test("the page's calendar periods are the core's, across daylight-saving changes", () => {
@@ -106,11 +108,11 @@ test("the page's calendar periods are the core's, across daylight-saving changes
 test("an invalid parameter is the core's message, not a crash", () => {
   const traffic = { kind: "steady", rate: 10 };
   assert.throws(
-    () => simulate(Limiter, { algorithm: "token-bucket", capacity: 0, rate: 5, period: "1s" }, traffic, 10 * S, S),
+    () => simulate(Limiter, { algorithm: "token-bucket", capacity: 0, rate: 5, period: "1s" }, traffic, 10 * S, { period: S }),
     /capacity must be between 1 and/,
   );
   assert.throws(
-    () => simulate(Limiter, { algorithm: "fixed-window", limit: 5, period: "1s" }, { kind: "steady", rate: 1_000_000 }, 10 * S, S),
+    () => simulate(Limiter, { algorithm: "fixed-window", limit: 5, period: "1s" }, { kind: "steady", rate: 1_000_000 }, 10 * S, { period: S }),
     /more than 200000 requests/,
   );
 });
@@ -148,9 +150,47 @@ const CALENDAR = [
 
 test("the preview decides calendar windows as `sluicegate simulate`", () => {
   const [policy, toml] = CALENDAR;
-  const page = simulate(Limiter, policy, { kind: "burst", size: 1, every: 1800 * S }, 120 * 86_400 * S, periodOf(policy));
+  // From the epoch, where the CLI's simulation starts: today's start in UTC at time 0.
+  const epoch = { period: periodOf(policy), nowMs: 0, timeZone: "UTC" };
+  const page = simulate(Limiter, policy, { kind: "burst", size: 1, every: 1800 * S }, 120 * 86_400 * S, epoch);
+  assert.equal(page.startMs, 0);
   assert.deepEqual({ admitted: page.admitted, denied: page.denied }, simulated(toml, "burst:size=1,every=30m", "120d"));
   assert.deepEqual([page.admitted, page.denied], [5760 - 236, 236]);
+});
+
+test("a calendar window's preview starts today in the browser's zone, in bins of its days", () => {
+  const [policy, toml] = CALENDAR;
+  const H = 3_600 * S;
+  const traffic = { kind: "burst", size: 1, every: 1800 * S };
+  // Today, in this machine's zone (the browser's on the page), not 1970.
+  const today = simulate(Limiter, policy, traffic, 7 * 86_400 * S, { period: periodOf(policy) });
+  assert.equal(today.timeZone, Intl.DateTimeFormat().resolvedOptions().timeZone);
+  assert.ok(today.startMs <= Date.now() && Date.now() - today.startMs < 25 * 3_600_000, new Date(today.startMs).toISOString());
+  assert.equal(today.per, "day");
+  // A week in New York from Thursday 5 March 2026, 10:00 there: from its midnight, a bin
+  // per day, Sunday's 23 hours among them (a 168-hour run ends at 01:00 on the eighth).
+  const week = simulate(Limiter, policy, traffic, 7 * 86_400 * S, {
+    period: periodOf(policy), nowMs: Date.UTC(2026, 2, 5, 15), timeZone: "America/New_York",
+  });
+  assert.equal(week.startMs, Date.UTC(2026, 2, 5, 5));
+  assert.equal(week.per, "day");
+  assert.deepEqual(week.edges.map((t) => t / H), [0, 24, 48, 72, 95, 119, 143, 167, 191]);
+  // Each day of the policy's zone holds its 46 admitted: 48 offered, 46 on the short one.
+  assert.deepEqual(week.bins, [[46, 2], [46, 2], [46, 2], [46, 0], [46, 2], [46, 2], [46, 2], [2, 0]]);
+  const times = Array.from({ length: 336 }, (_, k) => week.startMs * 1000 + k * 1800 * S);
+  assert.deepEqual({ admitted: week.admitted, denied: week.denied }, replayed(toml, times));
+  // Weeks, then months, where days would be more bins than a chart draws.
+  const berlin = { startMs: Date.UTC(2026, 0, 14, 23), timeZone: "Europe/Berlin" };
+  assert.equal(binsOf(100 * 86_400 * S, 86_400 * S, berlin).per, "day");
+  const weeks = binsOf(200 * 86_400 * S, 86_400 * S, berlin);
+  assert.equal(weeks.per, "week");
+  // From Thursday to Monday, then whole weeks (the one of 29 March 167 hours).
+  assert.deepEqual(weeks.edges.slice(0, 3).map((t) => t / H), [0, 4 * 24, 11 * 24]);
+  assert.ok(weeks.edges.some((t, i) => i > 0 && t - weeks.edges[i - 1] === 167 * H));
+  assert.equal(binsOf(3 * 365 * 86_400 * S, 86_400 * S, berlin).per, "month");
+  // Without a calendar window, round bins from the epoch, as the CLI's.
+  const fixed = simulate(Limiter, { algorithm: "fixed-window", limit: 7, period: "1s" }, { kind: "steady", rate: 13 }, 30 * S, { period: S });
+  assert.deepEqual([fixed.startMs, fixed.timeZone, fixed.per, fixed.edges.length], [0, null, "1 s", 31]);
 });
 
 const TRAFFIC = [
@@ -162,7 +202,7 @@ const TRAFFIC = [
 test("the preview admits exactly what `sluicegate simulate` admits", () => {
   for (const [policy, toml] of POLICIES) {
     for (const [traffic, spec] of TRAFFIC) {
-      const page = simulate(Limiter, policy, traffic, 30 * S, parseDuration(policy.period ?? "1s"));
+      const page = simulate(Limiter, policy, traffic, 30 * S, { period: parseDuration(policy.period ?? "1s") });
       const expected = simulated(toml, spec, "30s");
       assert.deepEqual(
         { admitted: page.admitted, denied: page.denied },
