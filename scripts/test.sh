@@ -4,31 +4,40 @@
 # Debian or Ubuntu with rustup.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each stage's start, in seconds into the run: the stage table of docs/tests.md.
+stage() { echo "== test.sh: $1 (at ${SECONDS}s)"; }
 
+stage "install"
 bash scripts/install.sh
 
 # The Redis module, loaded by its tests' redis-server: cargo does not rebuild a cdylib
 # for integration tests, so build it here, with the tests' profile (its dependencies are
 # the tests' own, already built), and tell the tests where it is.
+stage "the Redis module"
 cargo build --profile test -p sluicegate-redis-module
 target_dir=${CARGO_TARGET_DIR:-target}
 case $target_dir in /*) ;; *) target_dir="$(pwd)/$target_dir" ;; esac
 export SLUICEGATE_REDIS_MODULE="$target_dir/debug/libsluicegate_redis_module.so"
 
 # Doc tests (including the README's examples), which nextest does not run.
+stage "doc tests"
 cargo test --workspace --all-features --doc
 # The guide as a book (its Rust snippets are among the doc tests above, through
 # sluicegate-tests), and every relative link and anchor of the docs resolving.
+stage "the guide"
 mdbook build docs
 python3 scripts/check-links.py
 # Unit, integration and property tests (proptest regressions are committed next to them).
+stage "nextest"
 cargo nextest run --workspace --all-features --no-fail-fast
 # The guide's token-budget example runs as shown (an axum endpoint calling itself).
+stage "the token-budget example"
 cargo run -q --profile test -p sluicegate-server --example token_budget -- --once >/dev/null
 
 # sluicegate-wasm in a real JS engine: the bindings under Node.js (wasm-bindgen-test), then
 # the built packages (size budget checked) as users import them, and the demo page in
 # headless Chromium.
+stage "wasm"
 CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=wasm-bindgen-test-runner \
   cargo test -p sluicegate-wasm --target wasm32-unknown-unknown --test node
 bash scripts/build-wasm.sh
@@ -41,6 +50,7 @@ node wasm/e2e/e2e.mjs
 # The management page (server/web): its committed copy of the wasm package is the current
 # build, its preview decides as `sluicegate simulate` does, and the page in headless
 # Chromium against a real `sluicegate serve` (screenshots in target/page-e2e/).
+stage "the page"
 bash server/web/build.sh --check
 cargo build --profile test -p sluicegate
 node --test server/web/tests/preview.test.mjs
@@ -49,5 +59,8 @@ node server/web/e2e/e2e.mjs
 # Deploying: the Kubernetes manifests rendered and valid (their flags are checked by the
 # CLI's tests), then the container image built from a static binary and run read-only
 # under podman: healthy, ready, deciding over HTTP and Envoy's call, stopped cleanly.
+stage "manifests"
 bash scripts/kube-test.sh
+stage "the image"
 bash scripts/image-test.sh
+stage "done"
