@@ -210,7 +210,10 @@ where
             .timer
             .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(until)));
         match timer.as_mut().poll(cx) {
-            Poll::Ready(()) => Poll::Ready(Some(Err("the call's message took too long".into()))),
+            // A status in the error is the call's answer (tonic looks for one).
+            Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(Status::deadline_exceeded(
+                "the call's message took too long",
+            ))))),
             Poll::Pending => Poll::Pending,
         }
     }

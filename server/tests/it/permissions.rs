@@ -1,9 +1,7 @@
 //! The permission matrix: every endpoint × every kind of caller, against a real server
 //! on loopback, with the status each must get.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use hyper::{Method, StatusCode};
 
 /// The callers, in the order of each row's expected statuses.

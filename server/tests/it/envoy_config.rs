@@ -2,12 +2,10 @@
 //! `data/envoy-ratelimit/`, licence in its NOTICE.md), each documented request sent over
 //! gRPC by a client generated from Envoy's protos, each getting the documented answer.
 
-mod common;
-
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::*;
+use crate::common::*;
 use sluicegate_server::grpc::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, DescriptorStatus,
 };

@@ -1,9 +1,7 @@
 //! Envoy's rate limit service over gRPC, called by a client generated from the same
 //! vendored protos: its answers match the HTTP API's for the same history.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use sluicegate_server::grpc::envoy::service::ratelimit::v3::rate_limit_response::{
     rate_limit::Unit, Code,
 };

@@ -1,9 +1,7 @@
 //! A policy whose parameters change (same algorithm) carries each key's use into the
 //! new limit: a raise applies at once, a cut refuses until the use has passed.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 /// `n` decisions of key `k` on `policy`: how many were admitted.
 async fn admitted(server: &TestServer, web: &str, policy: &str, n: usize) -> usize {

@@ -3,9 +3,7 @@
 //! says what it would have denied, in the answer, in `/metrics` and, switched on or off,
 //! in the audit log. Near-limit counts: admissions that left a key 80% used or more.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use hyper::StatusCode;
 use serde_json::Value;
 use sluicegate_server::Config;

@@ -1,7 +1,6 @@
 //! Real servers on loopback for the tests: `sluicegate serve` in this process on a free
 //! port, a throwaway PostgreSQL cluster (`initdb` + `pg_ctl`), a `redis-server`, and a
 //! small HTTP client.
-#![allow(dead_code)]
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -19,8 +18,6 @@ use sluicegate_server::{Config, Server};
 pub use sluicegate_test_support::free_port;
 
 mod rls;
-// Used by the gRPC tests only.
-#[allow(unused_imports)]
 pub use rls::*;
 
 /// A running `sluicegate serve`, stopped (gracefully) when dropped.
@@ -493,13 +490,7 @@ impl Drop for Postgres {
 }
 
 /// A `redis-server` without persistence on a free port, killed when dropped.
-#[allow(unused_imports)]
 pub use sluicegate_test_support::Server as Redis;
-
-/// A directory path for messages.
-pub fn show(path: &Path) -> String {
-    path.display().to_string()
-}
 
 /// The policy entries of an audit answer (account changes, `app.…` and `user.…`, left
 /// out).

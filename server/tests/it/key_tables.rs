@@ -1,9 +1,7 @@
 //! The in-process key tables under attack: a spray of new keys does not undo a refusal
 //! unless the policy says `on_full = "evict"`.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 use sluicegate_server::Config;
 

@@ -4,11 +4,9 @@
 //! `traceparent`, with a child for the decision and one for its Redis round trip, and no
 //! key, token or descriptor value in any attribute. One test: a process has one exporter.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use hyper::{Method, StatusCode};
 use sluicegate_server::grpc::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use sluicegate_server::grpc::envoy::service::ratelimit::v3::RateLimitRequest;

@@ -3,11 +3,9 @@
 //! or Redis killed mid-run gives 503 (or the fail policy), and service resumes after a
 //! restart.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use hyper::StatusCode;
 use sluicegate_core::FailPolicy;
 use sluicegate_server::Config;

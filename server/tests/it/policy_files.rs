@@ -2,14 +2,12 @@
 //! applied without a restart while requests keep coming, an invalid edit refused whole,
 //! and the file's policies read-only through the API.
 
-mod common;
-
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use hyper::StatusCode;
 use sluicegate_server::grpc::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use sluicegate_server::Config;

@@ -3,12 +3,10 @@
 //! `sluicegate_redis_decisions_total`), and every decision is still exact, as if each had
 //! been sent alone.
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use hyper::StatusCode;
 use sluicegate_server::Config;
 

@@ -1,9 +1,7 @@
 //! Trust at the edge: what one client controls in a request (a header, a path) cannot
 //! turn Envoy's call into an error, which Envoy lets through by default.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use sluicegate_server::grpc::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use sluicegate_server::grpc::envoy::service::ratelimit::v3::RateLimitResponse;
 use sluicegate_server::Config;

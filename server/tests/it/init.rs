@@ -1,8 +1,6 @@
 //! Starting a store: the first admin's name is checked as any user's, and the embedded
 //! store's files are for the server's user only.
 
-mod common;
-
 use sluicegate_server::{init_admin, Config, Error};
 
 #[tokio::test]
@@ -95,7 +93,7 @@ async fn a_store_written_under_the_working_name_keeps_its_data() {
 /// The same on PostgreSQL.
 #[tokio::test]
 async fn a_postgres_store_written_under_the_working_name_keeps_its_data() {
-    let pg = common::Postgres::start();
+    let pg = crate::common::Postgres::start();
     let config = Config {
         store: Some(pg.url()),
         ..Config::default()

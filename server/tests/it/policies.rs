@@ -1,12 +1,10 @@
 //! Policy CRUD with versions, the audit log, decisions with their headers, and bad input
 //! (4xx with a message, nothing stored), against a real server on loopback.
 
-mod common;
-
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use common::*;
+use crate::common::*;
 use hyper::{Method, StatusCode};
 use serde_json::{json, Value};
 

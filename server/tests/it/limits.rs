@@ -1,9 +1,7 @@
 //! What one owner may hold and read at once: caps on policies (in all, per app), and
 //! lists in pages.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use hyper::StatusCode;
 use serde_json::Value;
 use sluicegate_server::Config;

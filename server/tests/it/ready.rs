@@ -2,11 +2,9 @@
 //! for within a second of either going away (or hanging), 200 again within a second of
 //! its return; `/healthz` answers throughout.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use hyper::StatusCode;
 use sluicegate_core::FailPolicy;
 use sluicegate_server::Config;

@@ -3,11 +3,9 @@
 //! and an admin changes policies. Decisions answer 503 for no longer than the failover
 //! window, then go on on the promoted replica; no policy change made during it is lost.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use hyper::StatusCode;
 use sluicegate_core::FailPolicy;
 use sluicegate_server::Config;

@@ -1,11 +1,9 @@
 //! The store under load: reading a long audit log does not hold up writes, and a write
 //! reads back only what it changed.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use hyper::StatusCode;
 use sluicegate_server::Config;
 

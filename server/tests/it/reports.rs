@@ -2,9 +2,7 @@
 //! a decision's `estimate` is settled by the report with its id; a retried report
 //! counts once, also across two servers on one PostgreSQL.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use hyper::StatusCode;
 use sluicegate_server::Config;
 

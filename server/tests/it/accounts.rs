@@ -1,9 +1,7 @@
 //! Apps and users as a whole: an app in use is not deleted behind its policies and
 //! roles, and roles name only apps that exist.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use hyper::{Method, StatusCode};
 
 const WEB_POLICY: &str = r#"{"algorithm":"fixed-window","limit":5,"period":"1s","apps":["web"]}"#;
