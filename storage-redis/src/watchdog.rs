@@ -275,6 +275,11 @@ impl RedisLeases {
                     biased;
                     () = tokio::time::sleep_until(deadline) => break,
                     _ = &mut stopped => {
+                        // A timer fires only at the runtime's next turn: a drop seen first
+                        // reads the clock.
+                        if Instant::now() >= held_until {
+                            break;
+                        }
                         let _ = watched.leases.release_async(&mut con, &watched.request()).await;
                         return;
                     }

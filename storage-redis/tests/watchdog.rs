@@ -1,6 +1,7 @@
 //! Watchdogs on a real server: a watched lease outlives its ttl while its guard lives, is
-//! released when the guard drops, and reports its loss when a renewal finds it gone or
-//! Redis stops answering for its ttl.
+//! released when the guard drops (a drop not waiting on a Redis that does not answer),
+//! reports its loss when a renewal finds it gone or Redis stops answering for its ttl,
+//! and is not released once lost.
 
 mod common;
 
@@ -289,4 +290,27 @@ fn a_guard_dropped_while_redis_hangs_returns_at_once_and_releases_later() {
         sleep(Duration::from_millis(2));
     }
     println!("released {:?} after Redis resumed", resumed.elapsed());
+}
+
+/// The runtime's one thread blocked past the async guard's deadline (a paused process)
+/// while Redis expires the lease and its owner acquires it again: the drop wakes the task
+/// before the runtime's timer has fired the deadline, and the lost guard releases
+/// nothing (not the lease its owner acquired again since).
+#[tokio::test]
+async fn an_async_guard_dropped_past_its_deadline_releases_nothing() {
+    let server = Server::start();
+    let mut con = server.connection();
+    let lock = RedisLeases::new(Concurrency::lock());
+    let watched = connect_async(server.client(), DEFAULT_TIMEOUT).unwrap();
+    let guard = (lock
+        .acquire_watched_async(watched, &outage_request("a"))
+        .await)
+        .unwrap()
+        .unwrap();
+    sleep(OUTAGE_TTL + PERIOD);
+    let again = acquired_again(&lock, &mut con, guard.held());
+    drop(guard);
+    // Time for a release: a round trip on loopback.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(holds(&lock, &mut con, again));
 }
