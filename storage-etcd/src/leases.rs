@@ -307,11 +307,16 @@ impl EtcdLeases {
         Ok(self.client.clone().txn(txn).await?.succeeded())
     }
 
-    /// Releases the owner's lease once (see [`AsyncLeaseHost::release`]).
-    async fn release_once(&self, request: &LeaseRequest<'_>) -> Result<Grant, Error> {
+    /// Releases the owner's lease once (see [`AsyncLeaseHost::release`]); with `token`,
+    /// only the grant of that token, not one the owner acquired since.
+    pub(crate) async fn release_once(
+        &self,
+        request: &LeaseRequest<'_>,
+        token: Option<u64>,
+    ) -> Result<Grant, Error> {
         checked(request, false)?;
         for _ in 0..ATTEMPTS {
-            let mine = self.mine(request).await?;
+            let mine = self.mine(request, token).await?;
             let holds = mine.holds - 1;
             if holds > 0 {
                 if self.rewrite(&mine, holds, mine.lease).await? {
@@ -333,7 +338,7 @@ impl EtcdLeases {
     async fn renew_once(&self, request: &LeaseRequest<'_>) -> Result<Grant, Error> {
         let ttl = checked(request, true)?;
         for _ in 0..ATTEMPTS {
-            let mine = self.mine(request).await?;
+            let mine = self.mine(request, None).await?;
             if let Some((_, left)) = self.relet(&mine, mine.holds, ttl).await? {
                 return Ok(Grant::new(mine.token, expiry_in(left), mine.holds));
             }
@@ -341,10 +346,12 @@ impl EtcdLeases {
         Err(Error::Contended)
     }
 
-    /// The owner's lease on the request's key, or [`LeaseError::NotHeld`].
-    async fn mine(&self, request: &LeaseRequest<'_>) -> Result<Slot, Error> {
+    /// The owner's lease on the request's key (the grant of `token`, if given), or
+    /// [`LeaseError::NotHeld`].
+    async fn mine(&self, request: &LeaseRequest<'_>, token: Option<u64>) -> Result<Slot, Error> {
         let (slots, _) = self.read(request.key).await?;
-        let mine = slots.into_iter().find(|s| s.owner == request.owner);
+        let mine = (slots.into_iter())
+            .find(|s| s.owner == request.owner && token.is_none_or(|token| s.token == token));
         Ok(mine.ok_or(LeaseError::NotHeld)?)
     }
 
@@ -418,7 +425,7 @@ impl AsyncLeaseHost for EtcdLeases {
     }
 
     async fn release(&self, request: &LeaseRequest<'_>) -> Result<Grant, Error> {
-        self.release_once(request).await
+        self.release_once(request, None).await
     }
 
     async fn renew(&self, request: &LeaseRequest<'_>) -> Result<Grant, Error> {

@@ -74,10 +74,11 @@ impl EtcdLeases {
     /// off: it may have deleted the key by its clock and granted it to another), counted
     /// on this process's clock from before the last answered keep-alive was sent, so it
     /// errs toward "lost". Then the task ends: no more keep-alives, and dropping the
-    /// guard releases nothing (a release by the owner's name could free a lease the owner
-    /// acquired again since); a key etcd still holds expires with its lease. The holder
-    /// must stop acting on a lost lease, and a resource checking tokens refuses it once a
-    /// later holder has written.
+    /// guard releases nothing, also when the drop comes as the deadline passes; a key
+    /// etcd still holds expires with its lease. A release frees only the guard's own
+    /// grant (the key's revision, its token), never one its owner acquired since. The
+    /// holder must stop acting on a lost lease, and a resource checking tokens refuses it
+    /// once a later holder has written.
     pub async fn acquire_watched(
         &self,
         request: &LeaseRequest<'_>,
@@ -97,6 +98,7 @@ impl EtcdLeases {
         // The guard holds the sender: dropping it completes `stopped`.
         let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
         let (key, owner) = (request.key.to_vec(), request.owner.to_vec());
+        let token = held.grant.token;
         tokio::spawn(async move {
             // etcd holds the lease at least until then: it counts the ttl from later.
             let mut held_until = asked + keeper.granted;
@@ -106,13 +108,19 @@ impl EtcdLeases {
                     keeper.renew().await
                 };
                 tokio::select! {
+                    // A passed deadline wins over a drop and a renewal: a lost lease stays so.
+                    biased;
+                    () = tokio::time::sleep_until(held_until) => break,
                     _ = &mut stopped => {
+                        // A timer fires only at the runtime's next turn: a drop seen first
+                        // reads the clock.
+                        if Instant::now() >= held_until {
+                            break;
+                        }
                         let release = LeaseRequest::new(&key).owner(&owner);
-                        let leases = &keeper.leases;
-                        let _ = sluicegate_core::AsyncLeaseHost::release(leases, &release).await;
+                        let _ = keeper.leases.release_once(&release, Some(token)).await;
                         return;
                     }
-                    () = tokio::time::sleep_until(held_until) => break,
                     renewed = renewed => held_until = renewed.unwrap_or(held_until),
                 }
             }

@@ -442,6 +442,88 @@ async fn a_lease_is_lost_while_etcd_is_away_past_its_ttl() {
     assert_eq!(state.leases()[0].owner(), b"b");
 }
 
+/// Runs `work` to completion on a runtime of its own on another thread, blocking this one
+/// meanwhile: a current-thread test's keep-alive task is not polled, as in a paused process.
+fn blocking_this_runtime<T: Send>(work: impl std::future::Future<Output = T> + Send) -> T {
+    std::thread::scope(|scope| {
+        let blocking = scope.spawn(|| {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(work)
+        });
+        blocking.join().unwrap()
+    })
+}
+
+/// A guard dropped once its deadline has passed, the runtime's one thread blocked until
+/// then (a paused process): the drop wakes its task before the runtime's timer has fired
+/// the deadline. The lease is lost, so nothing is released, even while etcd still holds
+/// the key (kept alive here by another client).
+#[tokio::test]
+async fn a_guard_dropped_as_its_deadline_passes_releases_nothing() {
+    let etcd = Etcd::start();
+    let lock = lock(&etcd).await;
+    let short = LeaseRequest::new("job").owner("a").ttl(2 * SECOND);
+    let guard = (lock.acquire_watched(&short, Duration::ZERO).await.unwrap()).unwrap();
+    let endpoint = etcd.endpoint();
+    blocking_this_runtime(async {
+        let mut client = etcd_client::Client::connect([endpoint], None)
+            .await
+            .unwrap();
+        let lease = client.get("test/job/0", None).await.unwrap().kvs()[0].lease();
+        let (mut keeper, mut answers) = client.lease_keep_alive(lease).await.unwrap();
+        // Past the guard's deadline, its two-second ttl.
+        for _ in 0..10 {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            keeper.keep_alive().await.unwrap();
+            answers.message().await.unwrap();
+        }
+    });
+    let token = guard.held().token;
+    drop(guard);
+    // Time for a release: a few round trips on loopback.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let state = lock
+        .state(b"job")
+        .await
+        .unwrap()
+        .expect("released as if held");
+    assert_eq!(state.leases()[0].token(), token);
+}
+
+/// The owner acquires the lock again once etcd expired its lost lease, then drops the
+/// lost lease's guard, whose task was not polled since its deadline passed: the guard
+/// frees nothing of the new grant (its token is not the guard's).
+#[tokio::test]
+async fn a_lost_guard_dropped_leaves_its_owners_next_grant_held() {
+    let etcd = Etcd::start();
+    let lock = lock(&etcd).await;
+    let short = LeaseRequest::new("job").owner("a").ttl(SECOND);
+    let guard = (lock.acquire_watched(&short, Duration::ZERO).await.unwrap()).unwrap();
+    let again = blocking_this_runtime(async {
+        let lock = self::lock(&etcd).await;
+        let expiring = Instant::now();
+        while lock.state(b"job").await.unwrap().is_some() {
+            assert!(expiring.elapsed() < Duration::from_secs(5), "never expired");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        lock.acquire(&request("a")).await.unwrap().grant.unwrap()
+    });
+    assert!(again.token > guard.held().token);
+    drop(guard);
+    // Time for a release: a few round trips on loopback.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let state = lock
+        .state(b"job")
+        .await
+        .unwrap()
+        .expect("the new grant released");
+    let held = &state.leases()[0];
+    assert_eq!((held.token(), held.holds()), (again.token, 1));
+}
+
 #[test]
 fn urls_name_every_endpoint() {
     assert_eq!(

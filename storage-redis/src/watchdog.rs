@@ -3,7 +3,6 @@
 //! for its ttl), release it on drop unless it is lost.
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use redis::{aio, ConnectionLike};
@@ -11,6 +10,10 @@ use sluicegate_core::{Grant, LeaseError, LeaseRequest, Ticks};
 
 use crate::error::Error;
 use crate::lease::RedisLeases;
+
+/// How long dropping a [`LeaseGuard`] waits for its thread to release the lease: a round
+/// trip to a server that answers, far under a connection's timeout.
+const RELEASE_WAIT: Duration = Duration::from_millis(50);
 
 /// What a watchdog renews: a lease on one key.
 #[derive(Debug, Clone)]
@@ -59,6 +62,33 @@ impl Watched {
             Err(_) => None,
         }
     }
+
+    /// A [`LeaseGuard`]'s thread: renews on `con` every period until the lease is lost,
+    /// or the guard is dropped, then releases it unless it is lost.
+    fn renew_until_dropped(&self, shared: &Shared, con: &mut impl ConnectionLike) {
+        let mut state = shared.lock();
+        loop {
+            (state, _) = (shared.wake)
+                .wait_timeout_while(state, self.period(), |state| !state.stopped)
+                .unwrap_or_else(|e| e.into_inner());
+            if state.lost() {
+                return;
+            }
+            let stopped = state.stopped;
+            // Unlocked while calling Redis: `is_lost` and the drop read the state meanwhile.
+            drop(state);
+            if stopped {
+                let _ = self.leases.release(con, &self.request());
+                return;
+            }
+            let sent = Instant::now();
+            let answer = self.leases.renew(con, &self.request());
+            state = shared.lock();
+            if state.renewed(self.renewed_until(sent, &answer)) {
+                return;
+            }
+        }
+    }
 }
 
 /// What a [`LeaseGuard`] and its thread share.
@@ -78,6 +108,8 @@ impl Shared {
 struct State {
     /// Set when the guard drops.
     stopped: bool,
+    /// Set when the thread ends: the lease released, or lost.
+    ended: bool,
     /// Until when Redis surely holds the lease; `None` once lost, for good.
     held_until: Option<Instant>,
 }
@@ -102,17 +134,18 @@ impl State {
 }
 
 /// A held lease renewed by a thread every `ttl / 3` while the guard lives. Dropping it
-/// stops the thread, which releases the lease unless it is lost. [`LeaseGuard::is_lost`]
-/// turns true when a renewal finds the lease gone, or when none was answered for the ttl
-/// (Redis unreachable or stopped: it may have expired the lease by its clock and granted
-/// it to another), counted from before the last answered request was sent; a renewal
-/// that hangs does not delay it. Then renewing stops, for good: the holder must stop
-/// acting on the lease.
+/// stops the thread, which releases the lease unless it is lost. The drop waits for that
+/// release at most 50 ms, so a Redis that does not answer holds the caller no longer;
+/// the thread releases once its call in flight returns, unless the lease is lost by then.
+/// [`LeaseGuard::is_lost`] turns true when a renewal finds the lease gone, or when none
+/// was answered for the ttl (Redis unreachable or stopped: it may have expired the lease
+/// by its clock and granted it to another), counted from before the last answered
+/// request was sent; a renewal that hangs does not delay it. Then renewing stops, for
+/// good: the holder must stop acting on the lease.
 #[derive(Debug)]
 pub struct LeaseGuard {
     held: Grant,
     shared: Arc<Shared>,
-    thread: Option<JoinHandle<()>>,
 }
 
 impl LeaseGuard {
@@ -130,11 +163,11 @@ impl LeaseGuard {
 
 impl Drop for LeaseGuard {
     fn drop(&mut self) {
-        self.shared.lock().stopped = true;
+        let mut state = self.shared.lock();
+        state.stopped = true;
         self.shared.wake.notify_all();
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
+        // Bounded: a call hanging on a Redis that does not answer ends on its own.
+        let _ = (self.shared.wake).wait_timeout_while(state, RELEASE_WAIT, |state| !state.ended);
     }
 }
 
@@ -195,39 +228,18 @@ impl RedisLeases {
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 stopped: false,
+                ended: false,
                 held_until: Some(watched.held_until(asked)),
             }),
             wake: Condvar::new(),
         });
         let renewing = Arc::clone(&shared);
-        let thread = std::thread::spawn(move || {
-            let mut state = renewing.lock();
-            loop {
-                (state, _) = (renewing.wake)
-                    .wait_timeout_while(state, watched.period(), |state| !state.stopped)
-                    .unwrap_or_else(|e| e.into_inner());
-                if state.lost() {
-                    return;
-                }
-                if state.stopped {
-                    let _ = watched.leases.release(&mut con, &watched.request());
-                    return;
-                }
-                // Unlocked while renewing: `is_lost` reads the deadline meanwhile.
-                drop(state);
-                let sent = Instant::now();
-                let answer = watched.leases.renew(&mut con, &watched.request());
-                state = renewing.lock();
-                if state.renewed(watched.renewed_until(sent, &answer)) {
-                    return;
-                }
-            }
+        std::thread::spawn(move || {
+            watched.renew_until_dropped(&renewing, &mut con);
+            renewing.lock().ended = true;
+            renewing.wake.notify_all();
         });
-        Ok(Some(LeaseGuard {
-            held,
-            shared,
-            thread: Some(thread),
-        }))
+        Ok(Some(LeaseGuard { held, shared }))
     }
 
     /// Asynchronous [`RedisLeases::acquire_watched`]: a tokio task renews on `con`, and
@@ -263,6 +275,11 @@ impl RedisLeases {
                     biased;
                     () = tokio::time::sleep_until(deadline) => break,
                     _ = &mut stopped => {
+                        // A timer fires only at the runtime's next turn: a drop seen first
+                        // reads the clock.
+                        if Instant::now() >= held_until {
+                            break;
+                        }
                         let _ = watched.leases.release_async(&mut con, &watched.request()).await;
                         return;
                     }

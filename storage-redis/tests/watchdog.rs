@@ -1,6 +1,7 @@
 //! Watchdogs on a real server: a watched lease outlives its ttl while its guard lives, is
-//! released when the guard drops, and reports its loss when a renewal finds it gone or
-//! Redis stops answering for its ttl.
+//! released when the guard drops (a drop not waiting on a Redis that does not answer),
+//! reports its loss when a renewal finds it gone or Redis stops answering for its ttl,
+//! and is not released once lost.
 
 mod common;
 
@@ -22,6 +23,8 @@ const BLIP: Duration = Duration::from_millis(100);
 const SLACK: Duration = Duration::from_millis(300);
 /// Longer than any outage: a renewal sent while Redis is stopped hangs until it resumes.
 const HANG: Duration = Duration::from_secs(10);
+/// A ttl longer than the drop test's outage: the lease is not lost meanwhile.
+const LONG_TTL: Duration = Duration::from_secs(2);
 
 fn outage_request(owner: &str) -> LeaseRequest<'_> {
     LeaseRequest::new(b"k")
@@ -255,6 +258,59 @@ async fn an_async_watched_lease_is_lost_while_redis_is_stopped_past_its_ttl() {
     tokio::time::sleep(OUTAGE_TTL).await;
     assert!(guard.is_lost(), "stays lost");
     drop(guard);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(holds(&lock, &mut con, again));
+}
+
+/// A guard dropped while its renewal hangs on a stopped Redis: the drop returns at once,
+/// not after the connection's timeout, and its thread releases the lease once Redis
+/// answers again, well before the lease's ttl could pass.
+#[test]
+fn a_guard_dropped_while_redis_hangs_returns_at_once_and_releases_later() {
+    let server = Server::start();
+    let mut con = server.connection();
+    let lock = RedisLeases::new(Concurrency::lock());
+    let hanging = Reconnecting::new(server.client()).with_timeout(HANG);
+    let long = outage_request("a").ttl(ticks(LONG_TTL));
+    let guard = (lock.acquire_watched(hanging, &long).unwrap()).unwrap();
+    server.pause();
+    // Past the first renewal, at a third of the ttl: it hangs.
+    sleep(LONG_TTL / 3 + Duration::from_millis(100));
+    let dropping = Instant::now();
+    drop(guard);
+    let dropped = dropping.elapsed();
+    server.resume();
+    println!("dropped in {dropped:?}");
+    // A tenth of the connection's timeout: the drop's own wait and a loaded machine's delays.
+    assert!(dropped < HANG / 10, "the drop waited {dropped:?}");
+    let resumed = Instant::now();
+    while (lock.acquire(&mut con, &outage_request("b")).unwrap().grant).is_none() {
+        // Renewed as Redis resumed: only a release frees it this soon.
+        assert!(resumed.elapsed() < LONG_TTL / 2, "not released");
+        sleep(Duration::from_millis(2));
+    }
+    println!("released {:?} after Redis resumed", resumed.elapsed());
+}
+
+/// The runtime's one thread blocked past the async guard's deadline (a paused process)
+/// while Redis expires the lease and its owner acquires it again: the drop wakes the task
+/// before the runtime's timer has fired the deadline, and the lost guard releases
+/// nothing (not the lease its owner acquired again since).
+#[tokio::test]
+async fn an_async_guard_dropped_past_its_deadline_releases_nothing() {
+    let server = Server::start();
+    let mut con = server.connection();
+    let lock = RedisLeases::new(Concurrency::lock());
+    let watched = connect_async(server.client(), DEFAULT_TIMEOUT).unwrap();
+    let guard = (lock
+        .acquire_watched_async(watched, &outage_request("a"))
+        .await)
+        .unwrap()
+        .unwrap();
+    sleep(OUTAGE_TTL + PERIOD);
+    let again = acquired_again(&lock, &mut con, guard.held());
+    drop(guard);
+    // Time for a release: a round trip on loopback.
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert!(holds(&lock, &mut con, again));
 }
