@@ -1,10 +1,8 @@
 //! The direct limiter: the same decisions as the core, and exact under many threads.
 
-mod common;
-
 use std::sync::Arc;
 
-use common::*;
+use crate::common::*;
 use proptest::prelude::*;
 use sluicegate_core::memory::{DirectLimiter, InMemory};
 use sluicegate_core::{

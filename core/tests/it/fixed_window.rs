@@ -1,6 +1,4 @@
-mod common;
-
-use common::*;
+use crate::common::*;
 use proptest::prelude::*;
 use sluicegate_core::limits::MAX_LIMIT;
 use sluicegate_core::{Algorithm, FixedWindow, ParamError, Ticks, SECOND};

@@ -5,11 +5,9 @@
 //! after each step (`remaining`, whether a zero cost fits, and when it will) exactly as
 //! the model does; every state must survive its encoding.
 
-mod common;
-
 use std::collections::HashMap;
 
-use common::*;
+use crate::common::*;
 use proptest::prelude::*;
 use sluicegate_core::{
     AnyAlgorithm, CalendarPeriod, CalendarWindow, Composite, FixedWindow, LeakyBucket, Report,

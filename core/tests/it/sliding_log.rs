@@ -1,6 +1,4 @@
-mod common;
-
-use common::*;
+use crate::common::*;
 use proptest::prelude::*;
 use sluicegate_core::limits::MAX_LOG_LIMIT;
 use sluicegate_core::{Algorithm, SlidingLog, Ticks, SECOND};

@@ -6,9 +6,7 @@
 //! arithmetic with no upper bound) and by translation, since every algorithm decides a
 //! trace moved by a multiple of its alignment exactly as the trace itself.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use proptest::prelude::*;
 use sluicegate_core::limits::{MAX_LOG_LIMIT, MAX_WAIT};
 use sluicegate_core::*;

@@ -3,11 +3,9 @@
 //! window. Random mixes of decisions, takes and refunds at non-decreasing times must
 //! admit, take and report `remaining` exactly as the reference does.
 
-mod common;
-
 use std::collections::HashMap;
 
-use common::*;
+use crate::common::*;
 use proptest::prelude::*;
 use sluicegate_core::{Algorithm, FixedWindow, Refund, SlidingCounter, Ticks, TokenBucket};
 

@@ -2,12 +2,10 @@
 //! the concurrency bound, expiry of forgotten guards, waiters woken by release (not by
 //! polling), deadlines, reentrancy and bounded keyed memory.
 
-mod common;
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Barrier;
 
-use common::{assert_prompt_wakes, assert_refusals_do_not_sweep, OneShard, LATE, LONG};
+use crate::common::{assert_prompt_wakes, assert_refusals_do_not_sweep, OneShard, LATE, LONG};
 use proptest::prelude::*;
 use std::time::{Duration, Instant};
 

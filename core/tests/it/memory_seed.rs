@@ -1,9 +1,7 @@
 //! A keyed limiter's states moved out and in whole (`remove_state`, `seed_state`): how a
 //! host carries each key's use to a limiter with new parameters.
 
-mod common;
-
-use common::OneShard;
+use crate::common::OneShard;
 use sluicegate_core::memory::{KeyedLimiter, OnFull};
 use sluicegate_core::{
     Algorithm, AnyAlgorithm, Clock, FixedWindow, ManualClock, SlidingLog, Ticks, TokenBucket,

@@ -13,11 +13,9 @@
 //!   a composite's `remaining` is its binding part's: those are checked by (a) and (c);
 //! - (c) carried into the same parameters, a state decides every later request as before.
 
-mod common;
-
 use std::sync::Arc;
 
-use common::*;
+use crate::common::*;
 use proptest::prelude::*;
 use sluicegate_core::calendar::{CalendarLimit, CalendarPeriod, CalendarPeriods, CalendarWindow};
 use sluicegate_core::limits::{MAX_LIMIT, MAX_LOG_LIMIT};

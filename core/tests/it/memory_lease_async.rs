@@ -1,12 +1,10 @@
 //! In-process leases in async tasks (the `tokio` feature): `acquire_async` sleeps until
 //! a release or an expiry wakes it, and gives up at its deadline.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{assert_prompt_wakes, LATE, LONG};
+use crate::common::{assert_prompt_wakes, LATE, LONG};
 use sluicegate_core::memory::{AcquireError, FencedResource, KeyedLeases, Leases};
 use sluicegate_core::{Concurrency, MILLISECOND, SECOND};
 

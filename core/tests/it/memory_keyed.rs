@@ -1,12 +1,10 @@
 //! The keyed limiter: per-key decisions as the core's, exact under threads, bounded memory.
 
-mod common;
-
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use common::*;
+use crate::common::*;
 use proptest::prelude::*;
 use sluicegate_core::memory::{InMemory, KeyedLimiter, OnFull};
 use sluicegate_core::{FixedWindow, ManualClock, SlidingLog, Ticks, TokenBucket, SECOND};

@@ -2,9 +2,7 @@
 //! the pure transitions, on the buckets' words, the windows' atomic cells and the locked
 //! states alike; and the host contract's `Reporter` on byte keys.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use proptest::prelude::*;
 use sluicegate_core::memory::{DirectLimiter, InMemory, KeyedLimiter};
 use sluicegate_core::{

@@ -1,8 +1,6 @@
 //! `AnyAlgorithm` decides, reserves, peeks and encodes exactly as the algorithm it holds.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use proptest::prelude::*;
 use sluicegate_core::limits::{MAX_LIMIT, MAX_LOG_LIMIT};
 use sluicegate_core::{
