@@ -32,7 +32,7 @@ fn a_database_open_in_another_process_is_in_use() {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "hold_open_in_child",
+            "open::hold_open_in_child",
             "--nocapture",
             "--test-threads=1",
         ])

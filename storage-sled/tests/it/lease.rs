@@ -1,12 +1,10 @@
 //! Leases over a real sled database, against the core's pure model.
 
-mod common;
-
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::temp_tree;
+use crate::common::temp_tree;
 use proptest::prelude::*;
 use sluicegate_core::memory::FencedResource;
 use sluicegate_core::{

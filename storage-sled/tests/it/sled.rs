@@ -1,10 +1,8 @@
 //! sluicegate-sled against the core and against a real sled database in a temp dir.
 
-mod common;
-
 use std::sync::Arc;
 
-use common::temp_tree;
+use crate::common::temp_tree;
 use proptest::prelude::*;
 use sluicegate_core::{
     Algorithm, Ban, Composite, DecodeError, FixedWindow, LeakyBucket, Limiter, Pacing, ParamError,

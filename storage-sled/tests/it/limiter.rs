@@ -1,11 +1,9 @@
 //! The host contract over sled: `sluicegate_core::Limiter` answers exactly as the inherent
 //! methods it stands for.
 
-mod common;
-
 use std::sync::Arc;
 
-use common::temp_tree;
+use crate::common::temp_tree;
 use proptest::prelude::*;
 use sluicegate_core::{
     AnyAlgorithm, Ban, Clock, Composite, FixedWindow, Limiter, ManualClock, Pacing, Request,

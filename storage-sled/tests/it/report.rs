@@ -2,12 +2,10 @@
 //! read-modify-write as a decision, on every algorithm that takes reports (the calendar
 //! window through the dynamic algorithm, its period from the time of each step).
 
-mod common;
-
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use common::temp_tree;
+use crate::common::temp_tree;
 use proptest::prelude::*;
 use sluicegate_core::{
     Algorithm, AnyAlgorithm, Calendar, CalendarLimit, CalendarWindow, CalendarZone, Composite,
