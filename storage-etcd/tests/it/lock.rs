@@ -259,7 +259,7 @@ async fn a_paused_holder_loses_the_lock_and_its_token_is_refused() {
     let etcd = Etcd::start();
     let exe = std::env::current_exe().unwrap();
     let mut holder = Command::new(exe)
-        .args(["holder_child", "--exact", "--ignored", "--nocapture"])
+        .args(["lock::holder_child", "--exact", "--ignored", "--nocapture"])
         .env(CHILD, etcd.url())
         .stdout(Stdio::piped())
         .spawn()

@@ -1,7 +1,7 @@
 //! The figures in docs/etcd.md: acquire and release latency of the etcd lock on
 //! loopback, and how soon a waiter wakes after a release. Ignored by default (a
 //! measurement, not a check):
-//! `cargo test -p sluicegate-etcd --test latency -- --ignored --nocapture`.
+//! `cargo test -p sluicegate-etcd --test it latency:: -- --ignored --nocapture`.
 
 use std::time::{Duration, Instant};
 
