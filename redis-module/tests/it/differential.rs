@@ -6,8 +6,6 @@
 //! the core's encoding (gone when the core's state is fresh), with no expiry: a state
 //! written by either path is read and continued by the other.
 
-mod common;
-
 use proptest::prelude::*;
 use redis::Connection;
 use sluicegate_core::limits::{MAX_LIMIT, MAX_PERIOD};
@@ -17,7 +15,7 @@ use sluicegate_core::{
 };
 use sluicegate_redis::{LuaAlgorithm, RedisLimiter, MAX_LUA_TICKS};
 
-use common::Server;
+use crate::common::{self, Server};
 
 /// Around 2026 in µs since the Unix epoch.
 const EPOCH: Ticks = 1_790_000_000_000_000;

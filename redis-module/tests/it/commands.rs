@@ -3,13 +3,11 @@
 //! corrupt keys, peek and reset, `CL.THROTTLE` as redis-cell's and exact against the
 //! core, replication of effects, key positions and `deny-oom`.
 
-mod common;
-
 use redis::{Connection, RedisResult, Value};
 use sluicegate_core::{Algorithm, FixedWindow, LeakyBucket, Ticks, TokenBucket, SECOND};
 use sluicegate_redis::{Error, RedisLimiter};
 
-use common::{wait_until, Cluster};
+use crate::common::{self, wait_until, Cluster};
 
 fn time(con: &mut Connection) -> Ticks {
     let (s, us): (u64, u64) = redis::cmd("TIME").query(con).unwrap();
