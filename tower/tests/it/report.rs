@@ -1,18 +1,16 @@
 //! Costs reported after the response (`ReportedCost`), on a real axum server on loopback.
 
-mod common;
-
 use std::net::{IpAddr, Ipv4Addr};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use crate::common::{get, serve};
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get as route;
 use axum::Router;
 use bytes::Bytes;
-use common::{get, serve};
 use http::StatusCode;
 use http_body::Frame;
 use sluicegate_core::memory::KeyedLimiter;

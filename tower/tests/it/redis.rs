@@ -1,14 +1,12 @@
 //! The layer on a limit in a real redis-server, shared by two servers, and its fail
 //! policies when the redis-server is killed mid-test.
 
-mod common;
-
 // The redis-server the workspace's tests start and kill.
 use sluicegate_test_support as redis_server;
 
 use std::time::Duration;
 
-use common::{get, root, serve};
+use crate::common::{get, root, serve};
 use http::StatusCode;
 use sluicegate_core::memory::KeyedLimiter;
 use sluicegate_core::{TokenBucket, SECOND};

@@ -1,7 +1,5 @@
 //! The concurrency limit on a real axum server on loopback, driven by hyper's client.
 
-mod common;
-
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -9,11 +7,11 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use crate::common::{self, client, get};
 use axum::body::Body;
 use axum::routing::get as route;
 use axum::Router;
 use bytes::Bytes;
-use common::{client, get};
 use http::{Request, Response, StatusCode};
 use http_body::Frame;
 use http_body_util::BodyExt;

@@ -2,15 +2,13 @@
 //! headers, one pooled connection for many decisions, and the fail policy when the
 //! service is stopped, hangs or refuses the app.
 
-mod common;
-
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::common::{get, root, serve};
 use bytes::Bytes;
-use common::{get, root, serve};
 use http::{Method, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;

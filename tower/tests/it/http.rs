@@ -1,12 +1,10 @@
 //! The layer on a real axum server on loopback, driven by hyper's client.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
+use crate::common::{self, get, root, serve};
 use axum::routing::get as route;
 use axum::Router;
-use common::{get, root, serve};
 use http::StatusCode;
 use sluicegate_core::memory::KeyedLimiter;
 use sluicegate_core::{FixedWindow, ManualClock, TokenBucket, SECOND};
