@@ -4,10 +4,8 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-mod common;
-
-use common::{
-    assert_contains, assert_exit, bin, bucket, examples, lock, run_line, sluicegate, stderr,
+use crate::common::{
+    self, assert_contains, assert_exit, bin, bucket, examples, lock, run_line, sluicegate, stderr,
     stdout, temp_file, trace, with, write, BUCKET,
 };
 

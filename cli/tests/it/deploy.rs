@@ -6,9 +6,7 @@
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
-mod common;
-
-use common::{assert_exit, bin, sluicegate, stderr, stdout};
+use crate::common::{assert_exit, bin, sluicegate, stderr, stdout};
 
 /// Every manifest: the base's and each overlay's YAML files.
 fn manifests() -> Vec<(PathBuf, String)> {

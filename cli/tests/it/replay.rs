@@ -1,11 +1,9 @@
 //! `sluicegate replay`: traces decided alike on every backend, their errors, standard
 //! input, the memory backend's bound, and a reader that stops early.
 
-mod common;
-
-use common::{
-    assert_contains, assert_exit, bucket, examples, run_line, sluicegate, sluicegate_with_stdin,
-    spawn, stderr, stdout, temp_file, trace, with, write, BUCKET,
+use crate::common::{
+    self, assert_contains, assert_exit, bucket, examples, run_line, sluicegate,
+    sluicegate_with_stdin, spawn, stderr, stdout, temp_file, trace, with, write, BUCKET,
 };
 
 /// Runs `command` and returns what it printed, failing with its errors unless it succeeded.

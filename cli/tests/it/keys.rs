@@ -5,11 +5,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-mod common;
-
-use common::{
-    assert_contains, assert_exit, bin, bucket, examples, on_sled_and_redis, run_line, sled_get,
-    sled_put, sluicegate, stderr, stdout, with, BUCKET, GARBAGE,
+use crate::common::{
+    self, assert_contains, assert_exit, bin, bucket, examples, on_sled_and_redis, run_line,
+    sled_get, sled_put, sluicegate, stderr, stdout, with, BUCKET, GARBAGE,
 };
 
 #[test]

@@ -2,9 +2,7 @@
 //! ceiling under random traffic (never above the limit in any period, also while a
 //! node is killed and one joins), and fleet settings that cannot work refused.
 
-mod common;
-
-use common::{assert_exit, sluicegate};
+use crate::common::{self, assert_exit, sluicegate};
 
 /// Runs a measurement and returns its JSON report.
 fn measure(server: &common::Server, policy: &[&str], extra: &[&str]) -> serde_json::Value {

@@ -4,9 +4,7 @@
 
 use std::process::{Command, Output};
 
-mod common;
-
-use common::{
+use crate::common::{
     assert_contains, assert_exit, bin, examples, sluicegate, stderr, stdout, temp_file, write,
 };
 

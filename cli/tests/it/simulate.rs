@@ -4,9 +4,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-mod common;
-
-use common::{
+use crate::common::{
     assert_contains, assert_exit, bin, bucket, examples, run_line, sluicegate, stderr, stdout,
     with, BUCKET,
 };

@@ -9,9 +9,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use sluicegate_server::{Config, Server};
 
-mod common;
-
-use common::{assert_contains, bin, stdout, temp_file, write};
+use crate::common::{assert_contains, bin, stdout, temp_file, write};
 
 /// A server with an app `web`, an owner of it and a viewer of it: the runtime it runs
 /// on, its URL and the two users' tokens.

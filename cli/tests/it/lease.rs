@@ -4,11 +4,9 @@
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-mod common;
-
-use common::{
-    assert_contains, assert_exit, examples, lock, on_sled_and_redis, run_line, sluicegate, spawn,
-    stderr, stdout, woken_by, Raw, GARBAGE,
+use crate::common::{
+    self, assert_contains, assert_exit, examples, lock, on_sled_and_redis, run_line, sluicegate,
+    spawn, stderr, stdout, woken_by, Raw, GARBAGE,
 };
 
 /// Lock and lease commands on one backend: `sluicegate lock COMMAND NAME --owner O
