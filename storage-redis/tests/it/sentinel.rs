@@ -3,8 +3,6 @@
 //! load, the replica promoted, decisions continuing on it; and never an answer from a
 //! replica.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::thread::sleep;
@@ -17,8 +15,8 @@ use sluicegate_redis::{
     Error, Outcome, Reconnecting, ReconnectingAsync, RedisLeases, RedisLimiter, DEFAULT_TIMEOUT,
 };
 
-use common::sentinel::{Sentinels, DOWN_AFTER_MS, FAILOVER_TIMEOUT_MS};
-use common::Server;
+use crate::common::sentinel::{Sentinels, DOWN_AFTER_MS, FAILOVER_TIMEOUT_MS};
+use crate::common::{self, Server};
 
 /// The bucket's size, refilled one token an hour: what the state says was taken can be
 /// compared with what was admitted.

@@ -5,8 +5,6 @@
 //! Traces start in 2026, just before 2^52 (where the scripts' instants stop being
 //! doubles) or just before the core's last instant.
 
-mod common;
-
 use proptest::prelude::*;
 use redis::Commands;
 use sluicegate_core::limits::MAX_PERIOD;
@@ -15,8 +13,8 @@ use sluicegate_core::{
 };
 use sluicegate_redis::{LuaAlgorithm, RedisLimiter, Route, MAX_LUA_TICKS};
 
-use common::strategy::{cost, gap, limit};
-use common::Server;
+use crate::common::strategy::{cost, gap, limit};
+use crate::common::{self, Server};
 
 /// Around 2026 in µs since the Unix epoch.
 const EPOCH: Ticks = 1_790_000_000_000_000;

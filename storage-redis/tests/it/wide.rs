@@ -4,16 +4,14 @@
 //! instants below 2^53 and divisors up to 2^50, both sides of the double path's bound.
 //! And the frames instants are held in beyond 2^52 (`clock`, `frame`, `instant`).
 
-mod common;
-
 use proptest::prelude::*;
 
-use common::Server;
+use crate::common::{self, Server};
 
 /// The shared helpers, then `body` (a loop over the arguments filling `out`), then the
 /// reply `out`.
 fn script(body: &str) -> String {
-    let lib = include_str!("../lua/lib.lua");
+    let lib = include_str!("../../lua/lib.lua");
     format!("{lib}\nlocal out = {{}}\n{body}\nreturn out")
 }
 

@@ -2,15 +2,13 @@
 //! released when the guard drops, and reports its loss when a renewal finds it gone or
 //! Redis stops answering for its ttl.
 
-mod common;
-
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use sluicegate_core::{clock::ticks, Concurrency, Grant, LeaseRequest, MILLISECOND};
 use sluicegate_redis::{connect_async, Reconnecting, RedisLeases, DEFAULT_TIMEOUT};
 
-use common::Server;
+use crate::common::Server;
 
 const TTL: u64 = 150 * MILLISECOND;
 

@@ -7,8 +7,6 @@
 //! (where the scripts' instants stop being doubles) or just before the core's last
 //! instant, and may step past it.
 
-mod common;
-
 use proptest::prelude::*;
 use sluicegate_core::limits::{MAX_LIMIT, MAX_PERIOD};
 use sluicegate_core::{
@@ -17,7 +15,7 @@ use sluicegate_core::{
 };
 use sluicegate_redis::{Error, LuaAlgorithm, RedisLimiter, Route, MAX_LUA_TICKS};
 
-use common::Server;
+use crate::common::{self, Server};
 
 /// Around 2026 in µs since the Unix epoch.
 const EPOCH: Ticks = 1_790_000_000_000_000;

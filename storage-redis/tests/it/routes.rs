@@ -3,13 +3,11 @@
 //! (loaded on first use, reloaded when flushed), `EVALSHA` where `FUNCTION` is refused,
 //! and an explicit choice.
 
-mod common;
-
 use redis::Value;
 use sluicegate_core::{Concurrency, FixedWindow, LeaseRequest, Request, TokenBucket, SECOND};
 use sluicegate_redis::{library_name, Error, LuaAlgorithm, RedisLeases, RedisLimiter, Route};
 
-use common::Server;
+use crate::common::{self, Server};
 
 fn bucket() -> RedisLimiter<TokenBucket> {
     RedisLimiter::new(TokenBucket::new(2, 1, SECOND).unwrap()).unwrap()

@@ -2,8 +2,6 @@
 //! (the ignored `lock_child`) take leases on one server while the parent watches, pauses
 //! (SIGSTOP) or kills (SIGKILL) them.
 
-mod common;
-
 use std::io::{BufRead, BufReader};
 use std::process::{Child, ChildStdout, Command};
 use std::thread::sleep;
@@ -12,7 +10,7 @@ use std::time::{Duration, Instant};
 use sluicegate_core::{Acquired, Concurrency, LeaseRequest, Ticks, MILLISECOND, SECOND};
 use sluicegate_redis::{Error, FencedResource, RedisLeases};
 
-use common::Server;
+use crate::common::{self, Server};
 
 const PROCESSES: usize = 4;
 const THREADS: usize = 8;
@@ -20,7 +18,7 @@ const ROUNDS: u64 = 25;
 
 /// Starts this binary's `lock_child` with `task` against `server`.
 fn child(server: &Server, task: &str) -> (Child, BufReader<ChildStdout>) {
-    let mut child = common::spawn_child("lock_child", "SLUICEGATE_LOCK_CHILD", server, task);
+    let mut child = common::spawn_child("locks::lock_child", "SLUICEGATE_LOCK_CHILD", server, task);
     let out = BufReader::new(child.stdout.take().unwrap());
     (child, out)
 }

@@ -3,8 +3,6 @@
 //! answers and bytes after every step), bad input, keys of other kinds, expiry on the
 //! server's clock, and the multi-key lock, also on a cluster.
 
-mod common;
-
 use std::thread::sleep;
 use std::time::Duration;
 
@@ -17,7 +15,7 @@ use sluicegate_core::{
 };
 use sluicegate_redis::{Error, RedisLeases, RedisLimiter, Route, MAX_LUA_TICKS};
 
-use common::{Cluster, Server};
+use crate::common::{self, Cluster, Server};
 
 /// Around 2026 in µs since the Unix epoch.
 const EPOCH: Ticks = 1_790_000_000_000_000;

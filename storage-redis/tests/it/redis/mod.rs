@@ -2,8 +2,6 @@
 //! key, batches, async clients, faults and a 3-node cluster.
 
 mod clients;
-#[path = "../common/mod.rs"]
-mod common;
 mod expiry;
 mod faults;
 mod input;
@@ -26,7 +24,7 @@ use sluicegate_redis::{
     connect_async, Error, FailPolicy, LuaAlgorithm, Outcome, Reconnecting, RedisLimiter,
 };
 
-use common::{Cluster, Server};
+use crate::common::{self, Cluster, Server};
 
 const NOW: Ticks = 1_790_000_000_000_000;
 

@@ -1,12 +1,10 @@
 //! `rediss://`: the library over TLS against a real `redis-server` listening with TLS, its
 //! certificate signed by a CA the test generates.
 
-mod common;
-
 use sluicegate_core::{Request, TokenBucket, SECOND};
 use sluicegate_redis::{client, connect_async, Error, Reconnecting, RedisLimiter, DEFAULT_TIMEOUT};
 
-use common::{Certs, Server};
+use crate::common::{self, Certs, Server};
 
 const EPOCH: u64 = 1_790_000_000_000_000;
 

@@ -2,15 +2,13 @@
 //! once a replica holds it (`WAIT`), given back when none acknowledges; and fencing
 //! tokens that stay monotonic when the promoted replica never saw the last grants.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
 use sluicegate_core::{Concurrency, LeaseRequest, SECOND};
 use sluicegate_redis::{Error, Reconnecting, RedisLeases};
 
-use common::sentinel::{info, Sentinels};
-use common::{wait_until, Server};
+use crate::common::sentinel::{info, Sentinels};
+use crate::common::{wait_until, Server};
 
 /// A primary and a replica that has synced with it.
 fn primary_and_replica() -> (Server, Server) {

@@ -334,7 +334,7 @@ fn huge_costs_decide_and_store_as_the_core() {
 /// checks every entry): the slowest of 50 decisions per limit, as the server timed it
 /// (`SLOWLOG`, the time the server was blocked), and as the client saw it.
 #[test]
-#[ignore = "a measurement: cargo test -p sluicegate-redis --test redis full_log -- --ignored --nocapture"]
+#[ignore = "a measurement: cargo test -p sluicegate-redis --test it full_log -- --ignored --nocapture"]
 fn full_log_decision_time() {
     let server = Server::start();
     let mut con = server.connection();

@@ -1,15 +1,13 @@
 //! Redlock over three independent redis-servers: majorities, failures, split votes, and
 //! the fenced resource refusing a holder whose lock expired, with no timing assumption.
 
-mod common;
-
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use sluicegate_core::{LeaseRequest, Ticks, MILLISECOND, SECOND};
 use sluicegate_redis::{Error, FencedResource, Redlock, RedlockGrant};
 
-use common::Server;
+use crate::common::Server;
 
 const TTL: Ticks = 10 * SECOND;
 

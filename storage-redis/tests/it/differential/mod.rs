@@ -15,8 +15,6 @@
 mod bans;
 mod buckets;
 mod calendar;
-#[path = "../common/mod.rs"]
-mod common;
 mod composites;
 mod reports;
 mod seeds;
@@ -34,9 +32,9 @@ use sluicegate_redis::{
     MAX_LUA_TICKS,
 };
 
-use common::stored::key_values;
-use common::strategy::{adjustment, cost, gap, limit, overdraft};
-use common::Server;
+use crate::common::stored::key_values;
+use crate::common::strategy::{adjustment, cost, gap, limit, overdraft};
+use crate::common::{self, Server};
 
 /// Around 2026 in µs since the Unix epoch.
 const EPOCH: Ticks = 1_790_000_000_000_000;

@@ -6,8 +6,6 @@
 //! period this machine got wrong (its clock and the server's disagreeing near a
 //! boundary) is refused by the server and computed again at the server's time.
 
-mod common;
-
 use std::sync::{Arc, Mutex};
 
 use sluicegate_core::{
@@ -17,7 +15,7 @@ use sluicegate_core::{
 };
 use sluicegate_redis::{RedisLimiter, Route};
 
-use common::Server;
+use crate::common::{self, Server};
 
 const ROUTES: [Route; 3] = [Route::Module, Route::Functions, Route::Scripts];
 const HOUR: Ticks = 3600 * SECOND;

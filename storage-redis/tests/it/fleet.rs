@@ -2,8 +2,6 @@
 //! several nodes, the split's recomputation when a heartbeat expires, a server restarted
 //! mid-run, and settings that cannot work refused.
 
-mod common;
-
 use std::sync::{Arc, Barrier, Mutex};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -14,7 +12,7 @@ use sluicegate_core::{
 use sluicegate_redis::fleet::{FleetAlgorithm, FleetConfig, FleetLimiter, FleetMode};
 use sluicegate_redis::{Error, Outcome, Reconnecting, RedisLimiter};
 
-use common::Server;
+use crate::common::Server;
 
 fn wall() -> Ticks {
     let since = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();

@@ -2,8 +2,6 @@
 //! `sluicegate_core::AsyncLimiter` on [`ConnectedAsync`] answer exactly as the inherent
 //! methods taking a connection, on a real `redis-server`.
 
-mod common;
-
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
@@ -22,7 +20,7 @@ use sluicegate_redis::{
 };
 use sluicegate_test_support::ops::{op, Op};
 
-use common::Server;
+use crate::common::{self, Server};
 
 /// Around 2026 in µs since the Unix epoch.
 const EPOCH: Ticks = 1_790_000_000_000_000;
@@ -288,7 +286,7 @@ fn reports_through_the_traits_answer_as_the_inherent_method() {
 /// The time of a report and of a check at the server's time on loopback, as the client
 /// sees it, on each route: the mean of 2000 calls after 200 to warm up.
 #[test]
-#[ignore = "a measurement: cargo test -p sluicegate-redis --test limiter report_time -- --ignored --nocapture"]
+#[ignore = "a measurement: cargo test -p sluicegate-redis --test it report_time -- --ignored --nocapture"]
 fn report_time() {
     let server = Server::start_with_module(false);
     let mut con = server.connection();

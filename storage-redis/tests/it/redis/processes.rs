@@ -8,7 +8,7 @@ fn admitted_by_four_processes(server: &Server, algorithm: &str) -> u64 {
     let children: Vec<_> = (0..4)
         .map(|_| {
             common::spawn_child(
-                "processes::hammer_child",
+                "redis::processes::hammer_child",
                 "SLUICEGATE_HAMMER",
                 server,
                 algorithm,
