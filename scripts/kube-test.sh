@@ -4,7 +4,7 @@
 # unknown fields refused (PyPI's kubernetes-validate), then checks what the schema leaves
 # optional (scripts/kube-check.py): a disruption budget, a spread over nodes, ephemeral
 # storage requested and limited. The flags the Deployment passes are checked against
-# `sluicegate serve` by cli/tests/deploy.rs.
+# `sluicegate serve` by cli/tests/it/deploy.rs.
 #
 #   scripts/kube-test.sh [KUBERNETES_VERSION]     # default 1.30: the oldest one the
 #                                                  # manifests need (preStop sleep, 1.29+)

@@ -27,7 +27,9 @@ cargo test --workspace --all-features --doc
 stage "the guide"
 mdbook build docs
 python3 scripts/check-links.py
-# Unit, integration and property tests (proptest regressions are committed next to them).
+# Unit, integration and property tests (proptest regressions are committed where proptest
+# keeps them: in a proptest-regressions/ folder beside the folder of a crate's lib.rs or a
+# test binary's main.rs, a file per module, e.g. core/tests/proptest-regressions/ban.txt).
 stage "nextest"
 cargo nextest run --workspace --all-features --no-fail-fast
 # The guide's token-budget example runs as shown (an axum endpoint calling itself).

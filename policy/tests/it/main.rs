@@ -1,0 +1,6 @@
+//! The policy model's integration tests as one binary, each file a module.
+
+mod fields;
+mod file;
+mod reported;
+mod rule;

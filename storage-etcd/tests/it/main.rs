@@ -1,0 +1,4 @@
+//! The etcd host's integration tests as one binary, each file a module.
+
+mod latency;
+mod lock;

@@ -1,0 +1,5 @@
+//! The workspace-level integration tests as one binary, each file a module.
+
+mod clocks;
+mod lease_contract;
+mod sled_crash;
