@@ -10,11 +10,15 @@ stage() { echo "== test.sh: $1 (at ${SECONDS}s)"; }
 stage "install"
 bash scripts/install.sh
 
-# The Redis module, loaded by its tests' redis-server: cargo does not rebuild a cdylib
-# for integration tests, so build it here, with the tests' profile (its dependencies are
-# the tests' own, already built), and tell the tests where it is.
-stage "the Redis module"
-cargo build --profile test -p sluicegate-redis-module
+# Every build below selects the whole workspace with all its features, as nextest does:
+# cargo unifies features over the packages selected, so a build of one package alone
+# would compile much of the tree again with other features.
+#
+# The libraries, the Redis module among them, loaded by its tests' redis-server: cargo
+# does not rebuild a cdylib for integration tests, so build it here, with the tests'
+# profile, and tell the tests where it is.
+stage "the libraries and the Redis module"
+cargo build --profile test --workspace --all-features --lib
 target_dir=${CARGO_TARGET_DIR:-target}
 case $target_dir in /*) ;; *) target_dir="$(pwd)/$target_dir" ;; esac
 export SLUICEGATE_REDIS_MODULE="$target_dir/debug/libsluicegate_redis_module.so"
@@ -34,7 +38,8 @@ stage "nextest"
 cargo nextest run --workspace --all-features --no-fail-fast
 # The guide's token-budget example runs as shown (an axum endpoint calling itself).
 stage "the token-budget example"
-cargo run -q --profile test -p sluicegate-server --example token_budget -- --once >/dev/null
+cargo build -q --profile test --workspace --all-features --example token_budget
+"$target_dir/debug/examples/token_budget" --once >/dev/null
 
 # sluicegate-wasm in a real JS engine: the bindings under Node.js (wasm-bindgen-test), then
 # the built packages (size budget checked) as users import them, and the demo page in
@@ -54,7 +59,7 @@ node wasm/e2e/e2e.mjs
 # Chromium against a real `sluicegate serve` (screenshots in target/page-e2e/).
 stage "the page"
 bash server/web/build.sh --check
-cargo build --profile test -p sluicegate
+cargo build --profile test --workspace --all-features --bin sluicegate
 node --test server/web/tests/preview.test.mjs
 node server/web/e2e/e2e.mjs
 
