@@ -285,7 +285,7 @@ pub(crate) struct Gate {
 
 /// Connections past the cap kept for the kubelet's probes, so that clients holding every
 /// slot do not get a pod restarted: liveness, readiness and startup at once, and one spare.
-pub(crate) const PROBE_ROOM: usize = 4;
+const PROBE_ROOM: usize = 4;
 
 /// HTTP/1's answer to a connection over the cap.
 pub(crate) const HTTP_REFUSAL: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: 37\r\nretry-after: 1\r\nconnection: close\r\n\r\n{\"error\":\"too many open connections\"}";

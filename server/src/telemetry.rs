@@ -44,7 +44,7 @@ pub enum TelemetryError {
         /// Its value.
         value: String,
         /// What it may be.
-        expected: &'static str,
+        expected: String,
     },
     /// An exporter is installed already in this process.
     #[error("traces are exported already by this process")]
@@ -82,24 +82,23 @@ fn check_sampler() -> Result<(), TelemetryError> {
         return Err(TelemetryError::Invalid {
             variable: "OTEL_TRACES_SAMPLER",
             value: value.clone(),
-            expected: "always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off or parentbased_traceidratio",
+            expected: format!("one of {}", SAMPLERS.join(", ")),
         });
     }
-    let ratio = sampler.is_some_and(|s| s.ends_with("traceidratio"));
+    if !sampler.is_some_and(|s| s.ends_with("traceidratio")) {
+        return Ok(());
+    }
+    let is_ratio = |arg: &str| {
+        arg.trim()
+            .parse::<f64>()
+            .is_ok_and(|r| (0.0..=1.0).contains(&r))
+    };
     match var("OTEL_TRACES_SAMPLER_ARG") {
-        Some(value)
-            if ratio
-                && !value
-                    .trim()
-                    .parse::<f64>()
-                    .is_ok_and(|r| (0.0..=1.0).contains(&r)) =>
-        {
-            Err(TelemetryError::Invalid {
-                variable: "OTEL_TRACES_SAMPLER_ARG",
-                value,
-                expected: "a ratio from 0 to 1",
-            })
-        }
+        Some(value) if !is_ratio(&value) => Err(TelemetryError::Invalid {
+            variable: "OTEL_TRACES_SAMPLER_ARG",
+            value,
+            expected: "a ratio from 0 to 1".into(),
+        }),
         _ => Ok(()),
     }
 }

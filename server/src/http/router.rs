@@ -58,8 +58,10 @@ async fn bounded(request: Request, next: Next, timeout: Duration) -> Response {
         .map(|route| route.as_str().to_owned());
     // OpenTelemetry's HTTP conventions: a method not of HTTP's own is `_OTHER`, and
     // names its span `HTTP`; a method's text is the client's, of any length.
-    let known = KNOWN_METHODS.contains(&method);
-    let method_name = if known { method.as_str() } else { "_OTHER" };
+    let (method_name, span_name) = match KNOWN_METHODS.contains(&method) {
+        true => (method.as_str(), method.as_str()),
+        false => ("_OTHER", "HTTP"),
+    };
     let start = Instant::now();
     let answered = |request| async move {
         match tokio::time::timeout(timeout, next.run(request)).await {
@@ -70,12 +72,9 @@ async fn bounded(request: Request, next: Next, timeout: Duration) -> Response {
     };
     let response = telemetry::request(
         request,
-        |_| {
-            let name = if known { method.as_str() } else { "HTTP" };
-            match &route {
-                Some(route) => format!("{name} {route}").into(),
-                None => name.to_owned().into(),
-            }
+        |_| match &route {
+            Some(route) => format!("{span_name} {route}").into(),
+            None => span_name.to_owned().into(),
         },
         |_| {
             let method = KeyValue::new("http.request.method", method_name.to_owned());

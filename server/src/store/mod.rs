@@ -16,9 +16,11 @@ use sqlx::{AnyPool, Row};
 
 mod accounts;
 mod reports;
+mod url;
 
 pub(crate) use accounts::{Account, Facts};
 pub(crate) use reports::{Claim, Remembered, ReportId};
+pub(crate) use url::check_url;
 
 use crate::time::rfc3339;
 use sluicegate_policy::{Policy, Style};
@@ -365,23 +367,6 @@ fn adopt_former_file(dir: &std::path::Path, path: &std::path::Path) -> std::io::
         }
     }
     std::fs::rename(former, path)
-}
-
-/// Whether `url` is a store's URL (`postgres://…`, `sqlite://…`); why not, in words that
-/// never repeat it (it may hold a password).
-pub(crate) fn check_url(url: &str) -> Result<(), String> {
-    use std::str::FromStr;
-    let parsed = match url.split_once("://").map(|(scheme, _)| scheme) {
-        Some("postgres" | "postgresql") => {
-            sqlx::postgres::PgConnectOptions::from_str(url).map(drop)
-        }
-        Some("sqlite") => sqlx::sqlite::SqliteConnectOptions::from_str(url).map(drop),
-        _ => return Err("not a postgres:// or sqlite:// URL".into()),
-    };
-    parsed.map_err(|e| match e {
-        sqlx::Error::Configuration(why) => format!("not a database URL: {why}"),
-        _ => "not a database URL".into(),
-    })
 }
 
 impl Store {
