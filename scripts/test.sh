@@ -35,6 +35,15 @@ python3 scripts/check-links.py
 # keeps them: in a proptest-regressions/ folder beside the folder of a crate's lib.rs or a
 # test binary's main.rs, a file per module, e.g. core/tests/proptest-regressions/ban.txt).
 stage "nextest"
+cargo nextest run --workspace --all-features --no-run
+# The image's static binary (a release build for musl) compiles while the tests run, in a
+# target directory of its own so that neither waits on the other's lock: the tests
+# mostly wait on sockets and timers, and none of them may depend on a quiet machine.
+image_log="$target_dir/image-build.log"
+CARGO_TARGET_DIR="$target_dir/image" setsid bash scripts/image.sh >"$image_log" 2>&1 &
+image_build=$!
+# A run that stops early stops the build too (its own process group: cargo and rustc).
+trap 'kill -- "-$image_build" 2>/dev/null || true' EXIT
 cargo nextest run --workspace --all-features --no-fail-fast
 # The guide's token-budget example runs as shown (an axum endpoint calling itself).
 stage "the token-budget example"
@@ -69,5 +78,6 @@ node server/web/e2e/e2e.mjs
 stage "manifests"
 bash scripts/kube-test.sh
 stage "the image"
-bash scripts/image-test.sh
+wait "$image_build" || { cat "$image_log" >&2; echo "test.sh: the image did not build" >&2; exit 1; }
+SKIP_BUILD=1 bash scripts/image-test.sh
 stage "done"
