@@ -73,9 +73,10 @@ started=$(date +%s%N)
   "$image" serve --envoy-config /etc/sluicegate/envoy >/dev/null
 base=http://127.0.0.1:$http
 status() { curl -s -o /dev/null -w '%{http_code}' "$base$1" || true; }
-# Polls PATH until it answers 200 (10 s at most): prints the milliseconds since `started`.
+# Polls PATH until it answers 200 (30 s at most: a loaded machine's start; one that never
+# answers fails): prints the milliseconds since `started`.
 answered() {
-  for _ in $(seq 500); do
+  for _ in $(seq 1500); do
     if [ "$(status "$1")" = 200 ]; then
       echo $((($(date +%s%N) - started) / 1000000))
       return

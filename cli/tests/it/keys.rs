@@ -155,6 +155,22 @@ fn a_sled_database_is_created_only_by_a_write_in_an_existing_directory() {
     assert_exit(&run("peek", &new), 0);
 }
 
+/// Whether a process holds a `flock` on `file` (sled's lock on its data file), as the
+/// kernel lists them in /proc/locks by device and inode; reading it takes no lock.
+fn flocked(file: &std::path::Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::metadata(file) else {
+        return false;
+    };
+    let inode = format!(":{}", meta.ino());
+    std::fs::read_to_string("/proc/locks").is_ok_and(|locks| {
+        locks.lines().any(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            fields.get(1) == Some(&"FLOCK") && fields.get(5).is_some_and(|f| f.ends_with(&inode))
+        })
+    })
+}
+
 #[test]
 fn a_sled_database_in_use_by_another_process_is_said_plainly() {
     let dir = tempfile::tempdir().unwrap();
@@ -169,12 +185,13 @@ fn a_sled_database_in_use_by_another_process_is_said_plainly() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    // Until it holds the database's lock: polled for 10 s, as a loaded machine may start
+    // the holder late (a fixed pause could end before it locks).
     let start = Instant::now();
-    while !dir.path().join("db").join("conf").exists() {
-        assert!(start.elapsed() < Duration::from_secs(10));
+    while !flocked(&dir.path().join("db").join("db")) {
+        assert!(start.elapsed() < Duration::from_secs(10), "never held");
         std::thread::sleep(Duration::from_millis(20));
     }
-    std::thread::sleep(Duration::from_millis(200));
     let out = bucket(&["check", "a", "--backend", &backend, "--now", "0"]);
     assert_exit(&out, 4);
     assert_eq!(

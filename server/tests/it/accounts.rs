@@ -96,7 +96,7 @@ async fn demote_each_other(a: &TestServer, b: &TestServer, root: &str, rounds: u
         // Both servers know `second` as an admin before the race.
         let admin_on_b =
             || async { get(&b.url("/v1/users"), &second).await.status == StatusCode::OK };
-        assert!(eventually(std::time::Duration::from_secs(3), admin_on_b).await);
+        assert!(eventually(std::time::Duration::from_secs(5), admin_on_b).await);
         let (second_url, root_url) = (
             a.url("/v1/users/second/roles"),
             b.url("/v1/users/root/roles"),
@@ -129,7 +129,7 @@ async fn demote_each_other(a: &TestServer, b: &TestServer, root: &str, rounds: u
                 == 1
         };
         assert!(
-            eventually(std::time::Duration::from_secs(3), one_admin).await,
+            eventually(std::time::Duration::from_secs(5), one_admin).await,
             "round {round}"
         );
         if y.status == StatusCode::OK {
@@ -138,7 +138,7 @@ async fn demote_each_other(a: &TestServer, b: &TestServer, root: &str, rounds: u
             assert_eq!(back.status, StatusCode::OK, "{}", back.text);
             let root_on_a =
                 || async { get(&a.url("/v1/users"), root).await.status == StatusCode::OK };
-            assert!(eventually(std::time::Duration::from_secs(3), root_on_a).await);
+            assert!(eventually(std::time::Duration::from_secs(5), root_on_a).await);
         }
     }
 }

@@ -37,7 +37,9 @@ async fn concurrent_decisions_share_pipelines_and_stay_exact() {
             tokio::spawn(async move { post(&url, &web, r#"{"policy":"api","key":"hot"}"#).await })
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // 50 ms: the queue forms in a few; the pause must end well inside the server's fixed
+    // 250 ms Redis timeout (an in-flight batch timed out is sent twice), 200 ms late allowed.
+    tokio::time::sleep(Duration::from_millis(50)).await;
     redis.signal("CONT");
     let mut remaining = BTreeSet::new();
     let mut denied = 0;

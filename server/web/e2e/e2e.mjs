@@ -58,7 +58,7 @@ try {
     try {
       if ((await fetch(`${site}/healthz`)).ok) break;
     } catch (error) {
-      if (attempt > 200) throw error;
+      if (attempt > 600) throw error; // 30 s or more: a loaded machine's start; one that never listens fails
     }
     await sleep(50);
   }
@@ -89,9 +89,10 @@ try {
 
   browser = await startBrowser();
   const { call, run } = browser;
-  /** Waits until `condition` (a JS expression) holds in the page; fails after 10 s. */
+  /** Waits until `condition` (a JS expression) holds in the page; fails after 20 s (a loaded
+   * machine's page; what never happens fails). */
   const until = async (condition, what = condition) => {
-    const held = await run(`for (let i = 0; i < 200; i++) {
+    const held = await run(`for (let i = 0; i < 400; i++) {
         if (${condition}) return true;
         await new Promise((r) => setTimeout(r, 50));
       }

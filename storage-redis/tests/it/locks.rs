@@ -137,7 +137,11 @@ fn a_killed_holders_permit_returns_after_its_ttl_and_not_before() {
                 assert!(retry > 0 && retry <= ttl);
             }
         }
-        assert!(started.elapsed() < Duration::from_secs(2), "never returned");
+        // Polled for 10 s: a loaded machine's late return; a permit kept for good fails.
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "never returned"
+        );
         sleep(Duration::from_millis(2));
     };
     assert!(

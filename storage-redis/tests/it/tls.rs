@@ -125,8 +125,9 @@ fn tls_to_a_plain_port_is_a_typed_error_within_the_timeout() {
     let mut con = Reconnecting::new(client(&wrong, Some(&certs.ca_pem())).unwrap());
     let started = std::time::Instant::now();
     let result = limiter().check(&mut con, b"k", 1);
+    // The 250 ms timeout 1.75 s late on a loaded machine; a hello with no timeout hangs.
     assert!(
-        started.elapsed() < DEFAULT_TIMEOUT * 2,
+        started.elapsed() < DEFAULT_TIMEOUT * 8,
         "{:?}",
         started.elapsed()
     );

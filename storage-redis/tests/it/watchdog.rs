@@ -11,18 +11,24 @@ use sluicegate_redis::{connect_async, Reconnecting, RedisLeases, DEFAULT_TIMEOUT
 
 use crate::common::Server;
 
-const TTL: u64 = 150 * MILLISECOND;
+/// Renewed every 333 ms: a renewal may be 600 ms late on a loaded machine and still land
+/// before the lease ends.
+const TTL: u64 = 1000 * MILLISECOND;
+/// How long a loss or a release may take to be seen on a loaded machine: bounded polls,
+/// where one never seen takes forever.
+const SEEN: Duration = Duration::from_secs(5);
 
-/// The outage tests' ttl, their renewal period, and a pause well under the ttl.
-const OUTAGE_TTL: Duration = Duration::from_millis(400);
-const PERIOD: Duration = Duration::from_millis(133);
+/// The outage tests' ttl, their renewal period, and a pause well under the ttl (700 ms
+/// under what a loss needs: room for a late resume).
+const OUTAGE_TTL: Duration = Duration::from_millis(1200);
+const PERIOD: Duration = Duration::from_millis(400);
 const BLIP: Duration = Duration::from_millis(100);
 /// How late past the ttl and a period a loss may be seen on a loaded machine.
-const SLACK: Duration = Duration::from_millis(300);
+const SLACK: Duration = Duration::from_secs(2);
 /// Longer than any outage: a renewal sent while Redis is stopped hangs until it resumes.
 const HANG: Duration = Duration::from_secs(10);
 /// A ttl longer than the drop test's outage: the lease is not lost meanwhile.
-const LONG_TTL: Duration = Duration::from_secs(2);
+const LONG_TTL: Duration = Duration::from_secs(4);
 
 fn outage_request(owner: &str) -> LeaseRequest<'_> {
     LeaseRequest::new(b"k")
@@ -88,9 +94,9 @@ fn a_watched_lease_is_renewed_released_on_drop_and_reports_its_loss() {
         .acquire_watched(watched, &LeaseRequest::new(b"k").owner(b"a").ttl(TTL))
         .unwrap()
         .unwrap();
-    // Four ttls later it is still held: renewed.
-    for _ in 0..6 {
-        sleep(Duration::from_millis(100));
+    // Two ttls later it is still held: renewed.
+    for _ in 0..8 {
+        sleep(Duration::from_millis(250));
         assert!(
             !lock
                 .acquire(&mut con, &LeaseRequest::new(b"k").owner(b"b").ttl(TTL))
@@ -121,7 +127,10 @@ fn a_watched_lease_is_renewed_released_on_drop_and_reports_its_loss() {
         .unwrap()
         .unwrap();
     let () = redis::cmd("DEL").arg("k").query(&mut con).unwrap();
-    sleep(Duration::from_millis(80));
+    let deleted = Instant::now();
+    while !guard.is_lost() && deleted.elapsed() < SEEN {
+        sleep(Duration::from_millis(2));
+    }
     assert!(guard.is_lost(), "a renewal at ttl/3 found the lease gone");
     // Denied: no guard.
     let _held = lock
@@ -146,8 +155,8 @@ async fn an_async_watched_lease_is_renewed_released_on_drop_and_its_loss_awaited
         .await
         .unwrap()
         .unwrap();
-    for _ in 0..6 {
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    for _ in 0..8 {
+        tokio::time::sleep(Duration::from_millis(250)).await;
         let other = lock
             .acquire_async(&mut con, &LeaseRequest::new(b"k").owner(b"b").ttl(TTL))
             .await
@@ -155,9 +164,11 @@ async fn an_async_watched_lease_is_renewed_released_on_drop_and_its_loss_awaited
         assert!(!other.decision.allowed);
     }
     drop(guard);
-    // The task releases: within a few milliseconds.
+    // The task releases: polled for up to 600 ms, before the lease could end (at least
+    // 667 ms after the drop, a ttl after the last renewal).
+    let dropped = Instant::now();
     let mut granted = None;
-    for _ in 0..50 {
+    while dropped.elapsed() < Duration::from_millis(600) {
         granted = lock
             .acquire_async(&mut con, &LeaseRequest::new(b"k").owner(b"b").ttl(TTL))
             .await
@@ -184,9 +195,9 @@ async fn an_async_watched_lease_is_renewed_released_on_drop_and_its_loss_awaited
         .query_async(&mut con)
         .await
         .unwrap();
-    tokio::time::timeout(Duration::from_millis(200), guard.lost())
+    tokio::time::timeout(SEEN, guard.lost())
         .await
-        .expect("the loss is reported within a renewal period");
+        .expect("the loss is reported");
     assert!(guard.is_lost());
 }
 
@@ -279,11 +290,11 @@ fn a_guard_dropped_while_redis_hangs_returns_at_once_and_releases_later() {
     let dropped = dropping.elapsed();
     server.resume();
     println!("dropped in {dropped:?}");
-    // A tenth of the connection's timeout: the drop's own wait and a loaded machine's delays.
-    assert!(dropped < HANG / 10, "the drop waited {dropped:?}");
+    // A fifth of the connection's timeout: the drop's own wait and a loaded machine's delays.
+    assert!(dropped < HANG / 5, "the drop waited {dropped:?}");
     let resumed = Instant::now();
     while (lock.acquire(&mut con, &outage_request("b")).unwrap().grant).is_none() {
-        // Renewed as Redis resumed: only a release frees it this soon.
+        // Renewed as Redis resumed: only a release frees it within half the 4 s ttl.
         assert!(resumed.elapsed() < LONG_TTL / 2, "not released");
         sleep(Duration::from_millis(2));
     }

@@ -31,9 +31,9 @@ fn held_on(layer: &ConcurrencyLimitLayer, key: &Key) -> usize {
     layer.leases().state(key).map_or(0, |s| s.leases().len())
 }
 
-/// Waits up to 2 s for the held count to become `n`.
+/// Waits 5 s or more (500 polls) for the held count to become `n`: room for a loaded machine.
 async fn until_held(layer: &ConcurrencyLimitLayer, n: usize) {
-    for _ in 0..200 {
+    for _ in 0..500 {
         if held(layer) == n {
             return;
         }
@@ -178,7 +178,8 @@ async fn the_lease_is_released_when_the_client_disconnects_mid_body() {
     let mut sent = 0;
     while tx.send(Ok(Bytes::from_static(b"more"))).await.is_ok() {
         sent += 1;
-        assert!(sent < 200, "the body was never dropped");
+        // 5 s or more of writes: a loaded machine's notice; one never made fails.
+        assert!(sent < 500, "the body was never dropped");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert_eq!(held(&layer), 0);
@@ -253,7 +254,7 @@ async fn per_key_limits_are_separate() {
 async fn wait_is_woken_by_a_release_and_bounded() {
     let layer = ConcurrencyLimitLayer::global(1, TTL)
         .unwrap()
-        .overload(Wait::at_most(Duration::from_millis(300)));
+        .overload(Wait::at_most(Duration::from_secs(1)));
     let (app, mut handed) = streaming();
     let addr = common::serve(app.layer(layer)).await;
     let response = open(addr, &[]).await;
@@ -262,7 +263,7 @@ async fn wait_is_woken_by_a_release_and_bounded() {
     let started = std::time::Instant::now();
     let refused = get(addr, "/", &[]).await;
     assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
-    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert!(started.elapsed() >= Duration::from_secs(1));
     // Released during the wait: the waiter proceeds at once, not at the bound.
     let waiter = tokio::spawn(async move { get(addr, "/", &[]).await.status });
     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -270,7 +271,8 @@ async fn wait_is_woken_by_a_release_and_bounded() {
     drop(tx);
     response.into_body().collect().await.unwrap();
     assert_eq!(waiter.await.unwrap(), StatusCode::OK);
-    assert!(started.elapsed() < Duration::from_millis(200));
+    // 700 ms late allowed on a loaded machine, still before the waiter's 1 s bound.
+    assert!(started.elapsed() < Duration::from_millis(700));
 }
 
 #[tokio::test]

@@ -251,8 +251,9 @@ async fn a_hanging_service_is_bounded_by_the_timeout() {
     let reply = get(addr, "/", &[]).await;
     assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
     let took = start.elapsed();
+    // Never before the 200 ms timeout; 5 s late allowed, a service never answering hangs.
     assert!(
-        took >= Duration::from_millis(200) && took < Duration::from_secs(2),
+        took >= Duration::from_millis(200) && took < Duration::from_secs(5),
         "{took:?}"
     );
 }

@@ -17,14 +17,15 @@ pub const LATE: Duration = Duration::from_secs(1);
 pub const LONG: Ticks = 60 * sluicegate_core::SECOND;
 
 /// Checks the latencies of 20 waiters woken by a release (`what` names them in the
-/// report): the median under 20 ms, the slowest under [`LATE`].
+/// report): the median under 100 ms, the slowest under [`LATE`].
 pub fn assert_prompt_wakes(what: &str, mut latencies: Vec<Duration>) {
     latencies.sort();
     println!(
         "{what} wake latency over 20 releases: median {:?}, max {:?}",
         latencies[10], latencies[19]
     );
-    assert!(latencies[10] < Duration::from_millis(20), "{latencies:?}");
+    // 100 ms for a loaded machine's wake-up; a waiter left to its timeout takes seconds.
+    assert!(latencies[10] < Duration::from_millis(100), "{latencies:?}");
     assert!(latencies[19] < LATE, "{latencies:?}");
 }
 
@@ -475,12 +476,18 @@ impl std::hash::Hasher for OneShardHasher {
 /// Times `refuse(i)` for `i` in `0..1000`, each refusing a new key to a full table of
 /// `held` keys, and checks that a refusal costs less than ten insertions
 /// (`per_insertion`): a refusal that swept the table would cost about `held` lookups.
+/// Timed in ten batches of 100, the fastest counted: a loaded machine's pause lands in
+/// some batch, a sweep in every one.
 pub fn assert_refusals_do_not_sweep(held: u64, per_insertion: Duration, refuse: impl Fn(u64)) {
-    let started = std::time::Instant::now();
-    for i in 0..1000 {
-        refuse(i);
+    let mut fastest = Duration::MAX;
+    for batch in 0..10 {
+        let started = std::time::Instant::now();
+        for i in batch * 100..(batch + 1) * 100 {
+            refuse(i);
+        }
+        fastest = fastest.min(started.elapsed());
     }
-    let per_refusal = started.elapsed() / 1000;
+    let per_refusal = fastest / 100;
     println!("{held} keys: {per_insertion:?} per insertion, {per_refusal:?} per refusal");
     assert!(
         per_refusal < 10 * per_insertion,
