@@ -20,6 +20,7 @@ mod policies;
 mod policy_files;
 mod ready;
 mod reports;
+mod rlqs;
 mod slow_clients;
 mod store_load;
 mod telemetry;
