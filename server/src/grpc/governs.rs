@@ -27,8 +27,13 @@ pub(super) enum Governed {
     Unlimited,
     /// A limit of 0: `DENY_ALL`.
     Denied,
-    /// A share of `rate`, split among every bucket governed by the limit `id`.
-    Shared { id: String, rate: Rate },
+    /// A share of `rate`, split among every bucket governed by the limit `id`, of the
+    /// policy or rule `name`.
+    Shared {
+        id: String,
+        name: String,
+        rate: Rate,
+    },
 }
 
 /// Why a bucket gets no assignment (Envoy then applies its no-assignment behaviour).
@@ -63,7 +68,7 @@ pub(super) fn govern(
         return match (&rule.limit, rule.policy()) {
             (sluicegate_policy::envoy::Limit::Unlimited, _) => Ok(Governed::Unlimited),
             (_, None) => Ok(Governed::Denied),
-            (_, Some(policy)) => shared(&policy, format!("y\0{}\0{}", rule.id, bounded(key))),
+            (_, Some(policy)) => shared(&policy, Source::Yaml, &rule.id, bounded(key)),
         };
     }
     let (named, key) = descriptor_key(entries.iter().copied());
@@ -72,15 +77,32 @@ pub(super) fn govern(
     if stored.policy.shadow {
         return Ok(Governed::Unlimited);
     }
-    shared(&stored.policy, format!("p\0{name}\0{}", bounded(key)))
+    shared(&stored.policy, Source::Policy, name, bounded(key))
 }
 
-/// `policy`'s limit shared under `id`.
-fn shared(policy: &Policy, id: String) -> Result<Governed, Ungoverned> {
+/// Where a limit is written: a policy and a rule of the same name are distinct limits.
+#[derive(Debug, Clone, Copy)]
+enum Source {
+    Policy,
+    Yaml,
+}
+
+/// `policy`'s limit, named `name` (a policy's name or a YAML rule's id), shared
+/// among the buckets of `key`.
+fn shared(
+    policy: &Policy,
+    source: Source,
+    name: &str,
+    key: String,
+) -> Result<Governed, Ungoverned> {
     match rate(policy) {
         None => Err(Ungoverned::NotARate),
         Some(rate) if rate.units == 0 => Ok(Governed::Denied),
-        Some(rate) => Ok(Governed::Shared { id, rate }),
+        Some(rate) => Ok(Governed::Shared {
+            id: format!("{source:?}\0{name}\0{key}"),
+            name: name.to_owned(),
+            rate,
+        }),
     }
 }
 

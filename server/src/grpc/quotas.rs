@@ -3,6 +3,7 @@
 //! every report re-computes and any change pushes to the streams concerned at once.
 
 use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -19,6 +20,7 @@ use super::envoy::service::rate_limit_quota::v3::BucketId;
 use super::governs::Rate;
 use super::mailbox::Mailbox;
 use super::wire::saturate;
+use crate::key_usage::escape;
 
 /// Percent added to a subscriber's measured demand.
 const HEADROOM_PERCENT: u64 = 20;
@@ -47,6 +49,8 @@ struct Standing {
 /// One shared limit.
 #[derive(Debug)]
 struct Limit {
+    /// The policy's name or the YAML rule's id.
+    name: String,
     rate: Rate,
     subscribers: BTreeMap<Subscriber, Standing>,
 }
@@ -57,6 +61,7 @@ pub(super) struct Usage {
     pub(super) bucket: u64,
     pub(super) id: BucketId,
     pub(super) limit: String,
+    pub(super) name: String,
     pub(super) rate: Rate,
     /// Requests allowed plus denied since its last report.
     pub(super) requests: u64,
@@ -103,6 +108,7 @@ impl Quotas {
         let mut reported = Vec::new();
         for usage in usages {
             let limit = limits.entry(usage.limit.clone()).or_insert_with(|| Limit {
+                name: usage.name,
                 rate: usage.rate,
                 subscribers: BTreeMap::new(),
             });
@@ -177,6 +183,79 @@ impl Quotas {
             }
         }
     }
+}
+
+/// One policy's or rule's shares, all its keys together, for `/metrics`.
+#[derive(Debug, Default)]
+struct Figures {
+    subscribers: usize,
+    /// Units per second, in millionths.
+    demand: u128,
+    assigned: u128,
+    limit: u128,
+}
+
+impl Quotas {
+    /// The shares as Prometheus gauges by policy or rule (a bounded set of names, as
+    /// the decisions' counters): subscribers, and demand, assigned and limit in units
+    /// per second, all keys together.
+    pub(super) fn render(&self) -> String {
+        let mut by_name: BTreeMap<String, Figures> = BTreeMap::new();
+        for limit in self.limits().values() {
+            let figures = by_name.entry(limit.name.clone()).or_default();
+            let per_second =
+                |units: u64| u128::from(units) * 1_000_000 / u128::from(limit.rate.period_s.max(1));
+            figures.subscribers += limit.subscribers.len();
+            for standing in limit.subscribers.values() {
+                figures.demand += per_second(standing.demand);
+                figures.assigned += per_second(standing.share.unwrap_or(0));
+            }
+            figures.limit += per_second(limit.rate.units);
+        }
+        let gauges: [Gauge; 4] = [
+            (
+                "sluicegate_rlqs_subscribers",
+                "Buckets of Envoy quota streams subscribed to a policy or rule.",
+                |f| f.subscribers.to_string(),
+            ),
+            (
+                "sluicegate_rlqs_demand_per_second",
+                "Requests per second the subscribers asked for lately.",
+                |f| micros(f.demand),
+            ),
+            (
+                "sluicegate_rlqs_assigned_per_second",
+                "Requests per second assigned to the subscribers.",
+                |f| micros(f.assigned),
+            ),
+            (
+                "sluicegate_rlqs_limit_per_second",
+                "The limit shared, requests per second, all keys together.",
+                |f| micros(f.limit),
+            ),
+        ];
+        let mut out = String::new();
+        for (metric, help, value) in gauges {
+            let _ = writeln!(out, "# HELP {metric} {help}\n# TYPE {metric} gauge");
+            for (name, figures) in &by_name {
+                let _ = writeln!(
+                    out,
+                    "{metric}{{policy=\"{}\"}} {}",
+                    escape(name),
+                    value(figures)
+                );
+            }
+        }
+        out
+    }
+}
+
+/// A gauge: its name, its help, and its value of one policy's figures.
+type Gauge = (&'static str, &'static str, fn(&Figures) -> String);
+
+/// Millionths as a decimal number.
+fn micros(millionths: u128) -> String {
+    format!("{}.{:06}", millionths / 1_000_000, millionths % 1_000_000)
 }
 
 impl Standing {

@@ -91,6 +91,11 @@ impl Streams {
         self.open.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The shares as Prometheus gauges.
+    pub(crate) fn render(&self) -> String {
+        self.quotas.render()
+    }
+
     /// Shutdown: every share re-sent with a short time to live, then every stream
     /// ended `UNAVAILABLE`, so that proxies fall back soon and reconnect elsewhere.
     pub(crate) fn close(&self) {
@@ -320,12 +325,17 @@ impl Reader {
                     self.mailbox
                         .post(number, assign(&id, blanket(BlanketRule::DenyAll), ttl));
                 }
-                Ok(Governed::Shared { id: limit, rate }) => {
+                Ok(Governed::Shared {
+                    id: limit,
+                    name,
+                    rate,
+                }) => {
                     held.limit = Some(limit.clone());
                     usages.push(Usage {
                         bucket: number,
                         id,
                         limit,
+                        name,
                         rate,
                         requests,
                     });

@@ -51,6 +51,16 @@ pub(crate) fn spawn(
         Arc::clone(&service),
         config.rlqs_report_interval,
     ));
+    // Weak: the service holds the metrics, and the streams hold the service.
+    let shown = Arc::downgrade(&streams);
+    let text = move || shown.upgrade().map_or_else(String::new, |s| s.render());
+    service.metrics.add_text(Box::new(text));
+    if config.decisions.is_some() || config.store.is_some() {
+        tracing::warn!(
+            "Envoy's quota service (RLQS) shares each limit among the streams of this replica \
+             only: with more than one replica, each hands out the whole limit; serve it from one"
+        );
+    }
     let closing = Arc::clone(&streams);
     let until = async move {
         until.await;

@@ -272,15 +272,23 @@ async fn rlqs_assigns_blanket_rules_to_unlimited_and_zero_limits() {
     assert!(edge.misread().is_empty() && policies.misread().is_empty());
 }
 
+/// Also `/metrics`: the subscribers and the shares assigned.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rlqs_a_closed_stream_frees_its_share_and_an_idle_bucket_is_abandoned() {
     let interval = Duration::from_millis(200);
     let (server, web) = serving(Config {
         rlqs_report_interval: interval,
+        metrics_open: true,
         ..config()
     })
     .await;
     let grpc = server.grpc.unwrap();
+    let gauges = || async {
+        let text = get(&server.url("/metrics"), "").await.text;
+        let subscribers = metric(&text, "sluicegate_rlqs_subscribers", "api");
+        let assigned = "sluicegate_rlqs_assigned_per_second{policy=\"api\"} 400.000000";
+        (subscribers, text.lines().any(|l| l == assigned))
+    };
     let (a, b) = (
         Proxy::start(grpc, &web, "api", interval),
         Proxy::start(grpc, &web, "api", interval),
@@ -299,10 +307,12 @@ async fn rlqs_a_closed_stream_frees_its_share_and_an_idle_bucket_is_abandoned() 
         ta > 0 && tb > 0 && ta + tb <= LIMIT && tb < LIMIT * 9 / 10
     });
     assert!(halves.await, "shares {} and {}", tokens(&a), tokens(&b));
+    assert_eq!(gauges().await, (2, true));
     // One proxy gone without a word: the other is pushed the whole limit at once.
     drop(a);
     let whole = eventually(interval * 2, || async { tokens(&b) == LIMIT });
     assert!(whole.await, "share {}", tokens(&b));
+    assert_eq!(gauges().await, (1, true));
     // Idle for 12 reports: abandoned.
     let abandoned = eventually(interval * 20, || async { !b.holds(KEY) });
     assert!(abandoned.await, "the idle bucket is still held");
