@@ -36,7 +36,7 @@ type Subscriber = (u64, u64);
 /// A subscriber's standing on one limit.
 #[derive(Debug)]
 struct Standing {
-    bucket: BucketId,
+    bucket: Arc<BucketId>,
     mailbox: Arc<Mailbox>,
     /// Units per the limit's period it asked for lately (0 until measured).
     demand: u64,
@@ -59,7 +59,7 @@ struct Limit {
 #[derive(Debug)]
 pub(super) struct Usage {
     pub(super) bucket: u64,
-    pub(super) id: BucketId,
+    pub(super) id: Arc<BucketId>,
     pub(super) limit: String,
     pub(super) name: String,
     pub(super) rate: Rate,
@@ -117,7 +117,7 @@ impl Quotas {
                 .subscribers
                 .entry((stream, usage.bucket))
                 .or_insert_with(|| Standing {
-                    bucket: usage.id.clone(),
+                    bucket: Arc::clone(&usage.id),
                     mailbox: Arc::clone(mailbox),
                     demand: 0,
                     reported: None,

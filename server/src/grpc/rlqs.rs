@@ -161,7 +161,7 @@ impl RateLimitQuotaService for Rlqs {
 /// A bucket a stream holds.
 #[derive(Debug)]
 struct Held {
-    id: BucketId,
+    id: Arc<BucketId>,
     /// The shared limit it is subscribed to.
     limit: Option<String>,
     /// Reports in a row with no request.
@@ -284,23 +284,25 @@ impl Reader {
                 .num_requests_allowed
                 .saturating_add(usage.num_requests_denied);
             let held = self.buckets.entry(number).or_insert_with(|| Held {
-                id: id.clone(),
+                id: Arc::new(id.clone()),
                 limit: None,
                 idle: 0,
             });
-            if held.id != id {
+            if *held.id != id {
                 left.extend(held.limit.take().map(|l| (l, number)));
                 *held = Held {
-                    id: id.clone(),
+                    id: Arc::new(id),
                     limit: None,
                     idle: 0,
                 };
             }
+            // One copy of the id per bucket held, shared with its subscription.
+            let id = Arc::clone(&held.id);
             held.idle = if requests == 0 { held.idle + 1 } else { 0 };
             if held.idle >= ABANDON_AFTER {
                 left.extend(held.limit.take().map(|l| (l, number)));
                 self.buckets.remove(&number);
-                self.mailbox.post(number, abandon(id));
+                self.mailbox.post(number, abandon(BucketId::clone(&id)));
                 continue;
             }
             let entries: Vec<(&str, &str)> = id
