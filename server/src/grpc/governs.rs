@@ -152,8 +152,28 @@ fn whole_seconds(units: u64, period: Ticks, burst: u64) -> Rate {
 
 #[cfg(test)]
 mod tests {
-    use super::{whole_seconds, Rate};
-    use sluicegate_core::{MILLISECOND, SECOND};
+    use super::{rate, whole_seconds, Rate};
+    use sluicegate_core::{Kind, MILLISECOND, SECOND};
+    use sluicegate_policy::{Policy, PolicyDuration};
+
+    #[test]
+    fn a_composite_takes_its_strictest_member_and_a_lease_is_no_rate() {
+        let window = |limit, seconds| {
+            let period = Some(PolicyDuration(seconds * SECOND));
+            Policy::from_flags(Kind::FixedWindow, Some(limit), None, None, period)
+        };
+        let mut both = Policy::from_flags(Kind::Composite, None, None, None, None);
+        // 10 a second, and 300 a minute (5 a second): the minute's governs.
+        both.limits = Some(vec![window(10, 1), window(300, 60)]);
+        let strictest = Rate {
+            units: 300,
+            period_s: 60,
+            burst: 10,
+        };
+        assert_eq!(rate(&both), Some(strictest));
+        let lease = Policy::from_flags(Kind::Concurrency, Some(5), None, None, None);
+        assert_eq!(rate(&lease), None);
+    }
 
     #[test]
     fn periods_become_whole_seconds_never_a_faster_rate() {

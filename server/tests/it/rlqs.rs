@@ -227,18 +227,19 @@ async fn first_response(opened: &mut Opened) -> RateLimitQuotaResponse {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rlqs_assigns_blanket_rules_to_unlimited_and_zero_limits() {
-    let yaml = "domain: edge\ndescriptors:\n  - key: free\n    rate_limit: {unlimited: true}\n  - key: closed\n    rate_limit: {unit: second, requests_per_unit: 0}\n  - key: metered\n    rate_limit: {unit: minute, requests_per_unit: 120}\n";
+    let yaml = "domain: edge\ndescriptors:\n  - key: free\n    rate_limit: {unlimited: true}\n  - key: closed\n    rate_limit: {unit: second, requests_per_unit: 0}\n  - key: metered\n    rate_limit: {unit: minute, requests_per_unit: 120}\n  - key: tried\n    shadow_mode: true\n    rate_limit: {unit: second, requests_per_unit: 1}\n";
     let (config, _yaml) = envoy_yaml(yaml);
     let (server, web) = serving(config).await;
     let grpc = server.grpc.unwrap();
     let edge = Proxy::start(grpc, &web, "edge", INTERVAL);
-    let (free, closed, metered, unmatched) = (
+    let (free, closed, metered, unmatched, tried) = (
         [("free", "x")],
         [("closed", "x")],
         [("metered", "x")],
         [("nothing", "x")],
+        [("tried", "x")],
     );
-    for entries in [&free[..], &closed, &metered, &unmatched] {
+    for entries in [&free[..], &closed, &metered, &unmatched, &tried] {
         assert!(
             eventually(Duration::from_secs(5), || async {
                 edge.request(entries);
@@ -249,6 +250,7 @@ async fn rlqs_assigns_blanket_rules_to_unlimited_and_zero_limits() {
     }
     assert_eq!(edge.blanket(&free), Some(BlanketRule::AllowAll));
     assert_eq!(edge.blanket(&unmatched), Some(BlanketRule::AllowAll));
+    assert_eq!(edge.blanket(&tried), Some(BlanketRule::AllowAll));
     assert_eq!(edge.blanket(&closed), Some(BlanketRule::DenyAll));
     assert!(!edge.request(&closed));
     // The whole minute's limit to the only subscriber, in whole seconds.
