@@ -266,7 +266,8 @@ impl Standing {
             return;
         };
         let micros = now.duration_since(since).as_micros().max(1);
-        let per_period = u128::from(requests) * u128::from(period_s) * 1_000_000 / micros;
+        let per_period =
+            (u128::from(requests) * u128::from(period_s)).saturating_mul(1_000_000) / micros;
         let measured = u64::try_from(per_period).unwrap_or(u64::MAX);
         self.demand = if measured >= self.demand {
             measured
@@ -359,7 +360,8 @@ fn assignment(bucket: &BucketId, rate: &Rate, share: u64, ttl: Duration) -> Buck
     if share == 0 {
         return assign(bucket, blanket(BlanketRule::DenyAll), ttl);
     }
-    let burst = u128::from(rate.burst) * u128::from(share) / u128::from(rate.units.max(1));
+    let burst =
+        u128::from(rate.burst).saturating_mul(u128::from(share)) / u128::from(rate.units.max(1));
     let tokens = TokenBucket {
         max_tokens: saturate(u64::try_from(burst).unwrap_or(u64::MAX)).max(1),
         tokens_per_fill: Some(saturate(share)),

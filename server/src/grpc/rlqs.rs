@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -68,6 +68,8 @@ pub(crate) struct Streams {
     permits: Arc<Semaphore>,
     next: AtomicU64,
     open: Mutex<HashMap<u64, Arc<Mailbox>>>,
+    /// Shutting down: new streams are refused.
+    closing: AtomicBool,
 }
 
 impl Streams {
@@ -84,6 +86,7 @@ impl Streams {
             permits: Arc::new(Semaphore::new(MAX_STREAMS)),
             next: AtomicU64::new(0),
             open: Mutex::default(),
+            closing: AtomicBool::new(false),
         }
     }
 
@@ -99,6 +102,7 @@ impl Streams {
     /// Shutdown: every share re-sent with a short time to live, then every stream
     /// ended `UNAVAILABLE`, so that proxies fall back soon and reconnect elsewhere.
     pub(crate) fn close(&self) {
+        self.closing.store(true, Ordering::Release);
         self.quotas.expire_all(SHUTDOWN_TTL);
         for mailbox in self.open().values() {
             mailbox.end(Some(Status::unavailable("the server is shutting down")));
@@ -137,7 +141,14 @@ impl RateLimitQuotaService for Rlqs {
         let streams = &self.0;
         let id = streams.next.fetch_add(1, Ordering::Relaxed);
         let mailbox = Arc::new(Mailbox::default());
-        streams.open().insert(id, Arc::clone(&mailbox));
+        {
+            let mut open = streams.open();
+            // Checked under the lock `close` ends the open streams under.
+            if streams.closing.load(Ordering::Acquire) {
+                return Err(Status::unavailable("the server is shutting down"));
+            }
+            open.insert(id, Arc::clone(&mailbox));
+        }
         let (gone, watching) = oneshot::channel::<()>();
         let reader = Reader {
             streams: Arc::clone(streams),
