@@ -1,5 +1,5 @@
 //! Embeds every file under `web/dist/` (the management page) in the binary, and
-//! generates Envoy's rate limit service from the vendored protos in `vendor/proto/`.
+//! generates Envoy's rate limit and quota services from the vendored protos in `vendor/proto/`.
 
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
@@ -46,7 +46,8 @@ fn main() {
     envoy_protos();
 }
 
-/// Envoy's rate limit service, generated from the vendored protos.
+/// Envoy's rate limit and quota services, generated from the vendored protos; a quota
+/// bucket id's entries in name order.
 #[cfg(feature = "grpc")]
 fn envoy_protos() {
     println!("cargo:rerun-if-changed=vendor/proto");
@@ -54,8 +55,12 @@ fn envoy_protos() {
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
+        .btree_map(".envoy.service.rate_limit_quota")
         .compile_protos(
-            &["vendor/proto/envoy/service/ratelimit/v3/rls.proto"],
+            &[
+                "vendor/proto/envoy/service/ratelimit/v3/rls.proto",
+                "vendor/proto/envoy/service/rate_limit_quota/v3/rlqs.proto",
+            ],
             &["vendor/proto"],
         )
         .unwrap();

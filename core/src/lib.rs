@@ -43,6 +43,7 @@ pub mod lease;
 #[cfg(feature = "memory")]
 pub mod memory;
 mod report;
+pub mod share;
 mod sliding_counter;
 #[cfg(feature = "alloc")]
 mod sliding_log;

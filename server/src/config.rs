@@ -75,6 +75,11 @@ pub struct Config {
     /// How often gRPC pings a connection; one ping unanswered for as long closes it.
     #[arg(long, default_value = "30s", value_parser = duration)]
     pub grpc_keepalive: Duration,
+    /// How often Envoy reports quota usage on an RLQS stream (5 s, fixed in Envoy
+    /// today): assignments live three of these (rounded up to whole seconds), and a
+    /// stream may send about one report per bucket in one.
+    #[arg(long, default_value = "5s", value_parser = duration)]
+    pub rlqs_report_interval: Duration,
     /// Calls at once on one gRPC connection.
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
     pub grpc_max_streams: u32,

@@ -189,6 +189,22 @@ pub(crate) struct Metrics {
     /// The policies whose most used keys are shown (`--key-usage`), and how many keys
     /// each shows (`--key-usage-max`).
     key_usage: (std::collections::BTreeSet<String>, usize),
+    /// Gauges another part of the server renders (the quota service's shares).
+    texts: Texts,
+}
+
+/// Renders a part of `/metrics`.
+type Text = Box<dyn Fn() -> String + Send + Sync>;
+
+/// The parts of `/metrics` rendered elsewhere.
+#[derive(Default)]
+struct Texts(RwLock<Vec<Text>>);
+
+impl std::fmt::Debug for Texts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let n = self.0.read().map_or(0, |t| t.len());
+        write!(f, "Texts({n})")
+    }
 }
 
 impl Metrics {
@@ -292,9 +308,28 @@ impl Metrics {
             .retain(|name, _| exists(name));
     }
 
+    /// Adds what `text` renders to every `/metrics`.
+    #[cfg(feature = "grpc")]
+    pub(crate) fn add_text(&self, text: Text) {
+        self.texts
+            .0
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(text);
+    }
+
     /// The Prometheus text exposition.
     pub(crate) fn render(&self) -> String {
         let mut out = String::new();
+        for text in self
+            .texts
+            .0
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            out.push_str(&text());
+        }
         // A policy shows once it has decided or reported (its counters exist from its
         // build).
         let policies = self.policies.read().unwrap_or_else(|e| e.into_inner());

@@ -33,6 +33,7 @@ mod refund;
 mod report;
 #[cfg(feature = "serde")]
 mod serde;
+mod share;
 mod sliding_counter;
 mod sliding_log;
 mod token_bucket;

@@ -39,4 +39,11 @@ pub mod service {
             tonic::include_proto!("envoy.service.ratelimit.v3");
         }
     }
+    /// `envoy.service.rate_limit_quota`.
+    pub mod rate_limit_quota {
+        /// `envoy.service.rate_limit_quota.v3`.
+        pub mod v3 {
+            tonic::include_proto!("envoy.service.rate_limit_quota.v3");
+        }
+    }
 }

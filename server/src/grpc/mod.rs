@@ -27,6 +27,7 @@
 //! would deny) but never makes the `overall_code` `OVER_LIMIT`, which is what Envoy
 //! acts on: the request goes through, and the status shows what would have happened.
 
+mod admitted;
 mod domains;
 #[doc(hidden)]
 #[allow(
@@ -37,6 +38,10 @@ mod domains;
     unreachable_pub
 )]
 pub mod envoy;
+mod governs;
+mod mailbox;
+mod quotas;
+mod rlqs;
 mod rls;
 mod serve;
 mod wire;

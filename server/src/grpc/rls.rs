@@ -8,6 +8,7 @@ use tonic::{Request, Response, Status};
 
 use sluicegate_policy::Built;
 
+use super::admitted::Admitted;
 use super::domains;
 use super::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use super::envoy::service::ratelimit::v3::rate_limit_response::{
@@ -17,7 +18,6 @@ use super::envoy::service::ratelimit::v3::rate_limit_service_server::{
     RateLimitService, RateLimitServiceServer,
 };
 use super::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use super::serve::Admitted;
 use super::wire::{bounded, duration, saturate, status, undecided, unit_of};
 use crate::service::auth::App;
 use crate::service::{Ask, Served, Service, ServiceError, MAX_BATCH};
@@ -43,19 +43,28 @@ impl Rls {
 }
 
 /// A descriptor's policy (its first entry `policy`) and its key: the other entries,
-/// escaped so that the key names one list ([`sluicegate_policy::envoy::key_of`], shared with the domains
-/// of Envoy's YAML).
-fn descriptor_key(entries: &[Entry]) -> (Option<&str>, String) {
-    let named = entries.iter().position(|e| e.key == "policy");
+/// escaped so that the key names one list ([`sluicegate_policy::envoy::key_of`], shared
+/// with the domains of Envoy's YAML and with quota buckets).
+pub(super) fn descriptor_key<'a>(
+    entries: impl Iterator<Item = (&'a str, &'a str)> + Clone,
+) -> (Option<&'a str>, String) {
+    let named = entries.clone().position(|(key, _)| key == "policy");
     let others = entries
-        .iter()
+        .clone()
         .enumerate()
-        .filter(|(i, e)| Some(*i) != named && e.key != REPORT_ENTRY)
-        .map(|(_, e)| (e.key.as_str(), e.value.as_str()));
+        .filter(|(i, (key, _))| Some(*i) != named && *key != REPORT_ENTRY)
+        .map(|(_, entry)| entry);
     (
-        named.map(|i| entries[i].value.as_str()),
+        named
+            .and_then(|i| entries.clone().nth(i))
+            .map(|(_, value)| value),
         sluicegate_policy::envoy::key_of(others),
     )
+}
+
+/// A descriptor's entries as pairs.
+fn entry_pairs(entries: &[Entry]) -> impl Iterator<Item = (&str, &str)> + Clone {
+    entries.iter().map(|e| (e.key.as_str(), e.value.as_str()))
 }
 
 /// The cost of the request's descriptor `i`: its `hits_addend`, else the request's
@@ -169,7 +178,7 @@ impl Rls {
         i: usize,
     ) -> Result<(DescriptorStatus, bool), ServiceError> {
         let entries = &request.descriptors[i].entries;
-        let (policy, key) = descriptor_key(entries);
+        let (policy, key) = descriptor_key(entry_pairs(entries));
         let (policy, key) = (policy.unwrap_or(request.domain.as_str()), bounded(key));
         let cost = cost(request, i);
         // The decision's own verdict (a shadow denial shows), and its figures.
@@ -219,7 +228,7 @@ impl Rls {
 
 #[cfg(test)]
 mod tests {
-    use super::{descriptor_key, Entry};
+    use super::{descriptor_key, entry_pairs, Entry};
     use proptest::prelude::*;
 
     fn entries(pairs: &[(String, String)]) -> Vec<Entry> {
@@ -243,7 +252,7 @@ mod tests {
         let pairs = [("remote_address", "10.0.0.1"), ("path", "/a")]
             .map(|(k, v)| (k.to_owned(), v.to_owned()));
         let entries = entries(&pairs);
-        let (policy, key) = descriptor_key(&entries);
+        let (policy, key) = descriptor_key(entry_pairs(&entries));
         assert_eq!(
             (policy, key.as_str()),
             (None, "remote_address=10.0.0.1|path=/a")
@@ -255,8 +264,8 @@ mod tests {
         let one = [("user".to_owned(), "bob|ip=1.2.3.4".to_owned())];
         let two = [("user", "bob"), ("ip", "1.2.3.4")].map(|(k, v)| (k.to_owned(), v.to_owned()));
         assert_ne!(
-            descriptor_key(&entries(&one)),
-            descriptor_key(&entries(&two))
+            descriptor_key(entry_pairs(&entries(&one))),
+            descriptor_key(entry_pairs(&entries(&two)))
         );
     }
 
@@ -287,7 +296,7 @@ mod tests {
         #[test]
         fn a_key_names_one_descriptor(pairs in lists()) {
             let entries = entries(&pairs);
-        let (policy, key) = descriptor_key(&entries);
+        let (policy, key) = descriptor_key(entry_pairs(&entries));
             let mut rest = pairs.clone();
             let named = rest.iter().position(|(k, _)| k == "policy").map(|i| rest.remove(i).1);
             prop_assert_eq!(policy.map(str::to_owned), named);

@@ -1,6 +1,8 @@
 //! The gRPC listener: its connections bounded as HTTP's are, served until shutdown; a
 //! connection with no call in flight for `--idle-timeout` is closed, whatever pings it
 //! answers (gRPC's MAX_CONNECTION_IDLE); each call admitted before its message is read.
+//! A quota stream (RLQS) is a call in flight for as long as it is open, and only its
+//! first message is due within `--header-timeout`.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -17,17 +19,20 @@ use tonic::body::Body;
 use tonic::codegen::http;
 use tonic::Status;
 
+use super::admitted::Admitted;
+use super::rlqs::{Rlqs, Streams};
 use super::wire::status;
 use super::Rls;
-use crate::conn::{Bounds, Connection, Gate};
-use crate::service::auth::{authenticate, bearer, App};
-use crate::service::{Served, Service};
+use crate::conn::{Bounds, Call, Connection, Gate};
+use crate::service::auth::{authenticate, bearer};
+use crate::service::Service;
 use crate::Config;
 
 /// The gRPC server running on its task.
 pub(crate) type Running = JoinHandle<Result<(), tonic::transport::Error>>;
 
-/// Serves Envoy's rate limit service on `listener` until `until` completes.
+/// Serves Envoy's rate limit and quota services on `listener` until `until`
+/// completes, when quota streams are told to expire their assignments and end.
 pub(crate) fn spawn(
     listener: tokio::net::TcpListener,
     service: Arc<Service>,
@@ -41,7 +46,26 @@ pub(crate) fn spawn(
         let conn = gate.accept().await.http2();
         Some((Ok::<_, std::convert::Infallible>(conn), gate))
     });
-    tracing::info!(listen = ?addr, "serving Envoy's rate limit service (gRPC)");
+    tracing::info!(listen = ?addr, "serving Envoy's rate limit and quota services (gRPC)");
+    let streams = Arc::new(Streams::new(
+        Arc::clone(&service),
+        config.rlqs_report_interval,
+    ));
+    // Weak: the service holds the metrics, and the streams hold the service.
+    let shown = Arc::downgrade(&streams);
+    let text = move || shown.upgrade().map_or_else(String::new, |s| s.render());
+    service.metrics.add_text(Box::new(text));
+    if config.decisions.is_some() || config.store.is_some() {
+        tracing::warn!(
+            "Envoy's quota service (RLQS) shares each limit among the streams of this replica \
+             only: with more than one replica, each hands out the whole limit; serve it from one"
+        );
+    }
+    let closing = Arc::clone(&streams);
+    let until = async move {
+        until.await;
+        closing.close();
+    };
     tokio::spawn(
         tonic::transport::Server::builder()
             .timeout(config.timeout)
@@ -55,6 +79,7 @@ pub(crate) fn spawn(
                 message_within: config.header_timeout,
             })
             .add_service(Rls::server(service))
+            .add_service(Rlqs::server(streams))
             .serve_with_incoming_shutdown(incoming, until),
     )
 }
@@ -71,14 +96,6 @@ pub(crate) async fn finish(mut running: Running, deadline: std::time::Duration) 
             running.abort();
         }
     }
-}
-
-/// What a call carries once admitted: its app, authenticated from the metadata against
-/// the policies served then, which the call decides on.
-#[derive(Debug, Clone)]
-pub(crate) struct Admitted {
-    pub(crate) app: App,
-    pub(crate) served: Arc<Served>,
 }
 
 /// The most bytes of metadata a call may send: Envoy's calls carry a few short headers.
@@ -160,30 +177,73 @@ where
         };
         request.extensions_mut().insert(admitted);
         let within = self.admit.message_within;
+        let stream = request.uri().path() == QUOTA_STREAM;
         let answer = self
             .inner
-            .call(request.map(|body| Deadline::new(body, within)));
+            .call(request.map(|body| Deadline::new(body, within, stream)));
         Box::pin(async move {
-            let _held = (call, permit);
-            answer.await
+            let answered = answer.await;
+            drop(permit);
+            match call {
+                // The stream's response outlives this future: so does its call.
+                Some(call) if stream => {
+                    answered.map(|r| r.map(|body| Body::new(Holding { body, _call: call })))
+                }
+                _ => answered,
+            }
         })
     }
 }
 
-/// A call's message, which fails once `within` has passed before it ends.
+/// The path of the quota stream, a call as long as it is open.
+const QUOTA_STREAM: &str =
+    "/envoy.service.rate_limit_quota.v3.RateLimitQuotaService/StreamRateLimitQuotas";
+
+/// A response holding its call in flight until it ends.
+#[derive(Debug)]
+struct Holding {
+    body: Body,
+    _call: Call,
+}
+
+impl http_body::Body for Holding {
+    type Data = <Body as http_body::Body>::Data;
+    type Error = <Body as http_body::Body>::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// A call's message, which fails once `within` has passed before it ends (a stream's:
+/// before its first message arrives).
 #[derive(Debug)]
 pub(crate) struct Deadline<B> {
     body: B,
-    until: Instant,
+    /// None once a stream's first message has arrived.
+    until: Option<Instant>,
+    stream: bool,
     /// Made the first time the message is not all there: most arrive whole.
     timer: Option<Pin<Box<Sleep>>>,
 }
 
 impl<B> Deadline<B> {
-    fn new(body: B, within: Duration) -> Self {
+    fn new(body: B, within: Duration, stream: bool) -> Self {
         Self {
             body,
-            until: Instant::now() + within,
+            until: Some(Instant::now() + within),
+            stream,
             timer: None,
         }
     }
@@ -203,9 +263,15 @@ where
     ) -> Poll<Option<Result<http_body::Frame<B::Data>, Self::Error>>> {
         let this = &mut *self;
         if let Poll::Ready(frame) = Pin::new(&mut this.body).poll_frame(cx) {
+            if this.stream {
+                this.until = None;
+                this.timer = None;
+            }
             return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
         }
-        let until = this.until;
+        let Some(until) = this.until else {
+            return Poll::Pending;
+        };
         let timer = this
             .timer
             .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(until)));

@@ -76,7 +76,7 @@ pub(crate) struct LeaseAsk<'a> {
 
 /// The policy `name` if `app` may use it: a policy that does not exist and one that
 /// does not list the app answer alike.
-pub(super) fn policy_for<'a>(snapshot: &'a Snapshot, app: &App, name: &str) -> Result<&'a Stored> {
+pub(crate) fn policy_for<'a>(snapshot: &'a Snapshot, app: &App, name: &str) -> Result<&'a Stored> {
     snapshot
         .policies
         .get(name)

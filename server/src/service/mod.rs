@@ -19,6 +19,8 @@ mod report;
 mod state;
 
 pub(crate) use accounts::Holder;
+#[cfg(feature = "grpc")]
+pub(crate) use decide::policy_for;
 pub(crate) use decide::{Ask, Decided, LeaseAsk, MAX_BATCH};
 #[cfg(feature = "grpc")]
 pub(crate) use domains::Rules;

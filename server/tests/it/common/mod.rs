@@ -19,6 +19,8 @@ pub use sluicegate_test_support::free_port;
 
 mod rls;
 pub use rls::*;
+mod rlqs;
+pub use rlqs::*;
 
 /// A running `sluicegate serve`, stopped (gracefully) when dropped.
 pub struct TestServer {
