@@ -9,6 +9,9 @@
 //!     [--connections N] [--in-flight M] [--keys K] [--rate R] [--otlp]
 //! ```
 //!
+//! Envoy's quota protocol (`--protocol rlqs`, see `quota.rs`): proxies' streams reporting
+//! every 5 s to one server process, its CPU per report and memory per bucket, beside RLS.
+//!
 //! `--otlp` starts an OTLP trace receiver in this process and has the servers export
 //! to it (`OTEL_TRACES_SAMPLER=traceidratio OTEL_TRACES_SAMPLER_ARG=0.01` to sample).
 //!
@@ -40,6 +43,7 @@ mod grpc;
 mod http;
 mod measure;
 mod procs;
+mod quota;
 mod side;
 
 use std::process::ExitCode;
@@ -53,6 +57,8 @@ use measure::{Load, Phase};
 enum Protocol {
     Grpc,
     Http,
+    /// Envoy's quota streams (`quota.rs`).
+    Rlqs,
 }
 
 #[derive(Clone)]
@@ -83,6 +89,10 @@ struct Options {
     rate: Option<f64>,
     /// An OTLP receiver in this process, which the servers started export traces to.
     otlp: bool,
+    /// Quota streams (proxies), buckets each, and requests a second in every bucket.
+    streams: u64,
+    buckets: u64,
+    bucket_rate: u64,
 }
 
 impl Options {
@@ -122,7 +132,11 @@ fn options() -> Result<Options, String> {
         in_flight: 16,
         rate: None,
         otlp: false,
+        streams: 1000,
+        buckets: 50,
+        bucket_rate: 10,
     };
+    let mut keys_given = false;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let mut value = || args.next().ok_or_else(|| format!("{flag} needs a value"));
@@ -141,7 +155,15 @@ fn options() -> Result<Options, String> {
             "--connections" => {
                 options.connections = value()?.parse().map_err(|_| "--connections N")?;
             }
-            "--keys" => options.keys = value()?.parse().map_err(|_| "--keys N")?,
+            "--keys" => {
+                options.keys = value()?.parse().map_err(|_| "--keys N")?;
+                keys_given = true;
+            }
+            "--streams" => options.streams = value()?.parse().map_err(|_| "--streams N")?,
+            "--buckets" => options.buckets = value()?.parse().map_err(|_| "--buckets N")?,
+            "--bucket-rate" => {
+                options.bucket_rate = value()?.parse().map_err(|_| "--bucket-rate R")?;
+            }
             "--requests" => {
                 options.requests = Some(value()?.parse().map_err(|_| "--requests N")?);
             }
@@ -157,7 +179,8 @@ fn options() -> Result<Options, String> {
                 options.protocol = Some(match value()?.as_str() {
                     "grpc" => Protocol::Grpc,
                     "http" => Protocol::Http,
-                    other => return Err(format!("--protocol grpc|http, not {other}")),
+                    "rlqs" => Protocol::Rlqs,
+                    other => return Err(format!("--protocol grpc|http|rlqs, not {other}")),
                 });
             }
             "--backend" => {
@@ -179,12 +202,20 @@ fn options() -> Result<Options, String> {
         }
     }
     if options.connections == 0 {
-        // HTTP/1.1 has one request in flight per connection; gRPC many.
-        options.connections = if options.protocol == Some(Protocol::Grpc) {
-            4
-        } else {
-            64
+        // HTTP/1.1 has one request in flight per connection; gRPC many; quota streams
+        // ten to a connection.
+        options.connections = match options.protocol {
+            Some(Protocol::Grpc) => 4,
+            Some(Protocol::Rlqs) => usize::try_from(options.streams.div_ceil(10)).unwrap_or(1),
+            _ => 64,
         };
+    }
+    if options.protocol == Some(Protocol::Rlqs) && !keys_given {
+        // Every proxy holds the same buckets.
+        options.keys = options.buckets;
+    }
+    if options.streams == 0 || options.buckets == 0 {
+        return Err("--streams and --buckets are at least 1".into());
     }
     if options.in_flight == 0 || !(1..=MAX_KEYS).contains(&options.keys) {
         return Err(format!(
@@ -264,8 +295,10 @@ fn main() -> ExitCode {
         std::env::set_var("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint());
         receiver
     });
-    if options.protocol.is_some() {
-        return side::run(&options);
+    match options.protocol {
+        Some(Protocol::Rlqs) => return quota::run(&options),
+        Some(_) => return side::run(&options),
+        None => {}
     }
     alone(&options)
 }

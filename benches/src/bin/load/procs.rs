@@ -23,6 +23,14 @@ pub fn cpu_us(pid: u32) -> Option<u64> {
     Some((user + system) * 10_000)
 }
 
+/// The resident memory (bytes) of process `pid`, from `/proc/PID/status`.
+pub fn rss_bytes(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find_map(|l| l.strip_prefix("VmRSS:"))?;
+    let kib: u64 = line.trim().trim_end_matches("kB").trim().parse().ok()?;
+    Some(kib * 1024)
+}
+
 /// A free loopback port (nothing listens there right now).
 fn free_port() -> Result<u16, String> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;

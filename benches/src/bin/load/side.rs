@@ -54,15 +54,15 @@ fn rows(redis: bool) -> Vec<Server> {
 
 /// A Redis the rows share: its URL, its process (if this run started it) and its pid
 /// (from `INFO`, so a running one's CPU is read too when it is on this machine).
-struct Redis {
-    url: String,
-    pid: Option<u32>,
+pub struct Redis {
+    pub url: String,
+    pub pid: Option<u32>,
     _owned: Option<sluicegate_test_support::Server>,
 }
 
 impl Redis {
     /// `redis` starts one for the run; any other backend is the URL of a running one.
-    fn new(backend: &str) -> Result<Self, String> {
+    pub fn new(backend: &str) -> Result<Self, String> {
         let (url, owned) = if backend == "redis" {
             let server = sluicegate_test_support::Server::start();
             (server.url(), Some(server))
