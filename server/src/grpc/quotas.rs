@@ -44,6 +44,8 @@ struct Standing {
     reported: Option<Instant>,
     /// The share it was last sent.
     share: Option<u64>,
+    /// The demand that share was computed from.
+    shared_demand: u64,
 }
 
 /// One shared limit.
@@ -112,6 +114,7 @@ impl Quotas {
                 rate: usage.rate,
                 subscribers: BTreeMap::new(),
             });
+            let rate_moved = limit.rate != usage.rate;
             limit.rate = usage.rate;
             let standing = limit
                 .subscribers
@@ -122,10 +125,14 @@ impl Quotas {
                     demand: 0,
                     reported: None,
                     share: None,
+                    shared_demand: 0,
                 });
             standing.measure(now, usage.requests, limit.rate.period_s);
-            reported.push((usage.limit.clone(), usage.bucket));
-            touched.push(usage.limit);
+            // A steady report changes no share: the limit is re-shared only when one would.
+            if rate_moved || standing.moved() {
+                touched.push(usage.limit.clone());
+            }
+            reported.push((usage.limit, usage.bucket));
         }
         touched.sort_unstable();
         touched.dedup();
@@ -259,6 +266,14 @@ fn micros(millionths: u128) -> String {
 }
 
 impl Standing {
+    /// Whether its share is due to be computed: none yet, or its demand moved past the
+    /// hysteresis since, and by more than the unit a report's timing jitter rounds to.
+    fn moved(&self) -> bool {
+        let (was, now) = (u128::from(self.shared_demand), u128::from(self.demand));
+        let by = was.abs_diff(now);
+        self.share.is_none() || (by > 1 && by * 100 > was * u128::from(HYSTERESIS_PERCENT))
+    }
+
     /// Takes `requests` reported at `now`: the demand in units per `period_s`,
     /// rising at once and falling by three quarters of the gap per report.
     fn measure(&mut self, now: Instant, requests: u64, period_s: u64) {
@@ -301,6 +316,9 @@ impl Limit {
             .is_err()
         {
             return;
+        }
+        for standing in self.subscribers.values_mut() {
+            standing.shared_demand = standing.demand;
         }
         // Shrinking shares go out before growing ones, so that a proxy reading its
         // new share never adds to an old one still live elsewhere longer than needed.

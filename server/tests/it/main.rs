@@ -21,7 +21,6 @@ mod policy_files;
 mod ready;
 mod reports;
 mod rlqs;
-mod rlqs_load;
 mod slow_clients;
 mod store_load;
 mod telemetry;

@@ -182,10 +182,7 @@ async fn rlqs_shares_a_limit_among_20_proxies() {
 }
 
 /// A report of `buckets` (entries, allowed) in `domain`, each numbered as a proxy would.
-pub(crate) fn report(
-    domain: &str,
-    buckets: &[(&[(&str, &str)], u64)],
-) -> RateLimitQuotaUsageReports {
+fn report(domain: &str, buckets: &[(&[(&str, &str)], u64)]) -> RateLimitQuotaUsageReports {
     RateLimitQuotaUsageReports {
         domain: domain.to_owned(),
         bucket_quota_usages: buckets

@@ -38,6 +38,9 @@ use crate::{grpc, Options};
 
 /// How often Envoy reports (fixed in its filter today).
 const INTERVAL: Duration = Duration::from_secs(5);
+/// Intervals before measuring: the first full reports, then the demands settling (a
+/// first report measures 1 request over the time to the proxy's tick).
+const WARM_UP: u32 = 6;
 /// The domain the streams report in: a token bucket policy of the server.
 const DOMAIN: &str = "bench_tb";
 
@@ -205,9 +208,9 @@ async fn measure(options: &Options, redis: Option<&Redis>) -> Result<Value, Stri
     let idle_rss = rss_bytes(running.pid()).unwrap_or(0);
     let counts = Arc::new(Counts::default());
     let (streams, buckets) = (options.streams, options.buckets);
-    // Subscribing takes an interval (every stream's first full report), measuring after it.
     let start = Instant::now();
-    let end = start + INTERVAL + options.duration + INTERVAL;
+    let measured = start + INTERVAL * WARM_UP + Duration::from_millis(500);
+    let end = measured + options.duration + INTERVAL;
     let tasks: Vec<_> = (0..streams)
         .map(|s| {
             let keys = (0..buckets)
@@ -225,7 +228,7 @@ async fn measure(options: &Options, redis: Option<&Redis>) -> Result<Value, Stri
             ))
         })
         .collect();
-    tokio::time::sleep_until(start + INTERVAL + Duration::from_millis(500)).await;
+    tokio::time::sleep_until(measured).await;
     let subscribed_rss = rss_bytes(running.pid()).unwrap_or(0);
     let before = read(&running, redis, &counts);
     tokio::time::sleep(options.duration).await;
