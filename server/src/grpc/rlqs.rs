@@ -10,6 +10,7 @@
 //! [`ABANDON_AFTER`] reports is abandoned.
 
 use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -273,10 +274,14 @@ impl Reader {
             }
             None => self.domain.insert(report.domain).clone(),
         };
-        let new = report
+        let numbered: Vec<(u64, _)> = report
             .bucket_quota_usages
-            .keys()
-            .filter(|n| !self.buckets.contains_key(n))
+            .into_iter()
+            .map(|usage| (number(usage.bucket_id.as_ref()), usage))
+            .collect();
+        let new = numbered
+            .iter()
+            .filter(|(n, _)| !self.buckets.contains_key(n))
             .count();
         if self.buckets.len() + new > MAX_BUCKETS {
             return Err(Status::resource_exhausted(format!(
@@ -287,7 +292,7 @@ impl Reader {
         let rules = self.streams.service.envoy();
         let ttl = self.streams.quotas.ttl();
         let (mut usages, mut left) = (Vec::new(), Vec::new());
-        for (number, usage) in report.bucket_quota_usages {
+        for (number, usage) in numbered {
             let Some(id) = usage.bucket_id.filter(well_formed) else {
                 continue;
             };
@@ -394,5 +399,43 @@ fn abandon(bucket: BucketId) -> BucketAction {
     BucketAction {
         bucket_id: Some(bucket),
         bucket_action: Some(Action::AbandonAction(AbandonAction {})),
+    }
+}
+
+/// The stream's number for a bucket id (as Envoy numbers its buckets: a hash of the id,
+/// whose entries are in name order); an id that differs under the same number replaces
+/// the bucket held, so a collision costs a share, never another bucket's.
+fn number(id: Option<&BucketId>) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    if let Some(id) = id {
+        id.bucket.hash(&mut hasher);
+    }
+    hasher.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use prost::Message;
+
+    use super::*;
+
+    /// A report as Envoy's filter encodes it (`add_bucket_quota_usages`: a list), byte for
+    /// byte: domain "d", one bucket {k: v}, 5 s elapsed, 7 allowed.
+    #[test]
+    fn a_report_decodes_as_envoy_writes_it() {
+        let wire = [
+            0x0a, 0x01, b'd', 0x12, 0x10, 0x0a, 0x08, 0x0a, 0x06, 0x0a, 0x01, b'k', 0x12, 0x01,
+            b'v', 0x12, 0x02, 0x08, 0x05, 0x18, 0x07,
+        ];
+        let report = RateLimitQuotaUsageReports::decode(&wire[..]).expect("Envoy's encoding");
+        assert_eq!(report.domain, "d");
+        let [usage] = &report.bucket_quota_usages[..] else {
+            panic!("one usage: {report:?}");
+        };
+        let id = usage.bucket_id.as_ref().expect("a bucket id");
+        assert_eq!(id.bucket.get("k").map(String::as_str), Some("v"));
+        assert_eq!(usage.time_elapsed.map(|d| d.seconds), Some(5));
+        assert_eq!(usage.num_requests_allowed, 7);
+        assert_eq!(report.encode_to_vec(), wire);
     }
 }

@@ -181,22 +181,17 @@ async fn rlqs_shares_a_limit_among_20_proxies() {
     shares_by_demand(20).await;
 }
 
-/// A report of `buckets` (entries, allowed) in `domain`, each numbered as a proxy would.
+/// A report of `buckets` (entries, allowed) in `domain`.
 fn report(domain: &str, buckets: &[(&[(&str, &str)], u64)]) -> RateLimitQuotaUsageReports {
     RateLimitQuotaUsageReports {
         domain: domain.to_owned(),
         bucket_quota_usages: buckets
             .iter()
-            .map(|(entries, allowed)| {
-                let id = bucket(entries);
-                let usage = BucketQuotaUsage {
-                    bucket_id: Some(id.clone()),
-                    time_elapsed: Some(prost_types::Duration::default()),
-                    num_requests_allowed: *allowed,
-                    num_requests_denied: 0,
-                    last_report: None,
-                };
-                (number(&id), usage)
+            .map(|(entries, allowed)| BucketQuotaUsage {
+                bucket_id: Some(bucket(entries)),
+                time_elapsed: Some(prost_types::Duration::default()),
+                num_requests_allowed: *allowed,
+                num_requests_denied: 0,
             })
             .collect(),
     }

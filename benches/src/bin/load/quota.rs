@@ -64,8 +64,7 @@ struct Reading {
     answers: u64,
 }
 
-/// A report of one bucket: its requests over `elapsed` whole seconds (keyed in the
-/// report by the key's number, as Envoy keys it by its hash of the id).
+/// A report of one bucket: its requests over `elapsed` whole seconds.
 fn usage(key: u64, allowed: u64, elapsed: i64) -> BucketQuotaUsage {
     BucketQuotaUsage {
         bucket_id: Some(BucketId {
@@ -105,8 +104,7 @@ async fn proxy(
         for &key in &keys {
             counts.messages.fetch_add(1, Ordering::Relaxed);
             counts.buckets.fetch_add(1, Ordering::Relaxed);
-            let first = [(key, usage(key, 1, 0))].into_iter().collect();
-            if outbox.send(report(first)).await.is_err() {
+            if outbox.send(report(vec![usage(key, 1, 0)])).await.is_err() {
                 return;
             }
         }
@@ -117,10 +115,7 @@ async fn proxy(
             }
             let allowed = bucket_rate * INTERVAL.as_secs();
             let elapsed = i64::try_from(INTERVAL.as_secs()).unwrap_or(5);
-            let usages = keys
-                .iter()
-                .map(|&k| (k, usage(k, allowed, elapsed)))
-                .collect();
+            let usages = keys.iter().map(|&k| usage(k, allowed, elapsed)).collect();
             counts.messages.fetch_add(1, Ordering::Relaxed);
             counts
                 .buckets

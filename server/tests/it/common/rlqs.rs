@@ -149,12 +149,11 @@ impl Proxy {
                 time_elapsed: Some(prost_types::Duration::default()),
                 num_requests_allowed: 1,
                 num_requests_denied: 0,
-                last_report: None,
             };
             if let Some(outbox) = outbox {
                 let _ = outbox.send(RateLimitQuotaUsageReports {
                     domain: self.domain.clone(),
-                    bucket_quota_usages: [(n, usage)].into(),
+                    bucket_quota_usages: vec![usage],
                 });
             }
             let bucket = Bucket {
@@ -356,19 +355,15 @@ fn apply(state: &mut State, response: RateLimitQuotaResponse) {
 fn full_report(state: &mut State, domain: &str, elapsed: Duration) -> RateLimitQuotaUsageReports {
     let bucket_quota_usages = state
         .buckets
-        .iter_mut()
-        .map(|(&n, b)| {
-            let usage = BucketQuotaUsage {
-                bucket_id: Some(b.id.clone()),
-                time_elapsed: Some(prost_types::Duration {
-                    seconds: i64::try_from(elapsed.as_secs()).unwrap_or(0),
-                    nanos: 0,
-                }),
-                num_requests_allowed: std::mem::take(&mut b.allowed),
-                num_requests_denied: std::mem::take(&mut b.denied),
-                last_report: None,
-            };
-            (n, usage)
+        .values_mut()
+        .map(|b| BucketQuotaUsage {
+            bucket_id: Some(b.id.clone()),
+            time_elapsed: Some(prost_types::Duration {
+                seconds: i64::try_from(elapsed.as_secs()).unwrap_or(0),
+                nanos: 0,
+            }),
+            num_requests_allowed: std::mem::take(&mut b.allowed),
+            num_requests_denied: std::mem::take(&mut b.denied),
         })
         .collect();
     RateLimitQuotaUsageReports {
