@@ -237,6 +237,15 @@ fn options() -> Result<Options, String> {
     Ok(options)
 }
 
+/// A multi-threaded runtime whose threads are named `name`.
+fn runtime(name: &str) -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name(name)
+        .build()
+        .map_err(|e| e.to_string())
+}
+
 /// A server in this process, kept running until dropped.
 struct Spawned {
     addr: String,
@@ -255,11 +264,7 @@ fn spawn_server(options: &Options) -> Result<Spawned, String> {
         decisions: options.decisions.clone(),
         ..sluicegate_server::Config::default()
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("sluicegate-serve")
-        .build()
-        .map_err(|e| e.to_string())?;
+    let runtime = runtime("sluicegate-serve")?;
     let (addr, token) = runtime.block_on(async {
         let admin = sluicegate_server::init_admin(&config, "root")
             .await
@@ -329,11 +334,7 @@ fn alone(options: &Options) -> ExitCode {
             std::thread::park();
         }
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("load")
-        .build()
-    {
+    let runtime = match runtime("load") {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("load: {e}");

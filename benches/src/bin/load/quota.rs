@@ -269,19 +269,14 @@ async fn measure(options: &Options, redis: Option<&Redis>) -> Result<Value, Stri
 
 /// The RLQS row on `options.backend`.
 pub fn run(options: &Options) -> std::process::ExitCode {
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("load")
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("load: {e}");
-            return std::process::ExitCode::from(4);
-        }
-    };
-    let redis = match options.backend.as_deref().map(Redis::new).transpose() {
-        Ok(redis) => redis,
+    let setup = options
+        .backend
+        .as_deref()
+        .map(Redis::new)
+        .transpose()
+        .and_then(|redis| Ok((crate::runtime("load")?, redis)));
+    let (runtime, redis) = match setup {
+        Ok(setup) => setup,
         Err(e) => {
             eprintln!("load: {e}");
             return std::process::ExitCode::from(4);

@@ -233,11 +233,7 @@ fn print(row: &Value, json: bool) {
 pub fn run(options: &Options) -> ExitCode {
     let setup = sluicegate_bin().and_then(|bin| {
         let redis = options.backend.as_deref().map(Redis::new).transpose()?;
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .thread_name("load")
-            .build()
-            .map_err(|e| e.to_string())?;
+        let runtime = crate::runtime("load")?;
         Ok((bin, redis, runtime))
     });
     let (bin, redis, runtime) = match setup {
