@@ -620,6 +620,13 @@ fn decisions_and_locks_through_sentinel() {
     assert_exit(&taken, 0);
     let first = token(&taken);
     assert_exit(&check(), 0);
+    // Replication is asynchronous: the replica acknowledges both writes before the kill.
+    let acked: i64 = redis::cmd("WAIT")
+        .arg(1)
+        .arg(10_000)
+        .query(&mut set.primary.connection())
+        .unwrap();
+    assert_eq!(acked, 1, "the replica acknowledged the writes");
     set.primary.kill();
     sluicegate_test_support::wait_until("no promotion", || {
         set.primary_port() == Some(set.replica.port)
