@@ -14,6 +14,12 @@
 //! 4. a subscriber's live share is kept when the new one is within
 //!    `hysteresis_percent` of it, as long as the sum stays within the limit, the floor
 //!    holds, and with no spare, the want holds.
+//!
+//! A [`Ledger`] keeps one limit's subscribers for hosts where some of them are served
+//! elsewhere (another replica): [`Ledger::targets`] shares the limit less one floor kept
+//! back for a joiner, and [`grant`] hands the caller's subscribers their targets only
+//! within the room the others' live shares leave, so that live shares never sum past
+//! the limit while a shrink waits for its holder.
 
 /// How a limit is shared.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -174,5 +180,83 @@ fn fill_to_level(
         let one = u64::from(left > 0 && want(claim) > fits);
         left -= u128::from(one);
         *share = capped + one;
+    }
+}
+
+/// How a ledger shares a limit among `n` subscribers: a floor of `1 / floor_divisor` of
+/// an equal split (at least 1), and one floor kept back for a joiner while `n + 1`
+/// floors fit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ledger {
+    /// The floor is the equal split divided by this (0 counts as 1).
+    pub floor_divisor: u64,
+    /// Percent added to a subscriber's demand.
+    pub headroom_percent: u64,
+    /// A target moves only when the new one differs by more than this percent of it.
+    pub hysteresis_percent: u64,
+}
+
+/// One subscriber as a ledger keeps it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Holding {
+    /// Units per period it asked for lately.
+    pub demand: u64,
+    /// The share last computed for it, if any.
+    pub target: Option<u64>,
+    /// The share its proxy holds now, if any.
+    pub live: Option<u64>,
+}
+
+impl Ledger {
+    /// The sharing of `limit` among `n` subscribers, and the units kept back for a joiner.
+    pub fn sharing(&self, limit: u64, n: usize) -> (Sharing, u64) {
+        let n = u64::try_from(n).unwrap_or(u64::MAX).max(1);
+        let floor = (limit / n / self.floor_divisor.max(1)).max(1);
+        let reserve = floor.min(limit / n.saturating_add(1));
+        let sharing = Sharing {
+            floor,
+            headroom_percent: self.headroom_percent,
+            hysteresis_percent: self.hysteresis_percent,
+        };
+        (sharing, reserve)
+    }
+
+    /// Writes into `targets` each claim's share of `limit` less the reserve (each
+    /// claim's `current` is its holding's last target).
+    pub fn targets(
+        &self,
+        limit: u64,
+        claims: &[Claim],
+        targets: &mut [u64],
+    ) -> Result<(), ShareError> {
+        let (sharing, reserve) = self.sharing(limit, claims.len());
+        sharing.share(limit - reserve, claims, targets)
+    }
+}
+
+/// Grants each holding `mine` picks its target: at once where it shrinks (or stays), and
+/// where it grows, only within the room left by every other holding's larger of live
+/// share and target, after the shrinks (never below its live share). A grant becomes the
+/// holding's live share.
+pub fn grant(limit: u64, holdings: &mut [Holding], mine: impl Fn(usize) -> bool) {
+    let held = |h: &Holding| u128::from(h.live.unwrap_or(0).max(h.target.unwrap_or(0)));
+    let grows = |h: &Holding| h.target.unwrap_or(0) > h.live.unwrap_or(0);
+    for (i, holding) in holdings.iter_mut().enumerate() {
+        if mine(i) && !grows(holding) {
+            holding.live = Some(holding.target.unwrap_or(0));
+        }
+    }
+    let mut total: u128 = holdings.iter().map(held).sum();
+    for (i, holding) in holdings.iter_mut().enumerate() {
+        if !mine(i) || !grows(holding) {
+            continue;
+        }
+        let others = total - held(holding);
+        let room = u128::from(limit).saturating_sub(others);
+        let target = u128::from(holding.target.unwrap_or(0));
+        let live = u128::from(holding.live.unwrap_or(0));
+        // Room short of the live share keeps it: a grower never shrinks.
+        holding.live = Some(u64::try_from(room.min(target).max(live)).unwrap_or(0));
+        total = others + held(holding);
     }
 }

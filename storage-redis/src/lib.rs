@@ -22,6 +22,7 @@ mod reply;
 mod route;
 mod seed;
 mod sentinel;
+mod share;
 mod watchdog;
 
 pub use client::client;
@@ -39,4 +40,5 @@ pub use redlock::{Redlock, RedlockGrant};
 pub use reply::Taken;
 pub use route::Route;
 pub use sentinel::{Sentinel, SentinelUrlError, DEFAULT_SENTINEL_PORT};
+pub use share::{RedisShares, Subscription, MAX_SHARED_LIMIT};
 pub use watchdog::{AsyncLeaseGuard, LeaseGuard};

@@ -12,7 +12,7 @@ use sluicegate_core::{
 
 use crate::error::{Error, LATEST};
 
-static LIB: &str = include_str!("../lua/lib.lua");
+pub(crate) static LIB: &str = include_str!("../lua/lib.lua");
 static FIXED_WINDOW: &str = include_str!("../lua/fixed_window.lua");
 static CALENDAR_WINDOW: &str = include_str!("../lua/calendar_window.lua");
 static SLIDING_COUNTER: &str = include_str!("../lua/sliding_counter.lua");

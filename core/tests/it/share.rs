@@ -7,9 +7,15 @@
 //!   (demand plus headroom, at least the floor);
 //! - max-min fairness: a subscriber short of its want has no less than any other, less 1;
 //! - hysteresis: fed its own shares back as live ones, the answer is unchanged.
+//!
+//! And `share::Ledger` with `share::grant`, over random holdings and callers:
+//! - live shares never sum past the limit, whoever settles;
+//! - a caller's growing subscriber never shrinks, a shrinking one reaches its target;
+//! - one caller holding every subscriber reaches every target in one settle, with a
+//!   joiner's floor kept back.
 
 use proptest::prelude::*;
-use sluicegate_core::share::{Claim, ShareError, Sharing};
+use sluicegate_core::share::{grant, Claim, Holding, Ledger, ShareError, Sharing};
 
 fn shares(sharing: &Sharing, limit: u64, claims: &[Claim]) -> Vec<u64> {
     let mut out = vec![0; claims.len()];
@@ -166,5 +172,123 @@ proptest! {
             .map(|(&demand, &share)| Claim { demand, current: Some(share) })
             .collect();
         prop_assert_eq!(shares(&sharing, limit, &live), first);
+    }
+}
+
+const LEDGER: Ledger = Ledger {
+    floor_divisor: 20,
+    headroom_percent: 20,
+    hysteresis_percent: 5,
+};
+
+/// Every holding's new target from `LEDGER`, as a host settles before granting.
+fn retarget(limit: u64, holdings: &mut [Holding]) {
+    let claims: Vec<Claim> = holdings
+        .iter()
+        .map(|h| Claim {
+            demand: h.demand,
+            current: h.target,
+        })
+        .collect();
+    let mut targets = vec![0; claims.len()];
+    LEDGER.targets(limit, &claims, &mut targets).unwrap();
+    for (h, t) in holdings.iter_mut().zip(targets) {
+        h.target = Some(t);
+    }
+}
+
+fn live_sum(holdings: &[Holding]) -> u64 {
+    holdings.iter().map(|h| h.live.unwrap_or(0)).sum()
+}
+
+#[test]
+fn a_joiner_gets_the_floor_kept_back_before_the_others_shrink() {
+    // Two hot subscribers on one replica settle: 1000 less a floor of 25 kept back.
+    let hot = Holding {
+        demand: 1_000,
+        ..Holding::default()
+    };
+    let mut holdings = vec![hot, hot];
+    retarget(1_000, &mut holdings);
+    grant(1_000, &mut holdings, |_| true);
+    assert_eq!(live_sum(&holdings), 975);
+    // A joiner on another replica settles first: it gets its floor (1000 / 3 / 20) at once.
+    holdings.push(Holding::default());
+    retarget(1_000, &mut holdings);
+    grant(1_000, &mut holdings, |i| i == 2);
+    assert_eq!(holdings[2].live, Some(16), "{holdings:?}");
+    // The first replica settles, its two shrink; the joiner's next settle reaches its target.
+    grant(1_000, &mut holdings, |i| i < 2);
+    grant(1_000, &mut holdings, |i| i == 2);
+    let targets: Vec<_> = holdings.iter().map(|h| h.target).collect();
+    let live: Vec<_> = holdings.iter().map(|h| h.live).collect();
+    assert_eq!(live, targets);
+}
+
+fn holdings() -> impl Strategy<Value = (u64, Vec<Holding>)> {
+    (
+        1u64..5_000,
+        prop::collection::vec((0u64..4_000, any::<bool>(), any::<bool>()), 0..20),
+    )
+        .prop_map(|(limit, raw)| {
+            // Live shares summing to at most the limit, as a ledger keeps them.
+            let mut left = limit;
+            let holdings = raw
+                .into_iter()
+                .map(|(demand, has_live, has_target)| {
+                    let live = has_live.then(|| {
+                        let live = (demand % (limit + 1)).min(left);
+                        left -= live;
+                        live
+                    });
+                    let target = has_target.then_some(demand / 2);
+                    Holding {
+                        demand,
+                        target,
+                        live,
+                    }
+                })
+                .collect();
+            (limit, holdings)
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn settling_never_takes_live_shares_past_the_limit(
+        (limit, mut holdings) in holdings(),
+        callers in prop::collection::vec(any::<u32>(), 1..6),
+    ) {
+        for caller in callers {
+            retarget(limit, &mut holdings);
+            let before = holdings.clone();
+            let mine = |i: usize| (caller >> (i % 32)) & 1 == 1;
+            grant(limit, &mut holdings, mine);
+            prop_assert!(live_sum(&holdings) <= limit, "{holdings:?}");
+            for (i, (old, new)) in before.iter().zip(&holdings).enumerate() {
+                let (was, now, target) =
+                    (old.live.unwrap_or(0), new.live.unwrap_or(0), new.target.unwrap_or(0));
+                if !mine(i) {
+                    prop_assert_eq!(old, new);
+                } else if target <= was {
+                    prop_assert_eq!(now, target);
+                } else {
+                    prop_assert!(was <= now && now <= target, "{:?} -> {:?}", old, new);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn one_caller_holding_everyone_reaches_every_target((limit, mut holdings) in holdings()) {
+        retarget(limit, &mut holdings);
+        grant(limit, &mut holdings, |_| true);
+        for h in &holdings {
+            prop_assert_eq!(h.live, h.target);
+        }
+        let (_, reserve) = LEDGER.sharing(limit, holdings.len());
+        prop_assert!(live_sum(&holdings) <= limit - reserve);
     }
 }

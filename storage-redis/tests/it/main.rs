@@ -15,6 +15,7 @@ mod redis;
 mod redlock;
 mod routes;
 mod sentinel;
+mod share;
 mod tls;
 mod watchdog;
 mod wide;
