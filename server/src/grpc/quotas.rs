@@ -1,13 +1,18 @@
 //! The limits shared over Envoy's quota protocol: each limit's subscribers (a bucket of
-//! a stream), their demand measured on this server's clock, and their shares, which
-//! every report re-computes and any change pushes to the streams concerned at once.
+//! a stream), their demand measured on this server's clock, and their shares. A report
+//! only measures; [`Quotas::run`] settles each limit due (at most once a tick) with the
+//! core's `share::Ledger` and pushes the shares that moved at once, shrinking ones first:
+//! in this process over every subscriber, or with `--decisions` on Redis over every
+//! replica's, in one script (`RedisShares`), this replica's granted only within the room
+//! the others' live shares leave.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
-use sluicegate_core::share::{Claim, Sharing};
+use sluicegate_core::share::{grant, Claim, Holding, Ledger};
+use sluicegate_redis::{ReconnectingAsync, RedisShares, Subscription};
 use tokio::time::Instant;
 
 use super::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
@@ -22,13 +27,19 @@ use super::mailbox::Mailbox;
 use super::wire::saturate;
 use crate::key_usage::escape;
 
-/// Percent added to a subscriber's measured demand.
-const HEADROOM_PERCENT: u64 = 20;
-/// A share moves only when the new one differs by more than this percent.
-const HYSTERESIS_PERCENT: u64 = 5;
-/// The floor is this fraction of an equal split, so that floors idle among many
-/// subscribers waste little of the limit.
-const FLOOR_DIVISOR: u64 = 20;
+/// How every limit is shared: the floor a twentieth of an equal split, so that floors
+/// idle among many subscribers waste little; 20 % over measured demand; shares move
+/// only by more than 5 %.
+const LEDGER: Ledger = Ledger {
+    floor_divisor: 20,
+    headroom_percent: 20,
+    hysteresis_percent: 5,
+};
+/// How often the limits due are settled: a joiner waits at most this for its share.
+const TICK: Duration = Duration::from_millis(100);
+/// How often a limit shared in Redis is settled with nothing new here: the other
+/// replicas' moves come in, and this replica's subscribers stay alive in the hash.
+const RESYNC: Duration = Duration::from_secs(1);
 
 /// A subscriber: a stream, and the proxy's number of one of its buckets.
 type Subscriber = (u64, u64);
@@ -42,10 +53,12 @@ struct Standing {
     demand: u64,
     /// When its last report arrived; none before its first.
     reported: Option<Instant>,
-    /// The share it was last sent.
-    share: Option<u64>,
-    /// The demand that share was computed from.
-    shared_demand: u64,
+    /// Its last target (in this process; Redis keeps it there).
+    target: Option<u64>,
+    /// The share its stream was last sent.
+    live: Option<u64>,
+    /// The demand of its last settle.
+    settled_demand: u64,
 }
 
 /// One shared limit.
@@ -55,6 +68,12 @@ struct Limit {
     name: String,
     rate: Rate,
     subscribers: BTreeMap<Subscriber, Standing>,
+    /// Subscribers gone since the last settle (Redis: to be removed there).
+    leaving: Vec<Subscriber>,
+    /// A demand or the rate moved, or a subscriber came or went.
+    due: bool,
+    /// When it was last settled.
+    settled: Option<Instant>,
 }
 
 /// One bucket's use in a report, governed by a shared limit.
@@ -69,20 +88,41 @@ pub(super) struct Usage {
     pub(super) requests: u64,
 }
 
+/// Where the shares of every replica are settled together.
+#[derive(Debug)]
+struct InRedis {
+    con: ReconnectingAsync,
+    shares: RedisShares,
+    /// This replica's id, the first part of each of its subscribers' fields.
+    replica: u64,
+}
+
 /// Every shared limit.
 #[derive(Debug)]
 pub(crate) struct Quotas {
     limits: Mutex<HashMap<String, Limit>>,
     /// How long an assignment lives: a few report intervals, whole seconds.
     ttl: Duration,
+    /// `None`: shared among this process's streams only.
+    redis: Option<InRedis>,
 }
 
 impl Quotas {
-    /// Shares whose assignments live `ttl` (whole seconds, at least one).
-    pub(crate) fn new(ttl: Duration) -> Self {
+    /// Shares whose assignments live `ttl` (whole seconds, at least one), settled in
+    /// Redis through `con` when there is one.
+    pub(crate) fn new(ttl: Duration, con: Option<ReconnectingAsync>) -> Self {
+        let ttl = Duration::from_secs(ttl.as_secs().max(1));
+        // A subscriber outlives its replica in the hash until its proxy's share expired.
+        let kept = ttl + RESYNC;
+        let redis = con.map(|con| InRedis {
+            con,
+            shares: RedisShares::new(LEDGER, kept),
+            replica: replica_id(),
+        });
         Self {
             limits: Mutex::default(),
-            ttl: Duration::from_secs(ttl.as_secs().max(1)),
+            ttl,
+            redis,
         }
     }
 
@@ -96,8 +136,8 @@ impl Quotas {
     }
 
     /// Takes stream `stream`'s report of `usages` at `now`: each bucket's demand
-    /// measured, the shares of its limit re-computed, changes pushed to every stream
-    /// concerned, and each reported bucket's assignment re-sent to `mailbox`.
+    /// measured, its limit marked due if a demand moved, and each reported bucket's
+    /// share re-sent to `mailbox` (a new bucket's comes with its limit's next settle).
     pub(super) fn report(
         &self,
         stream: u64,
@@ -106,88 +146,159 @@ impl Quotas {
         usages: Vec<Usage>,
     ) {
         let mut limits = self.limits();
-        let mut touched = Vec::new();
-        let mut reported = Vec::new();
         for usage in usages {
-            let limit = limits.entry(usage.limit.clone()).or_insert_with(|| Limit {
+            let limit = limits.entry(usage.limit).or_insert_with(|| Limit {
                 name: usage.name,
                 rate: usage.rate,
                 subscribers: BTreeMap::new(),
+                leaving: Vec::new(),
+                due: true,
+                settled: None,
             });
-            let rate_moved = limit.rate != usage.rate;
+            limit.due |= limit.rate != usage.rate;
             limit.rate = usage.rate;
             let standing = limit
                 .subscribers
                 .entry((stream, usage.bucket))
                 .or_insert_with(|| Standing {
-                    bucket: Arc::clone(&usage.id),
+                    bucket: usage.id,
                     mailbox: Arc::clone(mailbox),
                     demand: 0,
                     reported: None,
-                    share: None,
-                    shared_demand: 0,
+                    target: None,
+                    live: None,
+                    settled_demand: 0,
                 });
             standing.measure(now, usage.requests, limit.rate.period_s);
-            // A steady report changes no share: the limit is re-shared only when one would.
-            if rate_moved || standing.moved() {
-                touched.push(usage.limit.clone());
-            }
-            reported.push((usage.limit, usage.bucket));
-        }
-        touched.sort_unstable();
-        touched.dedup();
-        for id in &touched {
-            if let Some(limit) = limits.get_mut(id) {
-                limit.reshare(self.ttl);
-            }
-        }
-        // Re-sent unchanged, so that the proxy extends it before it expires.
-        for (id, bucket) in reported {
-            let standing = limits
-                .get(&id)
-                .and_then(|l| l.subscribers.get(&(stream, bucket)));
-            if let (Some(limit), Some(standing)) = (limits.get(&id), standing) {
-                let share = standing.share.unwrap_or(0);
-                mailbox.post(
-                    bucket,
-                    assignment(&standing.bucket, &limit.rate, share, self.ttl),
-                );
+            // A steady report changes no share.
+            limit.due |= standing.moved();
+            // Re-sent unchanged, so that the proxy extends it before it expires.
+            if let Some(live) = standing.live {
+                let action = assignment(&standing.bucket, &limit.rate, live, self.ttl);
+                mailbox.post(usage.bucket, action);
             }
         }
     }
 
     /// Stream `stream` no longer holds `buckets` (each with its limit): their shares
-    /// go to the limits' other subscribers at once.
+    /// go to the limits' other subscribers at the next settle.
     pub(super) fn leave(&self, stream: u64, buckets: impl IntoIterator<Item = (String, u64)>) {
         let mut limits = self.limits();
-        let mut touched = Vec::new();
+        let in_redis = self.redis.is_some();
         for (id, bucket) in buckets {
             let Some(limit) = limits.get_mut(&id) else {
                 continue;
             };
-            limit.subscribers.remove(&(stream, bucket));
-            if limit.subscribers.is_empty() {
-                limits.remove(&id);
-            } else {
-                touched.push(id);
+            if limit.subscribers.remove(&(stream, bucket)).is_some() {
+                limit.due = true;
+                if in_redis {
+                    limit.leaving.push((stream, bucket));
+                }
             }
-        }
-        for id in touched {
-            if let Some(limit) = limits.get_mut(&id) {
-                limit.reshare(self.ttl);
+            if limit.subscribers.is_empty() && limit.leaving.is_empty() {
+                limits.remove(&id);
             }
         }
     }
 
-    /// Sends every subscriber its assignment once more with `ttl`, so that proxies
-    /// fall back to their configured behaviour soon after this server stops.
+    /// Sends every subscriber its share once more with `ttl`, so that proxies fall back
+    /// to their configured behaviour soon after this server stops.
     pub(super) fn expire_all(&self, ttl: Duration) {
         for limit in self.limits().values() {
             for (&(_, bucket), standing) in &limit.subscribers {
-                let share = standing.share.unwrap_or(0);
-                let action = assignment(&standing.bucket, &limit.rate, share, ttl);
+                let live = standing.live.unwrap_or(0);
+                let action = assignment(&standing.bucket, &limit.rate, live, ttl);
                 standing.mailbox.post(bucket, action);
             }
+        }
+    }
+
+    /// Settles the limits due every [`TICK`] while `quotas` lives.
+    pub(super) async fn run(quotas: Weak<Self>) {
+        let mut tick = tokio::time::interval(TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let Some(quotas) = quotas.upgrade() else {
+                return;
+            };
+            quotas.settle(Instant::now()).await;
+        }
+    }
+
+    /// Settles every limit due at `now`.
+    async fn settle(&self, now: Instant) {
+        let Some(redis) = &self.redis else {
+            for limit in self.limits().values_mut().filter(|l| l.due) {
+                limit.settle_here(self.ttl);
+            }
+            return;
+        };
+        let due: Vec<String> = self
+            .limits()
+            .iter()
+            .filter(|(_, l)| l.due || l.settled.is_none_or(|at| now - at >= RESYNC))
+            .map(|(id, _)| id.clone())
+            .collect();
+        let settles = due.iter().map(|id| self.settle_in_redis(redis, id, now));
+        futures_util::future::join_all(settles).await;
+    }
+
+    /// Settles limit `id` in Redis: this replica's subscribers and leavers sent, their
+    /// grants pushed. While Redis is away the shares stay as they are.
+    async fn settle_in_redis(&self, redis: &InRedis, id: &str, now: Instant) {
+        let field = |(stream, bucket): Subscriber| {
+            format!("{:016x}:{stream:016x}:{bucket:016x}", redis.replica)
+        };
+        let (units, subscribers, mine, leaving) = {
+            let mut limits = self.limits();
+            let Some(limit) = limits.get_mut(id) else {
+                return;
+            };
+            limit.due = false;
+            limit.settled = Some(now);
+            let units = limit.rate.units;
+            let subscribers: Vec<Subscriber> = limit.subscribers.keys().copied().collect();
+            let mine: Vec<(String, u64, Option<u64>)> = (limit.subscribers.iter())
+                .map(|(&who, s)| (field(who), s.demand, s.live))
+                .collect();
+            for standing in limit.subscribers.values_mut() {
+                standing.settled_demand = standing.demand;
+            }
+            let leaving = std::mem::take(&mut limit.leaving);
+            (units, subscribers, mine, leaving)
+        };
+        let subscriptions: Vec<Subscription> = (mine.iter())
+            .map(|(field, demand, live)| Subscription {
+                field,
+                demand: *demand,
+                live: *live,
+            })
+            .collect();
+        let leaver_fields: Vec<String> = leaving.iter().copied().map(field).collect();
+        let leavers: Vec<&str> = leaver_fields.iter().map(String::as_str).collect();
+        let key = format!("sluicegate:quota:{{{id}}}");
+        let mut con = redis.con.clone();
+        let settled = (redis.shares)
+            .settle(&mut con, &key, units, None, &leavers, &subscriptions)
+            .await;
+        let mut limits = self.limits();
+        let Some(limit) = limits.get_mut(id) else {
+            return;
+        };
+        match settled {
+            Ok(lives) => {
+                let moved = subscribers.into_iter().zip(lives);
+                limit.push(moved.map(|(who, live)| (who, None, live)), self.ttl);
+            }
+            Err(error) => {
+                tracing::warn!(%error, limit = %limit.name, "quota shares not settled in Redis");
+                limit.leaving.extend(leaving);
+                limit.due = true;
+            }
+        }
+        if limit.subscribers.is_empty() && limit.leaving.is_empty() {
+            limits.remove(id);
         }
     }
 }
@@ -215,7 +326,7 @@ impl Quotas {
             figures.subscribers += limit.subscribers.len();
             for standing in limit.subscribers.values() {
                 figures.demand += per_second(standing.demand);
-                figures.assigned += per_second(standing.share.unwrap_or(0));
+                figures.assigned += per_second(standing.live.unwrap_or(0));
             }
             figures.limit += per_second(limit.rate.units);
         }
@@ -269,9 +380,10 @@ impl Standing {
     /// Whether its share is due to be computed: none yet, or its demand moved past the
     /// hysteresis since, and by more than the unit a report's timing jitter rounds to.
     fn moved(&self) -> bool {
-        let (was, now) = (u128::from(self.shared_demand), u128::from(self.demand));
+        let (was, now) = (u128::from(self.settled_demand), u128::from(self.demand));
         let by = was.abs_diff(now);
-        self.share.is_none() || (by > 1 && by * 100 > was * u128::from(HYSTERESIS_PERCENT))
+        let hysteresis = u128::from(LEDGER.hysteresis_percent);
+        self.live.is_none() || (by > 1 && by * 100 > was * hysteresis)
     }
 
     /// Takes `requests` reported at `now`: the demand in units per `period_s`,
@@ -294,55 +406,72 @@ impl Standing {
 }
 
 impl Limit {
-    /// Re-computes the shares and pushes each one that moved.
-    fn reshare(&mut self, ttl: Duration) {
-        let claims: Vec<Claim> = self
-            .subscribers
-            .values()
+    /// Settles in this process: every subscriber's target re-computed and granted.
+    fn settle_here(&mut self, ttl: Duration) {
+        self.due = false;
+        for standing in self.subscribers.values_mut() {
+            standing.settled_demand = standing.demand;
+        }
+        let units = self.rate.units;
+        let claims: Vec<Claim> = (self.subscribers.values())
             .map(|s| Claim {
                 demand: s.demand,
-                current: s.share,
+                current: s.target,
             })
             .collect();
-        let n = u64::try_from(claims.len()).unwrap_or(u64::MAX).max(1);
-        let sharing = Sharing {
-            floor: (self.rate.units / n / FLOOR_DIVISOR).max(1),
-            headroom_percent: HEADROOM_PERCENT,
-            hysteresis_percent: HYSTERESIS_PERCENT,
-        };
-        let mut shares = vec![0; claims.len()];
-        if sharing
-            .share(self.rate.units, &claims, &mut shares)
-            .is_err()
-        {
+        let mut targets = vec![0; claims.len()];
+        if LEDGER.targets(units, &claims, &mut targets).is_err() {
             return;
         }
-        for standing in self.subscribers.values_mut() {
-            standing.shared_demand = standing.demand;
-        }
-        // Shrinking shares go out before growing ones, so that a proxy reading its
-        // new share never adds to an old one still live elsewhere longer than needed.
-        let mut moved: Vec<(bool, &Subscriber, &mut Standing, u64)> = self
-            .subscribers
-            .iter_mut()
-            .zip(shares)
-            .filter(|((_, standing), share)| standing.share != Some(*share))
-            .map(|((who, standing), share)| {
-                (
-                    standing.share.is_some_and(|s| s < share),
-                    who,
-                    standing,
-                    share,
-                )
+        let mut holdings: Vec<Holding> = (self.subscribers.values().zip(targets))
+            .map(|(s, target)| Holding {
+                demand: s.demand,
+                target: Some(target),
+                live: s.live,
             })
             .collect();
-        moved.sort_by_key(|(grows, ..)| *grows);
-        for (_, &(_, bucket), standing, share) in moved {
-            standing.share = Some(share);
-            let action = assignment(&standing.bucket, &self.rate, share, ttl);
-            standing.mailbox.post(bucket, action);
+        grant(units, &mut holdings, |_| true);
+        let settled: Vec<_> = (self.subscribers.keys().zip(holdings))
+            .map(|(&who, h)| (who, h.target, h.live.unwrap_or(0)))
+            .collect();
+        self.push(settled.into_iter(), ttl);
+    }
+
+    /// Records each subscriber's settled target (if known here) and live share, and
+    /// pushes the shares that moved: shrinking ones first, so that a proxy reading its
+    /// new share never adds to an old one still live elsewhere longer than needed.
+    fn push(
+        &mut self,
+        settled: impl Iterator<Item = (Subscriber, Option<u64>, u64)>,
+        ttl: Duration,
+    ) {
+        let mut moved = Vec::new();
+        for (who, target, live) in settled {
+            let Some(standing) = self.subscribers.get_mut(&who) else {
+                continue;
+            };
+            standing.target = target;
+            if standing.live != Some(live) {
+                let grows = standing.live.is_some_and(|l| l < live);
+                standing.live = Some(live);
+                moved.push((grows, who));
+            }
+        }
+        moved.sort_by_key(|(grows, _)| *grows);
+        for (_, who) in moved {
+            if let Some(standing) = self.subscribers.get(&who) {
+                let live = standing.live.unwrap_or(0);
+                let action = assignment(&standing.bucket, &self.rate, live, ttl);
+                standing.mailbox.post(who.1, action);
+            }
         }
     }
+}
+
+/// A random id for this replica's subscribers in Redis.
+fn replica_id() -> u64 {
+    use std::hash::{BuildHasher, RandomState};
+    RandomState::new().hash_one((std::process::id(), std::time::SystemTime::now()))
 }
 
 /// A whole-second duration.

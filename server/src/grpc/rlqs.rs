@@ -64,7 +64,7 @@ const SHUTDOWN_TTL: Duration = Duration::from_secs(1);
 #[derive(Debug)]
 pub(crate) struct Streams {
     service: Arc<Service>,
-    quotas: Quotas,
+    quotas: Arc<Quotas>,
     interval: Duration,
     permits: Arc<Semaphore>,
     next: AtomicU64,
@@ -80,9 +80,12 @@ impl Streams {
         let interval = interval.max(Duration::from_millis(1));
         let ttl = interval.saturating_mul(TTL_INTERVALS);
         let whole = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
+        let con = service.backend.redis();
+        let quotas = Arc::new(Quotas::new(Duration::from_secs(whole), con));
+        tokio::spawn(Quotas::run(Arc::downgrade(&quotas)));
         Self {
             service,
-            quotas: Quotas::new(Duration::from_secs(whole)),
+            quotas,
             interval,
             permits: Arc::new(Semaphore::new(MAX_STREAMS)),
             next: AtomicU64::new(0),

@@ -55,10 +55,11 @@ pub(crate) fn spawn(
     let shown = Arc::downgrade(&streams);
     let text = move || shown.upgrade().map_or_else(String::new, |s| s.render());
     service.metrics.add_text(Box::new(text));
-    if config.decisions.is_some() || config.store.is_some() {
+    if service.backend.redis().is_none() && config.store.is_some() {
         tracing::warn!(
             "Envoy's quota service (RLQS) shares each limit among the streams of this replica \
-             only: with more than one replica, each hands out the whole limit; serve it from one"
+             only, its decisions being in memory: with more than one replica, each hands out \
+             the whole limit; serve it from one, or decide on Redis (--decisions)"
         );
     }
     let closing = Arc::clone(&streams);

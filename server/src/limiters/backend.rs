@@ -47,6 +47,12 @@ pub(crate) trait Backend: Send + Sync + Debug {
         Box::pin(async { Ok(()) })
     }
 
+    /// The Redis connection decisions go through, for what else replicas share there
+    /// (the quota shares); `None` in this process.
+    fn redis(&self) -> Option<sluicegate_redis::ReconnectingAsync> {
+        None
+    }
+
     /// Its own lines for `/metrics` (none by default).
     fn metrics(&self) -> String {
         String::new()

@@ -55,6 +55,10 @@ impl Backend for InRedis {
         "redis"
     }
 
+    fn redis(&self) -> Option<ReconnectingAsync> {
+        Some(self.con.clone())
+    }
+
     fn rate(
         &self,
         name: &str,

@@ -248,8 +248,9 @@ async fn rlqs_assigns_blanket_rules_to_unlimited_and_zero_limits() {
     assert_eq!(edge.blanket(&tried), Some(BlanketRule::AllowAll));
     assert_eq!(edge.blanket(&closed), Some(BlanketRule::DenyAll));
     assert!(!edge.request(&closed));
-    // The whole minute's limit to the only subscriber, in whole seconds.
-    assert_eq!(edge.live(&metered), Some((120, 60, 120)));
+    // The minute's limit to the only subscriber, in whole seconds, less the floor (a
+    // twentieth) kept back for a joiner.
+    assert_eq!(edge.live(&metered), Some((114, 60, 114)));
     // A policy the app may not use gets no assignment; its sibling bucket does.
     let policies = Proxy::start(grpc, &web, "api", INTERVAL);
     let foreign = [("policy", "nobody's"), ("tenant", "acme")];
@@ -283,8 +284,11 @@ async fn rlqs_a_closed_stream_frees_its_share_and_an_idle_bucket_is_abandoned() 
     let gauges = || async {
         let text = get(&server.url("/metrics"), "").await.text;
         let subscribers = metric(&text, "sluicegate_rlqs_subscribers", "api");
-        let assigned = "sluicegate_rlqs_assigned_per_second{policy=\"api\"} 400.000000";
-        (subscribers, text.lines().any(|l| l == assigned))
+        let assigned = text
+            .lines()
+            .find_map(|l| l.strip_prefix("sluicegate_rlqs_assigned_per_second{policy=\"api\"} "))
+            .map(str::to_owned);
+        (subscribers, assigned)
     };
     let (a, b) = (
         Proxy::start(grpc, &web, "api", interval),
@@ -304,12 +308,13 @@ async fn rlqs_a_closed_stream_frees_its_share_and_an_idle_bucket_is_abandoned() 
         ta > 0 && tb > 0 && ta + tb <= LIMIT && tb < LIMIT * 9 / 10
     });
     assert!(halves.await, "shares {} and {}", tokens(&a), tokens(&b));
-    assert_eq!(gauges().await, (2, true));
-    // One proxy gone without a word: the other is pushed the whole limit at once.
+    // All of the limit but a floor (a twentieth of a half) kept back for a joiner.
+    assert_eq!(gauges().await, (2, Some("390.000000".into())));
+    // One proxy gone without a word: the other is pushed the limit less its floor at once.
     drop(a);
-    let whole = eventually(interval * 2, || async { tokens(&b) == LIMIT });
+    let whole = eventually(interval * 2, || async { tokens(&b) == LIMIT - LIMIT / 20 });
     assert!(whole.await, "share {}", tokens(&b));
-    assert_eq!(gauges().await, (1, true));
+    assert_eq!(gauges().await, (1, Some("380.000000".into())));
     // Idle for 12 reports: abandoned.
     let abandoned = eventually(interval * 20, || async { !b.holds(KEY) });
     assert!(abandoned.await, "the idle bucket is still held");
