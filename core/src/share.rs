@@ -12,8 +12,9 @@
 //!    `min(want, level)`, and the units left (fewer than the subscribers above the level)
 //!    go one each to the first of those; either way the shares sum to `limit`;
 //! 4. a subscriber's live share is kept when the new one is within
-//!    `hysteresis_percent` of it, as long as the sum stays within the limit, the floor
-//!    holds, and with no spare, the want holds.
+//!    `hysteresis_percent` of it or one unit (a small demand's count jitters by one), as
+//!    long as the sum stays within the limit, the floor holds, and with no spare, the
+//!    want holds.
 //!
 //! A [`Ledger`] keeps one limit's subscribers for hosts where some of them are served
 //! elsewhere (another replica): [`Ledger::targets`] shares the limit less one floor kept
@@ -109,8 +110,9 @@ impl Sharing {
         want: &impl Fn(&Claim) -> u64,
     ) {
         let near = |current: u64, new: u64| {
-            u128::from(current.abs_diff(new)) * 100
-                <= u128::from(current) * u128::from(self.hysteresis_percent)
+            let by = current.abs_diff(new);
+            by <= 1
+                || u128::from(by) * 100 <= u128::from(current) * u128::from(self.hysteresis_percent)
         };
         let keeps = |c: &Claim, new: u64| {
             c.current

@@ -6,7 +6,8 @@
 -- [5] headroom %, [6] hysteresis %, [7] how many subscribers leave, then their fields,
 -- then the caller's subscribers as triples: field, demand, live share (-1: none).
 -- Drops the expired and the leaving, re-computes every target (subscribers in field
--- order), grants the caller's, and replies with their live shares in the caller's order.
+-- order), grants the caller's, and replies with their live shares and targets in the
+-- caller's order.
 
 local now = tonumber(ARGV[1])
 if not now then
@@ -103,7 +104,8 @@ end
 -- Sharing::hold: a target near the last one keeps it.
 local function keeps(h, new)
   local current = h.target
-  if current and current >= f and math.abs(current - new) * 100 <= current * hysteresis then
+  local by = current and math.abs(current - new)
+  if current and current >= f and (by <= 1 or by * 100 <= current * hysteresis) then
     return current
   end
   return nil
@@ -164,5 +166,7 @@ end
 if #changed > 0 then redis.call('HSET', KEYS[1], unpack(changed)) end
 if n > 0 then redis.call('PEXPIRE', KEYS[1], ttl) end
 local reply = {}
-for _, name in ipairs(order) do reply[#reply + 1] = holdings[name].live end
+for _, name in ipairs(order) do
+  reply[#reply + 1] = { holdings[name].live, holdings[name].target }
+end
 return reply

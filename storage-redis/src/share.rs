@@ -51,7 +51,8 @@ impl RedisShares {
 
     /// Settles the limit of `limit` units kept at `key`: `leaving` subscribers removed,
     /// `mine` upserted, every target re-computed, and `mine` granted theirs within room.
-    /// Returns their live shares in order. `now_ms`: an explicit time (tests), else the
+    /// Returns their live shares and targets in order (a live share under its target
+    /// waits for room another replica's subscriber still holds). `now_ms`: an explicit time (tests), else the
     /// server's clock.
     pub async fn settle<C: ConnectionLike + Send>(
         &self,
@@ -61,7 +62,7 @@ impl RedisShares {
         now_ms: Option<u64>,
         leaving: &[&str],
         mine: &[Subscription<'_>],
-    ) -> Result<Vec<u64>, Error> {
+    ) -> Result<Vec<(u64, u64)>, Error> {
         if limit > MAX_SHARED_LIMIT {
             return Err(Error::OutOfRange {
                 what: "shared limit",

@@ -37,9 +37,10 @@ const LEDGER: Ledger = Ledger {
 };
 /// How often the limits due are settled: a joiner waits at most this for its share.
 const TICK: Duration = Duration::from_millis(100);
-/// How often a limit shared in Redis is settled with nothing new here: the other
-/// replicas' moves come in, and this replica's subscribers stay alive in the hash.
-const RESYNC: Duration = Duration::from_secs(1);
+/// A limit shared in Redis is settled this many times per report interval with nothing
+/// new here: the other replicas' moves come in, and this replica's subscribers stay
+/// alive in the hash.
+const RESYNCS_PER_INTERVAL: u32 = 5;
 
 /// A subscriber: a stream, and the proxy's number of one of its buckets.
 type Subscriber = (u64, u64);
@@ -53,7 +54,7 @@ struct Standing {
     demand: u64,
     /// When its last report arrived; none before its first.
     reported: Option<Instant>,
-    /// Its last target (in this process; Redis keeps it there).
+    /// Its last target.
     target: Option<u64>,
     /// The share its stream was last sent.
     live: Option<u64>,
@@ -93,6 +94,8 @@ pub(super) struct Usage {
 struct InRedis {
     con: ReconnectingAsync,
     shares: RedisShares,
+    /// How often a limit is settled with nothing new here.
+    resync: Duration,
     /// This replica's id, the first part of each of its subscribers' fields.
     replica: u64,
 }
@@ -108,14 +111,16 @@ pub(crate) struct Quotas {
 }
 
 impl Quotas {
-    /// Shares whose assignments live `ttl` (whole seconds, at least one), settled in
-    /// Redis through `con` when there is one.
-    pub(crate) fn new(ttl: Duration, con: Option<ReconnectingAsync>) -> Self {
+    /// Shares whose assignments live `ttl` (whole seconds, at least one), for proxies
+    /// reporting every `interval`, settled in Redis through `con` when there is one.
+    pub(crate) fn new(ttl: Duration, interval: Duration, con: Option<ReconnectingAsync>) -> Self {
         let ttl = Duration::from_secs(ttl.as_secs().max(1));
+        let resync = (interval / RESYNCS_PER_INTERVAL).max(TICK);
         // A subscriber outlives its replica in the hash until its proxy's share expired.
-        let kept = ttl + RESYNC;
+        let kept = ttl + resync;
         let redis = con.map(|con| InRedis {
             con,
+            resync,
             shares: RedisShares::new(LEDGER, kept),
             replica: replica_id(),
         });
@@ -237,7 +242,7 @@ impl Quotas {
         let due: Vec<String> = self
             .limits()
             .iter()
-            .filter(|(_, l)| l.due || l.settled.is_none_or(|at| now - at >= RESYNC))
+            .filter(|(_, l)| l.due || l.settled.is_none_or(|at| now - at >= redis.resync))
             .map(|(id, _)| id.clone())
             .collect();
         let settles = due.iter().map(|id| self.settle_in_redis(redis, id, now));
@@ -287,9 +292,14 @@ impl Quotas {
             return;
         };
         match settled {
-            Ok(lives) => {
-                let moved = subscribers.into_iter().zip(lives);
-                limit.push(moved.map(|(who, live)| (who, None, live)), self.ttl);
+            Ok(settled) => {
+                // One short of its target waits for room: settled again at the next tick.
+                limit.due |= settled.iter().any(|(live, target)| live < target);
+                let moved = subscribers.into_iter().zip(settled);
+                limit.push(
+                    moved.map(|(who, (live, target))| (who, Some(target), live)),
+                    self.ttl,
+                );
             }
             Err(error) => {
                 tracing::warn!(%error, limit = %limit.name, "quota shares not settled in Redis");

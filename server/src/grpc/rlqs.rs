@@ -81,7 +81,7 @@ impl Streams {
         let ttl = interval.saturating_mul(TTL_INTERVALS);
         let whole = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
         let con = service.backend.redis();
-        let quotas = Arc::new(Quotas::new(Duration::from_secs(whole), con));
+        let quotas = Arc::new(Quotas::new(Duration::from_secs(whole), interval, con));
         tokio::spawn(Quotas::run(Arc::downgrade(&quotas)));
         Self {
             service,

@@ -5,6 +5,7 @@
 //! Timing tolerance: a loaded machine delays reports and requests, so the sharing checks
 //! skip the first 2 intervals after each change of demand and measure whole phases.
 
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,11 +37,34 @@ async fn serving(config: Config) -> (TestServer, String) {
     })
     .await;
     let web = app(&server, &admin, "web").await;
-    let policy = format!(
-        r#"{{"algorithm":"token-bucket","capacity":{BURST},"rate":{LIMIT},"period":"1s","apps":["web"]}}"#
-    );
-    create_policy(&server, &admin, "api", &policy).await;
+    create_policy(&server, &admin, "api", &policy()).await;
     (server, web)
+}
+
+/// The shared limit's policy, for app `web`.
+fn policy() -> String {
+    format!(
+        r#"{{"algorithm":"token-bucket","capacity":{BURST},"rate":{LIMIT},"period":"1s","apps":["web"]}}"#
+    )
+}
+
+/// Two replicas on one PostgreSQL (policies, tokens) and one Redis (decisions and
+/// shares), and app `web`'s token.
+async fn replicas(pg: &Postgres, redis: &Redis) -> (TestServer, TestServer, String) {
+    let config = Config {
+        store: Some(pg.url()),
+        grpc_listen: Some("127.0.0.1:0".parse().unwrap()),
+        rlqs_report_interval: INTERVAL,
+        ..in_redis(redis)
+    };
+    let (a, b, admin) = two_servers(config).await;
+    let web = app(&a, &admin, "web").await;
+    create_policy(&a, &admin, "api", &policy()).await;
+    let seen = eventually(Duration::from_secs(5), || async {
+        get(&b.url("/v1/policies/api"), &admin).await.status == hyper::StatusCode::OK
+    });
+    assert!(seen.await, "the second replica sees the policy");
+    (a, b, web)
 }
 
 const KEY: &[(&str, &str)] = &[("tenant", "acme")];
@@ -80,14 +104,18 @@ fn admitted_in(admitted: &[AtomicU64], from: usize, to: usize) -> u64 {
         .sum()
 }
 
-/// `n` proxies, one hot (1.5 × the limit) and the rest cold (2 % each), then the hot
-/// one cools and another heats: over every 2 intervals, at most 1.05 × the limit plus
-/// the burst admitted once all have joined; at least 90 % of the limit in each phase's
-/// settled part; the newly hot proxy served its share within 2 intervals of the
-/// shift; a proxy joining late gets a token bucket within 1 interval.
-async fn shares_by_demand(n: usize) {
-    let (server, web) = serving(config()).await;
-    let grpc = server.grpc.unwrap();
+/// `n` proxies spread over the replicas `grpcs`, one hot (1.5 × the limit) and the rest
+/// cold (2 % each), then the hot one cools and another heats: over every 2 intervals,
+/// at most 1.05 × the limit plus the burst admitted once all have joined; at least 90 %
+/// of the limit in each phase's settled part; the newly hot proxy served its share
+/// within 2 intervals of the shift; a proxy joining late gets a token bucket within 1
+/// interval.
+async fn shares_by_demand(n: usize, grpcs: &[SocketAddr], web: &str) {
+    let behind = |i: usize| -> Vec<SocketAddr> {
+        (0..grpcs.len())
+            .map(|k| grpcs[(i + k) % grpcs.len()])
+            .collect()
+    };
     let (hot, cold) = (LIMIT * 3 / 2, LIMIT / 50);
     let phase = INTERVAL * 10;
     let slots = |d: Duration| (d.as_millis() / SLOT.as_millis()) as usize;
@@ -97,7 +125,7 @@ async fn shares_by_demand(n: usize) {
     let mut demands = Vec::new();
     let mut proxies = Vec::new();
     for i in 0..n {
-        let proxy = Arc::new(Proxy::start(grpc, &web, "api", INTERVAL));
+        let proxy = Arc::new(Proxy::start_any(&behind(i), web, "api", INTERVAL));
         let demand = Arc::new(AtomicU64::new(if i == 0 { hot } else { cold }));
         drive(
             Arc::clone(&proxy),
@@ -113,7 +141,7 @@ async fn shares_by_demand(n: usize) {
     // The shift: the hot one cools, another heats, and one more proxy joins.
     demands[0].store(cold, Ordering::Relaxed);
     demands[n - 1].store(hot, Ordering::Relaxed);
-    let late = Arc::new(Proxy::start(grpc, &web, "api", INTERVAL));
+    let late = Arc::new(Proxy::start_any(&behind(n), web, "api", INTERVAL));
     tokio::time::sleep(INTERVAL).await;
     let late_demand = Arc::new(AtomicU64::new(cold));
     drive(Arc::clone(&late), late_demand, Arc::clone(&admitted), start);
@@ -166,19 +194,94 @@ async fn shares_by_demand(n: usize) {
     assert!(first_tokens <= INTERVAL, "{first_tokens:?}");
 }
 
+/// [`shares_by_demand`] on one replica deciding in memory.
+async fn shares_in_memory(n: usize) {
+    let (server, web) = serving(config()).await;
+    shares_by_demand(n, &[server.grpc.unwrap()], &web).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rlqs_shares_a_limit_among_2_proxies() {
-    shares_by_demand(2).await;
+    shares_in_memory(2).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rlqs_shares_a_limit_among_5_proxies() {
-    shares_by_demand(5).await;
+    shares_in_memory(5).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rlqs_shares_a_limit_among_20_proxies() {
-    shares_by_demand(20).await;
+    shares_in_memory(20).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rlqs_shares_a_limit_among_6_proxies_on_2_replicas() {
+    let (pg, redis) = (Postgres::start(), Redis::start());
+    let (a, b, web) = replicas(&pg, &redis).await;
+    shares_by_demand(6, &[a.grpc.unwrap(), b.grpc.unwrap()], &web).await;
+}
+
+/// The live shares of `proxies`, in units per second.
+fn live_sum<'a>(proxies: impl IntoIterator<Item = &'a Arc<Proxy>>) -> u64 {
+    (proxies.into_iter())
+        .filter_map(|p| p.live(KEY))
+        .map(|(per_fill, fill_s, _)| u64::from(per_fill) / u64::try_from(fill_s).unwrap())
+        .sum()
+}
+
+/// Samples `proxies` every 50 ms for `span`: the most their live shares summed to, and
+/// whether each held a token bucket at the end.
+async fn watch(proxies: &[Arc<Proxy>], span: Duration) -> (u64, bool) {
+    let until = Instant::now() + span;
+    let mut most = 0;
+    while Instant::now() < until {
+        most = most.max(live_sum(proxies));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    (most, proxies.iter().all(|p| p.live(KEY).is_some()))
+}
+
+/// Four busy proxies, two per replica: one replica stopped mid-run, its proxies reopen
+/// on the other, and the live shares never sum past the limit while the stopped
+/// replica's subscribers expire in Redis; then Redis restarted empty: shares resume.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rlqs_replicas_survive_a_replica_stopped_and_redis_restarted() {
+    let (pg, mut redis) = (Postgres::start(), Redis::start());
+    let (a, b, web) = replicas(&pg, &redis).await;
+    let grpcs = [a.grpc.unwrap(), b.grpc.unwrap()];
+    let admitted: Arc<Vec<AtomicU64>> = Arc::new((0..1).map(|_| AtomicU64::new(0)).collect());
+    let start = Instant::now();
+    let proxies: Vec<Arc<Proxy>> = (0..4)
+        .map(|i| {
+            let behind = [grpcs[i % 2], grpcs[(i + 1) % 2]];
+            let proxy = Arc::new(Proxy::start_any(&behind, &web, "api", INTERVAL));
+            let demand = Arc::new(AtomicU64::new(LIMIT / 2));
+            drive(Arc::clone(&proxy), demand, Arc::clone(&admitted), start);
+            proxy
+        })
+        .collect();
+    let (most, all) = watch(&proxies, INTERVAL * 6).await;
+    assert!(all && most <= LIMIT, "before: most {most}, all held: {all}");
+    // Replica a stops: its proxies' shares expire, they reopen on b, and b grants them
+    // room only as a's subscribers expire in Redis (a time to live and a second).
+    a.stop().await;
+    let (most, all) = watch(&proxies, INTERVAL * 12).await;
+    assert!(
+        all && most <= LIMIT,
+        "after a stopped: most {most}, all held: {all}"
+    );
+    // Redis restarted empty: b's next settles write its subscribers back.
+    tokio::task::block_in_place(|| redis.restart());
+    let (most, all) = watch(&proxies, INTERVAL * 8).await;
+    assert!(
+        all && most <= LIMIT,
+        "after Redis restarted: most {most}, all held: {all}"
+    );
+    for proxy in &proxies {
+        assert!(proxy.misread().is_empty(), "{:?}", proxy.misread());
+    }
+    drop(b);
 }
 
 /// A report of `buckets` (entries, allowed) in `domain`.

@@ -51,7 +51,7 @@ fn settle(
     now: u64,
     leaving: &[String],
     mine: &[(String, u64, Option<u64>)],
-) -> Vec<u64> {
+) -> Vec<(u64, u64)> {
     model.retain(|_, (_, expires)| *expires > now);
     for field in leaving {
         model.remove(field);
@@ -81,9 +81,8 @@ fn settle(
     for ((_, (h, _)), new) in model.iter_mut().zip(holdings) {
         *h = new;
     }
-    mine.iter()
-        .map(|(f, ..)| model[f].0.live.unwrap_or(0))
-        .collect()
+    let settled = |h: &Holding| (h.live.unwrap_or(0), h.target.unwrap_or(0));
+    mine.iter().map(|(f, ..)| settled(&model[f].0)).collect()
 }
 
 fn record((h, expires): &(Holding, u64)) -> String {
@@ -188,6 +187,6 @@ fn a_limit_beyond_the_exact_range_is_refused() {
             .settle(&mut con, "{share}x", 100, None, &[], &mine)
             .await
             .unwrap();
-        assert_eq!(granted, [95]);
+        assert_eq!(granted, [(95, 95)]);
     });
 }

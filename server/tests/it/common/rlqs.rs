@@ -118,10 +118,16 @@ fn misread(action: &BucketAction) -> Option<String> {
 impl Proxy {
     /// A proxy reporting to `grpc` every `interval` as app `token` in `domain`.
     pub fn start(grpc: SocketAddr, token: &str, domain: &str, interval: Duration) -> Self {
+        Self::start_any(&[grpc], token, domain, interval)
+    }
+
+    /// A proxy behind a Service of replicas `grpcs`: its stream opens on the first that
+    /// answers, and reopens on the next when one goes away.
+    pub fn start_any(grpcs: &[SocketAddr], token: &str, domain: &str, interval: Duration) -> Self {
         let state = Arc::new(Mutex::new(State::default()));
         let task = tokio::spawn(run(
             Arc::clone(&state),
-            grpc,
+            grpcs.to_vec(),
             token.to_owned(),
             domain.to_owned(),
             interval,
@@ -398,7 +404,7 @@ pub async fn open(grpc: SocketAddr, token: Option<&str>) -> Result<Opened, tonic
 /// The proxy's stream: reports on each tick, responses applied, reopened when closed.
 async fn run(
     state: Arc<Mutex<State>>,
-    grpc: SocketAddr,
+    grpcs: Vec<SocketAddr>,
     token: String,
     domain: String,
     interval: Duration,
@@ -406,15 +412,21 @@ async fn run(
     let mut ticks = tokio::time::interval(interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut responses: Option<tonic::Streaming<RateLimitQuotaResponse>> = None;
+    let mut turn = 0;
     loop {
         tokio::select! {
             _ = ticks.tick() => {
-                if responses.is_none() {
-                    if let Ok((outbox, opened)) = open(grpc, Some(&token)).await {
+                for _ in 0..grpcs.len() {
+                    if responses.is_some() {
+                        break;
+                    }
+                    if let Ok((outbox, opened)) = open(grpcs[turn], Some(&token)).await {
                         let mut state = state.lock().unwrap();
                         state.outbox = Some(outbox);
                         state.streams += 1;
                         responses = Some(opened);
+                    } else {
+                        turn = (turn + 1) % grpcs.len();
                     }
                 }
                 let mut state = state.lock().unwrap();
