@@ -1,13 +1,16 @@
 //! Traces over OTLP against a real receiver (the collector's `TraceService`, generated
 //! from the published OpenTelemetry protos): with the standard variables set, an HTTP
 //! request and an Envoy call each arrive as a server span joined to the caller's
-//! `traceparent`, with a child for the decision and one for its Redis round trip, and no
+//! `traceparent`, with a child for the decision and one for its Redis round trip, each
+//! report of an Envoy quota stream as a span joined to the stream's `traceparent`, and no
 //! key, token or descriptor value in any attribute. One test: a process has one exporter.
 
 use std::time::Duration;
 
 use crate::common::*;
 use hyper::{Method, StatusCode};
+use sluicegate_server::grpc::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
+use sluicegate_server::grpc::envoy::service::rate_limit_quota::v3::RateLimitQuotaUsageReports;
 use sluicegate_server::grpc::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use sluicegate_server::grpc::envoy::service::ratelimit::v3::RateLimitRequest;
 use sluicegate_server::{Config, Telemetry, TelemetryError};
@@ -22,6 +25,9 @@ const UNSAMPLED_TRACE: &str = "11111111111111111111111111111111";
 /// A call with a 2 MiB domain naming an unknown policy, and a request of a 64 KiB method.
 const LONG_TRACE: &str = "22222222222222222222222222222222";
 const METHOD_TRACE: &str = "33333333333333333333333333333333";
+/// An Envoy quota stream: a span per report message, joined to the stream's trace.
+const RLQS_TRACE: &str = "44444444444444444444444444444444";
+const RLQS_PARENT: &str = "0123456789abcdef";
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
@@ -193,7 +199,31 @@ async fn spans_join_the_callers_trace_and_name_no_key() {
     let answered = call(method, &url, Some(&web), None, &[("traceparent", &header)]).await;
     assert!(answered.status.is_client_error(), "{:?}", answered.status);
 
+    // Two reports on a quota stream: a bucket alone at first, then a periodic one.
+    let header = traceparent(RLQS_TRACE, RLQS_PARENT, "01");
+    let bearer = format!("Bearer {web}");
+    let metadata = [("authorization", bearer.as_str()), ("traceparent", &header)];
+    let (outbox, mut responses) = open_with(server.grpc.unwrap(), &metadata)
+        .await
+        .expect("a quota stream");
+    let tenant = [("tenant", "secret-value-carol")];
+    for allowed in [1, 4] {
+        let usage = RateLimitQuotaUsageReports {
+            domain: "api".into(),
+            bucket_quota_usages: vec![BucketQuotaUsage {
+                bucket_id: Some(bucket(&tenant)),
+                time_elapsed: Some(prost_types::Duration::default()),
+                num_requests_allowed: allowed,
+                num_requests_denied: 0,
+            }],
+        };
+        outbox.send(usage).expect("the stream is open");
+    }
+    let assigned = tokio::time::timeout(Duration::from_secs(5), responses.message()).await;
+    assert!(matches!(assigned, Ok(Ok(Some(_)))), "{assigned:?}");
+
     let rls_name = "envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+    let rlqs_name = "envoy.service.rate_limit_quota.v3.RateLimitQuotaService/StreamRateLimitQuotas";
     let spans = tokio::task::spawn_blocking(move || {
         receiver.spans_when(Duration::from_secs(10), |spans| {
             let count = |t: &str| spans.iter().filter(|s| hex(&s.trace_id) == t).count();
@@ -201,6 +231,7 @@ async fn spans_join_the_callers_trace_and_name_no_key() {
                 && count(RLS_TRACE) >= 3
                 && count(LONG_TRACE) >= 1
                 && count(METHOD_TRACE) >= 1
+                && count(RLQS_TRACE) >= 2
         })
     })
     .await
@@ -243,6 +274,26 @@ async fn spans_join_the_callers_trace_and_name_no_key() {
     let (rls, _) = assert_chain(&spans, RLS_TRACE, RLS_PARENT, rls_name);
     assert_eq!(attribute(&rls, "sluicegate.domain").as_deref(), Some("api"));
     assert_eq!(attribute(&rls, "sluicegate.code").as_deref(), Some("OK"));
+    let reports: Vec<&Span> = (spans.iter())
+        .filter(|s| hex(&s.trace_id) == RLQS_TRACE)
+        .collect();
+    assert_eq!(reports.len(), 2, "a span per report: {reports:#?}");
+    for report in reports {
+        assert_eq!(report.name, rlqs_name);
+        assert_eq!(
+            hex(&report.parent_span_id),
+            RLQS_PARENT,
+            "joined to the stream"
+        );
+        assert_eq!(
+            attribute(report, "sluicegate.domain").as_deref(),
+            Some("api")
+        );
+        assert_eq!(
+            attribute(report, "sluicegate.buckets").as_deref(),
+            Some("1")
+        );
+    }
     assert!(
         spans.iter().all(|s| hex(&s.trace_id) != UNSAMPLED_TRACE),
         "a trace its caller did not sample is not exported"

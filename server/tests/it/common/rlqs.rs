@@ -387,15 +387,28 @@ pub type Opened = (
 /// Opens a stream as app `token` (none: no token): its outbox and its responses, or
 /// the status refusing it.
 pub async fn open(grpc: SocketAddr, token: Option<&str>) -> Result<Opened, tonic::Status> {
+    let bearer = token.map(|t| format!("Bearer {t}"));
+    let metadata: Vec<_> = bearer
+        .iter()
+        .map(|b| ("authorization", b.as_str()))
+        .collect();
+    open_with(grpc, &metadata).await
+}
+
+/// Opens a stream with `metadata` (`authorization`, `traceparent`...).
+pub async fn open_with(
+    grpc: SocketAddr,
+    metadata: &[(&'static str, &str)],
+) -> Result<Opened, tonic::Status> {
     let mut client = RateLimitQuotaServiceClient::connect(format!("http://{grpc}"))
         .await
         .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
     let (outbox, mut reports) = mpsc::unbounded_channel();
     let outgoing = futures_util::stream::poll_fn(move |cx| reports.poll_recv(cx));
     let mut request = tonic::Request::new(outgoing);
-    if let Some(token) = token {
-        let value = format!("Bearer {token}").parse().expect("metadata");
-        request.metadata_mut().insert("authorization", value);
+    for (name, value) in metadata {
+        let value = value.parse().expect("metadata");
+        request.metadata_mut().insert(*name, value);
     }
     let responses = client.stream_rate_limit_quotas(request).await?.into_inner();
     Ok((outbox, responses))
