@@ -42,13 +42,33 @@ const TICK: Duration = Duration::from_millis(100);
 /// alive in the hash.
 const RESYNCS_PER_INTERVAL: u32 = 5;
 
+/// A bucket id's entries in name order, held once per bucket a stream holds.
+pub(super) type Entries = Arc<[(Box<str>, Box<str>)]>;
+
+/// The entries of `id` in name order.
+pub(super) fn entries(id: &BucketId) -> Entries {
+    let mut entries: Vec<(Box<str>, Box<str>)> = (id.bucket.iter())
+        .map(|(k, v)| (k.as_str().into(), v.as_str().into()))
+        .collect();
+    entries.sort_unstable();
+    entries.into()
+}
+
+/// The bucket id of `entries`, as the proxy sent it.
+pub(super) fn bucket_id(entries: &[(Box<str>, Box<str>)]) -> BucketId {
+    let bucket = (entries.iter()).map(|(k, v)| (k.to_string(), v.to_string()));
+    BucketId {
+        bucket: bucket.collect(),
+    }
+}
+
 /// A subscriber: a stream, and the proxy's number of one of its buckets.
 type Subscriber = (u64, u64);
 
 /// A subscriber's standing on one limit.
 #[derive(Debug)]
 struct Standing {
-    bucket: Arc<BucketId>,
+    bucket: Entries,
     mailbox: Arc<Mailbox>,
     /// Units per the limit's period it asked for lately (0 until measured).
     demand: u64,
@@ -81,7 +101,7 @@ struct Limit {
 #[derive(Debug)]
 pub(super) struct Usage {
     pub(super) bucket: u64,
-    pub(super) id: Arc<BucketId>,
+    pub(super) id: Entries,
     pub(super) limit: String,
     pub(super) name: String,
     pub(super) rate: Rate,
@@ -493,9 +513,9 @@ fn seconds(duration: Duration) -> prost_types::Duration {
 }
 
 /// `bucket`'s assignment of `strategy` for `ttl`.
-pub(super) fn assign(bucket: &BucketId, strategy: Strategy, ttl: Duration) -> BucketAction {
+pub(super) fn assign(bucket: &Entries, strategy: Strategy, ttl: Duration) -> BucketAction {
     BucketAction {
-        bucket_id: Some(bucket.clone()),
+        bucket_id: Some(bucket_id(bucket)),
         bucket_action: Some(Action::QuotaAssignmentAction(QuotaAssignmentAction {
             assignment_time_to_live: Some(seconds(ttl)),
             rate_limit_strategy: Some(RateLimitStrategy {
@@ -513,7 +533,7 @@ pub(super) fn blanket(rule: BlanketRule) -> Strategy {
 /// `bucket`'s assignment of `share` units of `rate` for `ttl`: a token bucket filling
 /// `share` per period and holding its part of the burst (at least one token), or
 /// `DENY_ALL` for no share.
-fn assignment(bucket: &BucketId, rate: &Rate, share: u64, ttl: Duration) -> BucketAction {
+fn assignment(bucket: &Entries, rate: &Rate, share: u64, ttl: Duration) -> BucketAction {
     if share == 0 {
         return assign(bucket, blanket(BlanketRule::DenyAll), ttl);
     }

@@ -37,7 +37,7 @@ use super::envoy::service::rate_limit_quota::v3::{
 };
 use super::governs::{govern, Governed};
 use super::mailbox::Mailbox;
-use super::quotas::{assign, blanket, Quotas, Usage};
+use super::quotas::{assign, blanket, bucket_id, entries, Entries, Quotas, Usage};
 use crate::service::auth::App;
 use crate::service::Service;
 use crate::telemetry;
@@ -176,7 +176,7 @@ impl RateLimitQuotaService for Rlqs {
 /// A bucket a stream holds.
 #[derive(Debug)]
 struct Held {
-    id: Arc<BucketId>,
+    id: Entries,
     /// The shared limit it is subscribed to.
     limit: Option<String>,
     /// Reports in a row with no request.
@@ -302,34 +302,31 @@ impl Reader {
             let requests = usage
                 .num_requests_allowed
                 .saturating_add(usage.num_requests_denied);
+            let id = entries(&id);
             let held = self.buckets.entry(number).or_insert_with(|| Held {
-                id: Arc::new(id.clone()),
+                id: Arc::clone(&id),
                 limit: None,
                 idle: 0,
             });
-            if *held.id != id {
+            if held.id != id {
                 left.extend(held.limit.take().map(|l| (l, number)));
                 *held = Held {
-                    id: Arc::new(id),
+                    id,
                     limit: None,
                     idle: 0,
                 };
             }
-            // One copy of the id per bucket held, shared with its subscription.
+            // One copy of the entries per bucket held, shared with its subscription.
             let id = Arc::clone(&held.id);
             held.idle = if requests == 0 { held.idle + 1 } else { 0 };
             if held.idle >= ABANDON_AFTER {
                 left.extend(held.limit.take().map(|l| (l, number)));
                 self.buckets.remove(&number);
-                self.mailbox.post(number, abandon(BucketId::clone(&id)));
+                self.mailbox.post(number, abandon(bucket_id(&id)));
                 continue;
             }
-            let entries: Vec<(&str, &str)> = id
-                .bucket
-                .iter()
-                .map(|(k, v)| (k.as_str(), v.as_str()))
-                .collect();
-            let governed = govern(&served, &rules, &self.app, &domain, &entries);
+            let pairs: Vec<(&str, &str)> = id.iter().map(|(k, v)| (&**k, &**v)).collect();
+            let governed = govern(&served, &rules, &self.app, &domain, &pairs);
             let shared = match &governed {
                 Ok(Governed::Shared { id: limit, .. }) => Some(limit.as_str()),
                 _ => None,

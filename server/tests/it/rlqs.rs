@@ -373,6 +373,32 @@ async fn rlqs_assigns_blanket_rules_to_unlimited_and_zero_limits() {
     assert!(edge.misread().is_empty() && policies.misread().is_empty());
 }
 
+/// A bucket id is a map: its entries are taken in name order, whatever order they
+/// arrive in, so a nested rule (`path` under `method`) governs every such bucket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rlqs_takes_a_bucket_ids_entries_in_name_order() {
+    let yaml = "domain: edge\ndescriptors:\n  - key: method\n    descriptors:\n      - key: path\n        rate_limit: {unit: minute, requests_per_unit: 60}\n";
+    let (config, _yaml) = envoy_yaml(yaml);
+    let (server, web) = serving(config).await;
+    let edge = Proxy::start(server.grpc.unwrap(), &web, "edge", INTERVAL);
+    let paths: Vec<String> = (0..8).map(|i| format!("/p{i}")).collect();
+    let buckets: Vec<[(&str, &str); 2]> = paths
+        .iter()
+        .map(|p| [("path", p.as_str()), ("method", "GET")])
+        .collect();
+    let all_assigned = eventually(Duration::from_secs(5), || async {
+        buckets.iter().all(|b| {
+            edge.request(b);
+            edge.live(b).is_some() || edge.blanket(b).is_some()
+        })
+    });
+    assert!(all_assigned.await);
+    for b in &buckets {
+        assert_eq!(edge.blanket(b), None, "{b:?} matched no rule");
+        assert_eq!(edge.live(b).map(|(_, fill_s, _)| fill_s), Some(60), "{b:?}");
+    }
+}
+
 /// Also `/metrics`: the subscribers and the shares assigned.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rlqs_a_closed_stream_frees_its_share_and_an_idle_bucket_is_abandoned() {
