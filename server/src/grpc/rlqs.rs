@@ -9,6 +9,7 @@
 //! leaves the stream and its other buckets as they are. A bucket idle for
 //! [`ABANDON_AFTER`] reports is abandoned.
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::pin::Pin;
@@ -183,6 +184,22 @@ struct Held {
     idle: u32,
 }
 
+impl Held {
+    fn new(id: &BucketId) -> Self {
+        Self {
+            id: entries(id),
+            limit: None,
+            idle: 0,
+        }
+    }
+}
+
+/// Whether `held` are the entries of `id` (without copying them).
+fn same(held: &Entries, id: &BucketId) -> bool {
+    held.len() == id.bucket.len()
+        && (held.iter()).all(|(k, v)| id.bucket.get(&**k).is_some_and(|w| **v == **w))
+}
+
 /// One stream's reports, read on a task of their own.
 #[derive(Debug)]
 struct Reader {
@@ -302,20 +319,15 @@ impl Reader {
             let requests = usage
                 .num_requests_allowed
                 .saturating_add(usage.num_requests_denied);
-            let id = entries(&id);
-            let held = self.buckets.entry(number).or_insert_with(|| Held {
-                id: Arc::clone(&id),
-                limit: None,
-                idle: 0,
-            });
-            if held.id != id {
-                left.extend(held.limit.take().map(|l| (l, number)));
-                *held = Held {
-                    id,
-                    limit: None,
-                    idle: 0,
-                };
-            }
+            let held = match self.buckets.entry(number) {
+                Entry::Occupied(held) if same(&held.get().id, &id) => held.into_mut(),
+                Entry::Occupied(mut held) => {
+                    left.extend(held.get_mut().limit.take().map(|l| (l, number)));
+                    held.insert(Held::new(&id));
+                    held.into_mut()
+                }
+                Entry::Vacant(vacant) => vacant.insert(Held::new(&id)),
+            };
             // One copy of the entries per bucket held, shared with its subscription.
             let id = Arc::clone(&held.id);
             held.idle = if requests == 0 { held.idle + 1 } else { 0 };
