@@ -56,6 +56,7 @@ fn envoy_protos() {
         .build_client(true)
         .build_server(true)
         .btree_map(".envoy.service.rate_limit_quota")
+        .codec_path("crate::grpc::codec::SmallCodec")
         .compile_protos(
             &[
                 "vendor/proto/envoy/service/ratelimit/v3/rls.proto",

@@ -28,6 +28,7 @@
 //! acts on: the request goes through, and the status shows what would have happened.
 
 mod admitted;
+mod codec;
 mod domains;
 #[doc(hidden)]
 #[allow(

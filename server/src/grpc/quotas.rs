@@ -45,13 +45,11 @@ const RESYNCS_PER_INTERVAL: u32 = 5;
 /// A bucket id's entries in name order, held once per bucket a stream holds.
 pub(super) type Entries = Arc<[(Box<str>, Box<str>)]>;
 
-/// The entries of `id` in name order.
+/// The entries of `id` (a sorted map) in name order.
 pub(super) fn entries(id: &BucketId) -> Entries {
-    let mut entries: Vec<(Box<str>, Box<str>)> = (id.bucket.iter())
+    (id.bucket.iter())
         .map(|(k, v)| (k.as_str().into(), v.as_str().into()))
-        .collect();
-    entries.sort_unstable();
-    entries.into()
+        .collect()
 }
 
 /// The bucket id of `entries`, as the proxy sent it.
