@@ -89,8 +89,11 @@ struct Limit {
     subscribers: BTreeMap<Subscriber, Standing>,
     /// Subscribers gone since the last settle (Redis: to be removed there).
     leaving: Vec<Subscriber>,
-    /// A demand or the rate moved, or a subscriber came or went.
+    /// A demand moved: settled at the next tick in this process, at the next re-settle
+    /// in Redis.
     due: bool,
+    /// A subscriber came or went, or the rate moved: settled at the next tick.
+    urgent: bool,
     /// When it was last settled.
     settled: Option<Instant>,
 }
@@ -176,9 +179,10 @@ impl Quotas {
                 subscribers: BTreeMap::new(),
                 leaving: Vec::new(),
                 due: true,
+                urgent: true,
                 settled: None,
             });
-            limit.due |= limit.rate != usage.rate;
+            limit.urgent |= limit.rate != usage.rate;
             limit.rate = usage.rate;
             let standing = limit
                 .subscribers
@@ -194,6 +198,7 @@ impl Quotas {
                 });
             standing.measure(now, usage.requests, limit.rate.period_s);
             // A steady report changes no share.
+            limit.urgent |= standing.live.is_none();
             limit.due |= standing.moved();
             // Re-sent unchanged, so that the proxy extends it before it expires.
             if let Some(live) = standing.live {
@@ -213,7 +218,7 @@ impl Quotas {
                 continue;
             };
             if limit.subscribers.remove(&(stream, bucket)).is_some() {
-                limit.due = true;
+                limit.urgent = true;
                 if in_redis {
                     limit.leaving.push((stream, bucket));
                 }
@@ -252,7 +257,7 @@ impl Quotas {
     /// Settles every limit due at `now`.
     async fn settle(&self, now: Instant) {
         let Some(redis) = &self.redis else {
-            for limit in self.limits().values_mut().filter(|l| l.due) {
+            for limit in self.limits().values_mut().filter(|l| l.due || l.urgent) {
                 limit.settle_here(self.ttl);
             }
             return;
@@ -260,7 +265,7 @@ impl Quotas {
         let due: Vec<String> = self
             .limits()
             .iter()
-            .filter(|(_, l)| l.due || l.settled.is_none_or(|at| now - at >= redis.resync))
+            .filter(|(_, l)| l.urgent || l.settled.is_none_or(|at| now - at >= redis.resync))
             .map(|(id, _)| id.clone())
             .collect();
         let settles = due.iter().map(|id| self.settle_in_redis(redis, id, now));
@@ -278,7 +283,7 @@ impl Quotas {
             let Some(limit) = limits.get_mut(id) else {
                 return;
             };
-            limit.due = false;
+            (limit.due, limit.urgent) = (false, false);
             limit.settled = Some(now);
             let units = limit.rate.units;
             let subscribers: Vec<Subscriber> = limit.subscribers.keys().copied().collect();
@@ -311,8 +316,6 @@ impl Quotas {
         };
         match settled {
             Ok(settled) => {
-                // One short of its target waits for room: settled again at the next tick.
-                limit.due |= settled.iter().any(|(live, target)| live < target);
                 let moved = subscribers.into_iter().zip(settled);
                 limit.push(
                     moved.map(|(who, (live, target))| (who, Some(target), live)),
@@ -322,7 +325,6 @@ impl Quotas {
             Err(error) => {
                 tracing::warn!(%error, limit = %limit.name, "quota shares not settled in Redis");
                 limit.leaving.extend(leaving);
-                limit.due = true;
             }
         }
         if limit.subscribers.is_empty() && limit.leaving.is_empty() {
@@ -436,7 +438,7 @@ impl Standing {
 impl Limit {
     /// Settles in this process: every subscriber's target re-computed and granted.
     fn settle_here(&mut self, ttl: Duration) {
-        self.due = false;
+        (self.due, self.urgent) = (false, false);
         for standing in self.subscribers.values_mut() {
             standing.settled_demand = standing.demand;
         }
