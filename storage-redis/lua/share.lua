@@ -64,26 +64,29 @@ local floor = math.max(idiv(idiv(limit, math.max(n, 1)), math.max(divisor, 1)), 
 local reserve = math.min(floor, idiv(limit, n + 1))
 local L = limit - reserve
 local f = math.min(floor, idiv(L, math.max(n, 1)))
-local function want(h)
-  local d = h.demand
-  return math.min(math.max(d + idiv(d * headroom + 99, 100), f), L)
+-- Each subscriber's want, computed once: the level's search reads them many times.
+local wants, wanted = {}, 0
+for k, name in ipairs(names) do
+  local d = holdings[name].demand
+  wants[k] = math.min(math.max(d + idiv(d * headroom + 99, 100), f), L)
+  wanted = wanted + wants[k]
 end
-local shares, wanted = {}, 0
-for _, name in ipairs(names) do wanted = wanted + want(holdings[name]) end
+local shares = {}
 local spare = wanted <= L
 if n == 0 then
   -- nothing to share
 elseif spare then
   local each, first = divmod(L - wanted, n)
-  for k, name in ipairs(names) do
-    shares[k] = want(holdings[name]) + each + ((k <= first) and 1 or 0)
+  for k = 1, n do
+    shares[k] = wants[k] + each + ((k <= first) and 1 or 0)
   end
 else
   -- The highest level whose capped wants fit, summed only as far as the limit.
+  local min = math.min
   local function under(level)
     local sum = 0
-    for _, name in ipairs(names) do
-      sum = sum + math.min(want(holdings[name]), level)
+    for k = 1, n do
+      sum = sum + min(wants[k], level)
       if sum > L then return sum end
     end
     return sum
@@ -94,8 +97,8 @@ else
     if under(mid) <= L then fits = mid else over = mid end
   end
   local left = L - under(fits)
-  for k, name in ipairs(names) do
-    local w = want(holdings[name])
+  for k = 1, n do
+    local w = wants[k]
     local one = (left > 0 and w > fits) and 1 or 0
     left = left - one
     shares[k] = math.min(w, fits) + one
@@ -122,7 +125,7 @@ for k, name in ipairs(names) do
   local current = keeps(h, shares[k])
   if current and current > shares[k] then
     local more = current - shares[k]
-    if more <= room and (spare or current <= want(h)) then
+    if more <= room and (spare or current <= wants[k]) then
       room = room - more
       shares[k] = current
     end
