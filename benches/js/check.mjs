@@ -2,7 +2,7 @@
 // Both read `performance.now()` and return the same six-field decision object, so the
 // difference is the boundary crossing and the exact integer math.
 // Run after scripts/build-wasm.sh: `node benches/js/check.mjs`.
-import { Limiter } from "../../wasm/pkg/nodejs/index.mjs";
+import { Limiter } from "../../wasm/pkg/client/node.js";
 
 /** A plain token bucket in floating point: refill on read, as most JS limiters do. */
 class JsTokenBucket {

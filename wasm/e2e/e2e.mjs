@@ -95,7 +95,7 @@ try {
     return Array.from(demo.throttle.save());`);
   await open();
   const [after, due, waited] = await run(`
-    const { Limiter } = await import("/pkg/web/index.js");
+    const { Limiter } = await import("/pkg/client/index.js");
     const loaded = Array.from(demo.throttle.save());
     const probe = new Limiter({ algorithm: "token-bucket", capacity: 2, rate: 2, periodMs: 1000 });
     probe.load(Uint8Array.from(loaded));
@@ -111,7 +111,7 @@ try {
 
   // 5. Invalid input from JS throws an Error with a message; the module keeps working.
   const thrown = await run(`
-    const { Limiter } = await import("/pkg/web/index.js");
+    const { Limiter } = await import("/pkg/client/index.js");
     const messages = [];
     for (const attempt of [
       () => new Limiter({ algorithm: "token-bucket", capacity: -1, rate: 1, periodMs: 1000 }),
@@ -133,7 +133,8 @@ try {
 
   // 6. A cost reported after the work: charged within the overdraft, refunded, refused on pacing.
   const reports = await run(`
-    const { Limiter } = await import("/pkg/web/index.js");
+    const { default: init, Limiter } = await import("/pkg/full/index.js");
+    await init();
     const limiter = new Limiter({ algorithm: "fixed-window", limit: 3, periodMs: 1000, overdraft: 2 });
     limiter.check(1, 0);
     const charged = limiter.report(9, 10);
