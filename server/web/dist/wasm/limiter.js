@@ -283,15 +283,18 @@ export class Throttle {
 
   /** Runs every call that may run now, then sets one timer for the next that may. */
   #pump() {
+    // One reading per pump: a later call decided at an earlier instant waits, never runs early.
+    const now = clock();
     for (;;) {
-      const next = this.#core.next(clock());
+      const next = this.#core.next(now);
       if (next === 1) {
         this.#run(this.#core.at);
       } else if (next === 2) {
         this.#wake(this.#core.at);
         return;
       } else {
-        clearTimeout(this.#timer);
+        if (this.#timer !== undefined) clearTimeout(this.#timer);
+        this.#timer = undefined;
         this.#timerAt = NaN;
         return;
       }
@@ -300,9 +303,10 @@ export class Throttle {
 
   #wake(at) {
     if (this.#timerAt === at) return;
-    clearTimeout(this.#timer);
+    if (this.#timer !== undefined) clearTimeout(this.#timer);
     this.#timerAt = at;
     this.#timer = setTimeout(() => {
+      this.#timer = undefined;
       this.#timerAt = NaN;
       this.#pump();
     }, Math.max(0, Math.ceil(at - clock())));
