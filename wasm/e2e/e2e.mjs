@@ -50,21 +50,23 @@ try {
   await open();
 
   // 1. Five calls through a bucket of 2 refilled 2/s: two at once, then one each time a
-  // token is back, so call k (from 0) runs (k - 1) × 500 ms after the first decision.
-  // Offsets count from just before the calls are scheduled, which is no later than the
-  // throttle's first decision, so "not before its slot" holds exactly on any machine.
+  // token is back, so call k (from 0) runs (k - 1) × 500 ms after the throttle's first
+  // decision. Offsets count from just before the calls are scheduled, which is no later
+  // than that decision, on the clock the throttle reads (performance.now()).
   const [start, times] = await run(`
     const start = performance.now();
     return [start, await Promise.all(Array.from({ length: 5 }, () => demo.call("/api/ping")))];`);
   const offsets = times.map((t) => t - start);
   console.log("runs after scheduling (ms):", offsets.map((g) => g.toFixed(1)).join(", "));
-  // Under 400 ms: before a third token could be back, however late the page runs.
+  // The first two run in the throttle's first pump, before a third token could be back.
   assert.ok(offsets[1] < 400, `the first two run together: ${offsets}`);
   offsets.slice(2).forEach((offset, i) => {
     const due = (i + 1) * 500;
-    // Late by up to 1 s (a loaded machine's timers); a bucket refilled at half the rate fails.
-    assert.ok(offset >= due && offset < due + 1000, `call ${i + 2} due at ${due} ms: ${offsets}`);
+    // Early only by Chromium's coarsened clock (5 ms; a bucket refilled twice as fast runs 250 ms early).
+    assert.ok(offset >= due - 5, `call ${i + 2} due at ${due} ms: ${offsets}`);
   });
+  // Late by up to 1.4 s on a loaded machine; a bucket refilled at half the rate runs the last at 3 s.
+  assert.ok(offsets[4] < 1500 + 1400, `the last call due at 1500 ms: ${offsets}`);
 
   // 2. Abort: waiting calls reject with the signal's reason and never run.
   const aborted = await run(`
@@ -83,10 +85,12 @@ try {
     const next = await demo.call("/api/ping");
     return [next - hit, next - seen];`);
   console.log("pause after 429 (ms):", sincehit.toFixed(1), "after it was seen:", sinceseen.toFixed(1));
-  // The busy call started before its 429 was read, so the next one waits at least 1 s from it.
-  assert.ok(sincehit >= 990, `paused ${sincehit} ms`);
-  // Seen after the 429 was read: up to 900 ms late on a loaded machine, still short of a 2 s pause.
-  assert.ok(sinceseen < 1900, `paused ${sinceseen} ms after the 429 was seen`);
+  // The busy call started before its 429 was read, so the next one waits at least 1 s from
+  // it (5 ms for Chromium's coarsened clock; a Retry-After ignored runs it at once).
+  assert.ok(sincehit >= 995, `paused ${sincehit} ms`);
+  // Seen after the 429 was read: seconds late at most on a loaded machine; a Retry-After read
+  // as minutes would hold it a minute.
+  assert.ok(sinceseen < 5000, `paused ${sinceseen} ms after the 429 was seen`);
 
   // 4. The state survives a reload: drain the bucket, reload, and the page restores the
   // bytes (a fresh state saves as none) and waits as they say, checked on its own clock.
@@ -106,8 +110,9 @@ try {
   console.log("reload: the restored state says wait (ms):", due, "waited:", waited.toFixed(1));
   assert.ok(before.length > 0);
   assert.deepEqual(after, before, "the reloaded page restores the saved bytes");
-  // Measured from before the probe read the throttle's clock, so exact (1 ms for rounding).
-  assert.ok(waited >= due - 1, `the call waits as the restored state says: ${waited} < ${due} ms`);
+  // Measured from before the probe read the throttle's clock, so exact but for Chromium's
+  // coarsened clock (5 ms; a state not restored runs the call at once).
+  assert.ok(waited >= due - 5, `the call waits as the restored state says: ${waited} < ${due} ms`);
 
   // 5. Invalid input from JS throws an Error with a message; the module keeps working.
   const thrown = await run(`
