@@ -47,6 +47,9 @@ pub(crate) struct Scheduler<J> {
     max_queued: usize,
     paused_until: Ticks,
     budget: Option<Budget>,
+    /// The largest cost known to fit the limit: a cost fits if a larger one does, so
+    /// each push need not decide it again.
+    fitting: u64,
 }
 
 impl<J> Scheduler<J> {
@@ -58,6 +61,7 @@ impl<J> Scheduler<J> {
             max_queued,
             paused_until: 0,
             budget: None,
+            fitting: 0,
         }
     }
 
@@ -77,8 +81,11 @@ impl<J> Scheduler<J> {
         if self.queue.len() >= self.max_queued {
             return Err((job, Error::QueueFull(self.max_queued)));
         }
-        if !self.limit.fits(cost) {
-            return Err((job, Error::NeverFits(cost)));
+        if cost > self.fitting {
+            if !self.limit.fits(cost) {
+                return Err((job, Error::NeverFits(cost)));
+            }
+            self.fitting = cost;
         }
         self.queue.push_back(Queued {
             job,
