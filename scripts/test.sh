@@ -50,14 +50,14 @@ stage "the token-budget example"
 cargo build -q --profile test --workspace --all-features --example token_budget
 "$target_dir/debug/examples/token_budget" --once >/dev/null
 
-# sluicegate-wasm in a real JS engine: the bindings under Node.js (wasm-bindgen-test), then
-# the built packages (size budget checked) as users import them, and the demo page in
-# headless Chromium.
+# sluicegate-wasm: the client module's Rust natively (nextest above ran the full one's),
+# then the package built (both modules' size budgets checked) and used as users do: the
+# limiter and the throttle under Node.js, the packed tarball installed and bundled, the
+# types, and the demo page in headless Chromium.
 stage "wasm"
-CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=wasm-bindgen-test-runner \
-  cargo test -p sluicegate-wasm --target wasm32-unknown-unknown --test node
+cargo nextest run -p sluicegate-wasm
 bash scripts/build-wasm.sh
-node --test wasm/tests/limiter.test.mjs
+node --test wasm/tests/limiter.test.mjs wasm/tests/throttle.test.mjs wasm/tests/pack.test.mjs
 node wasm/examples/throttle.mjs   # the README's example runs as shown
 wasm/node_modules/.bin/tsc --noEmit --strict --target es2022 --module es2022 \
   --moduleResolution bundler --lib esnext,dom wasm/tests/types.ts

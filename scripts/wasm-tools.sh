@@ -1,7 +1,8 @@
 # Sourced by the wasm scripts: installs what building sluicegate-wasm needs, only what is
 # missing: the wasm32 target, the wasm-bindgen CLI of the version Cargo.lock pins, and
-# binaryen's wasm-opt (from npm, pinned in wasm/package-lock.json; Debian's is too old
-# for wasm-bindgen's reference types). `install_browser` adds Chromium and ChromeDriver.
+# from npm, pinned in wasm/package-lock.json, binaryen's wasm-opt (Debian's is too old
+# for wasm-bindgen's reference types), TypeScript and esbuild (the package's tests).
+# `install_browser` adds Chromium and ChromeDriver.
 
 apt_install() {
   local sudo=""
@@ -15,7 +16,7 @@ install_wasm_tools() {
   local version
   version=$(grep -A1 '^name = "wasm-bindgen"$' Cargo.lock | sed -n 's/^version = "\(.*\)"$/\1/p')
   if [ "$(wasm-bindgen --version 2>/dev/null)" != "wasm-bindgen $version" ]; then
-    # Also provides wasm-bindgen-test-runner. About five minutes to build.
+    # About five minutes to build.
     cargo install wasm-bindgen-cli --version "$version"
   fi
   npm ci --prefix wasm --no-audit --no-fund --loglevel=error

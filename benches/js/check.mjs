@@ -1,8 +1,9 @@
-// sluicegate-wasm's `Limiter.check()` beside a hand-written JS token bucket, in one run.
-// Both read `performance.now()` and return the same six-field decision object, so the
-// difference is the boundary crossing and the exact integer math.
-// Run after scripts/build-wasm.sh: `node benches/js/check.mjs`.
-import { Limiter } from "../../wasm/pkg/nodejs/index.mjs";
+// sluicegate-wasm's client module beside hand-written JS, in one run: `check()` (a new
+// decision object), its fast form `admit()` (fields read from a shared view), `reserve()`,
+// and the throttle's per-call overhead (`schedule` of a call that runs at once). Each JS
+// peer does the same work: refill on read in floating point, the same object, a
+// promise per call. Run after scripts/build-wasm.sh: `node benches/js/check.mjs`.
+import { Limiter, Throttle } from "../../wasm/pkg/client/node.js";
 
 /** A plain token bucket in floating point: refill on read, as most JS limiters do. */
 class JsTokenBucket {
@@ -11,12 +12,16 @@ class JsTokenBucket {
     this.perMs = rate / periodMs;
     this.tokens = capacity;
     this.last = performance.now();
+    this.view = { allowed: false, remaining: 0 };
+  }
+
+  #refill(now) {
+    this.tokens = Math.min(this.capacity, this.tokens + (now - this.last) * this.perMs);
+    this.last = now;
   }
 
   check(cost = 1) {
-    const now = performance.now();
-    this.tokens = Math.min(this.capacity, this.tokens + (now - this.last) * this.perMs);
-    this.last = now;
+    this.#refill(performance.now());
     const allowed = this.tokens >= cost;
     if (allowed) this.tokens -= cost;
     const missing = allowed ? 0 : cost - this.tokens;
@@ -29,33 +34,108 @@ class JsTokenBucket {
       delayMs: 0,
     };
   }
+
+  /** `check` answering a boolean, the fields kept on one reused object. */
+  admit(cost = 1) {
+    this.#refill(performance.now());
+    const allowed = this.tokens >= cost;
+    if (allowed) this.tokens -= cost;
+    this.view.allowed = allowed;
+    this.view.remaining = Math.floor(this.tokens);
+    return allowed;
+  }
+
+  /** Books `cost` within `maxWaitMs`: tokens may go negative, the delay is the debt's refill. */
+  reserve(cost, maxWaitMs) {
+    this.#refill(performance.now());
+    const delayMs = Math.max(0, (cost - this.tokens) / this.perMs);
+    const allowed = delayMs <= maxWaitMs;
+    if (allowed) this.tokens -= cost;
+    return {
+      allowed,
+      limit: this.capacity,
+      remaining: Math.max(0, Math.floor(this.tokens)),
+      retryAfterMs: 0,
+      resetAfterMs: (this.capacity - this.tokens) / this.perMs,
+      delayMs,
+    };
+  }
 }
 
-// Mostly allowed: a large bucket refilled faster than the loop drains it.
-const options = { capacity: 1_000_000, rate: 100_000_000, periodMs: 1000 };
-const subjects = {
-  sluicegate: new Limiter({ algorithm: "token-bucket", ...options }),
-  js: new JsTokenBucket(options.capacity, options.rate, options.periodMs),
-};
+/** A plain throttle: a promise per call, run at once while the bucket admits it. */
+class JsThrottle {
+  constructor(bucket) {
+    this.bucket = bucket;
+    this.queue = [];
+  }
+
+  schedule(task) {
+    return new Promise((resolve, reject) => {
+      this.queue.push({ task, resolve, reject });
+      while (this.queue.length > 0 && this.bucket.admit(1)) {
+        const call = this.queue.shift();
+        try {
+          call.resolve(call.task());
+        } catch (error) {
+          call.reject(error);
+        }
+      }
+    });
+  }
+}
+
+// Mostly allowed: large buckets refilled faster than the loops drain them. A client's
+// rate (a few per period) keeps the core's arithmetic in 64 bits (rate × now in µs
+// below 2^64); 10^8 per second, the earlier bench's bucket, takes its 128-bit path.
+const options = { capacity: 1_000_000_000, rate: 1, periodMs: 0.001 };
+const wide = { capacity: 1_000_000, rate: 100_000_000, periodMs: 1000 };
+const bucket = { algorithm: "token-bucket", ...options };
+const ours = new Limiter(bucket);
+const theirs = new JsTokenBucket(options.capacity, options.rate, options.periodMs);
+const oursWide = new Limiter({ algorithm: "token-bucket", ...wide });
+const theirsWide = new JsTokenBucket(wide.capacity, wide.rate, wide.periodMs);
+const ourThrottle = new Throttle({ ...bucket, maxQueued: 100_000 });
+const theirThrottle = new JsThrottle(new JsTokenBucket(options.capacity, options.rate, options.periodMs));
 
 const N = 1_000_000;
 let sink = 0;
-function nsPerCheck(limiter) {
+const task = () => 1;
+const rows = {
+  check: [() => (sink += ours.check(1).remaining), () => (sink += theirs.check(1).remaining)],
+  "check (10^8 per second)": [
+    () => (sink += oursWide.check(1).remaining),
+    () => (sink += theirsWide.check(1).remaining),
+  ],
+  "admit (fast form)": [
+    () => (sink += ours.admit(1) ? ours.last.remaining : 0),
+    () => (sink += theirs.admit(1) ? theirs.view.remaining : 0),
+  ],
+  reserve: [() => (sink += ours.reserve(1, 1000).delayMs), () => (sink += theirs.reserve(1, 1000).delayMs)],
+  "throttle.schedule": [() => ourThrottle.schedule(task), () => theirThrottle.schedule(task)],
+};
+
+/** Nanoseconds per call of `body`, over `n` calls. */
+function nsPer(body, n) {
   const start = process.hrtime.bigint();
-  for (let i = 0; i < N; i++) sink += limiter.check(1).remaining;
-  return Number(process.hrtime.bigint() - start) / N;
+  for (let i = 0; i < n; i++) body();
+  return Number(process.hrtime.bigint() - start) / n;
 }
 
-// Warm up, then alternate rounds so both see the same machine; report medians.
-for (const limiter of Object.values(subjects)) nsPerCheck(limiter);
-const rounds = { sluicegate: [], js: [] };
-for (let round = 0; round < 7; round++) {
-  for (const [name, limiter] of Object.entries(subjects)) rounds[name].push(nsPerCheck(limiter));
-}
 const median = (xs) => xs.sort((a, b) => a - b)[xs.length >> 1];
-const sluicegate = median(rounds.sluicegate);
-const js = median(rounds.js);
-console.log(`sluicegate-wasm check(): ${sluicegate.toFixed(1)} ns`);
-console.log(`JS token bucket check(): ${js.toFixed(1)} ns`);
-console.log(`ratio sluicegate / JS: ${(sluicegate / js).toFixed(2)}x (goal: at most 3x)`);
-if (sink === 0) console.log("(unreachable: keeps the loop from being optimized away)");
+console.log("| call | sluicegate-wasm | plain JS | ratio |\n|---|---|---|---|");
+for (const [name, [sluicegate, js]] of Object.entries(rows)) {
+  // The throttle's promises are settled between rounds, so fewer calls per round.
+  const n = name.startsWith("throttle") ? N / 20 : N;
+  nsPer(sluicegate, n);
+  nsPer(js, n);
+  const times = { sluicegate: [], js: [] };
+  // Alternate rounds so both see the same machine; report medians.
+  for (let round = 0; round < 7; round++) {
+    times.sluicegate.push(nsPer(sluicegate, n));
+    times.js.push(nsPer(js, n));
+    await new Promise((settled) => setImmediate(settled));
+  }
+  const [a, b] = [median(times.sluicegate), median(times.js)];
+  console.log(`| ${name} | ${a.toFixed(1)} ns | ${b.toFixed(1)} ns | ${(a / b).toFixed(2)}x |`);
+}
+if (sink === 0) console.log("(unreachable: keeps the loops from being optimized away)");

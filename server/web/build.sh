@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Copies the wasm package the page previews with (wasm/pkg/web, from
+# Copies the wasm package the page previews with (wasm/pkg/full, the full module, from
 # scripts/build-wasm.sh) into server/web/dist/wasm, which is committed: the server embeds
 # dist/, so building it needs no wasm toolchain. The page's own files in dist/ are
 # plain modules, served as written.
@@ -12,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-package=wasm/pkg/web
+package=wasm/pkg/full
 if [ ! -f "$package/sluicegate_wasm_bg.wasm" ]; then
   echo "no $package: run scripts/build-wasm.sh first" >&2
   exit 1
@@ -25,7 +25,7 @@ copy() {
   out=$(realpath -m "$1")
   rm -rf "$out"
   mkdir -p "$out"
-  cp "$package"/{index.js,limiter.js,sluicegate_wasm.js,sluicegate_wasm_bg.wasm} "$out/"
+  cp "$package"/{index.js,limiter.js,feedback.js,sluicegate_wasm.js,sluicegate_wasm_bg.wasm} "$out/"
   (cd "$package" && find snippets -name '*.js' -print0 | xargs -0 -I{} cp --parents {} "$out/")
 }
 

@@ -1,5 +1,5 @@
 // The demo: one Throttle for the page's calls to the server, its state kept across reloads.
-import init, { Throttle } from "../pkg/web/index.js";
+import init, { Throttle } from "../pkg/client/index.js";
 
 await init();
 

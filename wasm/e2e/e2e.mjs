@@ -50,21 +50,23 @@ try {
   await open();
 
   // 1. Five calls through a bucket of 2 refilled 2/s: two at once, then one each time a
-  // token is back, so call k (from 0) runs (k - 1) × 500 ms after the first decision.
-  // Offsets count from just before the calls are scheduled, which is no later than the
-  // throttle's first decision, so "not before its slot" holds exactly on any machine.
+  // token is back, so call k (from 0) runs (k - 1) × 500 ms after the throttle's first
+  // decision. Offsets count from just before the calls are scheduled, which is no later
+  // than that decision, on the clock the throttle reads (performance.now()).
   const [start, times] = await run(`
     const start = performance.now();
     return [start, await Promise.all(Array.from({ length: 5 }, () => demo.call("/api/ping")))];`);
   const offsets = times.map((t) => t - start);
   console.log("runs after scheduling (ms):", offsets.map((g) => g.toFixed(1)).join(", "));
-  // Under 400 ms: before a third token could be back, however late the page runs.
+  // The first two run in the throttle's first pump, before a third token could be back.
   assert.ok(offsets[1] < 400, `the first two run together: ${offsets}`);
   offsets.slice(2).forEach((offset, i) => {
     const due = (i + 1) * 500;
-    // Late by up to 1 s (a loaded machine's timers); a bucket refilled at half the rate fails.
-    assert.ok(offset >= due && offset < due + 1000, `call ${i + 2} due at ${due} ms: ${offsets}`);
+    // Early only by Chromium's coarsened clock (5 ms; a bucket refilled twice as fast runs 250 ms early).
+    assert.ok(offset >= due - 5, `call ${i + 2} due at ${due} ms: ${offsets}`);
   });
+  // Late by up to 1.4 s on a loaded machine; a bucket refilled at half the rate runs the last at 3 s.
+  assert.ok(offsets[4] < 1500 + 1400, `the last call due at 1500 ms: ${offsets}`);
 
   // 2. Abort: waiting calls reject with the signal's reason and never run.
   const aborted = await run(`
@@ -83,10 +85,12 @@ try {
     const next = await demo.call("/api/ping");
     return [next - hit, next - seen];`);
   console.log("pause after 429 (ms):", sincehit.toFixed(1), "after it was seen:", sinceseen.toFixed(1));
-  // The busy call started before its 429 was read, so the next one waits at least 1 s from it.
-  assert.ok(sincehit >= 990, `paused ${sincehit} ms`);
-  // Seen after the 429 was read: up to 900 ms late on a loaded machine, still short of a 2 s pause.
-  assert.ok(sinceseen < 1900, `paused ${sinceseen} ms after the 429 was seen`);
+  // The busy call started before its 429 was read, so the next one waits at least 1 s from
+  // it (5 ms for Chromium's coarsened clock; a Retry-After ignored runs it at once).
+  assert.ok(sincehit >= 995, `paused ${sincehit} ms`);
+  // Seen after the 429 was read: seconds late at most on a loaded machine; a Retry-After read
+  // as minutes would hold it a minute.
+  assert.ok(sinceseen < 5000, `paused ${sinceseen} ms after the 429 was seen`);
 
   // 4. The state survives a reload: drain the bucket, reload, and the page restores the
   // bytes (a fresh state saves as none) and waits as they say, checked on its own clock.
@@ -95,7 +99,7 @@ try {
     return Array.from(demo.throttle.save());`);
   await open();
   const [after, due, waited] = await run(`
-    const { Limiter } = await import("/pkg/web/index.js");
+    const { Limiter } = await import("/pkg/client/index.js");
     const loaded = Array.from(demo.throttle.save());
     const probe = new Limiter({ algorithm: "token-bucket", capacity: 2, rate: 2, periodMs: 1000 });
     probe.load(Uint8Array.from(loaded));
@@ -106,12 +110,13 @@ try {
   console.log("reload: the restored state says wait (ms):", due, "waited:", waited.toFixed(1));
   assert.ok(before.length > 0);
   assert.deepEqual(after, before, "the reloaded page restores the saved bytes");
-  // Measured from before the probe read the throttle's clock, so exact (1 ms for rounding).
-  assert.ok(waited >= due - 1, `the call waits as the restored state says: ${waited} < ${due} ms`);
+  // Measured from before the probe read the throttle's clock, so exact but for Chromium's
+  // coarsened clock (5 ms; a state not restored runs the call at once).
+  assert.ok(waited >= due - 5, `the call waits as the restored state says: ${waited} < ${due} ms`);
 
   // 5. Invalid input from JS throws an Error with a message; the module keeps working.
   const thrown = await run(`
-    const { Limiter } = await import("/pkg/web/index.js");
+    const { Limiter } = await import("/pkg/client/index.js");
     const messages = [];
     for (const attempt of [
       () => new Limiter({ algorithm: "token-bucket", capacity: -1, rate: 1, periodMs: 1000 }),
@@ -133,7 +138,8 @@ try {
 
   // 6. A cost reported after the work: charged within the overdraft, refunded, refused on pacing.
   const reports = await run(`
-    const { Limiter } = await import("/pkg/web/index.js");
+    const { default: init, Limiter } = await import("/pkg/full/index.js");
+    await init();
     const limiter = new Limiter({ algorithm: "fixed-window", limit: 3, periodMs: 1000, overdraft: 2 });
     limiter.check(1, 0);
     const charged = limiter.report(9, 10);

@@ -6,7 +6,7 @@
 // second: the first two go at once, the next ones half a second apart, and after the
 // 429 the queue pauses for the second the server asked for.
 import { createServer } from "node:http";
-import { Throttle } from "../pkg/nodejs/index.mjs";
+import { Throttle } from "../pkg/client/node.js";
 
 let served = 0;
 const server = createServer((_request, response) => {

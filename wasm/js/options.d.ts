@@ -16,7 +16,7 @@ export interface Decision {
 /** Bans a caller whose denied cost within `windowMs` exceeds `threshold`. */
 export interface BanOptions { threshold: number; windowMs: number; durationMs: number }
 
-/** At most `limit` per `periodMs`. */
+/** At most `limit` per `periodMs`. `overdraft` and `ban`: the full module only. */
 export interface WindowOptions {
   algorithm: "fixed-window" | "sliding-log" | "sliding-counter";
   limit: number;
@@ -28,7 +28,8 @@ export interface WindowOptions {
   ban?: BanOptions;
 }
 
-/** `capacity` at once, `rate` per `periodMs` in the long run. */
+/** `capacity` at once, `rate` per `periodMs` in the long run. `overdraft` and `ban`: the
+ * full module only. */
 export interface BucketOptions {
   /** `"leaky-pacing"` is the old name of `"pacing"`, still read. */
   algorithm: "token-bucket" | "leaky-bucket" | "pacing" | "leaky-pacing";
@@ -40,7 +41,7 @@ export interface BucketOptions {
   ban?: BanOptions;
 }
 
-/** At most `limit` per calendar day, ISO week or month in `timeZone` (IANA, default
+/** The full module: at most `limit` per calendar day, ISO week or month in `timeZone` (IANA, default
  * UTC). The periods are those between `boundariesMs`, else the zone's from the time-zone
  * database of a build with the `calendar` feature. */
 export interface CalendarWindowOptions {
@@ -57,17 +58,23 @@ export interface CalendarWindowOptions {
   ban?: BanOptions;
 }
 
-/** Several limits at once: admitted only if every member admits. */
+/** The full module: several limits at once, admitted only if every member admits. */
 export interface CompositeOptions {
   algorithm: "composite";
   members: LimiterOptions[];
   ban?: BanOptions;
 }
 
+/** What the client module (`sluicegate-wasm`) runs: windows, buckets and pacing. */
+export type ClientOptions =
+  | Omit<WindowOptions, "overdraft" | "ban">
+  | Omit<BucketOptions, "overdraft" | "ban">;
+
+/** What the full module (`sluicegate-wasm/full`) runs: every rate algorithm. */
 export type LimiterOptions = WindowOptions | BucketOptions | CompositeOptions | CalendarWindowOptions;
 
 /** A limiter's options and the most calls that may wait (default 1000). */
-export type ThrottleOptions = LimiterOptions & { maxQueued?: number };
+export type ThrottleOptions<Options = ClientOptions> = Options & { maxQueued?: number };
 
 /** A call's cost (default 1) and a signal that withdraws it. */
 export interface ScheduleOptions { cost?: number; signal?: AbortSignal }

@@ -1,41 +1,229 @@
 //! One limit and the state it governs: what a client holds for itself.
 
-use sluicegate_core::state::AnyState;
-use sluicegate_core::{Algorithm, AnyAlgorithm, Decision, Report, Reported, Ticks, Transition};
+use alloc::boxed::Box;
+use alloc::vec::Vec;
+
+use sluicegate_core::{Algorithm, AnyAlgorithm, Decision, DecodeError, Ticks};
 
 use crate::error::Error;
 
+/// An algorithm's transitions on the one state it governs, one type for whichever
+/// algorithm runs: the client module links only the plain algorithms it builds, never
+/// the dispatch over every kind.
+trait Engine {
+    fn check(&mut self, now: Ticks, cost: u64) -> Decision;
+    fn peek(&self, now: Ticks, cost: u64) -> Decision;
+    /// `None` where the algorithm cannot book ahead.
+    fn reserve(&mut self, now: Ticks, cost: u64, max_wait: Ticks) -> Option<Decision>;
+    /// `None` where the algorithm takes no reports.
+    #[cfg(feature = "full")]
+    fn report(&mut self, now: Ticks, adjustment: i64) -> Option<sluicegate_core::Reported>;
+    fn fits(&self, cost: u64) -> bool;
+    fn save(&self) -> Vec<u8>;
+    fn load(&mut self, bytes: &[u8]) -> Result<(), DecodeError>;
+    fn reset(&mut self);
+}
+
+/// What an algorithm does beyond [`Algorithm`], if anything.
+trait Booking: Algorithm {
+    fn book(
+        &self,
+        state: &mut Option<Self::State>,
+        now: Ticks,
+        cost: u64,
+        max_wait: Ticks,
+    ) -> Option<Decision>;
+
+    #[cfg(feature = "full")]
+    fn report(
+        &self,
+        state: &mut Option<Self::State>,
+        now: Ticks,
+        adjustment: i64,
+    ) -> Option<sluicegate_core::Reported>;
+}
+
+struct Slot<A: Algorithm> {
+    algorithm: A,
+    state: Option<A::State>,
+}
+
+impl<A: Booking> Engine for Slot<A> {
+    fn check(&mut self, now: Ticks, cost: u64) -> Decision {
+        let (decision, state) = self.algorithm.decide(self.state.take(), now, cost);
+        self.state = state;
+        decision
+    }
+
+    // `decide`'s answer with its state dropped, which is what `peek` promises: one
+    // transition linked per algorithm instead of two.
+    fn peek(&self, now: Ticks, cost: u64) -> Decision {
+        self.algorithm.decide(self.state.clone(), now, cost).0
+    }
+
+    fn reserve(&mut self, now: Ticks, cost: u64, max_wait: Ticks) -> Option<Decision> {
+        self.algorithm.book(&mut self.state, now, cost, max_wait)
+    }
+
+    #[cfg(feature = "full")]
+    fn report(&mut self, now: Ticks, adjustment: i64) -> Option<sluicegate_core::Reported> {
+        Booking::report(&self.algorithm, &mut self.state, now, adjustment)
+    }
+
+    fn fits(&self, cost: u64) -> bool {
+        self.algorithm.decide(None, 0, cost).0.retry_after.is_some()
+    }
+
+    fn save(&self) -> Vec<u8> {
+        self.state
+            .as_ref()
+            .map(|state| self.algorithm.encode_to_vec(state))
+            .unwrap_or_default()
+    }
+
+    fn load(&mut self, bytes: &[u8]) -> Result<(), DecodeError> {
+        self.state = if bytes.is_empty() {
+            None
+        } else {
+            Some(self.algorithm.decode(bytes)?)
+        };
+        Ok(())
+    }
+
+    fn reset(&mut self) {
+        self.state = None;
+    }
+}
+
+/// Windows decide at `now` only.
+#[cfg(not(feature = "full"))]
+macro_rules! at_now {
+    ($($algorithm:ty),*) => {$(
+        impl Booking for $algorithm {
+            fn book(&self, _: &mut Option<Self::State>, _: Ticks, _: u64, _: Ticks) -> Option<Decision> {
+                None
+            }
+        }
+    )*};
+}
+
+/// Buckets and pacing book their slot.
+#[cfg(not(feature = "full"))]
+macro_rules! ahead {
+    ($($algorithm:ty),*) => {$(
+        impl Booking for $algorithm {
+            fn book(
+                &self,
+                state: &mut Option<Self::State>,
+                now: Ticks,
+                cost: u64,
+                max_wait: Ticks,
+            ) -> Option<Decision> {
+                let (decision, next) =
+                    sluicegate_core::Reserve::reserve(self, state.take(), now, cost, max_wait);
+                *state = next;
+                Some(decision)
+            }
+        }
+    )*};
+}
+
+#[cfg(not(feature = "full"))]
+at_now!(
+    sluicegate_core::FixedWindow,
+    sluicegate_core::SlidingLog,
+    sluicegate_core::SlidingCounter
+);
+#[cfg(not(feature = "full"))]
+ahead!(
+    sluicegate_core::TokenBucket,
+    sluicegate_core::LeakyBucket,
+    sluicegate_core::Pacing
+);
+
+#[cfg(feature = "full")]
+impl Booking for AnyAlgorithm {
+    fn book(
+        &self,
+        state: &mut Option<Self::State>,
+        now: Ticks,
+        cost: u64,
+        max_wait: Ticks,
+    ) -> Option<Decision> {
+        let transition = sluicegate_core::Transition::Reserve {
+            now,
+            cost,
+            max_wait,
+        };
+        self.can_reserve().then(|| self.run(state, transition))
+    }
+
+    fn report(
+        &self,
+        state: &mut Option<Self::State>,
+        now: Ticks,
+        adjustment: i64,
+    ) -> Option<sluicegate_core::Reported> {
+        if !self.can_report() {
+            return None;
+        }
+        let (reported, next) = sluicegate_core::Report::report(self, state.take(), now, adjustment);
+        *state = next;
+        Some(reported)
+    }
+}
+
+fn slot<A: Booking + 'static>(algorithm: A) -> Box<dyn Engine> {
+    Box::new(Slot {
+        algorithm,
+        state: None,
+    })
+}
+
 /// An algorithm and the one state it governs (a client limits only itself, so there is
 /// one key).
-#[derive(Debug, Clone)]
-pub(crate) struct Limit {
-    algorithm: AnyAlgorithm,
-    state: Option<AnyState>,
+pub(crate) struct Limit(Box<dyn Engine>);
+
+impl core::fmt::Debug for Limit {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("Limit")
+    }
 }
 
 impl Limit {
-    /// A fresh limit.
-    pub(crate) fn new(algorithm: AnyAlgorithm) -> Self {
-        Self {
-            algorithm,
-            state: None,
-        }
+    /// A fresh limit; in the client module, only the algorithms it runs.
+    pub(crate) fn new(algorithm: AnyAlgorithm) -> Result<Self, Error> {
+        #[cfg(feature = "full")]
+        let engine = slot(algorithm);
+        #[cfg(not(feature = "full"))]
+        let engine = match algorithm {
+            AnyAlgorithm::FixedWindow(a) => slot(a),
+            AnyAlgorithm::SlidingLog(a) => slot(a),
+            AnyAlgorithm::SlidingCounter(a) => slot(a),
+            AnyAlgorithm::TokenBucket(a) => slot(a),
+            AnyAlgorithm::LeakyBucket(a) => slot(a),
+            AnyAlgorithm::Pacing(a) => slot(a),
+            other => {
+                let name = other.kind().name();
+                return Err(Error::UnknownAlgorithm(alloc::string::String::from(name)));
+            }
+        };
+        Ok(Self(engine))
     }
 
     /// Decides a request and keeps the new state.
     pub(crate) fn check(&mut self, now: Ticks, cost: u64) -> Decision {
-        let transition = Transition::Decide { now, cost };
-        self.algorithm.run(&mut self.state, transition)
+        self.0.check(now, cost)
     }
 
     /// What [`check`](Self::check) would answer, changing nothing.
     pub(crate) fn peek(&self, now: Ticks, cost: u64) -> Decision {
-        self.algorithm.peek(self.state.clone(), now, cost)
+        self.0.peek(now, cost)
     }
 
     /// Whether a request of `cost` can ever be admitted, however long it waits.
     pub(crate) fn fits(&self, cost: u64) -> bool {
-        self.algorithm.peek(None, 0, cost).retry_after.is_some()
+        self.0.fits(cost)
     }
 
     /// Books a slot within `max_wait`; refused for algorithms that cannot book ahead.
@@ -45,50 +233,36 @@ impl Limit {
         cost: u64,
         max_wait: Ticks,
     ) -> Result<Decision, Error> {
-        if !self.algorithm.can_reserve() {
-            return Err(Error::CannotReserve);
-        }
-        let transition = Transition::Reserve {
-            now,
-            cost,
-            max_wait,
-        };
-        Ok(self.algorithm.run(&mut self.state, transition))
+        self.0
+            .reserve(now, cost, max_wait)
+            .ok_or(Error::CannotReserve)
     }
 
     /// Adds a cost known after the work (`adjustment`; negative: given back) to what the
     /// limit has taken, within its overdraft; refused where reports mean nothing.
-    pub(crate) fn report(&mut self, now: Ticks, adjustment: i64) -> Result<Reported, Error> {
-        if !self.algorithm.can_report() {
-            return Err(Error::NoReports);
-        }
-        let (reported, state) = self.algorithm.report(self.state.take(), now, adjustment);
-        self.state = state;
-        Ok(reported)
+    #[cfg(feature = "full")]
+    pub(crate) fn report(
+        &mut self,
+        now: Ticks,
+        adjustment: i64,
+    ) -> Result<sluicegate_core::Reported, Error> {
+        self.0.report(now, adjustment).ok_or(Error::NoReports)
     }
 
     /// The state's canonical encoding; empty when the state is fresh.
     pub(crate) fn save(&self) -> Vec<u8> {
-        self.state
-            .as_ref()
-            .map(|state| self.algorithm.encode_to_vec(state))
-            .unwrap_or_default()
+        self.0.save()
     }
 
     /// Replaces the state with one [`save`](Self::save) wrote (empty: fresh). Bytes that
     /// are not a state of this algorithm are an error, and the state stays as it was.
     pub(crate) fn load(&mut self, bytes: &[u8]) -> Result<(), Error> {
-        self.state = if bytes.is_empty() {
-            None
-        } else {
-            Some(self.algorithm.decode(bytes).map_err(Error::Load)?)
-        };
-        Ok(())
+        self.0.load(bytes).map_err(Error::Load)
     }
 
     /// Forgets the state: the limit is fresh again.
     pub(crate) fn reset(&mut self) {
-        self.state = None;
+        self.0.reset();
     }
 }
 
@@ -96,7 +270,7 @@ impl Limit {
 mod tests {
     use proptest::prelude::*;
     use sluicegate_core::clock::MAX_TICKS;
-    use sluicegate_core::{FixedWindow, Kind, Reserve, TokenBucket, MILLISECOND, SECOND};
+    use sluicegate_core::{Kind, Reserve, TokenBucket, MILLISECOND, SECOND};
 
     use super::*;
     use crate::options::{algorithm, tests::bucket, tests::window};
@@ -104,7 +278,7 @@ mod tests {
     #[test]
     fn save_and_load_round_trip_and_refuse_garbage() {
         let mut limit =
-            Limit::new(algorithm(&bucket(Kind::TokenBucket, 3.0, 1.0, 1000.0)).unwrap());
+            Limit::new(algorithm(&bucket(Kind::TokenBucket, 3.0, 1.0, 1000.0)).unwrap()).unwrap();
         assert!(limit.save().is_empty());
         assert!(limit.check(0, 2).allowed);
         let saved = limit.save();
@@ -114,7 +288,7 @@ mod tests {
         assert_eq!(saved, core.encode_to_vec(&core_state.unwrap()));
 
         let mut reloaded =
-            Limit::new(algorithm(&bucket(Kind::TokenBucket, 3.0, 1.0, 1000.0)).unwrap());
+            Limit::new(algorithm(&bucket(Kind::TokenBucket, 3.0, 1.0, 1000.0)).unwrap()).unwrap();
         reloaded.load(&saved).unwrap();
         assert_eq!(reloaded.peek(0, 1).remaining, 0);
 
@@ -128,21 +302,24 @@ mod tests {
 
     #[test]
     fn reserve_is_refused_where_nothing_can_be_booked() {
-        let mut limit = Limit::new(algorithm(&window(Kind::SlidingLog, 3.0, 1000.0)).unwrap());
+        let mut limit =
+            Limit::new(algorithm(&window(Kind::SlidingLog, 3.0, 1000.0)).unwrap()).unwrap();
         assert_eq!(limit.reserve(0, 1, 0), Err(Error::CannotReserve));
         let mut limit =
-            Limit::new(algorithm(&bucket(Kind::TokenBucket, 1.0, 1.0, 1000.0)).unwrap());
+            Limit::new(algorithm(&bucket(Kind::TokenBucket, 1.0, 1.0, 1000.0)).unwrap()).unwrap();
         assert_eq!(limit.reserve(0, 1, 0).unwrap().delay, 0);
         let booked = limit.reserve(0, 1, 2_000_000).unwrap();
         assert!(booked.allowed);
         assert_eq!(booked.delay, 1_000_000);
     }
 
+    #[cfg(feature = "full")]
     #[test]
     fn reports_run_the_cores_transition_and_are_refused_without_reports() {
         let options = window(Kind::FixedWindow, 3.0, 1000.0).number("overdraft", 2.0);
-        let mut limit = Limit::new(algorithm(&options).unwrap());
-        let core = FixedWindow::new(3, SECOND)
+        let mut limit = Limit::new(algorithm(&options).unwrap()).unwrap();
+        use sluicegate_core::Report;
+        let core = sluicegate_core::FixedWindow::new(3, SECOND)
             .unwrap()
             .with_overdraft(2)
             .unwrap();
@@ -155,7 +332,8 @@ mod tests {
         assert!(!reported.decision.allowed);
         assert_eq!(limit.save(), core.encode_to_vec(&state.unwrap()));
         assert_eq!(limit.report(20, -5).unwrap().recorded, 5);
-        let mut pacing = Limit::new(algorithm(&bucket(Kind::Pacing, 1.0, 1.0, 1000.0)).unwrap());
+        let mut pacing =
+            Limit::new(algorithm(&bucket(Kind::Pacing, 1.0, 1.0, 1000.0)).unwrap()).unwrap();
         assert_eq!(pacing.report(0, 1), Err(Error::NoReports));
     }
 
@@ -167,7 +345,7 @@ mod tests {
             .number("limit", 2.0)
             .with("calendar", Value::Text("day"))
             .with("timeZone", Value::Text("Europe/Berlin"));
-        let mut limit = Limit::new(algorithm(&options).unwrap());
+        let mut limit = Limit::new(algorithm(&options).unwrap()).unwrap();
         // 2026-03-29T12:00Z, the 23-hour day: Berlin's midnight is 22:00Z.
         let noon = 1_774_785_600 * SECOND;
         assert!(limit.check(noon, 2).allowed);
@@ -194,7 +372,7 @@ mod tests {
             let core = TokenBucket::new(capacity, rate, period_ms * MILLISECOND).unwrap();
             #[allow(clippy::cast_precision_loss)]
             let options = bucket(Kind::TokenBucket, capacity as f64, rate as f64, period_ms as f64);
-            let mut limit = Limit::new(algorithm(&options).unwrap());
+            let mut limit = Limit::new(algorithm(&options).unwrap()).unwrap();
             // 60 steps of at most 2 s end before MAX_TICKS.
             let start = if at_the_top { MAX_TICKS - 130 * SECOND } else { 0 };
             let (mut now, mut state) = (start, None);

@@ -2,12 +2,15 @@
 //! [`AnyAlgorithm::new`], with clear messages.
 //!
 //! The reading is written against [`Fields`], so it runs (and is tested) without a JS
-//! engine; the bindings implement `Fields` for JS objects.
+//! engine; the bindings read the options as `limiter.js` flattens them ([`Flat`]).
 
-use sluicegate_core::{AnyAlgorithm, Ban, Field, Kind, Params, Ticks};
+use alloc::string::String;
+#[cfg(feature = "full")]
+use alloc::vec::Vec;
+
+use sluicegate_core::{AnyAlgorithm, Field, Kind, Params, Ticks};
 
 use crate::error::{runs, Error};
-use crate::periods::PeriodTable;
 use crate::units::{ticks_from_ms, whole};
 
 /// Named fields of an options object. Each getter is `Ok(None)` when the field is
@@ -22,15 +25,17 @@ pub(crate) trait Fields: Sized {
     /// A nested options object.
     fn object(&self, name: &'static str) -> Result<Option<Self>, Error>;
     /// An array of options objects.
+    #[cfg(feature = "full")]
     fn list(&self, name: &'static str) -> Result<Option<Vec<Self>>, Error>;
     /// An array of numbers.
+    #[cfg(feature = "full")]
     fn numbers(&self, name: &'static str) -> Result<Option<Vec<f64>>, Error>;
 }
 
 /// The algorithm `options` describe:
 /// `{ algorithm, limit, periodMs, countDenied? }` for windows,
-/// `{ algorithm, capacity, rate, periodMs }` for buckets and pacing,
-/// `{ algorithm, members: [options, ...] }` for a composite,
+/// `{ algorithm, capacity, rate, periodMs }` for buckets and pacing, and in the full
+/// module `{ algorithm, members: [options, ...] }` for a composite,
 /// `{ algorithm, limit, calendar, timeZone?, boundariesMs? }` for a calendar window,
 /// each with an optional `ban: { threshold, windowMs, durationMs }`; the kinds
 /// that take an overdraft with an optional `overdraft` (the most a reported cost may
@@ -42,6 +47,14 @@ pub(crate) fn algorithm(options: &impl Fields) -> Result<AnyAlgorithm, Error> {
     };
     let overdraft = options.number("overdraft")?;
     let ban = options.object("ban")?;
+    #[cfg(not(feature = "full"))]
+    if let Some(name) = [(overdraft.is_some(), "overdraft"), (ban.is_some(), "ban")]
+        .into_iter()
+        .find_map(|(given, name)| given.then_some(name))
+    {
+        return Err(Error::FullOnly(name));
+    }
+    #[cfg(feature = "full")]
     if overdraft.is_some() && (!kind.takes_overdraft() || ban.is_some()) {
         return Err(Error::Overdraft);
     }
@@ -52,12 +65,14 @@ pub(crate) fn algorithm(options: &impl Fields) -> Result<AnyAlgorithm, Error> {
             Field::Capacity => params.capacity(required_whole(options, "capacity")?),
             Field::Rate => params.rate(required_whole(options, "rate")?),
             Field::Period => params.period(required_ms(options, "periodMs")?),
+            #[cfg(feature = "full")]
             Field::Limits => {
                 let members = options.list("members")?.ok_or(Error::NoMembers)?;
                 params.members(members.iter().map(algorithm).collect::<Result<_, _>>()?)
             }
+            #[cfg(feature = "full")]
             Field::Calendar => params.calendar(calendar(options)?),
-            // Leases: not run here (`runs`).
+            // Leases: not run here (`runs`); in the client, composites and calendars.
             _ => return Err(Error::UnknownAlgorithm(name)),
         };
     }
@@ -65,23 +80,25 @@ pub(crate) fn algorithm(options: &impl Fields) -> Result<AnyAlgorithm, Error> {
         params = params.count_denied(options.flag("countDenied")?.unwrap_or(false));
     }
     let any = AnyAlgorithm::new(kind, params)?;
-    let Some(ban) = ban else {
-        return Ok(any);
-    };
-    let threshold = required_whole(&ban, "threshold")?;
-    let window = required_ms(&ban, "windowMs")?;
-    let duration = required_ms(&ban, "durationMs")?;
-    Ok(Ban::new(any, threshold, window, duration)?.into())
+    #[cfg(feature = "full")]
+    if let Some(ban) = ban {
+        let threshold = required_whole(&ban, "threshold")?;
+        let window = required_ms(&ban, "windowMs")?;
+        let duration = required_ms(&ban, "durationMs")?;
+        return Ok(sluicegate_core::Ban::new(any, threshold, window, duration)?.into());
+    }
+    Ok(any)
 }
 
 /// `{ calendar: "day" | "week" | "month", timeZone?, boundariesMs? }`: the periods
 /// between `boundariesMs` (computed by the caller, say with `Intl`), else those of the
 /// IANA zone (default UTC) from the `calendar` feature's database.
 // Outlined: 250 bytes smaller gzipped than inlined into the reader.
+#[cfg(feature = "full")]
 #[inline(never)]
 fn calendar(
     options: &impl Fields,
-) -> Result<std::sync::Arc<dyn sluicegate_core::calendar::CalendarPeriods>, Error> {
+) -> Result<alloc::sync::Arc<dyn sluicegate_core::calendar::CalendarPeriods>, Error> {
     let name = options.text("calendar")?.unwrap_or_default();
     if !matches!(name.as_str(), "day" | "week" | "month") {
         return Err(Error::Calendar(name));
@@ -89,8 +106,8 @@ fn calendar(
     let zone = options.text("timeZone")?;
     if let Some(boundaries) = options.numbers("boundariesMs")? {
         let zone = zone.as_deref().unwrap_or("UTC");
-        let table = PeriodTable::new(name + " in " + zone, &boundaries)?;
-        return Ok(std::sync::Arc::new(table));
+        let table = crate::periods::PeriodTable::new(name + " in " + zone, &boundaries)?;
+        return Ok(alloc::sync::Arc::new(table));
     }
     zoned(&name, zone)
 }
@@ -100,7 +117,7 @@ fn calendar(
 fn zoned(
     calendar: &str,
     zone: Option<String>,
-) -> Result<std::sync::Arc<dyn sluicegate_core::calendar::CalendarPeriods>, Error> {
+) -> Result<alloc::sync::Arc<dyn sluicegate_core::calendar::CalendarPeriods>, Error> {
     use sluicegate_core::calendar::{Calendar, CalendarZone, ZonedCalendar};
 
     let calendar = Calendar::from_name(calendar).ok_or_else(|| Error::Calendar(calendar.into()))?;
@@ -111,15 +128,15 @@ fn zoned(
     let periods = zone
         .and_then(|zone| ZonedCalendar::new(calendar, zone))
         .map_err(Error::TimeZone)?;
-    Ok(std::sync::Arc::new(periods))
+    Ok(alloc::sync::Arc::new(periods))
 }
 
 /// Without the database, only the caller's boundaries.
-#[cfg(not(feature = "calendar"))]
+#[cfg(all(feature = "full", not(feature = "calendar")))]
 fn zoned(
     _: &str,
     _: Option<String>,
-) -> Result<std::sync::Arc<dyn sluicegate_core::calendar::CalendarPeriods>, Error> {
+) -> Result<alloc::sync::Arc<dyn sluicegate_core::calendar::CalendarPeriods>, Error> {
     Err(Error::NoBoundaries)
 }
 
@@ -131,6 +148,116 @@ fn required_whole(options: &impl Fields, name: &'static str) -> Result<u64, Erro
 fn required_ms(options: &impl Fields, name: &'static str) -> Result<Ticks, Error> {
     let value = options.number(name)?.ok_or(Error::RequiredMs(name))?;
     ticks_from_ms(name, value)
+}
+
+/// An options object as `flatten` in `limiter.js` writes it: JS checks each field's
+/// type and passes numbers and texts, no objects, so the module reads no JS values.
+/// Each object is a node of [`NODE`] numbers (NaN for absent) at its offset in
+/// `numbers`; its texts (`algorithm`, `calendar`, `timeZone`; empty for absent) are
+/// three in `texts` from three times its ordinal. Anything out of place reads as absent.
+pub(crate) struct Flat<'a> {
+    numbers: &'a [f64],
+    texts: &'a [&'a str],
+    at: usize,
+}
+
+/// The numbers of a node: the number fields in this order, then `countDenied` (0 or 1),
+/// the offsets of `ban`, of `members` (a list of offsets) and its length, of
+/// `boundariesMs` and its length, and the node's ordinal.
+const NUMBERS: [&str; 8] = [
+    "limit",
+    "capacity",
+    "rate",
+    "periodMs",
+    "overdraft",
+    "threshold",
+    "windowMs",
+    "durationMs",
+];
+const NODE: usize = 15;
+
+impl<'a> Flat<'a> {
+    /// The options flattened into `numbers` and `texts`, the root first.
+    pub(crate) fn root(numbers: &'a [f64], texts: &'a [&'a str]) -> Self {
+        Self {
+            numbers,
+            texts,
+            at: 0,
+        }
+    }
+
+    /// Slot `index` of this node, if present.
+    fn slot(&self, index: usize) -> Option<f64> {
+        let value = *self.numbers.get(self.at.checked_add(index)?)?;
+        (!value.is_nan()).then_some(value)
+    }
+
+    /// The node at `offset`.
+    fn node(&self, offset: f64) -> Self {
+        Self {
+            at: as_index(offset),
+            ..*self
+        }
+    }
+
+    /// The numbers at the offset in slot `index`, as many as the slot after it says.
+    #[cfg(feature = "full")]
+    fn run(&self, index: usize) -> Option<&'a [f64]> {
+        let start = as_index(self.slot(index)?);
+        let len = as_index(self.slot(index + 1)?);
+        self.numbers.get(start..start.checked_add(len)?)
+    }
+}
+
+/// A whole number `limiter.js` wrote as an offset or a length.
+fn as_index(value: f64) -> usize {
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let index = value as usize;
+    index
+}
+
+impl Fields for Flat<'_> {
+    fn number(&self, name: &'static str) -> Result<Option<f64>, Error> {
+        Ok(NUMBERS
+            .iter()
+            .position(|&n| n == name)
+            .and_then(|index| self.slot(index)))
+    }
+
+    fn text(&self, name: &'static str) -> Result<Option<String>, Error> {
+        let Some(index) = ["algorithm", "calendar", "timeZone"]
+            .iter()
+            .position(|&n| n == name)
+        else {
+            return Ok(None);
+        };
+        let ordinal = self.slot(NODE - 1).map_or(usize::MAX, as_index);
+        let text = ordinal
+            .checked_mul(3)
+            .and_then(|first| self.texts.get(first.checked_add(index)?))
+            .filter(|text| !text.is_empty());
+        Ok(text.map(|&text| String::from(text)))
+    }
+
+    fn flag(&self, _: &'static str) -> Result<Option<bool>, Error> {
+        Ok(self.slot(8).map(|flag| flag != 0.0))
+    }
+
+    fn object(&self, _: &'static str) -> Result<Option<Self>, Error> {
+        Ok(self.slot(9).map(|offset| self.node(offset)))
+    }
+
+    #[cfg(feature = "full")]
+    fn list(&self, _: &'static str) -> Result<Option<Vec<Self>>, Error> {
+        Ok(self
+            .run(10)
+            .map(|offsets| offsets.iter().map(|&offset| self.node(offset)).collect()))
+    }
+
+    #[cfg(feature = "full")]
+    fn numbers(&self, _: &'static str) -> Result<Option<Vec<f64>>, Error> {
+        Ok(self.run(12).map(<[f64]>::to_vec))
+    }
 }
 
 #[cfg(test)]
@@ -151,7 +278,9 @@ pub(crate) mod tests {
         Text(&'static str),
         Flag(bool),
         Object(Options),
+        #[cfg(feature = "full")]
         List(Vec<Options>),
+        #[cfg(feature = "full")]
         Numbers(Vec<f64>),
     }
 
@@ -180,17 +309,18 @@ pub(crate) mod tests {
     }
 
     impl Options {
-        /// The field `name` read by `read`; any other kind of value is an error.
+        /// The field `name` read by `read`: JS checks the types (`flatten`), so a test
+        /// writes each field with its own.
         fn typed<T>(
             &self,
             name: &'static str,
             expected: &'static str,
             read: impl FnOnce(&Value) -> Option<T>,
         ) -> Result<Option<T>, Error> {
-            self.0
+            Ok(self
+                .0
                 .get(name)
-                .map(|value| read(value).ok_or(Error::WrongType { name, expected }))
-                .transpose()
+                .map(|value| read(value).unwrap_or_else(|| panic!("{name} must be {expected}"))))
         }
     }
 
@@ -219,12 +349,14 @@ pub(crate) mod tests {
                 _ => None,
             })
         }
+        #[cfg(feature = "full")]
         fn list(&self, name: &'static str) -> Result<Option<Vec<Self>>, Error> {
             self.typed(name, "an array", |v| match v {
                 Value::List(l) => Some(l.clone()),
                 _ => None,
             })
         }
+        #[cfg(feature = "full")]
         fn numbers(&self, name: &'static str) -> Result<Option<Vec<f64>>, Error> {
             self.typed(name, "an array of numbers", |v| match v {
                 Value::Numbers(n) => Some(n.clone()),
@@ -286,6 +418,7 @@ pub(crate) mod tests {
         }
     }
 
+    #[cfg(feature = "full")]
     #[test]
     fn composite_and_ban_nest() {
         let options = Options::new(Kind::Composite)
@@ -334,14 +467,6 @@ pub(crate) mod tests {
                 "unknown algorithm \"concurrency\"",
             ),
             (
-                Options::new(Kind::TokenBucket).with("capacity", Value::Text("5")),
-                "options.capacity must be a number",
-            ),
-            (
-                window(Kind::FixedWindow, 5.0, 1000.0).with("countDenied", Value::Number(1.0)),
-                "options.countDenied must be a boolean",
-            ),
-            (
                 bucket(Kind::TokenBucket, 5.0, 1.0, 1000.0).number("capacity", 0.0),
                 "capacity must be between 1",
             ),
@@ -357,6 +482,9 @@ pub(crate) mod tests {
                 Options::new(Kind::FixedWindow).number("limit", 5.0),
                 "options.periodMs is required",
             ),
+        ];
+        #[cfg(feature = "full")]
+        let cases = cases.into_iter().chain([
             (Options::new(Kind::Composite), "options.members is required"),
             (
                 bucket(Kind::Pacing, 1.0, 1.0, 1000.0).number("overdraft", 1.0),
@@ -375,13 +503,30 @@ pub(crate) mod tests {
                     .with("ban", Value::Object(Options::default())),
                 "options.threshold is required",
             ),
-        ];
+        ]);
+        #[cfg(not(feature = "full"))]
+        let cases = cases.into_iter().chain([
+            (
+                Options::new(Kind::Composite),
+                "unknown algorithm \"composite\"",
+            ),
+            (
+                window(Kind::FixedWindow, 5.0, 1000.0).number("overdraft", 1.0),
+                "options.overdraft needs the full module",
+            ),
+            (
+                window(Kind::FixedWindow, 5.0, 1000.0)
+                    .with("ban", Value::Object(Options::default())),
+                "options.ban needs the full module",
+            ),
+        ]);
         for (options, message) in cases {
-            let err = algorithm(&options).unwrap_err().to_string();
+            let err = algorithm(&options).unwrap_err().message();
             assert!(err.contains(message), "{err:?} should contain {message:?}");
         }
     }
 
+    #[cfg(feature = "full")]
     fn calendar_options(boundaries: Option<Vec<f64>>) -> Options {
         let options = Options::new(Kind::CalendarWindow)
             .number("limit", 2.0)
@@ -395,6 +540,7 @@ pub(crate) mod tests {
 
     /// A calendar window decides in the periods between the caller's boundaries, named
     /// as the zone's, and refuses outside them.
+    #[cfg(feature = "full")]
     #[test]
     fn a_calendar_window_decides_in_the_callers_boundaries() {
         let any = algorithm(&calendar_options(Some(vec![1000.0, 1500.5, 3000.0]))).unwrap();
@@ -412,6 +558,7 @@ pub(crate) mod tests {
         }
     }
 
+    #[cfg(feature = "full")]
     #[test]
     fn calendar_options_say_what_is_wrong() {
         let cases = [
@@ -433,14 +580,14 @@ pub(crate) mod tests {
             ),
         ];
         for (options, message) in cases {
-            let err = algorithm(&options).unwrap_err().to_string();
+            let err = algorithm(&options).unwrap_err().message();
             assert!(err.contains(message), "{err:?} should contain {message:?}");
         }
         let zoned = algorithm(&calendar_options(None));
         if cfg!(feature = "calendar") {
             assert!(zoned.is_ok());
         } else {
-            let err = zoned.unwrap_err().to_string();
+            let err = zoned.unwrap_err().message();
             assert!(err.contains("boundariesMs is required"), "{err}");
         }
     }
@@ -468,11 +615,75 @@ pub(crate) mod tests {
     /// An unknown algorithm's message lists the kinds this build runs.
     #[test]
     fn unknown_algorithms_list_what_runs() {
-        let message = Error::UnknownAlgorithm("x".into()).to_string();
+        let message = Error::UnknownAlgorithm("x".into()).message();
         for kind in Kind::ALL {
             let listed = message.contains(&format!("\"{kind}\""));
             assert_eq!(listed, runs(kind), "{message}");
         }
         assert!(message.contains("\" or \""), "{message}");
+    }
+
+    /// Options as `flatten` (limiter.js) writes them read as the same options.
+    #[test]
+    fn flattened_options_read_as_the_objects() {
+        let nan = f64::NAN;
+        // A fixed window counting denied hits, its ban the second node.
+        let mut numbers = vec![
+            3.0, nan, nan, 1000.0, nan, nan, nan, nan, 1.0, 15.0, nan, nan, nan, nan, 0.0,
+        ];
+        numbers.extend([
+            nan, nan, nan, nan, nan, 1.0, 1000.0, 60_000.0, nan, nan, nan, nan, nan, nan, 1.0,
+        ]);
+        let texts = ["fixed-window", "", "", "", "", ""];
+        let flat = Flat::root(&numbers, &texts);
+        let expected =
+            window(Kind::FixedWindow, 3.0, 1000.0).with("countDenied", Value::Flag(true));
+        assert_eq!(
+            flat.text("algorithm").unwrap().as_deref(),
+            Some("fixed-window")
+        );
+        assert_eq!(flat.text("calendar").unwrap(), None);
+        assert_eq!(
+            flat.number("limit").unwrap(),
+            Fields::number(&expected, "limit").unwrap()
+        );
+        assert_eq!(flat.number("capacity").unwrap(), None);
+        assert_eq!(flat.flag("countDenied").unwrap(), Some(true));
+        let ban = flat.object("ban").unwrap().unwrap();
+        assert_eq!(ban.number("durationMs").unwrap(), Some(60_000.0));
+        assert_eq!(ban.text("algorithm").unwrap(), None);
+        #[cfg(feature = "full")]
+        assert!(flat.list("members").unwrap().is_none());
+        #[cfg(feature = "full")]
+        assert_eq!(
+            format!("{:?}", algorithm(&flat).unwrap()),
+            format!(
+                "{:?}",
+                algorithm(
+                    &expected.with(
+                        "ban",
+                        Value::Object(
+                            Options::default()
+                                .number("threshold", 1.0)
+                                .number("windowMs", 1000.0)
+                                .number("durationMs", 60_000.0)
+                        )
+                    )
+                )
+                .unwrap()
+            )
+        );
+        // Offsets and lengths out of place read as absent, never out of bounds.
+        numbers[9] = 1e9;
+        let flat = Flat::root(&numbers, &texts);
+        assert_eq!(
+            flat.object("ban")
+                .unwrap()
+                .unwrap()
+                .number("limit")
+                .unwrap(),
+            None
+        );
+        assert_eq!(Flat::root(&[], &[]).text("algorithm").unwrap(), None);
     }
 }

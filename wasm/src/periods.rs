@@ -2,6 +2,9 @@
 //! browser's own time-zone data): calendar windows without the `calendar` feature's
 //! zone database.
 
+use alloc::string::String;
+use alloc::vec::Vec;
+
 use sluicegate_core::calendar::{CalendarPeriod, CalendarPeriods};
 use sluicegate_core::Ticks;
 
@@ -41,8 +44,8 @@ impl PeriodTable {
 
 /// Its name, unquoted: quoting (a derived `Debug`) would bring Unicode tables into the
 /// module.
-impl std::fmt::Debug for PeriodTable {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl core::fmt::Debug for PeriodTable {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.write_str(&self.name)
     }
 }

@@ -1,9 +1,9 @@
 //! The throttle's queue, as a pure state machine over an explicit clock: calls wait in
 //! order, each runs at the first instant the limit admits it, and the server's pushback
-//! (a pause, a smaller budget) holds the queue. The bindings own the timers and the JS
+//! (a pause, a smaller budget, read from its headers by `limiter.js`) holds the queue. The bindings own the timers and the JS
 //! calls; this decides what runs when.
 
-use std::collections::VecDeque;
+use alloc::collections::VecDeque;
 
 use sluicegate_core::Ticks;
 
@@ -47,6 +47,9 @@ pub(crate) struct Scheduler<J> {
     max_queued: usize,
     paused_until: Ticks,
     budget: Option<Budget>,
+    /// The largest cost known to fit the limit: a cost fits if a larger one does, so
+    /// each push need not decide it again.
+    fitting: u64,
 }
 
 impl<J> Scheduler<J> {
@@ -58,6 +61,7 @@ impl<J> Scheduler<J> {
             max_queued,
             paused_until: 0,
             budget: None,
+            fitting: 0,
         }
     }
 
@@ -77,8 +81,11 @@ impl<J> Scheduler<J> {
         if self.queue.len() >= self.max_queued {
             return Err((job, Error::QueueFull(self.max_queued)));
         }
-        if !self.limit.fits(cost) {
-            return Err((job, Error::NeverFits(cost)));
+        if cost > self.fitting {
+            if !self.limit.fits(cost) {
+                return Err((job, Error::NeverFits(cost)));
+            }
+            self.fitting = cost;
         }
         self.queue.push_back(Queued {
             job,
@@ -166,7 +173,7 @@ mod tests {
     /// Drives a scheduler the way the bindings do: calls arrive at their times, the clock
     /// jumps to each instant the scheduler asks for. Returns (job, run time) in run order.
     fn drive(limit: &AnyAlgorithm, arrivals: &[(Ticks, u64)]) -> Vec<(usize, Ticks)> {
-        let mut scheduler = Scheduler::new(Limit::new(limit.clone()), arrivals.len());
+        let mut scheduler = Scheduler::new(Limit::new(limit.clone()).unwrap(), arrivals.len());
         let (mut now, mut arrived, mut runs) = (0, 0, Vec::new());
         loop {
             while arrived < arrivals.len() && arrivals[arrived].0 <= now {
@@ -250,7 +257,7 @@ mod tests {
 
     fn token_bucket() -> Scheduler<u32> {
         let any = algorithm(&bucket(Kind::TokenBucket, 2.0, 1.0, 1000.0)).unwrap();
-        Scheduler::new(Limit::new(any), 3)
+        Scheduler::new(Limit::new(any).unwrap(), 3)
     }
 
     #[test]
@@ -262,7 +269,7 @@ mod tests {
         let (job, reason) = scheduler.push(3, 1).unwrap_err();
         assert_eq!((job, reason), (3, Error::QueueFull(3)));
         assert_eq!(
-            Error::QueueFull(3).to_string(),
+            Error::QueueFull(3).message(),
             "the throttle's queue is full: 3 calls are waiting"
         );
         scheduler.remove(|&job| job == 1);

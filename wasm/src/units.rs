@@ -1,6 +1,8 @@
 //! JS numbers in and out: whole units, and milliseconds (JS's unit of time) to and from
 //! the core's microsecond ticks.
 
+use alloc::string::String;
+
 use sluicegate_core::clock::MAX_TICKS;
 use sluicegate_core::Ticks;
 
@@ -10,29 +12,45 @@ use crate::error::Error;
 const MAX_SAFE_INTEGER: f64 = 9_007_199_254_740_991.0;
 
 /// A whole, non-negative, exactly representable number: costs, limits, rates.
+// Inlined, the error built out of line: on `check`'s path a call and a returned `Error`
+// cost a tenth of the decision.
+#[inline(always)]
 pub(crate) fn whole(name: &'static str, value: f64) -> Result<u64, Error> {
-    if value.fract() == 0.0 && (0.0..=MAX_SAFE_INTEGER).contains(&value) {
+    if (0.0..=MAX_SAFE_INTEGER).contains(&value) && is_integer(value) {
         Ok(to_u64(value))
     } else {
-        Err(Error::NotWhole {
-            name,
-            shown: show(value),
-        })
+        Err(not_whole(name, value))
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn not_whole(name: &'static str, value: f64) -> Error {
+    Error::NotWhole {
+        name,
+        shown: show(value),
     }
 }
 
 /// Milliseconds (fractions allowed, rounded to the microsecond) as ticks.
+#[inline(always)]
 pub(crate) fn ticks_from_ms(name: &'static str, ms: f64) -> Result<Ticks, Error> {
-    let ticks = (ms * 1000.0).round();
+    let ticks = round(ms * 1000.0);
     #[allow(clippy::cast_precision_loss)] // 2^62 is a power of two: exact as a double.
     let max = MAX_TICKS as f64;
     if ms.is_finite() && (0.0..=max).contains(&ticks) {
         Ok(to_u64(ticks))
     } else {
-        Err(Error::NotMilliseconds {
-            name,
-            shown: show(ms),
-        })
+        Err(not_milliseconds(name, ms))
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn not_milliseconds(name: &'static str, ms: f64) -> Error {
+    Error::NotMilliseconds {
+        name,
+        shown: show(ms),
     }
 }
 
@@ -47,16 +65,45 @@ pub(crate) fn ms_from_ticks(ticks: Ticks) -> f64 {
 /// A JS number as JS prints it: Rust's float formatting would add 20 KB to the wasm.
 #[cfg(target_arch = "wasm32")]
 fn show(value: f64) -> String {
-    js_sys::Number::from(value)
-        .to_string_with_radix(10)
-        .map(String::from)
-        .unwrap_or_default()
+    #[wasm_bindgen::prelude::wasm_bindgen(
+        inline_js = "export function show(n) { return String(n); }"
+    )]
+    extern "C" {
+        fn show(n: f64) -> String;
+    }
+    show(value)
 }
 
 /// A JS number as JS prints it (natively, for tests).
 #[cfg(not(target_arch = "wasm32"))]
 fn show(value: f64) -> String {
-    value.to_string()
+    alloc::format!("{value}")
+}
+
+/// Whether `value`, at most 2^53 in size, has no fraction (`f64::fract` is std's).
+fn is_integer(value: f64) -> bool {
+    #[allow(clippy::cast_possible_truncation, clippy::cast_precision_loss)]
+    let truncated = value as i64 as f64;
+    truncated == value
+}
+
+/// `value` rounded half away from zero, as std's `f64::round`.
+#[inline(always)]
+fn round(value: f64) -> f64 {
+    // Beyond 2^52 every double is an integer; NaN and infinities stay as they are.
+    if !(value > -4.5e15 && value < 4.5e15) {
+        return value;
+    }
+    #[allow(clippy::cast_possible_truncation, clippy::cast_precision_loss)]
+    let truncated = value as i64 as f64;
+    let fraction = value - truncated;
+    if fraction >= 0.5 {
+        truncated + 1.0
+    } else if fraction <= -0.5 {
+        truncated - 1.0
+    } else {
+        truncated
+    }
 }
 
 /// A whole number from 0 to 2^62, already checked, as an integer.
@@ -76,7 +123,7 @@ mod tests {
         assert_eq!(whole("cost", 42.0), Ok(42));
         assert_eq!(whole("cost", MAX_SAFE_INTEGER), Ok((1 << 53) - 1));
         for bad in [-1.0, 1.5, f64::NAN, f64::INFINITY, MAX_SAFE_INTEGER + 1.0] {
-            let err = whole("cost", bad).unwrap_err().to_string();
+            let err = whole("cost", bad).unwrap_err().message();
             assert!(err.starts_with("cost must be a whole number"), "{err}");
         }
     }
@@ -92,6 +139,12 @@ mod tests {
     }
 
     proptest::proptest! {
+        #[test]
+        fn rounding_is_stds(value in proptest::num::f64::ANY) {
+            let (ours, std) = (round(value), value.round());
+            proptest::prop_assert!(ours == std || (ours.is_nan() && std.is_nan()), "{} {}", ours, std);
+        }
+
         #[test]
         fn milliseconds_read_back_exactly_below_2_pow_51(ticks in 0..(1u64 << 51)) {
             proptest::prop_assert_eq!(ticks_from_ms("t", ms_from_ticks(ticks)), Ok(ticks));

@@ -1,13 +1,14 @@
-// The packages' `Limiter` (wasm/js/limiter.js over the module's LimiterCore), as users
-// load it: both entries of the Node.js package and the web package's. Run after
+// The package's `Limiter` (wasm/js/limiter.js over the module's LimiterCore), as users
+// load it: the client and full modules, their Node.js and browser entries. Run after
 // scripts/build-wasm.sh: `node --test wasm/tests/limiter.test.mjs`.
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { test } from "node:test";
 
-import { Limiter, Throttle } from "../pkg/nodejs/index.mjs";
-import * as web from "../pkg/web/index.js";
+import { Limiter, Throttle } from "../pkg/client/node.js";
+import * as full from "../pkg/full/node.js";
+import * as web from "../pkg/client/index.js";
 
 const bucket = { algorithm: "token-bucket", capacity: 3, rate: 1, periodMs: 1000 };
 const window = { algorithm: "fixed-window", limit: 2, periodMs: 1000 };
@@ -39,7 +40,7 @@ test("decisions are plain objects with the six fields, in order", () => {
 test("a calendar window decides in the periods between its boundaries", () => {
   // Berlin's days around the autumn change of 2026: 24 hours, then 25.
   const boundariesMs = [Date.UTC(2026, 9, 23, 22), Date.UTC(2026, 9, 24, 22), Date.UTC(2026, 9, 25, 23)];
-  const limiter = new Limiter({ algorithm: "calendar-window", limit: 1, calendar: "day", timeZone: "Europe/Berlin", boundariesMs });
+  const limiter = new full.Limiter({ algorithm: "calendar-window", limit: 1, calendar: "day", timeZone: "Europe/Berlin", boundariesMs });
   assert.equal(limiter.check(1, boundariesMs[1] - 1).resetAfterMs, 1);
   assert.deepEqual(limiter.check(1, boundariesMs[1]), {
     allowed: true, limit: 1, remaining: 0, retryAfterMs: 0, resetAfterMs: 25 * 3_600_000, delayMs: 0,
@@ -47,7 +48,8 @@ test("a calendar window decides in the periods between its boundaries", () => {
   assert.equal(limiter.check(1, boundariesMs[2] - 1).retryAfterMs, 1);
   // Beyond the last boundary there is no period: refused, never counted.
   assert.equal(limiter.check(1, boundariesMs[2]).retryAfterMs, null);
-  assert.throws(() => new Limiter({ algorithm: "calendar-window", limit: 1, calendar: "day" }), /boundariesMs is required/);
+  assert.throws(() => new full.Limiter({ algorithm: "calendar-window", limit: 1, calendar: "day" }), /boundariesMs is required/);
+  assert.throws(() => new Limiter({ algorithm: "calendar-window", limit: 1, calendar: "day", boundariesMs }), /sluicegate-wasm\/full/);
 });
 
 test("cost defaults to 1 and time to the clock", () => {
@@ -71,7 +73,7 @@ test("reserve books ahead on buckets and throws on windows", () => {
 });
 
 test("report charges a cost known after the work, within the overdraft, and refunds", () => {
-  const limiter = new Limiter({ ...window, limit: 3, overdraft: 2 });
+  const limiter = new full.Limiter({ ...window, limit: 3, overdraft: 2 });
   assert.equal(limiter.check(1, 0).remaining, 2);
   // 9 more after the work: 4 recorded (to the limit plus the overdraft), 5 dropped; in debt.
   const charged = limiter.report(9, 10);
@@ -87,8 +89,10 @@ test("report charges a cost known after the work, within the overdraft, and refu
     recorded: 5, dropped: 2, allowed: true, limit: 3, remaining: 3, retryAfterMs: 0, resetAfterMs: 0, delayMs: 0,
   });
   // Time defaults to the clock; pacing takes no reports; a fraction is refused.
-  assert.equal(new Limiter(bucket).report(1).recorded, 1);
-  const pacing = new Limiter({ ...bucket, algorithm: "pacing" });
+  assert.equal(new full.Limiter(bucket).report(1).recorded, 1);
+  assert.throws(() => new Limiter(bucket).report(1), /report needs the full module/);
+  assert.throws(() => new Limiter({ ...window, overdraft: 1 }), /overdraft needs the full module/);
+  const pacing = new full.Limiter({ ...bucket, algorithm: "pacing" });
   assert.throws(() => pacing.report(1, 0), (e) => e instanceof Error && /take no reports/.test(e.message));
   assert.throws(() => limiter.report(0.5, 20), /adjustment must be a whole number/);
   assert.equal(limiter.check(3, 20).allowed, true, "a refused report changes nothing");
@@ -128,14 +132,14 @@ test("save and load carry the state; foreign bytes throw and keep it", () => {
   assert.throws(() => reloaded.check(1, 0), "a freed limiter decides nothing");
 });
 
-test("require() loads the Node.js package too", () => {
-  const required = createRequire(import.meta.url)("../pkg/nodejs");
-  assert.equal(required.Limiter, Limiter);
-  assert.equal(required.Throttle, Throttle);
+test("require() loads the Node.js entries too", () => {
+  const require = createRequire(import.meta.url);
+  assert.equal(require("../pkg/client/node.js").Limiter, Limiter);
+  assert.equal(require("../pkg/full/node.js").Throttle, full.Throttle);
 });
 
-test("the web package decides the same once initialized", () => {
-  const wasm = new URL("../pkg/web/sluicegate_wasm_bg.wasm", import.meta.url);
+test("the browser entry decides the same once initialized", () => {
+  const wasm = new URL("../pkg/client/sluicegate_wasm_bg.wasm", import.meta.url);
   web.initSync({ module: readFileSync(wasm) });
   const limiter = new web.Limiter(bucket);
   assert.deepEqual(limiter.check(1, 0), new Limiter(bucket).check(1, 0));

@@ -9,7 +9,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 
-import { Limiter } from "../../../wasm/pkg/nodejs/index.mjs";
+import { Limiter } from "../../../wasm/pkg/full/node.js";
 import { calendarBoundaries } from "../dist/calendar.js";
 import { binWidth, binsOf, simulate } from "../dist/preview.js";
 import { describe as words, inUnitOf, limiterOptions, parseDuration, periodOf, shortDuration, unshownSettings } from "../dist/policy.js";

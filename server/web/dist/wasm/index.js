@@ -1,4 +1,4 @@
-// The web package's entry (index.js): for browsers and bundlers. Call the default export
-// (`init`) once before constructing anything.
-export { default, initSync, Throttle } from "./sluicegate_wasm.js";
-export { Limiter } from "./limiter.js";
+// The entry for browsers and bundlers: call the default export (`init`) once before
+// constructing anything.
+export { default, initSync } from "./sluicegate_wasm.js";
+export { Limiter, Throttle } from "./limiter.js";

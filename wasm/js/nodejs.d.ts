@@ -1,3 +1,0 @@
-export type * from "./sluicegate_wasm.js";
-export { Throttle } from "./sluicegate_wasm.js";
-export { Limiter, type Reported } from "./limiter.js";
