@@ -189,21 +189,33 @@ pub(crate) struct Metrics {
     /// The policies whose most used keys are shown (`--key-usage`), and how many keys
     /// each shows (`--key-usage-max`).
     key_usage: (std::collections::BTreeSet<String>, usize),
-    /// Gauges another part of the server renders (the quota service's shares).
-    texts: Texts,
+    /// Figures another part of the server keeps (the quota service's shares).
+    others: Others,
 }
 
-/// Renders a part of `/metrics`.
-type Text = Box<dyn Fn() -> String + Send + Sync>;
+/// Figures kept by another part of the server, shown in `/metrics` and `/v1/stats`.
+pub(crate) trait Shown: Send + Sync {
+    /// Its part of `/metrics`.
+    fn render(&self) -> String;
+    /// Its figures of policy `name`, if it has any.
+    fn figures(&self, name: &str) -> Option<serde_json::Value>;
+}
 
-/// The parts of `/metrics` rendered elsewhere.
+/// The parts shown that are kept elsewhere, while they live.
 #[derive(Default)]
-struct Texts(RwLock<Vec<Text>>);
+struct Others(RwLock<Vec<std::sync::Weak<dyn Shown>>>);
 
-impl std::fmt::Debug for Texts {
+impl std::fmt::Debug for Others {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let n = self.0.read().map_or(0, |t| t.len());
-        write!(f, "Texts({n})")
+        write!(f, "Others({n})")
+    }
+}
+
+impl Others {
+    fn live(&self) -> Vec<Arc<dyn Shown>> {
+        let others = self.0.read().unwrap_or_else(|e| e.into_inner());
+        others.iter().filter_map(std::sync::Weak::upgrade).collect()
     }
 }
 
@@ -308,27 +320,21 @@ impl Metrics {
             .retain(|name, _| exists(name));
     }
 
-    /// Adds what `text` renders to every `/metrics`.
+    /// Shows `other`'s figures too, while it lives.
     #[cfg(feature = "grpc")]
-    pub(crate) fn add_text(&self, text: Text) {
-        self.texts
+    pub(crate) fn add_shown(&self, other: std::sync::Weak<dyn Shown>) {
+        self.others
             .0
             .write()
             .unwrap_or_else(|e| e.into_inner())
-            .push(text);
+            .push(other);
     }
 
     /// The Prometheus text exposition.
     pub(crate) fn render(&self) -> String {
         let mut out = String::new();
-        for text in self
-            .texts
-            .0
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-        {
-            out.push_str(&text());
+        for other in self.others.live() {
+            out.push_str(&other.render());
         }
         // A policy shows once it has decided or reported (its counters exist from its
         // build).
@@ -430,7 +436,8 @@ impl Metrics {
     }
 
     /// `{"t":[…],"allowed":[…],"denied":[…]}` of `policy` over the last ten minutes up to
-    /// unix second `now_s`, one entry per step, zeros where nothing was decided.
+    /// unix second `now_s`, one entry per step, zeros where nothing was decided; and
+    /// `"shares"`, its Envoy quota shares now, if it has subscribers.
     pub(crate) fn series(&self, policy: &str, now_s: u64) -> serde_json::Value {
         let last = now_s - now_s % STEP_S;
         let first = last.saturating_sub(STEP_S * (STEPS as u64 - 1));
@@ -452,7 +459,11 @@ impl Metrics {
             denied.push(slot.map_or(0, |s| s.denied.load(Ordering::Relaxed)));
             step += STEP_S;
         }
-        serde_json::json!({"t": t, "allowed": allowed, "denied": denied})
+        let mut series = serde_json::json!({"t": t, "allowed": allowed, "denied": denied});
+        if let Some(shares) = self.others.live().iter().find_map(|o| o.figures(policy)) {
+            series["shares"] = shares;
+        }
+        series
     }
 }
 

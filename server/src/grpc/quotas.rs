@@ -348,18 +348,7 @@ impl Quotas {
     /// the decisions' counters): subscribers, and demand, assigned and limit in units
     /// per second, all keys together.
     pub(super) fn render(&self) -> String {
-        let mut by_name: BTreeMap<String, Figures> = BTreeMap::new();
-        for limit in self.limits().values() {
-            let figures = by_name.entry(limit.name.clone()).or_default();
-            let per_second =
-                |units: u64| u128::from(units) * 1_000_000 / u128::from(limit.rate.period_s.max(1));
-            figures.subscribers += limit.subscribers.len();
-            for standing in limit.subscribers.values() {
-                figures.demand += per_second(standing.demand);
-                figures.assigned += per_second(standing.live.unwrap_or(0));
-            }
-            figures.limit += per_second(limit.rate.units);
-        }
+        let by_name = self.by_name(|_| true);
         let gauges: [Gauge; 4] = [
             (
                 "sluicegate_rlqs_subscribers",
@@ -395,6 +384,38 @@ impl Quotas {
             }
         }
         out
+    }
+}
+
+impl Quotas {
+    /// The figures of the policies or rules `wanted` picks, by name.
+    fn by_name(&self, wanted: impl Fn(&str) -> bool) -> BTreeMap<String, Figures> {
+        let mut by_name: BTreeMap<String, Figures> = BTreeMap::new();
+        for limit in self.limits().values().filter(|l| wanted(&l.name)) {
+            let figures = by_name.entry(limit.name.clone()).or_default();
+            let per_second =
+                |units: u64| u128::from(units) * 1_000_000 / u128::from(limit.rate.period_s.max(1));
+            figures.subscribers += limit.subscribers.len();
+            for standing in limit.subscribers.values() {
+                figures.demand += per_second(standing.demand);
+                figures.assigned += per_second(standing.live.unwrap_or(0));
+            }
+            figures.limit += per_second(limit.rate.units);
+        }
+        by_name
+    }
+
+    /// Policy `name`'s shares for the management page: subscribers, and demand,
+    /// assigned and limit in units per second; `None` without subscribers.
+    pub(super) fn figures(&self, name: &str) -> Option<serde_json::Value> {
+        let figures = self.by_name(|n| n == name).remove(name)?;
+        let per_second = |millionths: u128| millionths as f64 / 1e6;
+        Some(serde_json::json!({
+            "subscribers": figures.subscribers,
+            "demand_per_s": per_second(figures.demand),
+            "assigned_per_s": per_second(figures.assigned),
+            "limit_per_s": per_second(figures.limit),
+        }))
     }
 }
 

@@ -39,6 +39,7 @@ use super::envoy::service::rate_limit_quota::v3::{
 use super::governs::{govern, Governed};
 use super::mailbox::Mailbox;
 use super::quotas::{assign, blanket, bucket_id, entries, Entries, Quotas, Usage};
+use crate::metrics::Shown;
 use crate::service::auth::App;
 use crate::service::Service;
 use crate::telemetry;
@@ -99,11 +100,6 @@ impl Streams {
         self.open.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The shares as Prometheus gauges.
-    pub(crate) fn render(&self) -> String {
-        self.quotas.render()
-    }
-
     /// Shutdown: every share re-sent with a short time to live, then every stream
     /// ended `UNAVAILABLE`, so that proxies fall back soon and reconnect elsewhere.
     pub(crate) fn close(&self) {
@@ -112,6 +108,16 @@ impl Streams {
         for mailbox in self.open().values() {
             mailbox.end(Some(Status::unavailable("the server is shutting down")));
         }
+    }
+}
+
+impl Shown for Streams {
+    fn render(&self) -> String {
+        self.quotas.render()
+    }
+
+    fn figures(&self, name: &str) -> Option<serde_json::Value> {
+        self.quotas.figures(name)
     }
 }
 

@@ -24,6 +24,7 @@ use super::rlqs::{Rlqs, Streams};
 use super::wire::status;
 use super::Rls;
 use crate::conn::{Bounds, Call, Connection, Gate};
+use crate::metrics::Shown;
 use crate::service::auth::{authenticate, bearer};
 use crate::service::Service;
 use crate::Config;
@@ -52,9 +53,8 @@ pub(crate) fn spawn(
         config.rlqs_report_interval,
     ));
     // Weak: the service holds the metrics, and the streams hold the service.
-    let shown = Arc::downgrade(&streams);
-    let text = move || shown.upgrade().map_or_else(String::new, |s| s.render());
-    service.metrics.add_text(Box::new(text));
+    let shown: Arc<dyn Shown> = Arc::clone(&streams) as _;
+    service.metrics.add_shown(Arc::downgrade(&shown));
     if service.backend.redis().is_none() && config.store.is_some() {
         tracing::warn!(
             "Envoy's quota service (RLQS) shares each limit among the streams of this replica \

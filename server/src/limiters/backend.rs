@@ -49,6 +49,7 @@ pub(crate) trait Backend: Send + Sync + Debug {
 
     /// The Redis connection decisions go through, for what else replicas share there
     /// (the quota shares); `None` in this process.
+    #[cfg(feature = "grpc")]
     fn redis(&self) -> Option<sluicegate_redis::ReconnectingAsync> {
         None
     }

@@ -55,6 +55,7 @@ impl Backend for InRedis {
         "redis"
     }
 
+    #[cfg(feature = "grpc")]
     fn redis(&self) -> Option<ReconnectingAsync> {
         Some(self.con.clone())
     }

@@ -373,6 +373,48 @@ async fn rlqs_assigns_blanket_rules_to_unlimited_and_zero_limits() {
     assert!(edge.misread().is_empty() && policies.misread().is_empty());
 }
 
+/// The management page's stats show a policy's live shares to those who may see the
+/// app, and nothing for a policy no proxy subscribes to.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rlqs_stats_show_the_live_shares() {
+    let (server, admin) = TestServer::start_with(Config {
+        grpc_listen: Some("127.0.0.1:0".parse().unwrap()),
+        rlqs_report_interval: INTERVAL,
+        ..config()
+    })
+    .await;
+    let web = app(&server, &admin, "web").await;
+    create_policy(&server, &admin, "api", &policy()).await;
+    let idle = policy().replace("\"rate\":400", "\"rate\":7");
+    create_policy(&server, &admin, "idle", &idle).await;
+    let proxy = Proxy::start(server.grpc.unwrap(), &web, "api", INTERVAL);
+    let held = eventually(Duration::from_secs(5), || async {
+        proxy.request(KEY);
+        proxy.live(KEY).is_some()
+    });
+    assert!(held.await);
+    let viewer = user(&server, &admin, "vera", r#"{"web":"viewer"}"#).await;
+    let stats = get(&server.url("/v1/stats?app=web"), &viewer).await;
+    assert_eq!(stats.status, hyper::StatusCode::OK, "{}", stats.text);
+    let shares = &stats.json["policies"]["api"]["shares"];
+    assert_eq!(shares["subscribers"], 1, "{}", stats.text);
+    assert_eq!(shares["limit_per_s"], 400.0);
+    assert_eq!(
+        shares["assigned_per_s"], 380.0,
+        "the limit less a joiner's floor"
+    );
+    assert!(
+        stats.json["policies"]["idle"].get("shares").is_none(),
+        "{}",
+        stats.text
+    );
+    // Someone without a role in the app sees no stats at all.
+    app(&server, &admin, "other").await;
+    let stranger = user(&server, &admin, "sam", r#"{"other":"viewer"}"#).await;
+    let refused = get(&server.url("/v1/stats?app=web"), &stranger).await;
+    assert_eq!(refused.status, hyper::StatusCode::FORBIDDEN);
+}
+
 /// A bucket id is a map: its entries are taken in name order, whatever order they
 /// arrive in, so a nested rule (`path` under `method`) governs every such bucket.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -206,8 +206,24 @@ function statsCharts(stats) {
     return html`<figure class="stats" data-policy="${name}">
       <figcaption><strong>${name}</strong>: ${perSecond(last[0] + last[1])} decisions/s, ${perSecond(last[1])} denied/s over the last full ${stats.step_s ?? 5} s</figcaption>
       ${new Raw(svg)}${new Raw(legend(null, false))}
+      ${series.shares ? sharesTable(series.shares) : ""}
     </figure>`;
   });
+}
+
+/** A policy's live Envoy quota shares (RLQS): its subscribed buckets and their rates now. */
+function sharesTable(shares) {
+  const rate = (n) => Number(n).toFixed(1).replace(/\.0$/, "");
+  return html`<table class="shares">
+    <caption>Envoy quota shares now</caption>
+    <thead><tr><th scope="col">Buckets</th><th scope="col">Demand/s</th><th scope="col">Assigned/s</th><th scope="col">Limit/s</th></tr></thead>
+    <tbody><tr>
+      <td data-label="Buckets">${shares.subscribers}</td>
+      <td data-label="Demand/s">${rate(shares.demand_per_s)}</td>
+      <td data-label="Assigned/s">${rate(shares.assigned_per_s)}</td>
+      <td data-label="Limit/s">${rate(shares.limit_per_s)}</td>
+    </tr></tbody>
+  </table>`;
 }
 
 /** The width a chart gets in `container`: its box, within reason. */
