@@ -112,6 +112,19 @@ pub struct Config {
     /// matching; the top-level `sluicegate_apps: [NAME, ...]` limits which apps may ask.
     #[arg(long, value_name = "DIR")]
     pub envoy_config: Option<PathBuf>,
+    /// Kuadrant limitador's limits file, read as it is (CEL conditions and variables),
+    /// watched as --envoy-config is: its namespaces answered over gRPC (Envoy's RLS and
+    /// Kuadrant's CheckRateLimit/Report) and over limitador's HTTP API.
+    #[arg(long, value_name = "FILE")]
+    pub limitador_config: Option<PathBuf>,
+    /// Rate limit headers in the answers for limitador's namespaces, as limitador's
+    /// flag: NONE, or DRAFT_VERSION_03 (X-RateLimit-Limit, -Remaining and -Reset).
+    #[arg(
+        long,
+        default_value = "NONE",
+        value_parser = PossibleValuesParser::new(["NONE", "DRAFT_VERSION_03"]).map(|v| v == "DRAFT_VERSION_03")
+    )]
+    pub rate_limit_headers: bool,
     /// Policies from files: a TOML policy file or envoyproxy/ratelimit's YAML, or a
     /// directory of them (*.toml, *.yaml, *.yml), watched: a change applies within a
     /// second, an invalid one is refused whole (logged, counted in /metrics). The API

@@ -20,7 +20,9 @@
 //! key is in debt.
 //!
 //! A request whose `domain` is one of envoyproxy/ratelimit's YAML (`--envoy-config`)
-//! is answered by their rules instead, as their service would (see `domains.rs`).
+//! is answered by their rules instead, as their service would (see `domains.rs`); one
+//! whose `domain` is a namespace of limitador's limits file (`--limitador-config`), by
+//! its limits, as limitador would (see `limitador.rs`).
 //!
 //! Shadow mode: a descriptor decided in shadow mode (its policy's `shadow`, or
 //! `--shadow`) reports its would-be code in its status (`OVER_LIMIT` when enforcing
@@ -39,6 +41,7 @@ mod domains;
 )]
 pub mod envoy;
 mod governs;
+mod limitador;
 mod mailbox;
 mod quotas;
 mod rlqs;

@@ -8,10 +8,11 @@ use std::collections::BTreeMap;
 
 use sluicegate_policy::Policy;
 
-use sluicegate_policy::envoy;
+use sluicegate_policy::{envoy, limitador};
 
 use super::domains::Rules;
 use crate::config::Config;
+use crate::limitador::{Counters, Limits};
 use crate::limiters::{Backend, Limiters, PolicyLimiter};
 use crate::metrics::Metrics;
 use crate::store::{Snapshot, Store, StoreError, Stored};
@@ -23,6 +24,8 @@ pub(crate) struct Loaded {
     pub(crate) policies: BTreeMap<String, (String, Policy)>,
     /// The YAML files' domains.
     pub(crate) envoy: envoy::Config,
+    /// limitador's limits file's namespaces.
+    pub(crate) limitador: limitador::Config,
 }
 
 /// The policies served (the store's as of its last change seen, with the files') and a
@@ -47,6 +50,10 @@ pub(crate) struct Service {
     files: RwLock<Arc<BTreeMap<String, (String, Policy)>>>,
     /// The domains of Envoy's YAML (`--envoy-config`) and a limiter per rule.
     envoy: RwLock<Arc<Rules>>,
+    /// limitador's limits file (`--limitador-config`) as served.
+    limitador: RwLock<Arc<Limits>>,
+    /// The counters of limitador's limits, kept across reloads.
+    pub(crate) counters: Arc<dyn Counters>,
     /// Where decisions are kept.
     pub(crate) backend: Box<dyn Backend>,
     /// The counters.
@@ -73,6 +80,8 @@ impl Service {
             stored: RwLock::default(),
             files: RwLock::default(),
             envoy: RwLock::default(),
+            limitador: RwLock::default(),
+            counters: backend.counters(),
             backend,
             reloading: tokio::sync::Mutex::new(()),
             reports_pruned: AtomicI64::new(0),
@@ -95,6 +104,11 @@ impl Service {
         Arc::clone(&self.envoy.read().unwrap_or_else(|e| e.into_inner()))
     }
 
+    /// limitador's limits as served.
+    pub(crate) fn limitador(&self) -> Arc<Limits> {
+        Arc::clone(&self.limitador.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
     /// Serves what the policy files define (`--policies`, `--envoy-config`) in place of
     /// what they defined before, keeping the limiter (and so the counts) of every
     /// policy and rule whose parameters are unchanged.
@@ -102,6 +116,10 @@ impl Service {
         let _one = self.reloading.lock().await;
         let rules = Rules::build(loaded.envoy, &*self.backend, &self.envoy(), &self.metrics);
         *self.envoy.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(rules);
+        // A limit removed loses its counters; one kept (same identity) keeps them.
+        let limits = Limits::build(loaded.limitador);
+        self.counters.retain(&|key| limits.keeps(key));
+        *self.limitador.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(limits);
         *self.files.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(loaded.policies);
         self.publish(self.stored());
     }

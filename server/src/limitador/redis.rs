@@ -1,0 +1,122 @@
+//! limitador's counters in Redis (`--decisions`): a request's counters checked and
+//! counted in one script (`counters.lua`), atomically, so replicas sharing a limit never
+//! overshoot it (limitador's own checks and updates are separate calls); while Redis is
+//! unreachable, what `--fail` says.
+
+use std::sync::LazyLock;
+
+use futures_util::future::BoxFuture;
+use redis::RedisError;
+use sluicegate_core::{FailPolicy, Ticks};
+use sluicegate_redis::ReconnectingAsync;
+
+use super::counters::{Counted, Counter, Counters, Figures, Mode};
+use super::memory::InMemory;
+use crate::limiters::DecideError;
+
+static SCRIPT: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("counters.lua")));
+
+/// The counters in Redis, and the answer while it is away.
+#[derive(Debug)]
+pub(crate) struct InRedisCounters {
+    con: ReconnectingAsync,
+    fail: FailPolicy<InMemory>,
+}
+
+impl InRedisCounters {
+    /// Counters through `con`; `fail` answers while Redis is unreachable.
+    pub(crate) fn new(con: ReconnectingAsync, fail: FailPolicy<InMemory>) -> Self {
+        Self { con, fail }
+    }
+
+    /// [`Counters::apply`], without the fail policy.
+    async fn apply_at(
+        &self,
+        counters: &[Counter],
+        delta: u64,
+        mode: Mode,
+        now: Option<Ticks>,
+    ) -> Result<Counted, DecideError> {
+        let mut invocation = SCRIPT.prepare_invoke();
+        let mode_arg = match mode {
+            Mode::CheckAndUpdate => "cu",
+            Mode::Check => "c",
+            Mode::Update => "u",
+        };
+        invocation
+            .arg(mode_arg)
+            .arg(delta)
+            .arg(now.map_or_else(String::new, |n| n.to_string()));
+        for counter in counters {
+            let (limit, period) = counter
+                .window
+                .map_or((0, 0), |w| (w.params().limit, w.params().period));
+            invocation.key(&counter.key).arg(limit).arg(period);
+        }
+        let mut con = self.con.clone();
+        let reply: Vec<u64> = invocation.invoke_async(&mut con).await.map_err(classify)?;
+        let figures = reply
+            .get(1..)
+            .unwrap_or_default()
+            .chunks_exact(2)
+            .map(|pair| Figures {
+                remaining: pair[0],
+                expires_in: pair[1],
+            })
+            .collect::<Vec<_>>();
+        if figures.len() != counters.len() {
+            return Err(DecideError::Backend(
+                "the counters' script answered short".into(),
+            ));
+        }
+        Ok(Counted {
+            admitted: reply.first() == Some(&1),
+            figures,
+        })
+    }
+}
+
+/// An error from Redis: unreachable (the fail policy answers) or a refusal.
+fn classify(e: RedisError) -> DecideError {
+    if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal() {
+        DecideError::Unavailable(e.to_string())
+    } else {
+        DecideError::Backend(e.to_string())
+    }
+}
+
+impl Counters for InRedisCounters {
+    fn apply<'a>(
+        &'a self,
+        counters: &'a [Counter],
+        delta: u64,
+        mode: Mode,
+        now: Option<Ticks>,
+    ) -> BoxFuture<'a, Result<Counted, DecideError>> {
+        Box::pin(async move {
+            match self.apply_at(counters, delta, mode, now).await {
+                Err(DecideError::Unavailable(why)) => {
+                    tracing::warn!(error = %why, "limitador's counters: Redis unavailable");
+                    let full = |admitted| Counted {
+                        admitted,
+                        figures: counters
+                            .iter()
+                            .map(|c| Figures {
+                                remaining: c.window.map_or(0, |w| w.params().limit),
+                                expires_in: c.window.map_or(0, |w| w.params().period),
+                            })
+                            .collect(),
+                    };
+                    match &self.fail {
+                        FailPolicy::Open => Ok(full(true)),
+                        FailPolicy::Closed => Ok(full(false)),
+                        FailPolicy::Local(local) => local.apply(counters, delta, mode, now).await,
+                        _ => Err(DecideError::Unavailable(why)),
+                    }
+                }
+                other => other,
+            }
+        })
+    }
+}
