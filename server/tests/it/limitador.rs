@@ -1,0 +1,335 @@
+//! `--limitador-config`: limitador's README example and the file Kuadrant's operator
+//! writes (in `data/limitador/`), each request sent over Envoy's RLS by a client
+//! generated from its protos and getting limitador's answer; bad input answered with an
+//! error that counts nothing; reloads; two replicas on one Redis.
+
+use std::path::{Path, PathBuf};
+
+use crate::common::*;
+use sluicegate_server::grpc::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use sluicegate_server::grpc::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use sluicegate_server::grpc::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use sluicegate_server::Config;
+
+type Client = RateLimitServiceClient<tonic::transport::Channel>;
+
+fn data(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/limitador")
+        .join(name)
+}
+
+/// The tests' configuration serving the limits file `path` over gRPC.
+fn limits(path: &Path) -> Config {
+    Config {
+        grpc_listen: Some("127.0.0.1:0".parse().unwrap()),
+        limitador_config: Some(path.to_path_buf()),
+        ..config()
+    }
+}
+
+/// A server on `config`, a client of its gRPC listener and an app's token.
+async fn serve(config: Config) -> (TestServer, Client, String) {
+    let (server, admin) = TestServer::start_with(config).await;
+    let token = app(&server, &admin, "edge").await;
+    let client = client(&server).await;
+    (server, client, token)
+}
+
+/// One request of one descriptor of `entries` and `hits` on `namespace`.
+async fn hit(
+    client: &mut Client,
+    token: &str,
+    namespace: &str,
+    entries: &[(&str, &str)],
+    hits: u32,
+) -> Result<RateLimitResponse, tonic::Status> {
+    let mut request = tonic::Request::new(RateLimitRequest {
+        domain: namespace.into(),
+        descriptors: vec![descriptor(entries, None)],
+        hits_addend: hits,
+    });
+    let bearer = format!("Bearer {token}").parse().unwrap();
+    request.metadata_mut().insert("authorization", bearer);
+    client
+        .should_rate_limit(request)
+        .await
+        .map(|r| r.into_inner())
+}
+
+/// The code of a request that must be answered.
+async fn code(client: &mut Client, token: &str, namespace: &str, entries: &[(&str, &str)]) -> Code {
+    let answer = hit(client, token, namespace, entries, 1)
+        .await
+        .expect("an answer");
+    assert!(answer.statuses.is_empty(), "limitador sends no statuses");
+    Code::try_from(answer.overall_code).unwrap()
+}
+
+/// The codes of `n` requests in a row.
+async fn codes(
+    client: &mut Client,
+    token: &str,
+    namespace: &str,
+    entries: &[(&str, &str)],
+    n: usize,
+) -> Vec<Code> {
+    let mut codes = Vec::with_capacity(n);
+    for _ in 0..n {
+        codes.push(code(client, token, namespace, entries).await);
+    }
+    codes
+}
+
+fn then_over(ok: usize, over: usize) -> Vec<Code> {
+    let mut codes = vec![Code::Ok; ok];
+    codes.extend(vec![Code::OverLimit; over]);
+    codes
+}
+
+#[tokio::test]
+async fn their_readme_example() {
+    let (_server, mut client, token) = serve(limits(&data("readme.yaml"))).await;
+    let ns = "example.org";
+    let alice_get = [("req.method", "GET"), ("user_id", "alice")];
+    assert_eq!(
+        codes(&mut client, &token, ns, &alice_get, 11).await,
+        then_over(10, 1)
+    );
+    // Another user has a counter of their own; POST a limit of its own.
+    let bob_get = [("req.method", "GET"), ("user_id", "bob")];
+    assert_eq!(code(&mut client, &token, ns, &bob_get).await, Code::Ok);
+    let alice_post = [("req.method", "POST"), ("user_id", "alice")];
+    assert_eq!(
+        codes(&mut client, &token, ns, &alice_post, 6).await,
+        then_over(5, 1)
+    );
+    // No user: the variable's key is missing, the limit does not apply.
+    let nobody = [("req.method", "GET")];
+    assert_eq!(
+        codes(&mut client, &token, ns, &nobody, 12).await,
+        then_over(12, 0)
+    );
+}
+
+/// Both of Kuadrant's limits apply to one request: a request the per-user limit denies
+/// counts nothing on the global one.
+#[tokio::test]
+async fn kuadrants_operator_file_all_or_nothing() {
+    let (_server, mut client, token) = serve(limits(&data("kuadrant.yaml"))).await;
+    let ns = "kuadrant-system/toystore";
+    let request = |user| {
+        [
+            ("limit.create_toy__b3a6fd51", "1"),
+            ("limit.per_user__a0ec30d4", "1"),
+            ("auth.identity.username", user),
+        ]
+    };
+    assert_eq!(
+        codes(&mut client, &token, ns, &request("alice"), 3).await,
+        then_over(2, 1)
+    );
+    assert_eq!(
+        codes(&mut client, &token, ns, &request("bob"), 3).await,
+        then_over(2, 1)
+    );
+    // Two denials counted nothing: one of the global five is left.
+    assert_eq!(
+        codes(&mut client, &token, ns, &request("carol"), 2).await,
+        then_over(1, 1)
+    );
+    assert_eq!(
+        code(&mut client, &token, ns, &request("dave")).await,
+        Code::OverLimit
+    );
+}
+
+#[tokio::test]
+async fn hits_addend_zero_is_one_and_above_the_max_is_always_denied() {
+    let (_server, mut client, token) = serve(limits(&data("readme.yaml"))).await;
+    let (ns, post) = ("example.org", [("req.method", "POST"), ("user_id", "u")]);
+    let over = |r: RateLimitResponse| Code::try_from(r.overall_code).unwrap();
+    let six = hit(&mut client, &token, ns, &post, 6).await.unwrap();
+    assert_eq!(over(six), Code::OverLimit);
+    for _ in 0..5 {
+        let zero = hit(&mut client, &token, ns, &post, 0).await.unwrap();
+        assert_eq!(over(zero), Code::Ok);
+    }
+    let zero = hit(&mut client, &token, ns, &post, 0).await.unwrap();
+    assert_eq!(over(zero), Code::OverLimit);
+}
+
+#[tokio::test]
+async fn draft_03_headers_as_theirs() {
+    let (_server, mut client, token) = serve(Config {
+        rate_limit_headers: true,
+        ..limits(&data("kuadrant.yaml"))
+    })
+    .await;
+    let ns = "kuadrant-system/toystore";
+    let entries = [
+        ("limit.create_toy__b3a6fd51", "1"),
+        ("limit.per_user__a0ec30d4", "1"),
+        ("auth.identity.username", "alice"),
+    ];
+    let answer = hit(&mut client, &token, ns, &entries, 1).await.unwrap();
+    let headers: Vec<(&str, &str)> = answer
+        .response_headers_to_add
+        .iter()
+        .map(|h| (h.key.as_str(), h.value.as_str()))
+        .collect();
+    assert_eq!(headers[0], (
+        "X-RateLimit-Limit",
+        "2, 2;w=10;name=\"kuadrant-system/toystore/per-user\", 5;w=60;name=\"kuadrant-system/toystore/create-toy\""
+    ));
+    assert_eq!(headers[1], ("X-RateLimit-Remaining", "1"));
+    let reset: u64 = headers[2].1.parse().unwrap();
+    assert_eq!(headers[2].0, "X-RateLimit-Reset");
+    assert!(reset <= 10, "within the window: {reset}");
+}
+
+const BAD: &str = r#"
+- namespace: types
+  max_value: 5
+  seconds: 60
+  conditions: ["42"]
+  variables: []
+- namespace: index
+  max_value: 5
+  seconds: 60
+  conditions: ['descriptors[1]["x"] == "1"']
+  variables: []
+- namespace: unbound
+  max_value: 0
+  seconds: 60
+  conditions: ['user == "1"']
+  variables: []
+- namespace: count
+  max_value: 1
+  seconds: 60
+  conditions: []
+  variables: []
+- namespace: count
+  max_value: 5
+  seconds: 60
+  conditions: ['int(descriptors[0]["n"]) > 0']
+  variables: []
+- namespace: list
+  max_value: 5
+  seconds: 60
+  conditions: []
+  variables: ['[descriptors[0]["x"]]']
+"#;
+
+/// Every kind of bad input is an error naming what is wrong, counts nothing and leaves
+/// the server answering.
+#[tokio::test]
+async fn bad_input_is_an_error_and_counts_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("limits.yaml");
+    std::fs::write(&file, BAD).unwrap();
+    let (_server, mut client, token) = serve(limits(&file)).await;
+    let refused = |r: Result<RateLimitResponse, tonic::Status>| r.expect_err("an error");
+    let e = refused(hit(&mut client, &token, "types", &[("x", "1")], 1).await);
+    assert_eq!(e.code(), tonic::Code::Unavailable);
+    assert_eq!(e.message(), "unexpected value of type integer");
+    let e = refused(hit(&mut client, &token, "index", &[("x", "1")], 1).await);
+    assert_eq!(e.code(), tonic::Code::Unavailable);
+    assert!(
+        e.message().contains("Index out of bounds"),
+        "{}",
+        e.message()
+    );
+    let e = refused(hit(&mut client, &token, "list", &[("x", "1")], 1).await);
+    assert_eq!(e.code(), tonic::Code::Unavailable);
+    assert_eq!(e.message(), "unexpected value of type list");
+    // A name not bound makes the condition false: the limit of 0 never applies.
+    assert_eq!(
+        code(&mut client, &token, "unbound", &[("user", "1")]).await,
+        Code::Ok
+    );
+    let many: Vec<(String, String)> = (0..1000).map(|i| (format!("k{i}"), "v".into())).collect();
+    let many: Vec<(&str, &str)> = many.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let e = refused(hit(&mut client, &token, "count", &many, 1).await);
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert_eq!(e.message(), "a descriptor has at most 64 entries");
+    // Failed calls counted nothing on the limit that applied to them.
+    let e = refused(hit(&mut client, &token, "count", &[("n", "x")], 1).await);
+    assert_eq!(e.code(), tonic::Code::Unavailable);
+    let n = [("n", "1")];
+    assert_eq!(
+        codes(&mut client, &token, "count", &n, 2).await,
+        then_over(1, 1)
+    );
+}
+
+#[tokio::test]
+async fn a_file_with_a_null_list_does_not_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("limits.yaml");
+    std::fs::write(
+        &file,
+        "- namespace: a\n  seconds: 1\n  conditions: null\n  variables: []\n",
+    )
+    .unwrap();
+    let refused = sluicegate_server::Server::bind(Config {
+        data_dir: dir.path().join("data"),
+        listen: "127.0.0.1:0".parse().unwrap(),
+        ..limits(&file)
+    })
+    .await
+    .expect_err("refused");
+    assert_eq!(
+        refused.to_string(),
+        format!(
+            "{}:3:15: [0]: invalid type: unit value, expected a sequence",
+            file.display()
+        )
+    );
+}
+
+/// Two replicas on one Redis, 8 clients at once on one counter of 100: exactly 100
+/// admitted (limitador's separate check and update let replicas overshoot).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_replicas_on_redis_admit_exactly_the_limit() {
+    let redis = Redis::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("limits.yaml");
+    let limit = "- {namespace: shared, max_value: 100, seconds: 3600, conditions: [], variables: ['descriptors[0].user']}\n";
+    std::fs::write(&file, limit).unwrap();
+    let (a, b, admin) = two_servers(Config {
+        data_dir: dir.path().join("data"),
+        decisions: Some(redis.url()),
+        ..limits(&file)
+    })
+    .await;
+    let token = app(&a, &admin, "edge").await;
+    // The other replica sees the new app within its poll of the store: 5 s is plenty.
+    let mut other = client(&b).await;
+    for _ in 0..100 {
+        let asked = hit(&mut other, &token, "not-limitadors", &[("user", "u")], 1).await;
+        if asked.err().map(|e| e.code()) != Some(tonic::Code::Unauthenticated) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let mut client = client(if i % 2 == 0 { &a } else { &b }).await;
+        let token = token.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut admitted = 0;
+            for _ in 0..30 {
+                if code(&mut client, &token, "shared", &[("user", "u")]).await == Code::Ok {
+                    admitted += 1;
+                }
+            }
+            admitted
+        }));
+    }
+    let mut admitted = 0;
+    for task in tasks {
+        admitted += task.await.unwrap();
+    }
+    assert_eq!(admitted, 100);
+}
