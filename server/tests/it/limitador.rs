@@ -333,3 +333,51 @@ async fn two_replicas_on_redis_admit_exactly_the_limit() {
     }
     assert_eq!(admitted, 100);
 }
+
+/// Moves a new version of `file` into place (written beside it, then renamed), as
+/// `mv` and Kubernetes' ConfigMap swap do.
+fn move_into_place(file: &Path, text: &str) {
+    let temporary = file.with_extension("new");
+    std::fs::write(&temporary, text).unwrap();
+    std::fs::rename(&temporary, file).unwrap();
+}
+
+/// Waits until the namespace `probe` is served (a reload applied).
+async fn served(client: &mut Client, token: &str, probe: &str) -> bool {
+    // Files polled every 250 ms: 5 s for a loaded machine, never seen fails.
+    for _ in 0..250 {
+        if hit(client, token, probe, &[], 1).await.is_ok() {
+            return true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    false
+}
+
+const PROBE: &str = "conditions: [], variables: []}\n";
+
+/// A change of `max_value` or `name` keeps the counters, a file that does not parse
+/// keeps the last one served, a limit removed loses its counters.
+#[tokio::test]
+async fn reloads_keep_counters_as_limitador_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("limits.yaml");
+    let limit = |max, name| {
+        format!("- {{namespace: ns, max_value: {max}, seconds: 3600, name: {name}, {PROBE}")
+    };
+    std::fs::write(&file, limit(2, "a")).unwrap();
+    let (_server, mut client, token) = serve(limits(&file)).await;
+    assert_eq!(codes(&mut client, &token, "ns", &[], 3).await, then_over(2, 1));
+    let probe = |n| format!("- {{namespace: probe{n}, max_value: 1000, seconds: 1, {PROBE}");
+    move_into_place(&file, &(limit(3, "b") + &probe(1)));
+    assert!(served(&mut client, &token, "probe1").await, "the new file applied");
+    assert_eq!(codes(&mut client, &token, "ns", &[], 2).await, then_over(1, 1));
+    move_into_place(&file, &(probe(2) + "- {namespace: ns, seconds: [}"));
+    assert!(!served(&mut client, &token, "probe2").await, "the broken file refused");
+    assert_eq!(code(&mut client, &token, "ns", &[]).await, Code::OverLimit);
+    // Another window length is another limit: it counts from nothing.
+    let other = limit(3, "b").replace("3600", "1800");
+    move_into_place(&file, &(other + &probe(3)));
+    assert!(served(&mut client, &token, "probe3").await, "the fixed file applied");
+    assert_eq!(codes(&mut client, &token, "ns", &[], 4).await, then_over(3, 1));
+}
