@@ -91,10 +91,7 @@ impl Limit {
     /// Whether the limit applies to a request of `bindings`, and if it does its
     /// counter's variables (text to value): `Ok(None)` where a condition is false or a
     /// variable's key is missing.
-    pub fn applies(
-        &self,
-        bindings: &mut Bindings,
-    ) -> Result<Option<Values>, EvalError> {
+    pub fn applies(&self, bindings: &mut Bindings) -> Result<Option<Values>, EvalError> {
         bindings.for_limit(self.name.as_deref(), self.id.as_deref());
         for condition in &self.conditions {
             if !condition.test(bindings)? {
@@ -147,10 +144,7 @@ impl Namespace {
 
     /// The limits that apply to a request of `bindings`, each with its counter's
     /// variables, by index in [`Namespace::limits`].
-    pub fn applying(
-        &self,
-        bindings: &mut Bindings,
-    ) -> Result<Vec<(usize, Values)>, EvalError> {
+    pub fn applying(&self, bindings: &mut Bindings) -> Result<Vec<(usize, Values)>, EvalError> {
         let mut applying = Vec::new();
         for (i, limit) in self.limits.iter().enumerate() {
             if let Some(values) = limit.applies(bindings)? {
@@ -159,6 +153,11 @@ impl Namespace {
         }
         Ok(applying)
     }
+}
+
+/// Whether the YAML `text` is a limits file (a list), not Envoy's (a mapping).
+pub fn is_limits_file(text: &str) -> bool {
+    read::is_list(text)
 }
 
 /// A limits file: its namespaces by name.

@@ -21,6 +21,17 @@ pub(super) fn limits(path: &str, text: &str) -> Result<Vec<Limit>, LimitadorErro
     })
 }
 
+/// Whether `text` is a YAML list (limitador's file), not a mapping (Envoy's).
+pub(super) fn is_list(text: &str) -> bool {
+    matches!(
+        yaml::parse(text),
+        Ok(Some(Node {
+            value: Value::Seq(_),
+            ..
+        }))
+    )
+}
+
 fn read(text: &str) -> Result<Vec<Limit>, Located> {
     let Some(root) = yaml::parse(text)? else {
         return Ok(Vec::new());

@@ -367,17 +367,35 @@ async fn reloads_keep_counters_as_limitador_does() {
     };
     std::fs::write(&file, limit(2, "a")).unwrap();
     let (_server, mut client, token) = serve(limits(&file)).await;
-    assert_eq!(codes(&mut client, &token, "ns", &[], 3).await, then_over(2, 1));
+    assert_eq!(
+        codes(&mut client, &token, "ns", &[], 3).await,
+        then_over(2, 1)
+    );
     let probe = |n| format!("- {{namespace: probe{n}, max_value: 1000, seconds: 1, {PROBE}");
     move_into_place(&file, &(limit(3, "b") + &probe(1)));
-    assert!(served(&mut client, &token, "probe1").await, "the new file applied");
-    assert_eq!(codes(&mut client, &token, "ns", &[], 2).await, then_over(1, 1));
+    assert!(
+        served(&mut client, &token, "probe1").await,
+        "the new file applied"
+    );
+    assert_eq!(
+        codes(&mut client, &token, "ns", &[], 2).await,
+        then_over(1, 1)
+    );
     move_into_place(&file, &(probe(2) + "- {namespace: ns, seconds: [}"));
-    assert!(!served(&mut client, &token, "probe2").await, "the broken file refused");
+    assert!(
+        !served(&mut client, &token, "probe2").await,
+        "the broken file refused"
+    );
     assert_eq!(code(&mut client, &token, "ns", &[]).await, Code::OverLimit);
     // Another window length is another limit: it counts from nothing.
     let other = limit(3, "b").replace("3600", "1800");
     move_into_place(&file, &(other + &probe(3)));
-    assert!(served(&mut client, &token, "probe3").await, "the fixed file applied");
-    assert_eq!(codes(&mut client, &token, "ns", &[], 4).await, then_over(3, 1));
+    assert!(
+        served(&mut client, &token, "probe3").await,
+        "the fixed file applied"
+    );
+    assert_eq!(
+        codes(&mut client, &token, "ns", &[], 4).await,
+        then_over(3, 1)
+    );
 }
