@@ -6,12 +6,10 @@
 
 use tonic::Status;
 
-use sluicegate_policy::limitador::Namespace;
-
 use super::envoy::config::core::v3::HeaderValue;
 use super::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use super::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use crate::limitador::{Answer, Asked, Limits, LimitsError, Mode};
+use crate::limitador::{self, Answer, Asked, LimitsError, Mode};
 use crate::service::auth::App;
 use crate::service::Service;
 
@@ -19,6 +17,7 @@ use crate::service::Service;
 /// `UNAVAILABLE` (limitador's), a request out of bounds `INVALID_ARGUMENT`.
 pub(super) fn limits_status(e: LimitsError) -> Status {
     match e {
+        LimitsError::NotFound(why) => Status::permission_denied(why),
         LimitsError::Invalid(why) => Status::invalid_argument(why),
         LimitsError::Unavailable(why) => Status::unavailable(why),
     }
@@ -60,23 +59,14 @@ pub(super) fn asked<'a>(domain: &'a str, request: &'a RateLimitRequest, mode: Mo
     }
 }
 
-/// The answer to `request` in the namespace `ns`, for `app`.
+/// The answer to `request`, whose domain is one of limitador's namespaces, for `app`.
 pub(super) async fn should_rate_limit(
     service: &Service,
-    limits: &Limits,
-    ns: &Namespace,
     app: &App,
     request: &RateLimitRequest,
 ) -> Result<RateLimitResponse, Status> {
-    if !ns.admits_app(app.name()) {
-        return Err(Status::permission_denied(format!(
-            "no such domain for this app: {:?}",
-            request.domain
-        )));
-    }
     let asked = asked(&request.domain, request, Mode::CheckAndUpdate);
-    let answer = limits
-        .decide(ns, &*service.counters, &asked)
+    let answer = limitador::decide(service, app, &asked)
         .await
         .map_err(limits_status)?;
     let over = !answer.admitted && !service.config.shadow;

@@ -128,9 +128,14 @@ impl Rls {
             return Err(Status::unauthenticated("the call was not admitted"));
         };
         let request = request.into_inner();
-        let limits = self.service.limitador();
-        if let Some(ns) = limits.config.namespace(&request.domain) {
-            return limitador::should_rate_limit(&self.service, &limits, ns, &app, &request)
+        if self
+            .service
+            .limitador()
+            .config
+            .namespace(&request.domain)
+            .is_some()
+        {
+            return limitador::should_rate_limit(&self.service, &app, &request)
                 .await
                 .map(Response::new);
         }

@@ -44,6 +44,10 @@ pub(crate) struct Counted {
     pub(crate) figures: Vec<Figures>,
 }
 
+/// A live counter as listed: its key, its count and the microseconds until its window
+/// ends.
+pub(crate) type Listed = (String, u64, Ticks);
+
 /// Where the counters are kept.
 pub(crate) trait Counters: Send + Sync + Debug {
     /// Carries out `mode` with `delta` on `counters`, all at once, at `now` (`None`:
@@ -55,6 +59,14 @@ pub(crate) trait Counters: Send + Sync + Debug {
         mode: Mode,
         now: Option<Ticks>,
     ) -> BoxFuture<'a, Result<Counted, DecideError>>;
+
+    /// The live counters whose keys start with `prefix` (at most `max`), each with its
+    /// count and the microseconds until its window ends.
+    fn list<'a>(
+        &'a self,
+        prefix: &'a str,
+        max: usize,
+    ) -> BoxFuture<'a, Result<Vec<Listed>, DecideError>>;
 
     /// Forgets every counter whose key `keep` refuses (a limit removed loses its
     /// counters); where keys expire by themselves, nothing.

@@ -10,7 +10,7 @@ use futures_util::future::BoxFuture;
 use sluicegate_core::state::AnchoredWindowState;
 use sluicegate_core::Ticks;
 
-use super::counters::{apply_states, Counted, Counter, Counters, Mode};
+use super::counters::{apply_states, Counted, Counter, Counters, Listed, Mode};
 use crate::limiters::DecideError;
 
 /// The table: each counter's state and the instant its window ends.
@@ -88,6 +88,23 @@ impl Counters for InMemory {
     ) -> BoxFuture<'a, Result<Counted, DecideError>> {
         let now = now.unwrap_or_else(now_us);
         Box::pin(async move { self.apply_at(counters, delta, mode, now) })
+    }
+
+    fn list<'a>(
+        &'a self,
+        prefix: &'a str,
+        max: usize,
+    ) -> BoxFuture<'a, Result<Vec<Listed>, DecideError>> {
+        Box::pin(async move {
+            let now = now_us();
+            let table = self.table.lock().unwrap_or_else(PoisonError::into_inner);
+            Ok(table
+                .iter()
+                .filter(|(key, (_, end))| key.starts_with(prefix) && *end > now)
+                .take(max)
+                .map(|(key, (state, end))| (key.clone(), state.count(), end - now))
+                .collect())
+        })
     }
 
     fn retain(&self, keep: &dyn Fn(&str) -> bool) {

@@ -10,7 +10,7 @@ use redis::RedisError;
 use sluicegate_core::{FailPolicy, Ticks};
 use sluicegate_redis::ReconnectingAsync;
 
-use super::counters::{Counted, Counter, Counters, Figures, Mode};
+use super::counters::{Counted, Counter, Counters, Figures, Listed, Mode};
 use super::memory::InMemory;
 use crate::limiters::DecideError;
 
@@ -77,6 +77,24 @@ impl InRedisCounters {
     }
 }
 
+/// `text` with Redis's glob characters escaped, to match itself alone.
+fn glob_escaped(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// An anchored window's count from its stored bytes (see `counters.lua`).
+fn stored_count(bytes: &[u8]) -> Option<u64> {
+    let count: [u8; 8] = bytes.get(10..18)?.try_into().ok()?;
+    (bytes.len() == 18 && bytes[..2] == [1, 11]).then(|| u64::from_be_bytes(count))
+}
+
 /// An error from Redis: unreachable (the fail policy answers) or a refusal.
 fn classify(e: RedisError) -> DecideError {
     if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal() {
@@ -87,6 +105,49 @@ fn classify(e: RedisError) -> DecideError {
 }
 
 impl Counters for InRedisCounters {
+    /// Found by `SCAN`, each read with `GET` and `PTTL`.
+    fn list<'a>(
+        &'a self,
+        prefix: &'a str,
+        max: usize,
+    ) -> BoxFuture<'a, Result<Vec<Listed>, DecideError>> {
+        Box::pin(async move {
+            let mut con = self.con.clone();
+            let pattern = format!("{}*", glob_escaped(prefix));
+            let (mut cursor, mut listed) = (0u64, Vec::new());
+            loop {
+                let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("MATCH")
+                    .arg(&pattern)
+                    .arg("COUNT")
+                    .arg(1000)
+                    .query_async(&mut con)
+                    .await
+                    .map_err(classify)?;
+                for key in keys {
+                    let (bytes, ttl): (Option<Vec<u8>>, i64) = redis::pipe()
+                        .get(&key)
+                        .pttl(&key)
+                        .query_async(&mut con)
+                        .await
+                        .map_err(classify)?;
+                    let count = bytes.as_deref().and_then(stored_count);
+                    if let (Some(count), Ok(ttl_ms)) = (count, u64::try_from(ttl)) {
+                        listed.push((key, count, ttl_ms * 1000));
+                    }
+                    if listed.len() >= max {
+                        return Ok(listed);
+                    }
+                }
+                cursor = next;
+                if cursor == 0 {
+                    return Ok(listed);
+                }
+            }
+        })
+    }
+
     fn apply<'a>(
         &'a self,
         counters: &'a [Counter],

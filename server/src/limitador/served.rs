@@ -90,6 +90,9 @@ pub(crate) struct Asked<'a> {
 /// Why a request was not decided; each front end answers it in its own terms.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum LimitsError {
+    /// No such namespace for the caller.
+    #[error("{0}")]
+    NotFound(String),
     /// The request is out of bounds.
     #[error("{0}")]
     Invalid(String),
@@ -229,5 +232,72 @@ impl Answer {
                 (first.figures.expires_in / SECOND).to_string(),
             ),
         ]
+    }
+}
+
+/// The entries a key written by [`key_of`] names (`\` escapes the next character).
+fn entries_of(key: &str) -> Vec<(String, String)> {
+    let mut entries = Vec::new();
+    if key.is_empty() {
+        return entries;
+    }
+    let (mut name, mut text, mut chars) = (None, String::new(), key.chars());
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => text.extend(chars.next()),
+            '=' if name.is_none() => name = Some(std::mem::take(&mut text)),
+            '|' => entries.push((name.take().unwrap_or_default(), std::mem::take(&mut text))),
+            c => text.push(c),
+        }
+    }
+    entries.push((name.unwrap_or_default(), text));
+    entries
+}
+
+impl Limits {
+    /// The live counters of the namespace `name` (at most `max`), as limitador's
+    /// `/counters` lists them: each with its limit and figures.
+    pub(crate) async fn counters_of(
+        &self,
+        name: &str,
+        ns: &Namespace,
+        counters: &dyn Counters,
+        max: usize,
+    ) -> Result<Vec<Applied>, LimitsError> {
+        let mut listed = Vec::new();
+        for (limit, built) in ns
+            .limits
+            .iter()
+            .zip(self.built.get(name).into_iter().flatten())
+        {
+            let left = max.saturating_sub(listed.len());
+            for (key, count, expires_in) in counters.list(&built.prefix, left).await? {
+                let variables = entries_of(key.strip_prefix(&built.prefix).unwrap_or_default());
+                let figures = Figures {
+                    remaining: limit.max_value.saturating_sub(count),
+                    expires_in,
+                };
+                listed.push(Applied {
+                    limit: limit.clone(),
+                    figures,
+                    variables,
+                });
+            }
+        }
+        Ok(listed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{entries_of, key_of};
+
+    #[test]
+    fn keys_name_their_entries() {
+        let entries = [("descriptors[0][\"a=b\"]", "x|y\\z"), ("v", "")];
+        assert_eq!(
+            entries_of(&key_of(entries.into_iter())),
+            entries.map(|(k, v)| (k.to_owned(), v.to_owned()))
+        );
     }
 }

@@ -12,7 +12,7 @@ use sluicegate_policy::{envoy, limitador};
 
 use super::domains::Rules;
 use crate::config::Config;
-use crate::limitador::{Counters, Limits};
+use crate::limitador::{Calls, Counters, Limits};
 use crate::limiters::{Backend, Limiters, PolicyLimiter};
 use crate::metrics::Metrics;
 use crate::store::{Snapshot, Store, StoreError, Stored};
@@ -54,6 +54,8 @@ pub(crate) struct Service {
     limitador: RwLock<Arc<Limits>>,
     /// The counters of limitador's limits, kept across reloads.
     pub(crate) counters: Arc<dyn Counters>,
+    /// limitador's metrics, under its names.
+    pub(crate) limitador_calls: Arc<Calls>,
     /// Where decisions are kept.
     pub(crate) backend: Box<dyn Backend>,
     /// The counters.
@@ -72,8 +74,14 @@ impl Service {
     /// A service over `store` deciding in `backend`, run as `config` says, with nothing
     /// loaded yet (see [`Service::reload`]).
     pub(crate) fn new(store: Store, backend: Box<dyn Backend>, config: Config) -> Self {
+        let metrics = Metrics::with_key_usage(&config.key_usage, config.key_usage_max);
+        let limitador_calls = Arc::new(Calls::default());
+        if config.limitador_config.is_some() {
+            let calls = Arc::clone(&limitador_calls);
+            metrics.add_text(Box::new(move || calls.render()));
+        }
         Self {
-            metrics: Metrics::with_key_usage(&config.key_usage, config.key_usage_max),
+            metrics,
             config,
             store,
             served: RwLock::default(),
@@ -82,6 +90,7 @@ impl Service {
             envoy: RwLock::default(),
             limitador: RwLock::default(),
             counters: backend.counters(),
+            limitador_calls,
             backend,
             reloading: tokio::sync::Mutex::new(()),
             reports_pruned: AtomicI64::new(0),

@@ -332,6 +332,10 @@ async fn two_replicas_on_redis_admit_exactly_the_limit() {
         admitted += task.await.unwrap();
     }
     assert_eq!(admitted, 100);
+    // The counter is listed from Redis by either replica.
+    let listed = get(&b.url("/counters/shared"), &token).await;
+    assert_eq!(listed.json[0]["remaining"], 0, "{}", listed.text);
+    assert_eq!(listed.json[0]["set_variables"]["descriptors[0].user"], "u");
 }
 
 /// Moves a new version of `file` into place (written beside it, then renamed), as
@@ -398,4 +402,58 @@ async fn reloads_keep_counters_as_limitador_does() {
         codes(&mut client, &token, "ns", &[], 4).await,
         then_over(3, 1)
     );
+}
+
+/// limitador's HTTP API at its paths and bodies: check, report, check_and_report,
+/// limits, counters, and its metrics' names.
+#[tokio::test]
+async fn their_http_api() {
+    let (server, admin) = TestServer::start_with(Config {
+        metrics_open: true,
+        ..limits(&data("readme.yaml"))
+    })
+    .await;
+    let token = app(&server, &admin, "edge").await;
+    let body = |delta: u64| {
+        format!(
+            r#"{{"namespace":"example.org","values":{{"req.method":"POST","user_id":"ann"}},"delta":{delta},"response_headers":"DraftVersion03"}}"#
+        )
+    };
+    let check = post(&server.url("/check"), &token, &body(5)).await;
+    assert_eq!(check.status, hyper::StatusCode::OK);
+    assert_eq!(check.headers["x-ratelimit-remaining"], "5");
+    // A report counts whatever the limit; a check counts nothing.
+    let report = post(&server.url("/report"), &token, &body(4)).await;
+    assert_eq!(report.status, hyper::StatusCode::OK);
+    let over = post(&server.url("/check_and_report"), &token, &body(2)).await;
+    assert_eq!(over.status, hyper::StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(over.headers["x-ratelimit-remaining"], "1");
+    let last = post(&server.url("/check_and_report"), &token, &body(1)).await;
+    assert_eq!(last.status, hyper::StatusCode::OK);
+    let limits = get(&server.url("/limits/example.org"), &token).await;
+    assert_eq!(limits.json[0]["max_value"], 10, "{}", limits.text);
+    assert_eq!(
+        limits.json[1]["conditions"][0],
+        "descriptors[0]['req.method'] == 'POST'"
+    );
+    let counters = get(&server.url("/counters/example.org"), &token).await;
+    let counter = &counters.json[0];
+    assert_eq!(
+        counter["set_variables"]["descriptors[0].user_id"], "ann",
+        "{}",
+        counters.text
+    );
+    assert_eq!(counter["remaining"], 0);
+    assert!(counter["expires_in_seconds"].as_u64().unwrap() <= 60);
+    let none = get(&server.url("/limits/nowhere"), &token).await;
+    assert_eq!(none.status, hyper::StatusCode::NOT_FOUND);
+    let metrics = get(&server.url("/metrics"), &token).await.text;
+    for line in [
+        r#"authorized_calls{limitador_namespace="example.org"} 2"#,
+        r#"authorized_hits{limitador_namespace="example.org"} 5"#,
+        r#"limited_calls{limitador_namespace="example.org",limit_name=""} 1"#,
+        "counter_latency_count 4",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in {metrics}");
+    }
 }
