@@ -41,6 +41,16 @@ mod domains;
 )]
 pub mod envoy;
 mod governs;
+#[doc(hidden)]
+#[allow(
+    missing_docs,
+    clippy::all,
+    clippy::pedantic,
+    missing_debug_implementations,
+    unreachable_pub
+)]
+pub mod kuadrant;
+mod kuadrant_rls;
 mod limitador;
 mod mailbox;
 mod quotas;

@@ -457,3 +457,56 @@ async fn their_http_api() {
         assert!(metrics.lines().any(|l| l == line), "{line} in {metrics}");
     }
 }
+
+/// Kuadrant's `CheckRateLimit` counts nothing and `Report` counts whatever the limit:
+/// a token budget checked before a request and charged its tokens after.
+#[tokio::test]
+async fn kuadrants_check_and_report() {
+    use sluicegate_server::grpc::kuadrant::service::ratelimit::v1::rate_limit_service_client::RateLimitServiceClient as Kuadrant;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("limits.yaml");
+    let budget = "- {namespace: tokens, max_value: 10, seconds: 3600, conditions: [], variables: ['descriptors[0].user']}\n";
+    std::fs::write(&file, budget).unwrap();
+    let (server, _client, token) = serve(limits(&file)).await;
+    let mut kuadrant = Kuadrant::connect(format!("http://{}", server.grpc.unwrap()))
+        .await
+        .unwrap();
+    let request = |hits: u32| {
+        let mut request = tonic::Request::new(RateLimitRequest {
+            domain: "tokens".into(),
+            descriptors: vec![descriptor(&[("user", "u")], None)],
+            hits_addend: hits,
+        });
+        let bearer = format!("Bearer {token}").parse().unwrap();
+        request.metadata_mut().insert("authorization", bearer);
+        request
+    };
+    let code = |r: tonic::Response<RateLimitResponse>| {
+        Code::try_from(r.into_inner().overall_code).unwrap()
+    };
+    for _ in 0..20 {
+        assert_eq!(
+            code(kuadrant.check_rate_limit(request(1)).await.unwrap()),
+            Code::Ok
+        );
+    }
+    assert_eq!(code(kuadrant.report(request(8)).await.unwrap()), Code::Ok);
+    assert_eq!(
+        code(kuadrant.check_rate_limit(request(3)).await.unwrap()),
+        Code::OverLimit
+    );
+    assert_eq!(
+        code(kuadrant.check_rate_limit(request(2)).await.unwrap()),
+        Code::Ok
+    );
+    // The tokens came out above the budget: counted all the same.
+    assert_eq!(code(kuadrant.report(request(5)).await.unwrap()), Code::Ok);
+    assert_eq!(
+        code(kuadrant.check_rate_limit(request(1)).await.unwrap()),
+        Code::OverLimit
+    );
+    let mut unknown = request(1);
+    unknown.get_mut().domain = "elsewhere".into();
+    let refused = kuadrant.check_rate_limit(unknown).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied);
+}
