@@ -57,7 +57,7 @@ pub enum FilesError {
     Envoy(Box<EnvoyError>),
     /// limitador's limits file cannot be read or is not valid.
     #[error(transparent)]
-    Limitador(#[from] LimitadorError),
+    Limitador(Box<LimitadorError>),
     /// A policy of a valid file cannot be served.
     #[error("{file}: policy {policy:?}: {why}")]
     Policy {
@@ -68,6 +68,12 @@ pub enum FilesError {
         /// Why not.
         why: String,
     },
+}
+
+impl From<LimitadorError> for FilesError {
+    fn from(e: LimitadorError) -> Self {
+        Self::Limitador(Box::new(e))
+    }
 }
 
 impl From<EnvoyError> for FilesError {

@@ -309,7 +309,6 @@ impl Metrics {
     }
 
     /// Adds what `text` renders to every `/metrics`.
-    #[cfg(feature = "grpc")]
     pub(crate) fn add_text(&self, text: Text) {
         self.texts
             .0

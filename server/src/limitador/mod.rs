@@ -14,7 +14,9 @@ pub(crate) use counters::{Counters, Mode};
 pub(crate) use memory::InMemory;
 pub(crate) use metrics::Calls;
 pub(crate) use redis::InRedisCounters;
-pub(crate) use served::{Answer, Applied, Asked, Limits, LimitsError};
+#[cfg(feature = "grpc")]
+pub(crate) use served::Answer;
+pub(crate) use served::{Applied, Asked, Limits, LimitsError};
 
 #[cfg(test)]
 mod tests;

@@ -59,16 +59,19 @@ fn file(namespace: &str, specs: &[Spec]) -> String {
     text
 }
 
+/// A limit as the reference holds it: max_value, period, conditions, variables.
+type RefLimit = (u64, Ticks, BTreeSet<(usize, u8)>, BTreeSet<usize>);
+
 /// The reference: the limits (identities deduplicated, the first kept) and each
 /// counter's (start, count).
 struct Reference {
-    limits: Vec<(u64, Ticks, BTreeSet<(usize, u8)>, BTreeSet<usize>)>,
+    limits: Vec<RefLimit>,
     counters: HashMap<(usize, Vec<u8>), (Ticks, u64)>,
 }
 
 impl Reference {
     fn new(specs: &[Spec]) -> Self {
-        let mut limits: Vec<(u64, Ticks, BTreeSet<(usize, u8)>, BTreeSet<usize>)> = Vec::new();
+        let mut limits: Vec<RefLimit> = Vec::new();
         for (max, seconds, conditions, variables) in specs {
             let limit = (
                 *max,
