@@ -23,6 +23,12 @@ pub const MAX_COMPREHENSION_DEPTH: usize = 2;
 pub(crate) const DESCRIPTORS: &str = "descriptors";
 pub(crate) const LIMIT: &str = "limit";
 
+thread_local! {
+    /// The standard functions, registered once per thread: a context holding them is
+    /// a map of some forty entries, too costly to build for every evaluation.
+    static ROOT: cel::Context<'static> = cel::Context::default();
+}
+
 /// One compiled expression and its source text.
 #[derive(Debug, Clone)]
 pub struct Expression {
@@ -82,7 +88,14 @@ impl Expression {
 
     /// Its value in `bindings`; a panic of the interpreter is an error.
     fn resolve(&self, bindings: &Bindings) -> Result<Value, ExecutionError> {
-        let run = AssertUnwindSafe(|| Value::resolve(&self.expr, &bindings.context()));
+        let run = AssertUnwindSafe(|| {
+            ROOT.with(|root| {
+                let mut context = root.new_inner_scope();
+                context.add_variable_from_value(DESCRIPTORS, bindings.descriptors.clone());
+                context.add_variable_from_value(LIMIT, bindings.limit.clone());
+                Value::resolve(&self.expr, &context)
+            })
+        });
         catch_unwind(run).unwrap_or_else(|_| {
             Err(ExecutionError::function_error(
                 &self.source,
@@ -252,13 +265,6 @@ impl Bindings {
         let text = |t: Option<&str>| t.map_or(Value::Null, |t| Value::String(Arc::new(t.into())));
         let map = HashMap::from([("name", text(name)), ("id", text(id))]);
         self.limit = Value::Map(Map::from(map));
-    }
-
-    fn context(&self) -> cel::Context<'static> {
-        let mut context = cel::Context::default();
-        context.add_variable_from_value(DESCRIPTORS, self.descriptors.clone());
-        context.add_variable_from_value(LIMIT, self.limit.clone());
-        context
     }
 }
 

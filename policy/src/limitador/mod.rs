@@ -14,6 +14,7 @@ mod read;
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 
 pub use self::cel::{
     Bindings, EvalError, Expression, MAX_COMPREHENSION_DEPTH, MAX_EXPRESSION_LEN, MAX_NESTING,
@@ -126,8 +127,8 @@ impl Limit {
 /// The limits of one namespace, in file order, each identity once (the first wins).
 #[derive(Debug, Clone, Default)]
 pub struct Namespace {
-    /// Its limits.
-    pub limits: Vec<Limit>,
+    /// Its limits (shared: an answer names the limits it applied).
+    pub limits: Vec<Arc<Limit>>,
 }
 
 impl Namespace {
@@ -188,7 +189,7 @@ impl Config {
             // limitador keeps a set: a second limit of the same identity is dropped.
             let identity = limit.identity();
             if !namespace.limits.iter().any(|l| l.identity() == identity) {
-                namespace.limits.push(limit);
+                namespace.limits.push(Arc::new(limit));
             }
         }
         Ok(config)

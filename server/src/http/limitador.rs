@@ -138,7 +138,7 @@ async fn limits(
         .filter(|ns| ns.admits_app(caller.name()))
         .ok_or_else(|| not_found(&name))?;
     Ok(Json(Value::Array(
-        ns.limits.iter().map(limit_json).collect(),
+        ns.limits.iter().map(|l| limit_json(l)).collect(),
     )))
 }
 

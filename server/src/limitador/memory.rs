@@ -67,7 +67,14 @@ impl InMemory {
         for ((counter, state), figures) in counters.iter().zip(states).zip(&counted.figures) {
             match state {
                 Some(state) => {
-                    table.insert(counter.key.clone(), (state, now + figures.expires_in));
+                    let held = (state, now + figures.expires_in);
+                    // The key is copied only the first time.
+                    match table.get_mut(&counter.key) {
+                        Some(entry) => *entry = held,
+                        None => {
+                            table.insert(counter.key.clone(), held);
+                        }
+                    }
                 }
                 None => {
                     table.remove(&counter.key);

@@ -32,19 +32,30 @@ struct Counts {
     latency_count: u64,
 }
 
+/// Adds `n` to `key`'s count, copying the key only the first time.
+fn bump(map: &mut BTreeMap<String, u64>, key: &str, n: u64) {
+    match map.get_mut(key) {
+        Some(count) => *count += n,
+        None => {
+            map.insert(key.to_owned(), n);
+        }
+    }
+}
+
 impl Calls {
     /// Counts one decided call of `asked` that got `answer`, its counters taking `took`.
     pub(crate) fn record(&self, asked: &Asked, answer: &Answer, took: Duration) {
         let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
-        let ns = asked.namespace.to_owned();
+        let ns = asked.namespace;
         if answer.admitted {
             if asked.mode != Mode::Update {
-                *counts.authorized_calls.entry(ns.clone()).or_default() += 1;
+                bump(&mut counts.authorized_calls, ns, 1);
             }
             if asked.mode != Mode::Check {
-                *counts.authorized_hits.entry(ns).or_default() += asked.delta;
+                bump(&mut counts.authorized_hits, ns, asked.delta);
             }
         } else {
+            let ns = ns.to_owned();
             let name = answer
                 .limited_by(asked.delta)
                 .and_then(|c| c.limit.name.clone())

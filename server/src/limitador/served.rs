@@ -5,6 +5,7 @@
 //! and the request is admitted on all of them or on none.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 use sluicegate_core::{AnchoredWindow, Ticks, SECOND};
@@ -111,7 +112,7 @@ impl From<DecideError> for LimitsError {
 /// One counter the request applied to: its limit and its figures after the call.
 #[derive(Debug, Clone)]
 pub(crate) struct Applied {
-    pub(crate) limit: Limit,
+    pub(crate) limit: Arc<Limit>,
     pub(crate) figures: Figures,
     /// Its variables' values (text to value).
     pub(crate) variables: Vec<(String, String)>,
@@ -190,7 +191,7 @@ impl Limits {
             .into_iter()
             .zip(counted.figures)
             .map(|((i, values), figures)| Applied {
-                limit: ns.limits[i].clone(),
+                limit: Arc::clone(&ns.limits[i]),
                 figures,
                 variables: values.into_iter().collect(),
             })
@@ -278,7 +279,7 @@ impl Limits {
                     expires_in,
                 };
                 listed.push(Applied {
-                    limit: limit.clone(),
+                    limit: Arc::clone(limit),
                     figures,
                     variables,
                 });
