@@ -510,3 +510,68 @@ async fn kuadrants_check_and_report() {
     let refused = kuadrant.check_rate_limit(unknown).await.unwrap_err();
     assert_eq!(refused.code(), tonic::Code::PermissionDenied);
 }
+
+/// The counters in this process are bounded by `--max-keys`: a table full of open
+/// windows refuses a new counter, and takes it once windows have ended.
+#[tokio::test]
+async fn the_memory_table_is_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("limits.yaml");
+    let per_user = "- {namespace: ns, max_value: 5, seconds: 1, conditions: [], variables: ['descriptors[0].user']}\n";
+    std::fs::write(&file, per_user).unwrap();
+    let (_server, mut client, token) = serve(Config {
+        max_keys: 3,
+        ..limits(&file)
+    })
+    .await;
+    for user in ["a", "b", "c"] {
+        assert_eq!(
+            code(&mut client, &token, "ns", &[("user", user)]).await,
+            Code::Ok
+        );
+    }
+    let full = hit(&mut client, &token, "ns", &[("user", "d")], 1)
+        .await
+        .unwrap_err();
+    assert_eq!(full.code(), tonic::Code::Unavailable);
+    assert!(full.message().contains("--max-keys"), "{}", full.message());
+    // The windows end a second after their first hit: a loaded machine gets 5 s more.
+    let mut taken = false;
+    for _ in 0..60 {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        if hit(&mut client, &token, "ns", &[("user", "d")], 1)
+            .await
+            .is_ok()
+        {
+            taken = true;
+            break;
+        }
+    }
+    assert!(taken, "a new counter once the others' windows ended");
+}
+
+/// Redis unreachable: `--fail` answers for limitador's namespaces as for the rest.
+#[tokio::test]
+async fn redis_away_answers_as_fail_says() {
+    use sluicegate_core::FailPolicy;
+    let gone = format!("redis://127.0.0.1:{}", free_port());
+    for (fail, expected) in [
+        (FailPolicy::Open, Ok(Code::Ok)),
+        (FailPolicy::Closed, Ok(Code::OverLimit)),
+        (FailPolicy::Local(()), Ok(Code::Ok)),
+        (FailPolicy::Error, Err(tonic::Code::Unavailable)),
+    ] {
+        let (_server, mut client, token) = serve(Config {
+            decisions: Some(gone.clone()),
+            fail,
+            ..limits(&data("readme.yaml"))
+        })
+        .await;
+        let get = [("req.method", "GET"), ("user_id", "u")];
+        let answer = hit(&mut client, &token, "example.org", &get, 1).await;
+        let got = answer
+            .map(|r| Code::try_from(r.overall_code).unwrap())
+            .map_err(|e| e.code());
+        assert_eq!(got, expected);
+    }
+}
