@@ -211,3 +211,72 @@ fn in_redis_as_the_reference() {
         })
         .expect("Redis decides as the reference");
 }
+
+/// The script and the core, call by call on the same counters (any mode, time
+/// passing): the same verdicts and figures, and in Redis the core's exact bytes.
+#[test]
+fn the_script_stores_the_cores_bytes() {
+    use super::counters::{apply_states, Counter};
+    use redis::AsyncCommands;
+    use sluicegate_core::{Algorithm, AnchoredWindow};
+
+    let redis = sluicegate_test_support::Server::start();
+    let rt = runtime();
+    let timeout = std::time::Duration::from_secs(2);
+    let open = || sluicegate_redis::ReconnectingAsync::open(&redis.url(), None, timeout);
+    // The connection's task needs the runtime.
+    let con = rt.block_on(async { open() }).expect("a connection");
+    let counters = InRedisCounters::new(con, FailPolicy::Error);
+    let case = AtomicUsize::new(0);
+    let modes = [Mode::CheckAndUpdate, Mode::Check, Mode::Update];
+    let strategy = (
+        prop::collection::vec((0..4u64, 1..3u64), 1..4),
+        prop::collection::vec(
+            (
+                0..3usize,
+                0..4u64,
+                prop_oneof![Just(0u64), Just(700), Just(1500)],
+            ),
+            1..30,
+        ),
+    );
+    proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(64))
+        .run(&strategy, |(params, calls)| {
+            let n = case.fetch_add(1, Ordering::Relaxed);
+            let keyed: Vec<Counter> = params
+                .iter()
+                .enumerate()
+                .map(|(i, &(limit, seconds))| Counter {
+                    key: format!("sluicegate:limitador:{{bytes{n}}}:{i}"),
+                    window: AnchoredWindow::new(limit, seconds * SECOND).ok(),
+                })
+                .collect();
+            let windows: Vec<_> = keyed.iter().map(|c| c.window).collect();
+            let mut states = vec![None; keyed.len()];
+            let mut now: Ticks = 1_790_000_000 * SECOND;
+            rt.block_on(async {
+                let mut con = open().expect("a connection");
+                for (mode, delta, gap_ms) in calls {
+                    now += gap_ms * 1000;
+                    let mode = modes[mode];
+                    let core = apply_states(&windows, &mut states, now, delta, mode);
+                    let script = counters
+                        .apply(&keyed, delta, mode, Some(now))
+                        .await
+                        .expect("the script answers");
+                    prop_assert_eq!(&script, &core);
+                    for ((counter, state), window) in keyed.iter().zip(&states).zip(&windows) {
+                        let stored: Option<Vec<u8>> = con.get(&counter.key).await.expect("GET");
+                        let live =
+                            window.and_then(|w| w.live(*state, now).map(|s| w.encode_to_vec(&s)));
+                        // An ended window's key may linger until its expiry: compare live ones.
+                        if live.is_some() {
+                            prop_assert_eq!(&stored, &live);
+                        }
+                    }
+                }
+                Ok(())
+            })
+        })
+        .expect("the script decides and stores as the core");
+}
