@@ -122,6 +122,8 @@ pub struct Config {
     #[arg(
         long,
         default_value = "NONE",
+        value_name = "NONE|DRAFT_VERSION_03",
+        action = clap::ArgAction::Set,
         value_parser = PossibleValuesParser::new(["NONE", "DRAFT_VERSION_03"]).map(|v| v == "DRAFT_VERSION_03")
     )]
     pub rate_limit_headers: bool,
@@ -241,6 +243,15 @@ mod tests {
         let parsed = Flags::try_parse_from(["serve", "--max-keys", "7", "--fail", "local"]);
         let config = parsed.unwrap().config;
         assert_eq!(config.max_keys, 7);
+        assert!(!config.rate_limit_headers);
+        let draft = ["serve", "--rate-limit-headers", "DRAFT_VERSION_03"];
+        assert!(
+            Flags::try_parse_from(draft)
+                .unwrap()
+                .config
+                .rate_limit_headers
+        );
+        assert!(Flags::try_parse_from(["serve", "--rate-limit-headers", "v3"]).is_err());
         assert_eq!(config.fail, sluicegate_core::FailPolicy::Local(()));
         for zero in [
             "--max-policy-bytes",
