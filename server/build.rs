@@ -61,6 +61,7 @@ fn envoy_protos() {
             &[
                 "vendor/proto/envoy/service/ratelimit/v3/rls.proto",
                 "vendor/proto/envoy/service/rate_limit_quota/v3/rlqs.proto",
+                "vendor/proto/kuadrant/kuadrantrls.proto",
             ],
             &["vendor/proto"],
         )

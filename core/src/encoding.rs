@@ -21,6 +21,7 @@ pub(crate) mod tag {
     #[cfg(feature = "alloc")]
     pub(crate) const LEASES: u8 = 9;
     pub(crate) const CALENDAR_WINDOW: u8 = 10;
+    pub(crate) const ANCHORED_WINDOW: u8 = 11;
 
     /// The algorithm a tag stands for, as messages name it.
     pub(crate) fn name(tag: u8) -> Option<&'static str> {
@@ -35,6 +36,7 @@ pub(crate) mod tag {
             8 => "composite limit",
             9 => "lease table",
             10 => "calendar window",
+            11 => "anchored window",
             _ => return None,
         })
     }

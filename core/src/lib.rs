@@ -11,6 +11,7 @@ extern crate alloc;
 extern crate std;
 
 mod algorithm;
+mod anchored_window;
 #[cfg(feature = "alloc")]
 mod any;
 mod ban;
@@ -51,6 +52,7 @@ mod sliding_log;
 // What a user needs first: the algorithms, the dynamic one built from a kind, what they
 // answer and what they fail with.
 pub use algorithm::{Algorithm, Refund, Reserve};
+pub use anchored_window::{decide_all, AnchoredWindow};
 #[cfg(feature = "alloc")]
 pub use any::{AnyAlgorithm, Transition};
 pub use ban::Ban;
@@ -73,6 +75,7 @@ pub use sliding_log::SlidingLog;
 /// The state each algorithm keeps per key, as hosts store it (in its canonical encoding,
 /// [`Algorithm::encode`]).
 pub mod state {
+    pub use crate::anchored_window::AnchoredWindowState;
     #[cfg(feature = "alloc")]
     pub use crate::any::AnyState;
     pub use crate::ban::BanState;

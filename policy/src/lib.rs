@@ -6,6 +6,7 @@ mod build;
 mod duration;
 pub mod envoy;
 mod file;
+pub mod limitador;
 mod model;
 mod on_full;
 mod problem;

@@ -112,6 +112,21 @@ pub struct Config {
     /// matching; the top-level `sluicegate_apps: [NAME, ...]` limits which apps may ask.
     #[arg(long, value_name = "DIR")]
     pub envoy_config: Option<PathBuf>,
+    /// Kuadrant limitador's limits file, read as it is (CEL conditions and variables),
+    /// watched as --envoy-config is: its namespaces answered over gRPC (Envoy's RLS and
+    /// Kuadrant's CheckRateLimit/Report) and over limitador's HTTP API.
+    #[arg(long, value_name = "FILE")]
+    pub limitador_config: Option<PathBuf>,
+    /// Rate limit headers in the answers for limitador's namespaces, as limitador's
+    /// flag: NONE, or DRAFT_VERSION_03 (X-RateLimit-Limit, -Remaining and -Reset).
+    #[arg(
+        long,
+        default_value = "NONE",
+        value_name = "NONE|DRAFT_VERSION_03",
+        action = clap::ArgAction::Set,
+        value_parser = PossibleValuesParser::new(["NONE", "DRAFT_VERSION_03"]).map(|v| v == "DRAFT_VERSION_03")
+    )]
+    pub rate_limit_headers: bool,
     /// Policies from files: a TOML policy file or envoyproxy/ratelimit's YAML, or a
     /// directory of them (*.toml, *.yaml, *.yml), watched: a change applies within a
     /// second, an invalid one is refused whole (logged, counted in /metrics). The API
@@ -228,6 +243,15 @@ mod tests {
         let parsed = Flags::try_parse_from(["serve", "--max-keys", "7", "--fail", "local"]);
         let config = parsed.unwrap().config;
         assert_eq!(config.max_keys, 7);
+        assert!(!config.rate_limit_headers);
+        let draft = ["serve", "--rate-limit-headers", "DRAFT_VERSION_03"];
+        assert!(
+            Flags::try_parse_from(draft)
+                .unwrap()
+                .config
+                .rate_limit_headers
+        );
+        assert!(Flags::try_parse_from(["serve", "--rate-limit-headers", "v3"]).is_err());
         assert_eq!(config.fail, sluicegate_core::FailPolicy::Local(()));
         for zero in [
             "--max-policy-bytes",

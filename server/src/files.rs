@@ -1,5 +1,6 @@
 //! Policies from watched files (`--policies FILE|DIR`: sluicegate's TOML and Envoy's
-//! YAML; `--envoy-config`: Envoy's YAML), read at start and then whenever one changes.
+//! YAML; `--envoy-config`: Envoy's YAML; `--limitador-config`: limitador's limits file),
+//! read at start and then whenever one changes.
 //!
 //! Changes are found by polling, every [`POLL`], the name, length and modification time
 //! of each file (a directory listed again each time), not by the OS's notifications:
@@ -17,6 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use sluicegate_policy::envoy::{self, EnvoyError};
+use sluicegate_policy::limitador::{self, LimitadorError};
 use sluicegate_policy::{listed, FileError, PolicyFile};
 
 use crate::limiters::{check_backend, Backend};
@@ -32,6 +34,16 @@ pub(crate) struct Sources {
     pub(crate) policies: Option<PathBuf>,
     /// `--envoy-config`: a YAML file, or a directory of them.
     pub(crate) envoy: Option<PathBuf>,
+    /// `--limitador-config`: limitador's limits file.
+    pub(crate) limitador: Option<PathBuf>,
+}
+
+/// What a file holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    Toml,
+    Envoy,
+    Limitador,
 }
 
 /// Why the policy files were refused (the first problem found); each names the file.
@@ -43,6 +55,9 @@ pub enum FilesError {
     /// An Envoy configuration file cannot be read or is not valid.
     #[error(transparent)]
     Envoy(Box<EnvoyError>),
+    /// limitador's limits file cannot be read or is not valid.
+    #[error(transparent)]
+    Limitador(Box<LimitadorError>),
     /// A policy of a valid file cannot be served.
     #[error("{file}: policy {policy:?}: {why}")]
     Policy {
@@ -53,6 +68,12 @@ pub enum FilesError {
         /// Why not.
         why: String,
     },
+}
+
+impl From<LimitadorError> for FilesError {
+    fn from(e: LimitadorError) -> Self {
+        Self::Limitador(Box::new(e))
+    }
 }
 
 impl From<EnvoyError> for FilesError {
@@ -80,27 +101,35 @@ impl Sources {
         Self {
             policies: config.policies.clone(),
             envoy: config.envoy_config.clone(),
+            limitador: config.limitador_config.clone(),
         }
     }
 
     /// Whether any source is given.
     pub(crate) fn any(&self) -> bool {
-        self.policies.is_some() || self.envoy.is_some()
+        self.policies.is_some() || self.envoy.is_some() || self.limitador.is_some()
     }
 
-    /// Every file to read, and whether it is Envoy's YAML.
-    fn files(&self) -> Result<Vec<(PathBuf, bool)>, FileError> {
+    /// Every file to read, and what it holds.
+    fn files(&self) -> Result<Vec<(PathBuf, Format)>, FileError> {
         let mut files = Vec::new();
         if let Some(path) = &self.policies {
             let found = listed(path, |f| !is_hidden(f) && (is_toml(f) || envoy::is_yaml(f)))?;
             files.extend(found.into_iter().map(|f| {
-                let yaml = envoy::is_yaml(&f);
-                (f, yaml)
+                let format = if envoy::is_yaml(&f) {
+                    Format::Envoy
+                } else {
+                    Format::Toml
+                };
+                (f, format)
             }));
         }
         if let Some(path) = &self.envoy {
             let found = listed(path, |f| !is_hidden(f) && envoy::is_yaml(f))?;
-            files.extend(found.into_iter().map(|f| (f, true)));
+            files.extend(found.into_iter().map(|f| (f, Format::Envoy)));
+        }
+        if let Some(path) = &self.limitador {
+            files.push((path.clone(), Format::Limitador));
         }
         Ok(files)
     }
@@ -125,15 +154,22 @@ impl Sources {
     /// refuses them all.
     pub(crate) fn load(&self, backend: &dyn Backend) -> Result<Loaded, FilesError> {
         let mut loaded = Loaded::default();
-        for (path, yaml) in self.files()? {
+        for (path, format) in self.files()? {
             let name = path.display().to_string();
             let text = std::fs::read_to_string(&path).map_err(|error| FileError::Read {
                 path: name.clone(),
                 error,
             })?;
-            if yaml {
-                loaded.envoy.add(&name, &text)?;
-                continue;
+            match format {
+                Format::Envoy => {
+                    loaded.envoy.add(&name, &text)?;
+                    continue;
+                }
+                Format::Limitador => {
+                    loaded.limitador = limitador::Config::parse(&name, &text)?;
+                    continue;
+                }
+                Format::Toml => {}
             }
             for (policy_name, policy) in PolicyFile::parse_built(&name, &text)?.policies {
                 let at = |why: String| FilesError::Policy {

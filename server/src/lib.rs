@@ -9,6 +9,7 @@ mod files;
 pub mod grpc;
 mod http;
 mod key_usage;
+mod limitador;
 mod limiters;
 mod metrics;
 mod service;

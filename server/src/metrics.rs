@@ -321,7 +321,6 @@ impl Metrics {
     }
 
     /// Shows `other`'s figures too, while it lives.
-    #[cfg(feature = "grpc")]
     pub(crate) fn add_shown(&self, other: std::sync::Weak<dyn Shown>) {
         self.others
             .0

@@ -33,6 +33,7 @@ doctests!(
     Redis = "../../docs/redis.md",
     Etcd = "../../docs/etcd.md",
     MovingFromEnvoyRatelimit = "../../docs/moving-from-envoy-ratelimit.md",
+    MovingFromLimitador = "../../docs/moving-from-limitador.md",
     RedisModule = "../../docs/redis-module.md",
     Sled = "../../docs/sled.md",
     Wasm = "../../docs/wasm.md",

@@ -23,7 +23,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
-use sluicegate_policy::{envoy, Policy, PolicyFile};
+use sluicegate_policy::{envoy, limitador, Policy, PolicyFile};
 
 use crate::failure::{output, Failure};
 
@@ -61,8 +61,9 @@ pub enum PolicyCommand {
         json: bool,
     },
     /// Check policy files (FILE, or every *.toml, *.yaml and *.yml in DIR) with the
-    /// parsers of `apply` and `--config`, and of `serve --envoy-config` for
-    /// envoyproxy/ratelimit's YAML, without a server: exit 0 if all are valid, else 2
+    /// parsers of `apply` and `--config`, of `serve --envoy-config` for
+    /// envoyproxy/ratelimit's YAML, and of `serve --limitador-config` for limitador's
+    /// limits file (a YAML list), without a server: exit 0 if all are valid, else 2
     /// with each file's problem (file, line and column).
     Validate {
         /// A policy file, or a directory of them.
@@ -251,9 +252,18 @@ fn read_file(path: &str) -> Result<BTreeMap<String, Policy>, Failure> {
     Ok(file.policies)
 }
 
-/// An envoyproxy/ratelimit file checked by the server's parser: what it defines.
+/// An envoyproxy/ratelimit file, or limitador's limits file, checked by the server's
+/// parser: what it defines.
 fn read_envoy(path: &str) -> Result<String, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+    if limitador::is_limits_file(&text) {
+        let config = limitador::Config::parse(path, &text).map_err(|e| e.to_string())?;
+        let namespaces = config.namespaces().count();
+        let limits: usize = config.namespaces().map(|(_, ns)| ns.limits.len()).sum();
+        return Ok(format!(
+            "{path}: limitador's limits valid ({namespaces} namespaces, {limits} limits)"
+        ));
+    }
     let config = envoy::Config::parse(path, &text).map_err(|e| e.to_string())?;
     let (name, domain) = config
         .domains()

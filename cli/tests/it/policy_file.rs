@@ -382,3 +382,39 @@ fn policy_validate_and_serve_read_envoy_yaml() {
     assert_exit(&serve, 2);
     assert_contains(&stderr(&serve), &want);
 }
+
+/// limitador's limits file: `policy validate` reads it with the parser of `serve
+/// --limitador-config`, and both refuse a bad file with its place, exiting 2.
+#[test]
+fn policy_validate_and_serve_read_limitadors_file() {
+    let kuadrant = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../server/tests/data/limitador/kuadrant.yaml"
+    );
+    let out = sluicegate(["policy", "validate", kuadrant]);
+    assert_exit(&out, 0);
+    assert_contains(
+        &stdout(&out),
+        "kuadrant.yaml: limitador's limits valid (1 namespaces, 2 limits)",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let bad = "- namespace: ns\n  seconds: 60\n  conditions: ['descriptors[0][\"a\" ==']\n  variables: []\n";
+    write(dir.path(), "limits.yaml", bad);
+    let file = format!("{}/limits.yaml", dir.path().to_str().unwrap());
+    let out = sluicegate(["policy", "validate", &file]);
+    assert_exit(&out, 2);
+    let want = format!("{file}:3:16: [0]: couldn't parse descriptors[0][\"a\" ==");
+    assert_contains(&stderr(&out), &want);
+    let data = dir.path().join("data");
+    let serve = sluicegate([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--limitador-config",
+        &file,
+    ]);
+    assert_exit(&serve, 2);
+    assert_contains(&stderr(&serve), &want);
+}

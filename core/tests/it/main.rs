@@ -2,6 +2,7 @@
 //! feature's tests are compiled with it, so `cargo test -p sluicegate-core` builds without
 //! flags.
 
+mod anchored_window;
 mod any;
 mod ban;
 mod build;

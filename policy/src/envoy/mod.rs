@@ -9,7 +9,7 @@
 //! keys its own count unless the wildcard `share_threshold`s it.
 
 mod read;
-mod yaml;
+pub(crate) mod yaml;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;

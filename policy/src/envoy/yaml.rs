@@ -7,9 +7,9 @@ use saphyr_parser::{Event, Parser, ScalarStyle, Span, StrInput};
 
 /// Where a node starts: line and column, both counted from 1.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(super) struct At {
-    pub(super) line: usize,
-    pub(super) column: usize,
+pub(crate) struct At {
+    pub(crate) line: usize,
+    pub(crate) column: usize,
 }
 
 impl From<Span> for At {
@@ -23,13 +23,13 @@ impl From<Span> for At {
 
 /// A node and where it is written.
 #[derive(Debug, Clone)]
-pub(super) struct Node {
-    pub(super) at: At,
-    pub(super) value: Value,
+pub(crate) struct Node {
+    pub(crate) at: At,
+    pub(crate) value: Value,
 }
 
 #[derive(Debug, Clone)]
-pub(super) enum Value {
+pub(crate) enum Value {
     /// A scalar's text, and whether it was written plain (unquoted): only a plain
     /// `~`, `null` or nothing is null, as in YAML.
     Scalar(String, bool),
@@ -39,13 +39,13 @@ pub(super) enum Value {
 
 impl Node {
     /// Whether this is YAML's null (`~`, `null`, or nothing at all).
-    pub(super) fn is_null(&self) -> bool {
+    pub(crate) fn is_null(&self) -> bool {
         matches!(&self.value, Value::Scalar(text, true) if matches!(text.as_str(), "" | "~" | "null" | "Null" | "NULL"))
     }
 }
 
 /// An error and where it is.
-pub(super) type Located = (At, String);
+pub(crate) type Located = (At, String);
 
 /// The deepest nesting read, an alias nesting its anchor's levels from where it stands:
 /// a file nested deeper is refused rather than read by a recursion without bound.
@@ -217,7 +217,7 @@ impl<'a> Reader<'a> {
 }
 
 /// The first document of `text` (as their service reads it), or `None` if it has none.
-pub(super) fn parse(text: &str) -> Result<Option<Node>, Located> {
+pub(crate) fn parse(text: &str) -> Result<Option<Node>, Located> {
     let mut reader = Reader {
         parser: Parser::new_from_str(text),
         anchors: HashMap::new(),

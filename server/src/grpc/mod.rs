@@ -20,7 +20,9 @@
 //! key is in debt.
 //!
 //! A request whose `domain` is one of envoyproxy/ratelimit's YAML (`--envoy-config`)
-//! is answered by their rules instead, as their service would (see `domains.rs`).
+//! is answered by their rules instead, as their service would (see `domains.rs`); one
+//! whose `domain` is a namespace of limitador's limits file (`--limitador-config`), by
+//! its limits, as limitador would (see `limitador.rs`).
 //!
 //! Shadow mode: a descriptor decided in shadow mode (its policy's `shadow`, or
 //! `--shadow`) reports its would-be code in its status (`OVER_LIMIT` when enforcing
@@ -40,6 +42,17 @@ mod domains;
 )]
 pub mod envoy;
 mod governs;
+#[doc(hidden)]
+#[allow(
+    missing_docs,
+    clippy::all,
+    clippy::pedantic,
+    missing_debug_implementations,
+    unreachable_pub
+)]
+pub mod kuadrant;
+mod kuadrant_rls;
+mod limitador;
 mod mailbox;
 mod quotas;
 mod rlqs;

@@ -9,7 +9,6 @@ use tonic::{Request, Response, Status};
 use sluicegate_policy::Built;
 
 use super::admitted::Admitted;
-use super::domains;
 use super::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use super::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, DescriptorStatus, RateLimit,
@@ -19,6 +18,7 @@ use super::envoy::service::ratelimit::v3::rate_limit_service_server::{
 };
 use super::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use super::wire::{bounded, duration, saturate, status, undecided, unit_of};
+use super::{domains, limitador};
 use crate::service::auth::App;
 use crate::service::{Ask, Served, Service, ServiceError, MAX_BATCH};
 use crate::telemetry;
@@ -128,6 +128,17 @@ impl Rls {
             return Err(Status::unauthenticated("the call was not admitted"));
         };
         let request = request.into_inner();
+        if self
+            .service
+            .limitador()
+            .config
+            .namespace(&request.domain)
+            .is_some()
+        {
+            return limitador::should_rate_limit(&self.service, &app, &request)
+                .await
+                .map(Response::new);
+        }
         if request.descriptors.is_empty() || request.descriptors.len() > MAX_DESCRIPTORS {
             return Err(Status::invalid_argument(format!(
                 "a request has 1 to {MAX_DESCRIPTORS} descriptors"

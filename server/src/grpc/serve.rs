@@ -20,6 +20,7 @@ use tonic::codegen::http;
 use tonic::Status;
 
 use super::admitted::Admitted;
+use super::kuadrant_rls::Kuadrant;
 use super::rlqs::{Rlqs, Streams};
 use super::wire::status;
 use super::Rls;
@@ -79,6 +80,7 @@ pub(crate) fn spawn(
                 in_flight: Arc::new(Semaphore::new(config.grpc_max_calls)),
                 message_within: config.header_timeout,
             })
+            .add_service(Kuadrant::server(Arc::clone(&service)))
             .add_service(Rls::server(service))
             .add_service(Rlqs::server(streams))
             .serve_with_incoming_shutdown(incoming, until),

@@ -9,6 +9,7 @@ mod auth;
 mod body;
 mod decide;
 mod error;
+mod limitador;
 mod metrics;
 mod page;
 mod policies;

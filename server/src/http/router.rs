@@ -16,7 +16,7 @@ use crate::telemetry;
 
 use super::body::BODY_LIMIT;
 use super::error::ApiError;
-use super::{accounts, assets, audit, decide, metrics, policies, report};
+use super::{accounts, assets, audit, decide, limitador, metrics, policies, report};
 
 /// The routes, with the body limit and request timeout.
 pub(crate) fn router(service: Arc<Service>, timeout: Duration) -> Router {
@@ -27,6 +27,7 @@ pub(crate) fn router(service: Arc<Service>, timeout: Duration) -> Router {
         .merge(audit::routes())
         .merge(decide::routes())
         .merge(report::routes())
+        .merge(limitador::routes())
         .merge(assets::routes())
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })
         .layer(middleware::from_fn(move |r, n| bounded(r, n, timeout)))

@@ -42,6 +42,9 @@ pub(crate) trait Backend: Send + Sync + Debug {
         None
     }
 
+    /// Where the counters of limitador's limits file are kept.
+    fn counters(&self) -> Arc<dyn crate::limitador::Counters>;
+
     /// Whether it answers now (`/readyz`); in process, always.
     fn ready(&self) -> BoxFuture<'_, Result<(), DecideError>> {
         Box::pin(async { Ok(()) })

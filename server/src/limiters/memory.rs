@@ -79,6 +79,10 @@ impl Backend for InProcess {
         Ok(())
     }
 
+    fn counters(&self) -> Arc<dyn crate::limitador::Counters> {
+        Arc::new(crate::limitador::InMemory::new(self.0.max_keys))
+    }
+
     fn share(&self, parts: usize) -> Option<Box<dyn Backend>> {
         Some(Box::new(Self(self.0.share(parts))))
     }

@@ -21,6 +21,7 @@ use super::backend::{
 };
 use super::coalesce::{self, Coalescer, ConnectedLimiter};
 use super::memory::{table, Keyed, Keys};
+use crate::limitador::{InMemory, InRedisCounters};
 use crate::metrics::Table;
 use crate::telemetry;
 
@@ -120,6 +121,16 @@ impl Backend for InRedis {
 
     fn metrics(&self) -> String {
         self.coalescer.sent().render()
+    }
+
+    fn counters(&self) -> Arc<dyn crate::limitador::Counters> {
+        let fail = match &self.fail {
+            FailPolicy::Local(()) => FailPolicy::Local(InMemory::new(self.keys.max_keys)),
+            FailPolicy::Open => FailPolicy::Open,
+            FailPolicy::Closed => FailPolicy::Closed,
+            _ => FailPolicy::Error,
+        };
+        Arc::new(InRedisCounters::new(self.con.clone(), fail))
     }
 
     /// The same Redis, its `--fail local` tables a share of a policy's.

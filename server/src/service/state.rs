@@ -8,10 +8,11 @@ use std::collections::BTreeMap;
 
 use sluicegate_policy::Policy;
 
-use sluicegate_policy::envoy;
+use sluicegate_policy::{envoy, limitador};
 
 use super::domains::Rules;
 use crate::config::Config;
+use crate::limitador::{Calls, Counters, Limits};
 use crate::limiters::{Backend, Limiters, PolicyLimiter};
 use crate::metrics::Metrics;
 use crate::store::{Snapshot, Store, StoreError, Stored};
@@ -23,6 +24,8 @@ pub(crate) struct Loaded {
     pub(crate) policies: BTreeMap<String, (String, Policy)>,
     /// The YAML files' domains.
     pub(crate) envoy: envoy::Config,
+    /// limitador's limits file's namespaces.
+    pub(crate) limitador: limitador::Config,
 }
 
 /// The policies served (the store's as of its last change seen, with the files') and a
@@ -47,6 +50,12 @@ pub(crate) struct Service {
     files: RwLock<Arc<BTreeMap<String, (String, Policy)>>>,
     /// The domains of Envoy's YAML (`--envoy-config`) and a limiter per rule.
     envoy: RwLock<Arc<Rules>>,
+    /// limitador's limits file (`--limitador-config`) as served.
+    limitador: RwLock<Arc<Limits>>,
+    /// The counters of limitador's limits, kept across reloads.
+    pub(crate) counters: Arc<dyn Counters>,
+    /// limitador's metrics, under its names.
+    pub(crate) limitador_calls: Arc<Calls>,
     /// Where decisions are kept.
     pub(crate) backend: Box<dyn Backend>,
     /// The counters.
@@ -65,14 +74,23 @@ impl Service {
     /// A service over `store` deciding in `backend`, run as `config` says, with nothing
     /// loaded yet (see [`Service::reload`]).
     pub(crate) fn new(store: Store, backend: Box<dyn Backend>, config: Config) -> Self {
+        let metrics = Metrics::with_key_usage(&config.key_usage, config.key_usage_max);
+        let limitador_calls = Arc::new(Calls::default());
+        if config.limitador_config.is_some() {
+            let calls: Arc<dyn crate::metrics::Shown> = Arc::clone(&limitador_calls) as _;
+            metrics.add_shown(Arc::downgrade(&calls));
+        }
         Self {
-            metrics: Metrics::with_key_usage(&config.key_usage, config.key_usage_max),
+            metrics,
             config,
             store,
             served: RwLock::default(),
             stored: RwLock::default(),
             files: RwLock::default(),
             envoy: RwLock::default(),
+            limitador: RwLock::default(),
+            counters: backend.counters(),
+            limitador_calls,
             backend,
             reloading: tokio::sync::Mutex::new(()),
             reports_pruned: AtomicI64::new(0),
@@ -95,6 +113,11 @@ impl Service {
         Arc::clone(&self.envoy.read().unwrap_or_else(|e| e.into_inner()))
     }
 
+    /// limitador's limits as served.
+    pub(crate) fn limitador(&self) -> Arc<Limits> {
+        Arc::clone(&self.limitador.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
     /// Serves what the policy files define (`--policies`, `--envoy-config`) in place of
     /// what they defined before, keeping the limiter (and so the counts) of every
     /// policy and rule whose parameters are unchanged.
@@ -102,6 +125,10 @@ impl Service {
         let _one = self.reloading.lock().await;
         let rules = Rules::build(loaded.envoy, &*self.backend, &self.envoy(), &self.metrics);
         *self.envoy.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(rules);
+        // A limit removed loses its counters; one kept (same identity) keeps them.
+        let limits = Limits::build(loaded.limitador);
+        self.counters.retain(&|key| limits.keeps(key));
+        *self.limitador.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(limits);
         *self.files.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(loaded.policies);
         self.publish(self.stored());
     }

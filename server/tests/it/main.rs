@@ -12,6 +12,7 @@ mod fleet;
 mod grpc;
 mod init;
 mod key_tables;
+mod limitador;
 mod limits;
 mod lua;
 mod parameter_change;

@@ -2,4 +2,5 @@
 
 mod clocks;
 mod lease_contract;
+mod limitador;
 mod sled_crash;

@@ -155,9 +155,31 @@ pub async fn provision(
         .ok_or_else(|| format!("no token in the new app: {app}"))
 }
 
+/// limitador's limits files sluicegate serves (`--limitador-config`) on the namespace
+/// `bench`, each limit with a condition and a variable over the descriptor's `k` and a
+/// million a second per key (within the core's range for the longer windows): one
+/// limit, and the three of a file with a minute's and an hour's limits too.
+pub const LIMITADOR_FILES: [(&str, &str); 2] = [
+    (
+        "cel_1_limit",
+        "- {namespace: bench, max_value: 1000000, seconds: 1, conditions: [\"descriptors[0]['k'] != ''\"], variables: [\"descriptors[0]['k']\"]}\n",
+    ),
+    (
+        "cel_3_limits",
+        "- {namespace: bench, max_value: 1000000, seconds: 1, conditions: [\"descriptors[0]['k'] != ''\"], variables: [\"descriptors[0]['k']\"]}\n\
+         - {namespace: bench, max_value: 1000000000, seconds: 60, conditions: [\"descriptors[0]['k'].startsWith('k')\"], variables: [\"descriptors[0]['k']\"]}\n\
+         - {namespace: bench, max_value: 1000000000, seconds: 3600, conditions: [\"size(descriptors[0]['k']) > 0\"], variables: [\"descriptors[0]['k']\"]}\n",
+    ),
+];
+
 /// `sluicegate serve` on a fresh embedded store, deciding in memory or in the Redis at
-/// `decisions`, with an app `load` and the [`POLICIES`].
-pub async fn sluicegate(bin: &Path, decisions: Option<&str>) -> Result<Running, String> {
+/// `decisions`, with an app `load` and the [`POLICIES`], and serving the limitador
+/// file `limits` if given.
+pub async fn sluicegate(
+    bin: &Path,
+    decisions: Option<&str>,
+    limits: Option<&str>,
+) -> Result<Running, String> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let init = Command::new(bin)
         .args(["serve", "--init-admin", "--data-dir"])
@@ -178,6 +200,11 @@ pub async fn sluicegate(bin: &Path, decisions: Option<&str>) -> Result<Running, 
         .arg(dir.path());
     if let Some(url) = decisions {
         command.args(["--decisions", url]);
+    }
+    if let Some(text) = limits {
+        let file = dir.path().join("limits.yaml");
+        std::fs::write(&file, text).map_err(|e| e.to_string())?;
+        command.arg("--limitador-config").arg(file);
     }
     let mut running = Running::start(command, dir, |command, http, grpc| {
         command.args(["--listen", http, "--grpc-listen", grpc]);

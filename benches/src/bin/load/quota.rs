@@ -189,7 +189,7 @@ async fn rls_cpu_per_decision(running: &Running, options: &Options) -> Result<f6
 /// The run: streams opened and subscribed, then measured for `--duration`.
 async fn measure(options: &Options, redis: Option<&Redis>) -> Result<Value, String> {
     let bin = sluicegate_bin()?;
-    let running = sluicegate(&bin, redis.map(|r| r.url.as_str())).await?;
+    let running = sluicegate(&bin, redis.map(|r| r.url.as_str()), None).await?;
     let token: tonic::metadata::MetadataValue<_> = format!("Bearer {}", running.token)
         .parse()
         .map_err(|e| format!("a token that is not metadata: {e}"))?;

@@ -14,7 +14,7 @@ use sluicegate_core::Kind;
 
 use crate::http::Ask;
 use crate::measure::Phase;
-use crate::procs::{cpu_us, limitador, sluicegate, sluicegate_bin, Running};
+use crate::procs::{cpu_us, limitador, sluicegate, sluicegate_bin, Running, LIMITADOR_FILES};
 use crate::{grpc, http, Options, Protocol};
 
 /// A row's server.
@@ -22,6 +22,8 @@ use crate::{grpc, http, Options, Protocol};
 enum Server {
     /// sluicegate on this policy (a name of `procs::POLICIES`) and its algorithm.
     Sluicegate(&'static str, &'static str),
+    /// sluicegate on a limitador file of `procs::LIMITADOR_FILES` (its name and text).
+    SluicegateFile(&'static str, &'static str),
     /// limitador with this storage.
     Limitador(&'static str),
 }
@@ -31,6 +33,7 @@ impl Server {
     fn names(self) -> (&'static str, &'static str) {
         match self {
             Self::Sluicegate(_, algorithm) => ("sluicegate", algorithm),
+            Self::SluicegateFile(name, _) => ("sluicegate", name),
             Self::Limitador(storage) => ("limitador", storage),
         }
     }
@@ -40,7 +43,12 @@ impl Server {
 fn rows(redis: bool) -> Vec<Server> {
     let fixed = Server::Sluicegate("bench", Kind::FixedWindow.name());
     let bucket = Server::Sluicegate("bench_tb", Kind::TokenBucket.name());
-    if redis {
+    let [(one, one_file), (three, three_file)] = LIMITADOR_FILES;
+    let files = [
+        Server::SluicegateFile(one, one_file),
+        Server::SluicegateFile(three, three_file),
+    ];
+    let mut rows = if redis {
         vec![
             fixed,
             Server::Limitador("redis"),
@@ -49,7 +57,9 @@ fn rows(redis: bool) -> Vec<Server> {
         ]
     } else {
         vec![fixed, Server::Limitador("memory"), bucket]
-    }
+    };
+    rows.extend(files);
+    rows
 }
 
 /// A Redis the rows share: its URL, its process (if this run started it) and its pid
@@ -109,7 +119,10 @@ async fn start(
 ) -> Result<Running, String> {
     let url = redis.map(|r| r.url.as_str());
     match (server, url) {
-        (Server::Sluicegate(..), url) => sluicegate(sluicegate_bin, url).await,
+        (Server::Sluicegate(..), url) => sluicegate(sluicegate_bin, url, None).await,
+        (Server::SluicegateFile(_, limits), url) => {
+            sluicegate(sluicegate_bin, url, Some(limits)).await
+        }
         (Server::Limitador(storage), Some(url)) => limitador(limitador_bin, &[storage, url]),
         (Server::Limitador(storage), None) => limitador(limitador_bin, &[storage]),
     }
@@ -128,7 +141,7 @@ async fn send(
     };
     let domain = match server {
         Server::Sluicegate(policy, _) => policy,
-        Server::Limitador(_) => "bench",
+        Server::Limitador(_) | Server::SluicegateFile(..) => "bench",
     };
     match options.protocol {
         Some(Protocol::Grpc) => {
@@ -140,7 +153,7 @@ async fn send(
                 Server::Sluicegate(policy, _) => {
                     Ask::decide(&running.http, &running.token, policy, options.keys)?
                 }
-                Server::Limitador(_) => {
+                Server::Limitador(_) | Server::SluicegateFile(..) => {
                     let bodies: Arc<[Bytes]> = (0..options.keys)
                         .map(|k| {
                             Bytes::from(format!(
@@ -148,7 +161,8 @@ async fn send(
                             ))
                         })
                         .collect();
-                    Ask::posting(&running.http, "/check_and_report", "", bodies)?
+                    // limitador ignores the token; sluicegate's namespaces need it.
+                    Ask::posting(&running.http, "/check_and_report", &running.token, bodies)?
                 }
             };
             Ok(http::phase(&running.http, ask, load).await)
