@@ -44,6 +44,8 @@ pub mod lease;
 #[cfg(feature = "memory")]
 pub mod memory;
 mod report;
+#[cfg(feature = "alloc")]
+pub mod rwlock;
 pub mod share;
 mod sliding_counter;
 #[cfg(feature = "alloc")]

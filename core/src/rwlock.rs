@@ -1,0 +1,721 @@
+//! Read-write locks and fair queues: the lock family as pure transitions over an explicit
+//! clock, each holder a lease with an owner, an expiry and a fencing token.
+//!
+//! One [`RwLease`] serves three locks, by the modes its callers ask for:
+//! - **exclusive**: every caller asks [`LockMode::Exclusive`]; one holder at a time;
+//! - **counted** (`Concurrency(max)` with a queue): every caller asks
+//!   [`LockMode::Shared`] of [`RwLease::new`]`(max)`; at most `max` holders;
+//! - **read-write**: readers ask shared, writers exclusive; any number of readers (up
+//!   to `max_holders`) or one writer.
+//!
+//! **Tokens.** Every new lease, and every upgrade to a writer, takes the token
+//! `max(last + 1, now)`, as the leases do: a writer's token is above every token granted
+//! before it, readers' included, so a resource fences stale readers and writers alike.
+//!
+//! **Reentrancy.** An owner holds at most one lease per key. Asking again re-enters it
+//! (holds + 1, expiry extended, token kept); a writer asking to read re-enters its write
+//! lease. A reader asking to write is **upgraded only as the sole holder** (a new token);
+//! with other readers it is refused and never queued, since two readers each waiting for
+//! the other to leave would wait forever. [`RwLease::downgrade`] turns a writer into a
+//! reader, keeping its token.
+//!
+//! **Waiting.** [`RwLease::acquire`] may queue a refused caller: it takes a numbered
+//! place that expires `wait` ticks later unless the caller asks again before, so a dead
+//! waiter drops out at its expiry. [`RwLease::try_acquire`] never queues. On a **fair**
+//! lock ([`RwLease::fair`]) every refused caller queues and a lease goes only to the
+//! head of the queue (a newcomer is refused while anyone waits). On an unfair lock only
+//! writers queue, and only to keep **writer preference**: while a writer waits, new
+//! readers are refused, so readers cannot starve writers; among writers the first to ask
+//! after a release wins.
+
+use alloc::vec::Vec;
+
+use crate::encoding::{self, Reader};
+use crate::lease::{check_owner, check_ttl, Grant};
+use crate::limits::{MAX_LEASES, MAX_OWNER_LEN, MAX_PERIOD};
+use crate::{Decision, DecodeError, ParamError, Ticks, MAX_TICKS};
+
+/// The encoding's tag: 11 is taken by the anchored window.
+const TAG: u8 = 12;
+
+/// The most waiters a key's queue holds: its state (and each transition's work) grows
+/// with them.
+pub const MAX_WAITERS: u64 = 1024;
+
+/// What a caller asks for.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LockMode {
+    /// A reader, or one of a counted lock's holders: shares the key with other shared
+    /// holders.
+    Shared,
+    /// A writer: holds the key alone.
+    Exclusive,
+}
+
+impl LockMode {
+    const fn code(self) -> u64 {
+        match self {
+            Self::Shared => 0,
+            Self::Exclusive => 1,
+        }
+    }
+
+    const fn of_code(code: u64) -> Self {
+        if code == 0 {
+            Self::Shared
+        } else {
+            Self::Exclusive
+        }
+    }
+}
+
+/// A lock of the family: at most `max_holders` shared holders or one exclusive one,
+/// fair or not. The parameters are not stored in the state: every host of a key must
+/// use the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RwLease {
+    max_holders: u64,
+    fair: bool,
+}
+
+/// The state of a key: its holders, its queue, the last token and the last place given.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct RwState {
+    last_token: u64,
+    last_place: u64,
+    /// Oldest grant first, so tokens ascend.
+    holders: Vec<RwHolder>,
+    /// First in line first, so places ascend.
+    waiters: Vec<RwWaiter>,
+}
+
+/// One lease in an [`RwState`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RwHolder {
+    owner: Vec<u8>,
+    mode: LockMode,
+    token: u64,
+    expires_at: Ticks,
+    holds: u64,
+}
+
+/// One place in an [`RwState`]'s queue.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RwWaiter {
+    owner: Vec<u8>,
+    mode: LockMode,
+    place: u64,
+    expires_at: Ticks,
+}
+
+impl RwHolder {
+    /// Who holds it.
+    pub fn owner(&self) -> &[u8] {
+        &self.owner
+    }
+
+    /// Shared or exclusive.
+    pub const fn mode(&self) -> LockMode {
+        self.mode
+    }
+
+    /// Its fencing token.
+    pub const fn token(&self) -> u64 {
+        self.token
+    }
+
+    /// The instant it expires unless renewed.
+    pub const fn expires_at(&self) -> Ticks {
+        self.expires_at
+    }
+
+    /// How many times its owner has acquired it without releasing.
+    pub const fn holds(&self) -> u64 {
+        self.holds
+    }
+
+    fn grant(&self) -> Grant {
+        Grant::new(self.token, self.expires_at, self.holds)
+    }
+}
+
+impl RwWaiter {
+    /// Who waits.
+    pub fn owner(&self) -> &[u8] {
+        &self.owner
+    }
+
+    /// What it waits for.
+    pub const fn mode(&self) -> LockMode {
+        self.mode
+    }
+
+    /// Its number in the queue: places ascend in the order they were taken.
+    pub const fn place(&self) -> u64 {
+        self.place
+    }
+
+    /// The instant it drops out unless it asks again.
+    pub const fn expires_at(&self) -> Ticks {
+        self.expires_at
+    }
+}
+
+impl RwState {
+    /// The leases held at the last transition, oldest grant first.
+    pub fn holders(&self) -> &[RwHolder] {
+        &self.holders
+    }
+
+    /// The queue at the last transition, first in line first.
+    pub fn waiters(&self) -> &[RwWaiter] {
+        &self.waiters
+    }
+
+    /// The last fencing token granted on the key.
+    pub const fn last_token(&self) -> u64 {
+        self.last_token
+    }
+
+    /// `owner`'s lease if it is unexpired at `now`.
+    pub fn held(&self, owner: &[u8], now: Ticks) -> Option<&RwHolder> {
+        let now = now.min(MAX_TICKS);
+        self.holders
+            .iter()
+            .find(|h| h.owner == owner && h.expires_at > now)
+    }
+
+    /// The waiter whose turn is next at `now`: the one a host wakes after a release or a
+    /// grant (on an unfair lock, the writer readers give way to).
+    pub fn next_turn(&self, now: Ticks) -> Option<&RwWaiter> {
+        let now = now.min(MAX_TICKS);
+        self.waiters.iter().find(|w| w.expires_at > now)
+    }
+
+    /// Whether the state is fresh at `now` (nothing held, nobody waiting, the clock past
+    /// the last token), so a host may delete it.
+    pub fn is_fresh(&self, now: Ticks) -> bool {
+        self.fresh_after(now) == 0
+    }
+
+    /// The time from `now` until the state is fresh: the key's time to live.
+    pub fn fresh_after(&self, now: Ticks) -> Ticks {
+        self.fresh_at().saturating_sub(now.min(MAX_TICKS))
+    }
+
+    /// The instant the state is fresh: every lease and place expired, the clock past
+    /// the last token.
+    pub fn fresh_at(&self) -> Ticks {
+        let held = self.holders.iter().map(|h| h.expires_at);
+        let waiting = self.waiters.iter().map(|w| w.expires_at);
+        let expiry = held.chain(waiting).max().unwrap_or(0);
+        expiry.max(self.last_token.saturating_add(1))
+    }
+
+    /// Drops the leases and places expired at `now`.
+    fn reclaim(&mut self, now: Ticks) {
+        self.holders.retain(|h| h.expires_at > now);
+        self.waiters.retain(|w| w.expires_at > now);
+    }
+
+    fn holder(&self, owner: &[u8]) -> Option<usize> {
+        self.holders.iter().position(|h| h.owner == owner)
+    }
+
+    fn next_token(&self, now: Ticks) -> Result<u64, LockError> {
+        let next = self.last_token.checked_add(1);
+        Ok(next.ok_or(LockError::TokensExhausted)?.max(now))
+    }
+
+    /// Takes `owner` a place at the back, or renews the one at `at`, until `expires_at`.
+    fn keep_place(
+        &mut self,
+        at: Option<usize>,
+        owner: &[u8],
+        mode: LockMode,
+        expires_at: Ticks,
+    ) -> Result<usize, LockError> {
+        if let Some(i) = at {
+            let waiter = &mut self.waiters[i];
+            waiter.mode = mode;
+            waiter.expires_at = expires_at;
+            return Ok(i);
+        }
+        if self.waiters.len() as u64 >= MAX_WAITERS {
+            return Err(LockError::QueueFull);
+        }
+        let place = self.last_place.checked_add(1);
+        self.last_place = place.ok_or(LockError::PlacesExhausted)?;
+        self.waiters.push(RwWaiter {
+            owner: owner.to_vec(),
+            mode,
+            place: self.last_place,
+            expires_at,
+        });
+        Ok(self.waiters.len() - 1)
+    }
+
+    fn place_at(&self, i: usize) -> Place {
+        let waiter = &self.waiters[i];
+        Place {
+            number: waiter.place,
+            ahead: i as u64,
+            expires_at: waiter.expires_at,
+        }
+    }
+}
+
+/// A caller's place in a queue, as an acquire reports it.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Place {
+    /// Its number: a host orders waiters (or names their keys) by it.
+    pub number: u64,
+    /// How many live waiters are ahead of it.
+    pub ahead: u64,
+    /// The instant it drops out unless its owner asks again.
+    pub expires_at: Ticks,
+}
+
+/// The answer to [`RwLease::acquire`] and [`RwLease::try_acquire`].
+#[must_use = "a denied acquire holds nothing"]
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RwAcquired {
+    /// `limit` is `max_holders`; `remaining` the shared leases still free (0 while a
+    /// writer holds); when denied, `retry_after` is the time until the request would be
+    /// granted if nobody acted (the holders blocking it and the waiters ahead expired);
+    /// `reset_after` the time until the state is fresh.
+    pub decision: Decision,
+    /// The lease, when granted.
+    pub grant: Option<Grant>,
+    /// The caller's place, when denied and queued.
+    pub place: Option<Place>,
+}
+
+/// A lock call that cannot be carried out.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LockError {
+    /// A parameter (the owner's length, the ttl, the wait) is outside its range.
+    #[error(transparent)]
+    Param(#[from] ParamError),
+    /// The owner holds no unexpired lease on the key.
+    #[error("the owner holds no lease on this key (never acquired, released, or expired)")]
+    NotHeld,
+    /// The owner has no unexpired place in the key's queue.
+    #[error("the owner has no place in this key's queue")]
+    NotQueued,
+    /// The owner re-entered its lease more times than a hold count can record.
+    #[error("the owner holds this lease too many times")]
+    TooManyHolds,
+    /// Every fencing token has been granted (after 2^64 grants).
+    #[error("no fencing token is left for this key")]
+    TokensExhausted,
+    /// The queue already holds [`MAX_WAITERS`] waiters.
+    #[error("the queue of this key is full")]
+    QueueFull,
+    /// Every place number has been given (after 2^64 places without the key resting).
+    #[error("no place number is left for this key")]
+    PlacesExhausted,
+}
+
+type Next<T> = Result<(T, Option<RwState>), LockError>;
+
+impl RwLease {
+    /// At most `max_holders` (1..=1024) shared holders at once, unfair.
+    pub fn new(max_holders: u64) -> Result<Self, ParamError> {
+        let max_holders = ParamError::check("max_holders", max_holders, 1, MAX_LEASES)?;
+        Ok(Self {
+            max_holders,
+            fair: false,
+        })
+    }
+
+    /// A read-write lock: up to 1024 readers or one writer, unfair.
+    pub const fn read_write() -> Self {
+        Self {
+            max_holders: MAX_LEASES,
+            fair: false,
+        }
+    }
+
+    /// The same lock, granting in queue order.
+    pub const fn fair(self) -> Self {
+        Self { fair: true, ..self }
+    }
+
+    /// The most shared holders at once.
+    pub const fn max_holders(&self) -> u64 {
+        self.max_holders
+    }
+
+    /// Whether leases go in queue order.
+    pub const fn is_fair(&self) -> bool {
+        self.fair
+    }
+
+    /// Grants `owner` a lease in `mode` for `ttl` ticks if it may have one now (or
+    /// re-enters, or upgrades, the one it holds); otherwise denies, and queues it (see
+    /// the module's rules) in a place that expires `wait` ticks from `now` unless it
+    /// asks again before.
+    pub fn acquire(
+        &self,
+        state: Option<RwState>,
+        now: Ticks,
+        owner: &[u8],
+        mode: LockMode,
+        ttl: Ticks,
+        wait: Ticks,
+    ) -> Next<RwAcquired> {
+        ParamError::check("wait", wait, 1, MAX_PERIOD)?;
+        self.ask(state, now, owner, mode, ttl, Some(wait))
+    }
+
+    /// [`acquire`](Self::acquire) that never queues: a place the owner already has is
+    /// kept as it was, neither taken nor renewed.
+    pub fn try_acquire(
+        &self,
+        state: Option<RwState>,
+        now: Ticks,
+        owner: &[u8],
+        mode: LockMode,
+        ttl: Ticks,
+    ) -> Next<RwAcquired> {
+        self.ask(state, now, owner, mode, ttl, None)
+    }
+
+    /// Releases `owner`'s lease once; it is freed when released as often as acquired.
+    pub fn release(&self, state: Option<RwState>, now: Ticks, owner: &[u8]) -> Next<Grant> {
+        change_held(state, now, owner, |holder, _| holder.holds -= 1)
+    }
+
+    /// Extends `owner`'s unexpired lease to `now + ttl`; its token and mode stay.
+    pub fn renew(
+        &self,
+        state: Option<RwState>,
+        now: Ticks,
+        owner: &[u8],
+        ttl: Ticks,
+    ) -> Next<Grant> {
+        check_ttl(ttl)?;
+        change_held(state, now, owner, |holder, now| {
+            holder.expires_at = now + ttl;
+        })
+    }
+
+    /// Turns `owner`'s lease into a shared one, keeping its token, holds and expiry
+    /// (a shared lease stays as it is): readers may join it at once.
+    pub fn downgrade(&self, state: Option<RwState>, now: Ticks, owner: &[u8]) -> Next<Grant> {
+        change_held(state, now, owner, |holder, _| holder.mode = LockMode::Shared)
+    }
+
+    /// Gives up `owner`'s place in the queue (a cancelled or timed-out wait).
+    pub fn withdraw(
+        &self,
+        state: Option<RwState>,
+        now: Ticks,
+        owner: &[u8],
+    ) -> Result<Option<RwState>, LockError> {
+        check_owner(owner)?;
+        let now = now.min(MAX_TICKS);
+        let mut state = state.ok_or(LockError::NotQueued)?;
+        state.reclaim(now);
+        let i = state.waiters.iter().position(|w| w.owner == owner);
+        state.waiters.remove(i.ok_or(LockError::NotQueued)?);
+        Ok(fresh_or(state, now))
+    }
+
+    fn ask(
+        &self,
+        state: Option<RwState>,
+        now: Ticks,
+        owner: &[u8],
+        mode: LockMode,
+        ttl: Ticks,
+        wait: Option<Ticks>,
+    ) -> Next<RwAcquired> {
+        check_owner(owner)?;
+        check_ttl(ttl)?;
+        let now = now.min(MAX_TICKS);
+        let mut state = state.unwrap_or_default();
+        state.reclaim(now);
+        let (grant, blocked_until, place) = match state.holder(owner) {
+            Some(i) => self.reenter(&mut state, i, now, mode, now + ttl)?,
+            None => self.join(&mut state, now, owner, mode, now + ttl, wait)?,
+        };
+        let writer = state.holders.iter().any(|h| h.mode == LockMode::Exclusive);
+        let remaining = if writer {
+            0
+        } else {
+            self.max_holders - state.holders.len() as u64
+        };
+        let reset_after = state.fresh_after(now);
+        let decision = match grant {
+            Some(_) => Decision::admit(self.max_holders, remaining, reset_after, 0),
+            None => {
+                let retry = blocked_until.saturating_sub(now);
+                Decision::deny(self.max_holders, remaining, Some(retry), reset_after)
+            }
+        };
+        let acquired = RwAcquired {
+            decision,
+            grant,
+            place,
+        };
+        Ok((acquired, fresh_or(state, now)))
+    }
+
+    /// An owner holding the lease at `i` asks again: re-entry, or an upgrade granted
+    /// only to the sole holder and never queued.
+    fn reenter(
+        &self,
+        state: &mut RwState,
+        i: usize,
+        now: Ticks,
+        mode: LockMode,
+        expires_at: Ticks,
+    ) -> Result<(Option<Grant>, Ticks, Option<Place>), LockError> {
+        let upgrade = mode == LockMode::Exclusive && state.holders[i].mode == LockMode::Shared;
+        let token = if upgrade {
+            if let Some(until) = self.holders_block(state, mode, Some(i)) {
+                return Ok((None, until, None));
+            }
+            state.next_token(now)?
+        } else {
+            state.holders[i].token
+        };
+        let holder = &mut state.holders[i];
+        holder.holds = holder.holds.checked_add(1).ok_or(LockError::TooManyHolds)?;
+        holder.expires_at = holder.expires_at.max(expires_at);
+        holder.token = token;
+        if upgrade {
+            holder.mode = LockMode::Exclusive;
+            state.last_token = token;
+        }
+        Ok((Some(state.holders[i].grant()), now, None))
+    }
+
+    /// An owner holding nothing asks: granted when no holder blocks it and nobody waits
+    /// ahead of it; else denied, and queued when `wait` says so and the rules allow.
+    fn join(
+        &self,
+        state: &mut RwState,
+        now: Ticks,
+        owner: &[u8],
+        mode: LockMode,
+        expires_at: Ticks,
+        wait: Option<Ticks>,
+    ) -> Result<(Option<Grant>, Ticks, Option<Place>), LockError> {
+        let at = state.waiters.iter().position(|w| w.owner == owner);
+        let by_queue = self.queue_blocks(state, at, mode);
+        let by_holders = self.holders_block(state, mode, None);
+        if by_queue.is_none() && by_holders.is_none() {
+            let token = state.next_token(now)?;
+            if let Some(i) = at {
+                state.waiters.remove(i);
+            }
+            state.last_token = token;
+            let holder = RwHolder {
+                owner: owner.to_vec(),
+                mode,
+                token,
+                expires_at,
+                holds: 1,
+            };
+            let grant = holder.grant();
+            state.holders.push(holder);
+            return Ok((Some(grant), now, None));
+        }
+        let until = by_queue.unwrap_or(0).max(by_holders.unwrap_or(0));
+        let at = match wait {
+            Some(wait) if self.fair || mode == LockMode::Exclusive => {
+                Some(state.keep_place(at, owner, mode, now + wait)?)
+            }
+            _ => at,
+        };
+        Ok((None, until, at.map(|i| state.place_at(i))))
+    }
+
+    /// When the waiters that keep the owner (waiting at `at`) from `mode` will all have
+    /// dropped out if none asks again; `None` when none does.
+    fn queue_blocks(&self, state: &RwState, at: Option<usize>, mode: LockMode) -> Option<Ticks> {
+        let ahead = match (self.fair, mode) {
+            (true, _) => &state.waiters[..at.unwrap_or(state.waiters.len())],
+            (false, LockMode::Shared) => &state.waiters[..],
+            (false, LockMode::Exclusive) => &[],
+        };
+        let others = ahead.iter().enumerate().filter(|&(j, _)| Some(j) != at);
+        others.map(|(_, w)| w.expires_at).max()
+    }
+
+    /// When the holders (but the one at `except`) that keep a newcomer from `mode` will
+    /// have expired if none renews; `None` when none does.
+    fn holders_block(&self, state: &RwState, mode: LockMode, except: Option<usize>) -> Option<Ticks> {
+        let others = state
+            .holders
+            .iter()
+            .enumerate()
+            .filter(|&(j, _)| Some(j) != except)
+            .map(|(_, h)| h);
+        let writer = others.clone().find(|h| h.mode == LockMode::Exclusive);
+        match (mode, writer) {
+            (LockMode::Exclusive, _) => others.map(|h| h.expires_at).max(),
+            (LockMode::Shared, Some(writer)) => Some(writer.expires_at),
+            (LockMode::Shared, None) => {
+                let count = others.clone().count() as u64;
+                if count < self.max_holders {
+                    return None;
+                }
+                // The reader fits once `count - max + 1` of the holders have expired.
+                let mut expiries: Vec<Ticks> = others.map(|h| h.expires_at).collect();
+                expiries.sort_unstable();
+                let k = to_usize(count - self.max_holders);
+                expiries.get(k).copied()
+            }
+        }
+    }
+
+    /// Appends the canonical encoding of `state`: the last token and place and the
+    /// numbers of holders and waiters, then per holder its token, expiry, hold count,
+    /// mode (0 shared, 1 exclusive), owner length and owner, then per waiter its place,
+    /// expiry, mode, owner length and owner.
+    pub fn encode<E: Extend<u8>>(&self, state: &RwState, out: &mut E) {
+        let counts = [state.holders.len() as u64, state.waiters.len() as u64];
+        let head = [state.last_token, state.last_place, counts[0], counts[1]];
+        encoding::write(out, TAG, &head);
+        for h in &state.holders {
+            let len = h.owner.len() as u64;
+            for field in [h.token, h.expires_at, h.holds, h.mode.code(), len] {
+                out.extend(field.to_be_bytes());
+            }
+            out.extend(h.owner.iter().copied());
+        }
+        for w in &state.waiters {
+            let len = w.owner.len() as u64;
+            for field in [w.place, w.expires_at, w.mode.code(), len] {
+                out.extend(field.to_be_bytes());
+            }
+            out.extend(w.owner.iter().copied());
+        }
+    }
+
+    /// The canonical encoding of `state` as a new vector.
+    pub fn encode_to_vec(&self, state: &RwState) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.encode(state, &mut out);
+        out
+    }
+
+    /// Reads a state written by [`encode`](Self::encode) for the same parameters. Bytes
+    /// no valid state encodes (more holders than `max_holders` or waiters than
+    /// [`MAX_WAITERS`], a writer beside another holder, tokens or places out of order,
+    /// a reader queued on an unfair lock, an empty or repeated owner) are an error,
+    /// never a panic; a state decoded encodes to the same bytes.
+    pub fn decode(&self, bytes: &[u8]) -> Result<RwState, DecodeError> {
+        let mut reader = Reader::new(bytes, TAG)?;
+        let last_token = reader.u64()?;
+        let last_place = reader.u64()?;
+        let held = reader.u64_where("holders", &|n| n <= self.max_holders)?;
+        let queued = reader.u64_where("waiters", &|n| n <= MAX_WAITERS)?;
+        // Both counts are at most 1024, so this reserves little whatever the bytes say.
+        let mut state = RwState {
+            last_token,
+            last_place,
+            holders: Vec::with_capacity(to_usize(held)),
+            waiters: Vec::with_capacity(to_usize(queued)),
+        };
+        let mut owners: Vec<&[u8]> = Vec::with_capacity(to_usize(held + queued));
+        for _ in 0..held {
+            let after = state.holders.last().map_or(0, |h| h.token);
+            let token = reader.u64_where("token", &|t| t > after && t <= last_token)?;
+            let expires_at = read_expiry(&mut reader)?;
+            let holds = reader.u64_where("holds", &|h| h >= 1)?;
+            let mode = read_mode(&mut reader, true)?;
+            let owner = read_owner(&mut reader, &mut owners)?;
+            state.holders.push(RwHolder {
+                owner: owner.to_vec(),
+                mode,
+                token,
+                expires_at,
+                holds,
+            });
+        }
+        let writer = state.holders.iter().any(|h| h.mode == LockMode::Exclusive);
+        if writer && held > 1 {
+            return Err(DecodeError::InvalidField { field: "mode" });
+        }
+        for _ in 0..queued {
+            let after = state.waiters.last().map_or(0, |w| w.place);
+            let place = reader.u64_where("place", &|p| p > after && p <= last_place)?;
+            let expires_at = read_expiry(&mut reader)?;
+            let mode = read_mode(&mut reader, self.fair)?;
+            let owner = read_owner(&mut reader, &mut owners)?;
+            state.waiters.push(RwWaiter {
+                owner: owner.to_vec(),
+                mode,
+                place,
+                expires_at,
+            });
+        }
+        reader.finish()?;
+        Ok(state)
+    }
+}
+
+/// Applies `change` to `owner`'s unexpired lease and drops it if that leaves it no
+/// holds: the lease as changed, or [`LockError::NotHeld`].
+fn change_held(
+    state: Option<RwState>,
+    now: Ticks,
+    owner: &[u8],
+    change: impl FnOnce(&mut RwHolder, Ticks),
+) -> Next<Grant> {
+    check_owner(owner)?;
+    let now = now.min(MAX_TICKS);
+    let mut state = state.ok_or(LockError::NotHeld)?;
+    state.reclaim(now);
+    let i = state.holder(owner).ok_or(LockError::NotHeld)?;
+    change(&mut state.holders[i], now);
+    let grant = state.holders[i].grant();
+    if grant.holds == 0 {
+        state.holders.remove(i);
+    }
+    Ok((grant, fresh_or(state, now)))
+}
+
+fn read_expiry(reader: &mut Reader<'_>) -> Result<Ticks, DecodeError> {
+    reader.u64_where("expires_at", &|t| t <= MAX_TICKS + MAX_PERIOD)
+}
+
+/// A mode; shared ones only where `shared` allows (an unfair lock queues writers only).
+fn read_mode(reader: &mut Reader<'_>, shared: bool) -> Result<LockMode, DecodeError> {
+    let lowest = if shared { 0 } else { 1 };
+    let code = reader.u64_where("mode", &|m| (lowest..=1).contains(&m))?;
+    Ok(LockMode::of_code(code))
+}
+
+/// An owner not seen before in the state.
+fn read_owner<'a>(
+    reader: &mut Reader<'a>,
+    seen: &mut Vec<&'a [u8]>,
+) -> Result<&'a [u8], DecodeError> {
+    let len = reader.u64_where("owner_len", &|n| (1..=MAX_OWNER_LEN).contains(&n))?;
+    let owner = reader.take(to_usize(len))?;
+    if seen.contains(&owner) {
+        return Err(DecodeError::InvalidField { field: "owner" });
+    }
+    seen.push(owner);
+    Ok(owner)
+}
+
+/// A count already checked to be small.
+fn to_usize(n: u64) -> usize {
+    usize::try_from(n).unwrap_or(usize::MAX)
+}
+
+/// `None` once nothing is held or queued and the clock has passed the last token.
+fn fresh_or(state: RwState, now: Ticks) -> Option<RwState> {
+    (!state.is_fresh(now)).then_some(state)
+}
