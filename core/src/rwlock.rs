@@ -408,7 +408,9 @@ impl RwLease {
     /// Turns `owner`'s lease into a shared one, keeping its token, holds and expiry
     /// (a shared lease stays as it is): readers may join it at once.
     pub fn downgrade(&self, state: Option<RwState>, now: Ticks, owner: &[u8]) -> Next<Grant> {
-        change_held(state, now, owner, |holder, _| holder.mode = LockMode::Shared)
+        change_held(state, now, owner, |holder, _| {
+            holder.mode = LockMode::Shared
+        })
     }
 
     /// Gives up `owner`'s place in the queue (a cancelled or timed-out wait).
@@ -552,7 +554,12 @@ impl RwLease {
 
     /// When the holders (but the one at `except`) that keep a newcomer from `mode` will
     /// have expired if none renews; `None` when none does.
-    fn holders_block(&self, state: &RwState, mode: LockMode, except: Option<usize>) -> Option<Ticks> {
+    fn holders_block(
+        &self,
+        state: &RwState,
+        mode: LockMode,
+        except: Option<usize>,
+    ) -> Option<Ticks> {
         let others = state
             .holders
             .iter()

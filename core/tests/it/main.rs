@@ -32,6 +32,7 @@ mod memory_wait_async;
 mod pacing;
 mod refund;
 mod report;
+mod rwlock;
 #[cfg(feature = "serde")]
 mod serde;
 mod share;
