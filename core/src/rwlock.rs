@@ -323,6 +323,18 @@ pub enum LockError {
 
 type Next<T> = Result<(T, Option<RwState>), LockError>;
 
+/// What an acquire asks for; `wait` is `None` for a try.
+#[derive(Clone, Copy)]
+struct Ask<'a> {
+    owner: &'a [u8],
+    mode: LockMode,
+    ttl: Ticks,
+    wait: Option<Ticks>,
+}
+
+/// A grant, or the instant the blocking holders and waiters are gone and the place.
+type Answer = (Option<Grant>, Ticks, Option<Place>);
+
 impl RwLease {
     /// At most `max_holders` (1..=1024) shared holders at once, unfair.
     pub fn new(max_holders: u64) -> Result<Self, ParamError> {
@@ -370,7 +382,17 @@ impl RwLease {
         wait: Ticks,
     ) -> Next<RwAcquired> {
         ParamError::check("wait", wait, 1, MAX_PERIOD)?;
-        self.ask(state, now, owner, mode, ttl, Some(wait))
+        let wait = Some(wait);
+        self.ask(
+            state,
+            now,
+            &Ask {
+                owner,
+                mode,
+                ttl,
+                wait,
+            },
+        )
     }
 
     /// [`acquire`](Self::acquire) that never queues: a place the owner already has is
@@ -383,7 +405,17 @@ impl RwLease {
         mode: LockMode,
         ttl: Ticks,
     ) -> Next<RwAcquired> {
-        self.ask(state, now, owner, mode, ttl, None)
+        let wait = None;
+        self.ask(
+            state,
+            now,
+            &Ask {
+                owner,
+                mode,
+                ttl,
+                wait,
+            },
+        )
     }
 
     /// Releases `owner`'s lease once; it is freed when released as often as acquired.
@@ -429,23 +461,15 @@ impl RwLease {
         Ok(fresh_or(state, now))
     }
 
-    fn ask(
-        &self,
-        state: Option<RwState>,
-        now: Ticks,
-        owner: &[u8],
-        mode: LockMode,
-        ttl: Ticks,
-        wait: Option<Ticks>,
-    ) -> Next<RwAcquired> {
-        check_owner(owner)?;
-        check_ttl(ttl)?;
+    fn ask(&self, state: Option<RwState>, now: Ticks, ask: &Ask<'_>) -> Next<RwAcquired> {
+        check_owner(ask.owner)?;
+        check_ttl(ask.ttl)?;
         let now = now.min(MAX_TICKS);
         let mut state = state.unwrap_or_default();
         state.reclaim(now);
-        let (grant, blocked_until, place) = match state.holder(owner) {
-            Some(i) => self.reenter(&mut state, i, now, mode, now + ttl)?,
-            None => self.join(&mut state, now, owner, mode, now + ttl, wait)?,
+        let (grant, blocked_until, place) = match state.holder(ask.owner) {
+            Some(i) => self.reenter(&mut state, i, now, ask)?,
+            None => self.join(&mut state, now, ask)?,
         };
         let writer = state.holders.iter().any(|h| h.mode == LockMode::Exclusive);
         let remaining = if writer {
@@ -476,9 +500,9 @@ impl RwLease {
         state: &mut RwState,
         i: usize,
         now: Ticks,
-        mode: LockMode,
-        expires_at: Ticks,
-    ) -> Result<(Option<Grant>, Ticks, Option<Place>), LockError> {
+        ask: &Ask<'_>,
+    ) -> Result<Answer, LockError> {
+        let mode = ask.mode;
         let upgrade = mode == LockMode::Exclusive && state.holders[i].mode == LockMode::Shared;
         let token = if upgrade {
             if let Some(until) = self.holders_block(state, mode, Some(i)) {
@@ -490,7 +514,7 @@ impl RwLease {
         };
         let holder = &mut state.holders[i];
         holder.holds = holder.holds.checked_add(1).ok_or(LockError::TooManyHolds)?;
-        holder.expires_at = holder.expires_at.max(expires_at);
+        holder.expires_at = holder.expires_at.max(now + ask.ttl);
         holder.token = token;
         if upgrade {
             holder.mode = LockMode::Exclusive;
@@ -501,15 +525,14 @@ impl RwLease {
 
     /// An owner holding nothing asks: granted when no holder blocks it and nobody waits
     /// ahead of it; else denied, and queued when `wait` says so and the rules allow.
-    fn join(
-        &self,
-        state: &mut RwState,
-        now: Ticks,
-        owner: &[u8],
-        mode: LockMode,
-        expires_at: Ticks,
-        wait: Option<Ticks>,
-    ) -> Result<(Option<Grant>, Ticks, Option<Place>), LockError> {
+    fn join(&self, state: &mut RwState, now: Ticks, ask: &Ask<'_>) -> Result<Answer, LockError> {
+        let Ask {
+            owner,
+            mode,
+            ttl,
+            wait,
+        } = *ask;
+        let expires_at = now + ttl;
         let at = state.waiters.iter().position(|w| w.owner == owner);
         let by_queue = self.queue_blocks(state, at, mode);
         let by_holders = self.holders_block(state, mode, None);
@@ -593,18 +616,11 @@ impl RwLease {
         let head = [state.last_token, state.last_place, counts[0], counts[1]];
         encoding::write(out, TAG, &head);
         for h in &state.holders {
-            let len = h.owner.len() as u64;
-            for field in [h.token, h.expires_at, h.holds, h.mode.code(), len] {
-                out.extend(field.to_be_bytes());
-            }
-            out.extend(h.owner.iter().copied());
+            let fields = [h.token, h.expires_at, h.holds, h.mode.code()];
+            write_entry(out, &fields, &h.owner);
         }
         for w in &state.waiters {
-            let len = w.owner.len() as u64;
-            for field in [w.place, w.expires_at, w.mode.code(), len] {
-                out.extend(field.to_be_bytes());
-            }
-            out.extend(w.owner.iter().copied());
+            write_entry(out, &[w.place, w.expires_at, w.mode.code()], &w.owner);
         }
     }
 
@@ -690,6 +706,14 @@ fn change_held(
         state.holders.remove(i);
     }
     Ok((grant, fresh_or(state, now)))
+}
+
+/// One holder or waiter: its fields, then its owner's length and bytes.
+fn write_entry<E: Extend<u8>>(out: &mut E, fields: &[u64], owner: &[u8]) {
+    for field in fields.iter().chain([&(owner.len() as u64)]) {
+        out.extend(field.to_be_bytes());
+    }
+    out.extend(owner.iter().copied());
 }
 
 fn read_expiry(reader: &mut Reader<'_>) -> Result<Ticks, DecodeError> {
