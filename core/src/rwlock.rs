@@ -26,7 +26,7 @@
 //! head of the queue (a newcomer is refused while anyone waits). On an unfair lock only
 //! writers queue, and only to keep **writer preference**: while a writer waits, new
 //! readers are refused, so readers cannot starve writers; among writers the first to ask
-//! after a release wins.
+//! after a release wins. (See `docs/design/lock-family.md` for how hosts carry it.)
 
 use alloc::vec::Vec;
 

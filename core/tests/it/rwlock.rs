@@ -167,21 +167,20 @@ fn run(lock: RwLease, start: Ticks, steps: &[(u64, Op)]) -> Result<(), TestCaseE
                             prop_assert_eq!(grant.token, held.unwrap().token());
                         }
                     }
-                    None => {
-                        let next = next.clone().unwrap_or_default();
-                        let queues = wait.is_some()
-                            && held.is_none()
-                            && (lock.is_fair() || mode == Exclusive);
-                        let mine = next.waiters().iter().find(|w| w.owner() == o);
-                        if queues {
-                            let place = acquired.place.expect("queued");
-                            prop_assert_eq!(place.expires_at, now + wait.unwrap());
-                            prop_assert_eq!(mine.map(|w| w.place()), Some(place.number));
-                        } else {
-                            // A try, an upgrade or an unfair reader never takes a place.
-                            let waiters: Vec<_> = next.waiters().iter().collect();
-                            prop_assert_eq!(waiters, before.waiters.clone());
+                    None if !lock.is_fair() => {
+                        // Exact: granted once the blockers are gone if nobody acts, not a
+                        // tick earlier (a fair waiter's own place may lapse before).
+                        let retry = acquired.decision.retry_after.unwrap();
+                        prop_assert!(retry > 0);
+                        if now + retry <= MAX_TICKS {
+                            let probe = |at| lock.try_acquire(next.clone(), at, &o, mode, ttl);
+                            prop_assert!(!probe(now + retry - 1).unwrap().0.decision.allowed);
+                            prop_assert!(probe(now + retry).unwrap().0.decision.allowed);
                         }
+                        check_place(&lock, &before, &next, &acquired, (&o, mode, wait), now)?;
+                    }
+                    None => {
+                        check_place(&lock, &before, &next, &acquired, (&o, mode, wait), now)?;
                     }
                 }
                 state = next;
@@ -222,6 +221,32 @@ fn run(lock: RwLease, start: Ticks, steps: &[(u64, Op)]) -> Result<(), TestCaseE
             }
         }
         check_state(&lock, &state, now)?;
+    }
+    Ok(())
+}
+
+/// A denied acquire queues exactly when the rules say: a place of its own, expiring
+/// `wait` after `now`; anything else leaves the queue as it was.
+fn check_place(
+    lock: &RwLease,
+    before: &Live<'_>,
+    next: &Option<RwState>,
+    acquired: &RwAcquired,
+    (owner, mode, wait): (&[u8], LockMode, Option<u64>),
+    now: Ticks,
+) -> Result<(), TestCaseError> {
+    let next = next.clone().unwrap_or_default();
+    let holder = before.holders.iter().any(|h| h.owner() == owner);
+    let queues = wait.is_some() && !holder && (lock.is_fair() || mode == Exclusive);
+    let mine = next.waiters().iter().find(|w| w.owner() == owner);
+    if queues {
+        let place = acquired.place.expect("queued");
+        prop_assert_eq!(place.expires_at, now + wait.unwrap());
+        prop_assert_eq!(mine.map(|w| w.place()), Some(place.number));
+    } else {
+        // A try, an upgrade or an unfair reader never takes a place.
+        let waiters: Vec<_> = next.waiters().iter().collect();
+        prop_assert_eq!(waiters, before.waiters.clone());
     }
     Ok(())
 }
