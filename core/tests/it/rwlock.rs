@@ -243,6 +243,9 @@ fn check_place(
         let place = acquired.place.expect("queued");
         prop_assert_eq!(place.expires_at, now + wait.unwrap());
         prop_assert_eq!(mine.map(|w| w.place()), Some(place.number));
+        // `ahead` counts the live waiters before it: whom a host wakes first.
+        let at = next.waiters().iter().position(|w| w.owner() == owner);
+        prop_assert_eq!(at, usize::try_from(place.ahead).ok());
     } else {
         // A try, an upgrade or an unfair reader never takes a place.
         let waiters: Vec<_> = next.waiters().iter().collect();
