@@ -22,6 +22,8 @@ pub(crate) mod tag {
     pub(crate) const LEASES: u8 = 9;
     pub(crate) const CALENDAR_WINDOW: u8 = 10;
     pub(crate) const ANCHORED_WINDOW: u8 = 11;
+    #[cfg(feature = "alloc")]
+    pub(crate) const RW_LOCK: u8 = 12;
 
     /// The algorithm a tag stands for, as messages name it.
     pub(crate) fn name(tag: u8) -> Option<&'static str> {
@@ -37,6 +39,7 @@ pub(crate) mod tag {
             9 => "lease table",
             10 => "calendar window",
             11 => "anchored window",
+            12 => "read-write lock",
             _ => return None,
         })
     }

@@ -35,8 +35,6 @@ use crate::lease::{check_owner, check_ttl, Grant};
 use crate::limits::{MAX_LEASES, MAX_OWNER_LEN, MAX_PERIOD};
 use crate::{Decision, DecodeError, ParamError, Ticks, MAX_TICKS};
 
-/// The encoding's tag: 11 is taken by the anchored window.
-const TAG: u8 = 12;
 
 /// The most waiters a key's queue holds: its state (and each transition's work) grows
 /// with them.
@@ -614,7 +612,7 @@ impl RwLease {
     pub fn encode<E: Extend<u8>>(&self, state: &RwState, out: &mut E) {
         let counts = [state.holders.len() as u64, state.waiters.len() as u64];
         let head = [state.last_token, state.last_place, counts[0], counts[1]];
-        encoding::write(out, TAG, &head);
+        encoding::write(out, encoding::tag::RW_LOCK, &head);
         for h in &state.holders {
             let fields = [h.token, h.expires_at, h.holds, h.mode.code()];
             write_entry(out, &fields, &h.owner);
@@ -637,7 +635,7 @@ impl RwLease {
     /// a reader queued on an unfair lock, an empty or repeated owner) are an error,
     /// never a panic; a state decoded encodes to the same bytes.
     pub fn decode(&self, bytes: &[u8]) -> Result<RwState, DecodeError> {
-        let mut reader = Reader::new(bytes, TAG)?;
+        let mut reader = Reader::new(bytes, encoding::tag::RW_LOCK)?;
         let last_token = reader.u64()?;
         let last_place = reader.u64()?;
         let held = reader.u64_where("holders", &|n| n <= self.max_holders)?;
