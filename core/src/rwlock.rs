@@ -35,7 +35,6 @@ use crate::lease::{check_owner, check_ttl, Grant};
 use crate::limits::{MAX_LEASES, MAX_OWNER_LEN, MAX_PERIOD};
 use crate::{Decision, DecodeError, ParamError, Ticks, MAX_TICKS};
 
-
 /// The most waiters a key's queue holds: its state (and each transition's work) grows
 /// with them.
 pub const MAX_WAITERS: u64 = 1024;
