@@ -60,6 +60,9 @@ pub(super) fn bucket_id(entries: &[(Box<str>, Box<str>)]) -> BucketId {
     }
 }
 
+/// A subscriber's field in a limit's hash in Redis: three numbers of 16 hex digits.
+const FIELD_LEN: usize = 3 * 16 + 2;
+
 /// A subscriber: a stream, and the proxy's number of one of its buckets.
 type Subscriber = (u64, u64);
 
@@ -275,10 +278,7 @@ impl Quotas {
     /// Settles limit `id` in Redis: this replica's subscribers and leavers sent, their
     /// grants pushed. While Redis is away the shares stay as they are.
     async fn settle_in_redis(&self, redis: &InRedis, id: &str, now: Instant) {
-        let field = |(stream, bucket): Subscriber| {
-            format!("{:016x}:{stream:016x}:{bucket:016x}", redis.replica)
-        };
-        let (units, subscribers, mine, leaving) = {
+        let (units, subscribers, claims, leaving) = {
             let mut limits = self.limits();
             let Some(limit) = limits.get_mut(id) else {
                 return;
@@ -287,24 +287,32 @@ impl Quotas {
             limit.settled = Some(now);
             let units = limit.rate.units;
             let subscribers: Vec<Subscriber> = limit.subscribers.keys().copied().collect();
-            let mine: Vec<(String, u64, Option<u64>)> = (limit.subscribers.iter())
-                .map(|(&who, s)| (field(who), s.demand, s.live))
+            let claims: Vec<(u64, Option<u64>)> = (limit.subscribers.values_mut())
+                .map(|s| {
+                    s.settled_demand = s.demand;
+                    (s.demand, s.live)
+                })
                 .collect();
-            for standing in limit.subscribers.values_mut() {
-                standing.settled_demand = standing.demand;
-            }
             let leaving = std::mem::take(&mut limit.leaving);
-            (units, subscribers, mine, leaving)
+            (units, subscribers, claims, leaving)
         };
-        let subscriptions: Vec<Subscription> = (mine.iter())
-            .map(|(field, demand, live)| Subscription {
-                field,
-                demand: *demand,
-                live: *live,
+        // Every field in one buffer: this replica's id, then the stream's and the
+        // bucket's numbers, each in 16 hex digits.
+        let mut fields = String::with_capacity((subscribers.len() + leaving.len()) * FIELD_LEN);
+        for (stream, bucket) in subscribers.iter().chain(&leaving) {
+            let _ = write!(fields, "{:016x}:{stream:016x}:{bucket:016x}", redis.replica);
+        }
+        let field = |i: usize| &fields[i * FIELD_LEN..(i + 1) * FIELD_LEN];
+        let subscriptions: Vec<Subscription> = (claims.iter().enumerate())
+            .map(|(i, &(demand, live))| Subscription {
+                field: field(i),
+                demand,
+                live,
             })
             .collect();
-        let leaver_fields: Vec<String> = leaving.iter().copied().map(field).collect();
-        let leavers: Vec<&str> = leaver_fields.iter().map(String::as_str).collect();
+        let leavers: Vec<&str> = (0..leaving.len())
+            .map(|i| field(subscribers.len() + i))
+            .collect();
         let key = format!("sluicegate:quota:{{{id}}}");
         let mut con = redis.con.clone();
         let settled = (redis.shares)
