@@ -98,7 +98,7 @@ pub mod params {
 /// Calendar windows: a limit per day, ISO week or month. The core takes each period
 /// explicitly ([`CalendarWindow::during`]) or from a [`CalendarPeriods`]
 /// ([`CalendarLimit`]); the `calendar` feature computes them in an IANA time zone
-/// ([`ZonedCalendar`]).
+/// (`ZonedCalendar`).
 pub mod calendar {
     #[cfg(feature = "alloc")]
     pub use crate::calendar_limit::{CalendarLimit, CalendarPeriods, SharedCalendar};
