@@ -16,7 +16,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use sluicegate_core::SECOND;
-use sluicegate_policy::limitador::Limit;
+use sluicegate_policy::limitador::{Limit, Namespace};
 
 use crate::limitador::{self, Applied, Asked, LimitsError, Mode};
 use crate::service::auth::App;
@@ -132,18 +132,21 @@ async fn limits(
     Path(name): Path<String>,
 ) -> Result<Json<Value>> {
     let served = service.limitador();
-    let ns = served
-        .config
-        .namespace(&name)
-        .filter(|ns| ns.admits_app(caller.name()))
-        .ok_or_else(|| not_found(&name))?;
+    let ns = visible(&served, &name, &caller)?;
     Ok(Json(Value::Array(
         ns.limits.iter().map(|l| limit_json(l)).collect(),
     )))
 }
 
-fn not_found(name: &str) -> ApiError {
-    LimitsError::NotFound(format!("no such namespace for this app: {name:?}")).into()
+/// The namespace `name` of `served`, if `app` may ask for it (else 404, as for none).
+fn visible<'a>(served: &'a limitador::Limits, name: &str, app: &App) -> Result<&'a Namespace> {
+    served
+        .config
+        .namespace(name)
+        .filter(|ns| ns.admits_app(app.name()))
+        .ok_or_else(|| {
+            LimitsError::NotFound(format!("no such namespace for this app: {name:?}")).into()
+        })
 }
 
 /// The namespace `name`'s live counters, if `app` may ask for it.
@@ -153,11 +156,7 @@ async fn counters(
     Path(name): Path<String>,
 ) -> Result<Json<Value>> {
     let served = service.limitador();
-    let ns = served
-        .config
-        .namespace(&name)
-        .filter(|ns| ns.admits_app(caller.name()))
-        .ok_or_else(|| not_found(&name))?;
+    let ns = visible(&served, &name, &caller)?;
     let listed = served
         .counters_of(&name, ns, &*service.counters, MAX_LISTED)
         .await?;

@@ -93,18 +93,11 @@ fn record((h, expires): &(Holding, u64)) -> String {
 #[test]
 fn settles_as_the_core_does() {
     let server = Server::start();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let (runtime, con) = server.multiplexed();
     let shares = RedisShares::new(LEDGER, Duration::from_millis(TTL_MS));
-    common::cases(&server, 64, steps(), |server, (limit, steps)| {
+    common::cases(&server, 64, steps(), |_, (limit, steps)| {
         runtime.block_on(async {
-            let mut con = server
-                .client()
-                .get_multiplexed_async_connection()
-                .await
-                .unwrap();
+            let mut con = con.clone();
             let key = common::fresh("{share}");
             let (mut model, mut now) = (Model::new(), 1_790_000_000_000u64);
             for (replica, gap, subscribers) in steps {
@@ -159,16 +152,9 @@ fn settles_as_the_core_does() {
 #[test]
 fn a_limit_beyond_the_exact_range_is_refused() {
     let server = Server::start();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let (runtime, con) = server.multiplexed();
     runtime.block_on(async {
-        let mut con = server
-            .client()
-            .get_multiplexed_async_connection()
-            .await
-            .unwrap();
+        let mut con = con.clone();
         let shares = RedisShares::new(LEDGER, Duration::from_secs(15));
         let mine = [Subscription {
             field: "a",
