@@ -17,6 +17,7 @@
 //! that range.
 
 use core::num::NonZeroU128;
+use core::ops::Add;
 
 use crate::encoding::{self, tag, Reader};
 use crate::limits::{MAX_HORIZON, MAX_LIMIT, MAX_PERIOD, MAX_WAIT};
@@ -76,6 +77,8 @@ pub(crate) struct Gcra {
     /// the horizon, plus [`MAX_WAIT`] for the algorithms whose reservations book
     /// beyond the horizon (a pacing queue books within it).
     latest: u128,
+    /// Relative instants below it fit 64 bits with a burst added (0: a burst does not).
+    narrow_below: u128,
     rate: Divisor,
     period: Divisor,
 }
@@ -113,6 +116,7 @@ impl Gcra {
                 } else {
                     wide(MAX_WAIT, rate)
                 },
+            narrow_below: (u128::from(u64::MAX) + 1).saturating_sub(tolerance),
             rate: Divisor::new(rate),
             period: Divisor::new(period),
         })
@@ -223,49 +227,68 @@ impl Gcra {
         let now = self.scaled(now);
         // A state whose arrival time has passed is fresh: return it as `None`.
         let state = state.filter(|s| s.tat.get() > now);
-        let tat = state.map_or(now, |s| s.tat.get());
-        // No sum below overflows: `now` ≤ 2^92, the horizon and the wait ≤ 2^83.
-        let full_at = now + self.tolerance;
-        let remaining = |tat: u128| {
-            let free = full_at.saturating_sub(tat.max(now));
-            u64::try_from(self.period.div_rem(free).0).unwrap_or(u64::MAX)
-        };
-        let reset_after = |tat: u128| self.ticks(tat.saturating_sub(now));
-        if cost > self.burst {
-            return (
-                Decision::deny(self.burst, remaining(tat), None, reset_after(tat)),
-                state,
-            );
-        }
+        let held = state.map_or(0, |s| s.tat.get() - now);
         let wait = wide(max_wait.min(MAX_WAIT), self.params.rate);
-        let new_tat = tat + wide(cost, self.params.period);
-        // The meter acts once the bucket has room; a pacing request acts at its slot.
-        let (act_at, latest_tat) = if self.tag == tag::PACING {
-            (tat, full_at)
+        // Relative to `now` a client's bucket fits 64 bits, whatever the time: one
+        // instruction a step where 128-bit ones take several (wasm has no 128-bit type).
+        let verdict = if held + wait < self.narrow_below {
+            self.verdict(u64::narrow(held), cost, u64::narrow(wait))
+                .widen()
         } else {
-            (new_tat.saturating_sub(self.tolerance), full_at + wait)
+            self.verdict(held, cost, wait)
         };
-        if new_tat <= latest_tat && act_at <= now + wait {
-            let delay = self.ticks(act_at.saturating_sub(now));
-            let decision =
-                Decision::admit(self.burst, remaining(new_tat), reset_after(new_tat), delay);
-            // `new_tat > now >= 0`, so a kept state is never zero.
-            let state = BucketState::new(new_tat).filter(|_| new_tat > now);
-            (decision, state)
+        let remaining = self
+            .period
+            .div_rem(self.tolerance.saturating_sub(verdict.held))
+            .0;
+        let remaining = u64::try_from(remaining).unwrap_or(u64::MAX);
+        let reset_after = self.ticks(verdict.held);
+        let wait = verdict.wait.map(|wait| self.ticks(wait));
+        if verdict.allowed {
+            let decision = Decision::admit(self.burst, remaining, reset_after, wait.unwrap_or(0));
+            // `held > 0`, so the kept state is never zero.
+            let next = BucketState::new(now + verdict.held).filter(|_| verdict.held > 0);
+            (decision, next)
         } else {
-            let admissible_at = new_tat
-                .saturating_sub(latest_tat - now)
-                .max(act_at.saturating_sub(wait));
-            let retry_after = self.ticks(admissible_at.saturating_sub(now));
             (
-                Decision::deny(
-                    self.burst,
-                    remaining(tat),
-                    Some(retry_after),
-                    reset_after(tat),
-                ),
+                Decision::deny(self.burst, remaining, wait, reset_after),
                 state,
             )
+        }
+    }
+
+    /// [`decide`](Self::decide) before its durations are divided into ticks, with every
+    /// instant relative to `now`: `held` the scaled time the state holds beyond it,
+    /// `wait` the longest scaled delay allowed.
+    #[inline(always)]
+    fn verdict<S: Scaled>(&self, held: S, cost: u64, wait: S) -> Verdict<S> {
+        // No sum below overflows: `held + wait + tolerance` fits `S` (`narrow_below`).
+        let tolerance = S::narrow(self.tolerance);
+        let denied = |wait| Verdict {
+            allowed: false,
+            held,
+            wait,
+        };
+        if cost > self.burst {
+            return denied(None);
+        }
+        let next = held + S::product(cost, self.params.period);
+        // The meter acts once the bucket has room; a pacing request acts at its slot.
+        let (act_at, latest) = if self.tag == tag::PACING {
+            (held, tolerance)
+        } else {
+            (next.saturating_sub(tolerance), tolerance + wait)
+        };
+        if next <= latest && act_at <= wait {
+            Verdict {
+                allowed: true,
+                held: next,
+                wait: Some(act_at),
+            }
+        } else {
+            denied(Some(
+                next.saturating_sub(latest).max(act_at.saturating_sub(wait)),
+            ))
         }
     }
 
@@ -518,12 +541,109 @@ impl Divisor {
     }
 }
 
+/// The integer a decision's scaled durations are formed in: `u64` where they fit (a
+/// client's bucket), else `u128`.
+trait Scaled: Copy + Ord + Add<Output = Self> + Into<u128> {
+    /// `n`, which the caller knows fits.
+    fn narrow(n: u128) -> Self;
+    /// `a × b`, which the caller knows fits.
+    fn product(a: u64, b: u64) -> Self;
+    fn saturating_sub(self, other: Self) -> Self;
+}
+
+impl Scaled for u64 {
+    #[inline(always)]
+    fn narrow(n: u128) -> Self {
+        #[allow(clippy::cast_possible_truncation)] // Checked by the caller.
+        let n = n as u64;
+        n
+    }
+
+    #[inline(always)]
+    fn product(a: u64, b: u64) -> Self {
+        a * b
+    }
+
+    #[inline(always)]
+    fn saturating_sub(self, other: Self) -> Self {
+        u64::saturating_sub(self, other)
+    }
+}
+
+impl Scaled for u128 {
+    #[inline(always)]
+    fn narrow(n: u128) -> Self {
+        n
+    }
+
+    #[inline(always)]
+    fn product(a: u64, b: u64) -> Self {
+        wide(a, b)
+    }
+
+    #[inline(always)]
+    fn saturating_sub(self, other: Self) -> Self {
+        u128::saturating_sub(self, other)
+    }
+}
+
+/// A bucket's decision before its durations are divided into ticks, relative to `now`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Verdict<S> {
+    allowed: bool,
+    /// The scaled time the state holds beyond `now`: the new state's if admitted.
+    held: S,
+    /// If admitted, the delay; if denied, the wait until admissible (`None`: never).
+    wait: Option<S>,
+}
+
+impl<S: Scaled> Verdict<S> {
+    #[inline(always)]
+    fn widen(self) -> Verdict<u128> {
+        Verdict {
+            allowed: self.allowed,
+            held: self.held.into(),
+            wait: self.wait.map(Into::into),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{mul_by_halves, Divisor};
+    use super::{mul_by_halves, tag, BucketParams, Divisor, Gcra, Scaled};
+    use crate::limits::{MAX_HORIZON, MAX_LIMIT, MAX_PERIOD};
     use proptest::prelude::*;
 
     proptest! {
+        /// Wherever `decide` takes the 64-bit decision, it is the 128-bit one: every
+        /// field and the next state, boundaries included.
+        #[test]
+        fn narrow_decisions_are_the_wide_ones(
+            rate in 1..=MAX_LIMIT,
+            period in 1..=MAX_PERIOD,
+            pacing: bool,
+            seeds: [u64; 4],
+        ) {
+            let (tag, min) = if pacing { (tag::PACING, 0) } else { (tag::TOKEN_BUCKET, 1) };
+            // The largest capacity in range whose burst fits 64 bits.
+            let horizon = u128::from(MAX_HORIZON) * u128::from(rate) / u128::from(period);
+            let most = MAX_LIMIT.min(u64::try_from(horizon).unwrap_or(u64::MAX)).min(u64::MAX / period - 1);
+            let capacity = min + seeds[0] % (most - min + 1);
+            let gcra = Gcra::new(BucketParams { capacity, rate, period }, tag, min).unwrap();
+            let below = gcra.narrow_below;
+            prop_assert!(below > 0);
+            for held in [0, u128::from(seeds[1]) % below, gcra.tolerance.min(below - 1), below - 1] {
+                let room = below - held;
+                for wait in [0, u128::from(seeds[2]) % room, room - 1] {
+                    let burst = gcra.burst;
+                    for cost in [0, 1, seeds[3] % (burst + 2), burst, burst + 1] {
+                        let narrow = gcra.verdict(u64::narrow(held), cost, u64::narrow(wait));
+                        prop_assert_eq!(narrow.widen(), gcra.verdict(held, cost, wait));
+                    }
+                }
+            }
+        }
+
         #[test]
         fn halves_multiply_exactly(a: u64, b: u64, small: u32) {
             for (a, b) in [(a, b), (a, u64::from(small)), (u64::MAX, b), (u64::MAX, u64::MAX), (0, b)] {
