@@ -7,44 +7,19 @@ use alloc::string::String;
 use alloc::vec::Vec;
 
 use sluicegate_core::clock::MAX_TICKS;
-use sluicegate_core::{Decision, Ticks};
+use sluicegate_core::Ticks;
 use wasm_bindgen::prelude::*;
 
 use crate::error::Error;
-use crate::limit::Limit;
+use crate::limit::{Call, Limit};
 use crate::options::{algorithm, Flat};
 use crate::scheduler::{Budget, Next, Scheduler};
-use crate::units::{ms_from_ticks, ticks_from_ms, whole};
+use crate::units::{ms_from_ticks, ticks_from_ms, whole, Slots};
 
 /// `check`, `peek` and `reserve`: denied, allowed (the decision in the slots), or
 /// invalid input (the message in `rejection`). Throwing from inside the call would
 /// leave the limiter borrowed.
-const DENIED: u32 = 0;
-const ALLOWED: u32 = 1;
 const INVALID: u32 = 2;
-
-/// A decision as `limiter.js` reads it: `allowed` (1 or 0), `limit`, `remaining`,
-/// `retryAfterMs` (-1 for never), `resetAfterMs`, `delayMs`.
-type Slots = [f64; 6];
-
-fn land(slots: &mut Slots, decision: &Decision) -> u32 {
-    // Limits are at most 10^9 and times below 2^53 µs: exact as JS numbers.
-    #[allow(clippy::cast_precision_loss)]
-    let number = |n: u64| n as f64;
-    *slots = [
-        f64::from(u8::from(decision.allowed)),
-        number(decision.limit),
-        number(decision.remaining),
-        decision.retry_after.map_or(-1.0, ms_from_ticks),
-        ms_from_ticks(decision.reset_after),
-        ms_from_ticks(decision.delay),
-    ];
-    if decision.allowed {
-        ALLOWED
-    } else {
-        DENIED
-    }
-}
 
 /// The limit flattened options describe (`texts` joined by newlines).
 fn limit_from(texts: &str, numbers: &[f64]) -> Result<Limit, Error> {
@@ -57,6 +32,7 @@ fn thrown(error: &Error) -> JsError {
 }
 
 /// A request's cost and time, checked.
+#[inline(always)]
 fn request(cost: f64, now_ms: f64) -> Result<(u64, Ticks), Error> {
     Ok((whole("cost", cost)?, ticks_from_ms("nowMs", now_ms)?))
 }
@@ -87,14 +63,28 @@ pub struct LimiterCore {
 }
 
 impl LimiterCore {
-    fn answer(&mut self, decision: Result<Decision, Error>) -> u32 {
-        match decision {
-            Ok(decision) => land(&mut self.slots, &decision),
-            Err(error) => {
-                self.rejection = error.message();
-                INVALID
-            }
+    /// Lands `call` on a request of `cost` at `now_ms`, each checked in that order: 0
+    /// denied, 1 allowed, or invalid. Inlined, the error kept out of line: the hot call passes no `Result`
+    /// through memory.
+    #[inline(always)]
+    fn land(&mut self, cost: f64, now_ms: f64, call: impl FnOnce() -> Result<Call, Error>) -> u32 {
+        let landed = request(cost, now_ms).and_then(|(cost, now)| {
+            let call = call()?;
+            self.scheduler
+                .limit()
+                .land(call, now, cost, &mut self.slots)
+        });
+        match landed {
+            Ok(allowed) => u32::from(allowed),
+            Err(error) => self.reject(&error),
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn reject(&mut self, error: &Error) -> u32 {
+        self.rejection = error.message();
+        INVALID
     }
 }
 
@@ -131,16 +121,12 @@ impl LimiterCore {
 
     /// Decides a request of `cost` and, if admitted, counts it.
     pub fn check(&mut self, cost: f64, #[wasm_bindgen(js_name = nowMs)] now_ms: f64) -> u32 {
-        let decision =
-            request(cost, now_ms).map(|(cost, now)| self.scheduler.limit().check(now, cost));
-        self.answer(decision)
+        self.land(cost, now_ms, || Ok(Call::Check))
     }
 
     /// What `check` would answer, changing nothing.
     pub fn peek(&mut self, cost: f64, #[wasm_bindgen(js_name = nowMs)] now_ms: f64) -> u32 {
-        let decision =
-            request(cost, now_ms).map(|(cost, now)| self.scheduler.limit().peek(now, cost));
-        self.answer(decision)
+        self.land(cost, now_ms, || Ok(Call::Peek))
     }
 
     /// Books a slot within `maxWaitMs`: if admitted, act after `delayMs`. Buckets,
@@ -151,11 +137,9 @@ impl LimiterCore {
         #[wasm_bindgen(js_name = maxWaitMs)] max_wait_ms: f64,
         #[wasm_bindgen(js_name = nowMs)] now_ms: f64,
     ) -> u32 {
-        let decision = request(cost, now_ms).and_then(|(cost, now)| {
-            let max_wait = ticks_from_ms("maxWaitMs", max_wait_ms)?;
-            self.scheduler.limit().reserve(now, cost, max_wait)
-        });
-        self.answer(decision)
+        self.land(cost, now_ms, || {
+            ticks_from_ms("maxWaitMs", max_wait_ms).map(Call::Reserve)
+        })
     }
 
     /// Reports a cost known after the work: `adjustment` units added to what the limiter
@@ -177,7 +161,7 @@ impl LimiterCore {
             self.scheduler.limit().report(now, adjustment)
         });
         let reported = reported.map_err(|e| thrown(&e))?;
-        land(&mut self.slots, &reported.decision);
+        crate::units::land(&mut self.slots, &reported.decision);
         #[allow(clippy::cast_precision_loss)] // At most 2^53 - 1: exact.
         Ok(reported.recorded as f64)
     }

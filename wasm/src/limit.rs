@@ -6,15 +6,17 @@ use alloc::vec::Vec;
 use sluicegate_core::{Algorithm, AnyAlgorithm, Decision, DecodeError, Ticks};
 
 use crate::error::Error;
+use crate::units::{land, Slots};
 
 /// An algorithm's transitions on the one state it governs, one type for whichever
 /// algorithm runs: the client module links only the plain algorithms it builds, never
 /// the dispatch over every kind.
 trait Engine {
     fn check(&mut self, now: Ticks, cost: u64) -> Decision;
-    fn peek(&self, now: Ticks, cost: u64) -> Decision;
-    /// `None` where the algorithm cannot book ahead.
-    fn reserve(&mut self, now: Ticks, cost: u64, max_wait: Ticks) -> Option<Decision>;
+    /// Decides `call`, the decision written into `slots` (no `Decision` passes back
+    /// through memory: copying one costs a call in wasm); whether it admits, `None`
+    /// where the algorithm cannot book ahead.
+    fn land(&mut self, call: Call, now: Ticks, cost: u64, slots: &mut Slots) -> Option<bool>;
     /// `None` where the algorithm takes no reports.
     #[cfg(feature = "full")]
     fn report(&mut self, now: Ticks, adjustment: i64) -> Option<sluicegate_core::Reported>;
@@ -55,14 +57,15 @@ impl<A: Booking> Engine for Slot<A> {
         decision
     }
 
-    // `decide`'s answer with its state dropped, which is what `peek` promises: one
-    // transition linked per algorithm instead of two.
-    fn peek(&self, now: Ticks, cost: u64) -> Decision {
-        self.algorithm.decide(self.state.clone(), now, cost).0
-    }
-
-    fn reserve(&mut self, now: Ticks, cost: u64, max_wait: Ticks) -> Option<Decision> {
-        self.algorithm.book(&mut self.state, now, cost, max_wait)
+    fn land(&mut self, call: Call, now: Ticks, cost: u64, slots: &mut Slots) -> Option<bool> {
+        let decision = match call {
+            Call::Check => self.check(now, cost),
+            // `decide`'s answer with its state dropped, which is what `peek` promises: one
+            // transition linked per algorithm instead of two.
+            Call::Peek => self.algorithm.decide(self.state.clone(), now, cost).0,
+            Call::Reserve(max_wait) => self.algorithm.book(&mut self.state, now, cost, max_wait)?,
+        };
+        Some(land(slots, &decision))
     }
 
     #[cfg(feature = "full")]
@@ -173,6 +176,17 @@ impl Booking for AnyAlgorithm {
     }
 }
 
+/// What a decision does to the state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Call {
+    /// Decides and, if admitted, counts.
+    Check,
+    /// Decides, changing nothing.
+    Peek,
+    /// Books a slot within this wait.
+    Reserve(Ticks),
+}
+
 fn slot<A: Booking + 'static>(algorithm: A) -> Box<dyn Engine> {
     Box::new(Slot {
         algorithm,
@@ -216,25 +230,22 @@ impl Limit {
         self.0.check(now, cost)
     }
 
-    /// What [`check`](Self::check) would answer, changing nothing.
-    pub(crate) fn peek(&self, now: Ticks, cost: u64) -> Decision {
-        self.0.peek(now, cost)
-    }
-
     /// Whether a request of `cost` can ever be admitted, however long it waits.
     pub(crate) fn fits(&self, cost: u64) -> bool {
         self.0.fits(cost)
     }
 
-    /// Books a slot within `max_wait`; refused for algorithms that cannot book ahead.
-    pub(crate) fn reserve(
+    /// Decides `call`, the decision written into `slots`; whether it admits. A
+    /// reservation is refused for algorithms that cannot book ahead.
+    pub(crate) fn land(
         &mut self,
+        call: Call,
         now: Ticks,
         cost: u64,
-        max_wait: Ticks,
-    ) -> Result<Decision, Error> {
+        slots: &mut Slots,
+    ) -> Result<bool, Error> {
         self.0
-            .reserve(now, cost, max_wait)
+            .land(call, now, cost, slots)
             .ok_or(Error::CannotReserve)
     }
 
@@ -275,6 +286,19 @@ mod tests {
     use super::*;
     use crate::options::{algorithm, tests::bucket, tests::window};
 
+    /// The slots `call` lands.
+    fn landed(limit: &mut Limit, call: Call, now: Ticks, cost: u64) -> Result<Slots, Error> {
+        let mut slots = [0.0; 6];
+        limit.land(call, now, cost, &mut slots).map(|_| slots)
+    }
+
+    /// The slots `decision` lands.
+    fn slots(decision: &Decision) -> Slots {
+        let mut slots = [0.0; 6];
+        land(&mut slots, decision);
+        slots
+    }
+
     #[test]
     fn save_and_load_round_trip_and_refuse_garbage() {
         let mut limit =
@@ -290,27 +314,30 @@ mod tests {
         let mut reloaded =
             Limit::new(algorithm(&bucket(Kind::TokenBucket, 3.0, 1.0, 1000.0)).unwrap()).unwrap();
         reloaded.load(&saved).unwrap();
-        assert_eq!(reloaded.peek(0, 1).remaining, 0);
+        assert_eq!(landed(&mut reloaded, Call::Peek, 0, 1).unwrap()[2], 0.0);
 
         for garbage in [&saved[..saved.len() - 1], &[1, 2, 3][..], &[9; 40][..]] {
             assert!(matches!(reloaded.load(garbage), Err(Error::Load(_))));
             assert_eq!(reloaded.save(), saved, "a failed load keeps the state");
         }
         reloaded.reset();
-        assert_eq!(reloaded.peek(0, 1).remaining, 2);
+        assert_eq!(landed(&mut reloaded, Call::Peek, 0, 1).unwrap()[2], 2.0);
     }
 
     #[test]
     fn reserve_is_refused_where_nothing_can_be_booked() {
         let mut limit =
             Limit::new(algorithm(&window(Kind::SlidingLog, 3.0, 1000.0)).unwrap()).unwrap();
-        assert_eq!(limit.reserve(0, 1, 0), Err(Error::CannotReserve));
+        assert_eq!(
+            landed(&mut limit, Call::Reserve(0), 0, 1),
+            Err(Error::CannotReserve)
+        );
         let mut limit =
             Limit::new(algorithm(&bucket(Kind::TokenBucket, 1.0, 1.0, 1000.0)).unwrap()).unwrap();
-        assert_eq!(limit.reserve(0, 1, 0).unwrap().delay, 0);
-        let booked = limit.reserve(0, 1, 2_000_000).unwrap();
-        assert!(booked.allowed);
-        assert_eq!(booked.delay, 1_000_000);
+        assert_eq!(landed(&mut limit, Call::Reserve(0), 0, 1).unwrap()[5], 0.0);
+        let booked = landed(&mut limit, Call::Reserve(2_000_000), 0, 1).unwrap();
+        // Admitted, acting after 1000 ms.
+        assert_eq!((booked[0], booked[5]), (1.0, 1000.0));
     }
 
     #[cfg(feature = "full")]
@@ -384,8 +411,8 @@ mod tests {
                     core.decide(state, now, cost)
                 };
                 state = next;
-                let got = if reserve { limit.reserve(now, cost, gap).unwrap() } else { limit.check(now, cost) };
-                prop_assert_eq!(got, expected);
+                let call = if reserve { Call::Reserve(gap) } else { Call::Check };
+                prop_assert_eq!(landed(&mut limit, call, now, cost).unwrap(), slots(&expected));
                 prop_assert_eq!(limit.save(), state.as_ref().map(|s| core.encode_to_vec(s)).unwrap_or_default());
             }
         }

@@ -4,7 +4,7 @@
 use alloc::string::String;
 
 use sluicegate_core::clock::MAX_TICKS;
-use sluicegate_core::Ticks;
+use sluicegate_core::{Decision, Ticks};
 
 use crate::error::Error;
 
@@ -52,6 +52,27 @@ fn not_milliseconds(name: &'static str, ms: f64) -> Error {
         name,
         shown: show(ms),
     }
+}
+
+/// A decision as `limiter.js` reads it: `allowed` (1 or 0), `limit`, `remaining`,
+/// `retryAfterMs` (-1 for never), `resetAfterMs`, `delayMs`.
+pub(crate) type Slots = [f64; 6];
+
+/// Writes `decision` into `slots`; whether it admits.
+#[inline(always)]
+pub(crate) fn land(slots: &mut Slots, decision: &Decision) -> bool {
+    // Limits are at most 10^9 and times below 2^53 µs: exact as JS numbers.
+    #[allow(clippy::cast_precision_loss)]
+    let number = |n: u64| n as f64;
+    *slots = [
+        f64::from(u8::from(decision.allowed)),
+        number(decision.limit),
+        number(decision.remaining),
+        decision.retry_after.map_or(-1.0, ms_from_ticks),
+        ms_from_ticks(decision.reset_after),
+        ms_from_ticks(decision.delay),
+    ];
+    decision.allowed
 }
 
 /// Ticks as milliseconds, the nearest double: durations and times below 2^51 µs (71
