@@ -171,10 +171,15 @@ impl LimiterCore {
         core::mem::take(&mut self.rejection)
     }
 
-    /// Queues call `id` of `cost`: 0 queued; 1 refused (a full queue, a cost that can
-    /// never fit) and 2 invalid, each with a `rejection`.
-    pub fn push(&mut self, id: u32, cost: f64) -> u32 {
-        let pushed = whole("cost", cost).map(|cost| self.scheduler.push(id, cost));
+    /// Queues call `id` of `cost` at `nowMs`: 0 queued; 1 refused (a full queue, a cost
+    /// that can never fit) and 2 invalid, each with a `rejection`.
+    pub fn push(
+        &mut self,
+        id: u32,
+        cost: f64,
+        #[wasm_bindgen(js_name = nowMs)] now_ms: f64,
+    ) -> u32 {
+        let pushed = request(cost, now_ms).map(|(cost, now)| self.scheduler.push(id, cost, now));
         let (code, error) = match pushed {
             Ok(Ok(())) => return 0,
             Ok(Err((_, error))) => (1, error),

@@ -20,7 +20,8 @@ trait Engine {
     /// `None` where the algorithm takes no reports.
     #[cfg(feature = "full")]
     fn report(&mut self, now: Ticks, adjustment: i64) -> Option<sluicegate_core::Reported>;
-    fn fits(&self, cost: u64) -> bool;
+    /// Whether a fresh state admits `cost` at `now`, at once or after a wait.
+    fn fits(&self, cost: u64, now: Ticks) -> bool;
     fn save(&self) -> Vec<u8>;
     fn load(&mut self, bytes: &[u8]) -> Result<(), DecodeError>;
     fn reset(&mut self);
@@ -73,8 +74,12 @@ impl<A: Booking> Engine for Slot<A> {
         Booking::report(&self.algorithm, &mut self.state, now, adjustment)
     }
 
-    fn fits(&self, cost: u64) -> bool {
-        self.algorithm.decide(None, 0, cost).0.retry_after.is_some()
+    fn fits(&self, cost: u64, now: Ticks) -> bool {
+        self.algorithm
+            .decide(None, now, cost)
+            .0
+            .retry_after
+            .is_some()
     }
 
     fn save(&self) -> Vec<u8> {
@@ -230,9 +235,10 @@ impl Limit {
         self.0.check(now, cost)
     }
 
-    /// Whether a request of `cost` can ever be admitted, however long it waits.
-    pub(crate) fn fits(&self, cost: u64) -> bool {
-        self.0.fits(cost)
+    /// Whether a request of `cost` at `now` can ever be admitted, however long it waits
+    /// (a calendar window's periods need not hold tick 0).
+    pub(crate) fn fits(&self, cost: u64, now: Ticks) -> bool {
+        self.0.fits(cost, now)
     }
 
     /// Decides `call`, the decision written into `slots`; whether it admits. A

@@ -526,8 +526,9 @@ pub(crate) mod tests {
         }
     }
 
+    /// A calendar window of 2 a day in New York, on `boundaries` if given.
     #[cfg(feature = "full")]
-    fn calendar_options(boundaries: Option<Vec<f64>>) -> Options {
+    pub(crate) fn calendar_options(boundaries: Option<Vec<f64>>) -> Options {
         let options = Options::new(Kind::CalendarWindow)
             .number("limit", 2.0)
             .with("calendar", Value::Text("day"))

@@ -75,14 +75,14 @@ impl<J> Scheduler<J> {
         self.queue.len()
     }
 
-    /// Queues a call of `cost`. Refused, handing the job back with the reason, when the
-    /// queue is full or the cost can never fit the limit.
-    pub(crate) fn push(&mut self, job: J, cost: u64) -> Result<(), (J, Error)> {
+    /// Queues a call of `cost` at `now`. Refused, handing the job back with the reason,
+    /// when the queue is full or the cost can never fit the limit.
+    pub(crate) fn push(&mut self, job: J, cost: u64, now: Ticks) -> Result<(), (J, Error)> {
         if self.queue.len() >= self.max_queued {
             return Err((job, Error::QueueFull(self.max_queued)));
         }
         if cost > self.fitting {
-            if !self.limit.fits(cost) {
+            if !self.limit.fits(cost, now) {
                 return Err((job, Error::NeverFits(cost)));
             }
             self.fitting = cost;
@@ -177,7 +177,7 @@ mod tests {
         let (mut now, mut arrived, mut runs) = (0, 0, Vec::new());
         loop {
             while arrived < arrivals.len() && arrivals[arrived].0 <= now {
-                scheduler.push(arrived, arrivals[arrived].1).unwrap();
+                scheduler.push(arrived, arrivals[arrived].1, now).unwrap();
                 arrived += 1;
             }
             let next_arrival = arrivals.get(arrived).map(|a| a.0);
@@ -264,18 +264,18 @@ mod tests {
     fn a_full_queue_and_a_cost_that_never_fits_are_refused() {
         let mut scheduler = token_bucket();
         for job in 0..3 {
-            scheduler.push(job, 1).unwrap();
+            scheduler.push(job, 1, 0).unwrap();
         }
-        let (job, reason) = scheduler.push(3, 1).unwrap_err();
+        let (job, reason) = scheduler.push(3, 1, 0).unwrap_err();
         assert_eq!((job, reason), (3, Error::QueueFull(3)));
         assert_eq!(
             Error::QueueFull(3).message(),
             "the throttle's queue is full: 3 calls are waiting"
         );
         scheduler.remove(|&job| job == 1);
-        let (_, reason) = scheduler.push(4, 3).unwrap_err();
+        let (_, reason) = scheduler.push(4, 3, 0).unwrap_err();
         assert_eq!(reason, Error::NeverFits(3));
-        scheduler.push(5, 2).unwrap();
+        scheduler.push(5, 2, 0).unwrap();
         assert_eq!(scheduler.len(), 3);
     }
 
@@ -283,7 +283,7 @@ mod tests {
     fn removed_calls_never_run_and_free_the_front() {
         let mut scheduler = token_bucket();
         for job in 0..3 {
-            scheduler.push(job, 1).unwrap();
+            scheduler.push(job, 1, 0).unwrap();
         }
         assert_eq!(scheduler.next(0), Next::Run(0));
         assert_eq!(scheduler.next(0), Next::Run(1));
@@ -295,7 +295,7 @@ mod tests {
     #[test]
     fn a_pause_holds_every_call_then_the_limit_applies() {
         let mut scheduler = token_bucket();
-        scheduler.push(0, 1).unwrap();
+        scheduler.push(0, 1, 0).unwrap();
         scheduler.pause_until(SECOND);
         scheduler.pause_until(10);
         assert_eq!(scheduler.next(0), Next::WaitUntil(SECOND));
@@ -306,7 +306,7 @@ mod tests {
     fn the_servers_budget_caps_the_local_limit_until_it_ends() {
         let mut scheduler = token_bucket();
         for job in 0..3 {
-            scheduler.push(job, 1).unwrap();
+            scheduler.push(job, 1, 0).unwrap();
         }
         scheduler.set_budget(Budget {
             remaining: 1,
@@ -317,5 +317,24 @@ mod tests {
         assert_eq!(scheduler.next(0), Next::WaitUntil(5 * SECOND));
         assert_eq!(scheduler.next(5 * SECOND), Next::Run(1));
         assert_eq!(scheduler.next(5 * SECOND), Next::Run(2));
+    }
+
+    /// A calendar window's periods may begin long after tick 0: whether a cost fits is
+    /// asked when the call is queued, where one decides.
+    #[cfg(feature = "full")]
+    #[test]
+    fn a_calendar_window_on_the_callers_boundaries_runs_its_calls() {
+        let options = crate::options::tests::calendar_options(Some(vec![1000.0, 2000.0, 3000.0]));
+        let calendar = || Scheduler::new(Limit::new(algorithm(&options).unwrap()).unwrap(), 2);
+        let mut scheduler = calendar();
+        let now = 1500 * MILLISECOND;
+        scheduler.push(0, 1, now).unwrap();
+        scheduler.push(1, 2, now).unwrap();
+        assert_eq!(scheduler.next(now), Next::Run(0));
+        assert_eq!(scheduler.next(now), Next::WaitUntil(2 * SECOND));
+        assert_eq!(scheduler.next(2 * SECOND), Next::Run(1));
+        // Beyond the last boundary nothing is ever admitted.
+        let (_, reason) = calendar().push(2, 1, 3 * SECOND).unwrap_err();
+        assert_eq!(reason, Error::NeverFits(1));
     }
 }

@@ -6,6 +6,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import { Throttle } from "../pkg/client/node.js";
+import { Throttle as FullThrottle } from "../pkg/full/node.js";
 import { feedback, httpDate } from "../pkg/client/feedback.js";
 
 const bucket = { algorithm: "token-bucket", capacity: 1, rate: 1, periodMs: 100 };
@@ -48,6 +49,14 @@ test("abort withdraws a waiting call; a full queue and a cost that never fits re
   assert.throws(() => new Throttle({ ...bucket, maxQueued: 0 }), /maxQueued must be at least 1/);
   assert.throws(() => new Throttle({ ...bucket, maxQueued: "2" }), /options.maxQueued must be a number/);
   assert.equal(ran, 2, "the withdrawn and refused calls never ran");
+});
+
+test("a calendar window on the caller's boundaries runs its calls", async () => {
+  // A day around now: its periods do not hold the epoch, where a cost once was checked.
+  const now = Date.now();
+  const boundariesMs = [now - 43_200_000, now + 43_200_000];
+  const throttle = new FullThrottle({ algorithm: "calendar-window", limit: 2, calendar: "day", boundariesMs });
+  assert.deepEqual(await Promise.all([throttle.schedule(() => 1), throttle.schedule(() => 2)]), [1, 2]);
 });
 
 test("Retry-After pauses the queue for as long as the server asks", async () => {

@@ -235,7 +235,9 @@ export class Throttle {
     }
     const id = this.#ids;
     this.#ids = (id + 1) >>> 0;
-    const pushed = this.#core.push(id, cost);
+    // One reading for the queue and the pump: whether a cost can fit depends on when.
+    const now = clock();
+    const pushed = this.#core.push(id, cost, now);
     if (pushed === 2) throw new Error(this.#core.rejection());
     if (pushed === 1) {
       call.reject(new Error(this.#core.rejection()));
@@ -246,7 +248,7 @@ export class Throttle {
       signal.addEventListener("abort", call.listener);
     }
     this.#calls.set(id, call);
-    this.#pump();
+    this.#pump(now);
     return promise;
   }
 
@@ -281,10 +283,9 @@ export class Throttle {
     this.#pump();
   }
 
-  /** Runs every call that may run now, then sets one timer for the next that may. */
-  #pump() {
+  /** Runs every call that may run at `now`, then sets one timer for the next that may. */
+  #pump(now = clock()) {
     // One reading per pump: a later call decided at an earlier instant waits, never runs early.
-    const now = clock();
     for (;;) {
       const next = this.#core.next(now);
       if (next === 1) {

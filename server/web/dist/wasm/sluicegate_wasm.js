@@ -110,14 +110,15 @@ export class LimiterCore {
         return ret >>> 0;
     }
     /**
-     * Queues call `id` of `cost`: 0 queued; 1 refused (a full queue, a cost that can
-     * never fit) and 2 invalid, each with a `rejection`.
+     * Queues call `id` of `cost` at `nowMs`: 0 queued; 1 refused (a full queue, a cost
+     * that can never fit) and 2 invalid, each with a `rejection`.
      * @param {number} id
      * @param {number} cost
+     * @param {number} nowMs
      * @returns {number}
      */
-    push(id, cost) {
-        const ret = wasm.limitercore_push(this.__wbg_ptr, id, cost);
+    push(id, cost, nowMs) {
+        const ret = wasm.limitercore_push(this.__wbg_ptr, id, cost, nowMs);
         return ret >>> 0;
     }
     /**
