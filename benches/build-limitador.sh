@@ -6,7 +6,8 @@
 # Debian 12's RocksDB is 7.8, and the `rocksdb` crate calls one function of 8.x's C API
 # (`rocksdb_write_buffer_manager_destroy`, reached only by the disk storage): a linker script
 # named librocksdb.so adds a no-op for it. limitador's release profile is fat LTO, one codegen
-# unit: about 35 minutes on two shared cores.
+# unit: 35 to 50 minutes on two shared cores. cargo runs under `nice -n 10` already: another
+# `nice` around this script makes it 19, behind every other build on the machine.
 set -euo pipefail
 src=$(cd "${1:?usage: build-limitador.sh LIMITADOR_SOURCE_DIR}" && pwd)
 command -v protoc >/dev/null || { echo "protoc missing: apt-get install -y protobuf-compiler" >&2; exit 1; }

@@ -128,13 +128,18 @@ pub const TOKEN_BUCKET: &str = r#"{"algorithm":"token-bucket","capacity":1000000
 
 /// The policies both servers get, named as the gRPC domain and limitador's namespace:
 /// a fixed window (what limitador has) and sluicegate's token bucket, each a million a
-/// second per key.
-pub const POLICIES: [(&str, &str); 2] = [
+/// second per key, and the native twin of `cel_3_limits` ([`LIMITADOR_FILES`]): a
+/// composite of its three fixed windows (a second's, a minute's and an hour's).
+pub const POLICIES: [(&str, &str); 3] = [
     (
         "bench",
         r#"{"algorithm":"fixed-window","limit":1000000,"period":"1s","apps":["load"]}"#,
     ),
     ("bench_tb", TOKEN_BUCKET),
+    (
+        "bench_3",
+        r#"{"algorithm":"composite","limits":[{"algorithm":"fixed-window","limit":1000000,"period":"1s"},{"algorithm":"fixed-window","limit":1000000000,"period":"1m"},{"algorithm":"fixed-window","limit":1000000000,"period":"1h"}],"apps":["load"]}"#,
+    ),
 ];
 
 /// Creates the app `load` on the server at `http` with the `admin` token and puts
@@ -155,10 +160,11 @@ pub async fn provision(
         .ok_or_else(|| format!("no token in the new app: {app}"))
 }
 
-/// limitador's limits files sluicegate serves (`--limitador-config`) on the namespace
-/// `bench`, each limit with a condition and a variable over the descriptor's `k` and a
-/// million a second per key (within the core's range for the longer windows): one
-/// limit, and the three of a file with a minute's and an hour's limits too.
+/// limitador's limits files, served alike by sluicegate (`--limitador-config`) and by
+/// limitador-server, on the namespace `bench`, each limit with a condition and a
+/// variable over the descriptor's `k` and a million a second per key (within the core's
+/// range for the longer windows): one limit, and the three of a file with a minute's and
+/// an hour's limits too.
 pub const LIMITADOR_FILES: [(&str, &str); 2] = [
     (
         "cel_1_limit",
@@ -213,17 +219,22 @@ pub async fn sluicegate(
     Ok(running)
 }
 
-/// `limitador-server` (at `bin`) on loopback with the fixed window of [`POLICIES`] as
-/// its limit, keyed by the first descriptor's entry `k`; `storage` is its storage
-/// subcommand and arguments (`memory`, `redis URL`, `redis_cached URL`).
-pub fn limitador(bin: &Path, storage: &[&str]) -> Result<Running, String> {
+/// limitador's limits file for the fixed window of [`POLICIES`]: keyed by the first
+/// descriptor's entry `k`, no condition.
+pub const LIMITADOR_FIXED: &str = "- namespace: bench\n  max_value: 1000000\n  seconds: 1\n  conditions: []\n  variables:\n    - \"descriptors[0]['k']\"\n";
+
+/// `limitador-server` (at `bin`) on loopback serving the limits file `limits` (its text:
+/// [`LIMITADOR_FIXED`] or one of [`LIMITADOR_FILES`]); `storage` is its storage
+/// subcommand (`memory`, `redis`, `redis_cached`) and `url` its Redis.
+pub fn limitador(
+    bin: &Path,
+    limits: &str,
+    storage: &str,
+    url: Option<&str>,
+) -> Result<Running, String> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let limits = dir.path().join("limits.yaml");
-    std::fs::write(
-        &limits,
-        "- namespace: bench\n  max_value: 1000000\n  seconds: 1\n  conditions: []\n  variables:\n    - \"descriptors[0]['k']\"\n",
-    )
-    .map_err(|e| e.to_string())?;
+    let file = dir.path().join("limits.yaml");
+    std::fs::write(&file, limits).map_err(|e| e.to_string())?;
     let mut command = Command::new(bin);
     command.env("RUST_LOG", "warn");
     Running::start(command, dir, |command, http, grpc| {
@@ -231,7 +242,8 @@ pub fn limitador(bin: &Path, storage: &[&str]) -> Result<Running, String> {
         let (rls_ip, rls_port) = grpc.split_once(':').unwrap_or_default();
         command
             .args(["-b", rls_ip, "-p", rls_port, "-B", http_ip, "-P", http_port])
-            .arg(&limits)
-            .args(storage);
+            .arg(&file)
+            .arg(storage)
+            .args(url);
     })
 }

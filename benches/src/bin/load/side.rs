@@ -14,7 +14,9 @@ use sluicegate_core::Kind;
 
 use crate::http::Ask;
 use crate::measure::Phase;
-use crate::procs::{cpu_us, limitador, sluicegate, sluicegate_bin, Running, LIMITADOR_FILES};
+use crate::procs::{
+    cpu_us, limitador, sluicegate, sluicegate_bin, Running, LIMITADOR_FILES, LIMITADOR_FIXED,
+};
 use crate::{grpc, http, Options, Protocol};
 
 /// A row's server.
@@ -24,8 +26,11 @@ enum Server {
     Sluicegate(&'static str, &'static str),
     /// sluicegate on a limitador file of `procs::LIMITADOR_FILES` (its name and text).
     SluicegateFile(&'static str, &'static str),
-    /// limitador with this storage.
+    /// limitador with this storage, on the fixed window ([`LIMITADOR_FIXED`]).
     Limitador(&'static str),
+    /// limitador on a limitador file of `procs::LIMITADOR_FILES` (its name and text), the
+    /// same file as a [`Server::SluicegateFile`] row, with this storage.
+    LimitadorFile(&'static str, &'static str, &'static str),
 }
 
 impl Server {
@@ -35,18 +40,25 @@ impl Server {
             Self::Sluicegate(_, algorithm) => ("sluicegate", algorithm),
             Self::SluicegateFile(name, _) => ("sluicegate", name),
             Self::Limitador(storage) => ("limitador", storage),
+            Self::LimitadorFile(name, ..) => ("limitador", name),
         }
     }
 }
 
-/// The rows of a backend, the servers alternating.
+/// The rows of a backend, the servers alternating; then each limitador file on
+/// sluicegate and on limitador (its `redis` storage on Redis), the three limits' after
+/// their native twin on sluicegate (a composite policy).
 fn rows(redis: bool) -> Vec<Server> {
     let fixed = Server::Sluicegate("bench", Kind::FixedWindow.name());
     let bucket = Server::Sluicegate("bench_tb", Kind::TokenBucket.name());
     let [(one, one_file), (three, three_file)] = LIMITADOR_FILES;
+    let storage = if redis { "redis" } else { "memory" };
     let files = [
         Server::SluicegateFile(one, one_file),
+        Server::LimitadorFile(one, one_file, storage),
+        Server::Sluicegate("bench_3", Kind::Composite.name()),
         Server::SluicegateFile(three, three_file),
+        Server::LimitadorFile(three, three_file, storage),
     ];
     let mut rows = if redis {
         vec![
@@ -123,8 +135,12 @@ async fn start(
         (Server::SluicegateFile(_, limits), url) => {
             sluicegate(sluicegate_bin, url, Some(limits)).await
         }
-        (Server::Limitador(storage), Some(url)) => limitador(limitador_bin, &[storage, url]),
-        (Server::Limitador(storage), None) => limitador(limitador_bin, &[storage]),
+        (Server::Limitador(storage), url) => {
+            limitador(limitador_bin, LIMITADOR_FIXED, storage, url)
+        }
+        (Server::LimitadorFile(_, limits, storage), url) => {
+            limitador(limitador_bin, limits, storage, url)
+        }
     }
 }
 
@@ -141,7 +157,7 @@ async fn send(
     };
     let domain = match server {
         Server::Sluicegate(policy, _) => policy,
-        Server::Limitador(_) | Server::SluicegateFile(..) => "bench",
+        Server::Limitador(_) | Server::LimitadorFile(..) | Server::SluicegateFile(..) => "bench",
     };
     match options.protocol {
         Some(Protocol::Grpc) => {
@@ -153,7 +169,7 @@ async fn send(
                 Server::Sluicegate(policy, _) => {
                     Ask::decide(&running.http, &running.token, policy, options.keys)?
                 }
-                Server::Limitador(_) | Server::SluicegateFile(..) => {
+                Server::Limitador(_) | Server::LimitadorFile(..) | Server::SluicegateFile(..) => {
                     let bodies: Arc<[Bytes]> = (0..options.keys)
                         .map(|k| {
                             Bytes::from(format!(
@@ -260,7 +276,7 @@ pub fn run(options: &Options) -> ExitCode {
     let peer = peer(options).inspect_err(|why| eprintln!("load: {why}: sluicegate's rows alone"));
     for server in rows(redis.is_some()) {
         let peer_bin = match (server, &peer) {
-            (Server::Limitador(_), Err(_)) => continue,
+            (Server::Limitador(_) | Server::LimitadorFile(..), Err(_)) => continue,
             (_, peer) => peer.as_deref().unwrap_or(Path::new("")),
         };
         let measured = runtime.block_on(async {
