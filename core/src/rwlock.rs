@@ -33,11 +33,9 @@ use alloc::vec::Vec;
 use crate::encoding::{self, Reader};
 use crate::lease::{check_owner, check_ttl, Grant};
 use crate::limits::{MAX_LEASES, MAX_OWNER_LEN, MAX_PERIOD};
+// Named here too, beside the lock whose queue it bounds.
+pub use crate::limits::MAX_WAITERS;
 use crate::{Decision, DecodeError, ParamError, Ticks, MAX_TICKS};
-
-/// The most waiters a key's queue holds: its state (and each transition's work) grows
-/// with them.
-pub const MAX_WAITERS: u64 = 1024;
 
 /// What a caller asks for.
 #[non_exhaustive]
