@@ -273,6 +273,17 @@ pub struct Place {
     pub expires_at: Ticks,
 }
 
+impl Place {
+    /// A place as a host read it back (a Redis script's reply).
+    pub const fn new(number: u64, ahead: u64, expires_at: Ticks) -> Self {
+        Self {
+            number,
+            ahead,
+            expires_at,
+        }
+    }
+}
+
 /// The answer to [`RwLease::acquire`] and [`RwLease::try_acquire`].
 #[must_use = "a denied acquire holds nothing"]
 #[non_exhaustive]
@@ -287,6 +298,17 @@ pub struct RwAcquired {
     pub grant: Option<Grant>,
     /// The caller's place, when denied and queued.
     pub place: Option<Place>,
+}
+
+impl RwAcquired {
+    /// An answer as a host read it back (a Redis script's reply).
+    pub const fn new(decision: Decision, grant: Option<Grant>, place: Option<Place>) -> Self {
+        Self {
+            decision,
+            grant,
+            place,
+        }
+    }
 }
 
 /// A lock call that cannot be carried out.
