@@ -12,7 +12,7 @@ use sluicegate_core::rwlock::{LockError, LockMode, RwLease, RwState};
 use sluicegate_core::{Concurrency, LeaseRequest, Ticks, SECOND};
 use sluicegate_redis::{Error, HeldChange, RedisLeases, RedisRwLock};
 
-use crate::common::{self, Server};
+use crate::common::{self, Cluster, Server};
 
 /// Around 2026 in µs since the Unix epoch.
 const EPOCH: Ticks = 1_790_000_000_000_000;
@@ -276,7 +276,9 @@ fn fifty_waiters_cost_one_waiters_commands_per_release() {
     assert!(per_release <= 3.0, "{per_release}");
     let today = polled_exclusive_lease(&server);
     println!("exclusive lease polled every 100 ms, {HERD} waiters: {today:.2} Redis commands per release");
-    assert!(today > 10.0 * per_release, "{today}");
+    // Each of today's waiters polls for as long as those ahead of it hold (20 ms each):
+    // several times one waiter's commands however fast the machine.
+    assert!(today > 2.0 * per_release, "{today}");
 }
 
 /// A minute's exclusive lease on `key` for `owner`.
@@ -320,4 +322,63 @@ fn polled_exclusive_lease(server: &Server) -> f64 {
         }
     });
     (commands_run(&mut watch) - before) as f64 / HERD as f64
+}
+
+/// On a cluster, a lock's wake list is in its hash slot: keys spread over the nodes, with
+/// and without a hash tag, each hand a fair lock to a blocked waiter by its wake.
+#[test]
+fn a_waiter_is_woken_on_every_cluster_node() {
+    let cluster = Cluster::start();
+    let client = redis::cluster::ClusterClient::new(cluster.urls()).unwrap();
+    let lock = RedisRwLock::new(RwLease::new(1).unwrap().fair());
+    for key in [
+        "resource:0",
+        "resource:1",
+        "resource:2",
+        "{orders}:7",
+        "plain",
+    ] {
+        let mut con = client.get_connection().unwrap();
+        let holder = hold(key, b"holder");
+        let taken = lock
+            .acquire(&mut con, &holder, LockMode::Exclusive, None)
+            .unwrap();
+        assert!(taken.answer.grant.is_some());
+        std::thread::scope(|s| {
+            let waiter = s.spawn(|| {
+                let mut con = client.get_connection().unwrap();
+                let request = hold(key, b"waiter");
+                let got = lock.acquire_blocking(
+                    &mut con,
+                    &request,
+                    LockMode::Exclusive,
+                    Duration::from_secs(30),
+                );
+                (got.unwrap().grant.is_some(), Instant::now())
+            });
+            let start = Instant::now();
+            while lock
+                .state(&mut con, key.as_bytes())
+                .unwrap()
+                .is_none_or(|s| s.waiters().is_empty())
+            {
+                assert!(
+                    start.elapsed() < Duration::from_secs(10),
+                    "{key}: never queued"
+                );
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            let released = Instant::now();
+            let handed = lock.change(&mut con, &holder, HeldChange::Release).unwrap();
+            assert_eq!(handed.woken.as_deref(), Some(&b"waiter"[..]));
+            let (granted, at) = waiter.join().unwrap();
+            assert!(granted, "{key}");
+            // Woken, not left to its place's renewal 5 s later.
+            assert!(
+                at - released < Duration::from_secs(2),
+                "{key}: {:?}",
+                at - released
+            );
+        });
+    }
 }
