@@ -175,6 +175,11 @@ impl<C: Clock> RwLeases<C> {
             .filter(|state| !state.is_fresh(now))
     }
 
+    /// How many callers are blocked in [`acquire`](Self::acquire) now, queued or not.
+    pub fn blocked(&self) -> usize {
+        self.inner().blocked.len()
+    }
+
     /// How many blocked callers releases, grants and withdrawals have woken: one per
     /// turn handed on, however many wait.
     pub fn wakes(&self) -> u64 {

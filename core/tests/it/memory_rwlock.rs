@@ -271,7 +271,7 @@ fn an_unfair_release_wakes_a_reader_the_core_did_not_queue() {
             host.acquire(b"r", LockMode::Shared, LONG, Duration::from_secs(30), None)
                 .map(|g| g.grant())
         });
-        std::thread::sleep(Duration::from_millis(20));
+        eventually("blocked", || host.blocked() == 1);
         assert_eq!(queued(&host), 0);
         let start = Instant::now();
         drop(writer);

@@ -373,9 +373,9 @@ fn a_waiter_is_woken_on_every_cluster_node() {
             assert_eq!(handed.woken.as_deref(), Some(&b"waiter"[..]));
             let (granted, at) = waiter.join().unwrap();
             assert!(granted, "{key}");
-            // Woken, not left to its place's renewal 5 s later.
+            // Woken, not left to its place's renewal 5 s later (4 s: a loaded machine).
             assert!(
-                at - released < Duration::from_secs(2),
+                at - released < Duration::from_secs(4),
                 "{key}: {:?}",
                 at - released
             );
