@@ -427,6 +427,32 @@ impl Open {
     }
 }
 
+#[cfg(feature = "redis")]
+use sluicegate_core::rwlock::LockError;
+
+#[cfg(feature = "redis")]
+impl Open {
+    /// The lock family and a connection to it, on Redis only (the one backend that holds
+    /// it); the connection's requests may block `blocking` beyond the usual timeout (a
+    /// waiter's `BLPOP`).
+    pub fn rw_lock(
+        &self,
+        lease: sluicegate_core::rwlock::RwLease,
+        place_ttl: Ticks,
+        blocking: std::time::Duration,
+    ) -> Option<(sluicegate_redis::RedisRwLock, Reconnecting)> {
+        let Backend::Redis(target) = &self.backend else {
+            return None;
+        };
+        let lock = sluicegate_redis::RedisRwLock::new(lease)
+            .with_prefix(self.namespace.as_bytes())
+            .with_place_ttl(place_ttl)
+            .ok()?;
+        let timeout = sluicegate_redis::DEFAULT_TIMEOUT + blocking;
+        Some((lock, target.connect().with_timeout(timeout)))
+    }
+}
+
 /// The message for rate policies on etcd, which holds locks and leases only.
 #[cfg(feature = "etcd")]
 const ETCD_LEASES_ONLY: &str = "etcd holds locks and leases only (lock, lease); rate limits need memory, sled:PATH or redis://HOST";
@@ -642,6 +668,8 @@ impl From<sluicegate_redis::Error> for Failure {
     fn from(e: sluicegate_redis::Error) -> Self {
         match e {
             sluicegate_redis::Error::Lease(e) => lease_failure(e),
+            sluicegate_redis::Error::Lock(LockError::NotHeld) => Self::NotHeld,
+            e @ sluicegate_redis::Error::Lock(_) => Self::Input(e.to_string()),
             e @ sluicegate_redis::Error::OutOfRange { .. } => Self::Input(e.to_string()),
             e @ sluicegate_redis::Error::Tls(_) => Self::Tls(e.to_string()),
             e => Self::Backend(e.to_string()),

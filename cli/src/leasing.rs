@@ -12,7 +12,7 @@ use clap::Args;
 use serde::Serialize;
 use sluicegate_core::limits::MAX_OWNER_LEN;
 use sluicegate_core::{
-    Clock, Concurrency, KeyDisplay, LeaseRequest, LeaseState, MonotonicClock, Ticks,
+    Clock, Concurrency, Grant, KeyDisplay, LeaseRequest, LeaseState, MonotonicClock, Ticks,
 };
 
 use crate::args::{instant, BackendArgs};
@@ -88,13 +88,55 @@ pub struct Call<'a> {
     pub op: Op,
 }
 
-pub fn call(c: &Call) -> Result<ExitCode, Failure> {
-    let holder = c.holder;
-    if let (Some(_), Op::Acquire { wait: Some(_), .. }) = (holder.now, c.op) {
+/// `--wait` with `--now` is refused: a wait runs on the clock.
+pub fn check_wait(holder: &Holder, op: Op) -> Result<(), Failure> {
+    if let (Some(_), Op::Acquire { wait: Some(_), .. }) = (holder.now, op) {
         return Err(Failure::Input(
             "--wait retries on the clock, so it cannot be used with --now".into(),
         ));
     }
+    Ok(())
+}
+
+/// A release or renew refused for want of a lease, worded with the owner and `what`.
+pub fn not_held(holder: &Holder, what: &str, e: Failure) -> Failure {
+    match e {
+        Failure::NotHeld => Failure::Refused(format!(
+            "owner {} holds no lease on {what} (never acquired, released, or expired)",
+            KeyDisplay(holder.owner.as_bytes()),
+        )),
+        e => e,
+    }
+}
+
+/// The line a grant prints.
+pub fn acquired_line(grant: Grant) -> String {
+    format!(
+        "acquired token={} expires_at_us={} holds={}",
+        grant.token, grant.expires_at, grant.holds
+    )
+}
+
+/// The line a renewal prints.
+pub fn renewed_line(grant: Grant) -> String {
+    format!(
+        "renewed token={} expires_at_us={} holds={}",
+        grant.token, grant.expires_at, grant.holds
+    )
+}
+
+/// Prints `line` as the command's one line of output.
+pub fn print_line(line: &str) -> Result<ExitCode, Failure> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}")
+        .and_then(|()| out.flush())
+        .map_err(output)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn call(c: &Call) -> Result<ExitCode, Failure> {
+    let holder = c.holder;
+    check_wait(holder, c.op)?;
     // The local clock only times --wait; each call is at --now or on the backend's clock.
     let now = || MonotonicClock::new().now();
     // Each attempt opens the backend and closes it again, so that while this command
@@ -102,14 +144,7 @@ pub fn call(c: &Call) -> Result<ExitCode, Failure> {
     let leases = || c.open.leases(c.model);
     let request = LeaseRequest::new(c.key).owner(&holder.owner);
     let request = holder.now.map_or(request, |now| request.at(now));
-    let not_held = |e: Failure| match e {
-        Failure::NotHeld => Failure::Refused(format!(
-            "owner {} holds no lease on {} (never acquired, released, or expired)",
-            KeyDisplay(holder.owner.as_bytes()),
-            c.what
-        )),
-        e => e,
-    };
+    let not_held = |e: Failure| not_held(holder, &c.what, e);
     let line = match c.op {
         Op::Acquire { ttl, wait } => {
             let deadline = wait.map(|w| now().saturating_add(w));
@@ -117,10 +152,7 @@ pub fn call(c: &Call) -> Result<ExitCode, Failure> {
                 let left = deadline.map_or(0, |d| d.saturating_sub(now()));
                 let acquired = leases()?.acquire_within(&request.ttl(ttl), left)?;
                 if let Some(grant) = acquired.grant {
-                    break format!(
-                        "acquired token={} expires_at_us={} holds={}",
-                        grant.token, grant.expires_at, grant.holds
-                    );
+                    break acquired_line(grant);
                 }
                 // Denied: the time until the earliest lease expires.
                 let retry = acquired.decision.retry_after.unwrap_or(0);
@@ -148,17 +180,10 @@ pub fn call(c: &Call) -> Result<ExitCode, Failure> {
         }
         Op::Renew { ttl } => {
             let grant = leases()?.renew(&request.ttl(ttl)).map_err(not_held)?;
-            format!(
-                "renewed token={} expires_at_us={} holds={}",
-                grant.token, grant.expires_at, grant.holds
-            )
+            renewed_line(grant)
         }
     };
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "{line}")
-        .and_then(|()| out.flush())
-        .map_err(output)?;
-    Ok(ExitCode::SUCCESS)
+    print_line(&line)
 }
 
 /// `inspect` of a lease key: its holders, their expiries, the last fencing token.
@@ -245,25 +270,34 @@ impl View {
             ("held", format!("{} of {}", self.held, self.limit)),
         ];
         for lease in &self.leases {
-            rows.push((
-                "lease",
-                format!(
-                    "owner {}, token {}, holds {}, expires in {} (at {} µs)",
-                    KeyDisplay(lease.owner.as_bytes()),
-                    lease.token,
-                    lease.holds,
-                    human(lease.expires_at_us.saturating_sub(self.now_us)),
-                    lease.expires_at_us
-                ),
-            ));
+            let owner = KeyDisplay(lease.owner.as_bytes());
+            let line = format!(
+                "owner {owner}, token {}, holds {}, ",
+                lease.token, lease.holds
+            );
+            rows.push(("lease", line + &expires(self.now_us, lease.expires_at_us)));
         }
-        match (self.last_token, &self.encoded) {
-            (Some(token), Some(encoded)) => {
-                rows.push(("last token", token.to_string()));
-                rows.push(("encoded", encoded.clone()));
-            }
-            _ => rows.push(("state", "fresh (nothing stored)".into())),
-        }
+        stored_rows(&mut rows, self.last_token, &self.encoded);
         rows
+    }
+}
+
+/// When an entry seen at `now` expires, as `inspect` words it.
+pub fn expires(now: Ticks, at: Ticks) -> String {
+    format!("expires in {} (at {at} µs)", human(at.saturating_sub(now)))
+}
+
+/// The last rows of `inspect`: the last token and the encoding, or that nothing is stored.
+pub fn stored_rows(
+    rows: &mut Vec<(&'static str, String)>,
+    last_token: Option<u64>,
+    encoded: &Option<String>,
+) {
+    match (last_token, encoded) {
+        (Some(token), Some(encoded)) => {
+            rows.push(("last token", token.to_string()));
+            rows.push(("encoded", encoded.clone()));
+        }
+        _ => rows.push(("state", "fresh (nothing stored)".into())),
     }
 }

@@ -15,6 +15,8 @@ mod commands;
 mod failure;
 #[cfg(any(feature = "sled", feature = "redis"))]
 mod leasing;
+#[cfg(feature = "redis")]
+mod locking;
 mod output;
 mod rates;
 mod traffic;

@@ -158,6 +158,9 @@ pub mod limits {
     /// The most leases a [`Concurrency`](crate::Concurrency) limit holds per key: its
     /// state (and the work to check it) grows with them.
     pub const MAX_LEASES: u64 = 1024;
+    /// The most waiters a read-write lock's queue holds per key: its state (and each
+    /// transition's work) grows with them.
+    pub const MAX_WAITERS: u64 = 1024;
     /// The longest owner of a lease, in bytes (a UUID and a thread id fit).
     pub const MAX_OWNER_LEN: u64 = 128;
     /// The longest time a bucket may take to refill from empty, `capacity × period / rate`:

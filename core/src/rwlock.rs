@@ -33,11 +33,9 @@ use alloc::vec::Vec;
 use crate::encoding::{self, Reader};
 use crate::lease::{check_owner, check_ttl, Grant};
 use crate::limits::{MAX_LEASES, MAX_OWNER_LEN, MAX_PERIOD};
+// Named here too, beside the lock whose queue it bounds.
+pub use crate::limits::MAX_WAITERS;
 use crate::{Decision, DecodeError, ParamError, Ticks, MAX_TICKS};
-
-/// The most waiters a key's queue holds: its state (and each transition's work) grows
-/// with them.
-pub const MAX_WAITERS: u64 = 1024;
 
 /// What a caller asks for.
 #[non_exhaustive]
@@ -275,6 +273,17 @@ pub struct Place {
     pub expires_at: Ticks,
 }
 
+impl Place {
+    /// A place as a host read it back (a Redis script's reply).
+    pub const fn new(number: u64, ahead: u64, expires_at: Ticks) -> Self {
+        Self {
+            number,
+            ahead,
+            expires_at,
+        }
+    }
+}
+
 /// The answer to [`RwLease::acquire`] and [`RwLease::try_acquire`].
 #[must_use = "a denied acquire holds nothing"]
 #[non_exhaustive]
@@ -289,6 +298,17 @@ pub struct RwAcquired {
     pub grant: Option<Grant>,
     /// The caller's place, when denied and queued.
     pub place: Option<Place>,
+}
+
+impl RwAcquired {
+    /// An answer as a host read it back (a Redis script's reply).
+    pub const fn new(decision: Decision, grant: Option<Grant>, place: Option<Place>) -> Self {
+        Self {
+            decision,
+            grant,
+            place,
+        }
+    }
 }
 
 /// A lock call that cannot be carried out.

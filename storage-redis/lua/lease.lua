@@ -40,22 +40,6 @@ local function parse(bytes, max)
   return state
 end
 
--- Drops the leases expired at `now`.
-local function reclaim(state, now)
-  local live = {}
-  for _, lease in ipairs(state.leases) do
-    if lease.expiry > now then live[#live + 1] = lease end
-  end
-  state.leases = live
-end
-
--- Where `owner`'s lease is, if it holds one.
-local function position(state, owner)
-  for k, lease in ipairs(state.leases) do
-    if lease.owner == owner then return k end
-  end
-end
-
 -- When the state is fresh: no lease held and the clock past the last token.
 local function fresh_at(state)
   local at = state.last + 1
@@ -104,7 +88,7 @@ local function lease(op, KEYS, ARGV)
   for k = 1, #KEYS do
     old[k] = get(KEYS[k])
     states[k] = parse(old[k], max)
-    reclaim(states[k], now)
+    states[k].leases = live(states[k].leases, now)
   end
 
   if op == 'acquire' then
@@ -112,14 +96,14 @@ local function lease(op, KEYS, ARGV)
     local granted = true
     for k = 1, #KEYS do
       local s = states[k]
-      granted = granted and (position(s, owner) ~= nil or #s.leases < max)
+      granted = granted and (index_of(s.leases, owner) ~= nil or #s.leases < max)
     end
     local replies = {}
     for k = 1, #KEYS do
       local s = states[k]
       local reply = nil
       if granted then
-        local i = position(s, owner)
+        local i = index_of(s.leases, owner)
         if i then
           local lease = s.leases[i]
           lease.holds = lease.holds + 1
@@ -152,12 +136,12 @@ local function lease(op, KEYS, ARGV)
 
   -- Release and renew: the owner must hold a lease on every key.
   for k = 1, #KEYS do
-    if not position(states[k], owner) then error({ err = 'SLUICEGATE not held' }) end
+    if not index_of(states[k].leases, owner) then error({ err = 'SLUICEGATE not held' }) end
   end
   local replies = {}
   for k = 1, #KEYS do
     local s = states[k]
-    local i = position(s, owner)
+    local i = index_of(s.leases, owner)
     local lease = s.leases[i]
     if op == 'release' then
       lease.holds = lease.holds - 1

@@ -23,6 +23,22 @@ local function corrupt(what)
   error({ err = 'SLUICEGATE corrupt state: ' .. what })
 end
 
+-- The entries of `list` (leases, places) unexpired at `now`.
+local function live(list, now)
+  local kept = {}
+  for _, e in ipairs(list) do
+    if e.expiry > now then kept[#kept + 1] = e end
+  end
+  return kept
+end
+
+-- Where `owner`'s entry is in `list`, if it has one.
+local function index_of(list, owner)
+  for k, e in ipairs(list) do
+    if e.owner == owner then return k end
+  end
+end
+
 -- The string at `key`, or nil if there is none; a key of another type (a list, a hash)
 -- is refused naming its type, never read as a fresh state.
 local function get(key)

@@ -1,4 +1,5 @@
 use redis::RedisError;
+use sluicegate_core::rwlock::LockError;
 use sluicegate_core::{KeyDisplay, LeaseError};
 
 /// What can go wrong deciding through Redis.
@@ -69,6 +70,11 @@ pub enum Error {
     /// its holder must stop acting on it), or the owner or ttl is outside the core's range.
     #[error(transparent)]
     Lease(LeaseError),
+    /// A lock call of [`RedisRwLock`](crate::RedisRwLock) that cannot be carried out,
+    /// nothing changed: the owner holds no lease or has no place, the queue is full, or
+    /// a parameter is outside the core's range.
+    #[error(transparent)]
+    Lock(LockError),
     /// A [`FencedResource`](crate::FencedResource) refused a write: its token is below
     /// the highest it has seen, so the writer's lease expired and a later holder wrote.
     /// Nothing was written; the writer must stop.
@@ -152,6 +158,18 @@ impl Error {
                 ];
                 if let Some(e) = known.into_iter().find(|e| e.to_string() == reason) {
                     return Self::Lease(e);
+                }
+            }
+            // The lock script words its errors as the core does.
+            if let Some(reason) = detail.strip_prefix("lock: ") {
+                let known = [
+                    LockError::NotHeld,
+                    LockError::NotQueued,
+                    LockError::QueueFull,
+                    LockError::TooManyHolds,
+                ];
+                if let Some(e) = known.into_iter().find(|e| e.to_string() == reason) {
+                    return Self::Lock(e);
                 }
             }
             if let Some(found) = detail.strip_prefix("foreign ") {

@@ -27,6 +27,8 @@ static MAIN: &str = include_str!("../lua/main.lua");
 static SCRIPT_TAIL: &str = include_str!("../lua/script_tail.lua");
 static LEASE: &str = include_str!("../lua/lease.lua");
 static LEASE_TAIL: &str = include_str!("../lua/lease_tail.lua");
+static RWLOCK: &str = include_str!("../lua/rwlock.lua");
+static RWLOCK_TAIL: &str = include_str!("../lua/rwlock_tail.lua");
 static REGISTER: &str = include_str!("../lua/library.lua");
 
 /// The function library: every file once, then the registrations, under a name made of
@@ -108,6 +110,11 @@ pub fn library_name() -> &'static str {
 /// The leases' script.
 pub(crate) fn lease_script() -> String {
     [LIB, LEASE, LEASE_TAIL].concat()
+}
+
+/// The lock family's script.
+pub(crate) fn rwlock_script() -> String {
+    [LIB, RWLOCK, RWLOCK_TAIL].concat()
 }
 
 /// The largest limit, capacity or rate the scripts take: the core's. Their products with

@@ -29,6 +29,7 @@ doctests!(
     CommandLine = "../../docs/cli.md",
     InProcess = "../../docs/in-process.md",
     Leases = "../../docs/leases.md",
+    LocksFamily = "../../docs/locks-family.md",
     Quotas = "../../docs/quotas.md",
     Redis = "../../docs/redis.md",
     Etcd = "../../docs/etcd.md",

@@ -1,6 +1,8 @@
 //! `sluicegate lock acquire|release|renew|inspect`: a lease table of one holder per name,
 //! on sled, Redis or etcd (`--backend etcd://HOST:PORT[,HOST:PORT…]`, where the token is
-//! the cluster's revision and `--now` is refused: etcd's leases run on its clock).
+//! the cluster's revision and `--now` is refused: etcd's leases run on its clock). On
+//! Redis a lock is of the lock family: shared or exclusive holders (`--mode`), fair or
+//! not (`--fair`), and `--wait` sleeps until the release that makes its turn wakes it.
 
 use std::process::ExitCode;
 
@@ -10,7 +12,13 @@ use sluicegate_core::{Concurrency, KeyDisplay, Ticks};
 use crate::args::{instant, BackendArgs};
 use crate::failure::Failure;
 use crate::leasing::{self, call, lease_open, Call, Holder, Op, Wait};
+#[cfg(feature = "redis")]
+use crate::locking;
+#[cfg(feature = "redis")]
+use sluicegate_core::rwlock::LockMode;
 use sluicegate_policy::{PolicyDuration, Style};
+#[cfg(feature = "redis")]
+use std::time::Duration;
 
 #[derive(Debug, Subcommand)]
 pub enum LockCommand {
@@ -23,6 +31,10 @@ pub enum LockCommand {
         ttl: Ttl,
         #[command(flatten)]
         wait: Wait,
+        /// Redis only: shared holders (readers) share the lock; an exclusive one (a
+        /// writer) holds it alone, and while a writer waits new readers wait behind it.
+        #[arg(long, value_enum, default_value = "exclusive")]
+        mode: Mode,
     },
     /// Release NAME once (freed when released as often as acquired); prints
     /// `released token=N holds=H`. Exit 1 if --owner does not hold it.
@@ -50,7 +62,17 @@ pub enum LockCommand {
         /// Print one JSON object instead of text.
         #[arg(long)]
         json: bool,
+        /// Redis only: the lock is fair (see `acquire --fair`).
+        #[arg(long)]
+        fair: bool,
     },
+}
+
+/// `--mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    Shared,
+    Exclusive,
 }
 
 #[derive(Debug, Args)]
@@ -59,6 +81,10 @@ pub struct LockArgs {
     name: String,
     #[command(flatten)]
     holder: Holder,
+    /// Redis only: grant in the order asked (a refused --wait takes a place in line, and
+    /// nobody overtakes it). Give the same --fair to every command on the lock.
+    #[arg(long)]
+    fair: bool,
 }
 
 #[derive(Debug, Args)]
@@ -69,8 +95,15 @@ pub struct Ttl {
 }
 
 pub fn run(command: LockCommand) -> Result<ExitCode, Failure> {
+    let mut mode = Mode::Exclusive;
     let (on, op) = match command {
-        LockCommand::Acquire { on, ttl, wait } => {
+        LockCommand::Acquire {
+            on,
+            ttl,
+            wait,
+            mode: asked,
+        } => {
+            mode = asked;
             let ttl = ttl_flag(ttl.ttl)?;
             (
                 on,
@@ -90,26 +123,62 @@ pub fn run(command: LockCommand) -> Result<ExitCode, Failure> {
             backend,
             now,
             json,
+            fair,
         } => {
             let open = lease_open(&backend, "lock", false)?;
-            return leasing::inspect(leasing::Inspect {
+            #[cfg(feature = "redis")]
+            let family = open.rw_lock(locking::lease(fair), locking::PLACE_TTL, Duration::ZERO);
+            let inspect = leasing::Inspect {
                 key: &name,
                 model: Concurrency::lock(),
                 algorithm: "lock",
                 open,
                 now,
                 json,
-            });
+            };
+            #[cfg(feature = "redis")]
+            if let Some((lock, mut con)) = family {
+                return locking::inspect(&inspect, &lock, &mut con);
+            }
+            family_only(fair, Mode::Exclusive)?;
+            return leasing::inspect(inspect);
         }
     };
-    call(&Call {
+    let open = lease_open(&on.holder.backend, "lock", matches!(op, Op::Acquire { .. }))?;
+    #[cfg(feature = "redis")]
+    let family = open.rw_lock(locking::lease(on.fair), locking::PLACE_TTL, BLOCKING);
+    let c = Call {
         what: format!("lock {}", KeyDisplay(on.name.as_bytes())),
         key: &on.name,
         model: Concurrency::lock(),
-        open: lease_open(&on.holder.backend, "lock", matches!(op, Op::Acquire { .. }))?,
+        open,
         holder: &on.holder,
         op,
-    })
+    };
+    #[cfg(feature = "redis")]
+    if let Some((lock, mut con)) = family {
+        let mode = match mode {
+            Mode::Shared => LockMode::Shared,
+            Mode::Exclusive => LockMode::Exclusive,
+        };
+        return locking::call(&c, &lock, &mut con, mode);
+    }
+    family_only(on.fair, mode)?;
+    call(&c)
+}
+
+/// The longest a waiter's `BLPOP` blocks: half its place's life, then it asks again.
+#[cfg(feature = "redis")]
+const BLOCKING: Duration = Duration::from_micros(locking::PLACE_TTL / 2);
+
+/// `--mode shared` and `--fair` need the lock family, which only Redis holds.
+fn family_only(fair: bool, mode: Mode) -> Result<(), Failure> {
+    if fair || mode == Mode::Shared {
+        return Err(Failure::Input(
+            "--mode shared and --fair need --backend redis://… (sled and etcd hold exclusive locks)".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// `--ttl` in the core's range, in the units written.

@@ -435,7 +435,10 @@ fn redis_over_tls_decides_as_over_tcp_and_refuses_an_untrusted_server() {
     );
     assert_exit(&out, 0);
     let out = lock(&[&["inspect", "tls"], &with_ca[..]].concat());
-    assert_contains(&stdout(&out), "held        1 of 1\nlease       owner \"a\"");
+    assert_contains(
+        &stdout(&out),
+        "held        1 (at most 1024 shared)\nlease       owner \"a\", exclusive",
+    );
     let out = sluicegate(
         [
             &[

@@ -107,21 +107,21 @@ fn a_lock_is_exclusive_reentrant_and_its_token_grows(backend: &str) {
         stdout(&out),
         "renewed token=1000000 expires_at_us=64000000 holds=2\n"
     );
+    // On Redis a lock is of the lock family: its holders' modes and its queue shown.
+    let sled = backend.starts_with("sled:");
+    let (algorithm, held, mode) = if sled {
+        ("lock", "of 1", "")
+    } else {
+        ("lock (unfair)", "(at most 1024 shared)", "exclusive, ")
+    };
     let inspect = lock(&[&["inspect", "nightly", "--now", "4000000"], &b[..]].concat());
+    let shown = stdout(&inspect);
+    let encoded = &shown[shown.find("encoded     ").unwrap()..];
     assert_eq!(
-        stdout(&inspect),
-        concat!(
-            "key         nightly\n",
-            "stored as   sluicegate:lock:nightly\n",
-            "algorithm   lock\n",
-            "held        1 of 1\n",
-            "lease       owner \"a\", token 1000000, holds 2, expires in 1 min (at 64000000 µs)\n",
-            "last token  1000000\n",
+        shown,
+        format!(
+            "key         nightly\nstored as   sluicegate:lock:nightly\nalgorithm   {algorithm}\nheld        1 {held}\nlease       owner \"a\", {mode}token 1000000, holds 2, expires in 1 min (at 64000000 µs)\nlast token  1000000\n{encoded}"
         )
-        .to_owned()
-            + "encoded     "
-            + &stdout(&inspect)
-                ["encoded     ".len() + stdout(&inspect).find("encoded     ").unwrap()..]
     );
     let json = stdout(&lock(
         &[
@@ -130,7 +130,12 @@ fn a_lock_is_exclusive_reentrant_and_its_token_grows(backend: &str) {
         ]
         .concat(),
     ));
-    assert!(json.starts_with(r#"{"key":"nightly","stored_key":"sluicegate:lock:nightly","algorithm":"lock","stored":true,"now_us":4000000,"limit":1,"held":1,"leases":[{"owner":"a","token":1000000,"expires_at_us":64000000,"holds":2}],"last_token":1000000,"encoded":"01"#), "{json}");
+    let wanted = if sled {
+        r#"{"key":"nightly","stored_key":"sluicegate:lock:nightly","algorithm":"lock","stored":true,"now_us":4000000,"limit":1,"held":1,"leases":[{"owner":"a","token":1000000,"expires_at_us":64000000,"holds":2}],"last_token":1000000,"encoded":"01"#
+    } else {
+        r#"{"key":"nightly","stored_key":"sluicegate:lock:nightly","algorithm":"lock","fair":false,"stored":true,"now_us":4000000,"limit":1024,"holders":[{"owner":"a","mode":"exclusive","token":1000000,"expires_at_us":64000000,"holds":2}],"queue":[],"last_token":1000000,"encoded":"01"#
+    };
+    assert!(json.starts_with(wanted), "{json}");
     let release = |owner: &str, t: u64| l.at("release", "nightly", owner, t, &[]);
     assert_eq!(
         stdout(&release("a", 5_000_000)),
@@ -153,7 +158,10 @@ fn a_lock_is_exclusive_reentrant_and_its_token_grows(backend: &str) {
     // Nobody holds it; the record keeps the last token while the clock has not passed it
     // (tokens ran ahead of the clock within one µs above).
     let out = lock(&[&["inspect", "nightly", "--now", "9000000"], &b[..]].concat());
-    assert_contains(&stdout(&out), "held        0 of 1\nlast token  5000003\n");
+    assert_contains(
+        &stdout(&out),
+        &format!("held        0 {held}\nlast token  5000003\n"),
+    );
     // Released once the clock is past it: fresh again. Redis deletes the record (its
     // script is atomic); sled keeps it as its last token, so that a compare-and-swap
     // that read the key as absent earlier cannot grant a smaller token after a deletion.
@@ -164,10 +172,10 @@ fn a_lock_is_exclusive_reentrant_and_its_token_grows(backend: &str) {
     );
     assert_exit(&release("a", 9_000_001), 0);
     let out = lock(&[&["inspect", "nightly", "--now", "9000001"], &b[..]].concat());
-    let fresh = if backend.starts_with("sled:") {
+    let fresh = if sled {
         "held        0 of 1\nlast token  9000000\n"
     } else {
-        "held       0 of 1\nstate      fresh (nothing stored)\n"
+        "held       0 (at most 1024 shared)\nstate      fresh (nothing stored)\n"
     };
     assert_contains(&stdout(&out), fresh);
 }
@@ -492,9 +500,14 @@ fn bad_lease_input_and_foreign_states_change_nothing(backend: &str, raw: &Raw) {
     ] {
         let out = lock(&[&args[..], &["--backend", backend]].concat());
         assert_eq!(out.status.code(), Some(4), "{args:?}");
+        // On Redis a lock is of the lock family, whose state is a read-write lock's.
+        let expected = match raw {
+            Raw::Sled(_) => "a lease table's",
+            Raw::Redis(_) => "a read-write lock's",
+        };
         assert_eq!(
             stderr(&out),
-            "sluicegate: key \"x\" holds a state sluicegate cannot read: state is a token bucket's, expected a lease table's\n",
+            format!("sluicegate: key \"x\" holds a state sluicegate cannot read: state is a token bucket's, expected {expected}\n"),
             "{args:?}"
         );
     }

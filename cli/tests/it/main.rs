@@ -7,6 +7,7 @@ mod deploy;
 mod fleet;
 mod keys;
 mod lease;
+mod lock_family;
 mod policy;
 mod policy_file;
 mod replay;

@@ -1,7 +1,8 @@
 //! In-process limiting: a [`DirectLimiter`] for one shared limit and a [`KeyedLimiter`]
 //! for a limit per user, IP or route, both reading a [`Clock`](crate::Clock) at the edge and deciding
 //! with the pure algorithms; [`Leases`] and [`KeyedLeases`] for concurrency limits and
-//! locks, whose guards carry fencing tokens a [`FencedResource`] checks.
+//! locks, whose guards carry fencing tokens a [`FencedResource`] checks; [`RwLeases`] for
+//! read-write and fair locks whose releases wake one waiter.
 //!
 //! ```
 //! use std::time::Duration;
@@ -25,6 +26,8 @@ mod direct;
 mod fenced;
 mod keyed;
 mod lease;
+mod rwlock;
+mod turn;
 mod wait;
 mod word;
 
@@ -34,6 +37,8 @@ pub use direct::DirectLimiter;
 pub use fenced::{FencedResource, StaleToken};
 pub use keyed::{KeyedLimiter, OnFull};
 pub use lease::{AcquireError, KeyedLeases, LeaseGuard, Leases};
+pub use rwlock::{RwAcquireError, RwGuard, RwLeases};
+pub use turn::WaitCancel;
 
 /// The cells an [`InMemory`] algorithm keeps its state in: named by that trait and
 /// measured by the benches, not an interface to build on.

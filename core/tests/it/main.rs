@@ -25,6 +25,7 @@ mod memory_lease;
 #[cfg(feature = "tokio")]
 mod memory_lease_async;
 mod memory_report;
+mod memory_rwlock;
 mod memory_seed;
 mod memory_wait;
 #[cfg(feature = "tokio")]

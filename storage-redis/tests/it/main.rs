@@ -14,6 +14,7 @@ mod locks;
 mod redis;
 mod redlock;
 mod routes;
+mod rwlock;
 mod sentinel;
 mod share;
 mod tls;
