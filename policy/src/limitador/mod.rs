@@ -9,14 +9,13 @@
 //! false), an index out of range is an error rather than a panic, and expressions are
 //! bounded (see [`Expression`]).
 
-mod cel;
 mod read;
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-pub use self::cel::{
+pub use crate::cel::{
     Bindings, EvalError, Expression, MAX_COMPREHENSION_DEPTH, MAX_EXPRESSION_LEN, MAX_NESTING,
 };
 use crate::file::{FileError, Position};
@@ -103,7 +102,7 @@ impl Limit {
         if self
             .variables
             .iter()
-            .any(|v| v.reads_other_than(&[self::cel::DESCRIPTORS]))
+            .any(|v| v.reads_other_than(&[crate::cel::DESCRIPTORS]))
         {
             return Ok(None);
         }

@@ -2,6 +2,7 @@
 //! compiled once at load and bounded: their length, their nesting, their comprehensions
 //! (whose iteration variables are bound here, where limitador takes them for unbound
 //! names and makes the expression silently false), and what evaluating one may panic on.
+//! Shared by limitador's limits file and the `when` and `key` of sluicegate's policies.
 
 use std::collections::{BTreeSet, HashMap};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -19,9 +20,11 @@ pub const MAX_NESTING: usize = 32;
 /// each multiplies the work by the length of the list it walks.
 pub const MAX_COMPREHENSION_DEPTH: usize = 2;
 
-/// The names every expression is given: the request's descriptors and the limit.
+/// The names an expression is given: the request's descriptors, and the limitador
+/// limit or the sluicegate policy it belongs to.
 pub(crate) const DESCRIPTORS: &str = "descriptors";
 pub(crate) const LIMIT: &str = "limit";
+pub(crate) const POLICY: &str = "policy";
 
 thread_local! {
     /// The standard functions, registered once per thread: a context holding them is
@@ -92,7 +95,9 @@ impl Expression {
             ROOT.with(|root| {
                 let mut context = root.new_inner_scope();
                 context.add_variable_from_value(DESCRIPTORS, bindings.descriptors.clone());
-                context.add_variable_from_value(LIMIT, bindings.limit.clone());
+                if let Some((name, value)) = &bindings.subject {
+                    context.add_variable_from_value(*name, value.clone());
+                }
                 Value::resolve(&self.expr, &context)
             })
         });
@@ -108,7 +113,11 @@ impl Expression {
     /// false; a value that is not a boolean or any other failure (an index past the end
     /// of a list, which limitador panics on) is an error.
     pub fn test(&self, bindings: &Bindings) -> Result<bool, EvalError> {
-        if self.reads_other_than(&[DESCRIPTORS, LIMIT]) {
+        let subject = bindings
+            .subject
+            .as_ref()
+            .map_or(DESCRIPTORS, |(name, _)| name);
+        if self.reads_other_than(&[DESCRIPTORS, subject]) {
             return Ok(false);
         }
         match self.resolve(bindings) {
@@ -229,12 +238,12 @@ fn walk(
 }
 
 /// What an expression is evaluated over: `descriptors` (the request's, each a map of
-/// its entries, a repeated key's last value) and `limit` (its `name` and `id`, null
-/// where absent).
+/// its entries, a repeated key's last value) and either `limit` (a limitador limit's
+/// `name` and `id`, null where absent) or `policy` (a sluicegate policy's `name`).
 #[derive(Debug, Clone)]
 pub struct Bindings {
     descriptors: Value,
-    limit: Value,
+    subject: Option<(&'static str, Value)>,
 }
 
 impl Bindings {
@@ -256,7 +265,7 @@ impl Bindings {
             .collect();
         Self {
             descriptors: Value::List(Arc::new(list)),
-            limit: Value::Null,
+            subject: None,
         }
     }
 
@@ -264,7 +273,13 @@ impl Bindings {
     pub(crate) fn for_limit(&mut self, name: Option<&str>, id: Option<&str>) {
         let text = |t: Option<&str>| t.map_or(Value::Null, |t| Value::String(Arc::new(t.into())));
         let map = HashMap::from([("name", text(name)), ("id", text(id))]);
-        self.limit = Value::Map(Map::from(map));
+        self.subject = Some((LIMIT, Value::Map(Map::from(map))));
+    }
+
+    /// These bindings with `policy` naming the policy `name`.
+    pub(crate) fn for_policy(&mut self, name: &str) {
+        let map = HashMap::from([("name", Value::String(Arc::new(name.into())))]);
+        self.subject = Some((POLICY, Value::Map(Map::from(map))));
     }
 }
 
