@@ -9,7 +9,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 use cel::common::ast::{EntryExpr, Expr, IdedExpr};
-use cel::objects::{Map, Value};
+use cel::context::VariableResolver;
+use cel::objects::{Key, Map, Value};
 use cel::ExecutionError;
 
 /// The longest expression, in bytes: Kuadrant's are a few dozen.
@@ -82,6 +83,11 @@ impl Expression {
         &self.source
     }
 
+    /// Whether it reads `name` where nothing in it binds it.
+    pub(crate) fn reads(&self, name: &str) -> bool {
+        self.free.contains(name)
+    }
+
     /// Whether it reads a name other than the `allowed` ones.
     pub(crate) fn reads_other_than(&self, allowed: &[&str]) -> bool {
         self.free
@@ -93,11 +99,10 @@ impl Expression {
     fn resolve(&self, bindings: &Bindings) -> Result<Value, ExecutionError> {
         let run = AssertUnwindSafe(|| {
             ROOT.with(|root| {
+                // Looked up, not inserted: a scope of its own would cost a map a call.
+                let resolver = Resolver(bindings);
                 let mut context = root.new_inner_scope();
-                context.add_variable_from_value(DESCRIPTORS, bindings.descriptors.clone());
-                if let Some((name, value)) = &bindings.subject {
-                    context.add_variable_from_value(*name, value.clone());
-                }
+                context.set_variable_resolver(&resolver);
                 Value::resolve(&self.expr, &context)
             })
         });
@@ -253,14 +258,15 @@ impl Bindings {
         D: IntoIterator<Item = E>,
         E: IntoIterator<Item = (&'a str, &'a str)>,
     {
+        let text = |t: &str| Arc::new(t.to_owned());
         let list: Vec<Value> = descriptors
             .into_iter()
             .map(|entries| {
-                let map: HashMap<String, String> = entries
+                let map: HashMap<Key, Value> = entries
                     .into_iter()
-                    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                    .map(|(k, v)| (Key::String(text(k)), Value::String(text(v))))
                     .collect();
-                Value::Map(Map::from(map))
+                Value::Map(Map { map: Arc::new(map) })
             })
             .collect();
         Self {
@@ -269,17 +275,36 @@ impl Bindings {
         }
     }
 
-    /// These bindings with `limit` naming a limit of `name` and `id`.
-    pub(crate) fn for_limit(&mut self, name: Option<&str>, id: Option<&str>) {
+    /// These bindings with `limit` naming a limit of `name` and `id`: built only where
+    /// it is `read`, else bound to null.
+    pub(crate) fn for_limit(&mut self, name: Option<&str>, id: Option<&str>, read: bool) {
         let text = |t: Option<&str>| t.map_or(Value::Null, |t| Value::String(Arc::new(t.into())));
-        let map = HashMap::from([("name", text(name)), ("id", text(id))]);
-        self.subject = Some((LIMIT, Value::Map(Map::from(map))));
+        let value = if read {
+            let map = HashMap::from([("name", text(name)), ("id", text(id))]);
+            Value::Map(Map::from(map))
+        } else {
+            Value::Null
+        };
+        self.subject = Some((LIMIT, value));
     }
 
     /// These bindings with `policy` naming the policy `name`.
     pub(crate) fn for_policy(&mut self, name: &str) {
         let map = HashMap::from([("name", Value::String(Arc::new(name.into())))]);
         self.subject = Some((POLICY, Value::Map(Map::from(map))));
+    }
+}
+
+/// What an expression's own names resolve to: `descriptors` and the subject.
+struct Resolver<'b>(&'b Bindings);
+
+impl VariableResolver for Resolver<'_> {
+    fn resolve(&self, variable: &str) -> Option<Value> {
+        match &self.0.subject {
+            _ if variable == DESCRIPTORS => Some(self.0.descriptors.clone()),
+            Some((name, value)) if variable == *name => Some(value.clone()),
+            _ => None,
+        }
     }
 }
 
@@ -359,7 +384,7 @@ mod tests {
     #[test]
     fn the_limit_is_bound() {
         let mut b = request();
-        b.for_limit(Some("per-user"), None);
+        b.for_limit(Some("per-user"), None, true);
         let named = Expression::parse("limit.name == 'per-user' && limit.id == null").unwrap();
         assert_eq!(named.test(&b), Ok(true));
     }

@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::cel::LIMIT;
 pub use crate::cel::{
     Bindings, EvalError, Expression, MAX_COMPREHENSION_DEPTH, MAX_EXPRESSION_LEN, MAX_NESTING,
 };
@@ -92,7 +93,8 @@ impl Limit {
     /// counter's variables (text to value): `Ok(None)` where a condition is false or a
     /// variable's key is missing.
     pub fn applies(&self, bindings: &mut Bindings) -> Result<Option<Values>, EvalError> {
-        bindings.for_limit(self.name.as_deref(), self.id.as_deref());
+        let read = (self.conditions.iter().chain(&self.variables)).any(|e| e.reads(LIMIT));
+        bindings.for_limit(self.name.as_deref(), self.id.as_deref(), read);
         for condition in &self.conditions {
             if !condition.test(bindings)? {
                 return Ok(None);
