@@ -226,3 +226,21 @@ fn a_key_expression_counts_as_per_user_keys() {
         })
         .unwrap();
 }
+
+/// A new `when` or `key` is not a new limiter: the counters it keeps count on.
+#[tokio::test]
+async fn changing_when_keeps_the_counts() {
+    let (server, admin) = TestServer::start().await;
+    let web = app(&server, &admin, "web").await;
+    create_policy(&server, &admin, "free", FREE).await;
+    let url = server.url("/v1/decide");
+    let ann = r#"{"policy":"free","key":"k","values":{"tier":"free","user":"ann"}}"#;
+    assert_eq!(post(&url, &web, ann).await.json["remaining"], 1);
+    let wider = FREE.replace(r#"== \"free\""#, r#"!= \"paid\""#);
+    let changed = put(&server.url("/v1/policies/free"), &admin, &wider, Some(1)).await;
+    assert_eq!(changed.status, StatusCode::OK, "{}", changed.text);
+    let answer = post(&url, &web, ann).await;
+    assert_eq!(answer.json["remaining"], 0, "{}", answer.text);
+    let trial = r#"{"policy":"free","key":"k","values":{"tier":"trial","user":"ann"}}"#;
+    assert_eq!(post(&url, &web, trial).await.json["allowed"], false);
+}
