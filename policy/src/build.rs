@@ -9,6 +9,7 @@ use sluicegate_core::{AnyAlgorithm, Ban, Field, Kind, ParamError, Params, Ticks}
 
 use crate::model::{BanSpec, Policy};
 use crate::problem::{list, param_problem, Problem, Style};
+use crate::selector::Selector;
 
 /// What a policy builds: a rate limit, or leases.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,7 +33,19 @@ impl Policy {
     /// The algorithm this policy builds, or every missing parameter at once, or the
     /// parameter out of its range in the units it was written in.
     pub fn build(&self, style: Style) -> Result<Built, Problem> {
+        self.build_selected(style).map(|(built, _)| built)
+    }
+
+    /// As [`build`](Self::build), with the policy's `when` and `key` compiled (`None`
+    /// if it has neither).
+    pub fn build_selected(&self, style: Style) -> Result<(Built, Option<Selector>), Problem> {
         self.check_fields(style)?;
+        let selector = self.selector(style)?;
+        self.build_checked(style).map(|built| (built, selector))
+    }
+
+    /// What a policy whose fields were checked builds.
+    fn build_checked(&self, style: Style) -> Result<Built, Problem> {
         if self.algorithm == Kind::Concurrency {
             let ttl = self.lease.map_or(0, |d| d.0);
             return Concurrency::new(self.limit.unwrap_or(0))
@@ -129,6 +142,8 @@ impl Policy {
             ("ban", leases && self.ban.is_some()),
             ("on_full", leases && self.on_full.is_some()),
             ("shadow", leases && self.shadow),
+            ("when", leases && self.when.is_some()),
+            ("key", leases && self.key.is_some()),
             ("max_lease", !leases && self.max_lease.is_some()),
             (
                 "time-zone",
@@ -175,10 +190,12 @@ impl Policy {
             && self.apps.is_empty()
             && self.description.is_empty()
             && self.owner.is_empty()
-            && !self.shadow;
+            && !self.shadow
+            && self.when.is_none()
+            && self.key.is_none();
         if !plain || matches!(self.algorithm, Kind::Composite | Kind::Concurrency) {
             return Err(Problem::whole(format!(
-                "each of {} is one rate algorithm and its parameters (no composite, concurrency, ban, on_full, shadow, apps, description or owner)",
+                "each of {} is one rate algorithm and its parameters (no composite, concurrency, ban, on_full, shadow, when, key, apps, description or owner)",
                 style.name("limits")
             ))
             .within(&at, style));

@@ -99,6 +99,8 @@ struct Spans {
     #[serde(rename = "time-zone", alias = "time_zone")]
     time_zone: Option<toml::Spanned<toml::Value>>,
     overdraft: Option<toml::Spanned<toml::Value>>,
+    when: Option<toml::Spanned<toml::Value>>,
+    key: Option<toml::Spanned<toml::Value>>,
 }
 
 impl Spans {
@@ -117,6 +119,8 @@ impl Spans {
             "calendar" => self.calendar.as_ref(),
             "time-zone" => self.time_zone.as_ref(),
             "overdraft" => self.overdraft.as_ref(),
+            "when" => self.when.as_ref(),
+            "key" => self.key.as_ref(),
             _ => None,
         }
     }

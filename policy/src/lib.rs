@@ -3,6 +3,7 @@
 #![warn(unreachable_pub)]
 
 mod build;
+pub mod cel;
 mod duration;
 pub mod envoy;
 mod file;
@@ -10,12 +11,14 @@ pub mod limitador;
 mod model;
 mod on_full;
 mod problem;
+mod selector;
 
 pub use build::{check_lease, Built, MAX_MEMBERS};
 pub use duration::{parse_duration, DurationError, PolicyDuration};
 pub use file::{listed, load, FileError, Position};
 pub use model::{BanSpec, FleetSettings, Policy, PolicyFile, STORED_FIELDS};
 pub use problem::{param_problem, Problem, Style};
+pub use selector::Selector;
 pub use sluicegate_core::memory::OnFull;
 pub use sluicegate_core::Kind;
 

@@ -85,6 +85,16 @@ pub struct Policy {
     /// traffic before it refuses anyone.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub shadow: bool,
+    /// A CEL condition over the request's descriptors (see [`Selector`]): the policy
+    /// counts only the requests for which it holds.
+    ///
+    /// [`Selector`]: crate::Selector
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub when: Option<String>,
+    /// A CEL expression over the request's descriptors whose value names the counter
+    /// in place of the request's key; a key it reads that is missing: not counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
 }
 
 /// `ban = { threshold = 20, window = "1m", duration = "10m" }`: once more than
@@ -167,6 +177,8 @@ impl Policy {
             owner: String::new(),
             fleet: None,
             shadow: false,
+            when: None,
+            key: None,
         }
     }
 

@@ -346,6 +346,28 @@ fn flags_that_cannot_serve_exit_2() {
     }
 }
 
+/// A policy's `when` and `key` are compiled by `policy validate`: a bad one is named
+/// with its file, place and policy.
+#[test]
+fn policy_validate_compiles_when_and_key() {
+    let head = "[policies.api]\nalgorithm = \"fixed-window\"\nlimit = 2\nperiod = \"1m\"\n";
+    let good = format!(
+        "{head}when = 'descriptors[0][\"tier\"] == \"free\"'\nkey = 'descriptors[0][\"user\"]'\n"
+    );
+    let (_dir, path) = temp_file("good.toml", &good);
+    assert_exit(&sluicegate(["policy", "validate", &path]), 0);
+    let (_dir, path) = temp_file(
+        "bad.toml",
+        &format!("{head}key = 'descriptors[0][\"user\"'\n"),
+    );
+    let out = sluicegate(["policy", "validate", &path]);
+    assert_exit(&out, 2);
+    assert_contains(
+        &stderr(&out),
+        "bad.toml:5:7: policy \"api\": `key`: couldn't parse",
+    );
+}
+
 /// envoyproxy/ratelimit's YAML: `policy validate` reads it with the parser of `serve
 /// --envoy-config` (their README's examples pass), and both refuse a bad file with its
 /// place, exiting 2.

@@ -9,14 +9,14 @@
 //! false), an index out of range is an error rather than a panic, and expressions are
 //! bounded (see [`Expression`]).
 
-mod cel;
 mod read;
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-pub use self::cel::{
+use crate::cel::LIMIT;
+pub use crate::cel::{
     Bindings, EvalError, Expression, MAX_COMPREHENSION_DEPTH, MAX_EXPRESSION_LEN, MAX_NESTING,
 };
 use crate::file::{FileError, Position};
@@ -93,7 +93,8 @@ impl Limit {
     /// counter's variables (text to value): `Ok(None)` where a condition is false or a
     /// variable's key is missing.
     pub fn applies(&self, bindings: &mut Bindings) -> Result<Option<Values>, EvalError> {
-        bindings.for_limit(self.name.as_deref(), self.id.as_deref());
+        let read = (self.conditions.iter().chain(&self.variables)).any(|e| e.reads(LIMIT));
+        bindings.for_limit(self.name.as_deref(), self.id.as_deref(), read);
         for condition in &self.conditions {
             if !condition.test(bindings)? {
                 return Ok(None);
@@ -103,7 +104,7 @@ impl Limit {
         if self
             .variables
             .iter()
-            .any(|v| v.reads_other_than(&[self::cel::DESCRIPTORS]))
+            .any(|v| v.reads_other_than(&[crate::cel::DESCRIPTORS]))
         {
             return Ok(None);
         }

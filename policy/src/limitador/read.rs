@@ -120,10 +120,12 @@ fn number(node: &Node) -> Result<u64, Located> {
 
 /// A sequence of strings, each with where it is.
 fn strings(node: &Node) -> Result<Vec<(At, String)>, Located> {
-    let Value::Seq(items) = &node.value else {
-        return Err((node.at, invalid(node, "a sequence")));
-    };
-    items.iter().map(|n| Ok((n.at, text(n)?))).collect()
+    match &node.value {
+        Value::Seq(items) => items.iter().map(|n| Ok((n.at, text(n)?))).collect(),
+        // serde_yaml reads an empty value as an empty list: limitador's example file has one.
+        Value::Scalar(text, true) if text.is_empty() => Ok(Vec::new()),
+        _ => Err((node.at, invalid(node, "a sequence"))),
+    }
 }
 
 /// Expressions compiled, sorted by text, each once (limitador keeps a set).

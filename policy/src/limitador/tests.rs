@@ -1,6 +1,6 @@
 use super::{Bindings, Config, LimitadorError};
 
-/// limitador's README example, as written there.
+/// The limits limitador-server's README says its example file holds.
 const README: &str = r#"
 ---
 - namespace: example.org
@@ -27,7 +27,7 @@ fn refused(text: &str) -> String {
 }
 
 #[test]
-fn their_readme_example() {
+fn the_limits_their_readme_describes() {
     let config = Config::parse("limits.yaml", README).unwrap();
     let ns = config.namespace("example.org").unwrap();
     assert_eq!(ns.limits.len(), 2);
@@ -100,4 +100,14 @@ fn apps_of_a_namespace() {
     assert!(config.namespace("a").unwrap().admits_app("edge"));
     assert!(!config.namespace("a").unwrap().admits_app("other"));
     assert!(config.namespace("b").unwrap().admits_app("other"));
+}
+
+#[test]
+fn an_empty_value_is_an_empty_list_as_serde_yaml_reads_it() {
+    let empty = "- namespace: ns\n  seconds: 1\n  conditions:\n  variables:\n";
+    let config = Config::parse("limits.yaml", empty).unwrap();
+    let ns = config.namespace("ns").unwrap();
+    assert!(ns.limits[0].conditions.is_empty() && ns.limits[0].variables.is_empty());
+    let quoted = "- namespace: ns\n  seconds: 1\n  conditions: ''\n  variables: []\n";
+    assert!(refused(quoted).contains("expected a sequence"));
 }

@@ -4,3 +4,4 @@ mod fields;
 mod file;
 mod reported;
 mod rule;
+mod when_key;

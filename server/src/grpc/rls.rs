@@ -1,11 +1,12 @@
 //! Envoy's rate limit service for sluicegate's own policies: each descriptor decided on
 //! the policy it names, or reported.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use opentelemetry::KeyValue;
 use tonic::{Request, Response, Status};
 
+use sluicegate_policy::cel::Bindings;
 use sluicegate_policy::Built;
 
 use super::admitted::Admitted;
@@ -152,12 +153,18 @@ impl Rls {
                 .map(Response::new)
                 .map_err(status);
         }
+        // Built once, for the first policy with a `when` or `key`.
+        let bindings = OnceLock::new();
+        let descriptors = || {
+            let all = request.descriptors.iter().map(|d| entry_pairs(&d.entries));
+            bindings.get_or_init(|| Bindings::new(all)).clone()
+        };
         let mut statuses = Vec::with_capacity(request.descriptors.len());
         // A descriptor that fails never fails its siblings: the call is over if any
         // enforcing one is, and the first failure is its error only when none is.
         let (mut over, mut failed) = (false, None);
         for i in 0..request.descriptors.len() {
-            let decided = self.descriptor(&served, &app, &request, i);
+            let decided = self.descriptor(&served, &app, &request, i, &descriptors);
             match decided.await {
                 Ok((status, admitted)) => {
                     over |= !admitted;
@@ -187,6 +194,7 @@ impl Rls {
         app: &App,
         request: &RateLimitRequest,
         i: usize,
+        descriptors: &(dyn Fn() -> Bindings + Sync),
     ) -> Result<(DescriptorStatus, bool), ServiceError> {
         let entries = &request.descriptors[i].entries;
         let (policy, key) = descriptor_key(entry_pairs(entries));
@@ -205,8 +213,17 @@ impl Rls {
                 policy,
                 key: &key,
                 cost,
+                descriptors,
             };
             let (limiter, decided) = self.service.decide(served, app, ask).await?;
+            // Left out by the policy's `when` or `key`: admitted, nothing counted.
+            let Some(decided) = decided else {
+                let status = DescriptorStatus {
+                    code: Code::Ok as i32,
+                    ..DescriptorStatus::default()
+                };
+                return Ok((status, true));
+            };
             let allowed = decided.outcome.allowed();
             (
                 limiter,

@@ -39,7 +39,7 @@ pub(super) fn status(e: ServiceError) -> Status {
         ServiceError::Forbidden(_) => Status::permission_denied(message),
         ServiceError::NotFound(_) => Status::not_found(message),
         ServiceError::Invalid { .. } => Status::invalid_argument(message),
-        ServiceError::Unavailable(_) => Status::unavailable(message),
+        ServiceError::Unavailable(_) | ServiceError::Expression(_) => Status::unavailable(message),
         ServiceError::Conflict(_)
         | ServiceError::Stale(_)
         | ServiceError::Gone

@@ -1,6 +1,8 @@
 //! `/v1/decide`, `/v1/decide/batch` and `/v1/lease/…`: what apps call.
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::iter::once;
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -12,6 +14,7 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use sluicegate_core::Decision;
+use sluicegate_policy::cel::Bindings;
 
 use crate::limiters::{LeaseAnswer, LeaseOp, PolicyLimiter};
 use crate::service::auth::App;
@@ -55,6 +58,9 @@ struct DecideRequest<'a> {
     estimate: Option<u64>,
     #[serde(borrow)]
     id: Option<Cow<'a, str>>,
+    /// More of the request for a policy's `when` and `key`: with `key`, its
+    /// `descriptors[0]`.
+    values: Option<BTreeMap<String, String>>,
 }
 
 /// One decision's answer: the policy and key asked for, then the decision in the
@@ -70,6 +76,15 @@ struct DecideAnswer<'a> {
     shadow: Option<Shadow>,
     #[serde(flatten)]
     failed: Option<Failed>,
+    #[serde(flatten)]
+    skipped: Option<Skipped>,
+}
+
+/// The policy's `when` or `key` left the request out: it is admitted, nothing counted.
+#[derive(Serialize)]
+struct Skipped {
+    allowed: bool,
+    applied: bool,
 }
 
 /// The verdict of `--fail open` or `closed`: no figures are known.
@@ -88,7 +103,20 @@ struct Shadow {
 }
 
 impl<'a> DecideAnswer<'a> {
-    fn new(policy: &'a str, key: &'a str, decided: &Decided) -> Self {
+    fn new(policy: &'a str, key: &'a str, decided: Option<&Decided>) -> Self {
+        let Some(decided) = decided else {
+            return Self {
+                policy,
+                key,
+                decision: None,
+                shadow: None,
+                failed: None,
+                skipped: Some(Skipped {
+                    allowed: true,
+                    applied: false,
+                }),
+            };
+        };
         let shadow = decided.shadow.then_some(Shadow {
             shadow: true,
             would_allow: decided.outcome.allowed(),
@@ -115,6 +143,7 @@ impl<'a> DecideAnswer<'a> {
             decision,
             shadow,
             failed,
+            skipped: None,
         }
     }
 }
@@ -130,7 +159,7 @@ async fn decide_one<'r>(
     served: &Served,
     app: &App,
     request: &'r DecideRequest<'_>,
-) -> Result<(DecideAnswer<'r>, Decided, Arc<PolicyLimiter>), ServiceError> {
+) -> Result<(DecideAnswer<'r>, Option<Decided>, Arc<PolicyLimiter>), ServiceError> {
     let (policy, key) = (&*request.policy, &*request.key);
     let (entry, decided) = match (&request.id, request.cost, request.estimate) {
         (_, Some(_), Some(_)) => {
@@ -152,18 +181,31 @@ async fn decide_one<'r>(
                 estimate: estimate.or(cost).unwrap_or(1),
                 id,
             };
-            service.decide_estimate(served, app, asked).await?
+            let (entry, decided) = service.decide_estimate(served, app, asked).await?;
+            (entry, Some(decided))
         }
         (None, cost, None) => {
+            let values = request.values.iter().flatten();
+            if values.clone().any(|(name, _)| name == "key") {
+                return Err(ServiceError::invalid(
+                    "`descriptors[0][\"key\"]` is the request's key: name the value otherwise",
+                    Some("values"),
+                ));
+            }
+            let descriptors = || {
+                let entries = values.clone().map(|(k, v)| (k.as_str(), v.as_str()));
+                Bindings::new([once(("key", key)).chain(entries)])
+            };
             let ask = Ask {
                 policy,
                 key,
                 cost: cost.unwrap_or(1),
+                descriptors: &descriptors,
             };
             service.decide(served, app, ask).await?
         }
     };
-    let answer = DecideAnswer::new(&request.policy, &request.key, &decided);
+    let answer = DecideAnswer::new(&request.policy, &request.key, decided.as_ref());
     Ok((answer, decided, entry))
 }
 
@@ -185,7 +227,8 @@ async fn decide(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
-    if let (Some(policy), Some(decision)) = (&entry.header, decided.decision()) {
+    let decision = decided.as_ref().and_then(Decided::decision);
+    if let (Some(policy), Some(decision), Some(decided)) = (&entry.header, decision, &decided) {
         // Stamped as a refusal so a denial carries Retry-After; the status stays 200.
         // A shadow admission gets the enforcing decision's figures, but no Retry-After.
         let status = if decided.admitted() {

@@ -58,7 +58,9 @@ impl From<ServiceError> for ApiError {
             ServiceError::Conflict(_) | ServiceError::Stale(_) => StatusCode::CONFLICT,
             ServiceError::VersionRequired => StatusCode::PRECONDITION_REQUIRED,
             ServiceError::Gone => StatusCode::PRECONDITION_FAILED,
-            ServiceError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ServiceError::Unavailable(_) | ServiceError::Expression(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ServiceError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         };
         match e {

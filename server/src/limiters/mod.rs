@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sluicegate_core::{LeaseRequest, Outcome, ReportRequest, Reported, Request, Ticks};
-use sluicegate_policy::{Built, Policy, Style};
+use sluicegate_policy::{Built, Policy, Selector, Style};
 
 pub(crate) use backend::{Backend, DecideError, LeaseAnswer, LeaseOp, Unsupported};
 use backend::{LeaseTable, RateLimit};
@@ -35,6 +35,8 @@ pub(crate) struct PolicyLimiter {
     /// What the policy builds: its limiter is rebuilt only when this or `on_full`
     /// changes.
     pub(crate) built: Built,
+    /// The policy's `when` and `key`, if it has either.
+    selector: Option<Selector>,
     on_full: sluicegate_core::memory::OnFull,
     /// `RateLimit-Policy` for this policy.
     pub(crate) header: Option<sluicegate_tower::RateLimitPolicy>,
@@ -44,7 +46,7 @@ pub(crate) struct PolicyLimiter {
 }
 
 /// A rate policy's limiter, or a concurrency policy's lease tables.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 enum Limits {
     Rate {
         /// What the backend built: the next change's old limiter.
@@ -76,10 +78,22 @@ impl PolicyLimiter {
         previous: Option<&Arc<Self>>,
         metrics: &Metrics,
     ) -> Result<Arc<Self>, BuildError> {
-        let built = policy.build(Style::File)?;
+        let (built, selector) = policy.build_selected(Style::File)?;
         let on_full = policy.on_full.unwrap_or_default();
         if let Some(previous) = previous.filter(|p| p.built == built && p.on_full == on_full) {
-            return Ok(Arc::clone(previous));
+            if previous.selector == selector {
+                return Ok(Arc::clone(previous));
+            }
+            // Another `when` or `key` on the same limiter: its counts are kept.
+            return Ok(Arc::new(Self {
+                selector,
+                name: previous.name.clone(),
+                built,
+                on_full,
+                header: previous.header.clone(),
+                limits: previous.limits.clone(),
+                counters: Arc::clone(&previous.counters),
+            }));
         }
         let header = sluicegate_tower::RateLimitPolicy::new(
             name,
@@ -112,6 +126,7 @@ impl PolicyLimiter {
         Ok(Arc::new(Self {
             name: name.to_owned(),
             built,
+            selector,
             on_full,
             header,
             limits,
@@ -122,6 +137,11 @@ impl PolicyLimiter {
     /// The policy's name (an Envoy rule's, as the metrics name it).
     pub(crate) fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The policy's `when` and `key`, if it has either.
+    pub(crate) fn selector(&self) -> Option<&Selector> {
+        self.selector.as_ref()
     }
 
     /// The policy's counters in the metrics.

@@ -320,6 +320,9 @@ fn prefix(name: &str, policy: &Policy) -> String {
         on_full: None::<OnFull>,
         shadow: false,
         max_lease: None,
+        // Which requests count and on which key, not what a key holds.
+        when: None,
+        key: None,
         ..policy.clone()
     };
     let digest = Sha256::digest(

@@ -1,11 +1,13 @@
 //! Decisions and leases for an app: the one path both front ends decide through.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Instant;
 
 use opentelemetry::KeyValue;
 use sluicegate_core::host::Outcome;
 use sluicegate_core::{Decision, Ticks};
+use sluicegate_policy::cel::Bindings;
 use sluicegate_policy::text::human;
 
 use crate::limiters::{DecideError, LeaseAnswer, LeaseOp, Limiters, PolicyLimiter, MAX_KEY};
@@ -57,11 +59,14 @@ impl Decided {
 }
 
 /// A decision asked for: `cost` units of `key` under `policy`.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub(crate) struct Ask<'a> {
     pub(crate) policy: &'a str,
     pub(crate) key: &'a str,
     pub(crate) cost: u64,
+    /// The request's descriptors as a policy's `when` and `key` read them: called only
+    /// for a policy that has either.
+    pub(crate) descriptors: &'a (dyn Fn() -> Bindings + Sync),
 }
 
 /// A lease asked for: `owner`'s lease on `key` under `policy`, for `ttl` ticks (none:
@@ -94,6 +99,25 @@ pub(super) fn check_key(key: &str) -> Result<()> {
     Ok(())
 }
 
+/// The key `ask` counts on under `entry`'s `when` and `key`: `None` where they leave
+/// the request out.
+fn selected<'a>(entry: &PolicyLimiter, ask: &Ask<'a>) -> Result<Option<Cow<'a, str>>> {
+    let Some(selector) = entry.selector() else {
+        return Ok(Some(Cow::Borrowed(ask.key)));
+    };
+    let failed = |why: String| ServiceError::Expression(format!("policy {:?}: {why}", ask.policy));
+    let key = selector
+        .select(ask.policy, ask.key, &mut (ask.descriptors)())
+        .map_err(|e| failed(e.0))?;
+    match key {
+        Some(key) if key.is_empty() || key.len() > MAX_KEY => Err(failed(format!(
+            "the value of `key` is 1 to {MAX_KEY} bytes, got {}",
+            key.len()
+        ))),
+        key => Ok(key),
+    }
+}
+
 /// The limiter of `stored`, built when the snapshot was.
 pub(super) fn entry<'a>(limiters: &'a Limiters, stored: &Stored) -> Result<&'a Arc<PolicyLimiter>> {
     limiters
@@ -104,20 +128,27 @@ pub(super) fn entry<'a>(limiters: &'a Limiters, stored: &Stored) -> Result<&'a A
 impl Service {
     /// Decides `ask` for `app` with the policies `served` (a batch reads them once),
     /// counting it in the metrics. Returns the policy's limiter too: its headers describe
-    /// the decision.
+    /// the decision. No decision where the policy's `when` or `key` leaves the request
+    /// out.
     pub(crate) async fn decide(
         &self,
         served: &Served,
         app: &App,
         ask: Ask<'_>,
-    ) -> Result<(Arc<PolicyLimiter>, Decided)> {
-        let Ask { policy, key, cost } = ask;
+    ) -> Result<(Arc<PolicyLimiter>, Option<Decided>)> {
+        let Ask {
+            policy, key, cost, ..
+        } = ask;
         let stored = policy_for(&served.snapshot, app, policy)?;
         let entry = entry(&served.limiters, stored)?;
+        check_key(key)?;
+        let Some(key) = selected(entry, &ask)? else {
+            return Ok((Arc::clone(entry), None));
+        };
         let decided = self
-            .decide_on(entry, key, cost, stored.policy.shadow)
+            .decide_on(entry, &key, cost, stored.policy.shadow)
             .await?;
-        Ok((Arc::clone(entry), decided))
+        Ok((Arc::clone(entry), Some(decided)))
     }
 
     /// Decides `cost` units of `key` on `entry`, a policy's limiter (in shadow mode if

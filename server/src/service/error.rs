@@ -41,6 +41,9 @@ pub(crate) enum ServiceError {
     /// The store or the decision backend cannot answer now.
     #[error("{0}")]
     Unavailable(&'static str),
+    /// A policy's `when` or `key` failed on the request (limitador's `UNAVAILABLE`).
+    #[error("{0}")]
+    Expression(String),
     /// Something that cannot happen did.
     #[error("{0}")]
     Internal(&'static str),

@@ -78,6 +78,12 @@ impl Service {
         check_key(key)?;
         let entry = entry(&served.limiters, stored)?;
         entry.check_report()?;
+        if entry.selector().is_some() {
+            return Err(ServiceError::invalid(
+                format!("policy {name:?} has a `when` or `key`, which read a request's descriptors: it takes no estimates nor reports"),
+                Some("policy"),
+            ));
+        }
         Ok((stored, Arc::clone(entry)))
     }
 

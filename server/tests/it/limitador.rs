@@ -1,5 +1,6 @@
-//! `--limitador-config`: limitador's README example and the file Kuadrant's operator
-//! writes (in `data/limitador/`), each request sent over Envoy's RLS by a client
+//! `--limitador-config`: limitador's documented examples (the limits its README
+//! describes, its example file, its configuration guide's) and the file Kuadrant's
+//! operator writes (in `data/limitador/`), each request sent over Envoy's RLS by a client
 //! generated from its protos and getting limitador's answer; bad input answered with an
 //! error that counts nothing; reloads; two replicas on one Redis.
 
@@ -88,8 +89,8 @@ fn then_over(ok: usize, over: usize) -> Vec<Code> {
 }
 
 #[tokio::test]
-async fn their_readme_example() {
-    let (_server, mut client, token) = serve(limits(&data("readme.yaml"))).await;
+async fn the_limits_their_readme_describes() {
+    let (_server, mut client, token) = serve(limits(&data("get-and-post.yaml"))).await;
     let ns = "example.org";
     let alice_get = [("req.method", "GET"), ("user_id", "alice")];
     assert_eq!(
@@ -108,6 +109,43 @@ async fn their_readme_example() {
     let nobody = [("req.method", "GET")];
     assert_eq!(
         codes(&mut client, &token, ns, &nobody, 12).await,
+        then_over(12, 0)
+    );
+}
+
+/// Their example file, as their image starts with: the global limit's empty lists are
+/// empty, so it applies to every request; POSTs per user.
+#[tokio::test]
+async fn their_example_file() {
+    let (_server, mut client, token) = serve(limits(&data("examples.yaml"))).await;
+    let ns = "test_namespace";
+    let post = |user| [("req.method", "POST"), ("user_id", user)];
+    assert_eq!(
+        codes(&mut client, &token, ns, &post("alice"), 6).await,
+        then_over(5, 1)
+    );
+    assert_eq!(code(&mut client, &token, ns, &post("bob")).await, Code::Ok);
+    let get = [("req.method", "GET"), ("user_id", "alice")];
+    assert_eq!(
+        codes(&mut client, &token, ns, &get, 8).await,
+        then_over(8, 0)
+    );
+}
+
+/// Their configuration guide's example: a key with no dot, read as a field.
+#[tokio::test]
+async fn their_configuration_guides_example() {
+    let (_server, mut client, token) = serve(limits(&data("configuration.yaml"))).await;
+    let ns = "example.org";
+    let get = |user| [("req_method", "GET"), ("user_id", user)];
+    assert_eq!(
+        codes(&mut client, &token, ns, &get("alice"), 11).await,
+        then_over(10, 1)
+    );
+    assert_eq!(code(&mut client, &token, ns, &get("bob")).await, Code::Ok);
+    let post = [("req_method", "POST"), ("user_id", "alice")];
+    assert_eq!(
+        codes(&mut client, &token, ns, &post, 12).await,
         then_over(12, 0)
     );
 }
@@ -146,7 +184,7 @@ async fn kuadrants_operator_file_all_or_nothing() {
 
 #[tokio::test]
 async fn hits_addend_zero_is_one_and_above_the_max_is_always_denied() {
-    let (_server, mut client, token) = serve(limits(&data("readme.yaml"))).await;
+    let (_server, mut client, token) = serve(limits(&data("get-and-post.yaml"))).await;
     let (ns, post) = ("example.org", [("req.method", "POST"), ("user_id", "u")]);
     let over = |r: RateLimitResponse| Code::try_from(r.overall_code).unwrap();
     let six = hit(&mut client, &token, ns, &post, 6).await.unwrap();
@@ -410,7 +448,7 @@ async fn reloads_keep_counters_as_limitador_does() {
 async fn their_http_api() {
     let (server, admin) = TestServer::start_with(Config {
         metrics_open: true,
-        ..limits(&data("readme.yaml"))
+        ..limits(&data("get-and-post.yaml"))
     })
     .await;
     let token = app(&server, &admin, "edge").await;
@@ -564,7 +602,7 @@ async fn redis_away_answers_as_fail_says() {
         let (_server, mut client, token) = serve(Config {
             decisions: Some(gone.clone()),
             fail,
-            ..limits(&data("readme.yaml"))
+            ..limits(&data("get-and-post.yaml"))
         })
         .await;
         let get = [("req.method", "GET"), ("user_id", "u")];

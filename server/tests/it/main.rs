@@ -26,3 +26,4 @@ mod slow_clients;
 mod store_load;
 mod telemetry;
 mod watch;
+mod when_key;

@@ -2,13 +2,15 @@
 //! compiled once at load and bounded: their length, their nesting, their comprehensions
 //! (whose iteration variables are bound here, where limitador takes them for unbound
 //! names and makes the expression silently false), and what evaluating one may panic on.
+//! Shared by limitador's limits file and the `when` and `key` of sluicegate's policies.
 
 use std::collections::{BTreeSet, HashMap};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 use cel::common::ast::{EntryExpr, Expr, IdedExpr};
-use cel::objects::{Map, Value};
+use cel::context::VariableResolver;
+use cel::objects::{Key, Map, Value};
 use cel::ExecutionError;
 
 /// The longest expression, in bytes: Kuadrant's are a few dozen.
@@ -19,9 +21,11 @@ pub const MAX_NESTING: usize = 32;
 /// each multiplies the work by the length of the list it walks.
 pub const MAX_COMPREHENSION_DEPTH: usize = 2;
 
-/// The names every expression is given: the request's descriptors and the limit.
+/// The names an expression is given: the request's descriptors, and the limitador
+/// limit or the sluicegate policy it belongs to.
 pub(crate) const DESCRIPTORS: &str = "descriptors";
 pub(crate) const LIMIT: &str = "limit";
+pub(crate) const POLICY: &str = "policy";
 
 thread_local! {
     /// The standard functions, registered once per thread: a context holding them is
@@ -79,6 +83,11 @@ impl Expression {
         &self.source
     }
 
+    /// Whether it reads `name` where nothing in it binds it.
+    pub(crate) fn reads(&self, name: &str) -> bool {
+        self.free.contains(name)
+    }
+
     /// Whether it reads a name other than the `allowed` ones.
     pub(crate) fn reads_other_than(&self, allowed: &[&str]) -> bool {
         self.free
@@ -90,9 +99,10 @@ impl Expression {
     fn resolve(&self, bindings: &Bindings) -> Result<Value, ExecutionError> {
         let run = AssertUnwindSafe(|| {
             ROOT.with(|root| {
+                // Looked up, not inserted: a scope of its own would cost a map a call.
+                let resolver = Resolver(bindings);
                 let mut context = root.new_inner_scope();
-                context.add_variable_from_value(DESCRIPTORS, bindings.descriptors.clone());
-                context.add_variable_from_value(LIMIT, bindings.limit.clone());
+                context.set_variable_resolver(&resolver);
                 Value::resolve(&self.expr, &context)
             })
         });
@@ -108,7 +118,11 @@ impl Expression {
     /// false; a value that is not a boolean or any other failure (an index past the end
     /// of a list, which limitador panics on) is an error.
     pub fn test(&self, bindings: &Bindings) -> Result<bool, EvalError> {
-        if self.reads_other_than(&[DESCRIPTORS, LIMIT]) {
+        let subject = bindings
+            .subject
+            .as_ref()
+            .map_or(DESCRIPTORS, |(name, _)| name);
+        if self.reads_other_than(&[DESCRIPTORS, subject]) {
             return Ok(false);
         }
         match self.resolve(bindings) {
@@ -229,12 +243,12 @@ fn walk(
 }
 
 /// What an expression is evaluated over: `descriptors` (the request's, each a map of
-/// its entries, a repeated key's last value) and `limit` (its `name` and `id`, null
-/// where absent).
+/// its entries, a repeated key's last value) and either `limit` (a limitador limit's
+/// `name` and `id`, null where absent) or `policy` (a sluicegate policy's `name`).
 #[derive(Debug, Clone)]
 pub struct Bindings {
     descriptors: Value,
-    limit: Value,
+    subject: Option<(&'static str, Value)>,
 }
 
 impl Bindings {
@@ -244,27 +258,53 @@ impl Bindings {
         D: IntoIterator<Item = E>,
         E: IntoIterator<Item = (&'a str, &'a str)>,
     {
+        let text = |t: &str| Arc::new(t.to_owned());
         let list: Vec<Value> = descriptors
             .into_iter()
             .map(|entries| {
-                let map: HashMap<String, String> = entries
+                let map: HashMap<Key, Value> = entries
                     .into_iter()
-                    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                    .map(|(k, v)| (Key::String(text(k)), Value::String(text(v))))
                     .collect();
-                Value::Map(Map::from(map))
+                Value::Map(Map { map: Arc::new(map) })
             })
             .collect();
         Self {
             descriptors: Value::List(Arc::new(list)),
-            limit: Value::Null,
+            subject: None,
         }
     }
 
-    /// These bindings with `limit` naming a limit of `name` and `id`.
-    pub(crate) fn for_limit(&mut self, name: Option<&str>, id: Option<&str>) {
+    /// These bindings with `limit` naming a limit of `name` and `id`: built only where
+    /// it is `read`, else bound to null.
+    pub(crate) fn for_limit(&mut self, name: Option<&str>, id: Option<&str>, read: bool) {
         let text = |t: Option<&str>| t.map_or(Value::Null, |t| Value::String(Arc::new(t.into())));
-        let map = HashMap::from([("name", text(name)), ("id", text(id))]);
-        self.limit = Value::Map(Map::from(map));
+        let value = if read {
+            let map = HashMap::from([("name", text(name)), ("id", text(id))]);
+            Value::Map(Map::from(map))
+        } else {
+            Value::Null
+        };
+        self.subject = Some((LIMIT, value));
+    }
+
+    /// These bindings with `policy` naming the policy `name`.
+    pub(crate) fn for_policy(&mut self, name: &str) {
+        let map = HashMap::from([("name", Value::String(Arc::new(name.into())))]);
+        self.subject = Some((POLICY, Value::Map(Map::from(map))));
+    }
+}
+
+/// What an expression's own names resolve to: `descriptors` and the subject.
+struct Resolver<'b>(&'b Bindings);
+
+impl VariableResolver for Resolver<'_> {
+    fn resolve(&self, variable: &str) -> Option<Value> {
+        match &self.0.subject {
+            _ if variable == DESCRIPTORS => Some(self.0.descriptors.clone()),
+            Some((name, value)) if variable == *name => Some(value.clone()),
+            _ => None,
+        }
     }
 }
 
@@ -344,7 +384,7 @@ mod tests {
     #[test]
     fn the_limit_is_bound() {
         let mut b = request();
-        b.for_limit(Some("per-user"), None);
+        b.for_limit(Some("per-user"), None, true);
         let named = Expression::parse("limit.name == 'per-user' && limit.id == null").unwrap();
         assert_eq!(named.test(&b), Ok(true));
     }
