@@ -15,6 +15,7 @@ mod redis;
 mod redlock;
 mod routes;
 mod rwlock;
+mod rwlock_processes;
 mod sentinel;
 mod share;
 mod tls;
