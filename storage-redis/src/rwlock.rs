@@ -3,14 +3,16 @@
 
 use std::time::{Duration, Instant};
 
-use redis::{ConnectionLike, Value};
+use redis::{aio, ConnectionLike, Value};
 use sluicegate_core::limits::MAX_PERIOD;
 use sluicegate_core::rwlock::{LockError, LockMode, Place, RwAcquired, RwLease, RwState};
 use sluicegate_core::{Concurrency, Decision, Grant, LeaseRequest, ParamError, Ticks, SECOND};
 
 use crate::error::{Error, INEXACT};
+use crate::link::{block, typed, Awaiting, Blocking, Link};
 use crate::lua::{rwlock_script, MAX_LUA_TICKS};
 use crate::reply::corrupt;
+use crate::route::{Program, Route};
 
 /// How long a blocked caller's place lasts unless it asks again; it asks at half that.
 pub const DEFAULT_PLACE_TTL: Ticks = 10 * SECOND;
@@ -33,7 +35,7 @@ pub struct RedisRwLock {
     lease: RwLease,
     prefix: Vec<u8>,
     place_ttl: Ticks,
-    script: redis::Script,
+    program: Program,
 }
 
 /// A call's answer and the waiter it woke.
@@ -70,11 +72,14 @@ enum Op {
 impl RedisRwLock {
     /// The lock `lease` (its holders' bound and fairness), on keys as given.
     pub fn new(lease: RwLease) -> Self {
+        let mut program = Program::new(rwlock_script());
+        // The library and the module carry no lock family yet.
+        program.force(Some(Route::Scripts));
         Self {
             lease,
             prefix: Vec::new(),
             place_ttl: DEFAULT_PLACE_TTL,
-            script: redis::Script::new(&rwlock_script()),
+            program,
         }
     }
 
@@ -106,11 +111,33 @@ impl RedisRwLock {
         mode: LockMode,
         wait: Option<Ticks>,
     ) -> Result<Handed<RwAcquired>, Error> {
+        block(self.acquire_on(&mut Blocking(con), request, mode, wait))
+    }
+
+    /// Asynchronous [`RedisRwLock::acquire`].
+    pub async fn acquire_async<C: aio::ConnectionLike>(
+        &self,
+        con: &mut C,
+        request: &LeaseRequest<'_>,
+        mode: LockMode,
+        wait: Option<Ticks>,
+    ) -> Result<Handed<RwAcquired>, Error> {
+        self.acquire_on(&mut Awaiting(con), request, mode, wait)
+            .await
+    }
+
+    async fn acquire_on<L: Link>(
+        &self,
+        link: &mut L,
+        request: &LeaseRequest<'_>,
+        mode: LockMode,
+        wait: Option<Ticks>,
+    ) -> Result<Handed<RwAcquired>, Error> {
         let op = match wait {
             Some(wait) => Op::Acquire(mode, in_period("wait", wait).map_err(LockError::from)?),
             None => Op::Try(mode),
         };
-        acquired(self.call(con, op, request)?)
+        acquired(self.call(link, op, request).await?)
     }
 
     /// Changes the owner's unexpired lease: releases it once (it is freed when released
@@ -122,7 +149,26 @@ impl RedisRwLock {
         request: &LeaseRequest<'_>,
         change: HeldChange,
     ) -> Result<Handed<Grant>, Error> {
-        held(self.call(con, Op::Held(change), request)?)
+        block(self.change_on(&mut Blocking(con), request, change))
+    }
+
+    /// Asynchronous [`RedisRwLock::change`].
+    pub async fn change_async<C: aio::ConnectionLike>(
+        &self,
+        con: &mut C,
+        request: &LeaseRequest<'_>,
+        change: HeldChange,
+    ) -> Result<Handed<Grant>, Error> {
+        self.change_on(&mut Awaiting(con), request, change).await
+    }
+
+    async fn change_on<L: Link>(
+        &self,
+        link: &mut L,
+        request: &LeaseRequest<'_>,
+        change: HeldChange,
+    ) -> Result<Handed<Grant>, Error> {
+        held(self.call(link, Op::Held(change), request).await?)
     }
 
     /// Gives up the owner's place in the queue.
@@ -131,7 +177,24 @@ impl RedisRwLock {
         con: &mut C,
         request: &LeaseRequest<'_>,
     ) -> Result<Option<Vec<u8>>, Error> {
-        let reply = self.call(con, Op::Withdraw, request)?;
+        block(self.withdraw_on(&mut Blocking(con), request))
+    }
+
+    /// Asynchronous [`RedisRwLock::withdraw`].
+    pub async fn withdraw_async<C: aio::ConnectionLike>(
+        &self,
+        con: &mut C,
+        request: &LeaseRequest<'_>,
+    ) -> Result<Option<Vec<u8>>, Error> {
+        self.withdraw_on(&mut Awaiting(con), request).await
+    }
+
+    async fn withdraw_on<L: Link>(
+        &self,
+        link: &mut L,
+        request: &LeaseRequest<'_>,
+    ) -> Result<Option<Vec<u8>>, Error> {
+        let reply = self.call(link, Op::Withdraw, request).await?;
         let [woken] = fields::<1>(reply)?;
         owner_of(woken)
     }
@@ -148,6 +211,32 @@ impl RedisRwLock {
         mode: LockMode,
         timeout: Duration,
     ) -> Result<RwAcquired, Error> {
+        block(self.acquire_blocking_on(&mut Blocking(con), request, mode, timeout))
+    }
+
+    /// Asynchronous [`RedisRwLock::acquire_blocking`]. `BLPOP` holds the connection: give
+    /// each waiter one of its own, not a multiplexed one other calls share, and a
+    /// response timeout above half the place's ttl. A waiter dropped before its answer
+    /// keeps its place until the place expires, unless [`withdraw_async`](Self::withdraw_async)
+    /// gives it up.
+    pub async fn acquire_blocking_async<C: aio::ConnectionLike>(
+        &self,
+        con: &mut C,
+        request: &LeaseRequest<'_>,
+        mode: LockMode,
+        timeout: Duration,
+    ) -> Result<RwAcquired, Error> {
+        self.acquire_blocking_on(&mut Awaiting(con), request, mode, timeout)
+            .await
+    }
+
+    async fn acquire_blocking_on<L: Link>(
+        &self,
+        link: &mut L,
+        request: &LeaseRequest<'_>,
+        mode: LockMode,
+        timeout: Duration,
+    ) -> Result<RwAcquired, Error> {
         let request = LeaseRequest::new(request.key)
             .owner(request.owner)
             .ttl(request.ttl);
@@ -158,12 +247,11 @@ impl RedisRwLock {
                 at.saturating_duration_since(Instant::now())
             });
             let wait = (!left.is_zero()).then_some(self.place_ttl);
-            let asked = self.acquire(con, &request, mode, wait)?;
-            let acquired = asked.answer;
+            let acquired = self.acquire_on(link, &request, mode, wait).await?.answer;
             if acquired.grant.is_some() || left.is_zero() {
                 if acquired.grant.is_none() {
                     // Ended without a grant: the place would block the queue until it expired.
-                    match self.withdraw(con, &request) {
+                    match self.withdraw_on(link, &request).await {
                         Ok(_) | Err(Error::Lock(LockError::NotQueued)) => {}
                         Err(e) => return Err(e),
                     }
@@ -179,10 +267,11 @@ impl RedisRwLock {
                     let mut pop = redis::cmd("BLPOP");
                     // BLPOP's timeout is in seconds; 0 would block for ever.
                     pop.arg(&list).arg(pause.as_secs_f64().max(0.001));
-                    con.req_command(&pop)
+                    link.send(&pop)
+                        .await
                         .map_err(|e| Error::from_redis(e, request.key))?;
                 }
-                None => std::thread::sleep(pause.min(UNQUEUED_POLL)),
+                None => link.pause(pause.min(UNQUEUED_POLL)).await,
             }
         }
     }
@@ -193,10 +282,24 @@ impl RedisRwLock {
         con: &mut C,
         key: &[u8],
     ) -> Result<Option<RwState>, Error> {
-        let bytes: Option<Vec<u8>> = redis::cmd("GET")
+        block(self.state_on(&mut Blocking(con), key))
+    }
+
+    /// Asynchronous [`RedisRwLock::state`].
+    pub async fn state_async<C: aio::ConnectionLike>(
+        &self,
+        con: &mut C,
+        key: &[u8],
+    ) -> Result<Option<RwState>, Error> {
+        self.state_on(&mut Awaiting(con), key).await
+    }
+
+    async fn state_on<L: Link>(&self, link: &mut L, key: &[u8]) -> Result<Option<RwState>, Error> {
+        let get = redis::cmd("GET")
             .arg([&self.prefix, key].concat())
-            .query(con)
-            .map_err(|e| Error::from_redis(e, key))?;
+            .to_owned();
+        let bytes: Option<Vec<u8>> =
+            typed(link.send(&get).await).map_err(|e| Error::from_redis(e, key))?;
         bytes
             .map(|b| {
                 self.lease
@@ -207,15 +310,15 @@ impl RedisRwLock {
     }
 
     /// The script every call runs.
-    pub fn script(&self) -> String {
-        rwlock_script()
+    pub fn script(&self) -> &str {
+        self.program.source()
     }
 
     /// Runs `op` for `request`, after the core's own checks; a script's report of a
     /// corrupt state is replaced by the core decoder's verdict on the same bytes.
-    fn call<C: ConnectionLike>(
+    async fn call<L: Link>(
         &self,
-        con: &mut C,
+        link: &mut L,
         op: Op,
         request: &LeaseRequest<'_>,
     ) -> Result<Value, Error> {
@@ -244,8 +347,9 @@ impl RedisRwLock {
             Op::Withdraw => ("withdraw", None, None),
         };
         let key = [&self.prefix, request.key].concat();
-        let mut invocation = self.script.key(&key);
+        let mut invocation = self.program.invocation("rwlock", false, &[&key]);
         invocation
+            .cmd
             .arg(name)
             .arg(request.now.map_or(String::new(), |n| n.to_string()))
             .arg(self.lease.max_holders())
@@ -254,16 +358,18 @@ impl RedisRwLock {
             .arg(mode.map_or(0, |m| u8::from(m == LockMode::Exclusive)))
             .arg(ttl)
             .arg(wait.unwrap_or(0));
-        match invocation.invoke::<Value>(con) {
+        match self.program.query(link, &invocation).await {
             Ok(reply) => Ok(reply),
             Err(e) => match Error::from_redis(e, request.key) {
-                Error::Corrupt { reason, .. } => Err(match self.state(con, request.key) {
-                    Err(e) => e,
-                    Ok(_) => corrupt(
-                        request.key,
-                        format!("beyond the Redis scripts' range ({reason})"),
-                    ),
-                }),
+                Error::Corrupt { reason, .. } => {
+                    Err(match self.state_on(link, request.key).await {
+                        Err(e) => e,
+                        Ok(_) => corrupt(
+                            request.key,
+                            format!("beyond the Redis scripts' range ({reason})"),
+                        ),
+                    })
+                }
                 e => Err(e),
             },
         }

@@ -94,9 +94,12 @@ fn due(lease: &RwLease, state: &Option<RwState>, now: Ticks, caller: &[u8]) -> O
     (next.owner() != caller && granted).then(|| next.owner().to_vec())
 }
 
+/// Runs `op` on Redis through the synchronous calls, or, with `on`, the asynchronous
+/// ones over its runtime and multiplexed connection.
 fn redis_step(
     lock: &RedisRwLock,
     con: &mut redis::Connection,
+    on: Option<&mut Async>,
     now: Ticks,
     op: &Op,
 ) -> (Result<String, String>, Option<Vec<u8>>) {
@@ -106,14 +109,28 @@ fn redis_step(
         Op::Withdraw(_) => 0,
     };
     let request = LeaseRequest::new(b"k").owner(&owner).ttl(ttl).at(now);
-    let answer = match *op {
-        Op::Acquire(_, mode, _, wait) => lock
+    let answer = match (on, op) {
+        (None, &Op::Acquire(_, mode, _, wait)) => lock
             .acquire(con, &request, mode, wait)
             .map(|h| (format!("{:?}", h.answer), h.woken)),
-        Op::Held(_, change, _) => lock
+        (None, &Op::Held(_, change, _)) => lock
             .change(con, &request, change)
             .map(|h| (format!("{:?}", h.answer), h.woken)),
-        Op::Withdraw(_) => lock.withdraw(con, &request).map(|w| (String::new(), w)),
+        (None, Op::Withdraw(_)) => lock.withdraw(con, &request).map(|w| (String::new(), w)),
+        (Some(on), op) => {
+            let (rt, con) = (&on.0, &mut on.1);
+            match *op {
+                Op::Acquire(_, mode, _, wait) => rt
+                    .block_on(lock.acquire_async(con, &request, mode, wait))
+                    .map(|h| (format!("{:?}", h.answer), h.woken)),
+                Op::Held(_, change, _) => rt
+                    .block_on(lock.change_async(con, &request, change))
+                    .map(|h| (format!("{:?}", h.answer), h.woken)),
+                Op::Withdraw(_) => rt
+                    .block_on(lock.withdraw_async(con, &request))
+                    .map(|w| (String::new(), w)),
+            }
+        }
     };
     match answer {
         Ok((text, woken)) => (Ok(text), woken),
@@ -122,11 +139,26 @@ fn redis_step(
     }
 }
 
+/// A runtime and an asynchronous connection on it.
+type Async = (tokio::runtime::Runtime, redis::aio::MultiplexedConnection);
+
+fn runtime_and_connection(server: &Server) -> Async {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let con = rt.block_on(common::connect_multiplexed(server));
+    (rt, con)
+}
+
 #[test]
 fn the_script_and_the_core_agree_on_answers_bytes_and_wakes() {
     let server = Server::start();
+    let on = std::cell::RefCell::new(runtime_and_connection(&server));
     let mut runner = TestRunner::new(ProptestConfig::with_cases(256));
-    let trace = prop::collection::vec((prop_oneof![Just(0u64), 0..5u64, 0..150u64], op()), 1..60);
+    let gap = prop_oneof![Just(0u64), 0..5u64, 0..150u64];
+    // Each step through the synchronous or the asynchronous calls: one answer.
+    let trace = prop::collection::vec((gap, op(), any::<bool>()), 1..60);
     let result = runner.run(&(1..=3u64, any::<bool>(), trace), |(max, fair, steps)| {
         let mut con = server.connection();
         let mut lease = RwLease::new(max).unwrap();
@@ -138,10 +170,12 @@ fn the_script_and_the_core_agree_on_answers_bytes_and_wakes() {
         let redis_key = [prefix.as_bytes(), b"k"].concat();
         let mut state: Option<RwState> = None;
         let mut now = EPOCH;
-        for (gap, op) in &steps {
+        for (gap, op, asynchronous) in &steps {
             now += gap;
             let (want, next) = core_step(&lease, state.clone(), now, op);
-            let (got, woken) = redis_step(&lock, &mut con, now, op);
+            let mut on = on.borrow_mut();
+            let on = asynchronous.then_some(&mut *on);
+            let (got, woken) = redis_step(&lock, &mut con, on, now, op);
             prop_assert_eq!(&got, &want, "{:?} at {}", op, now);
             if let Some(next) = next {
                 let due = due(&lease, &next, now, &op.owner());
@@ -157,6 +191,57 @@ fn the_script_and_the_core_agree_on_answers_bytes_and_wakes() {
     if let Err(e) = result {
         panic!("{e}");
     }
+}
+
+#[tokio::test]
+async fn an_async_waiter_is_handed_the_lock_or_leaves_no_place() {
+    let server = Server::start();
+    let lock = RedisRwLock::new(RwLease::read_write().fair());
+    let key = common::fresh("async-wait");
+    let mut holder = common::connect_multiplexed(&server).await;
+    let writer = hold(&key, b"w1");
+    let held = lock.acquire_async(&mut holder, &writer, LockMode::Exclusive, None);
+    let first = held.await.unwrap().answer.grant.unwrap();
+
+    // Timed out: no grant, and its place withdrawn.
+    let mut con = common::connect_multiplexed(&server).await;
+    let request = hold(&key, b"late");
+    let timed_out = lock.acquire_blocking_async(
+        &mut con,
+        &request,
+        LockMode::Shared,
+        Duration::from_millis(50),
+    );
+    assert!(timed_out.await.unwrap().grant.is_none());
+    assert_eq!(queue(&lock, &mut server.connection(), &key), 0);
+
+    // Woken by the release: granted well before its place would have needed renewing.
+    let waiter = {
+        let (lock, key) = (lock.clone(), key.clone());
+        let mut con = common::connect_multiplexed(&server).await;
+        tokio::spawn(async move {
+            let request = hold(&key, b"r1");
+            let asked = Instant::now();
+            let got = lock.acquire_blocking_async(
+                &mut con,
+                &request,
+                LockMode::Shared,
+                Duration::from_secs(20),
+            );
+            (got.await.unwrap(), asked.elapsed())
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while queue(&lock, &mut server.connection(), &key) == 0 {
+        assert!(Instant::now() < deadline, "the waiter never queued");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let released = lock.change_async(&mut holder, &writer, HeldChange::Release);
+    assert_eq!(released.await.unwrap().woken.as_deref(), Some(&b"r1"[..]));
+    let (granted, waited) = waiter.await.unwrap();
+    let grant = granted.grant.expect("granted once released");
+    assert!(grant.token > first.token);
+    assert!(waited < Duration::from_secs(4), "{waited:?}");
 }
 
 #[test]
