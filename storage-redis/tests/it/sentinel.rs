@@ -9,10 +9,12 @@ use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use redis::ConnectionLike;
+use sluicegate_core::rwlock::{LockMode, RwLease};
 use sluicegate_core::{Concurrency, Decision, LeaseRequest, TokenBucket, SECOND};
 use sluicegate_redis::fleet::{FleetConfig, FleetLimiter, FleetMode};
 use sluicegate_redis::{
-    Error, Outcome, Reconnecting, ReconnectingAsync, RedisLeases, RedisLimiter, DEFAULT_TIMEOUT,
+    Error, Outcome, Reconnecting, ReconnectingAsync, RedisLeases, RedisLimiter, RedisRwLock,
+    DEFAULT_TIMEOUT,
 };
 
 use crate::common::sentinel::{Sentinels, DOWN_AFTER_MS, FAILOVER_TIMEOUT_MS};
@@ -117,6 +119,19 @@ fn decisions_continue_on_the_promoted_replica() {
     let request = LeaseRequest::new(b"lock").owner(b"a").ttl(SECOND);
     let grant = lock.acquire(&mut con, &request).unwrap().grant;
     assert!(grant.is_some(), "the lock is free on the new primary");
+    // So does the lock family: two readers share, a writer waits behind them.
+    let rw = RedisRwLock::new(RwLease::read_write().fair());
+    for owner in [b"r1", b"r2"] {
+        let reader = LeaseRequest::new(b"rw").owner(owner).ttl(10 * SECOND);
+        let shared = rw
+            .acquire(&mut con, &reader, LockMode::Shared, None)
+            .unwrap();
+        assert!(shared.answer.grant.is_some(), "{shared:?}");
+    }
+    let writer = LeaseRequest::new(b"rw").owner(b"w").ttl(10 * SECOND);
+    let queued = rw.acquire(&mut con, &writer, LockMode::Exclusive, Some(10 * SECOND));
+    let place = queued.unwrap().answer.place.expect("the writer queued");
+    assert_eq!(place.ahead, 0);
 }
 
 #[test]
