@@ -10,8 +10,6 @@
 -- release and renew {token, expiry, holds}. An owner without a lease on some key:
 -- error 'SLUICEGATE not held', nothing changed.
 
-local MAX_EXACT = 9007199254740990 -- 2^53 - 2: a token, expiry or hold count + 1 is exact
-
 -- The lease table in `bytes` (nil: a fresh key), checked as the core's decoder checks it.
 local function parse(bytes, max)
   local state = { last = 0, leases = {} }

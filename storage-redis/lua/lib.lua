@@ -11,6 +11,8 @@ local MAX_NOW = 4503599627370496 -- 2^52 microseconds: the year 2112
 local EXACT = 9007199254740992 -- 2^53: every integer below is a double
 local TWO32 = 4294967296
 local MAX_PERIOD = 31622400000000 -- 366 days, the core's longest period
+-- The leases' and locks' largest counter: a token, expiry or count + 1 is still exact.
+local MAX_EXACT = 9007199254740990 -- 2^53 - 2
 local MAX_TICKS_HI = 1073741824 -- the core's last instant, 2^62, is (2^30, 0) in halves
 -- The formats of a state's header and its 1, 2 or 3 fields, built once.
 local FORMATS = { '>BBI8', '>BBI8I8', '>BBI8I8I8' }

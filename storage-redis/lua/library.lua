@@ -69,3 +69,6 @@ register('acquire', function(keys, args) return lease('acquire', keys, args) end
 register('release', function(keys, args) return lease('release', keys, args) end)
 register('renew', function(keys, args) return lease('renew', keys, args) end)
 register('lease_read', function(keys, args) return lease('read', keys, args) end, { 'no-writes' })
+
+-- The lock family: one function, the operation its first argument, as for the script.
+register('rwlock', function(keys, args) return rwlock(args[1], keys, args) end)

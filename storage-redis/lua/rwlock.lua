@@ -13,7 +13,6 @@
 -- waiter's list (the lock's hash tag, then ':wake:' and the owner), which the waiter pops
 -- with BLPOP; nobody else hears of it.
 
-local MAX_EXACT = 9007199254740990 -- 2^53 - 2: a token, expiry or count + 1 is exact
 local MAX_WAITERS = 1024
 local SHARED, EXCLUSIVE = 0, 1
 
@@ -82,7 +81,7 @@ local function encode_rw(s)
   return table.concat(parts)
 end
 
-local function fresh_at(s)
+local function lock_fresh_at(s)
   local at = s.last + 1
   for _, h in ipairs(s.holders) do at = math.max(at, h.expiry) end
   for _, w in ipairs(s.waiters) do at = math.max(at, w.expiry) end
@@ -205,7 +204,7 @@ end
 -- Writes `s`, or deletes the key once fresh; at the server's time the key lives until
 -- fresh, at an explicit time it has no expiry. Returns the time until fresh.
 local function store_rw(key, old, s, now, explicit)
-  local fresh = fresh_at(s)
+  local fresh = lock_fresh_at(s)
   if fresh <= now then
     if old then redis.call('DEL', key) end
     return 0

@@ -53,7 +53,7 @@ impl Library {
 }
 
 /// The suffixes `lua/library.lua` registers.
-const FUNCTIONS: [&str; 15] = [
+const FUNCTIONS: [&str; 16] = [
     "decide",
     "bucket",
     "batch",
@@ -69,6 +69,7 @@ const FUNCTIONS: [&str; 15] = [
     "release",
     "renew",
     "lease_read",
+    "rwlock",
 ];
 
 pub(crate) static LIBRARY: std::sync::LazyLock<Library> = std::sync::LazyLock::new(|| {
@@ -84,6 +85,7 @@ pub(crate) static LIBRARY: std::sync::LazyLock<Library> = std::sync::LazyLock::n
         COMPOSITE,
         MAIN,
         LEASE,
+        RWLOCK,
         REGISTER,
     ]
     .concat();

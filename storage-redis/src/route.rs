@@ -150,7 +150,7 @@ impl Program {
     }
 
     /// The library's or the scripts' route, chosen or detected.
-    fn lua_route(&self) -> Option<Route> {
+    pub(crate) fn lua_route(&self) -> Option<Route> {
         self.forced.filter(|&route| route != Route::Module).or(
             match self.detected.load(Ordering::Relaxed) {
                 FUNCTIONS => Some(Route::Functions),

@@ -72,15 +72,26 @@ enum Op {
 impl RedisRwLock {
     /// The lock `lease` (its holders' bound and fairness), on keys as given.
     pub fn new(lease: RwLease) -> Self {
-        let mut program = Program::new(rwlock_script());
-        // The library and the module carry no lock family yet.
-        program.force(Some(Route::Scripts));
         Self {
             lease,
             prefix: Vec::new(),
             place_ttl: DEFAULT_PLACE_TTL,
-            program,
+            program: Program::new(rwlock_script()),
         }
+    }
+
+    /// Calls take `route` instead of the fastest one the server offers: the function
+    /// library, else scripts. The module has no lock family: with [`Route::Module`] calls
+    /// take the library or scripts, as detected. Never an error today, as for
+    /// [`RedisLeases::with_route`](crate::RedisLeases::with_route).
+    pub fn with_route(mut self, route: Route) -> Result<Self, Error> {
+        self.program.force(Some(route));
+        Ok(self)
+    }
+
+    /// The route calls take; `None` before the first call detects it.
+    pub fn route(&self) -> Option<Route> {
+        self.program.lua_route()
     }
 
     /// Puts `prefix` before every key.
@@ -309,7 +320,7 @@ impl RedisRwLock {
             .transpose()
     }
 
-    /// The script every call runs.
+    /// The script every call runs on [`Route::Scripts`].
     pub fn script(&self) -> &str {
         self.program.source()
     }

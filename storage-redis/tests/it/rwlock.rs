@@ -10,7 +10,7 @@ use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
 use sluicegate_core::rwlock::{LockError, LockMode, RwLease, RwState};
 use sluicegate_core::{Concurrency, LeaseRequest, Ticks, SECOND};
-use sluicegate_redis::{Error, HeldChange, RedisLeases, RedisRwLock};
+use sluicegate_redis::{Error, HeldChange, RedisLeases, RedisRwLock, Route};
 
 use crate::common::{self, Cluster, Server};
 
@@ -159,14 +159,19 @@ fn the_script_and_the_core_agree_on_answers_bytes_and_wakes() {
     let gap = prop_oneof![Just(0u64), 0..5u64, 0..150u64];
     // Each step through the synchronous or the asynchronous calls: one answer.
     let trace = prop::collection::vec((gap, op(), any::<bool>()), 1..60);
-    let result = runner.run(&(1..=3u64, any::<bool>(), trace), |(max, fair, steps)| {
+    let route = prop_oneof![Just(Route::Scripts), Just(Route::Functions)];
+    let cases = (1..=3u64, any::<bool>(), route, trace);
+    let result = runner.run(&cases, |(max, fair, route, steps)| {
         let mut con = server.connection();
         let mut lease = RwLease::new(max).unwrap();
         if fair {
             lease = lease.fair();
         }
         let prefix = common::fresh("rw") + ":";
-        let lock = RedisRwLock::new(lease).with_prefix(prefix.clone());
+        let lock = RedisRwLock::new(lease)
+            .with_prefix(prefix.clone())
+            .with_route(route)
+            .unwrap();
         let redis_key = [prefix.as_bytes(), b"k"].concat();
         let mut state: Option<RwState> = None;
         let mut now = EPOCH;
@@ -186,6 +191,7 @@ fn the_script_and_the_core_agree_on_answers_bytes_and_wakes() {
                 redis::cmd("GET").arg(&redis_key).query(&mut con).unwrap();
             prop_assert_eq!(stored, state.as_ref().map(|s| lease.encode_to_vec(s)));
         }
+        prop_assert_eq!(lock.route(), Some(route));
         Ok(())
     });
     if let Err(e) = result {
