@@ -11,7 +11,8 @@ use crate::units::{land, Slots};
 /// An algorithm's transitions on the one state it governs, one type for whichever
 /// algorithm runs: the client module links only the plain algorithms it builds, never
 /// the dispatch over every kind.
-trait Engine {
+/// `Send`: the limiters live in a static table (the module has one thread).
+trait Engine: Send {
     fn check(&mut self, now: Ticks, cost: u64) -> Decision;
     /// Decides `call`, the decision written into `slots` (no `Decision` passes back
     /// through memory: copying one costs a call in wasm); whether it admits, `None`
@@ -51,7 +52,10 @@ struct Slot<A: Algorithm> {
     state: Option<A::State>,
 }
 
-impl<A: Booking> Engine for Slot<A> {
+impl<A: Booking + Send> Engine for Slot<A>
+where
+    A::State: Send,
+{
     fn check(&mut self, now: Ticks, cost: u64) -> Decision {
         let (decision, state) = self.algorithm.decide(self.state.take(), now, cost);
         self.state = state;
@@ -192,7 +196,10 @@ pub(crate) enum Call {
     Reserve(Ticks),
 }
 
-fn slot<A: Booking + 'static>(algorithm: A) -> Box<dyn Engine> {
+fn slot<A: Booking + Send + 'static>(algorithm: A) -> Box<dyn Engine + Send>
+where
+    A::State: Send,
+{
     Box::new(Slot {
         algorithm,
         state: None,
@@ -201,7 +208,7 @@ fn slot<A: Booking + 'static>(algorithm: A) -> Box<dyn Engine> {
 
 /// An algorithm and the one state it governs (a client limits only itself, so there is
 /// one key).
-pub(crate) struct Limit(Box<dyn Engine>);
+pub(crate) struct Limit(Box<dyn Engine + Send>);
 
 impl core::fmt::Debug for Limit {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
