@@ -46,11 +46,12 @@ pub fn wasm_memory() -> JsValue {
     wasm_bindgen::memory()
 }
 
-/// What `LimiterCore::next` asks: nothing is queued, run the call `at` names, or
-/// wait until `at`.
+/// What `LimiterCore::next` asks: nothing is queued, run the call `at` names, wait
+/// until `at`, or refuse the call `at` names (with a `rejection`).
 const IDLE: u32 = 0;
 const RUN: u32 = 1;
 const WAIT: u32 = 2;
+const REFUSE: u32 = 3;
 
 /// `decide`'s answer for a handle whose limiter was freed.
 const FREED: u32 = 3;
@@ -259,7 +260,8 @@ impl LimiterCore {
     }
 
     /// What to do at `nowMs`: 0 nothing is queued, 1 run the call `at` names, 2 wait
-    /// until `at`.
+    /// until `at`, 3 refuse the call `at` names, which can never run (the reason in
+    /// `rejection`).
     pub fn next(&self, #[wasm_bindgen(js_name = nowMs)] now_ms: f64) -> u32 {
         // JS's clock always reads a valid time.
         let now = ticks_from_ms("nowMs", now_ms).unwrap_or_default();
@@ -271,6 +273,11 @@ impl LimiterCore {
             Next::WaitUntil(at) => {
                 inner.at = ms_from_ticks(at);
                 WAIT
+            }
+            Next::Refuse(id, error) => {
+                inner.at = f64::from(id);
+                inner.rejection = error.message();
+                REFUSE
             }
             Next::Idle => IDLE,
         })

@@ -23,6 +23,8 @@ trait Engine: Send {
     fn report(&mut self, now: Ticks, adjustment: i64) -> Option<sluicegate_core::Reported>;
     /// Whether a fresh state admits `cost` at `now`, at once or after a wait.
     fn fits(&self, cost: u64, now: Ticks) -> bool;
+    /// Whether what fits at one time fits at any (not for calendar windows).
+    fn periodic(&self) -> bool;
     fn save(&self) -> Vec<u8>;
     fn load(&mut self, bytes: &[u8]) -> Result<(), DecodeError>;
     fn reset(&mut self);
@@ -45,6 +47,11 @@ trait Booking: Algorithm {
         now: Ticks,
         adjustment: i64,
     ) -> Option<sluicegate_core::Reported>;
+
+    /// Whether what fits at one time fits at any: the plain algorithms' periods repeat.
+    fn periodic(&self) -> bool {
+        true
+    }
 }
 
 struct Slot<A: Algorithm> {
@@ -84,6 +91,10 @@ where
             .0
             .retry_after
             .is_some()
+    }
+
+    fn periodic(&self) -> bool {
+        self.algorithm.periodic()
     }
 
     fn save(&self) -> Vec<u8> {
@@ -183,6 +194,10 @@ impl Booking for AnyAlgorithm {
         *state = next;
         Some(reported)
     }
+
+    fn periodic(&self) -> bool {
+        self.kind().is_periodic()
+    }
 }
 
 /// What a decision does to the state.
@@ -246,6 +261,12 @@ impl Limit {
     /// (a calendar window's periods need not hold tick 0).
     pub(crate) fn fits(&self, cost: u64, now: Ticks) -> bool {
         self.0.fits(cost, now)
+    }
+
+    /// Whether what [`fits`](Self::fits) at one time fits at any: not a calendar
+    /// window's (nor a composite's), whose periods end.
+    pub(crate) fn periodic(&self) -> bool {
+        self.0.periodic()
     }
 
     /// Decides `call`, the decision written into `slots`; whether it admits. A

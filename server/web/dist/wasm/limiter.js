@@ -309,6 +309,8 @@ export class Throttle {
       } else if (next === 2) {
         this.#wake(this.#core.at);
         return;
+      } else if (next === 3) {
+        this.#take(this.#core.at).reject(new Error(this.#core.rejection()));
       } else {
         if (this.#timer !== undefined) clearTimeout(this.#timer);
         this.#timer = undefined;

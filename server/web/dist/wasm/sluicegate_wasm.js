@@ -78,7 +78,8 @@ export class LimiterCore {
     }
     /**
      * What to do at `nowMs`: 0 nothing is queued, 1 run the call `at` names, 2 wait
-     * until `at`.
+     * until `at`, 3 refuse the call `at` names, which can never run (the reason in
+     * `rejection`).
      * @param {number} nowMs
      * @returns {number}
      */
