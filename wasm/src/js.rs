@@ -19,9 +19,8 @@ use crate::options::{algorithm, Flat};
 use crate::scheduler::{Budget, Next, Scheduler};
 use crate::units::{ms_from_ticks, ticks_from_ms, whole, Slots};
 
-/// `check`, `peek` and `reserve`: denied, allowed (the decision in the slots), or
-/// invalid input (the message in `rejection`). Throwing from inside the call would
-/// leave the limiter borrowed.
+/// `decide`: denied, allowed (the decision in the slots), or invalid input (the message
+/// in `rejection`). Throwing from inside the call would leave the limiters locked.
 const INVALID: u32 = 2;
 
 /// The limit flattened options describe (`texts` joined by newlines).
