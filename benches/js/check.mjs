@@ -3,10 +3,10 @@
 // and the throttle's per-call overhead (`schedule` of a call that runs at once). Each JS
 // peer does the same work: refill on read in floating point, the same object, a
 // promise per call. The floor row: what any wasm `check()` pays before deciding (the
-// clock and an empty call into the module). Run after scripts/build-wasm.sh:
+// clock and a call into the module that finds no limiter). Run after scripts/build-wasm.sh:
 // `node benches/js/check.mjs`.
 import { Limiter, Throttle } from "../../wasm/pkg/client/node.js";
-import { LimiterCore } from "../../wasm/pkg/client/sluicegate_wasm.js";
+import { decide } from "../../wasm/pkg/client/sluicegate_wasm.js";
 
 /** A plain token bucket in floating point: refill on read, as most JS limiters do. */
 class JsTokenBucket {
@@ -100,8 +100,7 @@ const theirsWide = new JsTokenBucket(wide.capacity, wide.rate, wide.periodMs);
 const ourThrottle = new Throttle({ ...bucket, maxQueued: 100_000 });
 const theirThrottle = new JsThrottle(new JsTokenBucket(options.capacity, options.rate, options.periodMs));
 
-// The module's own half of a limiter, for the floor: `slots()` only returns a number.
-const core = new LimiterCore("token-bucket\n\n", Float64Array.of(NaN, 1, 1, 1, ...Array(10).fill(NaN), 0), 1);
+// The floor: `decide` on a handle no limiter has finds nothing and returns.
 const origin = Date.now() - performance.now();
 
 const N = 1_000_000;
@@ -120,7 +119,7 @@ const rows = {
   reserve: [() => (sink += ours.reserve(1, 1000).delayMs), () => (sink += theirs.reserve(1, 1000).delayMs)],
   "throttle.schedule": [() => ourThrottle.schedule(task), () => theirThrottle.schedule(task)],
   "floor: the clock and an empty call, beside JS's check": [
-    () => (sink += core.slots() + origin + performance.now()),
+    () => (sink += decide(-1, 0, 1, origin + performance.now(), 0)),
     () => (sink += theirs.check(1).remaining),
   ],
 };

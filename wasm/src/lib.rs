@@ -15,7 +15,7 @@ mod periods;
 mod scheduler;
 mod units;
 
-pub use js::{wasm_memory, LimiterCore};
+pub use js::{decide, wasm_memory, LimiterCore};
 
 #[cfg(target_arch = "wasm32")]
 #[global_allocator]

@@ -11,7 +11,8 @@ use crate::units::{land, Slots};
 /// An algorithm's transitions on the one state it governs, one type for whichever
 /// algorithm runs: the client module links only the plain algorithms it builds, never
 /// the dispatch over every kind.
-trait Engine {
+/// `Send`: the limiters live in a static table (the module has one thread).
+trait Engine: Send {
     fn check(&mut self, now: Ticks, cost: u64) -> Decision;
     /// Decides `call`, the decision written into `slots` (no `Decision` passes back
     /// through memory: copying one costs a call in wasm); whether it admits, `None`
@@ -22,6 +23,8 @@ trait Engine {
     fn report(&mut self, now: Ticks, adjustment: i64) -> Option<sluicegate_core::Reported>;
     /// Whether a fresh state admits `cost` at `now`, at once or after a wait.
     fn fits(&self, cost: u64, now: Ticks) -> bool;
+    /// Whether what fits at one time fits at any (not for calendar windows).
+    fn periodic(&self) -> bool;
     fn save(&self) -> Vec<u8>;
     fn load(&mut self, bytes: &[u8]) -> Result<(), DecodeError>;
     fn reset(&mut self);
@@ -44,6 +47,11 @@ trait Booking: Algorithm {
         now: Ticks,
         adjustment: i64,
     ) -> Option<sluicegate_core::Reported>;
+
+    /// Whether what fits at one time fits at any: the plain algorithms' periods repeat.
+    fn periodic(&self) -> bool {
+        true
+    }
 }
 
 struct Slot<A: Algorithm> {
@@ -51,7 +59,10 @@ struct Slot<A: Algorithm> {
     state: Option<A::State>,
 }
 
-impl<A: Booking> Engine for Slot<A> {
+impl<A: Booking + Send> Engine for Slot<A>
+where
+    A::State: Send,
+{
     fn check(&mut self, now: Ticks, cost: u64) -> Decision {
         let (decision, state) = self.algorithm.decide(self.state.take(), now, cost);
         self.state = state;
@@ -80,6 +91,10 @@ impl<A: Booking> Engine for Slot<A> {
             .0
             .retry_after
             .is_some()
+    }
+
+    fn periodic(&self) -> bool {
+        self.algorithm.periodic()
     }
 
     fn save(&self) -> Vec<u8> {
@@ -179,6 +194,10 @@ impl Booking for AnyAlgorithm {
         *state = next;
         Some(reported)
     }
+
+    fn periodic(&self) -> bool {
+        self.kind().is_periodic()
+    }
 }
 
 /// What a decision does to the state.
@@ -192,7 +211,10 @@ pub(crate) enum Call {
     Reserve(Ticks),
 }
 
-fn slot<A: Booking + 'static>(algorithm: A) -> Box<dyn Engine> {
+fn slot<A: Booking + Send + 'static>(algorithm: A) -> Box<dyn Engine + Send>
+where
+    A::State: Send,
+{
     Box::new(Slot {
         algorithm,
         state: None,
@@ -201,7 +223,7 @@ fn slot<A: Booking + 'static>(algorithm: A) -> Box<dyn Engine> {
 
 /// An algorithm and the one state it governs (a client limits only itself, so there is
 /// one key).
-pub(crate) struct Limit(Box<dyn Engine>);
+pub(crate) struct Limit(Box<dyn Engine + Send>);
 
 impl core::fmt::Debug for Limit {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
@@ -239,6 +261,12 @@ impl Limit {
     /// (a calendar window's periods need not hold tick 0).
     pub(crate) fn fits(&self, cost: u64, now: Ticks) -> bool {
         self.0.fits(cost, now)
+    }
+
+    /// Whether what [`fits`](Self::fits) at one time fits at any: not a calendar
+    /// window's (nor a composite's), whose periods end.
+    pub(crate) fn periodic(&self) -> bool {
+        self.0.periodic()
     }
 
     /// Decides `call`, the decision written into `slots`; whether it admits. A

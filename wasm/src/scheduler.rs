@@ -27,6 +27,9 @@ pub(crate) enum Next<J> {
     Run(J),
     /// Nothing can run before this instant; ask again then.
     WaitUntil(Ticks),
+    /// This call, the first, can never run now (a calendar window past its last
+    /// boundary): it leaves the queue, refused for this reason.
+    Refuse(J, Error),
     /// The queue is empty.
     Idle,
 }
@@ -47,8 +50,8 @@ pub(crate) struct Scheduler<J> {
     max_queued: usize,
     paused_until: Ticks,
     budget: Option<Budget>,
-    /// The largest cost known to fit the limit: a cost fits if a larger one does, so
-    /// each push need not decide it again.
+    /// The largest cost known to fit a periodic limit: a cost fits if a larger one
+    /// does, at any time, so each push need not decide it again.
     fitting: u64,
 }
 
@@ -85,7 +88,9 @@ impl<J> Scheduler<J> {
             if !self.limit.fits(cost, now) {
                 return Err((job, Error::NeverFits(cost)));
             }
-            self.fitting = cost;
+            if self.limit.periodic() {
+                self.fitting = cost;
+            }
         }
         self.queue.push_back(Queued {
             job,
@@ -137,10 +142,15 @@ impl<J> Scheduler<J> {
         }
         let decision = self.limit.check(now, front.cost);
         if !decision.allowed {
-            // `push` refused costs that never fit, so a denial always names a wait; at
-            // least one tick, so a caller never spins.
-            let wait = decision.retry_after.unwrap_or(Ticks::MAX).max(1);
-            return Next::WaitUntil(now.saturating_add(wait));
+            // A denial names a wait, at least one tick so a caller never spins, unless the
+            // limit's periods ended since `push`.
+            let Some(wait) = decision.retry_after else {
+                let cost = front.cost;
+                return self.queue.pop_front().map_or(Next::Idle, |queued| {
+                    Next::Refuse(queued.job, Error::NeverFits(cost))
+                });
+            };
+            return Next::WaitUntil(now.saturating_add(wait.max(1)));
         }
         if let Some(budget) = &mut self.budget {
             budget.remaining -= front.cost;
@@ -183,6 +193,8 @@ mod tests {
             let next_arrival = arrivals.get(arrived).map(|a| a.0);
             match scheduler.next(now) {
                 Next::Run(job) => runs.push((job, now)),
+                // Periodic limits: what fits once fits at any time.
+                Next::Refuse(job, error) => panic!("call {job} refused: {error:?}"),
                 Next::WaitUntil(t) => {
                     assert!(t > now, "asked to wait until {t} at {now}");
                     now = next_arrival.map_or(t, |a| a.min(t));
@@ -335,6 +347,28 @@ mod tests {
         assert_eq!(scheduler.next(2 * SECOND), Next::Run(1));
         // Beyond the last boundary nothing is ever admitted.
         let (_, reason) = calendar().push(2, 1, 3 * SECOND).unwrap_err();
+        assert_eq!(reason, Error::NeverFits(1));
+    }
+
+    /// Whether a cost fits a calendar window depends on when: a cost that fitted before
+    /// its last boundary is refused after it, queued or waiting, never held for ever.
+    #[cfg(feature = "full")]
+    #[test]
+    fn a_calendar_window_past_its_last_boundary_refuses_what_fitted_before() {
+        let options = crate::options::tests::calendar_options(Some(vec![1000.0, 2000.0]));
+        let mut scheduler = Scheduler::new(Limit::new(algorithm(&options).unwrap()).unwrap(), 4);
+        let now = 1500 * MILLISECOND;
+        scheduler.push(0, 2, now).unwrap();
+        assert_eq!(scheduler.next(now), Next::Run(0));
+        // Waits for the window's end, which is the calendar's.
+        scheduler.push(1, 2, now).unwrap();
+        assert_eq!(scheduler.next(now), Next::WaitUntil(2 * SECOND));
+        assert_eq!(
+            scheduler.next(2 * SECOND),
+            Next::Refuse(1, Error::NeverFits(2))
+        );
+        assert_eq!(scheduler.next(2 * SECOND), Next::Idle);
+        let (_, reason) = scheduler.push(2, 1, 2 * SECOND).unwrap_err();
         assert_eq!(reason, Error::NeverFits(1));
     }
 }

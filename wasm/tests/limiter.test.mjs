@@ -129,7 +129,12 @@ test("save and load carry the state; foreign bytes throw and keep it", () => {
   assert.equal(reloaded.save().length, 0);
   assert.equal(reloaded.peek(3, 0).allowed, true);
   reloaded[Symbol.dispose]();
-  assert.throws(() => reloaded.check(1, 0), "a freed limiter decides nothing");
+  assert.throws(() => reloaded.check(1, 0), /this limiter was freed/);
+  assert.throws(() => reloaded.admit(1, 0), /this limiter was freed/);
+  // Its handle is not another limiter's, whichever is made after it.
+  const next = new Limiter(bucket);
+  assert.throws(() => reloaded.peek(1, 0), /this limiter was freed/);
+  assert.equal(next.check(3, 0).allowed, true);
 });
 
 test("require() loads the Node.js entries too", () => {

@@ -59,6 +59,18 @@ test("a calendar window on the caller's boundaries runs its calls", async () => 
   assert.deepEqual(await Promise.all([throttle.schedule(() => 1), throttle.schedule(() => 2)]), [1, 2]);
 });
 
+test("a call waiting when a calendar window's last period ends is refused, not held", async () => {
+  // The last period ends 50 ms from now: the third call waits for it, then can never run.
+  const now = Date.now();
+  const boundariesMs = [now - 1000, now + 50];
+  const throttle = new FullThrottle({ algorithm: "calendar-window", limit: 2, calendar: "day", boundariesMs });
+  const calls = [1, 2, 3].map((n) => throttle.schedule(() => n));
+  assert.deepEqual(await Promise.all(calls.slice(0, 2)), [1, 2]);
+  await assert.rejects(calls[2], /a call of cost 1 can never fit this limit/);
+  assert.equal(throttle.queued, 0);
+  await assert.rejects(throttle.schedule(() => 4), /can never fit/);
+});
+
 test("Retry-After pauses the queue for as long as the server asks", async () => {
   const throttle = new Throttle({ ...bucket, capacity: 5 });
   const before = performance.now();

@@ -5,7 +5,7 @@
 // view, so a call allocates nothing. Copied into each module's folder by
 // scripts/build-wasm.sh.
 import { feedback } from "./feedback.js";
-import { LimiterCore, wasmMemory } from "./sluicegate_wasm.js";
+import { decide, LimiterCore, wasmMemory } from "./sluicegate_wasm.js";
 
 /** Milliseconds since the Unix epoch: `performance.now()`, monotonic, anchored once. */
 const origin = Date.now() - performance.now();
@@ -109,6 +109,14 @@ function view(slots) {
 
 const FULL_ONLY = 'report needs the full module: import from "sluicegate-wasm/full"';
 
+/** `decide`'s calls and its answer for a freed limiter. */
+const CHECK = 0;
+const PEEK = 1;
+const RESERVE = 2;
+const FREED = 3;
+/** A handle no limiter has: a freed one's. */
+const NONE = -1;
+
 /**
  * A limit this client keeps for itself: `check` before acting, `reserve` to book a slot,
  * `save` / `load` to keep the state across page loads. Times are milliseconds since the
@@ -117,19 +125,22 @@ const FULL_ONLY = 'report needs the full module: import from "sluicegate-wasm/fu
  */
 export class Limiter {
   #core;
+  /** The core's handle for `decide`, the hot call (a free function: a method costs more). */
+  #handle;
   #slots;
   #last;
 
   /** A fresh limiter. Throws an `Error` naming the first invalid option. */
   constructor(options) {
     this.#core = new LimiterCore(...flatten(options), 1);
+    this.#handle = this.#core.handle;
     this.#slots = slotsOf(this.#core);
     this.#last = view(this.#slots);
   }
 
   /** Decides a request of `cost` (default 1) and, if admitted, counts it. */
   check(cost, nowMs) {
-    return this.#decided(this.#core.check(cost ?? 1, nowMs ?? clock()));
+    return this.#decided(decide(this.#handle, CHECK, cost ?? 1, nowMs ?? clock(), 0));
   }
 
   /**
@@ -137,8 +148,8 @@ export class Limiter {
    * `last` (read from the module's memory, valid until this limiter's next call).
    */
   admit(cost, nowMs) {
-    const answer = this.#core.check(cost ?? 1, nowMs ?? clock());
-    if (answer > 1) throw new Error(this.#core.rejection());
+    const answer = decide(this.#handle, CHECK, cost ?? 1, nowMs ?? clock(), 0);
+    if (answer > 1) this.#throw(answer);
     return answer === 1;
   }
 
@@ -149,7 +160,7 @@ export class Limiter {
 
   /** What `check` would answer, changing nothing. */
   peek(cost, nowMs) {
-    return this.#decided(this.#core.peek(cost ?? 1, nowMs ?? clock()));
+    return this.#decided(decide(this.#handle, PEEK, cost ?? 1, nowMs ?? clock(), 0));
   }
 
   /**
@@ -157,7 +168,7 @@ export class Limiter {
    * and composites of them only; throws for windows and bans.
    */
   reserve(cost, maxWaitMs, nowMs) {
-    return this.#decided(this.#core.reserve(cost, maxWaitMs, nowMs ?? clock()));
+    return this.#decided(decide(this.#handle, RESERVE, cost, nowMs ?? clock(), maxWaitMs));
   }
 
   /**
@@ -189,12 +200,17 @@ export class Limiter {
 
   /** Frees the wasm memory now instead of when the limiter is garbage collected. */
   free() {
+    this.#handle = NONE;
     this.#core.free();
   }
 
   #decided(answer) {
-    if (answer > 1) throw new Error(this.#core.rejection());
+    if (answer > 1) this.#throw(answer);
     return decision(this.#slots());
+  }
+
+  #throw(answer) {
+    throw new Error(answer === FREED ? "this limiter was freed" : this.#core.rejection());
   }
 }
 
@@ -293,6 +309,8 @@ export class Throttle {
       } else if (next === 2) {
         this.#wake(this.#core.at);
         return;
+      } else if (next === 3) {
+        this.#take(this.#core.at).reject(new Error(this.#core.rejection()));
       } else {
         if (this.#timer !== undefined) clearTimeout(this.#timer);
         this.#timer = undefined;

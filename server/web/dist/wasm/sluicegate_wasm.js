@@ -3,10 +3,10 @@ import { show } from './snippets/sluicegate-wasm-092e72b50b90fc2f/inline0.js';
 
 
 /**
- * The wasm half of `Limiter` and of `Throttle` (`limiter.js`): a limit, and the queue
- * of call ids a throttle runs under it (one class: each export costs glue). Not meant
- * to be used directly. Times are milliseconds since the Unix epoch (fractions allowed,
- * exact to the microsecond).
+ * The wasm half of `Limiter` and of `Throttle` (`limiter.js`): a handle on a limit and
+ * the queue of call ids a throttle runs under it (one class: each export costs glue).
+ * Not meant to be used directly. Times are milliseconds since the Unix epoch (fractions
+ * allowed, exact to the microsecond).
  */
 export class LimiterCore {
     __destroy_into_raw() {
@@ -28,13 +28,11 @@ export class LimiterCore {
         return ret;
     }
     /**
-     * Decides a request of `cost` and, if admitted, counts it.
-     * @param {number} cost
-     * @param {number} nowMs
+     * This limiter's handle, for `decide`.
      * @returns {number}
      */
-    check(cost, nowMs) {
-        const ret = wasm.limitercore_check(this.__wbg_ptr, cost, nowMs);
+    get handle() {
+        const ret = wasm.limitercore_handle(this.__wbg_ptr);
         return ret >>> 0;
     }
     /**
@@ -80,7 +78,8 @@ export class LimiterCore {
     }
     /**
      * What to do at `nowMs`: 0 nothing is queued, 1 run the call `at` names, 2 wait
-     * until `at`.
+     * until `at`, 3 refuse the call `at` names, which can never run (the reason in
+     * `rejection`).
      * @param {number} nowMs
      * @returns {number}
      */
@@ -98,16 +97,6 @@ export class LimiterCore {
      */
     observe(resumeAtMs, remaining, untilMs) {
         wasm.limitercore_observe(this.__wbg_ptr, resumeAtMs, remaining, untilMs);
-    }
-    /**
-     * What `check` would answer, changing nothing.
-     * @param {number} cost
-     * @param {number} nowMs
-     * @returns {number}
-     */
-    peek(cost, nowMs) {
-        const ret = wasm.limitercore_peek(this.__wbg_ptr, cost, nowMs);
-        return ret >>> 0;
     }
     /**
      * Queues call `id` of `cost` at `nowMs`: 0 queued; 1 refused (a full queue, a cost
@@ -130,7 +119,7 @@ export class LimiterCore {
         return ret >>> 0;
     }
     /**
-     * Why the last `check`, `peek`, `reserve` or `push` answered invalid or refused.
+     * Why the last `decide` or `push` answered invalid or refused.
      * @returns {string}
      */
     rejection() {
@@ -171,18 +160,6 @@ export class LimiterCore {
         return ret[0];
     }
     /**
-     * Books a slot within `maxWaitMs`: if admitted, act after `delayMs`. Buckets,
-     * pacing and composites of them only.
-     * @param {number} cost
-     * @param {number} maxWaitMs
-     * @param {number} nowMs
-     * @returns {number}
-     */
-    reserve(cost, maxWaitMs, nowMs) {
-        const ret = wasm.limitercore_reserve(this.__wbg_ptr, cost, maxWaitMs, nowMs);
-        return ret >>> 0;
-    }
-    /**
      * Forgets everything: the limiter is fresh again.
      */
     reset() {
@@ -209,6 +186,23 @@ export class LimiterCore {
     }
 }
 if (Symbol.dispose) LimiterCore.prototype[Symbol.dispose] = LimiterCore.prototype.free;
+
+/**
+ * `check` (0), `peek` (1) or `reserve` (2, within `maxWaitMs`) on the limiter `handle`
+ * names: 0 denied, 1 allowed (the decision in its slots), 2 invalid input (the message
+ * in its `rejection`), 3 freed. `Limiter`'s hot call, a free function: not meant to be
+ * used directly.
+ * @param {number} handle
+ * @param {number} call
+ * @param {number} cost
+ * @param {number} nowMs
+ * @param {number} maxWaitMs
+ * @returns {number}
+ */
+export function decide(handle, call, cost, nowMs, maxWaitMs) {
+    const ret = wasm.decide(handle, call, cost, nowMs, maxWaitMs);
+    return ret >>> 0;
+}
 
 /**
  * The module's memory, for the views `limiter.js` reads decisions through.
