@@ -14,10 +14,9 @@ use sluicegate_test_support::etcd::Etcd;
 const PAIRS: u32 = 300;
 const HANDOFFS: usize = 100;
 
+/// `owner` asking for `key` for a minute.
 fn request<'a>(key: &'a str, owner: &'a str) -> LeaseRequest<'a> {
-    LeaseRequest::new(key.as_bytes())
-        .owner(owner.as_bytes())
-        .ttl(60 * SECOND)
+    LeaseRequest::new(key).owner(owner).ttl(60 * SECOND)
 }
 
 /// Microseconds per acquire/release pair of `pair`.

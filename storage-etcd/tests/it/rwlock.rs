@@ -21,6 +21,20 @@ pub(crate) async fn rw(etcd: &Etcd) -> EtcdRwLock {
         .with_prefix("t/")
 }
 
+/// `owner`'s lease on `job` in `mode`, which must be granted at once.
+async fn granted(lock: &EtcdRwLock, owner: &str, mode: LockMode) -> sluicegate_core::Grant {
+    let acquired = lock.try_acquire(&ask(owner), mode).await.unwrap();
+    acquired.grant.expect("granted")
+}
+
+/// The lock `job` with `owner` holding it exclusively.
+pub(crate) async fn holding(etcd: &Etcd, owner: &str) -> EtcdRwLock {
+    let lock = rw(etcd).await;
+    let taken = lock.try_acquire(&ask(owner), EXCLUSIVE).await.unwrap();
+    assert!(taken.grant.is_some());
+    lock
+}
+
 pub(crate) fn ask(owner: &str) -> LeaseRequest<'_> {
     LeaseRequest::new("job").owner(owner).ttl(30 * SECOND)
 }
@@ -72,12 +86,7 @@ async fn readers_share_a_writer_waits_and_its_token_is_above_theirs() {
     assert!(retry > 25 * SECOND && retry <= 30 * SECOND, "{retry}");
     assert_eq!(keys(&etcd).await, 2);
     // Re-entry keeps the token; a reader asking to write is refused, never queued.
-    let again = lock
-        .try_acquire(&ask("a"), SHARED)
-        .await
-        .unwrap()
-        .grant
-        .unwrap();
+    let again = granted(&lock, "a", SHARED).await;
     assert_eq!((again.token, again.holds), (a.token, 2));
     let upgrade = lock
         .acquire(&ask("a"), EXCLUSIVE, Duration::from_secs(1))
@@ -109,12 +118,7 @@ async fn readers_share_a_writer_waits_and_its_token_is_above_theirs() {
     // Renewal keeps the token; a writer re-enters when it asks to read.
     let renewed = lock.renew(&ask("w").ttl(60 * SECOND)).await.unwrap();
     assert_eq!(renewed.token, w.token);
-    let read = lock
-        .try_acquire(&ask("w"), SHARED)
-        .await
-        .unwrap()
-        .grant
-        .unwrap();
+    let read = granted(&lock, "w", SHARED).await;
     assert_eq!((read.token, read.holds), (w.token, 2));
     let at = lock.try_acquire(&ask("x").at(5), SHARED).await.unwrap_err();
     assert!(matches!(at, Error::ExplicitTime));
@@ -129,13 +133,7 @@ async fn readers_share_a_writer_waits_and_its_token_is_above_theirs() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grants_go_in_arrival_order() {
     let etcd = Etcd::start();
-    let lock = rw(&etcd).await;
-    assert!(lock
-        .try_acquire(&ask("first"), EXCLUSIVE)
-        .await
-        .unwrap()
-        .grant
-        .is_some());
+    let lock = holding(&etcd, "first").await;
     let modes = [
         EXCLUSIVE, SHARED, SHARED, EXCLUSIVE, EXCLUSIVE, SHARED, EXCLUSIVE, SHARED, SHARED, SHARED,
         EXCLUSIVE, EXCLUSIVE,
@@ -176,13 +174,7 @@ async fn grants_go_in_arrival_order() {
 #[tokio::test]
 async fn a_dead_waiter_blocks_no_longer_than_its_ttl() {
     let etcd = Etcd::start();
-    let lock = rw(&etcd).await;
-    assert!(lock
-        .try_acquire(&ask("holder"), EXCLUSIVE)
-        .await
-        .unwrap()
-        .grant
-        .is_some());
+    let lock = holding(&etcd, "holder").await;
     // The key a waiter writes, as if it had asked and then died: a 1 s lease.
     let mut client = Client::connect([etcd.endpoint()], None).await.unwrap();
     let lease = client.lease_grant(1, None).await.unwrap().id();

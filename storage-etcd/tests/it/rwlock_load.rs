@@ -9,10 +9,9 @@ use std::time::{Duration, Instant};
 use sluicegate_core::memory::{FencedResource, RwLeases};
 use sluicegate_core::rwlock::{LockMode, RwLease};
 use sluicegate_core::{LeaseRequest, SECOND};
-use sluicegate_etcd::EtcdRwLock;
 use sluicegate_test_support::etcd::Etcd;
 
-use crate::rwlock::{ask, rw, until_waiting, EXCLUSIVE, SHARED};
+use crate::rwlock::{ask, holding, rw, until_waiting, EXCLUSIVE, SHARED};
 
 /// Who holds the lock now, as the holders themselves record it.
 #[derive(Default)]
@@ -113,13 +112,7 @@ async fn no_writer_beside_another_holder_and_stale_writes_refused() {
 async fn each_release_wakes_one_waiter() {
     const WAITERS: usize = 40;
     let etcd = Etcd::start();
-    let lock = rw(&etcd).await;
-    assert!(lock
-        .try_acquire(&ask("first"), EXCLUSIVE)
-        .await
-        .unwrap()
-        .grant
-        .is_some());
+    let lock = holding(&etcd, "first").await;
     let mut tasks = Vec::new();
     for i in 0..WAITERS {
         let own = lock.clone().counted_apart();
@@ -233,13 +226,7 @@ fn memory_steps() -> Steps {
 
 async fn etcd_steps() -> Steps {
     let etcd = Etcd::start();
-    let lock: EtcdRwLock = rw(&etcd).await;
-    assert!(lock
-        .try_acquire(&ask("h"), EXCLUSIVE)
-        .await
-        .unwrap()
-        .grant
-        .is_some());
+    let lock = holding(&etcd, "h").await;
     let (granted_tx, granted) = std::sync::mpsc::channel();
     let mut releases = std::collections::BTreeMap::new();
     for (i, (owner, mode)) in SCRIPT.into_iter().enumerate() {
