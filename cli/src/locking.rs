@@ -1,6 +1,7 @@
-//! `lock` on Redis: the lock family (shared and exclusive holders, fair or not) of
-//! `RedisRwLock`, whose `--wait` sleeps in `BLPOP` until the call that makes its turn
-//! wakes it, with the same lines and exit codes as the exclusive leases elsewhere.
+//! `lock` on Redis and etcd: the lock family (shared and exclusive holders, fair or not)
+//! of `RedisRwLock`, whose `--wait` sleeps in `BLPOP` until the call that makes its turn
+//! wakes it, and of `EtcdRwLock` (always fair), whose `--wait` watches its predecessor's
+//! key, with the same lines and exit codes as the exclusive leases elsewhere.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -8,9 +9,9 @@ use std::time::Duration;
 use serde::Serialize;
 use sluicegate_core::rwlock::{LockMode, RwLease, RwState};
 use sluicegate_core::{KeyDisplay, LeaseRequest, Ticks, SECOND};
-use sluicegate_redis::{HeldChange, Reconnecting, RedisRwLock};
 
 use crate::failure::Failure;
+use crate::family::{Change, Family};
 use crate::leasing::{
     acquired_line, check_wait, expires, not_held, print_line, renewed_line, stored_rows, Call,
     Inspect, Op,
@@ -23,32 +24,18 @@ use sluicegate_policy::human;
 pub const PLACE_TTL: Ticks = 2 * SECOND;
 
 /// `c` on the lock family, through `con`, asking for `mode`.
-pub fn call(
-    c: &Call,
-    lock: &RedisRwLock,
-    con: &mut Reconnecting,
-    mode: LockMode,
-) -> Result<ExitCode, Failure> {
+pub fn call(c: &Call, lock: &mut dyn Family, mode: LockMode) -> Result<ExitCode, Failure> {
     let holder = c.holder;
     check_wait(holder, c.op)?;
     let request = LeaseRequest::new(c.key).owner(&holder.owner);
     let request = holder.now.map_or(request, |now| request.at(now));
-    let change = |con: &mut Reconnecting, request: &LeaseRequest<'_>, change| {
-        let changed = lock.change(con, request, change).map_err(Failure::from);
-        changed
-            .map(|h| h.answer)
-            .map_err(|e| not_held(holder, &c.what, e))
+    let mut change = |request: &LeaseRequest<'_>, change| {
+        (lock.change(request, change)).map_err(|e| not_held(holder, &c.what, e))
     };
     let line = match c.op {
         Op::Acquire { ttl, wait } => {
             let request = request.ttl(ttl);
-            let acquired = match wait {
-                Some(wait) => {
-                    let wait = Duration::from_micros(wait);
-                    lock.acquire_blocking(con, &request, mode, wait)?
-                }
-                None => lock.acquire(con, &request, mode, None)?.answer,
-            };
+            let acquired = lock.acquire(&request, mode, wait.map(Duration::from_micros))?;
             let Some(grant) = acquired.grant else {
                 let held = match mode {
                     LockMode::Exclusive => format!("{} is held by another owner", c.what),
@@ -65,15 +52,15 @@ pub fn call(
             acquired_line(grant)
         }
         Op::Release => {
-            let grant = change(con, &request, HeldChange::Release)?;
+            let grant = change(&request, Change::Release)?;
             format!("released token={} holds={}", grant.token, grant.holds)
         }
-        Op::Renew { ttl } => renewed_line(change(con, &request.ttl(ttl), HeldChange::Renew)?),
+        Op::Renew { ttl } => renewed_line(change(&request.ttl(ttl), Change::Renew)?),
     };
     print_line(&line)
 }
 
-/// What `lock inspect` prints on Redis; `--json` prints these fields.
+/// What `lock inspect` prints on the family's hosts; `--json` prints these fields.
 #[derive(Debug, Serialize)]
 struct View {
     key: String,
@@ -117,21 +104,12 @@ fn mode_name(mode: LockMode) -> &'static str {
     }
 }
 
-/// `lock inspect` on Redis: the holders with their modes, and the queue.
-pub fn inspect(
-    i: &Inspect,
-    lock: &RedisRwLock,
-    con: &mut Reconnecting,
-) -> Result<ExitCode, Failure> {
-    let state: Option<RwState> = lock.state(con, i.key.as_bytes())?;
+/// `lock inspect` on the family's hosts: the holders with their modes, and the queue.
+pub fn inspect(i: &Inspect, lock: &mut dyn Family) -> Result<ExitCode, Failure> {
+    let state: Option<RwState> = lock.state(i.key)?;
     let now = match i.now {
         Some(now) => now,
-        None => {
-            let (seconds, micros): (u64, u64) = redis::cmd("TIME")
-                .query(con)
-                .map_err(sluicegate_redis::Error::Redis)?;
-            seconds.saturating_mul(1_000_000).saturating_add(micros)
-        }
+        None => lock.now()?,
     };
     let lease = lock.lease();
     let live = state.as_ref();
@@ -139,7 +117,7 @@ pub fn inspect(
     let queue = live.iter().flat_map(|s| s.waiters());
     let view = View {
         key: i.key.to_owned(),
-        stored_key: format!("{}{}", i.open.namespace, i.key),
+        stored_key: lock.stored(&i.open.namespace, i.key),
         algorithm: "lock",
         fair: lease.is_fair(),
         stored: state.is_some(),

@@ -13,9 +13,18 @@ mod backend;
 mod chart;
 mod commands;
 mod failure;
+// The lock family is on Redis and etcd; its commands are built with sled's or Redis's.
+#[cfg(all(
+    any(feature = "sled", feature = "redis"),
+    any(feature = "redis", feature = "etcd")
+))]
+mod family;
 #[cfg(any(feature = "sled", feature = "redis"))]
 mod leasing;
-#[cfg(feature = "redis")]
+#[cfg(all(
+    any(feature = "sled", feature = "redis"),
+    any(feature = "redis", feature = "etcd")
+))]
 mod locking;
 mod output;
 mod rates;

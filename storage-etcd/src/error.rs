@@ -32,6 +32,9 @@ pub enum Error {
     /// same owner racing each other).
     #[error("the lease changed under every attempt; try again")]
     Contended,
+    /// A blocking acquire was cancelled; its place in line was given up.
+    #[error("the wait for the lock was cancelled")]
+    Cancelled,
     /// The endpoint list is not `etcd://HOST:PORT[,HOST:PORT…]`.
     #[error("bad etcd URL {url:?}: {reason}")]
     Url {

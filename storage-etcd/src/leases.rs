@@ -3,15 +3,14 @@
 
 use std::time::Duration;
 
-use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, PutOptions, Txn, TxnOp,
-};
+use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, PutOptions, Txn, TxnOp};
 use sluicegate_core::{
-    Acquired, AsyncLeaseHost, Clock, Concurrency, Decision, Grant, LeaseError, LeaseRequest,
-    LeaseState, MonotonicClock, Ticks, SECOND,
+    Acquired, AsyncLeaseHost, Concurrency, Decision, Grant, LeaseError, LeaseRequest, LeaseState,
+    Ticks,
 };
 
 use crate::error::Error;
+use crate::kv::{expiry_in, one_more, slot, to_token, value, Kv, Slot};
 
 /// How long connecting to an endpoint, and then each call, may take.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -41,7 +40,7 @@ const ATTEMPTS: usize = 8;
 /// is this process's clock plus the lease's ttl as etcd granted it.
 #[derive(Clone)]
 pub struct EtcdLeases {
-    client: Client,
+    kv: Kv,
     model: Concurrency,
     prefix: Vec<u8>,
 }
@@ -54,17 +53,6 @@ impl std::fmt::Debug for EtcdLeases {
             .field("prefix", &sluicegate_core::KeyDisplay(&self.prefix))
             .finish_non_exhaustive()
     }
-}
-
-/// One held lease as read: its key, its owner's hold count, its revisions, its etcd lease.
-#[derive(Debug, Clone)]
-pub(crate) struct Slot {
-    pub(crate) key: Vec<u8>,
-    owner: Vec<u8>,
-    holds: u64,
-    token: u64,
-    mod_revision: i64,
-    pub(crate) lease: i64,
 }
 
 /// A grant with the etcd lease behind it, for the keep-alive.
@@ -107,16 +95,33 @@ pub fn endpoints(url: &str) -> Result<Vec<String>, Error> {
         .collect()
 }
 
+/// A client of the cluster at `endpoints`, each call bounded by [`DEFAULT_TIMEOUT`].
+pub(crate) async fn connect(endpoints: &[impl AsRef<str>]) -> Result<Client, Error> {
+    let options = ConnectOptions::new()
+        .with_connect_timeout(DEFAULT_TIMEOUT)
+        .with_timeout(DEFAULT_TIMEOUT);
+    Ok(Client::connect(endpoints, Some(options)).await?)
+}
+
+/// The request's ttl, after the checks every host makes (and no explicit time).
+pub(crate) fn checked(request: &LeaseRequest<'_>, with_ttl: bool) -> Result<Ticks, Error> {
+    if request.now.is_some() {
+        return Err(Error::ExplicitTime);
+    }
+    if with_ttl {
+        Concurrency::check(request.owner, request.ttl)?;
+    } else {
+        Concurrency::check(request.owner, 1)?;
+    }
+    Ok(request.ttl)
+}
+
 impl EtcdLeases {
     /// Connects to the cluster at `endpoints` (`http://HOST:PORT`, see [`endpoints`]),
     /// each call bounded by [`DEFAULT_TIMEOUT`].
     pub async fn connect(endpoints: &[impl AsRef<str>], model: Concurrency) -> Result<Self, Error> {
-        let options = ConnectOptions::new()
-            .with_connect_timeout(DEFAULT_TIMEOUT)
-            .with_timeout(DEFAULT_TIMEOUT);
-        let client = Client::connect(endpoints, Some(options)).await?;
         Ok(Self {
-            client,
+            kv: Kv::new(connect(endpoints).await?),
             model,
             prefix: Vec::new(),
         })
@@ -131,7 +136,7 @@ impl EtcdLeases {
 
     /// The client, for the keep-alive and the watch.
     pub(crate) fn client(&self) -> Client {
-        self.client.clone()
+        self.kv.client()
     }
 
     /// The key's slots' common prefix: `PREFIX key/`.
@@ -142,7 +147,9 @@ impl EtcdLeases {
     /// The leases held on `key` and the revision read at.
     async fn read(&self, key: &[u8]) -> Result<(Vec<Slot>, i64), Error> {
         let prefix = self.slots_prefix(key);
-        let response = (self.client.clone())
+        let response = self
+            .kv
+            .client()
             .get(prefix.clone(), Some(GetOptions::new().with_prefix()))
             .await?;
         let revision = response.header().map_or(0, |h| h.revision());
@@ -213,7 +220,7 @@ impl EtcdLeases {
         let Some(free) = free else {
             return Ok(Some(None));
         };
-        let (lease, lease_ttl) = self.new_lease(ttl).await?;
+        let (lease, lease_ttl) = self.kv.new_lease(ttl).await?;
         let key = self.slot_key(request.key, free);
         let put = TxnOp::put(
             key.clone(),
@@ -236,9 +243,9 @@ impl EtcdLeases {
                 slots_range,
             ])
             .and_then([put]);
-        let response = self.client.clone().txn(txn).await?;
+        let response = self.kv.client().txn(txn).await?;
         if !response.succeeded() {
-            self.revoke(lease).await;
+            self.kv.revoke(lease).await;
             return Ok(None);
         }
         let token = response.header().map_or(0, |h| h.revision());
@@ -253,58 +260,18 @@ impl EtcdLeases {
     /// The owner's lease held once more, living at least `ttl` from now: `None` if the
     /// key changed meanwhile (read again).
     async fn reenter(&self, mine: &Slot, ttl: Ticks) -> Result<Option<Option<Held>>, Error> {
-        let holds = mine.holds.checked_add(1).ok_or(LeaseError::TooManyHolds)?;
-        let left = self.lease_left(mine.lease).await?;
+        let holds = one_more(mine)?;
+        let left = self.kv.lease_left(mine.lease).await?;
         let held = if left >= ttl {
-            let rewritten = self.rewrite(mine, holds, mine.lease).await?;
+            let rewritten = self.kv.rewrite(mine, holds, mine.lease).await?;
             rewritten.then_some((mine.lease, left))
         } else {
-            self.relet(mine, holds, ttl).await?
+            self.kv.relet(mine, holds, ttl).await?
         };
         Ok(held.map(|(lease, left)| {
             let grant = Grant::new(mine.token, expiry_in(left), holds);
             Some(Held { grant, lease, left })
         }))
-    }
-
-    /// The owner's key attached to a new lease of `ttl` with `holds`, the old lease
-    /// revoked: the new lease and its ttl, or `None` if the key changed meanwhile.
-    async fn relet(
-        &self,
-        mine: &Slot,
-        holds: u64,
-        ttl: Ticks,
-    ) -> Result<Option<(i64, Ticks)>, Error> {
-        let (lease, lease_ttl) = self.new_lease(ttl).await?;
-        if self.rewrite(mine, holds, lease).await? {
-            self.revoke(mine.lease).await;
-            Ok(Some((lease, lease_ttl)))
-        } else {
-            self.revoke(lease).await;
-            Ok(None)
-        }
-    }
-
-    /// Rewrites the owner's key with `holds` on `lease` if it is unchanged since read.
-    async fn rewrite(&self, mine: &Slot, holds: u64, lease: i64) -> Result<bool, Error> {
-        let put = TxnOp::put(
-            mine.key.clone(),
-            value(holds, &mine.owner),
-            Some(PutOptions::new().with_lease(lease)),
-        );
-        self.if_unchanged(mine, put).await
-    }
-
-    /// Runs `op` if the owner's key is unchanged since it was read.
-    async fn if_unchanged(&self, mine: &Slot, op: TxnOp) -> Result<bool, Error> {
-        let txn = Txn::new()
-            .when([Compare::mod_revision(
-                mine.key.clone(),
-                CompareOp::Equal,
-                mine.mod_revision,
-            )])
-            .and_then([op]);
-        Ok(self.client.clone().txn(txn).await?.succeeded())
     }
 
     /// Releases the owner's lease once (see [`AsyncLeaseHost::release`]); with `token`,
@@ -317,18 +284,8 @@ impl EtcdLeases {
         checked(request, false)?;
         for _ in 0..ATTEMPTS {
             let mine = self.mine(request, token).await?;
-            let holds = mine.holds - 1;
-            if holds > 0 {
-                if self.rewrite(&mine, holds, mine.lease).await? {
-                    let left = self.lease_left(mine.lease).await?;
-                    return Ok(Grant::new(mine.token, expiry_in(left), holds));
-                }
-            } else if self
-                .if_unchanged(&mine, TxnOp::delete(mine.key.clone(), None))
-                .await?
-            {
-                self.revoke(mine.lease).await;
-                return Ok(Grant::new(mine.token, MonotonicClock::new().now(), 0));
+            if let Some(grant) = self.kv.release_hold(&mine).await? {
+                return Ok(grant);
             }
         }
         Err(Error::Contended)
@@ -339,8 +296,8 @@ impl EtcdLeases {
         let ttl = checked(request, true)?;
         for _ in 0..ATTEMPTS {
             let mine = self.mine(request, None).await?;
-            if let Some((_, left)) = self.relet(&mine, mine.holds, ttl).await? {
-                return Ok(Grant::new(mine.token, expiry_in(left), mine.holds));
+            if let Some(grant) = self.kv.renew_hold(&mine, ttl).await? {
+                return Ok(grant);
             }
         }
         Err(Error::Contended)
@@ -370,7 +327,7 @@ impl EtcdLeases {
         bytes.extend(last.to_be_bytes());
         bytes.extend((slots.len() as u64).to_be_bytes());
         for s in &slots {
-            let left = self.lease_left(s.lease).await?;
+            let left = self.kv.lease_left(s.lease).await?;
             for field in [s.token, expiry_in(left), s.holds, s.owner.len() as u64] {
                 bytes.extend(field.to_be_bytes());
             }
@@ -389,27 +346,9 @@ impl EtcdLeases {
     async fn earliest_expiry(&self, slots: &[Slot]) -> Result<Ticks, Error> {
         let mut earliest = Ticks::MAX;
         for s in slots {
-            earliest = earliest.min(self.lease_left(s.lease).await?);
+            earliest = earliest.min(self.kv.lease_left(s.lease).await?);
         }
         Ok(if slots.is_empty() { 0 } else { earliest })
-    }
-
-    /// A new etcd lease living at least `ttl`: its id and its ttl as granted.
-    async fn new_lease(&self, ttl: Ticks) -> Result<(i64, Ticks), Error> {
-        let seconds = i64::try_from(ttl.div_ceil(SECOND)).unwrap_or(i64::MAX);
-        let lease = self.client.clone().lease_grant(seconds, None).await?;
-        Ok((lease.id(), seconds_to_ticks(lease.ttl())))
-    }
-
-    /// The time `lease` has left (0 once expired).
-    async fn lease_left(&self, lease: i64) -> Result<Ticks, Error> {
-        let left = self.client.clone().lease_time_to_live(lease, None).await?;
-        Ok(seconds_to_ticks(left.ttl()))
-    }
-
-    /// Revokes `lease`, which this call no longer uses; a failure leaves it to expire.
-    pub(crate) async fn revoke(&self, lease: i64) {
-        let _ = self.client.clone().lease_revoke(lease).await;
     }
 
     fn slot_key(&self, key: &[u8], i: u64) -> Vec<u8> {
@@ -437,19 +376,6 @@ impl AsyncLeaseHost for EtcdLeases {
     }
 }
 
-/// The request's ttl, after the checks every host makes (and no explicit time).
-fn checked(request: &LeaseRequest<'_>, with_ttl: bool) -> Result<Ticks, Error> {
-    if request.now.is_some() {
-        return Err(Error::ExplicitTime);
-    }
-    if with_ttl {
-        Concurrency::check(request.owner, request.ttl)?;
-    } else {
-        Concurrency::check(request.owner, 1)?;
-    }
-    Ok(request.ttl)
-}
-
 /// Whether `etcd_key` is one of the slots under `prefix` (`PREFIX key/`): the prefix
 /// then a slot number. The slots of a key named under another (`key/0`'s `key/0/0`)
 /// share the other's prefix and are not its own.
@@ -457,52 +383,4 @@ pub(crate) fn is_slot(prefix: &[u8], etcd_key: &[u8]) -> bool {
     etcd_key
         .strip_prefix(prefix)
         .is_some_and(|i| !i.is_empty() && i.iter().all(u8::is_ascii_digit))
-}
-
-/// A slot's value: the hold count, then the owner.
-fn value(holds: u64, owner: &[u8]) -> Vec<u8> {
-    [&holds.to_be_bytes()[..], owner].concat()
-}
-
-/// Reads a slot key's value back.
-fn slot(kv: &KeyValue) -> Result<Slot, Error> {
-    let corrupt = |reason: &str| Error::Corrupt {
-        key: kv.key().to_vec(),
-        reason: reason.to_owned(),
-    };
-    let (holds, owner) = kv
-        .value()
-        .split_first_chunk::<8>()
-        .ok_or_else(|| corrupt("shorter than a hold count"))?;
-    let holds = u64::from_be_bytes(*holds);
-    if holds == 0 || owner.is_empty() {
-        return Err(corrupt("no holds or no owner"));
-    }
-    // Every slot sluicegate writes expires with its etcd lease; one without would be
-    // held forever.
-    if kv.lease() == 0 {
-        return Err(corrupt("not attached to an etcd lease"));
-    }
-    Ok(Slot {
-        key: kv.key().to_vec(),
-        owner: owner.to_vec(),
-        holds,
-        token: to_token(kv.create_revision()),
-        mod_revision: kv.mod_revision(),
-        lease: kv.lease(),
-    })
-}
-
-/// A revision as a token (revisions are positive).
-fn to_token(revision: i64) -> u64 {
-    u64::try_from(revision).unwrap_or(0)
-}
-
-fn seconds_to_ticks(seconds: i64) -> Ticks {
-    u64::try_from(seconds).unwrap_or(0).saturating_mul(SECOND)
-}
-
-/// The instant `left` from now on this process's clock.
-fn expiry_in(left: Ticks) -> Ticks {
-    MonotonicClock::new().now().saturating_add(left)
 }

@@ -3,9 +3,13 @@
 #![warn(unreachable_pub)]
 
 mod error;
+mod kv;
 mod leases;
+mod rwlock;
+mod rwwait;
 mod watch;
 
 pub use error::Error;
 pub use leases::{endpoints, EtcdLeases, DEFAULT_TIMEOUT};
+pub use rwlock::EtcdRwLock;
 pub use watch::EtcdLeaseGuard;

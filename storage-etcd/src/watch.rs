@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use etcd_client::{Event, EventType, LeaseKeepAliveStream, LeaseKeeper, WatchOptions};
-use sluicegate_core::{Acquired, Grant, LeaseRequest};
+use etcd_client::{Client, Event, EventType, LeaseKeepAliveStream, LeaseKeeper, WatchOptions};
+use sluicegate_core::{Acquired, Grant, LeaseRequest, Ticks};
 use tokio::time::Instant;
 
 use crate::error::Error;
@@ -88,12 +88,8 @@ impl EtcdLeases {
             return Ok(None);
         };
         let period = Duration::from_micros((held.left / 3).max(1));
-        let mut keeper = KeepAlive {
-            leases: self.clone(),
-            lease: held.lease,
-            granted: Duration::from_micros(held.left),
-            stream: None,
-        };
+        let mut keeper = KeepAlive::new(self.client(), held.lease, held.left);
+        let leases = self.clone();
         let (lost_tx, lost) = tokio::sync::watch::channel(false);
         // The guard holds the sender: dropping it completes `stopped`.
         let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
@@ -118,7 +114,7 @@ impl EtcdLeases {
                             break;
                         }
                         let release = LeaseRequest::new(&key).owner(&owner);
-                        let _ = keeper.leases.release_once(&release, Some(token)).await;
+                        let _ = leases.release_once(&release, Some(token)).await;
                         return;
                     }
                     renewed = renewed => held_until = renewed.unwrap_or(held_until),
@@ -136,8 +132,8 @@ impl EtcdLeases {
 
 /// One etcd lease's keep-alives, on a stream opened again when it breaks (etcd restarted,
 /// unreachable).
-struct KeepAlive {
-    leases: EtcdLeases,
+pub(crate) struct KeepAlive {
+    client: Client,
     lease: i64,
     /// The ttl a new stream's first keep-alive is counted to give (its answer is not shown).
     granted: Duration,
@@ -145,13 +141,23 @@ struct KeepAlive {
 }
 
 impl KeepAlive {
+    /// The keep-alives of `lease`, granted `granted` ticks.
+    pub(crate) fn new(client: Client, lease: i64, granted: Ticks) -> Self {
+        Self {
+            client,
+            lease,
+            granted: Duration::from_micros(granted),
+            stream: None,
+        }
+    }
+
     /// One keep-alive: the instant until which its answer shows the lease held (the
     /// instant before sending plus the ttl answered, so etcd's lease outlives it; already
     /// past once the lease is gone), or `None` if none came.
-    async fn renew(&mut self) -> Option<Instant> {
+    pub(crate) async fn renew(&mut self) -> Option<Instant> {
         let sent = Instant::now();
         let Some((keeper, answers)) = self.stream.as_mut() else {
-            return match self.leases.client().lease_keep_alive(self.lease).await {
+            return match self.client.clone().lease_keep_alive(self.lease).await {
                 Ok(stream) => {
                     self.stream = Some(stream);
                     Some(sent + self.granted)

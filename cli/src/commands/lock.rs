@@ -1,8 +1,9 @@
 //! `sluicegate lock acquire|release|renew|inspect`: a lease table of one holder per name,
 //! on sled, Redis or etcd (`--backend etcd://HOST:PORT[,HOST:PORT…]`, where the token is
 //! the cluster's revision and `--now` is refused: etcd's leases run on its clock). On
-//! Redis a lock is of the lock family: shared or exclusive holders (`--mode`), fair or
-//! not (`--fair`), and `--wait` sleeps until the release that makes its turn wakes it.
+//! Redis and etcd a lock is of the lock family: shared or exclusive holders (`--mode`),
+//! fair or not (`--fair`; etcd's are always fair), and `--wait` sleeps until the release
+//! that makes its turn wakes it.
 
 use std::process::ExitCode;
 
@@ -12,12 +13,12 @@ use sluicegate_core::{Concurrency, KeyDisplay, Ticks};
 use crate::args::{instant, BackendArgs};
 use crate::failure::Failure;
 use crate::leasing::{self, call, lease_open, Call, Holder, Op, Wait};
-#[cfg(feature = "redis")]
+#[cfg(any(feature = "redis", feature = "etcd"))]
 use crate::locking;
-#[cfg(feature = "redis")]
+#[cfg(any(feature = "redis", feature = "etcd"))]
 use sluicegate_core::rwlock::LockMode;
 use sluicegate_policy::{PolicyDuration, Style};
-#[cfg(feature = "redis")]
+#[cfg(any(feature = "redis", feature = "etcd"))]
 use std::time::Duration;
 
 #[derive(Debug, Subcommand)]
@@ -31,7 +32,7 @@ pub enum LockCommand {
         ttl: Ttl,
         #[command(flatten)]
         wait: Wait,
-        /// Redis only: shared holders (readers) share the lock; an exclusive one (a
+        /// Redis and etcd: shared holders (readers) share the lock; an exclusive one (a
         /// writer) holds it alone, and while a writer waits new readers wait behind it.
         #[arg(long, value_enum, default_value = "exclusive")]
         mode: Mode,
@@ -62,7 +63,7 @@ pub enum LockCommand {
         /// Print one JSON object instead of text.
         #[arg(long)]
         json: bool,
-        /// Redis only: the lock is fair (see `acquire --fair`).
+        /// Redis: the lock is fair (see `acquire --fair`); etcd's always are.
         #[arg(long)]
         fair: bool,
     },
@@ -81,8 +82,9 @@ pub struct LockArgs {
     name: String,
     #[command(flatten)]
     holder: Holder,
-    /// Redis only: grant in the order asked (a refused --wait takes a place in line, and
-    /// nobody overtakes it). Give the same --fair to every command on the lock.
+    /// Redis: grant in the order asked (a refused --wait takes a place in line, and
+    /// nobody overtakes it). Give the same --fair to every command on the lock. On etcd
+    /// every lock is fair (its line is the keys' creation order) and this changes nothing.
     #[arg(long)]
     fair: bool,
 }
@@ -126,8 +128,8 @@ pub fn run(command: LockCommand) -> Result<ExitCode, Failure> {
             fair,
         } => {
             let open = lease_open(&backend, "lock", false)?;
-            #[cfg(feature = "redis")]
-            let family = open.rw_lock(locking::lease(fair), locking::PLACE_TTL, Duration::ZERO);
+            #[cfg(any(feature = "redis", feature = "etcd"))]
+            let family = open.family(locking::lease(fair), locking::PLACE_TTL, Duration::ZERO)?;
             let inspect = leasing::Inspect {
                 key: &name,
                 model: Concurrency::lock(),
@@ -136,17 +138,17 @@ pub fn run(command: LockCommand) -> Result<ExitCode, Failure> {
                 now,
                 json,
             };
-            #[cfg(feature = "redis")]
-            if let Some((lock, mut con)) = family {
-                return locking::inspect(&inspect, &lock, &mut con);
+            #[cfg(any(feature = "redis", feature = "etcd"))]
+            if let Some(mut lock) = family {
+                return locking::inspect(&inspect, lock.as_mut());
             }
             family_only(fair, Mode::Exclusive)?;
             return leasing::inspect(inspect);
         }
     };
     let open = lease_open(&on.holder.backend, "lock", matches!(op, Op::Acquire { .. }))?;
-    #[cfg(feature = "redis")]
-    let family = open.rw_lock(locking::lease(on.fair), locking::PLACE_TTL, BLOCKING);
+    #[cfg(any(feature = "redis", feature = "etcd"))]
+    let family = open.family(locking::lease(on.fair), locking::PLACE_TTL, BLOCKING)?;
     let c = Call {
         what: format!("lock {}", KeyDisplay(on.name.as_bytes())),
         key: &on.name,
@@ -155,27 +157,27 @@ pub fn run(command: LockCommand) -> Result<ExitCode, Failure> {
         holder: &on.holder,
         op,
     };
-    #[cfg(feature = "redis")]
-    if let Some((lock, mut con)) = family {
+    #[cfg(any(feature = "redis", feature = "etcd"))]
+    if let Some(mut lock) = family {
         let mode = match mode {
             Mode::Shared => LockMode::Shared,
             Mode::Exclusive => LockMode::Exclusive,
         };
-        return locking::call(&c, &lock, &mut con, mode);
+        return locking::call(&c, lock.as_mut(), mode);
     }
     family_only(on.fair, mode)?;
     call(&c)
 }
 
 /// The longest a waiter's `BLPOP` blocks: half its place's life, then it asks again.
-#[cfg(feature = "redis")]
+#[cfg(any(feature = "redis", feature = "etcd"))]
 const BLOCKING: Duration = Duration::from_micros(locking::PLACE_TTL / 2);
 
-/// `--mode shared` and `--fair` need the lock family, which only Redis holds.
+/// `--mode shared` and `--fair` need the lock family, which Redis and etcd hold.
 fn family_only(fair: bool, mode: Mode) -> Result<(), Failure> {
     if fair || mode == Mode::Shared {
         return Err(Failure::Input(
-            "--mode shared and --fair need --backend redis://… (sled and etcd hold exclusive locks)".into(),
+            "--mode shared and --fair need --backend redis://… or etcd://… (sled holds exclusive locks)".into(),
         ));
     }
     Ok(())

@@ -543,7 +543,11 @@ fn locks_and_leases_on_etcd() {
     let out = l.run("renew", "nightly", "a", &["--ttl", "1m"]);
     assert!(stdout(&out).starts_with(&format!("renewed token={first} ")));
     let inspect = stdout(&lock(&["inspect", "nightly", "--backend", &url]));
-    assert_contains(&inspect, &format!("owner \"a\", token {first}, holds 2"));
+    // A lock on etcd is of the lock family: its holder's mode is shown.
+    assert_contains(
+        &inspect,
+        &format!("owner \"a\", exclusive, token {first}, holds 2"),
+    );
     for holds in [1, 0] {
         let out = l.run("release", "nightly", "a", &[]);
         assert_eq!(

@@ -1,6 +1,6 @@
-//! `sluicegate lock` on Redis as the lock family: shared and exclusive holders, a fair
-//! queue whose waiters are woken in turn by the releases, and the flags refused where
-//! the family is not held (sled).
+//! `sluicegate lock` on Redis and etcd as the lock family: shared and exclusive holders,
+//! a fair queue whose waiters are woken in turn by the releases, and the flags refused
+//! where the family is not held (sled).
 
 use std::process::{Child, Output};
 use std::time::{Duration, Instant};
@@ -158,6 +158,70 @@ fn a_fair_lock_hands_over_in_queue_order_on_redis() {
     assert_exit(&out, 0);
     let shown = until_inspect_shows(&url, "q", true, "lease       owner \"w2\", exclusive");
     assert!(!shown.contains("waiter"), "{shown}");
+}
+
+/// On etcd: readers share, a writer's `--wait` queues behind them (watching the last
+/// reader's key), a reader after it queues behind it, and each release hands over.
+#[test]
+fn readers_share_and_a_waiting_writer_is_woken_in_turn_on_etcd() {
+    let etcd = sluicegate_test_support::etcd::Etcd::start();
+    let url = etcd.url();
+    let take = |owner: &str, more: &[&str]| {
+        let base = ["acquire", "q", "--owner", owner, "--ttl", "1m"];
+        on(&url, &[&base[..], more].concat())
+    };
+    let a = take("a", &["--mode", "shared"]);
+    assert_exit(&a, 0);
+    assert!(stdout(&a).starts_with("acquired token="), "{}", stdout(&a));
+    let b = take("b", &["--mode", "shared", "--fair"]);
+    assert!(stdout(&b).ends_with(" holds=1\n"), "{}", stdout(&b));
+    let writer = waiter(&url, "w");
+    until_inspect_shows(
+        &url,
+        "q",
+        false,
+        "waiter      owner \"w\", exclusive, place ",
+    );
+    // A reader after a waiting writer waits behind it; so does a try.
+    assert_exit(&take("late", &["--mode", "shared"]), 1);
+    let mut reader = spawn([
+        "lock",
+        "acquire",
+        "q",
+        "--owner",
+        "r",
+        "--ttl",
+        "1m",
+        "--wait",
+        "20s",
+        "--mode",
+        "shared",
+        "--backend",
+        &url,
+    ]);
+    let shown = until_inspect_shows(&url, "q", false, "waiter      owner \"r\", shared");
+    assert_contains(&shown, "algorithm   lock (fair)\n");
+    assert_contains(&shown, "q/rw/\n");
+    for owner in ["a", "b"] {
+        assert_exit(&on(&url, &["release", "q", "--owner", owner]), 0);
+    }
+    let out = writer.wait_with_output().unwrap();
+    assert_exit(&out, 0);
+    let token = |out: &Output| {
+        let line = stdout(out);
+        let token = line.split_whitespace().nth(1).unwrap();
+        token.trim_start_matches("token=").parse::<u64>().unwrap()
+    };
+    assert!(
+        token(&out) > token(&b),
+        "a writer's token is above the readers'"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(reader.try_wait().unwrap().is_none(), "r granted beside w");
+    assert_exit(&on(&url, &["release", "q", "--owner", "w"]), 0);
+    let out = reader.wait_with_output().unwrap();
+    assert_exit(&out, 0);
+    until_inspect_shows(&url, "q", false, "lease       owner \"r\", shared");
 }
 
 #[test]

@@ -2,3 +2,5 @@
 
 mod latency;
 mod lock;
+mod rwlock;
+mod rwlock_load;
