@@ -224,11 +224,51 @@ impl Gcra {
         cost: u64,
         max_wait: Ticks,
     ) -> (Decision, Option<BucketState>) {
-        let now = self.scaled(now);
+        self.decide_word(state, now, cost, max_wait)
+            .unwrap_or_else(|| {
+                let wait = wide(max_wait.min(MAX_WAIT), self.params.rate);
+                self.decide_wide(state, self.scaled(now), cost, wait)
+            })
+    }
+
+    /// [`decide`](Self::decide) where the instants themselves fit one 64-bit word (a
+    /// client's rate at today's date): `now × rate` in one product and the state's
+    /// time beyond it in one subtraction, then the same 64-bit step as
+    /// [`decide_wide`](Self::decide_wide)'s; `None` where an operand does not fit.
+    #[inline(always)]
+    fn decide_word(
+        &self,
+        state: Option<BucketState>,
+        now: Ticks,
+        cost: u64,
+        max_wait: Ticks,
+    ) -> Option<(Decision, Option<BucketState>)> {
+        let rate = self.params.rate;
+        let now = now.min(MAX_TICKS).checked_mul(rate)?;
+        let tat = u64::try_from(state.map_or(0, |s| s.tat.get())).ok()?;
+        let wait = max_wait.min(MAX_WAIT).checked_mul(rate)?;
+        let held = tat.saturating_sub(now);
+        if u128::from(held) + u128::from(wait) >= self.narrow_below {
+            return None;
+        }
+        // A state whose arrival time has passed is fresh: return it as `None`.
+        let state = state.filter(|_| tat > now);
+        let verdict = self.verdict(held, cost, wait).widen();
+        Some(self.finish(verdict, u128::from(now), state))
+    }
+
+    /// [`decide`](Self::decide) at the scaled instant `now`, waiting at most the scaled
+    /// `wait`: on 128-bit instants, relative to `now` in 64 bits where they fit.
+    fn decide_wide(
+        &self,
+        state: Option<BucketState>,
+        now: u128,
+        cost: u64,
+        wait: u128,
+    ) -> (Decision, Option<BucketState>) {
         // A state whose arrival time has passed is fresh: return it as `None`.
         let state = state.filter(|s| s.tat.get() > now);
         let held = state.map_or(0, |s| s.tat.get() - now);
-        let wait = wide(max_wait.min(MAX_WAIT), self.params.rate);
         // Relative to `now` a client's bucket fits 64 bits, whatever the time: one
         // instruction a step where 128-bit ones take several (wasm has no 128-bit type).
         let verdict = if held + wait < self.narrow_below {
@@ -237,6 +277,18 @@ impl Gcra {
         } else {
             self.verdict(held, cost, wait)
         };
+        self.finish(verdict, now, state)
+    }
+
+    /// A verdict at the scaled instant `now` as a decision and the next state (`state`
+    /// if denied): its durations divided into ticks.
+    #[inline(always)]
+    fn finish(
+        &self,
+        verdict: Verdict<u128>,
+        now: u128,
+        state: Option<BucketState>,
+    ) -> (Decision, Option<BucketState>) {
         let remaining = self
             .period
             .div_rem(self.tolerance.saturating_sub(verdict.held))
@@ -610,8 +662,9 @@ impl<S: Scaled> Verdict<S> {
 
 #[cfg(test)]
 mod tests {
-    use super::{mul_by_halves, tag, BucketParams, Divisor, Gcra, Scaled};
-    use crate::limits::{MAX_HORIZON, MAX_LIMIT, MAX_PERIOD};
+    use super::{mul_by_halves, tag, wide, BucketParams, Divisor, Gcra, Scaled};
+    use crate::limits::{MAX_HORIZON, MAX_LIMIT, MAX_PERIOD, MAX_WAIT};
+    use crate::MAX_TICKS;
     use proptest::prelude::*;
 
     proptest! {
@@ -641,6 +694,36 @@ mod tests {
                         prop_assert_eq!(narrow.widen(), gcra.verdict(held, cost, wait));
                     }
                 }
+            }
+        }
+
+        /// Wherever `decide` takes the one-word step, it decides as the 128-bit path:
+        /// every field and the next state, over random sequences from the epoch, from
+        /// today's date and from where the instants outgrow 64 bits.
+        #[test]
+        fn word_decisions_are_the_wide_ones(
+            capacity in 1u64..=1_000,
+            rate in prop_oneof![1u64..=10, 1..=MAX_LIMIT],
+            period in prop_oneof![1u64..=10_000_000, 1..=MAX_PERIOD],
+            pacing: bool,
+            start in prop_oneof![Just(0u64), 1_700_000_000_000_000u64..1_900_000_000_000_000, 0..=MAX_TICKS],
+            steps in proptest::collection::vec((0u64..5_000_000, 0u64..1_200, prop_oneof![Just(0u64), 0u64..5_000_000, Just(u64::MAX)]), 1..40),
+        ) {
+            let (tag, min) = if pacing { (tag::PACING, 0) } else { (tag::TOKEN_BUCKET, 1) };
+            let Ok(gcra) = Gcra::new(BucketParams { capacity, rate, period }, tag, min) else {
+                return Ok(());
+            };
+            let (mut now, mut state) = (start, None);
+            for (gap, cost, max_wait) in steps {
+                now = now.saturating_add(gap);
+                let word = gcra.decide_word(state, now, cost, max_wait);
+                let scaled_wait = wide(max_wait.min(MAX_WAIT), rate);
+                let wide = gcra.decide_wide(state, gcra.scaled(now), cost, scaled_wait);
+                if let Some(word) = word {
+                    prop_assert_eq!(word, wide);
+                }
+                prop_assert_eq!(gcra.decide(state, now, cost, max_wait), wide);
+                state = wide.1;
             }
         }
 

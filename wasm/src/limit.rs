@@ -1,6 +1,5 @@
 //! One limit and the state it governs: what a client holds for itself.
 
-use alloc::boxed::Box;
 use alloc::vec::Vec;
 
 use sluicegate_core::{Algorithm, AnyAlgorithm, Decision, DecodeError, Ticks};
@@ -211,19 +210,80 @@ pub(crate) enum Call {
     Reserve(Ticks),
 }
 
-fn slot<A: Booking + Send + 'static>(algorithm: A) -> Box<dyn Engine + Send>
-where
-    A::State: Send,
-{
-    Box::new(Slot {
+/// The client's six algorithms, one variant each: a call dispatches by a jump on the
+/// variant rather than through a trait object's table.
+#[cfg(not(feature = "full"))]
+enum Engines {
+    TokenBucket(Slot<sluicegate_core::TokenBucket>),
+    LeakyBucket(Slot<sluicegate_core::LeakyBucket>),
+    Pacing(Slot<sluicegate_core::Pacing>),
+    FixedWindow(Slot<sluicegate_core::FixedWindow>),
+    SlidingLog(Slot<sluicegate_core::SlidingLog>),
+    SlidingCounter(Slot<sluicegate_core::SlidingCounter>),
+}
+
+/// Runs `$call` on whichever slot `$engines` holds.
+#[cfg(not(feature = "full"))]
+macro_rules! each {
+    ($engines:expr, $slot:ident => $call:expr) => {
+        match $engines {
+            Engines::TokenBucket($slot) => $call,
+            Engines::LeakyBucket($slot) => $call,
+            Engines::Pacing($slot) => $call,
+            Engines::FixedWindow($slot) => $call,
+            Engines::SlidingLog($slot) => $call,
+            Engines::SlidingCounter($slot) => $call,
+        }
+    };
+}
+
+#[cfg(not(feature = "full"))]
+impl Engine for Engines {
+    #[inline(always)]
+    fn check(&mut self, now: Ticks, cost: u64) -> Decision {
+        each!(self, slot => slot.check(now, cost))
+    }
+
+    #[inline(always)]
+    fn land(&mut self, call: Call, now: Ticks, cost: u64, slots: &mut Slots) -> Option<bool> {
+        each!(self, slot => slot.land(call, now, cost, slots))
+    }
+
+    fn fits(&self, cost: u64, now: Ticks) -> bool {
+        each!(self, slot => slot.fits(cost, now))
+    }
+
+    fn periodic(&self) -> bool {
+        true
+    }
+
+    fn save(&self) -> Vec<u8> {
+        each!(self, slot => slot.save())
+    }
+
+    fn load(&mut self, bytes: &[u8]) -> Result<(), DecodeError> {
+        each!(self, slot => slot.load(bytes))
+    }
+
+    fn reset(&mut self) {
+        each!(self, slot => slot.reset());
+    }
+}
+
+/// The full module's one engine: the core's dispatch over every kind.
+#[cfg(feature = "full")]
+type Engines = Slot<AnyAlgorithm>;
+
+const fn slot<A: Algorithm>(algorithm: A) -> Slot<A> {
+    Slot {
         algorithm,
         state: None,
-    })
+    }
 }
 
 /// An algorithm and the one state it governs (a client limits only itself, so there is
 /// one key).
-pub(crate) struct Limit(Box<dyn Engine + Send>);
+pub(crate) struct Limit(Engines);
 
 impl core::fmt::Debug for Limit {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
@@ -238,12 +298,12 @@ impl Limit {
         let engine = slot(algorithm);
         #[cfg(not(feature = "full"))]
         let engine = match algorithm {
-            AnyAlgorithm::FixedWindow(a) => slot(a),
-            AnyAlgorithm::SlidingLog(a) => slot(a),
-            AnyAlgorithm::SlidingCounter(a) => slot(a),
-            AnyAlgorithm::TokenBucket(a) => slot(a),
-            AnyAlgorithm::LeakyBucket(a) => slot(a),
-            AnyAlgorithm::Pacing(a) => slot(a),
+            AnyAlgorithm::FixedWindow(a) => Engines::FixedWindow(slot(a)),
+            AnyAlgorithm::SlidingLog(a) => Engines::SlidingLog(slot(a)),
+            AnyAlgorithm::SlidingCounter(a) => Engines::SlidingCounter(slot(a)),
+            AnyAlgorithm::TokenBucket(a) => Engines::TokenBucket(slot(a)),
+            AnyAlgorithm::LeakyBucket(a) => Engines::LeakyBucket(slot(a)),
+            AnyAlgorithm::Pacing(a) => Engines::Pacing(slot(a)),
             other => {
                 let name = other.kind().name();
                 return Err(Error::UnknownAlgorithm(alloc::string::String::from(name)));
