@@ -35,6 +35,27 @@ fn not_whole(name: &'static str, value: f64) -> Error {
 /// Milliseconds (fractions allowed, rounded to the microsecond) as ticks.
 #[inline(always)]
 pub(crate) fn ticks_from_ms(name: &'static str, ms: f64) -> Result<Ticks, Error> {
+    let ticks = ms * 1000.0;
+    #[allow(clippy::cast_precision_loss)] // 2^62 is a power of two: exact as a double.
+    let max = MAX_TICKS as f64;
+    // One comparison for the common case: NaN fails it, an infinity too (as does an
+    // `ms` whose product overflows). Below half a tick rounds to 0, and at 2^62 less
+    // half a tick or more to 2^62, as before; checked out of line.
+    if ticks >= 0.0 && ticks < max {
+        // Non-negative: the fraction is exact, and rounds half up, as std's `round`.
+        let whole = to_u64(ticks);
+        #[allow(clippy::cast_precision_loss)] // Below 2^62: the truncation is exact.
+        let fraction = ticks - whole as f64;
+        Ok(whole + u64::from(fraction >= 0.5))
+    } else {
+        ticks_at_the_edges(name, ms)
+    }
+}
+
+/// `ticks_from_ms` outside `[0, 2^62)` ticks: half a tick either side rounds in.
+#[cold]
+#[inline(never)]
+fn ticks_at_the_edges(name: &'static str, ms: f64) -> Result<Ticks, Error> {
     let ticks = round(ms * 1000.0);
     #[allow(clippy::cast_precision_loss)] // 2^62 is a power of two: exact as a double.
     let max = MAX_TICKS as f64;
@@ -164,6 +185,22 @@ mod tests {
         fn rounding_is_stds(value in proptest::num::f64::ANY) {
             let (ours, std) = (round(value), value.round());
             proptest::prop_assert!(ours == std || (ours.is_nan() && std.is_nan()), "{} {}", ours, std);
+        }
+
+        #[test]
+        fn milliseconds_round_as_std(
+            any in proptest::num::f64::ANY,
+            near in -1.0f64..1e13,
+            edge in 4.611_686_018_427_387e15f64..4.611_686_018_427_389e15,
+        ) {
+            for ms in [any, near, edge] {
+                let ticks = (ms * 1000.0).round();
+                #[allow(clippy::cast_precision_loss)]
+                let fits = ms.is_finite() && (0.0..=MAX_TICKS as f64).contains(&ticks);
+                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                let expected = fits.then_some(ticks as u64);
+                proptest::prop_assert_eq!(ticks_from_ms("t", ms).ok(), expected, "{}", ms);
+            }
         }
 
         #[test]

@@ -150,3 +150,23 @@ test("the browser entry decides the same once initialized", () => {
   assert.deepEqual(limiter.check(1, 0), new Limiter(bucket).check(1, 0));
   assert.equal(typeof web.Throttle, "function");
 });
+
+test("decisions read right after the module's memory grew", () => {
+  const limiter = new Limiter(bucket);
+  assert.equal(limiter.check(1, 0).remaining, 2);
+  // Eight megabytes copied in grow the memory (its buffer detached), whatever `load` says.
+  try { limiter.load(new Uint8Array(8 << 20).fill(7)); } catch { /* foreign bytes */ }
+  assert.deepEqual(limiter.check(1, 0), {
+    allowed: true, limit: 3, remaining: 1, retryAfterMs: 0, resetAfterMs: 2000, delayMs: 0,
+  });
+  assert.equal(limiter.admit(1, 0), true);
+  assert.equal(limiter.last.remaining, 0);
+});
+
+test("times round to the nearest microsecond, half up", () => {
+  const limiter = new Limiter({ algorithm: "token-bucket", capacity: 1, rate: 1, periodMs: 1 });
+  assert.equal(limiter.check(1, 0).allowed, true);
+  // 0.0005 ms is half a microsecond: it rounds to 1 µs, a thousandth of the refill.
+  assert.equal(limiter.peek(1, 0.0005).retryAfterMs, 0.999);
+  assert.equal(limiter.peek(1, 0.00049).retryAfterMs, 1);
+});

@@ -129,6 +129,8 @@ export class Limiter {
   #handle;
   #slots;
   #last;
+  /** The slots as `check` reads them: renewed here when the memory grew. */
+  #view;
 
   /** A fresh limiter. Throws an `Error` naming the first invalid option. */
   constructor(options) {
@@ -136,6 +138,7 @@ export class Limiter {
     this.#handle = this.#core.handle;
     this.#slots = slotsOf(this.#core);
     this.#last = view(this.#slots);
+    this.#view = this.#slots();
   }
 
   /** Decides a request of `cost` (default 1) and, if admitted, counts it. */
@@ -206,7 +209,9 @@ export class Limiter {
 
   #decided(answer) {
     if (answer > 1) this.#throw(answer);
-    return decision(this.#slots());
+    let slots = this.#view;
+    if (slots.length === 0) slots = this.#view = this.#slots();
+    return decision(slots);
   }
 
   #throw(answer) {
