@@ -190,16 +190,28 @@ proptest! {
     }
 }
 
-/// The same in Redis, through the one script (a namespace per case: no flush).
-#[test]
-fn in_redis_as_the_reference() {
+/// A Redis started for a test, a runtime, a connection to it and a queue on that.
+fn in_redis() -> (
+    sluicegate_test_support::Server,
+    tokio::runtime::Runtime,
+    sluicegate_redis::ReconnectingAsync,
+    Coalescer<super::redis::Script>,
+) {
     let redis = sluicegate_test_support::Server::start();
     let rt = runtime();
     let timeout = std::time::Duration::from_secs(2);
+    // The connection's task needs the runtime.
     let con = rt
         .block_on(async { sluicegate_redis::ReconnectingAsync::open(&redis.url(), None, timeout) })
         .expect("a connection");
     let coalescer = rt.block_on(async { Coalescer::start(con.clone()) });
+    (redis, rt, con, coalescer)
+}
+
+/// The same in Redis, through the one script (a namespace per case: no flush).
+#[test]
+fn in_redis_as_the_reference() {
+    let (_redis, rt, con, coalescer) = in_redis();
     let counters = InRedisCounters::new(con, coalescer, FailPolicy::Error);
     let case = AtomicUsize::new(0);
     let strategy = (
@@ -222,14 +234,8 @@ fn the_script_stores_the_cores_bytes() {
     use redis::AsyncCommands;
     use sluicegate_core::{Algorithm, AnchoredWindow};
 
-    let redis = sluicegate_test_support::Server::start();
-    let rt = runtime();
-    let timeout = std::time::Duration::from_secs(2);
-    let open = || sluicegate_redis::ReconnectingAsync::open(&redis.url(), None, timeout);
-    // The connection's task needs the runtime.
-    let con = rt.block_on(async { open() }).expect("a connection");
-    let coalescer = rt.block_on(async { Coalescer::start(con.clone()) });
-    let counters = InRedisCounters::new(con, coalescer, FailPolicy::Error);
+    let (_redis, rt, con, coalescer) = in_redis();
+    let counters = InRedisCounters::new(con.clone(), coalescer, FailPolicy::Error);
     let case = AtomicUsize::new(0);
     let modes = [Mode::CheckAndUpdate, Mode::Check, Mode::Update];
     let strategy = (
@@ -258,7 +264,7 @@ fn the_script_stores_the_cores_bytes() {
             let mut states = vec![None; keyed.len()];
             let mut now: Ticks = 1_790_000_000 * SECOND;
             rt.block_on(async {
-                let mut con = open().expect("a connection");
+                let mut con = con.clone();
                 for (mode, delta, gap_ms) in calls {
                     now += gap_ms * 1000;
                     let mode = modes[mode];
@@ -292,13 +298,7 @@ fn concurrent_calls_share_pipelines() {
     use super::counters::Counter;
     use sluicegate_core::AnchoredWindow;
 
-    let redis = sluicegate_test_support::Server::start();
-    let rt = runtime();
-    let timeout = std::time::Duration::from_secs(2);
-    let con = rt
-        .block_on(async { sluicegate_redis::ReconnectingAsync::open(&redis.url(), None, timeout) })
-        .expect("a connection");
-    let coalescer = rt.block_on(async { Coalescer::start(con.clone()) });
+    let (_redis, rt, con, coalescer) = in_redis();
     let counters = InRedisCounters::new(con.clone(), coalescer.clone(), FailPolicy::Error);
     let keyed = [Counter {
         key: "sluicegate:limitador:{shared}:0".into(),
