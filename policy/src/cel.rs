@@ -4,14 +4,19 @@
 //! names and makes the expression silently false), and what evaluating one may panic on.
 //! Shared by limitador's limits file and the `when` and `key` of sluicegate's policies.
 
+mod shape;
+
+use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use cel::common::ast::{EntryExpr, Expr, IdedExpr};
 use cel::context::VariableResolver;
 use cel::objects::{Key, Map, Value};
 use cel::ExecutionError;
+
+use shape::Shape;
 
 /// The longest expression, in bytes: Kuadrant's are a few dozen.
 pub const MAX_EXPRESSION_LEN: usize = 4096;
@@ -40,6 +45,8 @@ pub struct Expression {
     expr: IdedExpr,
     /// The names it reads that nothing in it binds.
     free: BTreeSet<String>,
+    /// Its shape where it is one of Kuadrant's, evaluated without the interpreter.
+    shape: Option<Shape>,
 }
 
 /// Why an expression cannot be evaluated for a request (limitador's words where it has
@@ -73,6 +80,7 @@ impl Expression {
             .map_err(|why| format!("couldn't parse {source}: {why}"))?;
         Ok(Self {
             source: source.to_owned(),
+            shape: Shape::of(&expr),
             expr,
             free,
         })
@@ -118,6 +126,9 @@ impl Expression {
     /// false; a value that is not a boolean or any other failure (an index past the end
     /// of a list, which limitador panics on) is an error.
     pub fn test(&self, bindings: &Bindings) -> Result<bool, EvalError> {
+        if let Some(Some(holds)) = self.shape.as_ref().map(|s| s.test(&bindings.raw)) {
+            return Ok(holds == Some(true));
+        }
         let subject = bindings
             .subject
             .as_ref()
@@ -136,13 +147,22 @@ impl Expression {
     /// As a variable: its value as text, `None` where a key is missing (the limit is
     /// skipped); a list, a map or any failure is an error.
     pub fn value(&self, bindings: &Bindings) -> Result<Option<String>, EvalError> {
+        Ok(self.text(bindings)?.map(Cow::into_owned))
+    }
+
+    /// [`Expression::value`], borrowed from the request where it is a descriptor's entry.
+    pub fn text<'a>(&self, bindings: &Bindings<'a>) -> Result<Option<Cow<'a, str>>, EvalError> {
+        if let Some(Some(found)) = self.shape.as_ref().map(|s| s.value(&bindings.raw)) {
+            return Ok(found.map(Cow::Borrowed));
+        }
+        let owned = |text: String| Ok(Some(Cow::Owned(text)));
         match self.resolve(bindings) {
-            Ok(Value::Int(i)) => Ok(Some(i.to_string())),
-            Ok(Value::UInt(u)) => Ok(Some(u.to_string())),
-            Ok(Value::Float(f)) => Ok(Some(f.to_string())),
-            Ok(Value::String(s)) => Ok(Some(s.to_string())),
-            Ok(Value::Null) => Ok(Some("null".to_owned())),
-            Ok(Value::Bool(b)) => Ok(Some(b.to_string())),
+            Ok(Value::Int(i)) => owned(i.to_string()),
+            Ok(Value::UInt(u)) => owned(u.to_string()),
+            Ok(Value::Float(f)) => owned(f.to_string()),
+            Ok(Value::String(s)) => owned(s.to_string()),
+            Ok(Value::Null) => owned("null".to_owned()),
+            Ok(Value::Bool(b)) => owned(b.to_string()),
             Ok(other) => Err(unexpected(&other)),
             Err(ExecutionError::NoSuchKey(_)) => Ok(None),
             Err(e) => Err(EvalError(e.to_string())),
@@ -246,33 +266,56 @@ fn walk(
 /// its entries, a repeated key's last value) and either `limit` (a limitador limit's
 /// `name` and `id`, null where absent) or `policy` (a sluicegate policy's `name`).
 #[derive(Debug, Clone)]
-pub struct Bindings {
-    descriptors: Value,
+pub struct Bindings<'a> {
+    /// The request's descriptors, each its entries in order.
+    raw: Cow<'a, [Vec<(&'a str, &'a str)>]>,
+    /// `raw` as the interpreter reads it, built the first time it does.
+    descriptors: OnceLock<Value>,
     subject: Option<(&'static str, Value)>,
 }
 
-impl Bindings {
+impl<'a> Bindings<'a> {
     /// The bindings of a request of `descriptors` (each its entries in order).
-    pub fn new<'a, D, E>(descriptors: D) -> Self
+    pub fn new<D, E>(descriptors: D) -> Self
     where
         D: IntoIterator<Item = E>,
         E: IntoIterator<Item = (&'a str, &'a str)>,
     {
-        let text = |t: &str| Arc::new(t.to_owned());
-        let list: Vec<Value> = descriptors
+        let raw = descriptors
             .into_iter()
-            .map(|entries| {
-                let map: HashMap<Key, Value> = entries
-                    .into_iter()
-                    .map(|(k, v)| (Key::String(text(k)), Value::String(text(v))))
-                    .collect();
-                Value::Map(Map { map: Arc::new(map) })
-            })
+            .map(|entries| entries.into_iter().collect())
             .collect();
+        Self::from_raw(Cow::Owned(raw))
+    }
+
+    /// [`Bindings::new`] over descriptors already collected, borrowed.
+    pub fn of(descriptors: &'a [Vec<(&'a str, &'a str)>]) -> Self {
+        Self::from_raw(Cow::Borrowed(descriptors))
+    }
+
+    fn from_raw(raw: Cow<'a, [Vec<(&'a str, &'a str)>]>) -> Self {
         Self {
-            descriptors: Value::List(Arc::new(list)),
+            raw,
+            descriptors: OnceLock::new(),
             subject: None,
         }
+    }
+
+    /// `descriptors` as the interpreter reads it.
+    fn descriptors(&self) -> Value {
+        let build = || {
+            let text = |t: &str| Arc::new(t.to_owned());
+            let list: Vec<Value> = (self.raw.iter())
+                .map(|entries| {
+                    let map: HashMap<Key, Value> = (entries.iter())
+                        .map(|(k, v)| (Key::String(text(k)), Value::String(text(v))))
+                        .collect();
+                    Value::Map(Map { map: Arc::new(map) })
+                })
+                .collect();
+            Value::List(Arc::new(list))
+        };
+        self.descriptors.get_or_init(build).clone()
     }
 
     /// These bindings with `limit` naming a limit of `name` and `id`: built only where
@@ -296,12 +339,12 @@ impl Bindings {
 }
 
 /// What an expression's own names resolve to: `descriptors` and the subject.
-struct Resolver<'b>(&'b Bindings);
+struct Resolver<'b, 'a>(&'b Bindings<'a>);
 
-impl VariableResolver for Resolver<'_> {
+impl VariableResolver for Resolver<'_, '_> {
     fn resolve(&self, variable: &str) -> Option<Value> {
         match &self.0.subject {
-            _ if variable == DESCRIPTORS => Some(self.0.descriptors.clone()),
+            _ if variable == DESCRIPTORS => Some(self.0.descriptors()),
             Some((name, value)) if variable == *name => Some(value.clone()),
             _ => None,
         }
@@ -312,7 +355,7 @@ impl VariableResolver for Resolver<'_> {
 mod tests {
     use super::{Bindings, Expression};
 
-    fn request() -> Bindings {
+    fn request() -> Bindings<'static> {
         Bindings::new([vec![("a", "1"), ("b", "x")], vec![("a", "2")]])
     }
 

@@ -305,15 +305,20 @@ fn wildcard_match(parts: &[String], value: &str) -> bool {
 /// inside a key or value escaped by a `\`, so that no two lists of entries share a key.
 pub fn key_of<'a>(entries: impl Iterator<Item = (&'a str, &'a str)>) -> String {
     let mut out = String::new();
+    push_key_of(&mut out, entries);
+    out
+}
+
+/// [`key_of`] appended to `out`.
+pub fn push_key_of<'a>(out: &mut String, entries: impl Iterator<Item = (&'a str, &'a str)>) {
     for (i, (key, value)) in entries.enumerate() {
         if i > 0 {
             out.push('|');
         }
-        escape(key, &mut out);
+        escape(key, out);
         out.push('=');
-        escape(value, &mut out);
+        escape(value, out);
     }
-    out
 }
 
 fn escape(text: &str, out: &mut String) {

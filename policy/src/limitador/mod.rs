@@ -11,6 +11,7 @@
 
 mod read;
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -21,8 +22,9 @@ pub use crate::cel::{
 };
 use crate::file::{FileError, Position};
 
-/// A counter's variables: each variable's text to its value.
-pub type Values = BTreeMap<String, String>;
+/// A counter's variables: each variable's text and its value, in the order of the
+/// texts (the value borrowed from the request where it is a descriptor's entry).
+pub type Values<'l, 'a> = Vec<(&'l str, Cow<'a, str>)>;
 
 /// The longest value a variable may name a counter with, in bytes.
 pub const MAX_VALUE_LEN: usize = 1024;
@@ -92,7 +94,10 @@ impl Limit {
     /// Whether the limit applies to a request of `bindings`, and if it does its
     /// counter's variables (text to value): `Ok(None)` where a condition is false or a
     /// variable's key is missing.
-    pub fn applies(&self, bindings: &mut Bindings) -> Result<Option<Values>, EvalError> {
+    pub fn applies<'a>(
+        &self,
+        bindings: &mut Bindings<'a>,
+    ) -> Result<Option<Values<'_, 'a>>, EvalError> {
         let read = (self.conditions.iter().chain(&self.variables)).any(|e| e.reads(LIMIT));
         bindings.for_limit(self.name.as_deref(), self.id.as_deref(), read);
         for condition in &self.conditions {
@@ -110,7 +115,7 @@ impl Limit {
         }
         let mut values = Values::new();
         for variable in &self.variables {
-            let Some(value) = variable.value(bindings)? else {
+            let Some(value) = variable.text(bindings)? else {
                 return Ok(None);
             };
             if value.len() > MAX_VALUE_LEN {
@@ -119,7 +124,8 @@ impl Limit {
                     variable.source()
                 )));
             }
-            values.insert(variable.source().to_owned(), value);
+            // Sorted and each once: in the order of the texts.
+            values.push((variable.source(), value));
         }
         Ok(Some(values))
     }
@@ -146,7 +152,10 @@ impl Namespace {
 
     /// The limits that apply to a request of `bindings`, each with its counter's
     /// variables, by index in [`Namespace::limits`].
-    pub fn applying(&self, bindings: &mut Bindings) -> Result<Vec<(usize, Values)>, EvalError> {
+    pub fn applying<'a>(
+        &self,
+        bindings: &mut Bindings<'a>,
+    ) -> Result<Vec<(usize, Values<'_, 'a>)>, EvalError> {
         let mut applying = Vec::new();
         for (i, limit) in self.limits.iter().enumerate() {
             if let Some(values) = limit.applies(bindings)? {

@@ -36,7 +36,8 @@ fn the_limits_their_readme_describes() {
     assert_eq!(applying.len(), 1);
     let (i, values) = &applying[0];
     assert_eq!(ns.limits[*i].max_value, 10);
-    assert_eq!(values["descriptors[0].user_id"], "alice");
+    assert_eq!(values[0].0, "descriptors[0].user_id");
+    assert_eq!(values[0].1, "alice");
     // No user: the variable's key is missing, the limit is skipped.
     let mut anonymous = Bindings::new([vec![("req.method", "GET")]]);
     assert!(ns.applying(&mut anonymous).unwrap().is_empty());

@@ -188,13 +188,13 @@ impl Rls {
 
     /// The status of the request's descriptor `i`, and whether it admits the request
     /// (a report always does; a shadow decision does, its status showing the denial).
-    async fn descriptor(
+    async fn descriptor<'r>(
         &self,
         served: &Served,
         app: &App,
-        request: &RateLimitRequest,
+        request: &'r RateLimitRequest,
         i: usize,
-        descriptors: &(dyn Fn() -> Bindings + Sync),
+        descriptors: &(dyn Fn() -> Bindings<'r> + Sync),
     ) -> Result<(DescriptorStatus, bool), ServiceError> {
         let entries = &request.descriptors[i].entries;
         let (policy, key) = descriptor_key(entry_pairs(entries));

@@ -1,17 +1,19 @@
 //! limitador's counters in Redis (`--decisions`): a request's counters checked and
 //! counted in one script (`counters.lua`), atomically, so replicas sharing a limit never
-//! overshoot it (limitador's own checks and updates are separate calls); while Redis is
-//! unreachable, what `--fail` says.
+//! overshoot it (limitador's own checks and updates are separate calls); the calls of
+//! concurrent requests coalesced into one pipeline, as the policies' decisions are; while
+//! Redis is unreachable, what `--fail` says.
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 use futures_util::future::BoxFuture;
-use redis::RedisError;
+use redis::{Cmd, RedisError};
 use sluicegate_core::{FailPolicy, Ticks};
 use sluicegate_redis::ReconnectingAsync;
 
 use super::counters::{Counted, Counter, Counters, Figures, Listed, Mode};
 use super::memory::InMemory;
+use crate::limiters::coalesce::{self, Carrier, Coalescer};
 use crate::limiters::DecideError;
 
 static SCRIPT: LazyLock<redis::Script> =
@@ -21,13 +23,77 @@ static SCRIPT: LazyLock<redis::Script> =
 #[derive(Debug)]
 pub(crate) struct InRedisCounters {
     con: ReconnectingAsync,
+    /// The requests' calls, sent together when they arrive together.
+    coalescer: Coalescer<Script>,
+    script: Arc<Script>,
     fail: FailPolicy<InMemory>,
 }
 
+/// The counters' script: each request's call one `EVALSHA` of a batch's pipeline.
+#[derive(Debug)]
+pub(crate) struct Script;
+
+impl Carrier for Script {
+    type Call = Cmd;
+    type Answer = Result<Vec<u64>, DecideError>;
+
+    fn send<'a>(
+        &'a self,
+        con: &'a ReconnectingAsync,
+        calls: Vec<Cmd>,
+    ) -> BoxFuture<'a, Vec<Self::Answer>> {
+        Box::pin(async move {
+            let mut con = con.clone();
+            let mut pipe = redis::pipe();
+            for cmd in calls {
+                pipe.add_command(cmd);
+            }
+            let sent: Result<Vec<redis::RedisResult<Vec<u64>>>, _> =
+                pipe.ignore_errors().query_async(&mut con).await;
+            let replies = match sent {
+                Ok(replies) if replies.len() == pipe.len() => replies,
+                Ok(_) => return vec![Err(short()); pipe.len()],
+                Err(e) => return vec![Err(classify(e)); pipe.len()],
+            };
+            let mut answers = Vec::with_capacity(replies.len());
+            for (reply, cmd) in replies.into_iter().zip(pipe.cmd_iter()) {
+                answers.push(match reply {
+                    // The server lost the script (a restart, `SCRIPT FLUSH`): this call
+                    // did not run; it goes again with the script loaded.
+                    Err(e) if e.code() == Some("NOSCRIPT") => again(&mut con, cmd).await,
+                    reply => reply.map_err(classify),
+                });
+            }
+            answers
+        })
+    }
+}
+
+/// `cmd` sent again after loading the script.
+async fn again(con: &mut ReconnectingAsync, cmd: &Cmd) -> Result<Vec<u64>, DecideError> {
+    SCRIPT.load_async(con).await.map_err(classify)?;
+    cmd.query_async(con).await.map_err(classify)
+}
+
+/// The script's answer did not match its call.
+fn short() -> DecideError {
+    DecideError::Backend("the counters' script answered short".into())
+}
+
 impl InRedisCounters {
-    /// Counters through `con`; `fail` answers while Redis is unreachable.
-    pub(crate) fn new(con: ReconnectingAsync, fail: FailPolicy<InMemory>) -> Self {
-        Self { con, fail }
+    /// Counters through `con`, their calls queued on `coalescer`; `fail` answers while
+    /// Redis is unreachable.
+    pub(crate) fn new(
+        con: ReconnectingAsync,
+        coalescer: Coalescer<Script>,
+        fail: FailPolicy<InMemory>,
+    ) -> Self {
+        Self {
+            con,
+            coalescer,
+            script: Arc::new(Script),
+            fail,
+        }
     }
 
     /// [`Counters::apply`], without the fail policy.
@@ -38,24 +104,30 @@ impl InRedisCounters {
         mode: Mode,
         now: Option<Ticks>,
     ) -> Result<Counted, DecideError> {
-        let mut invocation = SCRIPT.prepare_invoke();
         let mode_arg = match mode {
             Mode::CheckAndUpdate => "cu",
             Mode::Check => "c",
             Mode::Update => "u",
         };
-        invocation
-            .arg(mode_arg)
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(SCRIPT.get_hash()).arg(counters.len());
+        for counter in counters {
+            cmd.arg(&counter.key);
+        }
+        cmd.arg(mode_arg)
             .arg(delta)
             .arg(now.map_or_else(String::new, |n| n.to_string()));
         for counter in counters {
             let (limit, period) = counter
                 .window
                 .map_or((0, 0), |w| (w.params().limit, w.params().period));
-            invocation.key(&counter.key).arg(limit).arg(period);
+            cmd.arg(limit).arg(period);
         }
-        let mut con = self.con.clone();
-        let reply: Vec<u64> = invocation.invoke_async(&mut con).await.map_err(classify)?;
+        let reply = match self.coalescer.send(&self.script, cmd).await {
+            Ok(reply) => reply,
+            Err(coalesce::Error::Redis(e)) => return Err(e),
+            Err(e @ coalesce::Error::Stopped) => return Err(DecideError::Backend(e.to_string())),
+        };
         let figures = reply
             .get(1..)
             .unwrap_or_default()
@@ -66,9 +138,7 @@ impl InRedisCounters {
             })
             .collect::<Vec<_>>();
         if figures.len() != counters.len() {
-            return Err(DecideError::Backend(
-                "the counters' script answered short".into(),
-            ));
+            return Err(short());
         }
         Ok(Counted {
             admitted: reply.first() == Some(&1),

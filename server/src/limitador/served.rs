@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 use sluicegate_core::{AnchoredWindow, Ticks, SECOND};
-use sluicegate_policy::envoy::key_of;
-use sluicegate_policy::limitador::{Bindings, Config, Limit, Namespace};
+use sluicegate_policy::envoy::push_key_of;
+use sluicegate_policy::limitador::{Bindings, Config, Limit, Namespace, Values};
 
 use super::counters::{Counter, Counters, Figures, Mode};
 use crate::limiters::DecideError;
@@ -114,7 +114,8 @@ impl From<DecideError> for LimitsError {
 pub(crate) struct Applied {
     pub(crate) limit: Arc<Limit>,
     pub(crate) figures: Figures,
-    /// Its variables' values (text to value).
+    /// Its variables' values (text to value), as listed (a decision leaves them empty:
+    /// no answer shows them).
     pub(crate) variables: Vec<(String, String)>,
 }
 
@@ -163,18 +164,14 @@ impl Limits {
             .built
             .get(asked.namespace)
             .ok_or_else(|| LimitsError::Invalid("no such namespace".into()))?;
-        let mut bindings = Bindings::new(asked.descriptors.iter().map(|d| d.iter().copied()));
+        let mut bindings = Bindings::of(&asked.descriptors);
         let applying = ns
             .applying(&mut bindings)
             .map_err(|e| LimitsError::Unavailable(e.0))?;
         let keyed: Vec<Counter> = applying
             .iter()
             .map(|(i, values)| Counter {
-                key: format!(
-                    "{}{}",
-                    built[*i].prefix,
-                    key_of(values.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-                ),
+                key: counter_key(&built[*i].prefix, values),
                 window: built[*i].window,
             })
             .collect();
@@ -190,10 +187,10 @@ impl Limits {
         let counters = applying
             .into_iter()
             .zip(counted.figures)
-            .map(|((i, values), figures)| Applied {
+            .map(|((i, _), figures)| Applied {
                 limit: Arc::clone(&ns.limits[i]),
                 figures,
-                variables: values.into_iter().collect(),
+                variables: Vec::new(),
             })
             .collect();
         Ok(Answer {
@@ -201,6 +198,15 @@ impl Limits {
             counters,
         })
     }
+}
+
+/// The key of the counter of `values` under `prefix`, in one allocation.
+fn counter_key(prefix: &str, values: &Values) -> String {
+    let len = values.iter().map(|(k, v)| k.len() + v.len() + 2);
+    let mut key = String::with_capacity(prefix.len() + len.sum::<usize>());
+    key.push_str(prefix);
+    push_key_of(&mut key, values.iter().map(|(k, v)| (*k, v.as_ref())));
+    key
 }
 
 impl Answer {
@@ -236,7 +242,7 @@ impl Answer {
     }
 }
 
-/// The entries a key written by [`key_of`] names (`\` escapes the next character).
+/// The entries a key written by [`push_key_of`] names (`\` escapes the next character).
 fn entries_of(key: &str) -> Vec<(String, String)> {
     let mut entries = Vec::new();
     if key.is_empty() {
@@ -291,7 +297,8 @@ impl Limits {
 
 #[cfg(test)]
 mod tests {
-    use super::{entries_of, key_of};
+    use super::entries_of;
+    use sluicegate_policy::envoy::key_of;
 
     #[test]
     fn keys_name_their_entries() {

@@ -12,6 +12,7 @@ use sluicegate_core::{FailPolicy, Ticks, SECOND};
 use sluicegate_policy::limitador::Config;
 
 use super::{Asked, Counters, InMemory, InRedisCounters, Limits, Mode};
+use crate::limiters::coalesce::Coalescer;
 
 const KEYS: [&str; 3] = ["a", "b", "c"];
 
@@ -189,16 +190,29 @@ proptest! {
     }
 }
 
-/// The same in Redis, through the one script (a namespace per case: no flush).
-#[test]
-fn in_redis_as_the_reference() {
+/// A Redis started for a test, a runtime, a connection to it and a queue on that.
+fn in_redis() -> (
+    sluicegate_test_support::Server,
+    tokio::runtime::Runtime,
+    sluicegate_redis::ReconnectingAsync,
+    Coalescer<super::redis::Script>,
+) {
     let redis = sluicegate_test_support::Server::start();
     let rt = runtime();
     let timeout = std::time::Duration::from_secs(2);
+    // The connection's task needs the runtime.
     let con = rt
         .block_on(async { sluicegate_redis::ReconnectingAsync::open(&redis.url(), None, timeout) })
         .expect("a connection");
-    let counters = InRedisCounters::new(con, FailPolicy::Error);
+    let coalescer = rt.block_on(async { Coalescer::start(con.clone()) });
+    (redis, rt, con, coalescer)
+}
+
+/// The same in Redis, through the one script (a namespace per case: no flush).
+#[test]
+fn in_redis_as_the_reference() {
+    let (_redis, rt, con, coalescer) = in_redis();
+    let counters = InRedisCounters::new(con, coalescer, FailPolicy::Error);
     let case = AtomicUsize::new(0);
     let strategy = (
         prop::collection::vec(spec(), 1..6),
@@ -220,13 +234,8 @@ fn the_script_stores_the_cores_bytes() {
     use redis::AsyncCommands;
     use sluicegate_core::{Algorithm, AnchoredWindow};
 
-    let redis = sluicegate_test_support::Server::start();
-    let rt = runtime();
-    let timeout = std::time::Duration::from_secs(2);
-    let open = || sluicegate_redis::ReconnectingAsync::open(&redis.url(), None, timeout);
-    // The connection's task needs the runtime.
-    let con = rt.block_on(async { open() }).expect("a connection");
-    let counters = InRedisCounters::new(con, FailPolicy::Error);
+    let (_redis, rt, con, coalescer) = in_redis();
+    let counters = InRedisCounters::new(con.clone(), coalescer, FailPolicy::Error);
     let case = AtomicUsize::new(0);
     let modes = [Mode::CheckAndUpdate, Mode::Check, Mode::Update];
     let strategy = (
@@ -255,7 +264,7 @@ fn the_script_stores_the_cores_bytes() {
             let mut states = vec![None; keyed.len()];
             let mut now: Ticks = 1_790_000_000 * SECOND;
             rt.block_on(async {
-                let mut con = open().expect("a connection");
+                let mut con = con.clone();
                 for (mode, delta, gap_ms) in calls {
                     now += gap_ms * 1000;
                     let mode = modes[mode];
@@ -279,4 +288,43 @@ fn the_script_stores_the_cores_bytes() {
             })
         })
         .expect("the script decides and stores as the core");
+}
+
+/// Concurrent requests' calls share pipelines, each still all or nothing, and a script
+/// the server lost is loaded again: on one counter of 10, 40 concurrent requests after
+/// `SCRIPT FLUSH` admit exactly 10, in fewer round trips than requests.
+#[test]
+fn concurrent_calls_share_pipelines() {
+    use super::counters::Counter;
+    use sluicegate_core::AnchoredWindow;
+
+    let (_redis, rt, con, coalescer) = in_redis();
+    let counters = InRedisCounters::new(con.clone(), coalescer.clone(), FailPolicy::Error);
+    let keyed = [Counter {
+        key: "sluicegate:limitador:{shared}:0".into(),
+        window: AnchoredWindow::new(10, 60 * SECOND).ok(),
+    }];
+    let admitted = rt.block_on(async {
+        let mut flushing = con.clone();
+        let mut flush = redis::cmd("SCRIPT");
+        flush.arg("FLUSH");
+        flush
+            .query_async::<()>(&mut flushing)
+            .await
+            .expect("SCRIPT FLUSH");
+        let calls = (0..40).map(|_| counters.apply(&keyed, 1, Mode::CheckAndUpdate, None));
+        let counted = futures_util::future::join_all(calls).await;
+        counted
+            .into_iter()
+            .filter(|c| c.as_ref().expect("an answer").admitted)
+            .count()
+    });
+    assert_eq!(admitted, 10);
+    let sent = coalescer.sent();
+    let (pipelines, calls) = (
+        sent.pipelines.load(Ordering::Relaxed),
+        sent.decisions.load(Ordering::Relaxed),
+    );
+    assert_eq!(calls, 40);
+    assert!(pipelines < 40, "{pipelines} pipelines for 40 calls");
 }

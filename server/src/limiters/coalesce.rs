@@ -1,5 +1,5 @@
-//! Decisions in Redis, coalesced: one sender at a time sends every decision queued for
-//! Redis as one batch. While it waits for one batch's replies, new requests queue up,
+//! Calls to Redis, coalesced: one sender at a time sends every call queued for Redis
+//! as one batch (a policy's decisions, limitador's counters: each a [`Carrier`]). While it waits for one batch's replies, new requests queue up,
 //! and the next batch carries them all; so under load one round trip serves many
 //! decisions, and Redis reads them in one go. Exact: each is still one atomic call, in
 //! the order the requests arrived, as if each had been sent alone.
@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 
+use futures_util::future::BoxFuture;
 use sluicegate_core::{AnyAlgorithm, Decision, Request};
 use sluicegate_redis::{ConnectedAsync, ReconnectingAsync, RedisLimiter};
 use tokio::runtime::Handle;
@@ -27,43 +28,67 @@ pub(crate) type ConnectedLimiter = ConnectedAsync<RedisLimiter<AnyAlgorithm>>;
 /// The most decisions in one batch.
 pub(crate) const MAX_PIPELINE: usize = 256;
 
-/// Why a decision sent through the queue has no answer.
+/// What carries calls to Redis in batches: the calls queued for one carrier go
+/// together, each still its own atomic call, answered in order.
+pub(crate) trait Carrier: Send + Sync + 'static {
+    /// A call, owned while it waits in the queue.
+    type Call: Send + 'static;
+    /// Its answer.
+    type Answer: Send + 'static;
+
+    /// Sends `calls` over `con` in one batch: an answer for each, in order.
+    fn send<'a>(
+        &'a self,
+        con: &'a ReconnectingAsync,
+        calls: Vec<Self::Call>,
+    ) -> BoxFuture<'a, Vec<Self::Answer>>;
+}
+
+/// Why a call sent through the queue has no answer.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum Error {
+pub(crate) enum Error<E> {
     /// Redis failed or refused.
     #[error(transparent)]
-    Redis(#[from] sluicegate_redis::Error),
-    /// The runtime stopped before the decision was sent.
+    Redis(E),
+    /// The runtime stopped before the call was sent.
     #[error("the Redis task stopped")]
     Stopped,
 }
 
-/// A decision waiting to be sent.
-struct Job {
-    limiter: Arc<ConnectedLimiter>,
-    key: Box<[u8]>,
-    cost: u64,
-    reply: oneshot::Sender<Result<Decision, sluicegate_redis::Error>>,
+/// A call waiting to be sent.
+struct Job<C: Carrier> {
+    carrier: Arc<C>,
+    call: C::Call,
+    reply: oneshot::Sender<C::Answer>,
 }
 
-/// The queue of decisions for Redis.
-#[derive(Debug, Clone)]
-pub(crate) struct Coalescer {
-    shared: Arc<Shared>,
+/// The queue of calls for Redis, of one kind of carrier.
+#[derive(Debug)]
+pub(crate) struct Coalescer<C: Carrier = ConnectedLimiter> {
+    shared: Arc<Shared<C>>,
+}
+
+impl<C: Carrier> Clone for Coalescer<C> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: Arc::clone(&self.shared),
+        }
+    }
 }
 
 #[derive(Debug)]
-struct Shared {
-    queue: Mutex<Queue>,
+struct Shared<C: Carrier> {
+    queue: Mutex<Queue<C>>,
     con: ReconnectingAsync,
     /// Where batches left by their sender go on.
     runtime: Handle,
-    sent: Sent,
+    /// Shared by the queues of one backend.
+    sent: Arc<Sent>,
 }
 
-#[derive(Debug, Default)]
-struct Queue {
-    jobs: Vec<Job>,
+#[derive(Debug)]
+struct Queue<C: Carrier> {
+    jobs: Vec<Job<C>>,
     /// A sender is at work: it takes what is queued when its batch is answered.
     sending: bool,
 }
@@ -78,9 +103,9 @@ pub(crate) struct Sent {
     pub(crate) decisions: AtomicU64,
 }
 
-impl std::fmt::Debug for Job {
+impl<C: Carrier> std::fmt::Debug for Job<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Job").field("cost", &self.cost).finish()
+        f.debug_struct("Job").finish_non_exhaustive()
     }
 }
 
@@ -96,18 +121,31 @@ impl Sent {
     }
 }
 
-impl Coalescer {
+impl<C: Carrier> Coalescer<C> {
     /// A queue sending over `con`, its spare batches on the current runtime.
     pub(crate) fn start(con: ReconnectingAsync) -> Self {
+        Self::counted(con, Arc::default())
+    }
+
+    /// [`Coalescer::start`], counting what it sends in `sent`.
+    fn counted(con: ReconnectingAsync, sent: Arc<Sent>) -> Self {
         let shared = Shared {
-            queue: Mutex::default(),
+            queue: Mutex::new(Queue {
+                jobs: Vec::new(),
+                sending: false,
+            }),
             con,
             runtime: Handle::current(),
-            sent: Sent::default(),
+            sent,
         };
         Self {
             shared: Arc::new(shared),
         }
+    }
+
+    /// A queue for another kind of carrier over the same connection, counted with this.
+    pub(crate) fn sibling<D: Carrier>(&self) -> Coalescer<D> {
+        Coalescer::counted(self.shared.con.clone(), Arc::clone(&self.shared.sent))
     }
 
     /// What was sent so far.
@@ -115,19 +153,17 @@ impl Coalescer {
         &self.shared.sent
     }
 
-    /// Decides `cost` units of `key` on `limiter` in Redis, with the decisions queued
-    /// meanwhile.
-    pub(crate) async fn check(
-        &self,
-        limiter: &Arc<ConnectedLimiter>,
-        key: &[u8],
-        cost: u64,
-    ) -> Result<Decision, Error> {
+    /// Sends `call` on `carrier`, with the calls queued meanwhile.
+    pub(crate) async fn send<T, E>(&self, carrier: &Arc<C>, call: C::Call) -> Result<T, Error<E>>
+    where
+        C: Carrier<Answer = Result<T, E>>,
+        T: Send,
+        E: Send,
+    {
         let (reply, answer) = oneshot::channel();
         let job = Job {
-            limiter: Arc::clone(limiter),
-            key: key.into(),
-            cost,
+            carrier: Arc::clone(carrier),
+            call,
             reply,
         };
         let lead = {
@@ -139,34 +175,54 @@ impl Coalescer {
             let runtime = self.shared.runtime.clone();
             Leading(Some(Box::pin(lead_once(Arc::clone(&self.shared)))), runtime).await;
         }
-        Ok(answer.await.map_err(|_| Error::Stopped)??)
+        answer
+            .await
+            .map_err(|_| Error::Stopped)?
+            .map_err(Error::Redis)
     }
 }
 
-impl Shared {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+impl Coalescer {
+    /// Decides `cost` units of `key` on `limiter` in Redis, with the decisions queued
+    /// meanwhile.
+    pub(crate) async fn check(
+        &self,
+        limiter: &Arc<ConnectedLimiter>,
+        key: &[u8],
+        cost: u64,
+    ) -> Result<Decision, Error<sluicegate_redis::Error>> {
+        self.send(limiter, (key.into(), cost)).await
+    }
+}
+
+impl<C: Carrier> Shared<C> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue<C>> {
         self.queue.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Sends one batch of what is queued: up to [`MAX_PIPELINE`] decisions, one call
-    /// per limiter in the order of their first request.
+    /// Sends one batch of what is queued: up to [`MAX_PIPELINE`] calls, one batch per
+    /// carrier in the order of their first request.
     async fn send_queued(&self) {
-        let mut jobs: Vec<Job> = {
+        let mut jobs: Vec<Job<C>> = {
             let mut queue = self.lock();
             let n = queue.jobs.len().min(MAX_PIPELINE);
             queue.jobs.drain(..n).collect()
         };
         while let Some(first) = jobs.first() {
-            // The jobs of the first job's limiter, in order; the others wait their turn.
-            let limiter = Arc::clone(&first.limiter);
-            let mine: Vec<Job> = jobs
-                .extract_if(.., |job| Arc::ptr_eq(&job.limiter, &limiter))
-                .collect();
+            // The jobs of the first job's carrier, in order; the others wait their turn.
+            let carrier = Arc::clone(&first.carrier);
+            let (calls, replies): (Vec<_>, Vec<_>) = jobs
+                .extract_if(.., |job| Arc::ptr_eq(&job.carrier, &carrier))
+                .map(|job| (job.call, job.reply))
+                .unzip();
             self.sent.pipelines.fetch_add(1, Ordering::Relaxed);
             self.sent
                 .decisions
-                .fetch_add(mine.len() as u64, Ordering::Relaxed);
-            send(&self.con, &limiter, mine).await;
+                .fetch_add(calls.len() as u64, Ordering::Relaxed);
+            let answers = carrier.send(&self.con, calls).await;
+            for (reply, answer) in replies.into_iter().zip(answers) {
+                let _ = reply.send(answer);
+            }
         }
     }
 
@@ -180,7 +236,7 @@ impl Shared {
 
 /// The batch holding the caller's request, sent on its task; what queued meanwhile
 /// goes on a task of its own, so that the caller answers after one round trip.
-async fn lead_once(shared: Arc<Shared>) {
+async fn lead_once<C: Carrier>(shared: Arc<Shared<C>>) {
     shared.send_queued().await;
     if !shared.done() {
         let runtime = shared.runtime.clone();
@@ -226,14 +282,22 @@ impl Drop for Leading {
     }
 }
 
-/// One batch of `jobs` on `limiter`, each answered with its own result.
-async fn send(con: &ReconnectingAsync, limiter: &ConnectedLimiter, jobs: Vec<Job>) {
-    let requests: Vec<Request> = jobs
-        .iter()
-        .map(|j| Request::new(&j.key).cost(j.cost))
-        .collect();
-    let results = limiter.host().check_batch_async(con, &requests).await;
-    for (job, result) in jobs.into_iter().zip(results) {
-        let _ = job.reply.send(result);
+/// A policy's decisions: a key and a cost each.
+impl Carrier for ConnectedLimiter {
+    type Call = (Box<[u8]>, u64);
+    type Answer = Result<Decision, sluicegate_redis::Error>;
+
+    fn send<'a>(
+        &'a self,
+        con: &'a ReconnectingAsync,
+        calls: Vec<Self::Call>,
+    ) -> BoxFuture<'a, Vec<Self::Answer>> {
+        Box::pin(async move {
+            let requests: Vec<Request> = calls
+                .iter()
+                .map(|(key, cost)| Request::new(key).cost(*cost))
+                .collect();
+            self.host().check_batch_async(con, &requests).await
+        })
     }
 }

@@ -4,7 +4,7 @@
 
 mod backend;
 mod carried;
-mod coalesce;
+pub(crate) mod coalesce;
 mod memory;
 mod redis;
 

@@ -130,7 +130,8 @@ impl Backend for InRedis {
             FailPolicy::Closed => FailPolicy::Closed,
             _ => FailPolicy::Error,
         };
-        Arc::new(InRedisCounters::new(self.con.clone(), fail))
+        let coalescer = self.coalescer.sibling();
+        Arc::new(InRedisCounters::new(self.con.clone(), coalescer, fail))
     }
 
     /// The same Redis, its `--fail local` tables a share of a policy's.

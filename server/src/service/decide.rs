@@ -60,13 +60,13 @@ impl Decided {
 
 /// A decision asked for: `cost` units of `key` under `policy`.
 #[derive(Clone, Copy)]
-pub(crate) struct Ask<'a> {
+pub(crate) struct Ask<'a, 'd> {
     pub(crate) policy: &'a str,
     pub(crate) key: &'a str,
     pub(crate) cost: u64,
     /// The request's descriptors as a policy's `when` and `key` read them: called only
     /// for a policy that has either.
-    pub(crate) descriptors: &'a (dyn Fn() -> Bindings + Sync),
+    pub(crate) descriptors: &'a (dyn Fn() -> Bindings<'d> + Sync),
 }
 
 /// A lease asked for: `owner`'s lease on `key` under `policy`, for `ttl` ticks (none:
@@ -101,7 +101,7 @@ pub(super) fn check_key(key: &str) -> Result<()> {
 
 /// The key `ask` counts on under `entry`'s `when` and `key`: `None` where they leave
 /// the request out.
-fn selected<'a>(entry: &PolicyLimiter, ask: &Ask<'a>) -> Result<Option<Cow<'a, str>>> {
+fn selected<'a>(entry: &PolicyLimiter, ask: &Ask<'a, '_>) -> Result<Option<Cow<'a, str>>> {
     let Some(selector) = entry.selector() else {
         return Ok(Some(Cow::Borrowed(ask.key)));
     };
@@ -134,7 +134,7 @@ impl Service {
         &self,
         served: &Served,
         app: &App,
-        ask: Ask<'_>,
+        ask: Ask<'_, '_>,
     ) -> Result<(Arc<PolicyLimiter>, Option<Decided>)> {
         let Ask {
             policy, key, cost, ..
