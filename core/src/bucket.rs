@@ -81,6 +81,10 @@ pub(crate) struct Gcra {
     narrow_below: u128,
     rate: Divisor,
     period: Divisor,
+    /// `period / rate` and `tolerance / rate` where the rate divides the period (the
+    /// emission interval is a whole number of ticks): the decision is then taken in
+    /// ticks (see [`decide_exact`](Self::decide_exact)).
+    exact: Option<(Divisor, u64)>,
 }
 
 impl Gcra {
@@ -119,6 +123,11 @@ impl Gcra {
             narrow_below: (u128::from(u64::MAX) + 1).saturating_sub(tolerance),
             rate: Divisor::new(rate),
             period: Divisor::new(period),
+            // `tolerance / rate = burst × interval`, within the horizon.
+            exact: (period % rate == 0).then(|| {
+                let interval = period / rate;
+                (Divisor::new(interval), burst * interval)
+            }),
         })
     }
 
@@ -224,7 +233,12 @@ impl Gcra {
         cost: u64,
         max_wait: Ticks,
     ) -> (Decision, Option<BucketState>) {
-        self.decide_word(state, now, cost, max_wait)
+        // Where wasm's divider beats a reciprocal built from 32-bit products.
+        cfg!(target_arch = "wasm32")
+            .then_some(self.exact)
+            .flatten()
+            .and_then(|exact| self.decide_exact(exact, state, now, cost, max_wait))
+            .or_else(|| self.decide_word(state, now, cost, max_wait))
             .unwrap_or_else(|| {
                 let wait = wide(max_wait.min(MAX_WAIT), self.params.rate);
                 self.decide_wide(state, self.scaled(now), cost, wait)
@@ -255,6 +269,39 @@ impl Gcra {
         let state = state.filter(|_| tat > now);
         let verdict = self.verdict(held, cost, wait).widen();
         Some(self.finish(verdict, u128::from(now), state))
+    }
+
+    /// [`decide`](Self::decide) where the emission interval is a whole number of ticks
+    /// and the state fits one word: every duration in whole ticks, no scaling back. A
+    /// scaled duration `d` is `⌈d / rate⌉` ticks, and every bound the verdict compares
+    /// it with is a multiple of `rate`, so the verdict in ticks is the scaled one's
+    /// rounded up, and the units remaining `⌊(tolerance − held) / interval⌋` in ticks
+    /// are the scaled `⌊(tolerance − held) / period⌋`. Two word divisions, which wasm
+    /// does in one instruction each; `None` where the state does not fit. `exact`: the
+    /// interval and the tolerance in ticks.
+    #[inline(always)]
+    fn decide_exact(
+        &self,
+        (interval, tolerance): (Divisor, u64),
+        state: Option<BucketState>,
+        now: Ticks,
+        cost: u64,
+        max_wait: Ticks,
+    ) -> Option<(Decision, Option<BucketState>)> {
+        let now = now.min(MAX_TICKS);
+        let tat = u64::try_from(state.map_or(0, |s| s.tat.get())).ok()?;
+        let rate = self.params.rate;
+        // `⌈tat / rate⌉`, after `now` exactly where `tat` is.
+        let due = tat / rate + u64::from(tat % rate != 0);
+        let held = due.saturating_sub(now);
+        let wait = max_wait.min(MAX_WAIT);
+        held.checked_add(wait)?.checked_add(tolerance)?;
+        let state = state.filter(|_| due > now);
+        let verdict = self.verdict_in(held, cost, wait, interval.d, tolerance);
+        let remaining = tolerance.saturating_sub(verdict.held) / interval.d;
+        let next = state.map_or(wide(now, self.params.rate), |s| s.tat.get())
+            + wide(cost, self.params.period);
+        Some(self.conclude(verdict, remaining, next, state))
     }
 
     /// [`decide`](Self::decide) at the scaled instant `now`, waiting at most the scaled
@@ -294,12 +341,29 @@ impl Gcra {
             .div_rem(self.tolerance.saturating_sub(verdict.held))
             .0;
         let remaining = u64::try_from(remaining).unwrap_or(u64::MAX);
-        let reset_after = self.ticks(verdict.held);
-        let wait = verdict.wait.map(|wait| self.ticks(wait));
+        let verdict_ticks = Verdict {
+            allowed: verdict.allowed,
+            held: self.ticks(verdict.held),
+            wait: verdict.wait.map(|wait| self.ticks(wait)),
+        };
+        self.conclude(verdict_ticks, remaining, now + verdict.held, state)
+    }
+
+    /// The decision of a verdict in whole ticks, with the units `remaining`, and the
+    /// next state: `next` if admitted and held, `state` if denied.
+    #[inline(always)]
+    fn conclude(
+        &self,
+        verdict: Verdict<Ticks>,
+        remaining: u64,
+        next: u128,
+        state: Option<BucketState>,
+    ) -> (Decision, Option<BucketState>) {
+        let (reset_after, wait) = (verdict.held, verdict.wait);
         if verdict.allowed {
             let decision = Decision::admit(self.burst, remaining, reset_after, wait.unwrap_or(0));
             // `held > 0`, so the kept state is never zero.
-            let next = BucketState::new(now + verdict.held).filter(|_| verdict.held > 0);
+            let next = BucketState::new(next).filter(|_| verdict.held > 0);
             (decision, next)
         } else {
             (
@@ -316,6 +380,20 @@ impl Gcra {
     fn verdict<S: Scaled>(&self, held: S, cost: u64, wait: S) -> Verdict<S> {
         // No sum below overflows: `held + wait + tolerance` fits `S` (`narrow_below`).
         let tolerance = S::narrow(self.tolerance);
+        self.verdict_in(held, cost, wait, self.params.period, tolerance)
+    }
+
+    /// [`verdict`](Self::verdict) in units where a unit takes `unit` and a burst
+    /// `tolerance`; `held + wait + tolerance` fits `S`.
+    #[inline(always)]
+    fn verdict_in<S: Scaled>(
+        &self,
+        held: S,
+        cost: u64,
+        wait: S,
+        unit: u64,
+        tolerance: S,
+    ) -> Verdict<S> {
         let denied = |wait| Verdict {
             allowed: false,
             held,
@@ -324,7 +402,7 @@ impl Gcra {
         if cost > self.burst {
             return denied(None);
         }
-        let next = held + S::product(cost, self.params.period);
+        let next = held + S::product(cost, unit);
         // The meter acts once the bucket has room; a pacing request acts at its slot.
         let (act_at, latest) = if self.tag == tag::PACING {
             (held, tolerance)
@@ -661,86 +739,4 @@ impl<S: Scaled> Verdict<S> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::{mul_by_halves, tag, wide, BucketParams, Divisor, Gcra, Scaled};
-    use crate::limits::{MAX_HORIZON, MAX_LIMIT, MAX_PERIOD, MAX_WAIT};
-    use crate::MAX_TICKS;
-    use proptest::prelude::*;
-
-    proptest! {
-        /// Wherever `decide` takes the 64-bit decision, it is the 128-bit one: every
-        /// field and the next state, boundaries included.
-        #[test]
-        fn narrow_decisions_are_the_wide_ones(
-            rate in 1..=MAX_LIMIT,
-            period in 1..=MAX_PERIOD,
-            pacing: bool,
-            seeds: [u64; 4],
-        ) {
-            let (tag, min) = if pacing { (tag::PACING, 0) } else { (tag::TOKEN_BUCKET, 1) };
-            // The largest capacity in range whose burst fits 64 bits.
-            let horizon = u128::from(MAX_HORIZON) * u128::from(rate) / u128::from(period);
-            let most = MAX_LIMIT.min(u64::try_from(horizon).unwrap_or(u64::MAX)).min(u64::MAX / period - 1);
-            let capacity = min + seeds[0] % (most - min + 1);
-            let gcra = Gcra::new(BucketParams { capacity, rate, period }, tag, min).unwrap();
-            let below = gcra.narrow_below;
-            prop_assert!(below > 0);
-            for held in [0, u128::from(seeds[1]) % below, gcra.tolerance.min(below - 1), below - 1] {
-                let room = below - held;
-                for wait in [0, u128::from(seeds[2]) % room, room - 1] {
-                    let burst = gcra.burst;
-                    for cost in [0, 1, seeds[3] % (burst + 2), burst, burst + 1] {
-                        let narrow = gcra.verdict(u64::narrow(held), cost, u64::narrow(wait));
-                        prop_assert_eq!(narrow.widen(), gcra.verdict(held, cost, wait));
-                    }
-                }
-            }
-        }
-
-        /// Wherever `decide` takes the one-word step, it decides as the 128-bit path:
-        /// every field and the next state, over random sequences from the epoch, from
-        /// today's date and from where the instants outgrow 64 bits.
-        #[test]
-        fn word_decisions_are_the_wide_ones(
-            capacity in 1u64..=1_000,
-            rate in prop_oneof![1u64..=10, 1..=MAX_LIMIT],
-            period in prop_oneof![1u64..=10_000_000, 1..=MAX_PERIOD],
-            pacing: bool,
-            start in prop_oneof![Just(0u64), 1_700_000_000_000_000u64..1_900_000_000_000_000, 0..=MAX_TICKS],
-            steps in proptest::collection::vec((0u64..5_000_000, 0u64..1_200, prop_oneof![Just(0u64), 0u64..5_000_000, Just(u64::MAX)]), 1..40),
-        ) {
-            let (tag, min) = if pacing { (tag::PACING, 0) } else { (tag::TOKEN_BUCKET, 1) };
-            let Ok(gcra) = Gcra::new(BucketParams { capacity, rate, period }, tag, min) else {
-                return Ok(());
-            };
-            let (mut now, mut state) = (start, None);
-            for (gap, cost, max_wait) in steps {
-                now = now.saturating_add(gap);
-                let word = gcra.decide_word(state, now, cost, max_wait);
-                let scaled_wait = wide(max_wait.min(MAX_WAIT), rate);
-                let wide = gcra.decide_wide(state, gcra.scaled(now), cost, scaled_wait);
-                if let Some(word) = word {
-                    prop_assert_eq!(word, wide);
-                }
-                prop_assert_eq!(gcra.decide(state, now, cost, max_wait), wide);
-                state = wide.1;
-            }
-        }
-
-        #[test]
-        fn halves_multiply_exactly(a: u64, b: u64, small: u32) {
-            for (a, b) in [(a, b), (a, u64::from(small)), (u64::MAX, b), (u64::MAX, u64::MAX), (0, b)] {
-                prop_assert_eq!(mul_by_halves(a, b), u128::from(a) * u128::from(b));
-            }
-        }
-
-
-        #[test]
-        fn divisor_matches_hardware_division(d in 1..=u64::MAX, n: u128, small: u64) {
-            for n in [n, u128::from(small), u128::from(u64::MAX), 0] {
-                let (q, r) = Divisor::new(d).div_rem(n);
-                prop_assert_eq!((q, u128::from(r)), (n / u128::from(d), n % u128::from(d)));
-            }
-        }
-    }
-}
+mod tests;
