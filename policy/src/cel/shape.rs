@@ -1,7 +1,7 @@
 //! The shapes Kuadrant's operator and limitador's guide write — `descriptors[N]['name']`
-//! (or `descriptors[N].name`), and it `==` or `!=` a string — recognised at compile time and evaluated without the interpreter. Exact:
-//! where the answer is not a descriptor's entry found or missing (an index past the end),
-//! the interpreter answers.
+//! (or `descriptors[N].name`), and it `==` or `!=` a string — recognised at compile time
+//! and evaluated without the interpreter. Exact: where the answer is not a descriptor's
+//! entry found or missing (an index past the end), the interpreter answers.
 
 use cel::common::ast::{operators, Expr, IdedExpr};
 use cel::common::value::CelVal;
