@@ -2,7 +2,8 @@
 //! for a limit per user, IP or route, both reading a [`Clock`](crate::Clock) at the edge and deciding
 //! with the pure algorithms; [`Leases`] and [`KeyedLeases`] for concurrency limits and
 //! locks, whose guards carry fencing tokens a [`FencedResource`] checks; [`RwLeases`] for
-//! read-write and fair locks whose releases wake one waiter.
+//! read-write and fair locks whose releases wake one waiter, [`KeyedRwLeases`] for one
+//! per key.
 //!
 //! ```
 //! use std::time::Duration;
@@ -25,7 +26,9 @@ mod cell;
 mod direct;
 mod fenced;
 mod keyed;
+mod keyed_rwlock;
 mod lease;
+mod lease_table;
 mod rwlock;
 mod turn;
 mod wait;
@@ -36,6 +39,7 @@ pub use cell::InMemory;
 pub use direct::DirectLimiter;
 pub use fenced::{FencedResource, StaleToken};
 pub use keyed::{KeyedLimiter, OnFull};
+pub use keyed_rwlock::KeyedRwLeases;
 pub use lease::{AcquireError, KeyedLeases, LeaseGuard, Leases};
 pub use rwlock::{RwAcquireError, RwGuard, RwLeases};
 pub use turn::WaitCancel;

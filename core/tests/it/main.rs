@@ -21,6 +21,7 @@ mod lease_host;
 mod memory_bytes;
 mod memory_direct;
 mod memory_keyed;
+mod memory_keyed_rwlock;
 mod memory_lease;
 #[cfg(feature = "tokio")]
 mod memory_lease_async;

@@ -10,31 +10,18 @@ use std::sync::Arc;
 use std::time::Duration;
 use std::vec::Vec;
 
-use hashbrown::hash_table::HashTable;
-
 use super::error::{AcquireError, Released};
 #[cfg(feature = "tokio")]
 use super::guard::HostRef;
 use super::guard::{Held, Host, LeaseGuard, Owner};
 use super::wait::Waitable;
 use crate::memory::keyed::{layout, shard_index, time};
+use crate::memory::lease_table::{advance, Entry, Shard};
 use crate::memory::KeyHasher;
 use crate::{
     Acquired, Clock, Concurrency, Decision, Grant, Lease, LeaseError, LeaseHost, LeaseRequest,
     LeaseState, MonotonicClock, Ticks,
 };
-
-/// Shards never sweep below this many keys: small tables are cheap to keep.
-const MIN_SWEEP: usize = 64;
-
-/// `read` from the clock, but never earlier than `latest`, the latest time a table (or a
-/// shard of tables) already used, which it becomes: two threads read the clock in one
-/// order and lock in the other, and a token derived from the earlier reading could
-/// repeat one granted before a deletion.
-fn advance(latest: &mut Ticks, read: Ticks) -> Ticks {
-    *latest = (*latest).max(read);
-    *latest
-}
 
 /// A [`Concurrency`] limit per key (a lock per resource name, a cap on requests in
 /// flight per user), holding at most `max_keys` keys.
@@ -52,55 +39,12 @@ pub struct KeyedLeases<K, C = MonotonicClock, H = KeyHasher> {
     concurrency: Concurrency,
     clock: C,
     hasher: H,
-    shards: Vec<Waitable<Shard<K>>>,
+    shards: Vec<Waitable<Shard<K, LeaseState>>>,
     /// `log2(shards.len())`.
     shard_bits: u32,
     /// The sum of the shards' capacities.
     capacity: usize,
     refused: AtomicU64,
-}
-
-#[derive(Debug)]
-struct Shard<K> {
-    table: HashTable<Entry<K>>,
-    /// The latest time a transition in this shard used (see [`advance`]).
-    now: Ticks,
-    capacity: usize,
-    /// Sweep fresh keys when the table reaches this length.
-    sweep_at: usize,
-    /// No key is fresh before this instant: a full table refuses a new key without a
-    /// sweep until then. Set by the sweep that found the table full; a state left with
-    /// an earlier end (a release) lowers it, and a key that goes unfills the table.
-    full_until: Ticks,
-}
-
-#[derive(Debug)]
-struct Entry<K> {
-    hash: u64,
-    key: K,
-    state: LeaseState,
-}
-
-impl<K> Shard<K> {
-    /// Makes room for one more key if keys that are fresh can go; otherwise the time
-    /// until the earliest key is fresh, found by one sweep and then remembered.
-    fn make_room(&mut self, now: Ticks) -> Result<(), Ticks> {
-        if self.table.len() < self.sweep_at {
-            return Ok(());
-        }
-        if self.table.len() >= self.capacity && now < self.full_until {
-            return Err(self.full_until - now);
-        }
-        self.table.retain(|e| !e.state.is_fresh(now));
-        self.sweep_at = (2 * self.table.len()).max(MIN_SWEEP).min(self.capacity);
-        if self.table.len() < self.capacity {
-            return Ok(());
-        }
-        // Full of keys in use, each fresh after `now` (a capacity is at least one).
-        let earliest = self.table.iter().map(|e| e.state.fresh_at()).min();
-        self.full_until = earliest.unwrap_or(now).max(now.saturating_add(1));
-        Err(self.full_until - now)
-    }
 }
 
 impl<K: Hash + Eq + Send> KeyedLeases<K> {
@@ -123,15 +67,7 @@ impl<K: Hash + Eq + Send, C: Clock + Sync, H: BuildHasher + Sync> KeyedLeases<K,
     pub fn with_hasher(concurrency: Concurrency, max_keys: usize, clock: C, hasher: H) -> Self {
         let (shard_bits, capacities) = layout(max_keys);
         let shards = capacities
-            .map(|capacity| {
-                Waitable::new(Shard {
-                    table: HashTable::new(),
-                    now: 0,
-                    capacity,
-                    sweep_at: MIN_SWEEP.min(capacity),
-                    full_until: 0,
-                })
-            })
+            .map(|capacity| Waitable::new(Shard::new(capacity)))
             .collect();
         Self {
             concurrency,
@@ -174,7 +110,7 @@ impl<K: Hash + Eq + Send, C: Clock + Sync, H: BuildHasher + Sync> KeyedLeases<K,
         let owner = Owner::new(owner)?;
         let hash = self.hasher.hash_one(key);
         let shard = self.shard(hash);
-        let attempt = |shard: &mut Shard<K>, read| {
+        let attempt = |shard: &mut Shard<K, LeaseState>, read| {
             granted(self.attempt(shard, read, hash, key, owner.bytes(), ttl))
         };
         // The clock is read before locking, to keep the lock short.
@@ -257,7 +193,7 @@ impl<K: Hash + Eq + Send, C: Clock + Sync, H: BuildHasher + Sync> KeyedLeases<K,
     /// answer; only a parameter, holds or tokens out of range is an error.
     fn attempt<Q>(
         &self,
-        shard: &mut Shard<K>,
+        shard: &mut Shard<K, LeaseState>,
         read: Ticks,
         hash: u64,
         key: &Q,
@@ -382,16 +318,7 @@ impl<K: Hash + Eq + Send, C: Clock + Sync, H: BuildHasher + Sync> KeyedLeases<K,
     /// Drops every key whose state is fresh now, returning how many were dropped.
     pub fn sweep(&self) -> usize {
         let read = self.clock.now();
-        self.shards
-            .iter()
-            .map(|s| {
-                let mut shard = s.lock();
-                let now = advance(&mut shard.now, read);
-                let before = shard.table.len();
-                shard.table.retain(|e| !e.state.is_fresh(now));
-                before - shard.table.len()
-            })
-            .sum()
+        self.shards.iter().map(|s| s.lock().sweep(read)).sum()
     }
 
     /// The limit each key has.
@@ -404,7 +331,7 @@ impl<K: Hash + Eq + Send, C: Clock + Sync, H: BuildHasher + Sync> KeyedLeases<K,
         &self.clock
     }
 
-    fn shard(&self, hash: u64) -> &Waitable<Shard<K>> {
+    fn shard(&self, hash: u64) -> &Waitable<Shard<K, LeaseState>> {
         &self.shards[shard_index(hash, self.shard_bits)]
     }
 
@@ -435,7 +362,7 @@ impl<K: Hash + Eq + Send, C: Clock + Sync, H: BuildHasher + Sync> KeyedLeases<K,
             entry.remove();
         } else {
             // A release can bring the key's end forward.
-            shard.full_until = shard.full_until.min(fresh_at);
+            shard.ends_by(fresh_at);
         }
         drop(shard);
         waitable.woken_by(&done);
