@@ -182,7 +182,7 @@ impl Loaded {
     #[cfg(any(feature = "sled", feature = "redis"))]
     pub fn leases(&self) -> Result<(sluicegate_core::Concurrency, Ticks), Failure> {
         match self.built {
-            Built::Leases { model, ttl } => Ok((model, ttl)),
+            Built::Leases { model, ttl, .. } => Ok((model, ttl)),
             _ => Err(Failure::Input(format!(
                 "policy {:?} is a rate limit, not a concurrency limit: leases need a policy with algorithm = \"concurrency\", limit and lease",
                 self.name

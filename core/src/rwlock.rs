@@ -31,7 +31,7 @@
 use alloc::vec::Vec;
 
 use crate::encoding::{self, Reader};
-use crate::lease::{check_owner, check_ttl, Grant};
+use crate::lease::{check_owner, check_ttl, Concurrency, Grant};
 use crate::limits::{MAX_LEASES, MAX_OWNER_LEN, MAX_PERIOD};
 // Named here too, beside the lock whose queue it bounds.
 pub use crate::limits::MAX_WAITERS;
@@ -360,6 +360,15 @@ impl RwLease {
             max_holders,
             fair: false,
         })
+    }
+
+    /// The counted lock of `concurrency`: its `max` shared holders, unfair (callers
+    /// asking exclusive hold it alone).
+    pub const fn counted(concurrency: Concurrency) -> Self {
+        Self {
+            max_holders: concurrency.max(),
+            fair: false,
+        }
     }
 
     /// A read-write lock: up to 1024 readers or one writer, unfair.

@@ -23,6 +23,8 @@ pub enum Built {
         model: Concurrency,
         /// How long each lasts.
         ttl: Ticks,
+        /// Whether they go in the order asked.
+        fair: bool,
     },
 }
 
@@ -64,7 +66,11 @@ impl Policy {
                 .and_then(|model| {
                     check_lease(ttl)?;
                     check_max_lease(ttl, self.max_lease())?;
-                    Ok(Built::Leases { model, ttl })
+                    Ok(Built::Leases {
+                        model,
+                        ttl,
+                        fair: self.fair,
+                    })
                 })
                 .map_err(|e| param_problem(&e, style));
         }
@@ -132,7 +138,8 @@ impl Policy {
                 list(&extra)
             ));
         }
-        // Leases take no ban nor key-table choice; only leases take a longest lease, only
+        // Leases take no ban nor key-table choice; only leases take a longest lease or a
+        // queue, only
         // calendar windows a time zone, and only algorithms that take reports an
         // overdraft (a composite's members each take their own).
         let leases = self.algorithm == Kind::Concurrency;
@@ -145,6 +152,7 @@ impl Policy {
             ("when", leases && self.when.is_some()),
             ("key", leases && self.key.is_some()),
             ("max_lease", !leases && self.max_lease.is_some()),
+            ("fair", !leases && self.fair),
             (
                 "time-zone",
                 self.algorithm != Kind::CalendarWindow && self.time_zone.is_some(),

@@ -38,6 +38,10 @@ pub struct Policy {
     /// hold a key of a shared table for longer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_lease: Option<PolicyDuration>,
+    /// Leases: grant in the order callers asked, a refused caller keeping a place in
+    /// the key's queue while it asks again (see the guide's lock family).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fair: bool,
     /// Calendar windows: `day`, `week` (ISO, from Monday) or `month`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub calendar: Option<String>,
@@ -169,6 +173,7 @@ impl Policy {
             overdraft: None,
             lease: None,
             max_lease: None,
+            fair: false,
             limits: None,
             ban: None,
             on_full: None,

@@ -13,6 +13,7 @@ use axum::routing::post;
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+use sluicegate_core::rwlock::LockMode::{Exclusive, Shared};
 use sluicegate_core::Decision;
 use sluicegate_policy::cel::Bindings;
 
@@ -31,7 +32,17 @@ pub(crate) fn routes() -> Router<Arc<Service>> {
         .route("/v1/decide/batch", post(batch))
         .route(
             "/v1/lease/acquire",
-            post(|s, a, b| lease(s, a, b, LeaseOp::Acquire)),
+            post(|s, a, b| {
+                lease(
+                    s,
+                    a,
+                    b,
+                    LeaseOp::Acquire {
+                        mode: Shared,
+                        wait: None,
+                    },
+                )
+            }),
         )
         .route(
             "/v1/lease/release",
@@ -40,6 +51,10 @@ pub(crate) fn routes() -> Router<Arc<Service>> {
         .route(
             "/v1/lease/renew",
             post(|s, a, b| lease(s, a, b, LeaseOp::Renew)),
+        )
+        .route(
+            "/v1/lease/withdraw",
+            post(|s, a, b| lease(s, a, b, LeaseOp::Withdraw)),
         )
 }
 
@@ -283,15 +298,49 @@ struct LeaseBody {
     key: String,
     owner: String,
     ttl_us: Option<u64>,
+    /// Acquire: `shared` (the default: one of the policy's `limit` holders) or
+    /// `exclusive` (the only holder).
+    mode: Option<Mode>,
+    /// Acquire: refused, wait in the key's queue, the place lasting this long unless
+    /// asked for again; none: never queue.
+    wait_us: Option<u64>,
 }
 
-/// `/v1/lease/acquire`, `release` and `renew`.
+#[derive(Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum Mode {
+    Shared,
+    Exclusive,
+}
+
+/// `/v1/lease/acquire`, `release`, `renew` and `withdraw`.
 async fn lease(
     State(service): State<Arc<Service>>,
     Authed { served, caller }: Authed<App>,
     JsonBody(body): JsonBody<LeaseBody>,
     op: LeaseOp,
 ) -> Result<Json<Value>> {
+    let op = match op {
+        LeaseOp::Acquire { .. } => LeaseOp::Acquire {
+            mode: match body.mode {
+                Some(Mode::Exclusive) => Exclusive,
+                _ => Shared,
+            },
+            wait: body.wait_us,
+        },
+        op => {
+            for (field, given) in [
+                ("mode", body.mode.is_some()),
+                ("wait_us", body.wait_us.is_some()),
+            ] {
+                if given {
+                    let message = format!("only /v1/lease/acquire takes {field}");
+                    return Err(ServiceError::invalid(message, Some(field)).into());
+                }
+            }
+            op
+        }
+    };
     let ask = LeaseAsk {
         policy: &body.policy,
         key: &body.key,
@@ -303,13 +352,17 @@ async fn lease(
         (_, LeaseAnswer::Granted(grant)) => json!({"acquired": true, "token": grant.token,
             "expires_at_us": grant.expires_at, "holds": grant.holds}),
         // The decision's own `retry_after_us`, as `/v1/decide` writes it.
-        (_, LeaseAnswer::Busy(decision)) => json!({"acquired": false,
-            "retry_after_us": decision.retry_after}),
+        (_, LeaseAnswer::Busy(decision, place)) => json!({"acquired": false,
+            "retry_after_us": decision.retry_after,
+            "place": place.map(|p| json!({"number": p.number, "ahead": p.ahead,
+                "expires_at_us": p.expires_at}))}),
         (LeaseOp::Renew, LeaseAnswer::Held(grant)) => {
             json!({"renewed": true, "expires_at_us": grant.expires_at})
         }
         (LeaseOp::Renew, _) => json!({"renewed": false, "expires_at_us": null}),
         (_, LeaseAnswer::Held(grant)) => json!({"released": true, "holds": grant.holds}),
         (_, LeaseAnswer::NotHeld) => json!({"released": false}),
+        (_, LeaseAnswer::Withdrawn) => json!({"withdrawn": true}),
+        (_, LeaseAnswer::NotQueued) => json!({"withdrawn": false}),
     }))
 }

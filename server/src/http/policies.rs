@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 
 use crate::service::{Service, ServiceError};
 use crate::store::{Stored, User};
+use sluicegate_core::rwlock::{LockMode, RwState};
 use sluicegate_policy::{list_or, Kind, Policy};
 
 use super::auth::Authed;
@@ -26,6 +27,7 @@ pub(crate) fn routes() -> Router<Arc<Service>> {
     Router::new()
         .route("/v1/policies", get(list))
         .route("/v1/policies/{name}", get(read).put(write).delete(remove))
+        .route("/v1/policies/{name}/leases/{key}", get(leases))
 }
 
 type Svc = State<Arc<Service>>;
@@ -131,4 +133,39 @@ async fn remove(
 ) -> Result<StatusCode> {
     service.delete_policy(&caller, &name, expected).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// A key's holders and queue under a concurrency policy, expiries in µs from now.
+async fn leases(
+    State(service): Svc,
+    Authed { served, caller }: Authed<User>,
+    Path((name, key)): Path<(String, String)>,
+) -> Result<Json<Value>> {
+    let (state, now) = service.lease_state(&served, &caller, &name, &key).await?;
+    let mode = |mode| match mode {
+        LockMode::Exclusive => "exclusive",
+        _ => "shared",
+    };
+    let left = |expires_at: u64| expires_at.saturating_sub(now);
+    let holders: Vec<Value> = state
+        .iter()
+        .flat_map(RwState::holders)
+        .filter(|h| h.expires_at() > now)
+        .map(|h| {
+            json!({"owner": String::from_utf8_lossy(h.owner()), "mode": mode(h.mode()),
+            "token": h.token(), "holds": h.holds(), "expires_in_us": left(h.expires_at())})
+        })
+        .collect();
+    let queue: Vec<Value> = state
+        .iter()
+        .flat_map(RwState::waiters)
+        .filter(|w| w.expires_at() > now)
+        .map(|w| {
+            json!({"owner": String::from_utf8_lossy(w.owner()), "mode": mode(w.mode()),
+            "place": w.place(), "expires_in_us": left(w.expires_at())})
+        })
+        .collect();
+    Ok(Json(
+        json!({"policy": name, "key": key, "holders": holders, "queue": queue}),
+    ))
 }

@@ -8,9 +8,10 @@ use std::fmt::Debug;
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
+use sluicegate_core::rwlock::{LockError, LockMode, Place, RwAcquired, RwLease, RwState};
 use sluicegate_core::{
-    Acquired, AnyAlgorithm, AnyState, Concurrency, Decision, Grant, LeaseError, LeaseRequest,
-    Outcome, ReportRequest, Reported, Request, Ticks,
+    AnyAlgorithm, AnyState, Decision, Grant, LeaseError, LeaseRequest, Outcome, ReportRequest,
+    Reported, Request, Ticks,
 };
 use sluicegate_policy::Policy;
 
@@ -29,8 +30,8 @@ pub(crate) trait Backend: Send + Sync + Debug {
         rule: &AnyAlgorithm,
     ) -> Result<Arc<dyn RateLimit>, Unsupported>;
 
-    /// The lease tables of the concurrency policy `name`.
-    fn leases(&self, name: &str, policy: &Policy, model: Concurrency) -> Arc<dyn LeaseTable>;
+    /// The lease tables of the concurrency policy `name`: `lock` per key.
+    fn leases(&self, name: &str, policy: &Policy, lock: RwLease) -> Arc<dyn LeaseTable>;
 
     /// Whether `rule` can be decided here at all.
     fn supports(&self, rule: &AnyAlgorithm) -> Result<(), Unsupported>;
@@ -118,6 +119,13 @@ pub(crate) trait LeaseTable: Send + Sync + Debug {
         request: LeaseRequest<'a>,
     ) -> BoxFuture<'a, Result<LeaseAnswer, DecideError>>;
 
+    /// `key`'s holders and queue (`None` when nobody holds or waits), and the time the
+    /// table reads now, which their expiries are on.
+    fn state<'a>(
+        &'a self,
+        key: &'a [u8],
+    ) -> BoxFuture<'a, Result<(Option<RwState>, Ticks), DecideError>>;
+
     /// The fill of its key table in this process, if it has one.
     fn table(&self) -> Option<Table> {
         None
@@ -127,12 +135,15 @@ pub(crate) trait LeaseTable: Send + Sync + Debug {
 /// A lease operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum LeaseOp {
-    /// Take a lease (or re-enter the one held).
-    Acquire,
+    /// Take a lease in `mode` (or re-enter the one held); refused, queue for `wait`
+    /// ticks where the lock queues callers, none: never queue.
+    Acquire { mode: LockMode, wait: Option<Ticks> },
     /// Give one hold back.
     Release,
     /// Extend an unexpired lease.
     Renew,
+    /// Give up a place in the queue.
+    Withdraw,
 }
 
 /// What a lease operation did.
@@ -140,21 +151,27 @@ pub(crate) enum LeaseOp {
 pub(crate) enum LeaseAnswer {
     /// Acquired: the lease.
     Granted(Grant),
-    /// Denied: every lease is held (or, in this process, every table in use); the
-    /// decision's `retry_after` says when one expires.
-    Busy(Decision),
+    /// Denied: the lock is held, others wait ahead (or, in this process, every table
+    /// is in use); the decision's `retry_after` says when it would be granted if nobody
+    /// acted, the place where the caller waits.
+    Busy(Decision, Option<Place>),
     /// Released or renewed: the lease as it stands.
     Held(Grant),
     /// The owner holds no unexpired lease.
     NotHeld,
+    /// The owner's place was given up.
+    Withdrawn,
+    /// The owner had no place in the queue.
+    NotQueued,
 }
 
 impl LeaseAnswer {
     /// The answer to an acquire.
-    pub(crate) fn acquired(acquired: Acquired) -> Self {
-        acquired
-            .grant
-            .map_or(Self::Busy(acquired.decision), Self::Granted)
+    pub(crate) fn acquired(acquired: RwAcquired) -> Self {
+        match acquired.grant {
+            Some(grant) => Self::Granted(grant),
+            None => Self::Busy(acquired.decision, acquired.place),
+        }
     }
 
     /// The answer to a release or renew, whose `NotHeld` is an answer, not an error.
@@ -164,6 +181,17 @@ impl LeaseAnswer {
         match result.map_err(Into::into) {
             Ok(grant) => Ok(Self::Held(grant)),
             Err(DecideError::Lease(LeaseError::NotHeld)) => Ok(Self::NotHeld),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The answer to a withdrawal, whose `NotQueued` is an answer, not an error.
+    pub(crate) fn withdrawn<E: Into<DecideError>>(
+        result: Result<(), E>,
+    ) -> Result<Self, DecideError> {
+        match result.map_err(Into::into) {
+            Ok(()) => Ok(Self::Withdrawn),
+            Err(DecideError::Lock(LockError::NotQueued)) => Ok(Self::NotQueued),
             Err(e) => Err(e),
         }
     }
@@ -188,6 +216,9 @@ pub(crate) enum DecideError {
     /// A lease argument is out of range (the owner's length, the ttl).
     #[error("{0}")]
     Lease(LeaseError),
+    /// A lock call cannot be carried out (an argument out of range, a full queue).
+    #[error("{0}")]
+    Lock(LockError),
     /// The policy's algorithm takes no reports (a pacing queue, a ban).
     #[error("policy {0:?} cannot take reports: a pacing queue's slots are already handed out, and a ban counts no requests")]
     NoReports(String),
@@ -196,6 +227,15 @@ pub(crate) enum DecideError {
 impl From<LeaseError> for DecideError {
     fn from(e: LeaseError) -> Self {
         Self::Lease(e)
+    }
+}
+
+impl From<LockError> for DecideError {
+    fn from(e: LockError) -> Self {
+        match e {
+            LockError::NotHeld => Self::Lease(LeaseError::NotHeld),
+            e => Self::Lock(e),
+        }
     }
 }
 
@@ -209,6 +249,7 @@ impl From<sluicegate_redis::Error> for DecideError {
     fn from(e: sluicegate_redis::Error) -> Self {
         match e {
             sluicegate_redis::Error::Lease(e) => Self::Lease(e),
+            sluicegate_redis::Error::Lock(e) => e.into(),
             e if e.is_unavailable() => Self::Unavailable(e.to_string()),
             e => Self::Backend(e.to_string()),
         }

@@ -5,10 +5,11 @@ use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 use sluicegate_core::clock::Clock;
-use sluicegate_core::memory::{KeyedLeases, KeyedLimiter, OnFull};
+use sluicegate_core::memory::{KeyedLimiter, KeyedRwLeases, OnFull};
+use sluicegate_core::rwlock::{RwLease, RwState};
 use sluicegate_core::{
-    AnyAlgorithm, AnyState, Concurrency, LeaseHost, LeaseRequest, Limiter, Outcome, ReportRequest,
-    Reported, Reporter, Request, Ticks,
+    AnyAlgorithm, AnyState, LeaseRequest, Limiter, Outcome, ReportRequest, Reported, Reporter,
+    Request, Ticks,
 };
 use sluicegate_policy::Policy;
 
@@ -71,8 +72,8 @@ impl Backend for InProcess {
         Ok(Arc::new(self.0.limiter(rule, on_full)))
     }
 
-    fn leases(&self, _name: &str, _policy: &Policy, model: Concurrency) -> Arc<dyn LeaseTable> {
-        Arc::new(KeyedLeases::<Vec<u8>>::new(model, self.0.max_keys))
+    fn leases(&self, _name: &str, _policy: &Policy, lock: RwLease) -> Arc<dyn LeaseTable> {
+        Arc::new(KeyedRwLeases::new(lock, self.0.max_keys))
     }
 
     fn supports(&self, _rule: &AnyAlgorithm) -> Result<(), Unsupported> {
@@ -148,7 +149,7 @@ impl RateLimit for Keyed {
     }
 }
 
-impl LeaseTable for KeyedLeases<Vec<u8>> {
+impl LeaseTable for KeyedRwLeases {
     fn lease<'a>(
         &'a self,
         op: LeaseOp,
@@ -156,16 +157,25 @@ impl LeaseTable for KeyedLeases<Vec<u8>> {
     ) -> BoxFuture<'a, Result<LeaseAnswer, DecideError>> {
         Box::pin(async move {
             match op {
-                LeaseOp::Acquire => LeaseHost::acquire(self, &request)
+                LeaseOp::Acquire { mode, wait } => self
+                    .acquire(&request, mode, wait)
                     .map(LeaseAnswer::acquired)
                     .map_err(Into::into),
-                LeaseOp::Release => LeaseAnswer::held(LeaseHost::release(self, &request)),
-                LeaseOp::Renew => LeaseAnswer::held(LeaseHost::renew(self, &request)),
+                LeaseOp::Release => LeaseAnswer::held(self.release(&request)),
+                LeaseOp::Renew => LeaseAnswer::held(self.renew(&request)),
+                LeaseOp::Withdraw => LeaseAnswer::withdrawn(self.withdraw(&request)),
             }
         })
     }
 
-    // A lease table forgets expired leases only.
+    fn state<'a>(
+        &'a self,
+        key: &'a [u8],
+    ) -> BoxFuture<'a, Result<(Option<RwState>, Ticks), DecideError>> {
+        Box::pin(async move { Ok((KeyedRwLeases::state(self, key), self.clock().now())) })
+    }
+
+    // A lease table forgets fresh keys only.
     fn table(&self) -> Option<Table> {
         Some(Table {
             keys: self.len(),

@@ -13,6 +13,7 @@ use std::mem::discriminant;
 use std::sync::Arc;
 use std::time::Duration;
 
+use sluicegate_core::rwlock::{RwLease, RwState};
 use sluicegate_core::{LeaseRequest, Outcome, ReportRequest, Reported, Request, Ticks};
 use sluicegate_policy::{Built, Policy, Selector, Style};
 
@@ -102,7 +103,11 @@ impl PolicyLimiter {
         )
         .ok();
         let limits = match &built {
-            Built::Leases { model, .. } => Limits::Leases(backend.leases(name, policy, *model)),
+            Built::Leases { model, fair, .. } => {
+                let lock = RwLease::counted(*model);
+                let lock = if *fair { lock.fair() } else { lock };
+                Limits::Leases(backend.leases(name, policy, lock))
+            }
             Built::Rule(rule) => {
                 let own = backend.rate(name, policy, rule)?;
                 // The same algorithm: each key's use is carried out of the old limiter.
@@ -196,7 +201,8 @@ impl PolicyLimiter {
         }
     }
 
-    /// Acquires, releases or renews `owner`'s lease on `key` (for `ttl` ticks).
+    /// Acquires, releases or renews `owner`'s lease on `key` (for `ttl` ticks), or
+    /// withdraws its place.
     pub(crate) async fn lease(
         &self,
         op: LeaseOp,
@@ -210,6 +216,18 @@ impl PolicyLimiter {
         sluicegate_core::Concurrency::check(owner.as_bytes(), ttl)?;
         let request = LeaseRequest::new(key).owner(owner).ttl(ttl);
         leases.lease(op, request).await
+    }
+
+    /// `key`'s holders and queue (`None` when nobody holds or waits), and the time its
+    /// table reads now.
+    pub(crate) async fn lease_state(
+        &self,
+        key: &str,
+    ) -> Result<(Option<RwState>, Ticks), DecideError> {
+        let Limits::Leases(leases) = &self.limits else {
+            return Err(DecideError::Rate(self.name.clone()));
+        };
+        leases.state(key.as_bytes()).await
     }
 }
 

@@ -9,12 +9,13 @@ use futures_util::future::BoxFuture;
 use opentelemetry::KeyValue;
 use sha2::{Digest, Sha256};
 use sluicegate_core::memory::OnFull;
+use sluicegate_core::rwlock::{RwLease, RwState};
 use sluicegate_core::{
-    AnyAlgorithm, AnyState, AsyncLeaseHost, AsyncReporter, Concurrency, Decision, FailPolicy,
-    LeaseRequest, Outcome, ReportRequest, Reported, Request, Ticks,
+    AnyAlgorithm, AnyState, AsyncReporter, Decision, FailPolicy, LeaseRequest, Outcome,
+    ReportRequest, Reported, Request, Ticks,
 };
 use sluicegate_policy::Policy;
-use sluicegate_redis::{ConnectedAsync, ReconnectingAsync, RedisLeases, RedisLimiter};
+use sluicegate_redis::{ConnectedAsync, HeldChange, ReconnectingAsync, RedisLimiter, RedisRwLock};
 
 use super::backend::{
     Backend, DecideError, LeaseAnswer, LeaseOp, LeaseTable, RateLimit, Unsupported,
@@ -107,9 +108,12 @@ impl Backend for InRedis {
         })
     }
 
-    fn leases(&self, name: &str, policy: &Policy, model: Concurrency) -> Arc<dyn LeaseTable> {
-        let leases = RedisLeases::new(model).with_prefix(prefix(name, policy));
-        Arc::new(ConnectedAsync::new(leases, self.con.clone()))
+    fn leases(&self, name: &str, policy: &Policy, lock: RwLease) -> Arc<dyn LeaseTable> {
+        let lock = RedisRwLock::new(lock).with_prefix(prefix(name, policy));
+        Arc::new(RedisLocks {
+            lock,
+            con: self.con.clone(),
+        })
     }
 
     /// Within the scripts' exact range, narrower than the core's.
@@ -284,20 +288,56 @@ impl RateLimit for Shared {
     }
 }
 
-impl LeaseTable for ConnectedAsync<RedisLeases> {
+/// A policy's locks in Redis, each call one script over the shared connection.
+#[derive(Debug)]
+struct RedisLocks {
+    lock: RedisRwLock,
+    con: ReconnectingAsync,
+}
+
+impl LeaseTable for RedisLocks {
     fn lease<'a>(
         &'a self,
         op: LeaseOp,
         request: LeaseRequest<'a>,
     ) -> BoxFuture<'a, Result<LeaseAnswer, DecideError>> {
         Box::pin(async move {
-            match op {
-                LeaseOp::Acquire => typed(self.acquire(&request))
-                    .await
-                    .map(LeaseAnswer::acquired),
-                LeaseOp::Release => LeaseAnswer::held(self.release(&request).await),
-                LeaseOp::Renew => LeaseAnswer::held(self.renew(&request).await),
-            }
+            let (lock, con) = (&self.lock, &mut self.con.clone());
+            let change = match op {
+                LeaseOp::Acquire { mode, wait } => {
+                    let acquired = lock.acquire_async(con, &request, mode, wait).await?;
+                    return Ok(LeaseAnswer::acquired(acquired.answer));
+                }
+                LeaseOp::Withdraw => {
+                    let withdrawn = lock.withdraw_async(con, &request).await;
+                    return LeaseAnswer::withdrawn(withdrawn.map(drop));
+                }
+                LeaseOp::Release => HeldChange::Release,
+                LeaseOp::Renew => HeldChange::Renew,
+            };
+            let changed = lock.change_async(con, &request, change).await;
+            LeaseAnswer::held(changed.map(|handed| handed.answer))
+        })
+    }
+
+    fn state<'a>(
+        &'a self,
+        key: &'a [u8],
+    ) -> BoxFuture<'a, Result<(Option<RwState>, Ticks), DecideError>> {
+        Box::pin(async move {
+            let con = &mut self.con.clone();
+            let state = self.lock.state_async(con, key).await?;
+            // The scripts' clock: the server's.
+            let (seconds, micros): (u64, u64) = redis::cmd("TIME")
+                .query_async(con)
+                .await
+                .map_err(|e| DecideError::Unavailable(e.to_string()))?;
+            Ok((
+                state,
+                seconds
+                    .saturating_mul(sluicegate_core::SECOND)
+                    .saturating_add(micros),
+            ))
         })
     }
 }
@@ -321,6 +361,7 @@ fn prefix(name: &str, policy: &Policy) -> String {
         on_full: None::<OnFull>,
         shadow: false,
         max_lease: None,
+        fair: false,
         // Which requests count and on which key, not what a key holds.
         when: None,
         key: None,

@@ -6,12 +6,13 @@ use std::time::Instant;
 
 use opentelemetry::KeyValue;
 use sluicegate_core::host::Outcome;
+use sluicegate_core::rwlock::RwState;
 use sluicegate_core::{Decision, Ticks};
 use sluicegate_policy::cel::Bindings;
 use sluicegate_policy::text::human;
 
 use crate::limiters::{DecideError, LeaseAnswer, LeaseOp, Limiters, PolicyLimiter, MAX_KEY};
-use crate::store::{Snapshot, Stored};
+use crate::store::{Snapshot, Stored, User};
 use crate::telemetry;
 use crate::time::now_s;
 
@@ -206,17 +207,39 @@ impl Service {
             return Err(DecideError::Rate(stored.name.clone()).into());
         };
         // One app holding keys of a shared table for months would refuse everyone's
-        // new keys: a lease lasts at most the policy's `max_lease`.
+        // new keys, or a dead waiter's place a fair queue: a lease or a place lasts at
+        // most the policy's `max_lease`.
         let max = stored.policy.max_lease();
-        if op != LeaseOp::Release && ttl > max {
-            return Err(ServiceError::invalid(
+        let too_long = |field: &str| {
+            ServiceError::invalid(
                 format!(
-                    "ttl_us is at most the policy's max_lease, {} ({max} µs)",
+                    "{field} is at most the policy's max_lease, {} ({max} µs)",
                     human(max)
                 ),
-                Some("ttl_us"),
-            ));
+                Some(field),
+            )
+        };
+        if matches!(op, LeaseOp::Acquire { .. } | LeaseOp::Renew) && ttl > max {
+            return Err(too_long("ttl_us"));
+        }
+        if matches!(op, LeaseOp::Acquire { wait: Some(wait), .. } if wait > max) {
+            return Err(too_long("wait_us"));
         }
         Ok(entry.lease(op, ask.key, ask.owner, ttl).await?)
+    }
+
+    /// `key`'s holders and queue under the concurrency policy `name`, for a user who
+    /// may read the policy, with the time its table reads now.
+    pub(crate) async fn lease_state(
+        &self,
+        served: &Served,
+        user: &User,
+        name: &str,
+        key: &str,
+    ) -> Result<(Option<RwState>, Ticks)> {
+        let stored = self.policy(user, name)?;
+        check_key(key)?;
+        let entry = entry(&served.limiters, &stored)?;
+        Ok(entry.lease_state(key).await?)
     }
 }

@@ -84,6 +84,19 @@ impl From<DecideError> for ServiceError {
                 };
                 Self::invalid(e.to_string(), Some(field))
             }
+            DecideError::Lock(ref inner) => {
+                let field = match inner {
+                    sluicegate_core::rwlock::LockError::Param(
+                        sluicegate_core::ParamError::OutOfRange { name, .. },
+                    ) => match *name {
+                        "ttl" => "ttl_us",
+                        "wait" => "wait_us",
+                        _ => "owner",
+                    },
+                    _ => "key",
+                };
+                Self::invalid(e.to_string(), Some(field))
+            }
             DecideError::Unavailable(_) => {
                 tracing::warn!(error = %e, "decision backend");
                 Self::Unavailable("the decision backend is unavailable")

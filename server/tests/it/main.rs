@@ -14,6 +14,7 @@ mod init;
 mod key_tables;
 mod limitador;
 mod limits;
+mod locks;
 mod lua;
 mod parameter_change;
 mod permissions;

@@ -84,6 +84,8 @@ fn rows() -> Vec<Row> {
         row(M::POST,   "/v1/lease/acquire",            Some(LEASE),          None,          [401, 401, 403, 403, 403, 403, 200]),
         row(M::POST,   "/v1/lease/renew",              Some(LEASE),          None,          [401, 401, 403, 403, 403, 403, 200]),
         row(M::POST,   "/v1/lease/release",            Some(LEASE),          None,          [401, 401, 403, 403, 403, 403, 200]),
+        row(M::POST,   "/v1/lease/withdraw",           Some(LEASE),          None,          [401, 401, 403, 403, 403, 403, 200]),
+        row(M::GET,    "/v1/policies/workers/leases/k", None,                None,          [401, 401, 200, 404, 200, 200, 403]),
         row(M::POST,   "/v1/decide/batch",             Some(BATCH),          None,          [401, 401, 403, 403, 403, 403, 200]),
         row(M::POST,   "/v1/report",                   Some(REPORT),         None,          [401, 401, 403, 403, 403, 403, 200]),
     ]
