@@ -260,6 +260,13 @@ const PARAMETERS = {
   rate: { label: "Rate", hint: "requests refilled or leaked per period", type: "number" },
   period: { label: "Period", hint: "like 250ms, 1s, 1m, 1h, 1d", type: "text" },
   lease: { label: "Lease", hint: "how long a holder keeps one, like 30s", type: "text" },
+  fair: {
+    label: "Fair queue",
+    hint: "true: leases go in the order asked; false: to whoever asks first after a release",
+    type: "choice",
+    choices: ["false", "true"],
+    flag: true,
+  },
   calendar: {
     label: "Calendar",
     hint: "the window: a day, an ISO week (from Monday) or a month, in the time zone",
@@ -301,11 +308,57 @@ async function policyView(app, name) {
     </div>`,
     title,
   );
+  if (policy?.algorithm === "concurrency") showLeases(name);
   const current = () => (editing ? readForm() : policy);
   setUpTraffic(current() ?? { algorithm: "token-bucket", rate: 5, period: "1s" });
   if (editing) setUpEditor(app, policy);
   await wasm;
   preview(current());
+}
+
+/** A key's holders and queue under the lease policy `name`, looked up as the reader asks. */
+function showLeases(name) {
+  const section = document.createElement("section");
+  section.className = "panel";
+  section.setAttribute("aria-labelledby", "leases-title");
+  section.innerHTML = String(html`<h2 id="leases-title">Holders and queue</h2>
+    <form id="lease-lookup" class="lookup">
+      <div class="field">
+        <label for="lease-key">Key</label>
+        <input id="lease-key" name="key" type="text" required autocomplete="off">
+      </div>
+      <button type="submit" id="lease-show">Show</button>
+    </form>
+    <div id="lease-state" role="status"></div>`);
+  view.append(section);
+  const form = section.querySelector("form");
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const key = form.elements.key.value;
+    const target = document.getElementById("lease-state");
+    try {
+      const state = await call("GET", `v1/policies/${segment(name)}/leases/${segment(key)}`);
+      target.innerHTML = String(leaseTables(state));
+    } catch (error) {
+      target.innerHTML = String(html`<p class="error">${error.message}</p>`);
+    }
+  });
+}
+
+function leaseTables(state) {
+  const left = (us) => human(us);
+  const table = (caption, id, columns, rows) =>
+    rows.length === 0
+      ? html`<p class="hint" id="${id}">${caption}: none</p>`
+      : html`<table class="leases" id="${id}">
+    <caption>${caption}</caption>
+    <thead><tr>${columns.map((c) => html`<th scope="col">${c}</th>`)}</tr></thead>
+    <tbody>${rows.map((cells) => html`<tr>${cells.map((cell, i) => html`<td data-label="${columns[i]}">${cell}</td>`)}</tr>`)}</tbody>
+  </table>`;
+  const holders = state.holders.map((h) => [h.owner, h.mode, h.token, h.holds, left(h.expires_in_us)]);
+  const queue = state.queue.map((w, i) => [i + 1, w.owner, w.mode, left(w.expires_in_us)]);
+  return html`${table("Holders", "lease-holders", ["Owner", "Mode", "Token", "Holds", "Expires in"], holders)}
+    ${table("Queue", "lease-queue", ["Turn", "Owner", "Mode", "Place expires in"], queue)}`;
 }
 
 function policyDetails(policy) {
@@ -376,7 +429,7 @@ function editorForm(app, policy) {
       <p class="hint" id="h-algorithm">${ALGORITHMS[p.algorithm]?.about ?? ""}</p>
       <p class="error" id="e-algorithm"></p>
     </div>
-    ${Object.entries(PARAMETERS).map(([name, about]) => field(name, about.label, p[name] ?? "", about))}
+    ${Object.entries(PARAMETERS).map(([name, about]) => field(name, about.label, about.flag ? String(p[name] ?? false) : p[name] ?? "", about))}
     <fieldset>
       <legend><label><input type="checkbox" id="f-ban" name="ban"${p.ban ? html` checked` : ""}> Ban repeat offenders</label></legend>
       <div id="ban-fields">
@@ -423,8 +476,9 @@ function readForm() {
   const algorithm = value("algorithm");
   const policy = { algorithm };
   for (const name of ALGORITHMS[algorithm]?.fields ?? []) {
-    const type = PARAMETERS[name].type;
-    policy[name] = type === "number" ? number(name) : type === "json" ? json(name) : value(name) || undefined;
+    const { type, flag } = PARAMETERS[name];
+    if (flag) policy[name] = value(name) === "true";
+    else policy[name] = type === "number" ? number(name) : type === "json" ? json(name) : value(name) || undefined;
   }
   if (form.elements.ban.checked) {
     policy.ban = { threshold: number("ban.threshold"), window: value("ban.window"), duration: value("ban.duration") };

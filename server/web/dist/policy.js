@@ -26,7 +26,7 @@ export const ALGORITHMS = {
     fields: ["limit", "calendar", "time-zone", "overdraft"],
     about: "the limit per calendar day, ISO week (from Monday) or month in a time zone, reset at its true end",
   },
-  concurrency: { fields: ["limit", "lease"], about: "leases: at most the limit held at once" },
+  concurrency: { fields: ["limit", "lease", "fair"], about: "leases: at most the limit shared at once, or one exclusive" },
   composite: { fields: ["limits"], about: "several limits on one key: admitted only if all admit" },
 };
 
@@ -103,7 +103,7 @@ export function describe(policy) {
       words = `${limit} per calendar ${policy.calendar} in ${policy["time-zone"] || "UTC"}`;
       break;
     case "concurrency":
-      words = `${limit} at once, leases of ${human(parseDuration(policy.lease) ?? 0)}`;
+      words = `${limit} at once, leases of ${human(parseDuration(policy.lease) ?? 0)}${policy.fair ? ", in the order asked" : ""}`;
       break;
     case "composite":
       words = (policy.limits ?? []).map(describe).join(" and ");

@@ -6,7 +6,7 @@
 // previewed from today in the browser's zone as `sluicegate replay` decides those times,
 // in the core's periods; a second tab's stale save gets the 409 with the newer version
 // and a retry; the audit view shows the changes; a stale tab loads the newer version and
-// deletes. Screenshots of the main views at 320 and 1400 px wide go to
+// deletes; a lease policy's page shows a key's holders and queue. Screenshots of the main views at 320 and 1400 px wide go to
 // target/page-e2e/ (not committed). Labels and keyboard use are checked on every view.
 //
 // Run after building the CLI: `node server/web/e2e/e2e.mjs` (SLUICEGATE_BIN names the
@@ -82,6 +82,16 @@ try {
     algorithm: "fixed-window", limit: 100, period: "1m", apps: ["billing"],
   });
   assert.equal(hidden.status, 201, JSON.stringify(hidden.body));
+  const reports = await api(adminToken, "PUT", "/v1/policies/reports", {
+    algorithm: "concurrency", limit: 4, lease: "5m", fair: true, apps: ["web"],
+  });
+  assert.equal(reports.status, 201, JSON.stringify(reports.body));
+  // A reader holds key "doc"; a writer, then a reader, wait in line.
+  const lease = (owner, extra = {}) =>
+    api(webToken, "POST", "/v1/lease/acquire", { policy: "reports", key: "doc", owner, ...extra });
+  assert.equal((await lease("reader-1")).body.acquired, true);
+  assert.equal((await lease("writer", { mode: "exclusive", wait_us: 240e6 })).body.place.ahead, 0);
+  assert.equal((await lease("reader-2", { wait_us: 240e6 })).body.place.ahead, 1);
   // Some decisions, for the live stats.
   for (let i = 0; i < 14; i++) await api(webToken, "POST", "/v1/decide", { policy: "api", key: "alice" });
 
@@ -190,6 +200,18 @@ try {
     return [put.status, del.status];`);
   assert.deepEqual(forged, [403, 403], "the server refuses the viewer's forged writes");
   assert.equal((await api(adminToken, "GET", "/v1/policies/api")).body.version, 1, "nothing changed");
+  // A lease policy's page: a key's holders and its queue, in turn order.
+  await go("#/apps/web/policies/reports", `document.getElementById("lease-key")`);
+  assert.match(await text("#details"), /4 at once, leases of 5 min, in the order asked/);
+  await type("#lease-key", "doc");
+  await click("#lease-show");
+  await until(`document.getElementById("lease-queue")`, "the key's holders and queue");
+  const cells = (table) => run(`return [...document.querySelectorAll("${table} tbody tr")]
+    .map((r) => [...r.cells].slice(0, 3).map((c) => c.textContent));`);
+  assert.deepEqual(await cells("#lease-holders"), [["reader-1", "shared", String((await lease("reader-1")).body.token)]]);
+  assert.deepEqual(await cells("#lease-queue"), [["1", "writer", "exclusive"], ["2", "reader-2", "shared"]]);
+  await accessible("leases");
+  await screenshots("leases");
 
   // 2. The owner creates a policy; the preview follows the rate; a 422 is shown by its field.
   await signIn(owner);
