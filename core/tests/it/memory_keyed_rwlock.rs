@@ -2,6 +2,8 @@
 //! stored state), its table bounded without evicting a key in use.
 
 use proptest::prelude::*;
+
+use crate::common::lock;
 use sluicegate_core::memory::KeyedRwLeases;
 use sluicegate_core::rwlock::{LockError, LockMode, RwLease, RwState};
 use sluicegate_core::{Clock, LeaseRequest, ManualClock, SECOND};
@@ -49,21 +51,6 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (key, owner).prop_map(|(key, owner)| Op::Withdraw { key, owner }),
         2 => (0u64..150).prop_map(|by| Op::Advance { by }),
     ]
-}
-
-fn lock() -> impl Strategy<Value = RwLease> {
-    (1u64..4, any::<bool>(), any::<bool>()).prop_map(|(max, read_write, fair)| {
-        let lock = if read_write {
-            RwLease::read_write()
-        } else {
-            RwLease::new(max).unwrap()
-        };
-        if fair {
-            lock.fair()
-        } else {
-            lock
-        }
-    })
 }
 
 const KEYS: [&[u8]; 3] = [b"a", b"b", b"c"];

@@ -5,6 +5,8 @@
 //! `RReadWriteLock`, etcd's fair mutex by revision).
 
 use proptest::prelude::*;
+
+use crate::common::lock;
 use sluicegate_core::limits::{MAX_LEASES, MAX_OWNER_LEN};
 use sluicegate_core::rwlock::{
     LockError, LockMode, RwAcquired, RwHolder, RwLease, RwState, RwWaiter, MAX_WAITERS,
@@ -56,21 +58,6 @@ fn op() -> impl Strategy<Value = Op> {
         1 => owner.clone().prop_map(|owner| Op::Downgrade { owner }),
         1 => owner.prop_map(|owner| Op::Withdraw { owner }),
     ]
-}
-
-fn lock() -> impl Strategy<Value = RwLease> {
-    (1u64..4, any::<bool>(), any::<bool>()).prop_map(|(max, read_write, fair)| {
-        let lock = if read_write {
-            RwLease::read_write()
-        } else {
-            RwLease::new(max).unwrap()
-        };
-        if fair {
-            lock.fair()
-        } else {
-            lock
-        }
-    })
 }
 
 /// What the definition sees of a state at `now`: its unexpired leases and places.

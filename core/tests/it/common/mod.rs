@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use sluicegate_core::limits::MAX_PERIOD;
+use sluicegate_core::rwlock::RwLease;
 use sluicegate_core::{Algorithm, Decision, Ticks, MAX_TICKS};
 
 /// How late a wake may be on a loaded machine (the many-thread tests run beside the
@@ -493,4 +494,20 @@ pub fn assert_refusals_do_not_sweep(held: u64, per_insertion: Duration, refuse: 
         per_refusal < 10 * per_insertion,
         "{per_refusal:?} per refusal, {per_insertion:?} per insertion: refusals sweep {held} keys"
     );
+}
+
+/// A lock of the family: counted (1 to 3) or read-write, fair or not.
+pub fn lock() -> impl Strategy<Value = RwLease> {
+    (1u64..4, any::<bool>(), any::<bool>()).prop_map(|(max, read_write, fair)| {
+        let lock = if read_write {
+            RwLease::read_write()
+        } else {
+            RwLease::new(max).unwrap()
+        };
+        if fair {
+            lock.fair()
+        } else {
+            lock
+        }
+    })
 }
