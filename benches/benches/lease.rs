@@ -7,7 +7,9 @@
 //! clock. The `lease_parts` group prices the pieces of one pair alone: the clock read,
 //! the pure transitions on a `LeaseState` (grant and release, an owner's bytes copied
 //! in), the table's three atomic read-modify-writes on their own, and two lock round
-//! trips.
+//! trips. `lease_keyed` prices the service's in-process table per acquire + release pair
+//! by name: `KeyedLeases` (the leases) beside `KeyedRwLeases` (the lock family), shared
+//! and exclusive, fair or not, on one key of a table of 100 000.
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,8 +17,11 @@ use std::sync::Mutex;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use sluicegate_benches::on_two_threads;
-use sluicegate_core::memory::Leases;
-use sluicegate_core::{Clock, Concurrency, LeaseState, ManualClock, MonotonicClock, SECOND};
+use sluicegate_core::memory::{KeyedLeases, KeyedRwLeases, Leases};
+use sluicegate_core::rwlock::{LockMode, RwLease};
+use sluicegate_core::{
+    Clock, Concurrency, LeaseHost, LeaseRequest, LeaseState, ManualClock, MonotonicClock, SECOND,
+};
 use tokio::sync::Semaphore;
 
 const PERMITS: u64 = 16;
@@ -79,5 +84,47 @@ fn lease_parts(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, lease_inprocess, lease_parts);
+fn lease_keyed(c: &mut Criterion) {
+    let mut group = c.benchmark_group("lease_keyed");
+    let request = LeaseRequest::new("build-7").owner("worker-3").ttl(TTL);
+    let concurrency = Concurrency::new(PERMITS).unwrap();
+    let leases = KeyedLeases::<Vec<u8>>::new(concurrency, 100_000);
+    group.bench_function("leases", |b| {
+        b.iter(|| {
+            let acquired = LeaseHost::acquire(&leases, &request).unwrap();
+            (
+                acquired.grant.is_some(),
+                LeaseHost::release(&leases, &request).is_ok(),
+            )
+        })
+    });
+    for (name, lock, mode) in [
+        (
+            "family_shared",
+            RwLease::counted(concurrency),
+            LockMode::Shared,
+        ),
+        (
+            "family_exclusive",
+            RwLease::counted(concurrency),
+            LockMode::Exclusive,
+        ),
+        (
+            "family_shared_fair",
+            RwLease::counted(concurrency).fair(),
+            LockMode::Shared,
+        ),
+    ] {
+        let locks = KeyedRwLeases::new(lock, 100_000);
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                let acquired = locks.acquire(&request, mode, None).unwrap();
+                (acquired.grant.is_some(), locks.release(&request).is_ok())
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, lease_inprocess, lease_parts, lease_keyed);
 criterion_main!(benches);
