@@ -54,7 +54,8 @@ fn family_handoffs(server: &Server, lease: RwLease, mode: LockMode) -> (f64, f64
             let mut con = server.connection();
             let owner = request(key, "waiter");
             while rounds.recv().is_ok() {
-                let got = lock.acquire_blocking(&mut con, &owner, mode, Duration::from_secs(10));
+                let got =
+                    lock.acquire_blocking(&mut con, &owner, mode, Duration::from_secs(10), None);
                 granted.send(Instant::now()).unwrap();
                 assert!(got.unwrap().grant.is_some());
                 lock.change(&mut con, &owner, HeldChange::Release).unwrap();

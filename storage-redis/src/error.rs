@@ -75,6 +75,10 @@ pub enum Error {
     /// a parameter is outside the core's range.
     #[error(transparent)]
     Lock(LockError),
+    /// A blocking acquire's [`WaitCancel`](sluicegate_core::memory::WaitCancel) was
+    /// cancelled: the caller's place was given up, nothing is held.
+    #[error("the wait was cancelled")]
+    Cancelled,
     /// A [`FencedResource`](crate::FencedResource) refused a write: its token is below
     /// the highest it has seen, so the writer's lease expired and a later holder wrote.
     /// Nothing was written; the writer must stop.

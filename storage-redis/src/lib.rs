@@ -40,7 +40,7 @@ pub use lua::{
 pub use redlock::{Redlock, RedlockGrant};
 pub use reply::Taken;
 pub use route::Route;
-pub use rwlock::{Handed, HeldChange, RedisRwLock, DEFAULT_PLACE_TTL};
+pub use rwlock::{Handed, HeldChange, RedisRwLock, CANCEL_POLL, DEFAULT_PLACE_TTL};
 pub use sentinel::{Sentinel, SentinelUrlError, DEFAULT_SENTINEL_PORT};
 pub use share::{RedisShares, Subscription, MAX_SHARED_LIMIT};
 pub use watchdog::{AsyncLeaseGuard, LeaseGuard};

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use redis::{aio, ConnectionLike, Value};
 use sluicegate_core::limits::MAX_PERIOD;
+use sluicegate_core::memory::WaitCancel;
 use sluicegate_core::rwlock::{LockError, LockMode, Place, RwAcquired, RwLease, RwState};
 use sluicegate_core::{Concurrency, Decision, Grant, LeaseRequest, ParamError, Ticks, SECOND};
 
@@ -19,6 +20,8 @@ pub const DEFAULT_PLACE_TTL: Ticks = 10 * SECOND;
 /// How often a caller the lock does not queue (a reader refused by an unfair lock while a
 /// writer waits or holds) asks again, at most.
 const UNQUEUED_POLL: Duration = Duration::from_millis(100);
+/// How soon a cancelled blocking acquire notices, at most: its `BLPOP` waits no longer.
+pub const CANCEL_POLL: Duration = Duration::from_millis(50);
 
 /// Read-write, counted and exclusive locks, fair or not, on Redis: each call one
 /// `EVALSHA` doing the core's exact transition on the core's bytes, at the server's time
@@ -213,16 +216,20 @@ impl RedisRwLock {
     /// A lease in `mode` for the request's ttl, waiting up to `timeout`: asks, and while
     /// denied sleeps in `BLPOP` on its own list until a call makes its turn, the
     /// blocking holders expire, or it must renew its place; on the deadline it gives up
-    /// its place. Takes the connection for the whole wait (`BLPOP` blocks it). Always at
-    /// the server's time.
+    /// its place. With `cancel`, a [`WaitCancel`] cancelled from another thread or task
+    /// ends the wait within [`CANCEL_POLL`] with [`Error::Cancelled`], its place given up.
+    /// Takes the connection for the whole wait (`BLPOP` blocks it). Always at the
+    /// server's time.
     pub fn acquire_blocking<C: ConnectionLike>(
         &self,
         con: &mut C,
         request: &LeaseRequest<'_>,
         mode: LockMode,
         timeout: Duration,
+        cancel: Option<&WaitCancel>,
     ) -> Result<RwAcquired, Error> {
-        block(self.acquire_blocking_on(&mut Blocking(con), request, mode, timeout))
+        let link = &mut Blocking(con);
+        block(self.acquire_blocking_on(link, request, mode, timeout, cancel))
     }
 
     /// Asynchronous [`RedisRwLock::acquire_blocking`]. `BLPOP` holds the connection: give
@@ -236,8 +243,9 @@ impl RedisRwLock {
         request: &LeaseRequest<'_>,
         mode: LockMode,
         timeout: Duration,
+        cancel: Option<&WaitCancel>,
     ) -> Result<RwAcquired, Error> {
-        self.acquire_blocking_on(&mut Awaiting(con), request, mode, timeout)
+        self.acquire_blocking_on(&mut Awaiting(con), request, mode, timeout, cancel)
             .await
     }
 
@@ -247,13 +255,19 @@ impl RedisRwLock {
         request: &LeaseRequest<'_>,
         mode: LockMode,
         timeout: Duration,
+        cancel: Option<&WaitCancel>,
     ) -> Result<RwAcquired, Error> {
         let request = LeaseRequest::new(request.key)
             .owner(request.owner)
             .ttl(request.ttl);
         let deadline = Instant::now().checked_add(timeout);
         let list = wake_key(&[&self.prefix, request.key].concat(), request.owner);
+        let cancelled = || cancel.is_some_and(WaitCancel::is_cancelled);
         loop {
+            if cancelled() {
+                self.give_up(link, &request).await?;
+                return Err(Error::Cancelled);
+            }
             let left = deadline.map_or(Duration::MAX, |at| {
                 at.saturating_duration_since(Instant::now())
             });
@@ -261,18 +275,17 @@ impl RedisRwLock {
             let acquired = self.acquire_on(link, &request, mode, wait).await?.answer;
             if acquired.grant.is_some() || left.is_zero() {
                 if acquired.grant.is_none() {
-                    // Ended without a grant: the place would block the queue until it expired.
-                    match self.withdraw_on(link, &request).await {
-                        Ok(_) | Err(Error::Lock(LockError::NotQueued)) => {}
-                        Err(e) => return Err(e),
-                    }
+                    self.give_up(link, &request).await?;
                 }
                 return Ok(acquired);
             }
             let retry = acquired.decision.retry_after.unwrap_or(self.place_ttl);
-            let pause = left
+            let mut pause = left
                 .min(Duration::from_micros(retry.max(1)))
                 .min(Duration::from_micros(self.place_ttl / 2).max(Duration::from_millis(1)));
+            if cancel.is_some() {
+                pause = pause.min(CANCEL_POLL);
+            }
             match acquired.place {
                 Some(_) => {
                     let mut pop = redis::cmd("BLPOP");
@@ -284,6 +297,19 @@ impl RedisRwLock {
                 }
                 None => link.pause(pause.min(UNQUEUED_POLL)).await,
             }
+        }
+    }
+
+    /// Withdraws the caller's place, if it has one: a wait that ends without a grant
+    /// would otherwise block the queue until the place expired.
+    async fn give_up<L: Link>(
+        &self,
+        link: &mut L,
+        request: &LeaseRequest<'_>,
+    ) -> Result<(), Error> {
+        match self.withdraw_on(link, request).await {
+            Ok(_) | Err(Error::Lock(LockError::NotQueued)) => Ok(()),
+            Err(e) => Err(e),
         }
     }
 

@@ -8,9 +8,10 @@ use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
+use sluicegate_core::memory::WaitCancel;
 use sluicegate_core::rwlock::{LockError, LockMode, RwLease, RwState};
 use sluicegate_core::{Concurrency, LeaseRequest, Ticks, SECOND};
-use sluicegate_redis::{Error, HeldChange, RedisLeases, RedisRwLock, Route};
+use sluicegate_redis::{Error, HeldChange, RedisLeases, RedisRwLock, Route, CANCEL_POLL};
 
 use crate::common::{self, Cluster, Server};
 
@@ -217,6 +218,7 @@ async fn an_async_waiter_is_handed_the_lock_or_leaves_no_place() {
         &request,
         LockMode::Shared,
         Duration::from_millis(50),
+        None,
     );
     assert!(timed_out.await.unwrap().grant.is_none());
     assert_eq!(queue(&lock, &mut server.connection(), &key), 0);
@@ -233,6 +235,7 @@ async fn an_async_waiter_is_handed_the_lock_or_leaves_no_place() {
                 &request,
                 LockMode::Shared,
                 Duration::from_secs(20),
+                None,
             );
             (got.await.unwrap(), asked.elapsed())
         })
@@ -248,6 +251,60 @@ async fn an_async_waiter_is_handed_the_lock_or_leaves_no_place() {
     let grant = granted.grant.expect("granted once released");
     assert!(grant.token > first.token);
     assert!(waited < Duration::from_secs(4), "{waited:?}");
+}
+
+/// A waiter blocked behind a writer, cancelled from another thread: it returns
+/// `Cancelled` within the poll (plus a loaded machine's slack) and leaves no place; a
+/// handle cancelled before the call ends it at once.
+#[test]
+fn a_cancelled_waiter_gives_up_its_place() {
+    let server = Server::start();
+    let lock = RedisRwLock::new(RwLease::read_write().fair());
+    let key = common::fresh("cancel");
+    let writer = hold(&key, b"w");
+    let mut con = server.connection();
+    let held = lock
+        .acquire(&mut con, &writer, LockMode::Exclusive, None)
+        .unwrap();
+    assert!(held.answer.grant.is_some());
+    let cancel = WaitCancel::new();
+    let waited = std::thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            let mut con = server.connection();
+            let request = hold(&key, b"r");
+            let got = lock.acquire_blocking(
+                &mut con,
+                &request,
+                LockMode::Shared,
+                Duration::from_secs(20),
+                Some(&cancel),
+            );
+            (got, Instant::now())
+        });
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while queue(&lock, &mut server.connection(), &key) == 0 {
+            assert!(Instant::now() < deadline, "the waiter never queued");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let cancelled_at = Instant::now();
+        cancel.cancel();
+        let (got, returned) = waiter.join().unwrap();
+        assert!(matches!(got, Err(Error::Cancelled)), "{got:?}");
+        returned - cancelled_at
+    });
+    assert!(waited < CANCEL_POLL + Duration::from_secs(1), "{waited:?}");
+    assert_eq!(queue(&lock, &mut con, &key), 0);
+    // Already cancelled: no ask at all, no place taken.
+    let reader = hold(&key, b"r");
+    let again = lock.acquire_blocking(
+        &mut con,
+        &reader,
+        LockMode::Shared,
+        Duration::from_secs(20),
+        Some(&cancel),
+    );
+    assert!(matches!(again, Err(Error::Cancelled)));
+    assert_eq!(queue(&lock, &mut con, &key), 0);
 }
 
 #[test]
@@ -328,6 +385,7 @@ fn fifty_waiters_cost_one_waiters_commands_per_release() {
                         &request,
                         LockMode::Exclusive,
                         Duration::from_secs(60),
+                        None,
                     )
                     .unwrap();
                 assert!(got.grant.is_some());
@@ -444,6 +502,7 @@ fn a_waiter_is_woken_on_every_cluster_node() {
                     &request,
                     LockMode::Exclusive,
                     Duration::from_secs(30),
+                    None,
                 );
                 (got.unwrap().grant.is_some(), Instant::now())
             });

@@ -205,7 +205,7 @@ fn worker_child() {
             Some(grant) => grant,
             None => {
                 let waited =
-                    lock.acquire_blocking(&mut con, &request, mode, Duration::from_secs(30));
+                    lock.acquire_blocking(&mut con, &request, mode, Duration::from_secs(30), None);
                 waited.unwrap().grant.expect("granted within 30 s")
             }
         };
