@@ -80,7 +80,9 @@ mod redis {
             wait: Option<Duration>,
         ) -> Result<RwAcquired, Failure> {
             Ok(match wait {
-                Some(wait) => (self.lock).acquire_blocking(&mut self.con, request, mode, wait, None)?,
+                Some(wait) => {
+                    (self.lock).acquire_blocking(&mut self.con, request, mode, wait, None)?
+                }
                 None => {
                     self.lock
                         .acquire(&mut self.con, request, mode, None)?

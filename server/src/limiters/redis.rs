@@ -361,7 +361,6 @@ fn prefix(name: &str, policy: &Policy) -> String {
         on_full: None::<OnFull>,
         shadow: false,
         max_lease: None,
-        fair: false,
         // Which requests count and on which key, not what a key holds.
         when: None,
         key: None,
