@@ -11,7 +11,8 @@
 -- expiry, holds, woken owner or nil}; withdraw {woken owner or nil}; read the value.
 -- Waking: a call after which the first waiter would be granted pushes one element to that
 -- waiter's list (the lock's hash tag, then ':wake:' and the owner), which the waiter pops
--- with BLPOP; nobody else hears of it.
+-- with BLPOP; nobody else hears of it. An unfair lock's readers, refused without a place,
+-- are woken together once a reader would be granted (see `wake_readers`).
 
 local MAX_WAITERS = 1024
 local SHARED, EXCLUSIVE = 0, 1
@@ -179,12 +180,37 @@ local function ask(s, max, fair, now, owner, mode, ttl, wait)
   return nil, blocked, at
 end
 
--- The waiter's list a wake goes to: in the lock's hash slot, so Cluster keeps them on one node.
-local function wake_key(key, owner)
+-- A key beside the lock in its hash slot, so Cluster keeps them on one node.
+local function beside(key, suffix)
   local open = string.find(key, '{', 1, true)
   local close = open and string.find(key, '}', open + 1, true)
-  if close and close > open + 1 then return key .. ':wake:' .. owner end
-  return '{' .. key .. '}:wake:' .. owner
+  if close and close > open + 1 then return key .. suffix end
+  return '{' .. key .. '}' .. suffix
+end
+
+-- The waiter's list a wake goes to.
+local function wake_key(key, owner)
+  return beside(key, ':wake:' .. owner)
+end
+
+-- Readers an unfair lock refuses without a place count themselves in `:readers` (until
+-- their wait ends); once a reader would be granted, each is pushed one element to
+-- `:readers:wake`, which they pop with BLPOP.
+local function count_reader(key, wait)
+  local count = beside(key, ':readers')
+  redis.call('INCR', count)
+  redis.call('PEXPIRE', count, math.max(math.ceil(wait / 1000), 1))
+end
+
+local function wake_readers(key, s, max)
+  if #s.waiters > 0 or holders_block(s, max, SHARED, nil) then return end
+  local count = beside(key, ':readers')
+  local waiting = tonumber(redis.call('GET', count) or '0')
+  if waiting < 1 then return end
+  local list = beside(key, ':readers:wake')
+  for _ = 1, math.min(waiting, MAX_WAITERS) do redis.call('LPUSH', list, 1) end
+  redis.call('PEXPIRE', list, math.max(redis.call('PTTL', count), 1))
+  redis.call('DEL', count)
 end
 
 -- Pushes a wake to the first waiter if it would be granted now (and has none pending);
@@ -237,6 +263,7 @@ local function rwlock(op, KEYS, ARGV)
     local writer = false
     for _, x in ipairs(s.holders) do writer = writer or x.mode == EXCLUSIVE end
     local remaining = writer and 0 or max - #s.holders
+    if not h and not at and wait and mode == SHARED and not fair then count_reader(key, wait) end
     local reset = store_rw(key, old, s, now, explicit)
     local woken = wake_next(key, s, max, fair, now, owner)
     local place, ahead, place_expiry = 0, 0, 0
@@ -253,6 +280,7 @@ local function rwlock(op, KEYS, ARGV)
     table.remove(s.waiters, at)
     redis.call('DEL', wake_key(key, owner))
     store_rw(key, old, s, now, explicit)
+    if not fair then wake_readers(key, s, max) end
     return { wake_next(key, s, max, fair, now, owner) or false }
   end
 
@@ -268,5 +296,6 @@ local function rwlock(op, KEYS, ARGV)
     h.mode = SHARED
   end
   store_rw(key, old, s, now, explicit)
+  if not fair then wake_readers(key, s, max) end
   return { h.token, h.expiry, h.holds, wake_next(key, s, max, fair, now, owner) or false }
 end

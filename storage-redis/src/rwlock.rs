@@ -17,9 +17,6 @@ use crate::route::{Program, Route};
 
 /// How long a blocked caller's place lasts unless it asks again; it asks at half that.
 pub const DEFAULT_PLACE_TTL: Ticks = 10 * SECOND;
-/// How often a caller the lock does not queue (a reader refused by an unfair lock while a
-/// writer waits or holds) asks again, at most.
-const UNQUEUED_POLL: Duration = Duration::from_millis(100);
 /// How soon a cancelled blocking acquire notices, at most: its `BLPOP` waits no longer.
 pub const CANCEL_POLL: Duration = Duration::from_millis(50);
 
@@ -32,7 +29,9 @@ pub const CANCEL_POLL: Duration = Duration::from_millis(50);
 /// [`acquire_blocking`](Self::acquire_blocking) pops with `BLPOP`: a release wakes one
 /// waiter, who asks once more. A list rather than `PUBLISH`: the wake waits in the list
 /// if the waiter is between its denied ask and its `BLPOP` (a message would be lost),
-/// and waiting takes no `SUBSCRIBE`/`UNSUBSCRIBE` round trips.
+/// and waiting takes no `SUBSCRIBE`/`UNSUBSCRIBE` round trips. Readers an unfair lock
+/// refuses without a place count themselves in `{key}:readers`; a call after which a
+/// reader would be granted pushes each of them one element to `{key}:readers:wake`.
 #[derive(Debug, Clone)]
 pub struct RedisRwLock {
     lease: RwLease,
@@ -261,7 +260,9 @@ impl RedisRwLock {
             .owner(request.owner)
             .ttl(request.ttl);
         let deadline = Instant::now().checked_add(timeout);
-        let list = wake_key(&[&self.prefix, request.key].concat(), request.owner);
+        let lock = [&self.prefix, request.key].concat();
+        let own = beside(&lock, &[b":wake:".as_slice(), request.owner].concat());
+        let readers = beside(&lock, b":readers:wake");
         let cancelled = || cancel.is_some_and(WaitCancel::is_cancelled);
         loop {
             if cancelled() {
@@ -286,17 +287,18 @@ impl RedisRwLock {
             if cancel.is_some() {
                 pause = pause.min(CANCEL_POLL);
             }
-            match acquired.place {
-                Some(_) => {
-                    let mut pop = redis::cmd("BLPOP");
-                    // BLPOP's timeout is in seconds; 0 would block for ever.
-                    pop.arg(&list).arg(pause.as_secs_f64().max(0.001));
-                    link.send(&pop)
-                        .await
-                        .map_err(|e| Error::from_redis(e, request.key))?;
-                }
-                None => link.pause(pause.min(UNQUEUED_POLL)).await,
-            }
+            // Queued, its own list; an unfair lock's reader, the readers' list.
+            let list = if acquired.place.is_some() {
+                &own
+            } else {
+                &readers
+            };
+            let mut pop = redis::cmd("BLPOP");
+            // BLPOP's timeout is in seconds; 0 would block for ever.
+            pop.arg(list).arg(pause.as_secs_f64().max(0.001));
+            link.send(&pop)
+                .await
+                .map_err(|e| Error::from_redis(e, request.key))?;
         }
     }
 
@@ -426,19 +428,18 @@ fn in_period(name: &'static str, value: Ticks) -> Result<Ticks, ParamError> {
     })
 }
 
-/// The list a wake for `owner` goes to: `key`'s hash tag kept (or `key` made one), as
-/// the script names it.
-fn wake_key(key: &[u8], owner: &[u8]) -> Vec<u8> {
+/// A key beside `key` in its hash slot, as the script names it: `key`'s hash tag kept
+/// (or `key` made one), then `suffix`.
+fn beside(key: &[u8], suffix: &[u8]) -> Vec<u8> {
     let open = key.iter().position(|&b| b == b'{');
     let tagged = open.is_some_and(|open| {
         let close = key[open + 1..].iter().position(|&b| b == b'}');
         close.is_some_and(|close| close > 0)
     });
-    let suffix = [b":wake:".as_slice(), owner].concat();
     if tagged {
-        [key, &suffix].concat()
+        [key, suffix].concat()
     } else {
-        [b"{", key, b"}", &suffix].concat()
+        [b"{", key, b"}", suffix].concat()
     }
 }
 

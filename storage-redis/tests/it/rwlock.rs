@@ -307,6 +307,68 @@ fn a_cancelled_waiter_gives_up_its_place() {
     assert_eq!(queue(&lock, &mut con, &key), 0);
 }
 
+/// An unfair lock queues no reader: five readers refused while a writer holds count
+/// themselves, and the writer's release wakes them all at once, well before their 5 s
+/// `BLPOP` would end (half the place's ttl).
+#[test]
+fn an_unfair_locks_readers_are_woken_by_the_release() {
+    let server = Server::start();
+    let lock = RedisRwLock::new(RwLease::read_write());
+    let key = common::fresh("readers");
+    let writer = hold(&key, b"w");
+    let mut con = server.connection();
+    let held = lock
+        .acquire(&mut con, &writer, LockMode::Exclusive, None)
+        .unwrap();
+    assert!(held.answer.grant.is_some());
+    let waiting = format!("{{{key}}}:readers");
+    let granted = std::thread::scope(|s| {
+        let readers: Vec<_> = (0..5u8)
+            .map(|r| {
+                let (lock, key, server) = (&lock, &key, &server);
+                s.spawn(move || {
+                    let mut con = server.connection();
+                    let owner = [b'r', b'0' + r];
+                    let request = hold(key, &owner);
+                    let got = lock.acquire_blocking(
+                        &mut con,
+                        &request,
+                        LockMode::Shared,
+                        Duration::from_secs(20),
+                        None,
+                    );
+                    (got.unwrap().grant.is_some(), Instant::now())
+                })
+            })
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let counted: Option<u64> = redis::cmd("GET").arg(&waiting).query(&mut con).unwrap();
+            if counted == Some(5) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the readers never counted themselves"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let released_at = Instant::now();
+        lock.change(&mut con, &writer, HeldChange::Release).unwrap();
+        let answers: Vec<_> = readers.into_iter().map(|r| r.join().unwrap()).collect();
+        answers
+            .into_iter()
+            .map(|(granted, at)| (granted, at - released_at))
+            .collect::<Vec<_>>()
+    });
+    for (was_granted, after) in granted {
+        assert!(was_granted);
+        assert!(after < Duration::from_secs(2), "{after:?}");
+    }
+    let state = lock.state(&mut con, key.as_bytes()).unwrap().unwrap();
+    assert_eq!(state.holders().len(), 5);
+}
+
 #[test]
 fn garbage_bytes_are_a_typed_error_and_stay() {
     let server = Server::start();
