@@ -8,7 +8,6 @@ use std::pin::pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread::{self, Thread};
-use std::time::Duration;
 
 use redis::{aio, Cmd, ConnectionLike, FromRedisValue, RedisResult, Value};
 
@@ -16,8 +15,6 @@ use redis::{aio, Cmd, ConnectionLike, FromRedisValue, RedisResult, Value};
 pub(crate) trait Link {
     /// Sends `cmd` and reads its reply, an error reply as an error (as `Cmd::query`).
     fn send(&mut self, cmd: &Cmd) -> impl Future<Output = RedisResult<Value>>;
-    /// Waits `time` the way the connection's caller waits: its thread, or its task.
-    fn pause(&mut self, time: Duration) -> impl Future<Output = ()>;
 }
 
 /// A synchronous connection: each send is complete when it returns.
@@ -27,11 +24,6 @@ impl<C: ConnectionLike> Link for Blocking<'_, C> {
     fn send(&mut self, cmd: &Cmd) -> impl Future<Output = RedisResult<Value>> {
         future::ready(cmd.query(self.0))
     }
-
-    fn pause(&mut self, time: Duration) -> impl Future<Output = ()> {
-        thread::sleep(time);
-        future::ready(())
-    }
 }
 
 /// An asynchronous connection: a multiplexed one, a connection manager, a cluster's.
@@ -40,10 +32,6 @@ pub(crate) struct Awaiting<'a, C>(pub(crate) &'a mut C);
 impl<C: aio::ConnectionLike> Link for Awaiting<'_, C> {
     fn send(&mut self, cmd: &Cmd) -> impl Future<Output = RedisResult<Value>> {
         cmd.query_async(&mut *self.0)
-    }
-
-    fn pause(&mut self, time: Duration) -> impl Future<Output = ()> {
-        tokio::time::sleep(time)
     }
 }
 
