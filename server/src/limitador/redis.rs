@@ -1,8 +1,8 @@
 //! limitador's counters in Redis (`--decisions`): a request's counters checked and
 //! counted in one script (`counters.lua`), atomically, so replicas sharing a limit never
 //! overshoot it (limitador's own checks and updates are separate calls); the calls of
-//! concurrent requests coalesced into one pipeline, as the policies' decisions are; while
-//! Redis is unreachable, what `--fail` says.
+//! concurrent requests coalesced, those of one namespace in one `EVALSHA`, as the
+//! policies' decisions are; while Redis is unreachable, what `--fail` says.
 
 use std::sync::{Arc, LazyLock};
 
@@ -29,48 +29,140 @@ pub(crate) struct InRedisCounters {
     fail: FailPolicy<InMemory>,
 }
 
-/// The counters' script: each request's call one `EVALSHA` of a batch's pipeline.
+/// The counters' script: a batch's calls of one namespace in one `EVALSHA`.
 #[derive(Debug)]
 pub(crate) struct Script;
 
+/// One request's call, as [`Counters::apply`] takes it.
+#[derive(Debug)]
+pub(crate) struct Call {
+    counters: Vec<Counter>,
+    delta: u64,
+    mode: Mode,
+    now: Option<Ticks>,
+}
+
+impl Call {
+    /// Its namespace's hash tag (see `served::prefix`), which names its Redis slot.
+    fn tag(&self) -> &str {
+        let key = self.counters.first().map_or("", |c| c.key.as_str());
+        key.split_once('{')
+            .and_then(|(_, rest)| rest.split_once('}'))
+            .map_or(key, |(tag, _)| tag)
+    }
+}
+
+/// The script's call for `calls` (see `counters.lua`).
+fn command(calls: &[Call]) -> Cmd {
+    let keys = calls.iter().map(|c| c.counters.len()).sum::<usize>();
+    let mut cmd = Cmd::with_capacity(3 + keys * 3 + calls.len() * 4, 64 * (keys + calls.len()));
+    cmd.arg("EVALSHA").arg(SCRIPT.get_hash()).arg(keys);
+    for counter in calls.iter().flat_map(|c| &c.counters) {
+        cmd.arg(&counter.key);
+    }
+    for call in calls {
+        let mode = match call.mode {
+            Mode::CheckAndUpdate => "cu",
+            Mode::Check => "c",
+            Mode::Update => "u",
+        };
+        cmd.arg(call.counters.len()).arg(mode).arg(call.delta);
+        match call.now {
+            Some(now) => cmd.arg(now),
+            None => cmd.arg(""),
+        };
+        for counter in &call.counters {
+            let (limit, period) = counter
+                .window
+                .map_or((0, 0), |w| (w.params().limit, w.params().period));
+            cmd.arg(limit).arg(period);
+        }
+    }
+    cmd
+}
+
+/// The first `n` bytes of `reply`, taken off it.
+fn take<'r>(reply: &mut &'r [u8], n: usize) -> Option<&'r [u8]> {
+    let (head, rest) = reply.split_at_checked(n)?;
+    *reply = rest;
+    Some(head)
+}
+
+/// A u64 taken off `reply`.
+fn take_u64(reply: &mut &[u8]) -> Option<u64> {
+    Some(u64::from_be_bytes(take(reply, 8)?.try_into().ok()?))
+}
+
+/// `call`'s answer, its record taken off the script's `reply`; `None` where it is short.
+fn answer(call: &Call, reply: &mut &[u8]) -> Option<Result<Counted, DecideError>> {
+    if take(reply, 1)? == [0] {
+        let admitted = take(reply, 1)? == [1];
+        let figures = (call.counters.iter())
+            .map(|_| {
+                let remaining = take_u64(reply)?;
+                let expires_in = take_u64(reply)?;
+                Some(Figures {
+                    remaining,
+                    expires_in,
+                })
+            })
+            .collect::<Option<_>>()?;
+        return Some(Ok(Counted { admitted, figures }));
+    }
+    let len = u32::from_be_bytes(take(reply, 4)?.try_into().ok()?);
+    let text = String::from_utf8_lossy(take(reply, len as usize)?).into_owned();
+    Some(Err(DecideError::Backend(text)))
+}
+
 impl Carrier for Script {
-    type Call = Cmd;
-    type Answer = Result<Vec<u64>, DecideError>;
+    type Call = Call;
+    type Answer = Result<Counted, DecideError>;
 
     fn send<'a>(
         &'a self,
         con: &'a ReconnectingAsync,
-        calls: Vec<Cmd>,
+        calls: Vec<Call>,
     ) -> BoxFuture<'a, Vec<Self::Answer>> {
         Box::pin(async move {
             let mut con = con.clone();
+            // A command per run of one namespace's calls: its keys in one slot.
+            let runs: Vec<&[Call]> = calls.chunk_by(|a, b| a.tag() == b.tag()).collect();
             let mut pipe = redis::pipe();
-            for cmd in calls {
-                pipe.add_command(cmd);
+            for run in &runs {
+                pipe.add_command(command(run));
             }
-            let sent: Result<Vec<redis::RedisResult<Vec<u64>>>, _> =
+            let sent: Result<Vec<redis::RedisResult<Vec<u8>>>, _> =
                 pipe.ignore_errors().query_async(&mut con).await;
             let replies = match sent {
-                Ok(replies) if replies.len() == pipe.len() => replies,
-                Ok(_) => return vec![Err(short()); pipe.len()],
-                Err(e) => return vec![Err(classify(e)); pipe.len()],
+                Ok(replies) if replies.len() == runs.len() => replies,
+                Ok(_) => return vec![Err(short()); calls.len()],
+                Err(e) => return vec![Err(classify(e)); calls.len()],
             };
-            let mut answers = Vec::with_capacity(replies.len());
-            for (reply, cmd) in replies.into_iter().zip(pipe.cmd_iter()) {
-                answers.push(match reply {
-                    // The server lost the script (a restart, `SCRIPT FLUSH`): this call
-                    // did not run; it goes again with the script loaded.
+            let mut all = Vec::with_capacity(calls.len());
+            for ((reply, cmd), run) in replies.into_iter().zip(pipe.cmd_iter()).zip(runs) {
+                let reply = match reply {
+                    // The server lost the script (a restart, `SCRIPT FLUSH`): these calls
+                    // did not run; they go again with the script loaded.
                     Err(e) if e.code() == Some("NOSCRIPT") => again(&mut con, cmd).await,
                     reply => reply.map_err(classify),
-                });
+                };
+                match reply {
+                    Ok(bytes) => {
+                        let mut rest = bytes.as_slice();
+                        let answered =
+                            |call| answer(call, &mut rest).unwrap_or_else(|| Err(short()));
+                        all.extend(run.iter().map(answered));
+                    }
+                    Err(e) => all.extend(run.iter().map(|_| Err(e.clone()))),
+                }
             }
-            answers
+            all
         })
     }
 }
 
 /// `cmd` sent again after loading the script.
-async fn again(con: &mut ReconnectingAsync, cmd: &Cmd) -> Result<Vec<u64>, DecideError> {
+async fn again(con: &mut ReconnectingAsync, cmd: &Cmd) -> Result<Vec<u8>, DecideError> {
     SCRIPT.load_async(con).await.map_err(classify)?;
     cmd.query_async(con).await.map_err(classify)
 }
@@ -104,46 +196,17 @@ impl InRedisCounters {
         mode: Mode,
         now: Option<Ticks>,
     ) -> Result<Counted, DecideError> {
-        let mode_arg = match mode {
-            Mode::CheckAndUpdate => "cu",
-            Mode::Check => "c",
-            Mode::Update => "u",
+        let call = Call {
+            counters: counters.to_vec(),
+            delta,
+            mode,
+            now,
         };
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(SCRIPT.get_hash()).arg(counters.len());
-        for counter in counters {
-            cmd.arg(&counter.key);
+        match self.coalescer.send(&self.script, call).await {
+            Ok(counted) => Ok(counted),
+            Err(coalesce::Error::Redis(e)) => Err(e),
+            Err(e @ coalesce::Error::Stopped) => Err(DecideError::Backend(e.to_string())),
         }
-        cmd.arg(mode_arg)
-            .arg(delta)
-            .arg(now.map_or_else(String::new, |n| n.to_string()));
-        for counter in counters {
-            let (limit, period) = counter
-                .window
-                .map_or((0, 0), |w| (w.params().limit, w.params().period));
-            cmd.arg(limit).arg(period);
-        }
-        let reply = match self.coalescer.send(&self.script, cmd).await {
-            Ok(reply) => reply,
-            Err(coalesce::Error::Redis(e)) => return Err(e),
-            Err(e @ coalesce::Error::Stopped) => return Err(DecideError::Backend(e.to_string())),
-        };
-        let figures = reply
-            .get(1..)
-            .unwrap_or_default()
-            .chunks_exact(2)
-            .map(|pair| Figures {
-                remaining: pair[0],
-                expires_in: pair[1],
-            })
-            .collect::<Vec<_>>();
-        if figures.len() != counters.len() {
-            return Err(short());
-        }
-        Ok(Counted {
-            admitted: reply.first() == Some(&1),
-            figures,
-        })
     }
 }
 

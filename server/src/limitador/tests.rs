@@ -328,3 +328,40 @@ fn concurrent_calls_share_pipelines() {
     assert_eq!(calls, 40);
     assert!(pipelines < 40, "{pipelines} pipelines for 40 calls");
 }
+
+/// Calls sharing a batch: a call whose counter holds another type fails alone, before
+/// and after it the others count, another namespace's in a command of its own.
+#[test]
+fn a_calls_error_leaves_its_batch_be() {
+    use super::counters::Counter;
+    use redis::AsyncCommands;
+    use sluicegate_core::AnchoredWindow;
+
+    let (_redis, rt, con, coalescer) = in_redis();
+    let counters = InRedisCounters::new(con.clone(), coalescer.clone(), FailPolicy::Error);
+    let counter = |key: &str, limit| Counter {
+        key: key.into(),
+        window: AnchoredWindow::new(limit, 60 * SECOND).ok(),
+    };
+    let (ok, list, other) = (
+        [counter("sluicegate:limitador:{b}:ok", 10)],
+        [counter("sluicegate:limitador:{b}:list", 10)],
+        [counter("sluicegate:limitador:{c}:ok", 5)],
+    );
+    let calls = [&ok, &ok, &list, &other, &ok];
+    let counted = rt.block_on(async {
+        let mut con = con.clone();
+        let _: () = con.rpush(&list[0].key, 1).await.expect("RPUSH");
+        let calls = calls.map(|c| counters.apply(c, 1, Mode::CheckAndUpdate, None));
+        futures_util::future::join_all(calls).await
+    });
+    let remaining: Vec<_> = counted
+        .iter()
+        .map(|c| c.as_ref().map(|c| (c.admitted, c.figures[0].remaining)))
+        .collect();
+    assert!(matches!(&remaining[2], Err(e) if e.to_string().contains("foreign list")));
+    let others = [0, 1, 3, 4].map(|i| remaining[i].as_ref().ok().copied());
+    assert_eq!(others, [9, 8, 4, 7].map(|left| Some((true, left))));
+    // The first call alone, then the others in one batch.
+    assert_eq!(coalescer.sent().pipelines.load(Ordering::Relaxed), 2);
+}
