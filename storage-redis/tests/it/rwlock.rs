@@ -263,10 +263,7 @@ fn a_cancelled_waiter_gives_up_its_place() {
     let key = common::fresh("cancel");
     let writer = hold(&key, b"w");
     let mut con = server.connection();
-    let held = lock
-        .acquire(&mut con, &writer, LockMode::Exclusive, None)
-        .unwrap();
-    assert!(held.answer.grant.is_some());
+    take_exclusive(&lock, &mut con, &writer);
     let cancel = WaitCancel::new();
     let waited = std::thread::scope(|s| {
         let waiter = s.spawn(|| {
@@ -317,10 +314,7 @@ fn an_unfair_locks_readers_are_woken_by_the_release() {
     let key = common::fresh("readers");
     let writer = hold(&key, b"w");
     let mut con = server.connection();
-    let held = lock
-        .acquire(&mut con, &writer, LockMode::Exclusive, None)
-        .unwrap();
-    assert!(held.answer.grant.is_some());
+    take_exclusive(&lock, &mut con, &writer);
     let waiting = format!("{{{key}}}:readers");
     let granted = std::thread::scope(|s| {
         let readers: Vec<_> = (0..5u8)
@@ -330,14 +324,7 @@ fn an_unfair_locks_readers_are_woken_by_the_release() {
                     let mut con = server.connection();
                     let owner = [b'r', b'0' + r];
                     let request = hold(key, &owner);
-                    let got = lock.acquire_blocking(
-                        &mut con,
-                        &request,
-                        LockMode::Shared,
-                        Duration::from_secs(20),
-                        None,
-                    );
-                    (got.unwrap().grant.is_some(), Instant::now())
+                    waited(lock, &mut con, &request, LockMode::Shared)
                 })
             })
             .collect();
@@ -499,6 +486,24 @@ fn hold<'a>(key: &'a str, owner: &'a [u8]) -> LeaseRequest<'a> {
         .ttl(60 * SECOND)
 }
 
+fn take_exclusive(lock: &RedisRwLock, con: &mut redis::Connection, request: &LeaseRequest<'_>) {
+    let held = lock
+        .acquire(con, request, LockMode::Exclusive, None)
+        .unwrap();
+    assert!(held.answer.grant.is_some());
+}
+
+/// A blocking acquire of up to 20 s: whether it was granted, and when it returned.
+fn waited(
+    lock: &RedisRwLock,
+    con: &mut impl redis::ConnectionLike,
+    request: &LeaseRequest<'_>,
+    mode: LockMode,
+) -> (bool, Instant) {
+    let got = lock.acquire_blocking(con, request, mode, Duration::from_secs(20), None);
+    (got.unwrap().grant.is_some(), Instant::now())
+}
+
 fn queue(lock: &RedisRwLock, con: &mut redis::Connection, key: &str) -> usize {
     let state = lock.state(con, key.as_bytes()).unwrap();
     state.map_or(0, |s| s.waiters().len())
@@ -559,14 +564,7 @@ fn a_waiter_is_woken_on_every_cluster_node() {
             let waiter = s.spawn(|| {
                 let mut con = client.get_connection().unwrap();
                 let request = hold(key, b"waiter");
-                let got = lock.acquire_blocking(
-                    &mut con,
-                    &request,
-                    LockMode::Exclusive,
-                    Duration::from_secs(30),
-                    None,
-                );
-                (got.unwrap().grant.is_some(), Instant::now())
+                waited(&lock, &mut con, &request, LockMode::Exclusive)
             });
             let start = Instant::now();
             while lock
