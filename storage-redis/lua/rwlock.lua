@@ -193,24 +193,27 @@ local function wake_key(key, owner)
   return beside(key, ':wake:' .. owner)
 end
 
--- Readers an unfair lock refuses without a place count themselves in `:readers` (until
--- their wait ends); once a reader would be granted, each is pushed one element to
--- `:readers:wake`, which they pop with BLPOP.
-local function count_reader(key, wait)
-  local count = beside(key, ':readers')
-  redis.call('INCR', count)
-  redis.call('PEXPIRE', count, math.max(math.ceil(wait / 1000), 1))
+-- Readers an unfair lock refuses without a place name themselves in the set `:readers`
+-- (once each however often they ask, at most MAX_WAITERS, until the latest one's wait
+-- ends); once a reader would be granted, each is pushed one element to `:readers:wake`,
+-- which they pop with BLPOP.
+local function count_reader(key, owner, wait)
+  local readers = beside(key, ':readers')
+  if redis.call('SCARD', readers) >= MAX_WAITERS then return end
+  redis.call('SADD', readers, owner)
+  local ttl = math.max(math.ceil(wait / 1000), 1)
+  if redis.call('PTTL', readers) < ttl then redis.call('PEXPIRE', readers, ttl) end
 end
 
 local function wake_readers(key, s, max)
   if #s.waiters > 0 or holders_block(s, max, SHARED, nil) then return end
-  local count = beside(key, ':readers')
-  local waiting = tonumber(redis.call('GET', count) or '0')
+  local readers = beside(key, ':readers')
+  local waiting = redis.call('SCARD', readers)
   if waiting < 1 then return end
   local list = beside(key, ':readers:wake')
-  for _ = 1, math.min(waiting, MAX_WAITERS) do redis.call('LPUSH', list, 1) end
-  redis.call('PEXPIRE', list, math.max(redis.call('PTTL', count), 1))
-  redis.call('DEL', count)
+  for _ = 1, waiting do redis.call('LPUSH', list, 1) end
+  redis.call('PEXPIRE', list, math.max(redis.call('PTTL', readers), 1))
+  redis.call('DEL', readers)
 end
 
 -- Pushes a wake to the first waiter if it would be granted now (and has none pending);
@@ -263,7 +266,7 @@ local function rwlock(op, KEYS, ARGV)
     local writer = false
     for _, x in ipairs(s.holders) do writer = writer or x.mode == EXCLUSIVE end
     local remaining = writer and 0 or max - #s.holders
-    if not h and not at and wait and mode == SHARED and not fair then count_reader(key, wait) end
+    if not h and not at and wait and mode == SHARED and not fair then count_reader(key, owner, wait) end
     local reset = store_rw(key, old, s, now, explicit)
     local woken = wake_next(key, s, max, fair, now, owner)
     local place, ahead, place_expiry = 0, 0, 0
