@@ -30,8 +30,9 @@ pub const CANCEL_POLL: Duration = Duration::from_millis(50);
 /// waiter, who asks once more. A list rather than `PUBLISH`: the wake waits in the list
 /// if the waiter is between its denied ask and its `BLPOP` (a message would be lost),
 /// and waiting takes no `SUBSCRIBE`/`UNSUBSCRIBE` round trips. Readers an unfair lock
-/// refuses without a place name themselves in the set `{key}:readers`; a call after which a
-/// reader would be granted pushes each of them one element to `{key}:readers:wake`.
+/// refuses without a place name themselves in the set `{key}:readers`; a call after
+/// which a reader would be granted pushes each of them one element to
+/// `{key}:readers:wake`.
 #[derive(Debug, Clone)]
 pub struct RedisRwLock {
     lease: RwLease,
