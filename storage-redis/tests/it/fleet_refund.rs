@@ -73,8 +73,12 @@ type Charge<A> = fn(
 );
 
 /// The same charge through Redis.
-type RedisCharge<A> =
-    fn(&RedisLimiter<A>, &mut redis::Connection, u64, Ticks) -> sluicegate_redis::Taken;
+type RedisCharge<A> = fn(
+    &RedisLimiter<A>,
+    &mut redis::Connection,
+    u64,
+    Ticks,
+) -> Result<sluicegate_redis::Taken, sluicegate_redis::Error>;
 
 /// Runs `trace` through the core and through Redis on both Lua routes; charges through
 /// `charge` (buckets only).
@@ -113,13 +117,28 @@ fn differential<A: LuaAlgorithm + Refund + Clone>(
                         (Op::Charge, Some((core, _))) => core(algorithm, state.clone(), now, cost),
                         _ => algorithm.take(state.clone(), now, cost),
                     };
-                    state = s;
                     let taken = match (op, charge) {
                         (Op::Charge, Some((_, redis))) => redis(&limiter, &mut con, cost, now),
-                        _ => limiter
+                        _ => Ok(limiter
                             .take(&mut con, &Request::new(b"k").cost(cost).at(now))
-                            .unwrap(),
+                            .unwrap()),
                     };
+                    let taken = match taken {
+                        Ok(taken) => taken,
+                        // A reservation booked more than 2^53 ticks ahead: refused by the
+                        // scripts (the documented range), the key unchanged.
+                        Err(sluicegate_redis::Error::Corrupt { reason, .. })
+                            if reason.contains("beyond the Redis scripts' range") =>
+                        {
+                            prop_assert_eq!(units, cost, "only an admitted charge books ahead");
+                            let stored: Option<Vec<u8>> = con.get("k").unwrap();
+                            let kept = state.as_ref().map(|s| algorithm.encode_to_vec(s));
+                            prop_assert_eq!(stored, kept);
+                            continue;
+                        }
+                        Err(e) => return Err(TestCaseError::fail(e.to_string())),
+                    };
+                    state = s;
                     prop_assert_eq!(taken.now, now);
                     let bytes = state.as_ref().map(|s| algorithm.encode_to_vec(s));
                     prop_assert_eq!(&taken.state, &bytes);
@@ -170,11 +189,7 @@ const BUCKET_CHARGE: (Charge<TokenBucket>, RedisCharge<TokenBucket>) = (
         let (d, s) = bucket.reserve(state, now, units, Ticks::MAX);
         (if d.allowed { units } else { 0 }, d, s)
     },
-    |limiter, con, units, now| {
-        limiter
-            .charge(con, &Request::new(b"k").cost(units).at(now))
-            .unwrap()
-    },
+    |limiter, con, units, now| limiter.charge(con, &Request::new(b"k").cost(units).at(now)),
 );
 
 /// Found by the property test at the top of the range: charges take the bucket deeper
@@ -188,6 +203,23 @@ fn a_refund_after_charges_deeper_than_a_burst() {
             (Op::Charge, 101, 999_999_175),
             (Op::Charge, 281, 60_789_639),
             (Op::Refund, 2, u64::MAX),
+        ],
+    );
+    differential(&Server::start(), &bucket, &trace, Some(BUCKET_CHARGE)).unwrap();
+}
+
+/// Found by the property test: a charge of the whole capacity at 32 units per 511 s
+/// books 8.6 × 10^15 ticks ahead, beyond the scripts' 2^53; Redis refuses it, the key
+/// unchanged, and the trace goes on.
+#[test]
+fn a_charge_beyond_the_scripts_range_is_refused_and_changes_nothing() {
+    let bucket = TokenBucket::new(540_849_388, 32, 510_932_555).unwrap();
+    let trace = (
+        EPOCH,
+        vec![
+            (Op::Check, 0, 24_215_710),
+            (Op::Charge, 1, 540_849_388),
+            (Op::Take, 1, 1),
         ],
     );
     differential(&Server::start(), &bucket, &trace, Some(BUCKET_CHARGE)).unwrap();
