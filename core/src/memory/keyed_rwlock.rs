@@ -3,12 +3,11 @@
 
 use core::fmt;
 use core::hash::BuildHasher;
-use core::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::vec::Vec;
 
-use super::keyed::{layout, lock, shard_index, time};
-use super::lease_table::{advance, Entry, Shard};
+use super::keyed::time;
+use super::lease_table::{advance, Entry, Locked, Shard, Shards};
 use super::KeyHasher;
 use crate::rwlock::{LockError, LockMode, RwAcquired, RwLease, RwState};
 use crate::{Clock, Decision, Grant, LeaseRequest, MonotonicClock, Ticks};
@@ -43,11 +42,7 @@ pub struct KeyedRwLeases<C = MonotonicClock, H = KeyHasher> {
     lock: RwLease,
     clock: C,
     hasher: H,
-    shards: Vec<Mutex<Shard<Vec<u8>, RwState>>>,
-    /// `log2(shards.len())`.
-    shard_bits: u32,
-    capacity: usize,
-    refused: AtomicU64,
+    shards: Shards<Mutex<Shard<Vec<u8>, RwState>>>,
 }
 
 impl KeyedRwLeases {
@@ -68,15 +63,11 @@ impl<C: Clock + Sync> KeyedRwLeases<C> {
 impl<C: Clock + Sync, H: BuildHasher + Sync> KeyedRwLeases<C, H> {
     /// `lock` per key, hashing keys with `hasher`.
     pub fn with_hasher(lock: RwLease, max_keys: usize, clock: C, hasher: H) -> Self {
-        let (shard_bits, capacities) = layout(max_keys);
         Self {
             lock,
             clock,
             hasher,
-            shards: capacities.map(|c| Mutex::new(Shard::new(c))).collect(),
-            shard_bits,
-            capacity: max_keys.max(1),
-            refused: AtomicU64::new(0),
+            shards: Shards::new(max_keys, Mutex::new),
         }
     }
 
@@ -95,7 +86,7 @@ impl<C: Clock + Sync, H: BuildHasher + Sync> KeyedRwLeases<C, H> {
             None => lock.try_acquire(state, now, owner, mode, ttl),
         })?;
         Ok(answer.unwrap_or_else(|retry| {
-            self.refused.fetch_add(1, Ordering::Relaxed);
+            self.shards.refuse();
             let full = Decision::deny(self.lock.max_holders(), 0, Some(retry), 0);
             RwAcquired::new(full, None, None)
         }))
@@ -141,7 +132,7 @@ impl<C: Clock + Sync, H: BuildHasher + Sync> KeyedRwLeases<C, H> {
 
     /// The number of keys held.
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| lock(s).table.len()).sum()
+        self.shards.len()
     }
 
     /// Whether no key is held.
@@ -151,18 +142,17 @@ impl<C: Clock + Sync, H: BuildHasher + Sync> KeyedRwLeases<C, H> {
 
     /// The most keys held at once: `max_keys` (at least one), split among the shards.
     pub const fn capacity(&self) -> usize {
-        self.capacity
+        self.shards.capacity()
     }
 
     /// New keys refused because their shard was full of keys in use.
     pub fn refused(&self) -> u64 {
-        self.refused.load(Ordering::Relaxed)
+        self.shards.refused()
     }
 
     /// Drops every key whose state is fresh now, returning how many were dropped.
     pub fn sweep(&self) -> usize {
-        let read = self.clock.now();
-        self.shards.iter().map(|s| lock(s).sweep(read)).sum()
+        self.shards.sweep(self.clock.now())
     }
 
     /// The lock each key has.
@@ -176,7 +166,7 @@ impl<C: Clock + Sync, H: BuildHasher + Sync> KeyedRwLeases<C, H> {
     }
 
     fn shard(&self, hash: u64) -> MutexGuard<'_, Shard<Vec<u8>, RwState>> {
-        lock(&self.shards[shard_index(hash, self.shard_bits)])
+        self.shards.of(hash).locked()
     }
 
     /// A change to what the owner holds or where it waits: a key not stored is
@@ -234,7 +224,7 @@ impl<C, H> fmt::Debug for KeyedRwLeases<C, H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeyedRwLeases")
             .field("lock", &self.lock)
-            .field("shards", &self.shards.len())
+            .field("shards", &self.shards.count())
             .finish_non_exhaustive()
     }
 }

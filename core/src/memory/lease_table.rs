@@ -1,8 +1,13 @@
 //! The shards both keyed lease hosts keep their keys in: a key is dropped once its
 //! state is fresh, and a key in use is never evicted.
 
+use core::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::vec::Vec;
+
 use hashbrown::hash_table::HashTable;
 
+use super::keyed::{layout, lock, shard_index};
 use crate::rwlock::RwState;
 use crate::{LeaseState, Ticks};
 
@@ -109,5 +114,72 @@ impl<K, S: Expiring> Shard<K, S> {
         let before = self.table.len();
         self.table.retain(|e| !e.state.is_fresh(now));
         before - self.table.len()
+    }
+}
+
+/// A shard behind its lock: a plain mutex, or one with waiters.
+pub(super) trait Locked {
+    type Shard;
+    fn locked(&self) -> MutexGuard<'_, Self::Shard>;
+}
+
+impl<T> Locked for Mutex<T> {
+    type Shard = T;
+    fn locked(&self) -> MutexGuard<'_, T> {
+        lock(self)
+    }
+}
+
+/// A keyed host's shards, its capacity and its refusals of new keys.
+pub(super) struct Shards<W> {
+    shards: Vec<W>,
+    /// `log2(shards.len())`.
+    bits: u32,
+    /// The sum of the shards' capacities.
+    capacity: usize,
+    refused: AtomicU64,
+}
+
+impl<K, S: Expiring, W: Locked<Shard = Shard<K, S>>> Shards<W> {
+    /// At most `max_keys` keys (at least one), each shard made by `wrap`.
+    pub(super) fn new(max_keys: usize, wrap: impl Fn(Shard<K, S>) -> W) -> Self {
+        let (bits, capacities) = layout(max_keys);
+        Self {
+            shards: capacities.map(|c| wrap(Shard::new(c))).collect(),
+            bits,
+            capacity: max_keys.max(1),
+            refused: AtomicU64::new(0),
+        }
+    }
+
+    /// The shard of a key hashed to `hash`.
+    pub(super) fn of(&self, hash: u64) -> &W {
+        &self.shards[shard_index(hash, self.bits)]
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.locked().table.len()).sum()
+    }
+
+    pub(super) const fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    pub(super) fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
+    }
+
+    /// Counts a new key refused because its shard was full of keys in use.
+    pub(super) fn refuse(&self) {
+        self.refused.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Drops every key fresh at `read`; how many went.
+    pub(super) fn sweep(&self, read: Ticks) -> usize {
+        self.shards.iter().map(|s| s.locked().sweep(read)).sum()
+    }
+
+    pub(super) fn count(&self) -> usize {
+        self.shards.len()
     }
 }

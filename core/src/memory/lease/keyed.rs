@@ -3,7 +3,6 @@
 use core::borrow::Borrow;
 use core::fmt;
 use core::hash::{BuildHasher, Hash};
-use core::sync::atomic::{AtomicU64, Ordering};
 use std::borrow::ToOwned;
 #[cfg(feature = "tokio")]
 use std::sync::Arc;
@@ -15,8 +14,8 @@ use super::error::{AcquireError, Released};
 use super::guard::HostRef;
 use super::guard::{Held, Host, LeaseGuard, Owner};
 use super::wait::Waitable;
-use crate::memory::keyed::{layout, shard_index, time};
-use crate::memory::lease_table::{advance, Entry, Shard};
+use crate::memory::keyed::time;
+use crate::memory::lease_table::{advance, Entry, Shard, Shards};
 use crate::memory::KeyHasher;
 use crate::{
     Acquired, Clock, Concurrency, Decision, Grant, Lease, LeaseError, LeaseHost, LeaseRequest,
@@ -39,12 +38,7 @@ pub struct KeyedLeases<K, C = MonotonicClock, H = KeyHasher> {
     concurrency: Concurrency,
     clock: C,
     hasher: H,
-    shards: Vec<Waitable<Shard<K, LeaseState>>>,
-    /// `log2(shards.len())`.
-    shard_bits: u32,
-    /// The sum of the shards' capacities.
-    capacity: usize,
-    refused: AtomicU64,
+    shards: Shards<Waitable<Shard<K, LeaseState>>>,
 }
 
 impl<K: Hash + Eq + Send> KeyedLeases<K> {
@@ -65,18 +59,11 @@ impl<K: Hash + Eq + Send, C: Clock + Sync> KeyedLeases<K, C> {
 impl<K: Hash + Eq + Send, C: Clock + Sync, H: BuildHasher + Sync> KeyedLeases<K, C, H> {
     /// Leases per key, hashing keys with `hasher` (the default is [`KeyHasher`]).
     pub fn with_hasher(concurrency: Concurrency, max_keys: usize, clock: C, hasher: H) -> Self {
-        let (shard_bits, capacities) = layout(max_keys);
-        let shards = capacities
-            .map(|capacity| Waitable::new(Shard::new(capacity)))
-            .collect();
         Self {
             concurrency,
             clock,
             hasher,
-            shards,
-            shard_bits,
-            capacity: max_keys.max(1),
-            refused: AtomicU64::new(0),
+            shards: Shards::new(max_keys, Waitable::new),
         }
     }
 
@@ -214,7 +201,7 @@ impl<K: Hash + Eq + Send, C: Clock + Sync, H: BuildHasher + Sync> KeyedLeases<K,
         let mut state = LeaseState::default();
         let acquired = self.concurrency.acquire_in(&mut state, now, owner, ttl)?;
         if let Err(retry) = shard.make_room(now) {
-            self.refused.fetch_add(1, Ordering::Relaxed);
+            self.shards.refuse();
             let full = Decision::deny(self.concurrency.max(), 0, Some(retry), 0);
             return Ok(Acquired::new(full, None));
         }
@@ -297,7 +284,7 @@ impl<K: Hash + Eq + Send, C: Clock + Sync, H: BuildHasher + Sync> KeyedLeases<K,
 
     /// The number of keys held.
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().table.len()).sum()
+        self.shards.len()
     }
 
     /// Whether no key is held.
@@ -307,18 +294,17 @@ impl<K: Hash + Eq + Send, C: Clock + Sync, H: BuildHasher + Sync> KeyedLeases<K,
 
     /// The most keys held at once: `max_keys` (at least one), split among the shards.
     pub const fn capacity(&self) -> usize {
-        self.capacity
+        self.shards.capacity()
     }
 
     /// New keys refused because their shard was full of keys in use.
     pub fn refused(&self) -> u64 {
-        self.refused.load(Ordering::Relaxed)
+        self.shards.refused()
     }
 
     /// Drops every key whose state is fresh now, returning how many were dropped.
     pub fn sweep(&self) -> usize {
-        let read = self.clock.now();
-        self.shards.iter().map(|s| s.lock().sweep(read)).sum()
+        self.shards.sweep(self.clock.now())
     }
 
     /// The limit each key has.
@@ -332,7 +318,7 @@ impl<K: Hash + Eq + Send, C: Clock + Sync, H: BuildHasher + Sync> KeyedLeases<K,
     }
 
     fn shard(&self, hash: u64) -> &Waitable<Shard<K, LeaseState>> {
-        &self.shards[shard_index(hash, self.shard_bits)]
+        self.shards.of(hash)
     }
 
     /// Applies `op` to `key`'s state at `read` (or the shard's later time, see
@@ -429,7 +415,7 @@ impl<K, C, H> fmt::Debug for KeyedLeases<K, C, H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeyedLeases")
             .field("concurrency", &self.concurrency)
-            .field("shards", &self.shards.len())
+            .field("shards", &self.shards.count())
             .finish_non_exhaustive()
     }
 }

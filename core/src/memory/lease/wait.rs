@@ -6,6 +6,7 @@ use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::error::{AcquireError, Released};
+use crate::memory::lease_table::Locked;
 use crate::{Decision, Ticks};
 
 /// A value behind a mutex, with threads and tasks waiting for a lease in it to be freed.
@@ -161,5 +162,12 @@ impl<'a> Waiting<'a> {
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl<T> Locked for Waitable<T> {
+    type Shard = T;
+    fn locked(&self) -> MutexGuard<'_, T> {
+        self.lock()
     }
 }
