@@ -37,18 +37,15 @@ fn median_p99(mut waits: Vec<Duration>) -> (f64, f64) {
     (at(500), at(990))
 }
 
-/// Handoffs on the family: this task holds exclusively, a waiter task blocks in
+/// Handoffs on the family: this task holds in `held` mode, a waiter task blocks in
 /// `acquire` in `mode`, and the time from the release's start to the waiter's grant is
 /// measured.
-async fn family_handoffs(lock: &EtcdRwLock, mode: LockMode) -> (f64, f64) {
-    let key = format!("handoff-{mode:?}");
+async fn family_handoffs(lock: &EtcdRwLock, (held, mode): (LockMode, LockMode)) -> (f64, f64) {
+    let key = format!("handoff-{held:?}-{mode:?}-{}", lock.lease().max_holders());
     let mut waits = Vec::with_capacity(HANDOFFS);
     for _ in 0..HANDOFFS {
         let holder = request(&key, "holder");
-        let taken = lock
-            .try_acquire(&holder, LockMode::Exclusive)
-            .await
-            .unwrap();
+        let taken = lock.try_acquire(&holder, held).await.unwrap();
         assert!(taken.grant.is_some());
         let waiter = {
             let (lock, key) = (lock.clone(), key.clone());
@@ -132,11 +129,14 @@ async fn main() {
     println!("handoff, release start → the waiter's grant, µs (median / p99 of {HANDOFFS}):");
     let (median, p99) = lease_handoffs(&leases).await;
     println!("  today's exclusive lease, watching every slot  {median:8.0} / {p99:8.0}");
-    for (name, mode) in [
-        ("family, exclusive (fair)", LockMode::Exclusive),
-        ("family, shared (fair)", LockMode::Shared),
+    let (x, s) = (LockMode::Exclusive, LockMode::Shared);
+    let one = lock.clone().counted(Concurrency::lock());
+    for (name, lock, modes) in [
+        ("family, exclusive (fair)", &lock, (x, x)),
+        ("family, shared behind a writer (fair)", &lock, (x, s)),
+        ("family, counted of 1, shared (fair)", &one, (s, s)),
     ] {
-        let (median, p99) = family_handoffs(&lock, mode).await;
+        let (median, p99) = family_handoffs(lock, modes).await;
         println!("  {name:<45} {median:8.0} / {p99:8.0}");
     }
 }

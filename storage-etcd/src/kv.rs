@@ -1,6 +1,6 @@
 //! What the leases and the lock family share on etcd: a held key (an owner's hold count
-//! on an etcd lease, its `create_revision` the token) and the calls that grant, renew,
-//! rewrite and revoke the etcd leases behind such keys.
+//! on an etcd lease, its token) and the calls that grant, renew, rewrite and revoke the
+//! etcd leases behind such keys.
 
 use etcd_client::{Client, Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp};
 use sluicegate_core::{Clock, Grant, LeaseError, MonotonicClock, Ticks, SECOND};
@@ -13,7 +13,11 @@ pub(crate) struct Slot {
     pub(crate) key: Vec<u8>,
     pub(crate) owner: Vec<u8>,
     pub(crate) holds: u64,
-    /// The key's `create_revision`.
+    /// What the value holds between the hold count and the owner: nothing for a lease,
+    /// the mode and the token for the lock family.
+    pub(crate) head: Vec<u8>,
+    /// The fencing token: the key's `create_revision`, unless the family's head says
+    /// otherwise.
     pub(crate) token: u64,
     pub(crate) mod_revision: i64,
     pub(crate) lease: i64,
@@ -73,7 +77,7 @@ impl Kv {
     pub(crate) async fn rewrite(&self, mine: &Slot, holds: u64, lease: i64) -> Result<bool, Error> {
         let put = TxnOp::put(
             mine.key.clone(),
-            value(holds, &mine.owner),
+            mine.value(holds),
             Some(PutOptions::new().with_lease(lease)),
         );
         self.if_unchanged(mine, put).await
@@ -130,21 +134,30 @@ pub(crate) fn one_more(mine: &Slot) -> Result<u64, LeaseError> {
     mine.holds.checked_add(1).ok_or(LeaseError::TooManyHolds)
 }
 
-/// A held key's value: the hold count, then the owner.
-pub(crate) fn value(holds: u64, owner: &[u8]) -> Vec<u8> {
-    [&holds.to_be_bytes()[..], owner].concat()
+impl Slot {
+    /// The key's value with `holds`.
+    pub(crate) fn value(&self, holds: u64) -> Vec<u8> {
+        value(holds, &self.head, &self.owner)
+    }
 }
 
-/// Reads a held key's value back.
-pub(crate) fn slot(kv: &KeyValue) -> Result<Slot, Error> {
+/// A held key's value: the hold count, `head` (see [`Slot::head`]), then the owner.
+pub(crate) fn value(holds: u64, head: &[u8], owner: &[u8]) -> Vec<u8> {
+    [&holds.to_be_bytes()[..], head, owner].concat()
+}
+
+/// Reads a held key's value back, `head` bytes long between the hold count and the
+/// owner.
+pub(crate) fn slot(kv: &KeyValue, head: usize) -> Result<Slot, Error> {
     let corrupt = |reason: &str| Error::Corrupt {
         key: kv.key().to_vec(),
         reason: reason.to_owned(),
     };
-    let (holds, owner) = kv
+    let (holds, rest) = kv
         .value()
         .split_first_chunk::<8>()
         .ok_or_else(|| corrupt("shorter than a hold count"))?;
+    let (head, owner) = (rest.split_at_checked(head)).ok_or_else(|| corrupt("too short"))?;
     let holds = u64::from_be_bytes(*holds);
     if holds == 0 || owner.is_empty() {
         return Err(corrupt("no holds or no owner"));
@@ -158,6 +171,7 @@ pub(crate) fn slot(kv: &KeyValue) -> Result<Slot, Error> {
         key: kv.key().to_vec(),
         owner: owner.to_vec(),
         holds,
+        head: head.to_vec(),
         token: to_token(kv.create_revision()),
         mod_revision: kv.mod_revision(),
         lease: kv.lease(),

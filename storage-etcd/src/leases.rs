@@ -157,7 +157,7 @@ impl EtcdLeases {
             .kvs()
             .iter()
             .filter(|kv| is_slot(&prefix, kv.key()))
-            .map(slot)
+            .map(|kv| slot(kv, 0))
             .collect::<Result<Vec<_>, _>>()?;
         Ok((slots, revision))
     }
@@ -224,7 +224,7 @@ impl EtcdLeases {
         let key = self.slot_key(request.key, free);
         let put = TxnOp::put(
             key.clone(),
-            value(1, request.owner),
+            value(1, &[], request.owner),
             Some(PutOptions::new().with_lease(lease)),
         );
         // No slot created since the read (the owner had none then, and a slot's owner

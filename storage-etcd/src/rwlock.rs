@@ -1,96 +1,143 @@
-//! The lock family on etcd: read-write and exclusive locks, fair by construction, as etcd's
-//! own `concurrency.Mutex` and its read-write recipe build them. Each acquirer is one key
-//! on an etcd lease of its ttl, its place in line the key's `create_revision`.
+//! The lock family on etcd: exclusive, read-write and counted locks, fair by
+//! construction, as etcd's own `concurrency.Mutex` builds a lock. Each acquirer is one
+//! key on an etcd lease of its ttl, its place in line the key's `create_revision`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use etcd_client::{
-    Compare, CompareOp, GetOptions, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse,
+    Compare, CompareOp, GetOptions, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse,
 };
-use sluicegate_core::limits::MAX_LEASES;
 use sluicegate_core::rwlock::{LockMode, Place, RwAcquired, RwLease, RwState};
-use sluicegate_core::{Decision, Grant, LeaseRequest, Ticks};
+use sluicegate_core::{Concurrency, Decision, Grant, LeaseError, LeaseRequest, Ticks};
 
 use crate::error::Error;
 use crate::kv::{expiry_in, one_more, slot, to_token, value, Kv, Slot};
 use crate::leases::{checked, connect};
 
-/// How many times a call reads again after a transaction found the owner's key changed
-/// under it (calls by the same owner racing each other).
+/// How many times a call reads again after a transaction found the line changed under it.
 const ATTEMPTS: usize = 8;
 
-/// Read-write and exclusive locks on an etcd cluster, granted in the order asked.
+/// A family key's token field while its token is its `create_revision` (a new key's).
+const TOKEN_AT_CREATE: u64 = 0;
+/// A family key's token field while its token is its `mod_revision`: an upgrade's, whose
+/// revision is known only once written (the key's next rewrite writes it out).
+const TOKEN_AT_WRITE: u64 = u64::MAX;
+
+/// Exclusive, read-write and counted locks on an etcd cluster, granted in the order asked.
 ///
-/// An acquire of key `K` by owner `o` in mode `m` creates the etcd key
-/// `PREFIX K/rw/m/hex(o)` (`m` is `s` for shared, `x` for exclusive) attached to a new
-/// etcd lease of the request's ttl, in a transaction that requires neither of the owner's
-/// keys to exist; the value is the hold count (8 bytes, big-endian) then the owner. The
-/// keys of a lock, ordered by `create_revision`, are its line:
-/// - an **exclusive** key is granted when no key was created before it;
-/// - a **shared** key is granted when no *exclusive* key was created before it, so a
-///   reader arriving after a waiting writer waits behind it (writer preference, and no
-///   writer starved);
-/// - a blocked waiter watches only its **predecessor**, the latest key created before it
-///   that blocks it (a writer: the key just before it; a reader: the latest writer before
-///   it), from the revision it read at, so a release wakes the one waiter whose turn it
-///   is (the readers behind a writer all watch that writer: its release grants them all).
+/// An acquire of key `K` by owner `o` creates the etcd key `PREFIX K/rw/hex(o)` attached
+/// to a new etcd lease of the request's ttl. Its value is the hold count (8 bytes,
+/// big-endian), the mode (1 byte: 0 shared, 1 exclusive), the token (8 bytes; 0 while it
+/// is the key's `create_revision`), then the owner. The keys of a lock, ordered by
+/// `create_revision`, are its line, and a key is granted when nothing ahead blocks it:
+/// - an **exclusive** key: no key ahead of it;
+/// - a **shared** key: no exclusive key ahead of it (a reader arriving after a waiting
+///   writer waits behind it: writer preference, no writer starved), and fewer keys ahead
+///   than the lock's `max_holders` ([`counted`](Self::counted); 1024 otherwise).
+///
+/// A blocked waiter watches one thing, from the revision it read at (no change after the
+/// read is missed): a writer its predecessor's key; a reader the latest writer's key
+/// ahead of it (whose release or downgrade grants every reader behind it); a reader held
+/// back by the count its predecessor's key, except the first such reader, which watches
+/// the lock's deletions (any holder's release lets it in). A reader granted after it
+/// queued behind a full count rewrites its key once, so the reader behind it takes over
+/// that watch. A release wakes one waiter (two on a counted lock).
 ///
 /// **Fencing token**: the key's `create_revision`. etcd's revision counts every write to
-/// the cluster and never goes back, and every key ahead of a waiter was created before
-/// it: a writer's token is above every token granted before it on the lock, readers'
-/// included. Re-entry and renewal rewrite the key, keeping its `create_revision`.
+/// the cluster and never goes back, and every key granted before a writer was created
+/// before it: a writer's token is above every token granted before it on the lock,
+/// readers' included. Re-entry, renewal and downgrade keep the token.
 ///
 /// **Reentrancy**: an owner holds one key per lock; asking again in the same mode, or
 /// asking to read while it writes, re-enters it (holds + 1, a new etcd lease of the
-/// ttl). A reader asking to write is refused (a denial with no place): the token and
-/// the place are the key's `create_revision`, so an upgrade would need the key deleted
-/// and created again in one transaction, which etcd refuses (a put and a delete of one
-/// key); release and ask again. There is no downgrade, for the same reason.
+/// ttl). A reader asking to write is **upgraded only as the sole holder**, in a
+/// transaction requiring the line unchanged since it was read; its new token is that
+/// write's revision, above every token granted before. With another holder it is
+/// refused and never queued. [`downgrade`](Self::downgrade) turns a writer into a
+/// reader, which wakes the readers waiting for it.
 ///
 /// A dead waiter drops out when its etcd lease expires (its ttl): the waiters' keep-alive
-/// runs while they wait. Readers are not counted: `max_holders` is the core's 1024 only
-/// for [`state`](Self::state), which reads at most 1024 holders and 1024 waiters.
+/// runs while they wait. [`state`](Self::state) reads at most `max_holders` holders and
+/// 1024 waiters.
 #[derive(Debug, Clone)]
 pub struct EtcdRwLock {
     kv: Kv,
     prefix: Vec<u8>,
+    lease: RwLease,
     wakes: Arc<AtomicU64>,
 }
 
-/// One acquirer's key as read: its mode and the held key.
+/// One acquirer's key as read: its mode, its place and the held key.
 #[derive(Debug, Clone)]
 pub(crate) struct Entry {
     pub(crate) mode: LockMode,
+    /// Its place in line: the key's `create_revision`.
+    pub(crate) place: u64,
     pub(crate) slot: Slot,
 }
 
-/// What an acquire's one transaction left: the answer, and for a waiter its key, the
-/// lease to keep alive, its predecessor and the revision read at.
+/// What keeps a key waiting, and so what its waiter watches.
+#[derive(Debug, Clone)]
+pub(crate) enum Blocker {
+    /// A writer: the key just ahead of it, until deleted.
+    Ahead(Entry),
+    /// A reader: the latest writer ahead of it, until deleted or downgraded.
+    Writer(Entry),
+    /// A reader behind another held back by the count: that one, until it changes (a
+    /// grant rewrites it) or goes.
+    Counted(Entry),
+    /// The first reader held back by the count: any deletion in the lock (the entry is the
+    /// oldest holder, whose expiry is the earliest retry).
+    Count(Entry),
+}
+
+impl Blocker {
+    pub(crate) fn entry(&self) -> &Entry {
+        match self {
+            Self::Ahead(e) | Self::Writer(e) | Self::Counted(e) | Self::Count(e) => e,
+        }
+    }
+}
+
+/// The lock's keys, oldest first, and the revision they were read at.
+#[derive(Debug)]
+pub(crate) struct Line {
+    pub(crate) entries: Vec<Entry>,
+    pub(crate) revision: i64,
+}
+
+/// What an acquire's ask left: the answer, and for a waiter its key, the lease to keep
+/// alive and what it waits for.
 #[derive(Debug)]
 pub(crate) struct Entered {
     pub(crate) acquired: RwAcquired,
     pub(crate) waiting: Option<Waiting>,
 }
 
-/// A queued key: the caller's own, the etcd lease behind it, and who it waits for.
+/// A queued key: the caller's own, the etcd lease behind it, and what it waits for.
 #[derive(Debug, Clone)]
 pub(crate) struct Waiting {
     pub(crate) mine: Entry,
     pub(crate) lease: i64,
     pub(crate) lease_ttl: Ticks,
-    pub(crate) blocker: Entry,
+    pub(crate) blocker: Blocker,
     pub(crate) revision: i64,
+    /// A reader that queued behind a full count: its grant rewrites its key, which the
+    /// reader behind it may be watching.
+    pub(crate) touch: bool,
 }
 
 impl EtcdRwLock {
     /// Connects to the cluster at `endpoints` (`http://HOST:PORT`, see
     /// [`endpoints`](crate::endpoints)), each call bounded by
-    /// [`DEFAULT_TIMEOUT`](crate::DEFAULT_TIMEOUT).
+    /// [`DEFAULT_TIMEOUT`](crate::DEFAULT_TIMEOUT): a read-write lock (up to 1024 readers
+    /// or one writer).
     pub async fn connect(endpoints: &[impl AsRef<str>]) -> Result<Self, Error> {
         Ok(Self {
             kv: Kv::new(connect(endpoints).await?),
             prefix: Vec::new(),
+            lease: RwLease::read_write().fair(),
             wakes: Arc::default(),
         })
     }
@@ -102,6 +149,14 @@ impl EtcdRwLock {
         self
     }
 
+    /// The same locks counted: at most `concurrency.max()` shared holders at once
+    /// (`Concurrency(max)` with a fair queue; an exclusive caller still holds alone).
+    #[must_use]
+    pub fn counted(mut self, concurrency: Concurrency) -> Self {
+        self.lease = RwLease::counted(concurrency).fair();
+        self
+    }
+
     /// The same locks, counting their waiters' wakes apart from this handle's.
     #[must_use]
     pub fn counted_apart(mut self) -> Self {
@@ -109,14 +164,14 @@ impl EtcdRwLock {
         self
     }
 
-    /// The lock's parameters as the core names them: up to 1024 readers or one writer,
-    /// fair.
+    /// The lock's parameters as the core names them: its `max_holders`, fair.
     pub fn lease(&self) -> RwLease {
-        RwLease::read_write().fair()
+        self.lease
     }
 
     /// How many watch events the blocked waiters of this handle (and its clones, but
-    /// [`counted_apart`](Self::counted_apart)) have been delivered: a release wakes one.
+    /// [`counted_apart`](Self::counted_apart)) have been delivered: a release wakes one
+    /// (two on a counted lock).
     pub fn wakes(&self) -> u64 {
         self.wakes.load(Ordering::Relaxed)
     }
@@ -134,14 +189,42 @@ impl EtcdRwLock {
         [&self.prefix[..], key, b"/rw/"].concat()
     }
 
-    /// The keys of one mode: `PREFIX key/rw/s/` or `…/x/`.
-    pub(crate) fn mode_prefix(&self, key: &[u8], mode: LockMode) -> Vec<u8> {
-        [self.lock_prefix(key), mode_dir(mode).to_vec()].concat()
+    fn owner_key(&self, key: &[u8], owner: &[u8]) -> Vec<u8> {
+        [self.lock_prefix(key), hex(owner)].concat()
     }
 
-    /// The owner's key in `mode`.
-    fn owner_key(&self, key: &[u8], owner: &[u8], mode: LockMode) -> Vec<u8> {
-        [self.mode_prefix(key, mode), hex(owner)].concat()
+    /// What keeps a key of `mode` behind `ahead` waiting; `None`: it is granted.
+    pub(crate) fn blocker(&self, ahead: &[Entry], mode: LockMode) -> Option<Blocker> {
+        if mode == LockMode::Exclusive {
+            return ahead.last().cloned().map(Blocker::Ahead);
+        }
+        let writer = ahead.iter().rev().find(|e| e.mode == LockMode::Exclusive);
+        if let Some(writer) = writer {
+            return Some(Blocker::Writer(writer.clone()));
+        }
+        let (Some(first), Some(last)) = (ahead.first(), ahead.last()) else {
+            return None;
+        };
+        let max = self.lease.max_holders();
+        match (ahead.len() as u64).cmp(&max) {
+            std::cmp::Ordering::Less => None,
+            std::cmp::Ordering::Equal => Some(Blocker::Count(first.clone())),
+            std::cmp::Ordering::Greater => Some(Blocker::Counted(last.clone())),
+        }
+    }
+
+    /// The keys of `line` granted now: always its first keys (a writer alone, or readers
+    /// up to the count before the first writer).
+    fn holders<'a>(&self, line: &'a [Entry]) -> &'a [Entry] {
+        let shared = |e: &Entry| e.mode == LockMode::Shared;
+        let max = self.lease.max_holders();
+        let shared_run = line.iter().take_while(|e| shared(e)).count() as u64;
+        let held = match line.first() {
+            None => 0,
+            Some(first) if !shared(first) => 1,
+            Some(_) => shared_run.min(max),
+        };
+        &line[..usize::try_from(held).unwrap_or(usize::MAX)]
     }
 
     /// A lease in `mode` now, or a denial that leaves nothing behind: a try never queues.
@@ -155,13 +238,12 @@ impl EtcdRwLock {
 
     /// One ask: with `queue`, a refused caller's key stays as its place in line.
     ///
-    /// Round trips: a `LeaseGrant`, then one `Txn`. A queued ask's `Txn` creates the
-    /// key and reads the lock's keys at the same revision. A try's `Txn` creates the key
-    /// only if nothing would block it (no key at all for a writer, no writer key for a
-    /// reader), checking before creating so that a refused try never writes a key (the
-    /// check is a compare in the same `Txn`, so it costs no round trip); a refused try
-    /// then revokes its unused etcd lease (a third round trip, and a fourth reads the
-    /// blocker's time left for `retry_after`).
+    /// Round trips: a `LeaseGrant` and one `Txn` for a queued ask, which creates the key
+    /// (unless the owner has one) and reads the line at the same revision. A try reads
+    /// the line beside its `LeaseGrant`, then creates the key only if nothing would block
+    /// it, in a `Txn` requiring the line unchanged since the read, so a refused try never
+    /// writes a key; a refused try revokes its unused etcd lease and reads the blocker's
+    /// time left for `retry_after`.
     pub(crate) async fn enter(
         &self,
         request: &LeaseRequest<'_>,
@@ -169,8 +251,17 @@ impl EtcdRwLock {
         queue: bool,
     ) -> Result<Entered, Error> {
         let ttl = checked(request, true)?;
-        let (lease, lease_ttl) = self.kv.new_lease(ttl).await?;
-        let entered = self.enter_on(request, mode, queue, lease, lease_ttl).await;
+        let read = async {
+            if queue {
+                Ok(None)
+            } else {
+                self.line(request.key).await.map(Some)
+            }
+        };
+        let ((lease, lease_ttl), read) = tokio::try_join!(self.kv.new_lease(ttl), read)?;
+        let entered = self
+            .enter_on(request, mode, queue, (lease, lease_ttl), read)
+            .await;
         if !matches!(&entered, Ok(e) if e.acquired.grant.is_some() || e.waiting.is_some()) {
             self.kv.revoke(lease).await;
         }
@@ -182,161 +273,231 @@ impl EtcdRwLock {
         request: &LeaseRequest<'_>,
         mode: LockMode,
         queue: bool,
-        lease: i64,
-        lease_ttl: Ticks,
+        (lease, lease_ttl): (i64, Ticks),
+        mut read: Option<Line>,
     ) -> Result<Entered, Error> {
         let (key, owner) = (request.key, request.owner);
-        let mine = self.owner_key(key, owner, mode);
+        let mine = self.owner_key(key, owner);
         let lock = self.lock_prefix(key);
+        let put = TxnOp::put(
+            mine.clone(),
+            value(1, &head(mode, TOKEN_AT_CREATE), owner),
+            Some(PutOptions::new().with_lease(lease)),
+        );
         for _ in 0..ATTEMPTS {
-            let mut when = vec![
-                absent(self.owner_key(key, owner, LockMode::Shared)),
-                absent(self.owner_key(key, owner, LockMode::Exclusive)),
-            ];
-            if !queue {
-                let blocking = match mode {
-                    LockMode::Exclusive => lock.clone(),
-                    _ => self.mode_prefix(key, LockMode::Exclusive),
-                };
-                when.push(absent(blocking.clone()).with_range(prefix_end(&blocking)));
-            }
-            let put = TxnOp::put(
-                mine.clone(),
-                value(1, owner),
-                Some(PutOptions::new().with_lease(lease)),
-            );
-            let read = TxnOp::get(lock.clone(), Some(GetOptions::new().with_prefix()));
-            let then = if queue {
-                vec![put, read.clone()]
-            } else {
-                vec![put]
-            };
-            let txn = Txn::new().when(when).and_then(then).or_else([read]);
-            let response = self.kv.client().txn(txn).await?;
-            let revision = response.header().map_or(0, |h| h.revision());
-            let entries = match response.op_responses().into_iter().last() {
-                Some(TxnOpResponse::Get(got)) => entries(&lock, got.kvs())?,
-                _ => Vec::new(),
-            };
-            if response.succeeded() && !queue {
-                let grant = Grant::new(to_token(revision), expiry_in(lease_ttl), 1);
-                return Ok(granted(grant, &entries, mode, lease_ttl));
-            }
-            if response.succeeded() {
-                let me = (entries.iter()).find(|e| e.slot.key == mine).cloned();
-                let me = me.ok_or_else(|| corrupt(&mine, "created but not read back"))?;
-                return Ok(self.placed(me, &entries, lease, lease_ttl, revision));
-            }
-            let own = entries.iter().find(|e| e.slot.owner == owner).cloned();
-            let Some(own) = own else {
-                if queue {
-                    // The owner's key went between the compare and the read: ask again.
-                    continue;
-                }
-                // Refused: the blocker is the latest key that would be ahead of a new one.
-                let blocker = entries.iter().rev().find(|e| blocks(mode, e.mode));
-                return self.refused(blocker, &entries).await;
-            };
-            if own.mode == LockMode::Shared && mode == LockMode::Exclusive {
-                // An upgrade: refused, never queued (see the type's documentation).
-                return self.refused(None, &entries).await;
-            }
-            let blocker = blocker_of(&entries, &own).cloned();
-            if blocker.is_some() && !queue {
-                // The owner's own place, kept by an earlier call: a try does not use it.
-                return self.refused(blocker.as_ref(), &entries).await;
-            }
-            // Re-entry (holds + 1) on the new lease; an earlier call's place is taken
-            // over as it is (its holds say how many grants it stands for).
-            let holds = if blocker.is_some() {
-                own.slot.holds
-            } else {
-                one_more(&own.slot)?
-            };
-            if !self.kv.rewrite(&own.slot, holds, lease).await? {
-                continue;
-            }
-            self.kv.revoke(own.slot.lease).await;
-            let mut own = own;
-            own.slot.holds = holds;
-            return Ok(match blocker {
+            let (line, created) = match read.take() {
+                Some(line) => (line, false),
+                None if !queue => (self.line(key).await?, false),
                 None => {
-                    let grant = Grant::new(own.slot.token, expiry_in(lease_ttl), holds);
-                    granted(grant, &entries, own.mode, lease_ttl)
+                    let read = TxnOp::get(lock.clone(), Some(GetOptions::new().with_prefix()));
+                    let txn = Txn::new()
+                        .when([Compare::create_revision(mine.clone(), CompareOp::Equal, 0)])
+                        .and_then([put.clone(), read.clone()])
+                        .or_else([read]);
+                    let response = self.kv.client().txn(txn).await?;
+                    (line_of(&lock, &response)?, response.succeeded())
                 }
-                Some(_) => self.placed(own, &entries, lease, lease_ttl, revision),
-            });
+            };
+            let own = line.entries.iter().position(|e| e.slot.owner == owner);
+            let answer = match own {
+                Some(i) if created => Some(self.placed(&line, i, lease, lease_ttl)),
+                Some(i) => {
+                    self.again(&line, &lock, i, (mode, queue), (lease, lease_ttl))
+                        .await?
+                }
+                // The owner's key went between the compare and the read: ask again.
+                None if queue => None,
+                None => {
+                    self.new_key(&line, &lock, put.clone(), mode, lease_ttl)
+                        .await?
+                }
+            };
+            if let Some(answer) = answer {
+                return Ok(answer);
+            }
         }
         Err(Error::Contended)
     }
 
-    /// The answer for the caller's key `me` among `entries`: granted, or its place.
-    fn placed(
+    /// A try by an owner with no key: refused, or the key created if the line is
+    /// unchanged since read (`None`: it changed, read again).
+    async fn new_key(
         &self,
-        me: Entry,
-        entries: &[Entry],
-        lease: i64,
+        line: &Line,
+        lock: &[u8],
+        put: TxnOp,
+        mode: LockMode,
         lease_ttl: Ticks,
-        revision: i64,
-    ) -> Entered {
-        let Some(blocker) = blocker_of(entries, &me).cloned() else {
-            let grant = Grant::new(me.slot.token, expiry_in(lease_ttl), me.slot.holds);
-            return granted(grant, entries, me.mode, lease_ttl);
+    ) -> Result<Option<Entered>, Error> {
+        if let Some(blocker) = self.blocker(&line.entries, mode) {
+            return self.refused(Some(blocker.entry()), line).await.map(Some);
+        }
+        let Some(token) = self.put_if_unchanged(lock, line, put).await? else {
+            return Ok(None);
         };
-        let ahead = entries.iter().filter(|e| e.slot.token < me.slot.token);
-        let place = Place::new(me.slot.token, ahead.count() as u64, expiry_in(lease_ttl));
-        let decision = Decision::deny(MAX_LEASES, 0, None, lease_ttl);
+        let holders = self.holders(&line.entries).len() + 1;
+        let grant = Grant::new(token, expiry_in(lease_ttl), 1);
+        Ok(Some(self.granted(grant, mode, holders, lease_ttl)))
+    }
+
+    /// The owner asks again with its key `line.entries[i]`: re-entry (or, in line, its
+    /// place kept), or an upgrade of a sole reader; `None` if its key changed since read.
+    async fn again(
+        &self,
+        line: &Line,
+        lock: &[u8],
+        i: usize,
+        (mode, queue): (LockMode, bool),
+        (lease, lease_ttl): (i64, Ticks),
+    ) -> Result<Option<Entered>, Error> {
+        let own = &line.entries[i];
+        let blocker = self.blocker(&line.entries[..i], own.mode);
+        if own.mode == LockMode::Shared && mode == LockMode::Exclusive {
+            let holders = self.holders(&line.entries);
+            let other = holders.iter().find(|e| e.place != own.place);
+            return match other.or(blocker.as_ref().map(Blocker::entry)) {
+                // Never queued: two readers each waiting for the other would wait forever.
+                Some(other) => self.refused(Some(other), line).await.map(Some),
+                None => self.upgrade(line, lock, own, (lease, lease_ttl)).await,
+            };
+        }
+        if let (Some(blocker), false) = (&blocker, queue) {
+            // The owner's own place, kept by an earlier call: a try does not use it.
+            return self.refused(Some(blocker.entry()), line).await.map(Some);
+        }
+        // An earlier call's place is taken over as it is (its holds say how many grants
+        // it stands for).
+        let holds = match blocker {
+            Some(_) => own.slot.holds,
+            None => one_more(&own.slot)?,
+        };
+        if !self.kv.rewrite(&own.slot, holds, lease).await? {
+            return Ok(None);
+        }
+        self.kv.revoke(own.slot.lease).await;
+        let mut own = own.clone();
+        own.slot.holds = holds;
+        own.slot.lease = lease;
+        let mut line_now = line.entries.clone();
+        line_now[i] = own;
+        let line = Line {
+            entries: line_now,
+            revision: line.revision,
+        };
+        Ok(Some(self.placed(&line, i, lease, lease_ttl)))
+    }
+
+    /// The sole holder `own`, a reader, made a writer with holds + 1 on `lease` if the
+    /// line is unchanged since read: its token is the write's revision.
+    async fn upgrade(
+        &self,
+        line: &Line,
+        lock: &[u8],
+        own: &Entry,
+        (lease, lease_ttl): (i64, Ticks),
+    ) -> Result<Option<Entered>, Error> {
+        let holds = one_more(&own.slot)?;
+        let mut up = own.slot.clone();
+        up.head = head(LockMode::Exclusive, TOKEN_AT_WRITE);
+        let put = TxnOp::put(
+            up.key.clone(),
+            up.value(holds),
+            Some(PutOptions::new().with_lease(lease)),
+        );
+        let Some(token) = self.put_if_unchanged(lock, line, put).await? else {
+            return Ok(None);
+        };
+        self.kv.revoke(own.slot.lease).await;
+        let grant = Grant::new(token, expiry_in(lease_ttl), holds);
+        Ok(Some(self.granted(grant, LockMode::Exclusive, 1, lease_ttl)))
+    }
+
+    /// Runs `put` if no key of the lock `lock` was created or changed since `line` was
+    /// read (keys deleted since only let more in): the write's revision, or `None`.
+    async fn put_if_unchanged(
+        &self,
+        lock: &[u8],
+        line: &Line,
+        put: TxnOp,
+    ) -> Result<Option<u64>, Error> {
+        let after = line.revision.saturating_add(1);
+        let unchanged = Compare::mod_revision(lock.to_vec(), CompareOp::Less, after)
+            .with_range(prefix_end(lock));
+        let txn = Txn::new().when([unchanged]).and_then([put]);
+        let response = self.kv.client().txn(txn).await?;
+        let revision = response.header().map_or(0, |h| h.revision());
+        Ok(response.succeeded().then_some(to_token(revision)))
+    }
+
+    /// The answer for the caller's key `line.entries[i]`: granted, or its place.
+    fn placed(&self, line: &Line, i: usize, lease: i64, lease_ttl: Ticks) -> Entered {
+        let me = &line.entries[i];
+        let Some(blocker) = self.blocker(&line.entries[..i], me.mode) else {
+            let grant = Grant::new(me.slot.token, expiry_in(lease_ttl), me.slot.holds);
+            let holders = self.holders(&line.entries).len();
+            return self.granted(grant, me.mode, holders, lease_ttl);
+        };
+        let place = Place::new(me.place, i as u64, expiry_in(lease_ttl));
+        let max = self.lease.max_holders();
+        let decision = Decision::deny(max, 0, None, lease_ttl);
         Entered {
             acquired: RwAcquired::new(decision, None, Some(place)),
             waiting: Some(Waiting {
-                mine: me,
+                mine: me.clone(),
                 lease,
                 lease_ttl,
                 blocker,
-                revision,
+                revision: line.revision,
+                touch: me.mode == LockMode::Shared && i as u64 >= max,
             }),
         }
     }
 
-    /// A denial with no place: `retry_after` is the time `blocker`'s etcd lease has left
-    /// (none when nothing but the caller's own lease blocks it).
-    async fn refused(&self, blocker: Option<&Entry>, entries: &[Entry]) -> Result<Entered, Error> {
+    /// A grant in `mode` with `holders` holding (the caller's included) for `ttl`.
+    fn granted(&self, grant: Grant, mode: LockMode, holders: usize, ttl: Ticks) -> Entered {
+        let max = self.lease.max_holders();
+        let remaining = match mode {
+            LockMode::Exclusive => 0,
+            _ => max.saturating_sub(holders as u64),
+        };
+        let decision = Decision::admit(max, remaining, ttl, 0);
+        Entered {
+            acquired: RwAcquired::new(decision, Some(grant), None),
+            waiting: None,
+        }
+    }
+
+    /// A denial with no place: `retry_after` is the time `blocker`'s etcd lease has left.
+    async fn refused(&self, blocker: Option<&Entry>, line: &Line) -> Result<Entered, Error> {
         let retry = match blocker {
             Some(b) => Some(self.kv.lease_left(b.slot.lease).await?),
             None => None,
         };
-        let reset = retry.unwrap_or(0);
-        let decision = Decision::deny(MAX_LEASES, remaining(entries), retry, reset);
+        let max = self.lease.max_holders();
+        let holders = self.holders(&line.entries);
+        let remaining = match holders.iter().any(|e| e.mode == LockMode::Exclusive) {
+            true => 0,
+            false => max.saturating_sub(holders.len() as u64),
+        };
+        let decision = Decision::deny(max, remaining, retry, retry.unwrap_or(0));
         Ok(Entered {
             acquired: RwAcquired::new(decision, None, None),
             waiting: None,
         })
     }
 
-    /// The owner's key on `key`, whichever its mode.
+    /// The owner's key on `key`, held or in line.
     async fn own(&self, request: &LeaseRequest<'_>) -> Result<Entry, Error> {
-        let mut txn = Vec::new();
-        for mode in [LockMode::Shared, LockMode::Exclusive] {
-            txn.push(TxnOp::get(
-                self.owner_key(request.key, request.owner, mode),
-                None,
-            ));
-        }
-        let response = self.kv.client().txn(Txn::new().and_then(txn)).await?;
-        let lock = self.lock_prefix(request.key);
-        for got in response.op_responses() {
-            if let TxnOpResponse::Get(got) = got {
-                if let Some(own) = entries(&lock, got.kvs())?.pop() {
-                    return Ok(own);
-                }
-            }
-        }
-        Err(sluicegate_core::LeaseError::NotHeld.into())
+        let got = (self.kv.client())
+            .get(self.owner_key(request.key, request.owner), None)
+            .await?;
+        let own = entries(&self.lock_prefix(request.key), got.kvs())?.pop();
+        Ok(own.ok_or(LeaseError::NotHeld)?)
     }
 
     /// Releases the owner's lease once; it is freed when released as often as acquired.
     ///
-    /// Round trips: a `Txn` reading the owner's key, a `Txn` deleting it if unchanged
+    /// Round trips: a `Range` reading the owner's key, a `Txn` deleting it if unchanged
     /// (this wakes the next waiter), a `LeaseRevoke` (or, with holds left, a `Txn`
     /// rewriting it and a `LeaseTimeToLive`).
     pub async fn release(&self, request: &LeaseRequest<'_>) -> Result<Grant, Error> {
@@ -363,13 +524,45 @@ impl EtcdRwLock {
         Err(Error::Contended)
     }
 
-    /// The lock's keys, oldest first.
-    pub(crate) async fn entries(&self, key: &[u8]) -> Result<Vec<Entry>, Error> {
+    /// Turns the owner's held lease into a shared one, keeping its token, holds and etcd
+    /// lease (a shared lease stays as it is); the readers waiting for it are granted.
+    /// A key still in line is not held ([`LeaseError::NotHeld`]).
+    ///
+    /// Round trips: a `Range` reading the line, a `Txn` rewriting the key if unchanged,
+    /// a `LeaseTimeToLive` for the grant's expiry.
+    pub async fn downgrade(&self, request: &LeaseRequest<'_>) -> Result<Grant, Error> {
+        checked(request, false)?;
+        for _ in 0..ATTEMPTS {
+            let line = self.line(request.key).await?;
+            let entries = &line.entries;
+            let i = entries.iter().position(|e| e.slot.owner == request.owner);
+            let i = i.ok_or(LeaseError::NotHeld)?;
+            if self.blocker(&entries[..i], entries[i].mode).is_some() {
+                return Err(LeaseError::NotHeld.into());
+            }
+            let own = &entries[i].slot;
+            let mut down = own.clone();
+            down.head = head(LockMode::Shared, own.token);
+            if entries[i].mode == LockMode::Shared
+                || self.kv.rewrite(&down, own.holds, own.lease).await?
+            {
+                let left = self.kv.lease_left(own.lease).await?;
+                return Ok(Grant::new(own.token, expiry_in(left), own.holds));
+            }
+        }
+        Err(Error::Contended)
+    }
+
+    /// The lock's keys, oldest first, and the revision read at.
+    pub(crate) async fn line(&self, key: &[u8]) -> Result<Line, Error> {
         let lock = self.lock_prefix(key);
         let got = (self.kv.client())
             .get(lock.clone(), Some(GetOptions::new().with_prefix()))
             .await?;
-        entries(&lock, got.kvs())
+        Ok(Line {
+            entries: entries(&lock, got.kvs())?,
+            revision: got.header().map_or(0, |h| h.revision()),
+        })
     }
 
     /// The lock as the core describes it: the granted keys as holders, the others as the
@@ -377,20 +570,23 @@ impl EtcdRwLock {
     /// (this process's clock plus the time etcd says it has left), built in the core's
     /// canonical encoding and read back by its decoder; `None` when no key is left.
     pub async fn state(&self, key: &[u8]) -> Result<Option<RwState>, Error> {
-        let entries = self.entries(key).await?;
-        if entries.is_empty() {
+        let line = self.line(key).await?.entries;
+        if line.is_empty() {
             return Ok(None);
         }
         let (mut holders, mut waiters) = (Vec::new(), Vec::new());
-        for e in &entries {
+        let held = self.holders(&line).len();
+        for (i, e) in line.iter().enumerate() {
             let expires = expiry_in(self.kv.lease_left(e.slot.lease).await?);
             let code = u64::from(e.mode == LockMode::Exclusive);
-            if blocker_of(&entries, e).is_none() {
+            if i < held {
                 holders.push(([e.slot.token, expires, e.slot.holds, code], e));
             } else {
-                waiters.push(([e.slot.token, expires, code, 0], e));
+                waiters.push(([e.place, expires, code, 0], e));
             }
         }
+        // Holders in token order (an upgraded holder's token is above its place).
+        holders.sort_by_key(|(f, _)| f[0]);
         let last_token = holders.last().map_or(0, |(f, _)| f[0]);
         let last_place = waiters.last().map_or(0, |(f, _)| f[0]);
         // Version 1, tag 12 (the lock family), then each holder and waiter.
@@ -411,7 +607,7 @@ impl EtcdRwLock {
             }
             bytes.extend(&e.slot.owner);
         }
-        let state = self.lease().decode(&bytes).map_err(|e| Error::Corrupt {
+        let state = self.lease.decode(&bytes).map_err(|e| Error::Corrupt {
             key: self.lock_prefix(key),
             reason: e.to_string(),
         })?;
@@ -419,65 +615,82 @@ impl EtcdRwLock {
     }
 }
 
-/// A grant among `entries` for `ttl`: `remaining` the shared leases still free.
-fn granted(grant: Grant, entries: &[Entry], mode: LockMode, ttl: Ticks) -> Entered {
-    let remaining = match mode {
-        LockMode::Exclusive => 0,
-        _ => remaining(entries),
+/// The line a `Txn` read last, at the revision it ran at.
+fn line_of(lock: &[u8], response: &TxnResponse) -> Result<Line, Error> {
+    let entries = match response.op_responses().into_iter().last() {
+        Some(TxnOpResponse::Get(got)) => entries(lock, got.kvs())?,
+        _ => Vec::new(),
     };
-    let decision = Decision::admit(MAX_LEASES, remaining, ttl, 0);
-    Entered {
-        acquired: RwAcquired::new(decision, Some(grant), None),
-        waiting: None,
-    }
-}
-
-/// The shared leases still free: none while a writer holds.
-fn remaining(entries: &[Entry]) -> u64 {
-    let held = entries.iter().filter(|e| blocker_of(entries, e).is_none());
-    let held: Vec<_> = held.collect();
-    if held.iter().any(|e| e.mode == LockMode::Exclusive) {
-        return 0;
-    }
-    MAX_LEASES.saturating_sub(held.len() as u64)
-}
-
-/// Whether a key of mode `ahead` created before one of `mode` keeps it waiting.
-pub(crate) fn blocks(mode: LockMode, ahead: LockMode) -> bool {
-    mode == LockMode::Exclusive || ahead == LockMode::Exclusive
-}
-
-/// The key `me` waits for among `entries` (oldest first): the latest one before it that
-/// blocks it; `None` when it is granted.
-pub(crate) fn blocker_of<'a>(entries: &'a [Entry], me: &Entry) -> Option<&'a Entry> {
-    let ahead = entries.iter().take_while(|e| e.slot.token < me.slot.token);
-    ahead.filter(|e| blocks(me.mode, e.mode)).last()
+    let revision = response.header().map_or(0, |h| h.revision());
+    Ok(Line { entries, revision })
 }
 
 /// The lock's keys among `kvs` (read under `lock`, `PREFIX key/rw/`), oldest first: a key
-/// of a lock named under this one (`key/rw/x/…/rw/…`) is not one of them.
+/// of a lock named under this one (`key/rw/ab/rw/…`) is not one of them.
 pub(crate) fn entries(lock: &[u8], kvs: &[KeyValue]) -> Result<Vec<Entry>, Error> {
     let mut entries = Vec::new();
     for kv in kvs {
-        let Some(rest) = kv.key().strip_prefix(lock) else {
+        let Some(name) = kv.key().strip_prefix(lock) else {
             continue;
         };
-        let (mode, name) = match rest.split_at_checked(2) {
-            Some((b"s/", name)) => (LockMode::Shared, name),
-            Some((b"x/", name)) => (LockMode::Exclusive, name),
-            _ => continue,
-        };
-        if name.is_empty() || !name.iter().all(|b| b"0123456789abcdef".contains(b)) {
+        if let Some((b"s/" | b"x/", old)) = name.split_at_checked(2) {
+            if is_hex(old) {
+                let reason = "a key of the older layout (the mode in its name): release it \
+                              with the older client, or wait for its etcd lease to expire";
+                return Err(corrupt(kv.key(), reason));
+            }
+        }
+        if !is_hex(name) {
             continue;
         }
-        let slot = slot(kv)?;
-        if hex(&slot.owner) != name {
+        let entry = entry(kv)?;
+        if hex(&entry.slot.owner) != name {
             return Err(corrupt(kv.key(), "its owner is not the one its name says"));
         }
-        entries.push(Entry { mode, slot });
+        entries.push(entry);
     }
-    entries.sort_by_key(|e| e.slot.token);
+    entries.sort_by_key(|e| e.place);
     Ok(entries)
+}
+
+/// Reads one family key: its head is the mode and the token field, which the entry
+/// carries written out (a rewrite keeps the token, whichever revision it came from).
+fn entry(kv: &KeyValue) -> Result<Entry, Error> {
+    let mut slot = slot(kv, 9)?;
+    let mode = match slot.head[0] {
+        0 => LockMode::Shared,
+        1 => LockMode::Exclusive,
+        _ => {
+            return Err(corrupt(
+                kv.key(),
+                "its mode is neither shared nor exclusive",
+            ))
+        }
+    };
+    let mut field = [0; 8];
+    field.copy_from_slice(&slot.head[1..]);
+    slot.token = match u64::from_be_bytes(field) {
+        TOKEN_AT_CREATE => to_token(kv.create_revision()),
+        TOKEN_AT_WRITE => to_token(kv.mod_revision()),
+        token => token,
+    };
+    slot.head = head(mode, slot.token);
+    Ok(Entry {
+        mode,
+        place: to_token(kv.create_revision()),
+        slot,
+    })
+}
+
+/// The mode of a family key's value, if it reads as one.
+pub(crate) fn mode_of(kv: &KeyValue) -> Option<LockMode> {
+    entry(kv).ok().map(|e| e.mode)
+}
+
+/// A family key's head: its mode, then its token field.
+fn head(mode: LockMode, token: u64) -> Vec<u8> {
+    let code = u8::from(mode == LockMode::Exclusive);
+    [&[code][..], &token.to_be_bytes()].concat()
 }
 
 fn corrupt(key: &[u8], reason: &str) -> Error {
@@ -485,11 +698,6 @@ fn corrupt(key: &[u8], reason: &str) -> Error {
         key: key.to_vec(),
         reason: reason.to_owned(),
     }
-}
-
-/// A compare that `key` (or, with a range, every key in it) does not exist.
-fn absent(key: Vec<u8>) -> Compare {
-    Compare::create_revision(key, CompareOp::Equal, 0)
 }
 
 /// The end of the range of keys starting with `prefix` (it ends in `/`, so adding one to
@@ -502,11 +710,8 @@ pub(crate) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     end
 }
 
-fn mode_dir(mode: LockMode) -> &'static [u8] {
-    match mode {
-        LockMode::Exclusive => b"x/",
-        _ => b"s/",
-    }
+fn is_hex(name: &[u8]) -> bool {
+    !name.is_empty() && name.iter().all(|b| b"0123456789abcdef".contains(b))
 }
 
 /// Lowercase hexadecimal: owners are any bytes, key names stay unambiguous.

@@ -1,30 +1,27 @@
-//! Waiting in an etcd lock's line: a waiter watches its predecessor's key only, keeps
-//! its own key's etcd lease alive meanwhile, and gives its place up (revokes that lease,
-//! which deletes the key) when the wait ends without a grant, is cancelled or dropped.
+//! Waiting in an etcd lock's line: a waiter watches the one key that blocks it (or, first
+//! behind a full count, the lock's deletions), keeps its own key's etcd lease alive
+//! meanwhile, and gives its place up (revokes that lease, which deletes the key) when the
+//! wait ends without a grant, is cancelled or dropped.
 
 use std::future::Future;
 use std::time::Duration;
 
-use etcd_client::{
-    EventType, GetOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse, WatchOptions,
-    WatchStream,
-};
-use sluicegate_core::limits::MAX_LEASES;
+use etcd_client::{Event, EventType, WatchFilterType, WatchOptions, WatchStream};
 use sluicegate_core::rwlock::{LockMode, RwAcquired};
 use sluicegate_core::{Decision, Grant, LeaseRequest};
 use tokio::time::Instant;
 
 use crate::error::Error;
 use crate::kv::{expiry_in, Kv};
-use crate::rwlock::{entries, Entry, EtcdRwLock, Waiting};
+use crate::rwlock::{mode_of, prefix_end, Blocker, Entry, EtcdRwLock, Waiting};
 use crate::watch::KeepAlive;
 
-/// What a waiter learns when its predecessor has gone.
+/// What a waiter learns when what it watched has changed.
 enum Turn {
-    /// Nothing blocks it: granted.
-    Granted,
-    /// Another key ahead blocks it: watch that one from `revision`.
-    Behind(Entry, i64),
+    /// Nothing blocks it: granted (its key as read).
+    Granted(Entry),
+    /// Something still blocks it: watch that from `revision`.
+    Behind(Blocker, i64),
     /// Its own key is gone (its etcd lease lapsed): ask again.
     Lost,
 }
@@ -46,11 +43,10 @@ impl EtcdRwLock {
     /// `cancel` completes ([`Error::Cancelled`]).
     ///
     /// The ask creates the caller's key (its place: see [`EtcdRwLock`]); while blocked
-    /// it watches only its predecessor's key, from the revision it read at (no release
-    /// after the read is missed), and keeps its etcd lease alive every third of its ttl.
-    /// When the predecessor goes it reads once (a `Txn` reading its own key and the
-    /// latest key ahead that blocks it, `sort by create_revision desc, limit 1,
-    /// max_create_revision`): granted, or it watches that key. A wait that ends without
+    /// it watches only what blocks it, from the revision it read at (no release after
+    /// the read is missed), and keeps its etcd lease alive every third of its ttl. When
+    /// that changes it reads the line once (a `Range`): granted, or it watches what
+    /// blocks it now. A wait that ends without
     /// a grant (deadline, cancel, an error, or the future dropped) revokes its etcd lease,
     /// deleting its key, so it leaves no place behind (a drop revokes from a task on the
     /// current runtime; without one the place expires with its ttl).
@@ -79,7 +75,7 @@ impl EtcdRwLock {
             let mut held_until = asked + Duration::from_micros(ttl);
             let mut next_keep = Instant::now() + period;
             loop {
-                let mut watch = self.watch(&waiting).await?;
+                let mut watch = self.watch(request, &waiting).await?;
                 // Until the predecessor goes (or the watch is cancelled: read again).
                 loop {
                     tokio::select! {
@@ -89,7 +85,7 @@ impl EtcdRwLock {
                         }
                         () = sleep_until(deadline) => {
                             place.give_up().await;
-                            return self.timed_out(&waiting.blocker).await;
+                            return self.timed_out(waiting.blocker.entry()).await;
                         }
                         () = tokio::time::sleep_until(next_keep) => {
                             next_keep += period;
@@ -97,20 +93,25 @@ impl EtcdRwLock {
                                 held_until = until;
                             }
                         }
-                        gone = gone(self, &mut watch) => {
-                            gone?;
+                        moved = moved(self, &waiting.blocker, &mut watch) => {
+                            moved?;
                             break;
                         }
                     }
                 }
                 match self.turn(request, &waiting.mine).await? {
-                    Turn::Granted => {
+                    Turn::Granted(me) => {
+                        let mine = &me.slot;
+                        // The reader behind may be watching this key for its turn.
+                        if waiting.touch && !self.kv().rewrite(mine, mine.holds, mine.lease).await?
+                        {
+                            continue;
+                        }
                         place.lease = None;
                         let left = held_until.saturating_duration_since(Instant::now());
                         let left = u64::try_from(left.as_micros()).unwrap_or(u64::MAX);
-                        let mine = &waiting.mine.slot;
                         let grant = Grant::new(mine.token, expiry_in(left), mine.holds);
-                        let decision = Decision::admit(MAX_LEASES, 0, left, 0);
+                        let decision = Decision::admit(self.lease().max_holders(), 0, left, 0);
                         return Ok(RwAcquired::new(decision, Some(grant), None));
                     }
                     Turn::Behind(blocker, revision) => {
@@ -123,54 +124,41 @@ impl EtcdRwLock {
         }
     }
 
-    /// A watch on the waiter's predecessor's key alone, from after the revision read.
-    async fn watch(&self, waiting: &Waiting) -> Result<WatchStream, Error> {
+    /// A watch on what blocks the waiter, from after the revision read: one key, or the
+    /// lock's deletions for the first reader behind a full count.
+    async fn watch(
+        &self,
+        request: &LeaseRequest<'_>,
+        waiting: &Waiting,
+    ) -> Result<WatchStream, Error> {
         let options = WatchOptions::new().with_start_revision(waiting.revision.saturating_add(1));
-        let key = waiting.blocker.slot.key.clone();
+        let deletes = options.clone().with_filters([WatchFilterType::NoPut]);
+        let (key, options) = match &waiting.blocker {
+            Blocker::Ahead(e) => (e.slot.key.clone(), deletes),
+            Blocker::Writer(e) | Blocker::Counted(e) => (e.slot.key.clone(), options),
+            Blocker::Count(_) => {
+                let lock = self.lock_prefix(request.key);
+                let end = prefix_end(&lock);
+                (lock, deletes.with_range(end))
+            }
+        };
         Ok(self.kv().client().watch(key, Some(options)).await?)
     }
 
-    /// Where the waiter `mine` stands: one `Txn` reading its own key and the latest key
-    /// created before it that blocks it (for a reader, among the writers only).
+    /// Where the waiter `mine` stands: one `Range` reading the line.
     async fn turn(&self, request: &LeaseRequest<'_>, mine: &Entry) -> Result<Turn, Error> {
-        let lock = self.lock_prefix(request.key);
-        let blocking = match mine.mode {
-            LockMode::Exclusive => lock.clone(),
-            _ => self.mode_prefix(request.key, LockMode::Exclusive),
-        };
-        let before = GetOptions::new()
-            .with_prefix()
-            .with_max_create_revision(i64::try_from(mine.slot.token).unwrap_or(i64::MAX) - 1)
-            .with_sort(SortTarget::Create, SortOrder::Descend)
-            .with_limit(1);
-        let txn = Txn::new().and_then([
-            TxnOp::get(mine.slot.key.clone(), None),
-            TxnOp::get(blocking, Some(before)),
-        ]);
-        let response = self.kv().client().txn(txn).await?;
-        let revision = response.header().map_or(0, |h| h.revision());
-        let mut got = response.op_responses().into_iter().map(|r| match r {
-            TxnOpResponse::Get(got) => entries(&lock, got.kvs()),
-            _ => Ok(Vec::new()),
-        });
-        let own = got.next().transpose()?.unwrap_or_default();
-        if own.is_empty() {
-            return Ok(Turn::Lost);
-        }
-        let ahead = got.next().transpose()?.unwrap_or_default();
-        if let Some(blocker) = ahead.into_iter().next() {
-            return Ok(Turn::Behind(blocker, revision));
-        }
-        // The latest key ahead may be one of another lock named under this one, which
-        // `entries` leaves out: then read the whole line.
-        let line = self.entries(request.key).await?;
-        let me = line.iter().find(|e| e.slot.key == mine.slot.key);
-        let Some(me) = me else {
+        let line = self.line(request.key).await?;
+        let me = line
+            .entries
+            .iter()
+            .position(|e| e.slot.key == mine.slot.key);
+        let Some(i) = me else {
             return Ok(Turn::Lost);
         };
-        Ok(match crate::rwlock::blocker_of(&line, me) {
-            None => Turn::Granted,
-            Some(blocker) => Turn::Behind(blocker.clone(), revision),
+        let me = &line.entries[i];
+        Ok(match self.blocker(&line.entries[..i], me.mode) {
+            None => Turn::Granted(me.clone()),
+            Some(blocker) => Turn::Behind(blocker, line.revision),
         })
     }
 
@@ -178,18 +166,25 @@ impl EtcdRwLock {
     /// lease has left.
     async fn timed_out(&self, blocker: &Entry) -> Result<RwAcquired, Error> {
         let left = self.kv().lease_left(blocker.slot.lease).await?;
-        let decision = Decision::deny(MAX_LEASES, 0, Some(left), left);
+        let decision = Decision::deny(self.lease().max_holders(), 0, Some(left), left);
         Ok(RwAcquired::new(decision, None, None))
     }
 }
 
-/// Completes when the watched key is deleted (or the watch cancelled, or its stream
-/// ended); counts every event delivered as a wake.
-async fn gone(lock: &EtcdRwLock, watch: &mut WatchStream) -> Result<(), Error> {
+/// Completes when what `blocker` names has changed so as to perhaps let the waiter in (or
+/// the watch is cancelled, or its stream ended); counts every event delivered as a wake.
+async fn moved(lock: &EtcdRwLock, blocker: &Blocker, watch: &mut WatchStream) -> Result<(), Error> {
+    let lets_in = |event: &Event| match (blocker, event.event_type()) {
+        (_, EventType::Delete) | (Blocker::Counted(_), _) => true,
+        // A writer's key rewritten shared: downgraded.
+        (Blocker::Writer(_), EventType::Put) => {
+            event.kv().and_then(mode_of) == Some(LockMode::Shared)
+        }
+        _ => false,
+    };
     while let Some(response) = watch.message().await? {
         lock.woken(response.events().len());
-        let deleted = (response.events().iter()).any(|e| e.event_type() == EventType::Delete);
-        if deleted || response.canceled() {
+        if response.events().iter().any(lets_in) || response.canceled() {
             return Ok(());
         }
     }

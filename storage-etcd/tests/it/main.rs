@@ -4,3 +4,4 @@ mod latency;
 mod lock;
 mod rwlock;
 mod rwlock_load;
+mod rwlock_modes;

@@ -169,6 +169,12 @@ async fn grants_go_in_arrival_order() {
     assert_eq!(overtaking, 0, "{order:?}");
 }
 
+/// A writer's key for the owner `dead` as the family writes it: one hold, exclusive, the
+/// token its `create_revision`.
+pub(crate) fn dead_writer() -> Vec<u8> {
+    [&1u64.to_be_bytes()[..], &[1], &0u64.to_be_bytes(), b"dead"].concat()
+}
+
 /// A waiter whose process died (its key on a lease nobody keeps alive) blocks the line
 /// only until its lease expires.
 #[tokio::test]
@@ -178,9 +184,9 @@ async fn a_dead_waiter_blocks_no_longer_than_its_ttl() {
     // The key a waiter writes, as if it had asked and then died: a 1 s lease.
     let mut client = Client::connect([etcd.endpoint()], None).await.unwrap();
     let lease = client.lease_grant(1, None).await.unwrap().id();
-    let value = [&1u64.to_be_bytes()[..], b"dead"].concat();
+    let value = dead_writer();
     let options = PutOptions::new().with_lease(lease);
-    let dead = "t/job/rw/x/64656164";
+    let dead = "t/job/rw/64656164";
     client.put(dead, value, Some(options)).await.unwrap();
     let next = {
         let lock = lock.clone();

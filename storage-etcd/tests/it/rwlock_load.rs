@@ -8,8 +8,10 @@ use std::time::{Duration, Instant};
 
 use sluicegate_core::memory::{FencedResource, RwLeases};
 use sluicegate_core::rwlock::{LockMode, RwLease};
-use sluicegate_core::{LeaseRequest, SECOND};
+use sluicegate_core::{Concurrency, LeaseRequest, SECOND};
+use sluicegate_etcd::EtcdRwLock;
 use sluicegate_test_support::etcd::Etcd;
+use tokio::task::JoinHandle;
 
 use crate::rwlock::{ask, holding, rw, until_waiting, EXCLUSIVE, SHARED};
 
@@ -106,6 +108,33 @@ async fn no_writer_beside_another_holder_and_stale_writes_refused() {
     assert_eq!(resource.refused(), stale.load(Ordering::Relaxed));
 }
 
+/// `n` waiters queued on the lock `job` in `mode`, one after another, each releasing
+/// once granted and answering how many wakes it was delivered.
+async fn queue(lock: &EtcdRwLock, n: usize, mode: LockMode) -> Vec<JoinHandle<u64>> {
+    let mut tasks = Vec::new();
+    for i in 0..n {
+        let own = lock.clone().counted_apart();
+        tasks.push(tokio::spawn(async move {
+            let owner = format!("w{i}");
+            let ask = ask(&owner);
+            let granted = own.acquire(&ask, mode, Duration::from_secs(60)).await;
+            assert!(granted.unwrap().grant.is_some());
+            assert_eq!(own.release(&ask).await.unwrap().holds, 0);
+            own.wakes()
+        }));
+        until_waiting(lock, "job", i + 1).await;
+    }
+    tasks
+}
+
+async fn wakes_of(tasks: Vec<JoinHandle<u64>>) -> Vec<u64> {
+    let mut wakes = Vec::new();
+    for task in tasks {
+        wakes.push(task.await.unwrap());
+    }
+    wakes
+}
+
 /// Forty writers queue behind a holder; each holder hands over to the next: each
 /// release wakes one waiter only (one watch event each), not the whole line.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -113,28 +142,42 @@ async fn each_release_wakes_one_waiter() {
     const WAITERS: usize = 40;
     let etcd = Etcd::start();
     let lock = holding(&etcd, "first").await;
-    let mut tasks = Vec::new();
-    for i in 0..WAITERS {
-        let own = lock.clone().counted_apart();
-        tasks.push(tokio::spawn(async move {
-            let owner = format!("w{i}");
-            let ask = ask(&owner);
-            let granted = own.acquire(&ask, EXCLUSIVE, Duration::from_secs(60)).await;
-            assert!(granted.unwrap().grant.is_some());
-            assert_eq!(own.release(&ask).await.unwrap().holds, 0);
-            own.wakes()
-        }));
-        until_waiting(&lock, "job", i + 1).await;
-    }
+    let tasks = queue(&lock, WAITERS, EXCLUSIVE).await;
     assert_eq!(lock.release(&ask("first")).await.unwrap().holds, 0);
-    let mut wakes = Vec::new();
-    for task in tasks {
-        wakes.push(task.await.unwrap());
-    }
+    let wakes = wakes_of(tasks).await;
     let total: u64 = wakes.iter().sum();
     println!("{WAITERS} waiters, {WAITERS} releases: {total} wakes, per waiter {wakes:?}");
     assert!(wakes.iter().all(|&w| w == 1), "{wakes:?}");
     assert_eq!(total, WAITERS as u64);
+}
+
+/// Thirty readers queue on a counted lock of two held by two: each release wakes at
+/// most two waiters (the first behind the count, then the one behind it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_release_of_a_counted_lock_wakes_two_at_most() {
+    const WAITERS: usize = 30;
+    let etcd = Etcd::start();
+    let lock = rw(&etcd).await.counted(Concurrency::new(2).unwrap());
+    for owner in ["first", "second"] {
+        assert!(lock
+            .try_acquire(&ask(owner), SHARED)
+            .await
+            .unwrap()
+            .grant
+            .is_some());
+    }
+    let tasks = queue(&lock, WAITERS, SHARED).await;
+    for owner in ["first", "second"] {
+        assert_eq!(lock.release(&ask(owner)).await.unwrap().holds, 0);
+    }
+    let wakes = wakes_of(tasks).await;
+    let total: u64 = wakes.iter().sum();
+    let releases = WAITERS as u64 + 2;
+    println!("{WAITERS} waiters, {releases} releases: {total} wakes, per waiter {wakes:?}");
+    assert!(
+        total <= 2 * releases,
+        "{total} wakes for {releases} releases"
+    );
 }
 
 /// The arrivals of the differential: while `h` holds exclusively, these owners ask in
@@ -182,15 +225,27 @@ fn steps_from(
 
 #[test]
 fn the_same_grant_order_as_the_memory_host() {
-    let memory = memory_steps();
+    let memory = memory_steps(RwLease::read_write().fair());
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let etcd = runtime.block_on(etcd_steps());
+    let etcd = runtime.block_on(etcd_steps(None));
     assert_eq!(etcd, memory);
     assert!(memory.len() >= 6, "{memory:?}");
 }
 
-fn memory_steps() -> Steps {
-    let lock = RwLeases::new(RwLease::read_write().fair());
+/// The same on a counted lock of two, where readers also wait for the count.
+#[test]
+fn the_same_counted_grant_order_as_the_memory_host() {
+    let two = Concurrency::new(2).unwrap();
+    let memory = memory_steps(RwLease::counted(two).fair());
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let etcd = runtime.block_on(etcd_steps(Some(two)));
+    assert_eq!(etcd, memory);
+    assert!(memory.iter().all(|step| step.len() <= 2), "{memory:?}");
+    assert!(memory.len() >= 8, "{memory:?}");
+}
+
+fn memory_steps(lease: RwLease) -> Steps {
+    let lock = RwLeases::new(lease);
     let first = lock.try_acquire(b"h", EXCLUSIVE, 30 * SECOND).unwrap();
     let (granted_tx, granted) = std::sync::mpsc::channel();
     std::thread::scope(|scope| {
@@ -224,9 +279,16 @@ fn memory_steps() -> Steps {
     })
 }
 
-async fn etcd_steps() -> Steps {
+async fn etcd_steps(counted: Option<Concurrency>) -> Steps {
     let etcd = Etcd::start();
-    let lock = holding(&etcd, "h").await;
+    let lock = rw(&etcd).await;
+    let lock = counted.map_or(lock.clone(), |c| lock.counted(c));
+    assert!(lock
+        .try_acquire(&ask("h"), EXCLUSIVE)
+        .await
+        .unwrap()
+        .grant
+        .is_some());
     let (granted_tx, granted) = std::sync::mpsc::channel();
     let mut releases = std::collections::BTreeMap::new();
     for (i, (owner, mode)) in SCRIPT.into_iter().enumerate() {
