@@ -8,7 +8,7 @@ use std::sync::Arc;
 use etcd_client::{
     Compare, CompareOp, GetOptions, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse,
 };
-use sluicegate_core::rwlock::{LockMode, Place, RwAcquired, RwLease, RwState};
+use sluicegate_core::rwlock::{LockMode, Place, RwAcquired, RwLease, RwState, MAX_WAITERS};
 use sluicegate_core::{Concurrency, Decision, Grant, LeaseError, LeaseRequest, Ticks};
 
 use crate::error::Error;
@@ -38,11 +38,13 @@ const TOKEN_AT_WRITE: u64 = u64::MAX;
 ///
 /// A blocked waiter watches one thing, from the revision it read at (no change after the
 /// read is missed): a writer its predecessor's key; a reader the latest writer's key
-/// ahead of it (whose release or downgrade grants every reader behind it); a reader held
-/// back by the count its predecessor's key, except the first such reader, which watches
-/// the lock's deletions (any holder's release lets it in). A reader granted after it
-/// queued behind a full count rewrites its key once, so the reader behind it takes over
-/// that watch. A release wakes one waiter (two on a counted lock).
+/// ahead of it (whose release or downgrade lets in the readers behind it, up to the
+/// count); a reader past the count its predecessor's key, except the first reader behind
+/// a full count of holders, which watches the lock's deletions (any holder's release
+/// lets it in). A reader granted after it queued past the count rewrites its key once,
+/// so the reader behind it moves up. A release wakes only waiters it may let in: the next
+/// writer, the readers behind a writer up to the count, or the first reader behind a
+/// full count (and, once granted, the one behind it).
 ///
 /// **Fencing token**: the key's `create_revision`. etcd's revision counts every write to
 /// the cluster and never goes back, and every key granted before a writer was created
@@ -51,11 +53,13 @@ const TOKEN_AT_WRITE: u64 = u64::MAX;
 ///
 /// **Reentrancy**: an owner holds one key per lock; asking again in the same mode, or
 /// asking to read while it writes, re-enters it (holds + 1, a new etcd lease of the
-/// ttl). A reader asking to write is **upgraded only as the sole holder**, in a
-/// transaction requiring the line unchanged since it was read; its new token is that
-/// write's revision, above every token granted before. With another holder it is
-/// refused and never queued. [`downgrade`](Self::downgrade) turns a writer into a
-/// reader, which wakes the readers waiting for it.
+/// ttl); a key in line asked again keeps its place in the mode asked. A reader asking to
+/// write is **upgraded only alone in line** (the core asks only that it hold alone:
+/// here a waiter's token is its creation, which would be below the upgrade's), in a
+/// transaction requiring the line and its key unchanged since read; its new token is
+/// that write's revision, above every token granted before. Otherwise it is refused and
+/// never queued. [`downgrade`](Self::downgrade) turns a writer into a reader, which
+/// wakes the readers waiting for it.
 ///
 /// A dead waiter drops out when its etcd lease expires (its ttl): the waiters' keep-alive
 /// runs while they wait. [`state`](Self::state) reads at most `max_holders` holders and
@@ -84,8 +88,8 @@ pub(crate) enum Blocker {
     Ahead(Entry),
     /// A reader: the latest writer ahead of it, until deleted or downgraded.
     Writer(Entry),
-    /// A reader behind another held back by the count: that one, until it changes (a
-    /// grant rewrites it) or goes.
+    /// A reader past the count (behind a full count of holders, or of readers behind a
+    /// writer): the key just ahead of it, until it changes (a grant rewrites it) or goes.
     Counted(Entry),
     /// The first reader held back by the count: any deletion in the lock (the entry is the
     /// oldest holder, whose expiry is the earliest retry).
@@ -198,14 +202,20 @@ impl EtcdRwLock {
         if mode == LockMode::Exclusive {
             return ahead.last().cloned().map(Blocker::Ahead);
         }
-        let writer = ahead.iter().rev().find(|e| e.mode == LockMode::Exclusive);
-        if let Some(writer) = writer {
-            return Some(Blocker::Writer(writer.clone()));
-        }
         let (Some(first), Some(last)) = (ahead.first(), ahead.last()) else {
             return None;
         };
         let max = self.lease.max_holders();
+        if let Some(w) = ahead.iter().rposition(|e| e.mode == LockMode::Exclusive) {
+            // The writer's going lets in at most the count behind it: those past it wait
+            // on their predecessor instead.
+            let between = (ahead.len() - w - 1) as u64;
+            return Some(if between < max {
+                Blocker::Writer(ahead[w].clone())
+            } else {
+                Blocker::Counted(last.clone())
+            });
+        }
         match (ahead.len() as u64).cmp(&max) {
             std::cmp::Ordering::Less => None,
             std::cmp::Ordering::Equal => Some(Blocker::Count(first.clone())),
@@ -332,7 +342,7 @@ impl EtcdRwLock {
         if let Some(blocker) = self.blocker(&line.entries, mode) {
             return self.refused(Some(blocker.entry()), line).await.map(Some);
         }
-        let Some(token) = self.put_if_unchanged(lock, line, put).await? else {
+        let Some(token) = self.put_if_unchanged(lock, line, [], put).await? else {
             return Ok(None);
         };
         let holders = self.holders(&line.entries).len() + 1;
@@ -340,48 +350,67 @@ impl EtcdRwLock {
         Ok(Some(self.granted(grant, mode, holders, lease_ttl)))
     }
 
-    /// The owner asks again with its key `line.entries[i]`: re-entry (or, in line, its
-    /// place kept), or an upgrade of a sole reader; `None` if its key changed since read.
+    /// The owner asks again with its key `line.entries[i]`: re-entry, an upgrade of a
+    /// reader alone in line, or (queued) its place kept in the mode asked now; `None` if
+    /// its key changed since read.
     async fn again(
         &self,
         line: &Line,
         lock: &[u8],
         i: usize,
         (mode, queue): (LockMode, bool),
-        (lease, lease_ttl): (i64, Ticks),
+        lease: (i64, Ticks),
     ) -> Result<Option<Entered>, Error> {
         let own = &line.entries[i];
-        let blocker = self.blocker(&line.entries[..i], own.mode);
-        if own.mode == LockMode::Shared && mode == LockMode::Exclusive {
-            let holders = self.holders(&line.entries);
-            let other = holders.iter().find(|e| e.place != own.place);
-            return match other.or(blocker.as_ref().map(Blocker::entry)) {
-                // Never queued: two readers each waiting for the other would wait forever.
+        let Some(blocker) = self.blocker(&line.entries[..i], own.mode) else {
+            if own.mode == LockMode::Exclusive || mode == LockMode::Shared {
+                // Re-entry, a writer asking to read included.
+                let holds = one_more(&own.slot)?;
+                return self.rewritten(line, i, own.mode, holds, lease).await;
+            }
+            // Upgraded only alone in line: a waiter's token is its creation, which would
+            // be below the upgrade's. Never queued: two readers each waiting for the other
+            // to leave would wait forever.
+            return match line.entries.iter().find(|e| e.place != own.place) {
                 Some(other) => self.refused(Some(other), line).await.map(Some),
-                None => self.upgrade(line, lock, own, (lease, lease_ttl)).await,
+                None => self.upgrade(line, lock, own, lease).await,
             };
-        }
-        if let (Some(blocker), false) = (&blocker, queue) {
+        };
+        if !queue {
             // The owner's own place, kept by an earlier call: a try does not use it.
             return self.refused(Some(blocker.entry()), line).await.map(Some);
         }
-        // An earlier call's place is taken over as it is (its holds say how many grants
-        // it stands for).
-        let holds = match blocker {
-            Some(_) => own.slot.holds,
-            None => one_more(&own.slot)?,
-        };
-        if !self.kv.rewrite(&own.slot, holds, lease).await? {
+        // The place is taken over as it is (its holds say how many grants it stands for),
+        // in the mode asked now, as the core does.
+        self.rewritten(line, i, mode, own.slot.holds, lease).await
+    }
+
+    /// The owner's key `line.entries[i]` rewritten in `mode` with `holds` on the new
+    /// lease if unchanged since read (`None`: it changed), and the answer for it.
+    async fn rewritten(
+        &self,
+        line: &Line,
+        i: usize,
+        mode: LockMode,
+        holds: u64,
+        (lease, lease_ttl): (i64, Ticks),
+    ) -> Result<Option<Entered>, Error> {
+        let own = &line.entries[i];
+        let mut slot = own.slot.clone();
+        slot.head = head(mode, own.slot.token);
+        if !self.kv.rewrite(&slot, holds, lease).await? {
             return Ok(None);
         }
         self.kv.revoke(own.slot.lease).await;
-        let mut own = own.clone();
-        own.slot.holds = holds;
-        own.slot.lease = lease;
-        let mut line_now = line.entries.clone();
-        line_now[i] = own;
+        (slot.holds, slot.lease) = (holds, lease);
+        let mut entries = line.entries.clone();
+        entries[i] = Entry {
+            mode,
+            place: own.place,
+            slot,
+        };
         let line = Line {
-            entries: line_now,
+            entries,
             revision: line.revision,
         };
         Ok(Some(self.placed(&line, i, lease, lease_ttl)))
@@ -404,7 +433,10 @@ impl EtcdRwLock {
             up.value(holds),
             Some(PutOptions::new().with_lease(lease)),
         );
-        let Some(token) = self.put_if_unchanged(lock, line, put).await? else {
+        // Its own key unchanged too: gone since the read (expired), it would come back
+        // at the back of the line behind whoever was granted meanwhile.
+        let same = Compare::mod_revision(up.key.clone(), CompareOp::Equal, up.mod_revision);
+        let Some(token) = self.put_if_unchanged(lock, line, [same], put).await? else {
             return Ok(None);
         };
         self.kv.revoke(own.slot.lease).await;
@@ -413,17 +445,22 @@ impl EtcdRwLock {
     }
 
     /// Runs `put` if no key of the lock `lock` was created or changed since `line` was
-    /// read (keys deleted since only let more in): the write's revision, or `None`.
-    async fn put_if_unchanged(
+    /// read (keys deleted since only let more in) and `also` holds: the write's revision,
+    /// or `None`. Any write in the lock's range fails it, a holder's renewal included:
+    /// the caller reads again, [`Error::Contended`] after a few attempts.
+    async fn put_if_unchanged<const N: usize>(
         &self,
         lock: &[u8],
         line: &Line,
+        also: [Compare; N],
         put: TxnOp,
     ) -> Result<Option<u64>, Error> {
         let after = line.revision.saturating_add(1);
         let unchanged = Compare::mod_revision(lock.to_vec(), CompareOp::Less, after)
             .with_range(prefix_end(lock));
-        let txn = Txn::new().when([unchanged]).and_then([put]);
+        let txn = Txn::new()
+            .when([&[unchanged][..], &also].concat())
+            .and_then([put]);
         let response = self.kv.client().txn(txn).await?;
         let revision = response.header().map_or(0, |h| h.revision());
         Ok(response.succeeded().then_some(to_token(revision)))
@@ -587,6 +624,7 @@ impl EtcdRwLock {
         }
         // Holders in token order (an upgraded holder's token is above its place).
         holders.sort_by_key(|(f, _)| f[0]);
+        waiters.truncate(usize::try_from(MAX_WAITERS).unwrap_or(usize::MAX));
         let last_token = holders.last().map_or(0, |(f, _)| f[0]);
         let last_place = waiters.last().map_or(0, |(f, _)| f[0]);
         // Version 1, tag 12 (the lock family), then each holder and waiter.

@@ -1,5 +1,6 @@
 //! The lock family's changes of mode and counts on a real etcd: a sole reader's upgrade,
-//! a writer's downgrade, counted locks, and keys of the older layout.
+//! a writer's downgrade, a place asked again in another mode, counted locks and whom
+//! their releases wake, and keys of the older layout.
 
 use std::time::Duration;
 
@@ -118,9 +119,10 @@ async fn a_counted_lock_holds_its_count_and_grants_in_order() {
     let full = lock.try_acquire(&ask("c"), SHARED).await.unwrap();
     assert!(full.grant.is_none() && full.place.is_none());
     assert!(full.decision.retry_after.is_some());
-    let line = [waiter(&lock, "r1", SHARED), waiter(&lock, "r2", SHARED)];
+    let r1 = waiter(&lock, "r1", SHARED);
+    until_waiting(&lock, "job", 1).await;
+    let r2 = waiter(&lock, "r2", SHARED);
     until_waiting(&lock, "job", 2).await;
-    let [r1, r2] = line;
     // A newcomer does not overtake the line, even as a holder leaves.
     assert_eq!(lock.release(&ask("a")).await.unwrap().holds, 0);
     let r1 = r1.await.unwrap().unwrap();
@@ -161,4 +163,95 @@ async fn a_key_of_the_older_layout_is_an_error() {
         .ttl(other.ttl);
     let mislabelled = lock.try_acquire(&other, SHARED).await.unwrap_err();
     assert!(matches!(mislabelled, Error::Corrupt { .. }));
+}
+
+/// A sole holder with a waiter behind it is not upgraded: the waiter's token is its
+/// key's creation, which would be below the upgrade's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_with_a_waiter_behind_it_is_not_upgraded() {
+    let etcd = Etcd::start();
+    let lock = rw(&etcd).await;
+    let a = lock
+        .try_acquire(&ask("a"), SHARED)
+        .await
+        .unwrap()
+        .grant
+        .unwrap();
+    let w = waiter(&lock, "w", EXCLUSIVE);
+    until_waiting(&lock, "job", 1).await;
+    let refused = lock.try_acquire(&ask("a"), EXCLUSIVE).await.unwrap();
+    assert!(refused.grant.is_none() && refused.place.is_none());
+    let state = lock.state(b"job").await.unwrap().unwrap();
+    assert_eq!(state.holders()[0].mode(), SHARED);
+    assert_eq!(lock.release(&ask("a")).await.unwrap().holds, 0);
+    assert!(w.await.unwrap().unwrap() > a.token);
+}
+
+/// A writer's release on a counted lock of two wakes the two readers it lets in and,
+/// once the second is granted, the one behind it: not the whole line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writers_release_wakes_only_the_count_behind_it() {
+    let etcd = Etcd::start();
+    let counted = rw(&etcd).await.counted(Concurrency::new(2).unwrap());
+    assert!(counted
+        .try_acquire(&ask("w"), EXCLUSIVE)
+        .await
+        .unwrap()
+        .grant
+        .is_some());
+    let lock = counted.clone().counted_apart();
+    let owners = ["r0", "r1", "r2", "r3", "r4", "r5", "r6", "r7"];
+    let mut readers = Vec::new();
+    for (i, owner) in owners.into_iter().enumerate() {
+        readers.push(waiter(&lock, owner, SHARED));
+        until_waiting(&lock, "job", i + 1).await;
+    }
+    assert_eq!(lock.wakes(), 0);
+    assert_eq!(lock.release(&ask("w")).await.unwrap().holds, 0);
+    let mut line = readers.into_iter();
+    for reader in line.by_ref().take(2) {
+        assert!(reader.await.unwrap().is_some());
+    }
+    until_waiting(&lock, "job", 6).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // r0 and r1 hear the writer's delete, r2 hears r1's grant; r3 to r7 nothing.
+    assert_eq!(lock.wakes(), 3);
+    for owner in ["r0", "r1"] {
+        assert_eq!(lock.release(&ask(owner)).await.unwrap().holds, 0);
+    }
+    assert!(line.next().unwrap().await.unwrap().is_some());
+}
+
+/// A key still in line asked again in another mode keeps its place in that mode, as the
+/// core's queue does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_place_asked_again_in_another_mode_keeps_its_number() {
+    let etcd = Etcd::start();
+    let lock = holding(&etcd, "w").await;
+    let first = waiter(&lock, "r", SHARED);
+    until_waiting(&lock, "job", 1).await;
+    let state = lock.state(b"job").await.unwrap().unwrap();
+    let place = state.waiters()[0].place();
+    assert_eq!(state.waiters()[0].mode(), SHARED);
+    // The same owner asks to write: its key is rewritten exclusive, in the same place.
+    let again = {
+        let lock = lock.clone();
+        tokio::spawn(async move {
+            let wait = Duration::from_millis(500);
+            let asked = lock.acquire(&ask("r"), EXCLUSIVE, wait).await;
+            asked.unwrap().grant.is_none()
+        })
+    };
+    let mut seen = None;
+    for _ in 0..200 {
+        let state = lock.state(b"job").await.unwrap().unwrap();
+        if state.waiters()[0].mode() == EXCLUSIVE {
+            seen = Some(state.waiters()[0].place());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(seen, Some(place));
+    assert!(again.await.unwrap(), "refused at its deadline");
+    first.abort();
 }
