@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::time::Duration;
 
 use sluicegate_core::share::{grant, Claim, Holding, Ledger};
@@ -130,6 +130,8 @@ pub(crate) struct Quotas {
     limits: Mutex<HashMap<String, Limit>>,
     /// How long an assignment lives: a few report intervals, whole seconds.
     ttl: Duration,
+    /// Set at shutdown: how long every share sent from then on lives.
+    closing: OnceLock<Duration>,
     /// `None`: shared among this process's streams only.
     redis: Option<InRedis>,
 }
@@ -151,6 +153,7 @@ impl Quotas {
         Self {
             limits: Mutex::default(),
             ttl,
+            closing: OnceLock::new(),
             redis,
         }
     }
@@ -162,6 +165,11 @@ impl Quotas {
     /// How long an assignment lives.
     pub(super) fn ttl(&self) -> Duration {
         self.ttl
+    }
+
+    /// How long a share sent now lives: shorter once closing.
+    fn share_ttl(&self) -> Duration {
+        self.closing.get().copied().unwrap_or(self.ttl)
     }
 
     /// Takes stream `stream`'s report of `usages` at `now`: each bucket's demand
@@ -205,7 +213,7 @@ impl Quotas {
             limit.due |= standing.moved();
             // Re-sent unchanged, so that the proxy extends it before it expires.
             if let Some(live) = standing.live {
-                let action = assignment(&standing.bucket, &limit.rate, live, self.ttl);
+                let action = assignment(&standing.bucket, &limit.rate, live, self.share_ttl());
                 mailbox.post(usage.bucket, action);
             }
         }
@@ -232,10 +240,14 @@ impl Quotas {
         }
     }
 
-    /// Sends every subscriber its share once more with `ttl`, so that proxies fall back
-    /// to their configured behaviour soon after this server stops.
-    pub(super) fn expire_all(&self, ttl: Duration) {
-        for limit in self.limits().values() {
+    /// Shutdown: every subscriber sent its share once more with `ttl`, as is every share
+    /// sent after, so that proxies fall back soon; nothing is settled after, so that in
+    /// Redis this replica's subscribers are not freed while their proxies still hold
+    /// their shares, but expire as a dead replica's.
+    pub(super) fn close(&self, ttl: Duration) {
+        let limits = self.limits();
+        let _ = self.closing.set(ttl);
+        for limit in limits.values() {
             for (&(_, bucket), standing) in &limit.subscribers {
                 let live = standing.live.unwrap_or(0);
                 let action = assignment(&standing.bucket, &limit.rate, live, ttl);
@@ -253,6 +265,9 @@ impl Quotas {
             let Some(quotas) = quotas.upgrade() else {
                 return;
             };
+            if quotas.closing.get().is_some() {
+                return;
+            }
             quotas.settle(Instant::now()).await;
         }
     }
@@ -327,7 +342,7 @@ impl Quotas {
                 let moved = subscribers.into_iter().zip(settled);
                 limit.push(
                     moved.map(|(who, (live, target))| (who, Some(target), live)),
-                    self.ttl,
+                    self.share_ttl(),
                 );
             }
             Err(error) => {

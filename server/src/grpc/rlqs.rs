@@ -59,7 +59,8 @@ pub(super) const MAX_MESSAGE: usize = 1 << 20;
 pub(super) const ABANDON_AFTER: u32 = 12;
 /// Assignments live this many report intervals.
 const TTL_INTERVALS: u32 = 3;
-/// How long assignments sent at shutdown live.
+/// How long assignments sent at shutdown live: no longer than any time to live, so that
+/// a stopped replica's subscribers in Redis outlive them.
 const SHUTDOWN_TTL: Duration = Duration::from_secs(1);
 
 /// What every quota stream shares.
@@ -104,7 +105,7 @@ impl Streams {
     /// ended `UNAVAILABLE`, so that proxies fall back soon and reconnect elsewhere.
     pub(crate) fn close(&self) {
         self.closing.store(true, Ordering::Release);
-        self.quotas.expire_all(SHUTDOWN_TTL);
+        self.quotas.close(SHUTDOWN_TTL);
         for mailbox in self.open().values() {
             mailbox.end(Some(Status::unavailable("the server is shutting down")));
         }

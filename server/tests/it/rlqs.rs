@@ -264,7 +264,8 @@ async fn rlqs_replicas_survive_a_replica_stopped_and_redis_restarted() {
     let (most, all) = watch(&proxies, INTERVAL * 6).await;
     assert!(all && most <= LIMIT, "before: most {most}, all held: {all}");
     // Replica a stops: its proxies' shares expire, they reopen on b, and b grants them
-    // room only as a's subscribers expire in Redis (a time to live and a second).
+    // room only as a's subscribers expire in Redis (a time to live and a fifth of an
+    // interval after a's last settle).
     a.stop().await;
     let (most, all) = watch(&proxies, INTERVAL * 12).await;
     assert!(
@@ -282,6 +283,52 @@ async fn rlqs_replicas_survive_a_replica_stopped_and_redis_restarted() {
         assert!(proxy.misread().is_empty(), "{:?}", proxy.misread());
     }
     drop(b);
+}
+
+/// A replica that stops leaves its subscribers in Redis to expire, as a dead one's,
+/// even while a call in flight holds its shutdown open past its next ticks: its proxy
+/// keeps its last share for the shutdown's time to live, so the other replica's proxy
+/// must not grow into it meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rlqs_a_stopping_replica_leaves_its_subscribers_to_expire() {
+    let (pg, redis) = (Postgres::start(), Redis::start());
+    let (a, b, web) = replicas(&pg, &redis).await;
+    let admitted: Arc<Vec<AtomicU64>> = Arc::new((0..1).map(|_| AtomicU64::new(0)).collect());
+    let start = Instant::now();
+    let proxies: Vec<Arc<Proxy>> = [a.grpc.unwrap(), b.grpc.unwrap()]
+        .into_iter()
+        .map(|grpc| {
+            let proxy = Arc::new(Proxy::start(grpc, &web, "api", INTERVAL));
+            let demand = Arc::new(AtomicU64::new(LIMIT / 2));
+            drive(Arc::clone(&proxy), demand, Arc::clone(&admitted), start);
+            proxy
+        })
+        .collect();
+    let (most, all) = watch(&proxies, INTERVAL * 4).await;
+    assert!(all && most <= LIMIT, "before: most {most}, all held: {all}");
+    let (mut send, connection) = h2_client(a.grpc.unwrap()).await.expect("a connection");
+    let in_flight = start_call(&mut send, Some(&web), false)
+        .await
+        .expect("a call");
+    let stopping = tokio::spawn(a.stop());
+    // Five of a's ticks; the call's message is due only 5 s after it began.
+    let (first, _) = watch(&proxies, INTERVAL).await;
+    assert!(
+        !stopping.is_finished(),
+        "the call in flight held a's shutdown"
+    );
+    // Then until a's proxy's last share, sent with the shutdown's 1 s to live, expired.
+    let mut most = first;
+    for _ in 0..10 {
+        if proxies[0].live(KEY).is_none() {
+            break;
+        }
+        most = most.max(watch(&proxies, INTERVAL).await.0);
+    }
+    assert!(most <= LIMIT, "while a stops: most {most}");
+    assert!(proxies[0].live(KEY).is_none(), "a's proxy's share expired");
+    drop((in_flight, send, connection));
+    stopping.await.expect("a stops");
 }
 
 /// A report of `buckets` (entries, allowed) in `domain`.

@@ -10,7 +10,6 @@ use hyper::{Method, StatusCode};
 use sluicegate_server::Config;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::task::JoinHandle;
 use tonic::codegen::http;
 
 /// Opens `n` connections to `addr`, each sending `bytes` and nothing more.
@@ -252,42 +251,6 @@ async fn silent_grpc_connections_are_closed_by_the_header_deadline() {
         assert!(closed(socket, Duration::from_secs(4)).await);
     }
     server.stop().await;
-}
-
-/// An HTTP/2 client on `addr`: its handle for requests, and its connection's task,
-/// which answers the server's pings and ends when the server closes the connection.
-async fn h2_client(
-    addr: std::net::SocketAddr,
-) -> Option<(h2::client::SendRequest<Bytes>, JoinHandle<()>)> {
-    let socket = TcpStream::connect(addr).await.ok()?;
-    let (send, connection) = h2::client::handshake(socket).await.ok()?;
-    let task = tokio::spawn(async move {
-        let _ = connection.await;
-    });
-    Some((send, task))
-}
-
-/// Starts a rate limit call on `send` with `token` (if any), its body ended at once or
-/// left open; `None` when the connection takes no call.
-async fn start_call(
-    send: &mut h2::client::SendRequest<Bytes>,
-    token: Option<&str>,
-    end: bool,
-) -> Option<(h2::client::ResponseFuture, h2::SendStream<Bytes>)> {
-    let mut request =
-        http::Request::post("http://x/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit")
-            .header("content-type", "application/grpc")
-            .header("te", "trailers");
-    if let Some(token) = token {
-        request = request.header("authorization", format!("Bearer {token}"));
-    }
-    let request = request.body(()).ok()?;
-    send.clone()
-        .ready()
-        .await
-        .ok()?
-        .send_request(request, end)
-        .ok()
 }
 
 /// Whether a new HTTP/2 client gets an answer to a call within 2 s (one refused at the cap

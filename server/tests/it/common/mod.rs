@@ -19,6 +19,8 @@ pub use sluicegate_test_support::free_port;
 
 mod rls;
 pub use rls::*;
+mod raw;
+pub use raw::*;
 mod rlqs;
 pub use rlqs::*;
 
