@@ -37,6 +37,8 @@ use crate::limits::{MAX_LEASES, MAX_OWNER_LEN, MAX_PERIOD};
 pub use crate::limits::MAX_WAITERS;
 use crate::{Decision, DecodeError, ParamError, Ticks, MAX_TICKS};
 
+mod plan;
+
 /// What a caller asks for.
 #[non_exhaustive]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -175,10 +177,8 @@ impl RwState {
 
     /// `owner`'s lease if it is unexpired at `now`.
     pub fn held(&self, owner: &[u8], now: Ticks) -> Option<&RwHolder> {
-        let now = now.min(MAX_TICKS);
-        self.holders
-            .iter()
-            .find(|h| h.owner == owner && h.expires_at > now)
+        self.live_holder(owner, now.min(MAX_TICKS))
+            .map(|i| &self.holders[i])
     }
 
     /// The waiter whose turn is next at `now`: the one a host wakes after a release or a
@@ -208,14 +208,24 @@ impl RwState {
         expiry.max(self.last_token.saturating_add(1))
     }
 
-    /// Drops the leases and places expired at `now`.
+    /// Drops the leases released or expired at `now` and the places expired.
     fn reclaim(&mut self, now: Ticks) {
-        self.holders.retain(|h| h.expires_at > now);
+        self.holders.retain(|h| h.holds > 0 && h.expires_at > now);
         self.waiters.retain(|w| w.expires_at > now);
     }
 
-    fn holder(&self, owner: &[u8]) -> Option<usize> {
-        self.holders.iter().position(|h| h.owner == owner)
+    /// Where `owner`'s lease is, if it is unexpired at `now`.
+    fn live_holder(&self, owner: &[u8], now: Ticks) -> Option<usize> {
+        self.holders
+            .iter()
+            .position(|h| h.owner == owner && h.expires_at > now)
+    }
+
+    /// Where `owner`'s place is, if it is unexpired at `now`.
+    fn live_waiter(&self, owner: &[u8], now: Ticks) -> Option<usize> {
+        self.waiters
+            .iter()
+            .position(|w| w.owner == owner && w.expires_at > now)
     }
 
     fn next_token(&self, now: Ticks) -> Result<u64, LockError> {
@@ -223,41 +233,23 @@ impl RwState {
         Ok(next.ok_or(LockError::TokensExhausted)?.max(now))
     }
 
-    /// Takes `owner` a place at the back, or renews the one at `at`, until `expires_at`.
-    fn keep_place(
+    /// Applies `change` to `owner`'s lease unexpired at `now`, then reclaims the leases
+    /// expired or left without holds: the lease as changed, or [`LockError::NotHeld`]
+    /// with the state untouched.
+    fn change_held(
         &mut self,
-        at: Option<usize>,
+        now: Ticks,
         owner: &[u8],
-        mode: LockMode,
-        expires_at: Ticks,
-    ) -> Result<usize, LockError> {
-        if let Some(i) = at {
-            let waiter = &mut self.waiters[i];
-            waiter.mode = mode;
-            waiter.expires_at = expires_at;
-            return Ok(i);
-        }
-        if self.waiters.len() as u64 >= MAX_WAITERS {
-            return Err(LockError::QueueFull);
-        }
-        let place = self.last_place.checked_add(1);
-        self.last_place = place.ok_or(LockError::PlacesExhausted)?;
-        self.waiters.push(RwWaiter {
-            owner: owner.to_vec(),
-            mode,
-            place: self.last_place,
-            expires_at,
-        });
-        Ok(self.waiters.len() - 1)
-    }
-
-    fn place_at(&self, i: usize) -> Place {
-        let waiter = &self.waiters[i];
-        Place {
-            number: waiter.place,
-            ahead: i as u64,
-            expires_at: waiter.expires_at,
-        }
+        change: impl FnOnce(&mut RwHolder, Ticks),
+    ) -> Result<Grant, LockError> {
+        check_owner(owner)?;
+        let now = now.min(MAX_TICKS);
+        let i = self.live_holder(owner, now).ok_or(LockError::NotHeld)?;
+        let holder = &mut self.holders[i];
+        change(holder, now);
+        let grant = holder.grant();
+        self.reclaim(now);
+        Ok(grant)
     }
 }
 
@@ -407,18 +399,9 @@ impl RwLease {
         ttl: Ticks,
         wait: Ticks,
     ) -> Next<RwAcquired> {
-        ParamError::check("wait", wait, 1, MAX_PERIOD)?;
-        let wait = Some(wait);
-        self.ask(
-            state,
-            now,
-            &Ask {
-                owner,
-                mode,
-                ttl,
-                wait,
-            },
-        )
+        by_value(state, now, |s| {
+            self.acquire_in(s, now, owner, mode, ttl, wait)
+        })
     }
 
     /// [`acquire`](Self::acquire) that never queues: a place the owner already has is
@@ -431,22 +414,14 @@ impl RwLease {
         mode: LockMode,
         ttl: Ticks,
     ) -> Next<RwAcquired> {
-        let wait = None;
-        self.ask(
-            state,
-            now,
-            &Ask {
-                owner,
-                mode,
-                ttl,
-                wait,
-            },
-        )
+        by_value(state, now, |s| {
+            self.try_acquire_in(s, now, owner, mode, ttl)
+        })
     }
 
     /// Releases `owner`'s lease once; it is freed when released as often as acquired.
     pub fn release(&self, state: Option<RwState>, now: Ticks, owner: &[u8]) -> Next<Grant> {
-        change_held(state, now, owner, |holder, _| holder.holds -= 1)
+        by_value(state, now, |s| self.release_in(s, now, owner))
     }
 
     /// Extends `owner`'s unexpired lease to `now + ttl`; its token and mode stay.
@@ -457,18 +432,13 @@ impl RwLease {
         owner: &[u8],
         ttl: Ticks,
     ) -> Next<Grant> {
-        check_ttl(ttl)?;
-        change_held(state, now, owner, |holder, now| {
-            holder.expires_at = now + ttl;
-        })
+        by_value(state, now, |s| self.renew_in(s, now, owner, ttl))
     }
 
     /// Turns `owner`'s lease into a shared one, keeping its token, holds and expiry
     /// (a shared lease stays as it is): readers may join it at once.
     pub fn downgrade(&self, state: Option<RwState>, now: Ticks, owner: &[u8]) -> Next<Grant> {
-        change_held(state, now, owner, |holder, _| {
-            holder.mode = LockMode::Shared
-        })
+        by_value(state, now, |s| self.downgrade_in(s, now, owner))
     }
 
     /// Gives up `owner`'s place in the queue (a cancelled or timed-out wait).
@@ -478,25 +448,110 @@ impl RwLease {
         now: Ticks,
         owner: &[u8],
     ) -> Result<Option<RwState>, LockError> {
-        check_owner(owner)?;
-        let now = now.min(MAX_TICKS);
-        let mut state = state.ok_or(LockError::NotQueued)?;
-        state.reclaim(now);
-        let i = state.waiters.iter().position(|w| w.owner == owner);
-        state.waiters.remove(i.ok_or(LockError::NotQueued)?);
-        Ok(fresh_or(state, now))
+        by_value(state, now, |s| self.withdraw_in(s, now, owner)).map(|((), next)| next)
     }
 
-    fn ask(&self, state: Option<RwState>, now: Ticks, ask: &Ask<'_>) -> Next<RwAcquired> {
-        check_owner(ask.owner)?;
-        check_ttl(ask.ttl)?;
+    /// [`acquire`](Self::acquire) on a state held in place (an in-memory host's table):
+    /// on an error the state is left exactly as it was, so the host need not copy it
+    /// first. The state may be deleted when [`RwState::is_fresh`] at `now`.
+    pub fn acquire_in(
+        &self,
+        state: &mut RwState,
+        now: Ticks,
+        owner: &[u8],
+        mode: LockMode,
+        ttl: Ticks,
+        wait: Ticks,
+    ) -> Result<RwAcquired, LockError> {
+        ParamError::check("wait", wait, 1, MAX_PERIOD)?;
+        self.ask_in(state, now, owner, mode, ttl, Some(wait))
+    }
+
+    /// [`try_acquire`](Self::try_acquire) on a state held in place; on an error the
+    /// state is left exactly as it was.
+    pub fn try_acquire_in(
+        &self,
+        state: &mut RwState,
+        now: Ticks,
+        owner: &[u8],
+        mode: LockMode,
+        ttl: Ticks,
+    ) -> Result<RwAcquired, LockError> {
+        self.ask_in(state, now, owner, mode, ttl, None)
+    }
+
+    /// [`release`](Self::release) on a state held in place; on an error the state is
+    /// left exactly as it was.
+    pub fn release_in(
+        &self,
+        state: &mut RwState,
+        now: Ticks,
+        owner: &[u8],
+    ) -> Result<Grant, LockError> {
+        state.change_held(now, owner, |holder, _| holder.holds -= 1)
+    }
+
+    /// [`renew`](Self::renew) on a state held in place; on an error the state is left
+    /// exactly as it was.
+    pub fn renew_in(
+        &self,
+        state: &mut RwState,
+        now: Ticks,
+        owner: &[u8],
+        ttl: Ticks,
+    ) -> Result<Grant, LockError> {
+        check_ttl(ttl)?;
+        state.change_held(now, owner, |holder, now| holder.expires_at = now + ttl)
+    }
+
+    /// [`downgrade`](Self::downgrade) on a state held in place; on an error the state
+    /// is left exactly as it was.
+    pub fn downgrade_in(
+        &self,
+        state: &mut RwState,
+        now: Ticks,
+        owner: &[u8],
+    ) -> Result<Grant, LockError> {
+        state.change_held(now, owner, |holder, _| holder.mode = LockMode::Shared)
+    }
+
+    /// [`withdraw`](Self::withdraw) on a state held in place; on an error the state is
+    /// left exactly as it was.
+    pub fn withdraw_in(
+        &self,
+        state: &mut RwState,
+        now: Ticks,
+        owner: &[u8],
+    ) -> Result<(), LockError> {
+        check_owner(owner)?;
         let now = now.min(MAX_TICKS);
-        let mut state = state.unwrap_or_default();
+        let i = state.live_waiter(owner, now).ok_or(LockError::NotQueued)?;
+        state.waiters.remove(i);
         state.reclaim(now);
-        let (grant, blocked_until, place) = match state.holder(ask.owner) {
-            Some(i) => self.reenter(&mut state, i, now, ask)?,
-            None => self.join(&mut state, now, ask)?,
+        Ok(())
+    }
+
+    fn ask_in(
+        &self,
+        state: &mut RwState,
+        now: Ticks,
+        owner: &[u8],
+        mode: LockMode,
+        ttl: Ticks,
+        wait: Option<Ticks>,
+    ) -> Result<RwAcquired, LockError> {
+        check_owner(owner)?;
+        check_ttl(ttl)?;
+        let now = now.min(MAX_TICKS);
+        let ask = Ask {
+            owner,
+            mode,
+            ttl,
+            wait,
         };
+        // Every error is found before the state is touched.
+        let plan = self.plan(state, now, &ask)?;
+        let (grant, blocked_until, place) = state.commit(now, &ask, plan);
         let writer = state.holders.iter().any(|h| h.mode == LockMode::Exclusive);
         let remaining = if writer {
             0
@@ -511,126 +566,11 @@ impl RwLease {
                 Decision::deny(self.max_holders, remaining, Some(retry), reset_after)
             }
         };
-        let acquired = RwAcquired {
+        Ok(RwAcquired {
             decision,
             grant,
             place,
-        };
-        Ok((acquired, fresh_or(state, now)))
-    }
-
-    /// An owner holding the lease at `i` asks again: re-entry, or an upgrade granted
-    /// only to the sole holder and never queued.
-    fn reenter(
-        &self,
-        state: &mut RwState,
-        i: usize,
-        now: Ticks,
-        ask: &Ask<'_>,
-    ) -> Result<Answer, LockError> {
-        let mode = ask.mode;
-        let upgrade = mode == LockMode::Exclusive && state.holders[i].mode == LockMode::Shared;
-        let token = if upgrade {
-            if let Some(until) = self.holders_block(state, mode, Some(i)) {
-                return Ok((None, until, None));
-            }
-            state.next_token(now)?
-        } else {
-            state.holders[i].token
-        };
-        let holder = &mut state.holders[i];
-        holder.holds = holder.holds.checked_add(1).ok_or(LockError::TooManyHolds)?;
-        holder.expires_at = holder.expires_at.max(now + ask.ttl);
-        holder.token = token;
-        if upgrade {
-            holder.mode = LockMode::Exclusive;
-            state.last_token = token;
-        }
-        Ok((Some(state.holders[i].grant()), now, None))
-    }
-
-    /// An owner holding nothing asks: granted when no holder blocks it and nobody waits
-    /// ahead of it; else denied, and queued when `wait` says so and the rules allow.
-    fn join(&self, state: &mut RwState, now: Ticks, ask: &Ask<'_>) -> Result<Answer, LockError> {
-        let Ask {
-            owner,
-            mode,
-            ttl,
-            wait,
-        } = *ask;
-        let expires_at = now + ttl;
-        let at = state.waiters.iter().position(|w| w.owner == owner);
-        let by_queue = self.queue_blocks(state, at, mode);
-        let by_holders = self.holders_block(state, mode, None);
-        if by_queue.is_none() && by_holders.is_none() {
-            let token = state.next_token(now)?;
-            if let Some(i) = at {
-                state.waiters.remove(i);
-            }
-            state.last_token = token;
-            let holder = RwHolder {
-                owner: owner.to_vec(),
-                mode,
-                token,
-                expires_at,
-                holds: 1,
-            };
-            let grant = holder.grant();
-            state.holders.push(holder);
-            return Ok((Some(grant), now, None));
-        }
-        let until = by_queue.unwrap_or(0).max(by_holders.unwrap_or(0));
-        let at = match wait {
-            Some(wait) if self.fair || mode == LockMode::Exclusive => {
-                Some(state.keep_place(at, owner, mode, now + wait)?)
-            }
-            _ => at,
-        };
-        Ok((None, until, at.map(|i| state.place_at(i))))
-    }
-
-    /// When the waiters that keep the owner (waiting at `at`) from `mode` will all have
-    /// dropped out if none asks again; `None` when none does.
-    fn queue_blocks(&self, state: &RwState, at: Option<usize>, mode: LockMode) -> Option<Ticks> {
-        let ahead = match (self.fair, mode) {
-            (true, _) => &state.waiters[..at.unwrap_or(state.waiters.len())],
-            (false, LockMode::Shared) => &state.waiters[..],
-            (false, LockMode::Exclusive) => &[],
-        };
-        let others = ahead.iter().enumerate().filter(|&(j, _)| Some(j) != at);
-        others.map(|(_, w)| w.expires_at).max()
-    }
-
-    /// When the holders (but the one at `except`) that keep a newcomer from `mode` will
-    /// have expired if none renews; `None` when none does.
-    fn holders_block(
-        &self,
-        state: &RwState,
-        mode: LockMode,
-        except: Option<usize>,
-    ) -> Option<Ticks> {
-        let others = state
-            .holders
-            .iter()
-            .enumerate()
-            .filter(|&(j, _)| Some(j) != except)
-            .map(|(_, h)| h);
-        let writer = others.clone().find(|h| h.mode == LockMode::Exclusive);
-        match (mode, writer) {
-            (LockMode::Exclusive, _) => others.map(|h| h.expires_at).max(),
-            (LockMode::Shared, Some(writer)) => Some(writer.expires_at),
-            (LockMode::Shared, None) => {
-                let count = others.clone().count() as u64;
-                if count < self.max_holders {
-                    return None;
-                }
-                // The reader fits once `count - max + 1` of the holders have expired.
-                let mut expiries: Vec<Ticks> = others.map(|h| h.expires_at).collect();
-                expiries.sort_unstable();
-                let k = to_usize(count - self.max_holders);
-                expiries.get(k).copied()
-            }
-        }
+        })
     }
 
     /// Appends the canonical encoding of `state`: the last token and place and the
@@ -713,27 +653,6 @@ impl RwLease {
     }
 }
 
-/// Applies `change` to `owner`'s unexpired lease and drops it if that leaves it no
-/// holds: the lease as changed, or [`LockError::NotHeld`].
-fn change_held(
-    state: Option<RwState>,
-    now: Ticks,
-    owner: &[u8],
-    change: impl FnOnce(&mut RwHolder, Ticks),
-) -> Next<Grant> {
-    check_owner(owner)?;
-    let now = now.min(MAX_TICKS);
-    let mut state = state.ok_or(LockError::NotHeld)?;
-    state.reclaim(now);
-    let i = state.holder(owner).ok_or(LockError::NotHeld)?;
-    change(&mut state.holders[i], now);
-    let grant = state.holders[i].grant();
-    if grant.holds == 0 {
-        state.holders.remove(i);
-    }
-    Ok((grant, fresh_or(state, now)))
-}
-
 /// One holder or waiter: its fields, then its owner's length and bytes.
 fn write_entry<E: Extend<u8>>(out: &mut E, fields: &[u64], owner: &[u8]) {
     for field in fields.iter().chain([&(owner.len() as u64)]) {
@@ -772,7 +691,14 @@ fn to_usize(n: u64) -> usize {
     usize::try_from(n).unwrap_or(usize::MAX)
 }
 
-/// `None` once nothing is held or queued and the clock has passed the last token.
-fn fresh_or(state: RwState, now: Ticks) -> Option<RwState> {
-    (!state.is_fresh(now)).then_some(state)
+/// A transition in place on a state passed by value: `None` in is a fresh key, `None`
+/// out a state fresh at `now` (nothing held or queued, the clock past the last token).
+fn by_value<T>(
+    state: Option<RwState>,
+    now: Ticks,
+    step: impl FnOnce(&mut RwState) -> Result<T, LockError>,
+) -> Next<T> {
+    let mut state = state.unwrap_or_default();
+    let answer = step(&mut state)?;
+    Ok((answer, (!state.is_fresh(now)).then_some(state)))
 }

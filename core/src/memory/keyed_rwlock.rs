@@ -81,21 +81,21 @@ impl<C: Clock + Sync, H: BuildHasher + Sync> KeyedRwLeases<C, H> {
         wait: Option<Ticks>,
     ) -> Result<RwAcquired, LockError> {
         let LeaseRequest { owner, ttl, .. } = *request;
-        let answer = self.apply(request, |lock, state, now| match wait {
-            Some(wait) => lock.acquire(state, now, owner, mode, ttl, wait),
-            None => lock.try_acquire(state, now, owner, mode, ttl),
-        })?;
-        Ok(answer.unwrap_or_else(|retry| {
+        let step = |lock: &RwLease, state: &mut RwState, now| match wait {
+            Some(wait) => lock.acquire_in(state, now, owner, mode, ttl, wait),
+            None => lock.try_acquire_in(state, now, owner, mode, ttl),
+        };
+        self.apply(request, step, |retry| {
             self.shards.refuse();
             let full = Decision::deny(self.lock.max_holders(), 0, Some(retry), 0);
-            RwAcquired::new(full, None, None)
-        }))
+            Ok(RwAcquired::new(full, None, None))
+        })
     }
 
     /// Releases the owner's lease once ([`RwLease::release`]).
     pub fn release(&self, request: &LeaseRequest<'_>) -> Result<Grant, LockError> {
         self.held(request, |lock, state, now| {
-            lock.release(state, now, request.owner)
+            lock.release_in(state, now, request.owner)
         })
     }
 
@@ -104,21 +104,21 @@ impl<C: Clock + Sync, H: BuildHasher + Sync> KeyedRwLeases<C, H> {
     pub fn renew(&self, request: &LeaseRequest<'_>) -> Result<Grant, LockError> {
         let LeaseRequest { owner, ttl, .. } = *request;
         self.held(request, |lock, state, now| {
-            lock.renew(state, now, owner, ttl)
+            lock.renew_in(state, now, owner, ttl)
         })
     }
 
     /// Turns the owner's lease shared, keeping its token ([`RwLease::downgrade`]).
     pub fn downgrade(&self, request: &LeaseRequest<'_>) -> Result<Grant, LockError> {
         self.held(request, |lock, state, now| {
-            lock.downgrade(state, now, request.owner)
+            lock.downgrade_in(state, now, request.owner)
         })
     }
 
     /// Gives up the owner's place in the queue ([`RwLease::withdraw`]).
     pub fn withdraw(&self, request: &LeaseRequest<'_>) -> Result<(), LockError> {
         self.held(request, |lock, state, now| {
-            Ok(((), lock.withdraw(state, now, request.owner)?))
+            lock.withdraw_in(state, now, request.owner)
         })
     }
 
@@ -174,49 +174,53 @@ impl<C: Clock + Sync, H: BuildHasher + Sync> KeyedRwLeases<C, H> {
     fn held<T>(
         &self,
         request: &LeaseRequest<'_>,
-        step: impl FnOnce(&RwLease, Option<RwState>, Ticks) -> Result<(T, Option<RwState>), LockError>,
+        step: impl FnOnce(&RwLease, &mut RwState, Ticks) -> Result<T, LockError>,
     ) -> Result<T, LockError> {
         // Only an acquire stores a new key, so a table never lacks room here.
-        self.apply(request, step)?.map_err(|_| LockError::NotHeld)
+        self.apply(request, step, |_| Err(LockError::NotHeld))
     }
 
-    /// Runs `step` on the request's key at its time; a refused step leaves the state as
-    /// it was. A step that would store a new key in a shard full of keys in use is
-    /// undone: `Err` with the time until a key is fresh.
+    /// Runs `step` on the request's key at its time, in place (a refused step leaves
+    /// the state as it was); drops the key if that leaves it fresh. A step that would
+    /// store a new key in a shard full of keys in use is undone and answered by `full`
+    /// with the time until a key is fresh.
     fn apply<T>(
         &self,
         request: &LeaseRequest<'_>,
-        step: impl FnOnce(&RwLease, Option<RwState>, Ticks) -> Result<(T, Option<RwState>), LockError>,
-    ) -> Result<Result<T, Ticks>, LockError> {
+        step: impl FnOnce(&RwLease, &mut RwState, Ticks) -> Result<T, LockError>,
+        full: impl FnOnce(Ticks) -> Result<T, LockError>,
+    ) -> Result<T, LockError> {
         let key = request.key;
         let read = time(request.now, &self.clock)?;
         let hash = self.hasher.hash_one(key);
         let mut shard = self.shard(hash);
         let now = advance(&mut shard.now, read);
         if let Ok(mut entry) = shard.table.find_entry(hash, |e| e.key == key) {
-            let (answer, state) = step(&self.lock, Some(entry.get().state.clone()), now)?;
-            match state {
-                Some(state) => {
+            let answer = step(&self.lock, &mut entry.get_mut().state, now);
+            // An error left the state as it was.
+            if answer.is_ok() {
+                let fresh_at = entry.get().state.fresh_at();
+                if entry.get().state.is_fresh(now) {
+                    entry.remove();
+                } else {
                     // A release can bring the key's end forward.
-                    let fresh_at = state.fresh_at();
-                    entry.get_mut().state = state;
                     shard.ends_by(fresh_at);
                 }
-                None => drop(entry.remove()),
             }
-            return Ok(Ok(answer));
+            return answer;
         }
-        let (answer, state) = step(&self.lock, None, now)?;
-        let Some(state) = state else {
-            return Ok(Ok(answer));
-        };
+        let mut state = RwState::default();
+        let answer = step(&self.lock, &mut state, now);
+        if answer.is_err() || state.is_fresh(now) {
+            return answer;
+        }
         if let Err(retry) = shard.make_room(now) {
-            return Ok(Err(retry));
+            return full(retry);
         }
         let key = key.to_vec();
         let entry = Entry { hash, key, state };
         shard.table.insert_unique(hash, entry, |e| e.hash);
-        Ok(Ok(answer))
+        answer
     }
 }
 

@@ -105,8 +105,8 @@ impl<C: Clock> RwLeases<C> {
     ) -> Result<RwGuard<'_, C>, RwAcquireError> {
         let mut inner = self.inner();
         let now = self.now();
-        let acquired = self.apply(&mut inner, |lock, state| {
-            lock.try_acquire(state, now, owner, mode, ttl)
+        let acquired = self.apply(&mut inner, now, |lock, state| {
+            lock.try_acquire_in(state, now, owner, mode, ttl)
         })?;
         self.granted(&inner, now, owner, mode, acquired)
     }
@@ -141,11 +141,11 @@ impl<C: Clock> RwLeases<C> {
             let now = self.now();
             // The place lasts as long as the wait: only a cancelled or ended wait leaves it.
             let wait = ticks(left).clamp(1, MAX_PERIOD);
-            let acquired = self.apply(&mut inner, |lock, state| {
+            let acquired = self.apply(&mut inner, now, |lock, state| {
                 if left.is_zero() {
-                    lock.try_acquire(state, now, owner, mode, ttl)
+                    lock.try_acquire_in(state, now, owner, mode, ttl)
                 } else {
-                    lock.acquire(state, now, owner, mode, ttl, wait)
+                    lock.acquire_in(state, now, owner, mode, ttl, wait)
                 }
             })?;
             if acquired.grant.is_some() || left.is_zero() {
@@ -205,15 +205,23 @@ impl<C: Clock> RwLeases<C> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Runs a transition on the state; a refused one leaves it as it was.
+    /// Runs a transition on the state in place at `now`; a refused one leaves it as it
+    /// was.
     fn apply<T>(
         &self,
         inner: &mut Inner,
-        step: impl FnOnce(&RwLease, Option<RwState>) -> Result<(T, Option<RwState>), LockError>,
+        now: Ticks,
+        step: impl FnOnce(&RwLease, &mut RwState) -> Result<T, LockError>,
     ) -> Result<T, LockError> {
-        let (answer, state) = step(&self.lock, inner.state.clone())?;
-        inner.state = state;
-        Ok(answer)
+        let stored = inner.state.is_some();
+        let state = inner.state.get_or_insert_with(RwState::default);
+        let answer = step(&self.lock, state);
+        // Kept as by value: deleted once fresh (its places then numbered from one again).
+        let fresh = answer.is_ok() && state.is_fresh(now);
+        if fresh || answer.is_err() && !stored {
+            inner.state = None;
+        }
+        answer
     }
 
     /// The guard of a granted acquire (waking whoever the grant lets in), or the denial.
@@ -250,10 +258,9 @@ impl<C: Clock> RwLeases<C> {
         let Some(candidate) = candidate else {
             return;
         };
-        let probe = self
-            .lock
-            .try_acquire(state.cloned(), now, &candidate.owner, candidate.mode, 1);
-        if matches!(probe, Ok((ref a, _)) if a.grant.is_some()) && candidate.turn.wake() {
+        let (owner, mode) = (&candidate.owner, candidate.mode);
+        let fresh = RwState::default();
+        if self.lock.grants(state.unwrap_or(&fresh), now, owner, mode) && candidate.turn.wake() {
             self.wakes.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -261,15 +268,11 @@ impl<C: Clock> RwLeases<C> {
     /// A guard's change to its lease, then the wake it may allow.
     fn change(
         &self,
-        step: impl FnOnce(
-            &RwLease,
-            Option<RwState>,
-            Ticks,
-        ) -> Result<(Grant, Option<RwState>), LockError>,
+        step: impl FnOnce(&RwLease, &mut RwState, Ticks) -> Result<Grant, LockError>,
     ) -> Result<Grant, LockError> {
         let mut inner = self.inner();
         let now = self.now();
-        let grant = self.apply(&mut inner, |lock, state| step(lock, state, now))?;
+        let grant = self.apply(&mut inner, now, |lock, state| step(lock, state, now))?;
         self.wake_next(&inner, now);
         Ok(grant)
     }
@@ -291,9 +294,9 @@ impl<C: Clock> Registered<'_, '_, C> {
         let now = self.host.now();
         let owner = self.owner;
         // A grant has already taken the place (`NotQueued`); otherwise it is given up here.
-        if let Ok(state) = self.host.lock.withdraw(inner.state.clone(), now, owner) {
-            inner.state = state;
-        }
+        let _ = self.host.apply(inner, now, |lock, state| {
+            lock.withdraw_in(state, now, owner)
+        });
         self.host.wake_next(inner, now);
     }
 }
@@ -344,7 +347,7 @@ impl<C: Clock> RwGuard<'_, C> {
         let owner = self.owner.clone();
         self.grant = self
             .host
-            .change(|lock, state, now| lock.renew(state, now, &owner, ttl))?;
+            .change(|lock, state, now| lock.renew_in(state, now, &owner, ttl))?;
         Ok(self.grant)
     }
 
@@ -354,7 +357,7 @@ impl<C: Clock> RwGuard<'_, C> {
         let owner = self.owner.clone();
         self.grant = self
             .host
-            .change(|lock, state, now| lock.downgrade(state, now, &owner))?;
+            .change(|lock, state, now| lock.downgrade_in(state, now, &owner))?;
         self.mode = LockMode::Shared;
         Ok(self.grant)
     }
@@ -369,7 +372,7 @@ impl<C: Clock> RwGuard<'_, C> {
     fn release_once(&self) -> Result<Grant, LockError> {
         let owner = &self.owner;
         self.host
-            .change(|lock, state, now| lock.release(state, now, owner))
+            .change(|lock, state, now| lock.release_in(state, now, owner))
     }
 }
 

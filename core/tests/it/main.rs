@@ -35,6 +35,7 @@ mod pacing;
 mod refund;
 mod report;
 mod rwlock;
+mod rwlock_in_place;
 #[cfg(feature = "serde")]
 mod serde;
 mod share;
