@@ -1,15 +1,16 @@
 //! In-process leases beside tokio's `Semaphore`, same run: acquire and release one permit
 //! of a limit of 16, uncontended and from two threads at once.
 //!
-//! sluicegate's lease reads the clock (`MonotonicClock`) for its expiry and fencing token
-//! and records its owner; the semaphore counts permits and nothing else.
-//! `sluicegate_manual_clock` reads a `ManualClock` (one atomic load) instead, to price the
-//! clock. The `lease_parts` group prices the pieces of one pair alone: the clock read,
-//! the pure transitions on a `LeaseState` (grant and release, an owner's bytes copied
-//! in), the table's three atomic read-modify-writes on their own, and two lock round
-//! trips. `lease_keyed` prices the service's in-process table per acquire + release pair
-//! by name: `KeyedLeases` (the leases) beside `KeyedRwLeases` (the lock family), shared
-//! and exclusive, fair or not, on one key of a table of 100 000.
+//! sluicegate's lease reads the clock (`MonotonicClock`) for its expiry and fencing
+//! token and records its owner; the semaphore counts permits and nothing else.
+//! `sluicegate_manual_clock` reads a `ManualClock` (one atomic load) instead, to price
+//! the clock. The `lease_parts` group prices the pieces of one pair alone: the clock
+//! read, the pure transitions on a `LeaseState` (grant and release, an owner's bytes
+//! copied in) and the lock family's on an `RwState`, the table's three atomic
+//! read-modify-writes on their own, and two lock round trips. `lease_keyed` prices the
+//! service's in-process table per acquire + release pair by name: `KeyedLeases` (the
+//! leases) beside `KeyedRwLeases` (the lock family), shared and exclusive, fair or not,
+//! on one key of a table of 100 000.
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,7 +19,7 @@ use std::sync::Mutex;
 use criterion::{criterion_group, criterion_main, Criterion};
 use sluicegate_benches::on_two_threads;
 use sluicegate_core::memory::{KeyedLeases, KeyedRwLeases, Leases};
-use sluicegate_core::rwlock::{LockMode, RwLease};
+use sluicegate_core::rwlock::{LockMode, RwLease, RwState};
 use sluicegate_core::{
     Clock, Concurrency, LeaseHost, LeaseRequest, LeaseState, ManualClock, MonotonicClock, SECOND,
 };
@@ -60,6 +61,17 @@ fn lease_parts(c: &mut Criterion) {
             let now = black_box(SECOND);
             let acquired = concurrency.acquire_in(&mut state, now, &owner, TTL);
             let released = concurrency.release_in(&mut state, now, &owner);
+            (acquired.is_ok(), released.is_ok())
+        })
+    });
+    let family = RwLease::counted(concurrency);
+    let mut family_state = RwState::default();
+    group.bench_function("family_transitions", |b| {
+        b.iter(|| {
+            let now = black_box(SECOND);
+            let acquired =
+                family.try_acquire_in(&mut family_state, now, &owner, LockMode::Shared, TTL);
+            let released = family.release_in(&mut family_state, now, &owner);
             (acquired.is_ok(), released.is_ok())
         })
     });
