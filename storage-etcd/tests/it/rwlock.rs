@@ -22,7 +22,11 @@ pub(crate) async fn rw(etcd: &Etcd) -> EtcdRwLock {
 }
 
 /// `owner`'s lease on `job` in `mode`, which must be granted at once.
-async fn granted(lock: &EtcdRwLock, owner: &str, mode: LockMode) -> sluicegate_core::Grant {
+pub(crate) async fn granted(
+    lock: &EtcdRwLock,
+    owner: &str,
+    mode: LockMode,
+) -> sluicegate_core::Grant {
     let acquired = lock.try_acquire(&ask(owner), mode).await.unwrap();
     acquired.grant.expect("granted")
 }

@@ -8,7 +8,7 @@ use etcd_client::{Client, PutOptions};
 use sluicegate_core::{Concurrency, LeaseError, SECOND};
 use sluicegate_etcd::Error;
 
-use crate::rwlock::{ask, dead_writer, holding, rw, until_waiting, EXCLUSIVE, SHARED};
+use crate::rwlock::{ask, dead_writer, granted, holding, rw, until_waiting, EXCLUSIVE, SHARED};
 use sluicegate_test_support::etcd::Etcd;
 
 /// `owner` waiting up to 20 s for the lock `job` in `mode`, in a task of its own: whether
@@ -31,18 +31,8 @@ fn waiter(
 async fn a_sole_reader_upgrades_with_a_token_above_every_grant() {
     let etcd = Etcd::start();
     let lock = rw(&etcd).await;
-    let a = lock
-        .try_acquire(&ask("a"), SHARED)
-        .await
-        .unwrap()
-        .grant
-        .unwrap();
-    let b = lock
-        .try_acquire(&ask("b"), SHARED)
-        .await
-        .unwrap()
-        .grant
-        .unwrap();
+    let a = granted(&lock, "a", SHARED).await;
+    let b = granted(&lock, "b", SHARED).await;
     // With another reader holding, refused and never queued; nothing changes.
     let refused = lock.try_acquire(&ask("a"), EXCLUSIVE).await.unwrap();
     assert!(refused.grant.is_none() && refused.place.is_none());
@@ -171,12 +161,7 @@ async fn a_key_of_the_older_layout_is_an_error() {
 async fn a_reader_with_a_waiter_behind_it_is_not_upgraded() {
     let etcd = Etcd::start();
     let lock = rw(&etcd).await;
-    let a = lock
-        .try_acquire(&ask("a"), SHARED)
-        .await
-        .unwrap()
-        .grant
-        .unwrap();
+    let a = granted(&lock, "a", SHARED).await;
     let w = waiter(&lock, "w", EXCLUSIVE);
     until_waiting(&lock, "job", 1).await;
     let refused = lock.try_acquire(&ask("a"), EXCLUSIVE).await.unwrap();
