@@ -3,6 +3,7 @@
 //! time, when the core says theirs is next and grantable.
 
 use core::fmt;
+use core::ops::ControlFlow;
 use core::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -123,47 +124,85 @@ impl<C: Clock> RwLeases<C> {
         timeout: Duration,
         cancel: Option<&WaitCancel>,
     ) -> Result<RwGuard<'_, C>, RwAcquireError> {
-        let deadline = Instant::now().checked_add(timeout);
-        let turn = cancel.map_or_else(Arc::default, WaitCancel::turn);
-        let mut blocked = Registered {
-            host: self,
-            owner,
-            turn: None,
-        };
+        let (deadline, turn) = (Instant::now().checked_add(timeout), turn_of(cancel));
+        let mut blocked = Registered::new(self, owner);
         loop {
-            if turn.is_cancelled() {
-                return Err(RwAcquireError::Cancelled);
+            match self.ask_blocking(&mut blocked, &turn, mode, ttl, deadline) {
+                ControlFlow::Break(answer) => return answer,
+                ControlFlow::Continue(pause) => turn.sleep(pause),
             }
-            let left = deadline.map_or(Duration::MAX, |at| {
-                at.saturating_duration_since(Instant::now())
-            });
-            let mut inner = self.inner();
-            let now = self.now();
-            // The place lasts as long as the wait: only a cancelled or ended wait leaves it.
-            let wait = ticks(left).clamp(1, MAX_PERIOD);
-            let acquired = self.apply(&mut inner, now, |lock, state| {
-                if left.is_zero() {
-                    lock.try_acquire_in(state, now, owner, mode, ttl)
-                } else {
-                    lock.acquire_in(state, now, owner, mode, ttl, wait)
-                }
-            })?;
-            if acquired.grant.is_some() || left.is_zero() {
-                blocked.leave(&mut inner);
-                return self.granted(&inner, now, owner, mode, acquired);
-            }
-            if blocked.turn.is_none() {
-                inner.blocked.push(Blocked {
-                    owner: owner.to_vec(),
-                    mode,
-                    turn: Arc::clone(&turn),
-                });
-                blocked.turn = Some(Arc::clone(&turn));
-            }
-            drop(inner);
-            let retry = acquired.decision.retry_after.unwrap_or(wait).min(wait);
-            turn.sleep(left.min(Duration::from_micros(retry)));
         }
+    }
+
+    /// [`acquire`](Self::acquire) as a future: the task sleeps until its turn comes, a
+    /// blocking holder expires, the deadline or `cancel`. Dropping the future gives up
+    /// its place and holds nothing.
+    #[cfg(feature = "tokio")]
+    pub async fn acquire_async(
+        &self,
+        owner: &[u8],
+        mode: LockMode,
+        ttl: Ticks,
+        timeout: Duration,
+        cancel: Option<&WaitCancel>,
+    ) -> Result<RwGuard<'_, C>, RwAcquireError> {
+        let (deadline, turn) = (Instant::now().checked_add(timeout), turn_of(cancel));
+        let mut blocked = Registered::new(self, owner);
+        loop {
+            match self.ask_blocking(&mut blocked, &turn, mode, ttl, deadline) {
+                ControlFlow::Break(answer) => return answer,
+                ControlFlow::Continue(pause) => turn.sleep_async(pause).await,
+            }
+        }
+    }
+
+    /// One ask of a blocking acquire: its answer, or how long to sleep before the next
+    /// (registered as blocked meanwhile, so that a release may wake it).
+    fn ask_blocking<'h>(
+        &'h self,
+        blocked: &mut Registered<'h, '_, C>,
+        turn: &Arc<Turn>,
+        mode: LockMode,
+        ttl: Ticks,
+        deadline: Option<Instant>,
+    ) -> ControlFlow<Result<RwGuard<'h, C>, RwAcquireError>, Duration> {
+        if turn.is_cancelled() {
+            return ControlFlow::Break(Err(RwAcquireError::Cancelled));
+        }
+        let owner = blocked.owner;
+        let left = deadline.map_or(Duration::MAX, |at| {
+            at.saturating_duration_since(Instant::now())
+        });
+        let mut inner = self.inner();
+        let now = self.now();
+        // The place lasts as long as the wait: only a cancelled or ended wait leaves it.
+        let wait = ticks(left).clamp(1, MAX_PERIOD);
+        let acquired = self.apply(&mut inner, now, |lock, state| {
+            if left.is_zero() {
+                lock.try_acquire_in(state, now, owner, mode, ttl)
+            } else {
+                lock.acquire_in(state, now, owner, mode, ttl, wait)
+            }
+        });
+        let acquired = match acquired {
+            Ok(acquired) => acquired,
+            Err(error) => return ControlFlow::Break(Err(error.into())),
+        };
+        if acquired.grant.is_some() || left.is_zero() {
+            blocked.leave(&mut inner);
+            return ControlFlow::Break(self.granted(&inner, now, owner, mode, acquired));
+        }
+        if blocked.turn.is_none() {
+            inner.blocked.push(Blocked {
+                owner: owner.to_vec(),
+                mode,
+                turn: Arc::clone(turn),
+            });
+            blocked.turn = Some(Arc::clone(turn));
+        }
+        drop(inner);
+        let retry = acquired.decision.retry_after.unwrap_or(wait).min(wait);
+        ControlFlow::Continue(left.min(Duration::from_micros(retry)))
     }
 
     /// The state now (holders and queue), `None` when fresh.
@@ -278,6 +317,11 @@ impl<C: Clock> RwLeases<C> {
     }
 }
 
+/// The turn a wait sleeps on: `cancel`'s, so that cancelling wakes it.
+fn turn_of(cancel: Option<&WaitCancel>) -> Arc<Turn> {
+    cancel.map_or_else(Arc::default, WaitCancel::turn)
+}
+
 /// A blocked caller's entry, removed (and its place given up) however its wait ends.
 struct Registered<'h, 'o, C: Clock> {
     host: &'h RwLeases<C>,
@@ -285,7 +329,15 @@ struct Registered<'h, 'o, C: Clock> {
     turn: Option<Arc<Turn>>,
 }
 
-impl<C: Clock> Registered<'_, '_, C> {
+impl<'h, 'o, C: Clock> Registered<'h, 'o, C> {
+    const fn new(host: &'h RwLeases<C>, owner: &'o [u8]) -> Self {
+        Self {
+            host,
+            owner,
+            turn: None,
+        }
+    }
+
     fn leave(&mut self, inner: &mut Inner) {
         let Some(turn) = self.turn.take() else {
             return;

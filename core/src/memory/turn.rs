@@ -9,6 +9,9 @@ use std::time::Duration;
 pub(super) struct Turn {
     signal: Mutex<Signal>,
     changed: Condvar,
+    /// A blocked task's: a wake before it awaits is kept as the permit.
+    #[cfg(feature = "tokio")]
+    notify: tokio::sync::Notify,
 }
 
 #[derive(Debug, Default)]
@@ -22,8 +25,14 @@ impl Turn {
     /// Wakes the waiter; `false` if a wake was already pending.
     pub(super) fn wake(&self) -> bool {
         let fresh = !std::mem::replace(&mut self.signal().woken, true);
-        self.changed.notify_one();
+        self.notify_one();
         fresh
+    }
+
+    fn notify_one(&self) {
+        self.changed.notify_one();
+        #[cfg(feature = "tokio")]
+        self.notify.notify_one();
     }
 
     pub(super) fn is_cancelled(&self) -> bool {
@@ -40,13 +49,26 @@ impl Turn {
         signal.woken = false;
     }
 
+    /// [`sleep`](Self::sleep) in a task.
+    #[cfg(feature = "tokio")]
+    pub(super) async fn sleep_async(&self, pause: Duration) {
+        let pending = {
+            let signal = self.signal();
+            !signal.woken && !signal.cancelled
+        };
+        if pending {
+            let _ = tokio::time::timeout(pause, self.notify.notified()).await;
+        }
+        self.signal().woken = false;
+    }
+
     fn signal(&self) -> std::sync::MutexGuard<'_, Signal> {
         self.signal.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
-/// Cancels a blocking [`RwLeases::acquire`](super::RwLeases::acquire) from another
-/// thread: the waiter gives up its place and returns
+/// Cancels a blocking [`RwLeases::acquire`](super::RwLeases::acquire) (or
+/// `acquire_async`) from another thread or task: the waiter gives up its place and returns
 /// [`RwAcquireError::Cancelled`](super::RwAcquireError::Cancelled). Once cancelled, a
 /// handle cancels every wait it is given.
 #[derive(Debug, Clone, Default)]
@@ -61,7 +83,7 @@ impl WaitCancel {
     /// Ends the waits this handle was given, now and later.
     pub fn cancel(&self) {
         self.0.signal().cancelled = true;
-        self.0.changed.notify_one();
+        self.0.notify_one();
     }
 
     /// Whether [`cancel`](Self::cancel) was called.

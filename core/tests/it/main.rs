@@ -27,6 +27,8 @@ mod memory_lease;
 mod memory_lease_async;
 mod memory_report;
 mod memory_rwlock;
+#[cfg(feature = "tokio")]
+mod memory_rwlock_async;
 mod memory_seed;
 mod memory_wait;
 #[cfg(feature = "tokio")]
