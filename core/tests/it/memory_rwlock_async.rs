@@ -88,7 +88,7 @@ async fn a_release_or_a_downgrade_wakes_the_waiting_task_once() {
         match change {
             "release" => drop(holder),
             _ => {
-                holder.downgrade().unwrap();
+                assert_eq!(holder.downgrade().unwrap().holds, 1);
                 std::mem::forget(holder);
             }
         }
