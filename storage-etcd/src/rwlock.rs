@@ -613,7 +613,10 @@ impl EtcdRwLock {
         }
         let (mut holders, mut waiters) = (Vec::new(), Vec::new());
         let held = self.holders(&line).len();
-        for (i, e) in line.iter().enumerate() {
+        // The holders, then the first waiters, as many as the core's decoder reads: the
+        // others' leases are not asked for.
+        let kept = held.saturating_add(usize::try_from(MAX_WAITERS).unwrap_or(usize::MAX));
+        for (i, e) in line.iter().take(kept).enumerate() {
             let expires = expiry_in(self.kv.lease_left(e.slot.lease).await?);
             let code = u64::from(e.mode == LockMode::Exclusive);
             if i < held {
@@ -624,7 +627,6 @@ impl EtcdRwLock {
         }
         // Holders in token order (an upgraded holder's token is above its place).
         holders.sort_by_key(|(f, _)| f[0]);
-        waiters.truncate(usize::try_from(MAX_WAITERS).unwrap_or(usize::MAX));
         let last_token = holders.last().map_or(0, |(f, _)| f[0]);
         let last_place = waiters.last().map_or(0, |(f, _)| f[0]);
         // Version 1, tag 12 (the lock family), then each holder and waiter.
