@@ -306,10 +306,14 @@ async fn rlqs_a_stopping_replica_leaves_its_subscribers_to_expire() {
         .collect();
     let (most, all) = watch(&proxies, INTERVAL * 4).await;
     assert!(all && most <= LIMIT, "before: most {most}, all held: {all}");
-    let (mut send, connection) = h2_client(a.grpc.unwrap()).await.expect("a connection");
+    let (mut send, mut ping, connection) = h2_pinging_client(a.grpc.unwrap())
+        .await
+        .expect("a connection");
     let in_flight = start_call(&mut send, Some(&web), false)
         .await
         .expect("a call");
+    // The stop must find the call open, not merely sent.
+    assert!(read_so_far(&mut ping).await, "a's server read the call");
     let stopping = tokio::spawn(a.stop());
     // Five of a's ticks; the call's message is due only 5 s after it began.
     let (first, _) = watch(&proxies, INTERVAL).await;
@@ -327,7 +331,7 @@ async fn rlqs_a_stopping_replica_leaves_its_subscribers_to_expire() {
     }
     assert!(most <= LIMIT, "while a stops: most {most}");
     assert!(proxies[0].live(KEY).is_none(), "a's proxy's share expired");
-    drop((in_flight, send, connection));
+    drop((in_flight, send, ping, connection));
     stopping.await.expect("a stops");
 }
 

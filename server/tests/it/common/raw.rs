@@ -11,12 +11,28 @@ use tonic::codegen::http;
 pub async fn h2_client(
     addr: std::net::SocketAddr,
 ) -> Option<(h2::client::SendRequest<Bytes>, JoinHandle<()>)> {
+    let (send, _, task) = h2_pinging_client(addr).await?;
+    Some((send, task))
+}
+
+/// [`h2_client`] with its connection's pings, to learn when the server has read what
+/// was sent before one (see [`read_so_far`]).
+pub async fn h2_pinging_client(
+    addr: std::net::SocketAddr,
+) -> Option<(h2::client::SendRequest<Bytes>, h2::PingPong, JoinHandle<()>)> {
     let socket = TcpStream::connect(addr).await.ok()?;
-    let (send, connection) = h2::client::handshake(socket).await.ok()?;
+    let (send, mut connection) = h2::client::handshake(socket).await.ok()?;
+    let ping = connection.ping_pong()?;
     let task = tokio::spawn(async move {
         let _ = connection.await;
     });
-    Some((send, task))
+    Some((send, ping, task))
+}
+
+/// Whether the server has read every frame sent before on `ping`'s connection: it
+/// answers a ping only after them.
+pub async fn read_so_far(ping: &mut h2::PingPong) -> bool {
+    ping.ping(h2::Ping::opaque()).await.is_ok()
 }
 
 /// Starts a rate limit call on `send` with `token` (if any), its body ended at once or
