@@ -142,7 +142,9 @@ async fn shares_by_demand(n: usize, grpcs: &[SocketAddr], web: &str) {
     demands[0].store(cold, Ordering::Relaxed);
     demands[n - 1].store(hot, Ordering::Relaxed);
     let late = Arc::new(Proxy::start_any(&behind(n), web, "api", INTERVAL));
-    tokio::time::sleep(INTERVAL).await;
+    // Its first request is reported at once only on an open stream.
+    let open = eventually(Duration::from_secs(5), || async { late.ended().1 > 0 });
+    assert!(open.await, "the late proxy's stream opened");
     let late_demand = Arc::new(AtomicU64::new(cold));
     drive(Arc::clone(&late), late_demand, Arc::clone(&admitted), start);
     tokio::time::sleep_until(start + phase * 2).await;
@@ -672,11 +674,12 @@ async fn rlqs_shutdown_sends_short_lived_assignments_and_ends_streams() {
         "{:?}",
         stopping.elapsed()
     );
-    assert_eq!(proxy.ttls().last(), Some(&1));
     assert!(
         eventually(Duration::from_secs(2), || async {
             proxy.ended().0.contains(&tonic::Code::Unavailable)
         })
         .await
     );
+    // Read after the stream's end: the proxy takes messages in order.
+    assert_eq!(proxy.ttls().last(), Some(&1));
 }

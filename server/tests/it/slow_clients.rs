@@ -322,7 +322,7 @@ async fn grpc_connections_with_calls_stay_open_and_shutdown_ends_by_its_deadline
     let token = app(&server, &admin, "web").await;
     let t = Some(token.as_str());
     let grpc = server.grpc.expect("gRPC listens");
-    let (mut send, task) = h2_client(grpc).await.expect("an HTTP/2 connection");
+    let (mut send, mut ping, task) = h2_pinging_client(grpc).await.expect("an HTTP/2 connection");
     // A call in flight (its body not ended) for two idle deadlines.
     let (answer, mut body) = start_call(&mut send, t, false).await.expect("a call");
     tokio::time::sleep(idle * 2).await;
@@ -340,6 +340,7 @@ async fn grpc_connections_with_calls_stay_open_and_shutdown_ends_by_its_deadline
     assert!(!task.is_finished(), "arriving calls hold their connection");
     // One call left in flight: shutdown waits for it at most its deadline.
     let _in_flight = start_call(&mut send, t, false).await.expect("a call");
+    assert!(read_so_far(&mut ping).await, "the server read the call");
     stops_soon(server).await;
 }
 
