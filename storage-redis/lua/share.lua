@@ -1,15 +1,13 @@
 -- sluicegate: one limit's shares among the quota subscribers of every replica (Envoy's
 -- quota protocol): the core's `share::Ledger::targets` and `share::grant` in Lua.
 -- KEYS[1]: the limit's hash, a field per subscriber holding "demand target live expires"
--- (-1: none; expires in ms); a subscriber that left has no target and holds its live
--- share until it expires. ARGV: [1] now in ms ('' = the server's TIME), [2] the time
+-- (-1: none; expires in ms). ARGV: [1] now in ms ('' = the server's TIME), [2] the time
 -- to live of a subscriber in ms, [3] the limit (at most 2^32), [4] the floor's divisor,
--- [5] headroom %, [6] hysteresis %, [7] how long a leaver's live share stays held in
--- ms, [8] how many subscribers leave, then their fields, then the caller's subscribers
--- as triples: field, demand, live share (-1: none).
--- Drops the expired, keeps each leaver's live share held, re-computes every other
--- target (subscribers in field order), grants the caller's, and replies with their live
--- shares and targets in the caller's order.
+-- [5] headroom %, [6] hysteresis %, [7] how many subscribers leave, then their fields,
+-- then the caller's subscribers as triples: field, demand, live share (-1: none).
+-- Drops the expired and the leaving, re-computes every target (subscribers in field
+-- order), grants the caller's, and replies with their live shares and targets in the
+-- caller's order.
 
 local now = tonumber(ARGV[1])
 if not now then
@@ -18,7 +16,6 @@ if not now then
 end
 local ttl, limit = tonumber(ARGV[2]), tonumber(ARGV[3])
 local divisor, headroom, hysteresis = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local held_for = tonumber(ARGV[7])
 
 local function idiv(a, d)
   local q = divmod(a, d)
@@ -35,40 +32,31 @@ for i = 1, #raw, 2 do
   if d and tonumber(e) > now then
     holdings[raw[i]] = {
       demand = tonumber(d), target = opt(tonumber(t)), live = opt(tonumber(l)),
-      expires = tonumber(e), stored = raw[i + 1], left = tonumber(t) < 0,
+      expires = tonumber(e), stored = raw[i + 1],
     }
   else
     redis.call('HDEL', KEYS[1], raw[i])
   end
 end
--- A leaver's proxy may hold its last assignment until it expires: so does its share.
-local i = 9
-for _ = 1, tonumber(ARGV[8]) do
-  local h = holdings[ARGV[i]]
-  if h and (h.live or 0) > 0 then
-    h.demand, h.target, h.left, h.expires = 0, nil, true, now + held_for
-  else
-    holdings[ARGV[i]] = nil
-    redis.call('HDEL', KEYS[1], ARGV[i])
-  end
+local i = 8
+for _ = 1, tonumber(ARGV[7]) do
+  holdings[ARGV[i]] = nil
+  redis.call('HDEL', KEYS[1], ARGV[i])
   i = i + 1
 end
 local mine, order = {}, {}
 while i + 2 <= #ARGV do
   local h = holdings[ARGV[i]] or {}
   h.demand, h.live = math.min(tonumber(ARGV[i + 1]), limit), opt(tonumber(ARGV[i + 2]))
-  h.expires, h.left = now + ttl, false
+  h.expires = now + ttl
   holdings[ARGV[i]] = h
   mine[ARGV[i]] = true
   order[#order + 1] = ARGV[i]
   i = i + 3
 end
-local names, left = {}, {}
-for name, h in pairs(holdings) do
-  if h.left then left[#left + 1] = name else names[#names + 1] = name end
-end
+local names = {}
+for name in pairs(holdings) do names[#names + 1] = name end
 table.sort(names)
-table.sort(left)
 local n = #names
 
 -- Ledger::sharing, then Sharing::share of the limit less the reserve.
@@ -154,7 +142,6 @@ for _, name in ipairs(names) do
 end
 local total = 0
 for _, name in ipairs(names) do total = total + held(holdings[name]) end
-for _, name in ipairs(left) do total = total + held(holdings[name]) end
 for _, name in ipairs(names) do
   local h = holdings[name]
   if mine[name] and grows(h) then
@@ -167,8 +154,7 @@ end
 
 -- Every holding whose record changed is written, in batches within Lua's stack.
 local changed = {}
-for k = 1, n + #left do
-  local name = names[k] or left[k - n]
+for _, name in ipairs(names) do
   local h = holdings[name]
   local record = string.format('%d %d %d %d', h.demand, arg(h.target), arg(h.live), h.expires)
   if record ~= h.stored then
@@ -181,7 +167,7 @@ for k = 1, n + #left do
   end
 end
 if #changed > 0 then redis.call('HSET', KEYS[1], unpack(changed)) end
-if n + #left > 0 then redis.call('PEXPIRE', KEYS[1], math.max(ttl, held_for)) end
+if n > 0 then redis.call('PEXPIRE', KEYS[1], ttl) end
 local reply = {}
 for _, name in ipairs(order) do
   reply[#reply + 1] = { holdings[name].live, holdings[name].target }

@@ -33,30 +33,24 @@ pub struct Subscription<'a> {
 }
 
 /// Limits shared in Redis by `ledger`, each subscriber forgotten `ttl` after its
-/// replica last settled it (a dead replica's proxies' assignments have expired by then),
-/// and a subscriber that left holding its live share `held_for` (its proxy's last
-/// assignment may live that long), with no target.
+/// replica last settled it (a dead replica's proxies' assignments have expired by then).
 #[derive(Debug, Clone, Copy)]
 pub struct RedisShares {
     ledger: Ledger,
     ttl: Duration,
-    held_for: Duration,
 }
 
 impl RedisShares {
-    /// Shares by `ledger`, subscribers kept `ttl` (at least a millisecond), a leaver's
-    /// live share held `held_for`.
-    pub fn new(ledger: Ledger, ttl: Duration, held_for: Duration) -> Self {
+    /// Shares by `ledger`, subscribers kept `ttl` (at least a millisecond).
+    pub fn new(ledger: Ledger, ttl: Duration) -> Self {
         Self {
             ledger,
             ttl: ttl.max(Duration::from_millis(1)),
-            held_for,
         }
     }
 
-    /// Settles the limit of `limit` units kept at `key`: `leaving` subscribers left
-    /// (their live shares held, see [`RedisShares::new`]), `mine` upserted, every other
-    /// target re-computed, and `mine` granted theirs within room.
+    /// Settles the limit of `limit` units kept at `key`: `leaving` subscribers removed,
+    /// `mine` upserted, every target re-computed, and `mine` granted theirs within room.
     /// Returns their live shares and targets in order (a live share under its target
     /// waits for room another replica's subscriber still holds). `now_ms`: an explicit time (tests), else the
     /// server's clock.
@@ -77,18 +71,17 @@ impl RedisShares {
                 reason: INEXACT,
             });
         }
-        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let ttl_ms = u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX);
         let mut call = SHARE.key(key);
         match now_ms {
             Some(now) => call.arg(now),
             None => call.arg(""),
         };
-        call.arg(ms(self.ttl))
+        call.arg(ttl_ms)
             .arg(limit)
             .arg(self.ledger.floor_divisor)
             .arg(self.ledger.headroom_percent)
             .arg(self.ledger.hysteresis_percent)
-            .arg(ms(self.held_for))
             .arg(leaving.len())
             .arg(leaving);
         for s in mine {

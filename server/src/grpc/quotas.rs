@@ -4,8 +4,7 @@
 //! core's `share::Ledger` and pushes the shares that moved at once, shrinking ones first:
 //! in this process over every subscriber, or with `--decisions` on Redis over every
 //! replica's, in one script (`RedisShares`), this replica's granted only within the room
-//! the others' live shares leave. A subscriber gone (its stream closed, its bucket
-//! abandoned or moved) holds its live share until its proxy's last assignment expired.
+//! the others' live shares leave.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
@@ -91,11 +90,8 @@ struct Limit {
     name: String,
     rate: Rate,
     subscribers: BTreeMap<Subscriber, Standing>,
-    /// Subscribers gone since the last settle (Redis: to be marked left there).
+    /// Subscribers gone since the last settle (Redis: to be removed there).
     leaving: Vec<Subscriber>,
-    /// In this process: the live shares of subscribers gone, each held until its
-    /// proxy's last assignment expired (in Redis, the hash holds them).
-    left: Vec<Left>,
     /// A demand moved: settled at the next tick in this process, at the next re-settle
     /// in Redis.
     due: bool,
@@ -103,13 +99,6 @@ struct Limit {
     urgent: bool,
     /// When it was last settled.
     settled: Option<Instant>,
-}
-
-/// A subscriber gone whose proxy may still use its last assignment.
-#[derive(Debug, Clone, Copy)]
-struct Left {
-    live: u64,
-    until: Instant,
 }
 
 /// One bucket's use in a report, governed by a shared limit.
@@ -158,7 +147,7 @@ impl Quotas {
         let redis = con.map(|con| InRedis {
             con,
             resync,
-            shares: RedisShares::new(LEDGER, kept, ttl),
+            shares: RedisShares::new(LEDGER, kept),
             replica: replica_id(),
         });
         Self {
@@ -200,7 +189,6 @@ impl Quotas {
                 rate: usage.rate,
                 subscribers: BTreeMap::new(),
                 leaving: Vec::new(),
-                left: Vec::new(),
                 due: true,
                 urgent: true,
                 settled: None,
@@ -231,26 +219,22 @@ impl Quotas {
         }
     }
 
-    /// Stream `stream` no longer holds `buckets` (each with its limit): their targets
-    /// go to the limits' other subscribers at the next settle, their live shares once
-    /// their proxies' last assignments expired (a proxy keeps using one until then).
+    /// Stream `stream` no longer holds `buckets` (each with its limit): their shares
+    /// go to the limits' other subscribers at the next settle.
     pub(super) fn leave(&self, stream: u64, buckets: impl IntoIterator<Item = (String, u64)>) {
         let mut limits = self.limits();
-        let until = Instant::now() + self.share_ttl();
         let in_redis = self.redis.is_some();
         for (id, bucket) in buckets {
             let Some(limit) = limits.get_mut(&id) else {
                 continue;
             };
-            if let Some(standing) = limit.subscribers.remove(&(stream, bucket)) {
+            if limit.subscribers.remove(&(stream, bucket)).is_some() {
                 limit.urgent = true;
                 if in_redis {
                     limit.leaving.push((stream, bucket));
-                } else if let Some(live) = standing.live.filter(|&live| live > 0) {
-                    limit.left.push(Left { live, until });
                 }
             }
-            if limit.unused() {
+            if limit.subscribers.is_empty() && limit.leaving.is_empty() {
                 limits.remove(&id);
             }
         }
@@ -291,15 +275,9 @@ impl Quotas {
     /// Settles every limit due at `now`.
     async fn settle(&self, now: Instant) {
         let Some(redis) = &self.redis else {
-            let mut limits = self.limits();
-            for limit in limits.values_mut() {
-                let held = limit.left.len();
-                limit.left.retain(|left| left.until > now);
-                if limit.due || limit.urgent || limit.left.len() < held {
-                    limit.settle_here(self.ttl);
-                }
+            for limit in self.limits().values_mut().filter(|l| l.due || l.urgent) {
+                limit.settle_here(self.ttl);
             }
-            limits.retain(|_, limit| !limit.unused());
             return;
         };
         let due: Vec<String> = self
@@ -372,7 +350,7 @@ impl Quotas {
                 limit.leaving.extend(leaving);
             }
         }
-        if limit.unused() {
+        if limit.subscribers.is_empty() && limit.leaving.is_empty() {
             limits.remove(id);
         }
     }
@@ -502,13 +480,7 @@ impl Standing {
 }
 
 impl Limit {
-    /// Whether nothing is shared any more: no subscriber, and no share held for one.
-    fn unused(&self) -> bool {
-        self.subscribers.is_empty() && self.leaving.is_empty() && self.left.is_empty()
-    }
-
-    /// Settles in this process: every subscriber's target re-computed and granted
-    /// within the room the left shares leave.
+    /// Settles in this process: every subscriber's target re-computed and granted.
     fn settle_here(&mut self, ttl: Duration) {
         (self.due, self.urgent) = (false, false);
         for standing in self.subscribers.values_mut() {
@@ -532,13 +504,7 @@ impl Limit {
                 live: s.live,
             })
             .collect();
-        let left = self.left.iter().map(|left| Holding {
-            live: Some(left.live),
-            ..Holding::default()
-        });
-        holdings.extend(left);
-        let subscribers = self.subscribers.len();
-        grant(units, &mut holdings, |i| i < subscribers);
+        grant(units, &mut holdings, |_| true);
         let settled: Vec<_> = (self.subscribers.keys().zip(holdings))
             .map(|(&who, h)| (who, h.target, h.live.unwrap_or(0)))
             .collect();

@@ -2,8 +2,7 @@
 //! `redis-server`: random sequences of settles by three replicas (subscribers joining,
 //! reporting new demands, leaving, expiring as time passes), each replica sending the
 //! live shares it was granted; after every settle the grants and every field of the
-//! limit's hash equal a model built from the core, and the live shares (a leaver's held
-//! until its proxy's last assignment expired) never pass the limit.
+//! limit's hash equal a model built from the core.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -20,7 +19,6 @@ const LEDGER: Ledger = Ledger {
     hysteresis_percent: 5,
 };
 const TTL_MS: u64 = 15_000;
-const HELD_MS: u64 = 10_000;
 
 /// One settle: a replica, the milliseconds since the last settle, and per subscriber
 /// number of that replica (0..4) a demand, or `None` for leaving.
@@ -56,50 +54,32 @@ fn settle(
 ) -> Vec<(u64, u64)> {
     model.retain(|_, (_, expires)| *expires > now);
     for field in leaving {
-        match model.get_mut(field) {
-            Some((h, expires)) if h.live.unwrap_or(0) > 0 => {
-                *h = Holding {
-                    demand: 0,
-                    target: None,
-                    live: h.live,
-                };
-                *expires = now + HELD_MS;
-            }
-            _ => drop(model.remove(field)),
-        }
+        model.remove(field);
     }
-    // A leaver has no target: every other holding has one after its first settle.
-    let mut left: Vec<String> = (model.iter())
-        .filter(|(_, (h, _))| h.target.is_none())
-        .map(|(f, _)| f.clone())
-        .collect();
     for (field, demand, live) in mine {
         let (holding, expires) = model.entry(field.clone()).or_default();
         holding.demand = (*demand).min(limit);
         holding.live = *live;
         *expires = now + TTL_MS;
-        left.retain(|f| f != field);
     }
-    let names: Vec<String> = (model.keys())
-        .filter(|f| !left.contains(f))
-        .cloned()
-        .collect();
-    let claims: Vec<Claim> = (names.iter().map(|f| &model[f].0))
-        .map(|h| Claim {
+    let claims: Vec<Claim> = model
+        .values()
+        .map(|(h, _)| Claim {
             demand: h.demand,
             current: h.target,
         })
         .collect();
     let mut targets = vec![0; claims.len()];
     LEDGER.targets(limit, &claims, &mut targets).unwrap();
-    let mut holdings: Vec<Holding> = (names.iter().chain(&left)).map(|f| model[f].0).collect();
+    let mut holdings: Vec<Holding> = model.values().map(|(h, _)| *h).collect();
     for (h, t) in holdings.iter_mut().zip(targets) {
         h.target = Some(t);
     }
-    let is_mine = |i: usize| i < names.len() && mine.iter().any(|(f, ..)| *f == names[i]);
+    let names: Vec<String> = model.keys().cloned().collect();
+    let is_mine = |i: usize| mine.iter().any(|(f, ..)| *f == names[i]);
     grant(limit, &mut holdings, is_mine);
-    for (f, new) in names.iter().chain(&left).zip(holdings) {
-        model.get_mut(f).expect("a field of the model").0 = new;
+    for ((_, (h, _)), new) in model.iter_mut().zip(holdings) {
+        *h = new;
     }
     let settled = |h: &Holding| (h.live.unwrap_or(0), h.target.unwrap_or(0));
     mine.iter().map(|(f, ..)| settled(&model[f].0)).collect()
@@ -114,18 +94,12 @@ fn record((h, expires): &(Holding, u64)) -> String {
 fn settles_as_the_core_does() {
     let server = Server::start();
     let (runtime, con) = server.multiplexed();
-    let shares = RedisShares::new(
-        LEDGER,
-        Duration::from_millis(TTL_MS),
-        Duration::from_millis(HELD_MS),
-    );
+    let shares = RedisShares::new(LEDGER, Duration::from_millis(TTL_MS));
     common::cases(&server, 64, steps(), |_, (limit, steps)| {
         runtime.block_on(async {
             let mut con = con.clone();
             let key = common::fresh("{share}");
             let (mut model, mut now) = (Model::new(), 1_790_000_000_000u64);
-            // What each proxy was last assigned, and until when it may use it.
-            let mut assigned: BTreeMap<String, (u64, u64)> = BTreeMap::new();
             for (replica, gap, subscribers) in steps {
                 now += gap;
                 let field = |n: u8| format!("r{replica}:s{n}");
@@ -164,14 +138,6 @@ fn settles_as_the_core_does() {
                 prop_assert_eq!(&got, &expected);
                 let live: u64 = model.values().map(|(h, _)| h.live.unwrap_or(0)).sum();
                 prop_assert!(live <= limit);
-                for ((field, ..), (granted, _)) in mine.iter().zip(&got) {
-                    assigned.insert(field.clone(), (*granted, now + HELD_MS));
-                }
-                let usable: u64 = (assigned.values())
-                    .filter(|(_, until)| *until > now)
-                    .map(|(granted, _)| granted)
-                    .sum();
-                prop_assert!(usable <= limit, "{usable} usable of {limit}");
                 let stored: BTreeMap<String, String> =
                     redis::AsyncCommands::hgetall(&mut con, &key).await.unwrap();
                 let modelled: BTreeMap<String, String> =
@@ -189,7 +155,7 @@ fn a_limit_beyond_the_exact_range_is_refused() {
     let (runtime, con) = server.multiplexed();
     runtime.block_on(async {
         let mut con = con.clone();
-        let shares = RedisShares::new(LEDGER, Duration::from_secs(15), Duration::from_secs(3));
+        let shares = RedisShares::new(LEDGER, Duration::from_secs(15));
         let mine = [Subscription {
             field: "a",
             demand: 1,
