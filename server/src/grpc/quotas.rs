@@ -99,6 +99,8 @@ struct Limit {
     urgent: bool,
     /// When it was last settled.
     settled: Option<Instant>,
+    /// On Redis: when the last settle Redis took began.
+    confirmed: Option<Instant>,
 }
 
 /// One bucket's use in a report, governed by a shared limit.
@@ -120,6 +122,8 @@ struct InRedis {
     shares: RedisShares,
     /// How often a limit is settled with nothing new here.
     resync: Duration,
+    /// How long Redis keeps a subscriber after its replica's last settle.
+    kept: Duration,
     /// This replica's id, the first part of each of its subscribers' fields.
     replica: u64,
 }
@@ -142,11 +146,13 @@ impl Quotas {
     pub(crate) fn new(ttl: Duration, interval: Duration, con: Option<ReconnectingAsync>) -> Self {
         let ttl = Duration::from_secs(ttl.as_secs().max(1));
         let resync = (interval / RESYNCS_PER_INTERVAL).max(TICK);
-        // A subscriber outlives its replica in the hash until its proxy's share expired.
-        let kept = ttl + resync;
+        // A subscriber outlives its replica in the hash until its proxy's share expired,
+        // and a share re-sent between two settles keeps its whole time to live.
+        let kept = ttl + resync * 2 + TICK;
         let redis = con.map(|con| InRedis {
             con,
             resync,
+            kept,
             shares: RedisShares::new(LEDGER, kept),
             replica: replica_id(),
         });
@@ -172,6 +178,20 @@ impl Quotas {
         self.closing.get().copied().unwrap_or(self.ttl)
     }
 
+    /// How long a share of `limit` re-sent at `now` may live: on Redis, no longer than
+    /// Redis keeps its subscribers after the last settle it took, since the other
+    /// replicas grow into their room then; `None` under a second.
+    fn resend_ttl(&self, limit: &Limit, now: Instant) -> Option<Duration> {
+        let ttl = self.share_ttl();
+        let Some(redis) = &self.redis else {
+            return Some(ttl);
+        };
+        let kept_until = limit.confirmed? + redis.kept;
+        let left = kept_until.saturating_duration_since(now);
+        let whole = Duration::from_secs(left.as_secs()).min(ttl);
+        (!whole.is_zero()).then_some(whole)
+    }
+
     /// Takes stream `stream`'s report of `usages` at `now`: each bucket's demand
     /// measured, its limit marked due if a demand moved, and each reported bucket's
     /// share re-sent to `mailbox` (a new bucket's comes with its limit's next settle).
@@ -192,9 +212,11 @@ impl Quotas {
                 due: true,
                 urgent: true,
                 settled: None,
+                confirmed: None,
             });
             limit.urgent |= limit.rate != usage.rate;
             limit.rate = usage.rate;
+            let resend_ttl = self.resend_ttl(limit, now);
             let standing = limit
                 .subscribers
                 .entry((stream, usage.bucket))
@@ -212,8 +234,9 @@ impl Quotas {
             limit.urgent |= standing.live.is_none();
             limit.due |= standing.moved();
             // Re-sent unchanged, so that the proxy extends it before it expires.
-            if let Some(live) = standing.live {
-                let action = assignment(&standing.bucket, &limit.rate, live, self.share_ttl());
+            let resend = standing.live.zip(resend_ttl);
+            if let Some((live, ttl)) = resend {
+                let action = assignment(&standing.bucket, &limit.rate, live, ttl);
                 mailbox.post(usage.bucket, action);
             }
         }
@@ -240,14 +263,18 @@ impl Quotas {
         }
     }
 
-    /// Shutdown: every subscriber sent its share once more with `ttl`, as is every share
-    /// sent after, so that proxies fall back soon; nothing is settled after, so that in
-    /// Redis this replica's subscribers are not freed while their proxies still hold
-    /// their shares, but expire as a dead replica's.
+    /// Shutdown: every subscriber sent its share once more with `ttl` (at most), as is
+    /// every share sent after, so that proxies fall back soon; nothing is settled after,
+    /// so that in Redis this replica's subscribers are not freed while their proxies
+    /// still hold their shares, but expire as a dead replica's.
     pub(super) fn close(&self, ttl: Duration) {
         let limits = self.limits();
         let _ = self.closing.set(ttl);
+        let now = Instant::now();
         for limit in limits.values() {
+            let Some(ttl) = self.resend_ttl(limit, now) else {
+                continue;
+            };
             for (&(_, bucket), standing) in &limit.subscribers {
                 let live = standing.live.unwrap_or(0);
                 let action = assignment(&standing.bucket, &limit.rate, live, ttl);
@@ -339,6 +366,7 @@ impl Quotas {
         };
         match settled {
             Ok(settled) => {
+                limit.confirmed = Some(now);
                 let moved = subscribers.into_iter().zip(settled);
                 limit.push(
                     moved.map(|(who, (live, target))| (who, Some(target), live)),

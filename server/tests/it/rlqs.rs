@@ -51,13 +51,30 @@ fn policy() -> String {
 /// Two replicas on one PostgreSQL (policies, tokens) and one Redis (decisions and
 /// shares), and app `web`'s token.
 async fn replicas(pg: &Postgres, redis: &Redis) -> (TestServer, TestServer, String) {
+    replicas_reaching(pg, redis, redis.url()).await
+}
+
+/// [`replicas`], the first reaching Redis at `first_redis`.
+async fn replicas_reaching(
+    pg: &Postgres,
+    redis: &Redis,
+    first_redis: String,
+) -> (TestServer, TestServer, String) {
     let config = Config {
         store: Some(pg.url()),
         grpc_listen: Some("127.0.0.1:0".parse().unwrap()),
         rlqs_report_interval: INTERVAL,
         ..in_redis(redis)
     };
-    let (a, b, admin) = two_servers(config).await;
+    let admin = sluicegate_server::init_admin(&config, "root")
+        .await
+        .expect("first admin");
+    let a = TestServer::with(Config {
+        decisions: Some(first_redis),
+        ..config.clone()
+    })
+    .await;
+    let b = TestServer::with(config).await;
     let web = app(&a, &admin, "web").await;
     create_policy(&a, &admin, "api", &policy()).await;
     let seen = eventually(Duration::from_secs(5), || async {
@@ -285,6 +302,52 @@ async fn rlqs_replicas_survive_a_replica_stopped_and_redis_restarted() {
         assert!(proxy.misread().is_empty(), "{:?}", proxy.misread());
     }
     drop(b);
+}
+
+/// A replica cut off from Redis re-sends its proxies' shares only while Redis keeps its
+/// subscribers: past that the other replica grows into their room, so the cut replica's
+/// proxy lets its share expire, and the live shares never sum past the limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rlqs_a_replica_cut_from_redis_lets_its_shares_expire() {
+    let (pg, redis) = (Postgres::start(), Redis::start());
+    // The first replica reaches Redis as a user of its own, to be shut out alone.
+    let mut con = redis.connection();
+    let user = ["SETUSER", "a", "on", ">a-secret", "~*", "&*", "+@all"];
+    redis::cmd("ACL")
+        .arg(&user)
+        .exec(&mut con)
+        .expect("a Redis user");
+    let first = redis.url().replacen("redis://", "redis://a:a-secret@", 1);
+    let (a, b, web) = replicas_reaching(&pg, &redis, first).await;
+    let admitted: Arc<Vec<AtomicU64>> = Arc::new((0..1).map(|_| AtomicU64::new(0)).collect());
+    let start = Instant::now();
+    let proxies: Vec<Arc<Proxy>> = [a.grpc.unwrap(), b.grpc.unwrap()]
+        .into_iter()
+        .map(|grpc| {
+            let proxy = Arc::new(Proxy::start(grpc, &web, "api", INTERVAL));
+            let demand = Arc::new(AtomicU64::new(LIMIT / 2));
+            drive(Arc::clone(&proxy), demand, Arc::clone(&admitted), start);
+            proxy
+        })
+        .collect();
+    let (most, all) = watch(&proxies, INTERVAL * 4).await;
+    assert!(all && most <= LIMIT, "before: most {most}, all held: {all}");
+    redis::cmd("ACL")
+        .arg(&["SETUSER", "a", "off"])
+        .exec(&mut con)
+        .expect("the user shut out");
+    redis::cmd("CLIENT")
+        .arg(&["KILL", "USER", "a"])
+        .exec(&mut con)
+        .expect("its connections cut");
+    // Its subscribers expire in Redis 2.3 s after its last settle (a time to live of
+    // 2 s, two fifths of an interval and a tick); the other replica then grows.
+    let (most, _) = watch(&proxies, Duration::from_secs(5)).await;
+    assert!(most <= LIMIT, "while a is cut off: most {most}");
+    assert_eq!(proxies[0].live(KEY), None, "a's proxy's share expired");
+    let grown = live_sum(&proxies[1..]);
+    assert!(grown > LIMIT * 3 / 4, "b's proxy grew to {grown}");
+    drop((a, b));
 }
 
 /// A replica that stops leaves its subscribers in Redis to expire, as a dead one's,
