@@ -424,8 +424,9 @@ async fn a_lease_is_lost_while_etcd_is_away_past_its_ttl() {
     let guard = (lock.acquire_watched(&short, Duration::ZERO).await.unwrap()).unwrap();
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(!guard.is_lost(), "kept alive past its ttl");
-    signal(etcd.pid(), "-STOP");
+    // Before the signal: `kill` may return well after the stop.
     let stopped = Instant::now();
+    signal(etcd.pid(), "-STOP");
     // The ttl, a keep-alive period (a third of it) and 3 s of slack for a loaded machine.
     let lost = tokio::time::timeout(ttl + ttl / 3 + Duration::from_secs(3), guard.lost()).await;
     let waited = stopped.elapsed();
@@ -433,8 +434,9 @@ async fn a_lease_is_lost_while_etcd_is_away_past_its_ttl() {
     assert!(lost.is_ok(), "not lost {waited:?} after etcd stopped");
     assert!(guard.is_lost());
     println!("lost {waited:?} after etcd stopped");
-    // Counted from the last answered keep-alive, at most a period before the stop.
-    assert!(waited >= ttl / 2, "{waited:?}");
+    // Counted from the last answered keep-alive, at most a period before the stop, and
+    // that one may have been late on a loaded machine: a loss reported at once fails.
+    assert!(waited >= ttl / 4, "{waited:?}");
     let next = (lock.acquire_waiting(&request("b"), Duration::from_secs(5)))
         .await
         .unwrap()

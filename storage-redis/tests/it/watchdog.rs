@@ -49,16 +49,19 @@ fn blip(server: &Server) {
 /// the lease's ttl has passed by Redis's clock too: how long the loss took to be seen,
 /// while Redis was stopped.
 fn stop_until_lost(server: &Server, lost: impl FnOnce() -> bool) -> Option<Duration> {
+    // Before the signal: `kill` may return well after the stop.
+    let stopping = Instant::now();
     server.pause();
     let stopped = Instant::now();
-    let seen = lost().then(|| stopped.elapsed());
+    let seen = lost().then(|| stopping.elapsed());
     // Redis counts the ttl from its last renewal, before the stop.
     sleep((OUTAGE_TTL + PERIOD).saturating_sub(stopped.elapsed()));
     server.resume();
     if let Some(waited) = seen {
         println!("lost {waited:?} after Redis stopped");
-        // Counted from the last answered renewal, at most a period before the stop.
-        assert!(waited >= OUTAGE_TTL / 2, "lost {waited:?} after the stop");
+        // Counted from the last answered renewal, at most a period before the stop, and
+        // that one may have been late on a loaded machine: a loss reported at once fails.
+        assert!(waited >= OUTAGE_TTL / 4, "lost {waited:?} after the stop");
     }
     seen
 }
