@@ -356,14 +356,16 @@ async fn tokens_stay_monotonic_and_leases_held_across_a_restart() {
     );
 }
 
-/// The watchdog keeps a three-second lease past its ttl, past etcd stopped for a second
+/// The watchdog keeps a six-second lease past its ttl, past etcd stopped for a second
 /// and past an etcd restart (its keep-alive stream opened again): each outage is shorter
 /// than the ttl, so the lease is not lost. Dropping the guard releases it.
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kept_alive_lease_outlives_its_ttl_and_short_outages() {
     let mut etcd = Etcd::start();
     let lock = lock(&etcd).await;
-    let short = LeaseRequest::new("job").owner("a").ttl(3 * SECOND);
+    // 6 s: an etcd restart on a loaded machine may outlast a 3 s lease's keep-alives.
+    let ttl = Duration::from_secs(6);
+    let short = LeaseRequest::new("job").owner("a").ttl(6 * SECOND);
     let guard = (lock.acquire_watched(&short, Duration::ZERO).await.unwrap()).unwrap();
     tokio::time::sleep(Duration::from_secs(2)).await;
     signal(etcd.pid(), "-STOP");
@@ -371,9 +373,11 @@ async fn a_kept_alive_lease_outlives_its_ttl_and_short_outages() {
     signal(etcd.pid(), "-CONT");
     tokio::time::sleep(Duration::from_secs(2)).await;
     let restarting = Instant::now();
-    etcd.restart();
+    // Off the runtime's workers: the keep-alive task runs during the restart.
+    tokio::task::block_in_place(|| etcd.restart());
     println!("etcd restarted in {:?}", restarting.elapsed());
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // A ttl on: the deadline of every keep-alive answered before the restart has passed.
+    tokio::time::sleep(ttl).await;
     assert!(!guard.is_lost());
     let state = lock.state(b"job").await.unwrap().unwrap();
     assert_eq!(state.last_token(), guard.held().token);
@@ -420,8 +424,9 @@ async fn a_lease_is_lost_while_etcd_is_away_past_its_ttl() {
     let guard = (lock.acquire_watched(&short, Duration::ZERO).await.unwrap()).unwrap();
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(!guard.is_lost(), "kept alive past its ttl");
-    signal(etcd.pid(), "-STOP");
+    // Before the signal: `kill` may return well after the stop.
     let stopped = Instant::now();
+    signal(etcd.pid(), "-STOP");
     // The ttl, a keep-alive period (a third of it) and 3 s of slack for a loaded machine.
     let lost = tokio::time::timeout(ttl + ttl / 3 + Duration::from_secs(3), guard.lost()).await;
     let waited = stopped.elapsed();
@@ -429,8 +434,9 @@ async fn a_lease_is_lost_while_etcd_is_away_past_its_ttl() {
     assert!(lost.is_ok(), "not lost {waited:?} after etcd stopped");
     assert!(guard.is_lost());
     println!("lost {waited:?} after etcd stopped");
-    // Counted from the last answered keep-alive, at most a period before the stop.
-    assert!(waited >= ttl / 2, "{waited:?}");
+    // Counted from the last answered keep-alive, at most a period before the stop, and
+    // that one may have been late on a loaded machine: a loss reported at once fails.
+    assert!(waited >= ttl / 4, "{waited:?}");
     let next = (lock.acquire_waiting(&request("b"), Duration::from_secs(5)))
         .await
         .unwrap()

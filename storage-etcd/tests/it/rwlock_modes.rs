@@ -198,6 +198,11 @@ async fn a_writers_release_wakes_only_the_count_behind_it() {
         assert!(reader.await.unwrap().is_some());
     }
     until_waiting(&lock, "job", 6).await;
+    // r2's wake comes through a watch, after r1's grant: polled for, bounded.
+    let granted = tokio::time::Instant::now();
+    while lock.wakes() < 3 && granted.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     tokio::time::sleep(Duration::from_millis(300)).await;
     // r0 and r1 hear the writer's delete, r2 hears r1's grant; r3 to r7 nothing.
     assert_eq!(lock.wakes(), 3);

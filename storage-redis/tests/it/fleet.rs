@@ -237,17 +237,18 @@ fn split_a_node_leaving_leaves_the_others_counted() {
     let window = FixedWindow::new(90, 3600 * SECOND).unwrap();
     let nodes: Vec<_> = ["x", "y", "z"]
         .iter()
-        .map(|id| node(&server, window, config(FleetMode::Split, 1, 400)).with_node_id(*id))
+        // 800 ms intervals: z's 2.4 s heartbeat outlives a slow 900 ms step and round trips.
+        .map(|id| node(&server, window, config(FleetMode::Split, 1, 800)).with_node_id(*id))
         .collect();
     for round in 0..2 {
-        thread::sleep(Duration::from_millis(450 * round));
+        thread::sleep(Duration::from_millis(900 * round));
         for n in &nodes {
             n.tick(&mut con).unwrap();
         }
     }
     assert_eq!(nodes[0].membership(), Some((3, 0)));
     nodes[1].shutdown(&mut con).unwrap();
-    thread::sleep(Duration::from_millis(450));
+    thread::sleep(Duration::from_millis(900));
     nodes[0].tick(&mut con).unwrap();
     assert_eq!(nodes[0].membership(), Some((2, 0)), "z still beats");
 }
@@ -262,11 +263,11 @@ fn a_restarted_server_resumes_without_double_spending() {
     let window = FixedWindow::new(1000, 3600 * SECOND).unwrap();
     // A loaded machine's round trip fits in 1 s; a killed server refuses at once.
     let mut con = Reconnecting::new(server.client()).with_timeout(Duration::from_secs(1));
-    // Intervals of 300 ms: the kill and the checks after it may take 500 ms on a loaded
-    // machine and still fall inside the grant (600 ms) and the heartbeat's ttl (900 ms).
-    let prefetch = node(&server, window, config(FleetMode::Prefetch, 10, 300));
-    let batch = node(&server, window, config(FleetMode::Batch, 50, 300));
-    let split = node(&server, window, config(FleetMode::Split, 1, 300));
+    // Intervals of 600 ms: the kill and the checks after it may take 1 s on a loaded
+    // machine and still fall inside the grant (1.2 s) and the heartbeat's ttl (1.8 s).
+    let prefetch = node(&server, window, config(FleetMode::Prefetch, 10, 600));
+    let batch = node(&server, window, config(FleetMode::Batch, 50, 600));
+    let split = node(&server, window, config(FleetMode::Split, 1, 600));
     assert!(split.check(&mut con, 1).unwrap().allowed());
     assert!(prefetch.check(&mut con, 1).unwrap().allowed());
     for _ in 0..5 {
@@ -285,7 +286,7 @@ fn a_restarted_server_resumes_without_double_spending() {
     // The grant expires (after two intervals): its 5 units cannot be given back and are
     // dropped; then the policy (the default, `Error`) returns the error, within the
     // connection's timeout.
-    thread::sleep(Duration::from_millis(650));
+    thread::sleep(Duration::from_millis(1300));
     prefetch.tick(&mut con).unwrap();
     let started = Instant::now();
     assert!(matches!(
@@ -295,19 +296,19 @@ fn a_restarted_server_resumes_without_double_spending() {
     // 3 s for a loaded machine; refused at once, a hang would be the failure.
     assert!(started.elapsed() < Duration::from_secs(3));
     // The batch node cannot settle its 5 units: it keeps them, and the policy answers.
-    thread::sleep(Duration::from_millis(350));
+    thread::sleep(Duration::from_millis(700));
     assert!(matches!(
         batch.check(&mut con, 1),
         Err(Error::Unavailable(_))
     ));
-    thread::sleep(Duration::from_millis(1000).saturating_sub(killed.elapsed()));
+    thread::sleep(Duration::from_millis(2000).saturating_sub(killed.elapsed()));
     assert!(matches!(
         split.check(&mut con, 1),
         Err(Error::Unavailable(_))
     ));
 
     server.restart();
-    thread::sleep(Duration::from_millis(350));
+    thread::sleep(Duration::from_millis(700));
     assert!(matches!(prefetch.check(&mut con, 1).unwrap(), Outcome::Decided(d) if d.allowed));
     assert!(batch.check(&mut con, 1).unwrap().allowed());
     assert!(matches!(split.check(&mut con, 1).unwrap(), Outcome::Decided(d) if d.allowed));

@@ -11,9 +11,14 @@ use sluicegate_redis::{connect_async, Reconnecting, RedisLeases, DEFAULT_TIMEOUT
 
 use crate::common::Server;
 
-/// Renewed every 333 ms: a renewal may be 600 ms late on a loaded machine and still land
+/// Renewed every 1.33 s: a renewal may be 2.6 s late on a loaded machine and still land
 /// before the lease ends.
-const TTL: u64 = 1000 * MILLISECOND;
+const TTL: u64 = 4000 * MILLISECOND;
+/// Steps of 250 ms past the ttl (5 s): the lease outlives it only if renewed.
+const PAST_TTL: u32 = 20;
+/// How long a release on drop is polled for: under the 2.67 s the lease holds at least
+/// after the drop (a ttl after the last renewal), so expiry does not pass for a release.
+const RELEASED: Duration = Duration::from_secs(2);
 /// How long a loss or a release may take to be seen on a loaded machine: bounded polls,
 /// where one never seen takes forever.
 const SEEN: Duration = Duration::from_secs(5);
@@ -49,16 +54,19 @@ fn blip(server: &Server) {
 /// the lease's ttl has passed by Redis's clock too: how long the loss took to be seen,
 /// while Redis was stopped.
 fn stop_until_lost(server: &Server, lost: impl FnOnce() -> bool) -> Option<Duration> {
+    // Before the signal: `kill` may return well after the stop.
+    let stopping = Instant::now();
     server.pause();
     let stopped = Instant::now();
-    let seen = lost().then(|| stopped.elapsed());
+    let seen = lost().then(|| stopping.elapsed());
     // Redis counts the ttl from its last renewal, before the stop.
     sleep((OUTAGE_TTL + PERIOD).saturating_sub(stopped.elapsed()));
     server.resume();
     if let Some(waited) = seen {
         println!("lost {waited:?} after Redis stopped");
-        // Counted from the last answered renewal, at most a period before the stop.
-        assert!(waited >= OUTAGE_TTL / 2, "lost {waited:?} after the stop");
+        // Counted from the last answered renewal, at most a period before the stop, and
+        // that one may have been late on a loaded machine: a loss reported at once fails.
+        assert!(waited >= OUTAGE_TTL / 4, "lost {waited:?} after the stop");
     }
     seen
 }
@@ -94,8 +102,8 @@ fn a_watched_lease_is_renewed_released_on_drop_and_reports_its_loss() {
         .acquire_watched(watched, &LeaseRequest::new(b"k").owner(b"a").ttl(TTL))
         .unwrap()
         .unwrap();
-    // Two ttls later it is still held: renewed.
-    for _ in 0..8 {
+    // Past its ttl it is still held: renewed.
+    for _ in 0..PAST_TTL {
         sleep(Duration::from_millis(250));
         assert!(
             !lock
@@ -108,12 +116,22 @@ fn a_watched_lease_is_renewed_released_on_drop_and_reports_its_loss() {
     }
     let token = guard.held().token;
     drop(guard);
-    // Released at once, not after the ttl.
-    let next = lock
-        .acquire(&mut con, &LeaseRequest::new(b"k").owner(b"b").ttl(TTL))
-        .unwrap()
-        .grant
-        .unwrap();
+    // Released by the guard's thread (the drop waits for it only 50 ms), not after the ttl.
+    let dropped = Instant::now();
+    let next = loop {
+        let granted = lock
+            .acquire(&mut con, &LeaseRequest::new(b"k").owner(b"b").ttl(TTL))
+            .unwrap()
+            .grant;
+        if let Some(next) = granted {
+            break next;
+        }
+        assert!(
+            dropped.elapsed() < RELEASED,
+            "released when the guard dropped"
+        );
+        sleep(Duration::from_millis(2));
+    };
     assert!(next.token > token);
     let _ = lock
         .release(&mut con, &LeaseRequest::new(b"k").owner(b"b"))
@@ -155,7 +173,7 @@ async fn an_async_watched_lease_is_renewed_released_on_drop_and_its_loss_awaited
         .await
         .unwrap()
         .unwrap();
-    for _ in 0..8 {
+    for _ in 0..PAST_TTL {
         tokio::time::sleep(Duration::from_millis(250)).await;
         let other = lock
             .acquire_async(&mut con, &LeaseRequest::new(b"k").owner(b"b").ttl(TTL))
@@ -164,11 +182,10 @@ async fn an_async_watched_lease_is_renewed_released_on_drop_and_its_loss_awaited
         assert!(!other.decision.allowed);
     }
     drop(guard);
-    // The task releases: polled for up to 600 ms, before the lease could end (at least
-    // 667 ms after the drop, a ttl after the last renewal).
+    // The task releases: polled for up to 2 s, before the lease could end on its own.
     let dropped = Instant::now();
     let mut granted = None;
-    while dropped.elapsed() < Duration::from_millis(600) {
+    while dropped.elapsed() < RELEASED {
         granted = lock
             .acquire_async(&mut con, &LeaseRequest::new(b"k").owner(b"b").ttl(TTL))
             .await

@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::common::{self, get, root, serve};
+use crate::common::{self, get, root, serve, Booked};
 use axum::routing::get as route;
 use axum::Router;
 use http::StatusCode;
@@ -257,18 +257,28 @@ async fn missing_keys_are_refused_or_shared_as_configured_and_cost_is_priced() {
 async fn wait_queues_on_reservations_up_to_its_bound() {
     // One at a time, one every 500 ms; wait up to 1.2 s: the fourth's slot is 300 ms past
     // the bound, room for it to arrive late on a loaded machine.
-    let layer = RateLimitLayer::in_process("paced", Quota::per(1, Duration::from_millis(500)), 10)
-        .unwrap()
-        .overload(Wait::at_most(Duration::from_millis(1200)));
+    let quota = Quota::per(1, Duration::from_millis(500));
+    let layer = RateLimitLayer::new(
+        RateLimitPolicy::of("paced", &quota).unwrap(),
+        Booked::new(quota.in_process(10).unwrap()),
+    )
+    .overload(Wait::at_most(Duration::from_millis(1200)));
+    let booked = layer.limiter().clone();
     let addr = serve(root("ok").layer(layer)).await;
     let start = Instant::now();
-    let requests = (0..4).map(|i| async move {
-        // Staggered so the bookings are made in order.
-        tokio::time::sleep(Duration::from_millis(20 * i)).await;
-        let r = get(addr, "/", &[]).await;
-        (r.status.as_u16(), start.elapsed())
-    });
-    let replies = futures_join(requests).await;
+    let mut requests = Vec::new();
+    for i in 0..4 {
+        requests.push(tokio::spawn(async move {
+            let r = get(addr, "/", &[]).await;
+            (r.status.as_u16(), start.elapsed())
+        }));
+        // The next is sent once this one is booked: the bookings are made in order.
+        booked.until(i + 1).await;
+    }
+    let mut replies = Vec::new();
+    for request in requests {
+        replies.push(request.await.unwrap());
+    }
     let statuses: Vec<u16> = replies.iter().map(|r| r.0).collect();
     // Slots at 0, 500, 1000 ms; the fourth would act at 1500 ms, beyond the bound.
     assert_eq!(statuses, [200, 200, 200, 429]);

@@ -6,7 +6,7 @@ use sluicegate_test_support as redis_server;
 
 use std::time::Duration;
 
-use crate::common::{get, root, serve};
+use crate::common::{get, root, serve, Booked};
 use http::StatusCode;
 use sluicegate_core::memory::KeyedLimiter;
 use sluicegate_core::{TokenBucket, SECOND};
@@ -121,9 +121,10 @@ async fn wait_books_its_slot_in_redis() {
     let con = connect_async(server.client(), Duration::from_secs(2)).unwrap();
     let layer = RateLimitLayer::new(
         RateLimitPolicy::new("paced", 1, Duration::from_millis(500)).unwrap(),
-        RedisBackend::new(limiter, con),
+        Booked::new(RedisBackend::new(limiter, con)),
     )
     .overload(Wait::at_most(Duration::from_millis(700)));
+    let booked = layer.limiter().clone();
     let addr = serve(root("ok").layer(layer)).await;
     let start = std::time::Instant::now();
     assert_eq!(get(addr, "/", &[]).await.status, StatusCode::OK);
@@ -134,7 +135,8 @@ async fn wait_books_its_slot_in_redis() {
     // Two requests at once: the second would act 1 s out, 300 ms past the bound (room
     // for it to arrive late).
     let (a, b) = tokio::join!(get(addr, "/", &[]), async {
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        // Sent once the first is booked: the bookings are made in order.
+        booked.until(3).await;
         get(addr, "/", &[]).await
     });
     assert_eq!((a.status.as_u16(), b.status.as_u16()), (200, 429));

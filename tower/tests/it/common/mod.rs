@@ -2,6 +2,9 @@
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::Body;
 use bytes::Bytes;
@@ -9,6 +12,7 @@ use http::{HeaderMap, Request, StatusCode};
 use http_body_util::BodyExt;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
+use sluicegate_tower::{Backend, Key, Pending, Settled};
 
 /// Serves `app` on a free loopback port, recording each connection's peer address.
 pub async fn serve(app: axum::Router) -> SocketAddr {
@@ -78,5 +82,56 @@ pub async fn send(
         status: parts.status,
         headers: parts.headers,
         body: String::from_utf8(body.to_vec()).unwrap(),
+    }
+}
+
+/// A limiter counting the reservations it has answered: a test sends its next request
+/// once the last is booked, so the bookings are in order without a sleep between them.
+#[derive(Debug)]
+pub struct Booked<L> {
+    limiter: L,
+    booked: Arc<AtomicUsize>,
+}
+
+impl<L> Booked<L> {
+    pub fn new(limiter: L) -> Self {
+        Self {
+            limiter,
+            booked: Arc::default(),
+        }
+    }
+
+    /// Waits (bounded) until `n` reservations have been answered.
+    pub async fn until(&self, n: usize) {
+        let start = std::time::Instant::now();
+        while self.booked.load(Ordering::SeqCst) < n {
+            assert!(start.elapsed() < Duration::from_secs(5), "{n} never booked");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+}
+
+impl<L: Backend> Backend for Booked<L> {
+    fn check(&self, key: &Key, cost: u64) -> Pending {
+        self.limiter.check(key, cost)
+    }
+
+    fn reserve(&self, key: &Key, cost: u64, max_wait: Duration) -> Pending {
+        let booked = self.booked.clone();
+        match self.limiter.reserve(key, cost, max_wait) {
+            Pending::Ready(verdict) => {
+                booked.fetch_add(1, Ordering::SeqCst);
+                Pending::Ready(verdict)
+            }
+            Pending::Later(answer) => Pending::Later(Box::pin(async move {
+                let verdict = answer.await;
+                booked.fetch_add(1, Ordering::SeqCst);
+                verdict
+            })),
+        }
+    }
+
+    fn report(&self, key: &Key, adjustment: i64) -> Pending<Settled> {
+        self.limiter.report(key, adjustment)
     }
 }
