@@ -304,6 +304,25 @@ async fn rlqs_replicas_survive_a_replica_stopped_and_redis_restarted() {
     drop(b);
 }
 
+/// A proxy on each of `a` and `b` asking for half the limit, once both hold a share
+/// and the shares fit in it.
+async fn one_busy_proxy_each(a: &TestServer, b: &TestServer, web: &str) -> Vec<Arc<Proxy>> {
+    let admitted: Arc<Vec<AtomicU64>> = Arc::new((0..1).map(|_| AtomicU64::new(0)).collect());
+    let start = Instant::now();
+    let proxies: Vec<Arc<Proxy>> = [a.grpc.unwrap(), b.grpc.unwrap()]
+        .into_iter()
+        .map(|grpc| {
+            let proxy = Arc::new(Proxy::start(grpc, web, "api", INTERVAL));
+            let demand = Arc::new(AtomicU64::new(LIMIT / 2));
+            drive(Arc::clone(&proxy), demand, Arc::clone(&admitted), start);
+            proxy
+        })
+        .collect();
+    let (most, all) = watch(&proxies, INTERVAL * 4).await;
+    assert!(all && most <= LIMIT, "before: most {most}, all held: {all}");
+    proxies
+}
+
 /// A replica cut off from Redis re-sends its proxies' shares only while Redis keeps its
 /// subscribers: past that the other replica grows into their room, so the cut replica's
 /// proxy lets its share expire, and the live shares never sum past the limit.
@@ -319,19 +338,7 @@ async fn rlqs_a_replica_cut_from_redis_lets_its_shares_expire() {
         .expect("a Redis user");
     let first = redis.url().replacen("redis://", "redis://a:a-secret@", 1);
     let (a, b, web) = replicas_reaching(&pg, &redis, first).await;
-    let admitted: Arc<Vec<AtomicU64>> = Arc::new((0..1).map(|_| AtomicU64::new(0)).collect());
-    let start = Instant::now();
-    let proxies: Vec<Arc<Proxy>> = [a.grpc.unwrap(), b.grpc.unwrap()]
-        .into_iter()
-        .map(|grpc| {
-            let proxy = Arc::new(Proxy::start(grpc, &web, "api", INTERVAL));
-            let demand = Arc::new(AtomicU64::new(LIMIT / 2));
-            drive(Arc::clone(&proxy), demand, Arc::clone(&admitted), start);
-            proxy
-        })
-        .collect();
-    let (most, all) = watch(&proxies, INTERVAL * 4).await;
-    assert!(all && most <= LIMIT, "before: most {most}, all held: {all}");
+    let proxies = one_busy_proxy_each(&a, &b, &web).await;
     redis::cmd("ACL")
         .arg(&["SETUSER", "a", "off"])
         .exec(&mut con)
@@ -358,19 +365,7 @@ async fn rlqs_a_replica_cut_from_redis_lets_its_shares_expire() {
 async fn rlqs_a_stopping_replica_leaves_its_subscribers_to_expire() {
     let (pg, redis) = (Postgres::start(), Redis::start());
     let (a, b, web) = replicas(&pg, &redis).await;
-    let admitted: Arc<Vec<AtomicU64>> = Arc::new((0..1).map(|_| AtomicU64::new(0)).collect());
-    let start = Instant::now();
-    let proxies: Vec<Arc<Proxy>> = [a.grpc.unwrap(), b.grpc.unwrap()]
-        .into_iter()
-        .map(|grpc| {
-            let proxy = Arc::new(Proxy::start(grpc, &web, "api", INTERVAL));
-            let demand = Arc::new(AtomicU64::new(LIMIT / 2));
-            drive(Arc::clone(&proxy), demand, Arc::clone(&admitted), start);
-            proxy
-        })
-        .collect();
-    let (most, all) = watch(&proxies, INTERVAL * 4).await;
-    assert!(all && most <= LIMIT, "before: most {most}, all held: {all}");
+    let proxies = one_busy_proxy_each(&a, &b, &web).await;
     let (mut send, mut ping, connection) = h2_pinging_client(a.grpc.unwrap())
         .await
         .expect("a connection");
