@@ -269,22 +269,11 @@ async fn rlqs_replicas_survive_a_replica_stopped_and_redis_restarted() {
     let (pg, mut redis) = (Postgres::start(), Redis::start());
     let (a, b, web) = replicas(&pg, &redis).await;
     let grpcs = [a.grpc.unwrap(), b.grpc.unwrap()];
-    let admitted: Arc<Vec<AtomicU64>> = Arc::new((0..1).map(|_| AtomicU64::new(0)).collect());
-    let start = Instant::now();
-    let proxies: Vec<Arc<Proxy>> = (0..4)
-        .map(|i| {
-            let behind = [grpcs[i % 2], grpcs[(i + 1) % 2]];
-            let proxy = Arc::new(Proxy::start_any(&behind, &web, "api", INTERVAL));
-            let demand = Arc::new(AtomicU64::new(LIMIT / 2));
-            drive(Arc::clone(&proxy), demand, Arc::clone(&admitted), start);
-            proxy
-        })
-        .collect();
-    let (most, all) = watch(&proxies, INTERVAL * 6).await;
-    assert!(all && most <= LIMIT, "before: most {most}, all held: {all}");
+    let behind = (0..4).map(|i| vec![grpcs[i % 2], grpcs[(i + 1) % 2]]);
+    let proxies = busy_proxies(behind, &web, INTERVAL * 6).await;
     // Replica a stops: its proxies' shares expire, they reopen on b, and b grants them
-    // room only as a's subscribers expire in Redis (a time to live and a fifth of an
-    // interval after a's last settle).
+    // room only as a's subscribers expire in Redis (a time to live, two fifths of an
+    // interval and a tick after a's last settle).
     a.stop().await;
     let (most, all) = watch(&proxies, INTERVAL * 12).await;
     assert!(
@@ -304,23 +293,32 @@ async fn rlqs_replicas_survive_a_replica_stopped_and_redis_restarted() {
     drop(b);
 }
 
-/// A proxy on each of `a` and `b` asking for half the limit, once both hold a share
-/// and the shares fit in it.
-async fn one_busy_proxy_each(a: &TestServer, b: &TestServer, web: &str) -> Vec<Arc<Proxy>> {
+/// A proxy behind each of `behind` (its replicas) asking for half the limit, once every
+/// one held a share through `settling` and the shares fit in it.
+async fn busy_proxies(
+    behind: impl IntoIterator<Item = Vec<SocketAddr>>,
+    web: &str,
+    settling: Duration,
+) -> Vec<Arc<Proxy>> {
     let admitted: Arc<Vec<AtomicU64>> = Arc::new((0..1).map(|_| AtomicU64::new(0)).collect());
     let start = Instant::now();
-    let proxies: Vec<Arc<Proxy>> = [a.grpc.unwrap(), b.grpc.unwrap()]
-        .into_iter()
-        .map(|grpc| {
-            let proxy = Arc::new(Proxy::start(grpc, web, "api", INTERVAL));
+    let proxies: Vec<Arc<Proxy>> = (behind.into_iter())
+        .map(|grpcs| {
+            let proxy = Arc::new(Proxy::start_any(&grpcs, web, "api", INTERVAL));
             let demand = Arc::new(AtomicU64::new(LIMIT / 2));
             drive(Arc::clone(&proxy), demand, Arc::clone(&admitted), start);
             proxy
         })
         .collect();
-    let (most, all) = watch(&proxies, INTERVAL * 4).await;
+    let (most, all) = watch(&proxies, settling).await;
     assert!(all && most <= LIMIT, "before: most {most}, all held: {all}");
     proxies
+}
+
+/// A proxy on each of `a` and `b` alone, busy as [`busy_proxies`].
+async fn one_busy_proxy_each(a: &TestServer, b: &TestServer, web: &str) -> Vec<Arc<Proxy>> {
+    let behind = [vec![a.grpc.unwrap()], vec![b.grpc.unwrap()]];
+    busy_proxies(behind, web, INTERVAL * 4).await
 }
 
 /// A replica cut off from Redis re-sends its proxies' shares only while Redis keeps its
